@@ -1,0 +1,41 @@
+# DTRAIN_WITH_CUDA: ON by default when the CUDA toolkit, cuDNN and NCCL are all found.
+# -DDTRAIN_WITH_CUDA=OFF forces the CPU build; -DDTRAIN_WITH_CUDA=ON fails loudly if a part is missing.
+find_package(CUDAToolkit QUIET)
+set(_dtrain_cuda_found OFF)
+if(CUDAToolkit_FOUND)
+  find_path(CUDNN_INCLUDE_DIR cudnn.h HINTS ${CUDAToolkit_INCLUDE_DIRS})
+  find_library(CUDNN_LIBRARY cudnn HINTS ${CUDAToolkit_LIBRARY_DIR})
+  find_path(NCCL_INCLUDE_DIR nccl.h HINTS ${CUDAToolkit_INCLUDE_DIRS})
+  find_library(NCCL_LIBRARY nccl HINTS ${CUDAToolkit_LIBRARY_DIR})
+  if(CUDNN_INCLUDE_DIR AND CUDNN_LIBRARY AND NCCL_INCLUDE_DIR AND NCCL_LIBRARY)
+    set(_dtrain_cuda_found ON)
+  endif()
+endif()
+
+if(NOT DEFINED DTRAIN_WITH_CUDA)
+  set(DTRAIN_WITH_CUDA ${_dtrain_cuda_found} CACHE BOOL "Build the CUDA backend (cuDNN, cuBLAS, NCCL)")
+endif()
+
+if(DTRAIN_WITH_CUDA)
+  if(NOT _dtrain_cuda_found)
+    message(FATAL_ERROR "DTRAIN_WITH_CUDA=ON but the CUDA toolkit, cuDNN or NCCL was not found "
+                        "(toolkit: ${CUDAToolkit_FOUND}, cudnn: ${CUDNN_LIBRARY}, nccl: ${NCCL_LIBRARY}). "
+                        "Set CUDAToolkit_ROOT or configure with -DDTRAIN_WITH_CUDA=OFF.")
+  endif()
+  if(NOT DEFINED CMAKE_CUDA_ARCHITECTURES)
+    # H100 (sm_90) is the lent device; no GPU exists at build time to detect one.
+    set(CMAKE_CUDA_ARCHITECTURES 90)
+  endif()
+  enable_language(CUDA)
+  set(CMAKE_CUDA_STANDARD 17)
+  set(CMAKE_CUDA_STANDARD_REQUIRED ON)
+  add_library(dtrain_cudnn INTERFACE)
+  target_include_directories(dtrain_cudnn SYSTEM INTERFACE ${CUDNN_INCLUDE_DIR})
+  target_link_libraries(dtrain_cudnn INTERFACE ${CUDNN_LIBRARY})
+  add_library(dtrain_nccl INTERFACE)
+  target_include_directories(dtrain_nccl SYSTEM INTERFACE ${NCCL_INCLUDE_DIR})
+  target_link_libraries(dtrain_nccl INTERFACE ${NCCL_LIBRARY})
+  message(STATUS "dtrain: CUDA build ON (CUDA ${CUDAToolkit_VERSION}, ${CUDNN_LIBRARY}, ${NCCL_LIBRARY})")
+else()
+  message(STATUS "dtrain: CUDA build OFF (CPU only)")
+endif()

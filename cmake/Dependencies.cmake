@@ -1,0 +1,24 @@
+# Every third-party library dtrain uses, all from Debian packages (scripts/setup.sh installs them).
+set(THREADS_PREFER_PTHREAD_FLAG ON)
+find_package(Threads REQUIRED)
+find_package(Boost 1.74 REQUIRED COMPONENTS filesystem program_options)
+find_package(RapidJSON REQUIRED)
+find_package(fmt REQUIRED)
+find_package(spdlog REQUIRED)
+find_package(ZLIB REQUIRED)
+find_package(OpenSSL REQUIRED)
+# oneDNN: Debian's dnnl-config.cmake insists on OpenCL (its GPU runtime), which the CPU backend
+# never uses; find the header and library directly instead.
+find_path(DNNL_INCLUDE_DIR dnnl.hpp REQUIRED)
+find_library(DNNL_LIBRARY dnnl REQUIRED)
+add_library(dtrain_dnnl INTERFACE)
+target_include_directories(dtrain_dnnl SYSTEM INTERFACE ${DNNL_INCLUDE_DIR})
+target_link_libraries(dtrain_dnnl INTERFACE ${DNNL_LIBRARY})
+find_package(Catch2 2 REQUIRED)
+
+# Debian's RapidJSON config sets variables only; wrap it in a target.
+if(NOT TARGET dtrain_rapidjson)
+  add_library(dtrain_rapidjson INTERFACE)
+  target_include_directories(dtrain_rapidjson SYSTEM INTERFACE ${RAPIDJSON_INCLUDE_DIRS})
+  target_compile_definitions(dtrain_rapidjson INTERFACE RAPIDJSON_HAS_STDSTRING=1)
+endif()

@@ -1,0 +1,11 @@
+# DTRAIN_SANITIZE=address,undefined or DTRAIN_SANITIZE=thread builds everything with those sanitizers.
+set(DTRAIN_SANITIZE "" CACHE STRING "Comma-separated -fsanitize= list (address,undefined | thread)")
+if(DTRAIN_SANITIZE)
+  if(DTRAIN_SANITIZE MATCHES "thread" AND DTRAIN_SANITIZE MATCHES "address")
+    message(FATAL_ERROR "DTRAIN_SANITIZE: thread and address cannot be combined")
+  endif()
+  add_compile_options($<$<COMPILE_LANGUAGE:CXX>:-fsanitize=${DTRAIN_SANITIZE}>
+                      $<$<COMPILE_LANGUAGE:CXX>:-fno-omit-frame-pointer>)
+  add_link_options(-fsanitize=${DTRAIN_SANITIZE})
+  message(STATUS "dtrain: sanitizers ${DTRAIN_SANITIZE}")
+endif()

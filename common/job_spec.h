@@ -1,0 +1,56 @@
+// The job file (`dtrain launch job.json`): parsing and validation of every key DESIGN.md lists.
+// The `train` object is checked only for being an object and is kept as JSON text for the
+// worker, which owns its schema. Ports of a `"workers": N` job are picked by resolve_cluster().
+#pragma once
+
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "common/cluster_spec.h"
+
+namespace dtrain::common {
+
+/// The `restart` object, with its defaults.
+struct RestartPolicy {
+  int max_restarts = 3;               ///< budget for failures
+  int max_preemptions = 100;          ///< separate, larger budget for preemptions
+  double backoff_seconds = 1.0;       ///< first back-off; doubles per consecutive failure
+  double backoff_max_seconds = 30.0;  ///< cap of the doubling
+  double grace_seconds = 10.0;        ///< SIGTERM -> SIGKILL grace, shared by the whole group
+  double startup_seconds = 30.0;      ///< a group silent this long after start "never started"
+  double healthy_seconds = 60.0;      ///< running this long resets the back-off
+};
+
+struct JobSpec {
+  std::string source;  ///< where it was read from, for messages
+  std::string job;
+  /// Explicit cluster; empty (no jobs) when auto_workers > 0 until resolve_cluster().
+  ClusterSpec cluster;
+  int auto_workers = 0;  ///< "workers": N (local job, ports picked at launch)
+  RestartPolicy restart;
+  std::optional<std::string> train_json;  ///< compact JSON of `train`
+  std::vector<std::string> command;       ///< empty: the bundled dtrain-worker
+  std::vector<std::pair<std::string, std::string>> env;
+  std::string run_dir;  ///< as written, or runs/<job>
+  std::optional<double> hang_timeout_seconds;
+  std::vector<std::string> remote_shell{"ssh"};
+};
+
+/// Parses job-file text. Every error is a ConfigError "<source>: <json path>: <what was found and
+/// what was expected>"; unknown keys are errors.
+JobSpec parse_job_spec(std::string_view text, const std::string& source);
+
+/// Reads and parses a job file; an unreadable file is a ConfigError naming it.
+JobSpec load_job_spec(const std::string& path);
+
+/// The job's cluster with every port known: the explicit cluster, or for "workers": N that many
+/// "localhost:<port>" addresses with ports the OS reports free right now.
+ClusterSpec resolve_cluster(const JobSpec& spec);
+
+/// The job as JSON (for spec.json), with the given resolved cluster in place of cluster/workers.
+std::string job_spec_to_json(const JobSpec& spec, const ClusterSpec& resolved);
+
+}  // namespace dtrain::common

@@ -1,0 +1,263 @@
+// RapidJSON behind json.h: strict parsing with line/column errors, path-aware access, writing.
+#include "common/json.h"
+
+#include <rapidjson/error/en.h>
+#include <rapidjson/stringbuffer.h>
+#include <rapidjson/writer.h>
+
+#include <cmath>
+#include <set>
+
+#include "common/errors.h"
+
+namespace dtrain::common {
+namespace {
+
+std::string child_path(const std::string& parent, std::string_view key) {
+  return parent.empty() ? std::string(key) : fmt::format("{}.{}", parent, key);
+}
+
+std::string index_path(const std::string& parent, size_t index) {
+  return fmt::format("{}[{}]", parent, index);
+}
+
+// Line and column (1-based) of a byte offset, for parse errors.
+std::pair<size_t, size_t> line_column(std::string_view text, size_t offset) {
+  size_t line = 1, column = 1;
+  for (size_t i = 0; i < offset && i < text.size(); ++i) {
+    if (text[i] == '\n') {
+      ++line;
+      column = 1;
+    } else {
+      ++column;
+    }
+  }
+  return {line, column};
+}
+
+void check_duplicate_keys(const rapidjson::Value& value, const std::string& path,
+                          const std::string& source) {
+  if (value.IsObject()) {
+    std::set<std::string_view> seen;
+    for (const auto& member : value.GetObject()) {
+      std::string_view key(member.name.GetString(), member.name.GetStringLength());
+      if (!seen.insert(key).second) {
+        throw ConfigError(fmt::format("{}: {}: key \"{}\" appears more than once", source,
+                                      path.empty() ? "top level" : path, key));
+      }
+      check_duplicate_keys(member.value, child_path(path, key), source);
+    }
+  } else if (value.IsArray()) {
+    for (rapidjson::SizeType i = 0; i < value.Size(); ++i) {
+      check_duplicate_keys(value[i], index_path(path, i), source);
+    }
+  }
+}
+
+}  // namespace
+
+JsonNode::JsonNode(const rapidjson::Value* value, std::string path)
+    : value_(value), path_(std::move(path)) {}
+
+std::string JsonNode::where() const {
+  return path_.empty() ? "top level" : path_;
+}
+
+void JsonNode::fail(const std::string& message) const {
+  throw ConfigError(fmt::format("{}: {}", where(), message));
+}
+
+std::string JsonNode::describe() const {
+  if (value_->IsString() || value_->IsNumber() || value_->IsBool() || value_->IsNull()) {
+    std::string text = dump();
+    if (text.size() > 60) text = text.substr(0, 57) + "...";
+    return text;
+  }
+  if (value_->IsArray()) {
+    return value_->Empty() ? "an empty array" : fmt::format("an array of {}", value_->Size());
+  }
+  return value_->ObjectEmpty() ? "an empty object" : "an object";
+}
+
+std::string JsonNode::as_string() const {
+  if (!value_->IsString()) fail(fmt::format("expected a string, found {}", describe()));
+  return std::string(value_->GetString(), value_->GetStringLength());
+}
+
+std::string JsonNode::as_nonempty_string() const {
+  std::string text = as_string();
+  if (text.empty()) fail("expected a non-empty string, found \"\"");
+  return text;
+}
+
+int64_t JsonNode::as_int(int64_t min, int64_t max) const {
+  bool integral = value_->IsInt64() ||
+                  (value_->IsDouble() && std::trunc(value_->GetDouble()) == value_->GetDouble() &&
+                   std::fabs(value_->GetDouble()) < 9e15);
+  if (!integral) fail(fmt::format("expected an integer, found {}", describe()));
+  int64_t number =
+      value_->IsInt64() ? value_->GetInt64() : static_cast<int64_t>(value_->GetDouble());
+  if (number < min || number > max) {
+    fail(fmt::format("expected an integer from {} to {}, found {}", min, max, number));
+  }
+  return number;
+}
+
+double JsonNode::as_number(double min, double max) const {
+  if (!value_->IsNumber()) fail(fmt::format("expected a number, found {}", describe()));
+  double number = value_->GetDouble();
+  if (number < min || number > max) {
+    fail(fmt::format("expected a number from {} to {}, found {}", min, max, describe()));
+  }
+  return number;
+}
+
+bool JsonNode::as_bool() const {
+  if (!value_->IsBool()) fail(fmt::format("expected true or false, found {}", describe()));
+  return value_->GetBool();
+}
+
+std::vector<JsonNode> JsonNode::as_array() const {
+  if (!value_->IsArray()) fail(fmt::format("expected an array, found {}", describe()));
+  std::vector<JsonNode> items;
+  items.reserve(value_->Size());
+  for (rapidjson::SizeType i = 0; i < value_->Size(); ++i) {
+    items.emplace_back(&(*value_)[i], index_path(path_, i));
+  }
+  return items;
+}
+
+std::vector<std::pair<std::string, JsonNode>> JsonNode::as_object() const {
+  if (!value_->IsObject()) fail(fmt::format("expected an object, found {}", describe()));
+  std::vector<std::pair<std::string, JsonNode>> members;
+  for (const auto& member : value_->GetObject()) {
+    std::string key(member.name.GetString(), member.name.GetStringLength());
+    members.emplace_back(key, JsonNode(&member.value, child_path(path_, key)));
+  }
+  return members;
+}
+
+std::optional<JsonNode> JsonNode::find(std::string_view key) const {
+  if (!value_->IsObject()) fail(fmt::format("expected an object, found {}", describe()));
+  rapidjson::Value name(rapidjson::StringRef(key.data(), key.size()));
+  auto it = value_->FindMember(name);
+  if (it == value_->MemberEnd()) return std::nullopt;
+  return JsonNode(&it->value, child_path(path_, key));
+}
+
+JsonNode JsonNode::at(std::string_view key) const {
+  std::optional<JsonNode> node = find(key);
+  if (!node) fail(fmt::format("missing required key \"{}\"", key));
+  return *node;
+}
+
+void JsonNode::check_keys(std::initializer_list<std::string_view> allowed) const {
+  for (const auto& [key, node] : as_object()) {
+    bool known = false;
+    for (std::string_view name : allowed) known = known || name == key;
+    if (!known) {
+      std::string names;
+      for (std::string_view name : allowed)
+        names += fmt::format("{}{}", names.empty() ? "" : ", ", name);
+      fail(fmt::format("unknown key \"{}\" (expected one of: {})", key, names));
+    }
+  }
+}
+
+std::string JsonNode::dump() const {
+  rapidjson::StringBuffer buffer;
+  rapidjson::Writer<rapidjson::StringBuffer> writer(buffer);
+  value_->Accept(writer);
+  return std::string(buffer.GetString(), buffer.GetSize());
+}
+
+JsonDocument JsonDocument::parse(std::string_view text, const std::string& source) {
+  auto doc = std::make_shared<rapidjson::Document>();
+  constexpr unsigned kFlags =
+      rapidjson::kParseValidateEncodingFlag | rapidjson::kParseFullPrecisionFlag;
+  doc->Parse<kFlags>(text.data(), text.size());
+  if (doc->HasParseError()) {
+    auto [line, column] = line_column(text, doc->GetErrorOffset());
+    throw ConfigError(fmt::format("{}: line {}, column {}: invalid JSON: {}", source, line, column,
+                                  rapidjson::GetParseError_En(doc->GetParseError())));
+  }
+  check_duplicate_keys(*doc, "", source);
+  return JsonDocument(std::move(doc));
+}
+
+std::string json_quote(std::string_view text) {
+  rapidjson::StringBuffer buffer;
+  rapidjson::Writer<rapidjson::StringBuffer> writer(buffer);
+  writer.String(text.data(), static_cast<rapidjson::SizeType>(text.size()));
+  return std::string(buffer.GetString(), buffer.GetSize());
+}
+
+struct JsonWriter::Impl {
+  rapidjson::StringBuffer buffer;
+  rapidjson::Writer<rapidjson::StringBuffer> writer{buffer};
+};
+
+JsonWriter::JsonWriter() : impl_(std::make_unique<Impl>()) {}
+JsonWriter::~JsonWriter() = default;
+
+JsonWriter& JsonWriter::begin_object() {
+  DT_ENFORCE(impl_->writer.StartObject());
+  return *this;
+}
+JsonWriter& JsonWriter::end_object() {
+  DT_ENFORCE(impl_->writer.EndObject());
+  return *this;
+}
+JsonWriter& JsonWriter::begin_array() {
+  DT_ENFORCE(impl_->writer.StartArray());
+  return *this;
+}
+JsonWriter& JsonWriter::end_array() {
+  DT_ENFORCE(impl_->writer.EndArray());
+  return *this;
+}
+
+JsonWriter& JsonWriter::key(std::string_view name) {
+  DT_ENFORCE(impl_->writer.Key(name.data(), static_cast<rapidjson::SizeType>(name.size())));
+  return *this;
+}
+
+JsonWriter& JsonWriter::value(std::string_view text) {
+  DT_ENFORCE(impl_->writer.String(text.data(), static_cast<rapidjson::SizeType>(text.size())));
+  return *this;
+}
+
+JsonWriter& JsonWriter::value(int64_t number) {
+  DT_ENFORCE(impl_->writer.Int64(number));
+  return *this;
+}
+JsonWriter& JsonWriter::value(uint64_t number) {
+  DT_ENFORCE(impl_->writer.Uint64(number));
+  return *this;
+}
+JsonWriter& JsonWriter::value(bool flag) {
+  DT_ENFORCE(impl_->writer.Bool(flag));
+  return *this;
+}
+JsonWriter& JsonWriter::null() {
+  DT_ENFORCE(impl_->writer.Null());
+  return *this;
+}
+
+JsonWriter& JsonWriter::value(double number) {
+  // JSON has no NaN or infinity; write null so readers still parse the line.
+  if (!std::isfinite(number)) return null();
+  DT_ENFORCE(impl_->writer.Double(number));
+  return *this;
+}
+
+JsonWriter& JsonWriter::raw(std::string_view json) {
+  DT_ENFORCE(impl_->writer.RawValue(json.data(), json.size(), rapidjson::kObjectType));
+  return *this;
+}
+
+std::string JsonWriter::str() const {
+  return std::string(impl_->buffer.GetString(), impl_->buffer.GetSize());
+}
+
+}  // namespace dtrain::common

@@ -1,0 +1,24 @@
+// The subcommands of `dtrain`. Each takes the arguments after its name, prints to stdout, and
+// returns an exit code; errors are thrown as common:: errors for run_main() to report.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace dtrain::launcher {
+
+using Args = std::vector<std::string>;
+
+struct Command {
+  const char* name;
+  const char* summary;
+  int (*run)(const Args& args);
+};
+
+int validate_command(const Args& args);
+int tf_config_command(const Args& args);
+
+/// Every subcommand, in the order `dtrain --help` lists them.
+const std::vector<Command>& all_commands();
+
+}  // namespace dtrain::launcher

@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# Installs every build and run dependency of dtrain with apt on Debian 12.
+# Idempotent: when every package is present it only checks and returns in about a second.
+# It does not build anything; scripts/build.sh does that.
+set -euo pipefail
+
+packages=(
+  build-essential cmake ninja-build pkg-config git
+  libboost-dev libboost-filesystem-dev libboost-program-options-dev
+  rapidjson-dev libspdlog-dev libfmt-dev catch2
+  zlib1g-dev libssl-dev libdnnl-dev
+  dataset-fashion-mnist
+  procps tmux
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed'; then
+    missing+=("$p")
+  fi
+done
+
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "setup: all ${#packages[@]} packages present"
+  exit 0
+fi
+
+echo "setup: installing ${missing[*]}"
+if [ "$(id -u)" -ne 0 ]; then
+  if command -v sudo >/dev/null 2>&1; then
+    SUDO=sudo
+  else
+    echo "setup: must run as root (or with sudo) to install: ${missing[*]}" >&2
+    exit 1
+  fi
+else
+  SUDO=
+fi
+
+export DEBIAN_FRONTEND=noninteractive
+if ! $SUDO apt-get update -qq; then
+  echo "setup: 'apt-get update' failed; check the network and /etc/apt/sources.list" >&2
+  exit 1
+fi
+if ! $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/tmp/dtrain-setup-apt.log 2>&1; then
+  tail -n 20 /tmp/dtrain-setup-apt.log >&2
+  echo "setup: 'apt-get install ${missing[*]}' failed (full log: /tmp/dtrain-setup-apt.log)" >&2
+  exit 1
+fi
+echo "setup: done"

@@ -1,0 +1,125 @@
+// The real dtrain and dtrain-worker binaries: help, version, validate, tf-config, and exit 2 with
+// one clear line for every malformed job file and TF_CONFIG in support/bad_inputs.h.
+#include <catch2/catch.hpp>
+#include <fstream>
+
+#include "test/support/bad_inputs.h"
+#include "test/support/subprocess.h"
+#include "test/support/temp_dir.h"
+
+using dtrain::testing::binary;
+using dtrain::testing::run_process;
+
+namespace {
+const std::string kTutorialConfig =
+    std::string(DTRAIN_SOURCE_DIR) + "/configs/fashion-mnist-2workers.json";
+const std::string kTinyConfig = std::string(DTRAIN_SOURCE_DIR) + "/configs/tiny-synthetic.json";
+
+bool one_line(const std::string& text) {
+  return !text.empty() && text.find('\n') == text.size() - 1;
+}
+}  // namespace
+
+TEST_CASE("dtrain --help, --version, and usage errors") {
+  auto help = run_process({binary("dtrain"), "--help"});
+  CHECK(help.exit_code == 0);
+  CHECK(help.out.find("validate") != std::string::npos);
+  CHECK(help.out.find("tf-config") != std::string::npos);
+  auto version = run_process({binary("dtrain"), "--version"});
+  CHECK(version.exit_code == 0);
+  CHECK(version.out.rfind("dtrain ", 0) == 0);
+  auto none = run_process({binary("dtrain")});
+  CHECK(none.exit_code == 2);
+  auto unknown = run_process({binary("dtrain"), "lanch"});
+  CHECK(unknown.exit_code == 2);
+  CHECK(unknown.err == "dtrain: error: unknown command \"lanch\" (see dtrain --help)\n");
+  auto validate_help = run_process({binary("dtrain"), "validate", "--help"});
+  CHECK(validate_help.exit_code == 0);
+  CHECK(validate_help.out.find("Usage: dtrain validate") != std::string::npos);
+  auto bad_flag = run_process({binary("dtrain"), "validate", "--frobnicate", kTutorialConfig});
+  CHECK(bad_flag.exit_code == 2);
+  CHECK(one_line(bad_flag.err));
+}
+
+TEST_CASE("dtrain validate prints the tutorial's two TF_CONFIGs byte for byte") {
+  auto r = run_process({binary("dtrain"), "validate", kTutorialConfig});
+  REQUIRE(r.exit_code == 0);
+  CHECK(r.out.find(
+            "TF_CONFIG='{\"cluster\": {\"worker\": [\"localhost:12345\", \"localhost:23456\"]}, "
+            "\"task\": {\"type\": \"worker\", \"index\": 0}}'\n") != std::string::npos);
+  CHECK(r.out.find(
+            "TF_CONFIG='{\"cluster\": {\"worker\": [\"localhost:12345\", \"localhost:23456\"]}, "
+            "\"task\": {\"type\": \"worker\", \"index\": 1}}'\n") != std::string::npos);
+  CHECK(r.out.find("# worker:0 (chief)") != std::string::npos);
+}
+
+TEST_CASE("dtrain tf-config prints one task's TF_CONFIG and checks the task") {
+  auto r = run_process({binary("dtrain"), "tf-config", kTutorialConfig, "--task", "worker:1"});
+  CHECK(r.exit_code == 0);
+  CHECK(r.out ==
+        "{\"cluster\": {\"worker\": [\"localhost:12345\", \"localhost:23456\"]}, \"task\": "
+        "{\"type\": \"worker\", \"index\": 1}}\n");
+  auto missing = run_process({binary("dtrain"), "tf-config", kTutorialConfig});
+  CHECK(missing.exit_code == 2);
+  auto out_of_range =
+      run_process({binary("dtrain"), "tf-config", kTutorialConfig, "--task", "worker:2"});
+  CHECK(out_of_range.exit_code == 2);
+  CHECK(out_of_range.err.find("--task worker:2") != std::string::npos);
+  auto no_file = run_process({binary("dtrain"), "validate", "/nonexistent/job.json"});
+  CHECK(no_file.exit_code == 2);
+  CHECK(no_file.err.find("/nonexistent/job.json") != std::string::npos);
+}
+
+TEST_CASE("dtrain validate rejects every malformed job file with exit 2 and one line") {
+  dtrain::testing::TempDir dir;
+  for (const auto& c : dtrain::testing::bad_job_files()) {
+    INFO("case: " << c.name);
+    std::string path = dir.path() + "/job.json";
+    std::ofstream(path, std::ios::binary | std::ios::trunc) << c.text;
+    auto r = run_process({binary("dtrain"), "validate", path});
+    INFO("stderr: " << r.err);
+    CHECK(r.exit_code == 2);
+    CHECK(r.out.empty());
+    CHECK(one_line(r.err));
+    CHECK(r.err.rfind("dtrain: error: " + path + ": ", 0) == 0);
+    CHECK(r.err.find(c.expected) != std::string::npos);
+  }
+}
+
+TEST_CASE("dtrain-worker rejects every malformed TF_CONFIG with exit 2 and one line") {
+  for (const auto& c : dtrain::testing::bad_tf_configs()) {
+    INFO("case: " << c.name);
+    dtrain::testing::ProcessOptions options;
+    options.env["TF_CONFIG"] = c.text;
+    auto r = run_process({binary("dtrain-worker"), "--config", kTinyConfig}, options);
+    INFO("stderr: " << r.err);
+    CHECK(r.exit_code == 2);
+    CHECK(one_line(r.err));
+    CHECK(r.err.find(c.expected) != std::string::npos);
+  }
+}
+
+TEST_CASE("dtrain-worker refuses parameter-server tasks and bad configs with exit 2") {
+  dtrain::testing::ProcessOptions options;
+  options.env["TF_CONFIG"] =
+      R"({"cluster": {"worker": ["h:1"], "ps": ["h:2"]}, "task": {"type": "ps", "index": 0}})";
+  auto ps = run_process({binary("dtrain-worker"), "--config", kTinyConfig}, options);
+  CHECK(ps.exit_code == 2);
+  CHECK(ps.err.find("\"ps\"") != std::string::npos);
+
+  auto no_config = run_process({binary("dtrain-worker")});
+  CHECK(no_config.exit_code == 2);
+  CHECK(no_config.err.find("--config") != std::string::npos);
+
+  auto bad_flag = run_process({binary("dtrain-worker"), "--confg", kTinyConfig});
+  CHECK(bad_flag.exit_code == 2);
+}
+
+TEST_CASE("dtrain-worker reports the GPU side cleanly, with or without CUDA") {
+  auto r = run_process({binary("dtrain-worker"), "--gpu-info"}, {{}, "", 120, ""});
+  CHECK(r.exit_code == 0);
+  bool cpu_only = r.out.rfind("CPU-only build", 0) == 0;
+  bool cuda = r.out.rfind("CUDA build (CUDA runtime ", 0) == 0;
+  CHECK((cpu_only || cuda));
+  CHECK(r.err.empty());
+}

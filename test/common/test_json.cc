@@ -1,0 +1,73 @@
+// JsonNode paths and type errors, strict parsing, JsonWriter output.
+#include <catch2/catch.hpp>
+
+#include "common/errors.h"
+#include "common/json.h"
+
+using namespace dtrain::common;
+
+TEST_CASE("nested paths appear in type errors") {
+  JsonDocument doc = JsonDocument::parse(R"({"a": {"b": [1, {"c": "x"}]}})", "t");
+  JsonNode c = doc.root().at("a").at("b").as_array()[1].at("c");
+  CHECK(c.path() == "a.b[1].c");
+  CHECK_THROWS_WITH(c.as_int(0, 1), "a.b[1].c: expected an integer, found \"x\"");
+  CHECK_THROWS_WITH(doc.root().at("a").at("z"), "a: missing required key \"z\"");
+  CHECK_THROWS_WITH(doc.root().as_string(), "top level: expected a string, found an object");
+}
+
+TEST_CASE("parse errors give line and column") {
+  CHECK_THROWS_WITH(JsonDocument::parse("{\n  \"a\": 1,\n  \"b\" 2\n}", "f.json"),
+                    Catch::StartsWith("f.json: line 3, column 7: invalid JSON"));
+}
+
+TEST_CASE("numbers: integers must be integral and in range") {
+  JsonDocument doc = JsonDocument::parse(R"({"i": 3, "f": 3.0, "g": 3.5, "big": 1e300})", "t");
+  CHECK(doc.root().at("i").as_int(0, 10) == 3);
+  CHECK(doc.root().at("f").as_int(0, 10) == 3);
+  CHECK_THROWS_AS(doc.root().at("g").as_int(0, 10), ConfigError);
+  CHECK_THROWS_AS(doc.root().at("big").as_int(0, 10), ConfigError);
+  CHECK_THROWS_WITH(doc.root().at("i").as_int(5, 10),
+                    "i: expected an integer from 5 to 10, found 3");
+  CHECK(doc.root().at("g").as_number(0, 4) == 3.5);
+}
+
+TEST_CASE("duplicate keys are found at any depth") {
+  CHECK_THROWS_WITH(JsonDocument::parse(R"({"a": [{"k": 1, "k": 2}]})", "t"),
+                    "t: a[0]: key \"k\" appears more than once");
+}
+
+TEST_CASE("check_keys names the unknown key and the allowed ones") {
+  JsonDocument doc = JsonDocument::parse(R"({"x": {"good": 1, "bad": 2}})", "t");
+  CHECK_NOTHROW(doc.root().at("x").check_keys({"good", "bad"}));
+  CHECK_THROWS_WITH(doc.root().at("x").check_keys({"good"}),
+                    "x: unknown key \"bad\" (expected one of: good)");
+}
+
+TEST_CASE("JsonWriter writes compact JSON that parses back") {
+  JsonWriter w;
+  w.begin_object()
+      .key("s")
+      .value("a\"b\n")
+      .key("i")
+      .value(int64_t{-3})
+      .key("d")
+      .value(0.5)
+      .key("b")
+      .value(true)
+      .key("n")
+      .null()
+      .key("nan")
+      .value(std::nan(""))
+      .key("raw")
+      .raw(R"({"x":[1,2]})")
+      .key("arr")
+      .begin_array()
+      .value(1)
+      .end_array()
+      .end_object();
+  CHECK(
+      w.str() ==
+      R"({"s":"a\"b\n","i":-3,"d":0.5,"b":true,"n":null,"nan":null,"raw":{"x":[1,2]},"arr":[1]})");
+  CHECK_NOTHROW(JsonDocument::parse(w.str(), "w"));
+  CHECK(json_quote("tab\there") == R"("tab\there")");
+}
