@@ -7,6 +7,26 @@
 
 namespace dtrain::common {
 
+/// Each attempt of a worker begins its log with one line starting with this prefix, e.g.
+/// "==== dtrain: attempt 1 of worker:0 (pid 4242) started 2026-11-21T19:45:00.123Z ====".
+inline constexpr const char* kAttemptHeaderPrefix = "==== dtrain: attempt ";
+
+/// The header line (without newline) for an attempt of a task.
+std::string attempt_header(int attempt, const TaskId& task, int pid, const std::string& utc_time);
+
+/// Values of state.json's "status", in the order a run goes through them.
+inline constexpr const char* kStatusStarting = "starting";
+inline constexpr const char* kStatusRunning = "running";
+inline constexpr const char* kStatusBackingOff = "backing off";
+inline constexpr const char* kStatusStopping = "stopping";
+inline constexpr const char* kStatusSucceeded = "succeeded";
+inline constexpr const char* kStatusFailed = "failed";
+inline constexpr const char* kStatusStopped =
+    "stopped";  ///< by a signal or `dtrain stop`; resumable
+
+/// True for the statuses after which the launcher exits.
+bool is_final_status(const std::string& status);
+
 class RunDir {
  public:
   /// root should be absolute for anything handed to a worker (DTRAIN_RUN_DIR).
@@ -24,6 +44,10 @@ class RunDir {
   std::string backup_dir() const { return root_ + "/backup"; }
   std::string model_dir() const { return root_ + "/model"; }
   std::string metrics_jsonl() const { return root_ + "/metrics.jsonl"; }
+  /// Held (flock) by the launcher that runs this directory; a second launcher refuses.
+  std::string lock_file() const { return root_ + "/launcher.lock"; }
+  /// UNIX socket the launcher listens on for worker heartbeats and client requests.
+  std::string control_socket() const { return root_ + "/control.sock"; }
 
  private:
   std::string root_;

@@ -17,6 +17,8 @@ struct Command {
 
 int validate_command(const Args& args);
 int tf_config_command(const Args& args);
+int launch_command(const Args& args);
+int logs_command(const Args& args);
 
 /// Every subcommand, in the order `dtrain --help` lists them.
 const std::vector<Command>& all_commands();

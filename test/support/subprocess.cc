@@ -7,12 +7,11 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <stdexcept>
 #include <thread>
-
-#include "test/support/temp_dir.h"
 
 namespace dtrain::testing {
 namespace {
@@ -49,32 +48,66 @@ std::string slurp(const std::string& path) {
 
 }  // namespace
 
-ProcessResult run_process(const std::vector<std::string>& argv, const ProcessOptions& options) {
-  TempDir dir;
-  std::ofstream(dir.path() + "/in", std::ios::binary) << options.stdin_text;
-  pid_t pid = ::fork();
-  if (pid < 0) throw std::runtime_error("fork failed");
-  if (pid == 0) exec_child(argv, options, dir.path());
+BackgroundProcess::BackgroundProcess(const std::vector<std::string>& argv,
+                                     const ProcessOptions& options) {
+  char pattern[] = "/tmp/dtrain-proc-XXXXXX";
+  if (::mkdtemp(pattern) == nullptr) throw std::runtime_error("mkdtemp failed");
+  dir_ = pattern;
+  std::ofstream(dir_ + "/in", std::ios::binary) << options.stdin_text;
+  pid_ = ::fork();
+  if (pid_ < 0) throw std::runtime_error("fork failed");
+  if (pid_ == 0) exec_child(argv, options, dir_);
+}
 
+BackgroundProcess::~BackgroundProcess() {
+  if (!reaped_ && pid_ > 0) {
+    ::kill(pid_, SIGKILL);
+    ::waitpid(pid_, nullptr, 0);
+  }
+  std::error_code ignored;
+  std::filesystem::remove_all(dir_, ignored);
+}
+
+void BackgroundProcess::signal(int sig) {
+  if (!reaped_) ::kill(pid_, sig);
+}
+
+std::string BackgroundProcess::out_so_far() const {
+  return slurp(dir_ + "/out");
+}
+
+ProcessResult BackgroundProcess::wait(double timeout_seconds) {
   ProcessResult result;
-  auto deadline =
-      std::chrono::steady_clock::now() + std::chrono::duration<double>(options.timeout_seconds);
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_seconds);
   int status = 0;
-  while (true) {
-    pid_t done = ::waitpid(pid, &status, WNOHANG);
-    if (done == pid) break;
+  while (!reaped_) {
+    if (::waitpid(pid_, &status, WNOHANG) == pid_) break;
     if (std::chrono::steady_clock::now() > deadline) {
       result.timed_out = true;
-      ::kill(pid, SIGKILL);
-      ::waitpid(pid, &status, 0);
+      ::kill(pid_, SIGKILL);
+      ::waitpid(pid_, &status, 0);
       break;
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
+  reaped_ = true;
   result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  result.out = slurp(dir.path() + "/out");
-  result.err = slurp(dir.path() + "/err");
+  result.out = slurp(dir_ + "/out");
+  result.err = slurp(dir_ + "/err");
   return result;
+}
+
+ProcessResult run_process(const std::vector<std::string>& argv, const ProcessOptions& options) {
+  BackgroundProcess process(argv, options);
+  return process.wait(options.timeout_seconds);
+}
+
+bool process_alive(int pid) {
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  std::string text;
+  if (!std::getline(stat, text)) return false;
+  size_t close = text.rfind(')');
+  return close != std::string::npos && close + 2 < text.size() && text[close + 2] != 'Z';
 }
 
 std::string binary(const std::string& name) {

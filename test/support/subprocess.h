@@ -26,6 +26,31 @@ struct ProcessOptions {
 
 ProcessResult run_process(const std::vector<std::string>& argv, const ProcessOptions& options = {});
 
+/// A program started in the background; the test signals it and waits for it. If the test
+/// forgets to wait, the destructor SIGKILLs and reaps it.
+class BackgroundProcess {
+ public:
+  BackgroundProcess(const std::vector<std::string>& argv, const ProcessOptions& options = {});
+  ~BackgroundProcess();
+  BackgroundProcess(const BackgroundProcess&) = delete;
+  BackgroundProcess& operator=(const BackgroundProcess&) = delete;
+
+  int pid() const { return pid_; }
+  void signal(int sig);
+  /// Waits up to timeout_seconds (SIGKILL after that) and collects the output.
+  ProcessResult wait(double timeout_seconds = 60);
+  /// Output written so far (stdout).
+  std::string out_so_far() const;
+
+ private:
+  std::string dir_;
+  int pid_ = -1;
+  bool reaped_ = false;
+};
+
+/// True while pid exists and is not a zombie (a dead process its parent has not reaped yet).
+bool process_alive(int pid);
+
 /// Path of a program built by this project, e.g. binary("dtrain").
 std::string binary(const std::string& name);
 

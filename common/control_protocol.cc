@@ -1,0 +1,104 @@
+// See control_protocol.h.
+#include "common/control_protocol.h"
+
+#include <fcntl.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <cstring>
+
+#include "common/errors.h"
+#include "common/json.h"
+
+namespace dtrain::common {
+
+ControlMessage heartbeat_message(const std::string& task, int attempt, int pid) {
+  ControlMessage m;
+  m.type = "heartbeat";
+  m.task = task;
+  m.attempt = attempt;
+  m.pid = pid;
+  return m;
+}
+
+std::string format_control_message(const ControlMessage& m) {
+  JsonWriter w;
+  w.begin_object().key("type").value(m.type).key("task").value(m.task).key("attempt").value(
+      m.attempt);
+  if (m.pid != 0) w.key("pid").value(m.pid);
+  auto put_int = [&](const char* key, const std::optional<int>& v) {
+    if (v) w.key(key).value(*v);
+  };
+  auto put_double = [&](const char* key, const std::optional<double>& v) {
+    if (v) w.key(key).value(*v);
+  };
+  put_int("epoch", m.epoch);
+  put_int("epochs", m.epochs);
+  put_int("step", m.step);
+  put_int("steps", m.steps);
+  put_double("loss", m.loss);
+  put_double("accuracy", m.accuracy);
+  put_double("samples_per_second", m.samples_per_second);
+  return w.end_object().str() + "\n";
+}
+
+std::optional<ControlMessage> parse_control_message(std::string_view line) {
+  try {
+    JsonDocument doc = JsonDocument::parse(line, "control message");
+    JsonNode root = doc.root();
+    ControlMessage m;
+    m.type = root.at("type").as_string();
+    m.task = root.at("task").as_string();
+    m.attempt = static_cast<int>(root.at("attempt").as_int(0, 1 << 30));
+    if (auto n = root.find("pid")) m.pid = static_cast<int>(n->as_int(0, 1 << 30));
+    for (auto [key, field] : {std::pair{"epoch", &m.epoch},
+                              {"epochs", &m.epochs},
+                              {"step", &m.step},
+                              {"steps", &m.steps}}) {
+      if (auto n = root.find(key); n && !n->is_null())
+        *field = static_cast<int>(n->as_int(0, 1 << 30));
+    }
+    for (auto [key, field] : {std::pair{"loss", &m.loss},
+                              {"accuracy", &m.accuracy},
+                              {"samples_per_second", &m.samples_per_second}}) {
+      if (auto n = root.find(key); n && !n->is_null()) *field = n->as_number(-1e300, 1e300);
+    }
+    return m;
+  } catch (const ConfigError&) {
+    return std::nullopt;
+  }
+}
+
+ControlClient::ControlClient(std::string address) {
+  if (address.rfind(kControlScheme, 0) == 0) path_ = address.substr(std::strlen(kControlScheme));
+}
+
+ControlClient::~ControlClient() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+bool ControlClient::send(const ControlMessage& message) {
+  if (path_.empty() || path_.size() >= sizeof(sockaddr_un{}.sun_path)) return false;
+  if (fd_ < 0) {
+    fd_ = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_un addr{};
+    addr.sun_family = AF_UNIX;
+    std::memcpy(addr.sun_path, path_.c_str(), path_.size() + 1);
+    if (fd_ < 0 || ::connect(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
+      if (fd_ >= 0) ::close(fd_);
+      fd_ = -1;
+      return false;
+    }
+    ::fcntl(fd_, F_SETFL, ::fcntl(fd_, F_GETFL) | O_NONBLOCK);
+  }
+  std::string line = format_control_message(message);
+  ssize_t n = ::send(fd_, line.data(), line.size(), MSG_NOSIGNAL);
+  if (n == static_cast<ssize_t>(line.size())) return true;
+  if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return false;
+  ::close(fd_);  // broken or partly written: start over with a fresh connection next time
+  fd_ = -1;
+  return false;
+}
+
+}  // namespace dtrain::common

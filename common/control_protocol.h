@@ -1,0 +1,56 @@
+// The line protocol between workers and the launcher over DTRAIN_CONTROL: one JSON object per
+// line, each naming the task and attempt it comes from. Workers send hello, heartbeat and
+// progress; the launcher treats any of them as a sign of life. Formatting and parsing only.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <string_view>
+
+namespace dtrain::common {
+
+/// DTRAIN_CONTROL is "unix:<absolute socket path>".
+inline constexpr const char* kControlScheme = "unix:";
+/// Longest line either side accepts; longer ones close the connection.
+inline constexpr size_t kMaxControlLine = 64 * 1024;
+
+struct ControlMessage {
+  std::string type;  ///< "hello", "heartbeat" or "progress"
+  std::string task;  ///< "worker:1"
+  int attempt = 0;
+  int pid = 0;  ///< in hello
+  // progress (absent fields stay empty)
+  std::optional<int> epoch, epochs, step, steps;
+  std::optional<double> loss, accuracy, samples_per_second;
+};
+
+/// A heartbeat of task on attempt from pid.
+ControlMessage heartbeat_message(const std::string& task, int attempt, int pid);
+
+/// One line, newline included.
+std::string format_control_message(const ControlMessage& message);
+
+/// Parses one line (without newline). Returns nullopt for anything malformed: the launcher logs
+/// and drops it rather than trusting it.
+std::optional<ControlMessage> parse_control_message(std::string_view line);
+
+/// Best-effort sender used by workers: connects lazily to DTRAIN_CONTROL, never blocks longer
+/// than the kernel's socket buffer allows (non-blocking writes; a full buffer drops the
+/// message), and silently does nothing when DTRAIN_CONTROL is unset or the launcher is gone.
+class ControlClient {
+ public:
+  /// address: the value of DTRAIN_CONTROL ("" = disabled).
+  explicit ControlClient(std::string address);
+  ~ControlClient();
+  ControlClient(const ControlClient&) = delete;
+  ControlClient& operator=(const ControlClient&) = delete;
+
+  /// True when the message was handed to the kernel.
+  bool send(const ControlMessage& message);
+
+ private:
+  std::string path_;
+  int fd_ = -1;
+};
+
+}  // namespace dtrain::common

@@ -1,0 +1,133 @@
+// The one file that uses Boost.Process: children in their own process group with a parent-death
+// signal, combined output through an async pipe, exit seen through the io_context (SIGCHLD).
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <unistd.h>
+
+#include <array>
+#include <boost/asio/io_context.hpp>
+#include <boost/process.hpp>
+#include <boost/process/extend.hpp>
+
+#include "common/errors.h"
+#include "launcher/process_spawner.h"
+
+namespace dtrain::launcher {
+namespace {
+namespace bp = boost::process;
+
+// Runs in the child between fork and exec: own process group, and death with the launcher.
+struct GroupAndDeathSignal : bp::extend::handler {
+  pid_t launcher_pid;
+  template <class Executor>
+  void on_exec_setup(Executor&) const {
+    ::setpgid(0, 0);
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (::getppid() != launcher_pid) ::_exit(137);  // the launcher died before prctl ran
+  }
+};
+
+struct ChildState {
+  explicit ChildState(boost::asio::io_context& io) : pipe(io) {}
+  bp::async_pipe pipe;
+  bp::child process;
+  std::array<char, 64 * 1024> buffer{};
+  ChildCallbacks callbacks;
+};
+
+void read_more(const std::shared_ptr<ChildState>& state) {
+  state->pipe.async_read_some(
+      boost::asio::buffer(state->buffer), [state](const boost::system::error_code& ec, size_t n) {
+        if (n > 0 && state->callbacks.on_output) {
+          state->callbacks.on_output(std::string_view(state->buffer.data(), n));
+        }
+        if (!ec) return read_more(state);
+        if (state->callbacks.on_output_closed) state->callbacks.on_output_closed();
+      });
+}
+
+class BoostChild : public Child {
+ public:
+  BoostChild(std::shared_ptr<ChildState> state, int pid) : state_(std::move(state)), pid_(pid) {}
+  ~BoostChild() override {
+    state_->callbacks = {};
+    boost::system::error_code ignored;
+    state_->pipe.close(ignored);
+    if (state_->process.valid()) state_->process.detach();  // the sigchld handler still reaps it
+  }
+  int pid() const override { return pid_; }
+  void signal_group(int sig) override { ::killpg(pid_, sig); }
+
+ private:
+  std::shared_ptr<ChildState> state_;
+  int pid_;
+};
+
+void set_cloexec(int fd) {
+  ::fcntl(fd, F_SETFD, ::fcntl(fd, F_GETFD) | FD_CLOEXEC);
+}
+
+boost::filesystem::path find_program(const std::string& name) {
+  if (name.find('/') != std::string::npos) {
+    if (::access(name.c_str(), X_OK) != 0) {
+      throw common::ConfigError(
+          fmt::format("program \"{}\" does not exist or is not executable", name));
+    }
+    return name;
+  }
+  boost::filesystem::path found = bp::search_path(name);
+  if (found.empty())
+    throw common::ConfigError(fmt::format("program \"{}\" not found on PATH", name));
+  return found;
+}
+
+class BoostProcessSpawner : public ProcessSpawner {
+ public:
+  explicit BoostProcessSpawner(boost::asio::io_context& io) : io_(io) {}
+
+  std::unique_ptr<Child> spawn(const SpawnRequest& request, ChildCallbacks callbacks) override {
+    DT_ENFORCE(!request.argv.empty());
+    boost::filesystem::path program = find_program(request.argv[0]);
+    auto state = std::make_shared<ChildState>(io_);
+    // Boost.Process opens pipes without O_CLOEXEC; without it every later worker would hold
+    // this worker's pipe open and its end of output would never be seen.
+    set_cloexec(state->pipe.native_source());
+    set_cloexec(state->pipe.native_sink());
+    state->callbacks = std::move(callbacks);
+    bp::environment env = boost::this_process::environment();
+    for (const auto& [name, value] : request.env) env[name] = value;
+    std::vector<std::string> args(request.argv.begin() + 1, request.argv.end());
+    std::error_code ec;
+    std::weak_ptr<ChildState> weak = state;
+    auto on_exit = [weak](int, const std::error_code& exit_ec) {
+      auto locked = weak.lock();
+      if (!locked || !locked->callbacks.on_exit) return;
+      ExitStatus status = exit_ec
+                              ? ExitStatus::exited(-1)
+                              : ExitStatus::from_wait_status(locked->process.native_exit_code());
+      locked->callbacks.on_exit(status);
+    };
+    state->process = bp::child(
+        bp::exe = program, bp::args = args, bp::env = env,
+        bp::start_dir = request.cwd.empty() ? boost::filesystem::current_path() : request.cwd,
+        bp::std_in<bp::null, (bp::std_out & bp::std_err)> state->pipe, bp::on_exit = on_exit, io_,
+        GroupAndDeathSignal{{}, ::getpid()}, ec);
+    if (ec)
+      throw common::IoError(fmt::format("cannot start {}: {}", program.string(), ec.message()));
+    int pid = state->process.id();
+    read_more(state);
+    return std::make_unique<BoostChild>(std::move(state), pid);
+  }
+
+ private:
+  boost::asio::io_context& io_;
+};
+
+}  // namespace
+
+std::unique_ptr<ProcessSpawner> make_boost_process_spawner(boost::asio::io_context& io) {
+  return std::make_unique<BoostProcessSpawner>(io);
+}
+
+}  // namespace dtrain::launcher

@@ -1,0 +1,41 @@
+// The launcher's UNIX socket for DTRAIN_CONTROL: accepts worker connections and hands each
+// well-formed line to a callback. Malformed lines are logged and dropped; an overlong line
+// closes that connection. Runs on the io_context's thread; no locks.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "common/control_protocol.h"
+
+namespace boost::asio {
+class io_context;
+}
+
+namespace dtrain::launcher {
+
+class ControlServer {
+ public:
+  using Handler = std::function<void(const common::ControlMessage&)>;
+
+  /// Listens on path (an old socket file there is replaced; the folder must exist). Throws
+  /// IoError naming the path.
+  ControlServer(boost::asio::io_context& io, std::string path, Handler handler);
+  ~ControlServer();
+  ControlServer(const ControlServer&) = delete;
+  ControlServer& operator=(const ControlServer&) = delete;
+
+  /// "unix:<path>", the value of DTRAIN_CONTROL.
+  std::string address() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+/// Where the control socket of a run lives: run_dir/control.sock, or a path under /tmp when
+/// that would be longer than a UNIX socket path may be.
+std::string control_socket_path(const std::string& run_dir);
+
+}  // namespace dtrain::launcher

@@ -1,0 +1,42 @@
+// How a worker ended and what that means (DESIGN.md, "Exit codes"): finished, configuration
+// error, preempted, crashed or failed. Pure functions; deciding what to do next is
+// restart_policy's.
+#pragma once
+
+#include <string>
+
+namespace dtrain::launcher {
+
+struct ExitStatus {
+  bool signaled = false;  ///< killed by a signal (signal is set) rather than exited (code is set)
+  int code = 0;
+  int signal = 0;
+
+  static ExitStatus exited(int code) { return {false, code, 0}; }
+  static ExitStatus killed(int signal) { return {true, 0, signal}; }
+  /// From a waitpid() status word.
+  static ExitStatus from_wait_status(int status);
+  /// The shell's convention: the code, or 128 + signal.
+  int shell_code() const { return signaled ? 128 + signal : code; }
+};
+
+enum class Outcome {
+  kSuccess,      ///< exit 0
+  kConfigError,  ///< exit 2: no restart
+  kPreempted,    ///< 143, 42, 130, 137, or SIGTERM/SIGKILL/SIGINT/SIGHUP: restart, own budget
+  kCrashed,      ///< SIGSEGV, SIGABRT, SIGBUS, SIGFPE, SIGILL (or 134/139 from a shell)
+  kFailed,       ///< anything else
+};
+
+Outcome classify(const ExitStatus& status);
+
+/// "SIGSEGV", "SIGTERM", or "signal 42" for unnamed ones.
+std::string signal_name(int signal);
+
+/// "exit code 3", "killed by SIGSEGV", "exit code 139 (SIGSEGV from a shell)".
+std::string describe(const ExitStatus& status);
+
+/// "succeeded", "configuration error", "preempted", "crashed", "failed".
+const char* outcome_name(Outcome outcome);
+
+}  // namespace dtrain::launcher

@@ -1,0 +1,125 @@
+// `dtrain launch JOB_FILE`: prepares the run directory, then runs the supervisor on one Asio
+// loop with the launcher's signals and the control socket, and prints the outcome.
+#include <fcntl.h>
+#include <signal.h>
+#include <spdlog/spdlog.h>
+#include <sys/file.h>
+#include <unistd.h>
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/signal_set.hpp>
+#include <filesystem>
+#include <iostream>
+#include <thread>
+
+#include "common/atomic_file.h"
+#include "common/env_vars.h"
+#include "common/errors.h"
+#include "common/exit_codes.h"
+#include "common/job_spec.h"
+#include "common/logging.h"
+#include "launcher/commands.h"
+#include "launcher/control_server.h"
+#include "launcher/options.h"
+#include "launcher/run_preparation.h"
+#include "launcher/supervisor.h"
+
+namespace dtrain::launcher {
+namespace po = boost::program_options;
+namespace {
+
+struct LaunchOptions {
+  std::string job_file;
+  std::string run_dir;
+};
+
+void print_summary(const common::JobSpec& spec, const SupervisorResult& result, int attempt) {
+  if (result.status == common::kStatusSucceeded) {
+    std::cerr << fmt::format("dtrain: job \"{}\" succeeded on attempt {}\n", spec.job, attempt);
+    return;
+  }
+  if (result.status == common::kStatusStopped) {
+    std::cerr << fmt::format(
+        "dtrain: job \"{}\" stopped on attempt {}; `dtrain launch` again "
+        "resumes it\n",
+        spec.job, attempt);
+    return;
+  }
+  std::cerr << fmt::format("dtrain: job \"{}\" failed: {}\n", spec.job, result.reason);
+  if (!result.failure) return;
+  const FailureReport& f = *result.failure;
+  std::cerr << fmt::format("dtrain: first failure: {} {} ({}) on attempt {}\n", f.task.text(),
+                           outcome_name(f.outcome), f.what, f.attempt);
+  std::cerr << fmt::format("dtrain: last lines of {}:\n", f.log_path);
+  for (const std::string& line : tail_lines(f.log_path, 20)) std::cerr << "  " << line << "\n";
+}
+
+int run_supervisor(const common::JobSpec& spec, PreparedRun& run) {
+  boost::asio::io_context io;
+  GroupGuardian guardian = GroupGuardian::start();
+  auto spawner = make_boost_process_spawner(io);
+  RunRecorder recorder(run.run_dir);
+  Console console = Console::for_stdout();
+  std::unique_ptr<Supervisor> supervisor;
+  ControlServer control(
+      io, control_socket_path(run.context.run_dir),
+      [&](const common::ControlMessage& m) { supervisor->on_control_message(m); });
+  run.context.control_address = control.address();
+  supervisor = std::make_unique<Supervisor>(
+      io, *spawner, recorder, console, &guardian,
+      SupervisorOptions{run.context, run.first_attempt, static_cast<uint64_t>(::getpid())});
+  boost::asio::signal_set signals(io, SIGINT, SIGTERM, SIGHUP);
+  int signals_seen = 0;
+  std::function<void()> wait_signal = [&] {
+    signals.async_wait([&](const boost::system::error_code& ec, int sig) {
+      if (ec) return;
+      if (++signals_seen == 1) {
+        spdlog::warn(
+            "got {}: stopping the workers (SIGTERM, {} s grace); Ctrl-C again kills them now",
+            signal_name(sig), spec.restart.grace_seconds);
+        supervisor->stop(sig);
+      } else if (sig == SIGINT) {
+        spdlog::warn("second SIGINT: killing the workers now");
+        supervisor->kill_now();
+      }
+      wait_signal();
+    });
+  };
+  wait_signal();
+  SupervisorResult result;
+  supervisor->start([&](const SupervisorResult& r) {
+    result = r;
+    io.stop();
+  });
+  io.run();
+  print_summary(spec, result, supervisor->attempt());
+  return result.exit_code;
+}
+
+}  // namespace
+
+int launch_command(const Args& args) {
+  LaunchOptions options;
+  po::options_description desc(
+      "Usage: dtrain launch JOB_FILE [--run-dir DIR]\n\n"
+      "Starts every task of the job with its TF_CONFIG, keeps one log per worker in RUN_DIR/logs,\n"
+      "shows them merged, and restarts the whole group when a worker fails or is preempted.\n"
+      "Launching again on a stopped run directory resumes it.\n\nOptions");
+  desc.add_options()("run-dir", po::value(&options.run_dir),
+                     "run directory (default: the job's run_dir)")("help,h", "show this help");
+  po::variables_map vm = parse_options(args, desc, {{"job-file", &options.job_file}}, "launch");
+  if (vm.count("help")) {
+    std::cout << desc;
+    return common::kExitSuccess;
+  }
+  common::setup_logging("launcher");
+  common::JobSpec spec = common::load_job_spec(options.job_file);
+  if (!options.run_dir.empty()) spec.run_dir = options.run_dir;
+  ::signal(SIGPIPE, SIG_IGN);
+  PreparedRun run = prepare_run(spec);
+  spdlog::info("job \"{}\": {} task(s), run directory {}, attempt {}", spec.job,
+               run.context.cluster.tasks().size(), run.context.run_dir, run.first_attempt);
+  return run_supervisor(spec, run);
+}
+
+}  // namespace dtrain::launcher

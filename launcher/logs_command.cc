@@ -1,0 +1,211 @@
+// `dtrain logs`: options, which run directory and which log files, and printing each line with
+// its "[worker 1] " prefix (coloured on a terminal). Reading and following the files is
+// LogFollower's (log_follower.h); this file does no file reading of its own.
+#include <signal.h>
+#include <sys/signalfd.h>
+#include <unistd.h>
+
+#include <boost/program_options.hpp>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <iostream>
+
+#include "common/env_vars.h"
+#include "common/errors.h"
+#include "common/job_spec.h"
+#include "common/logging.h"
+#include "launcher/commands.h"
+#include "launcher/log_follower.h"
+
+namespace dtrain::launcher {
+namespace {
+
+namespace fs = std::filesystem;
+namespace po = boost::program_options;
+
+constexpr size_t kFollowDefaultLines = 10;
+constexpr size_t kOutputBufferBytes = 64 * 1024;
+
+struct LogsOptions {
+  std::string target;  ///< RUN_DIR or JOB_FILE; "" for the one run under ./runs
+  bool follow = false;
+  int worker = -1;
+  std::string task;
+  int lines = -1;  ///< -1: all (10 with --follow)
+  bool raw = false;
+};
+
+/// Writes "[worker 1] line\n" to stdout, buffered until flush().
+class PrefixedOutput : public LineSink {
+ public:
+  PrefixedOutput(bool raw, bool colour) : raw_(raw), colour_(colour) {}
+
+  void line(const common::TaskId& task, std::string_view text) override {
+    if (!raw_) append_prefix(task);
+    buffer_.append(text);
+    buffer_ += '\n';
+    if (buffer_.size() >= kOutputBufferBytes) write_out();
+  }
+  void flush() override {
+    write_out();
+    std::fflush(stdout);
+  }
+
+ private:
+  void append_prefix(const common::TaskId& task) {
+    std::string role = "[" + common::role_name(task.type, task.index) + "]";
+    if (!colour_) {
+      buffer_ += role + " ";
+      return;
+    }
+    static constexpr int kWorkerColours[] = {36, 32, 34, 96, 92, 94};
+    int code = task.type == common::kChief       ? 35
+               : task.type == common::kEvaluator ? 33
+                                                 : kWorkerColours[task.index % 6];
+    buffer_ += fmt::format("\033[{}m{}\033[0m ", code, role);
+  }
+  void write_out() {
+    if (!buffer_.empty()) std::fwrite(buffer_.data(), 1, buffer_.size(), stdout);
+    buffer_.clear();
+  }
+
+  bool raw_;
+  bool colour_;
+  std::string buffer_;
+};
+
+po::variables_map parse_logs_options(const Args& args, po::options_description& desc,
+                                     LogsOptions& o) {
+  desc.add_options()("follow,f", po::bool_switch(&o.follow),
+                     "keep printing new lines until the run is over")(
+      "worker", po::value(&o.worker)->value_name("N"), "only worker N's log")(
+      "task", po::value(&o.task)->value_name("TYPE:INDEX"),
+      "only this task's log, e.g. chief:0 or evaluator:0")(
+      "lines,n", po::value(&o.lines)->value_name("LINES"),
+      "the last LINES lines of each log (default: all; 10 with --follow)")(
+      "raw", po::bool_switch(&o.raw), "print lines without the \"[worker 1] \" prefix")(
+      "help,h", "show this help");
+  po::options_description all;
+  all.add(desc).add_options()("run", po::value(&o.target));
+  po::positional_options_description order;
+  order.add("run", 1);
+  po::variables_map vm;
+  try {
+    po::store(po::command_line_parser(args).options(all).positional(order).run(), vm);
+    po::notify(vm);
+  } catch (const po::error& e) {
+    throw common::ConfigError(fmt::format("logs: {} (see dtrain logs --help)", e.what()));
+  }
+  return vm;
+}
+
+/// The only folder under ./runs; a ConfigError when there is none or more than one.
+std::string default_run_dir() {
+  std::vector<std::string> runs;
+  std::error_code ec;
+  for (fs::directory_iterator it("runs", ec), end; !ec && it != end; it.increment(ec)) {
+    std::error_code type_ec;
+    if (it->is_directory(type_ec)) runs.push_back(it->path().string());
+  }
+  if (runs.size() == 1) return runs[0];
+  std::string found = ec ? "there is no ./runs" : fmt::format("./runs holds {} runs", runs.size());
+  throw common::ConfigError(
+      fmt::format("logs: which run? {}; give RUN_DIR or JOB_FILE (see dtrain logs --help)", found));
+}
+
+std::string resolve_run_dir(const std::string& target) {
+  if (target.empty()) return default_run_dir();
+  std::error_code ec;
+  bool job_file = target.size() > 5 && target.compare(target.size() - 5, 5, ".json") == 0 &&
+                  fs::is_regular_file(target, ec);
+  std::string run_dir = job_file ? common::load_job_spec(target).run_dir : target;
+  if (!fs::is_directory(run_dir, ec)) {
+    throw common::ConfigError(fmt::format("logs: {}: no such run directory", run_dir));
+  }
+  return run_dir;
+}
+
+std::optional<common::TaskId> selected_task(const LogsOptions& o) {
+  if (o.worker >= 0 && !o.task.empty()) {
+    throw common::ConfigError("logs: give --worker or --task, not both");
+  }
+  if (!o.task.empty()) return common::parse_task_id(o.task);
+  if (o.worker >= 0) return common::TaskId{common::kWorker, o.worker};
+  return std::nullopt;
+}
+
+/// A selected log file that is missing is an error unless -f can wait for it.
+void check_selected_file(const common::RunDir& run, const common::TaskId& task, bool follow) {
+  std::error_code ec;
+  std::string path = run.log_file(task);
+  if (fs::exists(path, ec)) return;
+  if (run_is_over(run)) {
+    throw common::ConfigError(fmt::format("logs: {}: no such log file (the run is over)", path));
+  }
+  if (!follow) {
+    throw common::ConfigError(
+        fmt::format("logs: {}: no such log file yet (-f waits for it)", path));
+  }
+}
+
+/// Blocks SIGINT and SIGTERM and returns a descriptor that is readable once one arrives, so
+/// following ends cleanly after printing what it has read.
+common::UniqueFd stop_signal_fd() {
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGTERM);
+  common::UniqueFd fd;
+  if (::sigprocmask(SIG_BLOCK, &signals, nullptr) == 0) {
+    fd.reset(::signalfd(-1, &signals, SFD_CLOEXEC | SFD_NONBLOCK));
+  }
+  if (!fd.valid()) {
+    throw common::IoError(fmt::format("logs: cannot watch for SIGINT: {}", std::strerror(errno)));
+  }
+  return fd;
+}
+
+std::optional<size_t> lines_to_show(const LogsOptions& o) {
+  if (o.lines >= 0) return static_cast<size_t>(o.lines);
+  if (o.follow) return kFollowDefaultLines;
+  return std::nullopt;
+}
+
+}  // namespace
+
+int logs_command(const Args& args) {
+  LogsOptions o;
+  po::options_description desc(
+      "Usage: dtrain logs [RUN_DIR|JOB_FILE] [-f] [--worker N | --task TYPE:INDEX] [-n LINES]\n\n"
+      "Prints the workers' logs of a run, each line prefixed with its task (\"[worker 1] \").\n"
+      "Without RUN_DIR: the only run under ./runs. With -f, keeps printing new lines, also of\n"
+      "workers that start later, until the run is over or Ctrl-C.\n\n"
+      "Options");
+  po::variables_map vm = parse_logs_options(args, desc, o);
+  if (vm.count("help")) {
+    std::cout << desc;
+    return 0;
+  }
+  if (vm.count("lines") && o.lines < 0) throw common::ConfigError("logs: --lines must be >= 0");
+  if (vm.count("worker") && o.worker < 0) throw common::ConfigError("logs: --worker must be >= 0");
+  common::RunDir run(resolve_run_dir(o.target));
+  std::optional<common::TaskId> only = selected_task(o);
+  if (only) check_selected_file(run, *only, o.follow);
+
+  bool colour = ::isatty(STDOUT_FILENO) == 1 && !common::get_env(common::kEnvNoColor).has_value();
+  PrefixedOutput output(o.raw, colour);
+  LogFollower follower(run, only, output);
+  if (!o.follow) {
+    if (follower.print(lines_to_show(o)) == 0) {
+      std::cerr << fmt::format("logs: {}: no log files yet\n", run.logs_dir());
+    }
+    return 0;
+  }
+  common::UniqueFd stop = stop_signal_fd();
+  follower.follow(lines_to_show(o), stop.get());
+  return 0;
+}
+
+}  // namespace dtrain::launcher

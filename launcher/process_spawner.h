@@ -1,0 +1,54 @@
+// The seam between the supervisor and the OS: start a worker process and hear about its output
+// and its end. The real spawner (Boost.Process) is in boost_process_spawner.cc; unit tests use a
+// fake. Everything is called and calls back on the io_context's one thread.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "launcher/exit_status.h"
+
+namespace boost::asio {
+class io_context;
+}
+
+namespace dtrain::launcher {
+
+struct SpawnRequest {
+  std::vector<std::string> argv;  ///< argv[0]: a path, or a name looked up on PATH
+  std::vector<std::pair<std::string, std::string>> env;  ///< set on top of the launcher's own
+  std::string cwd;                                       ///< "" = the launcher's
+};
+
+struct ChildCallbacks {
+  std::function<void(std::string_view bytes)> on_output;  ///< stdout and stderr, in write order
+  std::function<void()> on_output_closed;                 ///< end of output (whole group closed it)
+  std::function<void(ExitStatus status)> on_exit;         ///< the process itself ended
+};
+
+/// A started process. It leads its own process group; its children are in that group too.
+class Child {
+ public:
+  virtual ~Child() = default;
+  virtual int pid() const = 0;
+  /// Sends sig to the whole process group. A group that is already gone is not an error.
+  virtual void signal_group(int sig) = 0;
+};
+
+class ProcessSpawner {
+ public:
+  virtual ~ProcessSpawner() = default;
+  /// Starts argv in a new process group with stdin from /dev/null and stdout+stderr on one pipe;
+  /// it is SIGKILLed if the launcher dies. Throws ConfigError when the program cannot be found
+  /// and IoError when it cannot be started. No callback runs after the Child is destroyed.
+  virtual std::unique_ptr<Child> spawn(const SpawnRequest& request, ChildCallbacks callbacks) = 0;
+};
+
+/// The real spawner, on io.
+std::unique_ptr<ProcessSpawner> make_boost_process_spawner(boost::asio::io_context& io);
+
+}  // namespace dtrain::launcher

@@ -1,0 +1,152 @@
+// See run_preparation.h.
+#include "launcher/run_preparation.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <spdlog/spdlog.h>
+#include <sys/file.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <deque>
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+#include "common/atomic_file.h"
+#include "common/env_vars.h"
+#include "common/errors.h"
+#include "common/json.h"
+
+namespace dtrain::launcher {
+namespace fs = std::filesystem;
+namespace {
+
+std::string find_worker_program() {
+  std::error_code ec;
+  fs::path self = fs::read_symlink("/proc/self/exe", ec);
+  if (!ec) {
+    for (fs::path candidate : {self.parent_path() / "dtrain-worker",
+                               self.parent_path().parent_path() / "worker" / "dtrain-worker"}) {
+      if (::access(candidate.c_str(), X_OK) == 0) return candidate.string();
+    }
+  }
+  return "dtrain-worker";  // looked up on PATH when spawned
+}
+
+common::UniqueFd lock_run_dir(const common::RunDir& run_dir) {
+  common::UniqueFd fd(::open(run_dir.lock_file().c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644));
+  if (!fd.valid()) {
+    throw common::IoError(
+        fmt::format("cannot open {}: {}", run_dir.lock_file(), std::strerror(errno)));
+  }
+  if (::flock(fd.get(), LOCK_EX | LOCK_NB) != 0) {
+    std::string holder;
+    try {
+      common::JsonDocument doc =
+          common::JsonDocument::parse(common::read_file(run_dir.state_json()), "state.json");
+      holder = fmt::format(" (launcher pid {})", doc.root().at("launcher_pid").as_int(0, 1 << 30));
+    } catch (const std::exception&) {
+    }
+    throw common::ConfigError(fmt::format(
+        "run directory {} is in use by a running launcher{}; follow it with `dtrain logs -f {}`",
+        run_dir.root(), holder, run_dir.root()));
+  }
+  return fd;
+}
+
+// True when /proc/<pid>/environ has DTRAIN_RUN_DIR=<run_dir>: the process is a worker of this run.
+bool belongs_to_run(int pid, const std::string& run_dir) {
+  std::ifstream environ(fmt::format("/proc/{}/environ", pid), std::ios::binary);
+  std::string entry;
+  std::string wanted = std::string(common::kEnvRunDir.name) + "=" + run_dir;
+  while (std::getline(environ, entry, '\0')) {
+    if (entry == wanted) return true;
+  }
+  return false;
+}
+
+// The attempt a resumed run starts with: one past what state.json recorded.
+int next_attempt(const common::RunDir& run_dir) {
+  if (!fs::exists(run_dir.state_json())) return 0;
+  try {
+    common::JsonDocument doc =
+        common::JsonDocument::parse(common::read_file(run_dir.state_json()), "state.json");
+    return static_cast<int>(doc.root().at("attempt").as_int(0, 1 << 30)) + 1;
+  } catch (const std::exception& e) {
+    spdlog::warn("ignoring unreadable {}: {}", run_dir.state_json(), e.what());
+    return 0;
+  }
+}
+
+}  // namespace
+
+int end_stale_workers(const std::string& run_dir) {
+  common::RunDir dir(run_dir);
+  if (!fs::exists(dir.state_json())) return 0;
+  std::vector<int> groups;
+  try {
+    common::JsonDocument doc =
+        common::JsonDocument::parse(common::read_file(dir.state_json()), "state.json");
+    for (const common::JsonNode& worker : doc.root().at("workers").as_array()) {
+      int pid = static_cast<int>(worker.at("pid").as_int(0, 1 << 30));
+      if (pid > 0 && belongs_to_run(pid, run_dir)) groups.push_back(pid);
+    }
+  } catch (const std::exception& e) {
+    spdlog::warn("cannot read {} to look for stale workers: {}", dir.state_json(), e.what());
+    return 0;
+  }
+  for (int pgid : groups) {
+    spdlog::warn("ending stale worker process group {} left by an earlier launcher", pgid);
+    ::killpg(pgid, SIGKILL);
+  }
+  for (int i = 0; i < 100 && !groups.empty(); ++i) {  // up to 5 s for the kernel to reap them
+    groups.erase(std::remove_if(groups.begin(), groups.end(),
+                                [](int pgid) { return ::killpg(pgid, 0) != 0; }),
+                 groups.end());
+    if (!groups.empty()) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return static_cast<int>(groups.size());
+}
+
+PreparedRun prepare_run(const common::JobSpec& spec) {
+  PreparedRun run;
+  std::string root = fs::absolute(spec.run_dir).lexically_normal().string();
+  if (root.size() > 1 && root.back() == '/') root.pop_back();
+  run.run_dir = common::RunDir(root);
+  std::error_code ec;
+  fs::create_directories(run.run_dir.logs_dir(), ec);
+  if (ec)
+    throw common::IoError(
+        fmt::format("cannot create {}: {}", run.run_dir.logs_dir(), ec.message()));
+  run.lock = lock_run_dir(run.run_dir);
+  end_stale_workers(root);
+  run.first_attempt = next_attempt(run.run_dir);
+  LaunchContext& c = run.context;
+  c.spec = &spec;
+  c.cluster = common::resolve_cluster(spec);
+  c.run_dir = root;
+  c.spec_path = run.run_dir.spec_json();
+  c.token = random_token();
+  c.worker_program = find_worker_program();
+  c.cwd = fs::current_path().string();
+  c.host_cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  c.launcher_omp_threads = common::get_env(common::kEnvOmpThreads);
+  common::write_file_atomically(c.spec_path, common::job_spec_to_json(spec, c.cluster) + "\n");
+  return run;
+}
+
+std::vector<std::string> tail_lines(const std::string& path, size_t n) {
+  std::ifstream in(path, std::ios::binary);
+  std::deque<std::string> lines;
+  std::string line;
+  while (std::getline(in, line)) {
+    lines.push_back(line);
+    if (lines.size() > n) lines.pop_front();
+  }
+  return {lines.begin(), lines.end()};
+}
+
+}  // namespace dtrain::launcher

@@ -1,0 +1,395 @@
+// See supervisor.h. The life of an attempt: start_attempt -> (output, exits, heartbeats) ->
+// first failure -> begin_teardown -> teardown_complete -> back-off -> start_attempt, or finish.
+#include "launcher/supervisor.h"
+
+#include <fcntl.h>
+#include <spdlog/spdlog.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <csignal>
+#include <cstring>
+
+#include "common/clock.h"
+#include "common/errors.h"
+#include "common/exit_codes.h"
+#include "common/logging.h"
+#include "common/ports.h"
+#include "launcher/supervisor_slot.h"
+
+namespace dtrain::launcher {
+namespace {
+constexpr double kPortRetrySeconds = 0.25;
+constexpr int kPortRetries = 40;
+constexpr double kStateWriteInterval = 1.0;
+
+std::chrono::steady_clock::duration seconds(double s) {
+  return std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+      std::chrono::duration<double>(std::max(0.0, s)));
+}
+}  // namespace
+
+Supervisor::Supervisor(boost::asio::io_context& io, ProcessSpawner& spawner, RunRecorder& recorder,
+                       Console& console, GroupGuardian* guardian, SupervisorOptions options)
+    : io_(io),
+      spawner_(spawner),
+      recorder_(recorder),
+      console_(console),
+      guardian_(guardian),
+      options_(std::move(options)),
+      book_(options_.context.spec->restart, options_.jitter_seed),
+      backoff_timer_(io),
+      grace_timer_(io),
+      watchdog_timer_(io),
+      port_timer_(io),
+      attempt_(options_.first_attempt) {
+  const common::ClusterSpec& cluster = options_.context.cluster;
+  int index = 0;
+  for (const common::TaskId& task : cluster.tasks()) slots_.push_back(make_slot(task, index++));
+}
+
+Supervisor::~Supervisor() = default;
+
+std::unique_ptr<Supervisor::Slot> Supervisor::make_slot(const common::TaskId& task, int index) {
+  auto slot = std::make_unique<Slot>();
+  slot->task = task;
+  slot->role = common::role_name(task.type, task.index);
+  slot->address = options_.context.cluster.address(task);
+  slot->log_path = recorder_.run_dir().log_file(task);
+  slot->index = index;
+  slot->trains = options_.context.cluster.ring_rank(task).has_value();
+  Slot* raw = slot.get();
+  slot->splitter = std::make_unique<LineSplitter>([this, raw](std::string_view line) {
+    raw->pending.append(line);
+    console_.print_line(raw->role, raw->index, line);
+  });
+  return slot;
+}
+
+void Supervisor::start(std::function<void(const SupervisorResult&)> on_done) {
+  on_done_ = std::move(on_done);
+  launcher_started_ = common::monotonic_seconds();
+  start_attempt();
+}
+
+void Supervisor::start_attempt() {
+  phase_ = Phase::kStarting;
+  first_failure_.reset();
+  success_ = false;
+  attempt_made_progress_ = false;
+  if (!ports_free_or_retry()) return;
+  port_retries_ = 0;
+  attempt_started_ = common::monotonic_seconds();
+  for (auto& slot : slots_) {
+    try {
+      spawn_slot(*slot);
+    } catch (const common::ConfigError& e) {
+      fail_first(*slot, Outcome::kConfigError, e.what(), common::kExitConfig);
+      return begin_teardown("a worker could not be started");
+    } catch (const common::IoError& e) {
+      fail_first(*slot, Outcome::kFailed, e.what(), common::kExitFailure);
+      return begin_teardown("a worker could not be started");
+    }
+  }
+  phase_ = Phase::kRunning;
+  spdlog::info("attempt {}: {} task(s) running", attempt_, slots_.size());
+  write_state();
+  arm_watchdog();
+}
+
+// Every local worker port must be free before a start.
+bool Supervisor::ports_free_or_retry() {
+  for (auto& slot : slots_) {
+    common::HostPort hp = common::parse_host_port(slot->address, slot->task.text());
+    if (!is_local_host(hp.host) || common::is_port_free(hp.host, hp.port)) continue;
+    // On the first start a busy port is the user's to fix; on a restart it may be our own
+    // previous worker still letting go of it.
+    if (attempt_ > options_.first_attempt && port_retries_++ < kPortRetries) {
+      port_timer_.expires_after(seconds(kPortRetrySeconds));
+      port_timer_.async_wait([this](const boost::system::error_code& ec) {
+        if (!ec && phase_ == Phase::kStarting) start_attempt();
+      });
+      return false;
+    }
+    std::string what = fmt::format("port {} of {} is in use by another program ({})", slot->address,
+                                   slot->task.text(), "free it or change the job's cluster");
+    finish(common::kStatusFailed, common::kExitConfig, what);
+    return false;
+  }
+  return true;
+}
+
+void Supervisor::spawn_slot(Slot& slot) {
+  slot.log.reset(::open(slot.log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644));
+  if (!slot.log.valid()) {
+    throw common::IoError(fmt::format("cannot open {}: {}", slot.log_path, std::strerror(errno)));
+  }
+  SpawnRequest request = make_spawn_request(options_.context, slot.task, attempt_);
+  ChildCallbacks callbacks;
+  callbacks.on_output = [this, &slot](std::string_view bytes) { on_output(slot, bytes); };
+  callbacks.on_output_closed = [this, &slot] { on_output_closed(slot); };
+  callbacks.on_exit = [this, &slot](ExitStatus status) { on_exit(slot, status); };
+  slot.status.reset();
+  slot.progress.reset();
+  slot.child = spawner_.spawn(request, std::move(callbacks));
+  slot.pid = slot.child->pid();
+  slot.exited = false;
+  slot.output_open = true;
+  slot.last_progress = common::monotonic_seconds();
+  if (guardian_) guardian_->watch(slot.pid);
+  std::string header =
+      common::attempt_header(attempt_, slot.task, slot.pid, common::utc_timestamp()) + "\n";
+  if (::write(slot.log.get(), header.data(), header.size()) < 0) {
+    spdlog::warn("cannot write to {}: {}", slot.log_path, std::strerror(errno));
+  }
+  recorder_.event("spawn", [&](common::JsonWriter& w) {
+    w.key("task").value(slot.task.text()).key("pid").value(slot.pid).key("attempt").value(attempt_);
+  });
+}
+
+void Supervisor::on_output(Slot& slot, std::string_view bytes) {
+  slot.splitter->feed(bytes);
+  if (!slot.pending.empty()) {
+    if (::write(slot.log.get(), slot.pending.data(), slot.pending.size()) < 0) {
+      spdlog::warn("cannot write to {}: {}", slot.log_path, std::strerror(errno));
+    }
+    slot.pending.clear();
+    if (!options_.context.spec->command.empty()) note_progress(slot);
+  }
+  console_.flush();
+}
+
+void Supervisor::on_output_closed(Slot& slot) {
+  slot.splitter->finish();
+  if (!slot.pending.empty()) {
+    // A last line without a newline is kept whole; the newline keeps the next header apart.
+    slot.pending += '\n';
+    (void)!::write(slot.log.get(), slot.pending.data(), slot.pending.size());
+    slot.pending.clear();
+  }
+  console_.flush();
+  slot.output_open = false;
+  maybe_teardown_complete();
+}
+
+void Supervisor::on_exit(Slot& slot, ExitStatus status) {
+  slot.exited = true;
+  slot.status = status;
+  Outcome outcome = classify(status);
+  recorder_.event("exit", [&](common::JsonWriter& w) {
+    w.key("task")
+        .value(slot.task.text())
+        .key("pid")
+        .value(slot.pid)
+        .key("attempt")
+        .value(attempt_)
+        .key("outcome")
+        .value(outcome_name(outcome))
+        .key("status")
+        .value(describe(status));
+    if (status.signaled)
+      w.key("signal").value(signal_name(status.signal));
+    else
+      w.key("exit_code").value(status.code);
+  });
+  if (phase_ == Phase::kRunning || phase_ == Phase::kStarting) {
+    if (outcome == Outcome::kSuccess) {
+      spdlog::info("{} finished", slot.task.text());
+      if (group_succeeded()) {
+        success_ = true;
+        begin_teardown("every training task finished");
+      }
+    } else {
+      spdlog::warn("{} {} ({}) on attempt {}", slot.task.text(), outcome_name(outcome),
+                   describe(status), attempt_);
+      int code = outcome == Outcome::kConfigError ? common::kExitConfig : status.shell_code();
+      fail_first(slot, outcome, describe(status), code);
+      begin_teardown(fmt::format("{} {}", slot.task.text(), outcome_name(outcome)));
+    }
+  }
+  write_state();
+  maybe_teardown_complete();
+}
+
+void Supervisor::note_progress(Slot& slot) {
+  slot.last_progress = common::monotonic_seconds();
+  attempt_made_progress_ = true;
+}
+
+void Supervisor::on_control_message(const common::ControlMessage& message) {
+  if (message.attempt != attempt_) return;  // a late word from an earlier attempt
+  for (auto& slot : slots_) {
+    if (slot->task.text() != message.task || slot->exited) continue;
+    note_progress(*slot);
+    if (message.type == "progress") slot->progress = message;
+  }
+  if (common::monotonic_seconds() - last_state_write_ >= kStateWriteInterval) write_state();
+}
+
+bool Supervisor::group_succeeded() const {
+  for (const auto& slot : slots_) {
+    if (!slot->trains) continue;
+    if (!slot->status || classify(*slot->status) != Outcome::kSuccess) return false;
+  }
+  return true;
+}
+
+void Supervisor::fail_first(const Slot& slot, Outcome outcome, const std::string& what, int code) {
+  if (first_failure_) return;
+  first_failure_ = FailureReport{slot.task, attempt_, outcome, what, code, slot.log_path};
+}
+
+void Supervisor::begin_teardown(const std::string& reason) {
+  if (phase_ == Phase::kTearingDown || phase_ == Phase::kDone) return;
+  phase_ = Phase::kTearingDown;
+  watchdog_timer_.cancel();
+  recorder_.event("teardown", [&](common::JsonWriter& w) {
+    w.key("attempt").value(attempt_).key("reason").value(reason);
+  });
+  signal_all(SIGTERM);
+  grace_timer_.expires_after(seconds(options_.context.spec->restart.grace_seconds));
+  grace_timer_.async_wait([this](const boost::system::error_code& ec) {
+    if (ec) return;
+    kill_now();
+  });
+  write_state();
+  maybe_teardown_complete();
+}
+
+// Sends sig to every group that may still hold a process: running workers, and exited ones
+// whose output is still open (a grandchild holds it).
+void Supervisor::signal_all(int sig) {
+  for (auto& slot : slots_) {
+    if (slot->child && (!slot->exited || slot->output_open)) slot->child->signal_group(sig);
+  }
+  recorder_.event("signal", [&](common::JsonWriter& w) {
+    w.key("signal").value(signal_name(sig)).key("attempt").value(attempt_);
+  });
+}
+
+void Supervisor::kill_now() {
+  if (phase_ != Phase::kTearingDown && phase_ != Phase::kRunning && phase_ != Phase::kStarting)
+    return;
+  killed_ = true;
+  signal_all(SIGKILL);
+  // After SIGKILL, output closes at once unless something outside the group holds the pipe.
+  grace_timer_.expires_after(seconds(options_.kill_drain_seconds));
+  grace_timer_.async_wait([this](const boost::system::error_code& ec) {
+    if (ec) return;
+    for (auto& slot : slots_) {
+      if (slot->output_open)
+        spdlog::warn("{}: output still open after SIGKILL; giving up on it", slot->task.text());
+      slot->output_open = false;
+    }
+    maybe_teardown_complete();
+  });
+  if (phase_ != Phase::kTearingDown) begin_teardown("killed");
+}
+
+void Supervisor::maybe_teardown_complete() {
+  if (phase_ != Phase::kTearingDown) return;
+  for (const auto& slot : slots_) {
+    if (slot->child && (!slot->exited || slot->output_open)) return;
+  }
+  teardown_complete();
+}
+
+void Supervisor::teardown_complete() {
+  grace_timer_.cancel();
+  for (auto& slot : slots_) {
+    if (guardian_ && slot->child) guardian_->forget(slot->pid);
+    slot->child.reset();
+  }
+  if (stop_requested_)
+    return finish(common::kStatusStopped, common::kExitPreempted, "stopped by a signal");
+  if (success_)
+    return finish(common::kStatusSucceeded, common::kExitSuccess, "every training task finished");
+  DT_ENFORCE(first_failure_.has_value(), "a group stopped with neither success nor a failure");
+  double ran = common::monotonic_seconds() - attempt_started_;
+  bool progressed = attempt_made_progress_ || ran >= options_.context.spec->restart.startup_seconds;
+  Decision decision = book_.decide({first_failure_->outcome, progressed, ran});
+  if (!decision.restart)
+    return finish(common::kStatusFailed, first_failure_->exit_code, decision.reason);
+  phase_ = Phase::kBackingOff;
+  recorder_.event("restart", [&](common::JsonWriter& w) {
+    w.key("attempt")
+        .value(attempt_ + 1)
+        .key("delay_seconds")
+        .value(decision.delay_seconds)
+        .key("after")
+        .value(outcome_name(first_failure_->outcome))
+        .key("restarts")
+        .value(book_.restarts())
+        .key("preemptions")
+        .value(book_.preemptions());
+  });
+  spdlog::info(
+      "restarting the group in {:.2f} s (attempt {}; {} failure restart(s), {} preemption(s))",
+      decision.delay_seconds, attempt_ + 1, book_.restarts(), book_.preemptions());
+  write_state();
+  backoff_timer_.expires_after(seconds(decision.delay_seconds));
+  backoff_timer_.async_wait([this](const boost::system::error_code& ec) {
+    if (ec || phase_ != Phase::kBackingOff) return;
+    ++attempt_;
+    start_attempt();
+  });
+}
+
+void Supervisor::stop(int signal) {
+  recorder_.event("launcher_signal",
+                  [&](common::JsonWriter& w) { w.key("signal").value(signal_name(signal)); });
+  stop_requested_ = true;
+  switch (phase_) {
+    case Phase::kBackingOff:
+      backoff_timer_.cancel();
+      return finish(common::kStatusStopped, common::kExitPreempted, "stopped by a signal");
+    case Phase::kStarting:
+    case Phase::kRunning:
+      return begin_teardown(fmt::format("launcher got {}", signal_name(signal)));
+    case Phase::kTearingDown:
+    case Phase::kDone:
+      return;
+  }
+}
+
+void Supervisor::finish(const std::string& status, int exit_code, const std::string& reason) {
+  if (phase_ == Phase::kDone) return;
+  phase_ = Phase::kDone;
+  for (auto* timer : {&backoff_timer_, &grace_timer_, &watchdog_timer_, &port_timer_})
+    timer->cancel();
+  result_ = SupervisorResult{status, exit_code, reason, first_failure_};
+  if (status == common::kStatusSucceeded) result_.failure.reset();
+  recorder_.event("end", [&](common::JsonWriter& w) {
+    w.key("status").value(status).key("exit_code").value(exit_code).key("reason").value(reason);
+  });
+  write_state();
+  if (on_done_) on_done_(result_);
+}
+
+void Supervisor::arm_watchdog() {
+  std::optional<double> hang = options_.context.spec->hang_timeout_seconds;
+  if (!hang) return;
+  watchdog_timer_.expires_after(seconds(std::min(1.0, *hang / 4)));
+  watchdog_timer_.async_wait([this](const boost::system::error_code& ec) {
+    if (!ec) check_watchdog();
+  });
+}
+
+void Supervisor::check_watchdog() {
+  if (phase_ != Phase::kRunning) return;
+  double hang = *options_.context.spec->hang_timeout_seconds;
+  double now = common::monotonic_seconds();
+  for (auto& slot : slots_) {
+    if (slot->exited || now - slot->last_progress < hang) continue;
+    std::string what = fmt::format("hung: no progress for {:.1f} s", now - slot->last_progress);
+    spdlog::warn("{} {}", slot->task.text(), what);
+    recorder_.event("hang", [&](common::JsonWriter& w) {
+      w.key("task").value(slot->task.text()).key("attempt").value(attempt_);
+    });
+    fail_first(*slot, Outcome::kFailed, what, common::kExitFailure);
+    return begin_teardown(fmt::format("{} hung", slot->task.text()));
+  }
+  arm_watchdog();
+}
+
+}  // namespace dtrain::launcher

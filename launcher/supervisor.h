@@ -1,0 +1,118 @@
+// The supervisor: starts every task of a job, watches them, and on the first failure stops the
+// whole group (SIGTERM to all at once, one shared grace period, then SIGKILL) and starts it again
+// after a back-off, as restart_policy decides. One io_context thread, no locks; processes come
+// from a ProcessSpawner, so every path runs against a fake in unit tests.
+#pragma once
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/control_protocol.h"
+#include "launcher/console.h"
+#include "launcher/group_guardian.h"
+#include "launcher/line_splitter.h"
+#include "launcher/process_spawner.h"
+#include "launcher/restart_policy.h"
+#include "launcher/run_records.h"
+#include "launcher/worker_env.h"
+
+namespace dtrain::launcher {
+
+/// The first failure of an attempt: what the summary shows.
+struct FailureReport {
+  common::TaskId task;
+  int attempt = 0;
+  Outcome outcome = Outcome::kFailed;
+  std::string what;   ///< "exit code 3", "killed by SIGSEGV", "hung: no progress for 5 s"
+  int exit_code = 1;  ///< the launcher's exit code if this ends the job
+  std::string log_path;
+};
+
+struct SupervisorResult {
+  std::string status;  ///< common::kStatusSucceeded, kStatusFailed or kStatusStopped
+  int exit_code = 0;
+  std::string reason;
+  std::optional<FailureReport> failure;
+};
+
+struct SupervisorOptions {
+  LaunchContext context;
+  int first_attempt = 0;
+  uint64_t jitter_seed = 0;
+  double kill_drain_seconds = 5;  ///< after SIGKILL, how long to wait for output to close
+};
+
+class Supervisor {
+ public:
+  /// None of the references are owned; all must outlive the supervisor. guardian may be null.
+  Supervisor(boost::asio::io_context& io, ProcessSpawner& spawner, RunRecorder& recorder,
+             Console& console, GroupGuardian* guardian, SupervisorOptions options);
+  ~Supervisor();
+
+  /// Starts attempt first_attempt. on_done runs once, when the job has ended.
+  void start(std::function<void(const SupervisorResult&)> on_done);
+  /// Graceful stop (a signal to the launcher): SIGTERM the group, grace, then the job ends
+  /// "stopped" with exit 143.
+  void stop(int signal);
+  /// SIGKILL every worker group now (second Ctrl-C).
+  void kill_now();
+  /// A heartbeat or progress line from a worker (DTRAIN_CONTROL).
+  void on_control_message(const common::ControlMessage& message);
+
+  int attempt() const { return attempt_; }
+  const RestartBook& book() const { return book_; }
+
+ private:
+  struct Slot;
+  enum class Phase { kStarting, kRunning, kTearingDown, kBackingOff, kDone };
+
+  void start_attempt();
+  bool ports_free_or_retry();
+  void spawn_slot(Slot& slot);
+  void on_output(Slot& slot, std::string_view bytes);
+  void on_output_closed(Slot& slot);
+  void on_exit(Slot& slot, ExitStatus status);
+  void note_progress(Slot& slot);
+  bool group_succeeded() const;
+  void fail_first(const Slot& slot, Outcome outcome, const std::string& what, int exit_code);
+  void begin_teardown(const std::string& reason);
+  void signal_all(int sig);
+  void maybe_teardown_complete();
+  void teardown_complete();
+  void finish(const std::string& status, int exit_code, const std::string& reason);
+  void arm_watchdog();
+  void check_watchdog();
+  void write_state();
+  const char* phase_name() const;
+  std::unique_ptr<Slot> make_slot(const common::TaskId& task, int index);
+
+  boost::asio::io_context& io_;
+  ProcessSpawner& spawner_;
+  RunRecorder& recorder_;
+  Console& console_;
+  GroupGuardian* guardian_;
+  SupervisorOptions options_;
+  RestartBook book_;
+  std::vector<std::unique_ptr<Slot>> slots_;
+  boost::asio::steady_timer backoff_timer_, grace_timer_, watchdog_timer_, port_timer_;
+  std::function<void(const SupervisorResult&)> on_done_;
+  Phase phase_ = Phase::kStarting;
+  int attempt_ = 0;
+  int port_retries_ = 0;
+  double attempt_started_ = 0;
+  double launcher_started_ = 0;
+  double last_state_write_ = 0;
+  bool attempt_made_progress_ = false;
+  bool success_ = false;
+  bool stop_requested_ = false;
+  bool killed_ = false;
+  std::optional<FailureReport> first_failure_;
+  SupervisorResult result_;
+};
+
+}  // namespace dtrain::launcher

@@ -1,0 +1,38 @@
+// The supervisor's record of one task: its process, log file and what it last reported.
+// Private to supervisor*.cc.
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "common/cluster_spec.h"
+#include "common/control_protocol.h"
+#include "common/unique_fd.h"
+#include "launcher/exit_status.h"
+#include "launcher/line_splitter.h"
+#include "launcher/process_spawner.h"
+#include "launcher/supervisor.h"
+
+namespace dtrain::launcher {
+
+struct Supervisor::Slot {
+  common::TaskId task;
+  std::string role;
+  std::string address;
+  std::string log_path;
+  int index = 0;
+  bool trains = false;
+  std::unique_ptr<Child> child;
+  int pid = 0;
+  bool exited = true;
+  bool output_open = false;
+  std::optional<ExitStatus> status;
+  double last_progress = 0;
+  std::optional<common::ControlMessage> progress;
+  common::UniqueFd log;
+  std::string pending;  // complete lines of the current chunk, written to the log in one go
+  std::unique_ptr<LineSplitter> splitter;
+};
+
+}  // namespace dtrain::launcher

@@ -1,0 +1,96 @@
+// See worker_env.h.
+#include "launcher/worker_env.h"
+
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <fstream>
+
+#include "common/env_vars.h"
+#include "common/errors.h"
+#include "common/tf_config.h"
+
+namespace dtrain::launcher {
+namespace {
+
+int workers_on_host(const common::ClusterSpec& cluster, const std::string& host) {
+  int count = 0;
+  for (const common::TaskId& task : cluster.tasks()) {
+    count += common::parse_host_port(cluster.address(task), task.text()).host == host ? 1 : 0;
+  }
+  return std::max(count, 1);
+}
+
+std::vector<std::pair<std::string, std::string>> worker_env(const LaunchContext& c,
+                                                            const common::TaskId& task, int attempt,
+                                                            const std::string& host) {
+  using namespace common;
+  std::vector<std::pair<std::string, std::string>> env = {
+      {kEnvTfConfig.name, format_tf_config(c.cluster, task)},
+      {kEnvJob.name, c.spec->job},
+      {kEnvRunDir.name, c.run_dir},
+      {kEnvAttempt.name, std::to_string(attempt)},
+      {kEnvToken.name, c.token},
+      {kEnvControl.name, c.control_address},
+  };
+  bool user_sets_omp = std::any_of(c.spec->env.begin(), c.spec->env.end(),
+                                   [](const auto& kv) { return kv.first == kEnvOmpThreads.name; });
+  if (!user_sets_omp && !c.launcher_omp_threads) {
+    int threads = std::max(1, c.host_cores / workers_on_host(c.cluster, host));
+    env.emplace_back(kEnvOmpThreads.name, std::to_string(threads));
+  }
+  for (const auto& kv : c.spec->env) env.push_back(kv);
+  return env;
+}
+
+std::vector<std::string> program_argv(const LaunchContext& c) {
+  if (!c.spec->command.empty()) return c.spec->command;
+  return {c.worker_program, "--config", c.spec_path};
+}
+
+}  // namespace
+
+std::string shell_quote(const std::string& text) {
+  std::string out = "'";
+  for (char ch : text) out += ch == '\'' ? std::string("'\\''") : std::string(1, ch);
+  return out + "'";
+}
+
+bool is_local_host(const std::string& host) {
+  if (host == "localhost" || host == "::1" || host == "0.0.0.0" || host.rfind("127.", 0) == 0)
+    return true;
+  char name[256] = {};
+  return ::gethostname(name, sizeof name - 1) == 0 && host == name;
+}
+
+SpawnRequest make_spawn_request(const LaunchContext& c, const common::TaskId& task, int attempt) {
+  std::string host = common::parse_host_port(c.cluster.address(task), task.text()).host;
+  SpawnRequest request;
+  request.env = worker_env(c, task, attempt, host);
+  request.argv = program_argv(c);
+  request.cwd = c.cwd;
+  if (is_local_host(host)) return request;
+  // Another machine: `<remote_shell> host 'cd DIR && exec env K=V ... program args'`.
+  std::string remote = "cd " + shell_quote(c.cwd) + " && exec env";
+  for (const auto& [name, value] : request.env) remote += " " + shell_quote(name + "=" + value);
+  for (const auto& arg : request.argv) remote += " " + shell_quote(arg);
+  request.argv = c.spec->remote_shell;
+  request.argv.push_back(host);
+  request.argv.push_back(remote);
+  request.env.clear();
+  return request;
+}
+
+std::string random_token() {
+  std::ifstream random("/dev/urandom", std::ios::binary);
+  unsigned char bytes[32];
+  if (!random.read(reinterpret_cast<char*>(bytes), sizeof bytes)) {
+    throw common::IoError("cannot read /dev/urandom for DTRAIN_TOKEN");
+  }
+  std::string hex;
+  for (unsigned char b : bytes) hex += fmt::format("{:02x}", b);
+  return hex;
+}
+
+}  // namespace dtrain::launcher

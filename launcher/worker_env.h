@@ -1,0 +1,41 @@
+// What each worker is started with (DESIGN.md, "What a worker is given"): argv, TF_CONFIG, the
+// DTRAIN_* variables, OMP_NUM_THREADS, the job's env, and for other hosts the remote shell.
+// Pure: builds requests, starts nothing.
+#pragma once
+
+#include <optional>
+#include <string>
+
+#include "common/cluster_spec.h"
+#include "common/job_spec.h"
+#include "launcher/process_spawner.h"
+
+namespace dtrain::launcher {
+
+struct LaunchContext {
+  const common::JobSpec* spec = nullptr;
+  common::ClusterSpec cluster;  ///< ports resolved
+  std::string run_dir;          ///< absolute
+  std::string spec_path;        ///< absolute spec.json, handed to dtrain-worker as --config
+  std::string token;            ///< DTRAIN_TOKEN
+  std::string control_address;  ///< DTRAIN_CONTROL
+  std::string worker_program;   ///< absolute path of dtrain-worker
+  std::string cwd;              ///< where workers start (the launcher's folder)
+  int host_cores = 1;
+  std::optional<std::string> launcher_omp_threads;  ///< OMP_NUM_THREADS of the launcher, if set
+};
+
+/// The request that starts task for the given attempt.
+SpawnRequest make_spawn_request(const LaunchContext& context, const common::TaskId& task,
+                                int attempt);
+
+/// True for names and addresses of this machine: localhost, 127.x, ::1, 0.0.0.0, its host name.
+bool is_local_host(const std::string& host);
+
+/// Single-quoted for a POSIX shell: it's -> 'it'\''s'.
+std::string shell_quote(const std::string& text);
+
+/// 64 hex digits from the kernel's random source. Throws IoError.
+std::string random_token();
+
+}  // namespace dtrain::launcher

@@ -1,0 +1,89 @@
+// A ProcessSpawner for unit tests: no processes. Each spawn is handed to a script the test
+// writes (exit now, print, hang...), and signals behave like a default handler would: SIGTERM and
+// SIGKILL end the fake process, unless it ignores SIGTERM. Callbacks are posted to the io_context,
+// never run inside the call that caused them, as with real processes.
+#pragma once
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/post.hpp>
+#include <csignal>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "launcher/process_spawner.h"
+
+namespace dtrain::testing {
+
+struct FakeProcess {
+  boost::asio::io_context* io = nullptr;
+  launcher::SpawnRequest request;
+  launcher::ChildCallbacks callbacks;
+  int pid = 0;
+  bool ended = false;
+  bool ignore_sigterm = false;
+  std::vector<int> signals;
+
+  std::string env(const std::string& name) const {
+    for (const auto& [k, v] : request.env)
+      if (k == name) return v;
+    return "";
+  }
+  int attempt() const { return std::stoi(env("DTRAIN_ATTEMPT")); }
+  void print(const std::string& text) {
+    boost::asio::post(*io, [this, text] {
+      if (callbacks.on_output) callbacks.on_output(text);
+    });
+  }
+  void end(launcher::ExitStatus status) {
+    if (ended) return;
+    ended = true;
+    boost::asio::post(*io, [this, status] {
+      if (callbacks.on_exit) callbacks.on_exit(status);
+      if (callbacks.on_output_closed) callbacks.on_output_closed();
+    });
+  }
+};
+
+class FakeSpawner : public launcher::ProcessSpawner {
+ public:
+  using Script = std::function<void(FakeProcess&)>;
+  FakeSpawner(boost::asio::io_context& io, Script script) : io_(io), script_(std::move(script)) {}
+
+  std::unique_ptr<launcher::Child> spawn(const launcher::SpawnRequest& request,
+                                         launcher::ChildCallbacks callbacks) override {
+    auto process = std::make_shared<FakeProcess>();
+    process->io = &io_;
+    process->request = request;
+    process->callbacks = std::move(callbacks);
+    process->pid = next_pid_++;
+    processes.push_back(process);
+    script_(*process);
+    return std::make_unique<FakeChild>(process);
+  }
+
+  std::vector<std::shared_ptr<FakeProcess>> processes;
+
+ private:
+  class FakeChild : public launcher::Child {
+   public:
+    explicit FakeChild(std::shared_ptr<FakeProcess> p) : p_(std::move(p)) {}
+    ~FakeChild() override { p_->callbacks = {}; }
+    int pid() const override { return p_->pid; }
+    void signal_group(int sig) override {
+      p_->signals.push_back(sig);
+      if (sig == SIGKILL || (sig == SIGTERM && !p_->ignore_sigterm))
+        p_->end(launcher::ExitStatus::killed(sig));
+    }
+
+   private:
+    std::shared_ptr<FakeProcess> p_;
+  };
+
+  boost::asio::io_context& io_;
+  Script script_;
+  int next_pid_ = 1000;
+};
+
+}  // namespace dtrain::testing

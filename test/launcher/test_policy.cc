@@ -1,0 +1,169 @@
+// Exit classification (DESIGN.md's table), restart budgets and back-off, line splitting, and
+// what each worker is started with.
+#include <catch2/catch.hpp>
+#include <csignal>
+
+#include "common/job_spec.h"
+#include "common/tf_config.h"
+#include "launcher/exit_status.h"
+#include "launcher/line_splitter.h"
+#include "launcher/restart_policy.h"
+#include "launcher/worker_env.h"
+
+using namespace dtrain::launcher;
+
+TEST_CASE("exit codes and signals are classified as DESIGN.md says") {
+  CHECK(classify(ExitStatus::exited(0)) == Outcome::kSuccess);
+  CHECK(classify(ExitStatus::exited(2)) == Outcome::kConfigError);
+  for (int code : {143, 42, 130, 137})
+    CHECK(classify(ExitStatus::exited(code)) == Outcome::kPreempted);
+  for (int sig : {SIGTERM, SIGKILL, SIGINT, SIGHUP})
+    CHECK(classify(ExitStatus::killed(sig)) == Outcome::kPreempted);
+  for (int sig : {SIGSEGV, SIGABRT, SIGBUS, SIGFPE, SIGILL})
+    CHECK(classify(ExitStatus::killed(sig)) == Outcome::kCrashed);
+  CHECK(classify(ExitStatus::exited(134)) == Outcome::kCrashed);
+  CHECK(classify(ExitStatus::exited(139)) == Outcome::kCrashed);
+  for (int code : {1, 3, 127, 255}) CHECK(classify(ExitStatus::exited(code)) == Outcome::kFailed);
+  CHECK(classify(ExitStatus::killed(SIGUSR1)) == Outcome::kFailed);
+  CHECK(describe(ExitStatus::killed(SIGSEGV)) == "killed by SIGSEGV");
+  CHECK(describe(ExitStatus::exited(139)) == "exit code 139 (SIGSEGV from a shell)");
+  CHECK(describe(ExitStatus::exited(3)) == "exit code 3");
+  CHECK(ExitStatus::killed(SIGKILL).shell_code() == 137);
+}
+
+namespace {
+dtrain::common::RestartPolicy policy() {
+  dtrain::common::RestartPolicy p;
+  p.max_restarts = 3;
+  p.max_preemptions = 2;
+  p.backoff_seconds = 1;
+  p.backoff_max_seconds = 3;
+  p.healthy_seconds = 60;
+  return p;
+}
+}  // namespace
+
+TEST_CASE("failures back off exponentially with jitter, up to the cap, within the budget") {
+  RestartBook book(policy(), 7);
+  double expected[] = {1, 2, 3};
+  for (double base : expected) {
+    Decision d = book.decide({Outcome::kFailed, true, 1});
+    REQUIRE(d.restart);
+    CHECK(d.delay_seconds >= 0.8 * base);
+    CHECK(d.delay_seconds <= 1.2 * base);
+  }
+  CHECK(book.restarts() == 3);
+  Decision last = book.decide({Outcome::kCrashed, true, 1});
+  CHECK_FALSE(last.restart);
+  CHECK(last.reason.find("restart budget") != std::string::npos);
+}
+
+TEST_CASE("a healthy run resets the back-off but not the budget") {
+  RestartBook book(policy(), 1);
+  book.decide({Outcome::kFailed, true, 1});
+  book.decide({Outcome::kFailed, true, 1});
+  Decision after_healthy = book.decide({Outcome::kFailed, true, 120});
+  CHECK(after_healthy.delay_seconds <= 1.2);
+  CHECK(book.restarts() == 3);
+}
+
+TEST_CASE("preemptions have their own budget and no doubling") {
+  RestartBook book(policy(), 1);
+  CHECK(book.decide({Outcome::kPreempted, true, 1}).restart);
+  CHECK(book.decide({Outcome::kPreempted, false, 1}).delay_seconds == 1);
+  CHECK(book.preemptions() == 2);
+  CHECK(book.restarts() == 0);
+  CHECK_FALSE(book.decide({Outcome::kPreempted, true, 1}).restart);
+}
+
+TEST_CASE("configuration errors and two silent failures in a row stop the job") {
+  RestartBook config(policy(), 1);
+  CHECK_FALSE(config.decide({Outcome::kConfigError, true, 1}).restart);
+  RestartBook silent(policy(), 1);
+  CHECK(silent.decide({Outcome::kFailed, false, 1}).restart);
+  Decision second = silent.decide({Outcome::kFailed, false, 1});
+  CHECK_FALSE(second.restart);
+  CHECK(second.reason.find("configuration problem") != std::string::npos);
+  RestartBook mixed(policy(), 1);
+  CHECK(mixed.decide({Outcome::kFailed, false, 1}).restart);
+  CHECK(mixed.decide({Outcome::kFailed, true, 1}).restart);
+  CHECK(mixed.decide({Outcome::kFailed, false, 1}).restart);
+}
+
+TEST_CASE("the line splitter keeps every byte and cuts at \\n, \\r and the length cap") {
+  std::vector<std::string> lines;
+  LineSplitter splitter([&](std::string_view l) { lines.emplace_back(l); }, 8);
+  splitter.feed("ab");
+  splitter.feed("c\nde\r1/3\r");
+  splitter.feed("0123456789xy");
+  splitter.feed("\n");
+  splitter.feed("tail");
+  CHECK(splitter.has_partial());
+  splitter.finish();
+  std::vector<std::string> expected = {"abc\n", "de\r", "1/3\r", "01234567", "89xy\n", "tail"};
+  CHECK(lines == expected);
+}
+
+TEST_CASE("each worker gets its TF_CONFIG, the DTRAIN_* variables, threads and the job's env") {
+  using namespace dtrain::common;
+  JobSpec spec = parse_job_spec(
+      R"({"job": "envjob", "cluster": {"worker": ["localhost:1001", "localhost:1002"]},
+                                    "train": {}, "env": {"EXTRA": "yes"}})",
+      "x");
+  LaunchContext c;
+  c.spec = &spec;
+  c.cluster = spec.cluster;
+  c.run_dir = "/abs/run";
+  c.spec_path = "/abs/run/spec.json";
+  c.token = "abcd";
+  c.control_address = "unix:/abs/run/control.sock";
+  c.worker_program = "/opt/dtrain-worker";
+  c.cwd = "/home/u";
+  c.host_cores = 8;
+  SpawnRequest r = make_spawn_request(c, {"worker", 1}, 3);
+  auto env = [&](const std::string& name) {
+    for (const auto& [k, v] : r.env)
+      if (k == name) return v;
+    return std::string("<unset>");
+  };
+  CHECK(env("TF_CONFIG") == format_tf_config(spec.cluster, {"worker", 1}));
+  CHECK(env("DTRAIN_ATTEMPT") == "3");
+  CHECK(env("DTRAIN_JOB") == "envjob");
+  CHECK(env("DTRAIN_RUN_DIR") == "/abs/run");
+  CHECK(env("DTRAIN_TOKEN") == "abcd");
+  CHECK(env("DTRAIN_CONTROL") == "unix:/abs/run/control.sock");
+  CHECK(env("OMP_NUM_THREADS") == "4");
+  CHECK(env("EXTRA") == "yes");
+  CHECK(r.argv == std::vector<std::string>{"/opt/dtrain-worker", "--config", "/abs/run/spec.json"});
+  CHECK(r.cwd == "/home/u");
+
+  c.launcher_omp_threads = "3";
+  r = make_spawn_request(c, {"worker", 0}, 0);
+  CHECK(env("OMP_NUM_THREADS") == "<unset>");  // the user's own setting is inherited untouched
+}
+
+TEST_CASE("workers on other hosts go through the remote shell with quoted arguments") {
+  using namespace dtrain::common;
+  JobSpec spec = parse_job_spec(R"({"job": "r", "cluster": {"worker": ["localhost:1", "gpu7:2222"]},
+                                    "command": ["python3", "it's.py"], "remote_shell": ["ssh", "-p", "22"]})",
+                                "x");
+  LaunchContext c;
+  c.spec = &spec;
+  c.cluster = spec.cluster;
+  c.cwd = "/work";
+  SpawnRequest local = make_spawn_request(c, {"worker", 0}, 0);
+  CHECK(local.argv == std::vector<std::string>{"python3", "it's.py"});
+  SpawnRequest remote = make_spawn_request(c, {"worker", 1}, 0);
+  REQUIRE(remote.argv.size() == 5);
+  CHECK(remote.argv[0] == "ssh");
+  CHECK(remote.argv[3] == "gpu7");
+  CHECK(remote.argv[4].rfind("cd '/work' && exec env 'TF_CONFIG=", 0) == 0);
+  CHECK(remote.argv[4].find("'python3' 'it'\\''s.py'") != std::string::npos);
+  CHECK(remote.env.empty());
+  CHECK(shell_quote("a b") == "'a b'");
+  CHECK(is_local_host("localhost"));
+  CHECK(is_local_host("127.0.0.1"));
+  CHECK_FALSE(is_local_host("gpu7"));
+  CHECK(random_token().size() == 64);
+  CHECK(random_token() != random_token());
+}

@@ -1,0 +1,267 @@
+// Every restart path of the supervisor against the fake spawner: restart after a failure,
+// configuration errors, preemption, budgets, the "silent failures" rule, crashes, hangs, the
+// shared grace period, and stopping on a launcher signal.
+#include <catch2/catch.hpp>
+#include <filesystem>
+
+#include "common/atomic_file.h"
+#include "common/control_protocol.h"
+#include "common/job_spec.h"
+#include "common/run_dir.h"
+#include "launcher/supervisor.h"
+#include "test/launcher/fake_spawner.h"
+#include "test/support/temp_dir.h"
+
+using namespace dtrain;
+using launcher::ExitStatus;
+using testing::FakeProcess;
+
+namespace {
+
+using Tweak = std::function<void(common::RestartPolicy&)>;
+
+std::string job_json(const std::string& extra) {
+  std::string workers = extra.find("\"cluster\"") == std::string::npos ? R"("workers": 2, )" : "";
+  return R"({"job": "fake", )" + workers + R"("command": ["fake"], "restart": {"max_restarts": 2,
+     "grace_seconds": 0.2,
+    "startup_seconds": 0, "max_preemptions": 5, "backoff_seconds": 0.01,
+    "backoff_max_seconds": 0.05})" +
+         extra + "}";
+}
+
+struct Harness {
+  /// extra: more top-level keys (", \"k\": v"); tweak: changes to the restart policy.
+  Harness(const std::string& extra, testing::FakeSpawner::Script script, const Tweak& tweak = {})
+      : spec(common::parse_job_spec(job_json(extra), "job.json")),
+        spawner(io, std::move(script)),
+        run_dir(dir.path()),
+        console_file(std::tmpfile()),
+        console(console_file, false) {
+    if (tweak) tweak(spec.restart);
+    std::filesystem::create_directories(run_dir.logs_dir());
+    recorder = std::make_unique<launcher::RunRecorder>(run_dir);
+    launcher::LaunchContext c;
+    c.spec = &spec;
+    c.cluster = common::resolve_cluster(spec);
+    c.run_dir = dir.path();
+    supervisor = std::make_unique<launcher::Supervisor>(io, spawner, *recorder, console, nullptr,
+                                                        launcher::SupervisorOptions{c, 0, 1, 0.5});
+  }
+  ~Harness() { std::fclose(console_file); }
+
+  launcher::SupervisorResult run(double seconds = 20) {
+    supervisor->start([this](const launcher::SupervisorResult& r) {
+      result = r;
+      done = true;
+      io.stop();
+    });
+    io.run_for(std::chrono::duration_cast<std::chrono::nanoseconds>(
+        std::chrono::duration<double>(seconds)));
+    REQUIRE(done);
+    return result;
+  }
+  int spawns_of_attempt(int attempt) const {
+    int n = 0;
+    for (const auto& p : spawner.processes) n += p->attempt() == attempt ? 1 : 0;
+    return n;
+  }
+  std::string events() const { return common::read_file(run_dir.events_jsonl()); }
+
+  testing::TempDir dir;
+  boost::asio::io_context io;
+  common::JobSpec spec;
+  testing::FakeSpawner spawner;
+  common::RunDir run_dir;
+  std::FILE* console_file;
+  launcher::Console console;
+  std::unique_ptr<launcher::RunRecorder> recorder;
+  std::unique_ptr<launcher::Supervisor> supervisor;
+  launcher::SupervisorResult result;
+  bool done = false;
+};
+
+bool is(const FakeProcess& p, const char* task) {
+  return p.env("TF_CONFIG").find(std::string("\"index\": ") + task) != std::string::npos;
+}
+
+}  // namespace
+
+TEST_CASE("a failed worker stops the whole group, which restarts and then succeeds") {
+  Harness h("", [](FakeProcess& p) {
+    p.print("hello\n");
+    if (p.attempt() == 0 && is(p, "1"))
+      p.end(ExitStatus::exited(3));
+    else if (p.attempt() >= 1)
+      p.end(ExitStatus::exited(0));
+    // worker 0 of attempt 0 runs until it is stopped
+  });
+  auto r = h.run();
+  CHECK(r.status == "succeeded");
+  CHECK(r.exit_code == 0);
+  CHECK(h.supervisor->attempt() == 1);
+  CHECK(h.supervisor->book().restarts() == 1);
+  REQUIRE(h.spawner.processes.size() == 4);
+  CHECK(h.spawner.processes[0]->signals == std::vector<int>{SIGTERM});
+  CHECK(h.spawns_of_attempt(1) == 2);
+  CHECK(h.events().find("\"event\":\"restart\"") != std::string::npos);
+  std::string log = common::read_file(h.run_dir.log_file({"worker", 1}));
+  CHECK(log.find("==== dtrain: attempt 0 of worker:1") != std::string::npos);
+  CHECK(log.find("==== dtrain: attempt 1 of worker:1") != std::string::npos);
+  CHECK(log.find("hello\n") != std::string::npos);
+}
+
+TEST_CASE("a configuration error (exit 2) is never restarted") {
+  Harness h("", [](FakeProcess& p) {
+    if (is(p, "0")) p.end(ExitStatus::exited(2));
+  });
+  auto r = h.run();
+  CHECK(r.status == "failed");
+  CHECK(r.exit_code == 2);
+  CHECK(h.spawner.processes.size() == 2);
+  REQUIRE(r.failure);
+  CHECK(r.failure->outcome == launcher::Outcome::kConfigError);
+  CHECK(r.failure->task.text() == "worker:0");
+}
+
+TEST_CASE("a preempted group restarts on the preemption budget") {
+  Harness h("", [](FakeProcess& p) {
+    if (p.attempt() < 2 && is(p, "1"))
+      p.end(ExitStatus::exited(143));
+    else if (p.attempt() == 2)
+      p.end(ExitStatus::exited(0));
+  });
+  auto r = h.run();
+  CHECK(r.status == "succeeded");
+  CHECK(h.supervisor->book().preemptions() == 2);
+  CHECK(h.supervisor->book().restarts() == 0);
+}
+
+TEST_CASE("an exhausted restart budget fails with the first failure's code") {
+  Harness h("", [](FakeProcess& p) {
+    if (is(p, "1")) p.end(ExitStatus::exited(7));
+  });
+  auto r = h.run();
+  CHECK(r.status == "failed");
+  CHECK(r.exit_code == 7);
+  CHECK(r.reason.find("restart budget") != std::string::npos);
+  CHECK(h.supervisor->attempt() == 2);  // attempts 0, 1, 2 with max_restarts 2
+  REQUIRE(r.failure);
+  CHECK(r.failure->what == "exit code 7");
+  CHECK(r.failure->attempt == 2);
+}
+
+TEST_CASE("two failures in a row before any progress are a configuration problem") {
+  Harness h(R"(, "hang_timeout_seconds": 100)",
+            [](FakeProcess& p) { p.end(ExitStatus::exited(1)); },
+            [](auto& r) {
+              r.startup_seconds = 60;
+              r.max_restarts = 10;
+            });
+  auto r = h.run();
+  CHECK(r.status == "failed");
+  CHECK(r.reason.find("configuration problem") != std::string::npos);
+  CHECK(h.supervisor->attempt() == 1);
+}
+
+TEST_CASE("progress from a heartbeat keeps failures restartable") {
+  Harness* self = nullptr;
+  Harness h(
+      "",
+      [&self](FakeProcess& p) {
+        if (p.attempt() >= 2) return p.end(ExitStatus::exited(0));
+        std::string task = is(p, "0") ? "worker:0" : "worker:1";
+        int attempt = p.attempt();
+        boost::asio::post(*p.io, [&self, task, attempt, &p] {
+          self->supervisor->on_control_message(common::heartbeat_message(task, attempt, 1));
+          if (task == "worker:1") p.end(ExitStatus::exited(1));
+        });
+      },
+      [](auto& r) { r.startup_seconds = 60; });
+  self = &h;
+  auto r = h.run();
+  CHECK(r.status == "succeeded");
+  CHECK(h.supervisor->book().restarts() == 2);
+}
+
+TEST_CASE("a crash is reported with its signal's name") {
+  Harness h(
+      "",
+      [](FakeProcess& p) {
+        if (is(p, "0")) p.end(ExitStatus::killed(SIGSEGV));
+      },
+      [](auto& r) { r.max_restarts = 0; });
+  auto r = h.run();
+  REQUIRE(r.failure);
+  CHECK(r.failure->outcome == launcher::Outcome::kCrashed);
+  CHECK(r.failure->what == "killed by SIGSEGV");
+  CHECK(r.exit_code == 128 + SIGSEGV);
+}
+
+TEST_CASE("a worker without progress for hang_timeout_seconds is failed and the group restarts") {
+  Harness h(R"(, "hang_timeout_seconds": 0.3)", [](FakeProcess& p) {
+    if (p.attempt() == 0 && is(p, "1")) return;  // silent forever
+    p.print("step\n");
+    p.end(ExitStatus::exited(0));  // a finished worker is never "hung"
+  });
+  auto r = h.run();
+  CHECK(r.status == "succeeded");
+  CHECK(h.events().find("\"event\":\"hang\",\"task\":\"worker:1\"") != std::string::npos);
+}
+
+TEST_CASE("workers that ignore SIGTERM get SIGKILL after one shared grace period") {
+  Harness h(
+      "",
+      [](FakeProcess& p) {
+        p.ignore_sigterm = true;
+        if (is(p, "1")) p.end(ExitStatus::exited(5));
+      },
+      [](auto& r) { r.max_restarts = 0; });
+  auto r = h.run();
+  CHECK(r.status == "failed");
+  CHECK(h.spawner.processes[0]->signals == std::vector<int>{SIGTERM, SIGKILL});
+}
+
+TEST_CASE("a signal to the launcher stops the group gracefully: status stopped, exit 143") {
+  Harness* self = nullptr;
+  Harness h("", [&self](FakeProcess& p) {
+    if (is(p, "1")) boost::asio::post(*p.io, [&self] { self->supervisor->stop(SIGTERM); });
+  });
+  self = &h;
+  auto r = h.run();
+  CHECK(r.status == "stopped");
+  CHECK(r.exit_code == 143);
+  CHECK(h.spawner.processes.size() == 2);
+  for (const auto& p : h.spawner.processes) CHECK(p->signals == std::vector<int>{SIGTERM});
+}
+
+TEST_CASE("a launcher signal during the back-off ends the job without another start") {
+  Harness* self = nullptr;
+  Harness h(
+      "",
+      [&self](FakeProcess& p) {
+        p.end(ExitStatus::exited(4));
+        if (is(p, "1")) {
+          // Runs after both exits and the teardown, i.e. while the supervisor waits to restart.
+          auto timer =
+              std::make_shared<boost::asio::steady_timer>(*p.io, std::chrono::milliseconds(5));
+          timer->async_wait([&self, timer](auto) { self->supervisor->stop(SIGINT); });
+        }
+      },
+      [](auto& r) { r.backoff_seconds = r.backoff_max_seconds = 5; });
+  self = &h;
+  auto r = h.run(3);
+  CHECK(r.status == "stopped");
+  CHECK(h.spawner.processes.size() == 2);
+}
+
+TEST_CASE("an evaluator does not hold up success; it is stopped when training ends") {
+  Harness h(R"(, "cluster": {"worker": ["localhost:1"], "evaluator": ["localhost:2"]})",
+            [](FakeProcess& p) {
+              if (p.env("TF_CONFIG").find("\"type\": \"worker\"") != std::string::npos)
+                p.end(ExitStatus::exited(0));
+            });
+  auto r = h.run();
+  CHECK(r.status == "succeeded");
+  REQUIRE(h.spawner.processes.size() == 2);
+  CHECK(h.spawner.processes[1]->signals == std::vector<int>{SIGTERM});
+}
