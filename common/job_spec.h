@@ -37,6 +37,8 @@ struct JobSpec {
   std::string run_dir;  ///< as written, or runs/<job>
   std::optional<double> hang_timeout_seconds;
   std::vector<std::string> remote_shell{"ssh"};
+  /// "all": the job succeeds when every training task exits 0; "chief": when the chief does.
+  std::string success = "all";
 };
 
 /// Parses job-file text. Every error is a ConfigError "<source>: <json path>: <what was found and

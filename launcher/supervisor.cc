@@ -227,8 +227,10 @@ void Supervisor::on_control_message(const common::ControlMessage& message) {
 }
 
 bool Supervisor::group_succeeded() const {
+  bool chief_only = options_.context.spec->success == "chief";
+  common::TaskId chief = options_.context.cluster.chief();
   for (const auto& slot : slots_) {
-    if (!slot->trains) continue;
+    if (!slot->trains || (chief_only && !(slot->task == chief))) continue;
     if (!slot->status || classify(*slot->status) != Outcome::kSuccess) return false;
   }
   return true;

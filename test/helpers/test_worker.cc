@@ -4,6 +4,7 @@
 // first, and writes its pid to $DTRAIN_RUN_DIR/pids/<task>-<attempt>.pid.
 #include <signal.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -33,6 +34,7 @@ struct Flags {
   bool progress_bar = false;
   long lines = 0;
   double sleep = 0;
+  double tick = 0;
   int until_attempt = 1 << 30;
   std::string only;
 };
@@ -62,6 +64,8 @@ Flags parse(int argc, char** argv) {
       f.lines = std::stol(next());
     else if (a == "--sleep")
       f.sleep = std::stod(next());
+    else if (a == "--tick")
+      f.tick = std::stod(next());
     else if (a == "--until-attempt")
       f.until_attempt = std::stoi(next());
     else if (a == "--only")
@@ -79,7 +83,24 @@ void write_pid_file(const std::string& name) {
   if (!run_dir) return;
   std::string dir = std::string(run_dir) + "/pids";
   ::mkdir(dir.c_str(), 0755);
-  std::ofstream(dir + "/" + name + ".pid") << ::getpid() << "\n";
+  timespec now{};
+  ::clock_gettime(CLOCK_MONOTONIC, &now);
+  // "pid monotonic-seconds": benchmarks read when the process was up and running.
+  std::ofstream(dir + "/" + name + ".pid")
+      << ::getpid() << " " << now.tv_sec << "."
+      << std::to_string(1000000000 + now.tv_nsec).substr(1) << "\n";
+}
+
+// Prints "tick <monotonic seconds>" every interval for seconds: log-latency benchmarks.
+void print_ticks(double interval, double seconds) {
+  auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+  while (std::chrono::steady_clock::now() < end) {
+    timespec now{};
+    ::clock_gettime(CLOCK_MONOTONIC, &now);
+    std::printf("tick %ld.%09ld\n", static_cast<long>(now.tv_sec), now.tv_nsec);
+    std::fflush(stdout);
+    std::this_thread::sleep_for(std::chrono::duration<double>(interval));
+  }
 }
 
 void sleep_with_heartbeats(double seconds, dtrain::common::ControlClient* control,
@@ -134,7 +155,10 @@ int main(int argc, char** argv) {
   if (misbehave && f.hang) {
     while (true) ::pause();
   }
-  sleep_with_heartbeats(f.sleep, control.get(), beat);
+  if (f.tick > 0)
+    print_ticks(f.tick, f.sleep);
+  else
+    sleep_with_heartbeats(f.sleep, control.get(), beat);
   if (f.partial) {
     std::printf("no newline at the end");
     std::fflush(stdout);

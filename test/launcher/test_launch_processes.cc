@@ -252,6 +252,23 @@ TEST_CASE("SIGTERM to the launcher stops the workers (exit 143); launching again
   CHECK(count(job.log(0), "==== dtrain: attempt ") == 2);
 }
 
+TEST_CASE("a second SIGINT to the launcher kills workers that ignore SIGTERM at once") {
+  Job job;
+  job.write(2, "--ignore-sigterm --sleep 100", "", R"("grace_seconds": 60)");
+  auto launcher = job.launch_in_background();
+  int w0 = job.wait_pid("worker-0-0");
+  job.wait_pid("worker-1-0");
+  launcher->signal(SIGINT);
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  CHECK(process_alive(w0));  // ignored SIGTERM; the grace period is long
+  launcher->signal(SIGINT);
+  auto r = launcher->wait(20);  // far less than the 60 s grace
+  CHECK_FALSE(r.timed_out);
+  CHECK(r.exit_code == 143);
+  CHECK_FALSE(process_alive(w0));
+  CHECK(job.events().find("\"signal\":\"SIGKILL\"") != std::string::npos);
+}
+
 TEST_CASE("a second launcher on a running run directory refuses with exit 2") {
   Job job;
   job.write(1, "--sleep 100");

@@ -265,3 +265,12 @@ TEST_CASE("an evaluator does not hold up success; it is stopped when training en
   REQUIRE(h.spawner.processes.size() == 2);
   CHECK(h.spawner.processes[1]->signals == std::vector<int>{SIGTERM});
 }
+
+TEST_CASE("with \"success\": \"chief\" the chief's exit 0 ends the job and stops the rest") {
+  Harness h(R"(, "success": "chief")", [](FakeProcess& p) {
+    if (is(p, "0")) p.end(ExitStatus::exited(0));
+  });
+  auto r = h.run();
+  CHECK(r.status == "succeeded");
+  CHECK(h.spawner.processes[1]->signals == std::vector<int>{SIGTERM});
+}

@@ -125,6 +125,8 @@ inline const std::vector<BadInput>& bad_job_files() {
       {"hang timeout bool",
        R"({"job": "j", "workers": 2, "train": {}, "hang_timeout_seconds": true})",
        "hang_timeout_seconds: expected a number, found true"},
+      {"success unknown", R"({"job": "j", "workers": 2, "train": {}, "success": "any"})",
+       "success: expected \"all\" or \"chief\", found \"any\""},
       {"remote_shell not list", R"({"job": "j", "workers": 2, "train": {}, "remote_shell": "ssh"})",
        "remote_shell: expected an array, found \"ssh\""},
   };
