@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include "common/env_vars.h"
+#include "common/logging.h"
 
 namespace dtrain::launcher {
 
@@ -15,14 +16,19 @@ Console Console::for_stdout() {
   return Console(stdout, colour);
 }
 
-void Console::print_line(const std::string& role, int colour_index, std::string_view line) {
-  static constexpr int kColours[] = {36, 33, 35, 32, 34, 31};  // cyan, yellow, magenta, ...
+void Console::print_line(const common::TaskId& task, std::string_view line, bool raw) {
+  static constexpr int kWorkerColours[] = {36, 32, 34, 96, 92, 94};  // cyans, greens, blues
   if (!line.empty() && (line.back() == '\n' || line.back() == '\r')) line.remove_suffix(1);
-  if (colour_) {
-    int code = kColours[static_cast<size_t>(colour_index) % std::size(kColours)];
-    buffer_ += fmt::format("\x1b[{}m[{}]\x1b[0m ", code, role);
-  } else {
-    buffer_ += fmt::format("[{}] ", role);
+  if (!raw) {
+    std::string role = "[" + common::role_name(task.type, task.index) + "]";
+    if (colour_) {
+      int code = task.type == common::kChief       ? 35
+                 : task.type == common::kEvaluator ? 33
+                                                   : kWorkerColours[task.index % 6];
+      buffer_ += fmt::format("\x1b[{}m{}\x1b[0m ", code, role);
+    } else {
+      buffer_ += role + " ";
+    }
   }
   buffer_.append(line);
   buffer_ += '\n';

@@ -6,17 +6,20 @@
 #include <string>
 #include <string_view>
 
+#include "common/cluster_spec.h"
+
 namespace dtrain::launcher {
 
 class Console {
  public:
-  /// out is not owned. colour: "auto" decides from isatty(out) and NO_COLOR.
+  /// out is not owned.
   explicit Console(std::FILE* out, bool colour);
+  /// stdout, coloured when it is a terminal and NO_COLOR is unset.
   static Console for_stdout();
 
-  /// Prints one line with the prefix of role (e.g. "worker 1"); colour_index picks the colour.
-  /// A '\r' ending is shown as a line end; a missing ending is added.
-  void print_line(const std::string& role, int colour_index, std::string_view line);
+  /// Prints one line behind the task's prefix ("[worker 1] "; colour by task), or bare when
+  /// raw. A '\n' or '\r' ending is shown as a line end; a missing ending is added.
+  void print_line(const common::TaskId& task, std::string_view line, bool raw = false);
   /// Flushes what print_line buffered.
   void flush();
 

@@ -17,6 +17,7 @@
 #include "common/job_spec.h"
 #include "common/logging.h"
 #include "launcher/commands.h"
+#include "launcher/console.h"
 #include "launcher/log_follower.h"
 
 namespace dtrain::launcher {
@@ -26,7 +27,6 @@ namespace fs = std::filesystem;
 namespace po = boost::program_options;
 
 constexpr size_t kFollowDefaultLines = 10;
-constexpr size_t kOutputBufferBytes = 64 * 1024;
 
 struct LogsOptions {
   std::string target;  ///< RUN_DIR or JOB_FILE; "" for the one run under ./runs
@@ -37,43 +37,18 @@ struct LogsOptions {
   bool raw = false;
 };
 
-/// Writes "[worker 1] line\n" to stdout, buffered until flush().
+/// Sends lines to the console: "[worker 1] line", or bare with --raw.
 class PrefixedOutput : public LineSink {
  public:
-  PrefixedOutput(bool raw, bool colour) : raw_(raw), colour_(colour) {}
-
+  explicit PrefixedOutput(bool raw) : raw_(raw), console_(Console::for_stdout()) {}
   void line(const common::TaskId& task, std::string_view text) override {
-    if (!raw_) append_prefix(task);
-    buffer_.append(text);
-    buffer_ += '\n';
-    if (buffer_.size() >= kOutputBufferBytes) write_out();
+    console_.print_line(task, text, raw_);
   }
-  void flush() override {
-    write_out();
-    std::fflush(stdout);
-  }
+  void flush() override { console_.flush(); }
 
  private:
-  void append_prefix(const common::TaskId& task) {
-    std::string role = "[" + common::role_name(task.type, task.index) + "]";
-    if (!colour_) {
-      buffer_ += role + " ";
-      return;
-    }
-    static constexpr int kWorkerColours[] = {36, 32, 34, 96, 92, 94};
-    int code = task.type == common::kChief       ? 35
-               : task.type == common::kEvaluator ? 33
-                                                 : kWorkerColours[task.index % 6];
-    buffer_ += fmt::format("\033[{}m{}\033[0m ", code, role);
-  }
-  void write_out() {
-    if (!buffer_.empty()) std::fwrite(buffer_.data(), 1, buffer_.size(), stdout);
-    buffer_.clear();
-  }
-
   bool raw_;
-  bool colour_;
-  std::string buffer_;
+  Console console_;
 };
 
 po::variables_map parse_logs_options(const Args& args, po::options_description& desc,
@@ -194,8 +169,7 @@ int logs_command(const Args& args) {
   std::optional<common::TaskId> only = selected_task(o);
   if (only) check_selected_file(run, *only, o.follow);
 
-  bool colour = ::isatty(STDOUT_FILENO) == 1 && !common::get_env(common::kEnvNoColor).has_value();
-  PrefixedOutput output(o.raw, colour);
+  PrefixedOutput output(o.raw);
   LogFollower follower(run, only, output);
   if (!o.follow) {
     if (follower.print(lines_to_show(o)) == 0) {

@@ -44,24 +44,21 @@ Supervisor::Supervisor(boost::asio::io_context& io, ProcessSpawner& spawner, Run
       port_timer_(io),
       attempt_(options_.first_attempt) {
   const common::ClusterSpec& cluster = options_.context.cluster;
-  int index = 0;
-  for (const common::TaskId& task : cluster.tasks()) slots_.push_back(make_slot(task, index++));
+  for (const common::TaskId& task : cluster.tasks()) slots_.push_back(make_slot(task));
 }
 
 Supervisor::~Supervisor() = default;
 
-std::unique_ptr<Supervisor::Slot> Supervisor::make_slot(const common::TaskId& task, int index) {
+std::unique_ptr<Supervisor::Slot> Supervisor::make_slot(const common::TaskId& task) {
   auto slot = std::make_unique<Slot>();
   slot->task = task;
-  slot->role = common::role_name(task.type, task.index);
   slot->address = options_.context.cluster.address(task);
   slot->log_path = recorder_.run_dir().log_file(task);
-  slot->index = index;
   slot->trains = options_.context.cluster.ring_rank(task).has_value();
   Slot* raw = slot.get();
   slot->splitter = std::make_unique<LineSplitter>([this, raw](std::string_view line) {
     raw->pending.append(line);
-    console_.print_line(raw->role, raw->index, line);
+    console_.print_line(raw->task, line);
   });
   return slot;
 }

@@ -89,7 +89,7 @@ class Supervisor {
   void check_watchdog();
   void write_state();
   const char* phase_name() const;
-  std::unique_ptr<Slot> make_slot(const common::TaskId& task, int index);
+  std::unique_ptr<Slot> make_slot(const common::TaskId& task);
 
   boost::asio::io_context& io_;
   ProcessSpawner& spawner_;

@@ -18,10 +18,8 @@ namespace dtrain::launcher {
 
 struct Supervisor::Slot {
   common::TaskId task;
-  std::string role;
   std::string address;
   std::string log_path;
-  int index = 0;
   bool trains = false;
   std::unique_ptr<Child> child;
   int pid = 0;
