@@ -16,7 +16,11 @@ std::string get_env_or_default(const EnvVar& var) {
 }
 
 bool is_reserved_env_name(std::string_view name) {
-  return name == kEnvTfConfig.name || name.substr(0, 7) == "DTRAIN_";
+  for (const EnvVar* var :
+       {&kEnvTfConfig, &kEnvJob, &kEnvRunDir, &kEnvAttempt, &kEnvToken, &kEnvControl}) {
+    if (name == var->name) return true;
+  }
+  return false;
 }
 
 }  // namespace dtrain::common

@@ -35,7 +35,8 @@ std::optional<std::string> get_env(const EnvVar& var);
 /// The variable's value, or its default when unset.
 std::string get_env_or_default(const EnvVar& var);
 
-/// True for names a job's `env` may not override (TF_CONFIG and DTRAIN_*).
+/// True for the names the launcher sets for each worker, which a job's `env` may not override:
+/// TF_CONFIG, DTRAIN_JOB, DTRAIN_RUN_DIR, DTRAIN_ATTEMPT, DTRAIN_TOKEN, DTRAIN_CONTROL.
 bool is_reserved_env_name(std::string_view name);
 
 }  // namespace dtrain::common

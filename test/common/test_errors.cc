@@ -41,6 +41,8 @@ TEST_CASE("reserved environment names") {
   CHECK(is_reserved_env_name("DTRAIN_TOKEN"));
   CHECK_FALSE(is_reserved_env_name("OMP_NUM_THREADS"));
   CHECK_FALSE(is_reserved_env_name("PATH"));
+  CHECK_FALSE(is_reserved_env_name("DTRAIN_LOG_LEVEL"));
+  CHECK(is_reserved_env_name("DTRAIN_CONTROL"));
 }
 
 TEST_CASE("log set-up rejects unknown levels and names roles") {

@@ -1,0 +1,131 @@
+// All-reduce bus bandwidth over the TCP ring, in the style of nccl-tests, for N processes started
+// by `dtrain launch` (scripts/bench-allreduce.sh). Rank 0 also measures the machine's bounds in
+// the same run: single-thread memcpy bandwidth and point-to-point loopback TCP throughput.
+// Prints a table; asserts nothing.
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <thread>
+#include <vector>
+
+#include "common/env_vars.h"
+#include "common/exit_codes.h"
+#include "common/logging.h"
+#include "common/tf_config.h"
+#include "worker/comm/comm_factory.h"
+#include "worker/comm/tcp_socket.h"
+
+namespace {
+using namespace dtrain;
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
+
+double memcpy_gbps() {
+  std::vector<char> a(64 << 20, 1), b(64 << 20, 2);
+  double best = 1e9;
+  for (int i = 0; i < 5; ++i) {
+    auto t = Clock::now();
+    std::memcpy(b.data(), a.data(), a.size());
+    best = std::min(best, seconds_since(t));
+  }
+  return static_cast<double>(a.size()) / best / 1e9 + 0 * b[7];
+}
+
+// One thread streams 2 GiB over a loopback TCP connection to another, with the ring's socket
+// settings: the point-to-point ceiling every ring step runs against.
+double p2p_tcp_gbps() {
+  common::UniqueFd listener = comm::listen_on("127.0.0.1", 0);
+  sockaddr_in addr{};
+  socklen_t length = sizeof addr;
+  ::getsockname(listener.get(), reinterpret_cast<sockaddr*>(&addr), &length);
+  std::string error;
+  constexpr size_t kTotal = size_t{2} << 30, kChunk = 4 << 20;
+  std::thread sender([&] {
+    common::UniqueFd out = comm::connect_once("127.0.0.1", ntohs(addr.sin_port), 5, error);
+    int flags = 0;
+    ::fcntl(out.get(), F_SETFL, flags);  // blocking writes for the stream
+    std::vector<char> chunk(kChunk, 'x');
+    for (size_t sent = 0; sent < kTotal;) {
+      ssize_t n = ::send(out.get(), chunk.data(), std::min(kChunk, kTotal - sent), MSG_NOSIGNAL);
+      if (n <= 0) return;
+      sent += static_cast<size_t>(n);
+    }
+  });
+  int in_fd = -1;
+  while ((in_fd = ::accept(listener.get(), nullptr, nullptr)) < 0)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  common::UniqueFd in(in_fd);
+  comm::tune_socket(in.get());
+  ::fcntl(in.get(), F_SETFL, 0);
+  std::vector<char> buffer(kChunk);
+  auto t = Clock::now();
+  size_t got = 0;
+  while (got < kTotal) {
+    ssize_t n = ::recv(in.get(), buffer.data(), buffer.size(), 0);
+    if (n <= 0) break;
+    got += static_cast<size_t>(n);
+  }
+  double gbps = static_cast<double>(got) / seconds_since(t) / 1e9;
+  sender.join();
+  return gbps;
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+int run(int argc, char** argv) {
+  std::string out_path = argc > 1 ? argv[1] : "/dev/stdout";
+  size_t max_bytes = argc > 2 ? std::stoul(argv[2]) : size_t{64} << 20;
+  common::TfConfig tf = common::parse_tf_config(common::get_env(common::kEnvTfConfig).value_or(""));
+  common::setup_logging(common::role_name(tf.task.type, tf.task.index));
+  comm::RingIdentity id =
+      comm::ring_identity(tf, common::get_env_or_default(common::kEnvJob),
+                          std::stoi(common::get_env_or_default(common::kEnvAttempt)),
+                          common::get_env_or_default(common::kEnvToken));
+  auto c = comm::make_communicator(id, {});
+  std::string table;
+  if (c->rank() == 0) {
+    table += fmt::format("# bounds (same run): memcpy_GBps {:.2f}  p2p_tcp_GBps {:.2f}\n",
+                         memcpy_gbps(), p2p_tcp_gbps());
+    table += fmt::format("# {} ranks, float32 sum, time = median over iterations\n", c->size());
+    table += "size_bytes time_us algbw_GBps busbw_GBps\n";
+  }
+  c->barrier();
+  for (size_t bytes = 4096; bytes <= max_bytes; bytes *= 2) {
+    std::vector<float> data(bytes / 4, 1.0f);
+    int iterations = static_cast<int>(std::clamp<size_t>((size_t{256} << 20) / bytes, 5, 200));
+    for (int w = 0; w < 3; ++w) c->all_reduce(data.data(), data.size(), comm::ReduceOp::kSum);
+    c->barrier();
+    std::vector<double> times;
+    for (int i = 0; i < iterations; ++i) {
+      auto t = Clock::now();
+      c->all_reduce(data.data(), data.size(), comm::ReduceOp::kSum);
+      times.push_back(seconds_since(t));
+    }
+    double t = median(times);
+    double algbw = static_cast<double>(bytes) / t / 1e9;
+    double busbw = algbw * 2.0 * (c->size() - 1) / c->size();
+    table += fmt::format("{} {:.1f} {:.3f} {:.3f}\n", bytes, t * 1e6, algbw, busbw);
+  }
+  if (c->rank() == 0) std::ofstream(out_path) << table;
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  return common::run_main("allreduce_bench", [&] { return run(argc, argv); });
+}

@@ -1,0 +1,56 @@
+// RingCommunicator forwards each collective to ring_algorithms with its link, rank, size and
+// scratch; SoloCommunicator checks its arguments and returns. No logic of their own beyond that.
+#include "worker/comm/ring_communicator.h"
+
+#include <utility>
+
+#include "common/errors.h"
+#include "worker/comm/ring_algorithms.h"
+
+namespace dtrain::comm {
+
+RingCommunicator::RingCommunicator(std::unique_ptr<RingLink> link, int rank, int size)
+    : link_(std::move(link)), rank_(rank), size_(size) {
+  DT_ENFORCE(link_ != nullptr, "ring communicator for rank {} without a link", rank);
+  DT_ENFORCE(size >= 1 && rank >= 0 && rank < size, "rank {} of a ring of size {}", rank, size);
+}
+
+void RingCommunicator::all_reduce(float* data, size_t count, ReduceOp op) {
+  ring_all_reduce(*link_, rank_, size_, data, count, op, scratch_);
+}
+
+void RingCommunicator::broadcast(void* data, size_t bytes, int root) {
+  ring_broadcast(*link_, rank_, size_, data, bytes, root);
+}
+
+void RingCommunicator::barrier() {
+  ring_barrier(*link_, rank_, size_);
+}
+
+std::vector<uint8_t> RingCommunicator::all_gather(const void* mine, size_t bytes) {
+  return ring_all_gather(*link_, rank_, size_, mine, bytes);
+}
+
+void RingCommunicator::abort(const std::string& message) noexcept {
+  link_->abort(message);
+}
+
+void SoloCommunicator::all_reduce(float* data, size_t count, ReduceOp /*op*/) {
+  // The sum of one rank is its data; the mean divides by 1.
+  DT_ENFORCE(data != nullptr || count == 0, "all-reduce of {} floats from a null buffer", count);
+}
+
+void SoloCommunicator::broadcast(void* data, size_t bytes, int root) {
+  DT_ENFORCE(root == 0, "broadcast root {} in a world of one", root);
+  DT_ENFORCE(data != nullptr || bytes == 0, "broadcast of {} bytes into a null buffer", bytes);
+}
+
+std::vector<uint8_t> SoloCommunicator::all_gather(const void* mine, size_t bytes) {
+  DT_ENFORCE(mine != nullptr || bytes == 0, "all-gather of {} bytes from a null buffer", bytes);
+  const auto* first = static_cast<const uint8_t*>(mine);
+  return bytes == 0 ? std::vector<uint8_t>() : std::vector<uint8_t>(first, first + bytes);
+}
+
+void SoloCommunicator::abort(const std::string& /*message*/) noexcept {}
+
+}  // namespace dtrain::comm

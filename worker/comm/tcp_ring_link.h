@@ -1,0 +1,56 @@
+// RingLink over TCP: data frames to the next rank on one socket, from the previous rank on
+// another, both watched at once with poll() so a neighbour's abort or death is seen while
+// waiting. On any failure it forwards an abort frame to both neighbours, so the whole ring fails
+// fast with the first failure's message, and every later call throws at once. A rank that is
+// done sends a goodbye first: an end of stream without one is a death.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "common/unique_fd.h"
+#include "worker/comm/acceptor.h"
+#include "worker/comm/ring_identity.h"
+#include "worker/comm/ring_link.h"
+
+namespace dtrain::comm {
+
+class TcpRingLink : public RingLink {
+ public:
+  /// Takes the connected, authenticated sockets and the acceptor (kept to refuse late intruders).
+  TcpRingLink(RingIdentity id, CommOptions options, common::UniqueFd next,
+              common::UniqueFd previous, std::unique_ptr<Acceptor> acceptor);
+  /// Says goodbye to both neighbours (unless broken), so their last collective is not mistaken
+  /// for a failure when this end closes.
+  ~TcpRingLink() override;
+
+  void send_recv(const void* send, size_t send_bytes, void* recv, size_t recv_bytes) override;
+  void abort(const std::string& message) noexcept override;
+
+  int refused_connections() const { return acceptor_ ? acceptor_->refused() : 0; }
+
+ private:
+  [[noreturn]] void fail(const std::string& message);
+  /// Reads what the next rank sent (goodbye, abort, or end of stream). still_sending: this
+  /// call has data left for it, so even a goodbye is a failure.
+  void check_next_side(bool still_sending);
+
+  RingIdentity id_;
+  CommOptions options_;
+  common::UniqueFd next_, previous_;
+  std::unique_ptr<Acceptor> acceptor_;
+  std::string broken_;      ///< the failure that ended this link; "" while healthy
+  bool next_left_ = false;  ///< the next rank said goodbye: nothing more may be sent to it
+};
+
+/// Connects to the next rank and proves this worker's identity, retrying until deadline. Throws
+/// IoError naming the worker, its address and the last refusal reason.
+common::UniqueFd connect_to_next(const RingIdentity& id, const CommOptions& options,
+                                 const Deadline& deadline);
+
+/// Connects this worker into the ring described by id: listens, connects to the next rank and
+/// waits for the previous one, all within options.rendezvous_seconds. Throws IoError naming the
+/// worker and address it waited for.
+std::unique_ptr<TcpRingLink> rendezvous(const RingIdentity& id, const CommOptions& options);
+
+}  // namespace dtrain::comm
