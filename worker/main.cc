@@ -2,9 +2,11 @@
 // This is the table of contents; each step lives in its own file.
 #include <spdlog/spdlog.h>
 
+#include <filesystem>
 #include <iostream>
 
 #include "common/atomic_file.h"
+#include "common/control_protocol.h"
 #include "common/env_vars.h"
 #include "common/errors.h"
 #include "common/exit_codes.h"
@@ -12,7 +14,12 @@
 #include "common/logging.h"
 #include "common/tf_config.h"
 #include "common/version.h"
+#include "worker/comm/comm_factory.h"
+#include "worker/data/dataset.h"
 #include "worker/gpu/gpu_info.h"
+#include "worker/nn/backend.h"
+#include "worker/train/train_config.h"
+#include "worker/train/trainer.h"
 #include "worker/worker_options.h"
 
 namespace dtrain::train {
@@ -36,8 +43,9 @@ common::TfConfig read_task() {
   return config;
 }
 
-// The `train` object: the file's "train" member if it is a job file, else the whole file.
-std::string read_train_config(const std::string& path) {
+// The `train` object: the file's "train" member if it is a job file, else the whole file; and
+// the job name when the file has one.
+std::pair<std::string, std::string> read_train_config(const std::string& path) {
   if (path.empty()) throw ConfigError("--config is required (a job file or a train object)");
   std::string text;
   try {
@@ -50,13 +58,36 @@ std::string read_train_config(const std::string& path) {
   if (!root.is_object())
     throw ConfigError(
         fmt::format("{}: top level: expected an object, found {}", path, root.describe()));
-  if (auto train = root.find("train")) {
-    if (!train->is_object())
-      throw ConfigError(
-          fmt::format("{}: train: expected an object, found {}", path, train->describe()));
-    return train->dump();
+  std::string job = "dtrain";
+  if (auto name = root.find("job"); name && name->is_string()) job = name->as_string();
+  if (auto train = root.find("train")) return {train->dump(), job};
+  return {root.dump(), job};
+}
+
+// The backend for train.device: CPU (oneDNN) until the CUDA backend exists.
+std::unique_ptr<nn::Backend> choose_backend(const TrainConfig& config, const std::string& source) {
+  gpu::GpuInfo gpu = gpu::probe_gpu();
+  if (config.device == "cuda") {
+    throw ConfigError(
+        fmt::format("{}: train.device: \"cuda\" is not available: the CUDA backend is not built "
+                    "yet ({})",
+                    source, gpu::describe(gpu)));
   }
-  return root.dump();
+  spdlog::info(
+      "device: cpu (oneDNN){}",
+      gpu.device_count > 0 ? "; a GPU is visible but the CUDA backend is not built yet" : "");
+  return nn::make_dnnl_backend();
+}
+
+std::string run_dir_for(const WorkerOptions& options, const std::string& job) {
+  std::string dir = !options.run_dir.empty()
+                        ? options.run_dir
+                        : common::get_env(common::kEnvRunDir).value_or("runs/" + job);
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec)
+    throw common::IoError(fmt::format("cannot create run directory {}: {}", dir, ec.message()));
+  return dir;
 }
 
 int run_worker(const WorkerOptions& options) {
@@ -74,18 +105,37 @@ int run_worker(const WorkerOptions& options) {
   }
   common::TfConfig task = read_task();
   common::setup_logging(common::role_name(task.task.type, task.task.index));
-  std::string train_json = read_train_config(options.config_path);
-  std::optional<int> rank = task.cluster.ring_rank(task.task);
-  spdlog::info("task {} ({}), ring rank {} of {}, attempt {}", task.task.text(),
-               task.cluster.is_chief(task.task) ? "chief" : "not chief",
-               rank ? std::to_string(*rank) : "-", task.cluster.ring_size(),
-               common::get_env_or_default(common::kEnvAttempt));
-  spdlog::info("device: {}", gpu::describe(gpu::probe_gpu()));
-  spdlog::info("training config: {} bytes of JSON", train_json.size());
-  spdlog::error(
-      "the training engine is not built yet: dtrain-worker validated its TF_CONFIG "
-      "and config and stops here without training");
-  return common::kExitFailure;
+  auto [train_json, job] = read_train_config(options.config_path);
+  TrainConfig config = parse_train_config(train_json, options.config_path);
+  int attempt = std::stoi(common::get_env_or_default(common::kEnvAttempt));
+  std::unique_ptr<nn::Backend> backend = choose_backend(config, options.config_path);
+  std::vector<int> input_shape = {config.model.height, config.model.width, config.model.channels};
+  auto [train_data, test_data] = data::load_data(config.data, input_shape);
+  comm::RingIdentity id =
+      comm::ring_identity(task, common::get_env(common::kEnvJob).value_or(job), attempt,
+                          common::get_env_or_default(common::kEnvToken));
+  spdlog::info("task {}: rank {} of {}, attempt {}, {} training examples", task.task.text(),
+               id.rank, id.size, attempt, train_data.count);
+  std::unique_ptr<comm::Communicator> communicator = comm::make_communicator(id, {});
+  common::ControlClient control(common::get_env(common::kEnvControl).value_or(""));
+  TrainerOptions trainer_options{run_dir_for(options, job), task.cluster.is_chief(task.task),
+                                 task.task.text(), attempt};
+  try {
+    Trainer trainer(config, *backend, *communicator, std::move(train_data), std::move(test_data),
+                    trainer_options, &control);
+    trainer.fit();
+  } catch (const common::IoError& e) {
+    communicator->abort(e.what());
+    throw;
+  } catch (const ConfigError& e) {
+    communicator->abort(e.what());
+    std::string message =
+        e.what();  // layer shape errors name "model.layers[i]" in the train object
+    if (message.rfind("model.", 0) == 0)
+      throw ConfigError(fmt::format("{}: train.{}", options.config_path, message));
+    throw;
+  }
+  return common::kExitSuccess;
 }
 
 }  // namespace

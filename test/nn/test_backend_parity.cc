@@ -1,0 +1,466 @@
+// The oneDNN backend against the reference, method by method, on the same random inputs: conv
+// (odd sizes, kernels 1-5, strides 1-3, valid, Keras "same" and asymmetric padding), dense, relu,
+// max pooling (outputs and dx only: the two workspaces have different formats), softmax
+// cross-entropy, SGD and Adam; and bit-identical repeat runs of the oneDNN backend. Tolerances
+// are float32 rounding-error bounds, derived where each is used; nothing here checks speed.
+#include <algorithm>
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "worker/nn/backend.h"
+
+using namespace dtrain::nn;
+
+namespace {
+
+using Floats = std::vector<float>;
+
+/// float32's unit roundoff: one rounding changes a value by at most this fraction of it.
+constexpr double kUnit = 0x1p-24;
+
+class Rng {
+ public:
+  explicit Rng(uint32_t seed) : engine_(seed) {}
+  double uniform(double lo, double hi) { return lo + (hi - lo) * (engine_() / 4294967296.0); }
+  int integer(int lo, int hi) { return lo + static_cast<int>(engine_() % (hi - lo + 1)); }
+  Floats floats(size_t count, double lo, double hi) {
+    Floats out(count);
+    for (float& v : out) v = static_cast<float>(uniform(lo, hi));
+    return out;
+  }
+
+ private:
+  std::mt19937 engine_;
+};
+
+struct Backends {
+  std::unique_ptr<Backend> dnnl = make_dnnl_backend();
+  std::unique_ptr<Backend> ref = make_reference_backend();
+};
+
+Floats abs_of(Floats v) {
+  for (float& x : v) x = std::fabs(x);
+  return v;
+}
+
+/// Checks |got[i] - want[i]| <= tolerance[i] everywhere and names the worst element.
+void check_within(const std::string& what, const Floats& got, const Floats& want,
+                  const std::vector<double>& tolerance) {
+  REQUIRE(got.size() == want.size());
+  double worst = 0.0;
+  size_t at = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    double excess = std::fabs(double{got[i]} - want[i]) - tolerance[i];
+    if (excess > worst || std::isnan(got[i])) worst = std::isnan(got[i]) ? 1.0 : excess, at = i;
+  }
+  INFO(what << ": element " << at << " of " << got.size() << ": oneDNN " << got[at] << " reference "
+            << want[at] << " tolerance " << tolerance[at]);
+  CHECK(worst <= 0.0);
+}
+
+/// For outputs that are sums of `terms` products (bias included), computed in float32 in any
+/// order, with or without FMA: the error is at most gamma_terms * sum|products| (Higham, Accuracy
+/// and Stability, 3.1), and the reference adds one rounding of its double sum, u * |y|. The sum
+/// of |products| per element is the reference run on |inputs|; 1% covers its own rounding.
+void check_sums(const std::string& what, const Floats& got, const Floats& want,
+                const Floats& magnitude, double terms) {
+  std::vector<double> tolerance(magnitude.size());
+  for (size_t i = 0; i < magnitude.size(); ++i)
+    tolerance[i] = 1.01 * (terms + 2) * kUnit * magnitude[i];
+  check_within(what, got, want, tolerance);
+}
+
+void check_equal(const std::string& what, const Floats& got, const Floats& want) {
+  check_within(what, got, want, std::vector<double>(got.size(), 0.0));
+}
+
+std::string describe(const ConvShape& s) {
+  std::ostringstream out;
+  out << "conv n=" << s.n << " c=" << s.c << " h=" << s.h << " w=" << s.w << " k=" << s.k
+      << " kernel " << s.kh << "x" << s.kw << " stride " << s.sh << "x" << s.sw << " pads "
+      << s.pad_top << "/" << s.pad_bottom << " " << s.pad_left << "/" << s.pad_right;
+  return out.str();
+}
+
+enum class Padding { kValid, kKerasSame, kAsymmetric };
+
+/// Padding along one axis: Keras "same" puts the odd one at the end; kAsymmetric always pads
+/// one more at the end (never more than kernel - 1 in all, as Keras never does).
+void pad_axis(Padding mode, int size, int kernel, int stride, int* before, int* after) {
+  *before = *after = 0;
+  if (mode == Padding::kKerasSame) {
+    int total = std::max(((size + stride - 1) / stride - 1) * stride + kernel - size, 0);
+    *before = total / 2, *after = total - total / 2;
+  } else if (mode == Padding::kAsymmetric && kernel >= 2) {
+    *before = (kernel - 2) / 2, *after = *before + 1;
+  }
+}
+
+ConvShape random_conv_shape(Rng& rng, Padding mode) {
+  ConvShape s;
+  s.n = 3, s.c = rng.integer(2, 5), s.h = rng.integer(5, 13), s.w = rng.integer(5, 13);
+  s.k = rng.integer(1, 6), s.kh = rng.integer(1, 5), s.kw = rng.integer(1, 5);
+  s.sh = rng.integer(1, 3), s.sw = rng.integer(1, 3);
+  pad_axis(mode, s.h, s.kh, s.sh, &s.pad_top, &s.pad_bottom);
+  pad_axis(mode, s.w, s.kw, s.sw, &s.pad_left, &s.pad_right);
+  return s;
+}
+
+size_t x_count(const ConvShape& s) {
+  return static_cast<size_t>(s.n) * s.c * s.h * s.w;
+}
+size_t w_count(const ConvShape& s) {
+  return static_cast<size_t>(s.k) * s.c * s.kh * s.kw;
+}
+size_t y_count(const ConvShape& s) {
+  return static_cast<size_t>(s.n) * s.k * s.oh() * s.ow();
+}
+
+struct ConvData {
+  Floats x, w, b, dy;
+};
+
+ConvData random_conv_data(const ConvShape& s, Rng& rng) {
+  return {rng.floats(x_count(s), -1, 1), rng.floats(w_count(s), -1, 1), rng.floats(s.k, -1, 1),
+          rng.floats(y_count(s), -1, 1)};
+}
+
+void check_conv_parity(Backends& be, const ConvShape& s, const ConvData& d) {
+  Floats got(y_count(s)), want(y_count(s)), mag(y_count(s));
+  be.dnnl->conv2d_forward(s, d.x.data(), d.w.data(), d.b.data(), got.data());
+  be.ref->conv2d_forward(s, d.x.data(), d.w.data(), d.b.data(), want.data());
+  be.ref->conv2d_forward(s, abs_of(d.x).data(), abs_of(d.w).data(), abs_of(d.b).data(), mag.data());
+  check_sums("conv y", got, want, mag, s.c * s.kh * s.kw + 1);
+
+  got.assign(x_count(s), 0), want.assign(x_count(s), 0), mag.assign(x_count(s), 0);
+  be.dnnl->conv2d_backward_data(s, d.dy.data(), d.w.data(), got.data());
+  be.ref->conv2d_backward_data(s, d.dy.data(), d.w.data(), want.data());
+  be.ref->conv2d_backward_data(s, abs_of(d.dy).data(), abs_of(d.w).data(), mag.data());
+  check_sums("conv dx", got, want, mag, s.k * s.kh * s.kw);
+
+  Floats got_w(w_count(s)), want_w(w_count(s)), mag_w(w_count(s));
+  Floats got_b(s.k), want_b(s.k), mag_b(s.k);
+  be.dnnl->conv2d_backward_weights(s, d.x.data(), d.dy.data(), got_w.data(), got_b.data());
+  be.ref->conv2d_backward_weights(s, d.x.data(), d.dy.data(), want_w.data(), want_b.data());
+  be.ref->conv2d_backward_weights(s, abs_of(d.x).data(), abs_of(d.dy).data(), mag_w.data(),
+                                  mag_b.data());
+  check_sums("conv dw", got_w, want_w, mag_w, s.n * s.oh() * s.ow());
+  check_sums("conv db", got_b, want_b, mag_b, s.n * s.oh() * s.ow());
+}
+
+void check_dense_parity(Backends& be, int n, int in, int out, Rng& rng) {
+  const Floats x = rng.floats(n * in, -1, 1), w = rng.floats(in * out, -1, 1);
+  const Floats b = rng.floats(out, -1, 1), dy = rng.floats(n * out, -1, 1);
+  Floats got(n * out), want(n * out), mag(n * out);
+  be.dnnl->dense_forward(n, in, out, x.data(), w.data(), b.data(), got.data());
+  be.ref->dense_forward(n, in, out, x.data(), w.data(), b.data(), want.data());
+  be.ref->dense_forward(n, in, out, abs_of(x).data(), abs_of(w).data(), abs_of(b).data(),
+                        mag.data());
+  check_sums("dense y", got, want, mag, in + 1);
+
+  got.assign(n * in, 0), want.assign(n * in, 0), mag.assign(n * in, 0);
+  be.dnnl->dense_backward_data(n, in, out, dy.data(), w.data(), got.data());
+  be.ref->dense_backward_data(n, in, out, dy.data(), w.data(), want.data());
+  be.ref->dense_backward_data(n, in, out, abs_of(dy).data(), abs_of(w).data(), mag.data());
+  check_sums("dense dx", got, want, mag, out);
+
+  Floats got_w(in * out), want_w(in * out), mag_w(in * out), got_b(out), want_b(out), mag_b(out);
+  be.dnnl->dense_backward_weights(n, in, out, x.data(), dy.data(), got_w.data(), got_b.data());
+  be.ref->dense_backward_weights(n, in, out, x.data(), dy.data(), want_w.data(), want_b.data());
+  be.ref->dense_backward_weights(n, in, out, abs_of(x).data(), abs_of(dy).data(), mag_w.data(),
+                                 mag_b.data());
+  check_sums("dense dw", got_w, want_w, mag_w, n);
+  check_sums("dense db", got_b, want_b, mag_b, n);
+}
+
+/// count distinct values (multiples of 1/64, exact in float) in random order: pools see no ties.
+Floats distinct_values(size_t count, Rng& rng) {
+  Floats out(count);
+  for (size_t i = 0; i < count; ++i) out[i] = (static_cast<float>(i) - count / 2.0f) / 64;
+  for (size_t i = count - 1; i > 0; --i)
+    std::swap(out[i], out[rng.integer(0, static_cast<int>(i))]);
+  return out;
+}
+
+/// A workspace of the backend's own size and format, aligned for any element type.
+std::vector<uint64_t> workspace_for(Backend& be, const PoolShape& s) {
+  return std::vector<uint64_t>(be.maxpool_workspace_bytes(s) / sizeof(uint64_t) + 1);
+}
+
+/// Maxima are copied, so y must match exactly; dx sums the dy of every window (at most
+/// ceil(kh/sh) * ceil(kw/sw)) whose maximum an input is.
+void check_pool_parity(Backends& be, const PoolShape& s, Rng& rng) {
+  const size_t in_count = static_cast<size_t>(s.n) * s.c * s.h * s.w;
+  const size_t out_count = static_cast<size_t>(s.n) * s.c * s.oh() * s.ow();
+  const Floats x = distinct_values(in_count, rng), dy = rng.floats(out_count, -1, 1);
+  auto ws_dnnl = workspace_for(*be.dnnl, s), ws_ref = workspace_for(*be.ref, s);
+  Floats got(out_count), want(out_count);
+  be.dnnl->maxpool_forward(s, x.data(), got.data(), ws_dnnl.data());
+  be.ref->maxpool_forward(s, x.data(), want.data(), ws_ref.data());
+  check_equal("pool y", got, want);
+
+  Floats got_dx(in_count), want_dx(in_count), mag(in_count);
+  be.dnnl->maxpool_backward(s, dy.data(), ws_dnnl.data(), got_dx.data());
+  be.ref->maxpool_backward(s, dy.data(), ws_ref.data(), want_dx.data());
+  be.ref->maxpool_backward(s, abs_of(dy).data(), ws_ref.data(), mag.data());
+  const int overlap = ((s.kh + s.sh - 1) / s.sh) * ((s.kw + s.sw - 1) / s.sw);
+  check_sums("pool dx", got_dx, want_dx, mag, overlap);
+}
+
+/// Logits in [-4, 4] whose top two in each row differ by at least 1e-3, so that the arg-max
+/// cannot depend on rounding.
+Floats separated_logits(int n, int classes, Rng& rng) {
+  Floats out;
+  for (int i = 0; i < n; ++i) {
+    Floats row;
+    do {
+      row = rng.floats(classes, -4, 4);
+      std::sort(row.begin(), row.end());
+    } while (classes > 1 && row[classes - 1] - row[classes - 2] < 1e-3f);
+    for (int j = classes - 1; j > 0; --j) std::swap(row[j], row[rng.integer(0, j)]);
+    out.insert(out.end(), row.begin(), row.end());
+  }
+  return out;
+}
+
+/// Loss: per row log(sum_j exp(z_j - max)) - (z_label - max). In float32 the sum of C terms
+/// costs C u relative, exp and log a few u each plus u |z - max| <= 8 u from their arguments, and
+/// the mean of n rows n u: 4 (C + n + 8 + 2 * 8) u (1 + |loss|) leaves a factor 4 for libm or
+/// oneDNN's exp. dlogits = (p - onehot) / n with |p - onehot| <= 1, and p carries the same
+/// relative error: 4 (C + 8 + 2 * 8) u / n. The count of correct rows must match exactly.
+void check_softmax_parity(Backends& be, int n, int classes, Rng& rng) {
+  const Floats logits = separated_logits(n, classes, rng);
+  std::vector<int32_t> labels(n);
+  for (int i = 0; i < n; ++i) {
+    auto row = logits.begin() + static_cast<std::ptrdiff_t>(i) * classes;
+    labels[i] = i % 2 == 0 ? static_cast<int32_t>(std::max_element(row, row + classes) - row)
+                           : rng.integer(0, classes - 1);
+  }
+  Floats got(logits.size()), want(logits.size());
+  int got_correct = -1, want_correct = -2;
+  const float got_loss = be.dnnl->softmax_cross_entropy(n, classes, logits.data(), labels.data(),
+                                                        got.data(), &got_correct);
+  const float want_loss = be.ref->softmax_cross_entropy(n, classes, logits.data(), labels.data(),
+                                                        want.data(), &want_correct);
+  const double loss_bound = 4 * (classes + n + 8 + 16) * kUnit * (1 + std::fabs(want_loss));
+  check_within("softmax loss", {got_loss}, {want_loss}, {loss_bound});
+  check_within("softmax dlogits", got, want,
+               std::vector<double>(got.size(), 4 * (classes + 8 + 16) * kUnit / n));
+  CHECK(got_correct == want_correct);
+}
+
+/// Each new value is a few float32 operations on terms no larger than |w| + |v| + |g| (learning
+/// rate and momentum are at most 1), each rounding once: 8 u of that sum bounds them.
+void check_sgd_parity(Backends& be, const SgdParams& p, Rng& rng) {
+  const size_t count = 1001;
+  const Floats w = rng.floats(count, -2, 2), g = rng.floats(count, -1, 1);
+  const Floats v = rng.floats(count, -0.5, 0.5);
+  Floats got_w = w, want_w = w, got_v = v, want_v = v;
+  const bool momentum = p.momentum != 0.0f;
+  be.dnnl->sgd_update(p, count, got_w.data(), g.data(), momentum ? got_v.data() : nullptr);
+  be.ref->sgd_update(p, count, want_w.data(), g.data(), momentum ? want_v.data() : nullptr);
+  std::vector<double> w_bound(count), v_bound(count);
+  for (size_t i = 0; i < count; ++i) {
+    w_bound[i] = 8 * kUnit * (std::fabs(w[i]) + std::fabs(v[i]) + std::fabs(g[i]));
+    v_bound[i] = 8 * kUnit * (std::fabs(v[i]) + std::fabs(g[i]));
+  }
+  check_within("sgd w", got_w, want_w, w_bound);
+  if (momentum) check_within("sgd velocity", got_v, want_v, v_bound);
+}
+
+/// m and v: two products and a sum, 8 u (|m| + |g|) and 8 u (v + g^2). w: 8 u |w| for the
+/// subtraction plus the update's error. Keras computes lr_t in float32, where 1 - beta_2^t loses
+/// up to log2(1 / (1 - beta_2)) ~ 10 bits at small t, so allow 2048 u of the update, whose size
+/// is at most lr_t (|m| + |g|) / (sqrt(v_new) + epsilon).
+void check_adam_parity(Backends& be, const AdamParams& p, int64_t step, Rng& rng) {
+  const size_t count = 1001;
+  const Floats w = rng.floats(count, -2, 2), g = rng.floats(count, -1, 1);
+  const Floats m = rng.floats(count, -0.5, 0.5), v = rng.floats(count, 0, 0.5);
+  Floats got_w = w, want_w = w, got_m = m, want_m = m, got_v = v, want_v = v;
+  be.dnnl->adam_update(p, step, count, got_w.data(), g.data(), got_m.data(), got_v.data());
+  be.ref->adam_update(p, step, count, want_w.data(), g.data(), want_m.data(), want_v.data());
+  const double t = static_cast<double>(step);
+  const double lr_t = p.learning_rate * std::sqrt(1 - std::pow(double{p.beta_2}, t)) /
+                      (1 - std::pow(double{p.beta_1}, t));
+  std::vector<double> w_bound(count), m_bound(count), v_bound(count);
+  for (size_t i = 0; i < count; ++i) {
+    const double update =
+        lr_t * (std::fabs(m[i]) + std::fabs(g[i])) / (std::sqrt(want_v[i]) + p.epsilon);
+    w_bound[i] = 8 * kUnit * std::fabs(w[i]) + 2048 * kUnit * update;
+    m_bound[i] = 8 * kUnit * (std::fabs(m[i]) + std::fabs(g[i]));
+    v_bound[i] = 8 * kUnit * (v[i] + double{g[i]} * g[i]);
+  }
+  check_within("adam w", got_w, want_w, w_bound);
+  check_within("adam m", got_m, want_m, m_bound);
+  check_within("adam v", got_v, want_v, v_bound);
+}
+
+/// Conv, relu and pooling, forward and backward, on a shape large enough that oneDNN splits the
+/// work across threads; appends every output.
+void run_conv_layers(Backend& be, Rng& rng, std::vector<Floats>& out) {
+  ConvShape s;
+  s.n = 8, s.c = 16, s.h = 27, s.w = 27, s.k = 16, s.kh = 3, s.kw = 3;
+  s.pad_top = s.pad_left = s.pad_bottom = s.pad_right = 1;
+  const ConvData d = random_conv_data(s, rng);
+  Floats y(y_count(s)), dx(x_count(s)), dw(w_count(s)), db(s.k);
+  be.conv2d_forward(s, d.x.data(), d.w.data(), d.b.data(), y.data());
+  be.conv2d_backward_data(s, d.dy.data(), d.w.data(), dx.data());
+  be.conv2d_backward_weights(s, d.x.data(), d.dy.data(), dw.data(), db.data());
+  PoolShape p;
+  p.n = 8, p.c = 16, p.h = 27, p.w = 27, p.kh = 3, p.kw = 3, p.sh = 2, p.sw = 2;
+  auto ws = workspace_for(be, p);
+  Floats pooled(static_cast<size_t>(p.n) * p.c * p.oh() * p.ow()), pool_dx(y.size());
+  be.relu_forward(y.size(), y.data(), y.data());
+  be.maxpool_forward(p, y.data(), pooled.data(), ws.data());
+  be.maxpool_backward(p, pooled.data(), ws.data(), pool_dx.data());
+  be.relu_backward(y.size(), y.data(), pool_dx.data(), pool_dx.data());
+  out.insert(out.end(), {y, dx, dw, db, pooled, pool_dx});
+}
+
+/// Dense, softmax cross-entropy, and three steps of each optimizer on the dense gradient.
+void run_dense_layers(Backend& be, Rng& rng, std::vector<Floats>& out) {
+  const int n = 64, in = 301, classes = 10;
+  const Floats x = rng.floats(n * in, -1, 1), w = rng.floats(in * classes, -1, 1);
+  const Floats b = rng.floats(classes, -1, 1);
+  Floats logits(n * classes), dlogits(n * classes), dx(n * in), dw(in * classes), db(classes);
+  const std::vector<int32_t> labels(n, 3);
+  int correct = 0;
+  be.dense_forward(n, in, classes, x.data(), w.data(), b.data(), logits.data());
+  float loss =
+      be.softmax_cross_entropy(n, classes, logits.data(), labels.data(), dlogits.data(), &correct);
+  be.dense_backward_data(n, in, classes, dlogits.data(), w.data(), dx.data());
+  be.dense_backward_weights(n, in, classes, x.data(), dlogits.data(), dw.data(), db.data());
+  out.insert(out.end(), {logits, dlogits, {loss, float(correct)}, dx, dw, db});
+
+  Floats velocity(dw.size()), m(dw.size()), v(dw.size()), w_sgd = w, w_adam = w;
+  SgdParams sgd;
+  sgd.momentum = 0.9f, sgd.nesterov = true;
+  for (int64_t step = 1; step <= 3; ++step) {
+    be.sgd_update(sgd, dw.size(), w_sgd.data(), dw.data(), velocity.data());
+    be.adam_update(AdamParams{}, step, dw.size(), w_adam.data(), dw.data(), m.data(), v.data());
+  }
+  out.insert(out.end(), {w_sgd, velocity, w_adam, m, v});
+}
+
+/// Every output of every method of one backend, on inputs drawn from a fixed seed.
+std::vector<Floats> run_everything(Backend& be) {
+  Rng rng(7);
+  std::vector<Floats> out;
+  run_conv_layers(be, rng, out);
+  run_dense_layers(be, rng, out);
+  return out;
+}
+
+bool bit_identical(const Floats& a, const Floats& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+}  // namespace
+
+TEST_CASE("oneDNN conv2d matches the reference on random shapes", "[parity]") {
+  Backends be;
+  Rng rng(101);
+  for (Padding mode : {Padding::kValid, Padding::kKerasSame, Padding::kAsymmetric}) {
+    for (int trial = 0; trial < 25; ++trial) {
+      const ConvShape s = random_conv_shape(rng, mode);
+      INFO(describe(s));
+      check_conv_parity(be, s, random_conv_data(s, rng));
+    }
+  }
+}
+
+TEST_CASE("oneDNN dense matches the reference with odd sizes", "[parity]") {
+  Backends be;
+  Rng rng(102);
+  const int shapes[][3] = {{3, 5, 7},   {1, 1, 1},  {5, 33, 11},
+                           {3, 127, 9}, {7, 9, 65}, {64, 31, 10}};
+  for (const auto& shape : shapes) {
+    INFO("dense n=" << shape[0] << " in=" << shape[1] << " out=" << shape[2]);
+    check_dense_parity(be, shape[0], shape[1], shape[2], rng);
+  }
+}
+
+TEST_CASE("oneDNN max pooling matches the reference: outputs and dx", "[parity]") {
+  Backends be;
+  Rng rng(103);
+  const int windows[][4] = {{2, 2, 2, 2}, {3, 3, 2, 2}, {3, 3, 1, 1}, {2, 3, 1, 2}};
+  for (const auto& win : windows) {
+    for (int trial = 0; trial < 6; ++trial) {
+      PoolShape s;
+      s.n = 3, s.c = rng.integer(2, 5), s.h = rng.integer(5, 13), s.w = rng.integer(5, 13);
+      s.kh = win[0], s.kw = win[1], s.sh = win[2], s.sw = win[3];
+      INFO("pool c=" << s.c << " h=" << s.h << " w=" << s.w << " window " << s.kh << "x" << s.kw
+                     << " stride " << s.sh << "x" << s.sw);
+      check_pool_parity(be, s, rng);
+    }
+  }
+}
+
+TEST_CASE("oneDNN relu matches the reference exactly, in place too", "[parity]") {
+  Backends be;
+  Rng rng(104);
+  Floats x = rng.floats(1001, -1, 1);
+  for (size_t i = 0; i < x.size(); i += 7) x[i] = 0.0f;
+  const Floats dy = rng.floats(x.size(), -1, 1);
+  Floats got(x.size()), want(x.size()), in_place = x;
+  be.dnnl->relu_forward(x.size(), x.data(), got.data());
+  be.ref->relu_forward(x.size(), x.data(), want.data());
+  be.dnnl->relu_forward(in_place.size(), in_place.data(), in_place.data());
+  check_equal("relu y", got, want);
+  check_equal("relu y in place", in_place, want);
+
+  Floats got_dx(x.size()), want_dx(x.size()), in_place_dx = dy;
+  be.dnnl->relu_backward(x.size(), want.data(), dy.data(), got_dx.data());
+  be.ref->relu_backward(x.size(), want.data(), dy.data(), want_dx.data());
+  be.dnnl->relu_backward(x.size(), want.data(), in_place_dx.data(), in_place_dx.data());
+  check_equal("relu dx", got_dx, want_dx);
+  check_equal("relu dx in place", in_place_dx, want_dx);
+}
+
+TEST_CASE("oneDNN softmax cross-entropy matches the reference", "[parity]") {
+  Backends be;
+  Rng rng(105);
+  const int shapes[][2] = {{3, 2}, {3, 5}, {3, 10}, {7, 11}, {64, 10}, {1, 3}};
+  for (const auto& shape : shapes) {
+    INFO("softmax n=" << shape[0] << " classes=" << shape[1]);
+    check_softmax_parity(be, shape[0], shape[1], rng);
+  }
+}
+
+TEST_CASE("oneDNN SGD and Adam updates match the reference", "[parity]") {
+  Backends be;
+  Rng rng(106);
+  for (const SgdParams& p : {SgdParams{0.01f, 0.0f, false}, SgdParams{0.1f, 0.9f, false},
+                             SgdParams{0.05f, 0.5f, true}}) {
+    INFO("sgd lr=" << p.learning_rate << " momentum=" << p.momentum << " nesterov=" << p.nesterov);
+    check_sgd_parity(be, p, rng);
+  }
+  for (const AdamParams& p : {AdamParams{}, AdamParams{0.01f, 0.8f, 0.99f, 1e-5f}}) {
+    for (int64_t step : {1, 2, 7, 1000}) {
+      INFO("adam lr=" << p.learning_rate << " beta_1=" << p.beta_1 << " step " << step);
+      check_adam_parity(be, p, step, rng);
+    }
+  }
+}
+
+TEST_CASE("oneDNN gives bit-identical results on repeat runs", "[parity]") {
+  auto first = make_dnnl_backend();
+  const std::vector<Floats> a = run_everything(*first);
+  const std::vector<Floats> b = run_everything(*first);
+  const std::vector<Floats> c = run_everything(*make_dnnl_backend());
+  REQUIRE(a.size() == b.size());
+  REQUIRE(a.size() == c.size());
+  for (size_t i = 0; i < a.size(); ++i) {
+    INFO("output " << i << " of " << a.size());
+    CHECK(bit_identical(a[i], b[i]));
+    CHECK(bit_identical(a[i], c[i]));
+  }
+}

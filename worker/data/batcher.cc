@@ -1,0 +1,178 @@
+// See batcher.h. The producer thread only calls batch_at() and pushes into a bounded queue; all
+// shared state is behind one mutex and one condition variable.
+#include "worker/data/batcher.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <numeric>
+
+#include "common/errors.h"
+
+namespace dtrain::data {
+namespace {
+
+constexpr uint64_t kGoldenGamma = 0x9e3779b97f4a7c15ull;
+
+// Copies one NHWC example into CHW order (a plain copy for one channel).
+void copy_chw(const Dataset& data, int64_t example, float* out) {
+  const int64_t plane = int64_t{data.height} * data.width;
+  const int channels = data.channels;
+  const float* in = data.images.data() + example * plane * channels;
+  if (channels == 1) {
+    std::copy(in, in + plane, out);
+    return;
+  }
+  for (int64_t pixel = 0; pixel < plane; ++pixel) {
+    for (int c = 0; c < channels; ++c) out[c * plane + pixel] = in[pixel * channels + c];
+  }
+}
+
+std::vector<int64_t> make_shard(const Dataset& data, const BatchStreamOptions& options) {
+  DT_ENFORCE(options.worker_count > 0 && options.worker_index >= 0 &&
+                 options.worker_index < options.worker_count,
+             "worker {} of {}", options.worker_index, options.worker_count);
+  DT_ENFORCE(options.batch_size > 0, "batch size {}", options.batch_size);
+  DT_ENFORCE(options.epoch >= 0, "epoch {}", options.epoch);
+  DT_ENFORCE(options.first_step >= 0 && options.first_step <= options.steps, "steps {} .. {}",
+             options.first_step, options.steps);
+  DT_ENFORCE(options.timeout.count() > 0, "timeout {} ms", options.timeout.count());
+  DT_ENFORCE_EQ(data.images.size(),
+                static_cast<size_t>(data.count * data.height * data.width * data.channels));
+  DT_ENFORCE_EQ(data.labels.size(), static_cast<size_t>(data.count));
+  if (data.count < options.worker_count) {
+    throw common::ConfigError(fmt::format(
+        "data: {} examples cannot be sharded among {} workers (each needs at least one)",
+        data.count, options.worker_count));
+  }
+  return shard(epoch_order(data.count, options.seed, options.epoch), options.worker_index,
+               options.worker_count);
+}
+
+}  // namespace
+
+uint64_t SplitMix64::next() {
+  uint64_t z = (state_ += kGoldenGamma);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+uint64_t SplitMix64::below(uint64_t bound) {
+  DT_ENFORCE(bound > 0, "below(0)");
+  const uint64_t threshold = (0 - bound) % bound;  // 2^64 mod bound: reject the uneven tail
+  for (;;) {
+    uint64_t r = next();
+    if (r >= threshold) return r % bound;
+  }
+}
+
+float SplitMix64::unit_float() {
+  return static_cast<float>(next() >> 40) * (1.0f / 16777216.0f);
+}
+
+uint64_t derive_seed(uint64_t seed, uint64_t stream) {
+  SplitMix64 base(seed);
+  SplitMix64 sub(base.next() + stream * kGoldenGamma);
+  return sub.next();
+}
+
+std::vector<int64_t> epoch_order(int64_t count, uint64_t seed, int epoch) {
+  DT_ENFORCE(count >= 0 && epoch >= 0, "epoch_order({}, epoch {})", count, epoch);
+  std::vector<int64_t> order(static_cast<size_t>(count));
+  std::iota(order.begin(), order.end(), int64_t{0});
+  SplitMix64 rng(derive_seed(seed, static_cast<uint64_t>(epoch)));
+  for (int64_t i = count - 1; i > 0; --i) {
+    const auto j = static_cast<int64_t>(rng.below(static_cast<uint64_t>(i) + 1));
+    std::swap(order[static_cast<size_t>(i)], order[static_cast<size_t>(j)]);
+  }
+  return order;
+}
+
+std::vector<int64_t> shard(const std::vector<int64_t>& order, int index, int workers) {
+  DT_ENFORCE(workers > 0 && index >= 0 && index < workers, "shard {} of {}", index, workers);
+  std::vector<int64_t> mine;
+  mine.reserve(order.size() / static_cast<size_t>(workers) + 1);
+  for (size_t k = static_cast<size_t>(index); k < order.size(); k += static_cast<size_t>(workers))
+    mine.push_back(order[k]);
+  return mine;
+}
+
+int64_t shard_size(int64_t count, int index, int workers) {
+  DT_ENFORCE(workers > 0 && index >= 0 && index < workers, "shard {} of {}", index, workers);
+  return count / workers + (index < count % workers ? 1 : 0);
+}
+
+int64_t default_steps(int64_t shard_size, int batch) {
+  DT_ENFORCE(shard_size > 0 && batch > 0, "default_steps({}, {})", shard_size, batch);
+  return (shard_size + batch - 1) / batch;
+}
+
+BatchStream::BatchStream(const Dataset& dataset, const BatchStreamOptions& options)
+    : dataset_(dataset),
+      options_(options),
+      shard_(make_shard(dataset, options)),
+      next_step_(options.first_step),
+      producer_([this] { produce(); }) {}
+
+BatchStream::~BatchStream() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stopping_ = true;
+  }
+  changed_.notify_all();
+  if (producer_.joinable()) producer_.join();
+}
+
+void BatchStream::produce() noexcept {
+  try {
+    for (int64_t step = options_.first_step; step < options_.steps; ++step) {
+      Batch batch = batch_at(step);
+      std::unique_lock<std::mutex> lock(mutex_);
+      changed_.wait(lock, [this] { return stopping_ || ready_.size() < kPrefetchDepth; });
+      if (stopping_) return;
+      ready_.push_back(std::move(batch));
+      changed_.notify_all();
+    }
+  } catch (...) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    failure_ = std::current_exception();
+    changed_.notify_all();
+  }
+}
+
+Batch BatchStream::next() {
+  DT_ENFORCE(next_step_ < options_.steps, "next() after the last step ({})", options_.steps);
+  std::unique_lock<std::mutex> lock(mutex_);
+  changed_.wait_for(lock, options_.timeout, [this] { return !ready_.empty() || failure_; });
+  if (!ready_.empty()) {
+    Batch batch = std::move(ready_.front());
+    ready_.pop_front();
+    ++next_step_;
+    changed_.notify_all();
+    return batch;
+  }
+  if (failure_) std::rethrow_exception(failure_);
+  throw common::IoError(
+      fmt::format("data: waited {} ms for batch {} of epoch {} from the prefetch thread; none came",
+                  options_.timeout.count(), next_step_, options_.epoch));
+}
+
+Batch BatchStream::batch_at(int64_t step) const {
+  DT_ENFORCE(step >= 0, "step {}", step);
+  const int64_t batch_size = options_.batch_size;
+  const int64_t pixels = int64_t{dataset_.height} * dataset_.width * dataset_.channels;
+  const auto count = static_cast<int64_t>(shard_.size());
+  Batch batch;
+  batch.size = batch_size;
+  batch.images.resize(static_cast<size_t>(batch_size * pixels));
+  batch.labels.resize(static_cast<size_t>(batch_size));
+  for (int64_t j = 0; j < batch_size; ++j) {
+    const int64_t example = shard_[static_cast<size_t>((step * batch_size + j) % count)];
+    copy_chw(dataset_, example, batch.images.data() + j * pixels);
+    batch.labels[static_cast<size_t>(j)] = dataset_.labels[static_cast<size_t>(example)];
+  }
+  return batch;
+}
+
+}  // namespace dtrain::data

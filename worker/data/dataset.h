@@ -1,0 +1,62 @@
+// Datasets held in memory as floats: a pair of IDX files (images + labels), or synthetic,
+// learnable data for tests; and the `train.data` config that picks between them. Order,
+// sharding and batching are batcher.h's; the model's shape is checked here, nothing else of it.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "common/json.h"
+
+namespace dtrain::data {
+
+/// Examples in NHWC order, pixels scaled to [0, 1]; labels in [0, classes).
+struct Dataset {
+  int64_t count = 0;
+  int height = 0, width = 0, channels = 0;
+  int classes = 0;
+  std::vector<float> images;  ///< count * height * width * channels
+  std::vector<int32_t> labels;
+};
+
+/// Loads an images file (N x H x W, one channel) and its labels file. ConfigError when either
+/// file is bad (idx_file.h), when the counts differ (naming both files), or when all labels are
+/// 0. classes = largest label + 1. Blocks on file I/O.
+Dataset load_idx_pair(const std::string& images_path, const std::string& labels_path);
+
+/// Learnable synthetic data: each class has a fixed random prototype image (from seed) and
+/// example i is its class's prototype plus small noise, clamped to [0, 1]; label i % classes.
+/// Example i depends only on (seed, i + first_index, shape), so two calls with the same seed
+/// and disjoint index ranges are a train and a test split of one distribution.
+Dataset make_synthetic(int64_t examples, int classes, int height, int width, int channels,
+                       uint64_t seed, int64_t first_index = 0);
+
+/// The `train.data` object. Paths left empty are found in dir when the data is loaded.
+struct DataConfig {
+  std::string source = "idx";  ///< "idx" | "synthetic"
+  std::string dir = "/usr/share/datasets/fashion-mnist";
+  std::string train_images, train_labels, test_images, test_labels;
+  int64_t examples = 1024;  ///< synthetic: training examples (test split: a quarter, >= classes)
+  int classes = 10;         ///< synthetic only
+};
+
+/// Reads node (e.g. "train.data"); ConfigError naming the JSON path for unknown keys, bad
+/// values, and keys that do not belong to the chosen source.
+DataConfig parse_data_config(const common::JsonNode& node);
+
+/// config with its empty idx paths filled from dir: "<dir>/train-images-idx3-ubyte" if that
+/// file exists, else the same name + ".gz"; ConfigError when neither exists.
+DataConfig resolve_idx_paths(const DataConfig& config);
+
+/// Seed of the synthetic source: fixed, so every worker and every restart sees the same data.
+inline constexpr uint64_t kSyntheticSeed = 0x5eedda7a;
+
+/// The train and test splits. input_shape is the model's [height, width, channels]: idx data
+/// must match it (ConfigError "data: images are 28x28x1 but model.input_shape is [32, 32, 3]");
+/// synthetic data is made in that shape. Both splits get the same `classes`.
+std::pair<Dataset, Dataset> load_data(const DataConfig& config,
+                                      const std::vector<int>& input_shape);
+
+}  // namespace dtrain::data

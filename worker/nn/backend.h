@@ -1,0 +1,107 @@
+// The numeric operations a training step needs, on raw float buffers the backend owns the memory
+// kind of (host for CPU, device for CUDA). Two CPU implementations: oneDNN (production) and a
+// naive reference (the test oracle). Layers, loss and optimizers call only this. Layouts:
+// activations NCHW (or N x features), conv weights OIHW, dense weights in x out (Keras's kernel).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+namespace dtrain::nn {
+
+/// A 2-D convolution with bias. Padding is explicit (Keras "same" may pad more at the end).
+struct ConvShape {
+  int n = 1, c = 1, h = 1, w = 1;  ///< input
+  int k = 1, kh = 1, kw = 1;       ///< filters and kernel size
+  int sh = 1, sw = 1;              ///< strides
+  int pad_top = 0, pad_bottom = 0, pad_left = 0, pad_right = 0;
+  int oh() const { return (h + pad_top + pad_bottom - kh) / sh + 1; }
+  int ow() const { return (w + pad_left + pad_right - kw) / sw + 1; }
+};
+
+/// Max pooling without padding (Keras "valid").
+struct PoolShape {
+  int n = 1, c = 1, h = 1, w = 1;
+  int kh = 2, kw = 2, sh = 2, sw = 2;
+  int oh() const { return (h - kh) / sh + 1; }
+  int ow() const { return (w - kw) / sw + 1; }
+};
+
+/// Keras's optimizer hyper-parameters, with Keras's defaults.
+struct SgdParams {
+  float learning_rate = 0.01f;
+  float momentum = 0.0f;
+  bool nesterov = false;
+};
+struct AdamParams {
+  float learning_rate = 0.001f;
+  float beta_1 = 0.9f;
+  float beta_2 = 0.999f;
+  float epsilon = 1e-7f;
+};
+
+/// Every method overwrites its outputs (nothing accumulates unless it says so), blocks until the
+/// result is in place (CPU) or enqueued in order (CUDA), and is called from one thread. Shapes
+/// are validated by the layers; a backend may DT_ENFORCE them. Primitives for a shape are made
+/// once and reused.
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual std::string name() const = 0;
+
+  /// y = conv(x, w) + b.  x: n,c,h,w  w: k,c,kh,kw  b: k  y: n,k,oh,ow
+  virtual void conv2d_forward(const ConvShape& s, const float* x, const float* w, const float* b,
+                              float* y) = 0;
+  /// dx from dy and w.
+  virtual void conv2d_backward_data(const ConvShape& s, const float* dy, const float* w,
+                                    float* dx) = 0;
+  /// dw and db from x and dy.
+  virtual void conv2d_backward_weights(const ConvShape& s, const float* x, const float* dy,
+                                       float* dw, float* db) = 0;
+
+  /// y = x w + b.  x: n,in  w: in,out  b: out  y: n,out
+  virtual void dense_forward(int n, int in, int out, const float* x, const float* w, const float* b,
+                             float* y) = 0;
+  /// dx = dy w^T.
+  virtual void dense_backward_data(int n, int in, int out, const float* dy, const float* w,
+                                   float* dx) = 0;
+  /// dw = x^T dy, db = column sums of dy.
+  virtual void dense_backward_weights(int n, int in, int out, const float* x, const float* dy,
+                                      float* dw, float* db) = 0;
+
+  /// y = max(x, 0); y may be x.
+  virtual void relu_forward(size_t count, const float* x, float* y) = 0;
+  /// dx = dy where y > 0, else 0 (y is the forward output); dx may be dy.
+  virtual void relu_backward(size_t count, const float* y, const float* dy, float* dx) = 0;
+
+  /// Bytes of the workspace max pooling keeps between forward and backward for shape s.
+  virtual size_t maxpool_workspace_bytes(const PoolShape& s) = 0;
+  virtual void maxpool_forward(const PoolShape& s, const float* x, float* y, void* workspace) = 0;
+  /// dx (n,c,h,w) from dy (n,c,oh,ow) and the forward's workspace.
+  virtual void maxpool_backward(const PoolShape& s, const float* dy, const void* workspace,
+                                float* dx) = 0;
+
+  /// Mean sparse categorical cross-entropy of logits (n, classes) against labels, and its
+  /// gradient dlogits = (softmax - onehot) / n. Returns the mean loss; *correct gets the number
+  /// of rows whose arg-max equals the label. labels are host memory.
+  virtual float softmax_cross_entropy(int n, int classes, const float* logits,
+                                      const int32_t* labels, float* dlogits, int* correct) = 0;
+
+  /// Keras SGD on count parameters: v = momentum * v - lr * g; w += v (nesterov: w += momentum * v
+  /// - lr * g); without momentum w -= lr * g and velocity is unused (may be null).
+  virtual void sgd_update(const SgdParams& p, size_t count, float* w, const float* g,
+                          float* velocity) = 0;
+  /// Keras Adam, step t >= 1: m, v moments; lr_t = lr * sqrt(1 - beta_2^t) / (1 - beta_1^t);
+  /// w -= lr_t * m / (sqrt(v) + epsilon).
+  virtual void adam_update(const AdamParams& p, int64_t step, size_t count, float* w,
+                           const float* g, float* m, float* v) = 0;
+};
+
+/// The oneDNN backend (dnnl_backend.cc).
+std::unique_ptr<Backend> make_dnnl_backend();
+/// The naive reference backend (reference_backend.cc): plain loops in double where it matters.
+std::unique_ptr<Backend> make_reference_backend();
+
+}  // namespace dtrain::nn

@@ -1,0 +1,247 @@
+// See layers.h. Activations (relu) are applied in place after the conv or dense op and undone
+// in backward with the layer's own gradient scratch.
+#include "worker/nn/layers.h"
+
+#include <fmt/format.h>
+
+#include <cmath>
+#include <cstring>
+
+#include "common/errors.h"
+#include "worker/nn/random.h"
+
+namespace dtrain::nn {
+namespace {
+
+void glorot_uniform(float* w, size_t count, int fan_in, int fan_out, uint64_t seed) {
+  float limit = std::sqrt(6.0f / static_cast<float>(fan_in + fan_out));
+  for (size_t i = 0; i < count; ++i) w[i] = (2.0f * unit_float(random_key(seed, i)) - 1.0f) * limit;
+}
+
+// Applies the activation in place after the op, and its gradient before the op's backward.
+class Activated : public Layer {
+ protected:
+  Activated(Activation activation, Dims out, int max_batch) : activation_(activation), out_(out) {
+    if (activation_ == Activation::kRelu)
+      delta_.resize(out.size() * static_cast<size_t>(max_batch));
+  }
+  void activate(Backend& b, int n, float* y) const {
+    if (activation_ == Activation::kRelu)
+      b.relu_forward(out_.size() * static_cast<size_t>(n), y, y);
+  }
+  // dy through the activation: dy itself when linear (softmax is fused into the loss).
+  const float* deactivate(Backend& b, int n, const float* y, const float* dy) {
+    if (activation_ != Activation::kRelu) return dy;
+    b.relu_backward(out_.size() * static_cast<size_t>(n), y, dy, delta_.data());
+    return delta_.data();
+  }
+  Activation activation_;
+  Dims out_;
+  std::vector<float> delta_;
+};
+
+class Conv2D : public Activated {
+ public:
+  Conv2D(const LayerSpec& l, int index, Dims in, int max_batch)
+      : Activated(l.activation, output_of(l, in), max_batch), index_(index) {
+    shape_.c = in.c, shape_.h = in.h, shape_.w = in.w, shape_.k = l.filters;
+    shape_.kh = l.kernel_h, shape_.kw = l.kernel_w, shape_.sh = l.stride_h, shape_.sw = l.stride_w;
+    if (l.same_padding) {
+      std::tie(shape_.pad_top, shape_.pad_bottom) = same_padding(in.h, l.kernel_h, l.stride_h);
+      std::tie(shape_.pad_left, shape_.pad_right) = same_padding(in.w, l.kernel_w, l.stride_w);
+    }
+  }
+  static Dims output_of(const LayerSpec& l, Dims in) {
+    if (l.same_padding)
+      return {l.filters, (in.h + l.stride_h - 1) / l.stride_h,
+              (in.w + l.stride_w - 1) / l.stride_w};
+    return {l.filters, (in.h - l.kernel_h) / l.stride_h + 1, (in.w - l.kernel_w) / l.stride_w + 1};
+  }
+  Dims output_dims() const override { return out_; }
+  std::vector<ParamInfo> params() const override {
+    size_t kernel = static_cast<size_t>(shape_.k) * shape_.c * shape_.kh * shape_.kw;
+    std::string base = fmt::format("layers.{}.conv2d.", index_);
+    return {{base + "kernel", {shape_.k, shape_.c, shape_.kh, shape_.kw}, 0, kernel},
+            {base + "bias", {shape_.k}, kernel, static_cast<size_t>(shape_.k)}};
+  }
+  void initialize(float* p, uint64_t seed) const override {
+    int area = shape_.kh * shape_.kw;
+    glorot_uniform(p, params()[0].count, area * shape_.c, area * shape_.k, seed);
+    std::fill(p + params()[1].offset, p + params()[1].offset + params()[1].count, 0.0f);
+  }
+  void forward(Backend& b, int n, const float* x, float* y, const float* p, const StepKey&,
+               bool) override {
+    b.conv2d_forward(at(n), x, p, p + params()[1].offset, y);
+    activate(b, n, y);
+  }
+  void backward(Backend& b, int n, const float* x, const float* y, const float* dy, float* dx,
+                const float* p, float* g) override {
+    const float* dz = deactivate(b, n, y, dy);
+    b.conv2d_backward_weights(at(n), x, dz, g, g + params()[1].offset);
+    if (dx) b.conv2d_backward_data(at(n), dz, p, dx);
+  }
+
+ private:
+  ConvShape at(int n) const {
+    ConvShape s = shape_;
+    s.n = n;
+    return s;
+  }
+  int index_;
+  ConvShape shape_;
+};
+
+class Dense : public Activated {
+ public:
+  Dense(const LayerSpec& l, int index, Dims in, int max_batch)
+      : Activated(l.activation, {l.units, 1, 1}, max_batch),
+        index_(index),
+        in_(static_cast<int>(in.size())) {}
+  Dims output_dims() const override { return out_; }
+  std::vector<ParamInfo> params() const override {
+    size_t kernel = static_cast<size_t>(in_) * out_.c;
+    std::string base = fmt::format("layers.{}.dense.", index_);
+    return {{base + "kernel", {in_, out_.c}, 0, kernel},
+            {base + "bias", {out_.c}, kernel, static_cast<size_t>(out_.c)}};
+  }
+  void initialize(float* p, uint64_t seed) const override {
+    glorot_uniform(p, params()[0].count, in_, out_.c, seed);
+    std::fill(p + params()[1].offset, p + params()[1].offset + out_.c, 0.0f);
+  }
+  void forward(Backend& b, int n, const float* x, float* y, const float* p, const StepKey&,
+               bool) override {
+    b.dense_forward(n, in_, out_.c, x, p, p + params()[1].offset, y);
+    activate(b, n, y);
+  }
+  void backward(Backend& b, int n, const float* x, const float* y, const float* dy, float* dx,
+                const float* p, float* g) override {
+    const float* dz = deactivate(b, n, y, dy);
+    b.dense_backward_weights(n, in_, out_.c, x, dz, g, g + params()[1].offset);
+    if (dx) b.dense_backward_data(n, in_, out_.c, dz, p, dx);
+  }
+
+ private:
+  int index_;
+  int in_;
+};
+
+class MaxPool2D : public Layer {
+ public:
+  MaxPool2D(const LayerSpec& l, Dims in, int max_batch) {
+    shape_.c = in.c, shape_.h = in.h, shape_.w = in.w;
+    shape_.kh = l.pool_h, shape_.kw = l.pool_w, shape_.sh = l.stride_h, shape_.sw = l.stride_w;
+    max_batch_ = max_batch;
+  }
+  Dims output_dims() const override { return {shape_.c, shape_.oh(), shape_.ow()}; }
+  void forward(Backend& b, int n, const float* x, float* y, const float*, const StepKey&,
+               bool) override {
+    PoolShape s = at(n);
+    workspace_.resize(b.maxpool_workspace_bytes(s));
+    b.maxpool_forward(s, x, y, workspace_.data());
+  }
+  void backward(Backend& b, int n, const float*, const float*, const float* dy, float* dx,
+                const float*, float*) override {
+    if (dx) b.maxpool_backward(at(n), dy, workspace_.data(), dx);
+  }
+
+ private:
+  PoolShape at(int n) const {
+    PoolShape s = shape_;
+    s.n = n;
+    return s;
+  }
+  PoolShape shape_;
+  int max_batch_ = 0;
+  std::vector<unsigned char> workspace_;
+};
+
+// Flatten (a copy: NCHW is already flat per example) and a standalone ReLU.
+class Reshape : public Activated {
+ public:
+  Reshape(Activation activation, Dims out, int max_batch) : Activated(activation, out, max_batch) {}
+  Dims output_dims() const override { return out_; }
+  void forward(Backend& b, int n, const float* x, float* y, const float*, const StepKey&,
+               bool) override {
+    std::memcpy(y, x, sizeof(float) * out_.size() * static_cast<size_t>(n));
+    activate(b, n, y);
+  }
+  void backward(Backend& b, int n, const float*, const float* y, const float* dy, float* dx,
+                const float*, float*) override {
+    if (!dx) return;
+    const float* dz = deactivate(b, n, y, dy);
+    std::memcpy(dx, dz, sizeof(float) * out_.size() * static_cast<size_t>(n));
+  }
+};
+
+// Inverted dropout: keep with probability 1 - rate and scale by 1 / (1 - rate); the mask is a
+// pure function of (seed, epoch, step, layer, element).
+class Dropout : public Layer {
+ public:
+  Dropout(const LayerSpec& l, int index, Dims in, int max_batch)
+      : rate_(l.rate),
+        index_(index),
+        dims_(in),
+        mask_(in.size() * static_cast<size_t>(max_batch)) {}
+  Dims output_dims() const override { return dims_; }
+  void forward(Backend&, int n, const float* x, float* y, const float*, const StepKey& key,
+               bool training) override {
+    size_t count = dims_.size() * static_cast<size_t>(n);
+    float scale = 1.0f / (1.0f - rate_);
+    for (size_t i = 0; i < count; ++i) {
+      bool keep = !training || unit_float(random_key(key.seed, static_cast<uint64_t>(key.epoch),
+                                                     static_cast<uint64_t>(key.step), 1000 + index_,
+                                                     i)) >= rate_;
+      mask_[i] = !training ? 1.0f : keep ? scale : 0.0f;
+      y[i] = x[i] * mask_[i];
+    }
+  }
+  void backward(Backend&, int n, const float*, const float*, const float* dy, float* dx,
+                const float*, float*) override {
+    if (!dx) return;
+    for (size_t i = 0; i < dims_.size() * static_cast<size_t>(n); ++i) dx[i] = dy[i] * mask_[i];
+  }
+
+ private:
+  float rate_;
+  int index_;
+  Dims dims_;
+  std::vector<float> mask_;
+};
+
+}  // namespace
+
+std::unique_ptr<Layer> make_layer(const LayerSpec& l, int index, Dims in, int max_batch) {
+  auto where = [&] { return fmt::format("model.layers[{}]", index); };
+  if (l.type == "conv2d") {
+    Dims out = Conv2D::output_of(l, in);
+    if (out.h < 1 || out.w < 1) {
+      throw common::ConfigError(fmt::format("{}: a {}x{} kernel does not fit the {}x{} input",
+                                            where(), l.kernel_h, l.kernel_w, in.h, in.w));
+    }
+    return std::make_unique<Conv2D>(l, index, in, max_batch);
+  }
+  if (l.type == "max_pooling2d") {
+    if (l.pool_h > in.h || l.pool_w > in.w) {
+      throw common::ConfigError(fmt::format("{}: a {}x{} pool does not fit the {}x{} input",
+                                            where(), l.pool_h, l.pool_w, in.h, in.w));
+    }
+    return std::make_unique<MaxPool2D>(l, in, max_batch);
+  }
+  if (l.type == "dense") {
+    if (in.h != 1 || in.w != 1) {
+      throw common::ConfigError(
+          fmt::format("{}: dense needs flat input ({}x{}x{}); add a flatten layer before it",
+                      where(), in.h, in.w, in.c));
+    }
+    return std::make_unique<Dense>(l, index, in, max_batch);
+  }
+  if (l.type == "flatten")
+    return std::make_unique<Reshape>(Activation::kLinear, Dims{static_cast<int>(in.size()), 1, 1},
+                                     max_batch);
+  if (l.type == "relu") return std::make_unique<Reshape>(Activation::kRelu, in, max_batch);
+  if (l.type == "dropout") return std::make_unique<Dropout>(l, index, in, max_batch);
+  DT_ENFORCE(false, "layer type {} passed parsing but has no implementation", l.type);
+  return nullptr;
+}
+
+}  // namespace dtrain::nn

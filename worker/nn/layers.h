@@ -1,0 +1,57 @@
+// The layers of a Sequential model. Each knows its output size, its parameters (views into the
+// model's flat buffers), Keras's initialisation, and forward/backward through a Backend. Buffers
+// are owned by the Sequential; layers keep only small per-layer scratch (ReLU gradient, dropout
+// mask).
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "worker/nn/backend.h"
+#include "worker/nn/model_spec.h"
+
+namespace dtrain::nn {
+
+/// Size of one example's activation: channels x height x width (dense: units x 1 x 1).
+struct Dims {
+  int c = 1, h = 1, w = 1;
+  size_t size() const { return static_cast<size_t>(c) * h * w; }
+};
+
+/// One named parameter tensor inside the flat buffer.
+struct ParamInfo {
+  std::string name;            ///< "layers.0.conv2d.kernel"
+  std::vector<int64_t> shape;  ///< conv kernel k,c,kh,kw; dense kernel in,out; bias n
+  size_t offset = 0;           ///< in floats, into the flat parameter buffer
+  size_t count = 0;
+};
+
+/// Where a draw comes from: randomness depends only on these and the layer index.
+struct StepKey {
+  uint64_t seed = 0;
+  int64_t epoch = 0;
+  int64_t step = 0;
+};
+
+class Layer {
+ public:
+  virtual ~Layer() = default;
+  virtual Dims output_dims() const = 0;
+  /// Parameter tensors relative to this layer's start in the flat buffer.
+  virtual std::vector<ParamInfo> params() const { return {}; }
+  /// Keras initialisation of this layer's parameters (glorot_uniform kernels, zero biases).
+  virtual void initialize(float*, uint64_t) const {}
+  /// y = layer(x) for n examples. params points at this layer's parameters.
+  virtual void forward(Backend& b, int n, const float* x, float* y, const float* params,
+                       const StepKey& key, bool training) = 0;
+  /// Given x, y and dy: writes dx (unless null) and this layer's gradients into grads.
+  virtual void backward(Backend& b, int n, const float* x, const float* y, const float* dy,
+                        float* dx, const float* params, float* grads) = 0;
+};
+
+/// Builds layer index of spec for the given input dims and largest batch. Throws ConfigError
+/// "model.layers[i]: ..." when the shapes do not fit (a kernel larger than its input, ...).
+std::unique_ptr<Layer> make_layer(const LayerSpec& spec, int index, Dims input, int max_batch);
+
+}  // namespace dtrain::nn

@@ -1,0 +1,298 @@
+// The naive reference backend: plain nested loops that follow backend.h's definitions literally,
+// summing in double and storing float once per output. It is the oracle the oneDNN and CUDA
+// backends are tested against, so it is written for obviousness, not speed, and is never used to
+// train. Its max-pooling workspace is one int32 per output: the argmax's index in its (n, c) plane.
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/errors.h"
+#include "worker/nn/backend.h"
+
+namespace dtrain::nn {
+namespace {
+
+size_t conv_x_index(const ConvShape& s, int n, int c, int y, int x) {
+  return ((static_cast<size_t>(n) * s.c + c) * s.h + y) * s.w + x;
+}
+size_t conv_w_index(const ConvShape& s, int k, int c, int ky, int kx) {
+  return ((static_cast<size_t>(k) * s.c + c) * s.kh + ky) * s.kw + kx;
+}
+size_t conv_y_index(const ConvShape& s, int n, int k, int oy, int ox) {
+  return ((static_cast<size_t>(n) * s.k + k) * s.oh() + oy) * s.ow() + ox;
+}
+
+void check_conv_shape(const ConvShape& s) {
+  DT_ENFORCE(s.n > 0 && s.c > 0 && s.h > 0 && s.w > 0 && s.k > 0 && s.kh > 0 && s.kw > 0,
+             "conv shape n={} c={} h={} w={} k={} kh={} kw={}", s.n, s.c, s.h, s.w, s.k, s.kh,
+             s.kw);
+  DT_ENFORCE(s.sh > 0 && s.sw > 0, "conv strides {}x{}", s.sh, s.sw);
+  DT_ENFORCE(s.pad_top >= 0 && s.pad_bottom >= 0 && s.pad_left >= 0 && s.pad_right >= 0,
+             "negative conv padding");
+  DT_ENFORCE(s.oh() > 0 && s.ow() > 0, "conv output {}x{}", s.oh(), s.ow());
+}
+
+void check_pool_shape(const PoolShape& s) {
+  DT_ENFORCE(s.n > 0 && s.c > 0 && s.h > 0 && s.w > 0, "pool input {}x{}x{}x{}", s.n, s.c, s.h,
+             s.w);
+  DT_ENFORCE(s.kh > 0 && s.kw > 0 && s.sh > 0 && s.sw > 0, "pool window {}x{} stride {}x{}", s.kh,
+             s.kw, s.sh, s.sw);
+  DT_ENFORCE(s.kh <= s.h && s.kw <= s.w, "pool window {}x{} exceeds input {}x{}", s.kh, s.kw, s.h,
+             s.w);
+}
+
+/// The input row (or column) that output position o and kernel tap t read, before bounds checks.
+int input_pos(int o, int stride, int pad, int t) {
+  return o * stride - pad + t;
+}
+
+class ReferenceBackend final : public Backend {
+ public:
+  std::string name() const override { return "reference"; }
+
+  void conv2d_forward(const ConvShape& s, const float* x, const float* w, const float* b,
+                      float* y) override {
+    check_conv_shape(s);
+    for (int n = 0; n < s.n; ++n)
+      for (int k = 0; k < s.k; ++k)
+        for (int oy = 0; oy < s.oh(); ++oy)
+          for (int ox = 0; ox < s.ow(); ++ox) {
+            double sum = b[k];
+            for (int c = 0; c < s.c; ++c)
+              for (int ky = 0; ky < s.kh; ++ky)
+                for (int kx = 0; kx < s.kw; ++kx) {
+                  int iy = input_pos(oy, s.sh, s.pad_top, ky);
+                  int ix = input_pos(ox, s.sw, s.pad_left, kx);
+                  if (iy < 0 || iy >= s.h || ix < 0 || ix >= s.w) continue;  // zero padding
+                  sum +=
+                      double{x[conv_x_index(s, n, c, iy, ix)]} * w[conv_w_index(s, k, c, ky, kx)];
+                }
+            y[conv_y_index(s, n, k, oy, ox)] = static_cast<float>(sum);
+          }
+  }
+
+  /// Scatters every dy * w product into a double copy of dx, then stores it.
+  void conv2d_backward_data(const ConvShape& s, const float* dy, const float* w,
+                            float* dx) override {
+    check_conv_shape(s);
+    std::vector<double> acc(static_cast<size_t>(s.n) * s.c * s.h * s.w, 0.0);
+    for (int n = 0; n < s.n; ++n)
+      for (int k = 0; k < s.k; ++k)
+        for (int oy = 0; oy < s.oh(); ++oy)
+          for (int ox = 0; ox < s.ow(); ++ox) {
+            double g = dy[conv_y_index(s, n, k, oy, ox)];
+            for (int c = 0; c < s.c; ++c)
+              for (int ky = 0; ky < s.kh; ++ky)
+                for (int kx = 0; kx < s.kw; ++kx) {
+                  int iy = input_pos(oy, s.sh, s.pad_top, ky);
+                  int ix = input_pos(ox, s.sw, s.pad_left, kx);
+                  if (iy < 0 || iy >= s.h || ix < 0 || ix >= s.w) continue;
+                  acc[conv_x_index(s, n, c, iy, ix)] += g * w[conv_w_index(s, k, c, ky, kx)];
+                }
+          }
+    std::transform(acc.begin(), acc.end(), dx, [](double v) { return static_cast<float>(v); });
+  }
+
+  void conv2d_backward_weights(const ConvShape& s, const float* x, const float* dy, float* dw,
+                               float* db) override {
+    check_conv_shape(s);
+    for (int k = 0; k < s.k; ++k) {
+      for (int c = 0; c < s.c; ++c)
+        for (int ky = 0; ky < s.kh; ++ky)
+          for (int kx = 0; kx < s.kw; ++kx)
+            dw[conv_w_index(s, k, c, ky, kx)] = conv_weight_gradient(s, x, dy, k, c, ky, kx);
+      double bias_sum = 0.0;
+      for (int n = 0; n < s.n; ++n)
+        for (int oy = 0; oy < s.oh(); ++oy)
+          for (int ox = 0; ox < s.ow(); ++ox) bias_sum += dy[conv_y_index(s, n, k, oy, ox)];
+      db[k] = static_cast<float>(bias_sum);
+    }
+  }
+
+  void dense_forward(int n, int in, int out, const float* x, const float* w, const float* b,
+                     float* y) override {
+    check_dense(n, in, out);
+    for (int i = 0; i < n; ++i)
+      for (int o = 0; o < out; ++o) {
+        double sum = b[o];
+        for (int j = 0; j < in; ++j) sum += double{x[idx(i, in, j)]} * w[idx(j, out, o)];
+        y[idx(i, out, o)] = static_cast<float>(sum);
+      }
+  }
+
+  void dense_backward_data(int n, int in, int out, const float* dy, const float* w,
+                           float* dx) override {
+    check_dense(n, in, out);
+    for (int i = 0; i < n; ++i)
+      for (int j = 0; j < in; ++j) {
+        double sum = 0.0;
+        for (int o = 0; o < out; ++o) sum += double{dy[idx(i, out, o)]} * w[idx(j, out, o)];
+        dx[idx(i, in, j)] = static_cast<float>(sum);
+      }
+  }
+
+  void dense_backward_weights(int n, int in, int out, const float* x, const float* dy, float* dw,
+                              float* db) override {
+    check_dense(n, in, out);
+    for (int j = 0; j < in; ++j)
+      for (int o = 0; o < out; ++o) {
+        double sum = 0.0;
+        for (int i = 0; i < n; ++i) sum += double{x[idx(i, in, j)]} * dy[idx(i, out, o)];
+        dw[idx(j, out, o)] = static_cast<float>(sum);
+      }
+    for (int o = 0; o < out; ++o) {
+      double sum = 0.0;
+      for (int i = 0; i < n; ++i) sum += dy[idx(i, out, o)];
+      db[o] = static_cast<float>(sum);
+    }
+  }
+
+  void relu_forward(size_t count, const float* x, float* y) override {
+    for (size_t i = 0; i < count; ++i) y[i] = x[i] > 0.0f ? x[i] : 0.0f;
+  }
+
+  void relu_backward(size_t count, const float* y, const float* dy, float* dx) override {
+    for (size_t i = 0; i < count; ++i) dx[i] = y[i] > 0.0f ? dy[i] : 0.0f;
+  }
+
+  size_t maxpool_workspace_bytes(const PoolShape& s) override {
+    check_pool_shape(s);
+    return static_cast<size_t>(s.n) * s.c * s.oh() * s.ow() * sizeof(int32_t);
+  }
+
+  /// Scans each window in row-major order and keeps the first maximum.
+  void maxpool_forward(const PoolShape& s, const float* x, float* y, void* workspace) override {
+    check_pool_shape(s);
+    auto* argmax = static_cast<int32_t*>(workspace);
+    const size_t plane = static_cast<size_t>(s.h) * s.w;
+    size_t out = 0;
+    for (size_t nc = 0; nc < static_cast<size_t>(s.n) * s.c; ++nc) {
+      const float* xp = x + nc * plane;
+      for (int oy = 0; oy < s.oh(); ++oy)
+        for (int ox = 0; ox < s.ow(); ++ox, ++out) {
+          int best = oy * s.sh * s.w + ox * s.sw;
+          for (int ky = 0; ky < s.kh; ++ky)
+            for (int kx = 0; kx < s.kw; ++kx) {
+              int at = (oy * s.sh + ky) * s.w + (ox * s.sw + kx);
+              if (xp[at] > xp[best]) best = at;
+            }
+          y[out] = xp[best];
+          argmax[out] = best;
+        }
+    }
+  }
+
+  void maxpool_backward(const PoolShape& s, const float* dy, const void* workspace,
+                        float* dx) override {
+    check_pool_shape(s);
+    const auto* argmax = static_cast<const int32_t*>(workspace);
+    const size_t plane = static_cast<size_t>(s.h) * s.w;
+    const size_t out_plane = static_cast<size_t>(s.oh()) * s.ow();
+    std::vector<double> acc(static_cast<size_t>(s.n) * s.c * plane, 0.0);
+    for (size_t nc = 0; nc < static_cast<size_t>(s.n) * s.c; ++nc)
+      for (size_t o = 0; o < out_plane; ++o) {
+        int32_t at = argmax[nc * out_plane + o];
+        DT_ENFORCE(at >= 0 && static_cast<size_t>(at) < plane, "pool argmax {} out of range", at);
+        acc[nc * plane + at] += dy[nc * out_plane + o];
+      }
+    std::transform(acc.begin(), acc.end(), dx, [](double v) { return static_cast<float>(v); });
+  }
+
+  float softmax_cross_entropy(int n, int classes, const float* logits, const int32_t* labels,
+                              float* dlogits, int* correct) override {
+    DT_ENFORCE(n > 0 && classes > 0, "softmax cross-entropy of {} rows, {} classes", n, classes);
+    double loss_sum = 0.0;
+    *correct = 0;
+    for (int i = 0; i < n; ++i) {
+      loss_sum += softmax_row(n, classes, logits + idx(i, classes, 0), labels[i],
+                              dlogits + idx(i, classes, 0), correct);
+    }
+    return static_cast<float>(loss_sum / n);
+  }
+
+  void sgd_update(const SgdParams& p, size_t count, float* w, const float* g,
+                  float* velocity) override {
+    const double lr = p.learning_rate, momentum = p.momentum;
+    if (p.momentum == 0.0f) {
+      for (size_t i = 0; i < count; ++i) w[i] = static_cast<float>(w[i] - lr * g[i]);
+      return;
+    }
+    DT_ENFORCE(velocity != nullptr, "SGD with momentum {} needs a velocity buffer", p.momentum);
+    for (size_t i = 0; i < count; ++i) {
+      double v = momentum * velocity[i] - lr * g[i];
+      velocity[i] = static_cast<float>(v);
+      double step = p.nesterov ? momentum * v - lr * g[i] : v;
+      w[i] = static_cast<float>(w[i] + step);
+    }
+  }
+
+  void adam_update(const AdamParams& p, int64_t step, size_t count, float* w, const float* g,
+                   float* m, float* v) override {
+    DT_ENFORCE(step >= 1, "Adam step {} (steps count from 1)", step);
+    const double b1 = p.beta_1, b2 = p.beta_2, eps = p.epsilon;
+    const double t = static_cast<double>(step);
+    const double lr_t =
+        p.learning_rate * std::sqrt(1.0 - std::pow(b2, t)) / (1.0 - std::pow(b1, t));
+    for (size_t i = 0; i < count; ++i) {
+      double mi = b1 * m[i] + (1.0 - b1) * g[i];
+      double vi = b2 * v[i] + (1.0 - b2) * double{g[i]} * g[i];
+      m[i] = static_cast<float>(mi);
+      v[i] = static_cast<float>(vi);
+      w[i] = static_cast<float>(w[i] - lr_t * mi / (std::sqrt(vi) + eps));
+    }
+  }
+
+ private:
+  static size_t idx(int row, int width, int col) { return static_cast<size_t>(row) * width + col; }
+
+  static void check_dense(int n, int in, int out) {
+    DT_ENFORCE(n > 0 && in > 0 && out > 0, "dense shape n={} in={} out={}", n, in, out);
+  }
+
+  /// dL/dw[k][c][ky][kx] = sum over n, oy, ox of dy[n][k][oy][ox] * x[n][c][iy][ix].
+  static float conv_weight_gradient(const ConvShape& s, const float* x, const float* dy, int k,
+                                    int c, int ky, int kx) {
+    double sum = 0.0;
+    for (int n = 0; n < s.n; ++n)
+      for (int oy = 0; oy < s.oh(); ++oy)
+        for (int ox = 0; ox < s.ow(); ++ox) {
+          int iy = input_pos(oy, s.sh, s.pad_top, ky);
+          int ix = input_pos(ox, s.sw, s.pad_left, kx);
+          if (iy < 0 || iy >= s.h || ix < 0 || ix >= s.w) continue;
+          sum += double{dy[conv_y_index(s, n, k, oy, ox)]} * x[conv_x_index(s, n, c, iy, ix)];
+        }
+    return static_cast<float>(sum);
+  }
+
+  /// One row of softmax cross-entropy: writes (softmax - onehot) / n, counts a correct arg-max
+  /// (the first maximum), and returns the row's loss log(sum exp(z - max)) - (z[label] - max).
+  static double softmax_row(int n, int classes, const float* z, int32_t label, float* dz,
+                            int* correct) {
+    DT_ENFORCE(label >= 0 && label < classes, "label {} outside [0, {})", label, classes);
+    int arg_max = 0;
+    for (int j = 1; j < classes; ++j)
+      if (z[j] > z[arg_max]) arg_max = j;
+    const double max = z[arg_max];
+    double sum = 0.0;
+    for (int j = 0; j < classes; ++j) sum += std::exp(z[j] - max);
+    const double loss = std::log(sum) - (z[label] - max);
+    for (int j = 0; j < classes; ++j) {
+      double p = std::exp(z[j] - max) / sum;
+      dz[j] = static_cast<float>((p - (j == label ? 1.0 : 0.0)) / n);
+    }
+    if (arg_max == label) ++*correct;
+    return loss;
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> make_reference_backend() {
+  return std::make_unique<ReferenceBackend>();
+}
+
+}  // namespace dtrain::nn

@@ -1,0 +1,55 @@
+// See optimizer.h.
+#include "worker/train/optimizer.h"
+
+#include <fmt/format.h>
+
+namespace dtrain::train {
+
+OptimizerSpec parse_optimizer_spec(const common::JsonNode& node) {
+  OptimizerSpec spec;
+  spec.type = node.at("type").as_string();
+  auto number = [&](const char* key, float& field, double min, double max) {
+    if (auto n = node.find(key)) field = static_cast<float>(n->as_number(min, max));
+  };
+  if (spec.type == "sgd") {
+    node.check_keys({"type", "learning_rate", "momentum", "nesterov"});
+    number("learning_rate", spec.sgd.learning_rate, 0, 1e3);
+    number("momentum", spec.sgd.momentum, 0, 1);
+    if (auto n = node.find("nesterov")) spec.sgd.nesterov = n->as_bool();
+  } else if (spec.type == "adam") {
+    node.check_keys({"type", "learning_rate", "beta_1", "beta_2", "epsilon"});
+    number("learning_rate", spec.adam.learning_rate, 0, 1e3);
+    number("beta_1", spec.adam.beta_1, 0, 0.999999);
+    number("beta_2", spec.adam.beta_2, 0, 0.999999999);
+    number("epsilon", spec.adam.epsilon, 1e-30, 1);
+  } else {
+    node.at("type").fail(fmt::format("unknown optimizer \"{}\" (expected sgd or adam)", spec.type));
+  }
+  return spec;
+}
+
+Optimizer::Optimizer(const OptimizerSpec& spec, size_t parameter_count) : spec_(spec) {
+  bool slot_needed = spec_.type == "adam" || spec_.sgd.momentum != 0.0f;
+  if (slot_needed) first_.assign(parameter_count, 0.0f);
+  if (spec_.type == "adam") second_.assign(parameter_count, 0.0f);
+}
+
+void Optimizer::apply(nn::Backend& backend, std::vector<float>& parameters,
+                      const std::vector<float>& gradients) {
+  ++iterations_;
+  if (spec_.type == "adam") {
+    backend.adam_update(spec_.adam, iterations_, parameters.size(), parameters.data(),
+                        gradients.data(), first_.data(), second_.data());
+  } else {
+    backend.sgd_update(spec_.sgd, parameters.size(), parameters.data(), gradients.data(),
+                       first_.empty() ? nullptr : first_.data());
+  }
+}
+
+std::vector<std::pair<std::string, std::vector<float>*>> Optimizer::slots() {
+  if (spec_.type == "adam") return {{"adam.m", &first_}, {"adam.v", &second_}};
+  if (!first_.empty()) return {{"sgd.velocity", &first_}};
+  return {};
+}
+
+}  // namespace dtrain::train

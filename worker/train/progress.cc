@@ -1,0 +1,49 @@
+// See progress.h.
+#include "worker/train/progress.h"
+
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <cmath>
+
+namespace dtrain::train {
+
+std::string format_progress(int64_t step, int64_t steps, double seconds,
+                            const std::vector<std::pair<std::string, double>>& values) {
+  constexpr int kWidth = 30;
+  int filled = steps > 0 ? static_cast<int>(kWidth * step / steps) : kWidth;
+  std::string bar(static_cast<size_t>(filled), '=');
+  if (filled < kWidth) bar += '>' + std::string(static_cast<size_t>(kWidth - filled - 1), '.');
+  double per_step_ms = step > 0 ? seconds * 1000.0 / static_cast<double>(step) : 0;
+  std::string text = fmt::format("{}/{} [{}] - {:.0f}s {:.0f}ms/step", step, steps, bar,
+                                 std::floor(seconds), per_step_ms);
+  for (const auto& [name, value] : values) text += fmt::format(" - {}: {:.4f}", name, value);
+  return text;
+}
+
+ProgressBar ProgressBar::for_stdout() {
+  return ProgressBar(stdout, ::isatty(STDOUT_FILENO) == 1);
+}
+
+void ProgressBar::begin_epoch(int epoch, int epochs) {
+  std::fprintf(out_, "Epoch %d/%d\n", epoch, epochs);
+  std::fflush(out_);
+  last_draw_ = -1;
+}
+
+void ProgressBar::update(int64_t step, int64_t steps, double seconds,
+                         const std::vector<std::pair<std::string, double>>& values) {
+  if (!interactive_ || (last_draw_ >= 0 && seconds - last_draw_ < 0.05)) return;
+  last_draw_ = seconds;
+  std::fprintf(out_, "\r%s", format_progress(step, steps, seconds, values).c_str());
+  std::fflush(out_);
+}
+
+void ProgressBar::end_epoch(int64_t steps, double seconds,
+                            const std::vector<std::pair<std::string, double>>& values) {
+  std::fprintf(out_, "%s%s\n", interactive_ ? "\r" : "",
+               format_progress(steps, steps, seconds, values).c_str());
+  std::fflush(out_);
+}
+
+}  // namespace dtrain::train

@@ -1,0 +1,92 @@
+// See train_config.h.
+#include "worker/train/train_config.h"
+
+#include <fmt/format.h>
+
+#include "common/errors.h"
+#include "common/json.h"
+
+namespace dtrain::train {
+namespace {
+
+std::string one_of(const common::JsonNode& node, std::initializer_list<const char*> allowed) {
+  std::string value = node.as_string();
+  for (const char* a : allowed) {
+    if (value == a) return value;
+  }
+  std::string names;
+  for (const char* a : allowed) names += fmt::format("{}\"{}\"", names.empty() ? "" : ", ", a);
+  node.fail(fmt::format("expected one of {}, found \"{}\"", names, value));
+}
+
+BackupSpec parse_backup(const common::JsonNode& node) {
+  node.check_keys({"dir", "save_freq", "keep", "delete_on_success"});
+  BackupSpec b;
+  if (auto n = node.find("dir")) b.dir = n->as_nonempty_string();
+  if (auto n = node.find("save_freq")) {
+    if (n->is_string()) {
+      if (n->as_string() != "epoch")
+        n->fail(fmt::format("expected \"epoch\" or a number of steps, found {}", n->describe()));
+    } else {
+      b.save_every_steps = n->as_int(1, int64_t{1} << 40);
+    }
+  }
+  if (auto n = node.find("keep")) b.keep = static_cast<int>(n->as_int(1, 1000));
+  if (auto n = node.find("delete_on_success")) b.delete_on_success = n->as_bool();
+  return b;
+}
+
+void parse_loss(const common::JsonNode& node, TrainConfig& c) {
+  node.check_keys({"type", "from_logits"});
+  one_of(node.at("type"), {"sparse_categorical_crossentropy"});
+  if (auto n = node.find("from_logits")) c.from_logits = n->as_bool();
+}
+
+void parse_fields(const common::JsonNode& root, TrainConfig& c) {
+  root.check_keys({"model", "loss", "optimizer", "data", "per_worker_batch_size", "epochs",
+                   "steps_per_epoch", "validation", "seed", "device", "communication", "backup"});
+  c.model = nn::parse_model_spec(root.at("model"));
+  if (auto n = root.find("loss")) parse_loss(*n, c);
+  bool softmax = c.model.layers.back().activation == nn::Activation::kSoftmax;
+  if (softmax == c.from_logits) {
+    (root.find("loss") ? root.at("loss") : root)
+        .fail(softmax ? "from_logits is true but the last layer already applies softmax"
+                      : "from_logits is false but the last layer has no softmax activation: "
+                        "set \"from_logits\": true or add \"activation\": \"softmax\"");
+  }
+  if (auto n = root.find("optimizer")) c.optimizer = parse_optimizer_spec(*n);
+  if (auto n = root.find("data")) c.data = data::parse_data_config(*n);
+  if (auto n = root.find("per_worker_batch_size"))
+    c.per_worker_batch_size = static_cast<int>(n->as_int(1, 1 << 20));
+  if (auto n = root.find("epochs")) c.epochs = static_cast<int>(n->as_int(1, 1 << 20));
+  if (auto n = root.find("steps_per_epoch"); n && !n->is_null())
+    c.steps_per_epoch = n->as_int(1, int64_t{1} << 40);
+  if (auto n = root.find("validation")) c.validation = n->as_bool();
+  if (auto n = root.find("seed")) c.seed = static_cast<uint64_t>(n->as_int(0, int64_t{1} << 53));
+  if (auto n = root.find("device")) c.device = one_of(*n, {"auto", "cpu", "cuda"});
+  if (auto n = root.find("communication")) c.communication = one_of(*n, {"auto", "ring", "nccl"});
+  if (auto n = root.find("backup")) c.backup = parse_backup(*n);
+}
+
+}  // namespace
+
+TrainConfig parse_train_config(std::string_view json, const std::string& source) {
+  TrainConfig config;
+  try {
+    common::JsonDocument doc = common::JsonDocument::parse(json, source);
+    common::JsonNode root = doc.root();
+    if (!root.is_object())
+      root.fail(fmt::format("expected the train object, found {}", root.describe()));
+    parse_fields(root, config);
+  } catch (const common::ConfigError& e) {
+    std::string message = e.what();
+    if (message.rfind(source + ":", 0) == 0) throw;
+    const std::string top = "top level: ";
+    if (message.rfind(top, 0) == 0)
+      throw common::ConfigError(fmt::format("{}: train: {}", source, message.substr(top.size())));
+    throw common::ConfigError(fmt::format("{}: train.{}", source, message));
+  }
+  return config;
+}
+
+}  // namespace dtrain::train

@@ -1,0 +1,40 @@
+// The `train` object of a job (DESIGN.md, "Training config"): Keras names and defaults, every
+// key checked, errors naming the JSON path. Parsing only.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "worker/data/dataset.h"
+#include "worker/nn/model_spec.h"
+#include "worker/train/optimizer.h"
+
+namespace dtrain::train {
+
+struct BackupSpec {
+  std::string dir = "backup";    ///< relative to the run directory
+  int64_t save_every_steps = 0;  ///< 0: at each epoch end ("epoch")
+  int keep = 2;
+  bool delete_on_success = true;
+};
+
+struct TrainConfig {
+  nn::ModelSpec model;
+  bool from_logits = false;  ///< Keras's default
+  OptimizerSpec optimizer;
+  data::DataConfig data;
+  int per_worker_batch_size = 32;  ///< Keras's default batch size
+  int epochs = 1;
+  int64_t steps_per_epoch = 0;  ///< 0: one pass over the worker's shard
+  bool validation = false;
+  uint64_t seed = 0;
+  std::string device = "auto";         ///< auto | cpu | cuda
+  std::string communication = "auto";  ///< auto | ring | nccl
+  BackupSpec backup;
+};
+
+/// Parses the train object (JSON text). source names it in errors ("job.json: train.epochs: ...").
+TrainConfig parse_train_config(std::string_view json, const std::string& source);
+
+}  // namespace dtrain::train

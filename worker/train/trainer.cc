@@ -1,0 +1,185 @@
+// See trainer.h.
+#include "worker/train/trainer.h"
+
+#include <fcntl.h>
+#include <spdlog/spdlog.h>
+#include <unistd.h>
+
+#include <chrono>
+
+#include "common/clock.h"
+#include "common/errors.h"
+#include "common/json.h"
+#include "common/run_dir.h"
+#include "common/unique_fd.h"
+#include "worker/data/batcher.h"
+
+namespace dtrain::train {
+namespace {
+
+// Examples [first, first + n) of a channels-last dataset, as NCHW.
+void copy_nchw(const data::Dataset& d, int64_t first, int n, float* out) {
+  size_t plane = static_cast<size_t>(d.height) * d.width;
+  for (int i = 0; i < n; ++i) {
+    const float* src = d.images.data() + static_cast<size_t>(first + i) * plane * d.channels;
+    float* dst = out + static_cast<size_t>(i) * plane * d.channels;
+    for (size_t p = 0; p < plane; ++p) {
+      for (int c = 0; c < d.channels; ++c)
+        dst[static_cast<size_t>(c) * plane + p] = src[p * d.channels + c];
+    }
+  }
+}
+
+}  // namespace
+
+Trainer::Trainer(const TrainConfig& config, nn::Backend& backend, comm::Communicator& comm,
+                 data::Dataset train, data::Dataset test, TrainerOptions options,
+                 common::ControlClient* control)
+    : config_(config),
+      backend_(backend),
+      comm_(comm),
+      train_(std::move(train)),
+      test_(std::move(test)),
+      options_(std::move(options)),
+      control_(control),
+      progress_(ProgressBar::for_stdout()) {
+  model_ = std::make_unique<nn::Sequential>(config_.model, backend_, config_.per_worker_batch_size);
+  if (model_->classes() < train_.classes) {
+    throw common::ConfigError(
+        fmt::format("train.model: the last layer has {} units but the data has {} classes",
+                    model_->classes(), train_.classes));
+  }
+  model_->initialize(config_.seed);
+  comm_.broadcast(model_->parameters().data(), model_->parameters().size() * sizeof(float), 0);
+  optimizer_ = std::make_unique<Optimizer>(config_.optimizer, model_->parameters().size());
+  // Every worker runs the same number of steps (they all-reduce each one): size them by the
+  // largest shard, worker 0's.
+  int64_t shard = data::shard_size(train_.count, 0, comm_.size());
+  steps_per_epoch_ = config_.steps_per_epoch > 0
+                         ? config_.steps_per_epoch
+                         : data::default_steps(shard, config_.per_worker_batch_size);
+}
+
+Trainer::~Trainer() = default;
+
+EpochMetrics Trainer::fit() {
+  EpochMetrics last;
+  for (int epoch = 0; epoch < config_.epochs; ++epoch) {
+    progress_.begin_epoch(epoch + 1, config_.epochs);
+    last = train_epoch(epoch);
+    if (options_.chief) write_metrics(last);
+  }
+  return last;
+}
+
+EpochMetrics Trainer::train_epoch(int epoch) {
+  data::BatchStreamOptions stream_options;
+  stream_options.seed = config_.seed;
+  stream_options.epoch = epoch;
+  stream_options.worker_index = comm_.rank();
+  stream_options.worker_count = comm_.size();
+  stream_options.batch_size = config_.per_worker_batch_size;
+  stream_options.steps = steps_per_epoch_;
+  data::BatchStream stream(train_, stream_options);
+  std::vector<float> dlogits(static_cast<size_t>(config_.per_worker_batch_size) *
+                             model_->classes());
+  double started = common::monotonic_seconds();
+  double loss_sum = 0, correct_sum = 0, seen = 0;
+  for (int64_t step = 0; step < steps_per_epoch_; ++step) {
+    data::Batch batch = stream.next();
+    int n = static_cast<int>(batch.size);
+    const float* logits =
+        model_->forward(batch.images.data(), n, {config_.seed, epoch, step}, true);
+    int correct = 0;
+    float loss = backend_.softmax_cross_entropy(n, model_->classes(), logits, batch.labels.data(),
+                                                dlogits.data(), &correct);
+    model_->backward(dlogits.data(), n);
+    comm_.all_reduce(model_->gradients().data(), model_->gradients().size(), comm::ReduceOp::kMean);
+    optimizer_->apply(backend_, model_->parameters(), model_->gradients());
+    loss_sum += static_cast<double>(loss) * n;
+    correct_sum += correct;
+    seen += n;
+    double elapsed = common::monotonic_seconds() - started;
+    std::vector<std::pair<std::string, double>> values = {{"loss", loss_sum / seen},
+                                                          {"accuracy", correct_sum / seen}};
+    progress_.update(step + 1, steps_per_epoch_, elapsed, values);
+    heartbeat(epoch + 1, step + 1, steps_per_epoch_, loss_sum / seen, correct_sum / seen,
+              seen * comm_.size() / elapsed);
+  }
+  EpochMetrics m;
+  m.epoch = epoch + 1;
+  m.loss = loss_sum / seen;
+  m.accuracy = correct_sum / seen;
+  m.seconds = common::monotonic_seconds() - started;
+  m.samples_per_second = seen * comm_.size() / m.seconds;
+  std::vector<std::pair<std::string, double>> values = {{"loss", m.loss}, {"accuracy", m.accuracy}};
+  if (config_.validation) {
+    std::tie(m.val_loss, m.val_accuracy) = evaluate();
+    m.validated = true;
+    values.emplace_back("val_loss", m.val_loss);
+    values.emplace_back("val_accuracy", m.val_accuracy);
+  }
+  progress_.end_epoch(steps_per_epoch_, m.seconds, values);
+  return m;
+}
+
+std::pair<double, double> Trainer::evaluate() {
+  int batch = config_.per_worker_batch_size;
+  size_t per_example = static_cast<size_t>(test_.height) * test_.width * test_.channels;
+  std::vector<float> images(per_example * static_cast<size_t>(batch));
+  std::vector<float> dlogits(static_cast<size_t>(batch) * model_->classes());
+  double loss_sum = 0, correct_sum = 0;
+  for (int64_t start = 0; start < test_.count; start += batch) {
+    int n = static_cast<int>(std::min<int64_t>(batch, test_.count - start));
+    copy_nchw(test_, start, n, images.data());
+    const float* logits = model_->forward(images.data(), n, {config_.seed, 0, 0}, false);
+    int correct = 0;
+    float loss = backend_.softmax_cross_entropy(
+        n, model_->classes(), logits, test_.labels.data() + start, dlogits.data(), &correct);
+    loss_sum += static_cast<double>(loss) * n;
+    correct_sum += correct;
+  }
+  return {loss_sum / static_cast<double>(test_.count),
+          correct_sum / static_cast<double>(test_.count)};
+}
+
+void Trainer::write_metrics(const EpochMetrics& m) {
+  common::JsonWriter w;
+  w.begin_object()
+      .key("epoch")
+      .value(m.epoch)
+      .key("loss")
+      .value(m.loss)
+      .key("accuracy")
+      .value(m.accuracy);
+  if (m.validated) w.key("val_loss").value(m.val_loss).key("val_accuracy").value(m.val_accuracy);
+  w.key("seconds").value(m.seconds).key("samples_per_second").value(m.samples_per_second);
+  std::string line = w.end_object().str() + "\n";
+  std::string path = common::RunDir(options_.run_dir).metrics_jsonl();
+  common::UniqueFd fd(::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644));
+  if (!fd.valid() ||
+      ::write(fd.get(), line.data(), line.size()) != static_cast<ssize_t>(line.size())) {
+    throw common::IoError(fmt::format("cannot append to {}", path));
+  }
+}
+
+void Trainer::heartbeat(int epoch, int64_t step, int64_t steps, double loss, double accuracy,
+                        double rate) {
+  double now = common::monotonic_seconds();
+  if (!control_ || (last_heartbeat_ >= 0 && now - last_heartbeat_ < 0.5 && step != steps)) return;
+  last_heartbeat_ = now;
+  common::ControlMessage m;
+  m.type = "progress";
+  m.task = options_.task;
+  m.attempt = options_.attempt;
+  m.epoch = epoch;
+  m.epochs = config_.epochs;
+  m.step = static_cast<int>(step);
+  m.steps = static_cast<int>(steps);
+  m.loss = loss;
+  m.accuracy = accuracy;
+  m.samples_per_second = rate;
+  control_->send(m);
+}
+
+}  // namespace dtrain::train
