@@ -1,0 +1,108 @@
+// Training-step time of a model on the oneDNN backend, run by scripts/bench-step.sh: ms/step,
+// samples/s and achieved GFLOP/s at one batch size, beside this machine's sgemm peak measured in
+// the same run (the backend's dense layer at 1024^3). Threads come from OMP_NUM_THREADS. Prints one
+// table row. Asserts nothing.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "common/atomic_file.h"
+#include "common/errors.h"
+#include "common/exit_codes.h"
+#include "common/json.h"
+#include "worker/nn/random.h"
+#include "worker/nn/sequential.h"
+#include "worker/train/optimizer.h"
+#include "worker/train/train_config.h"
+
+namespace {
+using namespace dtrain;
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
+
+// The backend's dense layer at 1024 x 1024 x 1024 is one large sgemm: the machine's practical peak.
+double sgemm_peak_gflops(nn::Backend& backend) {
+  const int n = 1024;
+  std::vector<float> a(n * n, 1.0f), b(n * n, 0.5f), bias(n, 0.0f), c(n * n);
+  double best = 1e9;
+  for (int i = 0; i < 5; ++i) {
+    auto t = Clock::now();
+    backend.dense_forward(n, n, n, a.data(), b.data(), bias.data(), c.data());
+    best = std::min(best, seconds_since(t));
+  }
+  return 2.0 * n * n * n / best / 1e9;
+}
+
+// Multiply-adds of one training step: forward, and backward for weights (and data, except for
+// the first layer, whose input gradient nobody needs).
+double step_flops(const nn::ModelSpec& spec, int batch) {
+  double flops = 0;
+  int c = spec.channels, h = spec.height, w = spec.width;
+  for (size_t i = 0; i < spec.layers.size(); ++i) {
+    const nn::LayerSpec& l = spec.layers[i];
+    int passes = i == 0 ? 2 : 3;
+    if (l.type == "conv2d") {
+      int oh =
+          l.same_padding ? (h + l.stride_h - 1) / l.stride_h : (h - l.kernel_h) / l.stride_h + 1;
+      int ow =
+          l.same_padding ? (w + l.stride_w - 1) / l.stride_w : (w - l.kernel_w) / l.stride_w + 1;
+      flops += passes * 2.0 * batch * l.filters * c * l.kernel_h * l.kernel_w * oh * ow;
+      c = l.filters, h = oh, w = ow;
+    } else if (l.type == "max_pooling2d") {
+      h = (h - l.pool_h) / l.stride_h + 1, w = (w - l.pool_w) / l.stride_w + 1;
+    } else if (l.type == "flatten") {
+      c = c * h * w, h = w = 1;
+    } else if (l.type == "dense") {
+      flops += passes * 2.0 * batch * c * h * w * l.units;
+      c = l.units, h = w = 1;
+    }
+  }
+  return flops;
+}
+
+int run(int argc, char** argv) {
+  if (argc < 3) throw common::ConfigError("usage: step_bench JOB_FILE BATCH [STEPS]");
+  std::string text = common::read_file(argv[1]);
+  auto doc = common::JsonDocument::parse(text, argv[1]);
+  train::TrainConfig config = train::parse_train_config(doc.root().at("train").dump(), argv[1]);
+  int batch = std::stoi(argv[2]);
+  int steps = argc > 3 ? std::stoi(argv[3]) : 100;
+  auto backend = nn::make_dnnl_backend();
+  nn::Sequential model(config.model, *backend, batch);
+  model.initialize(config.seed);
+  train::Optimizer optimizer(config.optimizer, model.parameters().size());
+  size_t per_example =
+      static_cast<size_t>(config.model.height) * config.model.width * config.model.channels;
+  std::vector<float> images(per_example * static_cast<size_t>(batch));
+  std::vector<int32_t> labels(static_cast<size_t>(batch));
+  for (size_t i = 0; i < images.size(); ++i) images[i] = nn::unit_float(nn::random_key(1, i));
+  for (int i = 0; i < batch; ++i) labels[static_cast<size_t>(i)] = i % model.classes();
+  std::vector<float> dlogits(static_cast<size_t>(batch) * model.classes());
+  auto one_step = [&](int64_t step) {
+    const float* logits = model.forward(images.data(), batch, {config.seed, 0, step}, true);
+    int correct = 0;
+    backend->softmax_cross_entropy(batch, model.classes(), logits, labels.data(), dlogits.data(),
+                                   &correct);
+    model.backward(dlogits.data(), batch);
+    optimizer.apply(*backend, model.parameters(), model.gradients());
+  };
+  for (int i = 0; i < 10; ++i) one_step(i);  // warm-up: primitives are created here
+  auto t = Clock::now();
+  for (int i = 0; i < steps; ++i) one_step(i);
+  double per_step = seconds_since(t) / steps;
+  double gflops = step_flops(config.model, batch) / per_step / 1e9;
+  std::printf("dtrain %d %.3f %.0f %.1f %.1f\n", batch, per_step * 1000, batch / per_step, gflops,
+              sgemm_peak_gflops(*backend));
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  return common::run_main("step_bench", [&] { return run(argc, argv); });
+}

@@ -1,0 +1,158 @@
+// The fit loop on the oneDNN backend: bit-identical weights for one seed, learning on synthetic
+// data with every layer type, Keras-style progress text, metrics.jsonl, configuration errors
+// naming their JSON path, and corrupt data files failing dtrain-worker with exit 2.
+#include <zlib.h>
+
+#include <catch2/catch.hpp>
+#include <cstring>
+#include <fstream>
+
+#include "common/atomic_file.h"
+#include "common/errors.h"
+#include "common/json.h"
+#include "test/support/subprocess.h"
+#include "test/support/temp_dir.h"
+#include "worker/comm/ring_communicator.h"
+#include "worker/train/progress.h"
+#include "worker/train/trainer.h"
+
+using namespace dtrain;
+
+namespace {
+
+const char* kTrain = R"({
+  "model": {"input_shape": [10, 10, 2], "layers": [
+    {"type": "conv2d", "filters": 6, "kernel_size": 3, "padding": "same", "activation": "relu"},
+    {"type": "max_pooling2d", "pool_size": 2},
+    {"type": "conv2d", "filters": 4, "kernel_size": [2, 3], "strides": [1, 2]},
+    {"type": "relu"},
+    {"type": "flatten"},
+    {"type": "dropout", "rate": 0.25},
+    {"type": "dense", "units": 16, "activation": "relu"},
+    {"type": "dense", "units": 5, "activation": "softmax"}]},
+  "loss": {"type": "sparse_categorical_crossentropy", "from_logits": false},
+  "optimizer": {"type": "adam", "learning_rate": 0.01},
+  "data": {"source": "synthetic", "examples": 600, "classes": 5},
+  "per_worker_batch_size": 32, "epochs": 4, "validation": true, "seed": SEED})";
+
+train::TrainConfig config(int seed) {
+  std::string text = kTrain;
+  text.replace(text.find("SEED"), 4, std::to_string(seed));
+  return train::parse_train_config(text, "job.json");
+}
+
+std::vector<float> train_once(const train::TrainConfig& c, const std::string& run_dir,
+                              train::EpochMetrics* last = nullptr) {
+  auto backend = nn::make_dnnl_backend();
+  comm::SoloCommunicator solo;
+  auto [train_data, test_data] =
+      data::load_data(c.data, {c.model.height, c.model.width, c.model.channels});
+  train::Trainer trainer(c, *backend, solo, std::move(train_data), std::move(test_data),
+                         {run_dir, true, "worker:0", 0}, nullptr);
+  train::EpochMetrics m = trainer.fit();
+  if (last) *last = m;
+  return trainer.model().parameters();
+}
+
+}  // namespace
+
+TEST_CASE("two runs with one seed end with bit-identical weights; another seed differs") {
+  testing::TempDir dir;
+  std::vector<float> a = train_once(config(42), dir.path());
+  std::vector<float> b = train_once(config(42), dir.path());
+  std::vector<float> c = train_once(config(43), dir.path());
+  REQUIRE(a.size() == b.size());
+  CHECK(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0);
+  CHECK(std::memcmp(a.data(), c.data(), a.size() * sizeof(float)) != 0);
+}
+
+TEST_CASE("every layer type trains: synthetic data is learned and metrics.jsonl has each epoch") {
+  testing::TempDir dir;
+  train::EpochMetrics last;
+  train_once(config(7), dir.path(), &last);
+  CHECK(last.epoch == 4);
+  CHECK(last.accuracy > 0.9);
+  CHECK(last.val_accuracy > 0.9);
+  std::ifstream metrics(dir.path() + "/metrics.jsonl");
+  int lines = 0;
+  for (std::string line; std::getline(metrics, line); ++lines) {
+    auto doc = common::JsonDocument::parse(line, "metrics");
+    CHECK(doc.root().at("epoch").as_int(1, 4) == lines + 1);
+    for (const char* key :
+         {"loss", "accuracy", "val_loss", "val_accuracy", "seconds", "samples_per_second"}) {
+      CHECK(doc.root().find(key).has_value());
+    }
+  }
+  CHECK(lines == 4);
+}
+
+TEST_CASE("progress lines look like Keras's") {
+  CHECK(train::format_progress(70, 70, 1.4, {{"loss", 2.28434}, {"accuracy", 0.15981}}) ==
+        "70/70 [==============================] - 1s 20ms/step - loss: 2.2843 - accuracy: 0.1598");
+  CHECK(train::format_progress(35, 70, 0.5, {}) ==
+        "35/70 [===============>..............] - 0s 14ms/step");
+}
+
+TEST_CASE("train config mistakes are ConfigErrors naming the JSON path") {
+  auto error = [](const std::string& edit_from, const std::string& edit_to) {
+    std::string text = kTrain;
+    text.replace(text.find("SEED"), 4, "1");
+    size_t at = text.find(edit_from);
+    REQUIRE(at != std::string::npos);
+    text.replace(at, edit_from.size(), edit_to);
+    try {
+      train::parse_train_config(text, "job.json");
+    } catch (const common::ConfigError& e) {
+      return std::string(e.what());
+    }
+    return std::string("accepted");
+  };
+  CHECK(error("\"type\": \"relu\"", "\"type\": \"rleu\"") ==
+        "job.json: train.model.layers[3].type: unknown layer type \"rleu\" (expected conv2d, "
+        "max_pooling2d, flatten, "
+        "dense, dropout or relu)");
+  CHECK(error("\"from_logits\": false", "\"from_logits\": true")
+            .find("job.json: train.loss: from_logits is true") == 0);
+  CHECK(error("\"adam\"", "\"adagrad\"") ==
+        "job.json: train.optimizer.type: unknown optimizer \"adagrad\" (expected sgd or adam)");
+  CHECK(error("\"per_worker_batch_size\": 32", "\"per_worker_batch_size\": 0")
+            .find("job.json: train.per_worker_batch_size:") == 0);
+  CHECK(error("\"rate\": 0.25", "\"rate\": 1.5").find("job.json: train.model.layers[5].rate:") ==
+        0);
+  CHECK(error("\"epochs\": 4", "\"epochs\": 4, \"epoch\": 2")
+            .find("job.json: train: unknown key \"epoch\"") == 0);
+  CHECK(error("\"padding\": \"same\"", "\"padding\": \"full\"")
+            .find("job.json: train.model.layers[0].padding:") == 0);
+}
+
+TEST_CASE("a layer that does not fit its input is a ConfigError naming the layer") {
+  std::string text = kTrain;
+  text.replace(text.find("SEED"), 4, "1");
+  text.replace(text.find("\"kernel_size\": [2, 3]"), 21, "\"kernel_size\": 9");
+  train::TrainConfig c = train::parse_train_config(text, "job.json");
+  auto backend = nn::make_dnnl_backend();
+  CHECK_THROWS_WITH(nn::Sequential(c.model, *backend, 8),
+                    Catch::StartsWith("model.layers[2]: a 9x9 kernel does not fit the 5x5 input"));
+}
+
+TEST_CASE("dtrain-worker exits 2 naming the file when the data files are corrupt") {
+  testing::TempDir dir;
+  std::string images = dir.path() + "/train-images-idx3-ubyte";
+  std::string labels = dir.path() + "/train-labels-idx1-ubyte";
+  unsigned char image_header[16] = {0, 0, 8, 3, 0, 0, 0, 2, 0, 0, 0, 28, 0, 0, 0, 28};
+  std::ofstream(images, std::ios::binary)
+      .write(reinterpret_cast<char*>(image_header), 16);  // no pixels
+  unsigned char label_header[10] = {0, 0, 8, 1, 0, 0, 0, 2, 1, 2};
+  std::ofstream(labels, std::ios::binary).write(reinterpret_cast<char*>(label_header), 10);
+  std::string job = dir.path() + "/job.json";
+  std::ofstream(job)
+      << R"({"job": "bad-data", "workers": 1, "train": {"model": {"input_shape": [28, 28, 1], "layers": [
+      {"type": "flatten"}, {"type": "dense", "units": 10}]}, "loss": {"type": "sparse_categorical_crossentropy",
+      "from_logits": true}, "data": {"source": "idx", "train_images": ")"
+      << images << R"(", "train_labels": ")" << labels << R"(", "test_images": ")" << images
+      << R"(", "test_labels": ")" << labels << R"("}}})";
+  auto r = testing::run_process(
+      {testing::binary("dtrain-worker"), "--config", job, "--run-dir", dir.path() + "/run"});
+  CHECK(r.exit_code == 2);
+  CHECK(r.err.find(images + ": truncated") != std::string::npos);
+}
