@@ -2,6 +2,7 @@
 // This is the table of contents; each step lives in its own file.
 #include <spdlog/spdlog.h>
 
+#include <csignal>
 #include <filesystem>
 #include <iostream>
 
@@ -24,6 +25,22 @@
 
 namespace dtrain::train {
 namespace {
+
+// Set by SIGTERM (the launcher's teardown, or a preemption); read once per step. A signal
+// handler can only reach a global.
+volatile std::sig_atomic_t g_stop_requested = 0;
+
+extern "C" void on_sigterm(int) {
+  g_stop_requested = 1;
+}
+
+// From here on SIGTERM does not kill: it asks the group to save and stop at the next step.
+void catch_sigterm() {
+  struct sigaction action {};
+  action.sa_handler = on_sigterm;
+  sigemptyset(&action.sa_mask);
+  ::sigaction(SIGTERM, &action, nullptr);
+}
 
 using common::ConfigError;
 
@@ -119,22 +136,28 @@ int run_worker(const WorkerOptions& options) {
   std::unique_ptr<comm::Communicator> communicator = comm::make_communicator(id, {});
   common::ControlClient control(common::get_env(common::kEnvControl).value_or(""));
   TrainerOptions trainer_options{run_dir_for(options, job), task.cluster.is_chief(task.task),
-                                 task.task.text(), attempt};
+                                 task.task.text(), attempt, [] { return g_stop_requested != 0; }};
+  catch_sigterm();
   try {
     Trainer trainer(config, *backend, *communicator, std::move(train_data), std::move(test_data),
                     trainer_options, &control);
     trainer.fit();
+  } catch (const Preempted& e) {
+    spdlog::warn("preempted: {}", e.what());
+    return common::kExitPreempted;
   } catch (const common::IoError& e) {
     communicator->abort(e.what());
     throw;
   } catch (const ConfigError& e) {
     communicator->abort(e.what());
-    std::string message =
-        e.what();  // layer shape errors name "model.layers[i]" in the train object
-    if (message.rfind("model.", 0) == 0)
+    std::string message = e.what();  // layer shape errors name "model..." in the train object
+    if (message.rfind("model", 0) == 0)
       throw ConfigError(fmt::format("{}: train.{}", options.config_path, message));
     throw;
   }
+  spdlog::info("finished{}", task.cluster.is_chief(task.task)
+                                 ? "; model written to " + trainer_options.run_dir + "/model"
+                                 : "");
   return common::kExitSuccess;
 }
 

@@ -48,7 +48,7 @@ std::vector<float> train_once(const train::TrainConfig& c, const std::string& ru
   auto [train_data, test_data] =
       data::load_data(c.data, {c.model.height, c.model.width, c.model.channels});
   train::Trainer trainer(c, *backend, solo, std::move(train_data), std::move(test_data),
-                         {run_dir, true, "worker:0", 0}, nullptr);
+                         {run_dir, true, "worker:0", 0, {}}, nullptr);
   train::EpochMetrics m = trainer.fit();
   if (last) *last = m;
   return trainer.model().parameters();

@@ -8,7 +8,8 @@
 
 namespace dtrain::nn {
 
-Sequential::Sequential(const ModelSpec& spec, Backend& backend, int max_batch)
+Sequential::Sequential(const ModelSpec& spec, Backend& backend, int max_batch,
+                       size_t extra_gradient_slots)
     : backend_(backend), max_batch_(max_batch) {
   dims_.push_back({spec.channels, spec.height, spec.width});
   size_t offset = 0;
@@ -31,7 +32,7 @@ Sequential::Sequential(const ModelSpec& spec, Backend& backend, int max_batch)
                     spec.layers.size() - 1, last.h, last.w, last.c));
   }
   parameters_.assign(offset, 0.0f);
-  gradients_.assign(offset, 0.0f);
+  gradients_.assign(offset + extra_gradient_slots, 0.0f);
   for (const Dims& d : dims_) {
     activations_.emplace_back(d.size() * static_cast<size_t>(max_batch));
     deltas_.emplace_back(d.size() * static_cast<size_t>(max_batch));

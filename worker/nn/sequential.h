@@ -15,9 +15,12 @@ namespace dtrain::nn {
 
 class Sequential {
  public:
-  /// Builds the layers for batches of up to max_batch examples. Throws ConfigError naming the
-  /// layer when shapes do not fit. backend must outlive the model.
-  Sequential(const ModelSpec& spec, Backend& backend, int max_batch);
+  /// Builds the layers for batches of up to max_batch examples. The gradient buffer gets
+  /// extra_gradient_slots floats after the gradients, for values that travel in the same
+  /// all-reduce. Throws ConfigError naming the layer when shapes do not fit. backend must outlive
+  /// the model.
+  Sequential(const ModelSpec& spec, Backend& backend, int max_batch,
+             size_t extra_gradient_slots = 0);
   ~Sequential();
   Sequential(const Sequential&) = delete;
   Sequential& operator=(const Sequential&) = delete;
@@ -37,6 +40,7 @@ class Sequential {
 
   std::vector<float>& parameters() { return parameters_; }
   const std::vector<float>& parameters() const { return parameters_; }
+  /// The parameters' gradients, then the extra slots.
   std::vector<float>& gradients() { return gradients_; }
   /// Every parameter tensor with its offset in the flat buffers, in layer order.
   const std::vector<ParamInfo>& parameter_infos() const { return infos_; }

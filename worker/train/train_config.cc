@@ -46,6 +46,7 @@ void parse_fields(const common::JsonNode& root, TrainConfig& c) {
   root.check_keys({"model", "loss", "optimizer", "data", "per_worker_batch_size", "epochs",
                    "steps_per_epoch", "validation", "seed", "device", "communication", "backup"});
   c.model = nn::parse_model_spec(root.at("model"));
+  c.model_json = root.at("model").dump();
   if (auto n = root.find("loss")) parse_loss(*n, c);
   bool softmax = c.model.layers.back().activation == nn::Activation::kSoftmax;
   if (softmax == c.from_logits) {

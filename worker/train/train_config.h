@@ -21,6 +21,7 @@ struct BackupSpec {
 
 struct TrainConfig {
   nn::ModelSpec model;
+  std::string model_json;    ///< train.model as compact JSON: the architecture checkpoints record
   bool from_logits = false;  ///< Keras's default
   OptimizerSpec optimizer;
   data::DataConfig data;

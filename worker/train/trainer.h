@@ -1,10 +1,14 @@
 // The fit loop: epochs of steps (batch -> forward -> loss -> backward -> ONE all-reduce of the
-// flat gradient buffer -> optimizer), validation on the test split, Keras-style progress,
-// heartbeats to the launcher, and metrics.jsonl from the chief. Sees a Backend and a
+// flat gradient buffer, which also carries the step's loss, accuracy and the preemption flag ->
+// optimizer), validation, Keras-style progress, heartbeats, and from the chief metrics.jsonl,
+// BackupAndRestore checkpoints and the final model. On start the chief restores the newest good
+// checkpoint and broadcasts it, so no shared file system is needed. Sees a Backend and a
 // Communicator, nothing else of the machine. Single-threaded (the batcher prefetches on its own).
 #pragma once
 
+#include <functional>
 #include <memory>
+#include <stdexcept>
 #include <string>
 
 #include "common/control_protocol.h"
@@ -12,6 +16,7 @@
 #include "worker/data/dataset.h"
 #include "worker/nn/backend.h"
 #include "worker/nn/sequential.h"
+#include "worker/train/checkpoint.h"
 #include "worker/train/optimizer.h"
 #include "worker/train/progress.h"
 #include "worker/train/train_config.h"
@@ -27,10 +32,19 @@ struct EpochMetrics {
 };
 
 struct TrainerOptions {
-  std::string run_dir;  ///< metrics.jsonl goes here (chief only)
+  std::string run_dir;  ///< metrics.jsonl, backup/ and model/ go here (chief only)
   bool chief = true;
   std::string task = "worker:0";  ///< for heartbeats
   int attempt = 0;
+  /// Polled once per step; true when this worker was asked to stop (SIGTERM).
+  std::function<bool()> stop_requested;
+};
+
+/// Thrown by fit() after every worker agreed to stop at the same step and the chief saved a
+/// step checkpoint there: the worker should exit 143.
+class Preempted : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
 };
 
 class Trainer {
@@ -41,9 +55,12 @@ class Trainer {
           common::ControlClient* control);
   ~Trainer();
 
-  /// Trains every epoch; returns the last epoch's metrics. Throws IoError from the communicator
-  /// or the batcher, ConfigError for shapes that do not fit.
+  /// Trains the epochs left after the restored checkpoint; the chief then writes the final model
+  /// (and removes the backup folder if asked). Returns the last epoch's metrics. Throws
+  /// Preempted (see above), IoError from the communicator or the batcher.
   EpochMetrics fit();
+  /// Where training resumed (epoch 0, step 0 for a fresh start).
+  const TrainingState& start_state() const { return start_; }
   /// Mean loss and accuracy of the model on the test split (no dropout).
   std::pair<double, double> evaluate();
 
@@ -52,6 +69,9 @@ class Trainer {
 
  private:
   EpochMetrics train_epoch(int epoch);
+  void restore();
+  void save_checkpoint();
+  std::vector<TensorView> checkpoint_tensors();
   void write_metrics(const EpochMetrics& m);
   void heartbeat(int epoch, int64_t step, int64_t steps, double loss, double accuracy, double rate);
 
@@ -64,6 +84,9 @@ class Trainer {
   std::unique_ptr<nn::Sequential> model_;
   std::unique_ptr<Optimizer> optimizer_;
   ProgressBar progress_;
+  CheckpointStore store_;
+  TrainingState state_;  ///< where training stands now (what a checkpoint written now records)
+  TrainingState start_;  ///< where this run resumed
   int64_t steps_per_epoch_ = 0;
   double last_heartbeat_ = -1;
 };

@@ -1,0 +1,96 @@
+// End to end through `dtrain launch` with two real dtrain-workers: an uninterrupted run, a run
+// whose worker is SIGKILLed mid-epoch, and a run whose worker is SIGTERMed end with
+// byte-identical final models, and the logs show the restart and the resume point.
+#include <signal.h>
+
+#include <catch2/catch.hpp>
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+#include "common/atomic_file.h"
+#include "common/json.h"
+#include "test/support/subprocess.h"
+#include "test/support/temp_dir.h"
+
+using namespace dtrain;
+namespace fs = std::filesystem;
+
+namespace {
+
+const char* kJob = R"({"job": "resume", "workers": 2,
+ "restart": {"max_restarts": 3, "backoff_seconds": 0.1, "grace_seconds": 10},
+ "train": {"model": {"input_shape": [28, 28, 1], "layers": [
+   {"type": "conv2d", "filters": 16, "kernel_size": 3, "activation": "relu"},
+   {"type": "max_pooling2d"}, {"type": "flatten"}, {"type": "dropout", "rate": 0.2},
+   {"type": "dense", "units": 64, "activation": "relu"}, {"type": "dense", "units": 4}]},
+  "loss": {"type": "sparse_categorical_crossentropy", "from_logits": true},
+  "optimizer": {"type": "adam", "learning_rate": 0.002},
+  "data": {"source": "synthetic", "examples": 2048, "classes": 4},
+  "per_worker_batch_size": 32, "epochs": 3, "steps_per_epoch": 60, "seed": 5,
+  "backup": {"save_freq": 10, "keep": 2}}})";
+
+struct Run {
+  explicit Run(const std::string& base, const std::string& name) : dir(base + "/" + name) {}
+  std::unique_ptr<testing::BackgroundProcess> start(const std::string& job) const {
+    return std::make_unique<testing::BackgroundProcess>(
+        std::vector<std::string>{testing::binary("dtrain"), "launch", job, "--run-dir", dir});
+  }
+  // Waits for the first step checkpoint, then signals worker 1 of attempt 0.
+  void interrupt_worker_1(int sig) const {
+    for (int i = 0; i < 3000 && !fs::exists(dir + "/backup/ckpt-0000000010.safetensors"); ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    }
+    auto state = common::JsonDocument::parse(common::read_file(dir + "/state.json"), "state");
+    int pid =
+        static_cast<int>(state.root().at("workers").as_array()[1].at("pid").as_int(1, 1 << 30));
+    ::kill(pid, sig);
+  }
+  std::string model() const { return common::read_file(dir + "/model/model.safetensors"); }
+  std::string log(int worker) const {
+    return common::read_file(dir + "/logs/worker-" + std::to_string(worker) + ".log");
+  }
+  std::string events() const { return common::read_file(dir + "/events.jsonl"); }
+  std::string dir;
+};
+
+}  // namespace
+
+TEST_CASE("killed and preempted runs resume to a byte-identical final model") {
+  testing::TempDir base;
+  std::string job = base.path() + "/job.json";
+  std::ofstream(job) << kJob;
+
+  Run reference(base.path(), "reference");
+  auto r = reference.start(job)->wait(300);
+  REQUIRE(r.exit_code == 0);
+  std::string expected = reference.model();
+  REQUIRE(expected.size() > 100000);
+  CHECK_FALSE(fs::exists(reference.dir + "/backup"));  // delete_on_success
+  CHECK(fs::exists(reference.dir + "/model/model.json"));
+
+  Run killed(base.path(), "killed");
+  auto launcher = killed.start(job);
+  killed.interrupt_worker_1(SIGKILL);
+  r = launcher->wait(300);
+  INFO(r.err);
+  REQUIRE(r.exit_code == 0);
+  CHECK(killed.events().find("\"outcome\":\"preempted\",\"status\":\"killed by SIGKILL\"") !=
+        std::string::npos);
+  CHECK(killed.log(0).find("==== dtrain: attempt 1 of worker:0") != std::string::npos);
+  CHECK(killed.log(0).find(": resuming at epoch 1 step ") != std::string::npos);
+  CHECK(killed.model() == expected);
+
+  Run preempted(base.path(), "preempted");
+  launcher = preempted.start(job);
+  preempted.interrupt_worker_1(SIGTERM);
+  r = launcher->wait(300);
+  INFO(r.err);
+  REQUIRE(r.exit_code == 0);
+  CHECK(preempted.events().find("\"task\":\"worker:1\",\"pid\"") != std::string::npos);
+  CHECK(preempted.log(1).find("preempted: stopped at epoch 1 step ") != std::string::npos);
+  CHECK(preempted.log(0).find("preempted: stopped at epoch 1 step ") != std::string::npos);
+  CHECK(preempted.log(0).find(": resuming at epoch 1 step ") != std::string::npos);
+  CHECK(preempted.model() == expected);
+}

@@ -1,0 +1,84 @@
+// BackupAndRestore checkpoints and the final model, in the safetensors format (8-byte
+// little-endian header length, JSON header, raw little-endian float32 data) so Python tools can
+// open them. Writes are atomic (temp file, fsync, rename, fsync folder; then the index the same
+// way); reads verify a checksum and skip damaged files. Knows files, not training.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace dtrain::train {
+
+/// Where training stands, besides the tensors.
+struct TrainingState {
+  int64_t epoch = 0;        ///< epoch to resume in (0-based)
+  int64_t step = 0;         ///< first step of that epoch still to run
+  int64_t global_step = 0;  ///< steps run in total
+  int64_t optimizer_iterations = 0;
+  double epoch_loss_sum = 0, epoch_correct = 0,
+         epoch_seen = 0;  ///< the resumed epoch's running metrics
+};
+
+/// A tensor to write: a view, not owned.
+struct TensorView {
+  std::string name;
+  std::vector<int64_t> shape;
+  const float* data = nullptr;
+  size_t count = 0;
+};
+
+/// A tensor read back.
+struct Tensor {
+  std::vector<int64_t> shape;
+  std::vector<float> data;
+};
+
+struct SafetensorsFile {
+  std::map<std::string, std::string> metadata;
+  std::map<std::string, Tensor> tensors;
+};
+
+/// safetensors bytes; tensors in the given order, metadata keys sorted, and a "checksum" entry
+/// (CRC-32 of the metadata and the data section) added. Same input, same bytes.
+std::string encode_safetensors(const std::vector<TensorView>& tensors,
+                               std::map<std::string, std::string> metadata);
+/// Parses and verifies bytes; throws IoError naming path and what is wrong (truncated, bad
+/// header, checksum mismatch...).
+SafetensorsFile decode_safetensors(const std::string& bytes, const std::string& path);
+
+struct LoadedCheckpoint {
+  std::string path;
+  TrainingState state;
+  SafetensorsFile file;
+};
+
+/// The backup folder of a run: ckpt-<global step>.safetensors files and checkpoint.json.
+class CheckpointStore {
+ public:
+  CheckpointStore(std::string dir, int keep);
+
+  /// Writes a checkpoint of state and tensors for a model of architecture (JSON text), updates
+  /// the index and deletes all but the newest `keep`. Returns its path. Throws IoError.
+  std::string save(const TrainingState& state, const std::vector<TensorView>& tensors,
+                   const std::string& architecture);
+  /// The newest checkpoint that verifies and is for architecture; each one skipped is logged
+  /// with its reason. nullopt when there is none.
+  std::optional<LoadedCheckpoint> load_latest(const std::string& architecture) const;
+  /// Removes the folder and everything in it.
+  void remove_all();
+  const std::string& dir() const { return dir_; }
+
+ private:
+  std::vector<std::string> candidates() const;
+  std::string dir_;
+  int keep_;
+};
+
+/// Writes RUN_DIR/model/model.safetensors (weights; metadata: architecture) and model.json.
+void write_final_model(const std::string& model_dir, const std::vector<TensorView>& weights,
+                       const std::string& architecture_json);
+
+}  // namespace dtrain::train
