@@ -33,9 +33,16 @@ struct LaunchOptions {
   std::string run_dir;
 };
 
-void print_summary(const common::JobSpec& spec, const SupervisorResult& result, int attempt) {
+void print_summary(const common::JobSpec& spec, const common::RunDir& run_dir,
+                   const SupervisorResult& result, int attempt) {
   if (result.status == common::kStatusSucceeded) {
     std::cerr << fmt::format("dtrain: job \"{}\" succeeded on attempt {}\n", spec.job, attempt);
+    if (std::filesystem::exists(run_dir.model_dir()))
+      std::cerr << fmt::format("dtrain: model: {}\n", run_dir.model_dir());
+    if (std::filesystem::exists(run_dir.metrics_jsonl()))
+      std::cerr << fmt::format("dtrain: metrics: {}\n", run_dir.metrics_jsonl());
+    std::cerr << fmt::format("dtrain: logs: {} (dtrain logs {})\n", run_dir.logs_dir(),
+                             run_dir.root());
     return;
   }
   if (result.status == common::kStatusStopped) {
@@ -92,7 +99,7 @@ int run_supervisor(const common::JobSpec& spec, PreparedRun& run) {
     io.stop();
   });
   io.run();
-  print_summary(spec, result, supervisor->attempt());
+  print_summary(spec, run.run_dir, result, supervisor->attempt());
   return result.exit_code;
 }
 

@@ -19,6 +19,7 @@
 #include "worker/data/dataset.h"
 #include "worker/gpu/gpu_info.h"
 #include "worker/nn/backend.h"
+#include "worker/train/evaluator.h"
 #include "worker/train/train_config.h"
 #include "worker/train/trainer.h"
 #include "worker/worker_options.h"
@@ -128,6 +129,15 @@ int run_worker(const WorkerOptions& options) {
   std::unique_ptr<nn::Backend> backend = choose_backend(config, options.config_path);
   std::vector<int> input_shape = {config.model.height, config.model.width, config.model.channels};
   auto [train_data, test_data] = data::load_data(config.data, input_shape);
+  if (task.task.type == common::kEvaluator) {
+    catch_sigterm();
+    EvaluatorOptions evaluator_options{run_dir_for(options, job), 0.5,
+                                       [] { return g_stop_requested != 0; }};
+    int evaluations = run_evaluator(config, *backend, test_data, evaluator_options);
+    spdlog::info("evaluator: {} evaluation(s) in {}/eval.jsonl", evaluations,
+                 evaluator_options.run_dir);
+    return common::kExitSuccess;
+  }
   comm::RingIdentity id =
       comm::ring_identity(task, common::get_env(common::kEnvJob).value_or(job), attempt,
                           common::get_env_or_default(common::kEnvToken));

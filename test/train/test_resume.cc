@@ -11,6 +11,7 @@
 
 #include "common/atomic_file.h"
 #include "common/json.h"
+#include "common/ports.h"
 #include "test/support/subprocess.h"
 #include "test/support/temp_dir.h"
 
@@ -93,4 +94,29 @@ TEST_CASE("killed and preempted runs resume to a byte-identical final model") {
   CHECK(preempted.log(0).find("preempted: stopped at epoch 1 step ") != std::string::npos);
   CHECK(preempted.log(0).find(": resuming at epoch 1 step ") != std::string::npos);
   CHECK(preempted.model() == expected);
+}
+
+TEST_CASE("an evaluator task scores checkpoints and the final model into eval.jsonl") {
+  testing::TempDir base;
+  std::string job = base.path() + "/job.json";
+  std::string text = kJob;
+  text.replace(
+      text.find("\"workers\": 2"), 12,
+      R"("cluster": {"worker": ["localhost:0", "localhost:0"], "evaluator": ["localhost:0"]})");
+  for (int port : common::pick_free_ports(3)) {  // explicit clusters need real ports
+    text.replace(text.find("localhost:0\""), 12, "localhost:" + std::to_string(port) + "\"");
+  }
+  std::ofstream(job) << text;
+  Run run(base.path(), "evaluated");
+  auto r = run.start(job)->wait(300);
+  INFO(r.err);
+  REQUIRE(r.exit_code == 0);
+  std::ifstream eval(run.dir + "/eval.jsonl");
+  std::string line, last;
+  int lines = 0;
+  for (; std::getline(eval, line); ++lines) last = line;
+  CHECK(lines >= 1);
+  auto doc = common::JsonDocument::parse(last, "eval.jsonl");
+  CHECK(doc.root().at("model").as_string() == "final");
+  CHECK(doc.root().at("val_accuracy").as_number(0, 1) > 0.9);
 }

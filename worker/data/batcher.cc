@@ -14,20 +14,6 @@ namespace {
 
 constexpr uint64_t kGoldenGamma = 0x9e3779b97f4a7c15ull;
 
-// Copies one NHWC example into CHW order (a plain copy for one channel).
-void copy_chw(const Dataset& data, int64_t example, float* out) {
-  const int64_t plane = int64_t{data.height} * data.width;
-  const int channels = data.channels;
-  const float* in = data.images.data() + example * plane * channels;
-  if (channels == 1) {
-    std::copy(in, in + plane, out);
-    return;
-  }
-  for (int64_t pixel = 0; pixel < plane; ++pixel) {
-    for (int c = 0; c < channels; ++c) out[c * plane + pixel] = in[pixel * channels + c];
-  }
-}
-
 std::vector<int64_t> make_shard(const Dataset& data, const BatchStreamOptions& options) {
   DT_ENFORCE(options.worker_count > 0 && options.worker_index >= 0 &&
                  options.worker_index < options.worker_count,
@@ -169,7 +155,7 @@ Batch BatchStream::batch_at(int64_t step) const {
   batch.labels.resize(static_cast<size_t>(batch_size));
   for (int64_t j = 0; j < batch_size; ++j) {
     const int64_t example = shard_[static_cast<size_t>((step * batch_size + j) % count)];
-    copy_chw(dataset_, example, batch.images.data() + j * pixels);
+    copy_example_chw(dataset_, example, batch.images.data() + j * pixels);
     batch.labels[static_cast<size_t>(j)] = dataset_.labels[static_cast<size_t>(example)];
   }
   return batch;

@@ -189,4 +189,23 @@ std::pair<Dataset, Dataset> load_data(const DataConfig& config,
   return {std::move(train), std::move(test)};
 }
 
+void copy_example_chw(const Dataset& data, int64_t example, float* out) {
+  const int64_t plane = int64_t{data.height} * data.width;
+  const int channels = data.channels;
+  const float* in = data.images.data() + example * plane * channels;
+  if (channels == 1) {
+    std::copy(in, in + plane, out);
+    return;
+  }
+  for (int64_t pixel = 0; pixel < plane; ++pixel) {
+    for (int c = 0; c < channels; ++c) out[c * plane + pixel] = in[pixel * channels + c];
+  }
+}
+
+void copy_nchw(const Dataset& data, int64_t first, int n, float* out) {
+  const size_t per_example = static_cast<size_t>(data.height) * data.width * data.channels;
+  for (int i = 0; i < n; ++i)
+    copy_example_chw(data, first + i, out + static_cast<size_t>(i) * per_example);
+}
+
 }  // namespace dtrain::data

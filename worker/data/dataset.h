@@ -59,4 +59,11 @@ inline constexpr uint64_t kSyntheticSeed = 0x5eedda7a;
 std::pair<Dataset, Dataset> load_data(const DataConfig& config,
                                       const std::vector<int>& input_shape);
 
+/// Copies example `example` (stored channels-last) to out in CHW order: a plain copy for one
+/// channel. out holds height * width * channels floats.
+void copy_example_chw(const Dataset& data, int64_t example, float* out);
+
+/// Examples [first, first + n) as an NCHW batch.
+void copy_nchw(const Dataset& data, int64_t first, int n, float* out);
+
 }  // namespace dtrain::data

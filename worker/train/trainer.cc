@@ -17,24 +17,11 @@
 namespace dtrain::train {
 namespace {
 
-// Examples [first, first + n) of a channels-last dataset, as NCHW.
-void copy_nchw(const data::Dataset& d, int64_t first, int n, float* out) {
-  size_t plane = static_cast<size_t>(d.height) * d.width;
-  for (int i = 0; i < n; ++i) {
-    const float* src = d.images.data() + static_cast<size_t>(first + i) * plane * d.channels;
-    float* dst = out + static_cast<size_t>(i) * plane * d.channels;
-    for (size_t p = 0; p < plane; ++p) {
-      for (int c = 0; c < d.channels; ++c)
-        dst[static_cast<size_t>(c) * plane + p] = src[p * d.channels + c];
-    }
-  }
-}
-
-}  // namespace
-
 // Slots after the gradients in the all-reduce buffer: this step's loss sum, correct count,
 // examples, and the stop flag. With kMean they arrive divided by the world size.
 constexpr size_t kLossSlot = 0, kCorrectSlot = 1, kSeenSlot = 2, kStopSlot = 3, kStatSlots = 4;
+
+}  // namespace
 
 Trainer::Trainer(const TrainConfig& config, nn::Backend& backend, comm::Communicator& comm,
                  data::Dataset train, data::Dataset test, TrainerOptions options,
@@ -232,7 +219,7 @@ std::pair<double, double> Trainer::evaluate() {
   double loss_sum = 0, correct_sum = 0;
   for (int64_t start = 0; start < test_.count; start += batch) {
     int n = static_cast<int>(std::min<int64_t>(batch, test_.count - start));
-    copy_nchw(test_, start, n, images.data());
+    data::copy_nchw(test_, start, n, images.data());
     const float* logits = model_->forward(images.data(), n, {config_.seed, 0, 0}, false);
     int correct = 0;
     float loss = backend_.softmax_cross_entropy(

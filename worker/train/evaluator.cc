@@ -1,0 +1,107 @@
+// See evaluator.h.
+#include "worker/train/evaluator.h"
+
+#include <fcntl.h>
+#include <spdlog/spdlog.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <thread>
+
+#include "common/atomic_file.h"
+#include "common/errors.h"
+#include "common/json.h"
+#include "common/run_dir.h"
+#include "common/unique_fd.h"
+#include "worker/nn/sequential.h"
+#include "worker/train/checkpoint.h"
+
+namespace dtrain::train {
+namespace {
+
+// Copies the file's weights into the model; false when a weight is missing or misshapen.
+bool load_weights(nn::Sequential& model, const SafetensorsFile& file) {
+  for (const nn::ParamInfo& p : model.parameter_infos()) {
+    auto it = file.tensors.find(p.name);
+    if (it == file.tensors.end() || it->second.data.size() != p.count) return false;
+    std::copy(it->second.data.begin(), it->second.data.end(),
+              model.parameters().begin() + static_cast<long>(p.offset));
+  }
+  return true;
+}
+
+std::pair<double, double> evaluate(nn::Sequential& model, nn::Backend& backend,
+                                   const data::Dataset& test, int batch) {
+  size_t per_example = static_cast<size_t>(test.height) * test.width * test.channels;
+  std::vector<float> images(per_example * static_cast<size_t>(batch)),
+      dlogits(static_cast<size_t>(batch) * model.classes());
+  double loss_sum = 0, correct_sum = 0;
+  for (int64_t start = 0; start < test.count; start += batch) {
+    int n = static_cast<int>(std::min<int64_t>(batch, test.count - start));
+    data::copy_nchw(test, start, n, images.data());
+    const float* logits = model.forward(images.data(), n, {}, false);
+    int correct = 0;
+    loss_sum +=
+        static_cast<double>(backend.softmax_cross_entropy(
+            n, model.classes(), logits, test.labels.data() + start, dlogits.data(), &correct)) *
+        n;
+    correct_sum += correct;
+  }
+  return {loss_sum / static_cast<double>(test.count),
+          correct_sum / static_cast<double>(test.count)};
+}
+
+void append_line(const std::string& path, const std::string& line) {
+  common::UniqueFd fd(::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644));
+  if (!fd.valid() ||
+      ::write(fd.get(), line.data(), line.size()) != static_cast<ssize_t>(line.size())) {
+    throw common::IoError(fmt::format("cannot append to {}", path));
+  }
+}
+
+}  // namespace
+
+int run_evaluator(const TrainConfig& config, nn::Backend& backend, const data::Dataset& test,
+                  const EvaluatorOptions& options) {
+  common::RunDir run(options.run_dir);
+  CheckpointStore store(options.run_dir + "/" + config.backup.dir, config.backup.keep);
+  nn::Sequential model(config.model, backend, config.per_worker_batch_size);
+  std::string out = options.run_dir + "/eval.jsonl";
+  std::string final_model = run.model_dir() + "/model.safetensors";
+  int64_t last_step = -1;
+  int lines = 0;
+  while (true) {
+    bool stopping = options.stop_requested && options.stop_requested();
+    if (std::filesystem::exists(final_model)) {
+      SafetensorsFile file = decode_safetensors(common::read_file(final_model), final_model);
+      if (file.metadata["architecture"] == config.model_json && load_weights(model, file)) {
+        auto [loss, accuracy] = evaluate(model, backend, test, config.per_worker_batch_size);
+        append_line(
+            out, fmt::format("{{\"model\":\"final\",\"val_loss\":{},\"val_accuracy\":{}}}\n", loss,
+                             accuracy));
+        spdlog::info("final model: val_loss {:.4f} val_accuracy {:.4f}", loss, accuracy);
+        return lines + 1;
+      }
+    }
+    if (stopping) return lines;
+    std::optional<LoadedCheckpoint> c = store.load_latest(config.model_json);
+    if (c && c->state.global_step != last_step && load_weights(model, c->file)) {
+      last_step = c->state.global_step;
+      auto [loss, accuracy] = evaluate(model, backend, test, config.per_worker_batch_size);
+      append_line(
+          out,
+          fmt::format(
+              "{{\"checkpoint\":{},\"epoch\":{},\"step\":{},\"global_step\":{},\"val_loss\":{},"
+              "\"val_accuracy\":{}}}\n",
+              common::json_quote(c->path), c->state.epoch, c->state.step, c->state.global_step,
+              loss, accuracy));
+      spdlog::info("checkpoint at global step {}: val_loss {:.4f} val_accuracy {:.4f}", last_step,
+                   loss, accuracy);
+      ++lines;
+      continue;
+    }
+    std::this_thread::sleep_for(std::chrono::duration<double>(options.poll_seconds));
+  }
+}
+
+}  // namespace dtrain::train

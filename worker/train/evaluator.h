@@ -1,0 +1,29 @@
+// The "evaluator" task of TensorFlow's tutorials: not part of the training ring; it watches the
+// run's backup folder, evaluates each new checkpoint on the test split, appends a line to
+// RUN_DIR/eval.jsonl, and when the chief's final model appears evaluates that and exits.
+// Reads the files the chief writes, so it needs the chief's file system.
+#pragma once
+
+#include <functional>
+#include <string>
+
+#include "worker/data/dataset.h"
+#include "worker/nn/backend.h"
+#include "worker/train/train_config.h"
+
+namespace dtrain::train {
+
+struct EvaluatorOptions {
+  std::string run_dir;
+  double poll_seconds = 0.5;
+  /// True once the evaluator should finish (SIGTERM): it evaluates the final model if it is
+  /// there, then returns.
+  std::function<bool()> stop_requested;
+};
+
+/// Runs until the final model was evaluated or stop_requested() is true. Returns the number of
+/// lines it appended to eval.jsonl.
+int run_evaluator(const TrainConfig& config, nn::Backend& backend, const data::Dataset& test,
+                  const EvaluatorOptions& options);
+
+}  // namespace dtrain::train
