@@ -10,7 +10,7 @@ packages=(
   rapidjson-dev libspdlog-dev libfmt-dev catch2
   zlib1g-dev libssl-dev libdnnl-dev
   dataset-fashion-mnist
-  procps tmux
+  procps tmux python3
 )
 
 missing=()

@@ -29,6 +29,7 @@ struct EpochMetrics {
   double val_loss = 0, val_accuracy = 0;
   bool validated = false;
   double seconds = 0, samples_per_second = 0;
+  double allreduce_seconds = 0;  ///< of seconds, spent in the gradient all-reduce
 };
 
 struct TrainerOptions {
