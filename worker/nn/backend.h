@@ -101,6 +101,9 @@ class Backend {
 
 /// The oneDNN backend (dnnl_backend.cc).
 std::unique_ptr<Backend> make_dnnl_backend();
+/// The CUDA backend (cuda/cuda_backend.cu): pointers are device memory (labels excepted). In a
+/// CPU-only build it throws ConfigError.
+std::unique_ptr<Backend> make_cuda_backend();
 /// The naive reference backend (reference_backend.cc): plain loops in double where it matters.
 std::unique_ptr<Backend> make_reference_backend();
 

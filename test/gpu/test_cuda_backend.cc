@@ -1,0 +1,170 @@
+// The CUDA backend against the reference backend, method by method, on random shapes (odd sizes,
+// strides, valid and asymmetric same padding). Built only with CUDA; without a GPU every test
+// says "no GPU" and passes without checking anything, so run it on a GPU machine.
+#include <cuda_runtime.h>
+
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "worker/gpu/gpu_info.h"
+#include "worker/nn/backend.h"
+
+using namespace dtrain::nn;
+
+namespace {
+
+bool have_gpu() {
+  static const dtrain::gpu::GpuInfo info = dtrain::gpu::probe_gpu();
+  if (info.device_count == 0)
+    WARN("no GPU, CUDA backend tests skipped: " << dtrain::gpu::describe(info));
+  return info.device_count > 0;
+}
+
+struct Device {
+  explicit Device(const std::vector<float>& host) : count(host.size()) {
+    REQUIRE(cudaMalloc(&ptr, std::max<size_t>(1, count) * sizeof(float)) == cudaSuccess);
+    REQUIRE(cudaMemcpy(ptr, host.data(), count * sizeof(float), cudaMemcpyHostToDevice) ==
+            cudaSuccess);
+  }
+  explicit Device(size_t n) : Device(std::vector<float>(n, 0.0f)) {}
+  ~Device() { cudaFree(ptr); }
+  std::vector<float> host() const {
+    std::vector<float> out(count);
+    REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
+    REQUIRE(cudaMemcpy(out.data(), ptr, count * sizeof(float), cudaMemcpyDeviceToHost) ==
+            cudaSuccess);
+    return out;
+  }
+  float* ptr = nullptr;
+  size_t count;
+};
+
+std::vector<float> random_vector(size_t n, std::mt19937& rng, float scale = 1.0f) {
+  std::uniform_real_distribution<float> u(-scale, scale);
+  std::vector<float> v(n);
+  for (float& x : v) x = u(rng);
+  return v;
+}
+
+void check_close(const std::vector<float>& got, const std::vector<float>& want, float tolerance) {
+  REQUIRE(got.size() == want.size());
+  for (size_t i = 0; i < got.size(); ++i) {
+    INFO("element " << i);
+    CHECK(std::fabs(got[i] - want[i]) <= tolerance * (1.0f + std::fabs(want[i])));
+  }
+}
+
+}  // namespace
+
+TEST_CASE("CUDA convolution equals the reference (forward, backward data, backward weights)") {
+  if (!have_gpu()) return;
+  auto gpu = make_cuda_backend();
+  auto ref = make_reference_backend();
+  std::mt19937 rng(3);
+  for (ConvShape s : {ConvShape{2, 3, 9, 11, 4, 3, 3, 1, 1, 0, 0, 0, 0},
+                      ConvShape{3, 2, 8, 8, 5, 2, 2, 1, 1, 0, 1, 0, 1},
+                      ConvShape{1, 4, 13, 7, 3, 3, 5, 2, 1, 1, 1, 2, 2},
+                      ConvShape{2, 1, 28, 28, 8, 3, 3, 2, 2, 0, 1, 0, 1}}) {
+    size_t xs = size_t(s.n) * s.c * s.h * s.w, ws = size_t(s.k) * s.c * s.kh * s.kw,
+           ys = size_t(s.n) * s.k * s.oh() * s.ow();
+    auto x = random_vector(xs, rng), w = random_vector(ws, rng), b = random_vector(s.k, rng),
+         dy = random_vector(ys, rng);
+    std::vector<float> y(ys), dx(xs), dw(ws), db(s.k);
+    ref->conv2d_forward(s, x.data(), w.data(), b.data(), y.data());
+    ref->conv2d_backward_data(s, dy.data(), w.data(), dx.data());
+    ref->conv2d_backward_weights(s, x.data(), dy.data(), dw.data(), db.data());
+    Device gx(x), gw(w), gb(b), gdy(dy), gy(ys), gdx(xs), gdw(ws), gdb(size_t(s.k));
+    gpu->conv2d_forward(s, gx.ptr, gw.ptr, gb.ptr, gy.ptr);
+    gpu->conv2d_backward_data(s, gdy.ptr, gw.ptr, gdx.ptr);
+    gpu->conv2d_backward_weights(s, gx.ptr, gdy.ptr, gdw.ptr, gdb.ptr);
+    check_close(gy.host(), y, 1e-4f);
+    check_close(gdx.host(), dx, 1e-4f);
+    check_close(gdw.host(), dw, 1e-4f);
+    check_close(gdb.host(), db, 1e-4f);
+  }
+}
+
+TEST_CASE("CUDA dense, ReLU and max pooling equal the reference") {
+  if (!have_gpu()) return;
+  auto gpu = make_cuda_backend();
+  auto ref = make_reference_backend();
+  std::mt19937 rng(5);
+  int n = 5, in = 37, out = 11;
+  auto x = random_vector(size_t(n) * in, rng), w = random_vector(size_t(in) * out, rng),
+       b = random_vector(out, rng);
+  auto dy = random_vector(size_t(n) * out, rng);
+  std::vector<float> y(size_t(n) * out), dx(size_t(n) * in), dw(size_t(in) * out), db(out);
+  ref->dense_forward(n, in, out, x.data(), w.data(), b.data(), y.data());
+  ref->dense_backward_data(n, in, out, dy.data(), w.data(), dx.data());
+  ref->dense_backward_weights(n, in, out, x.data(), dy.data(), dw.data(), db.data());
+  Device gx(x), gw(w), gb(b), gdy(dy), gy(y.size()), gdx(dx.size()), gdw(dw.size()), gdb(db.size());
+  gpu->dense_forward(n, in, out, gx.ptr, gw.ptr, gb.ptr, gy.ptr);
+  gpu->dense_backward_data(n, in, out, gdy.ptr, gw.ptr, gdx.ptr);
+  gpu->dense_backward_weights(n, in, out, gx.ptr, gdy.ptr, gdw.ptr, gdb.ptr);
+  check_close(gy.host(), y, 1e-4f);
+  check_close(gdx.host(), dx, 1e-4f);
+  check_close(gdw.host(), dw, 1e-4f);
+  check_close(gdb.host(), db, 1e-4f);
+
+  std::vector<float> r(y.size()), dr(y.size());
+  ref->relu_forward(y.size(), y.data(), r.data());
+  ref->relu_backward(y.size(), r.data(), dy.data(), dr.data());
+  Device gr(y.size()), gdr(y.size());
+  gpu->relu_forward(y.size(), gy.ptr, gr.ptr);
+  gpu->relu_backward(y.size(), gr.ptr, gdy.ptr, gdr.ptr);
+  check_close(gr.host(), r, 1e-4f);
+  check_close(gdr.host(), dr, 1e-4f);
+
+  PoolShape p{2, 3, 9, 9, 3, 3, 2, 2};
+  std::vector<float> px(size_t(2) * 3 * 9 * 9);
+  for (size_t i = 0; i < px.size(); ++i)
+    px[i] = static_cast<float>((i * 7919) % px.size());  // no ties
+  auto pdy = random_vector(size_t(2) * 3 * p.oh() * p.ow(), rng);
+  std::vector<float> py(pdy.size()), pdx(px.size());
+  std::vector<char> ref_ws(ref->maxpool_workspace_bytes(p));
+  ref->maxpool_forward(p, px.data(), py.data(), ref_ws.data());
+  ref->maxpool_backward(p, pdy.data(), ref_ws.data(), pdx.data());
+  Device gpx(px), gpdy(pdy), gpy(py.size()), gpdx(px.size());
+  void* gws = nullptr;
+  REQUIRE(cudaMalloc(&gws, gpu->maxpool_workspace_bytes(p)) == cudaSuccess);
+  gpu->maxpool_forward(p, gpx.ptr, gpy.ptr, gws);
+  gpu->maxpool_backward(p, gpdy.ptr, gws, gpdx.ptr);
+  check_close(gpy.host(), py, 1e-6f);
+  check_close(gpdx.host(), pdx, 1e-6f);
+  cudaFree(gws);
+}
+
+TEST_CASE("CUDA loss and optimizers equal the reference") {
+  if (!have_gpu()) return;
+  auto gpu = make_cuda_backend();
+  auto ref = make_reference_backend();
+  std::mt19937 rng(9);
+  int n = 7, classes = 10;
+  auto logits = random_vector(size_t(n) * classes, rng, 4.0f);
+  std::vector<int32_t> labels = {0, 3, 9, 2, 2, 7, 5};
+  std::vector<float> d(logits.size());
+  int ref_correct = 0, gpu_correct = -1;
+  float ref_loss =
+      ref->softmax_cross_entropy(n, classes, logits.data(), labels.data(), d.data(), &ref_correct);
+  Device gl(logits), gd(d.size());
+  float gpu_loss =
+      gpu->softmax_cross_entropy(n, classes, gl.ptr, labels.data(), gd.ptr, &gpu_correct);
+  CHECK(std::fabs(gpu_loss - ref_loss) <= 1e-5f * (1 + std::fabs(ref_loss)));
+  CHECK(gpu_correct == ref_correct);
+  check_close(gd.host(), d, 1e-5f);
+
+  auto w = random_vector(1000, rng), g = random_vector(1000, rng);
+  std::vector<float> w_ref = w, v_ref(1000, 0.0f), m_ref(1000, 0.0f), s_ref(1000, 0.0f);
+  Device gw(w), gg(g), gv(1000), gm(1000), gs(1000);
+  SgdParams sgd{0.1f, 0.9f, true};
+  AdamParams adam;
+  for (int step = 1; step <= 3; ++step) {
+    ref->sgd_update(sgd, 1000, w_ref.data(), g.data(), v_ref.data());
+    gpu->sgd_update(sgd, 1000, gw.ptr, gg.ptr, gv.ptr);
+    ref->adam_update(adam, step, 1000, w_ref.data(), g.data(), m_ref.data(), s_ref.data());
+    gpu->adam_update(adam, step, 1000, gw.ptr, gg.ptr, gm.ptr, gs.ptr);
+  }
+  check_close(gw.host(), w_ref, 1e-5f);
+}
