@@ -97,7 +97,7 @@ void parse_cluster_or_workers(const JsonNode& root, JobSpec& spec) {
 
 void parse_fields(const JsonNode& root, JobSpec& spec) {
   root.check_keys({"job", "cluster", "workers", "restart", "train", "command", "env", "run_dir",
-                   "hang_timeout_seconds", "remote_shell", "success"});
+                   "hang_timeout_seconds", "remote_shell", "success", "gpu_sharing"});
   JsonNode job = root.at("job");
   spec.job = job.as_string();
   if (!is_valid_job_name(spec.job)) {
@@ -122,6 +122,7 @@ void parse_fields(const JsonNode& root, JobSpec& spec) {
   if (auto n = root.find("hang_timeout_seconds"))
     spec.hang_timeout_seconds = parse_seconds(*n, 0.001);
   if (auto n = root.find("remote_shell")) spec.remote_shell = parse_argv(*n);
+  if (auto n = root.find("gpu_sharing")) spec.gpu_sharing = n->as_bool();
   if (auto n = root.find("success")) {
     spec.success = n->as_string();
     if (spec.success != "all" && spec.success != "chief") {
@@ -197,7 +198,7 @@ std::string job_spec_to_json(const JobSpec& spec, const ClusterSpec& resolved) {
   w.end_object();
   w.key("run_dir").value(spec.run_dir);
   if (spec.hang_timeout_seconds) w.key("hang_timeout_seconds").value(*spec.hang_timeout_seconds);
-  w.key("success").value(spec.success);
+  w.key("success").value(spec.success).key("gpu_sharing").value(spec.gpu_sharing);
   w.key("remote_shell").begin_array();
   for (const auto& arg : spec.remote_shell) w.value(arg);
   w.end_array();

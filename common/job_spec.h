@@ -39,6 +39,8 @@ struct JobSpec {
   std::vector<std::string> remote_shell{"ssh"};
   /// "all": the job succeeds when every training task exits 0; "chief": when the chief does.
   std::string success = "all";
+  /// Several local workers may share one GPU (else more local workers than GPUs is refused).
+  bool gpu_sharing = false;
 };
 
 /// Parses job-file text. Every error is a ConfigError "<source>: <json path>: <what was found and

@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <deque>
 #include <filesystem>
@@ -66,6 +67,18 @@ bool belongs_to_run(int pid, const std::string& run_dir) {
     if (entry == wanted) return true;
   }
   return false;
+}
+
+// GPUs on this host, as the worker program sees them (`dtrain-worker --gpu-count`); 0 when it
+// cannot tell. The launcher itself never links CUDA.
+int count_local_gpus(const std::string& worker_program) {
+  std::string command = worker_program + " --gpu-count 2>/dev/null";
+  FILE* pipe = ::popen(command.c_str(), "r");
+  if (!pipe) return 0;
+  int count = 0;
+  if (std::fscanf(pipe, "%d", &count) != 1) count = 0;
+  ::pclose(pipe);
+  return std::max(count, 0);
 }
 
 // The attempt a resumed run starts with: one past what state.json recorded.
@@ -134,6 +147,8 @@ PreparedRun prepare_run(const common::JobSpec& spec) {
   c.cwd = fs::current_path().string();
   c.host_cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   c.launcher_omp_threads = common::get_env(common::kEnvOmpThreads);
+  c.local_gpus = count_local_gpus(c.worker_program);
+  check_gpu_assignment(c);
   common::write_file_atomically(c.spec_path, common::job_spec_to_json(spec, c.cluster) + "\n");
   return run;
 }

@@ -40,6 +40,10 @@ std::vector<std::pair<std::string, std::string>> worker_env(const LaunchContext&
     int threads = std::max(1, c.host_cores / workers_on_host(c.cluster, host));
     env.emplace_back(kEnvOmpThreads.name, std::to_string(threads));
   }
+  bool user_sets_gpu = std::any_of(c.spec->env.begin(), c.spec->env.end(),
+                                   [](const auto& kv) { return kv.first == kEnvCudaDevices.name; });
+  std::string gpu = gpu_for_task(c, task);
+  if (!gpu.empty() && !user_sets_gpu) env.emplace_back(kEnvCudaDevices.name, gpu);
   for (const auto& kv : c.spec->env) env.push_back(kv);
   return env;
 }
@@ -50,6 +54,35 @@ std::vector<std::string> program_argv(const LaunchContext& c) {
 }
 
 }  // namespace
+
+// The local tasks in task order: the order GPUs are handed out in.
+std::vector<common::TaskId> local_tasks(const LaunchContext& c) {
+  std::vector<common::TaskId> tasks;
+  for (const common::TaskId& task : c.cluster.tasks()) {
+    if (is_local_host(common::parse_host_port(c.cluster.address(task), task.text()).host))
+      tasks.push_back(task);
+  }
+  return tasks;
+}
+
+std::string gpu_for_task(const LaunchContext& c, const common::TaskId& task) {
+  if (c.local_gpus <= 0) return "";
+  std::vector<common::TaskId> tasks = local_tasks(c);
+  for (size_t i = 0; i < tasks.size(); ++i) {
+    if (tasks[i] == task) return std::to_string(static_cast<int>(i) % c.local_gpus);
+  }
+  return "";
+}
+
+void check_gpu_assignment(const LaunchContext& c) {
+  size_t local = local_tasks(c).size();
+  if (c.local_gpus > 0 && local > static_cast<size_t>(c.local_gpus) && !c.spec->gpu_sharing) {
+    throw common::ConfigError(
+        fmt::format("{}: {} local tasks but {} GPU(s) on this host: set \"gpu_sharing\": true to "
+                    "let workers share GPUs, or use fewer workers",
+                    c.spec->source, local, c.local_gpus));
+  }
+}
 
 std::string shell_quote(const std::string& text) {
   std::string out = "'";

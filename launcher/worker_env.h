@@ -23,7 +23,15 @@ struct LaunchContext {
   std::string cwd;              ///< where workers start (the launcher's folder)
   int host_cores = 1;
   std::optional<std::string> launcher_omp_threads;  ///< OMP_NUM_THREADS of the launcher, if set
+  int local_gpus = 0;  ///< GPUs on this host; each local task gets one through CUDA_VISIBLE_DEVICES
 };
+
+/// The GPU (as CUDA_VISIBLE_DEVICES text) of task: local tasks take the host's GPUs round-robin
+/// in task order; "" when the host has none or the task runs elsewhere.
+std::string gpu_for_task(const LaunchContext& context, const common::TaskId& task);
+
+/// Refuses (ConfigError) more local tasks than GPUs unless the job allows sharing.
+void check_gpu_assignment(const LaunchContext& context);
 
 /// The request that starts task for the given attempt.
 SpawnRequest make_spawn_request(const LaunchContext& context, const common::TaskId& task,

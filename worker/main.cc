@@ -117,6 +117,10 @@ int run_worker(const WorkerOptions& options) {
     std::cout << "dtrain-worker " << DTRAIN_VERSION << "\n";
     return common::kExitSuccess;
   }
+  if (options.print_gpu_count) {
+    std::cout << gpu::probe_gpu().device_count << "\n";
+    return common::kExitSuccess;
+  }
   if (options.print_gpu) {
     std::cout << gpu::describe(gpu::probe_gpu()) << "\n";
     return common::kExitSuccess;

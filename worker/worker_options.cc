@@ -15,6 +15,8 @@ po::options_description describe_options(WorkerOptions& options) {
                      "job file (its \"train\" object) or a bare train object")(
       "run-dir", po::value(&options.run_dir),
       "run directory (default: $DTRAIN_RUN_DIR, else runs/<job>)")(
+      "gpu-count", po::bool_switch(&options.print_gpu_count),
+      "print the number of GPUs this build can use (0 without CUDA), then exit")(
       "gpu-info", po::bool_switch(&options.print_gpu),
       "print what the CUDA side of this build sees, then exit")(
       "version", po::bool_switch(&options.version), "print the version")(

@@ -8,9 +8,10 @@
 namespace dtrain::train {
 
 struct WorkerOptions {
-  std::string config_path;  ///< --config: a job file (its `train`) or a bare train object
-  std::string run_dir;      ///< --run-dir, else DTRAIN_RUN_DIR, else runs/<job>
-  bool print_gpu = false;   ///< --gpu-info: print what the CUDA side sees and exit
+  std::string config_path;       ///< --config: a job file (its `train`) or a bare train object
+  std::string run_dir;           ///< --run-dir, else DTRAIN_RUN_DIR, else runs/<job>
+  bool print_gpu = false;        ///< --gpu-info: print what the CUDA side sees and exit
+  bool print_gpu_count = false;  ///< --gpu-count: print the number of usable GPUs and exit
   bool help = false;
   bool version = false;
 };

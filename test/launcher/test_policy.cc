@@ -167,3 +167,34 @@ TEST_CASE("workers on other hosts go through the remote shell with quoted argume
   CHECK(random_token().size() == 64);
   CHECK(random_token() != random_token());
 }
+
+TEST_CASE(
+    "local workers get the host's GPUs round-robin; more workers than GPUs needs gpu_sharing") {
+  using namespace dtrain::common;
+  JobSpec spec =
+      parse_job_spec(R"({"job": "g", "cluster": {"chief": ["localhost:1"], "worker": ["localhost:2",
+      "127.0.0.1:3", "far:4"]}, "command": ["x"]})",
+                     "job.json");
+  LaunchContext c;
+  c.spec = &spec;
+  c.cluster = spec.cluster;
+  c.local_gpus = 0;
+  CHECK(gpu_for_task(c, {"worker", 0}).empty());
+  CHECK_NOTHROW(check_gpu_assignment(c));
+  c.local_gpus = 4;
+  CHECK(gpu_for_task(c, {"chief", 0}) == "0");
+  CHECK(gpu_for_task(c, {"worker", 0}) == "1");
+  CHECK(gpu_for_task(c, {"worker", 1}) == "2");
+  CHECK(gpu_for_task(c, {"worker", 2}).empty());  // another host: its own launcher decides
+  auto env_of = [&](const TaskId& t) {
+    for (const auto& [k, v] : make_spawn_request(c, t, 0).env)
+      if (k == "CUDA_VISIBLE_DEVICES") return v;
+    return std::string("<unset>");
+  };
+  CHECK(env_of({"worker", 1}) == "2");
+  c.local_gpus = 2;
+  CHECK_THROWS_WITH(check_gpu_assignment(c), Catch::Contains("3 local tasks but 2 GPU(s)"));
+  spec.gpu_sharing = true;
+  CHECK_NOTHROW(check_gpu_assignment(c));
+  CHECK(gpu_for_task(c, {"worker", 1}) == "0");
+}
