@@ -19,6 +19,8 @@ int validate_command(const Args& args);
 int tf_config_command(const Args& args);
 int launch_command(const Args& args);
 int logs_command(const Args& args);
+int status_command(const Args& args);
+int stop_command(const Args& args);
 
 /// Every subcommand, in the order `dtrain --help` lists them.
 const std::vector<Command>& all_commands();

@@ -1,6 +1,8 @@
-// The launcher's UNIX socket for DTRAIN_CONTROL: accepts worker connections and hands each
-// well-formed line to a callback. Malformed lines are logged and dropped; an overlong line
-// closes that connection. Runs on the io_context's thread; no locks.
+// The launcher's UNIX socket: workers send heartbeats and progress on it (DTRAIN_CONTROL), and
+// `dtrain status` / `dtrain stop` send requests ({"request": "status"}) that get one JSON line
+// back. Only this user may connect (socket 0600 in a 0700 run directory, and the peer's uid is
+// checked). Malformed lines are answered with an error and dropped; an overlong line closes that
+// connection. Runs on the io_context's thread; no locks.
 #pragma once
 
 #include <functional>
@@ -18,10 +20,13 @@ namespace dtrain::launcher {
 class ControlServer {
  public:
   using Handler = std::function<void(const common::ControlMessage&)>;
+  /// Answers a request line (the parsed JSON object's text); returns the reply JSON (one line).
+  using RequestHandler = std::function<std::string(const std::string& request_json)>;
 
-  /// Listens on path (an old socket file there is replaced; the folder must exist). Throws
-  /// IoError naming the path.
-  ControlServer(boost::asio::io_context& io, std::string path, Handler handler);
+  /// Listens on path (an old socket file there is replaced; the folder must exist), mode 0600.
+  /// Throws IoError naming the path.
+  ControlServer(boost::asio::io_context& io, std::string path, Handler handler,
+                RequestHandler requests = {});
   ~ControlServer();
   ControlServer(const ControlServer&) = delete;
   ControlServer& operator=(const ControlServer&) = delete;

@@ -4,6 +4,7 @@
 #include <signal.h>
 #include <spdlog/spdlog.h>
 #include <sys/file.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <boost/asio/io_context.hpp>
@@ -17,6 +18,7 @@
 #include "common/errors.h"
 #include "common/exit_codes.h"
 #include "common/job_spec.h"
+#include "common/json.h"
 #include "common/logging.h"
 #include "launcher/commands.h"
 #include "launcher/control_server.h"
@@ -31,7 +33,54 @@ namespace {
 struct LaunchOptions {
   std::string job_file;
   std::string run_dir;
+  bool detach = false;
 };
+
+// `dtrain status` and `dtrain stop` requests on the control socket.
+std::string answer_request(Supervisor& supervisor, const std::string& request_json) {
+  common::JsonDocument doc = common::JsonDocument::parse(request_json, "request");
+  std::string kind = doc.root().at("request").as_string();
+  if (kind == "status") return supervisor.state_json();
+  if (kind == "stop") {
+    bool now = false;
+    if (auto n = doc.root().find("now")) now = n->as_bool();
+    spdlog::warn("stop requested{}",
+                 now ? " (now: killing the workers)" : ": the workers save and stop");
+    supervisor.stop(SIGTERM);
+    if (now) supervisor.kill_now();
+    return R"({"ok":true})";
+  }
+  return fmt::format(R"({{"ok":false,"error":"unknown request {}"}})", common::json_quote(kind));
+}
+
+// Becomes a daemon: own session, not a session leader, stdin from /dev/null, stdout and stderr
+// appended to launcher.log, pid in launcher.pid. The original process prints the run directory
+// and exits 0 (it returns true; the daemon returns false and goes on).
+bool detach(const common::RunDir& run_dir) {
+  std::fflush(nullptr);
+  pid_t first = ::fork();
+  if (first < 0) throw common::IoError("fork failed");
+  if (first > 0) {
+    int status = 0;
+    ::waitpid(first, &status, 0);
+    std::cout << run_dir.root() << "\n";
+    return true;
+  }
+  ::setsid();
+  if (::fork() != 0) ::_exit(0);
+  int null_fd = ::open("/dev/null", O_RDONLY);
+  std::string log = run_dir.root() + "/launcher.log";
+  int log_fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+  ::dup2(null_fd, STDIN_FILENO);
+  ::dup2(log_fd, STDOUT_FILENO);
+  ::dup2(log_fd, STDERR_FILENO);
+  ::close(null_fd);
+  ::close(log_fd);
+  common::write_file_atomically(run_dir.root() + "/launcher.pid",
+                                std::to_string(::getpid()) + "\n");
+  common::setup_logging("launcher");  // again: stderr is a file now, so no colour codes
+  return false;
+}
 
 void print_summary(const common::JobSpec& spec, const common::RunDir& run_dir,
                    const SupervisorResult& result, int attempt) {
@@ -70,7 +119,8 @@ int run_supervisor(const common::JobSpec& spec, PreparedRun& run) {
   std::unique_ptr<Supervisor> supervisor;
   ControlServer control(
       io, control_socket_path(run.context.run_dir),
-      [&](const common::ControlMessage& m) { supervisor->on_control_message(m); });
+      [&](const common::ControlMessage& m) { supervisor->on_control_message(m); },
+      [&](const std::string& request) { return answer_request(*supervisor, request); });
   run.context.control_address = control.address();
   supervisor = std::make_unique<Supervisor>(
       io, *spawner, recorder, console, &guardian,
@@ -108,12 +158,14 @@ int run_supervisor(const common::JobSpec& spec, PreparedRun& run) {
 int launch_command(const Args& args) {
   LaunchOptions options;
   po::options_description desc(
-      "Usage: dtrain launch JOB_FILE [--run-dir DIR]\n\n"
+      "Usage: dtrain launch JOB_FILE [--run-dir DIR] [--detach]\n\n"
       "Starts every task of the job with its TF_CONFIG, keeps one log per worker in RUN_DIR/logs,\n"
       "shows them merged, and restarts the whole group when a worker fails or is preempted.\n"
       "Launching again on a stopped run directory resumes it.\n\nOptions");
   desc.add_options()("run-dir", po::value(&options.run_dir),
-                     "run directory (default: the job's run_dir)")("help,h", "show this help");
+                     "run directory (default: the job's run_dir)")(
+      "detach", po::bool_switch(&options.detach),
+      "run as a daemon: print the run directory and return at once")("help,h", "show this help");
   po::variables_map vm = parse_options(args, desc, {{"job-file", &options.job_file}}, "launch");
   if (vm.count("help")) {
     std::cout << desc;
@@ -124,6 +176,7 @@ int launch_command(const Args& args) {
   if (!options.run_dir.empty()) spec.run_dir = options.run_dir;
   ::signal(SIGPIPE, SIG_IGN);
   PreparedRun run = prepare_run(spec);
+  if (options.detach && detach(run.run_dir)) return common::kExitSuccess;
   spdlog::info("job \"{}\": {} task(s), run directory {}, attempt {}", spec.job,
                run.context.cluster.tasks().size(), run.context.run_dir, run.first_attempt);
   return run_supervisor(spec, run);

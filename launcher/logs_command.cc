@@ -19,6 +19,7 @@
 #include "launcher/commands.h"
 #include "launcher/console.h"
 #include "launcher/log_follower.h"
+#include "launcher/run_lookup.h"
 
 namespace dtrain::launcher {
 namespace {
@@ -74,32 +75,6 @@ po::variables_map parse_logs_options(const Args& args, po::options_description& 
     throw common::ConfigError(fmt::format("logs: {} (see dtrain logs --help)", e.what()));
   }
   return vm;
-}
-
-/// The only folder under ./runs; a ConfigError when there is none or more than one.
-std::string default_run_dir() {
-  std::vector<std::string> runs;
-  std::error_code ec;
-  for (fs::directory_iterator it("runs", ec), end; !ec && it != end; it.increment(ec)) {
-    std::error_code type_ec;
-    if (it->is_directory(type_ec)) runs.push_back(it->path().string());
-  }
-  if (runs.size() == 1) return runs[0];
-  std::string found = ec ? "there is no ./runs" : fmt::format("./runs holds {} runs", runs.size());
-  throw common::ConfigError(
-      fmt::format("logs: which run? {}; give RUN_DIR or JOB_FILE (see dtrain logs --help)", found));
-}
-
-std::string resolve_run_dir(const std::string& target) {
-  if (target.empty()) return default_run_dir();
-  std::error_code ec;
-  bool job_file = target.size() > 5 && target.compare(target.size() - 5, 5, ".json") == 0 &&
-                  fs::is_regular_file(target, ec);
-  std::string run_dir = job_file ? common::load_job_spec(target).run_dir : target;
-  if (!fs::is_directory(run_dir, ec)) {
-    throw common::ConfigError(fmt::format("logs: {}: no such run directory", run_dir));
-  }
-  return run_dir;
 }
 
 std::optional<common::TaskId> selected_task(const LogsOptions& o) {
@@ -165,7 +140,7 @@ int logs_command(const Args& args) {
   }
   if (vm.count("lines") && o.lines < 0) throw common::ConfigError("logs: --lines must be >= 0");
   if (vm.count("worker") && o.worker < 0) throw common::ConfigError("logs: --worker must be >= 0");
-  common::RunDir run(resolve_run_dir(o.target));
+  common::RunDir run(resolve_run_dir(o.target, "logs"));
   std::optional<common::TaskId> only = selected_task(o);
   if (only) check_selected_file(run, *only, o.follow);
 

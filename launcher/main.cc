@@ -13,6 +13,9 @@ const std::vector<Command>& all_commands() {
   static const std::vector<Command> commands = {
       {"launch", "start a job's workers, watch them, restart the group on failure", launch_command},
       {"logs", "print or follow the workers' logs of a run", logs_command},
+      {"status", "show a run's state and each worker's progress", status_command},
+      {"stop", "stop a running launcher (workers save a checkpoint; --now kills them)",
+       stop_command},
       {"validate", "check a job file and print each task's TF_CONFIG", validate_command},
       {"tf-config", "print the TF_CONFIG of one task of a job file", tf_config_command},
   };

@@ -5,6 +5,7 @@
 #include <signal.h>
 #include <spdlog/spdlog.h>
 #include <sys/file.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -134,6 +135,7 @@ PreparedRun prepare_run(const common::JobSpec& spec) {
   if (ec)
     throw common::IoError(
         fmt::format("cannot create {}: {}", run.run_dir.logs_dir(), ec.message()));
+  ::chmod(root.c_str(), 0700);  // the control socket inside is for this user only
   run.lock = lock_run_dir(run.run_dir);
   end_stale_workers(root);
   run.first_attempt = next_attempt(run.run_dir);

@@ -65,6 +65,8 @@ class Supervisor {
   void on_control_message(const common::ControlMessage& message);
 
   int attempt() const { return attempt_; }
+  /// What state.json holds, as one JSON line (also the reply to `dtrain status`).
+  std::string state_json() const;
   const RestartBook& book() const { return book_; }
 
  private:

@@ -44,8 +44,16 @@ const char* Supervisor::phase_name() const {
 }
 
 void Supervisor::write_state() {
+  last_state_write_ = common::monotonic_seconds();
+  try {
+    recorder_.write_state(state_json());
+  } catch (const common::IoError& e) {
+    spdlog::warn("{}", e.what());
+  }
+}
+
+std::string Supervisor::state_json() const {
   double now = common::monotonic_seconds();
-  last_state_write_ = now;
   common::JsonWriter w;
   w.begin_object()
       .key("job")
@@ -106,11 +114,7 @@ void Supervisor::write_state() {
         .value(outcome_name(first_failure_->outcome))
         .end_object();
   }
-  try {
-    recorder_.write_state(w.end_object().str());
-  } catch (const common::IoError& e) {
-    spdlog::warn("{}", e.what());
-  }
+  return w.end_object().str();
 }
 
 }  // namespace dtrain::launcher

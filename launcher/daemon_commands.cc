@@ -1,0 +1,197 @@
+// `dtrain status` and `dtrain stop`: talk to a run's launcher over its control socket (one JSON
+// line each way), and fall back to state.json, saying so, when the launcher is gone.
+#include <poll.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <boost/program_options.hpp>
+#include <chrono>
+#include <cstring>
+#include <iostream>
+#include <optional>
+#include <thread>
+
+#include "common/atomic_file.h"
+#include "common/clock.h"
+#include "common/errors.h"
+#include "common/json.h"
+#include "common/run_dir.h"
+#include "common/unique_fd.h"
+#include "launcher/commands.h"
+#include "launcher/control_server.h"
+#include "launcher/options.h"
+#include "launcher/run_lookup.h"
+
+namespace dtrain::launcher {
+namespace po = boost::program_options;
+namespace {
+
+constexpr double kReplySeconds = 5;
+
+// One request, one reply line; nullopt when no launcher answers.
+std::optional<std::string> ask_launcher(const std::string& run_dir, const std::string& request) {
+  std::string path = control_socket_path(run_dir);
+  common::UniqueFd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  std::strncpy(addr.sun_path, path.c_str(), sizeof addr.sun_path - 1);
+  if (!fd.valid() || ::connect(fd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0)
+    return std::nullopt;
+  std::string line = request + "\n";
+  if (::send(fd.get(), line.data(), line.size(), MSG_NOSIGNAL) != static_cast<ssize_t>(line.size()))
+    return std::nullopt;
+  std::string reply;
+  double deadline = common::monotonic_seconds() + kReplySeconds;
+  char buffer[4096];
+  while (reply.find('\n') == std::string::npos) {
+    pollfd p{fd.get(), POLLIN, 0};
+    int left = static_cast<int>((deadline - common::monotonic_seconds()) * 1000);
+    if (left <= 0 || ::poll(&p, 1, left) <= 0) {
+      throw common::IoError(
+          fmt::format("the launcher at {} did not answer within {:.0f} s", path, kReplySeconds));
+    }
+    ssize_t n = ::recv(fd.get(), buffer, sizeof buffer, 0);
+    if (n <= 0) return std::nullopt;
+    reply.append(buffer, static_cast<size_t>(n));
+  }
+  return reply.substr(0, reply.find('\n'));
+}
+
+bool alive(int64_t pid) {
+  return pid > 0 && (::kill(static_cast<pid_t>(pid), 0) == 0 || errno == EPERM);
+}
+
+std::string fixed(const common::JsonNode& node, const char* key, const char* format) {
+  auto n = node.find(key);
+  if (!n || n->is_null()) return "-";
+  return fmt::format(fmt::runtime(format), n->as_number(-1e300, 1e300));
+}
+
+void print_human(const common::JsonNode& s, bool daemon) {
+  std::cout << fmt::format("job \"{}\": {}, attempt {}, restarts {}, preemptions {}\n",
+                           s.at("job").as_string(), s.at("status").as_string(),
+                           s.at("attempt").as_int(0, 1 << 30), s.at("restarts").as_int(0, 1 << 30),
+                           s.at("preemptions").as_int(0, 1 << 30));
+  int64_t pid = s.at("launcher_pid").as_int(0, 1 << 30);
+  std::cout << fmt::format("run directory {}; launcher pid {}: {}; up {:.0f} s (as of {})\n",
+                           s.at("run_dir").as_string(), pid, daemon ? "running" : "gone",
+                           s.at("uptime_seconds").as_number(0, 1e12),
+                           s.at("updated_at").as_string());
+  if (auto reason = s.find("reason")) std::cout << "ended: " << reason->as_string() << "\n";
+  std::cout << fmt::format("{:<12} {:<22} {:>7} {:<11} {:>5} {:>9} {:>8} {:>8} {:>9} {:>6}\n",
+                           "task", "address", "pid", "state", "epoch", "step", "loss", "acc",
+                           "samples/s", "age");
+  for (const common::JsonNode& w : s.at("workers").as_array()) {
+    std::string epoch = "-", step = "-", loss = "-", acc = "-", rate = "-";
+    if (auto p = w.find("last_progress")) {
+      epoch = fmt::format("{}/{}", fixed(*p, "epoch", "{:.0f}"), fixed(*p, "epochs", "{:.0f}"));
+      step = fmt::format("{}/{}", fixed(*p, "step", "{:.0f}"), fixed(*p, "steps", "{:.0f}"));
+      loss = fixed(*p, "loss", "{:.4f}");
+      acc = fixed(*p, "accuracy", "{:.4f}");
+      rate = fixed(*p, "samples_per_second", "{:.0f}");
+    }
+    std::cout << fmt::format("{:<12} {:<22} {:>7} {:<11} {:>5} {:>9} {:>8} {:>8} {:>9} {:>6}\n",
+                             w.at("task").as_string(), w.at("address").as_string(),
+                             w.at("pid").as_int(0, 1 << 30), w.at("state").as_string(), epoch, step,
+                             loss, acc, rate, fixed(w, "progress_age_seconds", "{:.1f}s"));
+  }
+}
+
+// An optional RUN_DIR|JOB_FILE first, then options.
+std::pair<std::string, Args> split_target(const Args& args) {
+  if (!args.empty() && !args[0].empty() && args[0][0] != '-')
+    return {args[0], Args(args.begin() + 1, args.end())};
+  return {"", args};
+}
+
+// The run's state: from the launcher when it answers, else from state.json.
+std::pair<std::string, bool> read_state(const std::string& run_dir) {
+  if (std::optional<std::string> reply = ask_launcher(run_dir, R"({"request":"status"})"))
+    return {*reply, true};
+  std::string path = common::RunDir(run_dir).state_json();
+  try {
+    return {common::read_file(path), false};
+  } catch (const common::IoError&) {
+    throw common::ConfigError(
+        fmt::format("{}: no launcher answers and there is no state.json: was this run ever "
+                    "launched?",
+                    run_dir));
+  }
+}
+
+}  // namespace
+
+int status_command(const Args& all_args) {
+  auto [target, args] = split_target(all_args);
+  bool json = false;
+  po::options_description desc(
+      "Usage: dtrain status [RUN_DIR|JOB_FILE] [--json]\n\n"
+      "Shows a run's state and each worker's progress, from its launcher, or from\n"
+      "state.json when the launcher is gone (and says so).\n\nOptions");
+  desc.add_options()("json", po::bool_switch(&json), "print JSON for scripts")("help,h",
+                                                                               "show this help");
+  po::variables_map vm = parse_options(args, desc, {}, "status");
+  if (vm.count("help")) {
+    std::cout << desc;
+    return 0;
+  }
+  std::string run_dir = resolve_run_dir(target, "status");
+  auto [text, daemon] = read_state(run_dir);
+  common::JsonDocument doc = common::JsonDocument::parse(text, "state");
+  if (json) {
+    std::string body = doc.root().dump();
+    std::cout << "{\"daemon\":\"" << (daemon ? "running" : "gone") << "\"," << body.substr(1)
+              << "\n";
+    return 0;
+  }
+  print_human(doc.root(), daemon);
+  if (!daemon && !common::is_final_status(doc.root().at("status").as_string())) {
+    std::cout << "the launcher is gone without finishing the run (its guardian ended the workers); "
+                 "`dtrain launch` on this run directory resumes it\n";
+  }
+  return 0;
+}
+
+int stop_command(const Args& all_args) {
+  auto [target, args] = split_target(all_args);
+  bool now = false;
+  double timeout = 120;
+  po::options_description desc(
+      "Usage: dtrain stop [RUN_DIR|JOB_FILE] [--now]\n\n"
+      "Stops a running launcher: by default the workers save a checkpoint and exit 143,\n"
+      "leaving the run resumable with `dtrain launch`; --now kills them at once.\n\nOptions");
+  desc.add_options()("now", po::bool_switch(&now),
+                     "kill the workers now instead of letting them save")(
+      "timeout", po::value(&timeout), "seconds to wait for the launcher to exit (default 120)")(
+      "help,h", "show this help");
+  po::variables_map vm = parse_options(args, desc, {}, "stop");
+  if (vm.count("help")) {
+    std::cout << desc;
+    return 0;
+  }
+  std::string run_dir = resolve_run_dir(target, "stop");
+  auto [text, daemon] = read_state(run_dir);
+  common::JsonDocument doc = common::JsonDocument::parse(text, "state");
+  int64_t pid = doc.root().at("launcher_pid").as_int(0, 1 << 30);
+  if (!daemon) {
+    std::cout << fmt::format("{}: no launcher is running (status: {})\n", run_dir,
+                             doc.root().at("status").as_string());
+    return 0;
+  }
+  ask_launcher(run_dir, now ? R"({"request":"stop","now":true})" : R"({"request":"stop"})");
+  double deadline = common::monotonic_seconds() + timeout;
+  while (alive(pid) && common::monotonic_seconds() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  if (alive(pid))
+    throw common::IoError(fmt::format("launcher pid {} still runs after {:.0f} s", pid, timeout));
+  common::JsonDocument final_state =
+      common::JsonDocument::parse(common::read_file(common::RunDir(run_dir).state_json()), "state");
+  std::cout << fmt::format(
+      "{}: {} ({})\n", run_dir, final_state.root().at("status").as_string(),
+      final_state.root().find("reason") ? final_state.root().at("reason").as_string() : "");
+  return 0;
+}
+
+}  // namespace dtrain::launcher

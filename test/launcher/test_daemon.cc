@@ -1,0 +1,177 @@
+// The launcher as a daemon, with real dtrain-workers: --detach, status while running, a graceful
+// stop that leaves a checkpoint and exit 143, launching again resumes, status after the daemon
+// was SIGKILLed says so and no worker survives, and the control socket is for this user only and
+// survives garbage.
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+#include "common/atomic_file.h"
+#include "common/json.h"
+#include "test/support/subprocess.h"
+#include "test/support/temp_dir.h"
+
+using namespace dtrain;
+namespace fs = std::filesystem;
+
+namespace {
+
+const char* kJob = R"({"job": "daemon", "workers": 2,
+ "restart": {"max_restarts": 2, "backoff_seconds": 0.1, "grace_seconds": 10},
+ "train": {"model": {"input_shape": [12, 12, 1], "layers": [
+   {"type": "conv2d", "filters": 8, "kernel_size": 3, "activation": "relu"}, {"type": "flatten"},
+   {"type": "dense", "units": 4}]},
+  "loss": {"type": "sparse_categorical_crossentropy", "from_logits": true},
+  "data": {"source": "synthetic", "examples": 512, "classes": 4},
+  "per_worker_batch_size": 16, "epochs": EPOCHS, "steps_per_epoch": 50, "seed": 3,
+  "backup": {"save_freq": 20, "keep": 2}}})";
+
+struct Daemon {
+  explicit Daemon(int epochs) {
+    std::string text = kJob;
+    text.replace(text.find("EPOCHS"), 6, std::to_string(epochs));
+    std::ofstream(job()) << text;
+  }
+  std::string job() const { return dir.path() + "/job.json"; }
+  std::string run() const { return dir.path() + "/run"; }
+  testing::ProcessResult dtrain(std::vector<std::string> args, double timeout = 120) const {
+    args.insert(args.begin(), testing::binary("dtrain"));
+    return testing::run_process(args, {{}, "", timeout, dir.path()});
+  }
+  common::JsonDocument status_json() const {
+    auto r = dtrain({"status", run(), "--json"});
+    REQUIRE(r.exit_code == 0);
+    return common::JsonDocument::parse(r.out, "status");
+  }
+  void wait_for(const std::string& path) const {
+    for (int i = 0; i < 3000 && !fs::exists(path); ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    REQUIRE(fs::exists(path));
+  }
+  testing::TempDir dir;
+};
+
+}  // namespace
+
+TEST_CASE("detach, status, graceful stop, and launching again resumes the run") {
+  Daemon d(400);
+  auto started = d.dtrain({"launch", d.job(), "--run-dir", d.run(), "--detach"});
+  REQUIRE(started.exit_code == 0);
+  CHECK(started.out == d.run() + "\n");
+  d.wait_for(d.run() + "/backup/ckpt-0000000020.safetensors");
+
+  auto status = d.status_json();
+  auto s = status.root();
+  CHECK(s.at("daemon").as_string() == "running");
+  CHECK(s.at("status").as_string() == "running");
+  CHECK(s.at("job").as_string() == "daemon");
+  CHECK(s.at("attempt").as_int(0, 9) == 0);
+  CHECK(s.at("uptime_seconds").as_number(0, 1e6) > 0);
+  auto workers = s.at("workers").as_array();
+  REQUIRE(workers.size() == 2);
+  for (const auto& w : workers) {
+    CHECK(w.at("state").as_string() == "running");
+    CHECK(w.at("pid").as_int(1, 1 << 30) > 0);
+    CHECK(w.at("last_progress").at("step").as_int(1, 1 << 30) >= 1);
+    CHECK(w.at("last_progress").at("loss").as_number(0, 1e9) >= 0);
+    CHECK(w.at("progress_age_seconds").as_number(0, 1e6) < 60);
+  }
+  auto human = d.dtrain({"status", d.run()});
+  CHECK(human.out.find("job \"daemon\": running") != std::string::npos);
+  CHECK(human.out.find("worker:1") != std::string::npos);
+
+  auto stopped = d.dtrain({"stop", d.run()});
+  CHECK(stopped.exit_code == 0);
+  CHECK(stopped.out.find(": stopped") != std::string::npos);
+  std::string events = common::read_file(d.run() + "/events.jsonl");
+  CHECK(events.find("\"task\":\"worker:0\"") != std::string::npos);
+  CHECK(events.find("\"outcome\":\"preempted\",\"status\":\"exit code 143") != std::string::npos);
+  std::string log = common::read_file(d.run() + "/logs/worker-0.log");
+  CHECK(log.find("preempted: stopped at epoch") != std::string::npos);
+  auto after = d.status_json();
+  CHECK(after.root().at("daemon").as_string() == "gone");
+  CHECK(after.root().at("status").as_string() == "stopped");
+
+  // Launching again resumes where the stop left off; make the job short enough to finish.
+  std::string text = common::read_file(d.job());
+  text.replace(text.find("\"epochs\": 400"), 13, "\"epochs\": 3");
+  std::ofstream(d.job(), std::ios::trunc) << text;
+  auto resumed = d.dtrain({"launch", d.job(), "--run-dir", d.run()});
+  INFO(resumed.err);
+  CHECK(resumed.exit_code == 0);
+  CHECK(common::read_file(d.run() + "/logs/worker-0.log").find(": resuming at epoch") !=
+        std::string::npos);
+}
+
+TEST_CASE("status after the daemon was SIGKILLed says it is gone, and no worker survives") {
+  Daemon d(400);
+  REQUIRE(d.dtrain({"launch", d.job(), "--run-dir", d.run(), "--detach"}).exit_code == 0);
+  d.wait_for(d.run() + "/backup/ckpt-0000000020.safetensors");
+  std::vector<int> pids;
+  for (const auto& w : d.status_json().root().at("workers").as_array())
+    pids.push_back(static_cast<int>(w.at("pid").as_int(1, 1 << 30)));
+  int daemon_pid = std::stoi(common::read_file(d.run() + "/launcher.pid"));
+  ::kill(daemon_pid, SIGKILL);
+  std::this_thread::sleep_for(std::chrono::seconds(2));
+  auto status = d.dtrain({"status", d.run()});
+  CHECK(status.exit_code == 0);
+  CHECK(status.out.find("launcher pid " + std::to_string(daemon_pid) + ": gone") !=
+        std::string::npos);
+  CHECK(status.out.find("the launcher is gone without finishing the run") != std::string::npos);
+  for (int pid : pids) CHECK_FALSE(testing::process_alive(pid));
+  CHECK_FALSE(testing::process_alive(daemon_pid));
+}
+
+TEST_CASE("the control socket is for this user only and survives garbage") {
+  Daemon d(400);
+  REQUIRE(d.dtrain({"launch", d.job(), "--run-dir", d.run(), "--detach"}).exit_code == 0);
+  d.wait_for(d.run() + "/control.sock");
+  struct stat info {};
+  REQUIRE(::stat(d.run().c_str(), &info) == 0);
+  CHECK((info.st_mode & 0777) == 0700);
+  REQUIRE(::stat((d.run() + "/control.sock").c_str(), &info) == 0);
+  CHECK((info.st_mode & 0777) == 0600);
+
+  auto connect_as = [&](uid_t uid) {  // in a child, so this process keeps its own uid
+    pid_t child = ::fork();
+    if (child == 0) {
+      if (::setgid(uid) != 0 || ::setuid(uid) != 0) ::_exit(3);
+      int fd = ::socket(AF_UNIX, SOCK_STREAM, 0);
+      sockaddr_un addr{};
+      addr.sun_family = AF_UNIX;
+      std::snprintf(addr.sun_path, sizeof addr.sun_path, "%s", (d.run() + "/control.sock").c_str());
+      ::_exit(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0 ? 0 : 1);
+    }
+    int status = 0;
+    ::waitpid(child, &status, 0);
+    return WEXITSTATUS(status);
+  };
+  if (::geteuid() == 0) {
+    CHECK(connect_as(65534) == 1);  // another user cannot even reach the socket
+  } else {
+    WARN("not root: cannot test another user's connection");
+  }
+
+  int fd = ::socket(AF_UNIX, SOCK_STREAM, 0);
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  std::snprintf(addr.sun_path, sizeof addr.sun_path, "%s", (d.run() + "/control.sock").c_str());
+  REQUIRE(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0);
+  std::string garbage = "garbage\n{\"request\": 5}\n{\"request\": \"explode\"}\n\x01\x02\xff\n" +
+                        std::string(100000, 'x') + "\n";
+  (void)!::write(fd, garbage.data(), garbage.size());
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  ::close(fd);
+  auto status = d.status_json();
+  CHECK(status.root().at("daemon").as_string() == "running");
+  CHECK(d.dtrain({"stop", d.run(), "--now"}).exit_code == 0);
+}
