@@ -9,16 +9,21 @@
 
 namespace dtrain::launcher {
 
-Console::Console(std::FILE* out, bool colour) : out_(out), colour_(colour) {}
+Console::Console(std::FILE* out, bool colour, bool interactive)
+    : out_(out), colour_(colour), interactive_(interactive) {}
 
 Console Console::for_stdout() {
-  bool colour = ::isatty(STDOUT_FILENO) == 1 && !common::get_env(common::kEnvNoColor).has_value();
-  return Console(stdout, colour);
+  bool terminal = ::isatty(STDOUT_FILENO) == 1;
+  return Console(stdout, terminal && !common::get_env(common::kEnvNoColor).has_value(), terminal);
 }
 
 void Console::print_line(const common::TaskId& task, std::string_view line, bool raw) {
   static constexpr int kWorkerColours[] = {36, 32, 34, 96, 92, 94};  // cyans, greens, blues
   if (!line.empty() && (line.back() == '\n' || line.back() == '\r')) line.remove_suffix(1);
+  if (interactive_ && !status_.empty() && !status_cleared_) {
+    buffer_ += "\r\x1b[K";  // erase the status line; flush() puts it back below
+    status_cleared_ = true;
+  }
   if (!raw) {
     std::string role = "[" + common::role_name(task.type, task.index) + "]";
     if (colour_) {
@@ -35,7 +40,22 @@ void Console::print_line(const common::TaskId& task, std::string_view line, bool
   if (buffer_.size() > (1 << 16)) flush();
 }
 
+void Console::set_status(const std::string& text) {
+  if (!interactive_) {
+    buffer_ += "[dtrain] " + text + "\n";
+    return flush();
+  }
+  if (!status_cleared_ && !status_.empty()) buffer_ += "\r\x1b[K";
+  status_ = text;
+  status_cleared_ = true;
+  flush();
+}
+
 void Console::flush() {
+  if (interactive_ && status_cleared_ && !status_.empty()) {
+    buffer_ += status_;
+    status_cleared_ = false;
+  }
   if (buffer_.empty()) return;
   std::fwrite(buffer_.data(), 1, buffer_.size(), out_);
   std::fflush(out_);

@@ -12,20 +12,27 @@ namespace dtrain::launcher {
 
 class Console {
  public:
-  /// out is not owned.
-  explicit Console(std::FILE* out, bool colour);
+  /// out is not owned. interactive: a terminal, where the status line is redrawn in place.
+  Console(std::FILE* out, bool colour, bool interactive = false);
   /// stdout, coloured when it is a terminal and NO_COLOR is unset.
   static Console for_stdout();
 
   /// Prints one line behind the task's prefix ("[worker 1] "; colour by task), or bare when
   /// raw. A '\n' or '\r' ending is shown as a line end; a missing ending is added.
   void print_line(const common::TaskId& task, std::string_view line, bool raw = false);
-  /// Flushes what print_line buffered.
+  /// The live view: on a terminal one status line kept below the worker lines and redrawn in
+  /// place; otherwise printed as a plain "[dtrain] ..." line.
+  void set_status(const std::string& text);
+  bool interactive() const { return interactive_; }
+  /// Flushes what print_line buffered (and redraws the status line on a terminal).
   void flush();
 
  private:
   std::FILE* out_;
   bool colour_;
+  bool interactive_;
+  std::string status_;           ///< the live line on a terminal
+  bool status_cleared_ = false;  ///< erased for worker lines; redrawn by flush()
   std::string buffer_;
 };
 

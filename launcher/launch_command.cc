@@ -22,6 +22,7 @@
 #include "common/logging.h"
 #include "launcher/commands.h"
 #include "launcher/control_server.h"
+#include "launcher/metrics_server.h"
 #include "launcher/options.h"
 #include "launcher/run_preparation.h"
 #include "launcher/supervisor.h"
@@ -34,6 +35,7 @@ struct LaunchOptions {
   std::string job_file;
   std::string run_dir;
   bool detach = false;
+  int metrics_port = 0;
 };
 
 // `dtrain status` and `dtrain stop` requests on the control socket.
@@ -110,7 +112,7 @@ void print_summary(const common::JobSpec& spec, const common::RunDir& run_dir,
   for (const std::string& line : tail_lines(f.log_path, 20)) std::cerr << "  " << line << "\n";
 }
 
-int run_supervisor(const common::JobSpec& spec, PreparedRun& run) {
+int run_supervisor(const common::JobSpec& spec, PreparedRun& run, int metrics_port) {
   boost::asio::io_context io;
   GroupGuardian guardian = GroupGuardian::start();
   auto spawner = make_boost_process_spawner(io);
@@ -125,6 +127,10 @@ int run_supervisor(const common::JobSpec& spec, PreparedRun& run) {
   supervisor = std::make_unique<Supervisor>(
       io, *spawner, recorder, console, &guardian,
       SupervisorOptions{run.context, run.first_attempt, static_cast<uint64_t>(::getpid())});
+  std::unique_ptr<MetricsServer> metrics;
+  if (metrics_port > 0)
+    metrics = std::make_unique<MetricsServer>(io, metrics_port,
+                                              [&] { return supervisor->prometheus_text(); });
   boost::asio::signal_set signals(io, SIGINT, SIGTERM, SIGHUP);
   int signals_seen = 0;
   std::function<void()> wait_signal = [&] {
@@ -158,14 +164,16 @@ int run_supervisor(const common::JobSpec& spec, PreparedRun& run) {
 int launch_command(const Args& args) {
   LaunchOptions options;
   po::options_description desc(
-      "Usage: dtrain launch JOB_FILE [--run-dir DIR] [--detach]\n\n"
+      "Usage: dtrain launch JOB_FILE [--run-dir DIR] [--detach] [--metrics-port PORT]\n\n"
       "Starts every task of the job with its TF_CONFIG, keeps one log per worker in RUN_DIR/logs,\n"
       "shows them merged, and restarts the whole group when a worker fails or is preempted.\n"
       "Launching again on a stopped run directory resumes it.\n\nOptions");
   desc.add_options()("run-dir", po::value(&options.run_dir),
                      "run directory (default: the job's run_dir)")(
       "detach", po::bool_switch(&options.detach),
-      "run as a daemon: print the run directory and return at once")("help,h", "show this help");
+      "run as a daemon: print the run directory and return at once")(
+      "metrics-port", po::value(&options.metrics_port),
+      "serve Prometheus metrics on 127.0.0.1:PORT")("help,h", "show this help");
   po::variables_map vm = parse_options(args, desc, {{"job-file", &options.job_file}}, "launch");
   if (vm.count("help")) {
     std::cout << desc;
@@ -179,7 +187,7 @@ int launch_command(const Args& args) {
   if (options.detach && detach(run.run_dir)) return common::kExitSuccess;
   spdlog::info("job \"{}\": {} task(s), run directory {}, attempt {}", spec.job,
                run.context.cluster.tasks().size(), run.context.run_dir, run.first_attempt);
-  return run_supervisor(spec, run);
+  return run_supervisor(spec, run, options.metrics_port);
 }
 
 }  // namespace dtrain::launcher

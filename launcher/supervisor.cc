@@ -71,6 +71,7 @@ void Supervisor::start(std::function<void(const SupervisorResult&)> on_done) {
 
 void Supervisor::start_attempt() {
   phase_ = Phase::kStarting;
+  rate_origin_step_ = -1;
   first_failure_.reset();
   success_ = false;
   attempt_made_progress_ = false;
@@ -221,6 +222,33 @@ void Supervisor::on_control_message(const common::ControlMessage& message) {
     if (message.type == "progress") slot->progress = message;
   }
   if (common::monotonic_seconds() - last_state_write_ >= kStateWriteInterval) write_state();
+  update_live_view();
+}
+
+// One line for the whole group, from the chief's progress: epoch, step, loss, accuracy,
+// samples/s and ETA (from the step rate seen since this attempt's first report).
+void Supervisor::update_live_view() {
+  double now = common::monotonic_seconds();
+  if (now - last_live_view_ < (console_.interactive() ? 0.2 : 10.0)) return;
+  common::TaskId chief = options_.context.cluster.chief();
+  for (const auto& slot : slots_) {
+    if (!(slot->task == chief) || !slot->progress) continue;
+    const common::ControlMessage& p = *slot->progress;
+    if (!p.epoch || !p.epochs || !p.step || !p.steps) return;
+    int64_t done = int64_t{*p.epoch - 1} * *p.steps + *p.step,
+            total = int64_t{*p.epochs} * *p.steps;
+    if (rate_origin_step_ < 0 || done < rate_origin_step_)
+      rate_origin_step_ = done, rate_origin_time_ = now;
+    double rate =
+        now > rate_origin_time_ ? (done - rate_origin_step_) / (now - rate_origin_time_) : 0;
+    std::string eta = rate > 0 ? fmt::format("{:.0f}s", (total - done) / rate) : "?";
+    last_live_view_ = now;
+    console_.set_status(
+        fmt::format("attempt {}  epoch {}/{}  step {}/{}  loss {:.4f}  accuracy {:.4f}  {:.0f} "
+                    "samples/s  ETA {}",
+                    attempt_, *p.epoch, *p.epochs, *p.step, *p.steps, p.loss.value_or(0),
+                    p.accuracy.value_or(0), p.samples_per_second.value_or(0), eta));
+  }
 }
 
 bool Supervisor::group_succeeded() const {

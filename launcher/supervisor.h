@@ -67,6 +67,9 @@ class Supervisor {
   int attempt() const { return attempt_; }
   /// What state.json holds, as one JSON line (also the reply to `dtrain status`).
   std::string state_json() const;
+  /// Restarts, preemptions, attempt, and per worker up, loss, samples/s and step, in
+  /// Prometheus's text format.
+  std::string prometheus_text() const;
   const RestartBook& book() const { return book_; }
 
  private:
@@ -90,6 +93,7 @@ class Supervisor {
   void arm_watchdog();
   void check_watchdog();
   void write_state();
+  void update_live_view();
   const char* phase_name() const;
   std::unique_ptr<Slot> make_slot(const common::TaskId& task);
 
@@ -109,6 +113,9 @@ class Supervisor {
   double attempt_started_ = 0;
   double launcher_started_ = 0;
   double last_state_write_ = 0;
+  double last_live_view_ = 0;
+  double rate_origin_time_ = 0;  ///< first progress of this attempt, for the ETA
+  int64_t rate_origin_step_ = -1;
   bool attempt_made_progress_ = false;
   bool success_ = false;
   bool stop_requested_ = false;

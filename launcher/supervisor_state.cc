@@ -117,4 +117,42 @@ std::string Supervisor::state_json() const {
   return w.end_object().str();
 }
 
+std::string Supervisor::prometheus_text() const {
+  std::string job = common::json_quote(options_.context.spec->job);
+  std::string out;
+  auto metric = [&](const char* name, const char* type, const char* help) {
+    out += fmt::format("# HELP dtrain_{} {}\n# TYPE dtrain_{} {}\n", name, help, name, type);
+  };
+  metric("restarts_total", "counter", "Group restarts after failures.");
+  out += fmt::format("dtrain_restarts_total{{job={}}} {}\n", job, book_.restarts());
+  metric("preemptions_total", "counter", "Group restarts after preemptions.");
+  out += fmt::format("dtrain_preemptions_total{{job={}}} {}\n", job, book_.preemptions());
+  metric("attempt", "gauge", "Current attempt of the group (DTRAIN_ATTEMPT).");
+  out += fmt::format("dtrain_attempt{{job={}}} {}\n", job, attempt_);
+  metric("worker_up", "gauge", "1 while the worker process runs.");
+  for (const auto& slot : slots_) {
+    out += fmt::format("dtrain_worker_up{{job={},task=\"{}\"}} {}\n", job, slot->task.text(),
+                       slot->exited ? 0 : 1);
+  }
+  metric("worker_loss", "gauge",
+         "Running mean loss of the current epoch, as the worker last reported it.");
+  metric("worker_samples_per_second", "gauge",
+         "Training samples per second the worker last reported.");
+  metric("worker_global_step", "gauge", "Steps the worker reports done (epoch * steps + step).");
+  for (const auto& slot : slots_) {
+    if (!slot->progress) continue;
+    const common::ControlMessage& p = *slot->progress;
+    std::string labels = fmt::format("job={},task=\"{}\"", job, slot->task.text());
+    if (p.loss) out += fmt::format("dtrain_worker_loss{{{}}} {}\n", labels, *p.loss);
+    if (p.samples_per_second)
+      out +=
+          fmt::format("dtrain_worker_samples_per_second{{{}}} {}\n", labels, *p.samples_per_second);
+    if (p.epoch && p.steps && p.step) {
+      out += fmt::format("dtrain_worker_global_step{{{}}} {}\n", labels,
+                         int64_t{*p.epoch - 1} * *p.steps + *p.step);
+    }
+  }
+  return out;
+}
+
 }  // namespace dtrain::launcher

@@ -2,6 +2,7 @@
 // stop that leaves a checkpoint and exit 143, launching again resumes, status after the daemon
 // was SIGKILLed says so and no worker survives, and the control socket is for this user only and
 // survives garbage.
+#include <netinet/in.h>
 #include <signal.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -173,5 +174,47 @@ TEST_CASE("the control socket is for this user only and survives garbage") {
   ::close(fd);
   auto status = d.status_json();
   CHECK(status.root().at("daemon").as_string() == "running");
+  CHECK(d.dtrain({"stop", d.run(), "--now"}).exit_code == 0);
+}
+
+TEST_CASE(
+    "--metrics-port serves restarts, preemptions and per-worker progress in Prometheus format") {
+  Daemon d(400);
+  int port = 0;
+  {
+    int probe = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    REQUIRE(::bind(probe, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
+    socklen_t length = sizeof a;
+    ::getsockname(probe, reinterpret_cast<sockaddr*>(&a), &length);
+    port = ntohs(a.sin_port);
+    ::close(probe);
+  }
+  REQUIRE(d.dtrain({"launch", d.job(), "--run-dir", d.run(), "--detach", "--metrics-port",
+                    std::to_string(port)})
+              .exit_code == 0);
+  d.wait_for(d.run() + "/backup/ckpt-0000000020.safetensors");
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(static_cast<uint16_t>(port));
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  REQUIRE(::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
+  std::string request = "GET /metrics HTTP/1.0\r\n\r\n";
+  (void)!::write(fd, request.data(), request.size());
+  std::string response;
+  char buffer[4096];
+  for (ssize_t n; (n = ::read(fd, buffer, sizeof buffer)) > 0;)
+    response.append(buffer, static_cast<size_t>(n));
+  ::close(fd);
+  CHECK(response.rfind("HTTP/1.0 200 OK", 0) == 0);
+  CHECK(response.find("dtrain_restarts_total{job=\"daemon\"} 0") != std::string::npos);
+  CHECK(response.find("dtrain_preemptions_total{job=\"daemon\"} 0") != std::string::npos);
+  CHECK(response.find("dtrain_worker_up{job=\"daemon\",task=\"worker:1\"} 1") != std::string::npos);
+  CHECK(response.find("dtrain_worker_samples_per_second{job=\"daemon\",task=\"worker:0\"}") !=
+        std::string::npos);
+  CHECK(response.find("dtrain_worker_loss{job=\"daemon\",task=\"worker:0\"}") != std::string::npos);
   CHECK(d.dtrain({"stop", d.run(), "--now"}).exit_code == 0);
 }
