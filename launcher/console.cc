@@ -51,6 +51,15 @@ void Console::set_status(const std::string& text) {
   flush();
 }
 
+void Console::finish() {
+  flush();
+  if (interactive_ && !status_.empty()) {
+    std::fputs("\n", out_);
+    std::fflush(out_);
+    status_.clear();
+  }
+}
+
 void Console::flush() {
   if (interactive_ && status_cleared_ && !status_.empty()) {
     buffer_ += status_;

@@ -24,6 +24,8 @@ class Console {
   /// place; otherwise printed as a plain "[dtrain] ..." line.
   void set_status(const std::string& text);
   bool interactive() const { return interactive_; }
+  /// Ends the live line (it stays on screen) so what follows starts on a line of its own.
+  void finish();
   /// Flushes what print_line buffered (and redraws the status line on a terminal).
   void flush();
 

@@ -155,6 +155,7 @@ int run_supervisor(const common::JobSpec& spec, PreparedRun& run, int metrics_po
     io.stop();
   });
   io.run();
+  console.finish();
   print_summary(spec, run.run_dir, result, supervisor->attempt());
   return result.exit_code;
 }
