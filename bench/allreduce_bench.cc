@@ -91,10 +91,7 @@ int run(int argc, char** argv) {
   size_t max_bytes = argc > 2 ? std::stoul(argv[2]) : size_t{64} << 20;
   common::TfConfig tf = common::parse_tf_config(common::get_env(common::kEnvTfConfig).value_or(""));
   common::setup_logging(common::role_name(tf.task.type, tf.task.index));
-  comm::RingIdentity id =
-      comm::ring_identity(tf, common::get_env_or_default(common::kEnvJob),
-                          std::stoi(common::get_env_or_default(common::kEnvAttempt)),
-                          common::get_env_or_default(common::kEnvToken));
+  comm::RingIdentity id = comm::ring_identity_from_environment(tf, "dtrain");
   auto c = comm::make_communicator(id, {});
   std::string table;
   if (c->rank() == 0) {

@@ -129,7 +129,7 @@ int run_worker(const WorkerOptions& options) {
   common::setup_logging(common::role_name(task.task.type, task.task.index));
   auto [train_json, job] = read_train_config(options.config_path);
   TrainConfig config = parse_train_config(train_json, options.config_path);
-  int attempt = std::stoi(common::get_env_or_default(common::kEnvAttempt));
+  int attempt = comm::attempt_from_environment();
   std::unique_ptr<nn::Backend> backend = choose_backend(config, options.config_path);
   std::vector<int> input_shape = {config.model.height, config.model.width, config.model.channels};
   auto [train_data, test_data] = data::load_data(config.data, input_shape);
@@ -142,9 +142,7 @@ int run_worker(const WorkerOptions& options) {
                  evaluator_options.run_dir);
     return common::kExitSuccess;
   }
-  comm::RingIdentity id =
-      comm::ring_identity(task, common::get_env(common::kEnvJob).value_or(job), attempt,
-                          common::get_env_or_default(common::kEnvToken));
+  comm::RingIdentity id = comm::ring_identity_from_environment(task, job);
   spdlog::info("task {}: rank {} of {}, attempt {}, {} training examples", task.task.text(),
                id.rank, id.size, attempt, train_data.count);
   std::unique_ptr<comm::Communicator> communicator = comm::make_communicator(id, {});

@@ -116,10 +116,7 @@ int run(int argc, char** argv) {
   Flags f = parse(argc, argv);
   common::TfConfig tf = common::parse_tf_config(common::get_env(common::kEnvTfConfig).value_or(""));
   common::setup_logging(common::role_name(tf.task.type, tf.task.index));
-  comm::RingIdentity id =
-      comm::ring_identity(tf, common::get_env_or_default(common::kEnvJob),
-                          std::stoi(common::get_env_or_default(common::kEnvAttempt)),
-                          common::get_env_or_default(common::kEnvToken));
+  comm::RingIdentity id = comm::ring_identity_from_environment(tf, "dtrain");
   if (f.intruder) {  // only the client handshake, then report how it went
     comm::connect_to_next(id, f.options, comm::Deadline(f.options.rendezvous_seconds, "intrusion"));
     std::printf("intruder was accepted\n");
