@@ -53,8 +53,9 @@ common::UniqueFd lock_run_dir(const common::RunDir& run_dir) {
     } catch (const std::exception&) {
     }
     throw common::ConfigError(fmt::format(
-        "run directory {} is in use by a running launcher{}; follow it with `dtrain logs -f {}`",
-        run_dir.root(), holder, run_dir.root()));
+        "run directory {} is in use by a running launcher{}: see `dtrain status {}`, follow it "
+        "with `dtrain logs -f {}`, or stop it with `dtrain stop {}`",
+        run_dir.root(), holder, run_dir.root(), run_dir.root(), run_dir.root()));
   }
   return fd;
 }
