@@ -82,18 +82,19 @@ std::pair<std::string, std::string> read_train_config(const std::string& path) {
   return {root.dump(), job};
 }
 
-// The backend for train.device: CPU (oneDNN) until the CUDA backend exists.
+// The backend for train.device. The CUDA backend's kernels are built (nn/cuda/), but the model's
+// buffers still live in host memory, so training runs on the CPU (oneDNN) until they move.
 std::unique_ptr<nn::Backend> choose_backend(const TrainConfig& config, const std::string& source) {
   gpu::GpuInfo gpu = gpu::probe_gpu();
   if (config.device == "cuda") {
     throw ConfigError(
-        fmt::format("{}: train.device: \"cuda\" is not available: the CUDA backend is not built "
-                    "yet ({})",
+        fmt::format("{}: train.device: \"cuda\" is not available yet: training on the GPU "
+                    "(device-resident model buffers, NCCL) is not wired up ({})",
                     source, gpu::describe(gpu)));
   }
   spdlog::info(
       "device: cpu (oneDNN){}",
-      gpu.device_count > 0 ? "; a GPU is visible but the CUDA backend is not built yet" : "");
+      gpu.device_count > 0 ? "; a GPU is visible, but training on it is not wired up yet" : "");
   return nn::make_dnnl_backend();
 }
 
@@ -106,6 +107,41 @@ std::string run_dir_for(const WorkerOptions& options, const std::string& job) {
   if (ec)
     throw common::IoError(fmt::format("cannot create run directory {}: {}", dir, ec.message()));
   return dir;
+}
+
+// One training task: join the ring, train, and turn how it ended into an exit code.
+int train(const common::TfConfig& task, const std::string& job, const TrainConfig& config,
+          nn::Backend& backend, data::Dataset train_data, data::Dataset test_data,
+          const std::string& run_dir, const std::string& config_path) {
+  int attempt = comm::attempt_from_environment();
+  comm::RingIdentity id = comm::ring_identity_from_environment(task, job);
+  spdlog::info("task {}: rank {} of {}, attempt {}, {} training examples", task.task.text(),
+               id.rank, id.size, attempt, train_data.count);
+  std::unique_ptr<comm::Communicator> communicator = comm::make_communicator(id, {});
+  catch_sigterm();  // until here SIGTERM kills at once; from here it means "save and stop together"
+  common::ControlClient control(common::get_env(common::kEnvControl).value_or(""));
+  bool chief = task.cluster.is_chief(task.task);
+  TrainerOptions trainer_options{run_dir, chief, task.task.text(), attempt,
+                                 [] { return g_stop_requested != 0; }};
+  try {
+    Trainer trainer(config, backend, *communicator, std::move(train_data), std::move(test_data),
+                    trainer_options, &control);
+    trainer.fit();
+  } catch (const Preempted& e) {
+    spdlog::warn("preempted: {}", e.what());
+    return common::kExitPreempted;
+  } catch (const common::IoError& e) {
+    communicator->abort(e.what());
+    throw;
+  } catch (const ConfigError& e) {
+    communicator->abort(e.what());
+    std::string message = e.what();  // layer shape errors name "model..." in the train object
+    if (message.rfind("model", 0) == 0)
+      throw ConfigError(fmt::format("{}: train.{}", config_path, message));
+    throw;
+  }
+  spdlog::info("finished{}", chief ? "; model written to " + run_dir + "/model" : "");
+  return common::kExitSuccess;
 }
 
 int run_worker(const WorkerOptions& options) {
@@ -129,48 +165,20 @@ int run_worker(const WorkerOptions& options) {
   common::setup_logging(common::role_name(task.task.type, task.task.index));
   auto [train_json, job] = read_train_config(options.config_path);
   TrainConfig config = parse_train_config(train_json, options.config_path);
-  int attempt = comm::attempt_from_environment();
   std::unique_ptr<nn::Backend> backend = choose_backend(config, options.config_path);
   std::vector<int> input_shape = {config.model.height, config.model.width, config.model.channels};
   auto [train_data, test_data] = data::load_data(config.data, input_shape);
+  std::string run_dir = run_dir_for(options, job);
   if (task.task.type == common::kEvaluator) {
-    catch_sigterm();
-    EvaluatorOptions evaluator_options{run_dir_for(options, job), 0.5,
-                                       [] { return g_stop_requested != 0; }};
-    int evaluations = run_evaluator(config, *backend, test_data, evaluator_options);
-    spdlog::info("evaluator: {} evaluation(s) in {}/eval.jsonl", evaluations,
-                 evaluator_options.run_dir);
+    catch_sigterm();  // from here SIGTERM means "evaluate the final model if it is there, then
+                      // exit"
+    int evaluations = run_evaluator(config, *backend, test_data,
+                                    {run_dir, 0.5, [] { return g_stop_requested != 0; }});
+    spdlog::info("evaluator: {} evaluation(s) in {}/eval.jsonl", evaluations, run_dir);
     return common::kExitSuccess;
   }
-  comm::RingIdentity id = comm::ring_identity_from_environment(task, job);
-  spdlog::info("task {}: rank {} of {}, attempt {}, {} training examples", task.task.text(),
-               id.rank, id.size, attempt, train_data.count);
-  std::unique_ptr<comm::Communicator> communicator = comm::make_communicator(id, {});
-  common::ControlClient control(common::get_env(common::kEnvControl).value_or(""));
-  TrainerOptions trainer_options{run_dir_for(options, job), task.cluster.is_chief(task.task),
-                                 task.task.text(), attempt, [] { return g_stop_requested != 0; }};
-  catch_sigterm();
-  try {
-    Trainer trainer(config, *backend, *communicator, std::move(train_data), std::move(test_data),
-                    trainer_options, &control);
-    trainer.fit();
-  } catch (const Preempted& e) {
-    spdlog::warn("preempted: {}", e.what());
-    return common::kExitPreempted;
-  } catch (const common::IoError& e) {
-    communicator->abort(e.what());
-    throw;
-  } catch (const ConfigError& e) {
-    communicator->abort(e.what());
-    std::string message = e.what();  // layer shape errors name "model..." in the train object
-    if (message.rfind("model", 0) == 0)
-      throw ConfigError(fmt::format("{}: train.{}", options.config_path, message));
-    throw;
-  }
-  spdlog::info("finished{}", task.cluster.is_chief(task.task)
-                                 ? "; model written to " + trainer_options.run_dir + "/model"
-                                 : "");
-  return common::kExitSuccess;
+  return train(task, job, config, *backend, std::move(train_data), std::move(test_data), run_dir,
+               options.config_path);
 }
 
 }  // namespace
