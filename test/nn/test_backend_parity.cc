@@ -114,39 +114,29 @@ ConvShape random_conv_shape(Rng& rng, Padding mode) {
   return s;
 }
 
-size_t x_count(const ConvShape& s) {
-  return static_cast<size_t>(s.n) * s.c * s.h * s.w;
-}
-size_t w_count(const ConvShape& s) {
-  return static_cast<size_t>(s.k) * s.c * s.kh * s.kw;
-}
-size_t y_count(const ConvShape& s) {
-  return static_cast<size_t>(s.n) * s.k * s.oh() * s.ow();
-}
-
 struct ConvData {
   Floats x, w, b, dy;
 };
 
 ConvData random_conv_data(const ConvShape& s, Rng& rng) {
-  return {rng.floats(x_count(s), -1, 1), rng.floats(w_count(s), -1, 1), rng.floats(s.k, -1, 1),
-          rng.floats(y_count(s), -1, 1)};
+  return {rng.floats(s.input_count(), -1, 1), rng.floats(s.weight_count(), -1, 1),
+          rng.floats(s.k, -1, 1), rng.floats(s.output_count(), -1, 1)};
 }
 
 void check_conv_parity(Backends& be, const ConvShape& s, const ConvData& d) {
-  Floats got(y_count(s)), want(y_count(s)), mag(y_count(s));
+  Floats got(s.output_count()), want(s.output_count()), mag(s.output_count());
   be.dnnl->conv2d_forward(s, d.x.data(), d.w.data(), d.b.data(), got.data());
   be.ref->conv2d_forward(s, d.x.data(), d.w.data(), d.b.data(), want.data());
   be.ref->conv2d_forward(s, abs_of(d.x).data(), abs_of(d.w).data(), abs_of(d.b).data(), mag.data());
   check_sums("conv y", got, want, mag, s.c * s.kh * s.kw + 1);
 
-  got.assign(x_count(s), 0), want.assign(x_count(s), 0), mag.assign(x_count(s), 0);
+  got.assign(s.input_count(), 0), want.assign(s.input_count(), 0), mag.assign(s.input_count(), 0);
   be.dnnl->conv2d_backward_data(s, d.dy.data(), d.w.data(), got.data());
   be.ref->conv2d_backward_data(s, d.dy.data(), d.w.data(), want.data());
   be.ref->conv2d_backward_data(s, abs_of(d.dy).data(), abs_of(d.w).data(), mag.data());
   check_sums("conv dx", got, want, mag, s.k * s.kh * s.kw);
 
-  Floats got_w(w_count(s)), want_w(w_count(s)), mag_w(w_count(s));
+  Floats got_w(s.weight_count()), want_w(s.weight_count()), mag_w(s.weight_count());
   Floats got_b(s.k), want_b(s.k), mag_b(s.k);
   be.dnnl->conv2d_backward_weights(s, d.x.data(), d.dy.data(), got_w.data(), got_b.data());
   be.ref->conv2d_backward_weights(s, d.x.data(), d.dy.data(), want_w.data(), want_b.data());
@@ -198,7 +188,7 @@ std::vector<uint64_t> workspace_for(Backend& be, const PoolShape& s) {
 /// Maxima are copied, so y must match exactly; dx sums the dy of every window (at most
 /// ceil(kh/sh) * ceil(kw/sw)) whose maximum an input is.
 void check_pool_parity(Backends& be, const PoolShape& s, Rng& rng) {
-  const size_t in_count = static_cast<size_t>(s.n) * s.c * s.h * s.w;
+  const size_t in_count = s.input_count();
   const size_t out_count = static_cast<size_t>(s.n) * s.c * s.oh() * s.ow();
   const Floats x = distinct_values(in_count, rng), dy = rng.floats(out_count, -1, 1);
   auto ws_dnnl = workspace_for(*be.dnnl, s), ws_ref = workspace_for(*be.ref, s);
@@ -310,7 +300,7 @@ void run_conv_layers(Backend& be, Rng& rng, std::vector<Floats>& out) {
   s.n = 8, s.c = 16, s.h = 27, s.w = 27, s.k = 16, s.kh = 3, s.kw = 3;
   s.pad_top = s.pad_left = s.pad_bottom = s.pad_right = 1;
   const ConvData d = random_conv_data(s, rng);
-  Floats y(y_count(s)), dx(x_count(s)), dw(w_count(s)), db(s.k);
+  Floats y(s.output_count()), dx(s.input_count()), dw(s.weight_count()), db(s.k);
   be.conv2d_forward(s, d.x.data(), d.w.data(), d.b.data(), y.data());
   be.conv2d_backward_data(s, d.dy.data(), d.w.data(), dx.data());
   be.conv2d_backward_weights(s, d.x.data(), d.dy.data(), dw.data(), db.data());

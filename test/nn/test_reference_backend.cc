@@ -93,27 +93,17 @@ ConvShape conv_shape(int n, int c, int h, int w, int k, int kh, int kw, int sh, 
   return s;
 }
 
-size_t x_count(const ConvShape& s) {
-  return static_cast<size_t>(s.n) * s.c * s.h * s.w;
-}
-size_t w_count(const ConvShape& s) {
-  return static_cast<size_t>(s.k) * s.c * s.kh * s.kw;
-}
-size_t y_count(const ConvShape& s) {
-  return static_cast<size_t>(s.n) * s.k * s.oh() * s.ow();
-}
-
 void check_conv_gradients(const ConvShape& s, uint32_t seed) {
   auto be = make_reference_backend();
   Rng rng(seed);
-  const Floats x = rng.floats(x_count(s), -1, 1), w = rng.floats(w_count(s), -1, 1);
-  const Floats b = rng.floats(s.k, -1, 1), r = rng.floats(y_count(s), -1, 1);
+  const Floats x = rng.floats(s.input_count(), -1, 1), w = rng.floats(s.weight_count(), -1, 1);
+  const Floats b = rng.floats(s.k, -1, 1), r = rng.floats(s.output_count(), -1, 1);
   auto objective = [&](const Floats& xx, const Floats& ww, const Floats& bb) {
-    Floats y(y_count(s));
+    Floats y(s.output_count());
     be->conv2d_forward(s, xx.data(), ww.data(), bb.data(), y.data());
     return weighted_sum(y, r);
   };
-  Floats dx(x_count(s)), dw(w_count(s)), db(s.k);
+  Floats dx(s.input_count()), dw(s.weight_count()), db(s.k);
   be->conv2d_backward_data(s, r.data(), w.data(), dx.data());
   be->conv2d_backward_weights(s, x.data(), r.data(), dw.data(), db.data());
   check_gradient("conv dx", x, dx, [&](const Floats& v) { return objective(v, w, b); });
@@ -192,7 +182,7 @@ TEST_CASE("reference max pooling gradient matches finite differences", "[referen
     PoolShape s;
     s.n = 2, s.c = 3, s.h = 7, s.w = 9, s.kh = win[0], s.kw = win[1], s.sh = win[2], s.sw = win[3];
     INFO("pool " << s.kh << "x" << s.kw << " stride " << s.sh << "x" << s.sw);
-    const size_t in_count = static_cast<size_t>(s.n) * s.c * s.h * s.w;
+    const size_t in_count = s.input_count();
     const size_t out_count = static_cast<size_t>(s.n) * s.c * s.oh() * s.ow();
     REQUIRE(be->maxpool_workspace_bytes(s) == out_count * sizeof(int32_t));
     const Floats x = distinct_values(in_count, seed++), r = Rng(seed++).floats(out_count, -1, 1);

@@ -19,6 +19,9 @@ struct ConvShape {
   int pad_top = 0, pad_bottom = 0, pad_left = 0, pad_right = 0;
   int oh() const { return (h + pad_top + pad_bottom - kh) / sh + 1; }
   int ow() const { return (w + pad_left + pad_right - kw) / sw + 1; }
+  size_t input_count() const { return static_cast<size_t>(n) * c * h * w; }
+  size_t weight_count() const { return static_cast<size_t>(k) * c * kh * kw; }
+  size_t output_count() const { return static_cast<size_t>(n) * k * oh() * ow(); }
 };
 
 /// Max pooling without padding (Keras "valid").
@@ -27,6 +30,8 @@ struct PoolShape {
   int kh = 2, kw = 2, sh = 2, sw = 2;
   int oh() const { return (h - kh) / sh + 1; }
   int ow() const { return (w - kw) / sw + 1; }
+  size_t input_count() const { return static_cast<size_t>(n) * c * h * w; }
+  size_t output_count() const { return static_cast<size_t>(n) * c * oh() * ow(); }
 };
 
 /// Keras's optimizer hyper-parameters, with Keras's defaults.

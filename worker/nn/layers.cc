@@ -59,7 +59,7 @@ class Conv2D : public Activated {
   }
   Dims output_dims() const override { return out_; }
   std::vector<ParamInfo> params() const override {
-    size_t kernel = static_cast<size_t>(shape_.k) * shape_.c * shape_.kh * shape_.kw;
+    size_t kernel = shape_.weight_count();
     std::string base = fmt::format("layers.{}.conv2d.", index_);
     return {{base + "kernel", {shape_.k, shape_.c, shape_.kh, shape_.kw}, 0, kernel},
             {base + "bias", {shape_.k}, kernel, static_cast<size_t>(shape_.k)}};

@@ -79,7 +79,7 @@ class ReferenceBackend final : public Backend {
   void conv2d_backward_data(const ConvShape& s, const float* dy, const float* w,
                             float* dx) override {
     check_conv_shape(s);
-    std::vector<double> acc(static_cast<size_t>(s.n) * s.c * s.h * s.w, 0.0);
+    std::vector<double> acc(s.input_count(), 0.0);
     for (int n = 0; n < s.n; ++n)
       for (int k = 0; k < s.k; ++k)
         for (int oy = 0; oy < s.oh(); ++oy)

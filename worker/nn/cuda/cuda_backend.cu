@@ -334,7 +334,7 @@ void CudaBackend::conv2d_backward_data(const ConvShape& s, const float* dy, cons
                                               p.bwd_data, ws, p.workspace, &zero, p.x->value,
                                               target));
   if (p.padded_copy) {
-    size_t out = static_cast<size_t>(s.n) * s.c * s.h * s.w;
+    size_t out = s.input_count();
     crop_kernel<<<blocks_for(out), kThreads, 0, stream_>>>(target, dx, s.n * s.c, s.h, s.w,
                                                            s.pad_top, s.pad_left, p.ph, p.pw);
     DT_CUDA_CHECK(cudaGetLastError());
@@ -406,8 +406,8 @@ PoolPlan& CudaBackend::pool(const PoolShape& s) {
   DT_CUDNN_CHECK(cudnnSetPooling2dDescriptor(p->pool, CUDNN_POOLING_MAX_DETERMINISTIC,
                                              CUDNN_NOT_PROPAGATE_NAN, s.kh, s.kw, 0, 0, s.sh,
                                              s.sw));
-  p->x_bytes = sizeof(float) * static_cast<size_t>(s.n) * s.c * s.h * s.w;
-  p->y_bytes = sizeof(float) * static_cast<size_t>(s.n) * s.c * s.oh() * s.ow();
+  p->x_bytes = sizeof(float) * s.input_count();
+  p->y_bytes = sizeof(float) * s.output_count();
   slot = std::move(p);
   return *slot;
 }
