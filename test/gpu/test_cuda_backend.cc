@@ -67,8 +67,7 @@ TEST_CASE("CUDA convolution equals the reference (forward, backward data, backwa
                       ConvShape{3, 2, 8, 8, 5, 2, 2, 1, 1, 0, 1, 0, 1},
                       ConvShape{1, 4, 13, 7, 3, 3, 5, 2, 1, 1, 1, 2, 2},
                       ConvShape{2, 1, 28, 28, 8, 3, 3, 2, 2, 0, 1, 0, 1}}) {
-    size_t xs = size_t(s.n) * s.c * s.h * s.w, ws = size_t(s.k) * s.c * s.kh * s.kw,
-           ys = size_t(s.n) * s.k * s.oh() * s.ow();
+    size_t xs = s.input_count(), ws = s.weight_count(), ys = s.output_count();
     auto x = random_vector(xs, rng), w = random_vector(ws, rng), b = random_vector(s.k, rng),
          dy = random_vector(ys, rng);
     std::vector<float> y(ys), dx(xs), dw(ws), db(s.k);
