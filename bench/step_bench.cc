@@ -1,7 +1,9 @@
-// Training-step time of a model on the oneDNN backend, run by scripts/bench-step.sh: ms/step,
-// samples/s and achieved GFLOP/s at one batch size, beside this machine's sgemm peak measured in
-// the same run (the backend's dense layer at 1024^3). Threads come from OMP_NUM_THREADS. Prints one
-// table row. Asserts nothing.
+// Training-step time of a model, run by scripts/bench-step.sh (oneDNN) and scripts/bench-gpu.sh
+// (CUDA): the trainer's own step (TrainStep: staged input upload, forward, loss on the device,
+// backward, optimizer; CUDA graphs where they apply) in a world of one. Prints ms/step,
+// samples/s and achieved GFLOP/s at one batch size, beside the device's sgemm peak measured in
+// the same run (the backend's dense layer at 1024^3). Threads come from OMP_NUM_THREADS. Prints
+// one table row. Asserts nothing.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -12,9 +14,12 @@
 #include "common/errors.h"
 #include "common/exit_codes.h"
 #include "common/json.h"
+#include "worker/comm/ring_communicator.h"
 #include "worker/nn/random.h"
 #include "worker/nn/sequential.h"
+#include "worker/train/input_stager.h"
 #include "worker/train/optimizer.h"
+#include "worker/train/train_step.h"
 #include "worker/train/train_config.h"
 
 namespace {
@@ -25,14 +30,19 @@ double seconds_since(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
 }
 
-// The backend's dense layer at 1024 x 1024 x 1024 is one large sgemm: the machine's practical peak.
+// The backend's dense layer at 1024 x 1024 x 1024 is one large sgemm: the device's practical peak.
 double sgemm_peak_gflops(nn::Backend& backend) {
-  const int n = 1024;
-  std::vector<float> a(n * n, 1.0f), b(n * n, 0.5f), bias(n, 0.0f), c(n * n);
+  const size_t n = 1024;
+  nn::Device& device = backend.device();
+  nn::Buffer<float> a(device, n * n), b(device, n * n), bias(device, n), c(device, n * n);
+  a.from_host(std::vector<float>(n * n, 1.0f));
+  b.from_host(std::vector<float>(n * n, 0.5f));
   double best = 1e9;
   for (int i = 0; i < 5; ++i) {
+    device.synchronize();
     auto t = Clock::now();
     backend.dense_forward(n, n, n, a.data(), b.data(), bias.data(), c.data());
+    device.synchronize();
     best = std::min(best, seconds_since(t));
   }
   return 2.0 * n * n * n / best / 1e9;
@@ -66,38 +76,50 @@ double step_flops(const nn::ModelSpec& spec, int batch) {
 }
 
 int run(int argc, char** argv) {
-  if (argc < 3) throw common::ConfigError("usage: step_bench JOB_FILE BATCH [STEPS]");
+  if (argc < 3)
+    throw common::ConfigError("usage: step_bench JOB_FILE BATCH [STEPS] [cpu|cuda] [graphs|eager]");
   std::string text = common::read_file(argv[1]);
   auto doc = common::JsonDocument::parse(text, argv[1]);
   train::TrainConfig config = train::parse_train_config(doc.root().at("train").dump(), argv[1]);
   int batch = std::stoi(argv[2]);
   int steps = argc > 3 ? std::stoi(argv[3]) : 100;
-  auto backend = nn::make_dnnl_backend();
+  std::string device_kind = argc > 4 ? argv[4] : "cpu";
+  bool graphs = argc > 5 ? std::string(argv[5]) != "eager" : true;
+  auto backend = device_kind == "cuda" ? nn::make_cuda_backend() : nn::make_dnnl_backend();
   nn::Sequential model(config.model, *backend, batch);
   model.initialize(config.seed);
-  train::Optimizer optimizer(config.optimizer, model.parameters().size());
+  train::Optimizer optimizer(config.optimizer, model.parameters().size(), backend->device());
+  comm::SoloCommunicator solo;
+  train::StepOptions options;
+  options.graphs = graphs;
+  train::TrainStep step(model, optimizer, *backend, solo, options);
   size_t per_example =
       static_cast<size_t>(config.model.height) * config.model.width * config.model.channels;
+  train::InputStager stager(backend->device(), per_example, batch);
   std::vector<float> images(per_example * static_cast<size_t>(batch));
   std::vector<int32_t> labels(static_cast<size_t>(batch));
   for (size_t i = 0; i < images.size(); ++i) images[i] = nn::unit_float(nn::random_key(1, i));
   for (int i = 0; i < batch; ++i) labels[static_cast<size_t>(i)] = i % model.classes();
-  std::vector<float> dlogits(static_cast<size_t>(batch) * model.classes());
-  auto one_step = [&](int64_t step) {
-    const float* logits = model.forward(images.data(), batch, {config.seed, 0, step}, true);
-    int correct = 0;
-    backend->softmax_cross_entropy(batch, model.classes(), logits, labels.data(), dlogits.data(),
-                                   &correct);
-    model.backward(dlogits.data(), batch);
-    optimizer.apply(*backend, model.parameters(), model.gradients());
+  // As the trainer does: stage the next batch, then enqueue this one; read the stop flag one
+  // step late.
+  auto one_step = [&](int64_t s) {
+    int slot = static_cast<int>(s % train::InputStager::kSlots);
+    stager.ready();
+    stager.stage(static_cast<int>((s + 1) % train::InputStager::kSlots), images.data(),
+                 labels.data(), batch);
+    step.run(stager.images(slot), stager.labels(slot), batch, {config.seed, 0, s}, slot);
+    step.stop_agreed(1);
   };
-  for (int i = 0; i < 10; ++i) one_step(i);  // warm-up: primitives are created here
+  stager.stage(0, images.data(), labels.data(), batch);
+  for (int i = 0; i < 10; ++i) one_step(i);  // warm-up: primitives and graphs are made here
+  step.stop_agreed(0);
   auto t = Clock::now();
-  for (int i = 0; i < steps; ++i) one_step(i);
+  for (int i = 10; i < 10 + steps; ++i) one_step(i);
+  step.stop_agreed(0);
   double per_step = seconds_since(t) / steps;
   double gflops = step_flops(config.model, batch) / per_step / 1e9;
-  std::printf("dtrain %d %.3f %.0f %.1f %.1f\n", batch, per_step * 1000, batch / per_step, gflops,
-              sgemm_peak_gflops(*backend));
+  std::printf("dtrain %d %.4f %.0f %.1f %.1f %s\n", batch, per_step * 1000, batch / per_step,
+              gflops, sgemm_peak_gflops(*backend), step.graphed() ? "graph" : "eager");
   return 0;
 }
 

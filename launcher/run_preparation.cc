@@ -10,7 +10,6 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <cstdio>
 #include <cstring>
 #include <deque>
 #include <filesystem>
@@ -20,6 +19,7 @@
 #include "common/atomic_file.h"
 #include "common/env_vars.h"
 #include "common/errors.h"
+#include "common/gpu_count.h"
 #include "common/json.h"
 
 namespace dtrain::launcher {
@@ -71,16 +71,10 @@ bool belongs_to_run(int pid, const std::string& run_dir) {
   return false;
 }
 
-// GPUs on this host, as the worker program sees them (`dtrain-worker --gpu-count`); 0 when it
-// cannot tell. The launcher itself never links CUDA.
-int count_local_gpus(const std::string& worker_program) {
-  std::string command = worker_program + " --gpu-count 2>/dev/null";
-  FILE* pipe = ::popen(command.c_str(), "r");
-  if (!pipe) return 0;
-  int count = 0;
-  if (std::fscanf(pipe, "%d", &count) != 1) count = 0;
-  ::pclose(pipe);
-  return std::max(count, 0);
+// GPUs on this host the launcher may hand out: the NVIDIA driver's count (/proc/driver/nvidia),
+// limited by the launcher's own CUDA_VISIBLE_DEVICES. Starts no process and loads no CUDA.
+int count_local_gpus() {
+  return common::count_visible_gpus(common::get_env(common::kEnvCudaDevices));
 }
 
 // The attempt a resumed run starts with: one past what state.json recorded.
@@ -150,7 +144,7 @@ PreparedRun prepare_run(const common::JobSpec& spec) {
   c.cwd = fs::current_path().string();
   c.host_cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   c.launcher_omp_threads = common::get_env(common::kEnvOmpThreads);
-  c.local_gpus = count_local_gpus(c.worker_program);
+  c.local_gpus = count_local_gpus();
   check_gpu_assignment(c);
   common::write_file_atomically(c.spec_path, common::job_spec_to_json(spec, c.cluster) + "\n");
   return run;

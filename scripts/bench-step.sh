@@ -16,7 +16,7 @@ echo "# scripts/bench-step.sh: tutorial CNN, SGD momentum 0.9, $steps timed step
 echo "impl threads batch ms_per_step samples_per_s gflops sgemm_peak_gflops"
 for threads in 1 2; do
   for batch in 64 256; do
-    read -r _ b ms sps gf peak < <(OMP_NUM_THREADS=$threads ./build/bench/step_bench configs/fashion-mnist-2workers.json "$batch" "$steps")
+    read -r _ b ms sps gf peak _ < <(OMP_NUM_THREADS=$threads ./build/bench/step_bench configs/fashion-mnist-2workers.json "$batch" "$steps")
     echo "dtrain $threads $b $ms $sps $gf $peak"
     read -r impl b ms sps < <(OMP_NUM_THREADS=$threads /usr/bin/python3 bench/step_torch.py "$batch" "$threads" "$steps")
     echo "$impl $threads $b $ms $sps - -"

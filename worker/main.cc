@@ -82,19 +82,31 @@ std::pair<std::string, std::string> read_train_config(const std::string& path) {
   return {root.dump(), job};
 }
 
-// The backend for train.device. The CUDA backend's kernels are built (nn/cuda/), but the model's
-// buffers still live in host memory, so training runs on the CPU (oneDNN) until they move.
+// The backend for train.device: cuda, cpu, or auto (CUDA when this build has it and a GPU is
+// visible). Deciding creates no CUDA context; only the CUDA backend itself, which trains, does.
 std::unique_ptr<nn::Backend> choose_backend(const TrainConfig& config, const std::string& source) {
-  gpu::GpuInfo gpu = gpu::probe_gpu();
-  if (config.device == "cuda") {
-    throw ConfigError(
-        fmt::format("{}: train.device: \"cuda\" is not available yet: training on the GPU "
-                    "(device-resident model buffers, NCCL) is not wired up ({})",
-                    source, gpu::describe(gpu)));
+  gpu::GpuInfo build = gpu::probe_build();
+  bool cuda = config.device == "cuda" || (config.device == "auto" && build.compiled &&
+                                          build.device_count > 0);
+  if (config.device == "cuda" && !build.compiled) {
+    throw ConfigError(fmt::format(
+        "{}: train.device: \"cuda\" needs dtrain's CUDA build; this one is CPU-only ({})", source,
+        gpu::describe(build)));
   }
-  spdlog::info(
-      "device: cpu (oneDNN){}",
-      gpu.device_count > 0 ? "; a GPU is visible, but training on it is not wired up yet" : "");
+  if (config.device == "cuda" && build.device_count == 0) {
+    throw ConfigError(fmt::format("{}: train.device: \"cuda\", but no GPU is visible ({})",
+                                  source, gpu::describe(build)));
+  }
+  if (cuda) {
+    std::unique_ptr<nn::Backend> backend = nn::make_cuda_backend();
+    spdlog::info("device: {} on GPU {} ({}{})", backend->name(), backend->device().name(),
+                 backend->device().location(), config.device == "auto" ? ", picked by auto" : "");
+    return backend;
+  }
+  spdlog::info("device: cpu (oneDNN){}", config.device == "auto"
+                                             ? fmt::format(", picked by auto: {}",
+                                                           gpu::describe(build))
+                                             : "");
   return nn::make_dnnl_backend();
 }
 
@@ -117,7 +129,8 @@ int train(const common::TfConfig& task, const std::string& job, const TrainConfi
   comm::RingIdentity id = comm::ring_identity_from_environment(task, job);
   spdlog::info("task {}: rank {} of {}, attempt {}, {} training examples", task.task.text(),
                id.rank, id.size, attempt, train_data.count);
-  std::unique_ptr<comm::Communicator> communicator = comm::make_communicator(id, {});
+  std::unique_ptr<comm::Communicator> communicator =
+      comm::make_training_communicator(id, {}, backend.device(), config.communication);
   catch_sigterm();  // until here SIGTERM kills at once; from here it means "save and stop together"
   common::ControlClient control(common::get_env(common::kEnvControl).value_or(""));
   bool chief = task.cluster.is_chief(task.task);
@@ -154,7 +167,7 @@ int run_worker(const WorkerOptions& options) {
     return common::kExitSuccess;
   }
   if (options.print_gpu_count) {
-    std::cout << gpu::probe_gpu().device_count << "\n";
+    std::cout << gpu::visible_gpu_count() << "\n";
     return common::kExitSuccess;
   }
   if (options.print_gpu) {

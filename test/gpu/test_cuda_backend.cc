@@ -5,6 +5,7 @@
 
 #include <catch2/catch.hpp>
 #include <cmath>
+#include <cstring>
 #include <random>
 #include <vector>
 
@@ -22,14 +23,15 @@ bool have_gpu() {
   return info.device_count > 0;
 }
 
-struct Device {
-  explicit Device(const std::vector<float>& host) : count(host.size()) {
+struct Gpu {
+  explicit Gpu(const std::vector<float>& host) : count(host.size()) {
     REQUIRE(cudaMalloc(&ptr, std::max<size_t>(1, count) * sizeof(float)) == cudaSuccess);
     REQUIRE(cudaMemcpy(ptr, host.data(), count * sizeof(float), cudaMemcpyHostToDevice) ==
             cudaSuccess);
+    REQUIRE(cudaDeviceSynchronize() == cudaSuccess);  // the backend's stream does not wait
   }
-  explicit Device(size_t n) : Device(std::vector<float>(n, 0.0f)) {}
-  ~Device() { cudaFree(ptr); }
+  explicit Gpu(size_t n) : Gpu(std::vector<float>(n, 0.0f)) {}
+  ~Gpu() { cudaFree(ptr); }
   std::vector<float> host() const {
     std::vector<float> out(count);
     REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
@@ -74,7 +76,7 @@ TEST_CASE("CUDA convolution equals the reference (forward, backward data, backwa
     ref->conv2d_forward(s, x.data(), w.data(), b.data(), y.data());
     ref->conv2d_backward_data(s, dy.data(), w.data(), dx.data());
     ref->conv2d_backward_weights(s, x.data(), dy.data(), dw.data(), db.data());
-    Device gx(x), gw(w), gb(b), gdy(dy), gy(ys), gdx(xs), gdw(ws), gdb(size_t(s.k));
+    Gpu gx(x), gw(w), gb(b), gdy(dy), gy(ys), gdx(xs), gdw(ws), gdb(size_t(s.k));
     gpu->conv2d_forward(s, gx.ptr, gw.ptr, gb.ptr, gy.ptr);
     gpu->conv2d_backward_data(s, gdy.ptr, gw.ptr, gdx.ptr);
     gpu->conv2d_backward_weights(s, gx.ptr, gdy.ptr, gdw.ptr, gdb.ptr);
@@ -98,7 +100,7 @@ TEST_CASE("CUDA dense, ReLU and max pooling equal the reference") {
   ref->dense_forward(n, in, out, x.data(), w.data(), b.data(), y.data());
   ref->dense_backward_data(n, in, out, dy.data(), w.data(), dx.data());
   ref->dense_backward_weights(n, in, out, x.data(), dy.data(), dw.data(), db.data());
-  Device gx(x), gw(w), gb(b), gdy(dy), gy(y.size()), gdx(dx.size()), gdw(dw.size()), gdb(db.size());
+  Gpu gx(x), gw(w), gb(b), gdy(dy), gy(y.size()), gdx(dx.size()), gdw(dw.size()), gdb(db.size());
   gpu->dense_forward(n, in, out, gx.ptr, gw.ptr, gb.ptr, gy.ptr);
   gpu->dense_backward_data(n, in, out, gdy.ptr, gw.ptr, gdx.ptr);
   gpu->dense_backward_weights(n, in, out, gx.ptr, gdy.ptr, gdw.ptr, gdb.ptr);
@@ -110,7 +112,7 @@ TEST_CASE("CUDA dense, ReLU and max pooling equal the reference") {
   std::vector<float> r(y.size()), dr(y.size());
   ref->relu_forward(y.size(), y.data(), r.data());
   ref->relu_backward(y.size(), r.data(), dy.data(), dr.data());
-  Device gr(y.size()), gdr(y.size());
+  Gpu gr(y.size()), gdr(y.size());
   gpu->relu_forward(y.size(), gy.ptr, gr.ptr);
   gpu->relu_backward(y.size(), gr.ptr, gdy.ptr, gdr.ptr);
   check_close(gr.host(), r, 1e-4f);
@@ -125,7 +127,7 @@ TEST_CASE("CUDA dense, ReLU and max pooling equal the reference") {
   std::vector<char> ref_ws(ref->maxpool_workspace_bytes(p));
   ref->maxpool_forward(p, px.data(), py.data(), ref_ws.data());
   ref->maxpool_backward(p, pdy.data(), ref_ws.data(), pdx.data());
-  Device gpx(px), gpdy(pdy), gpy(py.size()), gpdx(px.size());
+  Gpu gpx(px), gpdy(pdy), gpy(py.size()), gpdx(px.size());
   void* gws = nullptr;
   REQUIRE(cudaMalloc(&gws, gpu->maxpool_workspace_bytes(p)) == cudaSuccess);
   gpu->maxpool_forward(p, gpx.ptr, gpy.ptr, gws);
@@ -143,20 +145,26 @@ TEST_CASE("CUDA loss and optimizers equal the reference") {
   int n = 7, classes = 10;
   auto logits = random_vector(size_t(n) * classes, rng, 4.0f);
   std::vector<int32_t> labels = {0, 3, 9, 2, 2, 7, 5};
-  std::vector<float> d(logits.size());
-  int ref_correct = 0, gpu_correct = -1;
-  float ref_loss =
-      ref->softmax_cross_entropy(n, classes, logits.data(), labels.data(), d.data(), &ref_correct);
-  Device gl(logits), gd(d.size());
-  float gpu_loss =
-      gpu->softmax_cross_entropy(n, classes, gl.ptr, labels.data(), gd.ptr, &gpu_correct);
-  CHECK(std::fabs(gpu_loss - ref_loss) <= 1e-5f * (1 + std::fabs(ref_loss)));
-  CHECK(gpu_correct == ref_correct);
+  std::vector<float> d(logits.size()), ref_totals = {1.5f, 2.0f, 3.0f};
+  ref->softmax_cross_entropy(n, classes, logits.data(), labels.data(), d.data(),
+                             ref_totals.data());
+  std::vector<float> label_bits(labels.size());
+  std::memcpy(label_bits.data(), labels.data(), labels.size() * sizeof(int32_t));
+  Gpu gl(logits), gd(d.size()), glabels(label_bits), gtotals(std::vector<float>{1.5f, 2.0f, 3.0f});
+  auto* device_labels = reinterpret_cast<const int32_t*>(glabels.ptr);
+  gpu->softmax_cross_entropy(n, classes, gl.ptr, device_labels, gd.ptr, gtotals.ptr);
+  check_close(gtotals.host(), ref_totals, 1e-5f);  // the sums are ADDED to what was there
   check_close(gd.host(), d, 1e-5f);
+  // Without dlogits (evaluation) only the totals move.
+  Gpu untouched(std::vector<float>(d.size(), 7.0f));
+  gpu->softmax_cross_entropy(n, classes, gl.ptr, device_labels, nullptr, gtotals.ptr);
+  std::vector<float> twice = gtotals.host();
+  CHECK(twice[2] == Approx(3.0f + 2 * n));
+  CHECK(twice[1] == Approx(ref_totals[1] + (ref_totals[1] - 2.0f)));
 
   auto w = random_vector(1000, rng), g = random_vector(1000, rng);
   std::vector<float> w_ref = w, v_ref(1000, 0.0f), m_ref(1000, 0.0f), s_ref(1000, 0.0f);
-  Device gw(w), gg(g), gv(1000), gm(1000), gs(1000);
+  Gpu gw(w), gg(g), gv(1000), gm(1000), gs(1000);
   SgdParams sgd{0.1f, 0.9f, true};
   AdamParams adam;
   for (int step = 1; step <= 3; ++step) {

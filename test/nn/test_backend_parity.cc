@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "test/support/mean_loss.h"
 #include "worker/nn/backend.h"
 
 using namespace dtrain::nn;
@@ -236,9 +237,9 @@ void check_softmax_parity(Backends& be, int n, int classes, Rng& rng) {
   }
   Floats got(logits.size()), want(logits.size());
   int got_correct = -1, want_correct = -2;
-  const float got_loss = be.dnnl->softmax_cross_entropy(n, classes, logits.data(), labels.data(),
+  const float got_loss = dtrain::testing::mean_softmax_loss(*be.dnnl, n, classes, logits.data(), labels.data(),
                                                         got.data(), &got_correct);
-  const float want_loss = be.ref->softmax_cross_entropy(n, classes, logits.data(), labels.data(),
+  const float want_loss = dtrain::testing::mean_softmax_loss(*be.ref, n, classes, logits.data(), labels.data(),
                                                         want.data(), &want_correct);
   const double loss_bound = 4 * (classes + n + 8 + 16) * kUnit * (1 + std::fabs(want_loss));
   check_within("softmax loss", {got_loss}, {want_loss}, {loss_bound});
@@ -325,7 +326,7 @@ void run_dense_layers(Backend& be, Rng& rng, std::vector<Floats>& out) {
   int correct = 0;
   be.dense_forward(n, in, classes, x.data(), w.data(), b.data(), logits.data());
   float loss =
-      be.softmax_cross_entropy(n, classes, logits.data(), labels.data(), dlogits.data(), &correct);
+      dtrain::testing::mean_softmax_loss(be, n, classes, logits.data(), labels.data(), dlogits.data(), &correct);
   be.dense_backward_data(n, in, classes, dlogits.data(), w.data(), dx.data());
   be.dense_backward_weights(n, in, classes, x.data(), dlogits.data(), dw.data(), db.data());
   out.insert(out.end(), {logits, dlogits, {loss, float(correct)}, dx, dw, db});

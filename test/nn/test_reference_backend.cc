@@ -15,6 +15,7 @@
 #include <utility>
 #include <vector>
 
+#include "test/support/mean_loss.h"
 #include "worker/nn/backend.h"
 
 using namespace dtrain::nn;
@@ -209,10 +210,10 @@ TEST_CASE("reference softmax cross-entropy gradient matches finite differences",
   const int32_t labels[n] = {4, 0, 2};
   Floats dlogits(logits.size()), scratch(logits.size());
   int correct = 0;
-  be->softmax_cross_entropy(n, classes, logits.data(), labels, dlogits.data(), &correct);
+  dtrain::testing::mean_softmax_loss(*be, n, classes, logits.data(), labels, dlogits.data(), &correct);
   check_gradient("softmax dlogits", logits, dlogits, [&](const Floats& v) {
     int ignored = 0;
-    return be->softmax_cross_entropy(n, classes, v.data(), labels, scratch.data(), &ignored);
+    return dtrain::testing::mean_softmax_loss(*be, n, classes, v.data(), labels, scratch.data(), &ignored);
   });
 }
 
@@ -314,7 +315,7 @@ TEST_CASE("reference softmax cross-entropy of two known rows", "[reference]") {
   const int32_t labels[2] = {0, 1};
   float dlogits[6];
   int correct = -1;
-  float loss = be->softmax_cross_entropy(2, 3, logits, labels, dlogits, &correct);
+  float loss = dtrain::testing::mean_softmax_loss(*be, 2, 3, logits, labels, dlogits, &correct);
   CHECK(loss == Approx((std::log(3.0) + std::log(2.0)) / 2).epsilon(1e-6));
   CHECK(correct == 2);
   const double want[6] = {-1.0 / 3, 1.0 / 6, 1.0 / 6, 0.125, -0.25, 0.125};  // (p - onehot) / 2
@@ -323,7 +324,7 @@ TEST_CASE("reference softmax cross-entropy of two known rows", "[reference]") {
   // Huge logits do not overflow: the row maximum is subtracted first.
   const float big[3] = {1000, 1000, 1000};
   const int32_t label = 2;
-  loss = be->softmax_cross_entropy(1, 3, big, &label, dlogits, &correct);
+  loss = dtrain::testing::mean_softmax_loss(*be, 1, 3, big, &label, dlogits, &correct);
   CHECK(loss == Approx(std::log(3.0)).epsilon(1e-6));
   CHECK(dlogits[2] == Approx(1.0 / 3 - 1).epsilon(1e-6));
   CHECK(correct == 0);

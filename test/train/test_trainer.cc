@@ -51,7 +51,7 @@ std::vector<float> train_once(const train::TrainConfig& c, const std::string& ru
                          {run_dir, true, "worker:0", 0, {}}, nullptr);
   train::EpochMetrics m = trainer.fit();
   if (last) *last = m;
-  return trainer.model().parameters();
+  return trainer.model().parameters().to_host();
 }
 
 }  // namespace

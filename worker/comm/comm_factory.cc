@@ -1,10 +1,19 @@
 // See comm_factory.h.
 #include "worker/comm/comm_factory.h"
 
+#include <spdlog/spdlog.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <set>
+
 #include "common/env_vars.h"
 #include "common/errors.h"
+#include "worker/comm/host_staged_communicator.h"
+#include "worker/comm/nccl_communicator.h"
 #include "worker/comm/ring_communicator.h"
 #include "worker/comm/tcp_ring_link.h"
+#include "worker/comm/threaded_communicator.h"
 
 namespace dtrain::comm {
 
@@ -48,6 +57,58 @@ std::unique_ptr<Communicator> make_communicator(const RingIdentity& id,
                                                 const CommOptions& options) {
   if (id.size == 1) return std::make_unique<SoloCommunicator>();
   return std::make_unique<RingCommunicator>(rendezvous(id, options), id.rank, id.size);
+}
+
+namespace {
+
+// True when two ranks train on the same GPU (same host name and PCI bus id): NCCL refuses that.
+bool ranks_share_a_gpu(Communicator& ring, const nn::Device& device) {
+  char host[256] = {};
+  ::gethostname(host, sizeof host - 1);
+  std::string where = std::string(host) + "/" + device.location();
+  char mine[320] = {};
+  std::strncpy(mine, where.c_str(), sizeof mine - 1);
+  std::vector<uint8_t> all = ring.all_gather(mine, sizeof mine);
+  std::set<std::string> places;
+  for (size_t r = 0; r < all.size() / sizeof mine; ++r) {
+    places.insert(std::string(reinterpret_cast<const char*>(all.data() + r * sizeof mine)));
+  }
+  return places.size() < all.size() / sizeof mine;
+}
+
+}  // namespace
+
+std::unique_ptr<Communicator> make_training_communicator(const RingIdentity& id,
+                                                         const CommOptions& options,
+                                                         nn::Device& device,
+                                                         const std::string& communication) {
+  bool gpu = device.kind() == nn::DeviceKind::kCuda;
+  if (communication == "nccl" && !gpu) {
+    throw common::ConfigError(
+        nccl_available()
+            ? "train.communication: \"nccl\" needs a GPU worker, and this one trains on the CPU "
+              "(train.device); use \"ring\" or \"auto\""
+            : "train.communication: \"nccl\" needs dtrain's CUDA build with NCCL; this build is "
+              "CPU-only; use \"ring\" or \"auto\"");
+  }
+  std::unique_ptr<Communicator> ring = make_communicator(id, options);
+  if (gpu && communication != "ring") {
+    if (communication == "auto" && id.size > 1 && ranks_share_a_gpu(*ring, device)) {
+      spdlog::info("communication: ring staged through host memory (workers share GPU {}, and "
+                   "NCCL refuses two ranks on one GPU)",
+                   device.location());
+      return std::make_unique<HostStagedCommunicator>(std::move(ring), device);
+    }
+    spdlog::info("communication: NCCL {} ({} rank(s))", nccl_version_string(), id.size);
+    return make_nccl_communicator(std::move(ring), device);
+  }
+  if (id.size == 1) return ring;
+  if (gpu) {
+    spdlog::info("communication: TCP ring staged through host memory");
+    return std::make_unique<HostStagedCommunicator>(std::move(ring), device);
+  }
+  spdlog::info("communication: TCP ring, gradient buckets reduced on a communication thread");
+  return std::make_unique<ThreadedCommunicator>(std::move(ring));
 }
 
 }  // namespace dtrain::comm

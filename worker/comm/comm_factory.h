@@ -1,5 +1,7 @@
-// The one place that chooses a Communicator: alone (world size 1) or the TCP ring. (NCCL joins
-// here with the CUDA backend.) Also builds the ring identity from TF_CONFIG and the environment.
+// The one place that chooses a Communicator: alone (world size 1), the TCP ring (with a
+// communication thread on the host, staged through the host for GPUs that share a device), or
+// NCCL (bootstrapped over the ring's authenticated rendezvous). Also builds the ring identity
+// from TF_CONFIG and the environment.
 #pragma once
 
 #include <memory>
@@ -8,6 +10,7 @@
 #include "common/tf_config.h"
 #include "worker/comm/communicator.h"
 #include "worker/comm/ring_identity.h"
+#include "worker/nn/device.h"
 
 namespace dtrain::comm {
 
@@ -25,7 +28,20 @@ RingIdentity ring_identity_from_environment(const common::TfConfig& tf,
 int attempt_from_environment();
 
 /// A SoloCommunicator for a ring of one, else a RingCommunicator over TCP after rendezvous
-/// (blocks up to options.rendezvous_seconds; IoError naming who it waited for).
+/// (blocks up to options.rendezvous_seconds; IoError naming who it waited for). Host memory only.
 std::unique_ptr<Communicator> make_communicator(const RingIdentity& id, const CommOptions& options);
+
+/// The communicator for training on device, for train.communication (auto | ring | nccl):
+/// - nccl: NCCL over the ring's rendezvous; ConfigError naming NCCL for a host device or a
+///   CPU-only build.
+/// - ring: the TCP ring; on the host with a communication thread (asynchronous buckets), on a
+///   GPU staged through host memory.
+/// - auto: NCCL for GPU workers unless two of them share one GPU (NCCL refuses that; the ranks
+///   compare host name and PCI bus id over the ring), else the ring as above.
+/// Logs what it chose and why. Blocks for the rendezvous as make_communicator().
+std::unique_ptr<Communicator> make_training_communicator(const RingIdentity& id,
+                                                         const CommOptions& options,
+                                                         nn::Device& device,
+                                                         const std::string& communication);
 
 }  // namespace dtrain::comm

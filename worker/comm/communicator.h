@@ -1,5 +1,8 @@
-// What the trainer sees of the other workers: rank, size and the collectives. Ring over TCP on
-// CPUs, NCCL on GPUs (later); a size-1 communicator does nothing. Chosen once, in the factory.
+// What the trainer sees of the other workers: rank, size and the collectives. Two kinds of call:
+// blocking collectives on host memory (restore, checkpoints, barriers), and the asynchronous
+// gradient all-reduce on memory of the model's device, started bucket by bucket while backward
+// still runs. Ring over TCP on CPUs (with a communication thread), NCCL on GPUs (a communication
+// stream ordered by events); a size-1 communicator does nothing. Chosen once, in the factory.
 #pragma once
 
 #include <cstddef>
@@ -11,6 +14,11 @@ namespace dtrain::comm {
 
 enum class ReduceOp { kSum, kMean };
 
+/// Names one started all-reduce; finish it exactly once.
+struct ReduceTicket {
+  uint64_t id = 0;
+};
+
 class Communicator {
  public:
   virtual ~Communicator() = default;
@@ -18,10 +26,11 @@ class Communicator {
   virtual int rank() const = 0;
   virtual int size() const = 0;
 
-  /// In-place all-reduce of count floats. Every rank ends with bit-identical values: the order of
-  /// additions depends only on the ranks. Throws IoError naming a failed peer.
+  /// Blocking in-place all-reduce of count floats in HOST memory. Every rank ends with
+  /// bit-identical values: the order of additions depends only on the ranks. Throws IoError
+  /// naming a failed peer. Waits for every started all-reduce to finish first.
   virtual void all_reduce(float* data, size_t count, ReduceOp op) = 0;
-  /// Copies bytes from root's buffer into every other rank's buffer (same size everywhere).
+  /// Copies bytes of HOST memory from root's buffer into every other rank's buffer.
   virtual void broadcast(void* data, size_t bytes, int root) = 0;
   /// Returns once every rank has called barrier().
   virtual void barrier() = 0;
@@ -29,6 +38,28 @@ class Communicator {
   virtual std::vector<uint8_t> all_gather(const void* mine, size_t bytes) = 0;
   /// Tells every peer that this rank failed, with message. Never throws.
   virtual void abort(const std::string& message) noexcept = 0;
+
+  /// Starts an in-place all-reduce of count floats at data, memory of the device this
+  /// communicator was made for (host memory for host communicators). It reads data only after
+  /// the work already enqueued on that device (for CUDA: on its compute stream) has run.
+  /// All-reduces run in the order they were started, and every rank must start the same
+  /// sequence. Returns at once unless the transport needs the host (the default implementation
+  /// reduces before returning). The result is bit-identical on every rank and across runs for
+  /// the same sequence of (count) buckets.
+  virtual ReduceTicket start_all_reduce(float* data, size_t count, ReduceOp op) {
+    all_reduce(data, count, op);
+    return {next_ticket_++};
+  }
+  /// Makes the work enqueued on the device after this call (host: the caller's next statement)
+  /// wait until the ticket's all-reduce is done. Host communicators block here; NCCL only
+  /// orders streams. Throws the IoError the all-reduce met.
+  virtual void finish_all_reduce(ReduceTicket /*ticket*/) {}
+  /// True when start/finish_all_reduce only enqueue device work and never block or touch the
+  /// host (NCCL, a world of one), so they may be recorded into a CUDA graph.
+  virtual bool stream_ordered() const { return false; }
+
+ protected:
+  uint64_t next_ticket_ = 1;
 };
 
 }  // namespace dtrain::comm

@@ -45,6 +45,8 @@ class SoloCommunicator final : public Communicator {
   void all_reduce(float* data, size_t count, ReduceOp op) override;
   void broadcast(void* data, size_t bytes, int root) override;
   void barrier() override {}
+  /// Nothing to reduce, so nothing that could block: a graph may record it.
+  bool stream_ordered() const override { return true; }
   /// A copy of mine.
   std::vector<uint8_t> all_gather(const void* mine, size_t bytes) override;
   void abort(const std::string& message) noexcept override;

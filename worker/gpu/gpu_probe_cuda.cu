@@ -1,5 +1,6 @@
-// probe_gpu() of the CUDA build: cudaGetDeviceCount, cudnnGetVersion, ncclGetVersion, and one
-// kernel launch when a device exists. Errors become text in GpuInfo::detail, never exceptions.
+// gpu_info.h for the CUDA build. build_versions() only reads compiled-in version numbers (no
+// driver call, no context). probe_gpu() is the diagnostic: cudaGetDeviceCount, device 0's name and
+// one kernel launch, which creates a context. Errors become text in GpuInfo::detail, never throws.
 #include <cuda_runtime.h>
 #include <cudnn.h>
 #include <nccl.h>
@@ -31,28 +32,37 @@ std::string check_kernel_runs() {
 
 }  // namespace
 
-GpuInfo probe_gpu() {
+GpuInfo build_versions() {
   GpuInfo info;
   info.compiled = true;
   info.cudnn_version = static_cast<int>(cudnnGetVersion());
   ncclGetVersion(&info.nccl_version);
-  cudaRuntimeGetVersion(&info.cuda_runtime_version);
+  cudaRuntimeGetVersion(&info.cuda_runtime_version);  // the library's own number: no driver call
+  return info;
+}
+
+GpuInfo probe_gpu() {
+  GpuInfo info = probe_build();
+  int proc_count = info.device_count;
   cudaError_t rc = cudaGetDeviceCount(&info.device_count);
   if (rc != cudaSuccess) {
     info.device_count = 0;
-    info.detail = std::string("cudaGetDeviceCount: ") + cudaGetErrorString(rc);
+    info.detail = std::string("cudaGetDeviceCount: ") + cudaGetErrorString(rc) + "; " + info.detail;
     cudaGetLastError();  // clear the sticky error for later callers
     return info;
   }
   if (info.device_count == 0) {
-    info.detail = "cudaGetDeviceCount reported 0 devices";
+    info.detail = "cudaGetDeviceCount reported 0 devices; " + info.detail;
     return info;
   }
   cudaDeviceProp prop{};
   cudaGetDeviceProperties(&prop, 0);
-  info.detail = prop.name;
+  info.detail = std::string("first: ") + prop.name;
   std::string failure = check_kernel_runs();
-  if (!failure.empty()) info.detail += " (kernel check failed: " + failure + ")";
+  info.detail +=
+      failure.empty() ? ", a test kernel ran" : " (kernel check failed: " + failure + ")";
+  if (proc_count != info.device_count)
+    info.detail += "; /proc/driver/nvidia/gpus counted " + std::to_string(proc_count);
   return info;
 }
 

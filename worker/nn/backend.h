@@ -1,13 +1,17 @@
-// The numeric operations a training step needs, on raw float buffers the backend owns the memory
-// kind of (host for CPU, device for CUDA). Two CPU implementations: oneDNN (production) and a
-// naive reference (the test oracle). Layers, loss and optimizers call only this. Layouts:
-// activations NCHW (or N x features), conv weights OIHW, dense weights in x out (Keras's kernel).
+// The numeric operations a training step needs, on raw float buffers in the memory of the
+// backend's Device (host for CPU, the GPU for CUDA). Two CPU implementations on the host device:
+// oneDNN (production) and a naive reference (the test oracle); one CUDA implementation. Layers,
+// loss and optimizers call only this, so the host backends run exactly the code path the GPU
+// does. Layouts: activations NCHW (or N x features), conv weights OIHW, dense weights in x out
+// (Keras's kernel).
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <string>
+
+#include "worker/nn/device.h"
 
 namespace dtrain::nn {
 
@@ -48,13 +52,15 @@ struct AdamParams {
 };
 
 /// Every method overwrites its outputs (nothing accumulates unless it says so), blocks until the
-/// result is in place (CPU) or enqueued in order (CUDA), and is called from one thread. Shapes
-/// are validated by the layers; a backend may DT_ENFORCE them. Primitives for a shape are made
-/// once and reused.
+/// result is in place (host) or is enqueued in order on the device's compute stream (CUDA), and
+/// is called from one thread. No method waits for the device. Shapes are validated by the
+/// layers; a backend may DT_ENFORCE them. Primitives for a shape are made once and reused.
 class Backend {
  public:
   virtual ~Backend() = default;
   virtual std::string name() const = 0;
+  /// The device whose memory every pointer below is in; owned by the backend.
+  virtual Device& device() = 0;
 
   /// y = conv(x, w) + b.  x: n,c,h,w  w: k,c,kh,kw  b: k  y: n,k,oh,ow
   virtual void conv2d_forward(const ConvShape& s, const float* x, const float* w, const float* b,
@@ -88,11 +94,21 @@ class Backend {
   virtual void maxpool_backward(const PoolShape& s, const float* dy, const void* workspace,
                                 float* dx) = 0;
 
-  /// Mean sparse categorical cross-entropy of logits (n, classes) against labels, and its
-  /// gradient dlogits = (softmax - onehot) / n. Returns the mean loss; *correct gets the number
-  /// of rows whose arg-max equals the label. labels are host memory.
-  virtual float softmax_cross_entropy(int n, int classes, const float* logits,
-                                      const int32_t* labels, float* dlogits, int* correct) = 0;
+  /// Sparse categorical cross-entropy of logits (n, classes) against labels (device memory,
+  /// each in [0, classes)). Writes the gradient of the MEAN loss, dlogits = (softmax - onehot) / n,
+  /// unless dlogits is null, and ADDS to totals[0] the sum of the rows' losses, to totals[1] the
+  /// number of rows whose (first) arg-max is the label, and to totals[2] n. Nothing is read back.
+  virtual void softmax_cross_entropy(int n, int classes, const float* logits,
+                                     const int32_t* labels, float* dlogits, float* totals) = 0;
+
+  /// y += x.
+  virtual void add(size_t count, const float* x, float* y) = 0;
+  /// Inverted dropout: mask[i] = (unit_float(mix64(key ^ i)) >= rate) / (1 - rate) (random.h),
+  /// y = x * mask. y may be x.
+  virtual void dropout_forward(size_t count, float rate, uint64_t key, const float* x, float* y,
+                               float* mask) = 0;
+  /// y = a * b elementwise; y may be a.
+  virtual void multiply(size_t count, const float* a, const float* b, float* y) = 0;
 
   /// Keras SGD on count parameters: v = momentum * v - lr * g; w += v (nesterov: w += momentum * v
   /// - lr * g); without momentum w -= lr * g and velocity is unused (may be null).
@@ -104,9 +120,9 @@ class Backend {
                            const float* g, float* m, float* v) = 0;
 };
 
-/// The oneDNN backend (dnnl_backend.cc).
+/// The oneDNN backend (dnnl_backend.cc), on its own host device.
 std::unique_ptr<Backend> make_dnnl_backend();
-/// The CUDA backend (cuda/cuda_backend.cu): pointers are device memory (labels excepted). In a
+/// The CUDA backend (cuda/cuda_backend.cu) on its own CUDA device (the first visible GPU). In a
 /// CPU-only build it throws ConfigError.
 std::unique_ptr<Backend> make_cuda_backend();
 /// The naive reference backend (reference_backend.cc): plain loops in double where it matters.

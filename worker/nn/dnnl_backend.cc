@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "common/errors.h"
-#include "worker/nn/backend.h"
+#include "worker/nn/host_backend.h"
 
 namespace dtrain::nn {
 namespace {
@@ -55,7 +55,7 @@ struct LogSoftmaxPrimitives {
   memory::desc data;
 };
 
-class DnnlBackend : public Backend {
+class DnnlBackend : public HostBackend {
  public:
   DnnlBackend() : engine_(dnnl::engine::kind::cpu, 0), stream_(engine_) {}
   std::string name() const override { return "cpu (oneDNN)"; }
@@ -147,8 +147,8 @@ class DnnlBackend : public Backend {
     stream_.wait();
   }
 
-  float softmax_cross_entropy(int n, int classes, const float* logits, const int32_t* labels,
-                              float* dlogits, int* correct) override;
+  void softmax_cross_entropy(int n, int classes, const float* logits, const int32_t* labels,
+                             float* dlogits, float* totals) override;
 
   void sgd_update(const SgdParams& p, size_t count, float* w, const float* g,
                   float* velocity) override;
@@ -255,8 +255,8 @@ LogSoftmaxPrimitives& DnnlBackend::log_softmax(int n, int classes) {
   return *slot;
 }
 
-float DnnlBackend::softmax_cross_entropy(int n, int classes, const float* logits,
-                                         const int32_t* labels, float* dlogits, int* correct) {
+void DnnlBackend::softmax_cross_entropy(int n, int classes, const float* logits,
+                                        const int32_t* labels, float* dlogits, float* totals) {
   LogSoftmaxPrimitives& p = log_softmax(n, classes);
   log_probabilities_.resize(static_cast<size_t>(n) * classes);
   p.forward.execute(stream_, {{DNNL_ARG_SRC, mem(p.data, logits)},
@@ -268,20 +268,22 @@ float DnnlBackend::softmax_cross_entropy(int n, int classes, const float* logits
   for (int i = 0; i < n; ++i) {
     const float* lp = log_probabilities_.data() + static_cast<size_t>(i) * classes;
     const float* row = logits + static_cast<size_t>(i) * classes;
-    float* d = dlogits + static_cast<size_t>(i) * classes;
     int label = labels[i];
     DT_ENFORCE(label >= 0 && label < classes, "label {} outside 0..{}", label, classes - 1);
     int best = 0;
-    for (int j = 0; j < classes; ++j) {
-      d[j] = std::exp(lp[j]) * scale;
+    for (int j = 1; j < classes; ++j)
       if (row[j] > row[best]) best = j;
+    if (dlogits) {
+      float* d = dlogits + static_cast<size_t>(i) * classes;
+      for (int j = 0; j < classes; ++j) d[j] = std::exp(lp[j]) * scale;
+      d[label] -= scale;
     }
-    d[label] -= scale;
     loss -= lp[label];
     hits += best == label ? 1 : 0;
   }
-  *correct = hits;
-  return static_cast<float>(loss / n);
+  totals[0] = static_cast<float>(totals[0] + loss);
+  totals[1] += static_cast<float>(hits);
+  totals[2] += static_cast<float>(n);
 }
 
 void DnnlBackend::sgd_update(const SgdParams& p, size_t count, float* w, const float* g,

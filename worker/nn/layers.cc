@@ -1,5 +1,6 @@
 // See layers.h. Activations (relu) are applied in place after the conv or dense op and undone
-// in backward with the layer's own gradient scratch.
+// in backward with the layer's own gradient scratch. Every buffer a layer keeps is a Buffer on
+// the backend's device; nothing here touches layer data on the host except initialisation.
 #include "worker/nn/layers.h"
 
 #include <fmt/format.h>
@@ -21,9 +22,10 @@ void glorot_uniform(float* w, size_t count, int fan_in, int fan_out, uint64_t se
 // Applies the activation in place after the op, and its gradient before the op's backward.
 class Activated : public Layer {
  protected:
-  Activated(Activation activation, Dims out, int max_batch) : activation_(activation), out_(out) {
+  Activated(Activation activation, Dims out, int max_batch, Backend& backend)
+      : activation_(activation), out_(out) {
     if (activation_ == Activation::kRelu)
-      delta_.resize(out.size() * static_cast<size_t>(max_batch));
+      delta_ = Buffer<float>(backend.device(), out.size() * static_cast<size_t>(max_batch));
   }
   void activate(Backend& b, int n, float* y) const {
     if (activation_ == Activation::kRelu)
@@ -37,13 +39,13 @@ class Activated : public Layer {
   }
   Activation activation_;
   Dims out_;
-  std::vector<float> delta_;
+  Buffer<float> delta_;
 };
 
 class Conv2D : public Activated {
  public:
-  Conv2D(const LayerSpec& l, int index, Dims in, int max_batch)
-      : Activated(l.activation, output_of(l, in), max_batch), index_(index) {
+  Conv2D(const LayerSpec& l, int index, Dims in, int max_batch, Backend& backend)
+      : Activated(l.activation, output_of(l, in), max_batch, backend), index_(index) {
     shape_.c = in.c, shape_.h = in.h, shape_.w = in.w, shape_.k = l.filters;
     shape_.kh = l.kernel_h, shape_.kw = l.kernel_w, shape_.sh = l.stride_h, shape_.sw = l.stride_w;
     if (l.same_padding) {
@@ -75,9 +77,10 @@ class Conv2D : public Activated {
     activate(b, n, y);
   }
   void backward(Backend& b, int n, const float* x, const float* y, const float* dy, float* dx,
-                const float* p, float* g) override {
+                const float* p, float* g, const std::function<void()>& enqueued) override {
     const float* dz = deactivate(b, n, y, dy);
     b.conv2d_backward_weights(at(n), x, dz, g, g + params()[1].offset);
+    if (enqueued) enqueued();
     if (dx) b.conv2d_backward_data(at(n), dz, p, dx);
   }
 
@@ -93,8 +96,8 @@ class Conv2D : public Activated {
 
 class Dense : public Activated {
  public:
-  Dense(const LayerSpec& l, int index, Dims in, int max_batch)
-      : Activated(l.activation, {l.units, 1, 1}, max_batch),
+  Dense(const LayerSpec& l, int index, Dims in, int max_batch, Backend& backend)
+      : Activated(l.activation, {l.units, 1, 1}, max_batch, backend),
         index_(index),
         in_(static_cast<int>(in.size())) {}
   Dims output_dims() const override { return out_; }
@@ -114,9 +117,10 @@ class Dense : public Activated {
     activate(b, n, y);
   }
   void backward(Backend& b, int n, const float* x, const float* y, const float* dy, float* dx,
-                const float* p, float* g) override {
+                const float* p, float* g, const std::function<void()>& enqueued) override {
     const float* dz = deactivate(b, n, y, dy);
     b.dense_backward_weights(n, in_, out_.c, x, dz, g, g + params()[1].offset);
+    if (enqueued) enqueued();
     if (dx) b.dense_backward_data(n, in_, out_.c, dz, p, dx);
   }
 
@@ -127,20 +131,21 @@ class Dense : public Activated {
 
 class MaxPool2D : public Layer {
  public:
-  MaxPool2D(const LayerSpec& l, Dims in, int max_batch) {
+  MaxPool2D(const LayerSpec& l, Dims in, int max_batch, Backend& backend) {
     shape_.c = in.c, shape_.h = in.h, shape_.w = in.w;
     shape_.kh = l.pool_h, shape_.kw = l.pool_w, shape_.sh = l.stride_h, shape_.sw = l.stride_w;
     max_batch_ = max_batch;
+    workspace_ = Buffer<unsigned char>(backend.device(), backend.maxpool_workspace_bytes(at(max_batch)));
   }
   Dims output_dims() const override { return {shape_.c, shape_.oh(), shape_.ow()}; }
   void forward(Backend& b, int n, const float* x, float* y, const float*, const StepKey&,
                bool) override {
     PoolShape s = at(n);
-    workspace_.resize(b.maxpool_workspace_bytes(s));
+    DT_ENFORCE(b.maxpool_workspace_bytes(s) <= workspace_.size(), "pool workspace for batch {}", n);
     b.maxpool_forward(s, x, y, workspace_.data());
   }
   void backward(Backend& b, int n, const float*, const float*, const float* dy, float* dx,
-                const float*, float*) override {
+                const float*, float*, const std::function<void()>&) override {
     if (dx) b.maxpool_backward(at(n), dy, workspace_.data(), dx);
   }
 
@@ -152,65 +157,92 @@ class MaxPool2D : public Layer {
   }
   PoolShape shape_;
   int max_batch_ = 0;
-  std::vector<unsigned char> workspace_;
+  Buffer<unsigned char> workspace_;
 };
 
-// Flatten (a copy: NCHW is already flat per example) and a standalone ReLU.
-class Reshape : public Activated {
+// Flatten: a view (NCHW is already flat per example), so the model never calls it.
+class Flatten : public Layer {
  public:
-  Reshape(Activation activation, Dims out, int max_batch) : Activated(activation, out, max_batch) {}
+  explicit Flatten(Dims out) : out_(out) {}
   Dims output_dims() const override { return out_; }
+  bool is_view() const override { return true; }
+  void forward(Backend&, int, const float*, float*, const float*, const StepKey&, bool) override {
+    DT_ENFORCE(false, "flatten is a view; its forward is never called");
+  }
+  void backward(Backend&, int, const float*, const float*, const float*, float*, const float*,
+                float*, const std::function<void()>&) override {
+    DT_ENFORCE(false, "flatten is a view; its backward is never called");
+  }
+
+ private:
+  Dims out_;
+};
+
+// A standalone ReLU layer.
+class Relu : public Layer {
+ public:
+  explicit Relu(Dims dims) : dims_(dims) {}
+  Dims output_dims() const override { return dims_; }
   void forward(Backend& b, int n, const float* x, float* y, const float*, const StepKey&,
                bool) override {
-    std::memcpy(y, x, sizeof(float) * out_.size() * static_cast<size_t>(n));
-    activate(b, n, y);
+    b.relu_forward(dims_.size() * static_cast<size_t>(n), x, y);
   }
   void backward(Backend& b, int n, const float*, const float* y, const float* dy, float* dx,
-                const float*, float*) override {
-    if (!dx) return;
-    const float* dz = deactivate(b, n, y, dy);
-    std::memcpy(dx, dz, sizeof(float) * out_.size() * static_cast<size_t>(n));
+                const float*, float*, const std::function<void()>&) override {
+    if (dx) b.relu_backward(dims_.size() * static_cast<size_t>(n), y, dy, dx);
   }
+
+ private:
+  Dims dims_;
 };
 
 // Inverted dropout: keep with probability 1 - rate and scale by 1 / (1 - rate); the mask is a
-// pure function of (seed, epoch, step, layer, element).
+// pure function of (seed, epoch, step, layer, element), the same on every backend.
 class Dropout : public Layer {
  public:
-  Dropout(const LayerSpec& l, int index, Dims in, int max_batch)
+  Dropout(const LayerSpec& l, int index, Dims in, int max_batch, Backend& backend)
       : rate_(l.rate),
         index_(index),
         dims_(in),
-        mask_(in.size() * static_cast<size_t>(max_batch)) {}
+        mask_(backend.device(), in.size() * static_cast<size_t>(max_batch)) {}
   Dims output_dims() const override { return dims_; }
-  void forward(Backend&, int n, const float* x, float* y, const float*, const StepKey& key,
+  void forward(Backend& b, int n, const float* x, float* y, const float*, const StepKey& key,
                bool training) override {
     size_t count = dims_.size() * static_cast<size_t>(n);
-    float scale = 1.0f / (1.0f - rate_);
-    for (size_t i = 0; i < count; ++i) {
-      bool keep = !training || unit_float(random_key(key.seed, static_cast<uint64_t>(key.epoch),
-                                                     static_cast<uint64_t>(key.step), 1000 + index_,
-                                                     i)) >= rate_;
-      mask_[i] = !training ? 1.0f : keep ? scale : 0.0f;
-      y[i] = x[i] * mask_[i];
+    training_ = training;
+    if (!training) {
+      b.device().copy(y, x, count * sizeof(float));
+      return;
     }
+    // random_key(seed, epoch, step, 1000 + index, i) == mix64(stream ^ i) for this stream.
+    uint64_t stream = mix64(mix64(mix64(mix64(key.seed) ^ static_cast<uint64_t>(key.epoch)) ^
+                                  static_cast<uint64_t>(key.step)) ^
+                            static_cast<uint64_t>(1000 + index_));
+    b.dropout_forward(count, rate_, stream, x, y, mask_.data());
   }
-  void backward(Backend&, int n, const float*, const float*, const float* dy, float* dx,
-                const float*, float*) override {
+  void backward(Backend& b, int n, const float*, const float*, const float* dy, float* dx,
+                const float*, float*, const std::function<void()>&) override {
     if (!dx) return;
-    for (size_t i = 0; i < dims_.size() * static_cast<size_t>(n); ++i) dx[i] = dy[i] * mask_[i];
+    size_t count = dims_.size() * static_cast<size_t>(n);
+    if (training_) {
+      b.multiply(count, dy, mask_.data(), dx);
+    } else {
+      b.device().copy(dx, dy, count * sizeof(float));
+    }
   }
 
  private:
   float rate_;
   int index_;
   Dims dims_;
-  std::vector<float> mask_;
+  Buffer<float> mask_;
+  bool training_ = true;
 };
 
 }  // namespace
 
-std::unique_ptr<Layer> make_layer(const LayerSpec& l, int index, Dims in, int max_batch) {
+std::unique_ptr<Layer> make_layer(const LayerSpec& l, int index, Dims in, int max_batch,
+                                  Backend& backend) {
   auto where = [&] { return fmt::format("model.layers[{}]", index); };
   if (l.type == "conv2d") {
     Dims out = Conv2D::output_of(l, in);
@@ -218,14 +250,14 @@ std::unique_ptr<Layer> make_layer(const LayerSpec& l, int index, Dims in, int ma
       throw common::ConfigError(fmt::format("{}: a {}x{} kernel does not fit the {}x{} input",
                                             where(), l.kernel_h, l.kernel_w, in.h, in.w));
     }
-    return std::make_unique<Conv2D>(l, index, in, max_batch);
+    return std::make_unique<Conv2D>(l, index, in, max_batch, backend);
   }
   if (l.type == "max_pooling2d") {
     if (l.pool_h > in.h || l.pool_w > in.w) {
       throw common::ConfigError(fmt::format("{}: a {}x{} pool does not fit the {}x{} input",
                                             where(), l.pool_h, l.pool_w, in.h, in.w));
     }
-    return std::make_unique<MaxPool2D>(l, in, max_batch);
+    return std::make_unique<MaxPool2D>(l, in, max_batch, backend);
   }
   if (l.type == "dense") {
     if (in.h != 1 || in.w != 1) {
@@ -233,13 +265,11 @@ std::unique_ptr<Layer> make_layer(const LayerSpec& l, int index, Dims in, int ma
           fmt::format("{}: dense needs flat input ({}x{}x{}); add a flatten layer before it",
                       where(), in.h, in.w, in.c));
     }
-    return std::make_unique<Dense>(l, index, in, max_batch);
+    return std::make_unique<Dense>(l, index, in, max_batch, backend);
   }
-  if (l.type == "flatten")
-    return std::make_unique<Reshape>(Activation::kLinear, Dims{static_cast<int>(in.size()), 1, 1},
-                                     max_batch);
-  if (l.type == "relu") return std::make_unique<Reshape>(Activation::kRelu, in, max_batch);
-  if (l.type == "dropout") return std::make_unique<Dropout>(l, index, in, max_batch);
+  if (l.type == "flatten") return std::make_unique<Flatten>(Dims{static_cast<int>(in.size()), 1, 1});
+  if (l.type == "relu") return std::make_unique<Relu>(in);
+  if (l.type == "dropout") return std::make_unique<Dropout>(l, index, in, max_batch, backend);
   DT_ENFORCE(false, "layer type {} passed parsing but has no implementation", l.type);
   return nullptr;
 }

@@ -1,9 +1,10 @@
 // The layers of a Sequential model. Each knows its output size, its parameters (views into the
 // model's flat buffers), Keras's initialisation, and forward/backward through a Backend. Buffers
-// are owned by the Sequential; layers keep only small per-layer scratch (ReLU gradient, dropout
-// mask).
+// are owned by the Sequential; layers keep only their own scratch (ReLU gradient, pooling
+// workspace, dropout mask), in the backend device's memory. Flatten is a view: no memory, no work.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -40,18 +41,28 @@ class Layer {
   virtual Dims output_dims() const = 0;
   /// Parameter tensors relative to this layer's start in the flat buffer.
   virtual std::vector<ParamInfo> params() const { return {}; }
-  /// Keras initialisation of this layer's parameters (glorot_uniform kernels, zero biases).
+  /// Keras initialisation of this layer's parameters (glorot_uniform kernels, zero biases), into
+  /// HOST memory.
   virtual void initialize(float*, uint64_t) const {}
-  /// y = layer(x) for n examples. params points at this layer's parameters.
+  /// True when the output is the input itself, reinterpreted (flatten): forward and backward are
+  /// never called, and the model gives the output no memory of its own.
+  virtual bool is_view() const { return false; }
+  /// y = layer(x) for n examples, all pointers in the backend's device memory. params points at
+  /// this layer's parameters.
   virtual void forward(Backend& b, int n, const float* x, float* y, const float* params,
                        const StepKey& key, bool training) = 0;
-  /// Given x, y and dy: writes dx (unless null) and this layer's gradients into grads.
+  /// Given x, y and dy: writes this layer's gradients into grads, calls gradients_enqueued()
+  /// (when set and the layer has parameters) as soon as they are enqueued, then writes dx
+  /// (unless null), so the gradients' all-reduce can start before dx is computed.
   virtual void backward(Backend& b, int n, const float* x, const float* y, const float* dy,
-                        float* dx, const float* params, float* grads) = 0;
+                        float* dx, const float* params, float* grads,
+                        const std::function<void()>& gradients_enqueued) = 0;
 };
 
-/// Builds layer index of spec for the given input dims and largest batch. Throws ConfigError
-/// "model.layers[i]: ..." when the shapes do not fit (a kernel larger than its input, ...).
-std::unique_ptr<Layer> make_layer(const LayerSpec& spec, int index, Dims input, int max_batch);
+/// Builds layer index of spec for the given input dims and largest batch, with its scratch on the
+/// backend's device. Throws ConfigError "model.layers[i]: ..." when the shapes do not fit (a
+/// kernel larger than its input, ...).
+std::unique_ptr<Layer> make_layer(const LayerSpec& spec, int index, Dims input, int max_batch,
+                                  Backend& backend);
 
 }  // namespace dtrain::nn

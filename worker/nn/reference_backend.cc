@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "common/errors.h"
-#include "worker/nn/backend.h"
+#include "worker/nn/host_backend.h"
 
 namespace dtrain::nn {
 namespace {
@@ -50,7 +50,7 @@ int input_pos(int o, int stride, int pad, int t) {
   return o * stride - pad + t;
 }
 
-class ReferenceBackend final : public Backend {
+class ReferenceBackend final : public HostBackend {
  public:
   std::string name() const override { return "reference"; }
 
@@ -202,16 +202,18 @@ class ReferenceBackend final : public Backend {
     std::transform(acc.begin(), acc.end(), dx, [](double v) { return static_cast<float>(v); });
   }
 
-  float softmax_cross_entropy(int n, int classes, const float* logits, const int32_t* labels,
-                              float* dlogits, int* correct) override {
+  void softmax_cross_entropy(int n, int classes, const float* logits, const int32_t* labels,
+                             float* dlogits, float* totals) override {
     DT_ENFORCE(n > 0 && classes > 0, "softmax cross-entropy of {} rows, {} classes", n, classes);
     double loss_sum = 0.0;
-    *correct = 0;
+    int correct = 0;
     for (int i = 0; i < n; ++i) {
       loss_sum += softmax_row(n, classes, logits + idx(i, classes, 0), labels[i],
-                              dlogits + idx(i, classes, 0), correct);
+                              dlogits ? dlogits + idx(i, classes, 0) : nullptr, &correct);
     }
-    return static_cast<float>(loss_sum / n);
+    totals[0] = static_cast<float>(totals[0] + loss_sum);
+    totals[1] += static_cast<float>(correct);
+    totals[2] += static_cast<float>(n);
   }
 
   void sgd_update(const SgdParams& p, size_t count, float* w, const float* g,
@@ -268,7 +270,7 @@ class ReferenceBackend final : public Backend {
     return static_cast<float>(sum);
   }
 
-  /// One row of softmax cross-entropy: writes (softmax - onehot) / n, counts a correct arg-max
+  /// One row of softmax cross-entropy: writes (softmax - onehot) / n (unless dz is null), counts a correct arg-max
   /// (the first maximum), and returns the row's loss log(sum exp(z - max)) - (z[label] - max).
   static double softmax_row(int n, int classes, const float* z, int32_t label, float* dz,
                             int* correct) {
@@ -280,7 +282,7 @@ class ReferenceBackend final : public Backend {
     double sum = 0.0;
     for (int j = 0; j < classes; ++j) sum += std::exp(z[j] - max);
     const double loss = std::log(sum) - (z[label] - max);
-    for (int j = 0; j < classes; ++j) {
+    for (int j = 0; dz && j < classes; ++j) {
       double p = std::exp(z[j] - max) / sum;
       dz[j] = static_cast<float>((p - (j == label ? 1.0 : 0.0)) / n);
     }

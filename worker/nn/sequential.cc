@@ -1,27 +1,28 @@
 // See sequential.h.
 #include "worker/nn/sequential.h"
 
-#include <cstring>
-
 #include "common/errors.h"
 #include "worker/nn/random.h"
 
 namespace dtrain::nn {
 
-Sequential::Sequential(const ModelSpec& spec, Backend& backend, int max_batch,
-                       size_t extra_gradient_slots)
+Sequential::Sequential(const ModelSpec& spec, Backend& backend, int max_batch)
     : backend_(backend), max_batch_(max_batch) {
   dims_.push_back({spec.channels, spec.height, spec.width});
   size_t offset = 0;
   for (size_t i = 0; i < spec.layers.size(); ++i) {
-    layers_.push_back(make_layer(spec.layers[i], static_cast<int>(i), dims_.back(), max_batch));
+    layers_.push_back(
+        make_layer(spec.layers[i], static_cast<int>(i), dims_.back(), max_batch, backend));
+    has_random_layers_ |= spec.layers[i].type == "dropout";
     dims_.push_back(layers_.back()->output_dims());
-    offsets_.push_back(offset);
+    ParamRange range{offset, 0};
     for (ParamInfo info : layers_.back()->params()) {
       info.offset += offset;
       infos_.push_back(info);
+      range.count += info.count;
     }
-    for (const ParamInfo& info : layers_.back()->params()) offset += info.count;
+    ranges_.push_back(range);
+    offset += range.count;
   }
   softmax_output_ = spec.layers.back().activation == Activation::kSoftmax;
   Dims last = dims_.back();
@@ -31,41 +32,58 @@ Sequential::Sequential(const ModelSpec& spec, Backend& backend, int max_batch,
                     "it ends in {}x{}x{}",
                     spec.layers.size() - 1, last.h, last.w, last.c));
   }
-  parameters_.assign(offset, 0.0f);
-  gradients_.assign(offset + extra_gradient_slots, 0.0f);
-  for (const Dims& d : dims_) {
-    activations_.emplace_back(d.size() * static_cast<size_t>(max_batch));
-    deltas_.emplace_back(d.size() * static_cast<size_t>(max_batch));
+  Device& device = backend.device();
+  parameters_ = Buffer<float>(device, offset);
+  gradients_ = Buffer<float>(device, offset);
+  activations_.push_back(nullptr);  // the caller's input
+  deltas_.push_back(nullptr);       // nobody needs the input's gradient
+  for (size_t i = 0; i < layers_.size(); ++i) {
+    if (layers_[i]->is_view()) {
+      activations_.push_back(activations_.back());
+      deltas_.push_back(deltas_.back());
+      continue;
+    }
+    size_t count = dims_[i + 1].size() * static_cast<size_t>(max_batch);
+    storage_.emplace_back(device, count);
+    activations_.push_back(storage_.back().data());
+    storage_.emplace_back(device, count);
+    deltas_.push_back(storage_.back().data());
   }
 }
 
 Sequential::~Sequential() = default;
 
 void Sequential::initialize(uint64_t seed) {
+  std::vector<float> host(parameters_.size(), 0.0f);
   for (size_t i = 0; i < layers_.size(); ++i) {
-    layers_[i]->initialize(parameters_.data() + offsets_[i], random_key(seed, 0x1a7e5, i));
+    layers_[i]->initialize(host.data() + ranges_[i].offset, random_key(seed, 0x1a7e5, i));
   }
+  parameters_.from_host(host);
 }
 
 const float* Sequential::forward(const float* images, int n, const StepKey& key, bool training) {
   DT_ENFORCE(n > 0 && n <= max_batch_, "batch of {} for a model built for {}", n, max_batch_);
-  std::memcpy(activations_[0].data(), images,
-              sizeof(float) * dims_[0].size() * static_cast<size_t>(n));
+  activations_[0] = images;
+  // Views share their input's pointer, which for the first layer is the caller's input.
   for (size_t i = 0; i < layers_.size(); ++i) {
-    layers_[i]->forward(backend_, n, activations_[i].data(), activations_[i + 1].data(),
-                        parameters_.data() + offsets_[i], key, training);
+    if (layers_[i]->is_view()) {
+      activations_[i + 1] = activations_[i];
+      continue;
+    }
+    layers_[i]->forward(backend_, n, activations_[i], const_cast<float*>(activations_[i + 1]),
+                        parameters_.data() + ranges_[i].offset, key, training);
   }
-  return activations_.back().data();
+  return activations_.back();
 }
 
-void Sequential::backward(const float* dlogits, int n) {
-  std::memcpy(deltas_.back().data(), dlogits,
-              sizeof(float) * dims_.back().size() * static_cast<size_t>(n));
+void Sequential::backward(int n, const std::function<void(size_t layer)>& gradients_enqueued) {
   for (size_t i = layers_.size(); i-- > 0;) {
-    float* dx = i == 0 ? nullptr : deltas_[i].data();  // nobody needs the input's gradient
-    layers_[i]->backward(backend_, n, activations_[i].data(), activations_[i + 1].data(),
-                         deltas_[i + 1].data(), dx, parameters_.data() + offsets_[i],
-                         gradients_.data() + offsets_[i]);
+    if (layers_[i]->is_view()) continue;
+    std::function<void()> enqueued;
+    if (gradients_enqueued && ranges_[i].count > 0) enqueued = [&] { gradients_enqueued(i); };
+    layers_[i]->backward(backend_, n, activations_[i], activations_[i + 1], deltas_[i + 1],
+                         deltas_[i], parameters_.data() + ranges_[i].offset,
+                         gradients_.data() + ranges_[i].offset, enqueued);
   }
 }
 

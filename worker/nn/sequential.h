@@ -1,8 +1,11 @@
 // A Keras-style Sequential model: layers in order, parameters and gradients each in ONE flat
-// buffer (layers hold offsets into them), activations kept for the backward pass. The trainer
-// hands the gradient buffer to the communicator in one piece. Single-threaded; not copyable.
+// buffer on the backend's device (layers hold offsets into them), activations and deltas on the
+// device too, kept for the backward pass. Views (flatten) share their input's memory. The model
+// never reads anything back to the host except when asked (parameters_to_host). Single-threaded;
+// not copyable.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -13,35 +16,47 @@
 
 namespace dtrain::nn {
 
+/// A layer's parameters inside the flat buffers: [offset, offset + count).
+struct ParamRange {
+  size_t offset = 0;
+  size_t count = 0;
+};
+
 class Sequential {
  public:
-  /// Builds the layers for batches of up to max_batch examples. The gradient buffer gets
-  /// extra_gradient_slots floats after the gradients, for values that travel in the same
-  /// all-reduce. Throws ConfigError naming the layer when shapes do not fit. backend must outlive
-  /// the model.
-  Sequential(const ModelSpec& spec, Backend& backend, int max_batch,
-             size_t extra_gradient_slots = 0);
+  /// Builds the layers for batches of up to max_batch examples. Throws ConfigError naming the
+  /// layer when shapes do not fit. backend must outlive the model.
+  Sequential(const ModelSpec& spec, Backend& backend, int max_batch);
   ~Sequential();
   Sequential(const Sequential&) = delete;
   Sequential& operator=(const Sequential&) = delete;
 
-  /// Keras initialisation, a pure function of seed.
+  /// Keras initialisation, a pure function of seed (computed on the host, then uploaded).
   void initialize(uint64_t seed);
 
-  /// Runs n <= max_batch examples (NCHW images); returns the logits (n x classes), valid until
-  /// the next forward().
+  /// Enqueues n <= max_batch examples (NCHW images in device memory, which must stay unchanged
+  /// until backward() has been enqueued); returns the logits (n x classes, device memory), valid
+  /// until the next forward().
   const float* forward(const float* images, int n, const StepKey& key, bool training);
-  /// From dlogits of the last forward(): overwrites the gradient buffer.
-  void backward(const float* dlogits, int n);
+  /// Where the loss writes dlogits (n x classes, device memory) before backward().
+  float* logits_gradient() { return deltas_.back(); }
+  /// Enqueues the backward pass of the last forward(): overwrites the gradient buffer. After
+  /// layer i's gradients are enqueued, calls gradients_enqueued(i) (last layer first), so their
+  /// all-reduce can start while the rest of backward runs.
+  void backward(int n, const std::function<void(size_t layer)>& gradients_enqueued = {});
 
   int classes() const { return static_cast<int>(dims_.back().size()); }
   Dims input_dims() const { return dims_.front(); }
   bool softmax_output() const { return softmax_output_; }
+  size_t layer_count() const { return layers_.size(); }
+  /// True when some layer draws randomness per step (dropout).
+  bool has_random_layers() const { return has_random_layers_; }
 
-  std::vector<float>& parameters() { return parameters_; }
-  const std::vector<float>& parameters() const { return parameters_; }
-  /// The parameters' gradients, then the extra slots.
-  std::vector<float>& gradients() { return gradients_; }
+  Buffer<float>& parameters() { return parameters_; }
+  const Buffer<float>& parameters() const { return parameters_; }
+  Buffer<float>& gradients() { return gradients_; }
+  /// Layer i's parameters in the flat buffers (count 0 for layers without).
+  const std::vector<ParamRange>& layer_ranges() const { return ranges_; }
   /// Every parameter tensor with its offset in the flat buffers, in layer order.
   const std::vector<ParamInfo>& parameter_infos() const { return infos_; }
 
@@ -49,12 +64,15 @@ class Sequential {
   Backend& backend_;
   int max_batch_;
   bool softmax_output_ = false;
+  bool has_random_layers_ = false;
   std::vector<std::unique_ptr<Layer>> layers_;
-  std::vector<size_t> offsets_;  ///< each layer's first parameter
-  std::vector<Dims> dims_;       ///< input, then each layer's output
+  std::vector<ParamRange> ranges_;
+  std::vector<Dims> dims_;  ///< input, then each layer's output
   std::vector<ParamInfo> infos_;
-  std::vector<float> parameters_, gradients_;
-  std::vector<std::vector<float>> activations_, deltas_;
+  Buffer<float> parameters_, gradients_;
+  std::vector<Buffer<float>> storage_;  ///< activation and delta memory (views have none)
+  std::vector<const float*> activations_;  ///< [0]: the caller's input, then each layer's output
+  std::vector<float*> deltas_;              ///< gradient w.r.t. activations_[i] ([0] is null)
 };
 
 }  // namespace dtrain::nn

@@ -15,40 +15,22 @@
 #include "common/unique_fd.h"
 #include "worker/nn/sequential.h"
 #include "worker/train/checkpoint.h"
+#include "worker/train/input_stager.h"
 
 namespace dtrain::train {
 namespace {
 
 // Copies the file's weights into the model; false when a weight is missing or misshapen.
 bool load_weights(nn::Sequential& model, const SafetensorsFile& file) {
+  std::vector<float> host(model.parameters().size());
   for (const nn::ParamInfo& p : model.parameter_infos()) {
     auto it = file.tensors.find(p.name);
     if (it == file.tensors.end() || it->second.data.size() != p.count) return false;
     std::copy(it->second.data.begin(), it->second.data.end(),
-              model.parameters().begin() + static_cast<long>(p.offset));
+              host.begin() + static_cast<long>(p.offset));
   }
+  model.parameters().from_host(host);
   return true;
-}
-
-std::pair<double, double> evaluate(nn::Sequential& model, nn::Backend& backend,
-                                   const data::Dataset& test, int batch) {
-  size_t per_example = static_cast<size_t>(test.height) * test.width * test.channels;
-  std::vector<float> images(per_example * static_cast<size_t>(batch)),
-      dlogits(static_cast<size_t>(batch) * model.classes());
-  double loss_sum = 0, correct_sum = 0;
-  for (int64_t start = 0; start < test.count; start += batch) {
-    int n = static_cast<int>(std::min<int64_t>(batch, test.count - start));
-    data::copy_nchw(test, start, n, images.data());
-    const float* logits = model.forward(images.data(), n, {}, false);
-    int correct = 0;
-    loss_sum +=
-        static_cast<double>(backend.softmax_cross_entropy(
-            n, model.classes(), logits, test.labels.data() + start, dlogits.data(), &correct)) *
-        n;
-    correct_sum += correct;
-  }
-  return {loss_sum / static_cast<double>(test.count),
-          correct_sum / static_cast<double>(test.count)};
 }
 
 void append_line(const std::string& path, const std::string& line) {
@@ -60,6 +42,34 @@ void append_line(const std::string& path, const std::string& line) {
 }
 
 }  // namespace
+
+std::pair<double, double> evaluate_model(nn::Sequential& model, nn::Backend& backend,
+                                         const data::Dataset& test, int batch) {
+  size_t per_example = static_cast<size_t>(test.height) * test.width * test.channels;
+  InputStager stager(backend.device(), per_example, batch);
+  nn::Buffer<float> totals(backend.device(), 3);
+  std::vector<float> images(per_example * static_cast<size_t>(batch));
+  auto stage = [&](int64_t start) {
+    int n = static_cast<int>(std::min<int64_t>(batch, test.count - start));
+    data::copy_nchw(test, start, n, images.data());
+    stager.stage(static_cast<int>((start / batch) % InputStager::kSlots), images.data(),
+                 test.labels.data() + start, n);
+    return n;
+  };
+  int n = test.count > 0 ? stage(0) : 0;
+  for (int64_t start = 0; start < test.count; start += batch) {
+    int slot = static_cast<int>((start / batch) % InputStager::kSlots);
+    stager.ready();
+    int next = start + batch < test.count ? stage(start + batch) : 0;
+    const float* logits = model.forward(stager.images(slot), n, {}, false);
+    backend.softmax_cross_entropy(n, model.classes(), logits, stager.labels(slot), nullptr,
+                                  totals.data());
+    n = next;
+  }
+  std::vector<float> t = totals.to_host();
+  double count = std::max<double>(static_cast<double>(test.count), 1.0);
+  return {t[0] / count, t[1] / count};
+}
 
 int run_evaluator(const TrainConfig& config, nn::Backend& backend, const data::Dataset& test,
                   const EvaluatorOptions& options) {
@@ -75,7 +85,7 @@ int run_evaluator(const TrainConfig& config, nn::Backend& backend, const data::D
     if (std::filesystem::exists(final_model)) {
       SafetensorsFile file = decode_safetensors(common::read_file(final_model), final_model);
       if (file.metadata["architecture"] == config.model_json && load_weights(model, file)) {
-        auto [loss, accuracy] = evaluate(model, backend, test, config.per_worker_batch_size);
+        auto [loss, accuracy] = evaluate_model(model, backend, test, config.per_worker_batch_size);
         append_line(
             out, fmt::format("{{\"model\":\"final\",\"val_loss\":{},\"val_accuracy\":{}}}\n", loss,
                              accuracy));
@@ -87,7 +97,7 @@ int run_evaluator(const TrainConfig& config, nn::Backend& backend, const data::D
     std::optional<LoadedCheckpoint> c = store.load_latest(config.model_json);
     if (c && c->state.global_step != last_step && load_weights(model, c->file)) {
       last_step = c->state.global_step;
-      auto [loss, accuracy] = evaluate(model, backend, test, config.per_worker_batch_size);
+      auto [loss, accuracy] = evaluate_model(model, backend, test, config.per_worker_batch_size);
       append_line(
           out,
           fmt::format(

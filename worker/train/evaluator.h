@@ -6,9 +6,11 @@
 
 #include <functional>
 #include <string>
+#include <utility>
 
 #include "worker/data/dataset.h"
 #include "worker/nn/backend.h"
+#include "worker/nn/sequential.h"
 #include "worker/train/train_config.h"
 
 namespace dtrain::train {
@@ -20,6 +22,11 @@ struct EvaluatorOptions {
   /// there, then returns.
   std::function<bool()> stop_requested;
 };
+
+/// Mean loss and accuracy of model on the whole test split, batch examples at a time (no
+/// dropout). Totals accumulate on the device and are read back once, at the end.
+std::pair<double, double> evaluate_model(nn::Sequential& model, nn::Backend& backend,
+                                         const data::Dataset& test, int batch);
 
 /// Runs until the final model was evaluated or stop_requested() is true. Returns the number of
 /// lines it appended to eval.jsonl.

@@ -3,6 +3,8 @@
 
 #include <fmt/format.h>
 
+#include "common/errors.h"
+
 namespace dtrain::train {
 
 OptimizerSpec parse_optimizer_spec(const common::JsonNode& node) {
@@ -28,27 +30,32 @@ OptimizerSpec parse_optimizer_spec(const common::JsonNode& node) {
   return spec;
 }
 
-Optimizer::Optimizer(const OptimizerSpec& spec, size_t parameter_count) : spec_(spec) {
+Optimizer::Optimizer(const OptimizerSpec& spec, size_t parameter_count, nn::Device& device)
+    : spec_(spec) {
   bool slot_needed = spec_.type == "adam" || spec_.sgd.momentum != 0.0f;
-  if (slot_needed) first_.assign(parameter_count, 0.0f);
-  if (spec_.type == "adam") second_.assign(parameter_count, 0.0f);
+  if (slot_needed) first_ = nn::Buffer<float>(device, parameter_count);
+  if (spec_.type == "adam") second_ = nn::Buffer<float>(device, parameter_count);
 }
 
-void Optimizer::apply(nn::Backend& backend, std::vector<float>& parameters,
-                      const std::vector<float>& gradients) {
-  ++iterations_;
+void Optimizer::apply(nn::Backend& backend, nn::Buffer<float>& parameters,
+                      const nn::Buffer<float>& gradients, size_t offset, size_t count) {
+  DT_ENFORCE(offset + count <= parameters.size() && parameters.size() == gradients.size(),
+             "optimizer range {}+{} of {} parameters", offset, count, parameters.size());
+  if (count == 0) return;
+  float* w = parameters.data() + offset;
+  const float* g = gradients.data() + offset;
   if (spec_.type == "adam") {
-    backend.adam_update(spec_.adam, iterations_, parameters.size(), parameters.data(),
-                        gradients.data(), first_.data(), second_.data());
+    backend.adam_update(spec_.adam, iterations_, count, w, g, first_.data() + offset,
+                        second_.data() + offset);
   } else {
-    backend.sgd_update(spec_.sgd, parameters.size(), parameters.data(), gradients.data(),
-                       first_.empty() ? nullptr : first_.data());
+    backend.sgd_update(spec_.sgd, count, w, g,
+                       first_.size() == 0 ? nullptr : first_.data() + offset);
   }
 }
 
-std::vector<std::pair<std::string, std::vector<float>*>> Optimizer::slots() {
+std::vector<std::pair<std::string, nn::Buffer<float>*>> Optimizer::slots() {
   if (spec_.type == "adam") return {{"adam.m", &first_}, {"adam.v", &second_}};
-  if (!first_.empty()) return {{"sgd.velocity", &first_}};
+  if (first_.size() != 0) return {{"sgd.velocity", &first_}};
   return {};
 }
 

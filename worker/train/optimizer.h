@@ -1,6 +1,7 @@
 // Keras's SGD (momentum, nesterov) and Adam over the model's flat parameter buffer, with their
-// slots (velocity; first and second moments) in flat buffers of the same size, so a checkpoint
-// saves them in one piece each. The arithmetic is the Backend's.
+// slots (velocity; first and second moments) in flat buffers of the same size on the model's
+// device, so a checkpoint saves them in one piece each. The arithmetic is the Backend's, applied
+// range by range so each gradient bucket is applied as soon as its all-reduce is done.
 #pragma once
 
 #include <string>
@@ -23,21 +24,28 @@ OptimizerSpec parse_optimizer_spec(const common::JsonNode& node);
 
 class Optimizer {
  public:
-  Optimizer(const OptimizerSpec& spec, size_t parameter_count);
+  /// Slots on device, zero-filled.
+  Optimizer(const OptimizerSpec& spec, size_t parameter_count, nn::Device& device);
 
-  /// One update of parameters from gradients; counts iterations (Keras's `iterations`).
-  void apply(nn::Backend& backend, std::vector<float>& parameters,
-             const std::vector<float>& gradients);
+  /// Starts one update: counts iterations (Keras's `iterations`, Adam's t).
+  void begin_step() { ++iterations_; }
+  /// Enqueues this step's update of parameters [offset, offset + count) from gradients. The
+  /// update is elementwise, so applying ranges one by one equals applying the whole buffer.
+  void apply(nn::Backend& backend, nn::Buffer<float>& parameters,
+             const nn::Buffer<float>& gradients, size_t offset, size_t count);
 
+  /// True when an update's arguments do not change from step to step (SGD), so a recorded
+  /// update may be replayed; Adam's rate depends on the step.
+  bool same_every_step() const { return spec_.type != "adam"; }
   int64_t iterations() const { return iterations_; }
   void set_iterations(int64_t n) { iterations_ = n; }
   /// Named slot buffers ("sgd.velocity"; "adam.m", "adam.v"), for checkpoints.
-  std::vector<std::pair<std::string, std::vector<float>*>> slots();
+  std::vector<std::pair<std::string, nn::Buffer<float>*>> slots();
 
  private:
   OptimizerSpec spec_;
   int64_t iterations_ = 0;
-  std::vector<float> first_, second_;
+  nn::Buffer<float> first_, second_;
 };
 
 }  // namespace dtrain::train

@@ -44,7 +44,8 @@ void parse_loss(const common::JsonNode& node, TrainConfig& c) {
 
 void parse_fields(const common::JsonNode& root, TrainConfig& c) {
   root.check_keys({"model", "loss", "optimizer", "data", "per_worker_batch_size", "epochs",
-                   "steps_per_epoch", "validation", "seed", "device", "communication", "backup"});
+                   "steps_per_epoch", "validation", "seed", "device", "communication", "overlap",
+                   "cuda_graphs", "backup"});
   c.model = nn::parse_model_spec(root.at("model"));
   c.model_json = root.at("model").dump();
   if (auto n = root.find("loss")) parse_loss(*n, c);
@@ -66,6 +67,8 @@ void parse_fields(const common::JsonNode& root, TrainConfig& c) {
   if (auto n = root.find("seed")) c.seed = static_cast<uint64_t>(n->as_int(0, int64_t{1} << 53));
   if (auto n = root.find("device")) c.device = one_of(*n, {"auto", "cpu", "cuda"});
   if (auto n = root.find("communication")) c.communication = one_of(*n, {"auto", "ring", "nccl"});
+  if (auto n = root.find("overlap")) c.overlap = n->as_bool();
+  if (auto n = root.find("cuda_graphs")) c.cuda_graphs = n->as_bool();
   if (auto n = root.find("backup")) c.backup = parse_backup(*n);
 }
 

@@ -32,6 +32,12 @@ struct TrainConfig {
   uint64_t seed = 0;
   std::string device = "auto";         ///< auto | cpu | cuda
   std::string communication = "auto";  ///< auto | ring | nccl
+  /// Start each gradient bucket's all-reduce as soon as backward has produced it (false: after
+  /// the whole backward pass; same buckets, so the same result bit for bit).
+  bool overlap = true;
+  /// Capture the whole step as a CUDA graph where shapes are fixed (CUDA device, NCCL or one
+  /// worker, SGD, no dropout); false runs the same work launch by launch.
+  bool cuda_graphs = true;
   BackupSpec backup;
 };
 

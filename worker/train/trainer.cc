@@ -13,15 +13,9 @@
 #include "common/run_dir.h"
 #include "common/unique_fd.h"
 #include "worker/data/batcher.h"
+#include "worker/train/evaluator.h"
 
 namespace dtrain::train {
-namespace {
-
-// Slots after the gradients in the all-reduce buffer: this step's loss sum, correct count,
-// examples, and the stop flag. With kMean they arrive divided by the world size.
-constexpr size_t kLossSlot = 0, kCorrectSlot = 1, kSeenSlot = 2, kStopSlot = 3, kStatSlots = 4;
-
-}  // namespace
 
 Trainer::Trainer(const TrainConfig& config, nn::Backend& backend, comm::Communicator& comm,
                  data::Dataset train, data::Dataset test, TrainerOptions options,
@@ -35,15 +29,22 @@ Trainer::Trainer(const TrainConfig& config, nn::Backend& backend, comm::Communic
       control_(control),
       progress_(ProgressBar::for_stdout()),
       store_(options_.run_dir + "/" + config.backup.dir, config.backup.keep) {
-  model_ = std::make_unique<nn::Sequential>(config_.model, backend_, config_.per_worker_batch_size,
-                                            kStatSlots);
+  model_ = std::make_unique<nn::Sequential>(config_.model, backend_, config_.per_worker_batch_size);
   if (model_->classes() < train_.classes) {
     throw common::ConfigError(
         fmt::format("model: the last layer has {} units but the data has {} classes",
                     model_->classes(), train_.classes));
   }
   model_->initialize(config_.seed);
-  optimizer_ = std::make_unique<Optimizer>(config_.optimizer, model_->parameters().size());
+  optimizer_ = std::make_unique<Optimizer>(config_.optimizer, model_->parameters().size(),
+                                           backend_.device());
+  StepOptions step_options;
+  step_options.overlap = config_.overlap;
+  step_options.graphs = config_.cuda_graphs;
+  step_options.slots = InputStager::kSlots;
+  step_ = std::make_unique<TrainStep>(*model_, *optimizer_, backend_, comm_, step_options);
+  stager_ = std::make_unique<InputStager>(backend_.device(), model_->input_dims().size(),
+                                          config_.per_worker_batch_size);
   // Every worker runs the same number of steps (they all-reduce each one): size them by the
   // largest shard, worker 0's.
   int64_t shard = data::shard_size(train_.count, 0, comm_.size());
@@ -57,28 +58,36 @@ Trainer::~Trainer() = default;
 
 // Parameters, then each optimizer slot split into the same named tensors.
 std::vector<TensorView> Trainer::checkpoint_tensors() {
+  std::vector<std::pair<std::string, nn::Buffer<float>*>> buffers = {{"", &model_->parameters()}};
+  for (auto& [slot, buffer] : optimizer_->slots()) buffers.emplace_back("optimizer." + slot + ".", buffer);
+  host_tensors_.clear();
   std::vector<TensorView> views;
-  for (const nn::ParamInfo& p : model_->parameter_infos()) {
-    views.push_back({p.name, p.shape, model_->parameters().data() + p.offset, p.count});
-  }
-  for (auto& [slot, buffer] : optimizer_->slots()) {
+  for (auto& [prefix, buffer] : buffers) {
+    host_tensors_.push_back(buffer->to_host());
     for (const nn::ParamInfo& p : model_->parameter_infos()) {
-      views.push_back(
-          {"optimizer." + slot + "." + p.name, p.shape, buffer->data() + p.offset, p.count});
+      views.push_back({prefix + p.name, p.shape, host_tensors_.back().data() + p.offset, p.count});
     }
   }
   return views;
 }
 
+void Trainer::upload_tensors() {
+  model_->parameters().from_host(host_tensors_[0]);
+  size_t i = 1;
+  for (auto& [slot, buffer] : optimizer_->slots()) buffer->from_host(host_tensors_[i++]);
+}
+
 // The chief loads the newest good checkpoint; everyone receives the state from it.
 void Trainer::restore() {
   std::vector<double> header(8, 0.0);  // found, epoch, step, global step, iterations, 3 metric sums
+  std::vector<TensorView> views = checkpoint_tensors();  // the initial state, on the host
   if (options_.chief) {
     if (std::optional<LoadedCheckpoint> c = store_.load_latest(config_.model_json)) {
-      for (TensorView& v : checkpoint_tensors()) {
+      for (TensorView& v : views) {
         auto it = c->file.tensors.find(v.name);
         if (it == c->file.tensors.end() || it->second.data.size() != v.count) {
           spdlog::warn("{}: no tensor {}; it starts from zero", c->path, v.name);
+          std::fill_n(const_cast<float*>(v.data), v.count, 0.0f);
           continue;
         }
         std::copy(it->second.data.begin(), it->second.data.end(), const_cast<float*>(v.data));
@@ -96,8 +105,9 @@ void Trainer::restore() {
     }
   }
   comm_.broadcast(header.data(), header.size() * sizeof(double), 0);
-  for (TensorView& v : checkpoint_tensors())
-    comm_.broadcast(const_cast<float*>(v.data), v.count * sizeof(float), 0);
+  for (std::vector<float>& tensor : host_tensors_)
+    comm_.broadcast(tensor.data(), tensor.size() * sizeof(float), 0);
+  upload_tensors();
   state_ =
       TrainingState{int64_t(header[1]), int64_t(header[2]), int64_t(header[3]), int64_t(header[4]),
                     header[5],          header[6],          header[7]};
@@ -122,16 +132,32 @@ EpochMetrics Trainer::fit() {
     state_ = TrainingState{epoch + 1, 0, state_.global_step, optimizer_->iterations(), 0, 0, 0};
     save_checkpoint();
     if (options_.chief) write_metrics(last);
+    if (last.stop_agreed) {  // asked during the epoch's last step: stop here, together
+      comm_.barrier();
+      throw Preempted(fmt::format("stopped at the end of epoch {} (checkpoint saved by the chief)",
+                                  epoch + 1));
+    }
   }
   if (options_.chief) {
-    std::vector<TensorView> weights;
-    for (const nn::ParamInfo& p : model_->parameter_infos()) {
-      weights.push_back({p.name, p.shape, model_->parameters().data() + p.offset, p.count});
-    }
+    std::vector<TensorView> weights = checkpoint_tensors();
+    weights.resize(model_->parameter_infos().size());
     write_final_model(common::RunDir(options_.run_dir).model_dir(), weights, config_.model_json);
     if (config_.backup.delete_on_success) store_.remove_all();
   }
   return last;
+}
+
+// Reads the epoch's totals back (a sync) at most twice a second, or when forced, and shows them.
+void Trainer::show_progress(int epoch, int64_t step, double started, double seen_here,
+                            bool force) {
+  double now = common::monotonic_seconds();
+  if (!force && last_shown_ >= 0 && now - last_shown_ < 0.5) return;
+  last_shown_ = now;
+  shown_totals_ = step_->totals();
+  double seen = std::max(shown_totals_[2], 1.0), elapsed = now - started;
+  double loss = shown_totals_[0] / seen, accuracy = shown_totals_[1] / seen;
+  progress_.update(step, steps_per_epoch_, elapsed, {{"loss", loss}, {"accuracy", accuracy}});
+  heartbeat(epoch + 1, step, steps_per_epoch_, loss, accuracy, seen_here / std::max(elapsed, 1e-9));
 }
 
 EpochMetrics Trainer::train_epoch(int epoch) {
@@ -145,68 +171,61 @@ EpochMetrics Trainer::train_epoch(int epoch) {
   stream_options.first_step = resumed ? state_.step : 0;
   stream_options.steps = steps_per_epoch_;
   data::BatchStream stream(train_, stream_options);
-  std::vector<float> dlogits(static_cast<size_t>(config_.per_worker_batch_size) *
-                             model_->classes());
-  std::vector<float>& reduced = model_->gradients();
-  float* stats = reduced.data() + model_->parameters().size();
-  double started = common::monotonic_seconds();
-  double loss_sum = resumed ? state_.epoch_loss_sum : 0,
-         correct_sum = resumed ? state_.epoch_correct : 0;
-  double seen = resumed ? state_.epoch_seen : 0, seen_here = 0, reduce_seconds = 0;
-  for (int64_t step = stream_options.first_step; step < steps_per_epoch_; ++step) {
+  step_->set_totals(resumed ? state_.epoch_loss_sum : 0, resumed ? state_.epoch_correct : 0,
+                    resumed ? state_.epoch_seen : 0);
+  step_->reset_exposed_comm_seconds();
+  last_shown_ = -1;
+  double started = common::monotonic_seconds(), seen_here = 0;
+  auto stage = [&](int64_t step) {
     data::Batch batch = stream.next();
-    int n = static_cast<int>(batch.size);
-    const float* logits =
-        model_->forward(batch.images.data(), n, {config_.seed, epoch, step}, true);
-    int correct = 0;
-    float loss = backend_.softmax_cross_entropy(n, model_->classes(), logits, batch.labels.data(),
-                                                dlogits.data(), &correct);
-    model_->backward(dlogits.data(), n);
-    bool stop_here = options_.stop_requested && options_.stop_requested();
-    stats[kLossSlot] = loss * static_cast<float>(n);
-    stats[kCorrectSlot] = static_cast<float>(correct);
-    stats[kSeenSlot] = static_cast<float>(n);
-    stats[kStopSlot] = stop_here ? 1.0f : 0.0f;
-    double reduce_started = common::monotonic_seconds();
-    comm_.all_reduce(reduced.data(), reduced.size(), comm::ReduceOp::kMean);
-    reduce_seconds += common::monotonic_seconds() - reduce_started;
-    optimizer_->apply(backend_, model_->parameters(), reduced);
-    float size = static_cast<float>(comm_.size());
-    loss_sum += stats[kLossSlot] * size;
-    correct_sum += stats[kCorrectSlot] * size;
-    seen += stats[kSeenSlot] * size;
-    seen_here += stats[kSeenSlot] * size;
-    state_ = TrainingState{
-        epoch,       step + 1, state_.global_step + 1, optimizer_->iterations(), loss_sum,
-        correct_sum, seen};
+    stager_->stage(static_cast<int>(step % InputStager::kSlots), batch.images.data(),
+                   batch.labels.data(), static_cast<int>(batch.size));
+    return static_cast<int>(batch.size);
+  };
+  int n = stream_options.first_step < steps_per_epoch_ ? stage(stream_options.first_step) : 0;
+  for (int64_t step = stream_options.first_step; step < steps_per_epoch_; ++step) {
+    int slot = static_cast<int>(step % InputStager::kSlots);
+    stager_->ready();
+    int next_n = step + 1 < steps_per_epoch_ ? stage(step + 1) : 0;  // overlaps this step
+    if (options_.stop_requested && options_.stop_requested()) step_->request_stop();
+    step_->run(stager_->images(slot), stager_->labels(slot), n, {config_.seed, epoch, step}, slot);
+    seen_here += static_cast<double>(n) * comm_.size();
+    n = next_n;
+    state_ = TrainingState{epoch, step + 1, state_.global_step + 1, optimizer_->iterations(), 0, 0, 0};
     if (state_.global_step == start_.global_step + 1) {  // benchmarks time restarts up to here
+      step_->stop_agreed(0);
       spdlog::info("first step of this run done (CLOCK_MONOTONIC {:.6f})",
                    common::monotonic_seconds());
     }
-    double elapsed = common::monotonic_seconds() - started;
-    std::vector<std::pair<std::string, double>> values = {{"loss", loss_sum / seen},
-                                                          {"accuracy", correct_sum / seen}};
-    progress_.update(step + 1, steps_per_epoch_, elapsed, values);
-    heartbeat(epoch + 1, step + 1, steps_per_epoch_, loss_sum / seen, correct_sum / seen,
-              seen_here / elapsed);
-    if (stats[kStopSlot] > 0) {  // some worker was asked to stop: all stop here, together
+    // The flag reduced one step ago: every worker reads the same value, so all stop here.
+    bool stop = step_->stop_agreed(1);
+    show_progress(epoch, step + 1, started, seen_here, stop);
+    bool periodic = config_.backup.save_every_steps > 0 &&
+                    state_.global_step % config_.backup.save_every_steps == 0 &&
+                    step + 1 < steps_per_epoch_;
+    if (stop || periodic) {
+      std::array<double, 3> t = step_->totals();
+      state_.epoch_loss_sum = t[0], state_.epoch_correct = t[1], state_.epoch_seen = t[2];
       save_checkpoint();
+    }
+    if (stop) {
       comm_.barrier();
       throw Preempted(fmt::format("stopped at epoch {} step {} (checkpoint saved by the chief)",
                                   epoch + 1, step + 1));
     }
-    if (config_.backup.save_every_steps > 0 &&
-        state_.global_step % config_.backup.save_every_steps == 0 && step + 1 < steps_per_epoch_) {
-      save_checkpoint();
-    }
   }
   EpochMetrics m;
+  m.stop_agreed = step_->stop_agreed(0);  // waits for the epoch's last step
+  std::array<double, 3> t = step_->totals();
+  double seen = std::max(t[2], 1.0);
   m.epoch = epoch + 1;
-  m.loss = loss_sum / seen;
-  m.accuracy = correct_sum / seen;
+  m.loss = t[0] / seen;
+  m.accuracy = t[1] / seen;
   m.seconds = common::monotonic_seconds() - started;
   m.samples_per_second = seen_here / m.seconds;
-  m.allreduce_seconds = reduce_seconds;
+  m.allreduce_seconds = step_->exposed_comm_seconds();
+  heartbeat(epoch + 1, steps_per_epoch_, steps_per_epoch_, m.loss, m.accuracy,
+            m.samples_per_second);
   std::vector<std::pair<std::string, double>> values = {{"loss", m.loss}, {"accuracy", m.accuracy}};
   if (config_.validation) {
     std::tie(m.val_loss, m.val_accuracy) = evaluate();
@@ -219,23 +238,7 @@ EpochMetrics Trainer::train_epoch(int epoch) {
 }
 
 std::pair<double, double> Trainer::evaluate() {
-  int batch = config_.per_worker_batch_size;
-  size_t per_example = static_cast<size_t>(test_.height) * test_.width * test_.channels;
-  std::vector<float> images(per_example * static_cast<size_t>(batch));
-  std::vector<float> dlogits(static_cast<size_t>(batch) * model_->classes());
-  double loss_sum = 0, correct_sum = 0;
-  for (int64_t start = 0; start < test_.count; start += batch) {
-    int n = static_cast<int>(std::min<int64_t>(batch, test_.count - start));
-    data::copy_nchw(test_, start, n, images.data());
-    const float* logits = model_->forward(images.data(), n, {config_.seed, 0, 0}, false);
-    int correct = 0;
-    float loss = backend_.softmax_cross_entropy(
-        n, model_->classes(), logits, test_.labels.data() + start, dlogits.data(), &correct);
-    loss_sum += static_cast<double>(loss) * n;
-    correct_sum += correct;
-  }
-  return {loss_sum / static_cast<double>(test_.count),
-          correct_sum / static_cast<double>(test_.count)};
+  return evaluate_model(*model_, backend_, test_, config_.per_worker_batch_size);
 }
 
 void Trainer::write_metrics(const EpochMetrics& m) {

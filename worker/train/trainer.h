@@ -1,9 +1,11 @@
-// The fit loop: epochs of steps (batch -> forward -> loss -> backward -> ONE all-reduce of the
-// flat gradient buffer, which also carries the step's loss, accuracy and the preemption flag ->
-// optimizer), validation, Keras-style progress, heartbeats, and from the chief metrics.jsonl,
-// BackupAndRestore checkpoints and the final model. On start the chief restores the newest good
-// checkpoint and broadcasts it, so no shared file system is needed. Sees a Backend and a
-// Communicator, nothing else of the machine. Single-threaded (the batcher prefetches on its own).
+// The fit loop: epochs of steps (batch -> staged upload -> TrainStep: forward, loss, backward
+// with bucketed all-reduces, optimizer, all on the device without a host sync), validation,
+// Keras-style progress, heartbeats, and from the chief metrics.jsonl, BackupAndRestore
+// checkpoints and the final model. The preemption flag is read one step late (the same reduced
+// value on every worker, so all stop at the same step); metrics are read back only to be shown.
+// On start the chief restores the newest good checkpoint and broadcasts it, so no shared file
+// system is needed. Sees a Backend and a Communicator, nothing else of the machine.
+// Single-threaded (the batcher prefetches, a host communicator reduces, on their own threads).
 #pragma once
 
 #include <functional>
@@ -17,9 +19,11 @@
 #include "worker/nn/backend.h"
 #include "worker/nn/sequential.h"
 #include "worker/train/checkpoint.h"
+#include "worker/train/input_stager.h"
 #include "worker/train/optimizer.h"
 #include "worker/train/progress.h"
 #include "worker/train/train_config.h"
+#include "worker/train/train_step.h"
 
 namespace dtrain::train {
 
@@ -29,7 +33,8 @@ struct EpochMetrics {
   double val_loss = 0, val_accuracy = 0;
   bool validated = false;
   double seconds = 0, samples_per_second = 0;
-  double allreduce_seconds = 0;  ///< of seconds, spent in the gradient all-reduce
+  double allreduce_seconds = 0;  ///< of seconds, the host waited for all-reduces (exposed)
+  bool stop_agreed = false;      ///< the group agreed to stop at this epoch's end
 };
 
 struct TrainerOptions {
@@ -67,12 +72,17 @@ class Trainer {
 
   nn::Sequential& model() { return *model_; }
   Optimizer& optimizer() { return *optimizer_; }
+  TrainStep& step() { return *step_; }
 
  private:
   EpochMetrics train_epoch(int epoch);
   void restore();
   void save_checkpoint();
+  /// Host copies of the parameters and optimizer slots (downloaded now), as named views.
   std::vector<TensorView> checkpoint_tensors();
+  /// Uploads host_tensors_ (as checkpoint_tensors() laid them out) to the device.
+  void upload_tensors();
+  void show_progress(int epoch, int64_t step, double started, double seen_here, bool force);
   void write_metrics(const EpochMetrics& m);
   void heartbeat(int epoch, int64_t step, int64_t steps, double loss, double accuracy, double rate);
 
@@ -84,12 +94,17 @@ class Trainer {
   common::ControlClient* control_;
   std::unique_ptr<nn::Sequential> model_;
   std::unique_ptr<Optimizer> optimizer_;
+  std::unique_ptr<TrainStep> step_;
+  std::unique_ptr<InputStager> stager_;
+  std::vector<std::vector<float>> host_tensors_;  ///< parameters, then each optimizer slot
   ProgressBar progress_;
   CheckpointStore store_;
   TrainingState state_;  ///< where training stands now (what a checkpoint written now records)
   TrainingState start_;  ///< where this run resumed
   int64_t steps_per_epoch_ = 0;
   double last_heartbeat_ = -1;
+  double last_shown_ = -1;                      ///< when totals were last read back
+  std::array<double, 3> shown_totals_{0, 0, 0};  ///< loss sum, correct, seen then
 };
 
 }  // namespace dtrain::train

@@ -1,8 +1,9 @@
 // The CUDA backend: cuDNN convolution (forward, backward data, backward filter; algorithms picked
 // once per shape, deterministic ones for backward, workspace shared and grown), cuDNN pooling,
 // activation and log-softmax, cuBLAS for dense layers, and small kernels for padding, bias
-// gradients, the loss and the optimizers. All on one stream; pointers are device memory, except
-// the labels of softmax_cross_entropy (host). The only file that includes cuDNN and cuBLAS.
+// gradients, the loss and the optimizers. All on the CUDA device's compute stream; every pointer
+// is device memory, and nothing waits for the device, so a whole step can be recorded as a CUDA
+// graph. Every handle is an RAII object (cuda_handles.h). The only file that calls cuDNN/cuBLAS.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -16,6 +17,9 @@
 #include "common/errors.h"
 #include "worker/nn/backend.h"
 #include "worker/nn/cuda/cuda_check.h"
+#include "worker/nn/cuda/cuda_device.h"
+#include "worker/nn/cuda/cuda_handles.h"
+#include "worker/nn/random.h"
 
 namespace dtrain::nn {
 namespace {
@@ -25,27 +29,13 @@ int blocks_for(size_t n) {
   return static_cast<int>((n + kThreads - 1) / kThreads);
 }
 
-template <class T, class Destroy>
-struct Handle {
-  T value{};
-  Destroy destroy;
-  Handle(T v, Destroy d) : value(v), destroy(d) {}
-  Handle(const Handle&) = delete;
-  Handle& operator=(const Handle&) = delete;
-  ~Handle() { destroy(value); }
-};
-
-cudnnTensorDescriptor_t tensor4d(int n, int c, int h, int w) {
-  cudnnTensorDescriptor_t d;
+cuda::TensorDescriptor tensor4d(int n, int c, int h, int w) {
+  cudnnTensorDescriptor_t d{};
   DT_CUDNN_CHECK(cudnnCreateTensorDescriptor(&d));
+  cuda::TensorDescriptor owned(d);
   DT_CUDNN_CHECK(cudnnSetTensor4dDescriptor(d, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, n, c, h, w));
-  return d;
+  return owned;
 }
-
-struct Tensor4d : Handle<cudnnTensorDescriptor_t, cudnnStatus_t (*)(cudnnTensorDescriptor_t)> {
-  Tensor4d(int n, int c, int h, int w)
-      : Handle(tensor4d(n, c, h, w), cudnnDestroyTensorDescriptor) {}
-};
 
 __global__ void pad_kernel(const float* x, float* out, int nc, int h, int w, int top, int left,
                            int ph, int pw) {
@@ -80,35 +70,71 @@ __global__ void column_sums_kernel(const float* dy, float* db, int n, int out) {
   db[j] = sum;
 }
 
-// One thread per row; row results are summed by thread 0 in row order: deterministic.
+// One thread per row: the row's gradient (unless dlogits is null), loss and hit.
 __global__ void cross_entropy_kernel(const float* logp, const float* logits, const int32_t* labels,
-                                     float* dlogits, float* row_loss, int* row_hit, int n,
-                                     int classes, float* loss, int* correct) {
+                                     float* dlogits, float* row_loss, float* row_hit, int n,
+                                     int classes) {
   int i = blockIdx.x * blockDim.x + threadIdx.x;
-  if (i < n) {
-    const float* lp = logp + static_cast<size_t>(i) * classes;
-    const float* z = logits + static_cast<size_t>(i) * classes;
+  if (i >= n) return;
+  const float* lp = logp + static_cast<size_t>(i) * classes;
+  const float* z = logits + static_cast<size_t>(i) * classes;
+  int label = labels[i];
+  label = label < 0 ? 0 : label >= classes ? classes - 1 : label;  // validated when loaded
+  int best = 0;
+  for (int j = 1; j < classes; ++j)
+    if (z[j] > z[best]) best = j;
+  if (dlogits) {
     float* d = dlogits + static_cast<size_t>(i) * classes;
-    int best = 0;
-    for (int j = 0; j < classes; ++j) {
-      d[j] = expf(lp[j]) / n;
-      if (z[j] > z[best]) best = j;
-    }
-    d[labels[i]] -= 1.0f / n;
-    row_loss[i] = -lp[labels[i]];
-    row_hit[i] = best == labels[i];
+    for (int j = 0; j < classes; ++j) d[j] = expf(lp[j]) / n;
+    d[label] -= 1.0f / n;
   }
-  __syncthreads();
+  row_loss[i] = -lp[label];
+  row_hit[i] = best == label ? 1.0f : 0.0f;
 }
 
-__global__ void sum_rows_kernel(const float* row_loss, const int* row_hit, int n, float* loss,
-                                int* correct) {
-  if (blockIdx.x != 0 || threadIdx.x != 0) return;
-  double total = 0;
-  int hits = 0;
-  for (int i = 0; i < n; ++i) total += row_loss[i], hits += row_hit[i];
-  *loss = static_cast<float>(total / n);
-  *correct = hits;
+// One block: each thread sums a strided set of rows, then a fixed tree: deterministic.
+constexpr int kSumThreads = 256;
+__global__ void add_row_sums_kernel(const float* row_loss, const float* row_hit, int n,
+                                    float* totals) {
+  __shared__ double loss[kSumThreads];
+  __shared__ float hits[kSumThreads];
+  double l = 0;
+  float h = 0;
+  for (int i = threadIdx.x; i < n; i += kSumThreads) l += row_loss[i], h += row_hit[i];
+  loss[threadIdx.x] = l;
+  hits[threadIdx.x] = h;
+  __syncthreads();
+  for (int half = kSumThreads / 2; half > 0; half /= 2) {
+    if (threadIdx.x < half) {
+      loss[threadIdx.x] += loss[threadIdx.x + half];
+      hits[threadIdx.x] += hits[threadIdx.x + half];
+    }
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) {
+    totals[0] = static_cast<float>(totals[0] + loss[0]);
+    totals[1] += hits[0];
+    totals[2] += static_cast<float>(n);
+  }
+}
+
+__global__ void add_kernel(const float* x, float* y, size_t n) {
+  size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x;
+  if (i < n) y[i] += x[i];
+}
+
+__global__ void multiply_kernel(const float* a, const float* b, float* y, size_t n) {
+  size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x;
+  if (i < n) y[i] = a[i] * b[i];
+}
+
+__global__ void dropout_kernel(const float* x, float* y, float* mask, size_t n, float rate,
+                               uint64_t key) {
+  size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x;
+  if (i >= n) return;
+  float keep = unit_float(mix64(key ^ i)) >= rate ? 1.0f / (1.0f - rate) : 0.0f;
+  mask[i] = keep;
+  y[i] = x[i] * keep;
 }
 
 __global__ void sgd_kernel(float* w, const float* g, float* v, size_t n, float lr, float mu,
@@ -158,26 +184,19 @@ struct ConvPlan {
   ConvShape s;
   bool padded_copy = false;  // asymmetric padding: pad x explicitly, convolve without padding
   int ph = 0, pw = 0;        // padded input size when padded_copy
-  std::unique_ptr<Tensor4d> x, y, bias;
-  cudnnFilterDescriptor_t w{};
-  cudnnConvolutionDescriptor_t conv{};
+  cuda::TensorDescriptor x, y, bias;
+  cuda::FilterDescriptor w;
+  cuda::ConvolutionDescriptor conv;
   cudnnConvolutionFwdAlgo_t fwd{};
   cudnnConvolutionBwdDataAlgo_t bwd_data{};
   cudnnConvolutionBwdFilterAlgo_t bwd_filter{};
   size_t workspace = 0;
-  ~ConvPlan() {
-    if (w) cudnnDestroyFilterDescriptor(w);
-    if (conv) cudnnDestroyConvolutionDescriptor(conv);
-  }
 };
 
 struct PoolPlan {
-  std::unique_ptr<Tensor4d> x, y;
-  cudnnPoolingDescriptor_t pool{};
+  cuda::TensorDescriptor x, y;
+  cuda::PoolingDescriptor pool;
   size_t x_bytes = 0, y_bytes = 0;
-  ~PoolPlan() {
-    if (pool) cudnnDestroyPoolingDescriptor(pool);
-  }
 };
 
 class CudaBackend : public Backend {
@@ -185,6 +204,7 @@ class CudaBackend : public Backend {
   CudaBackend();
   ~CudaBackend() override;
   std::string name() const override { return "cuda (cuDNN + cuBLAS)"; }
+  Device& device() override { return *device_; }
 
   void conv2d_forward(const ConvShape& s, const float* x, const float* w, const float* b,
                       float* y) override;
@@ -204,8 +224,12 @@ class CudaBackend : public Backend {
   void maxpool_forward(const PoolShape& s, const float* x, float* y, void* workspace) override;
   void maxpool_backward(const PoolShape& s, const float* dy, const void* workspace,
                         float* dx) override;
-  float softmax_cross_entropy(int n, int classes, const float* logits, const int32_t* labels,
-                              float* dlogits, int* correct) override;
+  void softmax_cross_entropy(int n, int classes, const float* logits, const int32_t* labels,
+                             float* dlogits, float* totals) override;
+  void add(size_t count, const float* x, float* y) override;
+  void dropout_forward(size_t count, float rate, uint64_t key, const float* x, float* y,
+                       float* mask) override;
+  void multiply(size_t count, const float* a, const float* b, float* y) override;
   void sgd_update(const SgdParams& p, size_t count, float* w, const float* g,
                   float* velocity) override;
   void adam_update(const AdamParams& p, int64_t step, size_t count, float* w, const float* g,
@@ -216,11 +240,12 @@ class CudaBackend : public Backend {
   PoolPlan& pool(const PoolShape& s);
   const float* input_for(ConvPlan& p, const float* x);
 
-  cudaStream_t stream_{};
-  cudnnHandle_t cudnn_{};
-  cublasHandle_t cublas_{};
-  cudnnActivationDescriptor_t relu_{};
-  DeviceBuffer workspace_, padded_, padded_grad_, labels_, scratch_;
+  std::unique_ptr<Device> device_;
+  cudaStream_t stream_{};  ///< device_'s compute stream
+  cuda::CudnnHandle cudnn_;
+  cuda::CublasHandle cublas_;
+  cuda::ActivationDescriptor relu_;
+  DeviceBuffer workspace_, padded_, padded_grad_, scratch_, cublas_workspace_;
   std::map<std::string, std::unique_ptr<ConvPlan>> convs_;
   std::map<std::string, std::unique_ptr<PoolPlan>> pools_;
 };
@@ -230,25 +255,30 @@ std::string key_of(const Shape& s) {
   return std::string(reinterpret_cast<const char*>(&s), sizeof s);
 }
 
-CudaBackend::CudaBackend() {
-  DT_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
-  DT_CUDNN_CHECK(cudnnCreate(&cudnn_));
-  DT_CUDNN_CHECK(cudnnSetStream(cudnn_, stream_));
-  DT_CUBLAS_CHECK(cublasCreate(&cublas_));
-  DT_CUBLAS_CHECK(cublasSetStream(cublas_, stream_));
-  DT_CUDNN_CHECK(cudnnCreateActivationDescriptor(&relu_));
+CudaBackend::CudaBackend() : device_(make_cuda_device()) {
+  stream_ = cuda::compute_stream(*device_);
+  cudnnHandle_t cudnn{};
+  DT_CUDNN_CHECK(cudnnCreate(&cudnn));
+  cudnn_ = cuda::CudnnHandle(cudnn);
+  DT_CUDNN_CHECK(cudnnSetStream(cudnn_.get(), stream_));
+  cublasHandle_t cublas{};
+  DT_CUBLAS_CHECK(cublasCreate(&cublas));
+  cublas_ = cuda::CublasHandle(cublas);
+  DT_CUBLAS_CHECK(cublasSetStream(cublas_.get(), stream_));
+  // A workspace of our own, so cuBLAS allocates nothing while a step is recorded as a graph.
+  constexpr size_t kCublasWorkspace = 32u << 20;
+  DT_CUBLAS_CHECK(cublasSetWorkspace(cublas_.get(), cublas_workspace_.at_least(kCublasWorkspace),
+                                     kCublasWorkspace));
+  DT_CUBLAS_CHECK(cublasSetMathMode(cublas_.get(), CUBLAS_DEFAULT_MATH));  // fp32, no TF32
+  cudnnActivationDescriptor_t relu{};
+  DT_CUDNN_CHECK(cudnnCreateActivationDescriptor(&relu));
+  relu_ = cuda::ActivationDescriptor(relu);
   DT_CUDNN_CHECK(
-      cudnnSetActivationDescriptor(relu_, CUDNN_ACTIVATION_RELU, CUDNN_NOT_PROPAGATE_NAN, 0.0));
+      cudnnSetActivationDescriptor(relu, CUDNN_ACTIVATION_RELU, CUDNN_NOT_PROPAGATE_NAN, 0.0));
 }
 
-CudaBackend::~CudaBackend() {
-  convs_.clear();
-  pools_.clear();
-  cudnnDestroyActivationDescriptor(relu_);
-  cublasDestroy(cublas_);
-  cudnnDestroy(cudnn_);
-  cudaStreamDestroy(stream_);
-}
+// Plans and buffers go before the handles and the device (members in reverse order).
+CudaBackend::~CudaBackend() = default;
 
 ConvPlan& CudaBackend::plan(const ConvShape& s) {
   auto& slot = convs_[key_of(s)];
@@ -260,43 +290,47 @@ ConvPlan& CudaBackend::plan(const ConvShape& s) {
   p->pw = s.w + s.pad_left + s.pad_right;
   int xh = p->padded_copy ? p->ph : s.h, xw = p->padded_copy ? p->pw : s.w;
   int pad_h = p->padded_copy ? 0 : s.pad_top, pad_w = p->padded_copy ? 0 : s.pad_left;
-  p->x = std::make_unique<Tensor4d>(s.n, s.c, xh, xw);
-  p->y = std::make_unique<Tensor4d>(s.n, s.k, s.oh(), s.ow());
-  p->bias = std::make_unique<Tensor4d>(1, s.k, 1, 1);
-  DT_CUDNN_CHECK(cudnnCreateFilterDescriptor(&p->w));
+  p->x = tensor4d(s.n, s.c, xh, xw);
+  p->y = tensor4d(s.n, s.k, s.oh(), s.ow());
+  p->bias = tensor4d(1, s.k, 1, 1);
+  cudnnFilterDescriptor_t filter{};
+  DT_CUDNN_CHECK(cudnnCreateFilterDescriptor(&filter));
+  p->w = cuda::FilterDescriptor(filter);
   DT_CUDNN_CHECK(
-      cudnnSetFilter4dDescriptor(p->w, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW, s.k, s.c, s.kh, s.kw));
-  DT_CUDNN_CHECK(cudnnCreateConvolutionDescriptor(&p->conv));
-  DT_CUDNN_CHECK(cudnnSetConvolution2dDescriptor(p->conv, pad_h, pad_w, s.sh, s.sw, 1, 1,
+      cudnnSetFilter4dDescriptor(filter, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW, s.k, s.c, s.kh, s.kw));
+  cudnnConvolutionDescriptor_t conv{};
+  DT_CUDNN_CHECK(cudnnCreateConvolutionDescriptor(&conv));
+  p->conv = cuda::ConvolutionDescriptor(conv);
+  DT_CUDNN_CHECK(cudnnSetConvolution2dDescriptor(conv, pad_h, pad_w, s.sh, s.sw, 1, 1,
                                                  CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
   DT_CUDNN_CHECK(
-      cudnnSetConvolutionMathType(p->conv, CUDNN_FMA_MATH));  // no TF32: match the CPU in fp32
+      cudnnSetConvolutionMathType(conv, CUDNN_FMA_MATH));  // no TF32: match the CPU in fp32
   int found = 0;
   cudnnConvolutionFwdAlgoPerf_t fwd[8];
-  DT_CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithm_v7(cudnn_, p->x->value, p->w, p->conv,
-                                                        p->y->value, 8, &found, fwd));
+  DT_CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithm_v7(cudnn_.get(), p->x.get(), p->w.get(), p->conv.get(),
+                                                        p->y.get(), 8, &found, fwd));
   p->fwd = fwd[0].algo;
   cudnnConvolutionBwdDataAlgoPerf_t bd[8];
-  DT_CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithm_v7(cudnn_, p->w, p->y->value, p->conv,
-                                                             p->x->value, 8, &found, bd));
+  DT_CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithm_v7(cudnn_.get(), p->w.get(), p->y.get(), p->conv.get(),
+                                                             p->x.get(), 8, &found, bd));
   p->bwd_data = bd[0].algo;
   for (int i = found - 1; i >= 0; --i)
     if (bd[i].status == CUDNN_STATUS_SUCCESS && bd[i].determinism == CUDNN_DETERMINISTIC)
       p->bwd_data = bd[i].algo;
   cudnnConvolutionBwdFilterAlgoPerf_t bf[8];
-  DT_CUDNN_CHECK(cudnnGetConvolutionBackwardFilterAlgorithm_v7(cudnn_, p->x->value, p->y->value,
-                                                               p->conv, p->w, 8, &found, bf));
+  DT_CUDNN_CHECK(cudnnGetConvolutionBackwardFilterAlgorithm_v7(cudnn_.get(), p->x.get(), p->y.get(),
+                                                               p->conv.get(), p->w.get(), 8, &found, bf));
   p->bwd_filter = bf[0].algo;
   for (int i = found - 1; i >= 0; --i)
     if (bf[i].status == CUDNN_STATUS_SUCCESS && bf[i].determinism == CUDNN_DETERMINISTIC)
       p->bwd_filter = bf[i].algo;
   size_t a = 0, b = 0, c = 0;
-  DT_CUDNN_CHECK(cudnnGetConvolutionForwardWorkspaceSize(cudnn_, p->x->value, p->w, p->conv,
-                                                         p->y->value, p->fwd, &a));
-  DT_CUDNN_CHECK(cudnnGetConvolutionBackwardDataWorkspaceSize(cudnn_, p->w, p->y->value, p->conv,
-                                                              p->x->value, p->bwd_data, &b));
-  DT_CUDNN_CHECK(cudnnGetConvolutionBackwardFilterWorkspaceSize(cudnn_, p->x->value, p->y->value,
-                                                                p->conv, p->w, p->bwd_filter, &c));
+  DT_CUDNN_CHECK(cudnnGetConvolutionForwardWorkspaceSize(cudnn_.get(), p->x.get(), p->w.get(), p->conv.get(),
+                                                         p->y.get(), p->fwd, &a));
+  DT_CUDNN_CHECK(cudnnGetConvolutionBackwardDataWorkspaceSize(cudnn_.get(), p->w.get(), p->y.get(), p->conv.get(),
+                                                              p->x.get(), p->bwd_data, &b));
+  DT_CUDNN_CHECK(cudnnGetConvolutionBackwardFilterWorkspaceSize(cudnn_.get(), p->x.get(), p->y.get(),
+                                                                p->conv.get(), p->w.get(), p->bwd_filter, &c));
   p->workspace = std::max(a, std::max(b, c));
   slot = std::move(p);
   return *slot;
@@ -317,9 +351,9 @@ void CudaBackend::conv2d_forward(const ConvShape& s, const float* x, const float
   ConvPlan& p = plan(s);
   const float one = 1, zero = 0;
   void* ws = workspace_.at_least(p.workspace + 1);
-  DT_CUDNN_CHECK(cudnnConvolutionForward(cudnn_, &one, p.x->value, input_for(p, x), p.w, w, p.conv,
-                                         p.fwd, ws, p.workspace, &zero, p.y->value, y));
-  DT_CUDNN_CHECK(cudnnAddTensor(cudnn_, &one, p.bias->value, b, &one, p.y->value, y));
+  DT_CUDNN_CHECK(cudnnConvolutionForward(cudnn_.get(), &one, p.x.get(), input_for(p, x), p.w.get(), w, p.conv.get(),
+                                         p.fwd, ws, p.workspace, &zero, p.y.get(), y));
+  DT_CUDNN_CHECK(cudnnAddTensor(cudnn_.get(), &one, p.bias.get(), b, &one, p.y.get(), y));
 }
 
 void CudaBackend::conv2d_backward_data(const ConvShape& s, const float* dy, const float* w,
@@ -330,8 +364,8 @@ void CudaBackend::conv2d_backward_data(const ConvShape& s, const float* dy, cons
   size_t count = static_cast<size_t>(s.n) * s.c * p.ph * p.pw;
   float* target =
       p.padded_copy ? static_cast<float*>(padded_grad_.at_least(count * sizeof(float))) : dx;
-  DT_CUDNN_CHECK(cudnnConvolutionBackwardData(cudnn_, &one, p.w, w, p.y->value, dy, p.conv,
-                                              p.bwd_data, ws, p.workspace, &zero, p.x->value,
+  DT_CUDNN_CHECK(cudnnConvolutionBackwardData(cudnn_.get(), &one, p.w.get(), w, p.y.get(), dy, p.conv.get(),
+                                              p.bwd_data, ws, p.workspace, &zero, p.x.get(),
                                               target));
   if (p.padded_copy) {
     size_t out = s.input_count();
@@ -347,18 +381,18 @@ void CudaBackend::conv2d_backward_weights(const ConvShape& s, const float* x, co
   const float one = 1, zero = 0;
   const float* input = input_for(p, x);
   void* ws = workspace_.at_least(p.workspace + 1);
-  DT_CUDNN_CHECK(cudnnConvolutionBackwardFilter(cudnn_, &one, p.x->value, input, p.y->value, dy,
-                                                p.conv, p.bwd_filter, ws, p.workspace, &zero, p.w,
+  DT_CUDNN_CHECK(cudnnConvolutionBackwardFilter(cudnn_.get(), &one, p.x.get(), input, p.y.get(), dy,
+                                                p.conv.get(), p.bwd_filter, ws, p.workspace, &zero, p.w.get(),
                                                 dw));
   DT_CUDNN_CHECK(
-      cudnnConvolutionBackwardBias(cudnn_, &one, p.y->value, dy, &zero, p.bias->value, db));
+      cudnnConvolutionBackwardBias(cudnn_.get(), &one, p.y.get(), dy, &zero, p.bias.get(), db));
 }
 
 // Row-major (n x in) . (in x out) through column-major cuBLAS: y^T = w^T x^T.
 void CudaBackend::dense_forward(int n, int in, int out, const float* x, const float* w,
                                 const float* b, float* y) {
   const float one = 1, zero = 0;
-  DT_CUBLAS_CHECK(cublasSgemm(cublas_, CUBLAS_OP_N, CUBLAS_OP_N, out, n, in, &one, w, out, x, in,
+  DT_CUBLAS_CHECK(cublasSgemm(cublas_.get(), CUBLAS_OP_N, CUBLAS_OP_N, out, n, in, &one, w, out, x, in,
                               &zero, y, out));
   size_t count = static_cast<size_t>(n) * out;
   bias_rows_kernel<<<blocks_for(count), kThreads, 0, stream_>>>(y, b, n, out);
@@ -368,14 +402,14 @@ void CudaBackend::dense_forward(int n, int in, int out, const float* x, const fl
 void CudaBackend::dense_backward_data(int n, int in, int out, const float* dy, const float* w,
                                       float* dx) {
   const float one = 1, zero = 0;
-  DT_CUBLAS_CHECK(cublasSgemm(cublas_, CUBLAS_OP_T, CUBLAS_OP_N, in, n, out, &one, w, out, dy, out,
+  DT_CUBLAS_CHECK(cublasSgemm(cublas_.get(), CUBLAS_OP_T, CUBLAS_OP_N, in, n, out, &one, w, out, dy, out,
                               &zero, dx, in));
 }
 
 void CudaBackend::dense_backward_weights(int n, int in, int out, const float* x, const float* dy,
                                          float* dw, float* db) {
   const float one = 1, zero = 0;
-  DT_CUBLAS_CHECK(cublasSgemm(cublas_, CUBLAS_OP_N, CUBLAS_OP_T, out, in, n, &one, dy, out, x, in,
+  DT_CUBLAS_CHECK(cublasSgemm(cublas_.get(), CUBLAS_OP_N, CUBLAS_OP_T, out, in, n, &one, dy, out, x, in,
                               &zero, dw, out));
   column_sums_kernel<<<blocks_for(static_cast<size_t>(out)), kThreads, 0, stream_>>>(dy, db, n,
                                                                                      out);
@@ -384,26 +418,29 @@ void CudaBackend::dense_backward_weights(int n, int in, int out, const float* x,
 
 void CudaBackend::relu_forward(size_t count, const float* x, float* y) {
   const float one = 1, zero = 0;
-  Tensor4d d(1, 1, 1, static_cast<int>(count));
-  DT_CUDNN_CHECK(cudnnActivationForward(cudnn_, relu_, &one, d.value, x, &zero, d.value, y));
+  cuda::TensorDescriptor d = tensor4d(1, 1, 1, static_cast<int>(count));
+  DT_CUDNN_CHECK(
+      cudnnActivationForward(cudnn_.get(), relu_.get(), &one, d.get(), x, &zero, d.get(), y));
 }
 
 void CudaBackend::relu_backward(size_t count, const float* y, const float* dy, float* dx) {
   const float one = 1, zero = 0;
-  Tensor4d d(1, 1, 1, static_cast<int>(count));
+  cuda::TensorDescriptor d = tensor4d(1, 1, 1, static_cast<int>(count));
   // For ReLU the output stands in for the input: y > 0 exactly where x > 0.
-  DT_CUDNN_CHECK(cudnnActivationBackward(cudnn_, relu_, &one, d.value, y, d.value, dy, d.value, y,
-                                         &zero, d.value, dx));
+  DT_CUDNN_CHECK(cudnnActivationBackward(cudnn_.get(), relu_.get(), &one, d.get(), y, d.get(), dy, d.get(), y,
+                                         &zero, d.get(), dx));
 }
 
 PoolPlan& CudaBackend::pool(const PoolShape& s) {
   auto& slot = pools_[key_of(s)];
   if (slot) return *slot;
   auto p = std::make_unique<PoolPlan>();
-  p->x = std::make_unique<Tensor4d>(s.n, s.c, s.h, s.w);
-  p->y = std::make_unique<Tensor4d>(s.n, s.c, s.oh(), s.ow());
-  DT_CUDNN_CHECK(cudnnCreatePoolingDescriptor(&p->pool));
-  DT_CUDNN_CHECK(cudnnSetPooling2dDescriptor(p->pool, CUDNN_POOLING_MAX_DETERMINISTIC,
+  p->x = tensor4d(s.n, s.c, s.h, s.w);
+  p->y = tensor4d(s.n, s.c, s.oh(), s.ow());
+  cudnnPoolingDescriptor_t pooling{};
+  DT_CUDNN_CHECK(cudnnCreatePoolingDescriptor(&pooling));
+  p->pool = cuda::PoolingDescriptor(pooling);
+  DT_CUDNN_CHECK(cudnnSetPooling2dDescriptor(pooling, CUDNN_POOLING_MAX_DETERMINISTIC,
                                              CUDNN_NOT_PROPAGATE_NAN, s.kh, s.kw, 0, 0, s.sh,
                                              s.sw));
   p->x_bytes = sizeof(float) * s.input_count();
@@ -421,7 +458,7 @@ size_t CudaBackend::maxpool_workspace_bytes(const PoolShape& s) {
 void CudaBackend::maxpool_forward(const PoolShape& s, const float* x, float* y, void* workspace) {
   PoolPlan& p = pool(s);
   const float one = 1, zero = 0;
-  DT_CUDNN_CHECK(cudnnPoolingForward(cudnn_, p.pool, &one, p.x->value, x, &zero, p.y->value, y));
+  DT_CUDNN_CHECK(cudnnPoolingForward(cudnn_.get(), p.pool.get(), &one, p.x.get(), x, &zero, p.y.get(), y));
   auto* keep = static_cast<char*>(workspace);
   DT_CUDA_CHECK(cudaMemcpyAsync(keep, x, p.x_bytes, cudaMemcpyDeviceToDevice, stream_));
   DT_CUDA_CHECK(cudaMemcpyAsync(keep + p.x_bytes, y, p.y_bytes, cudaMemcpyDeviceToDevice, stream_));
@@ -432,36 +469,44 @@ void CudaBackend::maxpool_backward(const PoolShape& s, const float* dy, const vo
   PoolPlan& p = pool(s);
   const float one = 1, zero = 0;
   auto* keep = static_cast<const char*>(workspace);
-  DT_CUDNN_CHECK(cudnnPoolingBackward(cudnn_, p.pool, &one, p.y->value, keep + p.x_bytes,
-                                      p.y->value, dy, p.x->value, keep, &zero, p.x->value, dx));
+  DT_CUDNN_CHECK(cudnnPoolingBackward(cudnn_.get(), p.pool.get(), &one, p.y.get(), keep + p.x_bytes,
+                                      p.y.get(), dy, p.x.get(), keep, &zero, p.x.get(), dx));
 }
 
-float CudaBackend::softmax_cross_entropy(int n, int classes, const float* logits,
-                                         const int32_t* labels, float* dlogits, int* correct) {
+void CudaBackend::softmax_cross_entropy(int n, int classes, const float* logits,
+                                        const int32_t* labels, float* dlogits, float* totals) {
   const float one = 1, zero = 0;
-  Tensor4d d(n, classes, 1, 1);
+  cuda::TensorDescriptor d = tensor4d(n, classes, 1, 1);
   size_t elements = static_cast<size_t>(n) * classes;
-  auto* base = static_cast<char*>(
-      scratch_.at_least(elements * sizeof(float) + n * (sizeof(float) + sizeof(int)) + 16));
-  auto* logp = reinterpret_cast<float*>(base);
-  auto* row_loss = logp + elements;
-  auto* row_hit = reinterpret_cast<int*>(row_loss + n);
-  auto* device_labels = static_cast<int32_t*>(labels_.at_least(sizeof(int32_t) * (n + 2)));
-  auto* totals = reinterpret_cast<float*>(device_labels + n);
-  DT_CUDA_CHECK(
-      cudaMemcpyAsync(device_labels, labels, sizeof(int32_t) * n, cudaMemcpyHostToDevice, stream_));
-  DT_CUDNN_CHECK(cudnnSoftmaxForward(cudnn_, CUDNN_SOFTMAX_LOG, CUDNN_SOFTMAX_MODE_INSTANCE, &one,
-                                     d.value, logits, &zero, d.value, logp));
+  auto* logp = static_cast<float*>(
+      scratch_.at_least((elements + 2 * static_cast<size_t>(n)) * sizeof(float)));
+  float* row_loss = logp + elements;
+  float* row_hit = row_loss + n;
+  DT_CUDNN_CHECK(cudnnSoftmaxForward(cudnn_.get(), CUDNN_SOFTMAX_LOG, CUDNN_SOFTMAX_MODE_INSTANCE,
+                                     &one, d.get(), logits, &zero, d.get(), logp));
   cross_entropy_kernel<<<blocks_for(static_cast<size_t>(n)), kThreads, 0, stream_>>>(
-      logp, logits, device_labels, dlogits, row_loss, row_hit, n, classes, nullptr, nullptr);
-  sum_rows_kernel<<<1, 1, 0, stream_>>>(row_loss, row_hit, n, totals,
-                                        reinterpret_cast<int*>(totals + 1));
+      logp, logits, labels, dlogits, row_loss, row_hit, n, classes);
+  add_row_sums_kernel<<<1, kSumThreads, 0, stream_>>>(row_loss, row_hit, n, totals);
   DT_CUDA_CHECK(cudaGetLastError());
-  float host[2];
-  DT_CUDA_CHECK(cudaMemcpyAsync(host, totals, sizeof host, cudaMemcpyDeviceToHost, stream_));
-  DT_CUDA_CHECK(cudaStreamSynchronize(stream_));
-  std::memcpy(correct, &host[1], sizeof(int));
-  return host[0];
+}
+
+void CudaBackend::add(size_t count, const float* x, float* y) {
+  if (count == 0) return;
+  add_kernel<<<blocks_for(count), kThreads, 0, stream_>>>(x, y, count);
+  DT_CUDA_CHECK(cudaGetLastError());
+}
+
+void CudaBackend::dropout_forward(size_t count, float rate, uint64_t key, const float* x,
+                                  float* y, float* mask) {
+  if (count == 0) return;
+  dropout_kernel<<<blocks_for(count), kThreads, 0, stream_>>>(x, y, mask, count, rate, key);
+  DT_CUDA_CHECK(cudaGetLastError());
+}
+
+void CudaBackend::multiply(size_t count, const float* a, const float* b, float* y) {
+  if (count == 0) return;
+  multiply_kernel<<<blocks_for(count), kThreads, 0, stream_>>>(a, b, y, count);
+  DT_CUDA_CHECK(cudaGetLastError());
 }
 
 void CudaBackend::sgd_update(const SgdParams& p, size_t count, float* w, const float* g,

@@ -1,0 +1,142 @@
+// See train_step.h.
+#include "worker/train/train_step.h"
+
+#include "common/clock.h"
+#include "common/errors.h"
+
+namespace dtrain::train {
+
+std::vector<GradientBucket> plan_buckets(const std::vector<nn::ParamRange>& layers,
+                                         size_t min_floats) {
+  std::vector<GradientBucket> buckets;
+  GradientBucket open;
+  for (size_t i = layers.size(); i-- > 0;) {
+    if (layers[i].count == 0) continue;
+    open.offset = layers[i].offset;  // layers are laid out in order, so the bucket grows down
+    open.count += layers[i].count;
+    open.first_layer = i;
+    if (open.count >= min_floats) {
+      buckets.push_back(open);
+      open = GradientBucket{};
+    }
+  }
+  if (open.count > 0) buckets.push_back(open);
+  return buckets;
+}
+
+TrainStep::TrainStep(nn::Sequential& model, Optimizer& optimizer, nn::Backend& backend,
+                     comm::Communicator& comm, StepOptions options)
+    : model_(model),
+      optimizer_(optimizer),
+      backend_(backend),
+      device_(backend.device()),
+      comm_(comm),
+      options_(options),
+      buckets_(plan_buckets(model.layer_ranges(), options.min_bucket_floats)),
+      stats_(device_, 4),
+      totals_(device_, 3),
+      stop_flag_(device_, 1),
+      readback_(device_, 4 * static_cast<size_t>(options.slots)) {
+  DT_ENFORCE(options_.slots >= 1 && options_.slots <= nn::Device::kMarkers, "{} input slots",
+             options_.slots);
+  // A graph replays fixed kernel arguments: the step key (dropout) and Adam's step-dependent
+  // rate are arguments, so those run launch by launch.
+  graphable_ = options_.graphs && comm_.stream_ordered() && !model_.has_random_layers() &&
+               optimizer_.same_every_step() && device_.kind() == nn::DeviceKind::kCuda;
+  graphs_.resize(static_cast<size_t>(options_.slots));
+  graph_inputs_.resize(static_cast<size_t>(options_.slots) * 2, nullptr);
+}
+
+TrainStep::~TrainStep() = default;
+
+void TrainStep::finish(comm::ReduceTicket ticket) {
+  double started = common::monotonic_seconds();
+  comm_.finish_all_reduce(ticket);
+  exposed_seconds_ += common::monotonic_seconds() - started;
+}
+
+void TrainStep::enqueue(const float* images, const int32_t* labels, int n,
+                        const nn::StepKey& key) {
+  device_.fill_zero(stats_.data(), stats_.bytes());
+  const float* logits = model_.forward(images, n, key, true);
+  backend_.softmax_cross_entropy(n, model_.classes(), logits, labels, model_.logits_gradient(),
+                                 stats_.data());
+  device_.upload(stats_.data() + 3, stop_flag_.data(), sizeof(float));
+  std::vector<comm::ReduceTicket> tickets;
+  auto start_bucket = [&](size_t b) {
+    tickets.push_back(comm_.start_all_reduce(model_.gradients().data() + buckets_[b].offset,
+                                             buckets_[b].count, comm::ReduceOp::kMean));
+  };
+  model_.backward(n, [&](size_t layer) {
+    if (options_.overlap && tickets.size() < buckets_.size() &&
+        buckets_[tickets.size()].first_layer == layer) {
+      start_bucket(tickets.size());
+    }
+  });
+  while (tickets.size() < buckets_.size()) start_bucket(tickets.size());
+  comm::ReduceTicket stats_ticket = comm_.start_all_reduce(stats_.data(), 4, comm::ReduceOp::kSum);
+  for (size_t b = 0; b < buckets_.size(); ++b) {
+    finish(tickets[b]);
+    optimizer_.apply(backend_, model_.parameters(), model_.gradients(), buckets_[b].offset,
+                     buckets_[b].count);
+  }
+  finish(stats_ticket);
+  backend_.add(3, stats_.data(), totals_.data());
+}
+
+void TrainStep::run(const float* images, const int32_t* labels, int n, const nn::StepKey& key,
+                    int slot) {
+  DT_ENFORCE(slot >= 0 && slot < options_.slots, "input slot {}", slot);
+  optimizer_.begin_step();
+  if (graphable_ && steps_run_ > 0) {  // the first step ran launch by launch: plans and memory
+    auto s = static_cast<size_t>(slot);  // exist, so nothing allocates while recording
+    if (!graphs_[s] || graph_inputs_[2 * s] != images ||
+        graph_inputs_[2 * s + 1] != static_cast<const void*>(labels)) {
+      graphs_[s].reset();
+      device_.begin_capture();
+      try {
+        enqueue(images, labels, n, key);
+        device_.download_async(readback_.data() + 4 * s, stats_.data(), stats_.bytes());
+      } catch (...) {
+        try {
+          device_.end_capture();
+        } catch (...) {
+        }
+        throw;
+      }
+      graphs_[s] = device_.end_capture();
+      graph_inputs_[2 * s] = images;
+      graph_inputs_[2 * s + 1] = reinterpret_cast<const float*>(labels);
+    }
+    graphs_[s]->launch();
+    graphed_ = true;
+  } else {
+    enqueue(images, labels, n, key);
+    device_.download_async(readback_.data() + 4 * static_cast<size_t>(slot), stats_.data(),
+                           stats_.bytes());
+  }
+  device_.record_marker(slot);
+  last_slots_[1] = last_slots_[0];
+  last_slots_[0] = slot;
+  ++steps_run_;
+}
+
+bool TrainStep::stop_agreed(int steps_ago) {
+  DT_ENFORCE(steps_ago >= 0 && steps_ago <= 1, "stop flag of {} steps ago", steps_ago);
+  if (steps_run_ <= steps_ago) return false;
+  int slot = last_slots_[static_cast<size_t>(steps_ago)];
+  device_.wait_marker(slot, options_.timeout_seconds);
+  return readback_.data()[4 * slot + 3] > 0.0f;
+}
+
+std::array<double, 3> TrainStep::totals() {
+  std::vector<float> host = totals_.to_host();
+  return {host[0], host[1], host[2]};
+}
+
+void TrainStep::set_totals(double loss_sum, double correct, double seen) {
+  totals_.from_host({static_cast<float>(loss_sum), static_cast<float>(correct),
+                     static_cast<float>(seen)});
+}
+
+}  // namespace dtrain::train

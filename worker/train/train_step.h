@@ -1,0 +1,94 @@
+// One synchronous data-parallel training step, enqueued on the model's device without a host
+// sync: forward, loss (labels on the device), backward with each gradient bucket's all-reduce
+// started as soon as backward has produced it (reverse layer order), a small all-reduce of the
+// step's loss, correct count, examples and stop flag, the optimizer bucket by bucket as each
+// all-reduce finishes, epoch totals accumulated on the device, and an asynchronous read-back
+// of the reduced stop flag that the trainer reads one step later. On CUDA with a stream-ordered
+// communicator the whole step is captured once per input slot as a CUDA graph and replayed.
+// It does not fetch batches, print, or checkpoint: the trainer does.
+#pragma once
+
+#include <array>
+#include <memory>
+#include <vector>
+
+#include "worker/comm/communicator.h"
+#include "worker/nn/sequential.h"
+#include "worker/train/optimizer.h"
+
+namespace dtrain::train {
+
+/// A contiguous range of the flat gradient buffer reduced in one all-reduce.
+struct GradientBucket {
+  size_t offset = 0;
+  size_t count = 0;
+  size_t first_layer = 0;  ///< backward produces it when this layer's gradients are enqueued
+};
+
+/// Buckets of whole layers in reverse order, each at least min_floats (the last may be smaller):
+/// a pure function of the model's layout, so every worker and every run uses the same ones.
+std::vector<GradientBucket> plan_buckets(const std::vector<nn::ParamRange>& layers,
+                                         size_t min_floats);
+
+struct StepOptions {
+  bool overlap = true;      ///< start buckets during backward (false: after it)
+  bool graphs = true;       ///< capture the step as a device graph where possible
+  size_t min_bucket_floats = 1 << 18;  ///< 1 MiB
+  int slots = 2;            ///< input slots (one graph each)
+  double timeout_seconds = 300;  ///< longest wait for a step's read-back
+};
+
+/// Not copyable; single-threaded. model, optimizer, backend and comm must outlive it.
+class TrainStep {
+ public:
+  TrainStep(nn::Sequential& model, Optimizer& optimizer, nn::Backend& backend,
+            comm::Communicator& comm, StepOptions options);
+  ~TrainStep();
+  TrainStep(const TrainStep&) = delete;
+  TrainStep& operator=(const TrainStep&) = delete;
+
+  /// Enqueues one step on a batch already on the device (images, labels of n examples; they
+  /// must stay unchanged until the step has run). slot (< options.slots) names the input slot
+  /// for graph reuse. On the host everything has run when this returns.
+  void run(const float* images, const int32_t* labels, int n, const nn::StepKey& key, int slot);
+  /// Waits for step `steps_ago` ago's read-back and says whether any worker had asked to stop
+  /// by then (the same answer on every worker). 0: the last step run (a sync), 1: the one before.
+  bool stop_agreed(int steps_ago);
+  /// This worker's stop request: carried by every later step's stats all-reduce.
+  void request_stop() { *stop_flag_.data() = 1.0f; }
+
+  /// The epoch's totals so far over all workers: loss sum, correct, examples (a sync).
+  std::array<double, 3> totals();
+  /// Sets the epoch totals (0 at an epoch start; a checkpoint's on resume).
+  void set_totals(double loss_sum, double correct, double seen);
+  /// Host seconds spent waiting for all-reduces (the exposed communication), since last reset.
+  double exposed_comm_seconds() const { return exposed_seconds_; }
+  void reset_exposed_comm_seconds() { exposed_seconds_ = 0; }
+  const std::vector<GradientBucket>& buckets() const { return buckets_; }
+  /// True once a step runs as a replayed graph.
+  bool graphed() const { return graphed_; }
+
+ private:
+  void enqueue(const float* images, const int32_t* labels, int n, const nn::StepKey& key);
+  void finish(comm::ReduceTicket ticket);
+
+  nn::Sequential& model_;
+  Optimizer& optimizer_;
+  nn::Backend& backend_;
+  nn::Device& device_;
+  comm::Communicator& comm_;
+  StepOptions options_;
+  std::vector<GradientBucket> buckets_;
+  nn::Buffer<float> stats_;   ///< [0..3]: this step's loss sum, correct, examples, stop flag
+  nn::Buffer<float> totals_;  ///< the epoch's reduced loss sum, correct, examples
+  nn::PinnedBuffer<float> stop_flag_;  ///< this worker's request, read by the upload each step
+  nn::PinnedBuffer<float> readback_;   ///< reduced stats of the last kMarkers steps
+  int64_t steps_run_ = 0;
+  std::array<int, 2> last_slots_{0, 0};  ///< input slots of the last two steps
+  bool graphable_ = false, graphed_ = false;
+  std::vector<std::unique_ptr<nn::DeviceGraph>> graphs_;  ///< per slot
+  std::vector<const float*> graph_inputs_;                ///< the images each graph reads
+  double exposed_seconds_ = 0;
+};
+
+}  // namespace dtrain::train
