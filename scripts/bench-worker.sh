@@ -1,29 +1,33 @@
 #!/usr/bin/env bash
 # Distributed-worker figures on the tutorial CNN (Fashion-MNIST), all in one run:
-#   samples/s of one worker and of two workers (same per-worker batch 64, 200 steps),
-#   the all-reduce's share of a two-worker step, the chief's checkpoint write time, and the time
+#   samples/s of one worker and of two workers (same per-worker batch 64, 200 steps), the
+#   two-worker step time and the exposed all-reduce share of it (host time waiting for
+#   all-reduces), each with overlap off (buckets reduced after backward: "before") and on
+#   (buckets reduced while backward runs: "after"), the chief's checkpoint write time, and the time
 #   from a worker's SIGKILL to the first completed step after the group restarted (back-off 0.2 s).
-#   scripts/bench-worker.sh
+#   scripts/bench-worker.sh [BUILD_DIR]
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/build.sh build >/dev/null
+build=${1:-build}
+bash scripts/build.sh "$build" >/dev/null
 work=$(mktemp -d /tmp/dtrain-bench-worker-XXXXXX)
 trap 'rm -rf "$work"' EXIT
-python3 - "$work" <<'PY'
+python3 - "$work" "$build" <<'PY'
 import glob, json, os, re, signal, subprocess, sys, time
-work = sys.argv[1]
+work, build = sys.argv[1], sys.argv[2]
 base = json.load(open("configs/fashion-mnist-2workers.json"))
 base["train"].update({"epochs": 1, "steps_per_epoch": 200, "validation": False,
                       "backup": {"dir": "backup", "save_freq": 50, "keep": 2, "delete_on_success": False}})
 base["restart"] = {"max_restarts": 3, "backoff_seconds": 0.2, "grace_seconds": 10}
 del base["cluster"]
 
-def launch(workers, name, kill_after_checkpoint=False):
-    job = dict(base, job=name, workers=workers)
+def launch(workers, name, kill_after_checkpoint=False, overlap=True):
+    job = json.loads(json.dumps(dict(base, job=name, workers=workers)))
+    job["train"]["overlap"] = overlap
     path = f"{work}/{name}.json"
     json.dump(job, open(path, "w"))
     run = f"{work}/{name}"
-    p = subprocess.Popen(["build/launcher/dtrain", "launch", path, "--run-dir", run],
+    p = subprocess.Popen([f"{build}/launcher/dtrain", "launch", path, "--run-dir", run],
                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     killed_at = None
     if kill_after_checkpoint:
@@ -36,8 +40,10 @@ def launch(workers, name, kill_after_checkpoint=False):
     return run, killed_at
 
 one, _ = launch(1, "one")
+before, _ = launch(2, "before", overlap=False)
 two, _ = launch(2, "two")
 m1 = json.loads(open(f"{one}/metrics.jsonl").readline())
+m0 = json.loads(open(f"{before}/metrics.jsonl").readline())
 m2 = json.loads(open(f"{two}/metrics.jsonl").readline())
 saves = [float(x) for x in re.findall(r"saved .* in (\d+) ms", open(f"{two}/logs/worker-0.log").read())]
 kill, killed_at = launch(2, "kill", kill_after_checkpoint=True)
@@ -46,10 +52,13 @@ firsts = [float(x) for x in re.findall(r"first step of this run done \(CLOCK_MON
 restart = [f for f in firsts if f > killed_at][0] - killed_at
 print("# scripts/bench-worker.sh: tutorial CNN, batch 64 per worker, 200 steps, 2 cores")
 print("metric value")
+steps = base["train"]["steps_per_epoch"]
 print(f"one_worker_samples_per_s {m1['samples_per_second']:.0f}")
-print(f"two_worker_samples_per_s {m2['samples_per_second']:.0f}")
+for label, m in (("overlap_off", m0), ("overlap_on", m2)):
+    print(f"two_worker_step_ms_{label} {m['seconds'] / steps * 1000:.2f}")
+    print(f"exposed_allreduce_share_{label} {m['allreduce_seconds'] / m['seconds']:.3f}")
+    print(f"two_worker_samples_per_s_{label} {m['samples_per_second']:.0f}")
 print(f"two_worker_speedup {m2['samples_per_second'] / m1['samples_per_second']:.2f}")
-print(f"allreduce_share_of_step {m2['allreduce_seconds'] / m2['seconds']:.3f}")
 print(f"checkpoint_write_ms_median {sorted(saves)[len(saves) // 2]:.0f} (of {len(saves)}, {os.path.getsize(sorted(glob.glob(two + '/backup/ckpt-*'))[-1]) / 1e6:.1f} MB each)")
 print(f"sigkill_to_first_step_after_restart_s {restart:.2f} (back-off 0.2 s included)")
 PY

@@ -40,8 +40,10 @@ test_gpu 2>&1 | tail -4
 
 step "test_gpu under compute-sanitizer (memcheck)"
 if command -v compute-sanitizer >/dev/null; then
-  timeout 400 compute-sanitizer --tool memcheck --error-exitcode 9 test_gpu 2>&1 | tail -6
-  echo "compute-sanitizer exit: ${PIPESTATUS[0]}"
+  timeout 400 compute-sanitizer --tool memcheck --error-exitcode 9 test_gpu >"$out/memcheck.log" 2>&1
+  echo "compute-sanitizer exit: $?"
+  grep -A12 -m 6 '^========= [A-Z]' "$out/memcheck.log" | head -80
+  tail -4 "$out/memcheck.log"
 fi
 
 step "one worker on the GPU, NCCL at world size 1"

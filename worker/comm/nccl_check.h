@@ -7,10 +7,10 @@
 
 #include "worker/nn/cuda/cuda_check.h"
 
-#define DT_NCCL_CHECK(call)                                                             \
-  do {                                                                                  \
-    ncclResult_t dt_rc_ = (call);                                                       \
-    if (dt_rc_ != ncclSuccess)                                                          \
-      ::dtrain::nn::cuda::throw_vendor_error("NCCL", #call, ncclGetErrorString(dt_rc_), \
-                                             __FILE__, __LINE__);                       \
+#define DT_NCCL_CHECK(call)                                                                       \
+  do {                                                                                            \
+    ncclResult_t dt_rc_ = (call);                                                                 \
+    if (dt_rc_ != ncclSuccess)                                                                    \
+      ::dtrain::nn::cuda::throw_vendor_error("NCCL", #call, ncclGetErrorString(dt_rc_), __FILE__, \
+                                             __LINE__);                                           \
   } while (false)

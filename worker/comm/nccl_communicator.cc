@@ -139,6 +139,8 @@ class NcclCommunicator final : public Communicator {
 
   ReduceTicket start_all_reduce(float* data, size_t count, ReduceOp op) override;
   void finish_all_reduce(ReduceTicket ticket) override;
+  /// Events and ncclAllReduce on streams only: a CUDA graph may record them.
+  bool stream_ordered() const override { return true; }
 
  private:
   /// The events of one started all-reduce: ready on the compute stream (its data is written),
@@ -154,8 +156,8 @@ class NcclCommunicator final : public Communicator {
   bool drained() noexcept;
 
   std::unique_ptr<Communicator> bootstrap_;
-  cudaStream_t compute_;    ///< the device's; not owned
-  nn::cuda::StreamHandle comm_stream_;  ///< all NCCL work, in start order
+  cudaStream_t compute_;                 ///< the device's; not owned
+  nn::cuda::StreamHandle comm_stream_;   ///< all NCCL work, in start order
   std::array<Slot, kEventPairs> slots_;  ///< ticket t uses slots_[t % kEventPairs]
   NcclComm comm_;                        ///< last member: freed before the stream and events
   std::string abort_message_;
@@ -240,7 +242,9 @@ std::unique_ptr<Communicator> make_nccl_communicator(std::unique_ptr<Communicato
   return std::make_unique<NcclCommunicator>(std::move(bootstrap), device);
 }
 
-bool nccl_available() { return true; }
+bool nccl_available() {
+  return true;
+}
 
 std::string nccl_version_string() {
   int code = 0;

@@ -192,6 +192,9 @@ EpochMetrics Trainer::train_epoch(int epoch) {
     seen_here += static_cast<double>(n) * comm_.size();
     n = next_n;
     state_ = TrainingState{epoch, step + 1, state_.global_step + 1, optimizer_->iterations(), 0, 0, 0};
+    if (state_.global_step == start_.global_step + 3 && step_->graphed()) {
+      spdlog::info("training step recorded as a CUDA graph, replayed each step");
+    }
     if (state_.global_step == start_.global_step + 1) {  // benchmarks time restarts up to here
       step_->stop_agreed(0);
       spdlog::info("first step of this run done (CLOCK_MONOTONIC {:.6f})",

@@ -61,13 +61,9 @@ __global__ void bias_rows_kernel(float* y, const float* b, int n, int out) {
   if (i < static_cast<size_t>(n) * out) y[i] += b[i % out];
 }
 
-// Column sums in a fixed order (one thread per column): deterministic.
-__global__ void column_sums_kernel(const float* dy, float* db, int n, int out) {
-  int j = blockIdx.x * blockDim.x + threadIdx.x;
-  if (j >= out) return;
-  float sum = 0;
-  for (int i = 0; i < n; ++i) sum += dy[static_cast<size_t>(i) * out + j];
-  db[j] = sum;
+__global__ void fill_kernel(float* x, size_t n, float value) {
+  size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x;
+  if (i < n) x[i] = value;
 }
 
 // One thread per row: the row's gradient (unless dlogits is null), loss and hit.
@@ -237,6 +233,8 @@ class CudaBackend : public Backend {
 
  private:
   ConvPlan& plan(const ConvShape& s);
+  void choose_algorithms(ConvPlan& p);
+  const float* ones(int n);
   PoolPlan& pool(const PoolShape& s);
   const float* input_for(ConvPlan& p, const float* x);
 
@@ -245,7 +243,8 @@ class CudaBackend : public Backend {
   cuda::CudnnHandle cudnn_;
   cuda::CublasHandle cublas_;
   cuda::ActivationDescriptor relu_;
-  DeviceBuffer workspace_, padded_, padded_grad_, scratch_, cublas_workspace_;
+  DeviceBuffer workspace_, padded_, padded_grad_, scratch_, cublas_workspace_, ones_;
+  int ones_count_ = 0;
   std::map<std::string, std::unique_ptr<ConvPlan>> convs_;
   std::map<std::string, std::unique_ptr<PoolPlan>> pools_;
 };
@@ -280,6 +279,45 @@ CudaBackend::CudaBackend() : device_(make_cuda_device()) {
 // Plans and buffers go before the handles and the device (members in reverse order).
 CudaBackend::~CudaBackend() = default;
 
+namespace {
+
+// FMA (no TF32) results only: the CPU and GPU agree in fp32.
+template <class Perf>
+bool fp32_math(const Perf& perf) {
+  return perf.status == CUDNN_STATUS_SUCCESS && perf.mathType != CUDNN_TENSOR_OP_MATH &&
+         perf.mathType != CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION;
+}
+
+// The fastest measured result that is fp32 (and deterministic when asked), else the first.
+template <class Perf>
+const Perf& fastest(const Perf* perf, int found, bool deterministic) {
+  for (int i = 0; i < found; ++i)
+    if (fp32_math(perf[i]) && (!deterministic || perf[i].determinism == CUDNN_DETERMINISTIC))
+      return perf[i];
+  return perf[0];
+}
+
+}  // namespace
+
+// Times every algorithm once per shape (cudnnFind*): the fastest fp32 forward, and the fastest
+// deterministic fp32 backward ones, so a run's gradients do not depend on scheduling. Runs when
+// a shape is first seen: a training step's first, unrecorded, run.
+void CudaBackend::choose_algorithms(ConvPlan& p) {
+  int found = 0;
+  cudnnConvolutionFwdAlgoPerf_t fwd[16];
+  DT_CUDNN_CHECK(cudnnFindConvolutionForwardAlgorithm(cudnn_.get(), p.x.get(), p.w.get(),
+                                                      p.conv.get(), p.y.get(), 16, &found, fwd));
+  p.fwd = fastest(fwd, found, false).algo;
+  cudnnConvolutionBwdDataAlgoPerf_t bd[16];
+  DT_CUDNN_CHECK(cudnnFindConvolutionBackwardDataAlgorithm(
+      cudnn_.get(), p.w.get(), p.y.get(), p.conv.get(), p.x.get(), 16, &found, bd));
+  p.bwd_data = fastest(bd, found, true).algo;
+  cudnnConvolutionBwdFilterAlgoPerf_t bf[16];
+  DT_CUDNN_CHECK(cudnnFindConvolutionBackwardFilterAlgorithm(
+      cudnn_.get(), p.x.get(), p.y.get(), p.conv.get(), p.w.get(), 16, &found, bf));
+  p.bwd_filter = fastest(bf, found, true).algo;
+}
+
 ConvPlan& CudaBackend::plan(const ConvShape& s) {
   auto& slot = convs_[key_of(s)];
   if (slot) return *slot;
@@ -305,25 +343,7 @@ ConvPlan& CudaBackend::plan(const ConvShape& s) {
                                                  CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
   DT_CUDNN_CHECK(
       cudnnSetConvolutionMathType(conv, CUDNN_FMA_MATH));  // no TF32: match the CPU in fp32
-  int found = 0;
-  cudnnConvolutionFwdAlgoPerf_t fwd[8];
-  DT_CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithm_v7(cudnn_.get(), p->x.get(), p->w.get(), p->conv.get(),
-                                                        p->y.get(), 8, &found, fwd));
-  p->fwd = fwd[0].algo;
-  cudnnConvolutionBwdDataAlgoPerf_t bd[8];
-  DT_CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithm_v7(cudnn_.get(), p->w.get(), p->y.get(), p->conv.get(),
-                                                             p->x.get(), 8, &found, bd));
-  p->bwd_data = bd[0].algo;
-  for (int i = found - 1; i >= 0; --i)
-    if (bd[i].status == CUDNN_STATUS_SUCCESS && bd[i].determinism == CUDNN_DETERMINISTIC)
-      p->bwd_data = bd[i].algo;
-  cudnnConvolutionBwdFilterAlgoPerf_t bf[8];
-  DT_CUDNN_CHECK(cudnnGetConvolutionBackwardFilterAlgorithm_v7(cudnn_.get(), p->x.get(), p->y.get(),
-                                                               p->conv.get(), p->w.get(), 8, &found, bf));
-  p->bwd_filter = bf[0].algo;
-  for (int i = found - 1; i >= 0; --i)
-    if (bf[i].status == CUDNN_STATUS_SUCCESS && bf[i].determinism == CUDNN_DETERMINISTIC)
-      p->bwd_filter = bf[i].algo;
+  choose_algorithms(*p);
   size_t a = 0, b = 0, c = 0;
   DT_CUDNN_CHECK(cudnnGetConvolutionForwardWorkspaceSize(cudnn_.get(), p->x.get(), p->w.get(), p->conv.get(),
                                                          p->y.get(), p->fwd, &a));
@@ -388,6 +408,17 @@ void CudaBackend::conv2d_backward_weights(const ConvShape& s, const float* x, co
       cudnnConvolutionBackwardBias(cudnn_.get(), &one, p.y.get(), dy, &zero, p.bias.get(), db));
 }
 
+// n ones on the device, grown (outside any recording: first use of a batch size) as needed.
+const float* CudaBackend::ones(int n) {
+  if (n > ones_count_) {
+    auto* data = static_cast<float*>(ones_.at_least(sizeof(float) * static_cast<size_t>(n)));
+    fill_kernel<<<blocks_for(static_cast<size_t>(n)), kThreads, 0, stream_>>>(data, n, 1.0f);
+    DT_CUDA_CHECK(cudaGetLastError());
+    ones_count_ = n;
+  }
+  return static_cast<const float*>(ones_.at_least(0));
+}
+
 // Row-major (n x in) . (in x out) through column-major cuBLAS: y^T = w^T x^T.
 void CudaBackend::dense_forward(int n, int in, int out, const float* x, const float* w,
                                 const float* b, float* y) {
@@ -411,9 +442,9 @@ void CudaBackend::dense_backward_weights(int n, int in, int out, const float* x,
   const float one = 1, zero = 0;
   DT_CUBLAS_CHECK(cublasSgemm(cublas_.get(), CUBLAS_OP_N, CUBLAS_OP_T, out, in, n, &one, dy, out, x, in,
                               &zero, dw, out));
-  column_sums_kernel<<<blocks_for(static_cast<size_t>(out)), kThreads, 0, stream_>>>(dy, db, n,
-                                                                                     out);
-  DT_CUDA_CHECK(cudaGetLastError());
+  // db = dy^T 1: cuBLAS's gemv sums in a fixed order (deterministic).
+  DT_CUBLAS_CHECK(cublasSgemv(cublas_.get(), CUBLAS_OP_N, out, n, &one, dy, out, ones(n), 1, &zero,
+                              db, 1));
 }
 
 void CudaBackend::relu_forward(size_t count, const float* x, float* y) {
