@@ -145,6 +145,9 @@ PreparedRun prepare_run(const common::JobSpec& spec) {
   c.host_cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   c.launcher_omp_threads = common::get_env(common::kEnvOmpThreads);
   c.local_gpus = count_local_gpus();
+  if (std::optional<std::string> visible = common::get_env(common::kEnvCudaDevices)) {
+    c.gpu_names = common::visible_gpu_names(visible, common::count_driver_gpus());
+  }
   check_gpu_assignment(c);
   common::write_file_atomically(c.spec_path, common::job_spec_to_json(spec, c.cluster) + "\n");
   return run;

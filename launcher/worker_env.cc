@@ -69,7 +69,9 @@ std::string gpu_for_task(const LaunchContext& c, const common::TaskId& task) {
   if (c.local_gpus <= 0) return "";
   std::vector<common::TaskId> tasks = local_tasks(c);
   for (size_t i = 0; i < tasks.size(); ++i) {
-    if (tasks[i] == task) return std::to_string(static_cast<int>(i) % c.local_gpus);
+    if (!(tasks[i] == task)) continue;
+    size_t slot = i % static_cast<size_t>(c.local_gpus);
+    return slot < c.gpu_names.size() ? c.gpu_names[slot] : std::to_string(slot);
   }
   return "";
 }

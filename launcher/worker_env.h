@@ -5,6 +5,7 @@
 
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "common/cluster_spec.h"
 #include "common/job_spec.h"
@@ -24,6 +25,9 @@ struct LaunchContext {
   int host_cores = 1;
   std::optional<std::string> launcher_omp_threads;  ///< OMP_NUM_THREADS of the launcher, if set
   int local_gpus = 0;  ///< GPUs on this host; each local task gets one through CUDA_VISIBLE_DEVICES
+  /// What to hand out for those GPUs: the launcher's own CUDA_VISIBLE_DEVICES entries when it
+  /// has one (so "2,3" hands out 2 and 3), else empty for "0".."local_gpus - 1".
+  std::vector<std::string> gpu_names;
 };
 
 /// The GPU (as CUDA_VISIBLE_DEVICES text) of task: local tasks take the host's GPUs round-robin

@@ -197,4 +197,9 @@ TEST_CASE(
   spec.gpu_sharing = true;
   CHECK_NOTHROW(check_gpu_assignment(c));
   CHECK(gpu_for_task(c, {"worker", 1}) == "0");
+  // A launcher started with CUDA_VISIBLE_DEVICES=5,7 hands out those GPUs, not 0 and 1.
+  c.gpu_names = {"5", "7"};
+  CHECK(gpu_for_task(c, {"chief", 0}) == "5");
+  CHECK(gpu_for_task(c, {"worker", 0}) == "7");
+  CHECK(gpu_for_task(c, {"worker", 1}) == "5");
 }

@@ -81,6 +81,12 @@ class Backend {
   /// dw = x^T dy, db = column sums of dy.
   virtual void dense_backward_weights(int n, int in, int out, const float* x, const float* dy,
                                       float* dw, float* db) = 0;
+  /// Rows [row_begin, row_end) of dw = x^T dy only (dw points at row 0), so a large kernel's
+  /// gradient can be produced, and all-reduced, in pieces.
+  virtual void dense_backward_weight_rows(int n, int in, int out, const float* x, const float* dy,
+                                          float* dw, int row_begin, int row_end) = 0;
+  /// db = column sums of dy.
+  virtual void dense_backward_bias(int n, int out, const float* dy, float* db) = 0;
 
   /// y = max(x, 0); y may be x.
   virtual void relu_forward(size_t count, const float* x, float* y) = 0;

@@ -103,7 +103,20 @@ class DnnlBackend : public HostBackend {
 
   void dense_backward_weights(int n, int in, int out, const float* x, const float* dy, float* dw,
                               float* db) override {
-    gemm('T', 'N', in, out, n, x, in, dy, out, 0.0f, dw, out);
+    dense_backward_weight_rows(n, in, out, x, dy, dw, 0, in);
+    dense_backward_bias(n, out, dy, db);
+  }
+
+  void dense_backward_weight_rows(int n, int in, int out, const float* x, const float* dy,
+                                  float* dw, int row_begin, int row_end) override {
+    DT_ENFORCE(0 <= row_begin && row_begin <= row_end && row_end <= in, "rows {}..{} of {}",
+               row_begin, row_end, in);
+    if (row_begin == row_end) return;
+    gemm('T', 'N', row_end - row_begin, out, n, x + row_begin, in, dy, out, 0.0f,
+         dw + static_cast<size_t>(row_begin) * out, out);
+  }
+
+  void dense_backward_bias(int n, int out, const float* dy, float* db) override {
     std::fill(db, db + out, 0.0f);
     for (int i = 0; i < n; ++i) {
       const float* row = dy + static_cast<size_t>(i) * out;

@@ -77,10 +77,10 @@ class Conv2D : public Activated {
     activate(b, n, y);
   }
   void backward(Backend& b, int n, const float* x, const float* y, const float* dy, float* dx,
-                const float* p, float* g, const std::function<void()>& enqueued) override {
+                const float* p, float* g, const std::function<void(size_t)>& enqueued) override {
     const float* dz = deactivate(b, n, y, dy);
     b.conv2d_backward_weights(at(n), x, dz, g, g + params()[1].offset);
-    if (enqueued) enqueued();
+    if (enqueued) enqueued(0);
     if (dx) b.conv2d_backward_data(at(n), dz, p, dx);
   }
 
@@ -107,6 +107,18 @@ class Dense : public Activated {
     return {{base + "kernel", {in_, out_.c}, 0, kernel},
             {base + "bias", {out_.c}, kernel, static_cast<size_t>(out_.c)}};
   }
+  // The bias, then the kernel in pieces of whole rows, last rows first.
+  std::vector<ParamRange> gradient_pieces() const override {
+    size_t kernel = static_cast<size_t>(in_) * out_.c;
+    std::vector<ParamRange> pieces = {{kernel, static_cast<size_t>(out_.c)}};
+    size_t rows_per_piece = std::max<size_t>(1, kGradientPieceFloats / out_.c);
+    for (size_t end = in_; end > 0;) {
+      size_t begin = end > rows_per_piece ? end - rows_per_piece : 0;
+      pieces.push_back({begin * out_.c, (end - begin) * out_.c});
+      end = begin;
+    }
+    return pieces;
+  }
   void initialize(float* p, uint64_t seed) const override {
     glorot_uniform(p, params()[0].count, in_, out_.c, seed);
     std::fill(p + params()[1].offset, p + params()[1].offset + out_.c, 0.0f);
@@ -117,10 +129,19 @@ class Dense : public Activated {
     activate(b, n, y);
   }
   void backward(Backend& b, int n, const float* x, const float* y, const float* dy, float* dx,
-                const float* p, float* g, const std::function<void()>& enqueued) override {
+                const float* p, float* g, const std::function<void(size_t)>& enqueued) override {
     const float* dz = deactivate(b, n, y, dy);
-    b.dense_backward_weights(n, in_, out_.c, x, dz, g, g + params()[1].offset);
-    if (enqueued) enqueued();
+    // The bias, then the kernel from its last rows to its first: each piece extends the
+    // gradients produced so far downwards, so buckets stay contiguous.
+    b.dense_backward_bias(n, out_.c, dz, g + params()[1].offset);
+    if (enqueued) enqueued(0);
+    std::vector<ParamRange> pieces = gradient_pieces();
+    for (size_t k = 1; k < pieces.size(); ++k) {
+      int first = static_cast<int>(pieces[k].offset / out_.c);
+      int last = static_cast<int>((pieces[k].offset + pieces[k].count) / out_.c);
+      b.dense_backward_weight_rows(n, in_, out_.c, x, dz, g, first, last);
+      if (enqueued) enqueued(k);
+    }
     if (dx) b.dense_backward_data(n, in_, out_.c, dz, p, dx);
   }
 
@@ -145,7 +166,7 @@ class MaxPool2D : public Layer {
     b.maxpool_forward(s, x, y, workspace_.data());
   }
   void backward(Backend& b, int n, const float*, const float*, const float* dy, float* dx,
-                const float*, float*, const std::function<void()>&) override {
+                const float*, float*, const std::function<void(size_t)>&) override {
     if (dx) b.maxpool_backward(at(n), dy, workspace_.data(), dx);
   }
 
@@ -170,7 +191,7 @@ class Flatten : public Layer {
     DT_ENFORCE(false, "flatten is a view; its forward is never called");
   }
   void backward(Backend&, int, const float*, const float*, const float*, float*, const float*,
-                float*, const std::function<void()>&) override {
+                float*, const std::function<void(size_t)>&) override {
     DT_ENFORCE(false, "flatten is a view; its backward is never called");
   }
 
@@ -188,7 +209,7 @@ class Relu : public Layer {
     b.relu_forward(dims_.size() * static_cast<size_t>(n), x, y);
   }
   void backward(Backend& b, int n, const float*, const float* y, const float* dy, float* dx,
-                const float*, float*, const std::function<void()>&) override {
+                const float*, float*, const std::function<void(size_t)>&) override {
     if (dx) b.relu_backward(dims_.size() * static_cast<size_t>(n), y, dy, dx);
   }
 
@@ -221,7 +242,7 @@ class Dropout : public Layer {
     b.dropout_forward(count, rate_, stream, x, y, mask_.data());
   }
   void backward(Backend& b, int n, const float*, const float*, const float* dy, float* dx,
-                const float*, float*, const std::function<void()>&) override {
+                const float*, float*, const std::function<void(size_t)>&) override {
     if (!dx) return;
     size_t count = dims_.size() * static_cast<size_t>(n);
     if (training_) {
@@ -240,6 +261,13 @@ class Dropout : public Layer {
 };
 
 }  // namespace
+
+std::vector<ParamRange> Layer::gradient_pieces() const {
+  size_t count = 0;
+  for (const ParamInfo& p : params()) count += p.count;
+  if (count == 0) return {};
+  return {{0, count}};
+}
 
 std::unique_ptr<Layer> make_layer(const LayerSpec& l, int index, Dims in, int max_batch,
                                   Backend& backend) {

@@ -28,6 +28,16 @@ struct ParamInfo {
   size_t count = 0;
 };
 
+/// A range of a flat parameter or gradient buffer: [offset, offset + count), in floats.
+struct ParamRange {
+  size_t offset = 0;
+  size_t count = 0;
+};
+
+/// Gradients of a dense kernel larger than this are produced in pieces of about this many floats
+/// (whole rows), so the all-reduce of the first piece starts while the rest are computed.
+constexpr size_t kGradientPieceFloats = size_t{1} << 19;
+
 /// Where a draw comes from: randomness depends only on these and the layer index.
 struct StepKey {
   uint64_t seed = 0;
@@ -41,6 +51,9 @@ class Layer {
   virtual Dims output_dims() const = 0;
   /// Parameter tensors relative to this layer's start in the flat buffer.
   virtual std::vector<ParamInfo> params() const { return {}; }
+  /// The pieces in which backward produces this layer's gradients, relative to the layer's start,
+  /// in the order it enqueues them; together they cover every parameter. Default: one piece.
+  virtual std::vector<ParamRange> gradient_pieces() const;
   /// Keras initialisation of this layer's parameters (glorot_uniform kernels, zero biases), into
   /// HOST memory.
   virtual void initialize(float*, uint64_t) const {}
@@ -51,12 +64,12 @@ class Layer {
   /// this layer's parameters.
   virtual void forward(Backend& b, int n, const float* x, float* y, const float* params,
                        const StepKey& key, bool training) = 0;
-  /// Given x, y and dy: writes this layer's gradients into grads, calls gradients_enqueued()
-  /// (when set and the layer has parameters) as soon as they are enqueued, then writes dx
-  /// (unless null), so the gradients' all-reduce can start before dx is computed.
+  /// Given x, y and dy: writes this layer's gradients into grads, calling
+  /// gradients_enqueued(k) (when set) as soon as piece k of gradient_pieces() is enqueued, then
+  /// writes dx (unless null), so the gradients' all-reduce can start before dx is computed.
   virtual void backward(Backend& b, int n, const float* x, const float* y, const float* dy,
                         float* dx, const float* params, float* grads,
-                        const std::function<void()>& gradients_enqueued) = 0;
+                        const std::function<void(size_t piece)>& gradients_enqueued) = 0;
 };
 
 /// Builds layer index of spec for the given input dims and largest batch, with its scratch on the

@@ -137,13 +137,24 @@ class ReferenceBackend final : public HostBackend {
 
   void dense_backward_weights(int n, int in, int out, const float* x, const float* dy, float* dw,
                               float* db) override {
+    dense_backward_weight_rows(n, in, out, x, dy, dw, 0, in);
+    dense_backward_bias(n, out, dy, db);
+  }
+
+  void dense_backward_weight_rows(int n, int in, int out, const float* x, const float* dy,
+                                  float* dw, int row_begin, int row_end) override {
     check_dense(n, in, out);
-    for (int j = 0; j < in; ++j)
+    DT_ENFORCE(0 <= row_begin && row_begin <= row_end && row_end <= in, "rows {}..{} of {}",
+               row_begin, row_end, in);
+    for (int j = row_begin; j < row_end; ++j)
       for (int o = 0; o < out; ++o) {
         double sum = 0.0;
         for (int i = 0; i < n; ++i) sum += double{x[idx(i, in, j)]} * dy[idx(i, out, o)];
         dw[idx(j, out, o)] = static_cast<float>(sum);
       }
+  }
+
+  void dense_backward_bias(int n, int out, const float* dy, float* db) override {
     for (int o = 0; o < out; ++o) {
       double sum = 0.0;
       for (int i = 0; i < n; ++i) sum += dy[idx(i, out, o)];

@@ -32,6 +32,14 @@ Sequential::Sequential(const ModelSpec& spec, Backend& backend, int max_batch)
                     "it ends in {}x{}x{}",
                     spec.layers.size() - 1, last.h, last.w, last.c));
   }
+  first_piece_.assign(layers_.size(), 0);
+  for (size_t i = layers_.size(); i-- > 0;) {
+    first_piece_[i] = pieces_.size();
+    for (ParamRange piece : layers_[i]->gradient_pieces()) {
+      piece.offset += ranges_[i].offset;
+      pieces_.push_back(piece);
+    }
+  }
   Device& device = backend.device();
   parameters_ = Buffer<float>(device, offset);
   gradients_ = Buffer<float>(device, offset);
@@ -76,11 +84,12 @@ const float* Sequential::forward(const float* images, int n, const StepKey& key,
   return activations_.back();
 }
 
-void Sequential::backward(int n, const std::function<void(size_t layer)>& gradients_enqueued) {
+void Sequential::backward(int n, const std::function<void(size_t piece)>& gradients_enqueued) {
   for (size_t i = layers_.size(); i-- > 0;) {
     if (layers_[i]->is_view()) continue;
-    std::function<void()> enqueued;
-    if (gradients_enqueued && ranges_[i].count > 0) enqueued = [&] { gradients_enqueued(i); };
+    std::function<void(size_t)> enqueued;
+    if (gradients_enqueued && ranges_[i].count > 0)
+      enqueued = [&](size_t k) { gradients_enqueued(first_piece_[i] + k); };
     layers_[i]->backward(backend_, n, activations_[i], activations_[i + 1], deltas_[i + 1],
                          deltas_[i], parameters_.data() + ranges_[i].offset,
                          gradients_.data() + ranges_[i].offset, enqueued);

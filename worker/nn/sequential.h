@@ -16,12 +16,6 @@
 
 namespace dtrain::nn {
 
-/// A layer's parameters inside the flat buffers: [offset, offset + count).
-struct ParamRange {
-  size_t offset = 0;
-  size_t count = 0;
-};
-
 class Sequential {
  public:
   /// Builds the layers for batches of up to max_batch examples. Throws ConfigError naming the
@@ -41,9 +35,12 @@ class Sequential {
   /// Where the loss writes dlogits (n x classes, device memory) before backward().
   float* logits_gradient() { return deltas_.back(); }
   /// Enqueues the backward pass of the last forward(): overwrites the gradient buffer. After
-  /// layer i's gradients are enqueued, calls gradients_enqueued(i) (last layer first), so their
+  /// gradient piece k (of gradient_pieces()) is enqueued, calls gradients_enqueued(k), so its
   /// all-reduce can start while the rest of backward runs.
-  void backward(int n, const std::function<void(size_t layer)>& gradients_enqueued = {});
+  void backward(int n, const std::function<void(size_t piece)>& gradients_enqueued = {});
+  /// The pieces of the flat gradient buffer in the order backward produces them: last layer
+  /// first, each layer's pieces in its own order; contiguous, each below the one before.
+  const std::vector<ParamRange>& gradient_pieces() const { return pieces_; }
 
   int classes() const { return static_cast<int>(dims_.back().size()); }
   Dims input_dims() const { return dims_.front(); }
@@ -67,6 +64,8 @@ class Sequential {
   bool has_random_layers_ = false;
   std::vector<std::unique_ptr<Layer>> layers_;
   std::vector<ParamRange> ranges_;
+  std::vector<ParamRange> pieces_;
+  std::vector<size_t> first_piece_;  ///< layer i's first piece in pieces_
   std::vector<Dims> dims_;  ///< input, then each layer's output
   std::vector<ParamInfo> infos_;
   Buffer<float> parameters_, gradients_;

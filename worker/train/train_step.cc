@@ -6,15 +6,16 @@
 
 namespace dtrain::train {
 
-std::vector<GradientBucket> plan_buckets(const std::vector<nn::ParamRange>& layers,
+std::vector<GradientBucket> plan_buckets(const std::vector<nn::ParamRange>& pieces,
                                          size_t min_floats) {
   std::vector<GradientBucket> buckets;
   GradientBucket open;
-  for (size_t i = layers.size(); i-- > 0;) {
-    if (layers[i].count == 0) continue;
-    open.offset = layers[i].offset;  // layers are laid out in order, so the bucket grows down
-    open.count += layers[i].count;
-    open.first_layer = i;
+  for (size_t i = 0; i < pieces.size(); ++i) {
+    DT_ENFORCE(open.count == 0 || pieces[i].offset + pieces[i].count == open.offset,
+               "gradient piece {} is not just below the one before", i);
+    open.offset = pieces[i].offset;  // each piece lies just below the one before
+    open.count += pieces[i].count;
+    open.last_piece = i;
     if (open.count >= min_floats) {
       buckets.push_back(open);
       open = GradientBucket{};
@@ -32,7 +33,7 @@ TrainStep::TrainStep(nn::Sequential& model, Optimizer& optimizer, nn::Backend& b
       device_(backend.device()),
       comm_(comm),
       options_(options),
-      buckets_(plan_buckets(model.layer_ranges(), options.min_bucket_floats)),
+      buckets_(plan_buckets(model.gradient_pieces(), options.min_bucket_floats)),
       stats_(device_, 4),
       totals_(device_, 3),
       stop_flag_(device_, 1),
@@ -67,9 +68,9 @@ void TrainStep::enqueue(const float* images, const int32_t* labels, int n,
     tickets.push_back(comm_.start_all_reduce(model_.gradients().data() + buckets_[b].offset,
                                              buckets_[b].count, comm::ReduceOp::kMean));
   };
-  model_.backward(n, [&](size_t layer) {
+  model_.backward(n, [&](size_t piece) {
     if (options_.overlap && tickets.size() < buckets_.size() &&
-        buckets_[tickets.size()].first_layer == layer) {
+        buckets_[tickets.size()].last_piece == piece) {
       start_bucket(tickets.size());
     }
   });

@@ -22,12 +22,13 @@ namespace dtrain::train {
 struct GradientBucket {
   size_t offset = 0;
   size_t count = 0;
-  size_t first_layer = 0;  ///< backward produces it when this layer's gradients are enqueued
+  size_t last_piece = 0;  ///< complete once backward has enqueued this gradient piece
 };
 
-/// Buckets of whole layers in reverse order, each at least min_floats (the last may be smaller):
-/// a pure function of the model's layout, so every worker and every run uses the same ones.
-std::vector<GradientBucket> plan_buckets(const std::vector<nn::ParamRange>& layers,
+/// Consecutive gradient pieces (in the order backward produces them) joined into buckets of at
+/// least min_floats (the last may be smaller): a pure function of the model's layout, so every
+/// worker and every run uses the same buckets, with overlap or without.
+std::vector<GradientBucket> plan_buckets(const std::vector<nn::ParamRange>& pieces,
                                          size_t min_floats);
 
 struct StepOptions {

@@ -212,6 +212,9 @@ class CudaBackend : public Backend {
                      float* y) override;
   void dense_backward_data(int n, int in, int out, const float* dy, const float* w,
                            float* dx) override;
+  void dense_backward_weight_rows(int n, int in, int out, const float* x, const float* dy,
+                                  float* dw, int row_begin, int row_end) override;
+  void dense_backward_bias(int n, int out, const float* dy, float* db) override;
   void dense_backward_weights(int n, int in, int out, const float* x, const float* dy, float* dw,
                               float* db) override;
   void relu_forward(size_t count, const float* x, float* y) override;
@@ -439,9 +442,24 @@ void CudaBackend::dense_backward_data(int n, int in, int out, const float* dy, c
 
 void CudaBackend::dense_backward_weights(int n, int in, int out, const float* x, const float* dy,
                                          float* dw, float* db) {
+  dense_backward_weight_rows(n, in, out, x, dy, dw, 0, in);
+  dense_backward_bias(n, out, dy, db);
+}
+
+void CudaBackend::dense_backward_weight_rows(int n, int in, int out, const float* x,
+                                             const float* dy, float* dw, int row_begin,
+                                             int row_end) {
+  DT_ENFORCE(0 <= row_begin && row_begin <= row_end && row_end <= in, "rows {}..{} of {}",
+             row_begin, row_end, in);
+  if (row_begin == row_end) return;
   const float one = 1, zero = 0;
-  DT_CUBLAS_CHECK(cublasSgemm(cublas_.get(), CUBLAS_OP_N, CUBLAS_OP_T, out, in, n, &one, dy, out, x, in,
-                              &zero, dw, out));
+  DT_CUBLAS_CHECK(cublasSgemm(cublas_.get(), CUBLAS_OP_N, CUBLAS_OP_T, out, row_end - row_begin, n,
+                              &one, dy, out, x + row_begin, in, &zero,
+                              dw + static_cast<size_t>(row_begin) * out, out));
+}
+
+void CudaBackend::dense_backward_bias(int n, int out, const float* dy, float* db) {
+  const float one = 1, zero = 0;
   // db = dy^T 1: cuBLAS's gemv sums in a fixed order (deterministic).
   DT_CUBLAS_CHECK(cublasSgemv(cublas_.get(), CUBLAS_OP_N, out, n, &one, dy, out, ones(n), 1, &zero,
                               db, 1));
