@@ -129,8 +129,12 @@ int train(const common::TfConfig& task, const std::string& job, const TrainConfi
   comm::RingIdentity id = comm::ring_identity_from_environment(task, job);
   spdlog::info("task {}: rank {} of {}, attempt {}, {} training examples", task.task.text(),
                id.rank, id.size, attempt, train_data.count);
-  std::unique_ptr<comm::Communicator> communicator =
-      comm::make_training_communicator(id, {}, backend.device(), config.communication);
+  std::unique_ptr<comm::Communicator> communicator;
+  try {
+    communicator = comm::make_training_communicator(id, {}, backend.device(), config.communication);
+  } catch (const ConfigError& e) {  // train.communication does not fit this worker: name the file
+    throw ConfigError(fmt::format("{}: {}", config_path, e.what()));
+  }
   catch_sigterm();  // until here SIGTERM kills at once; from here it means "save and stop together"
   common::ControlClient control(common::get_env(common::kEnvControl).value_or(""));
   bool chief = task.cluster.is_chief(task.task);

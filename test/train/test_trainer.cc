@@ -13,6 +13,7 @@
 #include "test/support/subprocess.h"
 #include "test/support/temp_dir.h"
 #include "worker/comm/ring_communicator.h"
+#include "worker/gpu/gpu_info.h"
 #include "worker/train/progress.h"
 #include "worker/train/trainer.h"
 
@@ -155,4 +156,38 @@ TEST_CASE("dtrain-worker exits 2 naming the file when the data files are corrupt
       {testing::binary("dtrain-worker"), "--config", job, "--run-dir", dir.path() + "/run"});
   CHECK(r.exit_code == 2);
   CHECK(r.err.find(images + ": truncated") != std::string::npos);
+}
+
+TEST_CASE("NCCL or CUDA where they cannot run is exit 2 naming them; auto picks and logs") {
+  testing::TempDir dir;
+  auto job_with = [&](const std::string& device, const std::string& communication) {
+    std::string job = dir.path() + "/" + device + "-" + communication + ".json";
+    std::ofstream(job) << R"({"job": "choice", "train": {"model": {"input_shape": [4, 4, 1],
+        "layers": [{"type": "flatten"}, {"type": "dense", "units": 3}]},
+        "loss": {"type": "sparse_categorical_crossentropy", "from_logits": true},
+        "data": {"source": "synthetic", "examples": 64, "classes": 3},
+        "per_worker_batch_size": 8, "epochs": 1, "device": ")"
+                       << device << R"(", "communication": ")" << communication << R"("}})";
+    return testing::run_process(
+        {testing::binary("dtrain-worker"), "--config", job, "--run-dir", dir.path() + "/run"});
+  };
+  bool gpu_here = gpu::probe_build().compiled && gpu::probe_build().device_count > 0;
+  if (gpu_here) {
+    WARN("a GPU is visible: the refusals for CPU workers are checked with device \"cpu\" only");
+  }
+  auto cpu_nccl = job_with("cpu", "nccl");
+  CHECK(cpu_nccl.exit_code == 2);
+  CHECK(cpu_nccl.err.find("\"nccl\"") != std::string::npos);
+  CHECK(cpu_nccl.err.find("NCCL") != std::string::npos);
+  if (!gpu_here) {
+    auto cuda = job_with("cuda", "auto");
+    CHECK(cuda.exit_code == 2);
+    CHECK(cuda.err.find("train.device: \"cuda\"") != std::string::npos);
+    auto auto_nccl = job_with("auto", "nccl");  // auto picks the CPU here, so NCCL cannot run
+    CHECK(auto_nccl.exit_code == 2);
+    CHECK(auto_nccl.err.find("NCCL") != std::string::npos);
+    auto fine = job_with("auto", "auto");
+    CHECK(fine.exit_code == 0);
+    CHECK(fine.err.find("device: cpu (oneDNN), picked by auto") != std::string::npos);
+  }
 }

@@ -53,7 +53,8 @@ struct AdamParams {
 
 /// Every method overwrites its outputs (nothing accumulates unless it says so), blocks until the
 /// result is in place (host) or is enqueued in order on the device's compute stream (CUDA), and
-/// is called from one thread. No method waits for the device. Shapes are validated by the
+/// is called from one thread, the same one for the backend's whole life (oneDNN primitives run on
+/// the thread that made them). No method waits for the device. Shapes are validated by the
 /// layers; a backend may DT_ENFORCE them. Primitives for a shape are made once and reused.
 class Backend {
  public:
@@ -61,6 +62,9 @@ class Backend {
   virtual std::string name() const = 0;
   /// The device whose memory every pointer below is in; owned by the backend.
   virtual Device& device() = 0;
+  /// Changes whenever the backend replaces internal scratch memory (a workspace that grew), so a
+  /// recorded graph that points into the old memory must be recorded again.
+  virtual uint64_t scratch_generation() const { return 0; }
 
   /// y = conv(x, w) + b.  x: n,c,h,w  w: k,c,kh,kw  b: k  y: n,k,oh,ow
   virtual void conv2d_forward(const ConvShape& s, const float* x, const float* w, const float* b,

@@ -46,6 +46,7 @@ TrainStep::TrainStep(nn::Sequential& model, Optimizer& optimizer, nn::Backend& b
                optimizer_.same_every_step() && device_.kind() == nn::DeviceKind::kCuda;
   graphs_.resize(static_cast<size_t>(options_.slots));
   graph_inputs_.resize(static_cast<size_t>(options_.slots) * 2, nullptr);
+  graph_generations_.resize(static_cast<size_t>(options_.slots), 0);
 }
 
 TrainStep::~TrainStep() = default;
@@ -91,8 +92,11 @@ void TrainStep::run(const float* images, const int32_t* labels, int n, const nn:
   optimizer_.begin_step();
   if (graphable_ && steps_run_ > 0) {  // the first step ran launch by launch: plans and memory
     auto s = static_cast<size_t>(slot);  // exist, so nothing allocates while recording
+    // Record again when the inputs moved or the backend replaced scratch memory the graph
+    // points into (an evaluation with other shapes may have grown a workspace).
     if (!graphs_[s] || graph_inputs_[2 * s] != images ||
-        graph_inputs_[2 * s + 1] != static_cast<const void*>(labels)) {
+        graph_inputs_[2 * s + 1] != static_cast<const void*>(labels) ||
+        graph_generations_[s] != backend_.scratch_generation()) {
       graphs_[s].reset();
       device_.begin_capture();
       try {
@@ -106,6 +110,7 @@ void TrainStep::run(const float* images, const int32_t* labels, int n, const nn:
         throw;
       }
       graphs_[s] = device_.end_capture();
+      graph_generations_[s] = backend_.scratch_generation();
       graph_inputs_[2 * s] = images;
       graph_inputs_[2 * s + 1] = reinterpret_cast<const float*>(labels);
     }

@@ -89,6 +89,7 @@ class TrainStep {
   bool graphable_ = false, graphed_ = false;
   std::vector<std::unique_ptr<nn::DeviceGraph>> graphs_;  ///< per slot
   std::vector<const float*> graph_inputs_;                ///< the images each graph reads
+  std::vector<uint64_t> graph_generations_;  ///< the backend's scratch generation at recording
   double exposed_seconds_ = 0;
 };
 

@@ -154,10 +154,10 @@ __global__ void adam_kernel(float* w, const float* g, float* m, float* v, size_t
   w[i] -= lr * m[i] / (sqrtf(v[i]) + eps);
 }
 
-// A growable device buffer.
+// A growable device buffer; each growth bumps *generation (recorded graphs point into it).
 class DeviceBuffer {
  public:
-  DeviceBuffer() = default;
+  explicit DeviceBuffer(uint64_t* generation) : generation_(generation) {}
   DeviceBuffer(const DeviceBuffer&) = delete;
   DeviceBuffer& operator=(const DeviceBuffer&) = delete;
   ~DeviceBuffer() { cudaFree(data_); }
@@ -167,11 +167,13 @@ class DeviceBuffer {
       data_ = nullptr;
       DT_CUDA_CHECK(cudaMalloc(&data_, bytes));
       size_ = bytes;
+      ++*generation_;
     }
     return data_;
   }
 
  private:
+  uint64_t* generation_;
   void* data_ = nullptr;
   size_t size_ = 0;
 };
@@ -201,6 +203,7 @@ class CudaBackend : public Backend {
   ~CudaBackend() override;
   std::string name() const override { return "cuda (cuDNN + cuBLAS)"; }
   Device& device() override { return *device_; }
+  uint64_t scratch_generation() const override { return generation_; }
 
   void conv2d_forward(const ConvShape& s, const float* x, const float* w, const float* b,
                       float* y) override;
@@ -246,7 +249,9 @@ class CudaBackend : public Backend {
   cuda::CudnnHandle cudnn_;
   cuda::CublasHandle cublas_;
   cuda::ActivationDescriptor relu_;
-  DeviceBuffer workspace_, padded_, padded_grad_, scratch_, cublas_workspace_, ones_;
+  uint64_t generation_ = 0;
+  DeviceBuffer workspace_{&generation_}, padded_{&generation_}, padded_grad_{&generation_},
+      scratch_{&generation_}, cublas_workspace_{&generation_}, ones_{&generation_};
   int ones_count_ = 0;
   std::map<std::string, std::unique_ptr<ConvPlan>> convs_;
   std::map<std::string, std::unique_ptr<PoolPlan>> pools_;
