@@ -86,7 +86,7 @@ std::unique_ptr<Communicator> make_training_communicator(const RingIdentity& id,
   if (communication == "nccl" && !gpu) {
     throw common::ConfigError(
         nccl_available()
-            ? "train.communication: \"nccl\" needs a GPU worker, and this one trains on the CPU "
+            ? "train.communication: \"nccl\": NCCL needs a GPU worker, and this one trains on the CPU "
               "(train.device); use \"ring\" or \"auto\""
             : "train.communication: \"nccl\" needs dtrain's CUDA build with NCCL; this build is "
               "CPU-only; use \"ring\" or \"auto\"");

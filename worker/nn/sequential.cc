@@ -35,9 +35,8 @@ Sequential::Sequential(const ModelSpec& spec, Backend& backend, int max_batch)
   first_piece_.assign(layers_.size(), 0);
   for (size_t i = layers_.size(); i-- > 0;) {
     first_piece_[i] = pieces_.size();
-    for (ParamRange piece : layers_[i]->gradient_pieces()) {
-      piece.offset += ranges_[i].offset;
-      pieces_.push_back(piece);
+    for (const ParamRange& piece : layers_[i]->gradient_pieces()) {
+      pieces_.push_back({ranges_[i].offset + piece.offset, piece.count, i});
     }
   }
   Device& device = backend.device();

@@ -16,6 +16,13 @@
 
 namespace dtrain::nn {
 
+/// A piece of the flat gradient buffer that backward enqueues in one go, and its layer.
+struct GradientPiece {
+  size_t offset = 0;
+  size_t count = 0;
+  size_t layer = 0;
+};
+
 class Sequential {
  public:
   /// Builds the layers for batches of up to max_batch examples. Throws ConfigError naming the
@@ -40,7 +47,7 @@ class Sequential {
   void backward(int n, const std::function<void(size_t piece)>& gradients_enqueued = {});
   /// The pieces of the flat gradient buffer in the order backward produces them: last layer
   /// first, each layer's pieces in its own order; contiguous, each below the one before.
-  const std::vector<ParamRange>& gradient_pieces() const { return pieces_; }
+  const std::vector<GradientPiece>& gradient_pieces() const { return pieces_; }
 
   int classes() const { return static_cast<int>(dims_.back().size()); }
   Dims input_dims() const { return dims_.front(); }
@@ -64,7 +71,7 @@ class Sequential {
   bool has_random_layers_ = false;
   std::vector<std::unique_ptr<Layer>> layers_;
   std::vector<ParamRange> ranges_;
-  std::vector<ParamRange> pieces_;
+  std::vector<GradientPiece> pieces_;
   std::vector<size_t> first_piece_;  ///< layer i's first piece in pieces_
   std::vector<Dims> dims_;  ///< input, then each layer's output
   std::vector<ParamInfo> infos_;

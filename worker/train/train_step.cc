@@ -6,7 +6,7 @@
 
 namespace dtrain::train {
 
-std::vector<GradientBucket> plan_buckets(const std::vector<nn::ParamRange>& pieces,
+std::vector<GradientBucket> plan_buckets(const std::vector<nn::GradientPiece>& pieces,
                                          size_t min_floats) {
   std::vector<GradientBucket> buckets;
   GradientBucket open;
@@ -16,7 +16,8 @@ std::vector<GradientBucket> plan_buckets(const std::vector<nn::ParamRange>& piec
     open.offset = pieces[i].offset;  // each piece lies just below the one before
     open.count += pieces[i].count;
     open.last_piece = i;
-    if (open.count >= min_floats) {
+    bool layer_ends = i + 1 == pieces.size() || pieces[i + 1].layer != pieces[i].layer;
+    if (open.count >= min_floats || (layer_ends && open.count >= min_floats / 4)) {
       buckets.push_back(open);
       open = GradientBucket{};
     }

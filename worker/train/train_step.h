@@ -26,9 +26,11 @@ struct GradientBucket {
 };
 
 /// Consecutive gradient pieces (in the order backward produces them) joined into buckets of at
-/// least min_floats (the last may be smaller): a pure function of the model's layout, so every
-/// worker and every run uses the same buckets, with overlap or without.
-std::vector<GradientBucket> plan_buckets(const std::vector<nn::ParamRange>& pieces,
+/// least min_floats, except that a bucket also ends where a layer ends once it holds a quarter
+/// of that (so a large layer's last piece does not wait for the next layer's gradients). A pure
+/// function of the model's layout, so every worker and every run uses the same buckets, with
+/// overlap or without.
+std::vector<GradientBucket> plan_buckets(const std::vector<nn::GradientPiece>& pieces,
                                          size_t min_floats);
 
 struct StepOptions {
