@@ -45,12 +45,18 @@ common::UniqueFd lock_run_dir(const common::RunDir& run_dir) {
         fmt::format("cannot open {}: {}", run_dir.lock_file(), std::strerror(errno)));
   }
   if (::flock(fd.get(), LOCK_EX | LOCK_NB) != 0) {
+    // The holder names itself in state.json, which it writes just after taking the lock: wait
+    // up to a second for it, then refuse without the pid.
     std::string holder;
-    try {
-      common::JsonDocument doc =
-          common::JsonDocument::parse(common::read_file(run_dir.state_json()), "state.json");
-      holder = fmt::format(" (launcher pid {})", doc.root().at("launcher_pid").as_int(0, 1 << 30));
-    } catch (const std::exception&) {
+    for (int attempt = 0; attempt < 20 && holder.empty(); ++attempt) {
+      try {
+        common::JsonDocument doc =
+            common::JsonDocument::parse(common::read_file(run_dir.state_json()), "state.json");
+        holder =
+            fmt::format(" (launcher pid {})", doc.root().at("launcher_pid").as_int(0, 1 << 30));
+      } catch (const std::exception&) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      }
     }
     throw common::ConfigError(fmt::format(
         "run directory {} is in use by a running launcher{}: see `dtrain status {}`, follow it "
