@@ -3,6 +3,7 @@
 // input, loss on the device, bucketed all-reduce in a world of one, optimizer) on the GPU against
 // the same steps on the reference, and a step replayed as a CUDA graph against the same step
 // launched op by op. Without a GPU every test says "no GPU" and checks nothing.
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <random>
@@ -103,7 +104,7 @@ std::vector<float> train_steps(nn::Backend& backend, const train::TrainConfig& c
 
 }  // namespace
 
-TEST_CASE("CUDA convolution equals the reference on random shapes") {
+TEST_CASE("CUDA convolution equals the reference on random shapes (small-filter kernel too)") {
   if (!have_gpu()) return;
   auto gpu = nn::make_cuda_backend();
   auto ref = nn::make_reference_backend();
@@ -113,6 +114,8 @@ TEST_CASE("CUDA convolution equals the reference on random shapes") {
     nn::ConvShape s;
     s.n = pick(1, 4), s.c = pick(1, 5), s.h = pick(4, 17), s.w = pick(4, 17), s.k = pick(1, 6);
     s.kh = pick(1, std::min(4, s.h)), s.kw = pick(1, std::min(4, s.w));
+    if (trial % 3 == 0) s.kh = s.kw = std::min({(trial / 3) % 4 == 3 ? 5 : (trial / 3) % 4 + 1,
+                                                 s.h, s.w});  // the small-filter kernel's sizes
     s.sh = pick(1, 2), s.sw = pick(1, 2);
     if (trial % 2) s.pad_top = pick(0, 1), s.pad_bottom = pick(0, 1), s.pad_left = pick(0, 1),
                    s.pad_right = pick(0, 1);

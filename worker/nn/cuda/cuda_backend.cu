@@ -16,6 +16,7 @@
 
 #include "common/errors.h"
 #include "worker/nn/backend.h"
+#include "worker/nn/cuda/conv_weight_grad.h"
 #include "worker/nn/cuda/cuda_check.h"
 #include "worker/nn/cuda/cuda_device.h"
 #include "worker/nn/cuda/cuda_handles.h"
@@ -251,7 +252,8 @@ class CudaBackend : public Backend {
   cuda::ActivationDescriptor relu_;
   uint64_t generation_ = 0;
   DeviceBuffer workspace_{&generation_}, padded_{&generation_}, padded_grad_{&generation_},
-      scratch_{&generation_}, cublas_workspace_{&generation_}, ones_{&generation_};
+      scratch_{&generation_}, cublas_workspace_{&generation_}, ones_{&generation_},
+      wgrad_scratch_{&generation_};
   int ones_count_ = 0;
   std::map<std::string, std::unique_ptr<ConvPlan>> convs_;
   std::map<std::string, std::unique_ptr<PoolPlan>> pools_;
@@ -405,6 +407,12 @@ void CudaBackend::conv2d_backward_data(const ConvShape& s, const float* dy, cons
 
 void CudaBackend::conv2d_backward_weights(const ConvShape& s, const float* x, const float* dy,
                                           float* dw, float* db) {
+  if (cuda::has_small_filter_kernel(s)) {  // faster than cuDNN's deterministic algorithms
+    auto* partials = static_cast<float*>(
+        wgrad_scratch_.at_least(sizeof(float) * cuda::conv_weight_grad_scratch_floats(s)));
+    cuda::conv_weight_grad(s, x, dy, dw, db, partials, stream_);
+    return;
+  }
   ConvPlan& p = plan(s);
   const float one = 1, zero = 0;
   const float* input = input_for(p, x);
