@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <catch2/catch.hpp>
 #include <cmath>
+#include <numeric>
 #include <random>
 #include <vector>
 
@@ -194,4 +195,81 @@ TEST_CASE("A step replayed as a CUDA graph equals the step launched op by op, bi
   std::vector<float> eager = train_steps(*b, c, 7, false, &eager_graphed);
   CHECK_FALSE(eager_graphed);
   CHECK(with_graphs == eager);
+}
+
+TEST_CASE("CUDA dense layers, ReLU, max pooling and the loss equal the reference on random shapes") {
+  if (!have_gpu()) return;
+  auto gpu = nn::make_cuda_backend();
+  auto ref = nn::make_reference_backend();
+  std::mt19937 rng(29);
+  auto pick = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
+  for (int trial = 0; trial < 12; ++trial) {
+    int n = pick(1, 70), in = pick(1, 300), out = pick(1, 40);
+    INFO("trial " << trial << ": dense n" << n << " in" << in << " out" << out);
+    auto x = random_vector(size_t(n) * in, rng), w = random_vector(size_t(in) * out, rng),
+         b = random_vector(out, rng), dy = random_vector(size_t(n) * out, rng);
+    std::vector<float> y(size_t(n) * out), dx(x.size()), dw(w.size()), db(out), r(y.size()),
+        dr(y.size());
+    ref->dense_forward(n, in, out, x.data(), w.data(), b.data(), y.data());
+    ref->dense_backward_data(n, in, out, dy.data(), w.data(), dx.data());
+    ref->dense_backward_weights(n, in, out, x.data(), dy.data(), dw.data(), db.data());
+    ref->relu_forward(y.size(), y.data(), r.data());
+    ref->relu_backward(y.size(), r.data(), dy.data(), dr.data());
+    auto gx = on(*gpu, x), gw = on(*gpu, w), gb = on(*gpu, b), gdy = on(*gpu, dy);
+    nn::Buffer<float> gy(gpu->device(), y.size()), gdx(gpu->device(), dx.size()),
+        gdw(gpu->device(), dw.size()), gdb(gpu->device(), db.size()), gr(gpu->device(), y.size()),
+        gdr(gpu->device(), y.size());
+    gpu->dense_forward(n, in, out, gx.data(), gw.data(), gb.data(), gy.data());
+    gpu->dense_backward_data(n, in, out, gdy.data(), gw.data(), gdx.data());
+    int split = pick(0, in);  // the weight gradient in two row blocks, as the layer makes it
+    gpu->dense_backward_weight_rows(n, in, out, gx.data(), gdy.data(), gdw.data(), split, in);
+    gpu->dense_backward_weight_rows(n, in, out, gx.data(), gdy.data(), gdw.data(), 0, split);
+    gpu->dense_backward_bias(n, out, gdy.data(), gdb.data());
+    auto gy_ref = on(*gpu, y);  // the reference's y, so ReLU is compared exactly
+    gpu->relu_forward(y.size(), gy_ref.data(), gr.data());
+    gpu->relu_backward(y.size(), gr.data(), gdy.data(), gdr.data());
+    check_close(gy.to_host(), y, 1e-4f, "dense forward");
+    check_close(gdx.to_host(), dx, 1e-4f, "dense backward data");
+    check_close(gdw.to_host(), dw, 1e-4f, "dense weight gradient");
+    check_close(gdb.to_host(), db, 1e-4f, "dense bias gradient");
+    check_close(gr.to_host(), r, 0.0f, "relu forward");
+    check_close(gdr.to_host(), dr, 0.0f, "relu backward");
+
+    nn::PoolShape p;
+    p.n = pick(1, 4), p.c = pick(1, 5), p.h = pick(2, 15), p.w = pick(2, 15);
+    p.kh = pick(1, std::min(3, p.h)), p.kw = pick(1, std::min(3, p.w));
+    p.sh = pick(1, 3), p.sw = pick(1, 3);
+    INFO("pool " << p.n << "x" << p.c << "x" << p.h << "x" << p.w << " window " << p.kh << "x"
+                 << p.kw << " stride " << p.sh << "x" << p.sw);
+    std::vector<float> px(p.input_count());
+    std::iota(px.begin(), px.end(), 0.0f);
+    std::shuffle(px.begin(), px.end(), rng);  // distinct values: one arg-max per window
+    auto pdy = random_vector(p.output_count(), rng);
+    std::vector<float> py(p.output_count()), pdx(px.size());
+    std::vector<unsigned char> ref_ws(ref->maxpool_workspace_bytes(p));
+    ref->maxpool_forward(p, px.data(), py.data(), ref_ws.data());
+    ref->maxpool_backward(p, pdy.data(), ref_ws.data(), pdx.data());
+    auto gpx = on(*gpu, px), gpdy = on(*gpu, pdy);
+    nn::Buffer<float> gpy(gpu->device(), py.size()), gpdx(gpu->device(), pdx.size());
+    nn::Buffer<unsigned char> gws(gpu->device(), gpu->maxpool_workspace_bytes(p));
+    gpu->maxpool_forward(p, gpx.data(), gpy.data(), gws.data());
+    gpu->maxpool_backward(p, gpdy.data(), gws.data(), gpdx.data());
+    check_close(gpy.to_host(), py, 0.0f, "max pool forward");
+    check_close(gpdx.to_host(), pdx, 1e-6f, "max pool backward");
+
+    int classes = pick(2, 12);
+    auto logits = random_vector(size_t(n) * classes, rng, 5.0f);
+    std::vector<int32_t> labels(n);
+    for (int32_t& l : labels) l = pick(0, classes - 1);
+    std::vector<float> dlogits(logits.size()), totals = {0, 0, 0};
+    ref->softmax_cross_entropy(n, classes, logits.data(), labels.data(), dlogits.data(),
+                               totals.data());
+    auto glogits = on(*gpu, logits);
+    nn::Buffer<int32_t> glabels(gpu->device(), labels.size());
+    glabels.from_host(labels);
+    nn::Buffer<float> gd(gpu->device(), dlogits.size()), gt(gpu->device(), 3);
+    gpu->softmax_cross_entropy(n, classes, glogits.data(), glabels.data(), gd.data(), gt.data());
+    check_close(gd.to_host(), dlogits, 1e-5f, "loss gradient");
+    check_close(gt.to_host(), totals, 1e-5f, "loss sum, correct, examples");
+  }
 }
