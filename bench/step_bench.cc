@@ -19,8 +19,8 @@
 #include "worker/nn/sequential.h"
 #include "worker/train/input_stager.h"
 #include "worker/train/optimizer.h"
-#include "worker/train/train_step.h"
 #include "worker/train/train_config.h"
+#include "worker/train/train_step.h"
 
 namespace {
 using namespace dtrain;

@@ -86,16 +86,16 @@ std::pair<std::string, std::string> read_train_config(const std::string& path) {
 // visible). Deciding creates no CUDA context; only the CUDA backend itself, which trains, does.
 std::unique_ptr<nn::Backend> choose_backend(const TrainConfig& config, const std::string& source) {
   gpu::GpuInfo build = gpu::probe_build();
-  bool cuda = config.device == "cuda" || (config.device == "auto" && build.compiled &&
-                                          build.device_count > 0);
+  bool cuda = config.device == "cuda" ||
+              (config.device == "auto" && build.compiled && build.device_count > 0);
   if (config.device == "cuda" && !build.compiled) {
     throw ConfigError(fmt::format(
         "{}: train.device: \"cuda\" needs dtrain's CUDA build; this one is CPU-only ({})", source,
         gpu::describe(build)));
   }
   if (config.device == "cuda" && build.device_count == 0) {
-    throw ConfigError(fmt::format("{}: train.device: \"cuda\", but no GPU is visible ({})",
-                                  source, gpu::describe(build)));
+    throw ConfigError(fmt::format("{}: train.device: \"cuda\", but no GPU is visible ({})", source,
+                                  gpu::describe(build)));
   }
   if (cuda) {
     std::unique_ptr<nn::Backend> backend = nn::make_cuda_backend();
@@ -103,10 +103,9 @@ std::unique_ptr<nn::Backend> choose_backend(const TrainConfig& config, const std
                  backend->device().location(), config.device == "auto" ? ", picked by auto" : "");
     return backend;
   }
-  spdlog::info("device: cpu (oneDNN){}", config.device == "auto"
-                                             ? fmt::format(", picked by auto: {}",
-                                                           gpu::describe(build))
-                                             : "");
+  spdlog::info(
+      "device: cpu (oneDNN){}",
+      config.device == "auto" ? fmt::format(", picked by auto: {}", gpu::describe(build)) : "");
   return nn::make_dnnl_backend();
 }
 

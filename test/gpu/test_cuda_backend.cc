@@ -146,8 +146,7 @@ TEST_CASE("CUDA loss and optimizers equal the reference") {
   auto logits = random_vector(size_t(n) * classes, rng, 4.0f);
   std::vector<int32_t> labels = {0, 3, 9, 2, 2, 7, 5};
   std::vector<float> d(logits.size()), ref_totals = {1.5f, 2.0f, 3.0f};
-  ref->softmax_cross_entropy(n, classes, logits.data(), labels.data(), d.data(),
-                             ref_totals.data());
+  ref->softmax_cross_entropy(n, classes, logits.data(), labels.data(), d.data(), ref_totals.data());
   std::vector<float> label_bits(labels.size());
   std::memcpy(label_bits.data(), labels.data(), labels.size() * sizeof(int32_t));
   Gpu gl(logits), gd(d.size()), glabels(label_bits), gtotals(std::vector<float>{1.5f, 2.0f, 3.0f});

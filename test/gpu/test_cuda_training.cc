@@ -25,7 +25,8 @@ namespace {
 
 bool have_gpu() {
   static const int count = gpu::visible_gpu_count();
-  if (count == 0) WARN("no GPU, CUDA training tests skipped: " << gpu::describe(gpu::probe_build()));
+  if (count == 0)
+    WARN("no GPU, CUDA training tests skipped: " << gpu::describe(gpu::probe_build()));
   return count > 0;
 }
 
@@ -115,13 +116,15 @@ TEST_CASE("CUDA convolution equals the reference on random shapes (small-filter 
     nn::ConvShape s;
     s.n = pick(1, 4), s.c = pick(1, 5), s.h = pick(4, 17), s.w = pick(4, 17), s.k = pick(1, 6);
     s.kh = pick(1, std::min(4, s.h)), s.kw = pick(1, std::min(4, s.w));
-    if (trial % 3 == 0) s.kh = s.kw = std::min({(trial / 3) % 4 == 3 ? 5 : (trial / 3) % 4 + 1,
-                                                 s.h, s.w});  // the small-filter kernel's sizes
+    if (trial % 3 == 0)
+      s.kh = s.kw = std::min({(trial / 3) % 4 == 3 ? 5 : (trial / 3) % 4 + 1, s.h,
+                              s.w});  // the small-filter kernel's sizes
     s.sh = pick(1, 2), s.sw = pick(1, 2);
-    if (trial % 2) s.pad_top = pick(0, 1), s.pad_bottom = pick(0, 1), s.pad_left = pick(0, 1),
-                   s.pad_right = pick(0, 1);
-    INFO("trial " << trial << ": n" << s.n << " c" << s.c << " " << s.h << "x" << s.w << " k"
-                  << s.k << " " << s.kh << "x" << s.kw << " stride " << s.sh << "x" << s.sw);
+    if (trial % 2)
+      s.pad_top = pick(0, 1), s.pad_bottom = pick(0, 1), s.pad_left = pick(0, 1),
+      s.pad_right = pick(0, 1);
+    INFO("trial " << trial << ": n" << s.n << " c" << s.c << " " << s.h << "x" << s.w << " k" << s.k
+                  << " " << s.kh << "x" << s.kw << " stride " << s.sh << "x" << s.sw);
     auto x = random_vector(s.input_count(), rng), w = random_vector(s.weight_count(), rng),
          b = random_vector(s.k, rng), dy = random_vector(s.output_count(), rng);
     std::vector<float> y(s.output_count()), dx(s.input_count()), dw(s.weight_count()), db(s.k);
@@ -168,9 +171,8 @@ TEST_CASE("CUDA add, multiply and dropout equal the reference exactly") {
 
 TEST_CASE("A training step on the GPU equals the same steps on the reference backend") {
   if (!have_gpu()) return;
-  for (const char* optimizer :
-       {R"({"type": "sgd", "learning_rate": 0.05, "momentum": 0.9})",
-        R"({"type": "adam", "learning_rate": 0.01})"}) {
+  for (const char* optimizer : {R"({"type": "sgd", "learning_rate": 0.05, "momentum": 0.9})",
+                                R"({"type": "adam", "learning_rate": 0.01})"}) {
     INFO(optimizer);
     train::TrainConfig c = config_with(optimizer);
     auto gpu = nn::make_cuda_backend();
@@ -197,7 +199,8 @@ TEST_CASE("A step replayed as a CUDA graph equals the step launched op by op, bi
   CHECK(with_graphs == eager);
 }
 
-TEST_CASE("CUDA dense layers, ReLU, max pooling and the loss equal the reference on random shapes") {
+TEST_CASE(
+    "CUDA dense layers, ReLU, max pooling and the loss equal the reference on random shapes") {
   if (!have_gpu()) return;
   auto gpu = nn::make_cuda_backend();
   auto ref = nn::make_reference_backend();

@@ -237,10 +237,10 @@ void check_softmax_parity(Backends& be, int n, int classes, Rng& rng) {
   }
   Floats got(logits.size()), want(logits.size());
   int got_correct = -1, want_correct = -2;
-  const float got_loss = dtrain::testing::mean_softmax_loss(*be.dnnl, n, classes, logits.data(), labels.data(),
-                                                        got.data(), &got_correct);
-  const float want_loss = dtrain::testing::mean_softmax_loss(*be.ref, n, classes, logits.data(), labels.data(),
-                                                        want.data(), &want_correct);
+  const float got_loss = dtrain::testing::mean_softmax_loss(
+      *be.dnnl, n, classes, logits.data(), labels.data(), got.data(), &got_correct);
+  const float want_loss = dtrain::testing::mean_softmax_loss(
+      *be.ref, n, classes, logits.data(), labels.data(), want.data(), &want_correct);
   const double loss_bound = 4 * (classes + n + 8 + 16) * kUnit * (1 + std::fabs(want_loss));
   check_within("softmax loss", {got_loss}, {want_loss}, {loss_bound});
   check_within("softmax dlogits", got, want,
@@ -325,8 +325,8 @@ void run_dense_layers(Backend& be, Rng& rng, std::vector<Floats>& out) {
   const std::vector<int32_t> labels(n, 3);
   int correct = 0;
   be.dense_forward(n, in, classes, x.data(), w.data(), b.data(), logits.data());
-  float loss =
-      dtrain::testing::mean_softmax_loss(be, n, classes, logits.data(), labels.data(), dlogits.data(), &correct);
+  float loss = dtrain::testing::mean_softmax_loss(be, n, classes, logits.data(), labels.data(),
+                                                  dlogits.data(), &correct);
   be.dense_backward_data(n, in, classes, dlogits.data(), w.data(), dx.data());
   be.dense_backward_weights(n, in, classes, x.data(), dlogits.data(), dw.data(), db.data());
   out.insert(out.end(), {logits, dlogits, {loss, float(correct)}, dx, dw, db});

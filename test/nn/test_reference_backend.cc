@@ -210,10 +210,12 @@ TEST_CASE("reference softmax cross-entropy gradient matches finite differences",
   const int32_t labels[n] = {4, 0, 2};
   Floats dlogits(logits.size()), scratch(logits.size());
   int correct = 0;
-  dtrain::testing::mean_softmax_loss(*be, n, classes, logits.data(), labels, dlogits.data(), &correct);
+  dtrain::testing::mean_softmax_loss(*be, n, classes, logits.data(), labels, dlogits.data(),
+                                     &correct);
   check_gradient("softmax dlogits", logits, dlogits, [&](const Floats& v) {
     int ignored = 0;
-    return dtrain::testing::mean_softmax_loss(*be, n, classes, v.data(), labels, scratch.data(), &ignored);
+    return dtrain::testing::mean_softmax_loss(*be, n, classes, v.data(), labels, scratch.data(),
+                                              &ignored);
   });
 }
 

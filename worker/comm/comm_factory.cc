@@ -86,7 +86,8 @@ std::unique_ptr<Communicator> make_training_communicator(const RingIdentity& id,
   if (communication == "nccl" && !gpu) {
     throw common::ConfigError(
         nccl_available()
-            ? "train.communication: \"nccl\": NCCL needs a GPU worker, and this one trains on the CPU "
+            ? "train.communication: \"nccl\": NCCL needs a GPU worker, and this one trains on the "
+              "CPU "
               "(train.device); use \"ring\" or \"auto\""
             : "train.communication: \"nccl\" needs dtrain's CUDA build with NCCL; this build is "
               "CPU-only; use \"ring\" or \"auto\"");
@@ -94,9 +95,10 @@ std::unique_ptr<Communicator> make_training_communicator(const RingIdentity& id,
   std::unique_ptr<Communicator> ring = make_communicator(id, options);
   if (gpu && communication != "ring") {
     if (communication == "auto" && id.size > 1 && ranks_share_a_gpu(*ring, device)) {
-      spdlog::info("communication: ring staged through host memory (workers share GPU {}, and "
-                   "NCCL refuses two ranks on one GPU)",
-                   device.location());
+      spdlog::info(
+          "communication: ring staged through host memory (workers share GPU {}, and "
+          "NCCL refuses two ranks on one GPU)",
+          device.location());
       return std::make_unique<HostStagedCommunicator>(std::move(ring), device);
     }
     spdlog::info("communication: NCCL {} ({} rank(s))", nccl_version_string(), id.size);

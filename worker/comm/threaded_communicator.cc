@@ -4,11 +4,10 @@
 // retries and no logging: errors go back to the trainer through finish_all_reduce.
 #include "worker/comm/threaded_communicator.h"
 
+#include <fmt/format.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
 #include <unistd.h>
-
-#include <fmt/format.h>
 
 #include <utility>
 

@@ -108,8 +108,8 @@ class Backend {
   /// each in [0, classes)). Writes the gradient of the MEAN loss, dlogits = (softmax - onehot) / n,
   /// unless dlogits is null, and ADDS to totals[0] the sum of the rows' losses, to totals[1] the
   /// number of rows whose (first) arg-max is the label, and to totals[2] n. Nothing is read back.
-  virtual void softmax_cross_entropy(int n, int classes, const float* logits,
-                                     const int32_t* labels, float* dlogits, float* totals) = 0;
+  virtual void softmax_cross_entropy(int n, int classes, const float* logits, const int32_t* labels,
+                                     float* dlogits, float* totals) = 0;
 
   /// y += x.
   virtual void add(size_t count, const float* x, float* y) = 0;

@@ -5,6 +5,7 @@
 // memory. Nothing here knows about layers or collectives.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -91,24 +92,33 @@ std::unique_ptr<Device> make_host_device();
 /// The CUDA device for the current GPU (cuda/cuda_device.cu). ConfigError in a CPU-only build.
 std::unique_ptr<Device> make_cuda_device();
 
-/// Owning, move-only handle to count elements of T on a device. The device must outlive it.
-template <class T>
-class Buffer {
+/// Where a DeviceMemory lives: the device's own memory or its pinned host memory.
+enum class MemoryKind { kDevice, kPinnedHost };
+
+/// Owning, move-only handle to count elements of T in a device's memory of the given kind. The
+/// device must outlive it. Releasing waits for the device's work that may still use it.
+template <class T, MemoryKind Kind>
+class DeviceMemory {
  public:
-  Buffer() = default;
-  Buffer(Device& device, size_t count)
+  DeviceMemory() = default;
+  DeviceMemory(Device& device, size_t count)
       : device_(&device),
-        data_(static_cast<T*>(device.allocate(count * sizeof(T)))),
+        data_(static_cast<T*>(allocate(device, count * sizeof(T)))),
         count_(count) {}
-  Buffer(Buffer&& other) noexcept { swap(other); }
-  Buffer& operator=(Buffer&& other) noexcept {
-    Buffer(std::move(other)).swap(*this);
+  DeviceMemory(DeviceMemory&& other) noexcept { swap(other); }
+  DeviceMemory& operator=(DeviceMemory&& other) noexcept {
+    DeviceMemory(std::move(other)).swap(*this);
     return *this;
   }
-  Buffer(const Buffer&) = delete;
-  Buffer& operator=(const Buffer&) = delete;
-  ~Buffer() {
-    if (data_) device_->release(data_);
+  DeviceMemory(const DeviceMemory&) = delete;
+  DeviceMemory& operator=(const DeviceMemory&) = delete;
+  ~DeviceMemory() {
+    if (!data_) return;
+    if (Kind == MemoryKind::kDevice) {
+      device_->release(data_);
+    } else {
+      device_->release_pinned(data_);
+    }
   }
 
   T* data() { return data_; }
@@ -116,75 +126,56 @@ class Buffer {
   size_t size() const { return count_; }
   size_t bytes() const { return count_ * sizeof(T); }
   Device* device() const { return device_; }
-
-  /// A host copy of elements [offset, offset + count); waits for the device's work.
-  std::vector<T> to_host(size_t offset = 0, size_t count = SIZE_MAX) const {
-    count = std::min(count, count_ - offset);
-    std::vector<T> host(count);
-    if (count) device_->download(host.data(), data_ + offset, count * sizeof(T));
-    return host;
-  }
-  /// Copies host values into elements [offset, offset + host.size()) and waits until done.
-  void from_host(const std::vector<T>& host, size_t offset = 0) { from_host(host.data(), host.size(), offset); }
-  void from_host(const T* host, size_t count, size_t offset = 0);
-
-  void swap(Buffer& other) noexcept {
+  void swap(DeviceMemory& other) noexcept {
     std::swap(device_, other.device_);
     std::swap(data_, other.data_);
     std::swap(count_, other.count_);
   }
 
- private:
+ protected:
+  static void* allocate(Device& device, size_t bytes) {
+    return Kind == MemoryKind::kDevice ? device.allocate(bytes) : device.allocate_pinned(bytes);
+  }
   Device* device_ = nullptr;
   T* data_ = nullptr;
   size_t count_ = 0;
 };
 
-/// Owning handle to pinned host memory of a device (for input batches and small read-backs).
+/// Pinned host memory of a device (for input batches and small read-backs).
 template <class T>
-class PinnedBuffer {
- public:
-  PinnedBuffer() = default;
-  PinnedBuffer(Device& device, size_t count)
-      : device_(&device),
-        data_(static_cast<T*>(device.allocate_pinned(count * sizeof(T)))),
-        count_(count) {}
-  PinnedBuffer(PinnedBuffer&& other) noexcept { swap(other); }
-  PinnedBuffer& operator=(PinnedBuffer&& other) noexcept {
-    PinnedBuffer(std::move(other)).swap(*this);
-    return *this;
-  }
-  PinnedBuffer(const PinnedBuffer&) = delete;
-  PinnedBuffer& operator=(const PinnedBuffer&) = delete;
-  ~PinnedBuffer() {
-    if (data_) device_->release_pinned(data_);
-  }
-  T* data() { return data_; }
-  const T* data() const { return data_; }
-  size_t size() const { return count_; }
-  void swap(PinnedBuffer& other) noexcept {
-    std::swap(device_, other.device_);
-    std::swap(data_, other.data_);
-    std::swap(count_, other.count_);
-  }
+using PinnedBuffer = DeviceMemory<T, MemoryKind::kPinnedHost>;
 
- private:
-  Device* device_ = nullptr;
-  T* data_ = nullptr;
-  size_t count_ = 0;
+/// count elements of T in the device's memory, with copies to and from the host.
+template <class T>
+class Buffer : public DeviceMemory<T, MemoryKind::kDevice> {
+ public:
+  using DeviceMemory<T, MemoryKind::kDevice>::DeviceMemory;
+
+  /// A host copy of elements [offset, offset + count); waits for the device's work.
+  std::vector<T> to_host(size_t offset = 0, size_t count = SIZE_MAX) const {
+    count = std::min(count, this->count_ - offset);
+    std::vector<T> host(count);
+    if (count) this->device_->download(host.data(), this->data_ + offset, count * sizeof(T));
+    return host;
+  }
+  /// Copies host values into elements [offset, offset + host.size()) and waits until done.
+  void from_host(const std::vector<T>& host, size_t offset = 0) {
+    from_host(host.data(), host.size(), offset);
+  }
+  void from_host(const T* host, size_t count, size_t offset = 0);
 };
 
 template <class T>
 void Buffer<T>::from_host(const T* host, size_t count, size_t offset) {
   if (count == 0) return;
-  if (device_->kind() == DeviceKind::kHost) {
-    device_->upload(data_ + offset, host, count * sizeof(T));
+  if (this->device_->kind() == DeviceKind::kHost) {
+    this->device_->upload(this->data_ + offset, host, count * sizeof(T));
     return;
   }
-  PinnedBuffer<T> staging(*device_, count);
+  PinnedBuffer<T> staging(*this->device_, count);
   std::copy(host, host + count, staging.data());
-  device_->upload(data_ + offset, staging.data(), count * sizeof(T));
-  device_->synchronize();
+  this->device_->upload(this->data_ + offset, staging.data(), count * sizeof(T));
+  this->device_->synchronize();
 }
 
 }  // namespace dtrain::nn

@@ -1,11 +1,11 @@
 // The host device: memory from the C++ allocator (64-byte aligned, zero-filled), copies are
 // memcpy, and every "enqueue" runs at once, so waits have nothing to wait for. The oneDNN and the
 // reference backends both run on it.
+#include <fmt/format.h>
+
 #include <cstdlib>
 #include <cstring>
 #include <new>
-
-#include <fmt/format.h>
 
 #include "common/errors.h"
 #include "worker/nn/device.h"
@@ -18,8 +18,7 @@ constexpr size_t kAlignment = 64;
 void* aligned_zeroed(size_t bytes) {
   size_t rounded = (std::max<size_t>(bytes, 1) + kAlignment - 1) / kAlignment * kAlignment;
   void* memory = ::operator new(rounded, std::align_val_t(kAlignment), std::nothrow);
-  if (!memory)
-    throw common::IoError(fmt::format("host memory: cannot allocate {} bytes", bytes));
+  if (!memory) throw common::IoError(fmt::format("host memory: cannot allocate {} bytes", bytes));
   std::memset(memory, 0, rounded);
   return memory;
 }

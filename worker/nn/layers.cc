@@ -156,7 +156,8 @@ class MaxPool2D : public Layer {
     shape_.c = in.c, shape_.h = in.h, shape_.w = in.w;
     shape_.kh = l.pool_h, shape_.kw = l.pool_w, shape_.sh = l.stride_h, shape_.sw = l.stride_w;
     max_batch_ = max_batch;
-    workspace_ = Buffer<unsigned char>(backend.device(), backend.maxpool_workspace_bytes(at(max_batch)));
+    workspace_ =
+        Buffer<unsigned char>(backend.device(), backend.maxpool_workspace_bytes(at(max_batch)));
   }
   Dims output_dims() const override { return {shape_.c, shape_.oh(), shape_.ow()}; }
   void forward(Backend& b, int n, const float* x, float* y, const float*, const StepKey&,
@@ -295,7 +296,8 @@ std::unique_ptr<Layer> make_layer(const LayerSpec& l, int index, Dims in, int ma
     }
     return std::make_unique<Dense>(l, index, in, max_batch, backend);
   }
-  if (l.type == "flatten") return std::make_unique<Flatten>(Dims{static_cast<int>(in.size()), 1, 1});
+  if (l.type == "flatten")
+    return std::make_unique<Flatten>(Dims{static_cast<int>(in.size()), 1, 1});
   if (l.type == "relu") return std::make_unique<Relu>(in);
   if (l.type == "dropout") return std::make_unique<Dropout>(l, index, in, max_batch, backend);
   DT_ENFORCE(false, "layer type {} passed parsing but has no implementation", l.type);

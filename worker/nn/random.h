@@ -22,8 +22,8 @@ DT_HOST_DEVICE inline uint64_t mix64(uint64_t x) {
 }
 
 /// Hash of a key of up to five parts.
-DT_HOST_DEVICE inline uint64_t random_key(uint64_t a, uint64_t b = 0, uint64_t c = 0, uint64_t d = 0,
-                           uint64_t e = 0) {
+DT_HOST_DEVICE inline uint64_t random_key(uint64_t a, uint64_t b = 0, uint64_t c = 0,
+                                          uint64_t d = 0, uint64_t e = 0) {
   return mix64(mix64(mix64(mix64(mix64(a) ^ b) ^ c) ^ d) ^ e);
 }
 

@@ -281,8 +281,9 @@ class ReferenceBackend final : public HostBackend {
     return static_cast<float>(sum);
   }
 
-  /// One row of softmax cross-entropy: writes (softmax - onehot) / n (unless dz is null), counts a correct arg-max
-  /// (the first maximum), and returns the row's loss log(sum exp(z - max)) - (z[label] - max).
+  /// One row of softmax cross-entropy: writes (softmax - onehot) / n (unless dz is null), counts a
+  /// correct arg-max (the first maximum), and returns the row's loss log(sum exp(z - max)) -
+  /// (z[label] - max).
   static double softmax_row(int n, int classes, const float* z, int32_t label, float* dz,
                             int* correct) {
     DT_ENFORCE(label >= 0 && label < classes, "label {} outside [0, {})", label, classes);

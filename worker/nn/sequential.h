@@ -73,12 +73,12 @@ class Sequential {
   std::vector<ParamRange> ranges_;
   std::vector<GradientPiece> pieces_;
   std::vector<size_t> first_piece_;  ///< layer i's first piece in pieces_
-  std::vector<Dims> dims_;  ///< input, then each layer's output
+  std::vector<Dims> dims_;           ///< input, then each layer's output
   std::vector<ParamInfo> infos_;
   Buffer<float> parameters_, gradients_;
-  std::vector<Buffer<float>> storage_;  ///< activation and delta memory (views have none)
+  std::vector<Buffer<float>> storage_;     ///< activation and delta memory (views have none)
   std::vector<const float*> activations_;  ///< [0]: the caller's input, then each layer's output
-  std::vector<float*> deltas_;              ///< gradient w.r.t. activations_[i] ([0] is null)
+  std::vector<float*> deltas_;             ///< gradient w.r.t. activations_[i] ([0] is null)
 };
 
 }  // namespace dtrain::nn

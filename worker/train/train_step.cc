@@ -58,8 +58,7 @@ void TrainStep::finish(comm::ReduceTicket ticket) {
   exposed_seconds_ += common::monotonic_seconds() - started;
 }
 
-void TrainStep::enqueue(const float* images, const int32_t* labels, int n,
-                        const nn::StepKey& key) {
+void TrainStep::enqueue(const float* images, const int32_t* labels, int n, const nn::StepKey& key) {
   device_.fill_zero(stats_.data(), stats_.bytes());
   const float* logits = model_.forward(images, n, key, true);
   backend_.softmax_cross_entropy(n, model_.classes(), logits, labels, model_.logits_gradient(),
@@ -91,7 +90,7 @@ void TrainStep::run(const float* images, const int32_t* labels, int n, const nn:
                     int slot) {
   DT_ENFORCE(slot >= 0 && slot < options_.slots, "input slot {}", slot);
   optimizer_.begin_step();
-  if (graphable_ && steps_run_ > 0) {  // the first step ran launch by launch: plans and memory
+  if (graphable_ && steps_run_ > 0) {    // the first step ran launch by launch: plans and memory
     auto s = static_cast<size_t>(slot);  // exist, so nothing allocates while recording
     // Record again when the inputs moved or the backend replaced scratch memory the graph
     // points into (an evaluation with other shapes may have grown a workspace).
@@ -142,8 +141,8 @@ std::array<double, 3> TrainStep::totals() {
 }
 
 void TrainStep::set_totals(double loss_sum, double correct, double seen) {
-  totals_.from_host({static_cast<float>(loss_sum), static_cast<float>(correct),
-                     static_cast<float>(seen)});
+  totals_.from_host(
+      {static_cast<float>(loss_sum), static_cast<float>(correct), static_cast<float>(seen)});
 }
 
 }  // namespace dtrain::train

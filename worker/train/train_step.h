@@ -34,11 +34,11 @@ std::vector<GradientBucket> plan_buckets(const std::vector<nn::GradientPiece>& p
                                          size_t min_floats);
 
 struct StepOptions {
-  bool overlap = true;      ///< start buckets during backward (false: after it)
-  bool graphs = true;       ///< capture the step as a device graph where possible
+  bool overlap = true;                 ///< start buckets during backward (false: after it)
+  bool graphs = true;                  ///< capture the step as a device graph where possible
   size_t min_bucket_floats = 1 << 18;  ///< 1 MiB
-  int slots = 2;            ///< input slots (one graph each)
-  double timeout_seconds = 300;  ///< longest wait for a step's read-back
+  int slots = 2;                       ///< input slots (one graph each)
+  double timeout_seconds = 300;        ///< longest wait for a step's read-back
 };
 
 /// Not copyable; single-threaded. model, optimizer, backend and comm must outlive it.

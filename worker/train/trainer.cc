@@ -59,7 +59,8 @@ Trainer::~Trainer() = default;
 // Parameters, then each optimizer slot split into the same named tensors.
 std::vector<TensorView> Trainer::checkpoint_tensors() {
   std::vector<std::pair<std::string, nn::Buffer<float>*>> buffers = {{"", &model_->parameters()}};
-  for (auto& [slot, buffer] : optimizer_->slots()) buffers.emplace_back("optimizer." + slot + ".", buffer);
+  for (auto& [slot, buffer] : optimizer_->slots())
+    buffers.emplace_back("optimizer." + slot + ".", buffer);
   host_tensors_.clear();
   std::vector<TensorView> views;
   for (auto& [prefix, buffer] : buffers) {
@@ -134,8 +135,8 @@ EpochMetrics Trainer::fit() {
     if (options_.chief) write_metrics(last);
     if (last.stop_agreed) {  // asked during the epoch's last step: stop here, together
       comm_.barrier();
-      throw Preempted(fmt::format("stopped at the end of epoch {} (checkpoint saved by the chief)",
-                                  epoch + 1));
+      throw Preempted(
+          fmt::format("stopped at the end of epoch {} (checkpoint saved by the chief)", epoch + 1));
     }
   }
   if (options_.chief) {
@@ -148,8 +149,7 @@ EpochMetrics Trainer::fit() {
 }
 
 // Reads the epoch's totals back (a sync) at most twice a second, or when forced, and shows them.
-void Trainer::show_progress(int epoch, int64_t step, double started, double seen_here,
-                            bool force) {
+void Trainer::show_progress(int epoch, int64_t step, double started, double seen_here, bool force) {
   double now = common::monotonic_seconds();
   if (!force && last_shown_ >= 0 && now - last_shown_ < 0.5) return;
   last_shown_ = now;
@@ -191,7 +191,8 @@ EpochMetrics Trainer::train_epoch(int epoch) {
     step_->run(stager_->images(slot), stager_->labels(slot), n, {config_.seed, epoch, step}, slot);
     seen_here += static_cast<double>(n) * comm_.size();
     n = next_n;
-    state_ = TrainingState{epoch, step + 1, state_.global_step + 1, optimizer_->iterations(), 0, 0, 0};
+    state_ =
+        TrainingState{epoch, step + 1, state_.global_step + 1, optimizer_->iterations(), 0, 0, 0};
     if (state_.global_step == start_.global_step + 3 && step_->graphed()) {
       spdlog::info("training step recorded as a CUDA graph, replayed each step");
     }

@@ -103,7 +103,7 @@ class Trainer {
   TrainingState start_;  ///< where this run resumed
   int64_t steps_per_epoch_ = 0;
   double last_heartbeat_ = -1;
-  double last_shown_ = -1;                      ///< when totals were last read back
+  double last_shown_ = -1;                       ///< when totals were last read back
   std::array<double, 3> shown_totals_{0, 0, 0};  ///< loss sum, correct, seen then
 };
 

@@ -1,9 +1,8 @@
 // See conv_weight_grad.h. Two kernels: partial sums per (filter, channel, chunk of images) with a
 // warp-shuffle tree and then the warps in order, and a second pass that adds the chunks in order.
-#include "worker/nn/cuda/conv_weight_grad.h"
-
 #include <algorithm>
 
+#include "worker/nn/cuda/conv_weight_grad.h"
 #include "worker/nn/cuda/cuda_check.h"
 
 namespace dtrain::nn::cuda {
@@ -103,15 +102,23 @@ void conv_weight_grad(const ConvShape& s, const float* x, const float* dy, float
                       float* scratch, cudaStream_t stream) {
   int chunks = chunks_for(s);
   switch (s.kh) {
-    case 1: launch<1, 1>(s, x, dy, scratch, chunks, stream); break;
-    case 2: launch<2, 2>(s, x, dy, scratch, chunks, stream); break;
-    case 3: launch<3, 3>(s, x, dy, scratch, chunks, stream); break;
-    default: launch<5, 5>(s, x, dy, scratch, chunks, stream); break;
+    case 1:
+      launch<1, 1>(s, x, dy, scratch, chunks, stream);
+      break;
+    case 2:
+      launch<2, 2>(s, x, dy, scratch, chunks, stream);
+      break;
+    case 3:
+      launch<3, 3>(s, x, dy, scratch, chunks, stream);
+      break;
+    default:
+      launch<5, 5>(s, x, dy, scratch, chunks, stream);
+      break;
   }
   DT_CUDA_CHECK(cudaGetLastError());
   int filters = s.k * s.c, taps = s.kh * s.kw, threads = filters * (taps + 1);
   add_chunks<<<(threads + 127) / 128, 128, 0, stream>>>(scratch, dw, db, filters, s.c, taps,
-                                                         chunks);
+                                                        chunks);
   DT_CUDA_CHECK(cudaGetLastError());
 }
 

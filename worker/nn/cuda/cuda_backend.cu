@@ -344,8 +344,8 @@ ConvPlan& CudaBackend::plan(const ConvShape& s) {
   cudnnFilterDescriptor_t filter{};
   DT_CUDNN_CHECK(cudnnCreateFilterDescriptor(&filter));
   p->w = cuda::FilterDescriptor(filter);
-  DT_CUDNN_CHECK(
-      cudnnSetFilter4dDescriptor(filter, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW, s.k, s.c, s.kh, s.kw));
+  DT_CUDNN_CHECK(cudnnSetFilter4dDescriptor(filter, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW, s.k, s.c,
+                                            s.kh, s.kw));
   cudnnConvolutionDescriptor_t conv{};
   DT_CUDNN_CHECK(cudnnCreateConvolutionDescriptor(&conv));
   p->conv = cuda::ConvolutionDescriptor(conv);
@@ -355,12 +355,12 @@ ConvPlan& CudaBackend::plan(const ConvShape& s) {
       cudnnSetConvolutionMathType(conv, CUDNN_FMA_MATH));  // no TF32: match the CPU in fp32
   choose_algorithms(*p);
   size_t a = 0, b = 0, c = 0;
-  DT_CUDNN_CHECK(cudnnGetConvolutionForwardWorkspaceSize(cudnn_.get(), p->x.get(), p->w.get(), p->conv.get(),
-                                                         p->y.get(), p->fwd, &a));
-  DT_CUDNN_CHECK(cudnnGetConvolutionBackwardDataWorkspaceSize(cudnn_.get(), p->w.get(), p->y.get(), p->conv.get(),
-                                                              p->x.get(), p->bwd_data, &b));
-  DT_CUDNN_CHECK(cudnnGetConvolutionBackwardFilterWorkspaceSize(cudnn_.get(), p->x.get(), p->y.get(),
-                                                                p->conv.get(), p->w.get(), p->bwd_filter, &c));
+  DT_CUDNN_CHECK(cudnnGetConvolutionForwardWorkspaceSize(cudnn_.get(), p->x.get(), p->w.get(),
+                                                         p->conv.get(), p->y.get(), p->fwd, &a));
+  DT_CUDNN_CHECK(cudnnGetConvolutionBackwardDataWorkspaceSize(
+      cudnn_.get(), p->w.get(), p->y.get(), p->conv.get(), p->x.get(), p->bwd_data, &b));
+  DT_CUDNN_CHECK(cudnnGetConvolutionBackwardFilterWorkspaceSize(
+      cudnn_.get(), p->x.get(), p->y.get(), p->conv.get(), p->w.get(), p->bwd_filter, &c));
   p->workspace = std::max(a, std::max(b, c));
   slot = std::move(p);
   return *slot;
@@ -381,8 +381,9 @@ void CudaBackend::conv2d_forward(const ConvShape& s, const float* x, const float
   ConvPlan& p = plan(s);
   const float one = 1, zero = 0;
   void* ws = workspace_.at_least(p.workspace + 1);
-  DT_CUDNN_CHECK(cudnnConvolutionForward(cudnn_.get(), &one, p.x.get(), input_for(p, x), p.w.get(), w, p.conv.get(),
-                                         p.fwd, ws, p.workspace, &zero, p.y.get(), y));
+  DT_CUDNN_CHECK(cudnnConvolutionForward(cudnn_.get(), &one, p.x.get(), input_for(p, x), p.w.get(),
+                                         w, p.conv.get(), p.fwd, ws, p.workspace, &zero, p.y.get(),
+                                         y));
   DT_CUDNN_CHECK(cudnnAddTensor(cudnn_.get(), &one, p.bias.get(), b, &one, p.y.get(), y));
 }
 
@@ -394,9 +395,9 @@ void CudaBackend::conv2d_backward_data(const ConvShape& s, const float* dy, cons
   size_t count = static_cast<size_t>(s.n) * s.c * p.ph * p.pw;
   float* target =
       p.padded_copy ? static_cast<float*>(padded_grad_.at_least(count * sizeof(float))) : dx;
-  DT_CUDNN_CHECK(cudnnConvolutionBackwardData(cudnn_.get(), &one, p.w.get(), w, p.y.get(), dy, p.conv.get(),
-                                              p.bwd_data, ws, p.workspace, &zero, p.x.get(),
-                                              target));
+  DT_CUDNN_CHECK(cudnnConvolutionBackwardData(cudnn_.get(), &one, p.w.get(), w, p.y.get(), dy,
+                                              p.conv.get(), p.bwd_data, ws, p.workspace, &zero,
+                                              p.x.get(), target));
   if (p.padded_copy) {
     size_t out = s.input_count();
     crop_kernel<<<blocks_for(out), kThreads, 0, stream_>>>(target, dx, s.n * s.c, s.h, s.w,
@@ -418,8 +419,8 @@ void CudaBackend::conv2d_backward_weights(const ConvShape& s, const float* x, co
   const float* input = input_for(p, x);
   void* ws = workspace_.at_least(p.workspace + 1);
   DT_CUDNN_CHECK(cudnnConvolutionBackwardFilter(cudnn_.get(), &one, p.x.get(), input, p.y.get(), dy,
-                                                p.conv.get(), p.bwd_filter, ws, p.workspace, &zero, p.w.get(),
-                                                dw));
+                                                p.conv.get(), p.bwd_filter, ws, p.workspace, &zero,
+                                                p.w.get(), dw));
   DT_CUDNN_CHECK(
       cudnnConvolutionBackwardBias(cudnn_.get(), &one, p.y.get(), dy, &zero, p.bias.get(), db));
 }
@@ -439,8 +440,8 @@ const float* CudaBackend::ones(int n) {
 void CudaBackend::dense_forward(int n, int in, int out, const float* x, const float* w,
                                 const float* b, float* y) {
   const float one = 1, zero = 0;
-  DT_CUBLAS_CHECK(cublasSgemm(cublas_.get(), CUBLAS_OP_N, CUBLAS_OP_N, out, n, in, &one, w, out, x, in,
-                              &zero, y, out));
+  DT_CUBLAS_CHECK(cublasSgemm(cublas_.get(), CUBLAS_OP_N, CUBLAS_OP_N, out, n, in, &one, w, out, x,
+                              in, &zero, y, out));
   size_t count = static_cast<size_t>(n) * out;
   bias_rows_kernel<<<blocks_for(count), kThreads, 0, stream_>>>(y, b, n, out);
   DT_CUDA_CHECK(cudaGetLastError());
@@ -449,8 +450,8 @@ void CudaBackend::dense_forward(int n, int in, int out, const float* x, const fl
 void CudaBackend::dense_backward_data(int n, int in, int out, const float* dy, const float* w,
                                       float* dx) {
   const float one = 1, zero = 0;
-  DT_CUBLAS_CHECK(cublasSgemm(cublas_.get(), CUBLAS_OP_T, CUBLAS_OP_N, in, n, out, &one, w, out, dy, out,
-                              &zero, dx, in));
+  DT_CUBLAS_CHECK(cublasSgemm(cublas_.get(), CUBLAS_OP_T, CUBLAS_OP_N, in, n, out, &one, w, out, dy,
+                              out, &zero, dx, in));
 }
 
 void CudaBackend::dense_backward_weights(int n, int in, int out, const float* x, const float* dy,
@@ -474,8 +475,8 @@ void CudaBackend::dense_backward_weight_rows(int n, int in, int out, const float
 void CudaBackend::dense_backward_bias(int n, int out, const float* dy, float* db) {
   const float one = 1, zero = 0;
   // db = dy^T 1: cuBLAS's gemv sums in a fixed order (deterministic).
-  DT_CUBLAS_CHECK(cublasSgemv(cublas_.get(), CUBLAS_OP_N, out, n, &one, dy, out, ones(n), 1, &zero,
-                              db, 1));
+  DT_CUBLAS_CHECK(
+      cublasSgemv(cublas_.get(), CUBLAS_OP_N, out, n, &one, dy, out, ones(n), 1, &zero, db, 1));
 }
 
 void CudaBackend::relu_forward(size_t count, const float* x, float* y) {
@@ -489,8 +490,8 @@ void CudaBackend::relu_backward(size_t count, const float* y, const float* dy, f
   const float one = 1, zero = 0;
   cuda::TensorDescriptor d = tensor4d(1, 1, 1, static_cast<int>(count));
   // For ReLU the output stands in for the input: y > 0 exactly where x > 0.
-  DT_CUDNN_CHECK(cudnnActivationBackward(cudnn_.get(), relu_.get(), &one, d.get(), y, d.get(), dy, d.get(), y,
-                                         &zero, d.get(), dx));
+  DT_CUDNN_CHECK(cudnnActivationBackward(cudnn_.get(), relu_.get(), &one, d.get(), y, d.get(), dy,
+                                         d.get(), y, &zero, d.get(), dx));
 }
 
 PoolPlan& CudaBackend::pool(const PoolShape& s) {
@@ -520,7 +521,8 @@ size_t CudaBackend::maxpool_workspace_bytes(const PoolShape& s) {
 void CudaBackend::maxpool_forward(const PoolShape& s, const float* x, float* y, void* workspace) {
   PoolPlan& p = pool(s);
   const float one = 1, zero = 0;
-  DT_CUDNN_CHECK(cudnnPoolingForward(cudnn_.get(), p.pool.get(), &one, p.x.get(), x, &zero, p.y.get(), y));
+  DT_CUDNN_CHECK(
+      cudnnPoolingForward(cudnn_.get(), p.pool.get(), &one, p.x.get(), x, &zero, p.y.get(), y));
   auto* keep = static_cast<char*>(workspace);
   DT_CUDA_CHECK(cudaMemcpyAsync(keep, x, p.x_bytes, cudaMemcpyDeviceToDevice, stream_));
   DT_CUDA_CHECK(cudaMemcpyAsync(keep + p.x_bytes, y, p.y_bytes, cudaMemcpyDeviceToDevice, stream_));
@@ -558,8 +560,8 @@ void CudaBackend::add(size_t count, const float* x, float* y) {
   DT_CUDA_CHECK(cudaGetLastError());
 }
 
-void CudaBackend::dropout_forward(size_t count, float rate, uint64_t key, const float* x,
-                                  float* y, float* mask) {
+void CudaBackend::dropout_forward(size_t count, float rate, uint64_t key, const float* x, float* y,
+                                  float* mask) {
   if (count == 0) return;
   dropout_kernel<<<blocks_for(count), kThreads, 0, stream_>>>(x, y, mask, count, rate, key);
   DT_CUDA_CHECK(cudaGetLastError());

@@ -58,8 +58,8 @@ class CudaDevice final : public Device {
     cudaError_t rc = cudaHostAlloc(&memory, std::max<size_t>(bytes, 1), cudaHostAllocDefault);
     if (rc != cudaSuccess) {
       cudaGetLastError();
-      throw common::IoError(fmt::format("cannot allocate {} bytes of pinned host memory: {}",
-                                        bytes, cudaGetErrorString(rc)));
+      throw common::IoError(fmt::format("cannot allocate {} bytes of pinned host memory: {}", bytes,
+                                        cudaGetErrorString(rc)));
     }
     std::memset(memory, 0, std::max<size_t>(bytes, 1));
     return memory;
@@ -106,15 +106,16 @@ class CudaDevice final : public Device {
 
   void download_async(void* pinned_dst, const void* src, size_t bytes) override {
     if (bytes)
-      DT_CUDA_CHECK(cudaMemcpyAsync(pinned_dst, src, bytes, cudaMemcpyDeviceToHost, compute_.get()));
+      DT_CUDA_CHECK(
+          cudaMemcpyAsync(pinned_dst, src, bytes, cudaMemcpyDeviceToHost, compute_.get()));
   }
   void record_marker(int slot) override {
     DT_CUDA_CHECK(cudaEventRecord(markers_.at(static_cast<size_t>(slot)).get(), compute_.get()));
   }
   void wait_marker(int slot, double timeout_seconds) override {
     cudaEvent_t event = markers_.at(static_cast<size_t>(slot)).get();
-    auto deadline = std::chrono::steady_clock::now() +
-                    std::chrono::duration<double>(timeout_seconds);
+    auto deadline =
+        std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_seconds);
     auto pause = std::chrono::microseconds(5);
     for (;;) {
       cudaError_t rc = cudaEventQuery(event);
