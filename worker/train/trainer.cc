@@ -135,8 +135,9 @@ EpochMetrics Trainer::fit() {
     if (options_.chief) write_metrics(last);
     if (last.stop_agreed) {  // asked during the epoch's last step: stop here, together
       comm_.barrier();
-      throw Preempted(
-          fmt::format("stopped at the end of epoch {} (checkpoint saved by the chief)", epoch + 1));
+      throw Preempted(fmt::format(
+          "stopped at epoch {} step {}, its end (epoch checkpoint saved by the chief)", epoch + 1,
+          steps_per_epoch_));
     }
   }
   if (options_.chief) {
