@@ -48,6 +48,7 @@ TrainStep::TrainStep(nn::Sequential& model, Optimizer& optimizer, nn::Backend& b
   graphs_.resize(static_cast<size_t>(options_.slots));
   graph_inputs_.resize(static_cast<size_t>(options_.slots) * 2, nullptr);
   graph_generations_.resize(static_cast<size_t>(options_.slots), 0);
+  graph_batches_.resize(static_cast<size_t>(options_.slots), 0);
 }
 
 TrainStep::~TrainStep() = default;
@@ -96,7 +97,7 @@ void TrainStep::run(const float* images, const int32_t* labels, int n, const nn:
     // points into (an evaluation with other shapes may have grown a workspace).
     if (!graphs_[s] || graph_inputs_[2 * s] != images ||
         graph_inputs_[2 * s + 1] != static_cast<const void*>(labels) ||
-        graph_generations_[s] != backend_.scratch_generation()) {
+        graph_generations_[s] != backend_.scratch_generation() || graph_batches_[s] != n) {
       graphs_[s].reset();
       device_.begin_capture();
       try {
@@ -111,6 +112,7 @@ void TrainStep::run(const float* images, const int32_t* labels, int n, const nn:
       }
       graphs_[s] = device_.end_capture();
       graph_generations_[s] = backend_.scratch_generation();
+      graph_batches_[s] = n;
       graph_inputs_[2 * s] = images;
       graph_inputs_[2 * s + 1] = reinterpret_cast<const float*>(labels);
     }

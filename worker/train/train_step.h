@@ -92,6 +92,7 @@ class TrainStep {
   std::vector<std::unique_ptr<nn::DeviceGraph>> graphs_;  ///< per slot
   std::vector<const float*> graph_inputs_;                ///< the images each graph reads
   std::vector<uint64_t> graph_generations_;  ///< the backend's scratch generation at recording
+  std::vector<int> graph_batches_;           ///< the batch size each graph was recorded for
   double exposed_seconds_ = 0;
 };
 
