@@ -21,6 +21,7 @@ int launch_command(const Args& args);
 int logs_command(const Args& args);
 int status_command(const Args& args);
 int stop_command(const Args& args);
+int agent_command(const Args& args);
 
 /// Every subcommand, in the order `dtrain --help` lists them.
 const std::vector<Command>& all_commands();

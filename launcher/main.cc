@@ -18,6 +18,7 @@ const std::vector<Command>& all_commands() {
        stop_command},
       {"validate", "check a job file and print each task's TF_CONFIG", validate_command},
       {"tf-config", "print the TF_CONFIG of one task of a job file", tf_config_command},
+      {"agent", "run one worker for a launcher on another host (started over ssh)", agent_command},
   };
   return commands;
 }

@@ -9,6 +9,7 @@
 
 #include "common/env_vars.h"
 #include "common/errors.h"
+#include "common/local_addresses.h"
 #include "common/tf_config.h"
 
 namespace dtrain::launcher {
@@ -93,10 +94,7 @@ std::string shell_quote(const std::string& text) {
 }
 
 bool is_local_host(const std::string& host) {
-  if (host == "localhost" || host == "::1" || host == "0.0.0.0" || host.rfind("127.", 0) == 0)
-    return true;
-  char name[256] = {};
-  return ::gethostname(name, sizeof name - 1) == 0 && host == name;
+  return common::is_this_machine(host);
 }
 
 SpawnRequest make_spawn_request(const LaunchContext& c, const common::TaskId& task, int attempt) {

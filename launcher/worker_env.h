@@ -41,7 +41,8 @@ void check_gpu_assignment(const LaunchContext& context);
 SpawnRequest make_spawn_request(const LaunchContext& context, const common::TaskId& task,
                                 int attempt);
 
-/// True for names and addresses of this machine: localhost, 127.x, ::1, 0.0.0.0, its host name.
+/// True when host resolves to one of this machine's addresses (an interface address, loopback
+/// included; common/local_addresses.h), not merely because it is a loopback name or the host name.
 bool is_local_host(const std::string& host);
 
 /// Single-quoted for a POSIX shell: it's -> 'it'\''s'.

@@ -11,6 +11,7 @@ packages=(
   zlib1g-dev libssl-dev libdnnl-dev
   dataset-fashion-mnist
   procps tmux python3
+  openssh-server openssh-client iproute2
 )
 
 missing=()

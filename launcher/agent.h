@@ -1,0 +1,26 @@
+// `dtrain agent`: the remote supervisor that the launcher starts as `ssh host dtrain agent`. It
+// reads what to run from stdin, runs it in its own process group, frames the worker's output and
+// control messages onto stdout, forwards signal commands, and ends the group when the session
+// closes. The wire format is agent_protocol.h. One thread, one poll() loop with time-outs; it
+// signals only its worker's process group, never processes by name.
+#pragma once
+
+#include "launcher/agent_protocol.h"
+
+namespace dtrain::launcher {
+
+struct AgentOptions {
+  double request_seconds = kAgentRequestSeconds;  ///< wait for the first stdin line
+  double kill_after_seconds = 1.5;                ///< SIGTERM to SIGKILL when the session closes
+};
+
+/// Runs the agent on in_fd (commands) and out_fd (framed output) until the worker has ended and
+/// its output is passed on (or, once the session closed, until the group is gone: at most
+/// kill_after_seconds + 2 s). Returns the worker's exit code, or 128 + signal. Throws
+/// ConfigError for a bad or missing first line (exit 2) or a program that cannot be found, and
+/// IoError when the worker cannot be started or the agent is stopped before it started.
+/// Blocks SIGCHLD, SIGHUP, SIGINT and SIGTERM while it runs (they arrive on a signalfd), and
+/// ignores SIGPIPE. SIGHUP, SIGINT and SIGTERM to the agent end the group like a closed session.
+int run_agent(int in_fd, int out_fd, const AgentOptions& options);
+
+}  // namespace dtrain::launcher

@@ -1,0 +1,90 @@
+// The wire format between the launcher and `dtrain agent` (the remote supervisor started as
+// `ssh host /path/to/dtrain agent`), shared by both sides. Formatting and parsing only; the agent
+// itself is agent.cc. Nothing secret ever travels on argv: it all goes over the session's stdin.
+//
+// Launcher -> agent (the agent's stdin), one JSON object per line, each at most kMaxAgentLine:
+//   first line, within the agent's request time-out (30 s):
+//     {"argv": ["prog", "arg", ...], "env": [["NAME", "value"], ...], "cwd": "/dir"}
+//   argv is required and non-empty (argv[0] is looked up on PATH, the worker's PATH if env sets
+//   it); env (added to the agent's own environment) and cwd ("" = the agent's) are optional.
+//   DTRAIN_CONTROL in env is replaced by the agent's own socket.
+//   later lines: {"signal": 15} sends that signal to the worker's whole process group.
+//   End of stdin (the session closed): the agent ends the group (SIGTERM, SIGKILL 1.5 s later).
+//
+// Agent -> launcher (the agent's stdout): the worker's stdout+stderr bytes unchanged, written
+// only in whole lines (a line ends at '\n', or at a '\r' not followed by '\n', as progress bars
+// redraw). Between two whole lines the agent may insert its own lines, each
+//   kControlMarker + <a control message from the worker, common/control_protocol.h> + "\n"
+//   kEventMarker + <an agent event> + "\n", the events being
+//     {"event": "started", "pid": 1234}           the worker runs (its pid on that host)
+//     {"event": "exit", "code": 3}                the worker exited with code 3
+//     {"event": "exit", "signal": 9}              the worker was killed by signal 9
+// Markers begin with the byte 0x1e (ASCII record separator), which text output does not start a
+// line with. (A worker that printed one on purpose could only fake its own heartbeat, which it
+// may send anyway.) A worker line longer than kMaxAgentLine is passed on in pieces, and markers
+// then wait for its end. A last line without a newline is passed on when the output closes; it
+// is then the last thing on stdout. The exit event may come before the last lines of output
+// (a grandchild can keep writing); the agent's own exit status is the worker's exit code, or
+// 128 + signal (the shell's convention), so launcher/exit_status.cc classifies the ssh status.
+// Problems of the agent itself go to its stderr; a bad first line ends it with exit code 2.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "launcher/exit_status.h"
+
+namespace dtrain::launcher {
+
+/// Longest line the agent accepts on stdin, and longest worker line it passes on whole.
+inline constexpr size_t kMaxAgentLine = 1 << 20;
+/// Seconds the agent waits for its first stdin line.
+inline constexpr double kAgentRequestSeconds = 30;
+/// Starts an agent stdout line that carries a worker's control message (\036 is 0x1e).
+inline constexpr std::string_view kControlMarker = "\036dtrain-control ";
+/// Starts an agent stdout line that carries an agent event.
+inline constexpr std::string_view kEventMarker = "\036dtrain-agent ";
+
+/// What the agent starts: the first stdin line.
+struct AgentRequest {
+  std::vector<std::string> argv;
+  std::vector<std::pair<std::string, std::string>> env;
+  std::string cwd;
+};
+
+/// Parses the first line (without its newline). Throws ConfigError naming the JSON path.
+AgentRequest parse_agent_request(std::string_view line);
+/// The first line, newline included.
+std::string format_agent_request(const AgentRequest& request);
+
+/// Parses a later stdin line (without newline) into the signal it asks for. Throws ConfigError.
+int parse_agent_signal_command(std::string_view line);
+/// {"signal": N} and a newline.
+std::string format_agent_signal_command(int sig);
+
+/// The JSON of an event (no marker, no newline).
+std::string format_agent_started_event(int pid);
+std::string format_agent_exit_event(const ExitStatus& status);
+
+/// What one line of agent stdout is. payload: the JSON after the marker (without newline) for
+/// kControl and kEvent, the whole line for kOutput.
+struct AgentLine {
+  enum class Kind { kOutput, kControl, kEvent };
+  Kind kind = Kind::kOutput;
+  std::string_view payload;
+};
+/// line: one line as a LineSplitter hands it over (terminator included or not).
+AgentLine classify_agent_line(std::string_view line);
+
+struct AgentEvent {
+  std::string type;   ///< "started" or "exit"
+  int pid = 0;        ///< started
+  ExitStatus status;  ///< exit
+};
+/// Parses an event payload; nullopt for anything malformed.
+std::optional<AgentEvent> parse_agent_event(std::string_view payload);
+
+}  // namespace dtrain::launcher

@@ -1,0 +1,489 @@
+// `dtrain agent` with real processes (the built dtrain, test_worker and sh as workers) over pipes:
+// the request reaches the worker and never argv, output comes in whole lines with control and
+// event lines between them, signal commands reach the group, a closed session or a killed agent
+// leaves no process behind, and a bad first line is exit 2. Also the framing and protocol
+// functions on their own.
+#include <dirent.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <sstream>
+#include <thread>
+
+#include "common/atomic_file.h"
+#include "common/clock.h"
+#include "common/control_protocol.h"
+#include "common/unique_fd.h"
+#include "launcher/agent_output.h"
+#include "launcher/agent_protocol.h"
+#include "test/support/subprocess.h"
+#include "test/support/temp_dir.h"
+
+using dtrain::common::monotonic_seconds;
+using dtrain::common::UniqueFd;
+using dtrain::launcher::AgentLine;
+using dtrain::launcher::AgentOutput;
+using dtrain::launcher::AgentRequest;
+using dtrain::launcher::kControlMarker;
+using dtrain::launcher::kEventMarker;
+using dtrain::testing::binary;
+using dtrain::testing::process_alive;
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr const char* kTfConfig =
+    R"({"cluster": {"worker": ["localhost:1"]}, "task": {"type": "worker", "index": 0}})";
+
+// `dtrain agent` with its stdin and stdout on pipes held by the test, stderr in a file.
+class AgentProcess {
+ public:
+  explicit AgentProcess(const std::vector<std::string>& extra_args = {}) {
+    ::signal(SIGPIPE, SIG_IGN);  // writing to an agent that has exited must not end the test
+    std::vector<std::string> args = {binary("dtrain"), "agent"};
+    args.insert(args.end(), extra_args.begin(), extra_args.end());
+    std::string err_path = dir_.path() + "/err";
+    int in[2], out[2];
+    REQUIRE(::pipe2(in, O_CLOEXEC) == 0);
+    REQUIRE(::pipe2(out, O_CLOEXEC) == 0);
+    pid_ = ::fork();
+    REQUIRE(pid_ >= 0);
+    if (pid_ == 0) {
+      int err = ::open(err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+      ::dup2(in[0], 0);
+      ::dup2(out[1], 1);
+      ::dup2(err, 2);
+      std::vector<char*> argv;
+      for (auto& a : args) argv.push_back(a.data());
+      argv.push_back(nullptr);
+      ::execv(argv[0], argv.data());
+      ::_exit(127);
+    }
+    ::close(in[0]);
+    ::close(out[1]);
+    in_.reset(in[1]);
+    out_.reset(out[0]);
+  }
+  ~AgentProcess() {
+    if (!reaped_) {
+      ::kill(pid_, SIGKILL);
+      ::waitpid(pid_, nullptr, 0);
+    }
+  }
+
+  int pid() const { return pid_; }
+  void send(const std::string& text) {
+    REQUIRE(::write(in_.get(), text.data(), text.size()) == static_cast<ssize_t>(text.size()));
+  }
+  void close_stdin() { in_.reset(); }
+
+  /// Reads stdout until done(out) holds or seconds pass (or stdout ends); returns done(out).
+  bool read_until(const std::function<bool(const std::string&)>& done, double seconds) {
+    double deadline = monotonic_seconds() + seconds;
+    while (!done(out_text_) && out_.valid()) {
+      int left = static_cast<int>((deadline - monotonic_seconds()) * 1000);
+      if (left <= 0) break;
+      pollfd p{out_.get(), POLLIN, 0};
+      if (::poll(&p, 1, left) <= 0) continue;
+      char chunk[65536];
+      ssize_t n = ::read(out_.get(), chunk, sizeof chunk);
+      if (n <= 0)
+        out_.reset();
+      else
+        out_text_.append(chunk, static_cast<size_t>(n));
+    }
+    return done(out_text_);
+  }
+  bool read_until_contains(const std::string& text, double seconds) {
+    return read_until([&](const std::string& out) { return out.find(text) != std::string::npos; },
+                      seconds);
+  }
+
+  /// Reads stdout to its end and reaps the agent (SIGKILL after seconds). Exit code or 128+sig.
+  int wait(double seconds) {
+    double deadline = monotonic_seconds() + seconds;
+    read_until([](const std::string&) { return false; }, seconds);
+    int status = 0;
+    while (::waitpid(pid_, &status, WNOHANG) != pid_) {
+      if (monotonic_seconds() > deadline) {
+        ::kill(pid_, SIGKILL);
+        ::waitpid(pid_, &status, 0);
+        break;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    reaped_ = true;
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  }
+
+  const std::string& out() const { return out_text_; }
+  std::string err() const { return dtrain::common::read_file(dir_.path() + "/err"); }
+
+ private:
+  dtrain::testing::TempDir dir_;
+  int pid_ = -1;
+  bool reaped_ = false;
+  UniqueFd in_, out_;
+  std::string out_text_;
+};
+
+std::string request(std::vector<std::string> argv,
+                    std::vector<std::pair<std::string, std::string>> env = {},
+                    std::string cwd = "") {
+  return dtrain::launcher::format_agent_request({std::move(argv), std::move(env), std::move(cwd)});
+}
+
+std::string test_worker_request(const std::vector<std::string>& flags) {
+  std::vector<std::string> argv = {binary("dtrain-test-worker")};
+  argv.insert(argv.end(), flags.begin(), flags.end());
+  return request(argv, {{"TF_CONFIG", kTfConfig}});
+}
+
+// The lines of agent stdout of one kind: payloads for markers, whole lines for output.
+std::vector<std::string> lines_of(const std::string& out, AgentLine::Kind kind) {
+  std::vector<std::string> lines;
+  size_t start = 0;
+  while (start < out.size()) {
+    size_t end = out.find('\n', start);
+    end = end == std::string::npos ? out.size() : end + 1;
+    std::string text = out.substr(start, end - start);
+    AgentLine line = dtrain::launcher::classify_agent_line(text);
+    if (line.kind == kind) lines.emplace_back(line.payload);
+    start = end;
+  }
+  return lines;
+}
+
+// The worker pid from the agent's "started" event (waits for it up to 5 s).
+int worker_pid(AgentProcess& agent) {
+  REQUIRE(agent.read_until_contains(std::string(kEventMarker) + "{\"event\":\"started\"", 5));
+  REQUIRE(agent.read_until_contains("\n", 5));
+  for (const std::string& payload : lines_of(agent.out(), AgentLine::Kind::kEvent)) {
+    auto event = dtrain::launcher::parse_agent_event(payload);
+    if (event && event->type == "started") return event->pid;
+  }
+  FAIL("no started event in " << agent.out());
+  return -1;
+}
+
+std::string cmdline(int pid) {
+  std::string text = dtrain::common::read_file("/proc/" + std::to_string(pid) + "/cmdline");
+  for (char& c : text) c = c == '\0' ? ' ' : c;
+  return text;
+}
+
+// Live (not zombie) processes whose process group is pgid.
+std::vector<int> group_members(int pgid) {
+  std::vector<int> members;
+  for (const auto& entry : fs::directory_iterator("/proc")) {
+    std::string name = entry.path().filename();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::ifstream stat(entry.path() / "stat");
+    std::string text;
+    if (!std::getline(stat, text)) continue;
+    size_t close = text.rfind(')');
+    if (close == std::string::npos) continue;
+    std::istringstream fields(text.substr(close + 2));
+    std::string state;
+    int ppid = 0, group = 0;
+    fields >> state >> ppid >> group;
+    if (group == pgid && state != "Z") members.push_back(std::stoi(name));
+  }
+  return members;
+}
+
+// Seconds until no live process is in group pgid, or -1 if some remain after limit seconds.
+double seconds_until_group_gone(int pgid, double limit) {
+  double start = monotonic_seconds();
+  while (monotonic_seconds() - start < limit) {
+    if (group_members(pgid).empty()) return monotonic_seconds() - start;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return -1;
+}
+
+// True when every marker byte in out starts a line and every marker line ends with '\n'.
+bool markers_only_at_line_starts(const std::string& out) {
+  for (size_t at = out.find('\x1e'); at != std::string::npos; at = out.find('\x1e', at + 1)) {
+    if (at > 0 && out[at - 1] != '\n') return false;
+    if (out.find('\n', at) == std::string::npos) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+TEST_CASE("agent: argv, env and cwd from the first line reach the worker, never a command line",
+          "[agent]") {
+  dtrain::testing::TempDir cwd;
+  std::string token = "tok" + std::to_string(::getpid()) + "e7c1d2b3a4f5";
+  AgentProcess agent;
+  agent.send(request({"sh", "-c",
+                      "echo cwd=$(pwd -P); echo token=$DTRAIN_TOKEN; echo arg=$1; "
+                      "echo control=$DTRAIN_CONTROL; sleep 0.5; exit 7",
+                      "sh", "two words"},
+                     {{"DTRAIN_TOKEN", token}, {"DTRAIN_CONTROL", "unix:/elsewhere"}}, cwd.path()));
+  int worker = worker_pid(agent);
+  REQUIRE(agent.read_until_contains("control=", 5));
+  REQUIRE(agent.read_until_contains(".sock\n", 5));
+  CHECK(cmdline(agent.pid()).find(token) == std::string::npos);
+  CHECK(cmdline(worker).find(token) == std::string::npos);
+  CHECK(cmdline(worker).find("two words") != std::string::npos);
+  std::string out = agent.out();
+  size_t at = out.find("control=unix:") + std::string("control=unix:").size();
+  fs::path socket = out.substr(at, out.find('\n', at) - at);
+  struct stat folder {};
+  REQUIRE(::stat(socket.parent_path().c_str(), &folder) == 0);
+  CHECK((folder.st_mode & 0777) == 0700);
+  CHECK(fs::is_socket(socket));
+
+  CHECK(agent.wait(10) == 7);
+  std::vector<std::string> lines = lines_of(agent.out(), AgentLine::Kind::kOutput);
+  REQUIRE(lines.size() == 4);
+  CHECK(lines[0] == "cwd=" + fs::canonical(cwd.path()).string() + "\n");
+  CHECK(lines[1] == "token=" + token + "\n");
+  CHECK(lines[2] == "arg=two words\n");
+  CHECK(lines_of(agent.out(), AgentLine::Kind::kEvent).back() == R"({"event":"exit","code":7})");
+  CHECK_FALSE(fs::exists(socket.parent_path()));
+}
+
+TEST_CASE("agent: output goes out in whole lines, in order, and a partial last line at the end",
+          "[agent]") {
+  SECTION("a line written in two pieces is held until its end") {
+    AgentProcess agent;
+    agent.send(
+        request({"sh", "-c",
+                 "printf 'first\\n'; printf 'abc'; sleep 0.4; printf 'def\\r\\n'; printf tail"}));
+    REQUIRE(agent.read_until_contains("first\n", 5));
+    agent.read_until([](const std::string&) { return false; }, 0.2);
+    CHECK(agent.out().find("abc") == std::string::npos);
+    CHECK(agent.wait(10) == 0);
+    std::vector<std::string> lines = lines_of(agent.out(), AgentLine::Kind::kOutput);
+    CHECK(lines == std::vector<std::string>{"first\n", "abcdef\r\n", "tail"});
+    CHECK(agent.out().substr(agent.out().size() - 5) == "\ntail");  // the very last bytes
+  }
+  SECTION("many lines with heartbeats between them") {
+    const long kLines = 5000;
+    AgentProcess agent;
+    agent.send(test_worker_request(
+        {"--lines", std::to_string(kLines), "--heartbeat", "--sleep", "0.3", "--partial"}));
+    CHECK(agent.wait(10) == 0);
+    const std::string& out = agent.out();
+    CHECK(markers_only_at_line_starts(out));
+    std::vector<std::string> lines = lines_of(out, AgentLine::Kind::kOutput);
+    REQUIRE(lines.size() == static_cast<size_t>(kLines) + 2);
+    CHECK(lines[0].rfind("test_worker task=worker:0 attempt=0", 0) == 0);
+    for (long i = 0; i < kLines; ++i) {
+      std::string expected = "worker:0 line " + std::to_string(i) + " of " + std::to_string(kLines);
+      if (lines[static_cast<size_t>(i) + 1].rfind(expected + " ", 0) != 0) {
+        FAIL("line " << i << " is " << lines[static_cast<size_t>(i) + 1]);
+      }
+    }
+    CHECK(lines.back() == "no newline at the end");
+    CHECK(out.substr(out.size() - lines.back().size() - 1) == "\nno newline at the end");
+  }
+}
+
+TEST_CASE("agent: a heartbeat on DTRAIN_CONTROL comes out as a control line", "[agent]") {
+  AgentProcess agent;
+  agent.send(test_worker_request({"--heartbeat", "--sleep", "0.4"}));
+  CHECK(agent.wait(10) == 0);
+  std::vector<std::string> controls = lines_of(agent.out(), AgentLine::Kind::kControl);
+  REQUIRE_FALSE(controls.empty());
+  auto message = dtrain::common::parse_control_message(controls.front());
+  REQUIRE(message);
+  CHECK(message->type == "heartbeat");
+  CHECK(message->task == "worker:0");
+  CHECK(markers_only_at_line_starts(agent.out()));
+}
+
+TEST_CASE("agent: a signal command reaches the group; the exit code is the worker's", "[agent]") {
+  SECTION("a worker that handles SIGTERM") {
+    AgentProcess agent;
+    agent.send(request(
+        {"sh", "-c", "trap 'exit 42' TERM; sleep 100 & echo ready; while :; do sleep 0.05; done"}));
+    int worker = worker_pid(agent);
+    REQUIRE(agent.read_until_contains("ready\n", 5));
+    // sh does not wait for its background job to exec; a signal before that is lost to sh's trap
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    agent.send(dtrain::launcher::format_agent_signal_command(SIGTERM));
+    CHECK(agent.wait(5) == 42);
+    CHECK(seconds_until_group_gone(worker, 1) >= 0);  // the background sleep got it too
+  }
+  SECTION("a worker killed by SIGTERM: 143") {
+    AgentProcess agent;
+    agent.send(test_worker_request({"--hang"}));
+    REQUIRE(agent.read_until_contains("test_worker task=", 5));
+    agent.send("{\"signal\": 15}\n");
+    CHECK(agent.wait(5) == 143);
+    CHECK(lines_of(agent.out(), AgentLine::Kind::kEvent).back() ==
+          R"({"event":"exit","signal":15})");
+  }
+  SECTION("a worker that ignores SIGTERM, then SIGKILL: 137") {
+    AgentProcess agent;
+    agent.send(test_worker_request({"--hang", "--ignore-sigterm", "--lines", "1"}));
+    int worker = worker_pid(agent);
+    REQUIRE(agent.read_until_contains("line 0 of 1", 5));  // printed after SIGTERM is ignored
+    agent.send("{\"signal\": 15}\nnot a command\n");
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    CHECK(process_alive(worker));
+    agent.send("{\"signal\": 9}\n");
+    CHECK(agent.wait(5) == 137);
+    CHECK(agent.err().find("ignored a command") != std::string::npos);
+  }
+}
+
+TEST_CASE("agent: the end of stdin ends the whole process group within 2 s", "[agent]") {
+  SECTION("a worker and a grandchild that ignore SIGTERM") {
+    AgentProcess agent;
+    agent.send(test_worker_request({"--grandchild", "--hang", "--ignore-sigterm"}));
+    int worker = worker_pid(agent);
+    REQUIRE(agent.read_until_contains("grandchild pid=", 5));
+    REQUIRE(group_members(worker).size() == 2);
+    agent.close_stdin();
+    double gone = seconds_until_group_gone(worker, 3);
+    CHECK(gone >= 1.0);  // SIGTERM was ignored: SIGKILL did it
+    CHECK(gone >= 0);
+    CHECK(gone < 2.0);
+    CHECK(agent.wait(2) == 137);
+  }
+  SECTION("a shell with a background job") {
+    AgentProcess agent;
+    agent.send(request({"sh", "-c", "sleep 100 & echo started; sleep 100"}));
+    int worker = worker_pid(agent);
+    REQUIRE(agent.read_until_contains("started\n", 5));
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));  // the background job exec'd
+    REQUIRE(group_members(worker).size() == 3);
+    agent.close_stdin();
+    double gone = seconds_until_group_gone(worker, 3);
+    CHECK(gone >= 0);
+    CHECK(gone < 2.0);
+    CHECK(agent.wait(2) == 143);
+  }
+}
+
+TEST_CASE("agent: SIGKILL of the agent kills the worker (parent-death signal)", "[agent]") {
+  AgentProcess agent;
+  agent.send(test_worker_request({"--hang"}));
+  int worker = worker_pid(agent);
+  REQUIRE(process_alive(worker));
+  // A SIGKILLed agent cannot remove its folder: the test does, found in the worker's environment.
+  std::string environ = dtrain::common::read_file("/proc/" + std::to_string(worker) + "/environ");
+  size_t at = environ.find("DTRAIN_CONTROL=unix:");
+  REQUIRE(at != std::string::npos);
+  at += std::string("DTRAIN_CONTROL=unix:").size();
+  fs::path folder = fs::path(environ.substr(at, environ.find('\0', at) - at)).parent_path();
+  REQUIRE(folder.filename().string().rfind("dtrain-agent-", 0) == 0);
+  ::kill(agent.pid(), SIGKILL);
+  CHECK(agent.wait(2) == 128 + SIGKILL);
+  double start = monotonic_seconds();
+  while (process_alive(worker) && monotonic_seconds() - start < 2)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  CHECK_FALSE(process_alive(worker));
+  fs::remove_all(folder);
+}
+
+TEST_CASE("agent: a bad or missing first line is exit 2 with a message", "[agent]") {
+  struct Case {
+    std::string input;
+    std::string message;
+  };
+  std::string missing_dir = "/nonexistent-dtrain-dir";
+  auto c = GENERATE_COPY(
+      Case{"not json\n", "agent request: line 1"}, Case{"[\"sh\"]\n", "expected an object"},
+      Case{"{\"argv\": []}\n", "argv: expected a non-empty list"},
+      Case{"{\"argv\": [\"sh\"], \"env\": [[\"A\"]]}\n", "env[0]: expected [name, value]"},
+      Case{"{\"argv\": [\"sh\"], \"bogus\": 1}\n", "unknown key \"bogus\""},
+      Case{"{\"argv\": [\"/nonexistent/program\"]}\n", "cannot run \"/nonexistent/program\""},
+      Case{"{\"argv\": [\"sh\"], \"cwd\": \"" + missing_dir + "\"}\n", "working folder"},
+      Case{"{\"argv\": [\"sh\"]}", "stdin closed before a whole request line"},
+      Case{"", "stdin closed before a whole request line"});
+  AgentProcess agent;
+  if (!c.input.empty()) agent.send(c.input);
+  agent.close_stdin();
+  CHECK(agent.wait(5) == 2);
+  INFO("stderr: " << agent.err());
+  CHECK(agent.err().find(c.message) != std::string::npos);
+  CHECK(agent.out().empty());
+}
+
+TEST_CASE("agent: no first line within the time-out is exit 2", "[agent]") {
+  AgentProcess agent({"--request-timeout", "0.3"});
+  double start = monotonic_seconds();
+  CHECK(agent.wait(5) == 2);
+  CHECK(monotonic_seconds() - start < 2);
+  CHECK(agent.err().find("no request on stdin within 0.3 s") != std::string::npos);
+}
+
+TEST_CASE("agent output: markers only between whole lines", "[agent]") {
+  const std::string m(kControlMarker);
+  AgentOutput output(16);
+  output.feed("ab");
+  output.add_marked(kControlMarker, "{}");
+  CHECK(output.ready() == m + "{}\n");  // the partial line is not out yet
+  output.ready().clear();
+  output.feed("c\nd");
+  CHECK(output.ready() == "abc\n");
+  output.ready().clear();
+
+  // '\r' ends a line unless "\n" follows; a trailing '\r' waits for the next byte.
+  output.feed("\r1/3\r2/3\r");
+  CHECK(output.ready() == "d\r1/3\r");
+  output.feed("\n");
+  CHECK(output.ready() == "d\r1/3\r2/3\r\n");
+  output.ready().clear();
+
+  // An overlong line goes out in pieces; markers wait for its end.
+  output.feed("0123456789abcdefXY");
+  CHECK(output.ready() == "0123456789abcdefXY");
+  output.add_marked(kEventMarker, "{\"event\":\"exit\",\"code\":0}");
+  CHECK(output.ready() == "0123456789abcdefXY");
+  output.feed("Z\n");
+  CHECK(output.ready() ==
+        "0123456789abcdefXYZ\n" + std::string(kEventMarker) + "{\"event\":\"exit\",\"code\":0}\n");
+  output.ready().clear();
+
+  // The end: a partial last line is the last thing; nothing is glued to it.
+  output.feed("last");
+  output.finish();
+  output.add_marked(kControlMarker, "{}");
+  CHECK(output.ready() == "last");
+  CHECK(output.dropped() == 1);
+}
+
+TEST_CASE("agent protocol: requests, commands and lines round-trip", "[agent]") {
+  AgentRequest in{{"prog", "a b", "\"q\""}, {{"K", "v=1"}, {"DTRAIN_TOKEN", "t"}}, "/w"};
+  std::string line = dtrain::launcher::format_agent_request(in);
+  REQUIRE(line.back() == '\n');
+  REQUIRE(line.find('\n') == line.size() - 1);
+  AgentRequest out = dtrain::launcher::parse_agent_request(line.substr(0, line.size() - 1));
+  CHECK(out.argv == in.argv);
+  CHECK(out.env == in.env);
+  CHECK(out.cwd == in.cwd);
+  CHECK(dtrain::launcher::parse_agent_signal_command("{\"signal\": 9}") == 9);
+  CHECK_THROWS(dtrain::launcher::parse_agent_signal_command("{\"signal\": 0}"));
+  CHECK_THROWS(dtrain::launcher::parse_agent_signal_command("{\"kill\": 9}"));
+
+  auto control = dtrain::launcher::classify_agent_line(std::string(kControlMarker) + "{}\n");
+  CHECK(control.kind == AgentLine::Kind::kControl);
+  CHECK(control.payload == "{}");
+  auto output = dtrain::launcher::classify_agent_line("dtrain-control {}\n");
+  CHECK(output.kind == AgentLine::Kind::kOutput);
+  CHECK(output.payload == "dtrain-control {}\n");
+  auto exit = dtrain::launcher::parse_agent_event(
+      dtrain::launcher::format_agent_exit_event(dtrain::launcher::ExitStatus::killed(9)));
+  REQUIRE(exit);
+  CHECK(exit->type == "exit");
+  CHECK(exit->status.signaled);
+  CHECK(exit->status.signal == 9);
+  CHECK_FALSE(dtrain::launcher::parse_agent_event("{\"event\":\"other\"}"));
+}
