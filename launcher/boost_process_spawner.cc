@@ -9,8 +9,10 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/process.hpp>
 #include <boost/process/extend.hpp>
+#include <cerrno>
 
 #include "common/errors.h"
+#include "launcher/agent_protocol.h"
 #include "launcher/process_spawner.h"
 
 namespace dtrain::launcher {
@@ -31,6 +33,7 @@ struct GroupAndDeathSignal : bp::extend::handler {
 struct ChildState {
   explicit ChildState(boost::asio::io_context& io) : pipe(io) {}
   bp::async_pipe pipe;
+  int agent_stdin = -1;  ///< write end of an agent's stdin, or -1
   bp::child process;
   std::array<char, 64 * 1024> buffer{};
   ChildCallbacks callbacks;
@@ -59,9 +62,41 @@ class BoostChild : public Child {
   int pid() const override { return pid_; }
   void signal_group(int sig) override { ::killpg(pid_, sig); }
 
- private:
+ protected:
   std::shared_ptr<ChildState> state_;
   int pid_;
+};
+
+// A remote shell running `dtrain agent`: signals travel as commands on its stdin; SIGKILL also
+// closes stdin and kills the local remote-shell group, which ends the remote group within 2 s
+// even when the command cannot get through.
+class AgentChild : public BoostChild {
+ public:
+  using BoostChild::BoostChild;
+  ~AgentChild() override { close_stdin(); }
+  /// Writes text to the agent's stdin; a session that is gone is not an error (its end shows
+  /// as the remote shell's exit).
+  void write_all(const std::string& text) {
+    for (size_t done = 0; state_->agent_stdin >= 0 && done < text.size();) {
+      ssize_t n = ::write(state_->agent_stdin, text.data() + done, text.size() - done);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) return;  // EPIPE: the launcher ignores SIGPIPE
+      done += static_cast<size_t>(n);
+    }
+  }
+  void signal_group(int sig) override {
+    write_all(format_agent_signal_command(sig));
+    if (sig == SIGKILL) {
+      close_stdin();
+      ::killpg(pid_, SIGKILL);
+    }
+  }
+
+ private:
+  void close_stdin() {
+    if (state_->agent_stdin >= 0) ::close(state_->agent_stdin);
+    state_->agent_stdin = -1;
+  }
 };
 
 void set_cloexec(int fd) {
@@ -98,6 +133,13 @@ class BoostProcessSpawner : public ProcessSpawner {
     bp::environment env = boost::this_process::environment();
     for (const auto& [name, value] : request.env) env[name] = value;
     std::vector<std::string> args(request.argv.begin() + 1, request.argv.end());
+    // An agent's stdin: a pipe whose write end stays with the launcher (close-on-exec, so no
+    // other child holds it open and closing it is seen as the end of the session).
+    bp::pipe agent_in;
+    if (request.agent) {
+      set_cloexec(agent_in.native_source());
+      set_cloexec(agent_in.native_sink());
+    }
     std::error_code ec;
     std::weak_ptr<ChildState> weak = state;
     auto on_exit = [weak](int, const std::error_code& exit_ec) {
@@ -108,16 +150,29 @@ class BoostProcessSpawner : public ProcessSpawner {
                               : ExitStatus::from_wait_status(locked->process.native_exit_code());
       locked->callbacks.on_exit(status);
     };
-    state->process = bp::child(
-        bp::exe = program, bp::args = args, bp::env = env,
-        bp::start_dir = request.cwd.empty() ? boost::filesystem::current_path() : request.cwd,
-        bp::std_in<bp::null, (bp::std_out & bp::std_err)> state->pipe, bp::on_exit = on_exit, io_,
-        GroupAndDeathSignal{{}, ::getpid()}, ec);
+    auto start_dir = request.cwd.empty() ? boost::filesystem::current_path()
+                                         : boost::filesystem::path(request.cwd);
+    if (request.agent) {
+      state->process =
+          bp::child(bp::exe = program, bp::args = args, bp::env = env, bp::start_dir = start_dir,
+                    bp::std_in<agent_in, (bp::std_out & bp::std_err)> state->pipe,
+                    bp::on_exit = on_exit, io_, GroupAndDeathSignal{{}, ::getpid()}, ec);
+    } else {
+      state->process =
+          bp::child(bp::exe = program, bp::args = args, bp::env = env, bp::start_dir = start_dir,
+                    bp::std_in<bp::null, (bp::std_out & bp::std_err)> state->pipe,
+                    bp::on_exit = on_exit, io_, GroupAndDeathSignal{{}, ::getpid()}, ec);
+    }
     if (ec)
       throw common::IoError(fmt::format("cannot start {}: {}", program.string(), ec.message()));
     int pid = state->process.id();
     read_more(state);
-    return std::make_unique<BoostChild>(std::move(state), pid);
+    if (!request.agent) return std::make_unique<BoostChild>(std::move(state), pid);
+    state->agent_stdin = ::fcntl(agent_in.native_sink(), F_DUPFD_CLOEXEC, 3);
+    agent_in.close();  // the child has its own copy of the read end
+    auto child = std::make_unique<AgentChild>(std::move(state), pid);
+    child->write_all(request.agent_request);
+    return child;
   }
 
  private:

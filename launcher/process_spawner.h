@@ -22,6 +22,11 @@ struct SpawnRequest {
   std::vector<std::string> argv;  ///< argv[0]: a path, or a name looked up on PATH
   std::vector<std::pair<std::string, std::string>> env;  ///< set on top of the launcher's own
   std::string cwd;                                       ///< "" = the launcher's
+  /// argv reaches a `dtrain agent` (through the remote shell): stdin becomes a pipe that gets
+  /// agent_request first and stays open (closing it ends the remote group), and signal_group()
+  /// sends the signal as an agent command instead of signalling the local process group.
+  bool agent = false;
+  std::string agent_request;  ///< format_agent_request(): argv, env and cwd, never on argv
 };
 
 struct ChildCallbacks {

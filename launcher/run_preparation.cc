@@ -147,6 +147,9 @@ PreparedRun prepare_run(const common::JobSpec& spec) {
   c.spec_path = run.run_dir.spec_json();
   c.token = random_token();
   c.worker_program = find_worker_program();
+  std::error_code self_error;
+  fs::path self = fs::read_symlink("/proc/self/exe", self_error);
+  if (!self_error) c.dtrain_program = self.string();
   c.cwd = fs::current_path().string();
   c.host_cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   c.launcher_omp_threads = common::get_env(common::kEnvOmpThreads);

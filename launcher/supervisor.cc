@@ -15,7 +15,9 @@
 #include "common/exit_codes.h"
 #include "common/logging.h"
 #include "common/ports.h"
+#include "launcher/agent_protocol.h"
 #include "launcher/supervisor_slot.h"
+#include "launcher/worker_env.h"
 
 namespace dtrain::launcher {
 namespace {
@@ -55,12 +57,31 @@ std::unique_ptr<Supervisor::Slot> Supervisor::make_slot(const common::TaskId& ta
   slot->address = options_.context.cluster.address(task);
   slot->log_path = recorder_.run_dir().log_file(task);
   slot->trains = options_.context.cluster.ring_rank(task).has_value();
+  slot->remote = !is_local_host(common::parse_host_port(slot->address, task.text()).host);
   Slot* raw = slot.get();
   slot->splitter = std::make_unique<LineSplitter>([this, raw](std::string_view line) {
+    if (raw->remote && agent_line(*raw, line)) return;
     raw->pending.append(line);
     console_.print_line(raw->task, line);
   });
   return slot;
+}
+
+// A remote agent's marker line: a worker's control message (heartbeat, progress) or an agent
+// event. True when line was one (it goes to no log).
+bool Supervisor::agent_line(Slot& slot, std::string_view line) {
+  AgentLine parsed = classify_agent_line(line);
+  if (parsed.kind == AgentLine::Kind::kOutput) return false;
+  if (parsed.kind == AgentLine::Kind::kControl) {
+    if (auto message = common::parse_control_message(parsed.payload)) on_control_message(*message);
+    return true;
+  }
+  if (auto event = parse_agent_event(parsed.payload); event && event->type == "started") {
+    recorder_.event("remote_start", [&](common::JsonWriter& w) {
+      w.key("task").value(slot.task.text()).key("remote_pid").value(event->pid);
+    });
+  }
+  return true;
 }
 
 void Supervisor::start(std::function<void(const SupervisorResult&)> on_done) {

@@ -74,6 +74,7 @@ class Supervisor {
 
  private:
   struct Slot;
+  bool agent_line(Slot& slot, std::string_view line);
   enum class Phase { kStarting, kRunning, kTearingDown, kBackingOff, kDone };
 
   void start_attempt();

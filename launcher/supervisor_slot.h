@@ -21,6 +21,8 @@ struct Supervisor::Slot {
   std::string address;
   std::string log_path;
   bool trains = false;
+  /// Started through `dtrain agent` on another host: its output carries marker lines.
+  bool remote = false;
   std::unique_ptr<Child> child;
   int pid = 0;
   bool exited = true;

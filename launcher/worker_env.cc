@@ -11,6 +11,7 @@
 #include "common/errors.h"
 #include "common/local_addresses.h"
 #include "common/tf_config.h"
+#include "launcher/agent_protocol.h"
 
 namespace dtrain::launcher {
 namespace {
@@ -104,14 +105,16 @@ SpawnRequest make_spawn_request(const LaunchContext& c, const common::TaskId& ta
   request.argv = program_argv(c);
   request.cwd = c.cwd;
   if (is_local_host(host)) return request;
-  // Another machine: `<remote_shell> host 'cd DIR && exec env K=V ... program args'`.
-  std::string remote = "cd " + shell_quote(c.cwd) + " && exec env";
-  for (const auto& [name, value] : request.env) remote += " " + shell_quote(name + "=" + value);
-  for (const auto& arg : request.argv) remote += " " + shell_quote(arg);
+  // Another machine: `<remote_shell> host dtrain agent`; argv, env (the token among them) and
+  // cwd travel on the session's stdin, never on a command line.
+  request.agent = true;
+  request.agent_request = format_agent_request({request.argv, request.env, c.cwd});
   request.argv = c.spec->remote_shell;
   request.argv.push_back(host);
-  request.argv.push_back(remote);
+  request.argv.push_back(c.dtrain_program);
+  request.argv.push_back("agent");
   request.env.clear();
+  request.cwd.clear();
   return request;
 }
 

@@ -21,7 +21,9 @@ struct LaunchContext {
   std::string token;            ///< DTRAIN_TOKEN
   std::string control_address;  ///< DTRAIN_CONTROL
   std::string worker_program;   ///< absolute path of dtrain-worker
-  std::string cwd;              ///< where workers start (the launcher's folder)
+  /// dtrain itself (absolute), started as `dtrain agent` on other hosts: same path there.
+  std::string dtrain_program = "dtrain";
+  std::string cwd;  ///< where workers start (the launcher's folder)
   int host_cores = 1;
   std::optional<std::string> launcher_omp_threads;  ///< OMP_NUM_THREADS of the launcher, if set
   int local_gpus = 0;  ///< GPUs on this host; each local task gets one through CUDA_VISIBLE_DEVICES

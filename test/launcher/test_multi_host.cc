@@ -1,0 +1,227 @@
+// dtrain launch across two hosts: two network namespaces with sshd each (netns_hosts.h), the
+// launcher in the first, workers on the second started over ssh through `dtrain agent`. The main
+// job's model and data train to success with the remote workers' lines in their logs; no
+// command line anywhere carries the job's environment; SIGKILL of the launcher leaves no process
+// of the job on either host; SIGKILL of a remote worker restarts the group. Skips with a WARN
+// where the machine refuses namespaces or sshd.
+#include <dirent.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+#include <chrono>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common/atomic_file.h"
+#include "test/support/netns_hosts.h"
+#include "test/support/temp_dir.h"
+
+using namespace dtrain::testing;
+
+namespace {
+
+#define SKIP_UNLESS_AVAILABLE(hosts)                                           \
+  do {                                                                         \
+    if (!(hosts).available()) {                                                \
+      WARN("skipped: multi-host test bed unavailable: " << (hosts).why_not()); \
+      return;                                                                  \
+    }                                                                          \
+  } while (false)
+
+std::string read_all(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+std::vector<int> all_pids() {
+  std::vector<int> pids;
+  DIR* proc = ::opendir("/proc");
+  while (dirent* e = proc ? ::readdir(proc) : nullptr) {
+    int pid = std::atoi(e->d_name);
+    if (pid > 0) pids.push_back(pid);
+  }
+  if (proc) ::closedir(proc);
+  return pids;
+}
+
+// Pids whose environment says they belong to run_dir (workers, on any host of the test bed:
+// the namespaces share this machine's /proc).
+std::vector<int> processes_of_run(const std::string& run_dir) {
+  std::vector<int> found;
+  std::string wanted = "DTRAIN_RUN_DIR=" + run_dir;
+  for (int pid : all_pids()) {
+    std::string env = read_all("/proc/" + std::to_string(pid) + "/environ");
+    for (size_t at = 0; at < env.size();) {
+      size_t end = env.find('\0', at);
+      if (env.compare(at, (end == std::string::npos ? env.size() : end) - at, wanted) == 0) {
+        // A zombie waiting for a slow reaper is gone for our purposes.
+        std::string stat = read_all("/proc/" + std::to_string(pid) + "/stat");
+        size_t paren = stat.rfind(')');
+        if (paren != std::string::npos && paren + 2 < stat.size() && stat[paren + 2] != 'Z')
+          found.push_back(pid);
+        break;
+      }
+      if (end == std::string::npos) break;
+      at = end + 1;
+    }
+  }
+  return found;
+}
+
+// Every command line that mentions one of needles (the job's secrets and environment).
+std::vector<std::string> command_lines_with(const std::vector<std::string>& needles) {
+  std::vector<std::string> hits;
+  for (int pid : all_pids()) {
+    std::string cmdline = read_all("/proc/" + std::to_string(pid) + "/cmdline");
+    for (const std::string& needle : needles)
+      if (!needle.empty() && cmdline.find(needle) != std::string::npos)
+        hits.push_back(std::to_string(pid) + ": " + cmdline);
+  }
+  return hits;
+}
+
+// A job with two tasks on each host; train is the "train" object, or empty with command.
+std::string write_job(const TempDir& dir, const NetnsHosts& hosts, const std::string& body) {
+  std::string cluster;
+  for (int i = 0; i < 4; ++i) {
+    cluster += (i ? ", " : "") + std::string("\"") + hosts.host(i / 2) + ":" +
+               std::to_string(23456 + i % 2) + "\"";
+  }
+  std::string remote_shell;
+  for (const std::string& arg : hosts.ssh_command())
+    remote_shell += (remote_shell.empty() ? "" : ", ") + std::string("\"") + arg + "\"";
+  std::string path = dir.path() + "/job.json";
+  std::ofstream(path) << R"({"job": "two-hosts", "cluster": {"worker": [)" << cluster
+                      << R"(]}, "remote_shell": [)" << remote_shell
+                      << R"(], "restart": {"max_restarts": 2, "backoff_seconds": 0.2,
+                         "grace_seconds": 5}, )"
+                      << body << "}";
+  return path;
+}
+
+std::vector<std::string> launch_argv(const NetnsHosts& hosts, const std::string& job,
+                                     const std::string& run_dir) {
+  std::vector<std::string> argv = hosts.exec_prefix(0);
+  for (const std::string& arg :
+       {binary("dtrain"), std::string("launch"), job, std::string("--run-dir"), run_dir})
+    argv.push_back(arg);
+  return argv;
+}
+
+int wait_pid_file(const std::string& path, double seconds) {
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+  while (std::chrono::steady_clock::now() < deadline) {
+    std::ifstream in(path);
+    int pid = 0;
+    if (in >> pid && pid > 0) return pid;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return 0;
+}
+
+const char* kMainJobTrain = R"("train": {
+  "model": {"input_shape": [28, 28, 1], "layers": [
+    {"type": "conv2d", "filters": 32, "kernel_size": 3, "activation": "relu"},
+    {"type": "flatten"},
+    {"type": "dense", "units": 128, "activation": "relu"},
+    {"type": "dense", "units": 10}]},
+  "loss": {"type": "sparse_categorical_crossentropy", "from_logits": true},
+  "optimizer": {"type": "sgd", "learning_rate": 0.01, "momentum": 0.9},
+  "data": {"source": "idx", "dir": "/usr/share/datasets/fashion-mnist"},
+  "per_worker_batch_size": 64, "epochs": 1, "steps_per_epoch": 25, "validation": true,
+  "seed": 42})";
+
+}  // namespace
+
+TEST_CASE(
+    "two hosts x two workers train the main job; remote lines reach the logs; no secrets "
+    "on command lines") {
+  NetnsHosts hosts(2);
+  SKIP_UNLESS_AVAILABLE(hosts);
+  TempDir dir;
+  std::string job = write_job(dir, hosts, kMainJobTrain);
+  std::string run = dir.path() + "/run";
+  ProcessOptions options;
+  options.timeout_seconds = 180;
+  BackgroundProcess launcher(launch_argv(hosts, job, run), options);
+  // While the job runs, no command line on either host shows its environment.
+  std::vector<std::string> leaks;
+  for (int i = 0; i < 40 && process_alive(launcher.pid()); ++i) {
+    for (const std::string& hit : command_lines_with({"DTRAIN_TOKEN", "TF_CONFIG", "\"cluster\""}))
+      leaks.push_back(hit);
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  auto r = launcher.wait(180);
+  INFO(r.out << r.err);
+  REQUIRE_FALSE(r.timed_out);
+  CHECK(r.exit_code == 0);
+  CHECK(leaks.empty());
+  for (int i = 2; i < 4; ++i) {  // the remote workers
+    std::string log = read_all(run + "/logs/worker-" + std::to_string(i) + ".log");
+    INFO(log);
+    CHECK(log.find("==== dtrain: attempt 0") != std::string::npos);
+    CHECK(log.find("task worker:" + std::to_string(i) + ": rank " + std::to_string(i) + " of 4") !=
+          std::string::npos);
+    CHECK(log.find("25/25") != std::string::npos);
+    CHECK(log.find("finished") != std::string::npos);
+    CHECK(log.find("\036") == std::string::npos);  // agent marker lines stay out of the logs
+  }
+  auto logs = run_process({binary("dtrain"), "logs", run, "--worker", "3", "--raw"});
+  CHECK(logs.out.find("task worker:3: rank 3 of 4") != std::string::npos);
+  std::string events = read_all(run + "/events.jsonl");
+  CHECK(events.find("\"remote_start\"") != std::string::npos);
+  CHECK(events.find("\"restart\"") == std::string::npos);
+  // The token file of the run is not readable by other users.
+  CHECK(processes_of_run(run).empty());
+}
+
+TEST_CASE("SIGKILL of the launcher leaves no process of the job on any host 2 s later") {
+  NetnsHosts hosts(2);
+  SKIP_UNLESS_AVAILABLE(hosts);
+  TempDir dir;
+  std::string job = write_job(dir, hosts,
+                              R"("command": [")" + binary("dtrain-test-worker") +
+                                  R"(", "--grandchild", "--sleep", "300"])");
+  std::string run = dir.path() + "/run";
+  BackgroundProcess launcher(launch_argv(hosts, job, run));
+  for (int i = 0; i < 4; ++i) {
+    std::string name = "worker-" + std::to_string(i) + "-0";
+    REQUIRE(wait_pid_file(run + "/pids/" + name + ".pid", 20) > 0);
+    REQUIRE(wait_pid_file(run + "/pids/grandchild-" + name + ".pid", 20) > 0);
+  }
+  REQUIRE(processes_of_run(run).size() >= 8);  // workers and grandchildren on both hosts
+  launcher.signal(SIGKILL);
+  launcher.wait(10);
+  std::this_thread::sleep_for(std::chrono::seconds(2));
+  std::vector<int> left = processes_of_run(run);
+  INFO(left.size() << " process(es) of the run left, first pid " << (left.empty() ? 0 : left[0]));
+  CHECK(left.empty());
+}
+
+TEST_CASE("SIGKILL of a remote worker restarts the group on both hosts, which then succeeds") {
+  NetnsHosts hosts(2);
+  SKIP_UNLESS_AVAILABLE(hosts);
+  TempDir dir;
+  std::string job = write_job(
+      dir, hosts, R"("command": [")" + binary("dtrain-test-worker") + R"(", "--sleep", "2"])");
+  std::string run = dir.path() + "/run";
+  BackgroundProcess launcher(launch_argv(hosts, job, run));
+  int remote = wait_pid_file(run + "/pids/worker-3-0.pid", 20);
+  REQUIRE(remote > 0);
+  ::kill(remote, SIGKILL);
+  auto r = launcher.wait(60);
+  INFO(r.out << r.err);
+  REQUIRE_FALSE(r.timed_out);
+  CHECK(r.exit_code == 0);
+  std::string events = read_all(run + "/events.jsonl");
+  CHECK(events.find("\"restart\"") != std::string::npos);
+  CHECK(wait_pid_file(run + "/pids/worker-3-1.pid", 1) > 0);  // attempt 1 ran on host 1 too
+  CHECK(read_all(run + "/logs/worker-3.log").find("==== dtrain: attempt 1") != std::string::npos);
+  CHECK(processes_of_run(run).empty());
+}
