@@ -212,6 +212,7 @@ class Agent {
       stdin_open_ = false;
       return begin_teardown("end of stdin");
     }
+    last_input_at_ = common::monotonic_seconds();
     commands_.append(chunk, static_cast<size_t>(n));
     handle_commands();
   }
@@ -280,8 +281,12 @@ class Agent {
   }
 
   void check_deadlines() {
-    if (!terminating_) return;
     double now = common::monotonic_seconds();
+    if (!terminating_ && options_.keepalive_seconds > 0 &&
+        now - last_input_at_ > options_.keepalive_seconds) {
+      begin_teardown(fmt::format("no word from the launcher for {:.0f} s", now - last_input_at_));
+    }
+    if (!terminating_) return;
     if (!killed_ && now >= kill_at_) {
       killed_ = true;
       if (!status_ || output_open()) child_->signal_group(SIGKILL);
@@ -298,6 +303,7 @@ class Agent {
   std::unique_ptr<AgentChild> child_;
   AgentOutput output_;
   std::string commands_;
+  double last_input_at_ = common::monotonic_seconds();
   std::optional<ExitStatus> status_;
   bool stdin_open_ = true;
   bool stdout_broken_ = false;
@@ -331,7 +337,10 @@ int agent_command(const Args& args) {
       "{\"signal\": N} signal the group; the end of stdin stops it. Exits with the worker's code.\n"
       "\nOptions");
   desc.add_options()("request-timeout", po::value(&options.request_seconds),
-                     "seconds to wait for the first line (default 30)")("help,h", "show this help");
+                     "seconds to wait for the first line (default 30)")(
+      "keepalive", po::value(&options.keepalive_seconds),
+      "stop the worker after this many seconds without a stdin line (default 0: never)")(
+      "help,h", "show this help");
   po::variables_map vm = parse_options(args, desc, {}, "agent");
   if (vm.count("help")) {
     std::cout << desc;
@@ -339,6 +348,8 @@ int agent_command(const Args& args) {
   }
   if (!(options.request_seconds > 0))
     throw common::ConfigError("agent: --request-timeout must be positive");
+  if (!(options.keepalive_seconds >= 0))
+    throw common::ConfigError("agent: --keepalive must not be negative");
   return run_agent(STDIN_FILENO, STDOUT_FILENO, options);
 }
 

@@ -12,6 +12,10 @@ namespace dtrain::launcher {
 struct AgentOptions {
   double request_seconds = kAgentRequestSeconds;  ///< wait for the first stdin line
   double kill_after_seconds = 1.5;                ///< SIGTERM to SIGKILL when the session closes
+  /// With no stdin line for this long the session counts as closed (a cut network that ssh has
+  /// not noticed yet); 0: wait for the end of stdin only. The launcher sends {"signal": 0} each
+  /// second.
+  double keepalive_seconds = 0;
 };
 
 /// Runs the agent on in_fd (commands) and out_fd (framed output) until the worker has ended and

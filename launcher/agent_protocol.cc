@@ -60,7 +60,7 @@ int parse_agent_signal_command(std::string_view line) {
   common::JsonNode root = doc.root();
   if (!root.is_object()) root.fail("expected an object {\"signal\": N}");
   root.check_keys({"signal"});
-  return static_cast<int>(root.at("signal").as_int(1, SIGRTMAX));
+  return static_cast<int>(root.at("signal").as_int(0, SIGRTMAX));  // 0: only a keep-alive
 }
 
 std::string format_agent_signal_command(int sig) {

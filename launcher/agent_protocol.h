@@ -41,6 +41,10 @@ namespace dtrain::launcher {
 
 /// Longest line the agent accepts on stdin, and longest worker line it passes on whole.
 inline constexpr size_t kMaxAgentLine = 1 << 20;
+/// The launcher sends a keep-alive ({"signal": 0}) to each agent this often, and starts agents
+/// with --keepalive kAgentKeepaliveSeconds: a cut network ends the remote group that soon.
+inline constexpr double kAgentKeepaliveInterval = 1.0;
+inline constexpr double kAgentKeepaliveSeconds = 10.0;
 /// Seconds the agent waits for its first stdin line.
 inline constexpr double kAgentRequestSeconds = 30;
 /// Starts an agent stdout line that carries a worker's control message (\036 is 0x1e).

@@ -44,6 +44,7 @@ Supervisor::Supervisor(boost::asio::io_context& io, ProcessSpawner& spawner, Run
       grace_timer_(io),
       watchdog_timer_(io),
       port_timer_(io),
+      keepalive_timer_(io),
       attempt_(options_.first_attempt) {
   const common::ClusterSpec& cluster = options_.context.cluster;
   for (const common::TaskId& task : cluster.tasks()) slots_.push_back(make_slot(task));
@@ -76,11 +77,13 @@ bool Supervisor::agent_line(Slot& slot, std::string_view line) {
     if (auto message = common::parse_control_message(parsed.payload)) on_control_message(*message);
     return true;
   }
-  if (auto event = parse_agent_event(parsed.payload); event && event->type == "started") {
+  std::optional<AgentEvent> event = parse_agent_event(parsed.payload);
+  if (event && event->type == "started") {
     recorder_.event("remote_start", [&](common::JsonWriter& w) {
       w.key("task").value(slot.task.text()).key("remote_pid").value(event->pid);
     });
   }
+  if (event && event->type == "exit") slot.agent_reported_exit = true;
   return true;
 }
 
@@ -88,6 +91,17 @@ void Supervisor::start(std::function<void(const SupervisorResult&)> on_done) {
   on_done_ = std::move(on_done);
   launcher_started_ = common::monotonic_seconds();
   start_attempt();
+  arm_keepalive();
+}
+
+void Supervisor::arm_keepalive() {
+  keepalive_timer_.expires_after(seconds(kAgentKeepaliveInterval));
+  keepalive_timer_.async_wait([this](const boost::system::error_code& ec) {
+    if (ec || phase_ == Phase::kDone) return;
+    for (auto& slot : slots_)
+      if (slot->remote && slot->child && !slot->exited) slot->child->signal_group(0);
+    arm_keepalive();
+  });
 }
 
 void Supervisor::start_attempt() {
@@ -150,6 +164,7 @@ void Supervisor::spawn_slot(Slot& slot) {
   callbacks.on_exit = [this, &slot](ExitStatus status) { on_exit(slot, status); };
   slot.status.reset();
   slot.progress.reset();
+  slot.agent_reported_exit = false;
   slot.child = spawner_.spawn(request, std::move(callbacks));
   slot.pid = slot.child->pid();
   slot.exited = false;
@@ -195,6 +210,16 @@ void Supervisor::on_exit(Slot& slot, ExitStatus status) {
   slot.exited = true;
   slot.status = status;
   Outcome outcome = classify(status);
+  if (slot.remote && !slot.agent_reported_exit && !status.signaled && status.code == 255) {
+    // ssh's own failure: unreachable, refused, or the session died (a cut network).
+    std::string host = common::parse_host_port(slot.address, slot.task.text()).host;
+    spdlog::warn("{}: lost host {}: the remote shell exited 255 before the worker's end was "
+                 "reported (unreachable, authentication refused, or the connection dropped)",
+                 slot.task.text(), host);
+    recorder_.event("lost_host", [&](common::JsonWriter& w) {
+      w.key("task").value(slot.task.text()).key("host").value(host);
+    });
+  }
   recorder_.event("exit", [&](common::JsonWriter& w) {
     w.key("task")
         .value(slot.task.text())
@@ -403,7 +428,8 @@ void Supervisor::stop(int signal) {
 void Supervisor::finish(const std::string& status, int exit_code, const std::string& reason) {
   if (phase_ == Phase::kDone) return;
   phase_ = Phase::kDone;
-  for (auto* timer : {&backoff_timer_, &grace_timer_, &watchdog_timer_, &port_timer_})
+  for (auto* timer :
+       {&backoff_timer_, &grace_timer_, &watchdog_timer_, &port_timer_, &keepalive_timer_})
     timer->cancel();
   result_ = SupervisorResult{status, exit_code, reason, first_failure_};
   if (status == common::kStatusSucceeded) result_.failure.reset();

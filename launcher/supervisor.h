@@ -92,6 +92,8 @@ class Supervisor {
   void teardown_complete();
   void finish(const std::string& status, int exit_code, const std::string& reason);
   void arm_watchdog();
+  /// Each second, a keep-alive to every remote agent (they stop their worker without one).
+  void arm_keepalive();
   void check_watchdog();
   void write_state();
   void update_live_view();
@@ -106,7 +108,8 @@ class Supervisor {
   SupervisorOptions options_;
   RestartBook book_;
   std::vector<std::unique_ptr<Slot>> slots_;
-  boost::asio::steady_timer backoff_timer_, grace_timer_, watchdog_timer_, port_timer_;
+  boost::asio::steady_timer backoff_timer_, grace_timer_, watchdog_timer_, port_timer_,
+      keepalive_timer_;
   std::function<void(const SupervisorResult&)> on_done_;
   Phase phase_ = Phase::kStarting;
   int attempt_ = 0;

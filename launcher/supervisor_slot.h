@@ -23,6 +23,7 @@ struct Supervisor::Slot {
   bool trains = false;
   /// Started through `dtrain agent` on another host: its output carries marker lines.
   bool remote = false;
+  bool agent_reported_exit = false;  ///< the agent said how the remote worker ended
   std::unique_ptr<Child> child;
   int pid = 0;
   bool exited = true;

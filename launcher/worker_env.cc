@@ -111,8 +111,10 @@ SpawnRequest make_spawn_request(const LaunchContext& c, const common::TaskId& ta
   request.agent_request = format_agent_request({request.argv, request.env, c.cwd});
   request.argv = c.spec->remote_shell;
   request.argv.push_back(host);
-  request.argv.push_back(c.dtrain_program);
+  request.argv.push_back(shell_quote(c.dtrain_program));  // the remote shell joins its arguments
   request.argv.push_back("agent");
+  request.argv.push_back("--keepalive");
+  request.argv.push_back(fmt::format("{}", kAgentKeepaliveSeconds));
   request.env.clear();
   request.cwd.clear();
   return request;

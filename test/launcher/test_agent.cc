@@ -470,7 +470,8 @@ TEST_CASE("agent protocol: requests, commands and lines round-trip", "[agent]") 
   CHECK(out.env == in.env);
   CHECK(out.cwd == in.cwd);
   CHECK(dtrain::launcher::parse_agent_signal_command("{\"signal\": 9}") == 9);
-  CHECK_THROWS(dtrain::launcher::parse_agent_signal_command("{\"signal\": 0}"));
+  CHECK(dtrain::launcher::parse_agent_signal_command("{\"signal\": 0}") == 0);  // keep-alive
+  CHECK_THROWS(dtrain::launcher::parse_agent_signal_command("{\"signal\": -1}"));
   CHECK_THROWS(dtrain::launcher::parse_agent_signal_command("{\"kill\": 9}"));
 
   auto control = dtrain::launcher::classify_agent_line(std::string(kControlMarker) + "{}\n");

@@ -225,3 +225,36 @@ TEST_CASE("SIGKILL of a remote worker restarts the group on both hosts, which th
   CHECK(read_all(run + "/logs/worker-3.log").find("==== dtrain: attempt 1") != std::string::npos);
   CHECK(processes_of_run(run).empty());
 }
+
+TEST_CASE("a cut link: the launcher names the lost host and gives up; the cut-off workers end") {
+  NetnsHosts hosts(2);
+  SKIP_UNLESS_AVAILABLE(hosts);
+  TempDir dir;
+  std::string job = write_job(
+      dir, hosts, R"("command": [")" + binary("dtrain-test-worker") + R"(", "--sleep", "300"])");
+  std::string run = dir.path() + "/run";
+  BackgroundProcess launcher(launch_argv(hosts, job, run));
+  int remote = wait_pid_file(run + "/pids/worker-3-0.pid", 20);
+  REQUIRE(remote > 0);
+  REQUIRE(wait_pid_file(run + "/pids/worker-2-0.pid", 20) > 0);
+  auto cut = std::chrono::steady_clock::now();
+  hosts.cut_link(1);
+  // ssh notices in about 4 s (ServerAliveInterval 1 x 3); a restart cannot reach the host
+  // (ConnectTimeout 5); the restart budget (2) runs out.
+  auto r = launcher.wait(90);
+  INFO(r.out << r.err);
+  REQUIRE_FALSE(r.timed_out);
+  CHECK(r.exit_code != 0);
+  CHECK(r.err.find("lost host " + hosts.host(1)) != std::string::npos);
+  std::string events = read_all(run + "/events.jsonl");
+  CHECK(events.find("\"lost_host\"") != std::string::npos);
+  // Host 1's agents hear nothing more from the launcher: they stop their groups within their
+  // keep-alive time (10 s) plus the 2 s teardown, counted from the cut.
+  while (!processes_of_run(run).empty() &&
+         std::chrono::steady_clock::now() - cut < std::chrono::seconds(15)) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  }
+  CHECK(processes_of_run(run).empty());
+  CHECK_FALSE(process_alive(remote));
+  hosts.restore_link(1);
+}

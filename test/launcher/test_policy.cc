@@ -8,6 +8,7 @@
 #include "launcher/exit_status.h"
 #include "launcher/line_splitter.h"
 #include "launcher/restart_policy.h"
+#include "launcher/agent_protocol.h"
 #include "launcher/worker_env.h"
 
 using namespace dtrain::launcher;
@@ -153,13 +154,27 @@ TEST_CASE("workers on other hosts go through the remote shell with quoted argume
   c.cwd = "/work";
   SpawnRequest local = make_spawn_request(c, {"worker", 0}, 0);
   CHECK(local.argv == std::vector<std::string>{"python3", "it's.py"});
+  c.dtrain_program = "/opt/d train/dtrain";
   SpawnRequest remote = make_spawn_request(c, {"worker", 1}, 0);
-  REQUIRE(remote.argv.size() == 5);
+  // `ssh -p 22 gpu7 '/opt/d train/dtrain' agent --keepalive 10`: nothing of the job on argv.
+  REQUIRE(remote.argv.size() == 8);
   CHECK(remote.argv[0] == "ssh");
   CHECK(remote.argv[3] == "gpu7");
-  CHECK(remote.argv[4].rfind("cd '/work' && exec env 'TF_CONFIG=", 0) == 0);
-  CHECK(remote.argv[4].find("'python3' 'it'\\''s.py'") != std::string::npos);
+  CHECK(remote.argv[4] == "'/opt/d train/dtrain'");
+  CHECK(remote.argv[5] == "agent");
+  CHECK(remote.argv[6] == "--keepalive");
   CHECK(remote.env.empty());
+  CHECK(remote.agent);
+  for (const std::string& arg : remote.argv) CHECK(arg.find("TF_CONFIG") == std::string::npos);
+  // The agent gets argv, env (TF_CONFIG, the token) and the working folder on its stdin.
+  AgentRequest sent = parse_agent_request(remote.agent_request.substr(
+      0, remote.agent_request.size() - 1));
+  CHECK(sent.argv == std::vector<std::string>{"python3", "it's.py"});
+  CHECK(sent.cwd == "/work");
+  bool has_tf_config = false;
+  for (const auto& [name, value] : sent.env) has_tf_config |= name == "TF_CONFIG";
+  CHECK(has_tf_config);
+  CHECK_FALSE(local.agent);
   CHECK(shell_quote("a b") == "'a b'");
   CHECK(is_local_host("localhost"));
   CHECK(is_local_host("127.0.0.1"));
