@@ -34,7 +34,7 @@ std::unique_ptr<Communicator> make_nccl_communicator(std::unique_ptr<Communicato
                                                      nn::Device& device);
 
 /// True in the CUDA build (NCCL is linked in); false in a CPU-only build. Says nothing about
-/// whether a GPU is present (see gpu::probe_gpu()).
+/// whether a GPU is present (see gpu::probe_build(), which opens no CUDA context).
 bool nccl_available();
 
 /// The version of the NCCL library linked at run time, "2.28.9"; "none" in a CPU-only build.
