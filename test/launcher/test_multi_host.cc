@@ -10,6 +10,7 @@
 
 #include <catch2/catch.hpp>
 #include <chrono>
+#include <cstring>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -150,17 +151,31 @@ TEST_CASE(
   ProcessOptions options;
   options.timeout_seconds = 180;
   BackgroundProcess launcher(launch_argv(hosts, job, run), options);
-  // While the job runs, no command line on either host shows its environment.
-  std::vector<std::string> leaks;
-  for (int i = 0; i < 40 && process_alive(launcher.pid()); ++i) {
-    for (const std::string& hit : command_lines_with({"DTRAIN_TOKEN", "TF_CONFIG", "\"cluster\""}))
-      leaks.push_back(hit);
+  // While the job runs, no command line on either host shows its token or TF_CONFIG (taken
+  // from the workers' own environments: other tests may run beside this one).
+  std::vector<std::string> leaks, secrets;
+  for (int i = 0; i < 60 && process_alive(launcher.pid()); ++i) {
+    if (secrets.empty()) {
+      for (int pid : processes_of_run(run)) {
+        std::string env = read_all("/proc/" + std::to_string(pid) + "/environ");
+        for (const char* name : {"DTRAIN_TOKEN=", "TF_CONFIG="}) {
+          size_t at = env.find(name);
+          if (at != std::string::npos)
+            secrets.push_back(
+                env.substr(at + std::strlen(name), env.find('\0', at) - at - std::strlen(name)));
+        }
+        if (!secrets.empty()) break;
+      }
+    }
+    for (const std::string& hit : command_lines_with(secrets)) leaks.push_back(hit);
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
+  CHECK(secrets.size() == 2);  // the check above saw the running job's values
   auto r = launcher.wait(180);
   INFO(r.out << r.err);
   REQUIRE_FALSE(r.timed_out);
   CHECK(r.exit_code == 0);
+  INFO((leaks.empty() ? std::string() : leaks.front()));
   CHECK(leaks.empty());
   for (int i = 2; i < 4; ++i) {  // the remote workers
     std::string log = read_all(run + "/logs/worker-" + std::to_string(i) + ".log");
