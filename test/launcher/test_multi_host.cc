@@ -25,14 +25,6 @@ using namespace dtrain::testing;
 
 namespace {
 
-#define SKIP_UNLESS_AVAILABLE(hosts)                                           \
-  do {                                                                         \
-    if (!(hosts).available()) {                                                \
-      WARN("skipped: multi-host test bed unavailable: " << (hosts).why_not()); \
-      return;                                                                  \
-    }                                                                          \
-  } while (false)
-
 std::string read_all(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   std::stringstream s;

@@ -28,14 +28,6 @@ using dtrain::testing::run_process;
 
 namespace {
 
-#define SKIP_UNLESS_AVAILABLE(hosts)                                           \
-  do {                                                                         \
-    if (!(hosts).available()) {                                                \
-      WARN("skipped: multi-host test bed unavailable: " << (hosts).why_not()); \
-      return;                                                                  \
-    }                                                                          \
-  } while (false)
-
 /// What one TCP connect from the calling thread came to within timeout_ms.
 enum class Connect { kConnected, kRefused, kTimedOut, kOtherError };
 

@@ -89,3 +89,12 @@ class NetnsHosts {
 };
 
 }  // namespace dtrain::testing
+
+/// In a Catch2 test: WARN why and return when the test bed is unavailable on this machine.
+#define SKIP_UNLESS_AVAILABLE(hosts)                                           \
+  do {                                                                         \
+    if (!(hosts).available()) {                                                \
+      WARN("skipped: multi-host test bed unavailable: " << (hosts).why_not()); \
+      return;                                                                  \
+    }                                                                          \
+  } while (false)
