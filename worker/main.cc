@@ -170,7 +170,7 @@ int run_worker(const WorkerOptions& options) {
     return common::kExitSuccess;
   }
   if (options.print_gpu_count) {
-    std::cout << gpu::visible_gpu_count() << "\n";
+    std::cout << gpu::probe_build().device_count << "\n";  // 0 in a CPU-only build, as --help says
     return common::kExitSuccess;
   }
   if (options.print_gpu) {
