@@ -80,12 +80,56 @@ std::vector<std::pair<std::string, std::string>> parse_env(const JsonNode& node)
   return env;
 }
 
+std::string parse_sbatch_value(const JsonNode& node) {
+  std::string value = node.as_string();
+  for (char c : value) {
+    if (c == '\n' || c == '\r' || c == '\0') node.fail("must be one line");
+  }
+  return value;
+}
+
+SlurmOptions parse_slurm(const JsonNode& node) {
+  node.check_keys({"port_base", "srun", "nodes", "tasks_per_node", "cpus_per_task", "gpus_per_task",
+                   "time", "partition", "signal_lead_seconds", "sbatch"});
+  SlurmOptions slurm;
+  if (auto n = node.find("port_base")) slurm.port_base = static_cast<int>(n->as_int(1, 65535));
+  if (auto n = node.find("srun")) slurm.srun = parse_argv(*n);
+  if (auto n = node.find("nodes")) slurm.nodes = static_cast<int>(n->as_int(1, kMaxWorkers));
+  if (auto n = node.find("tasks_per_node"))
+    slurm.tasks_per_node = static_cast<int>(n->as_int(1, kMaxWorkers));
+  if (auto n = node.find("cpus_per_task"))
+    slurm.cpus_per_task = static_cast<int>(n->as_int(1, 4096));
+  if (auto n = node.find("gpus_per_task")) slurm.gpus_per_task = static_cast<int>(n->as_int(0, 64));
+  if (auto n = node.find("time")) slurm.time = parse_sbatch_value(*n);
+  if (auto n = node.find("partition")) slurm.partition = parse_sbatch_value(*n);
+  if (auto n = node.find("signal_lead_seconds")) slurm.signal_lead_seconds = parse_seconds(*n, 1);
+  if (auto n = node.find("sbatch")) {
+    for (const JsonNode& item : n->as_array()) slurm.sbatch.push_back(parse_sbatch_value(item));
+  }
+  if (slurm.nodes * slurm.tasks_per_node > kMaxWorkers) {
+    node.at("tasks_per_node")
+        .fail(fmt::format("nodes x tasks_per_node is more than {} workers", kMaxWorkers));
+  }
+  return slurm;
+}
+
 void parse_cluster_or_workers(const JsonNode& root, JobSpec& spec) {
   std::optional<JsonNode> cluster = root.find("cluster");
   std::optional<JsonNode> workers = root.find("workers");
   if (cluster && workers) {
     workers->fail("give either \"cluster\" or \"workers\", not both");
   }
+  std::optional<JsonNode> slurm = root.find("slurm");
+  if (cluster && cluster->is_string()) {
+    if (cluster->as_string() != "slurm") {
+      cluster->fail(fmt::format("expected an object of task addresses or \"slurm\", found {}",
+                                cluster->describe()));
+    }
+    spec.slurm = true;
+    if (slurm) spec.slurm_options = parse_slurm(*slurm);
+    return;
+  }
+  if (slurm) slurm->fail("only for a job with \"cluster\": \"slurm\"");
   if (cluster) {
     spec.cluster = ClusterSpec::from_json(*cluster, {kChief, kWorker, kEvaluator});
   } else if (workers) {
@@ -97,7 +141,7 @@ void parse_cluster_or_workers(const JsonNode& root, JobSpec& spec) {
 
 void parse_fields(const JsonNode& root, JobSpec& spec) {
   root.check_keys({"job", "cluster", "workers", "restart", "train", "command", "env", "run_dir",
-                   "hang_timeout_seconds", "remote_shell", "success", "gpu_sharing"});
+                   "hang_timeout_seconds", "remote_shell", "success", "gpu_sharing", "slurm"});
   JsonNode job = root.at("job");
   spec.job = job.as_string();
   if (!is_valid_job_name(spec.job)) {
@@ -158,6 +202,7 @@ JobSpec load_job_spec(const std::string& path) {
 }
 
 ClusterSpec resolve_cluster(const JobSpec& spec) {
+  DT_ENFORCE(!spec.slurm, "a Slurm job's cluster comes from its allocation (launcher/slurm.h)");
   if (spec.auto_workers == 0) return spec.cluster;
   std::vector<std::string> addresses;
   for (int port : pick_free_ports(spec.auto_workers)) {

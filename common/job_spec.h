@@ -24,12 +24,35 @@ struct RestartPolicy {
   double healthy_seconds = 60.0;      ///< running this long resets the back-off
 };
 
+/// The `slurm` object of a `"cluster": "slurm"` job (launcher/slurm.h, docs/multi-host.md). What
+/// the launcher takes from the allocation it runs in; nodes..sbatch shape `dtrain slurm-script`.
+struct SlurmOptions {
+  /// Worker i listens on port_base + i, so tasks on nodes that share an address never collide;
+  /// unset: derived from SLURM_JOB_ID (20000-32191, below Linux's ephemeral range).
+  std::optional<int> port_base;
+  std::vector<std::string> srun{"srun"};  ///< the program (and first arguments) that starts steps
+  int nodes = 1;                          ///< slurm-script: #SBATCH --nodes
+  int tasks_per_node = 1;                 ///< slurm-script: one task per worker
+  int cpus_per_task = 0;                  ///< 0: not asked for (the allocation's CPUs are split)
+  int gpus_per_task = 0;                  ///< slurm-script: #SBATCH --gpus-per-task
+  std::string time;                       ///< slurm-script: #SBATCH --time ("" = the default)
+  std::string partition;                  ///< slurm-script: #SBATCH --partition
+  /// slurm-script: Slurm sends SIGTERM to the steps this long before the time limit; unset:
+  /// restart.grace_seconds + 60.
+  std::optional<double> signal_lead_seconds;
+  std::vector<std::string> sbatch;  ///< slurm-script: more #SBATCH options, as written
+};
+
 struct JobSpec {
   std::string source;  ///< where it was read from, for messages
   std::string job;
   /// Explicit cluster; empty (no jobs) when auto_workers > 0 until resolve_cluster().
   ClusterSpec cluster;
   int auto_workers = 0;  ///< "workers": N (local job, ports picked at launch)
+  /// "cluster": "slurm": the workers are the tasks of the Slurm allocation dtrain runs in, and
+  /// cluster stays empty until the launcher reads the allocation.
+  bool slurm = false;
+  SlurmOptions slurm_options;
   RestartPolicy restart;
   std::optional<std::string> train_json;  ///< compact JSON of `train`
   std::vector<std::string> command;       ///< empty: the bundled dtrain-worker

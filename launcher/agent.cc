@@ -200,8 +200,13 @@ class Agent {
     return ms_until(output_open() ? give_up_at_ : last_flush_at_);
   }
 
+  // Someone other than the launcher (Slurm ending the step, a host shutting down) signalled the
+  // agent: pass it on, tell the launcher, and give the worker the grace to save.
   void on_signals() {
-    if (int sig = signals_.read_stop_signal()) begin_teardown(fmt::format("signal {}", sig));
+    int sig = signals_.read_stop_signal();
+    if (sig == 0 || terminating_) return;
+    output_.add_marked(kEventMarker, format_agent_signaled_event(sig));
+    begin_teardown(fmt::format("signal {}", sig), sig, options_.signal_grace_seconds);
   }
 
   void on_stdin() {
@@ -210,7 +215,7 @@ class Agent {
     if (n < 0 && (errno == EINTR || errno == EAGAIN)) return;
     if (n <= 0) {
       stdin_open_ = false;
-      return begin_teardown("end of stdin");
+      return begin_teardown("end of stdin", SIGTERM, options_.kill_after_seconds);
     }
     last_input_at_ = common::monotonic_seconds();
     commands_.append(chunk, static_cast<size_t>(n));
@@ -256,7 +261,8 @@ class Agent {
       ready.erase(0, static_cast<size_t>(n));
     } else if (n < 0 && errno != EAGAIN && errno != EINTR) {
       stdout_broken_ = true;  // the launcher's end is gone
-      begin_teardown(fmt::format("stdout: {}", std::strerror(errno)));
+      begin_teardown(fmt::format("stdout: {}", std::strerror(errno)), SIGTERM,
+                     options_.kill_after_seconds);
     }
   }
 
@@ -266,25 +272,29 @@ class Agent {
     if (status_) output_.add_marked(kEventMarker, format_agent_exit_event(*status_));
   }
 
-  // The session is gone (or the agent was told to stop): SIGTERM now, SIGKILL later.
-  void begin_teardown(const std::string& why) {
-    if (terminating_) return;
-    terminating_ = true;
+  // The session is gone (or the agent was told to stop): sig now, SIGKILL kill_after later. A
+  // second reason can only bring the SIGKILL forward (the session closing during a signal's
+  // grace still ends the group kill_after_seconds later).
+  void begin_teardown(const std::string& why, int sig, double kill_after) {
     double now = common::monotonic_seconds();
-    kill_at_ = now + options_.kill_after_seconds;
+    if (terminating_) {
+      if (killed_ || now + kill_after >= kill_at_) return;
+    } else if (!status_ || output_open()) {
+      if (stdin_open_) warn(fmt::format("{}: stopping the worker's process group", why));
+      child_->signal_group(sig);
+    }
+    terminating_ = true;
+    kill_at_ = now + kill_after;
     give_up_at_ = kill_at_ + kGiveUpOutputSeconds;
     last_flush_at_ = give_up_at_ + kLastFlushSeconds;
-    if (!status_ || output_open()) {
-      if (stdin_open_) warn(fmt::format("{}: stopping the worker's process group", why));
-      child_->signal_group(SIGTERM);
-    }
   }
 
   void check_deadlines() {
     double now = common::monotonic_seconds();
     if (!terminating_ && options_.keepalive_seconds > 0 &&
         now - last_input_at_ > options_.keepalive_seconds) {
-      begin_teardown(fmt::format("no word from the launcher for {:.0f} s", now - last_input_at_));
+      begin_teardown(fmt::format("no word from the launcher for {:.0f} s", now - last_input_at_),
+                     SIGTERM, options_.kill_after_seconds);
     }
     if (!terminating_) return;
     if (!killed_ && now >= kill_at_) {
@@ -340,7 +350,9 @@ int agent_command(const Args& args) {
                      "seconds to wait for the first line (default 30)")(
       "keepalive", po::value(&options.keepalive_seconds),
       "stop the worker after this many seconds without a stdin line (default 0: never)")(
-      "help,h", "show this help");
+      "signal-grace", po::value(&options.signal_grace_seconds),
+      "after passing SIGTERM/SIGINT/SIGHUP sent to the agent on to the worker, SIGKILL it this "
+      "many seconds later (default 1.5)")("help,h", "show this help");
   po::variables_map vm = parse_options(args, desc, {}, "agent");
   if (vm.count("help")) {
     std::cout << desc;
@@ -348,6 +360,8 @@ int agent_command(const Args& args) {
   }
   if (!(options.request_seconds > 0))
     throw common::ConfigError("agent: --request-timeout must be positive");
+  if (!(options.signal_grace_seconds >= 0))
+    throw common::ConfigError("agent: --signal-grace must not be negative");
   if (!(options.keepalive_seconds >= 0))
     throw common::ConfigError("agent: --keepalive must not be negative");
   return run_agent(STDIN_FILENO, STDOUT_FILENO, options);

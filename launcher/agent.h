@@ -12,6 +12,9 @@ namespace dtrain::launcher {
 struct AgentOptions {
   double request_seconds = kAgentRequestSeconds;  ///< wait for the first stdin line
   double kill_after_seconds = 1.5;                ///< SIGTERM to SIGKILL when the session closes
+  /// A stop signal to the agent itself is passed to the group, then SIGKILL this much later
+  /// (time for a worker to save; the session closing still ends it kill_after_seconds later).
+  double signal_grace_seconds = 1.5;
   /// With no stdin line for this long the session counts as closed (a cut network that ssh has
   /// not noticed yet); 0: wait for the end of stdin only. The launcher sends {"signal": 0} each
   /// second.
@@ -24,7 +27,8 @@ struct AgentOptions {
 /// ConfigError for a bad or missing first line (exit 2) or a program that cannot be found, and
 /// IoError when the worker cannot be started or the agent is stopped before it started.
 /// Blocks SIGCHLD, SIGHUP, SIGINT and SIGTERM while it runs (they arrive on a signalfd), and
-/// ignores SIGPIPE. SIGHUP, SIGINT and SIGTERM to the agent end the group like a closed session.
+/// ignores SIGPIPE. SIGHUP, SIGINT and SIGTERM to the agent are passed to the group and reported
+/// (a "signaled" event); the group is SIGKILLed signal_grace_seconds later if it has not ended.
 int run_agent(int in_fd, int out_fd, const AgentOptions& options);
 
 }  // namespace dtrain::launcher

@@ -83,6 +83,17 @@ std::string format_agent_exit_event(const ExitStatus& status) {
   return w.end_object().str();
 }
 
+std::string format_agent_signaled_event(int sig) {
+  common::JsonWriter w;
+  return w.begin_object()
+      .key("event")
+      .value("signaled")
+      .key("signal")
+      .value(sig)
+      .end_object()
+      .str();
+}
+
 AgentLine classify_agent_line(std::string_view line) {
   std::string_view text = line;
   while (!text.empty() && (text.back() == '\n' || text.back() == '\r')) text.remove_suffix(1);
@@ -101,6 +112,8 @@ std::optional<AgentEvent> parse_agent_event(std::string_view payload) {
     event.type = root.at("event").as_string();
     if (event.type == "started") {
       event.pid = static_cast<int>(root.at("pid").as_int(1, 1 << 30));
+    } else if (event.type == "signaled") {
+      event.signal = static_cast<int>(root.at("signal").as_int(1, SIGRTMAX));
     } else if (event.type == "exit") {
       if (auto sig = root.find("signal"))
         event.status = ExitStatus::killed(static_cast<int>(sig->as_int(1, SIGRTMAX)));

@@ -10,6 +10,9 @@
 //   DTRAIN_CONTROL in env is replaced by the agent's own socket.
 //   later lines: {"signal": 15} sends that signal to the worker's whole process group.
 //   End of stdin (the session closed): the agent ends the group (SIGTERM, SIGKILL 1.5 s later).
+//   SIGHUP, SIGINT or SIGTERM to the agent itself: it passes the signal to the group, reports
+//   it (the "signaled" event below) and SIGKILLs the group --signal-grace seconds later (default
+//   1.5; the launcher passes the job's grace_seconds, so a worker can save a checkpoint).
 //
 // Agent -> launcher (the agent's stdout): the worker's stdout+stderr bytes unchanged, written
 // only in whole lines (a line ends at '\n', or at a '\r' not followed by '\n', as progress bars
@@ -19,6 +22,9 @@
 //     {"event": "started", "pid": 1234}           the worker runs (its pid on that host)
 //     {"event": "exit", "code": 3}                the worker exited with code 3
 //     {"event": "exit", "signal": 9}              the worker was killed by signal 9
+//     {"event": "signaled", "signal": 15}         the agent itself got signal 15 from someone
+//                                                 other than the launcher (Slurm ending the
+//                                                 step, a host shutting down); it passed it on
 // Markers begin with the byte 0x1e (ASCII record separator), which text output does not start a
 // line with. (A worker that printed one on purpose could only fake its own heartbeat, which it
 // may send anyway.) A worker line longer than kMaxAgentLine is passed on in pieces, and markers
@@ -72,6 +78,7 @@ std::string format_agent_signal_command(int sig);
 /// The JSON of an event (no marker, no newline).
 std::string format_agent_started_event(int pid);
 std::string format_agent_exit_event(const ExitStatus& status);
+std::string format_agent_signaled_event(int sig);
 
 /// What one line of agent stdout is. payload: the JSON after the marker (without newline) for
 /// kControl and kEvent, the whole line for kOutput.
@@ -84,9 +91,10 @@ struct AgentLine {
 AgentLine classify_agent_line(std::string_view line);
 
 struct AgentEvent {
-  std::string type;   ///< "started" or "exit"
+  std::string type;   ///< "started", "exit" or "signaled"
   int pid = 0;        ///< started
   ExitStatus status;  ///< exit
+  int signal = 0;     ///< signaled
 };
 /// Parses an event payload; nullopt for anything malformed.
 std::optional<AgentEvent> parse_agent_event(std::string_view payload);

@@ -22,6 +22,7 @@ int logs_command(const Args& args);
 int status_command(const Args& args);
 int stop_command(const Args& args);
 int agent_command(const Args& args);
+int slurm_script_command(const Args& args);
 
 /// Every subcommand, in the order `dtrain --help` lists them.
 const std::vector<Command>& all_commands();

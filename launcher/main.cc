@@ -18,7 +18,10 @@ const std::vector<Command>& all_commands() {
        stop_command},
       {"validate", "check a job file and print each task's TF_CONFIG", validate_command},
       {"tf-config", "print the TF_CONFIG of one task of a job file", tf_config_command},
-      {"agent", "run one worker for a launcher on another host (started over ssh)", agent_command},
+      {"slurm-script", "print an sbatch script that runs a \"cluster\": \"slurm\" job",
+       slurm_script_command},
+      {"agent", "run one worker for a launcher on another host (over ssh, or as a Slurm step)",
+       agent_command},
   };
   return commands;
 }
@@ -30,7 +33,7 @@ void print_usage() {
                "Starts, watches and restarts groups of training workers that read TF_CONFIG.\n\n"
                "Commands:\n";
   for (const Command& c : all_commands())
-    std::cout << fmt::format("  {:<10} {}\n", c.name, c.summary);
+    std::cout << fmt::format("  {:<12} {}\n", c.name, c.summary);
   std::cout << "\n`dtrain COMMAND --help` describes one command. `dtrain --version` prints the "
                "version.\nExit codes: 0 success, 2 configuration or usage error, other non-zero: "
                "the job failed.\n";

@@ -142,7 +142,12 @@ PreparedRun prepare_run(const common::JobSpec& spec) {
   run.first_attempt = next_attempt(run.run_dir);
   LaunchContext& c = run.context;
   c.spec = &spec;
-  c.cluster = common::resolve_cluster(spec);
+  if (spec.slurm) {
+    c.slurm = read_slurm_allocation(spec);
+    c.cluster = c.slurm->cluster();
+  } else {
+    c.cluster = common::resolve_cluster(spec);
+  }
   c.run_dir = root;
   c.spec_path = run.run_dir.spec_json();
   c.token = random_token();
@@ -153,7 +158,7 @@ PreparedRun prepare_run(const common::JobSpec& spec) {
   c.cwd = fs::current_path().string();
   c.host_cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   c.launcher_omp_threads = common::get_env(common::kEnvOmpThreads);
-  c.local_gpus = count_local_gpus();
+  c.local_gpus = spec.slurm ? 0 : count_local_gpus();  // Slurm hands out a step's GPUs
   if (std::optional<std::string> visible = common::get_env(common::kEnvCudaDevices)) {
     c.gpu_names = common::visible_gpu_names(visible, common::count_driver_gpus());
   }

@@ -1,6 +1,12 @@
 // `dtrain validate` and `dtrain tf-config`: check a job file and show each task's TF_CONFIG,
-// for people who start workers by hand on several machines. Starts nothing.
+// for people who start workers by hand on several machines; `dtrain slurm-script`: the sbatch
+// script of a Slurm job. Start nothing (inside an allocation, a Slurm job's cluster is read with
+// `scontrol show node`).
+#include <unistd.h>
+
 #include <boost/program_options.hpp>
+#include <cstdlib>
+#include <filesystem>
 #include <iostream>
 
 #include "common/errors.h"
@@ -8,9 +14,23 @@
 #include "common/tf_config.h"
 #include "launcher/commands.h"
 #include "launcher/options.h"
+#include "launcher/slurm.h"
 
 namespace dtrain::launcher {
 namespace po = boost::program_options;
+namespace {
+
+bool in_slurm_allocation() {
+  const char* id = std::getenv("SLURM_JOB_ID");
+  return id && *id;
+}
+
+// The job's cluster as `dtrain launch` would run it: a Slurm job's from its allocation.
+common::ClusterSpec job_cluster(const common::JobSpec& spec) {
+  return spec.slurm ? read_slurm_allocation(spec).cluster() : common::resolve_cluster(spec);
+}
+
+}  // namespace
 
 int validate_command(const Args& args) {
   std::string job_file;
@@ -25,7 +45,15 @@ int validate_command(const Args& args) {
     return 0;
   }
   common::JobSpec spec = common::load_job_spec(job_file);
-  common::ClusterSpec cluster = common::resolve_cluster(spec);
+  if (spec.slurm && !in_slurm_allocation()) {
+    std::cout << fmt::format(
+        "{}: OK: job \"{}\", a Slurm job: its workers are the tasks of the allocation it runs "
+        "in ({} node(s) x {} task(s) in `dtrain slurm-script {}`), run directory {}\n",
+        job_file, spec.job, spec.slurm_options.nodes, spec.slurm_options.tasks_per_node, job_file,
+        spec.run_dir);
+    return 0;
+  }
+  common::ClusterSpec cluster = job_cluster(spec);
   std::cout << fmt::format("{}: OK: job \"{}\", {} training task(s), chief {}, run directory {}\n",
                            job_file, spec.job, cluster.ring_size(), cluster.chief().text(),
                            spec.run_dir);
@@ -56,7 +84,7 @@ int tf_config_command(const Args& args) {
   }
   if (task_text.empty()) throw common::ConfigError("tf-config: --task TYPE:INDEX is required");
   common::JobSpec spec = common::load_job_spec(job_file);
-  common::ClusterSpec cluster = common::resolve_cluster(spec);
+  common::ClusterSpec cluster = job_cluster(spec);
   common::TaskId task = common::parse_task_id(task_text);
   if (!cluster.has(task)) {
     throw common::ConfigError(fmt::format("--task {}: {} has no such task (it has {} {} task(s))",
@@ -64,6 +92,35 @@ int tf_config_command(const Args& args) {
                                           task.type));
   }
   std::cout << common::format_tf_config(cluster, task) << "\n";
+  return 0;
+}
+
+int slurm_script_command(const Args& args) {
+  std::string job_file;
+  po::options_description desc(
+      "Usage: dtrain slurm-script JOB_FILE > job.sbatch; sbatch job.sbatch\n\n"
+      "Prints a bash sbatch script for a job with \"cluster\": \"slurm\": the job file's "
+      "slurm.nodes\nand slurm.tasks_per_node (one task per worker), --requeue, SIGTERM to the "
+      "steps\nslurm.signal_lead_seconds before the time limit, and a requeue when the launch "
+      "ends\npreempted (143), so the next run resumes from the checkpoint.\n\nOptions");
+  desc.add_options()("help,h", "show this help");
+  po::variables_map vm = parse_options(args, desc, {{"job-file", &job_file}}, "slurm-script");
+  if (vm.count("help")) {
+    std::cout << desc;
+    return 0;
+  }
+  common::JobSpec spec = common::load_job_spec(job_file);
+  if (!spec.slurm) {
+    throw common::ConfigError(fmt::format(
+        "{}: \"cluster\" is not \"slurm\": slurm-script is for jobs whose workers Slurm "
+        "allocates",
+        job_file));
+  }
+  std::error_code ec;
+  std::filesystem::path self = std::filesystem::read_symlink("/proc/self/exe", ec);
+  std::string cwd = std::filesystem::current_path().string();
+  std::cout << slurm_script(spec, std::filesystem::absolute(job_file).lexically_normal().string(),
+                            ec ? std::string("dtrain") : self.string(), cwd);
   return 0;
 }
 

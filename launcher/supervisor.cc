@@ -58,7 +58,7 @@ std::unique_ptr<Supervisor::Slot> Supervisor::make_slot(const common::TaskId& ta
   slot->address = options_.context.cluster.address(task);
   slot->log_path = recorder_.run_dir().log_file(task);
   slot->trains = options_.context.cluster.ring_rank(task).has_value();
-  slot->remote = !is_local_host(common::parse_host_port(slot->address, task.text()).host);
+  slot->remote = uses_agent(options_.context, task);
   Slot* raw = slot.get();
   slot->splitter = std::make_unique<LineSplitter>([this, raw](std::string_view line) {
     if (raw->remote && agent_line(*raw, line)) return;
@@ -84,7 +84,29 @@ bool Supervisor::agent_line(Slot& slot, std::string_view line) {
     });
   }
   if (event && event->type == "exit") slot.agent_reported_exit = true;
+  if (event && event->type == "signaled") on_agent_signaled(slot, event->signal);
   return true;
+}
+
+// Someone other than the launcher signalled a remote agent: a host shutting down (the worker
+// saves and exits 143, a preemption the group recovers from), or Slurm ending the job's steps
+// (preemption, the time limit's warning, `scancel --signal`). Slurm's allocation is going away,
+// so the launch stops there and exits 143 for the batch script to requeue the job.
+void Supervisor::on_agent_signaled(Slot& slot, int sig) {
+  recorder_.event("remote_signal", [&](common::JsonWriter& w) {
+    w.key("task")
+        .value(slot.task.text())
+        .key("signal")
+        .value(signal_name(sig))
+        .key("attempt")
+        .value(attempt_);
+  });
+  if (!options_.context.slurm || stop_requested_) return;
+  spdlog::warn(
+      "{}: Slurm sent {} to its step (preemption, time limit or scancel): the workers "
+      "save a checkpoint and the launch ends with {} so the job can be requeued",
+      slot.task.text(), signal_name(sig), common::kExitPreempted);
+  stop(sig);
 }
 
 void Supervisor::start(std::function<void(const SupervisorResult&)> on_done) {
@@ -210,12 +232,22 @@ void Supervisor::on_exit(Slot& slot, ExitStatus status) {
   slot.exited = true;
   slot.status = status;
   Outcome outcome = classify(status);
-  if (slot.remote && !slot.agent_reported_exit && !status.signaled && status.code == 255) {
+  if (slot.remote && options_.context.slurm && !slot.agent_reported_exit) {
+    const SlurmTask& task = options_.context.slurm->tasks.at(static_cast<size_t>(slot.task.index));
+    spdlog::warn(
+        "{}: the job step on node {} ended ({}) before its worker's end was reported "
+        "(srun could not start the step, or the node was lost): see {}",
+        slot.task.text(), task.node, describe(status), slot.log_path);
+    recorder_.event("lost_host", [&](common::JsonWriter& w) {
+      w.key("task").value(slot.task.text()).key("host").value(task.node);
+    });
+  } else if (slot.remote && !slot.agent_reported_exit && !status.signaled && status.code == 255) {
     // ssh's own failure: unreachable, refused, or the session died (a cut network).
     std::string host = common::parse_host_port(slot.address, slot.task.text()).host;
-    spdlog::warn("{}: lost host {}: the remote shell exited 255 before the worker's end was "
-                 "reported (unreachable, authentication refused, or the connection dropped)",
-                 slot.task.text(), host);
+    spdlog::warn(
+        "{}: lost host {}: the remote shell exited 255 before the worker's end was "
+        "reported (unreachable, authentication refused, or the connection dropped)",
+        slot.task.text(), host);
     recorder_.event("lost_host", [&](common::JsonWriter& w) {
       w.key("task").value(slot.task.text()).key("host").value(host);
     });
@@ -411,6 +443,7 @@ void Supervisor::teardown_complete() {
 void Supervisor::stop(int signal) {
   recorder_.event("launcher_signal",
                   [&](common::JsonWriter& w) { w.key("signal").value(signal_name(signal)); });
+  if (stop_requested_) return;
   stop_requested_ = true;
   switch (phase_) {
     case Phase::kBackingOff:

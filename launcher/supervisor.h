@@ -75,6 +75,7 @@ class Supervisor {
  private:
   struct Slot;
   bool agent_line(Slot& slot, std::string_view line);
+  void on_agent_signaled(Slot& slot, int sig);
   enum class Phase { kStarting, kRunning, kTearingDown, kBackingOff, kDone };
 
   void start_attempt();

@@ -38,7 +38,9 @@ std::vector<std::pair<std::string, std::string>> worker_env(const LaunchContext&
   };
   bool user_sets_omp = std::any_of(c.spec->env.begin(), c.spec->env.end(),
                                    [](const auto& kv) { return kv.first == kEnvOmpThreads.name; });
-  if (!user_sets_omp && !c.launcher_omp_threads) {
+  if (!user_sets_omp && c.slurm) {
+    env.emplace_back(kEnvOmpThreads.name, std::to_string(c.slurm->tasks.at(task.index).cpus));
+  } else if (!user_sets_omp && !c.launcher_omp_threads) {
     int threads = std::max(1, c.host_cores / workers_on_host(c.cluster, host));
     env.emplace_back(kEnvOmpThreads.name, std::to_string(threads));
   }
@@ -98,25 +100,36 @@ bool is_local_host(const std::string& host) {
   return common::is_this_machine(host);
 }
 
+bool uses_agent(const LaunchContext& c, const common::TaskId& task) {
+  return c.slurm ||
+         !is_local_host(common::parse_host_port(c.cluster.address(task), task.text()).host);
+}
+
 SpawnRequest make_spawn_request(const LaunchContext& c, const common::TaskId& task, int attempt) {
   std::string host = common::parse_host_port(c.cluster.address(task), task.text()).host;
   SpawnRequest request;
   request.env = worker_env(c, task, attempt, host);
   request.argv = program_argv(c);
   request.cwd = c.cwd;
-  if (is_local_host(host)) return request;
-  // Another machine: `<remote_shell> host dtrain agent`; argv, env (the token among them) and
-  // cwd travel on the session's stdin, never on a command line.
+  if (!uses_agent(c, task)) return request;
+  // Another machine or a Slurm step: `<remote_shell> host dtrain agent` or `srun ... dtrain
+  // agent`; argv, env (the token among them) and cwd travel on stdin, never on a command line.
   request.agent = true;
   request.agent_request = format_agent_request({request.argv, request.env, c.cwd});
+  request.env.clear();
+  request.cwd.clear();
+  if (c.slurm) {
+    request.argv = srun_argv(*c.spec, *c.slurm, static_cast<size_t>(task.index), c.dtrain_program);
+    return request;
+  }
   request.argv = c.spec->remote_shell;
   request.argv.push_back(host);
   request.argv.push_back(shell_quote(c.dtrain_program));  // the remote shell joins its arguments
   request.argv.push_back("agent");
   request.argv.push_back("--keepalive");
   request.argv.push_back(fmt::format("{}", kAgentKeepaliveSeconds));
-  request.env.clear();
-  request.cwd.clear();
+  request.argv.push_back("--signal-grace");
+  request.argv.push_back(fmt::format("{:g}", c.spec->restart.grace_seconds));
   return request;
 }
 

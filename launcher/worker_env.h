@@ -10,6 +10,7 @@
 #include "common/cluster_spec.h"
 #include "common/job_spec.h"
 #include "launcher/process_spawner.h"
+#include "launcher/slurm.h"
 
 namespace dtrain::launcher {
 
@@ -30,6 +31,9 @@ struct LaunchContext {
   /// What to hand out for those GPUs: the launcher's own CUDA_VISIBLE_DEVICES entries when it
   /// has one (so "2,3" hands out 2 and 3), else empty for "0".."local_gpus - 1".
   std::vector<std::string> gpu_names;
+  /// A `"cluster": "slurm"` job: the allocation (cluster is its tasks). Every task then starts
+  /// as a job step through srun and `dtrain agent`, and Slurm hands out CPUs and GPUs.
+  std::optional<SlurmAllocation> slurm;
 };
 
 /// The GPU (as CUDA_VISIBLE_DEVICES text) of task: local tasks take the host's GPUs round-robin
@@ -46,6 +50,10 @@ SpawnRequest make_spawn_request(const LaunchContext& context, const common::Task
 /// True when host resolves to one of this machine's addresses (an interface address, loopback
 /// included; common/local_addresses.h), not merely because it is a loopback name or the host name.
 bool is_local_host(const std::string& host);
+
+/// True when task starts through `dtrain agent` (over the remote shell, or as a Slurm step), so
+/// its output carries the agent's marker lines.
+bool uses_agent(const LaunchContext& context, const common::TaskId& task);
 
 /// Single-quoted for a POSIX shell: it's -> 'it'\''s'.
 std::string shell_quote(const std::string& text);

@@ -371,6 +371,47 @@ TEST_CASE("agent: the end of stdin ends the whole process group within 2 s", "[a
   }
 }
 
+TEST_CASE(
+    "agent: a signal to the agent reaches the group, is reported, and SIGKILL waits "
+    "--signal-grace",
+    "[agent]") {
+  SECTION("a worker that saves for 1 s on SIGTERM, then exits 143, within a 5 s grace") {
+    AgentProcess agent({"--signal-grace", "5"});
+    agent.send(request({"sh", "-c",
+                        "trap 'sleep 1; echo saved; exit 143' TERM; echo ready; "
+                        "while :; do sleep 0.05; done"}));
+    worker_pid(agent);
+    REQUIRE(agent.read_until_contains("ready\n", 5));
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    ::kill(agent.pid(), SIGTERM);  // as slurmstepd or a host's shutdown would
+    CHECK(agent.wait(10) == 143);
+    CHECK(agent.out().find("saved\n") != std::string::npos);
+    std::vector<std::string> events = lines_of(agent.out(), AgentLine::Kind::kEvent);
+    REQUIRE(events.size() == 3);
+    CHECK(events[1] == R"({"event":"signaled","signal":15})");
+    CHECK(events[2] == R"({"event":"exit","code":143})");
+    auto parsed = dtrain::launcher::parse_agent_event(events[1]);
+    REQUIRE(parsed);
+    CHECK(parsed->type == "signaled");
+    CHECK(parsed->signal == SIGTERM);
+  }
+  SECTION("a worker that ignores it is SIGKILLed after the grace; the end of stdin cuts it short") {
+    AgentProcess agent({"--signal-grace", "30"});
+    agent.send(test_worker_request({"--hang", "--ignore-sigterm", "--lines", "1"}));
+    int worker = worker_pid(agent);
+    REQUIRE(agent.read_until_contains("line 0 of 1", 5));
+    ::kill(agent.pid(), SIGTERM);
+    REQUIRE(agent.read_until_contains("signaled", 5));
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+    CHECK(process_alive(worker));  // still within the 30 s grace
+    agent.close_stdin();           // the session closed: SIGKILL within 2 s after all
+    double gone = seconds_until_group_gone(worker, 3);
+    CHECK(gone >= 0);
+    CHECK(gone < 2.0);
+    CHECK(agent.wait(2) == 137);
+  }
+}
+
 TEST_CASE("agent: SIGKILL of the agent kills the worker (parent-death signal)", "[agent]") {
   AgentProcess agent;
   agent.send(test_worker_request({"--hang"}));
