@@ -1,0 +1,328 @@
+// `"cluster": "slurm"` on a real Slurm (slurm_cluster.h: one slurmctld, slurmd n1 and n2, munge):
+// the script `dtrain slurm-script` prints is submitted with sbatch for 2 nodes x 2 tasks. The
+// main job's model and data train to success with every worker a job step on its node and no
+// secret on any command line; SIGKILL of one worker restarts the group as new steps, which
+// succeed; `scancel --signal=TERM` (preemption) makes the workers save and exit 143, the job is
+// requeued and resumes from the checkpoint to success; after scancel nothing of the job is left.
+// Skips with a WARN where the machine cannot run the test bed.
+#include <dirent.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <random>
+#include <set>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "test/support/slurm_cluster.h"
+#include "test/support/subprocess.h"
+#include "test/support/temp_dir.h"
+
+using namespace dtrain::testing;
+
+namespace {
+
+std::string read_all(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+std::vector<int> all_pids() {
+  std::vector<int> pids;
+  DIR* proc = ::opendir("/proc");
+  while (dirent* e = proc ? ::readdir(proc) : nullptr) {
+    int pid = std::atoi(e->d_name);
+    if (pid > 0) pids.push_back(pid);
+  }
+  if (proc) ::closedir(proc);
+  return pids;
+}
+
+// NAME=value entries of a process's environment.
+std::vector<std::string> environment_of(int pid) {
+  std::string env = read_all("/proc/" + std::to_string(pid) + "/environ");
+  std::vector<std::string> entries;
+  for (size_t at = 0; at < env.size();) {
+    size_t end = env.find('\0', at);
+    if (end == std::string::npos) end = env.size();
+    entries.push_back(env.substr(at, end - at));
+    at = end + 1;
+  }
+  return entries;
+}
+
+std::string env_value(const std::vector<std::string>& env, const std::string& name) {
+  for (const std::string& entry : env)
+    if (entry.rfind(name + "=", 0) == 0) return entry.substr(name.size() + 1);
+  return "";
+}
+
+bool is_zombie(int pid) {
+  std::string stat = read_all("/proc/" + std::to_string(pid) + "/stat");
+  size_t paren = stat.rfind(')');
+  return paren == std::string::npos || paren + 2 >= stat.size() || stat[paren + 2] == 'Z';
+}
+
+// Live workers of run_dir (their environment names it).
+std::vector<int> processes_of_run(const std::string& run_dir) {
+  std::vector<int> found;
+  for (int pid : all_pids()) {
+    if (env_value(environment_of(pid), "DTRAIN_RUN_DIR") == run_dir && !is_zombie(pid))
+      found.push_back(pid);
+  }
+  return found;
+}
+
+// Every command line that mentions one of needles.
+std::vector<std::string> command_lines_with(const std::vector<std::string>& needles) {
+  std::vector<std::string> hits;
+  for (int pid : all_pids()) {
+    std::string cmdline = read_all("/proc/" + std::to_string(pid) + "/cmdline");
+    for (const std::string& needle : needles)
+      if (!needle.empty() && cmdline.find(needle) != std::string::npos)
+        hits.push_back(std::to_string(pid) + ": " + cmdline);
+  }
+  return hits;
+}
+
+bool wait_for(const std::function<bool()>& done, double seconds) {
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+  while (!done()) {
+    if (std::chrono::steady_clock::now() > deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  return true;
+}
+
+bool port_free(int port) {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  bool ok = ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0;
+  ::close(fd);
+  return ok;
+}
+
+// A first port of count free ones, below the ephemeral range (the job's ports are fixed when
+// it starts; the test picks them so that parallel tests cannot collide with Slurm's job ids).
+int free_port_base(int count) {
+  std::mt19937 random(static_cast<unsigned>(::getpid()));
+  for (int attempt = 0; attempt < 200; ++attempt) {
+    int base = 20000 + static_cast<int>(random() % 12000);
+    bool all = true;
+    for (int p = base; p < base + count && all; ++p) all = port_free(p);
+    if (all) return base;
+  }
+  return 0;
+}
+
+const char* kMainJobTrain = R"("train": {
+  "model": {"input_shape": [28, 28, 1], "layers": [
+    {"type": "conv2d", "filters": 32, "kernel_size": 3, "activation": "relu"},
+    {"type": "flatten"},
+    {"type": "dense", "units": 128, "activation": "relu"},
+    {"type": "dense", "units": 10}]},
+  "loss": {"type": "sparse_categorical_crossentropy", "from_logits": true},
+  "optimizer": {"type": "sgd", "learning_rate": 0.01, "momentum": 0.9},
+  "data": {"source": "idx", "dir": "/usr/share/datasets/fashion-mnist"},
+  "per_worker_batch_size": 64, "epochs": EPOCHS, "steps_per_epoch": STEPS, "validation": true,
+  "seed": 42})";
+
+std::string main_job_train(int epochs, int steps) {
+  std::string text = kMainJobTrain;
+  text.replace(text.find("EPOCHS"), 6, std::to_string(epochs));
+  text.replace(text.find("STEPS"), 5, std::to_string(steps));
+  return text;
+}
+
+// A job directory: job.json (2 nodes x 2 tasks), the script slurm-script prints, the run dir.
+struct SlurmJob {
+  TempDir dir;
+  std::string run;
+  std::string script;
+  std::string job_id;
+
+  SlurmJob(const SlurmCluster& cluster, const std::string& name, const std::string& body) {
+    run = dir.path() + "/run";
+    int base = free_port_base(4);
+    REQUIRE(base > 0);
+    std::string job = dir.path() + "/job.json";
+    std::ofstream(job) << R"({"job": ")" << name << R"(", "cluster": "slurm", "run_dir": ")" << run
+                       << R"(", "slurm": {"nodes": 2, "tasks_per_node": 2, "port_base": )" << base
+                       << R"(}, "restart": {"max_restarts": 2, "backoff_seconds": 0.2,
+                             "grace_seconds": 8}, )"
+                       << body << "}";
+    ProcessOptions options;
+    options.cwd = dir.path();
+    ProcessResult printed = run_process({binary("dtrain"), "slurm-script", job}, options);
+    INFO(printed.err);
+    REQUIRE(printed.exit_code == 0);
+    script = dir.path() + "/job.sbatch";
+    std::ofstream(script) << printed.out;
+    job_id = cluster.sbatch(script);
+  }
+  std::string output() const {
+    return read_all(dir.path() + "/" + name_of_output());
+  }
+  std::string name_of_output() const {
+    for (const auto& entry : std::filesystem::directory_iterator(dir.path())) {
+      std::string file = entry.path().filename();
+      if (file.size() > 4 && file.substr(file.size() - 4) == ".out") return file;
+    }
+    return "none.out";
+  }
+};
+
+std::string job_details(const SlurmCluster& cluster, const SlurmJob& job) {
+  std::string text = "slurm output:\n" + job.output() + "\njob:";
+  for (const auto& [key, value] : cluster.job_info(job.job_id)) text += " " + key + "=" + value;
+  return text;
+}
+
+}  // namespace
+
+TEST_CASE("slurm: sbatch of slurm-script trains the main job on n1+n2 as job steps; no secrets "
+          "on command lines", "[slurm]") {
+  SlurmCluster cluster;
+  SKIP_UNLESS_SLURM(cluster);
+  SlurmJob job(cluster, "slurm-main", main_job_train(1, 25));
+  // While it runs: every worker is a job step (SLURM_STEP_ID) on its node, two per node, and no
+  // command line shows the token or TF_CONFIG.
+  std::set<std::string> steps;
+  std::multiset<std::string> nodes;
+  std::vector<std::string> secrets, leaks;
+  bool seen = wait_for(
+      [&] {
+        std::vector<int> workers = processes_of_run(job.run);
+        if (workers.size() < 4) return false;
+        steps.clear();
+        nodes.clear();
+        secrets.clear();
+        for (int pid : workers) {
+          std::vector<std::string> env = environment_of(pid);
+          steps.insert(env_value(env, "SLURM_STEP_ID"));
+          nodes.insert(env_value(env, "SLURMD_NODENAME"));
+          secrets.push_back(env_value(env, "DTRAIN_TOKEN"));
+          secrets.push_back(env_value(env, "TF_CONFIG"));
+        }
+        return true;
+      },
+      120);
+  INFO(job_details(cluster, job));
+  REQUIRE(seen);
+  for (const std::string& hit : command_lines_with(secrets)) leaks.push_back(hit);
+  CHECK(steps.size() == 4);  // four distinct steps
+  CHECK(steps.count("") == 0);
+  CHECK(nodes.count("n1") == 2);
+  CHECK(nodes.count("n2") == 2);
+  CHECK(leaks.empty());
+  std::string state = cluster.wait_job_state(job.job_id, {"COMPLETED", "FAILED", "CANCELLED"}, 240);
+  INFO(job_details(cluster, job));
+  CHECK(state == "COMPLETED");
+  for (int i = 0; i < 4; ++i) {
+    std::string log = read_all(job.run + "/logs/worker-" + std::to_string(i) + ".log");
+    INFO(log);
+    CHECK(log.find("==== dtrain: attempt 0") != std::string::npos);
+    CHECK(log.find("task worker:" + std::to_string(i) + ": rank " + std::to_string(i) + " of 4") !=
+          std::string::npos);
+    CHECK(log.find("finished") != std::string::npos);
+    CHECK(log.find("\036") == std::string::npos);  // agent marker lines stay out of the logs
+  }
+  auto logs = run_process({binary("dtrain"), "logs", job.run, "--worker", "3", "--raw"});
+  CHECK(logs.out.find("task worker:3: rank 3 of 4") != std::string::npos);
+  CHECK(read_all(job.run + "/metrics.jsonl").find("\"val_accuracy\"") != std::string::npos);
+  CHECK(processes_of_run(job.run).empty());
+  CHECK(wait_for([&] { return cluster.job_processes().empty(); }, 10));
+}
+
+TEST_CASE("slurm: SIGKILL of one worker restarts the group as new job steps, which succeed",
+          "[slurm]") {
+  SlurmCluster cluster;
+  SKIP_UNLESS_SLURM(cluster);
+  SlurmJob job(cluster, "slurm-kill",
+               R"("command": ["sh", "-c", "echo step=$SLURM_STEP_ID node=$SLURMD_NODENAME; exec )" +
+                   binary("dtrain-test-worker") + R"( --sleep 4"])");
+  int victim = 0;
+  REQUIRE(wait_for(
+      [&] {
+        std::ifstream in(job.run + "/pids/worker-3-0.pid");
+        return static_cast<bool>(in >> victim) && victim > 0;
+      },
+      120));
+  ::kill(victim, SIGKILL);
+  std::string state = cluster.wait_job_state(job.job_id, {"COMPLETED", "FAILED", "CANCELLED"}, 120);
+  INFO(job_details(cluster, job));
+  CHECK(state == "COMPLETED");
+  CHECK(cluster.job_info(job.job_id)["Restarts"] == "0");  // restarted inside the allocation
+  std::string events = read_all(job.run + "/events.jsonl");
+  CHECK(events.find("\"restart\"") != std::string::npos);
+  // Attempt 1 of worker 3 ran in a new step on the same node.
+  std::string log = read_all(job.run + "/logs/worker-3.log");
+  INFO(log);
+  size_t first = log.find("step="), second = log.find("step=", first + 1);
+  REQUIRE(first != std::string::npos);
+  REQUIRE(second != std::string::npos);
+  CHECK(log.find("==== dtrain: attempt 1") != std::string::npos);
+  CHECK(log.substr(first, log.find('\n', first) - first) !=
+        log.substr(second, log.find('\n', second) - second));
+  CHECK(log.find("node=n2", second) != std::string::npos);
+  CHECK(processes_of_run(job.run).empty());
+}
+
+TEST_CASE("slurm: scancel --signal=TERM saves a checkpoint, exits 143, requeues and resumes to "
+          "success", "[slurm]") {
+  SlurmCluster cluster;
+  SKIP_UNLESS_SLURM(cluster);
+  SlurmJob job(cluster, "slurm-preempt", main_job_train(2, 60));
+  // Signal once the chief is training (its log shows a step of epoch 1).
+  REQUIRE(wait_for(
+      [&] { return read_all(job.run + "/logs/worker-0.log").find("/60") != std::string::npos; },
+      120));
+  ProcessResult signalled = cluster.run({"scancel", "--signal=TERM", job.job_id});
+  REQUIRE(signalled.exit_code == 0);
+  std::string state = cluster.wait_job_state(job.job_id, {"COMPLETED", "FAILED", "CANCELLED"}, 300);
+  INFO(job_details(cluster, job));
+  CHECK(state == "COMPLETED");
+  CHECK(cluster.job_info(job.job_id)["Restarts"] == "1");
+  std::string output = job.output();
+  CHECK(output.find("requeueing job " + job.job_id) != std::string::npos);
+  std::string chief = read_all(job.run + "/logs/worker-0.log");
+  INFO(chief);
+  CHECK(chief.find("preempted") != std::string::npos);
+  CHECK(chief.find("==== dtrain: attempt 1") != std::string::npos);
+  CHECK(chief.find("restored") != std::string::npos);  // the requeued run resumed
+  std::string events = read_all(job.run + "/events.jsonl");
+  CHECK(events.find("\"remote_signal\"") != std::string::npos);
+  CHECK(events.find("\"exit_code\":143") != std::string::npos);
+  CHECK(processes_of_run(job.run).empty());
+}
+
+TEST_CASE("slurm: after scancel of a running job nothing of it is left", "[slurm]") {
+  SlurmCluster cluster;
+  SKIP_UNLESS_SLURM(cluster);
+  SlurmJob job(cluster, "slurm-cancel",
+               R"("command": [")" + binary("dtrain-test-worker") +
+                   R"(", "--grandchild", "--sleep", "300"])");
+  bool running = wait_for([&] { return processes_of_run(job.run).size() >= 8; }, 120);
+  INFO(job_details(cluster, job));
+  REQUIRE(running);  // four workers and their grandchildren
+  REQUIRE(cluster.run({"scancel", job.job_id}).exit_code == 0);
+  // Slurm sends SIGTERM to every step and the batch script, SIGKILL after KillWait.
+  CHECK(wait_for([&] { return processes_of_run(job.run).empty(); }, 30));
+  CHECK(wait_for([&] { return cluster.job_processes().empty(); }, 30));
+  CHECK(cluster.wait_job_state(job.job_id, {"CANCELLED"}, 30) == "CANCELLED");
+}
