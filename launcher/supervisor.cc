@@ -232,7 +232,8 @@ void Supervisor::on_exit(Slot& slot, ExitStatus status) {
   slot.exited = true;
   slot.status = status;
   Outcome outcome = classify(status);
-  if (slot.remote && options_.context.slurm && !slot.agent_reported_exit) {
+  bool live = phase_ == Phase::kRunning || phase_ == Phase::kStarting;
+  if (slot.remote && options_.context.slurm && !slot.agent_reported_exit && live) {
     const SlurmTask& task = options_.context.slurm->tasks.at(static_cast<size_t>(slot.task.index));
     spdlog::warn(
         "{}: the job step on node {} ended ({}) before its worker's end was reported "
@@ -241,7 +242,8 @@ void Supervisor::on_exit(Slot& slot, ExitStatus status) {
     recorder_.event("lost_host", [&](common::JsonWriter& w) {
       w.key("task").value(slot.task.text()).key("host").value(task.node);
     });
-  } else if (slot.remote && !slot.agent_reported_exit && !status.signaled && status.code == 255) {
+  } else if (slot.remote && !options_.context.slurm && !slot.agent_reported_exit &&
+             !status.signaled && status.code == 255) {
     // ssh's own failure: unreachable, refused, or the session died (a cut network).
     std::string host = common::parse_host_port(slot.address, slot.task.text()).host;
     spdlog::warn(

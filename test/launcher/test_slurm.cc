@@ -229,7 +229,7 @@ TEST_CASE("slurm: slurm-script writes a requeueing sbatch script", "[slurm]") {
         "#SBATCH --time=02:00:00\n", "#SBATCH --requeue\n", "#SBATCH --signal=TERM@85\n",
         "#SBATCH --open-mode=append\n", "#SBATCH --chdir=/home/me\n", "#SBATCH --account=ml\n",
         "'/opt/dtrain' launch '/home/me/job'\\''s.json'\n", "scontrol requeue \"$SLURM_JOB_ID\"",
-        "if [ \"$code\" -eq 143 ]"}) {
+        "if [ \"$code\" -eq 143 ] && [ -z \"${cancelled:-}\" ]", "trap 'cancelled=1;"}) {
     INFO(line);
     CHECK(script.find(line) != std::string::npos);
   }
