@@ -12,6 +12,7 @@ packages=(
   dataset-fashion-mnist
   procps tmux python3
   openssh-server openssh-client iproute2
+  slurmctld slurmd slurm-client munge
 )
 
 missing=()
