@@ -1,10 +1,13 @@
 // dtrain-worker: reads TF_CONFIG and the training config, finds its place in the group, trains.
 // This is the table of contents; each step lives in its own file.
+#include <pthread.h>
 #include <spdlog/spdlog.h>
 
+#include <atomic>
 #include <csignal>
 #include <filesystem>
 #include <iostream>
+#include <thread>
 
 #include "common/atomic_file.h"
 #include "common/control_protocol.h"
@@ -27,20 +30,37 @@
 namespace dtrain::train {
 namespace {
 
-// Set by SIGTERM (the launcher's teardown, or a preemption); read once per step. A signal
-// handler can only reach a global.
-volatile std::sig_atomic_t g_stop_requested = 0;
+// SIGTERM (the launcher's teardown, or a preemption) never runs a handler on a working thread:
+// the JIT GEMM kernels of Debian's oneDNN 2.x point rsp into the heap while they run, so a signal
+// frame pushed on such a thread overwrites heap memory (oneDNN issue #4845, fixed upstream in
+// 3.x). SIGTERM stays blocked in every thread (they inherit main's mask, blocked before any thread
+// exists) and one thread takes it with sigwait: before catch_sigterm() it ends the process by
+// SIGTERM as the default action would; after, it sets the flag the training loop reads each step.
+std::atomic<bool> g_catching_sigterm{false};
+std::atomic<bool> g_stop_requested{false};
 
-extern "C" void on_sigterm(int) {
-  g_stop_requested = 1;
+void watch_sigterm() {
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGTERM);
+  ::pthread_sigmask(SIG_BLOCK, &set, nullptr);
+  std::thread([set] {
+    while (true) {
+      int sig = 0;
+      if (::sigwait(&set, &sig) != 0) continue;
+      if (!g_catching_sigterm) {
+        ::signal(SIGTERM, SIG_DFL);
+        ::pthread_sigmask(SIG_UNBLOCK, &set, nullptr);
+        ::raise(SIGTERM);  // the default action: the whole process ends, by SIGTERM
+      }
+      g_stop_requested = true;
+    }
+  }).detach();
 }
 
 // From here on SIGTERM does not kill: it asks the group to save and stop at the next step.
 void catch_sigterm() {
-  struct sigaction action {};
-  action.sa_handler = on_sigterm;
-  sigemptyset(&action.sa_mask);
-  ::sigaction(SIGTERM, &action, nullptr);
+  g_catching_sigterm = true;
 }
 
 using common::ConfigError;
@@ -138,7 +158,7 @@ int train(const common::TfConfig& task, const std::string& job, const TrainConfi
   common::ControlClient control(common::get_env(common::kEnvControl).value_or(""));
   bool chief = task.cluster.is_chief(task.task);
   TrainerOptions trainer_options{run_dir, chief, task.task.text(), attempt,
-                                 [] { return g_stop_requested != 0; }};
+                                 [] { return g_stop_requested.load(); }};
   try {
     Trainer trainer(config, backend, *communicator, std::move(train_data), std::move(test_data),
                     trainer_options, &control);
@@ -189,7 +209,7 @@ int run_worker(const WorkerOptions& options) {
     catch_sigterm();  // from here SIGTERM means "evaluate the final model if it is there, then
                       // exit"
     int evaluations = run_evaluator(config, *backend, test_data,
-                                    {run_dir, 0.5, [] { return g_stop_requested != 0; }});
+                                    {run_dir, 0.5, [] { return g_stop_requested.load(); }});
     spdlog::info("evaluator: {} evaluation(s) in {}/eval.jsonl", evaluations, run_dir);
     return common::kExitSuccess;
   }
@@ -201,6 +221,7 @@ int run_worker(const WorkerOptions& options) {
 }  // namespace dtrain::train
 
 int main(int argc, char** argv) {
+  dtrain::train::watch_sigterm();  // first: every later thread inherits the blocked SIGTERM
   return dtrain::common::run_main("dtrain-worker", [&] {
     std::vector<std::string> args(argv + 1, argv + argc);
     return dtrain::train::run_worker(dtrain::train::parse_worker_options(args));

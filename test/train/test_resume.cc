@@ -38,16 +38,15 @@ struct Run {
     return std::make_unique<testing::BackgroundProcess>(
         std::vector<std::string>{testing::binary("dtrain"), "launch", job, "--run-dir", dir});
   }
-  // Waits for the first step checkpoint, then signals worker 1 of attempt 0.
-  void interrupt_worker_1(int sig) const {
+  // Waits for the first step checkpoint; returns the pid of worker 1 of attempt 0.
+  int training_worker_1() const {
     for (int i = 0; i < 3000 && !fs::exists(dir + "/backup/ckpt-0000000010.safetensors"); ++i) {
       std::this_thread::sleep_for(std::chrono::milliseconds(2));
     }
     auto state = common::JsonDocument::parse(common::read_file(dir + "/state.json"), "state");
-    int pid =
-        static_cast<int>(state.root().at("workers").as_array()[1].at("pid").as_int(1, 1 << 30));
-    ::kill(pid, sig);
+    return static_cast<int>(state.root().at("workers").as_array()[1].at("pid").as_int(1, 1 << 30));
   }
+  void interrupt_worker_1(int sig) const { ::kill(training_worker_1(), sig); }
   std::string model() const { return common::read_file(dir + "/model/model.safetensors"); }
   std::string log(int worker) const {
     return common::read_file(dir + "/logs/worker-" + std::to_string(worker) + ".log");
@@ -55,6 +54,26 @@ struct Run {
   std::string events() const { return common::read_file(dir + "/events.jsonl"); }
   std::string dir;
 };
+
+// How the threads of pid take SIGTERM: how many would run a handler for it (SigCgt), and how many
+// have it unblocked (SigBlk; a thread waiting in sigwait shows it unblocked while it waits). A
+// signal frame pushed on a thread inside oneDNN's JIT GEMM corrupts the heap (oneDNN issue
+// #4845), so dtrain-worker installs no handler: SIGTERM stays blocked and one thread sigwaits.
+std::pair<int, int> sigterm_handlers_and_unblocked(int pid) {
+  int handlers = 0, unblocked = 0;
+  const unsigned long long bit = 1ULL << (SIGTERM - 1);
+  for (const auto& task : fs::directory_iterator("/proc/" + std::to_string(pid) + "/task")) {
+    std::ifstream status(task.path() / "status");
+    std::string line;
+    while (std::getline(status, line)) {
+      if (line.rfind("SigCgt:", 0) == 0 && (std::stoull(line.substr(7), nullptr, 16) & bit))
+        ++handlers;
+      if (line.rfind("SigBlk:", 0) == 0 && !(std::stoull(line.substr(7), nullptr, 16) & bit))
+        ++unblocked;
+    }
+  }
+  return {handlers, unblocked};
+}
 
 }  // namespace
 
@@ -85,7 +104,11 @@ TEST_CASE("killed and preempted runs resume to a byte-identical final model") {
 
   Run preempted(base.path(), "preempted");
   launcher = preempted.start(job);
-  preempted.interrupt_worker_1(SIGTERM);
+  int worker = preempted.training_worker_1();
+  auto [handlers, unblocked] = sigterm_handlers_and_unblocked(worker);
+  CHECK(handlers == 0);
+  CHECK(unblocked <= 1);  // the sigwait thread
+  ::kill(worker, SIGTERM);
   r = launcher->wait(300);
   INFO(r.err);
   REQUIRE(r.exit_code == 0);
