@@ -175,9 +175,7 @@ struct SlurmJob {
     std::ofstream(script) << printed.out;
     job_id = cluster.sbatch(script);
   }
-  std::string output() const {
-    return read_all(dir.path() + "/" + name_of_output());
-  }
+  std::string output() const { return read_all(dir.path() + "/" + name_of_output()); }
   std::string name_of_output() const {
     for (const auto& entry : std::filesystem::directory_iterator(dir.path())) {
       std::string file = entry.path().filename();
@@ -195,8 +193,10 @@ std::string job_details(const SlurmCluster& cluster, const SlurmJob& job) {
 
 }  // namespace
 
-TEST_CASE("slurm: sbatch of slurm-script trains the main job on n1+n2 as job steps; no secrets "
-          "on command lines", "[slurm]") {
+TEST_CASE(
+    "slurm: sbatch of slurm-script trains the main job on n1+n2 as job steps; no secrets "
+    "on command lines",
+    "[slurm]") {
   SlurmCluster cluster;
   SKIP_UNLESS_SLURM(cluster);
   SlurmJob job(cluster, "slurm-main", main_job_train(1, 25));
@@ -283,8 +283,10 @@ TEST_CASE("slurm: SIGKILL of one worker restarts the group as new job steps, whi
   CHECK(processes_of_run(job.run).empty());
 }
 
-TEST_CASE("slurm: scancel --signal=TERM saves a checkpoint, exits 143, requeues and resumes to "
-          "success", "[slurm]") {
+TEST_CASE(
+    "slurm: scancel --signal=TERM saves a checkpoint, exits 143, requeues and resumes to "
+    "success",
+    "[slurm]") {
   SlurmCluster cluster;
   SKIP_UNLESS_SLURM(cluster);
   SlurmJob job(cluster, "slurm-preempt", main_job_train(2, 60));
@@ -302,12 +304,17 @@ TEST_CASE("slurm: scancel --signal=TERM saves a checkpoint, exits 143, requeues 
   CHECK(output.find("requeueing job " + job.job_id) != std::string::npos);
   std::string chief = read_all(job.run + "/logs/worker-0.log");
   INFO(chief);
-  CHECK(chief.find("preempted") != std::string::npos);
+  CHECK(chief.find("preempted: stopped at epoch") != std::string::npos);  // saved, then 143
   CHECK(chief.find("==== dtrain: attempt 1") != std::string::npos);
   CHECK(chief.find("restored") != std::string::npos);  // the requeued run resumed
   std::string events = read_all(job.run + "/events.jsonl");
   CHECK(events.find("\"remote_signal\"") != std::string::npos);
-  CHECK(events.find("\"exit_code\":143") != std::string::npos);
+  const std::string saved = "\"outcome\":\"preempted\",\"status\":\"exit code 143";
+  size_t preempted_exits = 0;
+  for (size_t at = events.find(saved); at != std::string::npos; at = events.find(saved, at + 1))
+    ++preempted_exits;
+  CHECK(preempted_exits == 4);  // every worker saved and exited 143, none crashed
+  CHECK(events.find("crashed") == std::string::npos);
   CHECK(processes_of_run(job.run).empty());
 }
 
