@@ -70,6 +70,32 @@ TEST_CASE("dtrain tf-config prints one task's TF_CONFIG and checks the task") {
   CHECK(no_file.err.find("/nonexistent/job.json") != std::string::npos);
 }
 
+TEST_CASE("a Slurm job: validate outside an allocation, slurm-script, and launch without one") {
+  dtrain::testing::TempDir dir;
+  std::string job = dir.path() + "/job.json";
+  std::ofstream(job) << R"({"job": "s", "cluster": "slurm", "train": {},
+                            "slurm": {"nodes": 3, "tasks_per_node": 2}})";
+  dtrain::testing::ProcessOptions outside;
+  outside.env["SLURM_JOB_ID"] = std::nullopt;
+  auto validate = run_process({binary("dtrain"), "validate", job}, outside);
+  CHECK(validate.exit_code == 0);
+  CHECK(validate.out.find("a Slurm job") != std::string::npos);
+  CHECK(validate.out.find("3 node(s) x 2 task(s)") != std::string::npos);
+  auto script = run_process({binary("dtrain"), "slurm-script", job}, outside);
+  CHECK(script.exit_code == 0);
+  CHECK(script.out.find("#SBATCH --nodes=3\n#SBATCH --ntasks-per-node=2\n") != std::string::npos);
+  auto launch =
+      run_process({binary("dtrain"), "launch", job, "--run-dir", dir.path() + "/run"}, outside);
+  CHECK(launch.exit_code == 2);
+  CHECK(one_line(launch.err));
+  CHECK(launch.err.find("SLURM_JOB_ID is not set") != std::string::npos);
+  std::string local = dir.path() + "/local.json";
+  std::ofstream(local) << R"({"job": "l", "workers": 2, "train": {}})";
+  auto not_slurm = run_process({binary("dtrain"), "slurm-script", local});
+  CHECK(not_slurm.exit_code == 2);
+  CHECK(not_slurm.err.find("is not \"slurm\"") != std::string::npos);
+}
+
 TEST_CASE("dtrain validate rejects every malformed job file with exit 2 and one line") {
   dtrain::testing::TempDir dir;
   for (const auto& c : dtrain::testing::bad_job_files()) {
