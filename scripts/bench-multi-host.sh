@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Start-up and recovery of a four-worker group on one host and on two hosts (network namespaces
-# with sshd; the second host's workers start over ssh through `dtrain agent`), side by side.
+# Start-up and recovery of a four-worker group on one host, on two hosts (network namespaces
+# with sshd; the second host's workers start over ssh through `dtrain agent`) and as Slurm job
+# steps on two nodes (a private slurmctld, two slurmd and munged), side by side.
 # Needs root; prints a skip line otherwise.   scripts/bench-multi-host.sh [REPETITIONS=3] [BUILD]
 set -euo pipefail
 cd "$(dirname "$0")/.."
