@@ -15,12 +15,12 @@
 #include <filesystem>
 #include <fstream>
 #include <regex>
-#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "test/support/netns_hosts.h"
+#include "test/support/processes.h"
 #include "test/support/slurm_cluster.h"
 
 using namespace dtrain::testing;
@@ -31,13 +31,6 @@ double monotonic() {
   timespec t{};
   ::clock_gettime(CLOCK_MONOTONIC, &t);
   return static_cast<double>(t.tv_sec) + static_cast<double>(t.tv_nsec) * 1e-9;
-}
-
-std::string read_all(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
 }
 
 // The CLOCK_MONOTONIC times of a log's "first step of this run done" lines.

@@ -45,6 +45,7 @@ Supervisor::Supervisor(boost::asio::io_context& io, ProcessSpawner& spawner, Run
       watchdog_timer_(io),
       port_timer_(io),
       keepalive_timer_(io),
+      start_timer_(io),
       attempt_(options_.first_attempt) {
   const common::ClusterSpec& cluster = options_.context.cluster;
   for (const common::TaskId& task : cluster.tasks()) slots_.push_back(make_slot(task));
@@ -79,6 +80,7 @@ bool Supervisor::agent_line(Slot& slot, std::string_view line) {
   }
   std::optional<AgentEvent> event = parse_agent_event(parsed.payload);
   if (event && event->type == "started") {
+    slot.agent_started = true;
     recorder_.event("remote_start", [&](common::JsonWriter& w) {
       w.key("task").value(slot.task.text()).key("remote_pid").value(event->pid);
     });
@@ -150,6 +152,38 @@ void Supervisor::start_attempt() {
   spdlog::info("attempt {}: {} task(s) running", attempt_, slots_.size());
   write_state();
   arm_watchdog();
+  arm_start_check();
+}
+
+void Supervisor::arm_start_check() {
+  if (!(options_.context.spec->restart.startup_seconds > 0)) return;  // 0: no start check
+  start_timer_.expires_after(seconds(options_.context.spec->restart.startup_seconds));
+  start_timer_.async_wait([this](const boost::system::error_code& ec) {
+    if (!ec) check_agents_started();
+  });
+}
+
+void Supervisor::check_agents_started() {
+  if (phase_ != Phase::kRunning) return;
+  for (auto& slot : slots_) {
+    if (!slot->remote || slot->agent_started || slot->exited) continue;
+    std::string where =
+        options_.context.slurm
+            ? "node " + options_.context.slurm->tasks.at(static_cast<size_t>(slot->task.index)).node
+            : "host " + common::parse_host_port(slot->address, slot->task.text()).host;
+    std::string what = fmt::format(
+        "not started on {} within {:g} s (restart.startup_seconds): the {} did not reach `dtrain "
+        "agent` there",
+        where, options_.context.spec->restart.startup_seconds,
+        options_.context.slurm ? "job step (srun waiting for resources?)"
+                               : "remote shell (unreachable, or asking for a password?)");
+    spdlog::warn("{} {}", slot->task.text(), what);
+    recorder_.event("start_timeout", [&](common::JsonWriter& w) {
+      w.key("task").value(slot->task.text()).key("attempt").value(attempt_);
+    });
+    fail_first(*slot, Outcome::kFailed, what, common::kExitFailure);
+    return begin_teardown(fmt::format("{} did not start", slot->task.text()));
+  }
 }
 
 // Every local worker port must be free before a start.
@@ -187,6 +221,7 @@ void Supervisor::spawn_slot(Slot& slot) {
   slot.status.reset();
   slot.progress.reset();
   slot.agent_reported_exit = false;
+  slot.agent_started = false;
   slot.child = spawner_.spawn(request, std::move(callbacks));
   slot.pid = slot.child->pid();
   slot.exited = false;
@@ -350,6 +385,7 @@ void Supervisor::begin_teardown(const std::string& reason) {
   if (phase_ == Phase::kTearingDown || phase_ == Phase::kDone) return;
   phase_ = Phase::kTearingDown;
   watchdog_timer_.cancel();
+  start_timer_.cancel();
   recorder_.event("teardown", [&](common::JsonWriter& w) {
     w.key("attempt").value(attempt_).key("reason").value(reason);
   });
@@ -463,8 +499,8 @@ void Supervisor::stop(int signal) {
 void Supervisor::finish(const std::string& status, int exit_code, const std::string& reason) {
   if (phase_ == Phase::kDone) return;
   phase_ = Phase::kDone;
-  for (auto* timer :
-       {&backoff_timer_, &grace_timer_, &watchdog_timer_, &port_timer_, &keepalive_timer_})
+  for (auto* timer : {&backoff_timer_, &grace_timer_, &watchdog_timer_, &port_timer_,
+                      &keepalive_timer_, &start_timer_})
     timer->cancel();
   result_ = SupervisorResult{status, exit_code, reason, first_failure_};
   if (status == common::kStatusSucceeded) result_.failure.reset();

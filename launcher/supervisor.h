@@ -109,8 +109,12 @@ class Supervisor {
   SupervisorOptions options_;
   RestartBook book_;
   std::vector<std::unique_ptr<Slot>> slots_;
+  /// startup_seconds after a start: a worker whose agent has not started it yet (ssh still
+  /// connecting, srun waiting for resources) is a start failure, not a hang.
+  void arm_start_check();
+  void check_agents_started();
   boost::asio::steady_timer backoff_timer_, grace_timer_, watchdog_timer_, port_timer_,
-      keepalive_timer_;
+      keepalive_timer_, start_timer_;
   std::function<void(const SupervisorResult&)> on_done_;
   Phase phase_ = Phase::kStarting;
   int attempt_ = 0;

@@ -24,6 +24,7 @@ struct Supervisor::Slot {
   /// Started through `dtrain agent` on another host: its output carries marker lines.
   bool remote = false;
   bool agent_reported_exit = false;  ///< the agent said how the remote worker ended
+  bool agent_started = false;        ///< the agent said the worker runs (its "started" event)
   std::unique_ptr<Child> child;
   int pid = 0;
   bool exited = true;

@@ -4,7 +4,6 @@
 // command line anywhere carries the job's environment; SIGKILL of the launcher leaves no process
 // of the job on either host; SIGKILL of a remote worker restarts the group. Skips with a WARN
 // where the machine refuses namespaces or sshd.
-#include <dirent.h>
 #include <signal.h>
 #include <unistd.h>
 
@@ -12,72 +11,18 @@
 #include <chrono>
 #include <cstring>
 #include <fstream>
-#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "common/atomic_file.h"
 #include "test/support/netns_hosts.h"
+#include "test/support/processes.h"
 #include "test/support/temp_dir.h"
 
 using namespace dtrain::testing;
 
 namespace {
-
-std::string read_all(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
-std::vector<int> all_pids() {
-  std::vector<int> pids;
-  DIR* proc = ::opendir("/proc");
-  while (dirent* e = proc ? ::readdir(proc) : nullptr) {
-    int pid = std::atoi(e->d_name);
-    if (pid > 0) pids.push_back(pid);
-  }
-  if (proc) ::closedir(proc);
-  return pids;
-}
-
-// Pids whose environment says they belong to run_dir (workers, on any host of the test bed:
-// the namespaces share this machine's /proc).
-std::vector<int> processes_of_run(const std::string& run_dir) {
-  std::vector<int> found;
-  std::string wanted = "DTRAIN_RUN_DIR=" + run_dir;
-  for (int pid : all_pids()) {
-    std::string env = read_all("/proc/" + std::to_string(pid) + "/environ");
-    for (size_t at = 0; at < env.size();) {
-      size_t end = env.find('\0', at);
-      if (env.compare(at, (end == std::string::npos ? env.size() : end) - at, wanted) == 0) {
-        // A zombie waiting for a slow reaper is gone for our purposes.
-        std::string stat = read_all("/proc/" + std::to_string(pid) + "/stat");
-        size_t paren = stat.rfind(')');
-        if (paren != std::string::npos && paren + 2 < stat.size() && stat[paren + 2] != 'Z')
-          found.push_back(pid);
-        break;
-      }
-      if (end == std::string::npos) break;
-      at = end + 1;
-    }
-  }
-  return found;
-}
-
-// Every command line that mentions one of needles (the job's secrets and environment).
-std::vector<std::string> command_lines_with(const std::vector<std::string>& needles) {
-  std::vector<std::string> hits;
-  for (int pid : all_pids()) {
-    std::string cmdline = read_all("/proc/" + std::to_string(pid) + "/cmdline");
-    for (const std::string& needle : needles)
-      if (!needle.empty() && cmdline.find(needle) != std::string::npos)
-        hits.push_back(std::to_string(pid) + ": " + cmdline);
-  }
-  return hits;
-}
 
 // A job with two tasks on each host; train is the "train" object, or empty with command.
 std::string write_job(const TempDir& dir, const NetnsHosts& hosts, const std::string& body) {

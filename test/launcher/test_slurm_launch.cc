@@ -5,7 +5,6 @@
 // succeed; `scancel --signal=TERM` (preemption) makes the workers save and exit 143, the job is
 // requeued and resumes from the checkpoint to success; after scancel nothing of the job is left.
 // Skips with a WARN where the machine cannot run the test bed.
-#include <dirent.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <sys/socket.h>
@@ -16,14 +15,13 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <functional>
 #include <random>
 #include <set>
-#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "test/support/processes.h"
 #include "test/support/slurm_cluster.h"
 #include "test/support/subprocess.h"
 #include "test/support/temp_dir.h"
@@ -31,80 +29,6 @@
 using namespace dtrain::testing;
 
 namespace {
-
-std::string read_all(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
-std::vector<int> all_pids() {
-  std::vector<int> pids;
-  DIR* proc = ::opendir("/proc");
-  while (dirent* e = proc ? ::readdir(proc) : nullptr) {
-    int pid = std::atoi(e->d_name);
-    if (pid > 0) pids.push_back(pid);
-  }
-  if (proc) ::closedir(proc);
-  return pids;
-}
-
-// NAME=value entries of a process's environment.
-std::vector<std::string> environment_of(int pid) {
-  std::string env = read_all("/proc/" + std::to_string(pid) + "/environ");
-  std::vector<std::string> entries;
-  for (size_t at = 0; at < env.size();) {
-    size_t end = env.find('\0', at);
-    if (end == std::string::npos) end = env.size();
-    entries.push_back(env.substr(at, end - at));
-    at = end + 1;
-  }
-  return entries;
-}
-
-std::string env_value(const std::vector<std::string>& env, const std::string& name) {
-  for (const std::string& entry : env)
-    if (entry.rfind(name + "=", 0) == 0) return entry.substr(name.size() + 1);
-  return "";
-}
-
-bool is_zombie(int pid) {
-  std::string stat = read_all("/proc/" + std::to_string(pid) + "/stat");
-  size_t paren = stat.rfind(')');
-  return paren == std::string::npos || paren + 2 >= stat.size() || stat[paren + 2] == 'Z';
-}
-
-// Live workers of run_dir (their environment names it).
-std::vector<int> processes_of_run(const std::string& run_dir) {
-  std::vector<int> found;
-  for (int pid : all_pids()) {
-    if (env_value(environment_of(pid), "DTRAIN_RUN_DIR") == run_dir && !is_zombie(pid))
-      found.push_back(pid);
-  }
-  return found;
-}
-
-// Every command line that mentions one of needles.
-std::vector<std::string> command_lines_with(const std::vector<std::string>& needles) {
-  std::vector<std::string> hits;
-  for (int pid : all_pids()) {
-    std::string cmdline = read_all("/proc/" + std::to_string(pid) + "/cmdline");
-    for (const std::string& needle : needles)
-      if (!needle.empty() && cmdline.find(needle) != std::string::npos)
-        hits.push_back(std::to_string(pid) + ": " + cmdline);
-  }
-  return hits;
-}
-
-bool wait_for(const std::function<bool()>& done, double seconds) {
-  auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
-  while (!done()) {
-    if (std::chrono::steady_clock::now() > deadline) return false;
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  }
-  return true;
-}
 
 bool port_free(int port) {
   int fd = ::socket(AF_INET, SOCK_STREAM, 0);

@@ -208,6 +208,47 @@ TEST_CASE("a worker without progress for hang_timeout_seconds is failed and the 
   CHECK(h.events().find("\"event\":\"hang\",\"task\":\"worker:1\"") != std::string::npos);
 }
 
+TEST_CASE("a remote worker its agent has not started within startup_seconds is a start failure") {
+  const std::string remote = R"(, "cluster": {"worker": ["localhost:1", "192.0.2.1:2"]})";
+  const Tweak quick = [](common::RestartPolicy& r) { r.startup_seconds = 0.2; };
+  SECTION("ssh never reaches the agent: failure naming the host, the group stopped") {
+    Harness h(
+        remote,
+        [](FakeProcess& p) {
+          if (p.request.agent) return;  // ssh still connecting, forever
+          p.print("step\n");
+        },
+        quick);
+    auto r = h.run();
+    CHECK(r.status == "failed");
+    REQUIRE(r.failure);
+    CHECK(r.failure->task.text() == "worker:1");
+    CHECK(r.failure->what.find("not started on host 192.0.2.1 within 0.2 s") != std::string::npos);
+    CHECK(h.events().find("\"event\":\"start_timeout\",\"task\":\"worker:1\"") !=
+          std::string::npos);
+  }
+  SECTION("an agent that reports its worker started is not timed out") {
+    Harness h(
+        remote,
+        [](FakeProcess& p) {
+          if (p.request.agent)
+            p.print(
+                "\x1e"
+                "dtrain-agent {\"event\":\"started\",\"pid\":42}\n");
+          boost::asio::steady_timer* later = new boost::asio::steady_timer(*p.io);
+          later->expires_after(std::chrono::milliseconds(400));  // outlives startup_seconds
+          later->async_wait([&p, later](const boost::system::error_code&) {
+            p.end(ExitStatus::exited(0));
+            delete later;
+          });
+        },
+        quick);
+    auto r = h.run();
+    CHECK(r.status == "succeeded");
+    CHECK(h.events().find("start_timeout") == std::string::npos);
+  }
+}
+
 TEST_CASE("workers that ignore SIGTERM get SIGKILL after one shared grace period") {
   Harness h(
       "",

@@ -1,6 +1,6 @@
 // See slurm_cluster.h. Every step is a child process (munged, the Slurm daemons and clients); the
-// only in-process work is writing files, asking the OS for free ports and reading /proc to find
-// the processes tied to a fixture's dir.
+// only in-process work is writing files (slurm.conf's text: slurm_config.h), asking the OS for free
+// ports and reading /proc (processes.h) to find the processes tied to a fixture's dir.
 #include "test/support/slurm_cluster.h"
 
 #include <arpa/inet.h>
@@ -24,6 +24,9 @@
 #include <sstream>
 #include <stdexcept>
 #include <thread>
+
+#include "test/support/processes.h"
+#include "test/support/slurm_config.h"
 
 extern char** environ;
 
@@ -66,16 +69,9 @@ void write_file(const std::string& path, const std::string& text, mode_t mode = 
   ::chmod(path.c_str(), mode);
 }
 
-std::string read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::ostringstream out;
-  out << in.rdbuf();
-  return out.str();
-}
-
 /// The last `lines` lines of a file, headed by its path.
 std::string tail(const std::string& path, size_t lines = 25) {
-  std::istringstream in(read_file(path));
+  std::istringstream in(read_all(path));
   std::deque<std::string> last;
   for (std::string line; std::getline(in, line);) {
     last.push_back(line);
@@ -113,88 +109,7 @@ std::string short_hostname() {
   return host.substr(0, host.find('.'));
 }
 
-// ---- Processes tied to a dir, found through /proc ----
-
-struct ProcessEntry {
-  int pid = 0;
-  int ppid = 0;
-  std::string comm;
-};
-
-/// Live (not zombie) processes other than this one and its ancestors (a shell that sits in a
-/// fixture's dir must not be swept with it, nor anything the test runs under).
-std::vector<ProcessEntry> live_processes() {
-  std::vector<ProcessEntry> processes;
-  std::set<int> mine = {static_cast<int>(::getpid())};
-  std::error_code ec;
-  for (const auto& entry : fs::directory_iterator("/proc", ec)) {
-    std::string name = entry.path().filename().string();
-    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
-    std::string stat = read_file("/proc/" + name + "/stat");
-    size_t open = stat.find('('), close = stat.rfind(')');
-    if (open == std::string::npos || close == std::string::npos || close + 4 > stat.size()) {
-      continue;
-    }
-    ProcessEntry process;
-    process.pid = std::stoi(name);
-    process.comm = stat.substr(open + 1, close - open - 1);
-    process.ppid = std::atoi(stat.c_str() + close + 4);
-    if (stat[close + 2] != 'Z') processes.push_back(process);
-  }
-  for (int pid = ::getppid(); pid > 1 && mine.insert(pid).second;) {
-    auto it = std::find_if(processes.begin(), processes.end(),
-                           [pid](const ProcessEntry& p) { return p.pid == pid; });
-    pid = it == processes.end() ? 0 : it->ppid;
-  }
-  processes.erase(std::remove_if(processes.begin(), processes.end(),
-                                 [&](const ProcessEntry& p) { return mine.count(p.pid) > 0; }),
-                  processes.end());
-  return processes;
-}
-
-/// True when text holds path dir itself (not merely a longer name that starts with it).
-bool mentions(const std::string& text, const std::string& dir) {
-  for (size_t at = text.find(dir); at != std::string::npos; at = text.find(dir, at + 1)) {
-    char next = at + dir.size() < text.size() ? text[at + dir.size()] : '\0';
-    if (next == '\0' || next == '/' || next == ' ') return true;
-  }
-  return false;
-}
-
-std::string link_target(const std::string& link) {
-  std::error_code ec;
-  return fs::read_symlink(link, ec).string();
-}
-
-/// Whether the process's working dir or one of its open files lies in dir.
-bool uses_dir(int pid, const std::string& dir) {
-  std::string proc = "/proc/" + std::to_string(pid);
-  if (mentions(link_target(proc + "/cwd"), dir)) return true;
-  std::error_code ec;
-  for (const auto& fd : fs::directory_iterator(proc + "/fd", ec)) {
-    if (mentions(link_target(fd.path().string()), dir)) return true;
-  }
-  return false;
-}
-
-/// Whether dir appears in the process's command line (the daemons: -f <dir>/slurm.conf).
-bool names_dir(int pid, const std::string& dir) {
-  std::string cmdline = read_file("/proc/" + std::to_string(pid) + "/cmdline");
-  std::replace(cmdline.begin(), cmdline.end(), '\0', ' ');
-  return mentions(cmdline, dir);
-}
-
-/// roots and every live descendant of theirs, each once.
-std::vector<int> with_descendants(const std::vector<ProcessEntry>& processes,
-                                  std::vector<int> roots) {
-  std::set<int> seen(roots.begin(), roots.end());
-  for (size_t i = 0; i < roots.size(); ++i) {
-    for (const auto& p : processes) {
-      if (p.ppid == roots[i] && seen.insert(p.pid).second) roots.push_back(p.pid);
-    }
-  }
-  return roots;
-}
+// ---- Processes of a fixture, found through /proc (the generic parts: processes.h) ----
 
 /// The slurmstepd processes tied to dir (their log file, spool dir or working dir is there) and
 /// their descendants: the processes of the jobs of the cluster living in dir.
@@ -283,58 +198,6 @@ void sweep_stale(const std::string& temp_base) {
     kill_processes_of(entry.path().string());
     fs::remove_all(entry.path(), ec);
   }
-}
-
-/// slurm.conf up to the nodes and the partition. Notes on the choices Slurm 22.05 needs here:
-/// - AuthInfo cred_expire also holds a requeued job back (BeginTime = requeue + cred_expire + 1;
-///   default 120 s); 5 is the least Slurm takes.
-/// - SchedulerParameters: a pending job that becomes eligible (a requeued one once its BeginTime
-///   passes) otherwise waits for a periodic pass, 60 s (main) or 30 s (backfill).
-/// - SlurmdParameters=config_overrides: each node claims 4 CPUs on a 2-core machine.
-/// - PlugStackConfig: an empty file, so no site SPANK plugin from /etc/slurm is loaded.
-/// - MailProg: slurmctld logs an error at start without an existing one.
-constexpr const char* kSlurmConf = R"(ClusterName=@CLUSTER@
-SlurmctldHost=@HOST@(127.0.0.1)
-SlurmctldPort=@PORT@
-AuthType=auth/munge
-CredType=cred/munge
-AuthInfo=socket=@DIR@/munge.socket,cred_expire=5
-SlurmUser=root
-SlurmdUser=root
-StateSaveLocation=@DIR@/state
-SlurmdSpoolDir=@DIR@/spool-%n
-SlurmctldPidFile=@DIR@/slurmctld.pid
-SlurmdPidFile=@DIR@/slurmd-%n.pid
-SlurmctldLogFile=@DIR@/slurmctld.log
-SlurmdLogFile=@DIR@/slurmd-%n.log
-PlugStackConfig=@DIR@/plugstack.conf
-MailProg=/bin/true
-ProctrackType=proctrack/linuxproc
-TaskPlugin=task/none
-SelectType=select/cons_tres
-SelectTypeParameters=CR_CPU
-JobAcctGatherType=jobacct_gather/none
-AccountingStorageType=accounting_storage/none
-MpiDefault=none
-SwitchType=switch/none
-ReturnToService=2
-SlurmdParameters=config_overrides
-KillWait=10
-MinJobAge=600
-JobRequeue=1
-SchedulerParameters=sched_interval=1,bf_interval=1
-)";
-
-/// text with every occurrence of each key replaced by its value.
-std::string filled(std::string text,
-                   const std::vector<std::pair<std::string, std::string>>& values) {
-  for (const auto& [key, value] : values) {
-    for (size_t at = text.find(key); at != std::string::npos;
-         at = text.find(key, at + value.size())) {
-      text.replace(at, key.size(), value);
-    }
-  }
-  return text;
 }
 
 /// Throws Refused naming what this machine lacks for the test bed.
@@ -496,27 +359,22 @@ void SlurmCluster::set_up() {
 }
 
 void SlurmCluster::write_config() {
-  std::string host = short_hostname();
-  std::string cluster = "dt" + std::to_string(::getpid()) + "x" + dir_.substr(dir_.size() - 6);
-  std::transform(cluster.begin(), cluster.end(), cluster.begin(),
+  SlurmConfigInput config;
+  config.host = short_hostname();
+  config.cluster = "dt" + std::to_string(::getpid()) + "x" + dir_.substr(dir_.size() - 6);
+  std::transform(config.cluster.begin(), config.cluster.end(), config.cluster.begin(),
                  [](unsigned char c) { return std::isalnum(c) ? std::tolower(c) : 'x'; });
-  std::string text = filled(kSlurmConf, {{"@CLUSTER@", cluster},
-                                         {"@HOST@", host},
-                                         {"@PORT@", std::to_string(free_port())},
-                                         {"@DIR@", dir_}});
-  std::string nodes;
+  config.controller_port = free_port();
+  config.dir = dir_;
   for (const char* node : kNodes) {
-    text += std::string("NodeName=") + node + " NodeAddr=127.0.0.1 NodeHostname=" + host +
-            " Port=" + std::to_string(free_port()) + " CPUs=" + std::to_string(kCpusPerNode) +
-            " State=UNKNOWN\n";
-    nodes += (nodes.empty() ? "" : ",") + std::string(node);
+    config.nodes.emplace_back(node, free_port());
     fs::create_directory(dir_ + "/spool-" + node);
   }
-  text += std::string("PartitionName=") + kPartition + " Nodes=" + nodes +
-          " Default=YES MaxTime=INFINITE State=UP\n";
+  config.cpus_per_node = kCpusPerNode;
+  config.partition = kPartition;
   fs::create_directory(dir_ + "/state");
   write_file(dir_ + "/plugstack.conf", "");  // no site SPANK plugins from /etc/slurm
-  write_file(conf_path_, text);
+  write_file(conf_path_, slurm_conf_text(config));
 }
 
 void SlurmCluster::start_munged() {
@@ -530,7 +388,7 @@ void SlurmCluster::start_munged() {
                    "--key-file=" + dir_ + "/munge.key", "--pid-file=" + dir_ + "/munged.pid",
                    "--log-file=" + dir_ + "/munged.log", "--seed-file=" + dir_ + "/munged.seed"},
                   options);
-  munged_pid_ = std::atoi(read_file(dir_ + "/munged.pid").c_str());
+  munged_pid_ = std::atoi(read_all(dir_ + "/munged.pid").c_str());
   if (r.exit_code != 0 || r.timed_out || munged_pid_ <= 0) {
     throw Refused("munged did not start (" +
                   (r.timed_out ? std::string("timed out") : "exit " + std::to_string(r.exit_code)) +
