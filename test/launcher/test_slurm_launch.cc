@@ -171,6 +171,22 @@ TEST_CASE(
   CHECK(read_all(job.run + "/metrics.jsonl").find("\"val_accuracy\"") != std::string::npos);
   CHECK(processes_of_run(job.run).empty());
   CHECK(wait_for([&] { return cluster.job_processes().empty(); }, 10));
+  // The token is in no file: not the job's folder (script, output, run directory) and not
+  // Slurm's (state, spool, logs); the run directory itself is for its user only.
+  std::string token = secrets.empty() ? "" : secrets.front();
+  REQUIRE(token.size() == 64);
+  std::vector<std::string> holders;
+  for (const std::string& root : {job.dir.path(), cluster.dir()}) {
+    for (const auto& entry : std::filesystem::recursive_directory_iterator(
+             root, std::filesystem::directory_options::skip_permission_denied)) {
+      if (entry.is_regular_file() && read_all(entry.path()).find(token) != std::string::npos)
+        holders.push_back(entry.path());
+    }
+  }
+  CAPTURE(holders);
+  CHECK(holders.empty());
+  CHECK((std::filesystem::status(job.run).permissions() & std::filesystem::perms::others_all) ==
+        std::filesystem::perms::none);
 }
 
 TEST_CASE("slurm: SIGKILL of one worker restarts the group as new job steps, which succeed",
