@@ -44,31 +44,46 @@ void append_line(const std::string& path, const std::string& line) {
 }  // namespace
 
 std::pair<double, double> evaluate_model(nn::Sequential& model, nn::Backend& backend,
-                                         const data::Dataset& test, int batch) {
+                                         const data::Dataset& test, int batch,
+                                         comm::Communicator* comm) {
+  const int64_t batches = (test.count + batch - 1) / batch;
+  const int ranks = comm ? comm->size() : 1, rank = comm ? comm->rank() : 0;
+  const int64_t first = batches * rank / ranks, last = batches * (rank + 1) / ranks;
   size_t per_example = static_cast<size_t>(test.height) * test.width * test.channels;
   InputStager stager(backend.device(), per_example, batch);
-  nn::Buffer<float> totals(backend.device(), 3);
+  // Batch b's loss sum, correct count and examples at 3b..3b+2: each batch sums from zero, so
+  // its figures do not depend on which rank ran it or on the batches before it.
+  nn::Buffer<float> sums(backend.device(), 3 * static_cast<size_t>(std::max<int64_t>(batches, 1)));
+  backend.device().fill_zero(sums.data(), sums.bytes());
   std::vector<float> images(per_example * static_cast<size_t>(batch));
-  auto stage = [&](int64_t start) {
+  auto stage = [&](int64_t b) {
+    int64_t start = b * batch;
     int n = static_cast<int>(std::min<int64_t>(batch, test.count - start));
     data::copy_nchw(test, start, n, images.data());
-    stager.stage(static_cast<int>((start / batch) % InputStager::kSlots), images.data(),
+    stager.stage(static_cast<int>(b % InputStager::kSlots), images.data(),
                  test.labels.data() + start, n);
     return n;
   };
-  int n = test.count > 0 ? stage(0) : 0;
-  for (int64_t start = 0; start < test.count; start += batch) {
-    int slot = static_cast<int>((start / batch) % InputStager::kSlots);
+  int n = first < last ? stage(first) : 0;
+  for (int64_t b = first; b < last; ++b) {
+    int slot = static_cast<int>(b % InputStager::kSlots);
     stager.ready();
-    int next = start + batch < test.count ? stage(start + batch) : 0;
+    int next = b + 1 < last ? stage(b + 1) : 0;
     const float* logits = model.forward(stager.images(slot), n, {}, false);
     backend.softmax_cross_entropy(n, model.classes(), logits, stager.labels(slot), nullptr,
-                                  totals.data());
+                                  sums.data() + 3 * b);
     n = next;
   }
-  std::vector<float> t = totals.to_host();
+  std::vector<float> host = sums.to_host();  // zeros for the other ranks' batches
+  // x + 0 is x: the all-reduce hands every rank every batch's figures, bit for bit.
+  if (ranks > 1) comm->all_reduce(host.data(), host.size(), comm::ReduceOp::kSum);
+  double loss = 0, correct = 0;
+  for (int64_t b = 0; b < batches; ++b) {
+    loss += host[static_cast<size_t>(3 * b)];
+    correct += host[static_cast<size_t>(3 * b + 1)];
+  }
   double count = std::max<double>(static_cast<double>(test.count), 1.0);
-  return {t[0] / count, t[1] / count};
+  return {loss / count, correct / count};
 }
 
 int run_evaluator(const TrainConfig& config, nn::Backend& backend, const data::Dataset& test,

@@ -8,6 +8,7 @@
 #include <string>
 #include <utility>
 
+#include "worker/comm/communicator.h"
 #include "worker/data/dataset.h"
 #include "worker/nn/backend.h"
 #include "worker/nn/sequential.h"
@@ -24,9 +25,13 @@ struct EvaluatorOptions {
 };
 
 /// Mean loss and accuracy of model on the whole test split, batch examples at a time (no
-/// dropout). Totals accumulate on the device and are read back once, at the end.
+/// dropout). With comm (size N), each rank evaluates its share of the batches (contiguous, about
+/// 1/N of them) and the per-batch sums are all-reduced; every rank then adds them up in batch
+/// order, so the result is the same on every rank and equal to one rank evaluating every batch
+/// with the same backend. Per-batch sums stay on the device until one read at the end.
 std::pair<double, double> evaluate_model(nn::Sequential& model, nn::Backend& backend,
-                                         const data::Dataset& test, int batch);
+                                         const data::Dataset& test, int batch,
+                                         comm::Communicator* comm = nullptr);
 
 /// Runs until the final model was evaluated or stop_requested() is true. Returns the number of
 /// lines it appended to eval.jsonl.

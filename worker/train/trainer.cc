@@ -243,7 +243,7 @@ EpochMetrics Trainer::train_epoch(int epoch) {
 }
 
 std::pair<double, double> Trainer::evaluate() {
-  return evaluate_model(*model_, backend_, test_, config_.per_worker_batch_size);
+  return evaluate_model(*model_, backend_, test_, config_.per_worker_batch_size, &comm_);
 }
 
 void Trainer::write_metrics(const EpochMetrics& m) {
