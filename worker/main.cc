@@ -143,7 +143,7 @@ std::string run_dir_for(const WorkerOptions& options, const std::string& job) {
 // One training task: join the ring, train, and turn how it ended into an exit code.
 int train(const common::TfConfig& task, const std::string& job, const TrainConfig& config,
           nn::Backend& backend, data::Dataset train_data, data::Dataset test_data,
-          const std::string& run_dir, const std::string& config_path) {
+          const std::string& run_dir, const std::string& config_path, Timeline& timeline) {
   int attempt = comm::attempt_from_environment();
   comm::RingIdentity id = comm::ring_identity_from_environment(task, job);
   spdlog::info("task {}: rank {} of {}, attempt {}, {} training examples", task.task.text(),
@@ -154,11 +154,12 @@ int train(const common::TfConfig& task, const std::string& job, const TrainConfi
   } catch (const ConfigError& e) {  // train.communication does not fit this worker: name the file
     throw ConfigError(fmt::format("{}: {}", config_path, e.what()));
   }
+  timeline.mark("rendezvous");
   catch_sigterm();  // until here SIGTERM kills at once; from here it means "save and stop together"
   common::ControlClient control(common::get_env(common::kEnvControl).value_or(""));
   bool chief = task.cluster.is_chief(task.task);
-  TrainerOptions trainer_options{run_dir, chief, task.task.text(), attempt,
-                                 [] { return g_stop_requested.load(); }};
+  TrainerOptions trainer_options{
+      run_dir, chief, task.task.text(), attempt, [] { return g_stop_requested.load(); }, &timeline};
   try {
     Trainer trainer(config, backend, *communicator, std::move(train_data), std::move(test_data),
                     trainer_options, &control);
@@ -197,13 +198,16 @@ int run_worker(const WorkerOptions& options) {
     std::cout << gpu::describe(gpu::probe_gpu()) << "\n";
     return common::kExitSuccess;
   }
+  Timeline timeline;
   common::TfConfig task = read_task();
   common::setup_logging(common::role_name(task.task.type, task.task.index));
   auto [train_json, job] = read_train_config(options.config_path);
   TrainConfig config = parse_train_config(train_json, options.config_path);
   std::unique_ptr<nn::Backend> backend = choose_backend(config, options.config_path);
+  timeline.mark("backend");
   std::vector<int> input_shape = {config.model.height, config.model.width, config.model.channels};
   auto [train_data, test_data] = data::load_data(config.data, input_shape);
+  timeline.mark("data");
   std::string run_dir = run_dir_for(options, job);
   if (task.task.type == common::kEvaluator) {
     catch_sigterm();  // from here SIGTERM means "evaluate the final model if it is there, then
@@ -214,7 +218,7 @@ int run_worker(const WorkerOptions& options) {
     return common::kExitSuccess;
   }
   return train(task, job, config, *backend, std::move(train_data), std::move(test_data), run_dir,
-               options.config_path);
+               options.config_path, timeline);
 }
 
 }  // namespace

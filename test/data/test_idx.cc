@@ -5,6 +5,8 @@
 
 #include <catch2/catch.hpp>
 #include <cstdint>
+#include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <string>
 #include <vector>
@@ -104,6 +106,50 @@ TEST_CASE("read_idx loads raw and gzipped files alike", "[idx]") {
     CHECK(data.images[3] == Approx(0.4f));
     CHECK(data.labels == std::vector<int32_t>{2, 0, 1});
   }
+}
+
+TEST_CASE(
+    "a gzip file's decompressed copy is cached, refreshed when the source changes, and "
+    "remade when damaged",
+    "[idx]") {
+  TempDir dir, cache;
+  const char* old_value = std::getenv("DTRAIN_CACHE_DIR");
+  std::string saved = old_value ? old_value : "";
+  ::setenv("DTRAIN_CACHE_DIR", cache.path().c_str(), 1);
+  std::string images = write_gz(dir, "i.gz", good_images());
+  auto cached = [&] {
+    std::vector<std::string> files;
+    for (const auto& e : std::filesystem::directory_iterator(cache.path()))
+      files.push_back(e.path().string());
+    return files;
+  };
+  REQUIRE(cached().empty());
+  CHECK(read_idx(images, IdxKind::kImages).data == kPixels);
+  std::vector<std::string> files = cached();
+  REQUIRE(files.size() == 1);
+  CHECK(read_bytes(files[0]) == good_images());               // the decompressed file
+  CHECK(read_idx(images, IdxKind::kImages).data == kPixels);  // served from the copy
+  SECTION("a damaged copy is reported, thrown away and made again") {
+    std::ofstream(files[0], std::ios::binary | std::ios::trunc) << "IDX?";
+    CHECK(read_idx(images, IdxKind::kImages).data == kPixels);
+    CHECK(read_bytes(files[0]) == good_images());
+  }
+  SECTION("a changed source gets a copy of its own") {
+    std::vector<uint8_t> other = {9, 9, 9, 9};
+    std::filesystem::remove(images);
+    images = write_gz(dir, "i.gz", idx_bytes(kIdxImagesMagic, {1, 2, 2}, other));
+    CHECK(read_idx(images, IdxKind::kImages).data == other);
+  }
+  SECTION("DTRAIN_CACHE_DIR=off: no copy") {
+    ::setenv("DTRAIN_CACHE_DIR", "off", 1);
+    std::filesystem::remove(files[0]);
+    CHECK(read_idx(images, IdxKind::kImages).data == kPixels);
+    CHECK(cached().empty());
+  }
+  if (old_value)
+    ::setenv("DTRAIN_CACHE_DIR", saved.c_str(), 1);
+  else
+    ::unsetenv("DTRAIN_CACHE_DIR");
 }
 
 TEST_CASE("read_idx names the file and what is wrong with it", "[idx]") {

@@ -38,8 +38,8 @@ std::string write_job(const TempDir& dir, const NetnsHosts& hosts, const std::st
   std::ofstream(path) << R"({"job": "two-hosts", "cluster": {"worker": [)" << cluster
                       << R"(]}, "remote_shell": [)" << remote_shell
                       << R"(], "restart": {"max_restarts": 2, "backoff_seconds": 0.2,
-                         "grace_seconds": 5}, )"
-                      << body << "}";
+                         "grace_seconds": 5}, "env": {"DTRAIN_CACHE_DIR": ")"
+                      << dir.path() << R"(/idx-cache"}, )" << body << "}";
   return path;
 }
 

@@ -1,17 +1,22 @@
 // See idx_file.h. zlib is used here and nowhere else in the data pipeline; the whole file is
-// read into memory first (Fashion-MNIST's largest file is 47 MB), then checked.
+// read into memory first (Fashion-MNIST's largest file is 47 MB), then checked. A gzip file's
+// decompressed copy is kept in the cache of idx_cache.h and read from there next time.
 #include "worker/data/idx_file.h"
 
 #include <fmt/format.h>
+#include <spdlog/spdlog.h>
 #include <zlib.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <memory>
+#include <optional>
 
 #include "common/errors.h"
+#include "worker/data/idx_cache.h"
 
 namespace dtrain::data {
 namespace {
@@ -144,8 +149,10 @@ std::string read_file_maybe_gzip(const std::string& path) {
   return gunzip(path, bytes);
 }
 
-IdxArray read_idx(const std::string& path, IdxKind kind) {
-  std::string bytes = read_file_maybe_gzip(path);
+namespace {
+
+// The IDX array in bytes (the whole decompressed file), checked as kind; errors name path.
+IdxArray parse_idx(const std::string& path, const std::string& bytes, IdxKind kind) {
   if (bytes.size() < 4)
     fail(path, fmt::format("too short for an IDX file ({} bytes)", bytes.size()));
   check_magic(path, big_endian_u32(bytes, 0), kind);
@@ -166,6 +173,26 @@ IdxArray read_idx(const std::string& path, IdxKind kind) {
   }
   check_length(path, array.dims, want, bytes.size() - header);
   array.data.assign(bytes.begin() + static_cast<std::ptrdiff_t>(header), bytes.end());
+  return array;
+}
+
+}  // namespace
+
+IdxArray read_idx(const std::string& path, IdxKind kind) {
+  std::string bytes = read_raw(path);
+  if (!has_gzip_magic(bytes, 0)) return parse_idx(path, bytes, kind);
+  std::optional<std::string> dir = idx_cache_dir();
+  std::optional<std::string> cache = dir ? idx_cache_path(*dir, path) : std::nullopt;
+  if (cache && std::filesystem::exists(*cache)) {
+    try {
+      return parse_idx(*cache, read_raw(*cache), kind);
+    } catch (const common::ConfigError& e) {  // damaged: make it again
+      spdlog::warn("ignoring the cached copy: {}", e.what());
+    }
+  }
+  std::string unpacked = gunzip(path, bytes);
+  IdxArray array = parse_idx(path, unpacked, kind);
+  if (cache) store_idx_cache(*cache, unpacked);
   return array;
 }
 

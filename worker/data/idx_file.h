@@ -26,7 +26,8 @@ struct IdxArray {
   std::vector<uint8_t> data;  ///< exactly the product of dims bytes, row-major
 };
 
-/// Reads and checks path as kind. Gzip is recognised by its magic bytes (1f 8b), not the name.
+/// Reads and checks path as kind. Gzip is recognised by its magic bytes (1f 8b), not the name;
+/// its decompressed contents come from, or go to, the cache of idx_cache.h.
 /// Every problem is a common::ConfigError "<path>: <what is wrong>" (missing file, bad gzip,
 /// bad magic, zero dimension, truncated or trailing data). Blocks on file I/O; thread-safe.
 IdxArray read_idx(const std::string& path, IdxKind kind);

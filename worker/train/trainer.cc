@@ -51,6 +51,7 @@ Trainer::Trainer(const TrainConfig& config, nn::Backend& backend, comm::Communic
   steps_per_epoch_ = config_.steps_per_epoch > 0
                          ? config_.steps_per_epoch
                          : data::default_steps(shard, config_.per_worker_batch_size);
+  if (options_.timeline) options_.timeline->mark("model");
   restore();
 }
 
@@ -105,10 +106,12 @@ void Trainer::restore() {
       spdlog::info("restored {}: resuming at epoch {} step {}", c->path, t.epoch + 1, t.step);
     }
   }
+  if (options_.timeline) options_.timeline->mark("checkpoint read");
   comm_.broadcast(header.data(), header.size() * sizeof(double), 0);
   for (std::vector<float>& tensor : host_tensors_)
     comm_.broadcast(tensor.data(), tensor.size() * sizeof(float), 0);
   upload_tensors();
+  if (options_.timeline) options_.timeline->mark("broadcast");
   state_ =
       TrainingState{int64_t(header[1]), int64_t(header[2]), int64_t(header[3]), int64_t(header[4]),
                     header[5],          header[6],          header[7]};
@@ -135,9 +138,9 @@ EpochMetrics Trainer::fit() {
     if (options_.chief) write_metrics(last);
     if (last.stop_agreed) {  // asked during the epoch's last step: stop here, together
       comm_.barrier();
-      throw Preempted(fmt::format(
-          "stopped at epoch {} step {}, its end (epoch checkpoint saved by the chief)", epoch + 1,
-          steps_per_epoch_));
+      throw Preempted(
+          fmt::format("stopped at epoch {} step {}, its end (epoch checkpoint saved by the chief)",
+                      epoch + 1, steps_per_epoch_));
     }
   }
   if (options_.chief) {
@@ -201,6 +204,10 @@ EpochMetrics Trainer::train_epoch(int epoch) {
       step_->stop_agreed(0);
       spdlog::info("first step of this run done (CLOCK_MONOTONIC {:.6f})",
                    common::monotonic_seconds());
+      if (options_.timeline) {
+        options_.timeline->mark("first step");
+        spdlog::info("start-up: {}", options_.timeline->summary());
+      }
     }
     // The flag reduced one step ago: every worker reads the same value, so all stop here.
     bool stop = step_->stop_agreed(1);

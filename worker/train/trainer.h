@@ -22,6 +22,7 @@
 #include "worker/train/input_stager.h"
 #include "worker/train/optimizer.h"
 #include "worker/train/progress.h"
+#include "worker/train/timeline.h"
 #include "worker/train/train_config.h"
 #include "worker/train/train_step.h"
 
@@ -44,6 +45,9 @@ struct TrainerOptions {
   int attempt = 0;
   /// Polled once per step; true when this worker was asked to stop (SIGTERM).
   std::function<bool()> stop_requested;
+  /// Start-up phases: the trainer marks "model", "checkpoint read", "broadcast" and "first
+  /// step", then logs the summary. Optional.
+  Timeline* timeline = nullptr;
 };
 
 /// Thrown by fit() after every worker agreed to stop at the same step and the chief saved a
