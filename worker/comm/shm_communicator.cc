@@ -1,0 +1,220 @@
+// The collectives and waiting of ShmCommunicator (set-up is in shm_setup.cc). Sums are formed
+// as ((x_0 + x_1) + x_2) + ... + x_{size-1} for every element, whichever rank owns the chunk, so
+// all ranks get the same bits on every run; the piece size does not change them either.
+#include "worker/comm/shm_communicator.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+
+#include "common/errors.h"
+#include "worker/comm/ring_algorithms.h"
+
+namespace dtrain::comm {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+constexpr auto kSpin = std::chrono::microseconds(20);
+constexpr auto kSleep = std::chrono::microseconds(10000);
+// Block width of the add and divide loops: a fixed inner trip count lets GCC vectorise at -O2
+// (as in ring_algorithms.cc; elementwise, so vectorising does not change the bits).
+constexpr size_t kLanes = 16;
+
+void add_into(float* __restrict dst, const float* __restrict src, size_t n) {
+  size_t i = 0;
+  for (; i + kLanes <= n; i += kLanes)
+    for (size_t j = 0; j < kLanes; ++j) dst[i + j] += src[i + j];
+  for (; i < n; ++i) dst[i] += src[i];
+}
+
+void divide_by(float* __restrict data, size_t n, float divisor) {
+  size_t i = 0;
+  for (; i + kLanes <= n; i += kLanes)
+    for (size_t j = 0; j < kLanes; ++j) data[i + j] /= divisor;
+  for (; i < n; ++i) data[i] /= divisor;
+}
+
+// True once a counter that wraps around has reached target.
+bool reached(uint32_t counter, uint32_t target) {
+  return static_cast<int32_t>(counter - target) >= 0;
+}
+
+}  // namespace
+
+struct ShmCommunicator::Wait {
+  const char* collective;
+  Clock::time_point deadline;
+};
+
+ShmCommunicator::ShmCommunicator(const RingIdentity& id, const ShmOptions& options,
+                                 MappedSegment segment, const std::vector<pid_t>& pids)
+    : id_(id), options_(options), segment_(std::move(segment)), peers_(pids, id.rank) {}
+
+ShmCommunicator::Wait ShmCommunicator::begin(const char* collective) {
+  if (!failure_.empty()) throw common::IoError(failure_);
+  const auto limit = std::chrono::duration<double>(options_.collective_seconds);
+  return {collective, Clock::now() + std::chrono::duration_cast<Clock::duration>(limit)};
+}
+
+void ShmCommunicator::fail(const std::string& message) {
+  if (failure_.empty()) failure_ = message;
+  throw common::IoError(failure_);
+}
+
+void ShmCommunicator::publish() {
+  ShmRankControl& mine = segment_.control(id_.rank);
+  mine.phase.store(++phase_, std::memory_order_seq_cst);
+  if (mine.sleepers.load(std::memory_order_seq_cst) != 0) futex_wake_all(mine.phase);
+}
+
+void ShmCommunicator::check_peers(int awaited, const Wait& wait) {
+  const ShmHeader& header = segment_.header();
+  std::string reason;
+  if (header.aborted_by.load(std::memory_order_acquire) != 0) {
+    reason = header.abort_message;
+  } else if (const std::optional<int> dead = peers_.first_dead()) {
+    reason = fmt::format("{} died (process {} exited)", id_.describe(*dead), peers_.pid(*dead));
+    // Posted so that ranks which see only this rank exit next still name the first death.
+    if (!post_failure(reason) && header.aborted_by.load(std::memory_order_acquire) != 0)
+      reason = header.abort_message;
+  } else if (Clock::now() >= wait.deadline) {
+    fail(fmt::format("shared memory: timed out after {} s in {} waiting for {}",
+                     options_.collective_seconds, wait.collective, id_.describe(awaited)));
+  } else {
+    return;
+  }
+  fail(fmt::format("shared memory: {} (seen by {} in {})", reason, id_.describe(id_.rank),
+                   wait.collective));
+}
+
+bool ShmCommunicator::post_failure(const std::string& reason) noexcept {
+  ShmHeader& header = segment_.header();
+  uint32_t none = 0;
+  const uint32_t me = static_cast<uint32_t>(id_.rank + 1);
+  const bool first = header.abort_claim.compare_exchange_strong(none, me);
+  if (first) {
+    const size_t n = std::min(reason.size(), kShmAbortMessageBytes - 1);
+    std::memcpy(header.abort_message, reason.data(), n);
+    header.abort_message[n] = '\0';
+    header.aborted_by.store(me, std::memory_order_release);
+  }
+  for (int r = 0; r < id_.size; ++r) futex_wake_all(segment_.control(r).phase);
+  return first;
+}
+
+void ShmCommunicator::wait_for(int peer, const Wait& wait) {
+  ShmRankControl& control = segment_.control(peer);
+  auto done = [&] { return reached(control.phase.load(std::memory_order_acquire), phase_); };
+  const auto spin_until = Clock::now() + kSpin;
+  do {
+    for (int i = 0; i < 64; ++i) {
+      if (done()) return;
+      cpu_relax();
+    }
+  } while (Clock::now() < spin_until);
+  for (;;) {
+    check_peers(peer, wait);
+    control.sleepers.fetch_add(1, std::memory_order_seq_cst);
+    const uint32_t seen = control.phase.load(std::memory_order_seq_cst);
+    if (!reached(seen, phase_)) futex_wait(control.phase, seen, kSleep);
+    control.sleepers.fetch_sub(1, std::memory_order_seq_cst);
+    if (done()) return;
+  }
+}
+
+void ShmCommunicator::wait_all(const Wait& wait) {
+  for (int peer = 0; peer < id_.size; ++peer)
+    if (peer != id_.rank) wait_for(peer, wait);
+  // An abort that came while every peer still made progress must not be missed for long.
+  if (segment_.header().aborted_by.load(std::memory_order_acquire) != 0)
+    check_peers(id_.rank, wait);
+}
+
+void ShmCommunicator::all_reduce(float* data, size_t count, ReduceOp op) {
+  const Wait wait = begin("all-reduce");
+  DT_ENFORCE(data != nullptr || count == 0, "all-reduce of {} floats from a null buffer", count);
+  if (id_.size == 1 || count == 0) return;
+  const size_t per_piece = segment_.layout().slot_bytes / sizeof(float);
+  for (size_t offset = 0; offset < count; offset += per_piece)
+    all_reduce_piece(data + offset, std::min(per_piece, count - offset), op, wait);
+}
+
+// Phases: (1) copy in; (2) sum chunk `rank` over every slot into data and the slot; (3) copy
+// every other chunk out of its owner's slot.
+void ShmCommunicator::all_reduce_piece(float* data, size_t count, ReduceOp op, const Wait& wait) {
+  const int me = id_.rank;
+  wait_all(wait);  // every peer is done reading the slots of the last collective
+  std::memcpy(slot_floats(me), data, count * sizeof(float));
+  publish();
+  wait_all(wait);
+  const IndexRange mine = ring_chunk(count, id_.size, me);
+  std::memcpy(data + mine.begin, slot_floats(0) + mine.begin, mine.size() * sizeof(float));
+  for (int r = 1; r < id_.size; ++r)
+    add_into(data + mine.begin, slot_floats(r) + mine.begin, mine.size());
+  if (op == ReduceOp::kMean)
+    divide_by(data + mine.begin, mine.size(), static_cast<float>(id_.size));
+  std::memcpy(slot_floats(me) + mine.begin, data + mine.begin, mine.size() * sizeof(float));
+  publish();
+  wait_all(wait);
+  for (int r = 0; r < id_.size; ++r) {
+    if (r == me) continue;
+    const IndexRange theirs = ring_chunk(count, id_.size, r);
+    std::memcpy(data + theirs.begin, slot_floats(r) + theirs.begin, theirs.size() * sizeof(float));
+  }
+  publish();
+}
+
+void ShmCommunicator::broadcast(void* data, size_t bytes, int root) {
+  const Wait wait = begin("broadcast");
+  DT_ENFORCE(root >= 0 && root < id_.size, "broadcast root {} of {} ranks", root, id_.size);
+  DT_ENFORCE(data != nullptr || bytes == 0, "broadcast of {} bytes into a null buffer", bytes);
+  auto* out = static_cast<uint8_t*>(data);
+  const size_t per_piece = segment_.layout().slot_bytes;
+  for (size_t offset = 0; offset < bytes && id_.size > 1; offset += per_piece) {
+    const size_t n = std::min(per_piece, bytes - offset);
+    wait_all(wait);
+    if (id_.rank == root) std::memcpy(segment_.slot(root), out + offset, n);
+    publish();
+    if (id_.rank != root) {
+      wait_for(root, wait);
+      std::memcpy(out + offset, segment_.slot(root), n);
+    }
+    publish();
+  }
+}
+
+void ShmCommunicator::barrier() {
+  const Wait wait = begin("barrier");
+  publish();
+  wait_all(wait);
+}
+
+std::vector<uint8_t> ShmCommunicator::all_gather(const void* mine, size_t bytes) {
+  const Wait wait = begin("all-gather");
+  DT_ENFORCE(mine != nullptr || bytes == 0, "all-gather of {} bytes from a null buffer", bytes);
+  std::vector<uint8_t> result(bytes * static_cast<size_t>(id_.size));
+  const auto* in = static_cast<const uint8_t*>(mine);
+  const size_t per_piece = segment_.layout().slot_bytes;
+  for (size_t offset = 0; offset < bytes; offset += per_piece) {
+    const size_t n = std::min(per_piece, bytes - offset);
+    wait_all(wait);
+    std::memcpy(segment_.slot(id_.rank), in + offset, n);
+    publish();
+    wait_all(wait);
+    for (int r = 0; r < id_.size; ++r)
+      std::memcpy(result.data() + size_t(r) * bytes + offset, segment_.slot(r), n);
+    publish();
+  }
+  return result;
+}
+
+void ShmCommunicator::abort(const std::string& message) noexcept {
+  try {
+    post_failure(id_.describe(id_.rank) + " aborted: " + message);
+  } catch (...) {  // only the string could throw (out of memory): nothing more to do
+  }
+}
+
+}  // namespace dtrain::comm
