@@ -123,6 +123,9 @@ TEST_CASE(
     CHECK(log.find("25/25") != std::string::npos);
     CHECK(log.find("finished") != std::string::npos);
     CHECK(log.find("\036") == std::string::npos);  // agent marker lines stay out of the logs
+    // Two hosts: communication "auto" cannot share memory across them and takes the ring.
+    CHECK(log.find("shared memory not used") != std::string::npos);
+    CHECK(log.find("communication: TCP ring, gradient buckets") != std::string::npos);
   }
   auto logs = run_process({binary("dtrain"), "logs", run, "--worker", "3", "--raw"});
   CHECK(logs.out.find("task worker:3: rank 3 of 4") != std::string::npos);

@@ -191,3 +191,35 @@ TEST_CASE("NCCL or CUDA where they cannot run is exit 2 naming them; auto picks 
     CHECK(fine.err.find("device: cpu (oneDNN), picked by auto") != std::string::npos);
   }
 }
+
+TEST_CASE(
+    "two workers on one host: auto picks shared memory, ring and shm can be asked for, and "
+    "all three train to the same weights") {
+  testing::TempDir dir;
+  auto launch_with = [&](const std::string& communication) {
+    std::string job = dir.path() + "/" + communication + ".json";
+    std::string run = dir.path() + "/run-" + communication;
+    std::ofstream(job) << R"({"job": "transport", "workers": 2, "restart": {"max_restarts": 0},
+        "train": {"model": {"input_shape": [4, 4, 1],
+        "layers": [{"type": "flatten"}, {"type": "dense", "units": 8, "activation": "relu"},
+                   {"type": "dense", "units": 3}]},
+        "loss": {"type": "sparse_categorical_crossentropy", "from_logits": true},
+        "data": {"source": "synthetic", "examples": 256, "classes": 3},
+        "per_worker_batch_size": 8, "epochs": 2, "device": "cpu", "communication": ")"
+                       << communication << R"("}})";
+    auto r = testing::run_process({testing::binary("dtrain"), "launch", job, "--run-dir", run});
+    INFO(r.out << r.err);
+    CHECK(r.exit_code == 0);
+    return std::make_pair(common::read_file(run + "/logs/worker-1.log"),
+                          common::read_file(run + "/model/model.safetensors"));
+  };
+  auto [auto_log, auto_model] = launch_with("auto");
+  auto [ring_log, ring_model] = launch_with("ring");
+  auto [shm_log, shm_model] = launch_with("shm");
+  CHECK(auto_log.find("communication: shared memory, gradient buckets") != std::string::npos);
+  CHECK(ring_log.find("communication: TCP ring, gradient buckets") != std::string::npos);
+  CHECK(shm_log.find("communication: shared memory, gradient buckets") != std::string::npos);
+  REQUIRE(auto_model.size() > 100);
+  CHECK(auto_model == ring_model);  // two ranks: each sum is one addition, whatever the transport
+  CHECK(shm_model == ring_model);
+}

@@ -12,6 +12,7 @@
 #include "worker/comm/host_staged_communicator.h"
 #include "worker/comm/nccl_communicator.h"
 #include "worker/comm/ring_communicator.h"
+#include "worker/comm/shm_communicator.h"
 #include "worker/comm/tcp_ring_link.h"
 #include "worker/comm/threaded_communicator.h"
 
@@ -76,6 +77,31 @@ bool ranks_share_a_gpu(Communicator& ring, const nn::Device& device) {
   return places.size() < all.size() / sizeof mine;
 }
 
+// The host-memory transport for id's ranks: shared memory when every rank is on this host and
+// communication allows it ("shm", "auto"), else the TCP ring. The ring is the bootstrap either
+// way; with shared memory it is closed once the segment is set up. ConfigError for "shm" when a
+// rank is elsewhere.
+std::unique_ptr<Communicator> host_transport(std::unique_ptr<Communicator> ring,
+                                             const RingIdentity& id,
+                                             const std::string& communication) {
+  if (communication != "shm" && communication != "auto") return ring;
+  std::string why;
+  std::unique_ptr<Communicator> shm = ShmCommunicator::create(*ring, id, ShmOptions{}, &why);
+  if (shm) return shm;
+  if (communication == "shm") {
+    throw common::ConfigError(fmt::format(
+        "train.communication: \"shm\" needs every worker on one host and able to share memory "
+        "({}); use \"ring\" or \"auto\"",
+        why));
+  }
+  spdlog::info("shared memory not used ({}): TCP ring", why);
+  return ring;
+}
+
+const char* transport_name(const Communicator& c) {
+  return dynamic_cast<const ShmCommunicator*>(&c) ? "shared memory" : "TCP ring";
+}
+
 }  // namespace
 
 std::unique_ptr<Communicator> make_training_communicator(const RingIdentity& id,
@@ -93,24 +119,27 @@ std::unique_ptr<Communicator> make_training_communicator(const RingIdentity& id,
               "CPU-only; use \"ring\" or \"auto\"");
   }
   std::unique_ptr<Communicator> ring = make_communicator(id, options);
-  if (gpu && communication != "ring") {
+  if (gpu && communication != "ring" && communication != "shm") {
     if (communication == "auto" && id.size > 1 && ranks_share_a_gpu(*ring, device)) {
+      std::unique_ptr<Communicator> host = host_transport(std::move(ring), id, communication);
       spdlog::info(
-          "communication: ring staged through host memory (workers share GPU {}, and "
-          "NCCL refuses two ranks on one GPU)",
-          device.location());
-      return std::make_unique<HostStagedCommunicator>(std::move(ring), device);
+          "communication: {} staged through host memory (workers share GPU {}, and NCCL refuses "
+          "two ranks on one GPU)",
+          transport_name(*host), device.location());
+      return std::make_unique<HostStagedCommunicator>(std::move(host), device);
     }
     spdlog::info("communication: NCCL {} ({} rank(s))", nccl_version_string(), id.size);
     return make_nccl_communicator(std::move(ring), device);
   }
   if (id.size == 1) return ring;
+  std::unique_ptr<Communicator> host = host_transport(std::move(ring), id, communication);
   if (gpu) {
-    spdlog::info("communication: TCP ring staged through host memory");
-    return std::make_unique<HostStagedCommunicator>(std::move(ring), device);
+    spdlog::info("communication: {} staged through host memory", transport_name(*host));
+    return std::make_unique<HostStagedCommunicator>(std::move(host), device);
   }
-  spdlog::info("communication: TCP ring, gradient buckets reduced on a communication thread");
-  return std::make_unique<ThreadedCommunicator>(std::move(ring));
+  spdlog::info("communication: {}, gradient buckets reduced on a communication thread",
+               transport_name(*host));
+  return std::make_unique<ThreadedCommunicator>(std::move(host));
 }
 
 }  // namespace dtrain::comm

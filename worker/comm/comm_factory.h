@@ -1,7 +1,7 @@
-// The one place that chooses a Communicator: alone (world size 1), the TCP ring (with a
-// communication thread on the host, staged through the host for GPUs that share a device), or
-// NCCL (bootstrapped over the ring's authenticated rendezvous). Also builds the ring identity
-// from TF_CONFIG and the environment.
+// The one place that chooses a Communicator: alone (world size 1), shared memory for ranks on one
+// host or the TCP ring (with a communication thread on the host, staged through the host for GPUs
+// that share a device), or NCCL (bootstrapped over the ring's authenticated rendezvous). Also
+// builds the ring identity from TF_CONFIG and the environment.
 #pragma once
 
 #include <memory>
@@ -31,13 +31,17 @@ int attempt_from_environment();
 /// (blocks up to options.rendezvous_seconds; IoError naming who it waited for). Host memory only.
 std::unique_ptr<Communicator> make_communicator(const RingIdentity& id, const CommOptions& options);
 
-/// The communicator for training on device, for train.communication (auto | ring | nccl):
+/// The communicator for training on device, for train.communication (auto | ring | shm | nccl):
 /// - nccl: NCCL over the ring's rendezvous; ConfigError naming NCCL for a host device or a
 ///   CPU-only build.
 /// - ring: the TCP ring; on the host with a communication thread (asynchronous buckets), on a
 ///   GPU staged through host memory.
+/// - shm: shared memory (shm_communicator.h), set up over the ring, which is then closed; like
+///   the ring on the host (communication thread) and on a GPU (staged). ConfigError when a rank
+///   is on another host.
 /// - auto: NCCL for GPU workers unless two of them share one GPU (NCCL refuses that; the ranks
-///   compare host name and PCI bus id over the ring), else the ring as above.
+///   compare host name and PCI bus id over the ring); otherwise shared memory when every rank is
+///   on this host, else the ring, as above.
 /// Logs what it chose and why. Blocks for the rendezvous as make_communicator().
 std::unique_ptr<Communicator> make_training_communicator(const RingIdentity& id,
                                                          const CommOptions& options,

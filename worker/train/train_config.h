@@ -31,7 +31,7 @@ struct TrainConfig {
   bool validation = false;
   uint64_t seed = 0;
   std::string device = "auto";         ///< auto | cpu | cuda
-  std::string communication = "auto";  ///< auto | ring | nccl
+  std::string communication = "auto";  ///< auto | ring | shm | nccl
   /// Start each gradient bucket's all-reduce as soon as backward has produced it (false: after
   /// the whole backward pass; same buckets, so the same result bit for bit).
   bool overlap = true;
