@@ -1,7 +1,8 @@
-// All-reduce bus bandwidth over the TCP ring, in the style of nccl-tests, for N processes started
-// by `dtrain launch` (scripts/bench-allreduce.sh). Rank 0 also measures the machine's bounds in
-// the same run: single-thread memcpy bandwidth and point-to-point loopback TCP throughput.
-// Prints a table; asserts nothing.
+// All-reduce bus bandwidth, in the style of nccl-tests, for N processes started by `dtrain
+// launch` (scripts/bench-allreduce.sh), over one transport: the TCP ring, shared memory, or what
+// communication "auto" picks. Rank 0 also measures the machine's bounds in the same run:
+// single-thread memcpy bandwidth and point-to-point loopback TCP throughput. Prints a table;
+// asserts nothing.
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <netinet/in.h>
@@ -17,10 +18,12 @@
 #include <vector>
 
 #include "common/env_vars.h"
+#include "common/errors.h"
 #include "common/exit_codes.h"
 #include "common/logging.h"
 #include "common/tf_config.h"
 #include "worker/comm/comm_factory.h"
+#include "worker/comm/shm_communicator.h"
 #include "worker/comm/tcp_socket.h"
 
 namespace {
@@ -89,15 +92,29 @@ double median(std::vector<double> v) {
 int run(int argc, char** argv) {
   std::string out_path = argc > 1 ? argv[1] : "/dev/stdout";
   size_t max_bytes = argc > 2 ? std::stoul(argv[2]) : size_t{64} << 20;
+  std::string transport = argc > 3 ? argv[3] : "tcp";
   common::TfConfig tf = common::parse_tf_config(common::get_env(common::kEnvTfConfig).value_or(""));
   common::setup_logging(common::role_name(tf.task.type, tf.task.index));
   comm::RingIdentity id = comm::ring_identity_from_environment(tf, "dtrain");
-  auto c = comm::make_communicator(id, {});
+  std::unique_ptr<comm::Communicator> c = comm::make_communicator(id, {});
+  std::string used = "tcp";
+  if (transport != "tcp" && c->size() > 1) {
+    std::string why;
+    if (auto shm = comm::ShmCommunicator::create(*c, id, {}, &why)) {
+      c = std::move(shm);
+      used = "shm";
+    } else if (transport == "shm") {
+      throw common::ConfigError("--transport shm: shared memory cannot be set up: " + why);
+    }
+  }
   std::string table;
   if (c->rank() == 0) {
     table += fmt::format("# bounds (same run): memcpy_GBps {:.2f}  p2p_tcp_GBps {:.2f}\n",
                          memcpy_gbps(), p2p_tcp_gbps());
-    table += fmt::format("# {} ranks, float32 sum, time = median over iterations\n", c->size());
+    table += fmt::format(
+        "# transport {} (asked: {}), {} ranks, float32 sum, time = median over "
+        "iterations\n",
+        used, transport, c->size());
     table += "size_bytes time_us algbw_GBps busbw_GBps\n";
   }
   c->barrier();

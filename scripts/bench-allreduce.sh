@@ -1,19 +1,37 @@
 #!/usr/bin/env bash
-# Ring all-reduce over loopback TCP for N processes (started by `dtrain launch`), 4 KiB to
-# 64 MiB, with the machine's bounds (memcpy, point-to-point TCP) measured in the same run.
-#   scripts/bench-allreduce.sh N [MAX_BYTES]
+# All-reduce for N processes (started by `dtrain launch`), 4 KiB to MAX_BYTES, over the TCP ring,
+# shared memory, or what communication "auto" picks, with the machine's bounds (memcpy,
+# point-to-point TCP) measured in the same run. --transport may be given more than once: one
+# table each, in one run.
+#   scripts/bench-allreduce.sh N [MAX_BYTES] [--transport tcp|shm|auto]...
 set -euo pipefail
 cd "$(dirname "$0")/.."
-n=${1:-2}
-max=${2:-67108864}
-bash scripts/build.sh build >/dev/null
+n=2
+max=67108864
+transports=()
+positional=0
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --transport) transports+=("$2"); shift 2 ;;
+    --transport=*) transports+=("${1#--transport=}"); shift ;;
+    *) if [ $positional -eq 0 ]; then n=$1; else max=$1; fi; positional=$((positional + 1)); shift ;;
+  esac
+done
+[ ${#transports[@]} -gt 0 ] || transports=(tcp)
+for t in "${transports[@]}"; do
+  case "$t" in tcp|shm|auto) ;; *) echo "bench-allreduce: --transport $t: expected tcp, shm or auto" >&2; exit 2 ;; esac
+done
+build=${BUILD:-build}  # the build folder (BUILD=... to use another)
+bash scripts/build.sh "$build" >/dev/null
 work=$(mktemp -d /tmp/dtrain-bench-allreduce-XXXXXX)
 trap 'rm -rf "$work"' EXIT
-cat > "$work/job.json" <<JOB
-{"job": "bench-allreduce", "workers": $n, "run_dir": "$work/run",
- "command": ["$PWD/build/bench/allreduce_bench", "$work/table.txt", "$max"],
+echo "# scripts/bench-allreduce.sh $n ($(nproc) cores)"
+for t in "${transports[@]}"; do
+  cat > "$work/job-$t.json" <<JOB
+{"job": "bench-allreduce", "workers": $n, "run_dir": "$work/run-$t",
+ "command": ["$PWD/$build/bench/allreduce_bench", "$work/table-$t.txt", "$max", "$t"],
  "restart": {"max_restarts": 0}, "env": {"DTRAIN_LOG_LEVEL": "warn"}}
 JOB
-./build/launcher/dtrain launch "$work/job.json" > "$work/launch.log" 2>&1 || { cat "$work/launch.log"; exit 1; }
-echo "# scripts/bench-allreduce.sh $n ($(nproc) cores)"
-cat "$work/table.txt"
+  ./$build/launcher/dtrain launch "$work/job-$t.json" > "$work/launch-$t.log" 2>&1 || { cat "$work/launch-$t.log"; exit 1; }
+  cat "$work/table-$t.txt"
+done
