@@ -5,6 +5,8 @@
 #   all-reduces), each with overlap off (buckets reduced after backward: "before") and on
 #   (buckets reduced while backward runs: "after"), the chief's checkpoint write time, and the time
 #   from a worker's SIGKILL to the first completed step after the group restarted (back-off 0.2 s).
+#   Those two-worker runs use the TCP ring; the same run with shared memory ("communication":
+#   "shm") goes beside them, and the validation time of one worker and of two (sharded).
 #   scripts/bench-worker.sh [BUILD_DIR]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -21,9 +23,14 @@ base["train"].update({"epochs": 1, "steps_per_epoch": 200, "validation": False,
 base["restart"] = {"max_restarts": 3, "backoff_seconds": 0.2, "grace_seconds": 10}
 del base["cluster"]
 
-def launch(workers, name, kill_after_checkpoint=False, overlap=True):
+def launch(workers, name, kill_after_checkpoint=False, overlap=True, communication="ring",
+           validation=False, env=None):
     job = json.loads(json.dumps(dict(base, job=name, workers=workers)))
+    if env:
+        job["env"] = env
     job["train"]["overlap"] = overlap
+    job["train"]["communication"] = communication
+    job["train"]["validation"] = validation
     path = f"{work}/{name}.json"
     json.dump(job, open(path, "w"))
     run = f"{work}/{name}"
@@ -40,11 +47,17 @@ def launch(workers, name, kill_after_checkpoint=False, overlap=True):
     return run, killed_at
 
 one, _ = launch(1, "one")
+# What each of two workers spent on validation before it was sharded: the whole split on one of
+# the two cores (two workers get OMP_NUM_THREADS=1 each).
+full, _ = launch(1, "full", validation=True, env={"OMP_NUM_THREADS": "1"})
 before, _ = launch(2, "before", overlap=False)
-two, _ = launch(2, "two")
+two, _ = launch(2, "two", validation=True)
+shm, _ = launch(2, "shm", communication="shm", validation=True)
 m1 = json.loads(open(f"{one}/metrics.jsonl").readline())
+mf = json.loads(open(f"{full}/metrics.jsonl").readline())
 m0 = json.loads(open(f"{before}/metrics.jsonl").readline())
 m2 = json.loads(open(f"{two}/metrics.jsonl").readline())
+ms = json.loads(open(f"{shm}/metrics.jsonl").readline())
 saves = [float(x) for x in re.findall(r"saved .* in (\d+) ms", open(f"{two}/logs/worker-0.log").read())]
 kill, killed_at = launch(2, "kill", kill_after_checkpoint=True)
 firsts = [float(x) for x in re.findall(r"first step of this run done \(CLOCK_MONOTONIC ([\d.]+)\)",
@@ -54,11 +67,14 @@ print("# scripts/bench-worker.sh: tutorial CNN, batch 64 per worker, 200 steps, 
 print("metric value")
 steps = base["train"]["steps_per_epoch"]
 print(f"one_worker_samples_per_s {m1['samples_per_second']:.0f}")
-for label, m in (("overlap_off", m0), ("overlap_on", m2)):
+for label, m in (("overlap_off", m0), ("overlap_on", m2), ("shm", ms)):
     print(f"two_worker_step_ms_{label} {m['seconds'] / steps * 1000:.2f}")
     print(f"exposed_allreduce_share_{label} {m['allreduce_seconds'] / m['seconds']:.3f}")
     print(f"two_worker_samples_per_s_{label} {m['samples_per_second']:.0f}")
 print(f"two_worker_speedup {m2['samples_per_second'] / m1['samples_per_second']:.2f}")
+print(f"validation_s_whole_split_one_core {mf['val_seconds']:.3f}")
+print(f"validation_s_two_workers_sharded {m2['val_seconds']:.3f}")
+print(f"validation_same_ring_and_shm {m2['val_accuracy'] == ms['val_accuracy'] and m2['val_loss'] == ms['val_loss']}")
 print(f"checkpoint_write_ms_median {sorted(saves)[len(saves) // 2]:.0f} (of {len(saves)}, {os.path.getsize(sorted(glob.glob(two + '/backup/ckpt-*'))[-1]) / 1e6:.1f} MB each)")
 print(f"sigkill_to_first_step_after_restart_s {restart:.2f} (back-off 0.2 s included)")
 PY

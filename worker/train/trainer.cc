@@ -240,7 +240,9 @@ EpochMetrics Trainer::train_epoch(int epoch) {
             m.samples_per_second);
   std::vector<std::pair<std::string, double>> values = {{"loss", m.loss}, {"accuracy", m.accuracy}};
   if (config_.validation) {
+    double validation_started = common::monotonic_seconds();
     std::tie(m.val_loss, m.val_accuracy) = evaluate();
+    m.val_seconds = common::monotonic_seconds() - validation_started;
     m.validated = true;
     values.emplace_back("val_loss", m.val_loss);
     values.emplace_back("val_accuracy", m.val_accuracy);
@@ -262,7 +264,10 @@ void Trainer::write_metrics(const EpochMetrics& m) {
       .value(m.loss)
       .key("accuracy")
       .value(m.accuracy);
-  if (m.validated) w.key("val_loss").value(m.val_loss).key("val_accuracy").value(m.val_accuracy);
+  if (m.validated) {
+    w.key("val_loss").value(m.val_loss).key("val_accuracy").value(m.val_accuracy);
+    w.key("val_seconds").value(m.val_seconds);
+  }
   w.key("seconds").value(m.seconds).key("samples_per_second").value(m.samples_per_second);
   w.key("allreduce_seconds").value(m.allreduce_seconds);
   std::string line = w.end_object().str() + "\n";

@@ -33,6 +33,7 @@ struct EpochMetrics {
   double loss = 0, accuracy = 0;
   double val_loss = 0, val_accuracy = 0;
   bool validated = false;
+  double val_seconds = 0;  ///< the validation's own time (not part of seconds)
   double seconds = 0, samples_per_second = 0;
   double allreduce_seconds = 0;  ///< of seconds, the host waited for all-reduces (exposed)
   bool stop_agreed = false;      ///< the group agreed to stop at this epoch's end
