@@ -2,18 +2,21 @@
 # All-reduce for N processes (started by `dtrain launch`), 4 KiB to MAX_BYTES, over the TCP ring,
 # shared memory, or what communication "auto" picks, with the machine's bounds (memcpy,
 # point-to-point TCP) measured in the same run. --transport may be given more than once: one
-# table each, in one run.
-#   scripts/bench-allreduce.sh N [MAX_BYTES] [--transport tcp|shm|auto]...
+# table each, in one run. --mpi adds OpenMPI's MPI_Allreduce over its shared memory (btl vader)
+# for comparison, installing Debian's libopenmpi-dev and openmpi-bin when they are missing.
+#   scripts/bench-allreduce.sh N [MAX_BYTES] [--transport tcp|shm|auto]... [--mpi]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 n=2
 max=67108864
 transports=()
+mpi=0
 positional=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --transport) transports+=("$2"); shift 2 ;;
     --transport=*) transports+=("${1#--transport=}"); shift ;;
+    --mpi) mpi=1; shift ;;
     *) if [ $positional -eq 0 ]; then n=$1; else max=$1; fi; positional=$((positional + 1)); shift ;;
   esac
 done
@@ -35,3 +38,14 @@ JOB
   ./$build/launcher/dtrain launch "$work/job-$t.json" > "$work/launch-$t.log" 2>&1 || { cat "$work/launch-$t.log"; exit 1; }
   cat "$work/table-$t.txt"
 done
+if [ $mpi -eq 1 ]; then
+  if ! command -v mpirun >/dev/null 2>&1 || ! dpkg-query -W -f='${Status}' libopenmpi-dev 2>/dev/null | grep -q 'install ok installed'; then
+    echo "# installing libopenmpi-dev and openmpi-bin for the comparison" >&2
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends libopenmpi-dev openmpi-bin >/dev/null 2>&1 \
+      || { echo "# openmpi: not installed (apt-get failed); no comparison"; exit 0; }
+  fi
+  cmake -S . -B "$build" >/dev/null
+  cmake --build "$build" --target mpi_allreduce_bench >/dev/null
+  [ "$(id -u)" -ne 0 ] || export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+  timeout 600 mpirun -np "$n" --oversubscribe --mca btl self,vader "$build/bench/mpi_allreduce_bench" "$max"
+fi
