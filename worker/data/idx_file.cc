@@ -5,6 +5,7 @@
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
+#include <sys/stat.h>
 #include <zlib.h>
 
 #include <algorithm>
@@ -34,7 +35,15 @@ struct FileCloser {
 std::string read_raw(const std::string& path) {
   std::unique_ptr<std::FILE, FileCloser> file(std::fopen(path.c_str(), "rb"));
   if (!file) fail(path, fmt::format("cannot open ({})", std::strerror(errno)));
+  // One read of the size the file says it has (no growing string for a 47 MB file), then
+  // whatever follows if it grew meanwhile.
+  struct stat st {};
   std::string bytes;
+  if (::fstat(::fileno(file.get()), &st) == 0 && st.st_size > 0 &&
+      static_cast<uint64_t>(st.st_size) <= kMaxIdxBytes) {
+    bytes.resize(static_cast<size_t>(st.st_size));
+    bytes.resize(std::fread(bytes.data(), 1, bytes.size(), file.get()));
+  }
   char buffer[1 << 16];
   for (;;) {
     size_t got = std::fread(buffer, 1, sizeof buffer, file.get());
