@@ -99,11 +99,16 @@ TEST_CASE("read_idx loads raw and gzipped files alike", "[idx]") {
     Dataset data = load_idx_pair(images, labels);
     CHECK(data.count == 3);
     CHECK((data.height == 2 && data.width == 2 && data.channels == 1 && data.classes == 3));
-    REQUIRE(data.images.size() == 12);
-    CHECK(data.images[0] == 0.0f);
-    CHECK(data.images[1] == 1.0f);
-    CHECK(data.images[2] == Approx(0.2f));
-    CHECK(data.images[3] == Approx(0.4f));
+    REQUIRE(data.pixel_count() == 12);
+    CHECK(data.bytes == kPixels);  // kept as bytes
+    CHECK(data.images.empty());
+    CHECK(data.pixel(0) == 0.0f);
+    CHECK(data.pixel(1) == 1.0f);
+    CHECK(data.pixel(2) == Approx(0.2f));
+    CHECK(data.pixel(3) == Approx(0.4f));
+    float chw[4];
+    copy_example_chw(data, 0, chw);  // what a batch gets: value / 255, as before
+    for (int i = 0; i < 4; ++i) CHECK(chw[i] == static_cast<float>(kPixels[i]) / 255.0f);
     CHECK(data.labels == std::vector<int32_t>{2, 0, 1});
   }
 }
@@ -337,5 +342,5 @@ TEST_CASE("the real Fashion-MNIST files load", "[idx][fashion]") {
 
   DataConfig config;  // the defaults: idx files in the Fashion-MNIST folder
   auto [train, unused] = load_data(config, {28, 28, 1});
-  CHECK((train.count == 60000 && train.classes == 10 && train.images.size() == 60000u * 784));
+  CHECK((train.count == 60000 && train.classes == 10 && train.pixel_count() == 60000u * 784));
 }

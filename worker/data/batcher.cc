@@ -23,7 +23,7 @@ std::vector<int64_t> make_shard(const Dataset& data, const BatchStreamOptions& o
   DT_ENFORCE(options.first_step >= 0 && options.first_step <= options.steps, "steps {} .. {}",
              options.first_step, options.steps);
   DT_ENFORCE(options.timeout.count() > 0, "timeout {} ms", options.timeout.count());
-  DT_ENFORCE_EQ(data.images.size(),
+  DT_ENFORCE_EQ(data.pixel_count(),
                 static_cast<size_t>(data.count * data.height * data.width * data.channels));
   DT_ENFORCE_EQ(data.labels.size(), static_cast<size_t>(data.count));
   if (data.count < options.worker_count) {

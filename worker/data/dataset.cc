@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <type_traits>
 
 #include "common/errors.h"
 #include "worker/data/batcher.h"
@@ -88,9 +89,7 @@ Dataset load_idx_pair(const std::string& images_path, const std::string& labels_
   data.height = static_cast<int>(images.dims[1]);
   data.width = static_cast<int>(images.dims[2]);
   data.channels = 1;
-  data.images.resize(images.data.size());
-  std::transform(images.data.begin(), images.data.end(), data.images.begin(),
-                 [](uint8_t pixel) { return static_cast<float>(pixel) / 255.0f; });
+  data.bytes = std::move(images.data);
   data.labels.assign(labels.data.begin(), labels.data.end());
   const int32_t largest = *std::max_element(data.labels.begin(), data.labels.end());
   if (largest == 0) {
@@ -110,7 +109,7 @@ Dataset make_synthetic(int64_t examples, int classes, int height, int width, int
   SplitMix64 prototype_rng(derive_seed(seed, 0));
   for (float& value : prototypes) value = prototype_rng.unit_float();
 
-  Dataset data{examples, height, width, channels, classes, {}, {}};
+  Dataset data{examples, height, width, channels, classes, {}, {}, {}};
   data.images.resize(static_cast<size_t>(examples * pixels));
   data.labels.resize(static_cast<size_t>(examples));
   const uint64_t example_seed = derive_seed(seed, 1);
@@ -189,17 +188,34 @@ std::pair<Dataset, Dataset> load_data(const DataConfig& config,
   return {std::move(train), std::move(test)};
 }
 
-void copy_example_chw(const Dataset& data, int64_t example, float* out) {
-  const int64_t plane = int64_t{data.height} * data.width;
-  const int channels = data.channels;
-  const float* in = data.images.data() + example * plane * channels;
+namespace {
+
+// in (NHWC, one example) to out (CHW); in is bytes or floats, see Dataset::pixel.
+template <typename T>
+void to_chw(const T* in, int64_t plane, int channels, float* out) {
+  auto value = [](T v) -> float {
+    if constexpr (std::is_same_v<T, uint8_t>) {
+      return static_cast<float>(v) / 255.0f;
+    } else {
+      return v;
+    }
+  };
   if (channels == 1) {
-    std::copy(in, in + plane, out);
+    for (int64_t pixel = 0; pixel < plane; ++pixel) out[pixel] = value(in[pixel]);
     return;
   }
   for (int64_t pixel = 0; pixel < plane; ++pixel) {
-    for (int c = 0; c < channels; ++c) out[c * plane + pixel] = in[pixel * channels + c];
+    for (int c = 0; c < channels; ++c) out[c * plane + pixel] = value(in[pixel * channels + c]);
   }
+}
+
+}  // namespace
+
+void copy_example_chw(const Dataset& data, int64_t example, float* out) {
+  const int64_t plane = int64_t{data.height} * data.width;
+  const int64_t first = example * plane * data.channels;
+  if (!data.bytes.empty()) return to_chw(data.bytes.data() + first, plane, data.channels, out);
+  to_chw(data.images.data() + first, plane, data.channels, out);
 }
 
 void copy_nchw(const Dataset& data, int64_t first, int n, float* out) {

@@ -1,5 +1,6 @@
-// Datasets held in memory as floats: a pair of IDX files (images + labels), or synthetic,
-// learnable data for tests; and the `train.data` config that picks between them. Order,
+// Datasets held in memory: a pair of IDX files (images kept as their bytes, turned into floats
+// in [0, 1] only when an example is copied out), or synthetic, learnable data for tests (floats);
+// and the `train.data` config that picks between them. Order,
 // sharding and batching are batcher.h's; the model's shape is checked here, nothing else of it.
 #pragma once
 
@@ -12,13 +13,23 @@
 
 namespace dtrain::data {
 
-/// Examples in NHWC order, pixels scaled to [0, 1]; labels in [0, classes).
+/// Examples in NHWC order, pixels scaled to [0, 1]; labels in [0, classes). The pixels are either
+/// bytes (IDX files: value / 255 when copied out, a quarter of the memory and no conversion at
+/// start) or floats (synthetic data); the other vector is empty.
 struct Dataset {
   int64_t count = 0;
   int height = 0, width = 0, channels = 0;
   int classes = 0;
-  std::vector<float> images;  ///< count * height * width * channels
+  std::vector<uint8_t> bytes;  ///< count * height * width * channels, or empty
+  std::vector<float> images;   ///< count * height * width * channels, or empty
   std::vector<int32_t> labels;
+
+  /// count * height * width * channels, whichever vector holds them.
+  size_t pixel_count() const { return bytes.empty() ? images.size() : bytes.size(); }
+  /// Pixel i (NHWC order) in [0, 1].
+  float pixel(size_t i) const {
+    return bytes.empty() ? images[i] : static_cast<float>(bytes[i]) / 255.0f;
+  }
 };
 
 /// Loads an images file (N x H x W, one channel) and its labels file. ConfigError when either
