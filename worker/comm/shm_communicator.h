@@ -91,7 +91,9 @@ class ShmCommunicator final : public Communicator {
   ShmOptions options_;
   MappedSegment segment_;
   PeerWatch peers_;
-  uint32_t phase_ = 0;   ///< phases this rank has published
+  uint32_t phase_ = 0;  ///< phases this rank has published
+  /// More ranks than CPUs this process may run on: waits yield the CPU instead of pausing.
+  bool oversubscribed_ = false;
   std::string failure_;  ///< the first error; once set, every collective throws it
 };
 
