@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "common/atomic_file.h"
+#include "test/support/main_job.h"
 #include "test/support/netns_hosts.h"
 #include "test/support/processes.h"
 #include "test/support/temp_dir.h"
@@ -63,18 +64,6 @@ int wait_pid_file(const std::string& path, double seconds) {
   return 0;
 }
 
-const char* kMainJobTrain = R"("train": {
-  "model": {"input_shape": [28, 28, 1], "layers": [
-    {"type": "conv2d", "filters": 32, "kernel_size": 3, "activation": "relu"},
-    {"type": "flatten"},
-    {"type": "dense", "units": 128, "activation": "relu"},
-    {"type": "dense", "units": 10}]},
-  "loss": {"type": "sparse_categorical_crossentropy", "from_logits": true},
-  "optimizer": {"type": "sgd", "learning_rate": 0.01, "momentum": 0.9},
-  "data": {"source": "idx", "dir": "/usr/share/datasets/fashion-mnist"},
-  "per_worker_batch_size": 64, "epochs": 1, "steps_per_epoch": 25, "validation": true,
-  "seed": 42})";
-
 }  // namespace
 
 TEST_CASE(
@@ -83,7 +72,7 @@ TEST_CASE(
   NetnsHosts hosts(2);
   SKIP_UNLESS_AVAILABLE(hosts);
   TempDir dir;
-  std::string job = write_job(dir, hosts, kMainJobTrain);
+  std::string job = write_job(dir, hosts, main_job_train(1, 25));
   std::string run = dir.path() + "/run";
   ProcessOptions options;
   options.timeout_seconds = 180;

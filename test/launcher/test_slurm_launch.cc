@@ -21,6 +21,7 @@
 #include <thread>
 #include <vector>
 
+#include "test/support/main_job.h"
 #include "test/support/processes.h"
 #include "test/support/slurm_cluster.h"
 #include "test/support/subprocess.h"
@@ -52,25 +53,6 @@ int free_port_base(int count) {
     if (all) return base;
   }
   return 0;
-}
-
-const char* kMainJobTrain = R"("train": {
-  "model": {"input_shape": [28, 28, 1], "layers": [
-    {"type": "conv2d", "filters": 32, "kernel_size": 3, "activation": "relu"},
-    {"type": "flatten"},
-    {"type": "dense", "units": 128, "activation": "relu"},
-    {"type": "dense", "units": 10}]},
-  "loss": {"type": "sparse_categorical_crossentropy", "from_logits": true},
-  "optimizer": {"type": "sgd", "learning_rate": 0.01, "momentum": 0.9},
-  "data": {"source": "idx", "dir": "/usr/share/datasets/fashion-mnist"},
-  "per_worker_batch_size": 64, "epochs": EPOCHS, "steps_per_epoch": STEPS, "validation": true,
-  "seed": 42})";
-
-std::string main_job_train(int epochs, int steps) {
-  std::string text = kMainJobTrain;
-  text.replace(text.find("EPOCHS"), 6, std::to_string(epochs));
-  text.replace(text.find("STEPS"), 5, std::to_string(steps));
-  return text;
 }
 
 // A job directory: job.json (2 nodes x 2 tasks), the script slurm-script prints, the run dir.

@@ -12,10 +12,6 @@
 namespace dtrain::comm {
 namespace {
 
-// Block width of the add and divide loops: the fixed inner trip count lets GCC vectorise them at
-// -O2 (its very-cheap cost model refuses loops of unknown length).
-constexpr size_t kLanes = 16;
-
 int ring_mod(long long value, int size) {
   const long long m = value % size;
   return static_cast<int>(m < 0 ? m + size : m);
@@ -23,21 +19,6 @@ int ring_mod(long long value, int size) {
 
 void check_ring(int rank, int size) {
   DT_ENFORCE(size >= 1 && rank >= 0 && rank < size, "rank {} of a ring of size {}", rank, size);
-}
-
-// dst[i] += src[i]; elementwise, so vectorising does not change the bits.
-void add_into(float* __restrict dst, const float* __restrict src, size_t n) {
-  size_t i = 0;
-  for (; i + kLanes <= n; i += kLanes)
-    for (size_t j = 0; j < kLanes; ++j) dst[i + j] += src[i + j];
-  for (; i < n; ++i) dst[i] += src[i];
-}
-
-void divide_by(float* __restrict data, size_t n, float divisor) {
-  size_t i = 0;
-  for (; i + kLanes <= n; i += kLanes)
-    for (size_t j = 0; j < kLanes; ++j) data[i + j] /= divisor;
-  for (; i < n; ++i) data[i] /= divisor;
 }
 
 size_t slice_count(size_t total, size_t per_slice) {
@@ -86,6 +67,24 @@ void all_gather_chunks(RingLink& link, int rank, int size, float* data, size_t c
 }
 
 }  // namespace
+
+// Block width of the add and divide loops: the fixed inner trip count lets GCC vectorise them at
+// -O2 (its very-cheap cost model refuses loops of unknown length).
+constexpr size_t kLanes = 16;
+
+void add_into(float* __restrict dst, const float* __restrict src, size_t n) {
+  size_t i = 0;
+  for (; i + kLanes <= n; i += kLanes)
+    for (size_t j = 0; j < kLanes; ++j) dst[i + j] += src[i + j];
+  for (; i < n; ++i) dst[i] += src[i];
+}
+
+void divide_by(float* __restrict data, size_t n, float divisor) {
+  size_t i = 0;
+  for (; i + kLanes <= n; i += kLanes)
+    for (size_t j = 0; j < kLanes; ++j) data[i + j] /= divisor;
+  for (; i < n; ++i) data[i] /= divisor;
+}
 
 IndexRange ring_chunk(size_t count, int size, int chunk) {
   DT_ENFORCE(size >= 1 && chunk >= 0 && chunk < size, "chunk {} of {}", chunk, size);

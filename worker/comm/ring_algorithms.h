@@ -23,6 +23,12 @@ struct IndexRange {
   size_t size() const { return end - begin; }
 };
 
+/// dst[i] += src[i], vectorised in fixed blocks; elementwise, so the bits are those of the plain
+/// loop. The one addition every reduction here (ring and shared memory) uses.
+void add_into(float* __restrict dst, const float* __restrict src, size_t n);
+/// data[i] /= divisor, vectorised the same way.
+void divide_by(float* __restrict data, size_t n, float divisor);
+
 /// Elements of chunk `chunk` when `count` elements are split over `size` ranks: contiguous, in
 /// chunk order, and the first count % size chunks hold one element more.
 IndexRange ring_chunk(size_t count, int size, int chunk);

@@ -19,25 +19,8 @@ namespace {
 using Clock = std::chrono::steady_clock;
 constexpr auto kSpin = std::chrono::microseconds(20);
 constexpr auto kSleep = std::chrono::microseconds(10000);
-// Block width of the add and divide loops: a fixed inner trip count lets GCC vectorise at -O2
-// (as in ring_algorithms.cc; elementwise, so vectorising does not change the bits).
-constexpr size_t kLanes = 16;
 // Floats summed at a time in all-reduce: 16 KiB, a block that stays in the L1 cache.
 constexpr size_t kSumBlock = 4096;
-
-void add_into(float* __restrict dst, const float* __restrict src, size_t n) {
-  size_t i = 0;
-  for (; i + kLanes <= n; i += kLanes)
-    for (size_t j = 0; j < kLanes; ++j) dst[i + j] += src[i + j];
-  for (; i < n; ++i) dst[i] += src[i];
-}
-
-void divide_by(float* __restrict data, size_t n, float divisor) {
-  size_t i = 0;
-  for (; i + kLanes <= n; i += kLanes)
-    for (size_t j = 0; j < kLanes; ++j) data[i + j] /= divisor;
-  for (; i < n; ++i) data[i] /= divisor;
-}
 
 // CPUs this process may run on (its affinity mask; at least 1).
 int usable_cpus() {
