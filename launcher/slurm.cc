@@ -27,6 +27,9 @@ namespace {
 
 constexpr double kScontrolSeconds = 20;
 constexpr size_t kMaxHosts = 65536;
+/// Bracket groups in one host expression: Slurm's own lists use one per dimension (at most 5);
+/// the bound keeps a hostile list from recursing deep enough to overflow the stack.
+constexpr int kMaxBracketGroups = 16;
 
 bool is_digits(std::string_view text) {
   return !text.empty() && std::all_of(text.begin(), text.end(),
@@ -77,7 +80,11 @@ std::vector<std::string> expand_ranges(std::string_view ranges, const std::strin
 
 // One host expression: a prefix, then bracket groups and text, e.g. "rack[1-2]-n[01-02]".
 void expand_item(std::string_view item, const std::string& prefix, const std::string& what,
-                 std::vector<std::string>& out) {
+                 std::vector<std::string>& out, int depth = 0) {
+  if (depth > kMaxBracketGroups) {
+    throw common::ConfigError(
+        fmt::format("{}: more than {} bracket groups in one host name", what, kMaxBracketGroups));
+  }
   size_t open = item.find('[');
   if (open == std::string_view::npos) {
     out.push_back(prefix + std::string(item));
@@ -88,7 +95,7 @@ void expand_item(std::string_view item, const std::string& prefix, const std::st
     throw common::ConfigError(fmt::format("{}: unmatched '['", what));
   std::string head = prefix + std::string(item.substr(0, open));
   for (const std::string& number : expand_ranges(item.substr(open + 1, close - open - 1), what)) {
-    expand_item(item.substr(close + 1), head + number, what, out);
+    expand_item(item.substr(close + 1), head + number, what, out, depth + 1);
     if (out.size() > kMaxHosts)
       throw common::ConfigError(fmt::format("{}: more than {} hosts", what, kMaxHosts));
   }

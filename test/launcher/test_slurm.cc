@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <catch2/catch.hpp>
 #include <map>
+#include <random>
 
 #include "common/errors.h"
 #include "common/job_spec.h"
@@ -75,6 +76,33 @@ TEST_CASE("slurm: host lists expand as Slurm writes them", "[slurm]") {
   }
   CHECK_THROWS_WITH(expand_hostlist("n[1-999999]", "SLURM_JOB_NODELIST"),
                     Catch::Contains("SLURM_JOB_NODELIST"));
+}
+
+TEST_CASE("slurm: random and hostile host lists and counts are parsed or refused, never crash",
+          "[slurm]") {
+  std::mt19937 random(12345);
+  const std::string alphabet = "n01-9[],x()";
+  for (int i = 0; i < 20000; ++i) {
+    std::string text(random() % 40, ' ');
+    for (char& c : text) c = alphabet[random() % alphabet.size()];
+    try {
+      std::vector<std::string> hosts = expand_hostlist(text, "SLURM_JOB_NODELIST");
+      CHECK(hosts.size() <= 65536);
+    } catch (const ConfigError&) {
+    }
+    try {
+      parse_per_node_counts(text, 3, "SLURM_TASKS_PER_NODE");
+    } catch (const ConfigError&) {
+    }
+  }
+  std::string deep(100000, '[');
+  CHECK_THROWS_AS(expand_hostlist(deep, "x"), ConfigError);
+  std::string groups = "n";
+  for (int i = 0; i < 100000; ++i) groups += "[1]";  // 100000 nested expansions if unbounded
+  CHECK_THROWS_WITH(expand_hostlist(groups, "x"), Catch::Contains("bracket groups"));
+  CHECK(expand_hostlist("a[1]b[2]c[3]d[4]e[5]", "x") == Strings{"a1b2c3d4e5"});
+  CHECK_THROWS_AS(expand_hostlist("n[1-65536],m[1-2]", "x"), ConfigError);  // too many hosts
+  CHECK_THROWS_AS(parse_per_node_counts("1(x999999999)", 2, "T"), ConfigError);
 }
 
 TEST_CASE("slurm: per-node counts expand N(xM)", "[slurm]") {
