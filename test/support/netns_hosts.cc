@@ -122,13 +122,15 @@ void delete_namespace(const std::string& name) noexcept {
   }
 }
 
-/// The pid in "dtrain-netns-<pid>-..." when that process no longer exists, else 0.
+/// The pid in "dtrain-netns-<pid>-..." when that process no longer runs, else 0.
 long dead_creator(const std::string& name) {
   if (name.rfind(kNamePrefix, 0) != 0) return 0;
   char* end = nullptr;
   long pid = std::strtol(name.c_str() + std::strlen(kNamePrefix), &end, 10);
   if (pid <= 0 || *end != '-') return 0;
-  return ::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH ? pid : 0;
+  // A zombie counts as gone: an init that reaps lazily keeps a killed test process around as
+  // one for a while, and kill(pid, 0) still succeeds on it.
+  return process_alive(static_cast<int>(pid)) ? 0 : pid;
 }
 
 /// Deletes the namespaces and temp dirs of fixtures whose test process died before its
