@@ -59,10 +59,14 @@ std::unique_ptr<Supervisor::Slot> Supervisor::make_slot(const common::TaskId& ta
   slot->address = options_.context.cluster.address(task);
   slot->log_path = recorder_.run_dir().log_file(task);
   slot->trains = options_.context.cluster.ring_rank(task).has_value();
-  slot->remote = uses_agent(options_.context, task);
+  if (options_.context.slurm)
+    slot->agent_place =
+        "node " + options_.context.slurm->tasks.at(static_cast<size_t>(task.index)).node;
+  else if (uses_agent(options_.context, task))
+    slot->agent_place = "host " + common::parse_host_port(slot->address, task.text()).host;
   Slot* raw = slot.get();
   slot->splitter = std::make_unique<LineSplitter>([this, raw](std::string_view line) {
-    if (raw->remote && agent_line(*raw, line)) return;
+    if (!raw->agent_place.empty() && agent_line(*raw, line)) return;
     raw->pending.append(line);
     console_.print_line(raw->task, line);
   });
@@ -123,7 +127,7 @@ void Supervisor::arm_keepalive() {
   keepalive_timer_.async_wait([this](const boost::system::error_code& ec) {
     if (ec || phase_ == Phase::kDone) return;
     for (auto& slot : slots_)
-      if (slot->remote && slot->child && !slot->exited) slot->child->signal_group(0);
+      if (!slot->agent_place.empty() && slot->child && !slot->exited) slot->child->signal_group(0);
     arm_keepalive();
   });
 }
@@ -166,15 +170,11 @@ void Supervisor::arm_start_check() {
 void Supervisor::check_agents_started() {
   if (phase_ != Phase::kRunning) return;
   for (auto& slot : slots_) {
-    if (!slot->remote || slot->agent_started || slot->exited) continue;
-    std::string where =
-        options_.context.slurm
-            ? "node " + options_.context.slurm->tasks.at(static_cast<size_t>(slot->task.index)).node
-            : "host " + common::parse_host_port(slot->address, slot->task.text()).host;
+    if (slot->agent_place.empty() || slot->agent_started || slot->exited) continue;
     std::string what = fmt::format(
         "not started on {} within {:g} s (restart.startup_seconds): the {} did not reach `dtrain "
         "agent` there",
-        where, options_.context.spec->restart.startup_seconds,
+        slot->agent_place, options_.context.spec->restart.startup_seconds,
         options_.context.slurm ? "job step (srun waiting for resources?)"
                                : "remote shell (unreachable, or asking for a password?)");
     spdlog::warn("{} {}", slot->task.text(), what);
@@ -267,26 +267,23 @@ void Supervisor::on_exit(Slot& slot, ExitStatus status) {
   slot.exited = true;
   slot.status = status;
   Outcome outcome = classify(status);
+  // The agent's session ended before the agent said how the worker ended: srun could not start
+  // the step or lost the node (any such end while the group runs), or ssh could not reach the
+  // host, was refused or lost it (its own code, 255).
+  bool slurm = options_.context.slurm.has_value();
   bool live = phase_ == Phase::kRunning || phase_ == Phase::kStarting;
-  if (slot.remote && options_.context.slurm && !slot.agent_reported_exit && live) {
-    const SlurmTask& task = options_.context.slurm->tasks.at(static_cast<size_t>(slot.task.index));
-    spdlog::warn(
-        "{}: the job step on node {} ended ({}) before its worker's end was reported "
-        "(srun could not start the step, or the node was lost): see {}",
-        slot.task.text(), task.node, describe(status), slot.log_path);
+  if (!slot.agent_place.empty() && !slot.agent_reported_exit &&
+      (slurm ? live : !status.signaled && status.code == 255)) {
+    spdlog::warn("{}: lost {}: the {} ended ({}) before the worker's end was reported ({})",
+                 slot.task.text(), slot.agent_place, slurm ? "job step" : "remote shell",
+                 describe(status),
+                 slurm ? "srun could not start the step, or the node was lost"
+                       : "unreachable, authentication refused, or the connection dropped");
     recorder_.event("lost_host", [&](common::JsonWriter& w) {
-      w.key("task").value(slot.task.text()).key("host").value(task.node);
-    });
-  } else if (slot.remote && !options_.context.slurm && !slot.agent_reported_exit &&
-             !status.signaled && status.code == 255) {
-    // ssh's own failure: unreachable, refused, or the session died (a cut network).
-    std::string host = common::parse_host_port(slot.address, slot.task.text()).host;
-    spdlog::warn(
-        "{}: lost host {}: the remote shell exited 255 before the worker's end was "
-        "reported (unreachable, authentication refused, or the connection dropped)",
-        slot.task.text(), host);
-    recorder_.event("lost_host", [&](common::JsonWriter& w) {
-      w.key("task").value(slot.task.text()).key("host").value(host);
+      w.key("task")
+          .value(slot.task.text())
+          .key("host")
+          .value(slot.agent_place.substr(slot.agent_place.find(' ') + 1));
     });
   }
   recorder_.event("exit", [&](common::JsonWriter& w) {

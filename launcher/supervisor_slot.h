@@ -21,8 +21,9 @@ struct Supervisor::Slot {
   std::string address;
   std::string log_path;
   bool trains = false;
-  /// Started through `dtrain agent` on another host: its output carries marker lines.
-  bool remote = false;
+  /// Where `dtrain agent` runs the worker, "host 10.0.0.7" (over the remote shell) or "node n1"
+  /// (a Slurm step); "" for a local worker. Agent output carries marker lines.
+  std::string agent_place;
   bool agent_reported_exit = false;  ///< the agent said how the remote worker ended
   bool agent_started = false;        ///< the agent said the worker runs (its "started" event)
   std::unique_ptr<Child> child;

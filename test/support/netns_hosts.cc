@@ -26,6 +26,8 @@
 #include <stdexcept>
 #include <thread>
 
+#include "test/support/processes.h"
+
 namespace dtrain::testing {
 namespace {
 
@@ -122,27 +124,16 @@ void delete_namespace(const std::string& name) noexcept {
   }
 }
 
-/// The pid in "dtrain-netns-<pid>-..." when that process no longer runs, else 0.
-long dead_creator(const std::string& name) {
-  if (name.rfind(kNamePrefix, 0) != 0) return 0;
-  char* end = nullptr;
-  long pid = std::strtol(name.c_str() + std::strlen(kNamePrefix), &end, 10);
-  if (pid <= 0 || *end != '-') return 0;
-  // A zombie counts as gone: an init that reaps lazily keeps a killed test process around as
-  // one for a while, and kill(pid, 0) still succeeds on it.
-  return process_alive(static_cast<int>(pid)) ? 0 : pid;
-}
-
 /// Deletes the namespaces and temp dirs of fixtures whose test process died before its
 /// destructor ran (SIGKILL, a crash).
 void sweep_stale(const std::string& temp_base) {
   std::error_code ec;
   for (const auto& entry : std::filesystem::directory_iterator("/run/netns", ec)) {
     std::string name = entry.path().filename().string();
-    if (dead_creator(name)) delete_namespace(name);
+    if (dead_creator(name, kNamePrefix)) delete_namespace(name);
   }
   for (const auto& entry : std::filesystem::directory_iterator(temp_base, ec)) {
-    if (entry.is_directory(ec) && dead_creator(entry.path().filename().string())) {
+    if (entry.is_directory(ec) && dead_creator(entry.path().filename().string(), kNamePrefix)) {
       std::filesystem::remove_all(entry.path(), ec);
     }
   }

@@ -14,6 +14,8 @@
 #include <sstream>
 #include <thread>
 
+#include "test/support/subprocess.h"
+
 namespace dtrain::testing {
 
 namespace fs = std::filesystem;
@@ -156,6 +158,14 @@ bool wait_for(const std::function<bool()>& done, double seconds) {
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
   return true;
+}
+
+long dead_creator(const std::string& name, const std::string& prefix) {
+  if (name.rfind(prefix, 0) != 0) return 0;
+  char* end = nullptr;
+  long pid = std::strtol(name.c_str() + prefix.size(), &end, 10);
+  if (pid <= 0 || *end != '-') return 0;
+  return process_alive(static_cast<int>(pid)) ? 0 : pid;
 }
 
 }  // namespace dtrain::testing

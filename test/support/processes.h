@@ -48,6 +48,10 @@ bool names_dir(int pid, const std::string& dir);
 /// roots, then each descendant of theirs in processes (once, parents before children).
 std::vector<int> with_descendants(const std::vector<ProcessEntry>& processes,
                                   std::vector<int> roots);
+/// The pid in "<prefix><pid>-..." (a fixture's name, made by the test process that owns it) when
+/// that process no longer runs, else 0 (also for a name of another form). A zombie counts as
+/// gone: an init that reaps lazily keeps a killed test process around as one for a while.
+long dead_creator(const std::string& name, const std::string& prefix);
 /// Calls done every 0.1 s until it returns true (then true) or seconds passed (then false).
 bool wait_for(const std::function<bool()>& done, double seconds);
 

@@ -179,22 +179,13 @@ void stop_child(BackgroundProcess& process) noexcept {
   }
 }
 
-/// The pid in "dtrain-slurm-<pid>-..." when that process no longer runs, else 0. A zombie counts
-/// as gone: an init that reaps lazily keeps a killed test process around as one for a while.
-long dead_creator(const std::string& name) {
-  if (name.rfind(kNamePrefix, 0) != 0) return 0;
-  char* end = nullptr;
-  long pid = std::strtol(name.c_str() + std::strlen(kNamePrefix), &end, 10);
-  if (pid <= 0 || *end != '-') return 0;
-  return process_alive(static_cast<int>(pid)) ? 0 : pid;
-}
-
 /// Kills the daemons and job processes of fixtures whose test process died before its
 /// destructor ran (SIGKILL, a crash), and deletes their dirs.
 void sweep_stale(const std::string& temp_base) {
   std::error_code ec;
   for (const auto& entry : fs::directory_iterator(temp_base, ec)) {
-    if (!entry.is_directory(ec) || !dead_creator(entry.path().filename().string())) continue;
+    if (!entry.is_directory(ec) || !dead_creator(entry.path().filename().string(), kNamePrefix))
+      continue;
     kill_processes_of(entry.path().string());
     fs::remove_all(entry.path(), ec);
   }
