@@ -47,7 +47,9 @@ std::string worker_usage() {
          "Normally started by `dtrain launch`, which sets TF_CONFIG and DTRAIN_* for it.\n\n"
       << describe_options(unused)
       << "\nExit codes: 0 finished, 2 configuration error, 143 preempted (checkpoint saved),\n"
-         "other non-zero: failed (the launcher restarts the group).\n";
+         "other non-zero: failed (the launcher restarts the group).\n"
+         "\nDTRAIN_CACHE_DIR: where decompressed copies of gzip data files are kept (default\n"
+         "$XDG_CACHE_HOME/dtrain or ~/.cache/dtrain; \"off\": none).\n";
   return out.str();
 }
 
