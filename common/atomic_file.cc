@@ -2,13 +2,12 @@
 #include "common/atomic_file.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 
 #include "common/errors.h"
 #include "common/unique_fd.h"
@@ -29,6 +28,28 @@ void write_all(int fd, std::string_view bytes, const std::string& path) {
     }
     bytes.remove_prefix(static_cast<size_t>(n));
   }
+}
+
+// Reads until n bytes or the end of the file; returns how many it got.
+size_t read_some(int fd, char* out, size_t n, const std::string& path) {
+  size_t done = 0;
+  while (done < n) {
+    ssize_t got = ::read(fd, out + done, n - done);
+    if (got < 0 && errno == EINTR) continue;
+    if (got < 0) throw_io("cannot read", path, errno);
+    if (got == 0) break;
+    done += static_cast<size_t>(got);
+  }
+  return done;
+}
+
+const char* file_kind(mode_t mode) {
+  if (S_ISDIR(mode)) return "a folder";
+  if (S_ISFIFO(mode)) return "a FIFO";
+  if (S_ISCHR(mode)) return "a character device";
+  if (S_ISBLK(mode)) return "a block device";
+  if (S_ISSOCK(mode)) return "a socket";
+  return "a special file";
 }
 
 }  // namespace
@@ -57,13 +78,47 @@ void write_file_atomically(const std::string& path, std::string_view bytes) {
   fsync_directory(dir);
 }
 
-std::string read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw IoError(fmt::format("cannot read {}: {}", path, std::strerror(errno)));
-  std::ostringstream out;
-  out << in.rdbuf();
-  if (in.bad()) throw IoError(fmt::format("cannot read {}: read failed", path));
-  return out.str();
+UniqueFd open_regular_file(const std::string& path, uint64_t* size) {
+  // O_NONBLOCK: opening a FIFO with no writer would otherwise wait for one, forever.
+  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC));
+  if (!fd.valid()) throw_io("cannot read", path, errno);
+  struct stat st {};
+  if (::fstat(fd.get(), &st) != 0) throw_io("cannot stat", path, errno);
+  if (!S_ISREG(st.st_mode)) {
+    throw IoError(
+        fmt::format("cannot read {}: it is {}, not a regular file", path, file_kind(st.st_mode)));
+  }
+  if (size) *size = static_cast<uint64_t>(st.st_size);
+  return fd;
+}
+
+std::string read_exactly(int fd, size_t n, const std::string& path) {
+  std::string bytes(n, '\0');
+  size_t done = read_some(fd, bytes.data(), n, path);
+  if (done < n) {
+    throw IoError(
+        fmt::format("cannot read {}: it ends after {} of the {} bytes expected", path, done, n));
+  }
+  return bytes;
+}
+
+std::string read_file(const std::string& path, uint64_t max_bytes) {
+  uint64_t size = 0;
+  UniqueFd fd = open_regular_file(path, &size);
+  auto too_long = [&] {
+    return IoError(fmt::format("cannot read {}: it is longer than {} bytes, the most accepted here",
+                               path, max_bytes));
+  };
+  if (size > max_bytes) throw too_long();
+  // The size it says it has in one read; then to the end, in case it grew or does not say (/proc).
+  std::string bytes(static_cast<size_t>(size), '\0');
+  bytes.resize(read_some(fd.get(), bytes.data(), bytes.size(), path));
+  char buffer[1 << 16];
+  while (size_t got = read_some(fd.get(), buffer, sizeof buffer, path)) {
+    if (got > max_bytes - bytes.size()) throw too_long();
+    bytes.append(buffer, got);
+  }
+  return bytes;
 }
 
 }  // namespace dtrain::common

@@ -194,7 +194,7 @@ JobSpec parse_job_spec(std::string_view text, const std::string& source) {
 JobSpec load_job_spec(const std::string& path) {
   std::string text;
   try {
-    text = read_file(path);
+    text = read_file(path, kMaxJsonFileBytes);
   } catch (const IoError& e) {
     throw ConfigError(fmt::format("job file: {}", e.what()));
   }

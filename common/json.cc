@@ -35,21 +35,67 @@ std::pair<size_t, size_t> line_column(std::string_view text, size_t offset) {
   return {line, column};
 }
 
-void check_duplicate_keys(const rapidjson::Value& value, const std::string& path,
+// Deepest nesting of arrays and objects in text, counted without recursion or allocation, and
+// where it first goes past limit (or npos). Brackets inside strings do not count; text that is not
+// JSON may count wrong, but then the parser refuses it anyway.
+size_t first_offset_deeper_than(std::string_view text, size_t limit) {
+  size_t depth = 0;
+  bool in_string = false, escaped = false;
+  for (size_t i = 0; i < text.size(); ++i) {
+    char c = text[i];
+    if (in_string) {
+      if (escaped) {
+        escaped = false;
+      } else if (c == '\\') {
+        escaped = true;
+      } else if (c == '"') {
+        in_string = false;
+      }
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      if (++depth > limit) return i;
+    } else if ((c == ']' || c == '}') && depth > 0) {
+      --depth;
+    }
+  }
+  return std::string_view::npos;
+}
+
+// One step of the way from the root to a value, kept on the stack while descending, so the path
+// text is built only for an error message, not at every level.
+struct PathLink {
+  const PathLink* parent = nullptr;
+  std::string_view key;  ///< the member's key, or empty for an array element
+  size_t index = 0;
+  bool is_element = false;
+};
+
+std::string path_text(const PathLink* link) {
+  if (link == nullptr) return "";
+  std::string parent = path_text(link->parent);
+  return link->is_element ? index_path(parent, link->index) : child_path(parent, link->key);
+}
+
+// Recursion is bounded by kMaxJsonDepth: parse() refuses deeper text first.
+void check_duplicate_keys(const rapidjson::Value& value, const PathLink* link,
                           const std::string& source) {
   if (value.IsObject()) {
     std::set<std::string_view> seen;
     for (const auto& member : value.GetObject()) {
       std::string_view key(member.name.GetString(), member.name.GetStringLength());
       if (!seen.insert(key).second) {
+        std::string path = path_text(link);
         throw ConfigError(fmt::format("{}: {}: key \"{}\" appears more than once", source,
                                       path.empty() ? "top level" : path, key));
       }
-      check_duplicate_keys(member.value, child_path(path, key), source);
+      PathLink child{link, key, 0, false};
+      check_duplicate_keys(member.value, &child, source);
     }
   } else if (value.IsArray()) {
     for (rapidjson::SizeType i = 0; i < value.Size(); ++i) {
-      check_duplicate_keys(value[i], index_path(path, i), source);
+      PathLink element{link, {}, i, true};
+      check_duplicate_keys(value[i], &element, source);
     }
   }
 }
@@ -172,16 +218,22 @@ std::string JsonNode::dump() const {
 }
 
 JsonDocument JsonDocument::parse(std::string_view text, const std::string& source) {
+  if (size_t at = first_offset_deeper_than(text, kMaxJsonDepth); at != std::string_view::npos) {
+    auto [line, column] = line_column(text, at);
+    throw ConfigError(fmt::format("{}: line {}, column {}: nested more than {} levels deep", source,
+                                  line, column, kMaxJsonDepth));
+  }
   auto doc = std::make_shared<rapidjson::Document>();
-  constexpr unsigned kFlags =
-      rapidjson::kParseValidateEncodingFlag | rapidjson::kParseFullPrecisionFlag;
+  // Iterative: the parser's own stack is on the heap, bounded by the depth checked above.
+  constexpr unsigned kFlags = rapidjson::kParseValidateEncodingFlag |
+                              rapidjson::kParseFullPrecisionFlag | rapidjson::kParseIterativeFlag;
   doc->Parse<kFlags>(text.data(), text.size());
   if (doc->HasParseError()) {
     auto [line, column] = line_column(text, doc->GetErrorOffset());
     throw ConfigError(fmt::format("{}: line {}, column {}: invalid JSON: {}", source, line, column,
                                   rapidjson::GetParseError_En(doc->GetParseError())));
   }
-  check_duplicate_keys(*doc, "", source);
+  check_duplicate_keys(*doc, nullptr, source);
   return JsonDocument(std::move(doc));
 }
 

@@ -5,6 +5,7 @@
 
 #include <rapidjson/document.h>
 
+#include <cstddef>
 #include <cstdint>
 #include <initializer_list>
 #include <memory>
@@ -62,8 +63,15 @@ class JsonNode {
   std::string path_;
 };
 
+/// Deepest nesting of arrays and objects that parse() accepts. dtrain's own documents nest fewer
+/// than 10 levels; the limit keeps hostile text (a job file, TF_CONFIG, a checkpoint header, a
+/// control line) from costing stack or memory out of proportion to its size.
+inline constexpr size_t kMaxJsonDepth = 64;
+
 /// An owned, parsed JSON document. Parsing is strict: valid UTF-8, no trailing content, no
-/// duplicate keys, no NaN; errors are ConfigError "<source>: line L, column C: <reason>".
+/// duplicate keys, no NaN, at most kMaxJsonDepth levels of nesting; errors are ConfigError
+/// "<source>: line L, column C: <reason>". Parsing is iterative: its stack use does not depend on
+/// the text, and its memory is proportional to the text's length.
 class JsonDocument {
  public:
   static JsonDocument parse(std::string_view text, const std::string& source);

@@ -7,6 +7,7 @@
 #include <csignal>
 #include <filesystem>
 #include <iostream>
+#include <new>
 #include <thread>
 
 #include "common/atomic_file.h"
@@ -87,7 +88,7 @@ std::pair<std::string, std::string> read_train_config(const std::string& path) {
   if (path.empty()) throw ConfigError("--config is required (a job file or a train object)");
   std::string text;
   try {
-    text = common::read_file(path);
+    text = common::read_file(path, common::kMaxJsonFileBytes);
   } catch (const common::IoError& e) {
     throw ConfigError(fmt::format("--config: {}", e.what()));
   }
@@ -170,6 +171,9 @@ int train(const common::TfConfig& task, const std::string& job, const TrainConfi
   } catch (const common::IoError& e) {
     communicator->abort(e.what());
     throw;
+  } catch (const std::bad_alloc&) {
+    communicator->abort("out of memory");
+    throw;
   } catch (const ConfigError& e) {
     communicator->abort(e.what());
     std::string message = e.what();  // layer shape errors name "model..." in the train object
@@ -228,6 +232,14 @@ int main(int argc, char** argv) {
   dtrain::train::watch_sigterm();  // first: every later thread inherits the blocked SIGTERM
   return dtrain::common::run_main("dtrain-worker", [&] {
     std::vector<std::string> args(argv + 1, argv + argc);
-    return dtrain::train::run_worker(dtrain::train::parse_worker_options(args));
+    try {
+      return dtrain::train::run_worker(dtrain::train::parse_worker_options(args));
+    } catch (const std::bad_alloc&) {
+      // The same model, batch and data would not fit on a restart either: a person must change
+      // them (or the machine), so it is a configuration error (exit 2), not a restartable failure.
+      throw dtrain::common::ConfigError(
+          "out of memory: the model, batch size or data set does not fit in this machine's "
+          "memory");
+    }
   });
 }

@@ -3,10 +3,13 @@
 #include <catch2/catch.hpp>
 #include <set>
 
+#include "common/atomic_file.h"
 #include "common/errors.h"
 #include "common/job_spec.h"
+#include "common/json.h"
 #include "common/tf_config.h"
 #include "test/support/bad_inputs.h"
+#include "test/support/temp_dir.h"
 
 using namespace dtrain::common;
 
@@ -105,4 +108,20 @@ TEST_CASE("spec.json round-trips through the parser with ports resolved") {
   CHECK(again.env == spec.env);
   CHECK(*again.hang_timeout_seconds == 5);
   CHECK(again.run_dir == spec.run_dir);
+}
+
+TEST_CASE("a job file that is a device, FIFO, too big or nested too deep is refused clearly") {
+  CHECK_THROWS_WITH(load_job_spec("/dev/zero"),
+                    Catch::StartsWith("job file: cannot read /dev/zero") &&
+                        Catch::Contains("not a regular file"));
+  dtrain::testing::TempDir dir;
+  std::string big = dir.path() + "/big.json";
+  write_file_atomically(big, std::string(kMaxJsonFileBytes + 1, ' '));
+  CHECK_THROWS_WITH(load_job_spec(big), Catch::Contains(big) && Catch::Contains("longer than"));
+  std::string deep = dir.path() + "/deep.json";
+  write_file_atomically(deep, "{\"job\": " + std::string(5000, '[') + std::string(5000, ']') + "}");
+  CHECK_THROWS_WITH(
+      load_job_spec(deep),
+      Catch::StartsWith(deep + ": line 1, column ") &&
+          Catch::Contains(fmt::format("nested more than {} levels deep", kMaxJsonDepth)));
 }

@@ -71,3 +71,37 @@ TEST_CASE("JsonWriter writes compact JSON that parses back") {
   CHECK_NOTHROW(JsonDocument::parse(w.str(), "w"));
   CHECK(json_quote("tab\there") == R"("tab\there")");
 }
+
+namespace {
+std::string nested_arrays(size_t depth) {
+  return std::string(depth, '[') + std::string(depth, ']');
+}
+}  // namespace
+
+TEST_CASE("nesting up to kMaxJsonDepth parses; one level more is refused with where") {
+  CHECK_NOTHROW(JsonDocument::parse(nested_arrays(kMaxJsonDepth), "t"));
+  CHECK_THROWS_WITH(JsonDocument::parse("\n" + nested_arrays(kMaxJsonDepth + 1), "job.json"),
+                    fmt::format("job.json: line 2, column {}: nested more than {} levels deep",
+                                kMaxJsonDepth + 1, kMaxJsonDepth));
+  // Brackets inside strings are text, not nesting.
+  std::string deep_text = "{\"k\": \"" + nested_arrays(1000) + "\\\"[\"}";
+  CHECK(JsonDocument::parse(deep_text, "t").root().at("k").as_string().size() == 2002);
+}
+
+TEST_CASE("hostile nesting (20,000 levels, objects and arrays) is an error, not a crash") {
+  std::string objects;
+  for (int i = 0; i < 20000; ++i) objects += "{\"a\":";
+  objects += "1" + std::string(20000, '}');
+  CHECK_THROWS_WITH(
+      JsonDocument::parse(objects, "control message"),
+      Catch::StartsWith("control message: line 1, column ") && Catch::Contains("nested more than"));
+  CHECK_THROWS_AS(JsonDocument::parse(nested_arrays(20000), "t"), ConfigError);
+  // Unbalanced: only opening brackets.
+  CHECK_THROWS_AS(JsonDocument::parse(std::string(100000, '['), "t"), ConfigError);
+}
+
+TEST_CASE("a duplicate key deep down is named by its full path") {
+  std::string text = "{\"a\": [[{\"b\": {\"k\": 1, \"k\": 2}}]]}";
+  CHECK_THROWS_WITH(JsonDocument::parse(text, "t"),
+                    "t: a[0][0].b: key \"k\" appears more than once");
+}

@@ -101,3 +101,12 @@ TEST_CASE("task ids parse from TYPE:INDEX") {
     CHECK_THROWS_AS(parse_task_id(bad), ConfigError);
   }
 }
+
+TEST_CASE("a TF_CONFIG nested thousands of levels deep is a ConfigError, not a crash") {
+  std::string deep =
+      "{\"cluster\": {\"worker\": [\"h:1\"]}, \"task\": {\"type\": \"worker\", "
+      "\"index\": 0}, \"environment\": " +
+      std::string(10000, '[') + std::string(10000, ']') + "}";
+  CHECK_THROWS_WITH(parse_tf_config(deep), Catch::StartsWith("TF_CONFIG: line 1, column ") &&
+                                               Catch::Contains("levels deep"));
+}

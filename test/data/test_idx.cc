@@ -1,6 +1,7 @@
 // IDX files and datasets: real files written raw and gzipped into a temp folder, every kind of
 // damage reported as a ConfigError naming the file and the problem, the `train.data` config,
 // synthetic data (deterministic and learnable), and the real Fashion-MNIST files.
+#include <sys/stat.h>
 #include <zlib.h>
 
 #include <catch2/catch.hpp>
@@ -210,6 +211,39 @@ TEST_CASE("read_idx names the file and what is wrong with it", "[idx]") {
     REQUIRE_THAT(config_error([&] { read_idx(path, IdxKind::kLabels); }),
                  Contains(path + ": cannot open (No such file or directory)"));
   }
+}
+
+TEST_CASE("a gzip file's header is checked before the rest is inflated", "[idx]") {
+  TempDir dir;
+  // A bomb: a bad magic, then 16 MiB of zeros (16 KB packed), and a damaged gzip trailer. Only
+  // inflating everything would reach the trailer; the magic must be refused first.
+  std::string bytes = "IDX?" + std::string(size_t{16} << 20, '\0');
+  std::string packed = read_bytes(write_gz(dir, "bomb.gz", bytes));
+  REQUIRE(packed.size() < (size_t{64} << 10));
+  packed[packed.size() - 8] ^= 0x55;  // the CRC-32 of the whole stream
+  const std::string path = write_raw(dir, "bomb-bad-crc.gz", packed);
+  CHECK_THAT(config_error([&] { read_idx(path, IdxKind::kLabels); }),
+             Catch::StartsWith(path + ": bad magic 0x4944583f"));
+  // Likewise a header that is fine but promises less than the stream holds: the data it
+  // promises is read, and the rest is only counted.
+  std::vector<uint8_t> ten(10, 1);
+  std::string labels = idx_bytes(kIdxLabelsMagic, {10}, ten) + std::string(size_t{8} << 20, '\0');
+  const std::string trailing = write_gz(dir, "trailing.gz", labels);
+  CHECK_THAT(config_error([&] { read_idx(trailing, IdxKind::kLabels); }),
+             Catch::StartsWith(trailing + ": trailing bytes: header says 10 labels, file has " +
+                               std::to_string(10 + (8 << 20))));
+}
+
+TEST_CASE("a data file that is a FIFO, a device or a folder is refused at once", "[idx]") {
+  TempDir dir;
+  const std::string fifo = dir.path() + "/train-labels-idx1-ubyte";
+  REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+  CHECK_THAT(config_error([&] { read_idx(fifo, IdxKind::kLabels); }),
+             Catch::StartsWith(fifo + ": not a regular file (a FIFO)"));
+  CHECK_THAT(config_error([&] { read_idx("/dev/zero", IdxKind::kImages); }),
+             Catch::StartsWith("/dev/zero: not a regular file (a device or socket)"));
+  CHECK_THAT(config_error([&] { read_idx(dir.path(), IdxKind::kImages); }),
+             Catch::StartsWith(dir.path() + ": not a regular file (a folder)"));
 }
 
 TEST_CASE("load_idx_pair checks that images and labels belong together", "[idx]") {

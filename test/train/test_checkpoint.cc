@@ -1,6 +1,10 @@
 // Checkpoint files: safetensors layout that Python's reader accepts, exact round trips, the
 // newest good checkpoint chosen, damaged ones (truncated, flipped byte, half-written) skipped,
-// and only `keep` files kept.
+// and only `keep` files kept. Files with a good checksum are still checked: other models' files
+// are never pruned, out-of-range metadata and folders named like checkpoints are skipped, the
+// header is read first and bounds the rest, and tensors must have the model's shapes.
+#include <sys/stat.h>
+
 #include <catch2/catch.hpp>
 #include <filesystem>
 #include <fstream>
@@ -132,4 +136,179 @@ TEST_CASE("only the newest `keep` checkpoints stay, and the index names the newe
   CHECK(index.root().at("latest").as_string() == "ckpt-0000000020.safetensors");
   store.remove_all();
   CHECK_FALSE(fs::exists(dir.path() + "/backup"));
+}
+
+namespace {
+
+// A checkpoint file with a valid checksum whatever it says: the CRC proves integrity, not sense.
+std::string forged(const std::string& dir, int64_t global_step, const std::string& architecture,
+                   std::map<std::string, std::string> overrides = {},
+                   std::vector<float> w = weights(1)) {
+  std::map<std::string, std::string> m = {{"format", "dtrain-checkpoint"},
+                                          {"format_version", "1"},
+                                          {"architecture", architecture},
+                                          {"epoch", "1"},
+                                          {"step", "0"},
+                                          {"global_step", std::to_string(global_step)},
+                                          {"optimizer_iterations", "0"},
+                                          {"epoch_loss_sum", "0"},
+                                          {"epoch_correct", "0"},
+                                          {"epoch_seen", "0"}};
+  for (const auto& [key, value] : overrides) m[key] = value;
+  std::string path = fmt::format("{}/ckpt-{:010}.safetensors", dir, global_step);
+  fs::create_directories(dir);
+  common::write_file_atomically(
+      path, encode_safetensors({{"layers.0.dense.kernel", {5}, w.data(), w.size()}}, m));
+  return path;
+}
+
+std::vector<std::string> files_in(const std::string& dir) {
+  std::vector<std::string> names;
+  for (const auto& e : fs::directory_iterator(dir)) names.push_back(e.path().filename().string());
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+}  // namespace
+
+TEST_CASE("a leftover checkpoint of another model, at a later step, does not prune this run's") {
+  testing::TempDir dir;
+  std::string backup = dir.path() + "/backup";
+  std::string foreign = forged(backup, 999999, R"({"arch":"other"})");
+  CheckpointStore store(backup, 1);
+  save_one(store, 10, weights(10));
+  save_one(store, 20, weights(20));
+  // keep: 1 keeps this model's newest; the other model's file is not this run's to delete.
+  CHECK(files_in(backup) == std::vector<std::string>{"checkpoint.json",
+                                                     "ckpt-0000000020.safetensors",
+                                                     "ckpt-0000999999.safetensors"});
+  auto latest = store.load_latest(R"({"arch":1})");
+  REQUIRE(latest);
+  CHECK(latest->state.global_step == 20);
+  auto index = common::JsonDocument::parse(common::read_file(backup + "/checkpoint.json"), "i");
+  CHECK(index.root().at("latest").as_string() == "ckpt-0000000020.safetensors");
+  CHECK(index.root().at("all").dump() == R"(["ckpt-0000000020.safetensors"])");
+  store.remove_all();  // a successful run: the backup folder's checkpoints go (DESIGN.md)
+  CHECK_FALSE(fs::exists(backup));
+}
+
+TEST_CASE("epoch, step and sums of a checkpoint are range-checked although its checksum is good") {
+  testing::TempDir dir;
+  std::string backup = dir.path() + "/backup";
+  forged(backup, 5, R"({"arch":1})");
+  const std::map<std::string, std::string> bad[] = {
+      {{"epoch", "-1"}},          {{"step", "-3"}},
+      {{"global_step", "12abc"}}, {{"step", "9"}},  // past its global step, 6
+      {{"epoch", "99999999"}},    {{"epoch_seen", "nan"}},
+      {{"epoch_loss_sum", "-2"}}, {{"optimizer_iterations", ""}},
+  };
+  for (const auto& overrides : bad) {
+    INFO(overrides.begin()->first << " = \"" << overrides.begin()->second << "\"");
+    forged(backup, 6, R"({"arch":1})", overrides);
+    auto latest = CheckpointStore(backup, 5).load_latest(R"({"arch":1})");
+    REQUIRE(latest);
+    CHECK(latest->state.global_step == 5);  // the forged one is skipped, the one before used
+  }
+  forged(backup, 6, R"({"arch":1})", {{"epoch", "3"}, {"step", "4"}});
+  CHECK(CheckpointStore(backup, 5).load_latest(R"({"arch":1})")->state.global_step == 6);
+}
+
+TEST_CASE(
+    "a folder named like a checkpoint is passed over, and refused once where it is in the way") {
+  testing::TempDir dir;
+  std::string backup = dir.path() + "/backup";
+  fs::create_directories(backup + "/ckpt-0000000099.safetensors/inside");
+  fs::create_directories(backup + "/ckpt-0000000020.safetensors/inside");
+  CheckpointStore store(backup, 1);
+  CHECK_FALSE(store.load_latest(R"({"arch":1})"));
+  save_one(store, 10, weights(10));  // a later-named folder does not push it out
+  auto latest = store.load_latest(R"({"arch":1})");
+  REQUIRE(latest);
+  CHECK(latest->state.global_step == 10);
+  CHECK_THROWS_AS(save_one(store, 20, weights(20)), common::ConfigError);
+  CHECK_THROWS_WITH(
+      save_one(store, 20, weights(20)),
+      Catch::Contains(backup + "/ckpt-0000000020.safetensors") && Catch::Contains("in the way"));
+  store.remove_all();  // folders are not the store's: they stay
+  CHECK(files_in(backup) ==
+        std::vector<std::string>{"ckpt-0000000020.safetensors", "ckpt-0000000099.safetensors"});
+}
+
+TEST_CASE("remove_all deletes the store's files only, and the folder only when that empties it") {
+  testing::TempDir dir;
+  std::string backup = dir.path() + "/backup";
+  CheckpointStore store(backup, 2);
+  save_one(store, 10, weights(10));
+  std::ofstream(backup + "/.ckpt-0000000011.safetensors.tmp.77") << "half";
+  std::ofstream(backup + "/notes.txt") << "mine";
+  store.remove_all();
+  CHECK(files_in(backup) == std::vector<std::string>{"notes.txt"});
+  fs::remove(backup + "/notes.txt");
+  save_one(store, 10, weights(10));
+  store.remove_all();
+  CHECK_FALSE(fs::exists(backup));
+}
+
+TEST_CASE("read_safetensors reads the header first and no more than it describes") {
+  testing::TempDir dir;
+  std::string path = forged(dir.path(), 3, "a");
+  CHECK(read_safetensors(path).tensors.at("layers.0.dense.kernel").data == weights(1));
+  std::string bytes = common::read_file(path);
+  SECTION("not a regular file") {
+    CHECK_THROWS_WITH(read_safetensors("/dev/zero"), Catch::Contains("not a regular file"));
+    std::string fifo = dir.path() + "/ckpt-0000000004.safetensors";
+    REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+    CHECK_THROWS_WITH(read_safetensors(fifo), Catch::Contains("a FIFO"));
+  }
+  SECTION("a header length beyond the file or the limit") {
+    std::string huge = bytes;
+    for (int i = 0; i < 8; ++i) huge[static_cast<size_t>(i)] = '\x7f';
+    common::write_file_atomically(path, huge);
+    CHECK_THROWS_WITH(read_safetensors(path), Catch::Contains("truncated header"));
+  }
+  SECTION("data beyond what the header describes") {
+    common::write_file_atomically(path, bytes + "more");
+    CHECK_THROWS_WITH(read_safetensors(path),
+                      Catch::Contains("the header describes 20 bytes of data, the file has 24"));
+  }
+  SECTION("a header nested thousands deep") {
+    std::string header = "{\"x\":" + std::string(5000, '[') + std::string(5000, ']') + "}";
+    std::string file(8, '\0');
+    for (int i = 0; i < 8; ++i)
+      file[static_cast<size_t>(i)] = static_cast<char>(header.size() >> (8 * i));
+    common::write_file_atomically(path, file + header);
+    CHECK_THROWS_WITH(read_safetensors(path),
+                      Catch::Contains("bad header") && Catch::Contains("levels deep"));
+  }
+}
+
+TEST_CASE("restore_tensors: a tensor of another shape or a missing weight is an error naming it") {
+  testing::TempDir dir;
+  std::string path = forged(dir.path() + "/backup", 3, "a");
+  LoadedCheckpoint c{path, {}, read_safetensors(path)};
+  std::vector<float> out(5, -1.0f), slot(5, -1.0f), other(6, -1.0f);
+  restore_tensors(c, {{"layers.0.dense.kernel", {5}, out.data(), 5},
+                      {"optimizer.sgd.velocity.layers.0.dense.kernel", {5}, slot.data(), 5}});
+  CHECK(out == weights(1));
+  CHECK(slot == std::vector<float>(5, 0.0f));  // the optimizer changed: a fresh slot
+  CHECK_THROWS_WITH(restore_tensors(c, {{"layers.0.dense.kernel", {6}, other.data(), 6}}),
+                    Catch::Contains(path) && Catch::Contains("tensor layers.0.dense.kernel has "
+                                                             "shape [5] (5 values), the model's "
+                                                             "is [6] (6 values)"));
+  CHECK_THROWS_AS(restore_tensors(c, {{"layers.0.dense.kernel", {6}, other.data(), 6}}),
+                  common::ConfigError);
+  CHECK_THROWS_WITH(restore_tensors(c, {{"layers.1.dense.bias", {5}, out.data(), 5}}),
+                    Catch::Contains("has no tensor layers.1.dense.bias"));
+}
+
+TEST_CASE("a backup folder reached through a symlink loses only the store's files") {
+  testing::TempDir dir;
+  fs::create_directories(dir.path() + "/victim/backup");
+  std::ofstream(dir.path() + "/victim/backup/precious.txt") << "keep me";
+  fs::create_directories(dir.path() + "/run");
+  fs::create_directory_symlink(dir.path() + "/victim", dir.path() + "/run/link");
+  CheckpointStore store(dir.path() + "/run/link/backup", 2);
+  save_one(store, 10, weights(10));
+  store.remove_all();
+  CHECK(files_in(dir.path() + "/victim/backup") == std::vector<std::string>{"precious.txt"});
 }

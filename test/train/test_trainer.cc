@@ -1,11 +1,15 @@
 // The fit loop on the oneDNN backend: bit-identical weights for one seed, learning on synthetic
 // data with every layer type, Keras-style progress text, metrics.jsonl, configuration errors
-// naming their JSON path, and corrupt data files failing dtrain-worker with exit 2.
+// naming their JSON path, and corrupt data files failing dtrain-worker with exit 2; a backup.dir
+// outside the run directory, a checkpoint tensor of the wrong size and running out of memory are
+// exit 2 too, and a successful run deletes only its own checkpoints.
 #include <zlib.h>
 
 #include <catch2/catch.hpp>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
+#include <map>
 
 #include "common/atomic_file.h"
 #include "common/errors.h"
@@ -18,6 +22,7 @@
 #include "worker/train/trainer.h"
 
 using namespace dtrain;
+namespace fs = std::filesystem;
 
 namespace {
 
@@ -222,4 +227,132 @@ TEST_CASE(
   REQUIRE(auto_model.size() > 100);
   CHECK(auto_model == ring_model);  // two ranks: each sum is one addition, whatever the transport
   CHECK(shm_model == ring_model);
+}
+
+namespace {
+
+const char* kSmallJob = R"({"job": "small", "train": {"model": {"input_shape": [4, 4, 1],
+    "layers": [{"type": "flatten"}, {"type": "dense", "units": 3}]},
+    "loss": {"type": "sparse_categorical_crossentropy", "from_logits": true},
+    "data": {"source": "synthetic", "examples": 64, "classes": 3},
+    "per_worker_batch_size": 8, "epochs": 1, "device": "cpu", "backup": BACKUP}})";
+
+std::string small_job(const std::string& backup) {
+  std::string text = kSmallJob;
+  text.replace(text.find("BACKUP"), 6, backup);
+  return text;
+}
+
+}  // namespace
+
+TEST_CASE("backup.dir must name a folder inside the run directory") {
+  auto error = [](const std::string& dir) {
+    try {
+      train::parse_train_config(
+          common::JsonDocument::parse(small_job(R"({"dir": )" + common::json_quote(dir) + "}"), "j")
+              .root()
+              .at("train")
+              .dump(),
+          "job.json");
+    } catch (const common::ConfigError& e) {
+      return std::string(e.what());
+    }
+    return std::string("accepted");
+  };
+  for (const char* bad : {".", "./", "..", "../victim", "a/../../b", "/tmp/x", "model", "logs/b",
+                          "metrics.jsonl", "tensorboard/x"}) {
+    INFO(bad);
+    CHECK_THAT(error(bad), Catch::StartsWith("job.json: train.backup.dir: \"") &&
+                               Catch::Contains("is not a folder inside the run directory"));
+  }
+  CHECK_THAT(error(std::string("b\0/../x", 7)), Catch::Contains("control character"));
+  CHECK(error("backup") == "accepted");
+  CHECK(error("checkpoints/run-1") == "accepted");
+  CHECK(error("modelbackup") == "accepted");
+}
+
+TEST_CASE("a successful run removes only its checkpoints; a backup.dir outside is exit 2") {
+  testing::TempDir dir;
+  std::string run = dir.path() + "/run", victim = dir.path() + "/victim";
+  fs::create_directories(victim);
+  std::ofstream(victim + "/precious.txt") << "keep me";
+  for (const char* escape : {R"({"dir": "../victim"})", R"({"dir": "."})"}) {
+    std::string job = dir.path() + "/escape.json";
+    std::ofstream(job, std::ios::trunc) << small_job(escape);
+    auto r =
+        testing::run_process({testing::binary("dtrain-worker"), "--config", job, "--run-dir", run});
+    INFO(r.err);
+    CHECK(r.exit_code == 2);
+    CHECK(r.err.find("train.backup.dir") != std::string::npos);
+  }
+  CHECK(common::read_file(victim + "/precious.txt") == "keep me");
+  // A file of the user's in the backup folder survives the success clean-up, and so does the
+  // folder holding it; the model and metrics are there.
+  std::string job = dir.path() + "/ok.json";
+  std::ofstream(job) << small_job(R"({"dir": "ckpts", "save_freq": 2})");
+  fs::create_directories(run + "/ckpts");
+  std::ofstream(run + "/ckpts/README") << "mine";
+  auto r =
+      testing::run_process({testing::binary("dtrain-worker"), "--config", job, "--run-dir", run});
+  INFO(r.err);
+  REQUIRE(r.exit_code == 0);
+  CHECK(fs::exists(run + "/model/model.safetensors"));
+  CHECK(fs::exists(run + "/metrics.jsonl"));
+  std::vector<std::string> left;
+  for (const auto& e : fs::directory_iterator(run + "/ckpts")) left.push_back(e.path().filename());
+  CHECK(left == std::vector<std::string>{"README"});
+}
+
+TEST_CASE("a checkpoint with a good checksum but a tensor of the wrong size stops the restore") {
+  testing::TempDir dir;
+  train::TrainConfig c = config(5);
+  // This model's architecture and tensor names, one kernel a value short.
+  std::map<std::string, std::string> m = {{"format", "dtrain-checkpoint"},
+                                          {"format_version", "1"},
+                                          {"architecture", c.model_json},
+                                          {"epoch", "1"},
+                                          {"step", "0"},
+                                          {"global_step", "19"},
+                                          {"optimizer_iterations", "19"},
+                                          {"epoch_loss_sum", "0"},
+                                          {"epoch_correct", "0"},
+                                          {"epoch_seen", "0"}};
+  auto backend = nn::make_dnnl_backend();
+  nn::Sequential model(c.model, *backend, 8);
+  std::vector<train::TensorView> views;
+  std::vector<std::vector<float>> data;
+  for (const nn::ParamInfo& p : model.parameter_infos()) {
+    data.emplace_back(p.count - (views.empty() ? 1 : 0), 0.25f);
+    std::vector<int64_t> shape = p.shape;
+    if (views.empty()) shape = {static_cast<int64_t>(p.count - 1)};
+    views.push_back({p.name, shape, data.back().data(), data.back().size()});
+  }
+  fs::create_directories(dir.path() + "/backup");
+  common::write_file_atomically(dir.path() + "/backup/ckpt-0000000019.safetensors",
+                                train::encode_safetensors(views, m));
+  CHECK_THROWS_WITH(train_once(c, dir.path()),
+                    Catch::Contains("ckpt-0000000019.safetensors: tensor " +
+                                    model.parameter_infos()[0].name + " has shape [") &&
+                        Catch::Contains("the model's is ["));
+  CHECK_THROWS_AS(train_once(c, dir.path()), common::ConfigError);
+}
+
+TEST_CASE("dtrain-worker out of memory is exit 2 (a restart would not fit either)") {
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+  WARN("skipped under sanitizers: they reserve more address space than the limit set here");
+  return;
+#endif
+  testing::TempDir dir;
+  std::string job = dir.path() + "/big.json";
+  // 3 million synthetic 8x8 examples: 768 MB of floats, more than the 700 MB address space.
+  std::string text = small_job(R"({"dir": "backup"})");
+  text.replace(text.find("\"examples\": 64"), 14, "\"examples\": 3000000");
+  text.replace(text.find("[4, 4, 1]"), 9, "[8, 8, 1]");
+  std::ofstream(job) << text;
+  auto r = testing::run_process({"/bin/sh", "-c",
+                                 "ulimit -v 700000 && exec \"$0\" --config \"$1\" --run-dir \"$2\"",
+                                 testing::binary("dtrain-worker"), job, dir.path() + "/run"});
+  INFO(r.err);
+  CHECK(r.exit_code == 2);
+  CHECK(r.err.find("out of memory") != std::string::npos);
 }

@@ -1,22 +1,25 @@
-// See idx_file.h. zlib is used here and nowhere else in the data pipeline; the whole file is
-// read into memory first (Fashion-MNIST's largest file is 47 MB), then checked. A gzip file's
-// decompressed copy is kept in the cache of idx_cache.h and read from there next time.
+// See idx_file.h. zlib is used here and nowhere else in the data pipeline. The header is read and
+// checked first, then the data the header promises (and no more) is read or inflated into memory
+// (Fashion-MNIST's largest file is 47 MB). A gzip file's decompressed copy is kept in the cache
+// of idx_cache.h and read from there next time.
 #include "worker/data/idx_file.h"
 
+#include <fcntl.h>
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 #include <sys/stat.h>
+#include <unistd.h>
 #include <zlib.h>
 
 #include <algorithm>
 #include <cerrno>
-#include <cstdio>
 #include <cstring>
 #include <filesystem>
-#include <memory>
 #include <optional>
+#include <vector>
 
 #include "common/errors.h"
+#include "common/unique_fd.h"
 #include "worker/data/idx_cache.h"
 
 namespace dtrain::data {
@@ -28,84 +31,169 @@ using common::ConfigError;
   throw ConfigError(fmt::format("{}: {}", path, what));
 }
 
-struct FileCloser {
-  void operator()(std::FILE* file) const { std::fclose(file); }
+// Bytes an IDX file is parsed from, in order: the file itself, or its gzip stream inflated.
+class ByteSource {
+ public:
+  virtual ~ByteSource() = default;
+  /// Up to n bytes into out; fewer only at the end. Throws ConfigError naming the file.
+  virtual size_t read(char* out, size_t n) = 0;
+  /// Most bytes left that can be known without reading them; 0 when unknown.
+  virtual uint64_t known_left() const { return 0; }
 };
 
-std::string read_raw(const std::string& path) {
-  std::unique_ptr<std::FILE, FileCloser> file(std::fopen(path.c_str(), "rb"));
-  if (!file) fail(path, fmt::format("cannot open ({})", std::strerror(errno)));
-  // One read of the size the file says it has (no growing string for a 47 MB file), then
-  // whatever follows if it grew meanwhile.
-  struct stat st {};
-  std::string bytes;
-  if (::fstat(::fileno(file.get()), &st) == 0 && st.st_size > 0 &&
-      static_cast<uint64_t>(st.st_size) <= kMaxIdxBytes) {
-    bytes.resize(static_cast<size_t>(st.st_size));
-    bytes.resize(std::fread(bytes.data(), 1, bytes.size(), file.get()));
+// A regular file (FIFOs, devices and folders are refused when opened: they may never end).
+class FileSource : public ByteSource {
+ public:
+  explicit FileSource(std::string path) : path_(std::move(path)) {
+    // O_NONBLOCK: opening a FIFO with no writer would wait for one, forever.
+    fd_.reset(::open(path_.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC));
+    if (!fd_.valid()) fail(path_, fmt::format("cannot open ({})", std::strerror(errno)));
+    struct stat st {};
+    if (::fstat(fd_.get(), &st) != 0)
+      fail(path_, fmt::format("cannot stat ({})", std::strerror(errno)));
+    if (!S_ISREG(st.st_mode)) {
+      fail(path_, fmt::format("not a regular file ({}); data files must be",
+                              S_ISDIR(st.st_mode)    ? "a folder"
+                              : S_ISFIFO(st.st_mode) ? "a FIFO"
+                                                     : "a device or socket"));
+    }
+    size_ = static_cast<uint64_t>(st.st_size);
   }
-  char buffer[1 << 16];
-  for (;;) {
-    size_t got = std::fread(buffer, 1, sizeof buffer, file.get());
-    bytes.append(buffer, got);
-    if (got < sizeof buffer) break;
-    if (bytes.size() > kMaxIdxBytes) fail(path, "file is larger than 4 GiB");
+  size_t read(char* out, size_t n) override {
+    size_t done = 0;
+    while (done < n) {
+      ssize_t got = ::read(fd_.get(), out + done, n - done);
+      if (got < 0 && errno == EINTR) continue;
+      if (got < 0) fail(path_, fmt::format("cannot read ({})", std::strerror(errno)));
+      if (got == 0) break;
+      done += static_cast<size_t>(got);
+    }
+    position_ += done;
+    return done;
   }
-  if (std::ferror(file.get())) fail(path, fmt::format("cannot read ({})", std::strerror(errno)));
+  uint64_t known_left() const override { return size_ > position_ ? size_ - position_ : 0; }
+  uint64_t position() const { return position_; }
+  uint64_t size() const { return std::max(size_, position_); }
+  const std::string& path() const { return path_; }
+  /// Whether the file starts with gzip's magic bytes (1f 8b); reads them and rewinds.
+  bool starts_with_gzip_magic() {
+    unsigned char magic[2] = {0, 0};
+    size_t got = read(reinterpret_cast<char*>(magic), 2);
+    if (::lseek(fd_.get(), 0, SEEK_SET) != 0) fail(path_, "cannot seek back to the start");
+    position_ = 0;
+    return got == 2 && magic[0] == 0x1f && magic[1] == 0x8b;
+  }
+
+ private:
+  std::string path_;
+  common::UniqueFd fd_;
+  uint64_t size_ = 0, position_ = 0;
+};
+
+// Inflates one or more concatenated gzip members as they are read, never more than asked for:
+// a header can be checked before the rest is inflated. Anything else after the members is an
+// error.
+class GzipSource : public ByteSource {
+ public:
+  explicit GzipSource(FileSource& file) : file_(file), input_(kInputChunk) {
+    DT_ENFORCE(inflateInit2(&zs_, 16 + MAX_WBITS) == Z_OK, "inflateInit2 failed");
+  }
+  ~GzipSource() override { inflateEnd(&zs_); }
+  GzipSource(const GzipSource&) = delete;
+  GzipSource& operator=(const GzipSource&) = delete;
+
+  size_t read(char* out, size_t n) override {
+    size_t done = 0;
+    while (done < n && !finished_) {
+      if (zs_.avail_in == 0) refill();
+      size_t step = std::min(n - done, size_t{1} << 30);  // zlib counts output in 32 bits
+      zs_.next_out = reinterpret_cast<Bytef*>(out + done);
+      zs_.avail_out = static_cast<uInt>(step);
+      int rc = inflate(&zs_, Z_NO_FLUSH);
+      done += step - zs_.avail_out;
+      check(rc);
+      if (rc == Z_STREAM_END) next_member();
+    }
+    return done;
+  }
+
+ private:
+  static constexpr size_t kInputChunk = size_t{1} << 20;
+
+  // Moves the unread input to the front of the buffer and tops it up from the file.
+  void refill() {
+    size_t left = zs_.avail_in;
+    if (left > 0) std::memmove(input_.data(), zs_.next_in, left);
+    size_t got = file_.read(reinterpret_cast<char*>(input_.data()) + left, input_.size() - left);
+    eof_ = got < input_.size() - left;
+    zs_.next_in = input_.data();
+    zs_.avail_in = static_cast<uInt>(left + got);
+  }
+
+  void check(int rc) {
+    const std::string& path = file_.path();
+    if (rc == Z_DATA_ERROR) {
+      fail(path, fmt::format("not a valid gzip stream ({})", zs_.msg ? zs_.msg : "data error"));
+    }
+    DT_ENFORCE(rc == Z_OK || rc == Z_STREAM_END || rc == Z_BUF_ERROR, "inflate returned {}", rc);
+    if (rc == Z_BUF_ERROR && zs_.avail_in == 0 && eof_)
+      fail(path, "not a valid gzip stream (truncated)");
+  }
+
+  // After a member's end: the file ends, or another member follows.
+  void next_member() {
+    if (zs_.avail_in < 2 && !eof_) refill();
+    if (zs_.avail_in == 0) {
+      finished_ = true;
+      return;
+    }
+    if (zs_.avail_in < 2 || zs_.next_in[0] != 0x1f || zs_.next_in[1] != 0x8b) {
+      fail(file_.path(), fmt::format("{} unexpected bytes after the gzip stream",
+                                     file_.size() - (file_.position() - zs_.avail_in)));
+    }
+    DT_ENFORCE(inflateReset(&zs_) == Z_OK, "inflateReset failed");
+  }
+
+  FileSource& file_;
+  std::vector<Bytef> input_;
+  z_stream zs_{};
+  bool eof_ = false, finished_ = false;
+};
+
+// Up to n bytes of in (fewer only at its end).
+std::string read_up_to(ByteSource& in, size_t n) {
+  std::string bytes(n, '\0');
+  bytes.resize(in.read(bytes.data(), n));
   return bytes;
 }
 
-bool has_gzip_magic(const std::string& bytes, size_t at) {
-  return bytes.size() >= at + 2 && static_cast<unsigned char>(bytes[at]) == 0x1f &&
-         static_cast<unsigned char>(bytes[at + 1]) == 0x8b;
-}
-
-struct InflateEnder {
-  z_stream* stream;
-  ~InflateEnder() { inflateEnd(stream); }
-};
-
-// Hands zlib the next piece of packed from position `from` (zlib counts input in 32 bits).
-void feed(z_stream& zs, const std::string& packed, size_t from, size_t& fed) {
-  size_t n = std::min(packed.size() - from, size_t{1} << 30);
-  zs.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(packed.data() + from));
-  zs.avail_in = static_cast<uInt>(n);
-  fed = from + n;
-}
-
-// Decompresses one or more concatenated gzip members; anything else after them is an error.
-std::string gunzip(const std::string& path, const std::string& packed) {
-  constexpr size_t kChunk = size_t{1} << 20;
-  z_stream zs{};
-  DT_ENFORCE(inflateInit2(&zs, 16 + MAX_WBITS) == Z_OK, "inflateInit2 failed");
-  InflateEnder ender{&zs};
-  std::string out;
-  size_t fed = 0;  // bytes of packed handed to zlib so far
-  feed(zs, packed, 0, fed);
-  for (;;) {
-    if (zs.avail_in == 0 && fed < packed.size()) feed(zs, packed, fed, fed);
-    size_t used = out.size();
-    out.resize(used + kChunk);
-    zs.next_out = reinterpret_cast<Bytef*>(out.data() + used);
-    zs.avail_out = static_cast<uInt>(kChunk);
-    int rc = inflate(&zs, Z_NO_FLUSH);
-    out.resize(used + kChunk - zs.avail_out);
-    if (out.size() > kMaxIdxBytes) fail(path, "gzip stream decompresses to more than 4 GiB");
-    if (rc == Z_DATA_ERROR) {
-      fail(path, fmt::format("not a valid gzip stream ({})", zs.msg ? zs.msg : "data error"));
-    }
-    DT_ENFORCE(rc == Z_OK || rc == Z_STREAM_END || rc == Z_BUF_ERROR, "inflate returned {}", rc);
-    bool input_done = zs.avail_in == 0 && fed == packed.size();
-    if (rc == Z_BUF_ERROR && input_done) fail(path, "not a valid gzip stream (truncated)");
-    if (rc != Z_STREAM_END) continue;
-    size_t next = fed - zs.avail_in;
-    if (next == packed.size()) return out;
-    if (!has_gzip_magic(packed, next)) {
-      fail(path, fmt::format("{} unexpected bytes after the gzip stream", packed.size() - next));
-    }
-    DT_ENFORCE(inflateReset(&zs) == Z_OK, "inflateReset failed");
-    feed(zs, packed, next, fed);
+// Up to want bytes of in, in a buffer grown as they arrive: memory follows what the file holds,
+// not what its header claims.
+std::vector<uint8_t> read_data(ByteSource& in, uint64_t want) {
+  constexpr uint64_t kFirstBuffer = uint64_t{16} << 20;
+  std::vector<uint8_t> data;
+  size_t have = 0;
+  uint64_t next = std::min(want, std::max(in.known_left(), kFirstBuffer));
+  while (have < want) {
+    data.resize(static_cast<size_t>(next));
+    have += in.read(reinterpret_cast<char*>(data.data()) + have, data.size() - have);
+    if (have < data.size()) break;  // the end of the file
+    next = std::min(want, next * 2);
   }
+  data.resize(have);
+  return data;
+}
+
+// How many bytes are left in `in`, counted without keeping them; stops at kMaxIdxBytes.
+uint64_t count_rest(ByteSource& in) {
+  std::vector<char> buffer(size_t{1} << 16);
+  uint64_t count = 0;
+  while (count <= kMaxIdxBytes) {
+    size_t got = in.read(buffer.data(), buffer.size());
+    count += got;
+    if (got < buffer.size()) break;
+  }
+  return count;
 }
 
 uint32_t big_endian_u32(const std::string& bytes, size_t at) {
@@ -145,63 +233,80 @@ void check_length(const std::string& path, const std::vector<int64_t>& dims, uin
                            have, unit));
   }
   if (have > want) {
+    std::string more = have > kMaxIdxBytes ? "more than 4 GiB" : std::to_string(have);
     fail(path, fmt::format("trailing bytes: header says {}, file has {}{} ({} too many)",
-                           describe_data(dims, want), have, unit, have - want));
+                           describe_data(dims, want), more, unit, have - want));
   }
 }
 
-}  // namespace
-
-std::string read_file_maybe_gzip(const std::string& path) {
-  std::string bytes = read_raw(path);
-  if (!has_gzip_magic(bytes, 0)) return bytes;
-  return gunzip(path, bytes);
-}
-
-namespace {
-
-// The IDX array in bytes (the whole decompressed file), checked as kind; errors name path.
-IdxArray parse_idx(const std::string& path, const std::string& bytes, IdxKind kind) {
-  if (bytes.size() < 4)
-    fail(path, fmt::format("too short for an IDX file ({} bytes)", bytes.size()));
-  check_magic(path, big_endian_u32(bytes, 0), kind);
+// The header's dimensions, checked as kind, from the first bytes of in: nothing more is read
+// before they are known good.
+std::vector<int64_t> read_header(const std::string& path, ByteSource& in, IdxKind kind) {
+  std::string magic = read_up_to(in, 4);
+  if (magic.size() < 4)
+    fail(path, fmt::format("too short for an IDX file ({} bytes)", magic.size()));
+  check_magic(path, big_endian_u32(magic, 0), kind);
   const size_t rank = kind == IdxKind::kImages ? 3 : 1;
-  const size_t header = 4 + 4 * rank;
-  if (bytes.size() < header) {
-    fail(path,
-         fmt::format("truncated: the header needs {} bytes, file has {}", header, bytes.size()));
+  std::string dims_bytes = read_up_to(in, 4 * rank);
+  if (dims_bytes.size() < 4 * rank) {
+    fail(path, fmt::format("truncated: the header needs {} bytes, file has {}", 4 + 4 * rank,
+                           4 + dims_bytes.size()));
   }
-  IdxArray array;
+  std::vector<int64_t> dims;
   uint64_t want = 1;
   for (size_t i = 0; i < rank; ++i) {
-    uint32_t dim = big_endian_u32(bytes, 4 + 4 * i);
+    uint32_t dim = big_endian_u32(dims_bytes, 4 * i);
     if (dim == 0) fail(path, fmt::format("dimension {} of the header is 0", i));
     want *= dim;  // at most 2^32 * 4 GiB after the check below: no overflow
     if (want > kMaxIdxBytes) fail(path, "header describes more than 4 GiB of data");
-    array.dims.push_back(dim);
+    dims.push_back(dim);
   }
-  check_length(path, array.dims, want, bytes.size() - header);
-  array.data.assign(bytes.begin() + static_cast<std::ptrdiff_t>(header), bytes.end());
+  return dims;
+}
+
+// The IDX array in `in`, checked as kind; errors name path.
+IdxArray parse_idx(const std::string& path, ByteSource& in, IdxKind kind) {
+  IdxArray array;
+  array.dims = read_header(path, in, kind);
+  uint64_t want = 1;
+  for (int64_t dim : array.dims) want *= static_cast<uint64_t>(dim);
+  array.data = read_data(in, want);
+  uint64_t have = array.data.size();
+  if (have == want) have += count_rest(in);
+  check_length(path, array.dims, want, have);
   return array;
+}
+
+// The file that holds array (header and data), as the cache keeps it.
+std::string idx_file_bytes(const IdxArray& array, IdxKind kind) {
+  std::string out;
+  auto put = [&out](uint32_t v) {
+    for (int shift = 24; shift >= 0; shift -= 8) out.push_back(static_cast<char>(v >> shift));
+  };
+  put(kind == IdxKind::kImages ? kIdxImagesMagic : kIdxLabelsMagic);
+  for (int64_t dim : array.dims) put(static_cast<uint32_t>(dim));
+  out.append(array.data.begin(), array.data.end());
+  return out;
 }
 
 }  // namespace
 
 IdxArray read_idx(const std::string& path, IdxKind kind) {
-  std::string bytes = read_raw(path);
-  if (!has_gzip_magic(bytes, 0)) return parse_idx(path, bytes, kind);
+  FileSource file(path);
+  if (!file.starts_with_gzip_magic()) return parse_idx(path, file, kind);
   std::optional<std::string> dir = idx_cache_dir();
   std::optional<std::string> cache = dir ? idx_cache_path(*dir, path) : std::nullopt;
   if (cache && std::filesystem::exists(*cache)) {
     try {
-      return parse_idx(*cache, read_raw(*cache), kind);
+      FileSource copy(*cache);
+      return parse_idx(*cache, copy, kind);
     } catch (const common::ConfigError& e) {  // damaged: make it again
       spdlog::warn("ignoring the cached copy: {}", e.what());
     }
   }
-  std::string unpacked = gunzip(path, bytes);
+  GzipSource unpacked(file);
   IdxArray array = parse_idx(path, unpacked, kind);
-  if (cache) store_idx_cache(*cache, unpacked);
+  if (cache) store_idx_cache(*cache, idx_file_bytes(array, kind));
   return array;
 }
 

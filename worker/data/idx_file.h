@@ -28,11 +28,11 @@ struct IdxArray {
 
 /// Reads and checks path as kind. Gzip is recognised by its magic bytes (1f 8b), not the name;
 /// its decompressed contents come from, or go to, the cache of idx_cache.h.
-/// Every problem is a common::ConfigError "<path>: <what is wrong>" (missing file, bad gzip,
-/// bad magic, zero dimension, truncated or trailing data). Blocks on file I/O; thread-safe.
+/// The header is checked before the data is read, and no more data is read or inflated than the
+/// header promises (a gzip bomb with a bad header costs a few KB); FIFOs, devices and folders are
+/// refused. Every problem is a common::ConfigError "<path>: <what is wrong>" (missing file, not a
+/// regular file, bad gzip, bad magic, zero dimension, truncated or trailing data). Blocks on file
+/// I/O; thread-safe.
 IdxArray read_idx(const std::string& path, IdxKind kind);
-
-/// The whole file at path, decompressed if it starts with the gzip magic. Errors as read_idx.
-std::string read_file_maybe_gzip(const std::string& path);
 
 }  // namespace dtrain::data

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -46,8 +47,14 @@ struct SafetensorsFile {
 std::string encode_safetensors(const std::vector<TensorView>& tensors,
                                std::map<std::string, std::string> metadata);
 /// Parses and verifies bytes; throws IoError naming path and what is wrong (truncated, bad
-/// header, checksum mismatch...).
+/// header, checksum mismatch...). Headers nest at most common::kMaxJsonDepth levels.
 SafetensorsFile decode_safetensors(const std::string& bytes, const std::string& path);
+/// Reads and verifies the file at path, the header first: it must be at most 100 MiB, and the
+/// file must hold exactly the data it describes, which is all that is then read. Refuses what is
+/// not a regular file (a FIFO, /dev/zero, a folder). Errors as decode_safetensors.
+SafetensorsFile read_safetensors(const std::string& path);
+/// The __metadata__ of the file at path, read without its data (not verified: no checksum).
+std::map<std::string, std::string> read_safetensors_metadata(const std::string& path);
 
 struct LoadedCheckpoint {
   std::string path;
@@ -55,26 +62,38 @@ struct LoadedCheckpoint {
   SafetensorsFile file;
 };
 
+/// Copies each tensor of into (views of host memory the caller owns) from the checkpoint. A
+/// tensor of another shape, or a missing weight, is a ConfigError naming the file, the tensor
+/// and both shapes: the checksum proves the file is whole, not that it fits. A missing optimizer
+/// slot (the optimizer changed) starts from zero, with a warning.
+void restore_tensors(const LoadedCheckpoint& checkpoint, const std::vector<TensorView>& into);
+
 /// The backup folder of a run: ckpt-<global step>.safetensors files and checkpoint.json.
+/// Only regular files count as checkpoints; anything else there is reported once and left alone.
 class CheckpointStore {
  public:
   CheckpointStore(std::string dir, int keep);
 
   /// Writes a checkpoint of state and tensors for a model of architecture (JSON text), updates
-  /// the index and deletes all but the newest `keep`. Returns its path. Throws IoError.
+  /// the index and deletes this model's older checkpoints beyond the newest `keep` (files of
+  /// other models, or of later steps, are never deleted: see prune). Returns its path. Throws
+  /// IoError, or ConfigError when a folder has the checkpoint's name.
   std::string save(const TrainingState& state, const std::vector<TensorView>& tensors,
                    const std::string& architecture);
-  /// The newest checkpoint that verifies and is for architecture; each one skipped is logged
-  /// with its reason. nullopt when there is none.
+  /// The newest checkpoint that verifies, is for architecture and has epoch and step in range;
+  /// each one skipped is logged with its reason. nullopt when there is none.
   std::optional<LoadedCheckpoint> load_latest(const std::string& architecture) const;
-  /// Removes the folder and everything in it.
+  /// Removes the checkpoints, the index and their temporaries, then the folder if it is empty;
+  /// nothing else.
   void remove_all();
   const std::string& dir() const { return dir_; }
 
  private:
   std::vector<std::string> candidates() const;
+  std::vector<std::string> prune(const std::string& written, const std::string& architecture);
   std::string dir_;
   int keep_;
+  mutable std::set<std::string> reported_;  ///< names already warned about, to warn once
 };
 
 /// Writes RUN_DIR/model/model.safetensors (weights; metadata: architecture) and model.json.

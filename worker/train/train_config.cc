@@ -3,6 +3,9 @@
 
 #include <fmt/format.h>
 
+#include <filesystem>
+#include <string_view>
+
 #include "common/errors.h"
 #include "common/json.h"
 
@@ -19,10 +22,39 @@ std::string one_of(const common::JsonNode& node, std::initializer_list<const cha
   node.fail(fmt::format("expected one of {}, found \"{}\"", names, value));
 }
 
+// What the run directory holds besides the backup folder (common/run_dir.h and the files the
+// launcher, trainer and evaluator add): a backup folder there would mix checkpoints into it.
+constexpr std::string_view kRunDirEntries[] = {
+    "spec.json",    "state.json",       "events.jsonl", "logs",          "model",
+    "tensorboard",  "metrics.jsonl",    "eval.jsonl",   "launcher.lock", "launcher.pid",
+    "launcher.log", "launcher.reserve", "control.sock"};
+
+// backup.dir is a folder inside the run directory that the chief fills and, on success, empties:
+// a relative path of plain names, with no "." or ".." and not one of the run's own entries.
+std::string backup_dir(const common::JsonNode& node) {
+  std::string dir = node.as_nonempty_string();
+  auto refuse = [&](const std::string& why) {
+    node.fail(fmt::format("{} is not a folder inside the run directory: {}", node.describe(), why));
+  };
+  if (dir.front() == '/') refuse("it is an absolute path; give one relative to the run directory");
+  for (char c : dir) {
+    if (static_cast<unsigned char>(c) < 0x20) refuse("it has a control character");
+  }
+  std::filesystem::path path(dir);
+  for (const std::filesystem::path& part : path) {
+    if (part == "." || part == "..") refuse("\".\" and \"..\" are not allowed in it");
+  }
+  std::string first = path.begin()->string();
+  for (std::string_view entry : kRunDirEntries) {
+    if (first == entry) refuse(fmt::format("\"{}\" is the run directory's own", entry));
+  }
+  return dir;
+}
+
 BackupSpec parse_backup(const common::JsonNode& node) {
   node.check_keys({"dir", "save_freq", "keep", "delete_on_success"});
   BackupSpec b;
-  if (auto n = node.find("dir")) b.dir = n->as_nonempty_string();
+  if (auto n = node.find("dir")) b.dir = backup_dir(*n);
   if (auto n = node.find("save_freq")) {
     if (n->is_string()) {
       if (n->as_string() != "epoch")

@@ -17,6 +17,21 @@
 
 namespace dtrain::train {
 
+namespace {
+
+// A checkpoint's step must exist in this run's epochs: the batcher cannot start an epoch past its
+// end (train.steps_per_epoch lowered since, or a hand-made file).
+void check_resumable(const LoadedCheckpoint& c, int epochs, int64_t steps_per_epoch) {
+  if (c.state.epoch < epochs && c.state.step > steps_per_epoch) {
+    throw common::ConfigError(fmt::format(
+        "{}: resumes at step {} of epoch {}, but an epoch has {} steps in this configuration; "
+        "remove the file or restore train.steps_per_epoch",
+        c.path, c.state.step, c.state.epoch + 1, steps_per_epoch));
+  }
+}
+
+}  // namespace
+
 Trainer::Trainer(const TrainConfig& config, nn::Backend& backend, comm::Communicator& comm,
                  data::Dataset train, data::Dataset test, TrainerOptions options,
                  common::ControlClient* control)
@@ -85,15 +100,8 @@ void Trainer::restore() {
   std::vector<TensorView> views = checkpoint_tensors();  // the initial state, on the host
   if (options_.chief) {
     if (std::optional<LoadedCheckpoint> c = store_.load_latest(config_.model_json)) {
-      for (TensorView& v : views) {
-        auto it = c->file.tensors.find(v.name);
-        if (it == c->file.tensors.end() || it->second.data.size() != v.count) {
-          spdlog::warn("{}: no tensor {}; it starts from zero", c->path, v.name);
-          std::fill_n(const_cast<float*>(v.data), v.count, 0.0f);
-          continue;
-        }
-        std::copy(it->second.data.begin(), it->second.data.end(), const_cast<float*>(v.data));
-      }
+      check_resumable(*c, config_.epochs, steps_per_epoch_);
+      restore_tensors(*c, views);
       const TrainingState& t = c->state;
       header = {1,
                 double(t.epoch),
