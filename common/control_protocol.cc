@@ -78,27 +78,39 @@ ControlClient::~ControlClient() {
   if (fd_ >= 0) ::close(fd_);
 }
 
+bool ControlClient::connect_now() {
+  fd_ = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  std::memcpy(addr.sun_path, path_.c_str(), path_.size() + 1);
+  if (fd_ < 0 || ::connect(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = -1;
+    return false;
+  }
+  ::fcntl(fd_, F_SETFL, ::fcntl(fd_, F_GETFL) | O_NONBLOCK);
+  return true;
+}
+
+ControlClient::Sent ControlClient::send_line(const std::string& line) {
+  ssize_t n = ::send(fd_, line.data(), line.size(), MSG_NOSIGNAL);
+  if (n == static_cast<ssize_t>(line.size())) return Sent::kWhole;
+  if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return Sent::kFull;
+  ::close(fd_);  // broken or partly written: start over with a fresh connection
+  fd_ = -1;
+  return Sent::kBroken;
+}
+
 bool ControlClient::send(const ControlMessage& message) {
   if (path_.empty() || path_.size() >= sizeof(sockaddr_un{}.sun_path)) return false;
-  if (fd_ < 0) {
-    fd_ = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    sockaddr_un addr{};
-    addr.sun_family = AF_UNIX;
-    std::memcpy(addr.sun_path, path_.c_str(), path_.size() + 1);
-    if (fd_ < 0 || ::connect(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
-      if (fd_ >= 0) ::close(fd_);
-      fd_ = -1;
-      return false;
-    }
-    ::fcntl(fd_, F_SETFL, ::fcntl(fd_, F_GETFL) | O_NONBLOCK);
-  }
+  bool reused = fd_ >= 0;
+  if (!reused && !connect_now()) return false;
   std::string line = format_control_message(message);
-  ssize_t n = ::send(fd_, line.data(), line.size(), MSG_NOSIGNAL);
-  if (n == static_cast<ssize_t>(line.size())) return true;
-  if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return false;
-  ::close(fd_);  // broken or partly written: start over with a fresh connection next time
-  fd_ = -1;
-  return false;
+  Sent sent = send_line(line);
+  // The launcher closes connections that stay idle too long: one fresh try, so the message
+  // that finds its connection closed is not the one lost.
+  if (sent == Sent::kBroken && reused && connect_now()) sent = send_line(line);
+  return sent == Sent::kWhole;
 }
 
 }  // namespace dtrain::common

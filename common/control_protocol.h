@@ -36,7 +36,8 @@ std::optional<ControlMessage> parse_control_message(std::string_view line);
 
 /// Best-effort sender used by workers: connects lazily to DTRAIN_CONTROL, never blocks longer
 /// than the kernel's socket buffer allows (non-blocking writes; a full buffer drops the
-/// message), and silently does nothing when DTRAIN_CONTROL is unset or the launcher is gone.
+/// message), and silently does nothing when DTRAIN_CONTROL is unset or the launcher is gone. A
+/// connection the launcher has closed (it closes idle ones) is replaced at once, once.
 class ControlClient {
  public:
   /// address: the value of DTRAIN_CONTROL ("" = disabled).
@@ -49,6 +50,10 @@ class ControlClient {
   bool send(const ControlMessage& message);
 
  private:
+  enum class Sent { kWhole, kFull, kBroken };
+  bool connect_now();
+  Sent send_line(const std::string& line);
+
   std::string path_;
   int fd_ = -1;
 };

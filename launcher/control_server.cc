@@ -8,12 +8,17 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/local/stream_protocol.hpp>
 #include <boost/asio/read_until.hpp>
+#include <boost/asio/steady_timer.hpp>
 #include <boost/asio/streambuf.hpp>
 #include <boost/asio/write.hpp>
+#include <chrono>
+#include <deque>
 #include <functional>
+#include <list>
 
 #include "common/errors.h"
 #include "common/json.h"
@@ -21,39 +26,94 @@
 namespace dtrain::launcher {
 namespace {
 using Protocol = boost::asio::local::stream_protocol;
+using Clock = std::chrono::steady_clock;
 
 void set_cloexec(int fd) {
   ::fcntl(fd, F_SETFD, ::fcntl(fd, F_GETFD) | FD_CLOEXEC);
 }
 
-struct Handlers {
+std::chrono::steady_clock::duration seconds(double s) {
+  return std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(s));
+}
+
+struct Connection;
+
+// What the server and its connections share; the server empties the handlers when it goes, so
+// connections that outlive it do nothing more.
+struct Shared {
   ControlServer::Handler messages;
   ControlServer::RequestHandler requests;
+  ControlLimits limits;
+  std::list<Connection*> open;  ///< every connection not yet closed, oldest first
 };
 
 struct Connection : std::enable_shared_from_this<Connection> {
-  Connection(Protocol::socket s, std::shared_ptr<Handlers> h)
-      : socket(std::move(s)), buffer(common::kMaxControlLine), handler(std::move(h)) {}
+  Connection(Protocol::socket s, std::shared_ptr<Shared> sh)
+      : socket(std::move(s)),
+        idle_timer(socket.get_executor()),
+        buffer(sh->limits.max_line_bytes),
+        shared(std::move(sh)) {
+    shared->open.push_back(this);
+  }
+  ~Connection() { shared->open.remove(this); }
+
+  void start() {
+    touch();
+    read_line();
+  }
+
+  // Closes the socket; the pending handlers then end and release this connection.
+  void close(const char* why) {
+    if (closed) return;
+    closed = true;
+    if (why) spdlog::warn("control socket: closed a connection: {}", why);
+    shared->open.remove(this);
+    boost::system::error_code ignored;
+    socket.close(ignored);
+    idle_timer.cancel();
+  }
+
+  // Restarts the idle clock: the client sent a line, or took a reply.
+  void touch() {
+    last_active = Clock::now();
+    idle_timer.expires_after(seconds(shared->limits.idle_seconds));
+    idle_timer.async_wait([self = shared_from_this()](const boost::system::error_code& ec) {
+      if (!ec) self->close(nullptr);  // silent for too long: nothing to say about it
+    });
+  }
 
   void reply(std::string line) {
-    auto text = std::make_shared<std::string>(std::move(line) + "\n");
+    queued_bytes += line.size() + 1;
+    if (queued_bytes > shared->limits.max_queued_reply_bytes)
+      return close("the client does not read its replies");
+    replies.push_back(std::move(line) + "\n");
+    if (replies.size() == 1) write_next();
+  }
+
+  void write_next() {
     boost::asio::async_write(
-        socket, boost::asio::buffer(*text),
-        [self = shared_from_this(), text](const boost::system::error_code&, size_t) {});
+        socket, boost::asio::buffer(replies.front()),
+        [self = shared_from_this()](const boost::system::error_code& ec, size_t) {
+          if (ec) return self->close(nullptr);
+          self->queued_bytes -= self->replies.front().size();
+          self->replies.pop_front();
+          self->touch();
+          if (!self->replies.empty()) self->write_next();
+        });
   }
 
   // A request has a "request" key; anything else must be a worker's message.
   void dispatch(const std::string& line) {
-    if (line.find("\"request\"") != std::string::npos && handler->requests) {
+    if (line.find("\"request\"") != std::string::npos && shared->requests) {
       try {
         common::JsonDocument doc = common::JsonDocument::parse(line, "request");
         doc.root().at("request").as_string();
-        return reply(handler->requests(doc.root().dump()));
+        return reply(shared->requests(doc.root().dump()));
       } catch (const std::exception& e) {
         return reply(fmt::format("{{\"ok\":false,\"error\":{}}}", common::json_quote(e.what())));
       }
     }
-    if (auto message = common::parse_control_message(line)) return handler->messages(*message);
+    if (auto message = common::parse_control_message(line)) return shared->messages(*message);
     spdlog::warn("control socket: dropped a malformed message ({} bytes)", line.size());
     reply("{\"ok\":false,\"error\":\"malformed message\"}");
   }
@@ -62,19 +122,26 @@ struct Connection : std::enable_shared_from_this<Connection> {
     boost::asio::async_read_until(
         socket, buffer, '\n',
         [self = shared_from_this()](const boost::system::error_code& ec, size_t n) {
-          if (ec) return;  // peer closed, or the line outgrew kMaxControlLine
+          if (ec == boost::asio::error::not_found) return self->close("a line over the limit");
+          if (ec) return self->close(nullptr);  // peer closed, or closed here
           std::string line(boost::asio::buffers_begin(self->buffer.data()),
                            boost::asio::buffers_begin(self->buffer.data()) + n - 1);
           self->buffer.consume(n);
-          if (!self->handler->messages) return;  // the server is gone
+          if (!self->shared->messages) return;  // the server is gone
+          self->touch();
           self->dispatch(line);
-          self->read_line();
+          if (!self->closed) self->read_line();
         });
   }
 
   Protocol::socket socket;
+  boost::asio::steady_timer idle_timer;
   boost::asio::streambuf buffer;
-  std::shared_ptr<Handlers> handler;  // emptied when the server goes
+  std::shared_ptr<Shared> shared;
+  std::deque<std::string> replies;  ///< front is being written
+  size_t queued_bytes = 0;
+  Clock::time_point last_active;
+  bool closed = false;
 };
 
 // Only processes of this user may talk to the launcher.
@@ -87,32 +154,60 @@ bool same_user(int fd) {
 }  // namespace
 
 struct ControlServer::Impl {
-  Impl(boost::asio::io_context& io, std::string p, Handler h, RequestHandler r)
+  Impl(boost::asio::io_context& io, std::string p, Handler h, RequestHandler r, ControlLimits l)
       : path(std::move(p)),
-        handler(std::make_shared<Handlers>(Handlers{std::move(h), std::move(r)})),
-        acceptor(io) {}
+        shared(std::make_shared<Shared>(Shared{std::move(h), std::move(r), l, {}})),
+        acceptor(io),
+        pause(io) {}
 
   void accept() {
     acceptor.async_accept([this](const boost::system::error_code& ec, Protocol::socket socket) {
       if (ec == boost::asio::error::operation_aborted) return;
-      if (!ec && !same_user(socket.native_handle())) {
+      if (ec) return pause_accepting(ec);
+      if (!same_user(socket.native_handle())) {
         spdlog::warn("control socket: refused a connection from another user");
-      } else if (!ec) {
+      } else {
         set_cloexec(socket.native_handle());
-        std::make_shared<Connection>(std::move(socket), handler)->read_line();
+        make_room();
+        std::make_shared<Connection>(std::move(socket), shared)->start();
       }
       accept();
     });
   }
 
+  // accept() fails again at once while its cause lasts (no descriptor left): wait, then retry.
+  void pause_accepting(const boost::system::error_code& ec) {
+    if (Clock::now() - last_pause_logged > std::chrono::seconds(10)) {
+      spdlog::warn("control socket: cannot accept a connection ({}); pausing {:.1f} s",
+                   ec.message(), shared->limits.accept_pause_seconds);
+      last_pause_logged = Clock::now();
+    }
+    pause.expires_after(seconds(shared->limits.accept_pause_seconds));
+    pause.async_wait([this](const boost::system::error_code& timer_ec) {
+      if (!timer_ec) accept();
+    });
+  }
+
+  // All connections taken: the one idle longest goes (a worker's client reconnects by itself).
+  void make_room() {
+    if (shared->open.size() < shared->limits.max_connections) return;
+    auto idlest = std::min_element(
+        shared->open.begin(), shared->open.end(),
+        [](const Connection* a, const Connection* b) { return a->last_active < b->last_active; });
+    (*idlest)->close("too many connections; this one was idle longest");
+  }
+
   std::string path;
-  std::shared_ptr<Handlers> handler;
+  std::shared_ptr<Shared> shared;
   Protocol::acceptor acceptor;
+  boost::asio::steady_timer pause;
+  Clock::time_point last_pause_logged{};
 };
 
 ControlServer::ControlServer(boost::asio::io_context& io, std::string path, Handler handler,
-                             RequestHandler requests)
-    : impl_(std::make_unique<Impl>(io, std::move(path), std::move(handler), std::move(requests))) {
+                             RequestHandler requests, ControlLimits limits)
+    : impl_(std::make_unique<Impl>(io, std::move(path), std::move(handler), std::move(requests),
+                                   limits)) {
   ::unlink(impl_->path.c_str());
   boost::system::error_code ec;
   impl_->acceptor.open(Protocol(), ec);
@@ -126,10 +221,11 @@ ControlServer::ControlServer(boost::asio::io_context& io, std::string path, Hand
 }
 
 ControlServer::~ControlServer() {
-  impl_->handler->messages = nullptr;
-  impl_->handler->requests = nullptr;
+  impl_->shared->messages = nullptr;
+  impl_->shared->requests = nullptr;
   boost::system::error_code ignored;
   impl_->acceptor.close(ignored);
+  impl_->pause.cancel();
   ::unlink(impl_->path.c_str());
 }
 

@@ -1,8 +1,10 @@
 // The launcher's UNIX socket: workers send heartbeats and progress on it (DTRAIN_CONTROL), and
 // `dtrain status` / `dtrain stop` send requests ({"request": "status"}) that get one JSON line
 // back. Only this user may connect (socket 0600 in a 0700 run directory, and the peer's uid is
-// checked). Malformed lines are answered with an error and dropped; an overlong line closes that
-// connection. Runs on the io_context's thread; no locks.
+// checked). Malformed lines are answered with an error and dropped. What one client can cost is
+// bounded (ControlLimits): an overlong line, too many unread replies or a long silence close its
+// connection, the oldest idle connection makes room when all are taken, and accept() failing
+// (out of descriptors) pauses accepting instead of spinning. Runs on the io_context's thread.
 #pragma once
 
 #include <functional>
@@ -17,6 +19,22 @@ class io_context;
 
 namespace dtrain::launcher {
 
+/// What a client of the control socket may cost the launcher.
+struct ControlLimits {
+  /// Open connections (each worker holds one); when all are taken, the one idle longest is
+  /// closed to make room for the new one.
+  size_t max_connections = 256;
+  /// A connection that sends nothing and has nothing left to read for this long is closed
+  /// (a worker's ControlClient reconnects by itself).
+  double idle_seconds = 120;
+  /// A longer line closes its connection.
+  size_t max_line_bytes = 8192;
+  /// Replies written but not yet taken by the client; more close its connection.
+  size_t max_queued_reply_bytes = 1 << 20;
+  /// Pause after accept() fails (out of descriptors or memory) before trying again.
+  double accept_pause_seconds = 0.2;
+};
+
 class ControlServer {
  public:
   using Handler = std::function<void(const common::ControlMessage&)>;
@@ -26,7 +44,7 @@ class ControlServer {
   /// Listens on path (an old socket file there is replaced; the folder must exist), mode 0600.
   /// Throws IoError naming the path.
   ControlServer(boost::asio::io_context& io, std::string path, Handler handler,
-                RequestHandler requests = {});
+                RequestHandler requests = {}, ControlLimits limits = {});
   ~ControlServer();
   ControlServer(const ControlServer&) = delete;
   ControlServer& operator=(const ControlServer&) = delete;

@@ -7,6 +7,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/signal_set.hpp>
 #include <filesystem>
@@ -112,25 +113,30 @@ void print_summary(const common::JobSpec& spec, const common::RunDir& run_dir,
   for (const std::string& line : tail_lines(f.log_path, 20)) std::cerr << "  " << line << "\n";
 }
 
-int run_supervisor(const common::JobSpec& spec, PreparedRun& run, int metrics_port) {
+int run_supervisor(const common::JobSpec& spec, PreparedRun& run,
+                   common::UniqueFd metrics_listener) {
   boost::asio::io_context io;
   GroupGuardian guardian = GroupGuardian::start();
   auto spawner = make_boost_process_spawner(io);
   RunRecorder recorder(run.run_dir);
   Console console = Console::for_stdout();
   std::unique_ptr<Supervisor> supervisor;
+  ControlLimits limits;  // room for every worker's connection besides clients
+  limits.max_connections =
+      std::max<size_t>(limits.max_connections, 2 * run.context.cluster.tasks().size() + 64);
   ControlServer control(
       io, control_socket_path(run.context.run_dir),
       [&](const common::ControlMessage& m) { supervisor->on_control_message(m); },
-      [&](const std::string& request) { return answer_request(*supervisor, request); });
+      [&](const std::string& request) { return answer_request(*supervisor, request); }, limits);
   run.context.control_address = control.address();
   supervisor = std::make_unique<Supervisor>(
       io, *spawner, recorder, console, &guardian,
       SupervisorOptions{run.context, run.first_attempt, static_cast<uint64_t>(::getpid())});
   std::unique_ptr<MetricsServer> metrics;
-  if (metrics_port > 0)
-    metrics = std::make_unique<MetricsServer>(io, metrics_port,
+  if (metrics_listener.valid()) {
+    metrics = std::make_unique<MetricsServer>(io, std::move(metrics_listener),
                                               [&] { return supervisor->prometheus_text(); });
+  }
   boost::asio::signal_set signals(io, SIGINT, SIGTERM, SIGHUP);
   int signals_seen = 0;
   std::function<void()> wait_signal = [&] {
@@ -174,7 +180,7 @@ int launch_command(const Args& args) {
       "detach", po::bool_switch(&options.detach),
       "run as a daemon: print the run directory and return at once")(
       "metrics-port", po::value(&options.metrics_port),
-      "serve Prometheus metrics on 127.0.0.1:PORT")("help,h", "show this help");
+      "serve Prometheus metrics on 127.0.0.1:PORT (1-65535)")("help,h", "show this help");
   po::variables_map vm = parse_options(args, desc, {{"job-file", &options.job_file}}, "launch");
   if (vm.count("help")) {
     std::cout << desc;
@@ -184,11 +190,14 @@ int launch_command(const Args& args) {
   common::JobSpec spec = common::load_job_spec(options.job_file);
   if (!options.run_dir.empty()) spec.run_dir = options.run_dir;
   ::signal(SIGPIPE, SIG_IGN);
+  // Bound before detaching, so that a port in use fails this command (exit 2), not the daemon.
+  common::UniqueFd metrics_listener;
+  if (vm.count("metrics-port")) metrics_listener = listen_for_metrics(options.metrics_port);
   PreparedRun run = prepare_run(spec);
   if (options.detach && detach(run.run_dir)) return common::kExitSuccess;
   spdlog::info("job \"{}\": {} task(s), run directory {}, attempt {}", spec.job,
                run.context.cluster.tasks().size(), run.context.run_dir, run.first_attempt);
-  return run_supervisor(spec, run, options.metrics_port);
+  return run_supervisor(spec, run, std::move(metrics_listener));
 }
 
 }  // namespace dtrain::launcher

@@ -1,7 +1,10 @@
 // See metrics_server.h.
 #include "launcher/metrics_server.h"
 
+#include <fcntl.h>
 #include <fmt/format.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
@@ -9,6 +12,8 @@
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/streambuf.hpp>
 #include <boost/asio/write.hpp>
+#include <cerrno>
+#include <cstring>
 
 #include "common/errors.h"
 
@@ -61,7 +66,10 @@ struct MetricsServer::Impl {
   void accept() {
     acceptor.async_accept([this](const boost::system::error_code& ec, tcp::socket socket) {
       if (ec == boost::asio::error::operation_aborted) return;
-      if (!ec) std::make_shared<Exchange>(std::move(socket), render)->start();
+      if (!ec) {
+        ::fcntl(socket.native_handle(), F_SETFD, FD_CLOEXEC);  // a worker started now
+        std::make_shared<Exchange>(std::move(socket), render)->start();
+      }
       accept();
     });
   }
@@ -69,19 +77,32 @@ struct MetricsServer::Impl {
   std::function<std::string()> render;
 };
 
-MetricsServer::MetricsServer(boost::asio::io_context& io, int port,
+common::UniqueFd listen_for_metrics(int port) {
+  if (port < 1 || port > 65535)
+    throw common::ConfigError(fmt::format("--metrics-port {}: not a TCP port (1-65535)", port));
+  common::UniqueFd fd(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_port = htons(static_cast<uint16_t>(port));
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  int one = 1;
+  bool ok = fd.valid() && ::setsockopt(fd.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) == 0 &&
+            ::bind(fd.get(), reinterpret_cast<sockaddr*>(&address), sizeof address) == 0 &&
+            ::listen(fd.get(), 16) == 0;
+  if (!ok) {
+    throw common::ConfigError(fmt::format("--metrics-port {}: cannot listen on 127.0.0.1:{}: {}",
+                                          port, port, std::strerror(errno)));
+  }
+  return fd;
+}
+
+MetricsServer::MetricsServer(boost::asio::io_context& io, common::UniqueFd listener,
                              std::function<std::string()> render)
     : impl_(std::make_unique<Impl>(io, std::move(render))) {
   boost::system::error_code ec;
-  tcp::endpoint endpoint(boost::asio::ip::make_address("127.0.0.1"),
-                         static_cast<unsigned short>(port));
-  impl_->acceptor.open(endpoint.protocol(), ec);
-  if (!ec) impl_->acceptor.set_option(tcp::acceptor::reuse_address(true), ec);
-  if (!ec) impl_->acceptor.bind(endpoint, ec);
-  if (!ec) impl_->acceptor.listen(16, ec);
-  if (ec)
-    throw common::ConfigError(fmt::format("--metrics-port {}: cannot listen on 127.0.0.1:{}: {}",
-                                          port, port, ec.message()));
+  impl_->acceptor.assign(tcp::v4(), listener.get(), ec);
+  if (ec) throw common::IoError(fmt::format("metrics server: {}", ec.message()));
+  listener.release();  // the acceptor owns it now
   impl_->accept();
 }
 

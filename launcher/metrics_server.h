@@ -1,11 +1,15 @@
 // An opt-in Prometheus endpoint: plain HTTP on 127.0.0.1:PORT answering any request with the
 // text the callback returns (Prometheus's text format 0.0.4). On the launcher's io_context; a
-// client gets at most 2 s to send its request.
+// client gets at most 2 s to send its request. The listening socket is made before the launcher
+// detaches (a busy port is then the launching command's error) and, like every socket it
+// accepts, is close-on-exec so workers never hold it.
 #pragma once
 
 #include <functional>
 #include <memory>
 #include <string>
+
+#include "common/unique_fd.h"
 
 namespace boost::asio {
 class io_context;
@@ -13,10 +17,15 @@ class io_context;
 
 namespace dtrain::launcher {
 
+/// A listening socket on 127.0.0.1:port, close-on-exec. Throws ConfigError naming the port when
+/// it is not a TCP port (1-65535) or cannot be bound (e.g. in use).
+common::UniqueFd listen_for_metrics(int port);
+
 class MetricsServer {
  public:
-  /// Listens on 127.0.0.1:port. Throws ConfigError naming the port when it cannot bind.
-  MetricsServer(boost::asio::io_context& io, int port, std::function<std::string()> render);
+  /// Serves on listener (from listen_for_metrics), which it takes.
+  MetricsServer(boost::asio::io_context& io, common::UniqueFd listener,
+                std::function<std::string()> render);
   ~MetricsServer();
   MetricsServer(const MetricsServer&) = delete;
   MetricsServer& operator=(const MetricsServer&) = delete;

@@ -1,7 +1,9 @@
 // The launcher as a daemon, with real dtrain-workers: --detach, status while running, a graceful
 // stop that leaves a checkpoint and exit 143, launching again resumes, status after the daemon
 // was SIGKILLed says so and no worker survives, and the control socket is for this user only and
-// survives garbage.
+// survives garbage. --metrics-port is range-checked, a busy port fails the launch even detached,
+// and workers do not inherit the metrics socket.
+#include <fmt/format.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <sys/socket.h>
@@ -10,10 +12,12 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 #include <thread>
 
 #include "common/atomic_file.h"
@@ -177,21 +181,78 @@ TEST_CASE("the control socket is for this user only and survives garbage") {
   CHECK(d.dtrain({"stop", d.run(), "--now"}).exit_code == 0);
 }
 
+namespace {
+
+// A socket bound to a free loopback port, listening when asked; *port says which.
+int bound_socket(int* port, bool listening) {
+  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  REQUIRE(::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
+  if (listening) REQUIRE(::listen(fd, 1) == 0);
+  socklen_t length = sizeof a;
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &length);
+  *port = ntohs(a.sin_port);
+  return fd;
+}
+
+// The inode of the socket listening on 127.0.0.1:port, from /proc/net/tcp ("" if none).
+std::string listener_inode(int port) {
+  std::ifstream table("/proc/net/tcp");
+  std::string line;
+  std::string local = fmt::format("0100007F:{:04X}", port);
+  while (std::getline(table, line)) {
+    std::istringstream fields(line);
+    std::string slot, address, remote, state, queues, timer, retransmits, uid, timeout, inode;
+    fields >> slot >> address >> remote >> state >> queues >> timer >> retransmits >> uid >>
+        timeout >> inode;
+    if (address == local && state == "0A") return inode;
+  }
+  return "";
+}
+
+// What the descriptors of process pid point at ("socket:[123]", paths, ...).
+std::vector<std::string> open_files(int pid) {
+  std::vector<std::string> targets;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator("/proc/" + std::to_string(pid) + "/fd", ec))
+    targets.push_back(fs::read_symlink(entry.path(), ec).string());
+  return targets;
+}
+
+}  // namespace
+
+TEST_CASE("--metrics-port must be a TCP port, and a busy one fails the launch, detached or not") {
+  Daemon d(400);
+  for (std::string bad : {"70000", "-1", "0"}) {
+    auto r = d.dtrain({"launch", d.job(), "--run-dir", d.run(), "--detach", "--metrics-port", bad});
+    INFO(r.err);
+    CHECK(r.exit_code == 2);
+    CHECK(r.err.find("--metrics-port " + bad + ": not a TCP port (1-65535)") != std::string::npos);
+    if (r.exit_code == 0) d.dtrain({"stop", d.run(), "--now"});
+  }
+  int port = 0;
+  int busy = bound_socket(&port, true);
+  for (bool detach : {true, false}) {
+    std::vector<std::string> args = {"launch", d.job(),          "--run-dir",
+                                     d.run(),  "--metrics-port", std::to_string(port)};
+    if (detach) args.push_back("--detach");
+    auto r = d.dtrain(args);
+    INFO(r.err);
+    CHECK(r.exit_code == 2);
+    CHECK(r.err.find(fmt::format("cannot listen on 127.0.0.1:{}: Address already in use", port)) !=
+          std::string::npos);
+    if (r.exit_code == 0) d.dtrain({"stop", d.run(), "--now"});
+  }
+  ::close(busy);
+}
+
 TEST_CASE(
     "--metrics-port serves restarts, preemptions and per-worker progress in Prometheus format") {
   Daemon d(400);
   int port = 0;
-  {
-    int probe = ::socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    REQUIRE(::bind(probe, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
-    socklen_t length = sizeof a;
-    ::getsockname(probe, reinterpret_cast<sockaddr*>(&a), &length);
-    port = ntohs(a.sin_port);
-    ::close(probe);
-  }
+  ::close(bound_socket(&port, false));
   REQUIRE(d.dtrain({"launch", d.job(), "--run-dir", d.run(), "--detach", "--metrics-port",
                     std::to_string(port)})
               .exit_code == 0);
@@ -216,5 +277,17 @@ TEST_CASE(
   CHECK(response.find("dtrain_worker_samples_per_second{job=\"daemon\",task=\"worker:0\"}") !=
         std::string::npos);
   CHECK(response.find("dtrain_worker_loss{job=\"daemon\",task=\"worker:0\"}") != std::string::npos);
+
+  // The listening socket is the launcher's alone: no worker inherited it.
+  std::string inode = listener_inode(port);
+  REQUIRE_FALSE(inode.empty());
+  int daemon_pid = std::stoi(common::read_file(d.run() + "/launcher.pid"));
+  auto holds_listener = [&](int pid) {
+    auto files = open_files(pid);
+    return std::find(files.begin(), files.end(), "socket:[" + inode + "]") != files.end();
+  };
+  CHECK(holds_listener(daemon_pid));
+  for (const auto& w : d.status_json().root().at("workers").as_array())
+    CHECK_FALSE(holds_listener(static_cast<int>(w.at("pid").as_int(1, 1 << 30))));
   CHECK(d.dtrain({"stop", d.run(), "--now"}).exit_code == 0);
 }

@@ -7,20 +7,68 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
+#include "common/clock.h"
 #include "common/cluster_spec.h"
 #include "common/errors.h"
 #include "worker/comm/handshake.h"
 
 namespace dtrain::comm {
 namespace {
+// Slots for handshakes in progress. When all are taken, the oldest connection that has had
+// kEvictableAfterSeconds to finish (a real worker needs milliseconds) is closed to make room;
+// while none has, new connections wait in the kernel's queue, which serves them in order, so
+// idle sockets cannot starve the ring's own connection however fast they reconnect.
 constexpr size_t kMaxPendingHandshakes = 16;
+constexpr double kEvictableAfterSeconds = 0.5;
+// accept() out of descriptors or memory: pause instead of spinning on a listener that stays
+// readable.
+constexpr double kAcceptPauseSeconds = 0.1;
+constexpr int kRefusalsLoggedPerInterval = 10;
+constexpr double kRefusalLogIntervalSeconds = 10;
+
+int ms_until(double when, double now) {
+  return std::clamp(static_cast<int>((when - now) * 1000) + 1, 1, 100);
+}
+}  // namespace
+
+RefusalLog::RefusalLog(int budget, double interval_seconds)
+    : budget_(budget), interval_(interval_seconds) {}
+
+void RefusalLog::refused(const std::string& peer, const std::string& reason, double now) {
+  flush(now);
+  if (started_ < 0) started_ = now;
+  // Each kind of refusal is logged the first time in an interval even past the budget, so a
+  // flood of one kind cannot hide another; the kinds themselves are capped too.
+  std::string kind = reason.rfind(peer + ": ", 0) == 0 ? reason.substr(peer.size() + 2) : reason;
+  bool new_kind = kinds_.size() < static_cast<size_t>(2 * budget_) && kinds_.insert(kind).second;
+  if (logged_ < budget_ || new_kind) {
+    ++logged_;
+    spdlog::warn("refused connection from {}: {}", peer, reason);
+  } else {
+    ++unlogged_;
+  }
+}
+
+void RefusalLog::flush(double now) {
+  if (started_ < 0 || now - started_ < interval_) return;
+  if (unlogged_ > 0) {
+    spdlog::warn(
+        "refused {} more connection(s) in the last {:.0f} s (repeats are not logged one by one)",
+        unlogged_, now - started_);
+  }
+  started_ = -1;
+  logged_ = unlogged_ = 0;
+  kinds_.clear();
 }
 
 Acceptor::Acceptor(const RingIdentity& id, const CommOptions& options)
-    : id_(id), options_(options) {
+    : id_(id),
+      options_(options),
+      refusals_(kRefusalsLoggedPerInterval, kRefusalLogIntervalSeconds) {
   const std::string& address = id_.addresses[static_cast<size_t>(id_.rank)];
   common::HostPort hp = common::parse_host_port(address, id_.names[static_cast<size_t>(id_.rank)]);
   listener_ = listen_on(hp.host, hp.port);
@@ -35,11 +83,12 @@ Acceptor::~Acceptor() {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     stopping_ = true;
-    for (int fd : pending_fds_) ::shutdown(fd, SHUT_RDWR);
+    for (const Pending& p : pending_) ::shutdown(p.fd, SHUT_RDWR);
   }
   (void)!::write(wake_write_.get(), "x", 1);
   thread_.join();
   for (auto& t : handshakes_) t.join();
+  refusals_.flush(common::monotonic_seconds() + kRefusalLogIntervalSeconds);
 }
 
 int Acceptor::refused() const {
@@ -49,75 +98,153 @@ int Acceptor::refused() const {
 
 void Acceptor::accept_loop() {
   while (true) {
-    pollfd fds[2] = {{listener_.get(), POLLIN, 0}, {wake_read_.get(), POLLIN, 0}};
-    ::poll(fds, 2, 100);
+    int wait_ms = 100;
+    bool ready = ready_to_accept(wait_ms);
+    pollfd fds[2] = {{listener_.get(), static_cast<short>(ready ? POLLIN : 0), 0},
+                     {wake_read_.get(), POLLIN, 0}};
+    ::poll(fds, 2, wait_ms);
     std::lock_guard<std::mutex> lock(mutex_);
     if (stopping_) return;
-    for (auto it = handshakes_.begin(); it != handshakes_.end();) {  // join finished ones
-      auto done = std::find(finished_.begin(), finished_.end(), it->get_id());
-      if (done == finished_.end()) {
-        ++it;
-        continue;
-      }
-      finished_.erase(done);
-      it->join();
-      it = handshakes_.erase(it);
-    }
-    if (!(fds[0].revents & POLLIN)) continue;
-    int fd = ::accept4(listener_.get(), nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
-    if (fd < 0) continue;
-    if (pending_fds_.size() >= kMaxPendingHandshakes) {
-      ++refused_;
-      spdlog::warn("refused connection from {}: too many handshakes in progress", peer_name(fd));
-      ::close(fd);
-      continue;
-    }
-    pending_fds_.push_back(fd);
-    handshakes_.emplace_back([this, fd] { handshake(fd); });
+    join_finished_handshakes();
+    refusals_.flush(common::monotonic_seconds());
+    if (ready && (fds[0].revents & POLLIN)) accept_one();
   }
 }
 
-void Acceptor::refuse(int fd, const std::string& peer, const std::string& reason) {
-  spdlog::warn("refused connection from {}: {}", peer, reason);
-  send_abort(fd, "refused by " + id_.describe(id_.rank) + ": " + reason);
+// False while accepting is paused or every slot holds a connection too young to close; wait_ms
+// then says when to look again.
+bool Acceptor::ready_to_accept(int& wait_ms) const {
   std::lock_guard<std::mutex> lock(mutex_);
-  ++refused_;
+  double now = common::monotonic_seconds();
+  if (now < paused_until_) {
+    wait_ms = ms_until(paused_until_, now);
+    return false;
+  }
+  size_t active = 0;
+  const Pending* oldest = nullptr;
+  for (const Pending& p : pending_) {
+    if (p.evicted) continue;
+    ++active;
+    if (!oldest) oldest = &p;
+  }
+  if (active < kMaxPendingHandshakes) return true;
+  double evictable_at = oldest->accepted_at + kEvictableAfterSeconds;
+  if (now >= evictable_at) return true;
+  wait_ms = ms_until(evictable_at, now);
+  return false;
 }
 
-// Server half of the handshake (client half: connector.cc). Owns fd until it is handed over.
+// Called with the lock held.
+void Acceptor::accept_one() {
+  int fd = ::accept4(listener_.get(), nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
+  double now = common::monotonic_seconds();
+  if (fd < 0) {
+    if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
+      paused_until_ = now + kAcceptPauseSeconds;
+      refusals_.refused("a new peer", fmt::format("accept failed: {}", std::strerror(errno)), now);
+    }
+    return;
+  }
+  size_t active = static_cast<size_t>(
+      std::count_if(pending_.begin(), pending_.end(), [](const Pending& p) { return !p.evicted; }));
+  if (active >= kMaxPendingHandshakes) evict_oldest();
+  pending_.push_back({fd, now});
+  handshakes_.emplace_back([this, fd] { handshake(fd); });
+}
+
+// Called with the lock held. Its handshake thread sees the end of stream and reports it.
+void Acceptor::evict_oldest() {
+  for (Pending& p : pending_) {
+    if (p.evicted) continue;
+    p.evicted = true;
+    ::shutdown(p.fd, SHUT_RDWR);
+    return;
+  }
+}
+
+// Called with the lock held.
+void Acceptor::join_finished_handshakes() {
+  for (auto it = handshakes_.begin(); it != handshakes_.end();) {
+    auto done = std::find(finished_.begin(), finished_.end(), it->get_id());
+    if (done == finished_.end()) {
+      ++it;
+      continue;
+    }
+    finished_.erase(done);
+    it->join();
+    it = handshakes_.erase(it);
+  }
+}
+
+// Server half of the handshake (client half: connector.cc) up to the proof. Throws IoError.
+void Acceptor::authenticate(int fd, const std::string& peer, const Deadline& deadline) {
+  std::vector<unsigned char> hello_bytes = read_frame(fd, FrameType::kHello, deadline, peer);
+  Hello hello = decode_hello(hello_bytes);
+  std::string problem = check_hello(hello, id_.job, id_.attempt, static_cast<uint32_t>(id_.size),
+                                    static_cast<uint32_t>(id_.previous()));
+  if (!problem.empty()) throw common::IoError(problem);
+  Nonce server_nonce = random_nonce();
+  Mac server_mac = handshake_mac(id_.token, "server", hello.nonce, server_nonce, hello_bytes);
+  std::vector<unsigned char> challenge(server_nonce.begin(), server_nonce.end());
+  challenge.insert(challenge.end(), server_mac.begin(), server_mac.end());
+  write_frame(fd, FrameType::kChallenge, challenge.data(), challenge.size(), deadline, peer);
+  std::vector<unsigned char> proof = read_frame(fd, FrameType::kProof, deadline, peer);
+  Mac expected = handshake_mac(id_.token, "client", server_nonce, hello.nonce, hello_bytes);
+  Mac got{};
+  if (proof.size() != got.size()) throw common::IoError("malformed proof");
+  std::copy(proof.begin(), proof.end(), got.begin());
+  if (!macs_equal(got, expected))
+    throw common::IoError("wrong token (HMAC of the nonce does not match)");
+}
+
+// Called with the lock held: the first authenticated connection becomes previous_. Returns ""
+// when owned was handed over, else why not.
+std::string Acceptor::hand_over(common::UniqueFd& owned, const std::string& peer,
+                                const Deadline& deadline) {
+  if (previous_.valid() || previous_taken_) return "rank already connected";
+  try {
+    write_frame(owned.get(), FrameType::kAccept, nullptr, 0, deadline, peer);
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  previous_ = std::move(owned);
+  arrived_.notify_all();
+  return "";
+}
+
+// Called with the lock held. Returns whether the connection had been evicted.
+bool Acceptor::forget_pending(int fd) {
+  auto it =
+      std::find_if(pending_.begin(), pending_.end(), [fd](const Pending& p) { return p.fd == fd; });
+  bool evicted = it != pending_.end() && it->evicted;
+  if (it != pending_.end()) pending_.erase(it);
+  return evicted;
+}
+
+// One incoming connection, on its own thread. Owns fd until it is handed over.
 void Acceptor::handshake(int fd) {
   common::UniqueFd owned(fd);
   std::string peer = peer_name(fd);
   Deadline deadline(options_.handshake_seconds, "the handshake");
+  std::string problem;
   try {
-    std::vector<unsigned char> hello_bytes = read_frame(fd, FrameType::kHello, deadline, peer);
-    Hello hello = decode_hello(hello_bytes);
-    std::string problem = check_hello(hello, id_.job, id_.attempt, static_cast<uint32_t>(id_.size),
-                                      static_cast<uint32_t>(id_.previous()));
-    if (!problem.empty()) throw common::IoError(problem);
-    Nonce server_nonce = random_nonce();
-    Mac server_mac = handshake_mac(id_.token, "server", hello.nonce, server_nonce, hello_bytes);
-    std::vector<unsigned char> challenge(server_nonce.begin(), server_nonce.end());
-    challenge.insert(challenge.end(), server_mac.begin(), server_mac.end());
-    write_frame(fd, FrameType::kChallenge, challenge.data(), challenge.size(), deadline, peer);
-    std::vector<unsigned char> proof = read_frame(fd, FrameType::kProof, deadline, peer);
-    Mac expected = handshake_mac(id_.token, "client", server_nonce, hello.nonce, hello_bytes);
-    Mac got{};
-    if (proof.size() != got.size()) throw common::IoError("malformed proof");
-    std::copy(proof.begin(), proof.end(), got.begin());
-    if (!macs_equal(got, expected))
-      throw common::IoError("wrong token (HMAC of the nonce does not match)");
-    std::lock_guard<std::mutex> lock(mutex_);
-    if (previous_.valid() || previous_taken_) throw common::IoError("rank already connected");
-    write_frame(fd, FrameType::kAccept, nullptr, 0, deadline, peer);
-    previous_ = std::move(owned);
-    arrived_.notify_all();
+    authenticate(fd, peer, deadline);
   } catch (const std::exception& e) {
-    refuse(fd, peer, e.what());
+    problem = e.what();
   }
-  std::lock_guard<std::mutex> lock(mutex_);
-  pending_fds_.remove(fd);
+  std::unique_lock<std::mutex> lock(mutex_);
   finished_.push_back(std::this_thread::get_id());
+  if (forget_pending(fd)) {
+    problem =
+        fmt::format("closed after {:.1f} s without a handshake: all {} handshake slots were taken",
+                    kEvictableAfterSeconds, kMaxPendingHandshakes);
+  }
+  if (problem.empty()) problem = hand_over(owned, peer, deadline);
+  if (problem.empty()) return;
+  ++refused_;
+  refusals_.refused(peer, problem, common::monotonic_seconds());
+  lock.unlock();
+  send_abort(fd, "refused by " + id_.describe(id_.rank) + ": " + problem);
 }
 
 common::UniqueFd Acceptor::wait_for_previous(const Deadline& deadline) {

@@ -193,14 +193,16 @@ std::vector<unsigned char> read_frame(int fd, FrameType expected, const Deadline
   FrameHeader header = decode_header(raw);
   std::string problem = check_header(header);
   if (!problem.empty()) throw common::IoError(fmt::format("{}: bad frame: {}", peer, problem));
+  // The type is checked before anything is allocated: a handshake reads only handshake-sized
+  // frames, so a peer that has not proved the token cannot make this worker hold a data frame.
+  if (header.type != expected && header.type != FrameType::kAbort) {
+    throw common::IoError(fmt::format("{}: bad frame: expected {}, got {}", peer,
+                                      frame_type_name(expected), frame_type_name(header.type)));
+  }
   std::vector<unsigned char> payload(header.length);
   read_exact(fd, payload.data(), payload.size(), deadline, peer);
   if (header.type == FrameType::kAbort)
     throw common::IoError(std::string(payload.begin(), payload.end()));
-  if (header.type != expected) {
-    throw common::IoError(fmt::format("{}: bad frame: expected {}, got {}", peer,
-                                      frame_type_name(expected), frame_type_name(header.type)));
-  }
   return payload;
 }
 

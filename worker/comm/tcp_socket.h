@@ -48,7 +48,8 @@ void write_frame(int fd, FrameType type, const void* payload, size_t length,
 
 /// Reads one whole frame of type expected (bounded by its type's limit). An abort frame throws
 /// IoError with the sender's message; any other type, a bad header, end of stream or the
-/// deadline throws IoError "<peer>: ...".
+/// deadline throws IoError "<peer>: ...". A header of another type is refused before its payload
+/// is allocated or read, so at most max(limit of expected, kMaxAbortPayload) bytes are held.
 std::vector<unsigned char> read_frame(int fd, FrameType expected, const Deadline& deadline,
                                       const std::string& peer);
 
