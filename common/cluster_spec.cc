@@ -1,6 +1,8 @@
 // Validation and the chief/rank rules of cluster_spec.h.
 #include "common/cluster_spec.h"
 
+#include <arpa/inet.h>
+
 #include <algorithm>
 #include <cctype>
 #include <map>
@@ -26,6 +28,48 @@ std::string lower(std::string text) {
 
 const std::vector<std::string> kNoAddresses;
 
+// An IPv6 address as written inside brackets, with an optional zone ("fe80::1%eth0").
+bool is_ipv6_literal(const std::string& host) {
+  std::string address = host.substr(0, host.find('%'));
+  std::string zone = host.size() > address.size() ? host.substr(address.size() + 1) : "x";
+  in6_addr parsed{};
+  return ::inet_pton(AF_INET6, address.c_str(), &parsed) == 1 && !zone.empty() &&
+         std::all_of(zone.begin(), zone.end(), is_host_char);
+}
+
+// A host name or IPv4 address: letters, digits, '-', '.', '_', and no leading '-' (a remote shell
+// would take "-oProxyCommand=..." for an option) or '.'.
+void check_host_name(const std::string& text, const std::string& host, const std::string& where) {
+  if (host.empty()) {
+    throw ConfigError(fmt::format("{}: \"{}\" has no host (expected host:port)", where, text));
+  }
+  if (!std::all_of(host.begin(), host.end(), is_host_char)) {
+    throw ConfigError(fmt::format("{}: \"{}\": host \"{}\" has characters a host name cannot have",
+                                  where, text, host));
+  }
+  if (host[0] == '-' || host[0] == '.') {
+    throw ConfigError(
+        fmt::format("{}: \"{}\": host \"{}\" cannot start with '{}'", where, text, host, host[0]));
+  }
+}
+
+// One spelling per address: lower case, IPv6 in its shortest form, and every name of this
+// machine's loopback ("localhost", 127.0.0.1, ::1) as "loopback", since they bind the same port.
+std::string canonical_host(const std::string& host) {
+  std::string name = lower(host);
+  if (!name.empty() && name.back() == '.') name.pop_back();
+  in6_addr v6{};
+  char text[INET6_ADDRSTRLEN] = {};
+  if (::inet_pton(AF_INET6, name.c_str(), &v6) == 1 &&
+      ::inet_ntop(AF_INET6, &v6, text, sizeof text) != nullptr)
+    name = text;
+  for (const char* loopback : {"localhost", "localhost.localdomain", "ip6-localhost",
+                               "ip6-loopback", "127.0.0.1", "::1"}) {
+    if (name == loopback) return "loopback";
+  }
+  return name;
+}
+
 }  // namespace
 
 std::string TaskId::text() const {
@@ -47,10 +91,15 @@ HostPort parse_host_port(const std::string& text, const std::string& where) {
   std::string port;
   if (!text.empty() && text[0] == '[') {
     size_t close = text.find(']');
-    if (close == std::string::npos || close == 1) {
-      throw ConfigError(fmt::format("{}: \"{}\" is not a valid [IPv6]:port address", where, text));
+    if (close == std::string::npos) {
+      throw ConfigError(fmt::format(
+          "{}: \"{}\" is not a valid [IPv6]:port address (no closing ']')", where, text));
     }
     result.host = text.substr(1, close - 1);
+    if (!is_ipv6_literal(result.host)) {
+      throw ConfigError(fmt::format("{}: \"{}\": \"{}\" in brackets is not an IPv6 address", where,
+                                    text, result.host));
+    }
     if (close + 1 >= text.size() || text[close + 1] != ':') {
       throw ConfigError(fmt::format("{}: \"{}\" has no port", where, text));
     }
@@ -62,14 +111,7 @@ HostPort parse_host_port(const std::string& text, const std::string& where) {
     }
     result.host = text.substr(0, colon);
     port = text.substr(colon + 1);
-    if (result.host.empty()) {
-      throw ConfigError(fmt::format("{}: \"{}\" has no host (expected host:port)", where, text));
-    }
-    if (!std::all_of(result.host.begin(), result.host.end(), is_host_char)) {
-      throw ConfigError(
-          fmt::format("{}: \"{}\": host \"{}\" has characters a host name cannot have", where, text,
-                      result.host));
-    }
+    check_host_name(text, result.host, where);
   }
   if (port.empty()) throw ConfigError(fmt::format("{}: \"{}\" has no port", where, text));
   if (!all_digits(port) || port.size() > 5 || std::stoi(port) < 1 || std::stoi(port) > 65535) {
@@ -78,6 +120,10 @@ HostPort parse_host_port(const std::string& text, const std::string& where) {
   }
   result.port = std::stoi(port);
   return result;
+}
+
+std::string address_key(const HostPort& address) {
+  return fmt::format("{}:{}", canonical_host(address.host), address.port);
 }
 
 ClusterSpec ClusterSpec::from_json(const JsonNode& node,
@@ -94,7 +140,7 @@ ClusterSpec ClusterSpec::from_json(const JsonNode& node,
     for (const JsonNode& item : list.as_array()) {
       std::string address = item.as_string();
       HostPort parsed = parse_host_port(address, item.where());
-      std::string key = fmt::format("{}:{}", lower(parsed.host), parsed.port);
+      std::string key = address_key(parsed);
       auto [it, fresh] = seen.emplace(key, item.where());
       if (!fresh)
         item.fail(fmt::format("address \"{}\" is already used by {}", address, it->second));

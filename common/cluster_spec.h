@@ -36,7 +36,13 @@ struct HostPort {
 };
 
 /// Splits and checks an address; errors are ConfigError "<where>: \"<text>\" has no port" etc.
+/// A host is a name or IPv4 address (letters, digits, '-', '.', '_'; no leading '-' or '.'),
+/// or an IPv6 address in brackets.
 HostPort parse_host_port(const std::string& text, const std::string& where);
+
+/// The same text for two addresses that name the same socket: case, IPv6 spelling and the
+/// loopback's names ("localhost", 127.0.0.1, ::1) do not count.
+std::string address_key(const HostPort& address);
 
 /// Task types mapped to addresses, in the order they were written (TF_CONFIG keeps that order).
 class ClusterSpec {
@@ -48,8 +54,8 @@ class ClusterSpec {
   ClusterSpec(std::initializer_list<Job> jobs) : jobs_(jobs) {}
 
   /// Reads and validates an object like {"worker": ["h:1", "h:2"]}. allowed_types lists the task
-  /// types accepted; rules: addresses are "host:port" with port 1-65535, no address twice, at
-  /// most one chief and one evaluator, at least one chief or worker.
+  /// types accepted; rules: addresses are "host:port" with port 1-65535, no address twice (by
+  /// address_key), at most one chief and one evaluator, at least one chief or worker.
   static ClusterSpec from_json(const JsonNode& node, const std::vector<std::string>& allowed_types);
 
   const std::vector<Job>& jobs() const { return jobs_; }

@@ -46,6 +46,8 @@ class RunDir {
   std::string metrics_jsonl() const { return root_ + "/metrics.jsonl"; }
   /// Held (flock) by the launcher that runs this directory; a second launcher refuses.
   std::string lock_file() const { return root_ + "/launcher.lock"; }
+  /// Space the launcher sets aside while it runs, freed for its last records on a full disk.
+  std::string reserve_file() const { return root_ + "/launcher.reserve"; }
   /// UNIX socket the launcher listens on for worker heartbeats and client requests.
   std::string control_socket() const { return root_ + "/control.sock"; }
 

@@ -7,6 +7,7 @@
 
 #include <array>
 #include <boost/asio/io_context.hpp>
+#include <boost/asio/post.hpp>
 #include <boost/process.hpp>
 #include <boost/process/extend.hpp>
 #include <cerrno>
@@ -99,6 +100,15 @@ class AgentChild : public BoostChild {
   }
 };
 
+// The child's end as waitpid() saw it; nothing when its BoostChild is gone.
+void report_exit(const std::weak_ptr<ChildState>& weak, const std::error_code& exit_ec) {
+  auto locked = weak.lock();
+  if (!locked || !locked->callbacks.on_exit) return;
+  ExitStatus status = exit_ec ? ExitStatus::exited(-1)
+                              : ExitStatus::from_wait_status(locked->process.native_exit_code());
+  locked->callbacks.on_exit(status);
+}
+
 void set_cloexec(int fd) {
   ::fcntl(fd, F_SETFD, ::fcntl(fd, F_GETFD) | FD_CLOEXEC);
 }
@@ -142,13 +152,11 @@ class BoostProcessSpawner : public ProcessSpawner {
     }
     std::error_code ec;
     std::weak_ptr<ChildState> weak = state;
-    auto on_exit = [weak](int, const std::error_code& exit_ec) {
-      auto locked = weak.lock();
-      if (!locked || !locked->callbacks.on_exit) return;
-      ExitStatus status = exit_ec
-                              ? ExitStatus::exited(-1)
-                              : ExitStatus::from_wait_status(locked->process.native_exit_code());
-      locked->callbacks.on_exit(status);
+    // A child that is already dead when Boost.Process registers it is reported inside the
+    // bp::child constructor, before state->process holds the status (it would read 0x17f,
+    // "still active"), and before spawn() has returned. Posting the report runs it after both.
+    auto on_exit = [weak, &io = io_](int, const std::error_code& exit_ec) {
+      boost::asio::post(io, [weak, exit_ec] { report_exit(weak, exit_ec); });
     };
     auto start_dir = request.cwd.empty() ? boost::filesystem::current_path()
                                          : boost::filesystem::path(request.cwd);

@@ -10,7 +10,8 @@ namespace dtrain::launcher {
 
 ExitStatus ExitStatus::from_wait_status(int status) {
   if (WIFSIGNALED(status)) return killed(WTERMSIG(status));
-  return exited(WIFEXITED(status) ? WEXITSTATUS(status) : status);
+  if (WIFEXITED(status)) return exited(WEXITSTATUS(status));
+  return exited(-1);  // stopped or still running: not an end, and its bits are no exit code
 }
 
 Outcome classify(const ExitStatus& status) {
@@ -47,6 +48,10 @@ Outcome classify(const ExitStatus& status) {
     default:
       return Outcome::kFailed;
   }
+}
+
+int job_exit_code(const ExitStatus& status) {
+  return classify(status) == Outcome::kConfigError ? 2 : status.shell_code();
 }
 
 std::string signal_name(int signal) {

@@ -14,7 +14,7 @@ struct ExitStatus {
 
   static ExitStatus exited(int code) { return {false, code, 0}; }
   static ExitStatus killed(int signal) { return {true, 0, signal}; }
-  /// From a waitpid() status word.
+  /// From a waitpid() status word; one that is no end (stopped, still running) is exit -1.
   static ExitStatus from_wait_status(int status);
   /// The shell's convention: the code, or 128 + signal.
   int shell_code() const { return signaled ? 128 + signal : code; }
@@ -29,6 +29,10 @@ enum class Outcome {
 };
 
 Outcome classify(const ExitStatus& status);
+
+/// The launcher's exit code when this end fails the job: 2 for a configuration error, else
+/// shell_code().
+int job_exit_code(const ExitStatus& status);
 
 /// "SIGSEGV", "SIGTERM", or "signal 42" for unnamed ones.
 std::string signal_name(int signal);

@@ -66,6 +66,28 @@ common::UniqueFd lock_run_dir(const common::RunDir& run_dir) {
   return fd;
 }
 
+void make_dir(const std::string& path, mode_t mode) {
+  if (::mkdir(path.c_str(), mode) != 0 && errno != EEXIST)
+    throw common::IoError(fmt::format("cannot create {}: {}", path, std::strerror(errno)));
+}
+
+// Creates the run directory for this user only (0700). One that exists keeps its mode: it may be
+// shared, like /tmp (1777), and is the user's to protect; the control socket in it is 0600.
+void make_run_dir(const common::RunDir& run_dir) {
+  std::error_code ec;
+  fs::create_directories(fs::path(run_dir.root()).parent_path(), ec);
+  if (ec) throw common::IoError(fmt::format("cannot create {}: {}", run_dir.root(), ec.message()));
+  make_dir(run_dir.root(), 0700);
+  struct stat info {};
+  if (::stat(run_dir.root().c_str(), &info) != 0 || !S_ISDIR(info.st_mode))
+    throw common::ConfigError(fmt::format("run directory {} is not a directory", run_dir.root()));
+  if (info.st_mode & (S_IWGRP | S_IWOTH))
+    spdlog::warn(
+        "run directory {} is writable by other users (mode {:o}): they can change its files",
+        run_dir.root(), info.st_mode & 07777);
+  make_dir(run_dir.logs_dir(), 0755);
+}
+
 // True when /proc/<pid>/environ has DTRAIN_RUN_DIR=<run_dir>: the process is a worker of this run.
 bool belongs_to_run(int pid, const std::string& run_dir) {
   std::ifstream environ(fmt::format("/proc/{}/environ", pid), std::ios::binary);
@@ -131,12 +153,7 @@ PreparedRun prepare_run(const common::JobSpec& spec) {
   std::string root = fs::absolute(spec.run_dir).lexically_normal().string();
   if (root.size() > 1 && root.back() == '/') root.pop_back();
   run.run_dir = common::RunDir(root);
-  std::error_code ec;
-  fs::create_directories(run.run_dir.logs_dir(), ec);
-  if (ec)
-    throw common::IoError(
-        fmt::format("cannot create {}: {}", run.run_dir.logs_dir(), ec.message()));
-  ::chmod(root.c_str(), 0700);  // the control socket inside is for this user only
+  make_run_dir(run.run_dir);
   run.lock = lock_run_dir(run.run_dir);
   end_stale_workers(root);
   run.first_attempt = next_attempt(run.run_dir);

@@ -2,6 +2,7 @@
 #include "launcher/run_records.h"
 
 #include <fcntl.h>
+#include <spdlog/spdlog.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -18,6 +19,16 @@ RunRecorder::RunRecorder(common::RunDir run_dir) : run_dir_(std::move(run_dir)) 
   events_.reset(::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644));
   if (!events_.valid())
     throw common::IoError(fmt::format("cannot open {}: {}", path, std::strerror(errno)));
+  std::string reserve = run_dir_.reserve_file();
+  common::UniqueFd fd(::open(reserve.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0600));
+  int error = fd.valid() ? ::posix_fallocate(fd.get(), 0, kReserveBytes) : errno;
+  if (error != 0)  // a run that cannot even set this aside still runs, as it did before
+    spdlog::warn("cannot reserve {} KiB in {}: {}", kReserveBytes / 1024, reserve,
+                 std::strerror(error));
+}
+
+RunRecorder::~RunRecorder() {
+  release_reserve();
 }
 
 void RunRecorder::event(std::string_view kind,
@@ -33,14 +44,29 @@ void RunRecorder::event(std::string_view kind,
   if (fields) fields(w);
   std::string line = w.end_object().str() + "\n";
   // One write() with O_APPEND: a line is never split, even if the launcher dies right after.
-  if (::write(events_.get(), line.data(), line.size()) != static_cast<ssize_t>(line.size())) {
-    throw common::IoError(
-        fmt::format("cannot append to {}: {}", run_dir_.events_jsonl(), std::strerror(errno)));
+  ssize_t written = ::write(events_.get(), line.data(), line.size());
+  if (written != static_cast<ssize_t>(line.size())) {
+    note_error(fmt::format("cannot append to {}: {}", run_dir_.events_jsonl(),
+                           written < 0 ? std::strerror(errno) : "short write (disk full?)"));
   }
 }
 
 void RunRecorder::write_state(const std::string& json) {
-  common::write_file_atomically(run_dir_.state_json(), json + "\n");
+  try {
+    common::write_file_atomically(run_dir_.state_json(), json + "\n");
+  } catch (const std::exception& e) {
+    note_error(e.what());
+  }
+}
+
+void RunRecorder::release_reserve() {
+  ::unlink(run_dir_.reserve_file().c_str());
+}
+
+void RunRecorder::note_error(std::string what) {
+  if (write_error_) return;  // a full disk fails every write: the first one says it
+  spdlog::error("{}", what);
+  write_error_ = std::move(what);
 }
 
 }  // namespace dtrain::launcher

@@ -68,6 +68,7 @@ std::unique_ptr<Supervisor::Slot> Supervisor::make_slot(const common::TaskId& ta
   slot->splitter = std::make_unique<LineSplitter>([this, raw](std::string_view line) {
     if (!raw->agent_place.empty() && agent_line(*raw, line)) return;
     raw->pending.append(line);
+    raw->remember(line);
     console_.print_line(raw->task, line);
   });
   return slot;
@@ -118,17 +119,22 @@ void Supervisor::on_agent_signaled(Slot& slot, int sig) {
 void Supervisor::start(std::function<void(const SupervisorResult&)> on_done) {
   on_done_ = std::move(on_done);
   launcher_started_ = common::monotonic_seconds();
-  start_attempt();
-  arm_keepalive();
+  guarded("start", [this] {
+    start_attempt();
+    arm_keepalive();
+  });
 }
 
 void Supervisor::arm_keepalive() {
   keepalive_timer_.expires_after(seconds(kAgentKeepaliveInterval));
   keepalive_timer_.async_wait([this](const boost::system::error_code& ec) {
     if (ec || phase_ == Phase::kDone) return;
-    for (auto& slot : slots_)
-      if (!slot->agent_place.empty() && slot->child && !slot->exited) slot->child->signal_group(0);
-    arm_keepalive();
+    guarded("keep-alive timer", [this] {
+      for (auto& slot : slots_)
+        if (!slot->agent_place.empty() && slot->child && !slot->exited)
+          slot->child->signal_group(0);
+      arm_keepalive();
+    });
   });
 }
 
@@ -163,7 +169,7 @@ void Supervisor::arm_start_check() {
   if (!(options_.context.spec->restart.startup_seconds > 0)) return;  // 0: no start check
   start_timer_.expires_after(seconds(options_.context.spec->restart.startup_seconds));
   start_timer_.async_wait([this](const boost::system::error_code& ec) {
-    if (!ec) check_agents_started();
+    if (!ec) guarded("start check", [this] { check_agents_started(); });
   });
 }
 
@@ -196,7 +202,7 @@ bool Supervisor::ports_free_or_retry() {
     if (attempt_ > options_.first_attempt && port_retries_++ < kPortRetries) {
       port_timer_.expires_after(seconds(kPortRetrySeconds));
       port_timer_.async_wait([this](const boost::system::error_code& ec) {
-        if (!ec && phase_ == Phase::kStarting) start_attempt();
+        if (!ec && phase_ == Phase::kStarting) guarded("port retry", [this] { start_attempt(); });
       });
       return false;
     }
@@ -215,10 +221,17 @@ void Supervisor::spawn_slot(Slot& slot) {
   }
   SpawnRequest request = make_spawn_request(options_.context, slot.task, attempt_);
   ChildCallbacks callbacks;
-  callbacks.on_output = [this, &slot](std::string_view bytes) { on_output(slot, bytes); };
-  callbacks.on_output_closed = [this, &slot] { on_output_closed(slot); };
-  callbacks.on_exit = [this, &slot](ExitStatus status) { on_exit(slot, status); };
+  callbacks.on_output = [this, &slot](std::string_view bytes) {
+    guarded("output", [&] { on_output(slot, bytes); });
+  };
+  callbacks.on_output_closed = [this, &slot] {
+    guarded("end of output", [&] { on_output_closed(slot); });
+  };
+  callbacks.on_exit = [this, &slot](ExitStatus status) {
+    guarded("exit", [&] { on_exit(slot, status); });
+  };
   slot.status.reset();
+  slot.last_lines.clear();
   slot.progress.reset();
   slot.agent_reported_exit = false;
   slot.agent_started = false;
@@ -228,22 +241,33 @@ void Supervisor::spawn_slot(Slot& slot) {
   slot.output_open = true;
   slot.last_progress = common::monotonic_seconds();
   if (guardian_) guardian_->watch(slot.pid);
-  std::string header =
-      common::attempt_header(attempt_, slot.task, slot.pid, common::utc_timestamp()) + "\n";
-  if (::write(slot.log.get(), header.data(), header.size()) < 0) {
-    spdlog::warn("cannot write to {}: {}", slot.log_path, std::strerror(errno));
-  }
+  append_to_log(
+      slot, common::attempt_header(attempt_, slot.task, slot.pid, common::utc_timestamp()) + "\n");
   recorder_.event("spawn", [&](common::JsonWriter& w) {
     w.key("task").value(slot.task.text()).key("pid").value(slot.pid).key("attempt").value(attempt_);
   });
 }
 
+// A log that cannot be written is the launcher's fault (a full disk): guarded() reports the
+// first such error once the handler is done.
+void Supervisor::append_to_log(Slot& slot, const std::string& text) {
+  for (size_t done = 0; done < text.size();) {
+    ssize_t n = ::write(slot.log.get(), text.data() + done, text.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      if (!log_error_)
+        log_error_ = fmt::format("cannot write {}: {}", slot.log_path,
+                                 n < 0 ? std::strerror(errno) : "nothing written");
+      return;
+    }
+    done += static_cast<size_t>(n);
+  }
+}
+
 void Supervisor::on_output(Slot& slot, std::string_view bytes) {
   slot.splitter->feed(bytes);
   if (!slot.pending.empty()) {
-    if (::write(slot.log.get(), slot.pending.data(), slot.pending.size()) < 0) {
-      spdlog::warn("cannot write to {}: {}", slot.log_path, std::strerror(errno));
-    }
+    append_to_log(slot, slot.pending);
     slot.pending.clear();
     if (!options_.context.spec->command.empty()) note_progress(slot);
   }
@@ -255,7 +279,7 @@ void Supervisor::on_output_closed(Slot& slot) {
   if (!slot.pending.empty()) {
     // A last line without a newline is kept whole; the newline keeps the next header apart.
     slot.pending += '\n';
-    (void)!::write(slot.log.get(), slot.pending.data(), slot.pending.size());
+    append_to_log(slot, slot.pending);
     slot.pending.clear();
   }
   console_.flush();
@@ -312,8 +336,7 @@ void Supervisor::on_exit(Slot& slot, ExitStatus status) {
     } else {
       spdlog::warn("{} {} ({}) on attempt {}", slot.task.text(), outcome_name(outcome),
                    describe(status), attempt_);
-      int code = outcome == Outcome::kConfigError ? common::kExitConfig : status.shell_code();
-      fail_first(slot, outcome, describe(status), code);
+      fail_first(slot, outcome, describe(status), job_exit_code(status));
       begin_teardown(fmt::format("{} {}", slot.task.text(), outcome_name(outcome)));
     }
   }
@@ -328,13 +351,15 @@ void Supervisor::note_progress(Slot& slot) {
 
 void Supervisor::on_control_message(const common::ControlMessage& message) {
   if (message.attempt != attempt_) return;  // a late word from an earlier attempt
-  for (auto& slot : slots_) {
-    if (slot->task.text() != message.task || slot->exited) continue;
-    note_progress(*slot);
-    if (message.type == "progress") slot->progress = message;
-  }
-  if (common::monotonic_seconds() - last_state_write_ >= kStateWriteInterval) write_state();
-  update_live_view();
+  guarded("control message", [&] {
+    for (auto& slot : slots_) {
+      if (slot->task.text() != message.task || slot->exited) continue;
+      note_progress(*slot);
+      if (message.type == "progress") slot->progress = message;
+    }
+    if (common::monotonic_seconds() - last_state_write_ >= kStateWriteInterval) write_state();
+    update_live_view();
+  });
 }
 
 // One line for the whole group, from the chief's progress: epoch, step, loss, accuracy,
@@ -375,7 +400,7 @@ bool Supervisor::group_succeeded() const {
 
 void Supervisor::fail_first(const Slot& slot, Outcome outcome, const std::string& what, int code) {
   if (first_failure_) return;
-  first_failure_ = FailureReport{slot.task, attempt_, outcome, what, code, slot.log_path};
+  first_failure_ = failure_of(slot, outcome, what, code);
 }
 
 void Supervisor::begin_teardown(const std::string& reason) {
@@ -390,7 +415,7 @@ void Supervisor::begin_teardown(const std::string& reason) {
   grace_timer_.expires_after(seconds(options_.context.spec->restart.grace_seconds));
   grace_timer_.async_wait([this](const boost::system::error_code& ec) {
     if (ec) return;
-    kill_now();
+    guarded("grace timer", [this] { kill_now(); });
   });
   write_state();
   maybe_teardown_complete();
@@ -408,22 +433,26 @@ void Supervisor::signal_all(int sig) {
 }
 
 void Supervisor::kill_now() {
-  if (phase_ != Phase::kTearingDown && phase_ != Phase::kRunning && phase_ != Phase::kStarting)
-    return;
-  killed_ = true;
-  signal_all(SIGKILL);
-  // After SIGKILL, output closes at once unless something outside the group holds the pipe.
-  grace_timer_.expires_after(seconds(options_.kill_drain_seconds));
-  grace_timer_.async_wait([this](const boost::system::error_code& ec) {
-    if (ec) return;
-    for (auto& slot : slots_) {
-      if (slot->output_open)
-        spdlog::warn("{}: output still open after SIGKILL; giving up on it", slot->task.text());
-      slot->output_open = false;
-    }
-    maybe_teardown_complete();
+  guarded("kill", [&] {
+    if (phase_ != Phase::kTearingDown && phase_ != Phase::kRunning && phase_ != Phase::kStarting)
+      return;
+    killed_ = true;
+    signal_all(SIGKILL);
+    // After SIGKILL, output closes at once unless something outside the group holds the pipe.
+    grace_timer_.expires_after(seconds(options_.kill_drain_seconds));
+    grace_timer_.async_wait([this](const boost::system::error_code& ec) {
+      if (ec) return;
+      guarded("drain timer", [this] {
+        for (auto& slot : slots_) {
+          if (slot->output_open)
+            spdlog::warn("{}: output still open after SIGKILL; giving up on it", slot->task.text());
+          slot->output_open = false;
+        }
+        maybe_teardown_complete();
+      });
+    });
+    if (phase_ != Phase::kTearingDown) begin_teardown("killed");
   });
-  if (phase_ != Phase::kTearingDown) begin_teardown("killed");
 }
 
 void Supervisor::maybe_teardown_complete() {
@@ -440,11 +469,13 @@ void Supervisor::teardown_complete() {
     if (guardian_ && slot->child) guardian_->forget(slot->pid);
     slot->child.reset();
   }
+  if (fault_) return finish(common::kStatusFailed, common::kExitFailure, "launcher: " + *fault_);
   if (stop_requested_)
     return finish(common::kStatusStopped, common::kExitPreempted, "stopped by a signal");
   if (success_)
     return finish(common::kStatusSucceeded, common::kExitSuccess, "every training task finished");
   DT_ENFORCE(first_failure_.has_value(), "a group stopped with neither success nor a failure");
+  blame_disk_full();
   double ran = common::monotonic_seconds() - attempt_started_;
   bool progressed = attempt_made_progress_ || ran >= options_.context.spec->restart.startup_seconds;
   Decision decision = book_.decide({first_failure_->outcome, progressed, ran});
@@ -470,27 +501,31 @@ void Supervisor::teardown_complete() {
   backoff_timer_.expires_after(seconds(decision.delay_seconds));
   backoff_timer_.async_wait([this](const boost::system::error_code& ec) {
     if (ec || phase_ != Phase::kBackingOff) return;
-    ++attempt_;
-    start_attempt();
+    guarded("back-off timer", [this] {
+      ++attempt_;
+      start_attempt();
+    });
   });
 }
 
 void Supervisor::stop(int signal) {
-  recorder_.event("launcher_signal",
-                  [&](common::JsonWriter& w) { w.key("signal").value(signal_name(signal)); });
-  if (stop_requested_) return;
-  stop_requested_ = true;
-  switch (phase_) {
-    case Phase::kBackingOff:
-      backoff_timer_.cancel();
-      return finish(common::kStatusStopped, common::kExitPreempted, "stopped by a signal");
-    case Phase::kStarting:
-    case Phase::kRunning:
-      return begin_teardown(fmt::format("launcher got {}", signal_name(signal)));
-    case Phase::kTearingDown:
-    case Phase::kDone:
-      return;
-  }
+  guarded("stop", [&] {
+    recorder_.event("launcher_signal",
+                    [&](common::JsonWriter& w) { w.key("signal").value(signal_name(signal)); });
+    if (stop_requested_) return;
+    stop_requested_ = true;
+    switch (phase_) {
+      case Phase::kBackingOff:
+        backoff_timer_.cancel();
+        return finish(common::kStatusStopped, common::kExitPreempted, "stopped by a signal");
+      case Phase::kStarting:
+      case Phase::kRunning:
+        return begin_teardown(fmt::format("launcher got {}", signal_name(signal)));
+      case Phase::kTearingDown:
+      case Phase::kDone:
+        return;
+    }
+  });
 }
 
 void Supervisor::finish(const std::string& status, int exit_code, const std::string& reason) {
@@ -501,6 +536,7 @@ void Supervisor::finish(const std::string& status, int exit_code, const std::str
     timer->cancel();
   result_ = SupervisorResult{status, exit_code, reason, first_failure_};
   if (status == common::kStatusSucceeded) result_.failure.reset();
+  recorder_.release_reserve();  // the workers are gone: the last records may use it
   recorder_.event("end", [&](common::JsonWriter& w) {
     w.key("status").value(status).key("exit_code").value(exit_code).key("reason").value(reason);
   });
@@ -513,7 +549,7 @@ void Supervisor::arm_watchdog() {
   if (!hang) return;
   watchdog_timer_.expires_after(seconds(std::min(1.0, *hang / 4)));
   watchdog_timer_.async_wait([this](const boost::system::error_code& ec) {
-    if (!ec) check_watchdog();
+    if (!ec) guarded("watchdog", [this] { check_watchdog(); });
   });
 }
 

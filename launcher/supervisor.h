@@ -31,12 +31,15 @@ struct FailureReport {
   std::string what;   ///< "exit code 3", "killed by SIGSEGV", "hung: no progress for 5 s"
   int exit_code = 1;  ///< the launcher's exit code if this ends the job
   std::string log_path;
+  /// The task's last output lines of that attempt, kept in memory: on a full disk its log may
+  /// not have them.
+  std::vector<std::string> last_lines;
 };
 
 struct SupervisorResult {
   std::string status;  ///< common::kStatusSucceeded, kStatusFailed or kStatusStopped
   int exit_code = 0;
-  std::string reason;
+  std::string reason;  ///< for a fault of the launcher itself, "launcher: <what failed>"
   std::optional<FailureReport> failure;
 };
 
@@ -63,6 +66,10 @@ class Supervisor {
   void kill_now();
   /// A heartbeat or progress line from a worker (DTRAIN_CONTROL).
   void on_control_message(const common::ControlMessage& message);
+  /// A fault of the launcher's own (a write that failed, an exception in a handler): logs it,
+  /// stops the group as a failure with no restart, and ends the job "failed" with reason
+  /// "launcher: <what>". Every handler's exceptions end here; it throws nothing.
+  void on_fault(const std::string& what) noexcept;
 
   int attempt() const { return attempt_; }
   /// What state.json holds, as one JSON line (also the reply to `dtrain status`).
@@ -78,9 +85,20 @@ class Supervisor {
   void on_agent_signaled(Slot& slot, int sig);
   enum class Phase { kStarting, kRunning, kTearingDown, kBackingOff, kDone };
 
+  /// Runs the body of an Asio handler (child callback, timer, request) so that nothing escapes
+  /// into the loop: an exception, or a write that failed meanwhile, goes to on_fault.
+  void guarded(const char* handler, const std::function<void()>& body) noexcept;
+  /// Last resort when stopping cleanly threw too: SIGKILL every group and end the job.
+  void emergency_stop(const std::string& what) noexcept;
+  /// A task whose last lines say the disk is full takes the blame from one that failed first
+  /// without saying why (it lost its peer, or its write failed silently).
+  void blame_disk_full();
+  FailureReport failure_of(const Slot& slot, Outcome outcome, const std::string& what,
+                           int exit_code) const;
   void start_attempt();
   bool ports_free_or_retry();
   void spawn_slot(Slot& slot);
+  void append_to_log(Slot& slot, const std::string& text);
   void on_output(Slot& slot, std::string_view bytes);
   void on_output_closed(Slot& slot);
   void on_exit(Slot& slot, ExitStatus status);
@@ -130,6 +148,8 @@ class Supervisor {
   bool stop_requested_ = false;
   bool killed_ = false;
   std::optional<FailureReport> first_failure_;
+  std::optional<std::string> fault_;      ///< the launcher's own fault: no restart after it
+  std::optional<std::string> log_error_;  ///< a log write failed; on_fault after the handler
   SupervisorResult result_;
 };
 

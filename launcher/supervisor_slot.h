@@ -2,9 +2,11 @@
 // Private to supervisor*.cc.
 #pragma once
 
+#include <deque>
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 
 #include "common/cluster_spec.h"
 #include "common/control_protocol.h"
@@ -35,7 +37,15 @@ struct Supervisor::Slot {
   std::optional<common::ControlMessage> progress;
   common::UniqueFd log;
   std::string pending;  // complete lines of the current chunk, written to the log in one go
+  std::deque<std::string> last_lines;  // of this attempt, for the failure summary
   std::unique_ptr<LineSplitter> splitter;
+
+  /// Keeps line (its terminator dropped) among the last 20 of this attempt.
+  void remember(std::string_view line) {
+    while (!line.empty() && (line.back() == '\n' || line.back() == '\r')) line.remove_suffix(1);
+    last_lines.emplace_back(line);
+    if (last_lines.size() > 20) last_lines.pop_front();
+  }
 };
 
 }  // namespace dtrain::launcher

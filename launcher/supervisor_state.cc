@@ -45,11 +45,7 @@ const char* Supervisor::phase_name() const {
 
 void Supervisor::write_state() {
   last_state_write_ = common::monotonic_seconds();
-  try {
-    recorder_.write_state(state_json());
-  } catch (const common::IoError& e) {
-    spdlog::warn("{}", e.what());
-  }
+  recorder_.write_state(state_json());  // a failure is kept by the recorder: see guarded()
 }
 
 std::string Supervisor::state_json() const {

@@ -123,6 +123,7 @@ SpawnRequest make_spawn_request(const LaunchContext& c, const common::TaskId& ta
     return request;
   }
   request.argv = c.spec->remote_shell;
+  request.argv.push_back("--");  // the host is never an option, whatever the cluster spec says
   request.argv.push_back(host);
   request.argv.push_back(shell_quote(c.dtrain_program));  // the remote shell joins its arguments
   request.argv.push_back("agent");

@@ -156,16 +156,18 @@ TEST_CASE("workers on other hosts go through the remote shell with quoted argume
   CHECK(local.argv == std::vector<std::string>{"python3", "it's.py"});
   c.dtrain_program = "/opt/d train/dtrain";
   SpawnRequest remote = make_spawn_request(c, {"worker", 1}, 0);
-  // `ssh -p 22 gpu7 '/opt/d train/dtrain' agent --keepalive 10 --signal-grace 10`: nothing of
-  // the job on argv; a signal to the agent gives the worker the job's grace_seconds to save.
-  REQUIRE(remote.argv.size() == 10);
+  // `ssh -p 22 -- gpu7 '/opt/d train/dtrain' agent --keepalive 10 --signal-grace 10`: nothing
+  // of the job on argv; a signal to the agent gives the worker the job's grace_seconds to save;
+  // "--" keeps the host from being read as an option.
+  REQUIRE(remote.argv.size() == 11);
   CHECK(remote.argv[0] == "ssh");
-  CHECK(remote.argv[3] == "gpu7");
-  CHECK(remote.argv[4] == "'/opt/d train/dtrain'");
-  CHECK(remote.argv[5] == "agent");
-  CHECK(remote.argv[6] == "--keepalive");
-  CHECK(remote.argv[8] == "--signal-grace");
-  CHECK(remote.argv[9] == "10");
+  CHECK(remote.argv[3] == "--");
+  CHECK(remote.argv[4] == "gpu7");
+  CHECK(remote.argv[5] == "'/opt/d train/dtrain'");
+  CHECK(remote.argv[6] == "agent");
+  CHECK(remote.argv[7] == "--keepalive");
+  CHECK(remote.argv[9] == "--signal-grace");
+  CHECK(remote.argv[10] == "10");
   CHECK(remote.env.empty());
   CHECK(remote.agent);
   for (const std::string& arg : remote.argv) CHECK(arg.find("TF_CONFIG") == std::string::npos);

@@ -1,6 +1,7 @@
 // Every restart path of the supervisor against the fake spawner: restart after a failure,
 // configuration errors, preemption, budgets, the "silent failures" rule, crashes, hangs, the
-// shared grace period, and stopping on a launcher signal.
+// shared grace period, stopping on a launcher signal, and the launcher's own faults (an exception
+// in a handler, a record or log it cannot write).
 #include <catch2/catch.hpp>
 #include <filesystem>
 
@@ -30,8 +31,10 @@ std::string job_json(const std::string& extra) {
 }
 
 struct Harness {
-  /// extra: more top-level keys (", \"k\": v"); tweak: changes to the restart policy.
-  Harness(const std::string& extra, testing::FakeSpawner::Script script, const Tweak& tweak = {})
+  /// extra: more top-level keys (", \"k\": v"); tweak: changes to the restart policy; prepare:
+  /// runs on the run directory before the recorder opens its files.
+  Harness(const std::string& extra, testing::FakeSpawner::Script script, const Tweak& tweak = {},
+          const std::function<void(const common::RunDir&)>& prepare = {})
       : spec(common::parse_job_spec(job_json(extra), "job.json")),
         spawner(io, std::move(script)),
         run_dir(dir.path()),
@@ -39,6 +42,7 @@ struct Harness {
         console(console_file, false) {
     if (tweak) tweak(spec.restart);
     std::filesystem::create_directories(run_dir.logs_dir());
+    if (prepare) prepare(run_dir);
     recorder = std::make_unique<launcher::RunRecorder>(run_dir);
     launcher::LaunchContext c;
     c.spec = &spec;
@@ -66,6 +70,7 @@ struct Harness {
     return n;
   }
   std::string events() const { return common::read_file(run_dir.events_jsonl()); }
+  std::string state() const { return common::read_file(run_dir.state_json()); }
 
   testing::TempDir dir;
   boost::asio::io_context io;
@@ -314,4 +319,71 @@ TEST_CASE("with \"success\": \"chief\" the chief's exit 0 ends the job and stops
   auto r = h.run();
   CHECK(r.status == "succeeded");
   CHECK(h.spawner.processes[1]->signals == std::vector<int>{SIGTERM});
+}
+
+TEST_CASE("an exception in a handler stops the group with a summary instead of escaping the loop") {
+  // The back-off timer starts attempt 1, whose second spawn throws an error of no known kind.
+  Harness h("", [](FakeProcess& p) {
+    if (p.attempt() == 0 && is(p, "1")) p.end(ExitStatus::exited(1));
+    if (p.attempt() == 1 && is(p, "1")) throw std::logic_error("boom");
+  });
+  auto r = h.run();
+  CHECK(r.status == "failed");
+  CHECK(r.exit_code != 0);
+  CHECK(r.reason == "launcher: back-off timer handler failed: boom");
+  REQUIRE(h.spawner.processes.size() == 4);
+  CHECK(h.spawner.processes[2]->signals == std::vector<int>{SIGTERM});  // attempt 1, worker 0
+  CHECK(h.spawner.processes[2]->ended);
+  CHECK(h.state().find("\"status\":\"failed\"") != std::string::npos);
+  CHECK(h.events().find("\"event\":\"launcher_fault\"") != std::string::npos);
+}
+
+TEST_CASE("events.jsonl on a full disk stops the group, no restart; state.json is final") {
+  Harness h(
+      "", [](FakeProcess& p) { p.print("running\n"); }, {},
+      [](const common::RunDir& run_dir) {
+        std::filesystem::create_symlink("/dev/full", run_dir.events_jsonl());
+      });
+  auto r = h.run();
+  CHECK(r.status == "failed");
+  CHECK(r.exit_code == 1);
+  CHECK(r.reason.find("launcher: cannot append to " + h.run_dir.events_jsonl() +
+                      ": No space left on device") == 0);
+  CHECK(h.spawner.processes.size() == 2);
+  for (const auto& p : h.spawner.processes) CHECK(p->ended);
+  CHECK(h.state().find("\"status\":\"failed\"") != std::string::npos);
+}
+
+TEST_CASE("a log the launcher cannot write stops the group, naming the log and the cause") {
+  Harness h(
+      "", [](FakeProcess& p) { p.print("a line\n"); }, {},
+      [](const common::RunDir& run_dir) {
+        std::filesystem::create_symlink("/dev/full", run_dir.log_file({"worker", 1}));
+      });
+  auto r = h.run();
+  CHECK(r.status == "failed");
+  CHECK(r.reason == "launcher: cannot write " + h.run_dir.log_file({"worker", 1}) +
+                        ": No space left on device");
+  CHECK(h.spawner.processes.size() == 2);
+  CHECK(h.state().find("\"status\":\"failed\"") != std::string::npos);
+}
+
+TEST_CASE("the worker that says the disk is full is blamed, not the one that failed first") {
+  Harness h(
+      "",
+      [](FakeProcess& p) {
+        if (is(p, "1")) return p.end(ExitStatus::exited(1));  // first, and silent
+        p.ignore_sigterm = true;
+        p.print("Epoch 1/3\ncannot write backup/ckpt.tmp: No space left on device\n");
+        boost::asio::post(*p.io, [&p] { p.end(ExitStatus::exited(1)); });
+      },
+      [](auto& r) { r.max_restarts = 0; });
+  auto r = h.run();
+  CHECK(r.status == "failed");
+  REQUIRE(r.failure);
+  CHECK(r.failure->task.text() == "worker:0");
+  CHECK(r.failure->what == "exit code 1");
+  CHECK(r.failure->last_lines ==
+        std::vector<std::string>{"Epoch 1/3",
+                                 "cannot write backup/ckpt.tmp: No space left on device"});
 }
