@@ -1,8 +1,10 @@
 // All-reduce bus bandwidth, in the style of nccl-tests, for N processes started by `dtrain
 // launch` (scripts/bench-allreduce.sh), over one transport: the TCP ring, shared memory, or what
 // communication "auto" picks. Rank 0 also measures the machine's bounds in the same run:
-// single-thread memcpy bandwidth and point-to-point loopback TCP throughput. Prints a table;
-// asserts nothing.
+// single-thread memcpy bandwidth and point-to-point loopback TCP throughput. Before each timed
+// all-reduce every rank writes its buffer (untimed), as a training step does. With shm the data
+// lives in the communicator's window; "shm-copy" keeps it in the rank's own memory. Prints a
+// table; asserts nothing.
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <netinet/in.h>
@@ -100,10 +102,14 @@ int run(int argc, char** argv) {
   std::string used = "tcp";
   if (transport != "tcp" && c->size() > 1) {
     std::string why;
-    if (auto shm = comm::ShmCommunicator::create(*c, id, {}, &why)) {
+    comm::ShmOptions options;
+    // Data kept in the window is summed straight from the peers' windows; "shm-copy" measures
+    // data in the caller's own memory, which goes through the slots.
+    if (transport != "shm-copy") options.window_bytes = max_bytes;
+    if (auto shm = comm::ShmCommunicator::create(*c, id, options, &why)) {
       c = std::move(shm);
-      used = "shm";
-    } else if (transport == "shm") {
+      used = transport == "shm-copy" ? "shm-copy" : "shm";
+    } else if (transport == "shm" || transport == "shm-copy") {
       throw common::ConfigError("--transport shm: shared memory cannot be set up: " + why);
     }
   }
@@ -113,20 +119,27 @@ int run(int argc, char** argv) {
                          memcpy_gbps(), p2p_tcp_gbps());
     table += fmt::format(
         "# transport {} (asked: {}), {} ranks, float32 sum, time = median over "
-        "iterations\n",
+        "iterations, each on a freshly written buffer\n",
         used, transport, c->size());
     table += "size_bytes time_us algbw_GBps busbw_GBps\n";
   }
   c->barrier();
   for (size_t bytes = 4096; bytes <= max_bytes; bytes *= 2) {
-    std::vector<float> data(bytes / 4, 1.0f);
+    const size_t count = bytes / sizeof(float);
+    std::vector<float> own(c->window().empty() ? count : 0);
+    float* data = own.empty() ? c->window().data : own.data();
+    std::fill(data, data + count, 1.0f);
     int iterations = static_cast<int>(std::clamp<size_t>((size_t{256} << 20) / bytes, 5, 200));
-    for (int w = 0; w < 3; ++w) c->all_reduce(data.data(), data.size(), comm::ReduceOp::kSum);
+    for (int w = 0; w < 3; ++w) c->all_reduce(data, count, comm::ReduceOp::kSum);
     c->barrier();
     std::vector<double> times;
     for (int i = 0; i < iterations; ++i) {
+      // Untimed: every rank writes its buffer first, as backward writes the gradients, so no
+      // transport is timed on data a previous all-reduce left in a cache.
+      std::fill(data, data + count, 1.0f);
+      c->barrier();
       auto t = Clock::now();
-      c->all_reduce(data.data(), data.size(), comm::ReduceOp::kSum);
+      c->all_reduce(data, count, comm::ReduceOp::kSum);
       times.push_back(seconds_since(t));
     }
     double t = median(times);

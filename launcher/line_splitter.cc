@@ -6,25 +6,30 @@ namespace dtrain::launcher {
 LineSplitter::LineSplitter(LineHandler on_line, size_t max_line)
     : on_line_(std::move(on_line)), max_line_(max_line) {}
 
+// partial_ always holds fewer than max_line_ bytes, so a line is at most max_line_ bytes and
+// its terminator, and a cut piece exactly max_line_ bytes, however the stream is split into
+// reads.
 void LineSplitter::feed(std::string_view bytes) {
   while (!bytes.empty()) {
-    size_t end = bytes.find_first_of("\n\r");
-    if (end == std::string_view::npos) {
+    const size_t room = max_line_ - partial_.size();
+    const size_t end = bytes.substr(0, room + 1).find_first_of("\n\r");
+    size_t take = 0;
+    if (end != std::string_view::npos) {
+      take = end + 1;
+    } else if (bytes.size() >= room) {
+      take = room;  // no terminator within max_line_ bytes: cut here
+    } else {
       partial_.append(bytes);
-      while (partial_.size() >= max_line_) {
-        on_line_(std::string_view(partial_).substr(0, max_line_));
-        partial_.erase(0, max_line_);
-      }
       return;
     }
     if (partial_.empty()) {
-      on_line_(bytes.substr(0, end + 1));
+      on_line_(bytes.substr(0, take));
     } else {
-      partial_.append(bytes.substr(0, end + 1));
+      partial_.append(bytes.substr(0, take));
       on_line_(partial_);
       partial_.clear();
     }
-    bytes.remove_prefix(end + 1);
+    bytes.remove_prefix(take);
   }
 }
 

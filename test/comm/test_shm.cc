@@ -1,5 +1,6 @@
 // The shared-memory communicator: ranks as threads of this process (bit-identical all-reduce
-// against a rank-order reference for 1-8 ranks, pieces larger than a slot, broadcast, all-gather,
+// against a rank-order reference for 1-8 ranks, pieces larger than a slot, data in the windows
+// and ranks that disagree about it, broadcast, all-gather,
 // barrier, abort, time-out, and the set-up falling back to nullptr on every rank), and ranks as
 // forked processes (a SIGKILLed rank is named by every survivor; nothing is left behind).
 // Speeds are printed, never asserted.
@@ -263,6 +264,75 @@ TEST_CASE("shm all-reduce in many pieces of a small slot gives the same bits") {
       comm->all_reduce(data.data(), data.size(), ReduceOp::kMean);
       expect(same_bits(data, reference(size, 100003, ReduceOp::kMean)), "pieces change no bits");
     });
+  }
+}
+
+TEST_CASE("shm all-reduce in the windows matches the reference, mixed with the copy path") {
+  const std::vector<size_t> lengths = {1, 7, 1000003};
+  ShmOptions options;
+  options.window_bytes = (1000003 + 16) * sizeof(float);
+  for (int size = 1; size <= 8; ++size) {
+    run_ranks(size, [&](int rank, Communicator& bootstrap) {
+      auto comm = make(bootstrap, rank, size, options);
+      const Window window = comm->window();
+      expect(window.floats >= 1000003 + 16, "the window holds what was asked");
+      for (size_t count : lengths) {
+        for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kMean}) {
+          const std::string what = std::to_string(size) + " ranks, " + std::to_string(count) +
+                                   " floats, op " + std::to_string(int(op));
+          // At an odd offset, so chunks start anywhere; then through the slots, then again.
+          float* data = window.data + 3;
+          const std::vector<float> x = input(rank, count);
+          std::copy(x.begin(), x.end(), data);
+          comm->all_reduce(data, count, op);
+          const std::vector<float> expected = reference(size, count, op);
+          expect(same_bits(std::vector<float>(data, data + count), expected), "window, " + what);
+          // The caller owns its window once all_reduce returns: no peer still writes into it.
+          std::fill(data, data + count, -1.0f);
+          std::vector<float> own = x;
+          comm->all_reduce(own.data(), count, op);
+          expect(same_bits(own, expected), "copy after window, " + what);
+          std::copy(x.begin(), x.end(), data);
+          comm->all_reduce(data, count, op);
+          expect(same_bits(std::vector<float>(data, data + count), expected),
+                 "window after copy, " + what);
+        }
+      }
+    });
+  }
+}
+
+TEST_CASE("ranks that all-reduce different places fail at once, naming each other") {
+  ShmOptions options;
+  options.window_bytes = 4096;
+  auto disagree = [&](auto place) {
+    std::vector<std::string> errors(2);
+    run_ranks(2, [&](int rank, Communicator& bootstrap) {
+      auto comm = make(bootstrap, rank, 2, options);
+      std::vector<float> own(100, 1.0f);
+      try {
+        comm->all_reduce(place(rank, *comm, own), 100, ReduceOp::kSum);
+      } catch (const IoError& e) {
+        errors[size_t(rank)] = e.what();
+      }
+    });
+    return errors;
+  };
+  SECTION("one in its window, one in its own memory") {
+    auto errors = disagree([](int rank, Communicator& comm, std::vector<float>& own) {
+      return rank == 0 ? comm.window().data : own.data();
+    });
+    CHECK_THAT(errors[0], Catch::Contains("worker:1 (rank 1) all-reduces 100 floats of its own "
+                                          "memory in all-reduce but worker:0 (rank 0) "
+                                          "all-reduces 100 floats at offset 0 of its window"));
+    CHECK_THAT(errors[1], Catch::Contains("worker:0 (rank 0) all-reduces 100 floats at offset 0"));
+  }
+  SECTION("both in their windows, at other offsets") {
+    auto errors = disagree([](int rank, Communicator& comm, std::vector<float>&) {
+      return comm.window().data + rank;
+    });
+    CHECK_THAT(errors[0], Catch::Contains("100 floats at offset 1 of its window"));
+    CHECK_THAT(errors[1], Catch::Contains("100 floats at offset 0 of its window"));
   }
 }
 

@@ -5,10 +5,10 @@
 
 #include "common/job_spec.h"
 #include "common/tf_config.h"
+#include "launcher/agent_protocol.h"
 #include "launcher/exit_status.h"
 #include "launcher/line_splitter.h"
 #include "launcher/restart_policy.h"
-#include "launcher/agent_protocol.h"
 #include "launcher/worker_env.h"
 
 using namespace dtrain::launcher;
@@ -105,6 +105,24 @@ TEST_CASE("the line splitter keeps every byte and cuts at \\n, \\r and the lengt
   CHECK(lines == expected);
 }
 
+TEST_CASE("the line splitter cuts a long line that arrives with its terminator in one read") {
+  // Found by fuzz_line_splitter: a read holding a whole long line was handed over uncut.
+  for (const std::string& partial : {std::string(), std::string("ab")}) {
+    std::vector<std::string> lines;
+    LineSplitter splitter([&](std::string_view l) { lines.emplace_back(l); }, 8);
+    splitter.feed(partial);
+    splitter.feed("0123456789abcdefgh\n");
+    splitter.finish();
+    std::string joined;
+    for (const std::string& line : lines) {
+      CHECK(line.size() <= 9);
+      joined += line;
+    }
+    CHECK(joined == partial + "0123456789abcdefgh\n");
+    CHECK(lines.size() == 3);
+  }
+}
+
 TEST_CASE("each worker gets its TF_CONFIG, the DTRAIN_* variables, threads and the job's env") {
   using namespace dtrain::common;
   JobSpec spec = parse_job_spec(
@@ -172,8 +190,8 @@ TEST_CASE("workers on other hosts go through the remote shell with quoted argume
   CHECK(remote.agent);
   for (const std::string& arg : remote.argv) CHECK(arg.find("TF_CONFIG") == std::string::npos);
   // The agent gets argv, env (TF_CONFIG, the token) and the working folder on its stdin.
-  AgentRequest sent = parse_agent_request(remote.agent_request.substr(
-      0, remote.agent_request.size() - 1));
+  AgentRequest sent =
+      parse_agent_request(remote.agent_request.substr(0, remote.agent_request.size() - 1));
   CHECK(sent.argv == std::vector<std::string>{"python3", "it's.py"});
   CHECK(sent.cwd == "/work");
   bool has_tf_config = false;

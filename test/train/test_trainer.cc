@@ -224,6 +224,9 @@ TEST_CASE(
   CHECK(auto_log.find("communication: shared memory, gradient buckets") != std::string::npos);
   CHECK(ring_log.find("communication: TCP ring, gradient buckets") != std::string::npos);
   CHECK(shm_log.find("communication: shared memory, gradient buckets") != std::string::npos);
+  // With shared memory the gradients live in the window, where the peers sum them in place.
+  CHECK(shm_log.find("live in the shared-memory window") != std::string::npos);
+  CHECK(ring_log.find("shared-memory window") == std::string::npos);
   REQUIRE(auto_model.size() > 100);
   CHECK(auto_model == ring_model);  // two ranks: each sum is one addition, whatever the transport
   CHECK(shm_model == ring_model);

@@ -77,16 +77,19 @@ bool ranks_share_a_gpu(Communicator& ring, const nn::Device& device) {
   return places.size() < all.size() / sizeof mine;
 }
 
-// The host-memory transport for id's ranks: shared memory when every rank is on this host and
-// communication allows it ("shm", "auto"), else the TCP ring. The ring is the bootstrap either
-// way; with shared memory it is closed once the segment is set up. ConfigError for "shm" when a
-// rank is elsewhere.
+// The host-memory transport for id's ranks: shared memory (with windows of window_bytes) when
+// every rank is on this host and communication allows it ("shm", "auto"), else the TCP ring. The
+// ring is the bootstrap either way; with shared memory it is closed once the segment is set up.
+// ConfigError for "shm" when a rank is elsewhere.
 std::unique_ptr<Communicator> host_transport(std::unique_ptr<Communicator> ring,
                                              const RingIdentity& id,
-                                             const std::string& communication) {
+                                             const std::string& communication,
+                                             size_t window_bytes) {
   if (communication != "shm" && communication != "auto") return ring;
   std::string why;
-  std::unique_ptr<Communicator> shm = ShmCommunicator::create(*ring, id, ShmOptions{}, &why);
+  ShmOptions options;
+  options.window_bytes = window_bytes;
+  std::unique_ptr<Communicator> shm = ShmCommunicator::create(*ring, id, options, &why);
   if (shm) return shm;
   if (communication == "shm") {
     throw common::ConfigError(fmt::format(
@@ -121,7 +124,8 @@ std::unique_ptr<Communicator> make_training_communicator(const RingIdentity& id,
   std::unique_ptr<Communicator> ring = make_communicator(id, options);
   if (gpu && communication != "ring" && communication != "shm") {
     if (communication == "auto" && id.size > 1 && ranks_share_a_gpu(*ring, device)) {
-      std::unique_ptr<Communicator> host = host_transport(std::move(ring), id, communication);
+      std::unique_ptr<Communicator> host =
+          host_transport(std::move(ring), id, communication, /*window_bytes=*/0);
       spdlog::info(
           "communication: {} staged through host memory (workers share GPU {}, and NCCL refuses "
           "two ranks on one GPU)",
@@ -132,7 +136,9 @@ std::unique_ptr<Communicator> make_training_communicator(const RingIdentity& id,
     return make_nccl_communicator(std::move(ring), device);
   }
   if (id.size == 1) return ring;
-  std::unique_ptr<Communicator> host = host_transport(std::move(ring), id, communication);
+  // A CPU trainer keeps its gradients in the window (Trainer), where peers sum them in place.
+  std::unique_ptr<Communicator> host =
+      host_transport(std::move(ring), id, communication, gpu ? 0 : kTrainingWindowBytes);
   if (gpu) {
     spdlog::info("communication: {} staged through host memory", transport_name(*host));
     return std::make_unique<HostStagedCommunicator>(std::move(host), device);

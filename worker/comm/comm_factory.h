@@ -31,14 +31,19 @@ int attempt_from_environment();
 /// (blocks up to options.rendezvous_seconds; IoError naming who it waited for). Host memory only.
 std::unique_ptr<Communicator> make_communicator(const RingIdentity& id, const CommOptions& options);
 
+/// Each CPU rank's shared-memory window for its gradients: models of up to 128M parameters keep
+/// them there; larger ones go through the slots (a copy in and out, same bits).
+inline constexpr size_t kTrainingWindowBytes = size_t{512} << 20;
+
 /// The communicator for training on device, for train.communication (auto | ring | shm | nccl):
 /// - nccl: NCCL over the ring's rendezvous; ConfigError naming NCCL for a host device or a
 ///   CPU-only build.
 /// - ring: the TCP ring; on the host with a communication thread (asynchronous buckets), on a
 ///   GPU staged through host memory.
 /// - shm: shared memory (shm_communicator.h), set up over the ring, which is then closed; like
-///   the ring on the host (communication thread) and on a GPU (staged). ConfigError when a rank
-///   is on another host.
+///   the ring on the host (communication thread) and on a GPU (staged). On the host it has
+///   windows of kTrainingWindowBytes (address space; pages only as written) for the gradients.
+///   ConfigError when a rank is on another host.
 /// - auto: NCCL for GPU workers unless two of them share one GPU (NCCL refuses that; the ranks
 ///   compare host name and PCI bus id over the ring); otherwise shared memory when every rank is
 ///   on this host, else the ring, as above.

@@ -14,6 +14,19 @@ namespace dtrain::comm {
 
 enum class ReduceOp { kSum, kMean };
 
+/// Host memory of one rank that its peers read directly (Communicator::window).
+struct Window {
+  float* data = nullptr;
+  size_t floats = 0;
+
+  bool empty() const { return floats == 0; }
+  /// True when [at, at + count) lies inside the window.
+  bool holds(const float* at, size_t count) const {
+    return data != nullptr && at >= data && count <= floats &&
+           static_cast<size_t>(at - data) <= floats - count;
+  }
+};
+
 /// Names one started all-reduce; finish it exactly once.
 struct ReduceTicket {
   uint64_t id = 0;
@@ -38,6 +51,11 @@ class Communicator {
   virtual std::vector<uint8_t> all_gather(const void* mine, size_t bytes) = 0;
   /// Tells every peer that this rank failed, with message. Never throws.
   virtual void abort(const std::string& message) noexcept = 0;
+  /// Host memory of this rank that its peers read directly; empty when the transport has none.
+  /// An all_reduce of data inside it skips the copies through the transport's own buffers,
+  /// provided every rank passes the same offset into its own window and the same count (ranks
+  /// that disagree fail). Valid while the communicator lives; zero-filled at first.
+  virtual Window window() { return {}; }
 
   /// Starts an in-place all-reduce of count floats at data, memory of the device this
   /// communicator was made for (host memory for host communicators). It reads data only after

@@ -21,6 +21,9 @@ constexpr auto kSpin = std::chrono::microseconds(20);
 constexpr auto kSleep = std::chrono::microseconds(10000);
 // Floats summed at a time in all-reduce: 16 KiB, a block that stays in the L1 cache.
 constexpr size_t kSumBlock = 4096;
+// ShmRankControl::call_kind of an all-reduce through the slots, or in the windows.
+constexpr uint32_t kCopyReduce = 1;
+constexpr uint32_t kWindowReduce = 2;
 
 // CPUs this process may run on (its affinity mask; at least 1).
 int usable_cpus() {
@@ -139,15 +142,65 @@ void ShmCommunicator::all_reduce(float* data, size_t count, ReduceOp op) {
   const Wait wait = begin("all-reduce");
   DT_ENFORCE(data != nullptr || count == 0, "all-reduce of {} floats from a null buffer", count);
   if (id_.size == 1 || count == 0) return;
+  const Window mine = window();
+  if (mine.holds(data, count)) {
+    all_reduce_in_window(static_cast<size_t>(data - mine.data), count, op, wait);
+    return;
+  }
+  describe_call(kCopyReduce, count, 0);
   const size_t per_piece = segment_.layout().slot_bytes / sizeof(float);
   for (size_t offset = 0; offset < count; offset += per_piece)
-    all_reduce_piece(data + offset, std::min(per_piece, count - offset), op, wait);
+    all_reduce_piece(data + offset, std::min(per_piece, count - offset), op, wait, offset == 0);
+}
+
+void ShmCommunicator::describe_call(uint32_t kind, size_t count, size_t offset) {
+  ShmRankControl& mine = segment_.control(id_.rank);
+  mine.call_kind.store(kind, std::memory_order_relaxed);
+  mine.call_count.store(count, std::memory_order_relaxed);
+  mine.call_offset.store(offset, std::memory_order_relaxed);
+}
+
+void ShmCommunicator::check_same_call(const Wait& wait) {
+  auto describe = [&](int r) {
+    const ShmRankControl& c = segment_.control(r);
+    const uint64_t count = c.call_count.load(std::memory_order_relaxed);
+    return c.call_kind.load(std::memory_order_relaxed) == kWindowReduce
+               ? fmt::format("{} floats at offset {} of its window", count,
+                             c.call_offset.load(std::memory_order_relaxed))
+               : fmt::format("{} floats of its own memory", count);
+  };
+  const std::string expected = describe(id_.rank);
+  for (int r = 0; r < id_.size; ++r) {
+    if (r == id_.rank || describe(r) == expected) continue;
+    // Every rank sees the disagreement at this same point, so each fails without waiting.
+    fail(fmt::format("shared memory: {} all-reduces {} in {} but {} all-reduces {}",
+                     id_.describe(r), describe(r), wait.collective, id_.describe(id_.rank),
+                     expected));
+  }
+}
+
+// Floats [begin, end) summed over every rank in rank order, in blocks that stay in the L1
+// cache: each element is ((x0 + x1) + x2) + ..., so the bits depend neither on the block size
+// nor on which rank sums. source(r, at) points at rank r's value of element at; each block's
+// sums go to store(at, sums, n) once every source of the block has been read.
+template <typename Source, typename Store>
+void ShmCommunicator::sum_chunk(size_t begin, size_t end, ReduceOp op, Source source,
+                                Store store) const {
+  float sum[kSumBlock];
+  for (size_t at = begin; at < end; at += kSumBlock) {
+    const size_t n = std::min(kSumBlock, end - at);
+    std::memcpy(sum, source(0, at), n * sizeof(float));
+    for (int r = 1; r < id_.size; ++r) add_into(sum, source(r, at), n);
+    if (op == ReduceOp::kMean) divide_by(sum, n, static_cast<float>(id_.size));
+    store(at, sum, n);
+  }
 }
 
 // Phases: (1) copy in the chunks the peers own (mine stays in data: only I read it); (2) sum my
 // chunk over every rank, in rank order, into data and my slot; (3) copy every other chunk out of
 // its owner's slot.
-void ShmCommunicator::all_reduce_piece(float* data, size_t count, ReduceOp op, const Wait& wait) {
+void ShmCommunicator::all_reduce_piece(float* data, size_t count, ReduceOp op, const Wait& wait,
+                                       bool first) {
   const int me = id_.rank;
   const IndexRange mine = ring_chunk(count, id_.size, me);
   wait_all(wait);  // every peer is done reading the slots of the last collective
@@ -155,19 +208,15 @@ void ShmCommunicator::all_reduce_piece(float* data, size_t count, ReduceOp op, c
   std::memcpy(slot_floats(me) + mine.end, data + mine.end, (count - mine.end) * sizeof(float));
   publish();
   wait_all(wait);
-  // In blocks that stay in the L1 cache: each element is ((x0 + x1) + x2) + ... with my own x
-  // read from data, the same value my slot would hold, so the bits do not depend on the block
-  // size or on who sums.
-  float sum[kSumBlock];
-  for (size_t at = mine.begin; at < mine.end; at += kSumBlock) {
-    const size_t n = std::min(kSumBlock, mine.end - at);
-    auto source = [&](int r) { return (r == me ? data : slot_floats(r)) + at; };
-    std::memcpy(sum, source(0), n * sizeof(float));
-    for (int r = 1; r < id_.size; ++r) add_into(sum, source(r), n);
-    if (op == ReduceOp::kMean) divide_by(sum, n, static_cast<float>(id_.size));
-    std::memcpy(data + at, sum, n * sizeof(float));
-    std::memcpy(slot_floats(me) + at, sum, n * sizeof(float));
-  }
+  if (first) check_same_call(wait);
+  // My own values are read from data, the same values my slot would hold.
+  sum_chunk(
+      mine.begin, mine.end, op,
+      [&](int r, size_t at) { return (r == me ? data : slot_floats(r)) + at; },
+      [&](size_t at, const float* sum, size_t n) {
+        std::memcpy(data + at, sum, n * sizeof(float));
+        std::memcpy(slot_floats(me) + at, sum, n * sizeof(float));
+      });
   publish();
   wait_all(wait);
   for (int r = 0; r < id_.size; ++r) {
@@ -176,6 +225,33 @@ void ShmCommunicator::all_reduce_piece(float* data, size_t count, ReduceOp op, c
     std::memcpy(data + theirs.begin, slot_floats(r) + theirs.begin, theirs.size() * sizeof(float));
   }
   publish();
+}
+
+// Data already in every rank's window at the same offset. Phases: (1) every rank has its data
+// in place; (2) each sums its chunk straight from every window and writes the sums into every
+// window (the chunk's owner is the only rank that touches that chunk anywhere until the end);
+// (3) returns once every rank has written, since the caller may write its window as soon as
+// this returns. Nothing is copied apart from the sums, and each chunk is read and written in
+// one pass.
+void ShmCommunicator::all_reduce_in_window(size_t offset, size_t count, ReduceOp op,
+                                           const Wait& wait) {
+  const IndexRange mine = ring_chunk(count, id_.size, id_.rank);
+  auto data = [&](int r) { return window_floats(r) + offset; };
+  describe_call(kWindowReduce, count, offset);
+  publish();
+  wait_all(wait);
+  check_same_call(wait);
+  sum_chunk(
+      mine.begin, mine.end, op, [&](int r, size_t at) { return data(r) + at; },
+      [&](size_t at, const float* sum, size_t n) {
+        for (int r = 0; r < id_.size; ++r) std::memcpy(data(r) + at, sum, n * sizeof(float));
+      });
+  publish();
+  wait_all(wait);
+}
+
+Window ShmCommunicator::window() {
+  return {window_floats(id_.rank), segment_.layout().window_bytes / sizeof(float)};
 }
 
 void ShmCommunicator::broadcast(void* data, size_t bytes, int root) {

@@ -1,9 +1,11 @@
 // Collectives for ranks that all run on one host, through one shared memory segment (layout in
 // shm_segment.h): each rank has a slot; all-reduce copies in, each rank sums its chunk from every
-// slot in rank order, and everyone copies the sums out. Set up once over a bootstrap
-// communicator, never used again; ranks on different hosts (or namespaces) get nullptr and keep
-// the TCP ring. Host memory only, blocking, one collective at a time: no device memory, no
-// asynchronous all-reduce of its own (wrap it in a ThreadedCommunicator for that).
+// slot in rank order, and everyone copies the sums out. Data that already lives in the ranks'
+// windows (window()) is summed straight from them, and only the other ranks' sums are copied. Set
+// up once over a bootstrap communicator, never used again; ranks on different hosts (or namespaces)
+// get nullptr and keep the TCP ring. Host memory only, blocking, one collective at a time: no
+// device memory, no asynchronous all-reduce of its own (wrap it in a ThreadedCommunicator for
+// that).
 //
 // Synchronisation: every collective is a sequence of phases. After each phase a rank publishes
 // its phase counter (release store in its ShmRankControl); a rank that needs a peer's phase spins
@@ -31,8 +33,11 @@ namespace dtrain::comm {
 
 struct ShmOptions {
   size_t slot_bytes = size_t{4} << 20;  ///< per rank; larger collectives go in pieces
-  double collective_seconds = 600;      ///< for one whole collective, named in its time-out
-  double setup_seconds = 30;            ///< for the descriptor hand-off in create()
+  /// Per rank: memory the caller may keep its data in (window()); all-reduces there copy
+  /// nothing in or out. Address space only until written.
+  size_t window_bytes = 0;
+  double collective_seconds = 600;  ///< for one whole collective, named in its time-out
+  double setup_seconds = 30;        ///< for the descriptor hand-off in create()
   /// Tests only: replaces this rank's host identity (boot id and host name) when not empty.
   std::string host_identity_override;
 };
@@ -68,6 +73,8 @@ class ShmCommunicator final : public Communicator {
   /// Marks the segment aborted by this rank with message (the first abort wins) and wakes every
   /// waiter. Never throws; safe from any thread, even during a collective of this rank.
   void abort(const std::string& message) noexcept override;
+  /// This rank's window (ShmOptions::window_bytes), which every peer maps too.
+  Window window() override;
 
  private:
   ShmCommunicator(const RingIdentity& id, const ShmOptions& options, MappedSegment segment,
@@ -84,8 +91,18 @@ class ShmCommunicator final : public Communicator {
   /// and wakes every waiter. True when this call recorded it.
   bool post_failure(const std::string& reason) noexcept;
 
-  void all_reduce_piece(float* data, size_t count, ReduceOp op, const Wait& wait);
+  /// Says which call this rank is in (before its first publish of the call), and checks, after
+  /// every peer published past that point, that they are in the same one.
+  void describe_call(uint32_t kind, size_t count, size_t offset);
+  void check_same_call(const Wait& wait);
+  void all_reduce_piece(float* data, size_t count, ReduceOp op, const Wait& wait, bool first);
+  void all_reduce_in_window(size_t offset, size_t count, ReduceOp op, const Wait& wait);
+  /// Sums floats [begin, end) over every rank in rank order, each rank's values read through
+  /// source(rank, index), handing each block of sums to store(index, sums, n).
+  template <typename Source, typename Store>
+  void sum_chunk(size_t begin, size_t end, ReduceOp op, Source source, Store store) const;
   float* slot_floats(int rank) const { return reinterpret_cast<float*>(segment_.slot(rank)); }
+  float* window_floats(int rank) const { return reinterpret_cast<float*>(segment_.window(rank)); }
 
   RingIdentity id_;
   ShmOptions options_;

@@ -28,15 +28,20 @@ size_t round_up(size_t value, size_t multiple) {
 
 }  // namespace
 
-ShmLayout ShmLayout::for_world(int size, size_t requested_slot_bytes) {
+ShmLayout ShmLayout::for_world(int size, size_t requested_slot_bytes,
+                               size_t requested_window_bytes) {
   DT_ENFORCE(size >= 1 && size <= 4096, "shared-memory world of {} ranks", size);
   DT_ENFORCE(requested_slot_bytes >= sizeof(float) && requested_slot_bytes <= (size_t{1} << 32),
              "shared-memory slot of {} bytes", requested_slot_bytes);
+  DT_ENFORCE(requested_window_bytes <= (size_t{1} << 36), "shared-memory window of {} bytes",
+             requested_window_bytes);
   ShmLayout layout;
   layout.size = size;
   layout.slot_bytes = round_up(requested_slot_bytes, kShmPageBytes);
+  layout.window_bytes = round_up(requested_window_bytes, kShmPageBytes);
   layout.control_bytes = round_up(kShmControlsOffset + 64 * size_t(size), kShmPageBytes);
-  layout.segment_bytes = layout.control_bytes + size_t(size) * layout.slot_bytes;
+  layout.segment_bytes =
+      layout.control_bytes + size_t(size) * (layout.slot_bytes + layout.window_bytes);
   return layout;
 }
 
@@ -78,6 +83,7 @@ void MappedSegment::init_header() {
   header->magic = kShmMagic;
   header->size = static_cast<uint32_t>(layout_.size);
   header->slot_bytes = layout_.slot_bytes;
+  header->window_bytes = layout_.window_bytes;
   header->segment_bytes = layout_.segment_bytes;
   for (int r = 0; r < layout_.size; ++r) new (base_ + layout_.control_offset(r)) ShmRankControl{};
 }
@@ -85,11 +91,13 @@ void MappedSegment::init_header() {
 void MappedSegment::check_header() const {
   const ShmHeader& h = header();
   if (h.magic != kShmMagic || h.size != static_cast<uint32_t>(layout_.size) ||
-      h.slot_bytes != layout_.slot_bytes || h.segment_bytes != layout_.segment_bytes) {
+      h.slot_bytes != layout_.slot_bytes || h.window_bytes != layout_.window_bytes ||
+      h.segment_bytes != layout_.segment_bytes) {
     throw common::IoError(fmt::format(
-        "shared memory: segment header (magic {:#x}, {} ranks, {}-byte slots) does not match "
-        "this worker's ({} ranks, {}-byte slots)",
-        h.magic, h.size, h.slot_bytes, layout_.size, layout_.slot_bytes));
+        "shared memory: segment header (magic {:#x}, {} ranks, {}-byte slots, {}-byte windows) "
+        "does not match this worker's ({} ranks, {}-byte slots, {}-byte windows)",
+        h.magic, h.size, h.slot_bytes, h.window_bytes, layout_.size, layout_.slot_bytes,
+        layout_.window_bytes));
   }
 }
 

@@ -6,7 +6,11 @@
 //   [0, 2048)                    ShmHeader: magic, world size, slot size, first failure
 //   [2048 + 64 r, +64)           ShmRankControl of rank r: phase counter (futex word), sleepers
 //   [control_bytes + r * slot_bytes, +slot_bytes)  slot of rank r: written only by rank r
-// control_bytes = 2048 + 64 * size rounded up to a page; slot_bytes rounded up to a page.
+//   [windows_offset + r * window_bytes, +window_bytes)  window of rank r: memory rank r's caller
+//                                 keeps its data in (see ShmCommunicator::window); may be empty
+// control_bytes = 2048 + 64 * size rounded up to a page; slot_bytes and window_bytes rounded up
+// to a page. Pages of a memfd are allocated when first written, so a large window costs address
+// space, not memory, until it is used.
 #pragma once
 
 #include <atomic>
@@ -31,6 +35,11 @@ struct alignas(64) ShmRankControl {
   std::atomic<uint32_t> phase;
   /// Peers asleep, or about to sleep, on phase: the publisher wakes them only when non-zero.
   std::atomic<uint32_t> sleepers;
+  /// What this rank's current collective is, written before its first publish and read by
+  /// peers after they saw it, so ranks that disagree fail instead of mixing up data.
+  std::atomic<uint32_t> call_kind;
+  std::atomic<uint64_t> call_count;   ///< floats (all-reduce) or bytes
+  std::atomic<uint64_t> call_offset;  ///< floats into the window (window all-reduce)
 };
 
 /// The start of the control page; written by rank 0 before any peer maps the segment.
@@ -39,6 +48,7 @@ struct ShmHeader {
   uint32_t size;
   uint32_t reserved;
   uint64_t slot_bytes;
+  uint64_t window_bytes;
   uint64_t segment_bytes;
   /// rank + 1 of the first rank to post a failure (its own abort, or a peer it saw die); 0: none
   std::atomic<uint32_t> abort_claim;
@@ -54,13 +64,18 @@ static_assert(sizeof(ShmHeader) <= kShmControlsOffset, "header overlaps the rank
 struct ShmLayout {
   int size = 1;
   size_t slot_bytes = 0;     ///< per rank, a multiple of the page size
+  size_t window_bytes = 0;   ///< per rank, a multiple of the page size (0: no windows)
   size_t control_bytes = 0;  ///< header and rank controls, a multiple of the page size
-  size_t segment_bytes = 0;  ///< control_bytes + size * slot_bytes
+  size_t segment_bytes = 0;  ///< control_bytes + size * (slot_bytes + window_bytes)
 
   /// Throws EnforceError for a size below 1 or a segment too large to address.
-  static ShmLayout for_world(int size, size_t requested_slot_bytes);
+  static ShmLayout for_world(int size, size_t requested_slot_bytes,
+                             size_t requested_window_bytes = 0);
   size_t control_offset(int rank) const { return kShmControlsOffset + 64 * size_t(rank); }
   size_t slot_offset(int rank) const { return control_bytes + size_t(rank) * slot_bytes; }
+  size_t window_offset(int rank) const {
+    return control_bytes + size_t(size) * slot_bytes + size_t(rank) * window_bytes;
+  }
 };
 
 /// A shared read-write mapping of a whole segment; move-only, unmapped by the destructor.
@@ -81,6 +96,7 @@ class MappedSegment {
     return *reinterpret_cast<ShmRankControl*>(base_ + layout_.control_offset(rank));
   }
   uint8_t* slot(int rank) const { return base_ + layout_.slot_offset(rank); }
+  uint8_t* window(int rank) const { return base_ + layout_.window_offset(rank); }
 
   /// Rank 0, before sharing the segment: writes the header (the memfd starts zero-filled).
   void init_header();

@@ -93,7 +93,7 @@ std::unique_ptr<ShmCommunicator> ShmCommunicator::create(Communicator& bootstrap
     }
     return nullptr;
   }
-  const ShmLayout layout = ShmLayout::for_world(id.size, options.slot_bytes);
+  const ShmLayout layout = ShmLayout::for_world(id.size, options.slot_bytes, options.window_bytes);
   const std::string name = shm_socket_name(id, pids[0]);
   std::string reason;
   common::UniqueFd segment_fd;

@@ -55,6 +55,7 @@ class ThreadedCommunicator final : public Communicator {
   /// link's time-out), then calls inner's abort. Never throws. It may block up to one link
   /// time-out: the inner link is not safe to abort while another thread is inside it.
   void abort(const std::string& message) noexcept override;
+  Window window() override { return inner_->window(); }
 
   /// Queues an in-place all-reduce of count floats of HOST memory and returns at once. data must
   /// stay valid and untouched until finish_all_reduce returns for the ticket. Throws at once,

@@ -105,6 +105,10 @@ class DeviceMemory {
       : device_(&device),
         data_(static_cast<T*>(allocate(device, count * sizeof(T)))),
         count_(count) {}
+  /// count elements at lent, memory of the device that someone else owns and keeps alive (a
+  /// communicator's shared window on the host device); never released here.
+  DeviceMemory(Device& device, T* lent, size_t count)
+      : device_(&device), data_(lent), count_(count), owned_(false) {}
   DeviceMemory(DeviceMemory&& other) noexcept { swap(other); }
   DeviceMemory& operator=(DeviceMemory&& other) noexcept {
     DeviceMemory(std::move(other)).swap(*this);
@@ -113,7 +117,7 @@ class DeviceMemory {
   DeviceMemory(const DeviceMemory&) = delete;
   DeviceMemory& operator=(const DeviceMemory&) = delete;
   ~DeviceMemory() {
-    if (!data_) return;
+    if (!data_ || !owned_) return;
     if (Kind == MemoryKind::kDevice) {
       device_->release(data_);
     } else {
@@ -130,7 +134,9 @@ class DeviceMemory {
     std::swap(device_, other.device_);
     std::swap(data_, other.data_);
     std::swap(count_, other.count_);
+    std::swap(owned_, other.owned_);
   }
+  bool owned() const { return owned_; }
 
  protected:
   static void* allocate(Device& device, size_t bytes) {
@@ -139,6 +145,7 @@ class DeviceMemory {
   Device* device_ = nullptr;
   T* data_ = nullptr;
   size_t count_ = 0;
+  bool owned_ = true;
 };
 
 /// Pinned host memory of a device (for input batches and small read-backs).

@@ -6,7 +6,8 @@
 
 namespace dtrain::nn {
 
-Sequential::Sequential(const ModelSpec& spec, Backend& backend, int max_batch)
+Sequential::Sequential(const ModelSpec& spec, Backend& backend, int max_batch,
+                       float* gradient_memory, size_t gradient_floats)
     : backend_(backend), max_batch_(max_batch) {
   dims_.push_back({spec.channels, spec.height, spec.width});
   size_t offset = 0;
@@ -41,7 +42,12 @@ Sequential::Sequential(const ModelSpec& spec, Backend& backend, int max_batch)
   }
   Device& device = backend.device();
   parameters_ = Buffer<float>(device, offset);
-  gradients_ = Buffer<float>(device, offset);
+  if (gradient_memory != nullptr && offset <= gradient_floats) {
+    gradients_ = Buffer<float>(device, gradient_memory, offset);
+    device.fill_zero(gradient_memory, offset * sizeof(float));  // as fresh device memory is
+  } else {
+    gradients_ = Buffer<float>(device, offset);
+  }
   activations_.push_back(nullptr);  // the caller's input
   deltas_.push_back(nullptr);       // nobody needs the input's gradient
   for (size_t i = 0; i < layers_.size(); ++i) {

@@ -27,7 +27,10 @@ class Sequential {
  public:
   /// Builds the layers for batches of up to max_batch examples. Throws ConfigError naming the
   /// layer when shapes do not fit. backend must outlive the model.
-  Sequential(const ModelSpec& spec, Backend& backend, int max_batch);
+  /// gradient_memory (floats of the backend's device that outlive the model; may be null) holds
+  /// the gradients when they fit in gradient_floats, instead of memory of the model's own.
+  Sequential(const ModelSpec& spec, Backend& backend, int max_batch,
+             float* gradient_memory = nullptr, size_t gradient_floats = 0);
   ~Sequential();
   Sequential(const Sequential&) = delete;
   Sequential& operator=(const Sequential&) = delete;
@@ -59,6 +62,8 @@ class Sequential {
   Buffer<float>& parameters() { return parameters_; }
   const Buffer<float>& parameters() const { return parameters_; }
   Buffer<float>& gradients() { return gradients_; }
+  /// True when the gradients live in the constructor's gradient_memory.
+  bool gradients_lent() const { return !gradients_.owned(); }
   /// Layer i's parameters in the flat buffers (count 0 for layers without).
   const std::vector<ParamRange>& layer_ranges() const { return ranges_; }
   /// Every parameter tensor with its offset in the flat buffers, in layer order.

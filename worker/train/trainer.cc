@@ -44,7 +44,19 @@ Trainer::Trainer(const TrainConfig& config, nn::Backend& backend, comm::Communic
       control_(control),
       progress_(ProgressBar::for_stdout()),
       store_(options_.run_dir + "/" + config.backup.dir, config.backup.keep) {
-  model_ = std::make_unique<nn::Sequential>(config_.model, backend_, config_.per_worker_batch_size);
+  // On the host, the gradients live in the communicator's window when it has one (shared
+  // memory): peers then sum them in place instead of through copies.
+  const comm::Window window =
+      backend_.device().kind() == nn::DeviceKind::kHost ? comm_.window() : comm::Window{};
+  model_ = std::make_unique<nn::Sequential>(config_.model, backend_, config_.per_worker_batch_size,
+                                            window.data, window.floats);
+  if (!window.empty()) {
+    spdlog::info(model_->gradients_lent()
+                     ? "gradients ({} floats) live in the shared-memory window ({} floats)"
+                     : "gradients ({} floats) do not fit the shared-memory window ({} floats): "
+                       "all-reduced through copies",
+                 model_->gradients().size(), window.floats);
+  }
   if (model_->classes() < train_.classes) {
     throw common::ConfigError(
         fmt::format("model: the last layer has {} units but the data has {} classes",

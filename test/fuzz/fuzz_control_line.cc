@@ -1,0 +1,32 @@
+// Lines the launcher reads from processes it does not trust: control-socket lines from workers
+// (common/control_protocol.h) and an agent's stdout events and stdin requests
+// (launcher/agent_protocol.h). What parses formats back to a line that parses the same.
+#include "common/control_protocol.h"
+#include "launcher/agent_protocol.h"
+#include "test/fuzz/fuzz_support.h"
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  using namespace dtrain;
+  const std::string_view line = fuzz::as_text(data, size);
+  if (auto message = common::parse_control_message(line)) {
+    std::string text = common::format_control_message(*message);
+    fuzz::require(!text.empty() && text.back() == '\n', "a control line ends in a newline");
+    text.pop_back();
+    auto again = common::parse_control_message(text);
+    fuzz::require(again.has_value(), "a formatted control line parses");
+    fuzz::require(common::format_control_message(*again) == text + "\n",
+                  "a control line formats the same after a round trip");
+  }
+  const launcher::AgentLine kind = launcher::classify_agent_line(line);
+  if (kind.kind == launcher::AgentLine::Kind::kEvent) launcher::parse_agent_event(kind.payload);
+  launcher::parse_agent_event(line);
+  fuzz::accepts([&] { launcher::parse_agent_signal_command(line); });
+  launcher::AgentRequest request;
+  if (fuzz::accepts([&] { request = launcher::parse_agent_request(line); })) {
+    std::string text = launcher::format_agent_request(request);
+    text.pop_back();
+    fuzz::require(fuzz::accepts([&] { launcher::parse_agent_request(text); }),
+                  "a formatted agent request parses");
+  }
+  return 0;
+}
