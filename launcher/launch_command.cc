@@ -109,8 +109,11 @@ void print_summary(const common::JobSpec& spec, const common::RunDir& run_dir,
   const FailureReport& f = *result.failure;
   std::cerr << fmt::format("dtrain: first failure: {} {} ({}) on attempt {}\n", f.task.text(),
                            outcome_name(f.outcome), f.what, f.attempt);
+  // The lines the launcher saw, which a full disk may have kept out of the log file.
+  const std::vector<std::string> lines =
+      f.last_lines.empty() ? tail_lines(f.log_path, 20) : f.last_lines;
   std::cerr << fmt::format("dtrain: last lines of {}:\n", f.log_path);
-  for (const std::string& line : tail_lines(f.log_path, 20)) std::cerr << "  " << line << "\n";
+  for (const std::string& line : lines) std::cerr << "  " << line << "\n";
 }
 
 int run_supervisor(const common::JobSpec& spec, PreparedRun& run,

@@ -34,7 +34,8 @@ class Device {
   virtual std::string name() const = 0;
 
   /// Zero-filled device memory of bytes (> 0 bytes is always allocated, even for 0). Throws
-  /// IoError when the device is out of memory. Release with release().
+  /// std::bad_alloc when the device is out of memory (dtrain-worker: exit 2), IoError for other
+  /// device failures. Release with release().
   virtual void* allocate(size_t bytes) = 0;
   virtual void release(void* memory) noexcept = 0;
   /// Page-locked host memory (plain host memory on the host device), zero-filled.

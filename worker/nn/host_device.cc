@@ -2,6 +2,7 @@
 // memcpy, and every "enqueue" runs at once, so waits have nothing to wait for. The oneDNN and the
 // reference backends both run on it.
 #include <fmt/format.h>
+#include <spdlog/spdlog.h>
 
 #include <cstdlib>
 #include <cstring>
@@ -18,7 +19,11 @@ constexpr size_t kAlignment = 64;
 void* aligned_zeroed(size_t bytes) {
   size_t rounded = (std::max<size_t>(bytes, 1) + kAlignment - 1) / kAlignment * kAlignment;
   void* memory = ::operator new(rounded, std::align_val_t(kAlignment), std::nothrow);
-  if (!memory) throw common::IoError(fmt::format("host memory: cannot allocate {} bytes", bytes));
+  if (!memory) {
+    // Out of memory is not a fault a restart cures: dtrain-worker turns bad_alloc into exit 2.
+    spdlog::error("host memory: cannot allocate {} bytes", bytes);
+    throw std::bad_alloc();
+  }
   std::memset(memory, 0, rounded);
   return memory;
 }

@@ -98,7 +98,7 @@ int run_evaluator(const TrainConfig& config, nn::Backend& backend, const data::D
   while (true) {
     bool stopping = options.stop_requested && options.stop_requested();
     if (std::filesystem::exists(final_model)) {
-      SafetensorsFile file = decode_safetensors(common::read_file(final_model), final_model);
+      SafetensorsFile file = read_safetensors(final_model);
       if (file.metadata["architecture"] == config.model_json && load_weights(model, file)) {
         auto [loss, accuracy] = evaluate_model(model, backend, test, config.per_worker_batch_size);
         append_line(

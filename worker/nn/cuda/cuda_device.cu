@@ -3,9 +3,11 @@
 // Downloads wait for the compute stream. It does not pick the GPU: CUDA_VISIBLE_DEVICES does
 // (the launcher gives each worker its own), and this uses the first visible one.
 #include <fmt/format.h>
+#include <spdlog/spdlog.h>
 
 #include <chrono>
 #include <cstring>
+#include <new>
 #include <thread>
 #include <vector>
 
@@ -41,6 +43,12 @@ class CudaDevice final : public Device {
   void* allocate(size_t bytes) override {
     void* memory = nullptr;
     cudaError_t rc = cudaMalloc(&memory, std::max<size_t>(bytes, 1));
+    if (rc == cudaErrorMemoryAllocation) {
+      // As on the host: a restart would not fit either; dtrain-worker makes it exit 2.
+      cudaGetLastError();
+      spdlog::error("GPU {}: cannot allocate {} bytes: out of memory", name_, bytes);
+      throw std::bad_alloc();
+    }
     if (rc != cudaSuccess) {
       cudaGetLastError();
       throw common::IoError(fmt::format("GPU {}: cannot allocate {} bytes: {}", name_, bytes,
