@@ -1,11 +1,18 @@
 // RapidJSON behind json.h: strict parsing with line/column errors, path-aware access, writing.
 #include "common/json.h"
 
+#include <rapidjson/encodedstream.h>
 #include <rapidjson/error/en.h>
+#include <rapidjson/memorystream.h>
+#include <rapidjson/reader.h>
 #include <rapidjson/stringbuffer.h>
 #include <rapidjson/writer.h>
 
+#include <algorithm>
+#include <charconv>
 #include <cmath>
+#include <cstdint>
+#include <cstdlib>
 #include <set>
 
 #include "common/errors.h"
@@ -61,6 +68,63 @@ size_t first_offset_deeper_than(std::string_view text, size_t limit) {
   }
   return std::string_view::npos;
 }
+
+// RapidJSON 1.1.0 (Debian 12) converts some numbers wrongly in full precision: a zero spelled
+// "0e90" or "0.000...0", or an integer just past 2^64, comes out huge (its DiyFp::Normalize takes
+// __builtin_clzll(0)), and long mantissas with large exponents read past its table of powers
+// (found by fuzz_job_spec and fuzz_tf_config under UBSan and ASan). So the parser hands numbers
+// over as text (kParseNumbersAsStringsFlag) and this forwarder converts them with
+// std::from_chars, which rounds correctly, before they reach the document.
+template <typename Handler>
+class ExactNumbers {
+ public:
+  explicit ExactNumbers(Handler& to) : to_(to) {}
+  bool Null() { return to_.Null(); }
+  bool Bool(bool b) { return to_.Bool(b); }
+  bool Int(int i) { return to_.Int(i); }
+  bool Uint(unsigned u) { return to_.Uint(u); }
+  bool Int64(int64_t i) { return to_.Int64(i); }
+  bool Uint64(uint64_t u) { return to_.Uint64(u); }
+  bool Double(double d) { return to_.Double(d); }
+  bool String(const char* s, rapidjson::SizeType n, bool copy) { return to_.String(s, n, copy); }
+  bool StartObject() { return to_.StartObject(); }
+  bool Key(const char* s, rapidjson::SizeType n, bool copy) { return to_.Key(s, n, copy); }
+  bool EndObject(rapidjson::SizeType members) { return to_.EndObject(members); }
+  bool StartArray() { return to_.StartArray(); }
+  bool EndArray(rapidjson::SizeType elements) { return to_.EndArray(elements); }
+
+  /// text is a valid JSON number (the reader checked its grammar).
+  bool RawNumber(const char* text, rapidjson::SizeType n, bool) {
+    const char* end = text + n;
+    if (std::find_if(text, end, [](char c) { return c == '.' || c == 'e' || c == 'E'; }) == end) {
+      int64_t i = 0;
+      if (std::from_chars(text, end, i).ec == std::errc()) {
+        if (i >= INT32_MIN && i <= INT32_MAX) return to_.Int(static_cast<int>(i));
+        if (i >= 0 && i <= UINT32_MAX) return to_.Uint(static_cast<unsigned>(i));
+        return to_.Int64(i);
+      }
+      uint64_t u = 0;
+      if (std::from_chars(text, end, u).ec == std::errc()) return to_.Uint64(u);
+    }
+    double d = 0;
+    const std::from_chars_result r = std::from_chars(text, end, d);
+    if (r.ec == std::errc::result_out_of_range) {
+      // Closer to zero than any double: strtod gives 0 or the nearest denormal; too big: inf.
+      d = std::strtod(std::string(text, n).c_str(), nullptr);
+      too_big_ = std::isinf(d);
+      if (too_big_) return false;
+    } else if (r.ec != std::errc() || r.ptr != end) {
+      return false;
+    }
+    return to_.Double(d);
+  }
+  /// True when a RawNumber was refused for being out of the double range.
+  bool too_big() const { return too_big_; }
+
+ private:
+  Handler& to_;
+  bool too_big_ = false;
+};
 
 // One step of the way from the root to a value, kept on the stack while descending, so the path
 // text is built only for an error message, not at every level.
@@ -226,12 +290,24 @@ JsonDocument JsonDocument::parse(std::string_view text, const std::string& sourc
   auto doc = std::make_shared<rapidjson::Document>();
   // Iterative: the parser's own stack is on the heap, bounded by the depth checked above.
   constexpr unsigned kFlags = rapidjson::kParseValidateEncodingFlag |
-                              rapidjson::kParseFullPrecisionFlag | rapidjson::kParseIterativeFlag;
-  doc->Parse<kFlags>(text.data(), text.size());
-  if (doc->HasParseError()) {
-    auto [line, column] = line_column(text, doc->GetErrorOffset());
+                              rapidjson::kParseNumbersAsStringsFlag |
+                              rapidjson::kParseIterativeFlag;
+  rapidjson::ParseResult result;
+  bool too_big = false;
+  auto generate = [&](rapidjson::Document& into) {
+    ExactNumbers<rapidjson::Document> numbers(into);
+    rapidjson::MemoryStream bytes(text.data(), text.size());
+    rapidjson::EncodedInputStream<rapidjson::UTF8<>, rapidjson::MemoryStream> in(bytes);
+    result = rapidjson::Reader().Parse<kFlags>(in, numbers);
+    too_big = numbers.too_big();
+    return !result.IsError();
+  };
+  doc->Populate(generate);
+  if (result.IsError()) {
+    auto [line, column] = line_column(text, result.Offset());
     throw ConfigError(fmt::format("{}: line {}, column {}: invalid JSON: {}", source, line, column,
-                                  rapidjson::GetParseError_En(doc->GetParseError())));
+                                  too_big ? "Number too big to be stored in double."
+                                          : rapidjson::GetParseError_En(result.Code())));
   }
   check_duplicate_keys(*doc, nullptr, source);
   return JsonDocument(std::move(doc));

@@ -31,6 +31,38 @@ TEST_CASE("numbers: integers must be integral and in range") {
   CHECK(doc.root().at("g").as_number(0, 4) == 3.5);
 }
 
+TEST_CASE("numbers RapidJSON 1.1.0 misreads in full precision are read exactly") {
+  // Found by fuzz_job_spec and fuzz_tf_config (UBSan: __builtin_clzll(0) in RapidJSON's
+  // DiyFp::Normalize; an index past its table of cached powers): zeros with an exponent or many
+  // digits, an integer just past 2^64, and long mantissas with large exponents.
+  JsonDocument doc = JsonDocument::parse(
+      R"({"a": 0e90, "b": -0E+40, "c": 0.000e99, "d": [0e-7, 10e2], "s": "0e90", "e": 2.5e-3,
+          "f": 0.0000000000000000000000000000000, "g": 100.000000000000000000000000001,
+          "h": 184467440737095516155, "i": 7007777777777777777777777777777777777e-300,
+          "j": 1e-400, "k": 0.1, "l": -9223372036854775808, "m": 18446744073709551615})",
+      "t");
+  CHECK(doc.root().at("a").as_number(0, 1) == 0.0);
+  CHECK(doc.root().at("b").as_number(-1, 1) == 0.0);
+  CHECK(doc.root().at("c").as_number(0, 1) == 0.0);
+  CHECK(doc.root().at("d").as_array()[0].as_number(0, 1) == 0.0);
+  CHECK(doc.root().at("d").as_array()[1].as_number(0, 2000) == 1000.0);
+  CHECK(doc.root().at("s").as_string() == "0e90");  // strings are left alone
+  CHECK(doc.root().at("e").as_number(0, 1) == 2.5e-3);
+  CHECK(doc.root().at("f").as_number(0, 1) == 0.0);
+  CHECK(doc.root().at("g").as_number(0, 200) == 100.0);
+  CHECK(doc.root().at("h").as_number(0, 1e21) == 184467440737095516155.0);
+  CHECK(doc.root().at("i").as_number(0, 1) == 7007777777777777777777777777777777777e-300);
+  CHECK(doc.root().at("j").as_number(0, 1) == 0.0);
+  CHECK(doc.root().at("k").as_number(0, 1) == 0.1);  // correctly rounded, as before
+  CHECK(doc.root().at("l").dump() == "-9223372036854775808");
+  CHECK(doc.root().at("m").dump() == "18446744073709551615");
+  CHECK_THROWS_WITH(JsonDocument::parse(R"({"a": 1e400})", "t"),
+                    "t: line 1, column 7: invalid JSON: Number too big to be stored in double.");
+  CHECK_THROWS_WITH(JsonDocument::parse(R"({"a": 0e})", "t"),
+                    Catch::StartsWith("t: line 1, column 9: invalid JSON"));
+  CHECK_THROWS_AS(JsonDocument::parse(R"({"a": 00.0})", "t"), ConfigError);
+}
+
 TEST_CASE("duplicate keys are found at any depth") {
   CHECK_THROWS_WITH(JsonDocument::parse(R"({"a": [{"k": 1, "k": 2}]})", "t"),
                     "t: a[0]: key \"k\" appears more than once");

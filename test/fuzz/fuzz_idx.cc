@@ -14,9 +14,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace dtrain;
   // Decompressed copies go to a cache (idx_cache.h): one of this process's, removed at exit.
   static const bool cache_set = [] {
-    static const std::string dir = "/tmp/dtrain-fuzz-idx-cache-" + std::to_string(::getpid());
-    std::atexit([] { std::filesystem::remove_all(dir); });
-    return ::setenv("DTRAIN_CACHE_DIR", dir.c_str(), 1) == 0;
+    static const std::string* dir =  // never freed: the exit handler uses it
+        new std::string("/tmp/dtrain-fuzz-idx-cache-" + std::to_string(::getpid()));
+    std::atexit([] { std::filesystem::remove_all(*dir); });
+    return ::setenv("DTRAIN_CACHE_DIR", dir->c_str(), 1) == 0;
   }();
   fuzz::require(cache_set, "setenv DTRAIN_CACHE_DIR");
   const int fd = ::memfd_create("fuzz-idx", MFD_CLOEXEC);

@@ -14,16 +14,17 @@
 
 namespace {
 
-// One folder per process for the index half, removed at exit.
+// One folder per process for the index half, removed at exit (the path is never freed, so the
+// exit handler may still use it).
 const std::string& scratch_dir() {
-  static const std::string dir = [] {
-    std::string path =
-        std::filesystem::temp_directory_path() / ("dtrain-fuzz-ckpt-" + std::to_string(::getpid()));
-    std::filesystem::create_directories(path);
+  static const std::string* dir = [] {
+    auto* path = new std::string(std::filesystem::temp_directory_path() /
+                                 ("dtrain-fuzz-ckpt-" + std::to_string(::getpid())));
+    std::filesystem::create_directories(*path);
     std::atexit([] { std::filesystem::remove_all(scratch_dir()); });
     return path;
   }();
-  return dir;
+  return *dir;
 }
 
 }  // namespace
