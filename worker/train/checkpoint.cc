@@ -5,13 +5,11 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 #include <spdlog/spdlog.h>
-#include <zlib.h>
 
 #include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <cstdlib>
-#include <cstring>
 #include <filesystem>
 
 #include "common/atomic_file.h"
@@ -27,24 +25,6 @@ constexpr const char* kFormatVersion = "1";
 constexpr const char* kIndex = "checkpoint.json";
 constexpr int64_t kMaxEpochs = int64_t{1} << 20;  ///< train.epochs' own limit
 constexpr int64_t kMaxSteps = int64_t{1} << 50;
-/// The Python safetensors package's limit too; dtrain's headers are a few KB.
-constexpr uint64_t kMaxHeaderBytes = uint64_t{100} << 20;
-
-uint32_t checksum_of(const std::map<std::string, std::string>& metadata, const char* data,
-                     size_t size) {
-  uLong crc = crc32(0L, Z_NULL, 0);
-  for (const auto& [key, value] : metadata) {
-    if (key == "checksum") continue;
-    std::string entry = key + "=" + value + "\n";
-    crc = crc32(crc, reinterpret_cast<const Bytef*>(entry.data()), static_cast<uInt>(entry.size()));
-  }
-  for (size_t done = 0; done < size;) {  // crc32 takes at most uInt bytes at a time
-    uInt chunk = static_cast<uInt>(std::min<size_t>(size - done, 1u << 30));
-    crc = crc32(crc, reinterpret_cast<const Bytef*>(data + done), chunk);
-    done += chunk;
-  }
-  return static_cast<uint32_t>(crc);
-}
 
 std::string number(double v) {
   return fmt::format("{:.17g}", v);
@@ -123,157 +103,6 @@ TrainingState state_of(const std::map<std::string, std::string>& m, const std::s
 }
 
 }  // namespace
-
-std::string encode_safetensors(const std::vector<TensorView>& tensors,
-                               std::map<std::string, std::string> metadata) {
-  std::string data;
-  for (const TensorView& t : tensors)
-    data.append(reinterpret_cast<const char*>(t.data), t.count * sizeof(float));
-  metadata["checksum"] =
-      fmt::format("crc32:{:08x}", checksum_of(metadata, data.data(), data.size()));
-  common::JsonWriter w;
-  w.begin_object().key("__metadata__").begin_object();
-  for (const auto& [key, value] : metadata) w.key(key).value(value);
-  w.end_object();
-  size_t offset = 0;
-  for (const TensorView& t : tensors) {
-    w.key(t.name).begin_object().key("dtype").value("F32").key("shape").begin_array();
-    for (int64_t d : t.shape) w.value(d);
-    w.end_array().key("data_offsets").begin_array().value(static_cast<uint64_t>(offset));
-    offset += t.count * sizeof(float);
-    w.value(static_cast<uint64_t>(offset)).end_array().end_object();
-  }
-  std::string header = w.end_object().str();
-  header.append((8 - header.size() % 8) % 8, ' ');  // data starts 8-byte aligned
-  std::string out(8, '\0');
-  uint64_t length = header.size();
-  for (int i = 0; i < 8; ++i) out[static_cast<size_t>(i)] = static_cast<char>(length >> (8 * i));
-  return out + header + data;
-}
-
-namespace {
-
-// One tensor's entry in a safetensors header.
-struct TensorEntry {
-  std::string name;
-  std::vector<int64_t> shape;
-  size_t begin = 0, end = 0;  ///< byte offsets in the data section
-};
-
-// A parsed header: what the data section must hold.
-struct Header {
-  std::map<std::string, std::string> metadata;
-  std::vector<TensorEntry> tensors;
-  size_t data_end = 0;      ///< the largest end offset: the data section's size, as promised
-  uint64_t data_start = 0;  ///< where the data section begins in the file
-};
-
-TensorEntry tensor_entry(const std::string& name, const common::JsonNode& node) {
-  if (node.at("dtype").as_string() != "F32") node.fail("only F32 tensors are supported");
-  TensorEntry t{name, {}, 0, 0};
-  uint64_t elements = 1;
-  for (const common::JsonNode& d : node.at("shape").as_array()) {
-    t.shape.push_back(d.as_int(0, int64_t{1} << 40));
-    elements *= static_cast<uint64_t>(t.shape.back());
-    if (elements > (uint64_t{1} << 40)) node.fail("shape has more than 2^40 elements");
-  }
-  std::vector<common::JsonNode> offsets = node.at("data_offsets").as_array();
-  if (offsets.size() != 2) node.fail("data_offsets must be [begin, end]");
-  t.begin = static_cast<size_t>(offsets[0].as_int(0, int64_t{1} << 50));
-  t.end = static_cast<size_t>(offsets[1].as_int(0, int64_t{1} << 50));
-  if (t.end < t.begin || t.end - t.begin != elements * sizeof(float)) node.fail("bad data_offsets");
-  return t;
-}
-
-Header parse_header(std::string_view text, const std::string& path) {
-  Header header;
-  try {
-    common::JsonDocument doc = common::JsonDocument::parse(text, path);
-    for (const auto& [name, node] : doc.root().as_object()) {
-      if (name == "__metadata__") {
-        for (const auto& [key, value] : node.as_object()) header.metadata[key] = value.as_string();
-        continue;
-      }
-      header.tensors.push_back(tensor_entry(name, node));
-      header.data_end = std::max(header.data_end, header.tensors.back().end);
-    }
-  } catch (const common::ConfigError& e) {
-    throw common::IoError(fmt::format("{}: bad header: {}", path, e.what()));
-  }
-  return header;
-}
-
-// The tensors of header from the data section, once its checksum matches.
-SafetensorsFile assemble(Header header, const char* data, size_t data_size,
-                         const std::string& path) {
-  if (header.data_end > data_size) {
-    throw common::IoError(fmt::format("{}: bad header: data_offsets go to byte {}, the data has {}",
-                                      path, header.data_end, data_size));
-  }
-  std::string expected = fmt::format("crc32:{:08x}", checksum_of(header.metadata, data, data_size));
-  if (header.metadata["checksum"] != expected) {
-    throw common::IoError(fmt::format("{}: checksum mismatch (file says {}, data gives {})", path,
-                                      header.metadata["checksum"], expected));
-  }
-  SafetensorsFile file;
-  for (const TensorEntry& e : header.tensors) {
-    Tensor t{e.shape, std::vector<float>((e.end - e.begin) / sizeof(float))};
-    std::memcpy(t.data.data(), data + e.begin, e.end - e.begin);
-    file.tensors[e.name] = std::move(t);
-  }
-  file.metadata = std::move(header.metadata);
-  return file;
-}
-
-uint64_t header_length(const char* first8) {
-  uint64_t length = 0;
-  for (int i = 0; i < 8; ++i)
-    length |= static_cast<uint64_t>(static_cast<unsigned char>(first8[i])) << (8 * i);
-  return length;
-}
-
-// The header of the file at path, read without its data section.
-Header read_header(int fd, uint64_t size, const std::string& path) {
-  if (size < 8) throw common::IoError(fmt::format("{}: truncated ({} bytes)", path, size));
-  uint64_t length = header_length(common::read_exactly(fd, 8, path).data());
-  if (length > size - 8 || length > kMaxHeaderBytes) {
-    throw common::IoError(fmt::format("{}: truncated header ({} bytes announced, {} in the file)",
-                                      path, length, size - 8));
-  }
-  Header header = parse_header(common::read_exactly(fd, static_cast<size_t>(length), path), path);
-  header.data_start = 8 + length;
-  return header;
-}
-
-}  // namespace
-
-SafetensorsFile decode_safetensors(const std::string& bytes, const std::string& path) {
-  if (bytes.size() < 8)
-    throw common::IoError(fmt::format("{}: truncated ({} bytes)", path, bytes.size()));
-  uint64_t length = header_length(bytes.data());
-  if (length > bytes.size() - 8) throw common::IoError(fmt::format("{}: truncated header", path));
-  Header header = parse_header(std::string_view(bytes.data() + 8, length), path);
-  return assemble(std::move(header), bytes.data() + 8 + length, bytes.size() - 8 - length, path);
-}
-
-SafetensorsFile read_safetensors(const std::string& path) {
-  uint64_t size = 0;
-  common::UniqueFd fd = common::open_regular_file(path, &size);
-  Header header = read_header(fd.get(), size, path);
-  uint64_t data_size = size - header.data_start;
-  if (data_size != header.data_end) {  // the header promises the data section's size exactly
-    throw common::IoError(fmt::format("{}: the header describes {} bytes of data, the file has {}",
-                                      path, header.data_end, data_size));
-  }
-  std::string data = common::read_exactly(fd.get(), header.data_end, path);
-  return assemble(std::move(header), data.data(), data.size(), path);
-}
-
-std::map<std::string, std::string> read_safetensors_metadata(const std::string& path) {
-  uint64_t size = 0;
-  common::UniqueFd fd = common::open_regular_file(path, &size);
-  return read_header(fd.get(), size, path).metadata;
-}
 
 CheckpointStore::CheckpointStore(std::string dir, int keep) : dir_(std::move(dir)), keep_(keep) {}
 

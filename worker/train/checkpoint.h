@@ -1,7 +1,7 @@
-// BackupAndRestore checkpoints and the final model, in the safetensors format (8-byte
-// little-endian header length, JSON header, raw little-endian float32 data) so Python tools can
-// open them. Writes are atomic (temp file, fsync, rename, fsync folder; then the index the same
-// way); reads verify a checksum and skip damaged files. Knows files, not training.
+// BackupAndRestore checkpoints and the final model, as safetensors files (safetensors.h) so
+// Python tools can open them. Writes are atomic (temp file, fsync, rename, fsync folder; then
+// the index the same way); reads verify a checksum and skip damaged files. Knows files, not
+// training.
 #pragma once
 
 #include <cstdint>
@@ -10,6 +10,8 @@
 #include <set>
 #include <string>
 #include <vector>
+
+#include "worker/train/safetensors.h"
 
 namespace dtrain::train {
 
@@ -22,39 +24,6 @@ struct TrainingState {
   double epoch_loss_sum = 0, epoch_correct = 0,
          epoch_seen = 0;  ///< the resumed epoch's running metrics
 };
-
-/// A tensor to write: a view, not owned.
-struct TensorView {
-  std::string name;
-  std::vector<int64_t> shape;
-  const float* data = nullptr;
-  size_t count = 0;
-};
-
-/// A tensor read back.
-struct Tensor {
-  std::vector<int64_t> shape;
-  std::vector<float> data;
-};
-
-struct SafetensorsFile {
-  std::map<std::string, std::string> metadata;
-  std::map<std::string, Tensor> tensors;
-};
-
-/// safetensors bytes; tensors in the given order, metadata keys sorted, and a "checksum" entry
-/// (CRC-32 of the metadata and the data section) added. Same input, same bytes.
-std::string encode_safetensors(const std::vector<TensorView>& tensors,
-                               std::map<std::string, std::string> metadata);
-/// Parses and verifies bytes; throws IoError naming path and what is wrong (truncated, bad
-/// header, checksum mismatch...). Headers nest at most common::kMaxJsonDepth levels.
-SafetensorsFile decode_safetensors(const std::string& bytes, const std::string& path);
-/// Reads and verifies the file at path, the header first: it must be at most 100 MiB, and the
-/// file must hold exactly the data it describes, which is all that is then read. Refuses what is
-/// not a regular file (a FIFO, /dev/zero, a folder). Errors as decode_safetensors.
-SafetensorsFile read_safetensors(const std::string& path);
-/// The __metadata__ of the file at path, read without its data (not verified: no checksum).
-std::map<std::string, std::string> read_safetensors_metadata(const std::string& path);
 
 struct LoadedCheckpoint {
   std::string path;
