@@ -60,6 +60,20 @@ void fsync_directory(const std::string& dir) {
   if (::fsync(fd.get()) != 0) throw_io("cannot fsync folder", dir, errno);
 }
 
+void append_line(int fd, std::string_view line, const std::string& path) {
+  const ssize_t written = ::write(fd, line.data(), line.size());
+  if (written == static_cast<ssize_t>(line.size())) return;
+  throw IoError(fmt::format("cannot append to {}: {}", path,
+                            written < 0 ? std::strerror(errno) : "short write (disk full?)"));
+}
+
+void append_line(const std::string& path, std::string_view line) {
+  UniqueFd fd(::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644));
+  if (!fd.valid())
+    throw IoError(fmt::format("cannot append to {}: {}", path, std::strerror(errno)));
+  append_line(fd.get(), line, path);
+}
+
 void write_file_atomically(const std::string& path, std::string_view bytes) {
   std::filesystem::path target(path);
   std::string dir = target.has_parent_path() ? target.parent_path().string() : ".";

@@ -16,6 +16,13 @@ namespace dtrain::common {
 /// on failure the temporary file is removed and path is untouched. Blocks on disk I/O.
 void write_file_atomically(const std::string& path, std::string_view bytes);
 
+/// Appends line (newline included) with one write() on fd, opened with O_APPEND, so a reader
+/// never sees half a line, even if this process dies right after. Throws IoError naming path
+/// (what fd is) and the cause (a short write: the disk is full).
+void append_line(int fd, std::string_view line, const std::string& path);
+/// The same on path, created (0644) when missing; for records written now and then (metrics).
+void append_line(const std::string& path, std::string_view line);
+
 /// fsync of a folder, so a rename or create inside it survives a crash. Throws IoError.
 void fsync_directory(const std::string& dir);
 

@@ -25,10 +25,6 @@ inline constexpr EnvVar kEnvCudaDevices{"CUDA_VISIBLE_DEVICES", "", "GPU of this
 inline constexpr EnvVar kEnvLogLevel{"DTRAIN_LOG_LEVEL", "info", "trace|debug|info|warn|error"};
 inline constexpr EnvVar kEnvNoColor{"NO_COLOR", "", "any value turns colour off"};
 
-inline constexpr EnvVar kAllEnvVars[] = {kEnvTfConfig, kEnvJob,     kEnvRunDir,     kEnvAttempt,
-                                         kEnvToken,    kEnvControl, kEnvOmpThreads, kEnvCudaDevices,
-                                         kEnvLogLevel, kEnvNoColor};
-
 /// The variable's value, or nullopt when it is unset (an empty value counts as set).
 std::optional<std::string> get_env(const EnvVar& var);
 

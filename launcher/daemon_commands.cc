@@ -141,9 +141,12 @@ int status_command(const Args& all_args) {
   auto [text, daemon] = read_state(run_dir);
   common::JsonDocument doc = common::JsonDocument::parse(text, "state");
   if (json) {
-    std::string body = doc.root().dump();
-    std::cout << "{\"daemon\":\"" << (daemon ? "running" : "gone") << "\"," << body.substr(1)
-              << "\n";
+    // {"daemon": ..., then every member of the state}, written member by member.
+    common::JsonWriter out;
+    out.begin_object().key("daemon").value(daemon ? "running" : "gone");
+    for (const auto& [key, value] : doc.root().as_object())
+      if (key != "daemon") out.key(key).raw(value.dump());
+    std::cout << out.end_object().str() << "\n";
     return 0;
   }
   print_human(doc.root(), daemon);

@@ -43,11 +43,10 @@ void RunRecorder::event(std::string_view kind,
       .value(kind);
   if (fields) fields(w);
   std::string line = w.end_object().str() + "\n";
-  // One write() with O_APPEND: a line is never split, even if the launcher dies right after.
-  ssize_t written = ::write(events_.get(), line.data(), line.size());
-  if (written != static_cast<ssize_t>(line.size())) {
-    note_error(fmt::format("cannot append to {}: {}", run_dir_.events_jsonl(),
-                           written < 0 ? std::strerror(errno) : "short write (disk full?)"));
+  try {
+    common::append_line(events_.get(), line, run_dir_.events_jsonl());
+  } catch (const common::IoError& e) {
+    note_error(e.what());
   }
 }
 

@@ -27,8 +27,6 @@ class TcpRingLink : public RingLink {
   void send_recv(const void* send, size_t send_bytes, void* recv, size_t recv_bytes) override;
   void abort(const std::string& message) noexcept override;
 
-  int refused_connections() const { return acceptor_ ? acceptor_->refused() : 0; }
-
  private:
   [[noreturn]] void fail(const std::string& message);
   /// Reads what the next rank sent (goodbye, abort, or end of stream). still_sending: this

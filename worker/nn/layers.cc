@@ -155,7 +155,6 @@ class MaxPool2D : public Layer {
   MaxPool2D(const LayerSpec& l, Dims in, int max_batch, Backend& backend) {
     shape_.c = in.c, shape_.h = in.h, shape_.w = in.w;
     shape_.kh = l.pool_h, shape_.kw = l.pool_w, shape_.sh = l.stride_h, shape_.sw = l.stride_w;
-    max_batch_ = max_batch;
     workspace_ =
         Buffer<unsigned char>(backend.device(), backend.maxpool_workspace_bytes(at(max_batch)));
   }
@@ -178,7 +177,6 @@ class MaxPool2D : public Layer {
     return s;
   }
   PoolShape shape_;
-  int max_batch_ = 0;
   Buffer<unsigned char> workspace_;
 };
 

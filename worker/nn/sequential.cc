@@ -25,7 +25,6 @@ Sequential::Sequential(const ModelSpec& spec, Backend& backend, int max_batch,
     ranges_.push_back(range);
     offset += range.count;
   }
-  softmax_output_ = spec.layers.back().activation == Activation::kSoftmax;
   Dims last = dims_.back();
   if (last.h != 1 || last.w != 1) {
     throw common::ConfigError(

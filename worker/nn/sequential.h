@@ -54,7 +54,6 @@ class Sequential {
 
   int classes() const { return static_cast<int>(dims_.back().size()); }
   Dims input_dims() const { return dims_.front(); }
-  bool softmax_output() const { return softmax_output_; }
   size_t layer_count() const { return layers_.size(); }
   /// True when some layer draws randomness per step (dropout).
   bool has_random_layers() const { return has_random_layers_; }
@@ -72,7 +71,6 @@ class Sequential {
  private:
   Backend& backend_;
   int max_batch_;
-  bool softmax_output_ = false;
   bool has_random_layers_ = false;
   std::vector<std::unique_ptr<Layer>> layers_;
   std::vector<ParamRange> ranges_;

@@ -1,9 +1,7 @@
 // See evaluator.h.
 #include "worker/train/evaluator.h"
 
-#include <fcntl.h>
 #include <spdlog/spdlog.h>
-#include <unistd.h>
 
 #include <filesystem>
 #include <thread>
@@ -12,7 +10,6 @@
 #include "common/errors.h"
 #include "common/json.h"
 #include "common/run_dir.h"
-#include "common/unique_fd.h"
 #include "worker/nn/sequential.h"
 #include "worker/train/checkpoint.h"
 #include "worker/train/input_stager.h"
@@ -31,14 +28,6 @@ bool load_weights(nn::Sequential& model, const SafetensorsFile& file) {
   }
   model.parameters().from_host(host);
   return true;
-}
-
-void append_line(const std::string& path, const std::string& line) {
-  common::UniqueFd fd(::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644));
-  if (!fd.valid() ||
-      ::write(fd.get(), line.data(), line.size()) != static_cast<ssize_t>(line.size())) {
-    throw common::IoError(fmt::format("cannot append to {}", path));
-  }
 }
 
 }  // namespace
@@ -101,9 +90,10 @@ int run_evaluator(const TrainConfig& config, nn::Backend& backend, const data::D
       SafetensorsFile file = read_safetensors(final_model);
       if (file.metadata["architecture"] == config.model_json && load_weights(model, file)) {
         auto [loss, accuracy] = evaluate_model(model, backend, test, config.per_worker_batch_size);
-        append_line(
-            out, fmt::format("{{\"model\":\"final\",\"val_loss\":{},\"val_accuracy\":{}}}\n", loss,
-                             accuracy));
+        common::JsonWriter line;
+        line.begin_object().key("model").value("final");
+        line.key("val_loss").value(loss).key("val_accuracy").value(accuracy);
+        common::append_line(out, line.end_object().str() + "\n");
         spdlog::info("final model: val_loss {:.4f} val_accuracy {:.4f}", loss, accuracy);
         return lines + 1;
       }
@@ -113,13 +103,11 @@ int run_evaluator(const TrainConfig& config, nn::Backend& backend, const data::D
     if (c && c->state.global_step != last_step && load_weights(model, c->file)) {
       last_step = c->state.global_step;
       auto [loss, accuracy] = evaluate_model(model, backend, test, config.per_worker_batch_size);
-      append_line(
-          out,
-          fmt::format(
-              "{{\"checkpoint\":{},\"epoch\":{},\"step\":{},\"global_step\":{},\"val_loss\":{},"
-              "\"val_accuracy\":{}}}\n",
-              common::json_quote(c->path), c->state.epoch, c->state.step, c->state.global_step,
-              loss, accuracy));
+      common::JsonWriter line;
+      line.begin_object().key("checkpoint").value(c->path).key("epoch").value(c->state.epoch);
+      line.key("step").value(c->state.step).key("global_step").value(c->state.global_step);
+      line.key("val_loss").value(loss).key("val_accuracy").value(accuracy);
+      common::append_line(out, line.end_object().str() + "\n");
       spdlog::info("checkpoint at global step {}: val_loss {:.4f} val_accuracy {:.4f}", last_step,
                    loss, accuracy);
       ++lines;

@@ -1,17 +1,15 @@
 // See trainer.h.
 #include "worker/train/trainer.h"
 
-#include <fcntl.h>
 #include <spdlog/spdlog.h>
-#include <unistd.h>
 
 #include <chrono>
 
+#include "common/atomic_file.h"
 #include "common/clock.h"
 #include "common/errors.h"
 #include "common/json.h"
 #include "common/run_dir.h"
-#include "common/unique_fd.h"
 #include "worker/data/batcher.h"
 #include "worker/train/evaluator.h"
 
@@ -291,12 +289,7 @@ void Trainer::write_metrics(const EpochMetrics& m) {
   w.key("seconds").value(m.seconds).key("samples_per_second").value(m.samples_per_second);
   w.key("allreduce_seconds").value(m.allreduce_seconds);
   std::string line = w.end_object().str() + "\n";
-  std::string path = common::RunDir(options_.run_dir).metrics_jsonl();
-  common::UniqueFd fd(::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644));
-  if (!fd.valid() ||
-      ::write(fd.get(), line.data(), line.size()) != static_cast<ssize_t>(line.size())) {
-    throw common::IoError(fmt::format("cannot append to {}", path));
-  }
+  common::append_line(common::RunDir(options_.run_dir).metrics_jsonl(), line);
 }
 
 void Trainer::heartbeat(int epoch, int64_t step, int64_t steps, double loss, double accuracy,

@@ -71,12 +71,10 @@ class Trainer {
   /// Preempted (see above), IoError from the communicator or the batcher.
   EpochMetrics fit();
   /// Where training resumed (epoch 0, step 0 for a fresh start).
-  const TrainingState& start_state() const { return start_; }
   /// Mean loss and accuracy of the model on the test split (no dropout).
   std::pair<double, double> evaluate();
 
   nn::Sequential& model() { return *model_; }
-  Optimizer& optimizer() { return *optimizer_; }
   TrainStep& step() { return *step_; }
 
  private:
