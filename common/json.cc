@@ -69,16 +69,19 @@ size_t first_offset_deeper_than(std::string_view text, size_t limit) {
   return std::string_view::npos;
 }
 
-// RapidJSON 1.1.0 (Debian 12) converts some numbers wrongly in full precision: a zero spelled
-// "0e90" or "0.000...0", or an integer just past 2^64, comes out huge (its DiyFp::Normalize takes
-// __builtin_clzll(0)), and long mantissas with large exponents read past its table of powers
-// (found by fuzz_job_spec and fuzz_tf_config under UBSan and ASan). So the parser hands numbers
-// over as text (kParseNumbersAsStringsFlag) and this forwarder converts them with
-// std::from_chars, which rounds correctly, before they reach the document.
+// Sits between RapidJSON 1.1.0 (Debian 12) and the document, for two of its faults found by the
+// fuzz targets (test/fuzz):
+// - Numbers: its full-precision conversion misreads a zero spelled "0e90" or "0.000...0" and an
+//   integer just past 2^64 (its DiyFp::Normalize takes __builtin_clzll(0)), and reads past its
+//   table of powers for long mantissas with large exponents. So the reader hands numbers over as
+//   text (kParseNumbersAsStringsFlag) and they are converted here with std::from_chars, which
+//   rounds correctly.
+// - Strings: it decodes a lone low surrogate escape ("\udc00") into bytes that are not UTF-8,
+//   which the document then carries into files that no longer parse (spec.json). Refused here.
 template <typename Handler>
-class ExactNumbers {
+class StrictValues {
  public:
-  explicit ExactNumbers(Handler& to) : to_(to) {}
+  explicit StrictValues(Handler& to) : to_(to) {}
   bool Null() { return to_.Null(); }
   bool Bool(bool b) { return to_.Bool(b); }
   bool Int(int i) { return to_.Int(i); }
@@ -86,9 +89,13 @@ class ExactNumbers {
   bool Int64(int64_t i) { return to_.Int64(i); }
   bool Uint64(uint64_t u) { return to_.Uint64(u); }
   bool Double(double d) { return to_.Double(d); }
-  bool String(const char* s, rapidjson::SizeType n, bool copy) { return to_.String(s, n, copy); }
+  bool String(const char* s, rapidjson::SizeType n, bool copy) {
+    return utf8(s, n) && to_.String(s, n, copy);
+  }
   bool StartObject() { return to_.StartObject(); }
-  bool Key(const char* s, rapidjson::SizeType n, bool copy) { return to_.Key(s, n, copy); }
+  bool Key(const char* s, rapidjson::SizeType n, bool copy) {
+    return utf8(s, n) && to_.Key(s, n, copy);
+  }
   bool EndObject(rapidjson::SizeType members) { return to_.EndObject(members); }
   bool StartArray() { return to_.StartArray(); }
   bool EndArray(rapidjson::SizeType elements) { return to_.EndArray(elements); }
@@ -111,19 +118,33 @@ class ExactNumbers {
     if (r.ec == std::errc::result_out_of_range) {
       // Closer to zero than any double: strtod gives 0 or the nearest denormal; too big: inf.
       d = std::strtod(std::string(text, n).c_str(), nullptr);
-      too_big_ = std::isinf(d);
-      if (too_big_) return false;
+      if (std::isinf(d)) {
+        refusal_ = "Number too big to be stored in double.";
+        return false;
+      }
     } else if (r.ec != std::errc() || r.ptr != end) {
       return false;
     }
     return to_.Double(d);
   }
-  /// True when a RawNumber was refused for being out of the double range.
-  bool too_big() const { return too_big_; }
+  /// Why a value was refused ("" when none was): the reader only knows the handler said no.
+  const char* refusal() const { return refusal_; }
 
  private:
+  // The input is valid UTF-8 (checked by the reader), so only a decoded \u escape can put a
+  // UTF-16 surrogate (U+D800-U+DFFF: bytes ED A0-BF ..) into a string.
+  bool utf8(const char* s, rapidjson::SizeType n) {
+    for (rapidjson::SizeType i = 0; i + 1 < n; ++i) {
+      if (static_cast<unsigned char>(s[i]) == 0xED &&
+          static_cast<unsigned char>(s[i + 1]) >= 0xA0) {
+        refusal_ = "a \\u escape names a lone UTF-16 surrogate";
+        return false;
+      }
+    }
+    return true;
+  }
   Handler& to_;
-  bool too_big_ = false;
+  const char* refusal_ = "";
 };
 
 // One step of the way from the root to a value, kept on the stack while descending, so the path
@@ -293,21 +314,20 @@ JsonDocument JsonDocument::parse(std::string_view text, const std::string& sourc
                               rapidjson::kParseNumbersAsStringsFlag |
                               rapidjson::kParseIterativeFlag;
   rapidjson::ParseResult result;
-  bool too_big = false;
+  const char* refusal = "";
   auto generate = [&](rapidjson::Document& into) {
-    ExactNumbers<rapidjson::Document> numbers(into);
+    StrictValues<rapidjson::Document> strict(into);
     rapidjson::MemoryStream bytes(text.data(), text.size());
     rapidjson::EncodedInputStream<rapidjson::UTF8<>, rapidjson::MemoryStream> in(bytes);
-    result = rapidjson::Reader().Parse<kFlags>(in, numbers);
-    too_big = numbers.too_big();
+    result = rapidjson::Reader().Parse<kFlags>(in, strict);
+    refusal = strict.refusal();
     return !result.IsError();
   };
   doc->Populate(generate);
   if (result.IsError()) {
     auto [line, column] = line_column(text, result.Offset());
     throw ConfigError(fmt::format("{}: line {}, column {}: invalid JSON: {}", source, line, column,
-                                  too_big ? "Number too big to be stored in double."
-                                          : rapidjson::GetParseError_En(result.Code())));
+                                  *refusal ? refusal : rapidjson::GetParseError_En(result.Code())));
   }
   check_duplicate_keys(*doc, nullptr, source);
   return JsonDocument(std::move(doc));

@@ -63,6 +63,18 @@ TEST_CASE("numbers RapidJSON 1.1.0 misreads in full precision are read exactly")
   CHECK_THROWS_AS(JsonDocument::parse(R"({"a": 00.0})", "t"), ConfigError);
 }
 
+TEST_CASE("a lone surrogate escape is refused, a pair is one character") {
+  // Found by fuzz_job_spec: RapidJSON 1.1.0 decodes "\udcCC" into bytes that are not UTF-8, so
+  // an accepted job wrote a spec.json that no longer parsed.
+  CHECK_THROWS_WITH(JsonDocument::parse(R"({"a": "x\udcCCy"})", "t"),
+                    Catch::StartsWith("t: line 1, column ") &&
+                        Catch::EndsWith("a \\u escape names a lone UTF-16 surrogate"));
+  CHECK_THROWS_AS(JsonDocument::parse(R"({"k\udfff": 1})", "t"), ConfigError);
+  CHECK_THROWS_AS(JsonDocument::parse(R"(["\ud800"])", "t"), ConfigError);  // RapidJSON's own
+  JsonDocument pair = JsonDocument::parse(R"({"a": "\ud83d\ude00"})", "t");
+  CHECK(pair.root().at("a").as_string() == "\xF0\x9F\x98\x80");
+}
+
 TEST_CASE("duplicate keys are found at any depth") {
   CHECK_THROWS_WITH(JsonDocument::parse(R"({"a": [{"k": 1, "k": 2}]})", "t"),
                     "t: a[0]: key \"k\" appears more than once");
