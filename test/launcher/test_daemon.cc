@@ -122,7 +122,8 @@ TEST_CASE("status after the daemon was SIGKILLed says it is gone, and no worker 
   REQUIRE(d.dtrain({"launch", d.job(), "--run-dir", d.run(), "--detach"}).exit_code == 0);
   d.wait_for(d.run() + "/backup/ckpt-0000000020.safetensors");
   std::vector<int> pids;
-  for (const auto& w : d.status_json().root().at("workers").as_array())
+  common::JsonDocument status_doc = d.status_json();  // the nodes below point into it
+  for (const auto& w : status_doc.root().at("workers").as_array())
     pids.push_back(static_cast<int>(w.at("pid").as_int(1, 1 << 30)));
   int daemon_pid = std::stoi(common::read_file(d.run() + "/launcher.pid"));
   ::kill(daemon_pid, SIGKILL);
@@ -287,7 +288,8 @@ TEST_CASE(
     return std::find(files.begin(), files.end(), "socket:[" + inode + "]") != files.end();
   };
   CHECK(holds_listener(daemon_pid));
-  for (const auto& w : d.status_json().root().at("workers").as_array())
+  common::JsonDocument status_doc = d.status_json();  // the nodes below point into it
+  for (const auto& w : status_doc.root().at("workers").as_array())
     CHECK_FALSE(holds_listener(static_cast<int>(w.at("pid").as_int(1, 1 << 30))));
   CHECK(d.dtrain({"stop", d.run(), "--now"}).exit_code == 0);
 }

@@ -7,9 +7,11 @@
 #include <algorithm>
 #include <catch2/catch.hpp>
 #include <cmath>
+#include <condition_variable>
 #include <exception>
 #include <limits>
 #include <memory>
+#include <mutex>
 #include <random>
 #include <string>
 #include <thread>
@@ -172,14 +174,24 @@ void run_step(Worker& w, const float* images, const int32_t* labels, int n, int 
   w.step->stop_agreed(0);  // a sync; on the host everything has run already
 }
 
+struct RingRun {
+  std::vector<std::vector<State>> states;      // per worker: before the first step, then after each
+  std::vector<train::GradientBucket> buckets;  // worker 0's
+};
+
 // kSteps steps on every worker, each worker on ONE thread of its own for all of them (oneDNN
 // built without concurrent execution requires a primitive to run on the thread that created it),
 // over batches[t]. Worker r takes rows [r*b, (r+1)*b); under kDuplicateRows worker 1 takes
-// worker 0's. Returns each worker's states: before the first step, then after each.
-std::vector<std::vector<State>> run_ring(std::vector<Worker>& ring,
-                                         const std::vector<Batch>& batches, Fault fault) {
-  std::vector<std::vector<State>> states(ring.size());
+// worker 0's. Once all are done, each thread destroys its worker: oneDNN keeps a primitive's
+// scratchpad in the creating thread's thread-local storage, and a primitive destroyed on another
+// thread never frees it (LeakSanitizer).
+RingRun run_ring(std::vector<Worker> ring, const std::vector<Batch>& batches, Fault fault) {
+  RingRun run{std::vector<std::vector<State>>(ring.size()), {}};
+  std::vector<std::vector<State>>& states = run.states;
   std::vector<std::exception_ptr> errors(ring.size());
+  std::mutex mutex;
+  std::condition_variable all_done;
+  size_t done = 0;
   std::vector<std::thread> threads;
   for (size_t r = 0; r < ring.size(); ++r) {
     threads.emplace_back([&, r] {
@@ -195,12 +207,18 @@ std::vector<std::vector<State>> run_ring(std::vector<Worker>& ring,
         errors[r] = std::current_exception();
         ring[r].comm->abort(e.what());
       }
+      std::unique_lock<std::mutex> lock(mutex);
+      if (++done == ring.size()) all_done.notify_all();
+      all_done.wait(lock, [&] { return done == ring.size(); });
+      if (r == 0) run.buckets = ring[0].step->buckets();
+      lock.unlock();
+      Worker mine = std::move(ring[r]);  // destroyed here, step first
     });
   }
   for (std::thread& t : threads) t.join();
   for (const std::exception_ptr& e : errors)
     if (e) std::rethrow_exception(e);
-  return states;
+  return run;
 }
 
 Floats download(nn::Device& d, const float* src, size_t n) {
@@ -446,9 +464,10 @@ Measured train_and_compare(const char* optimizer, int workers, Kind kind, Fault 
   Worker shadow = make_worker(c, kind, std::make_unique<comm::SoloCommunicator>(), all, true);
   std::vector<Batch> batches;
   for (int t = 0; t < kSteps; ++t) batches.push_back(make_batch(all, t));
-  const std::vector<std::vector<State>> history = run_ring(ring, batches, fault);
+  const RingRun run = run_ring(std::move(ring), batches, fault);
+  const std::vector<std::vector<State>>& history = run.states;
   Measured m;
-  for (size_t r = 1; r < ring.size(); ++r)
+  for (size_t r = 1; r < history.size(); ++r)
     m.workers_identical &= same_states(history[r], history[0]);
   const size_t params = solo.model->parameters().size();
   Drift global{Doubles(params), Doubles(params), Doubles(params)};
@@ -465,7 +484,7 @@ Measured train_and_compare(const char* optimizer, int workers, Kind kind, Fault 
     run_step(solo, batch.images.data(), batch.labels.data(), all, t);
     const State solo1 = state_of(solo);
 
-    m.replay_exact &= ring1.g == ring_mean(p.local, ring[0].step->buckets());
+    m.replay_exact &= ring1.g == ring_mean(p.local, run.buckets);
     Doubles e = gradient_bound(p.local, shadow1.g, p.a, chain);
     m.grad_ratio = std::max(m.grad_ratio, worst_ratio(ring1.g, shadow1.g, e));
     if (t == 0) {
@@ -509,9 +528,10 @@ State train_ring(const char* optimizer, int workers, bool overlap, size_t* bucke
   std::vector<Worker> ring = make_ring(c, Kind::kReference, workers, overlap, Fault::kNone);
   std::vector<Batch> batches;
   for (int t = 0; t < kSteps; ++t) batches.push_back(make_batch(workers * kBatch, t));
-  std::vector<std::vector<State>> history = run_ring(ring, batches, Fault::kNone);
-  *buckets = ring[0].step->buckets().size();
-  for (size_t r = 1; r < ring.size(); ++r) CHECK(same_states(history[r], history[0]));
+  RingRun run = run_ring(std::move(ring), batches, Fault::kNone);
+  const std::vector<std::vector<State>>& history = run.states;
+  *buckets = run.buckets.size();
+  for (size_t r = 1; r < history.size(); ++r) CHECK(same_states(history[r], history[0]));
   return history[0].back();
 }
 
