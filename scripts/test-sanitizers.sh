@@ -43,7 +43,8 @@ run_ctest() {
   ctest --test-dir "$dir" --output-on-failure --timeout 1800 -j "$jobs" "$@" \
     2>&1 | tee "$dir/sanitizer-ctest.log" || status=$?
   local lines passed failed
-  lines=$(grep -E '^ *[0-9]+/[0-9]+ Test +#[0-9]+: ' "$dir/sanitizer-ctest.log" | sort -k4 || true)
+  lines=$(grep -E '^ *[0-9]+/[0-9]+ Test +#[0-9]+: ' "$dir/sanitizer-ctest.log" |
+    sed -E 's/^ *[0-9]+\/[0-9]+ Test +#[0-9]+: /  /' | sort || true)
   passed=$(grep -c ' Passed ' <<<"$lines" || true)
   failed=$(grep -vc -e ' Passed ' -e '^$' <<<"$lines" || true)
   [ "$status" -eq 0 ] || [ "$failed" -gt 0 ] || failed=1  # ctest itself failed
