@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <tuple>
 
 #include "common/errors.h"
 #include "worker/comm/ring_algorithms.h"
@@ -160,22 +161,27 @@ void ShmCommunicator::describe_call(uint32_t kind, size_t count, size_t offset) 
   mine.call_offset.store(offset, std::memory_order_relaxed);
 }
 
+// On every all-reduce: compares the control lines' fields, and formats text only on a mismatch.
 void ShmCommunicator::check_same_call(const Wait& wait) {
-  auto describe = [&](int r) {
+  auto call = [&](int r) {
     const ShmRankControl& c = segment_.control(r);
-    const uint64_t count = c.call_count.load(std::memory_order_relaxed);
-    return c.call_kind.load(std::memory_order_relaxed) == kWindowReduce
-               ? fmt::format("{} floats at offset {} of its window", count,
-                             c.call_offset.load(std::memory_order_relaxed))
+    return std::make_tuple(c.call_kind.load(std::memory_order_relaxed),
+                           c.call_count.load(std::memory_order_relaxed),
+                           c.call_offset.load(std::memory_order_relaxed));
+  };
+  auto describe = [&](int r) {
+    const auto [kind, count, offset] = call(r);
+    return kind == kWindowReduce
+               ? fmt::format("{} floats at offset {} of its window", count, offset)
                : fmt::format("{} floats of its own memory", count);
   };
-  const std::string expected = describe(id_.rank);
+  const auto mine = call(id_.rank);
   for (int r = 0; r < id_.size; ++r) {
-    if (r == id_.rank || describe(r) == expected) continue;
+    if (r == id_.rank || call(r) == mine) continue;
     // Every rank sees the disagreement at this same point, so each fails without waiting.
     fail(fmt::format("shared memory: {} all-reduces {} in {} but {} all-reduces {}",
                      id_.describe(r), describe(r), wait.collective, id_.describe(id_.rank),
-                     expected));
+                     describe(id_.rank)));
   }
 }
 
