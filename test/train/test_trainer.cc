@@ -347,14 +347,18 @@ TEST_CASE("dtrain-worker out of memory is exit 2 (a restart would not fit either
 #endif
   testing::TempDir dir;
   std::string job = dir.path() + "/big.json";
-  // 3 million synthetic 8x8 examples: 768 MB of floats, more than the 700 MB address space.
+  // A dense layer of 64x64 inputs and 400,000 units: 6.5 GB of weights, more than a 4 GB address
+  // space, which still holds the CUDA build's libraries (cuBLAS alone maps most of 700 MB).
   std::string text = small_job(R"({"dir": "backup"})");
-  text.replace(text.find("\"examples\": 64"), 14, "\"examples\": 3000000");
-  text.replace(text.find("[4, 4, 1]"), 9, "[8, 8, 1]");
+  text.replace(text.find("[4, 4, 1]"), 9, "[64, 64, 1]");
+  const std::string layers = R"({"type": "flatten"}, {"type": "dense", "units": 3})";
+  text.replace(text.find(layers), layers.size(),
+               R"({"type": "flatten"}, {"type": "dense", "units": 400000},
+                  {"type": "dense", "units": 3})");
   std::ofstream(job) << text;
-  auto r = testing::run_process({"/bin/sh", "-c",
-                                 "ulimit -v 700000 && exec \"$0\" --config \"$1\" --run-dir \"$2\"",
-                                 testing::binary("dtrain-worker"), job, dir.path() + "/run"});
+  auto r = testing::run_process(
+      {"/bin/sh", "-c", "ulimit -v 4000000 && exec \"$0\" --config \"$1\" --run-dir \"$2\"",
+       testing::binary("dtrain-worker"), job, dir.path() + "/run"});
   INFO(r.err);
   CHECK(r.exit_code == 2);
   CHECK(r.err.find("out of memory") != std::string::npos);
