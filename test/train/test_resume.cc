@@ -27,7 +27,9 @@ const char* kJob = R"({"job": "resume", "workers": 2,
    {"type": "max_pooling2d"}, {"type": "flatten"}, {"type": "dropout", "rate": 0.2},
    {"type": "dense", "units": 64, "activation": "relu"}, {"type": "dense", "units": 4}]},
   "loss": {"type": "sparse_categorical_crossentropy", "from_logits": true},
-  "optimizer": {"type": "adam", "learning_rate": 0.002},
+  "optimizer": {"type": "adam", "scale_learning_rate": true, "learning_rate": {
+    "type": "cosine_decay", "initial_learning_rate": 0.0005, "warmup_steps": 30,
+    "warmup_target": 0.001}},
   "data": {"source": "synthetic", "examples": 2048, "classes": 4},
   "per_worker_batch_size": 32, "epochs": 3, "steps_per_epoch": 60, "seed": 5,
   "backup": {"save_freq": 10, "keep": 2}}})";

@@ -61,8 +61,15 @@ Trainer::Trainer(const TrainConfig& config, nn::Backend& backend, comm::Communic
                     model_->classes(), train_.classes));
   }
   model_->initialize(config_.seed);
+  // Every worker runs the same number of steps (they all-reduce each one): size them by the
+  // largest shard, worker 0's.
+  int64_t shard = data::shard_size(train_.count, 0, comm_.size());
+  steps_per_epoch_ = config_.steps_per_epoch > 0
+                         ? config_.steps_per_epoch
+                         : data::default_steps(shard, config_.per_worker_batch_size);
   optimizer_ = std::make_unique<Optimizer>(config_.optimizer, model_->parameters().size(),
-                                           backend_.device());
+                                           backend_.device(), config_.epochs * steps_per_epoch_,
+                                           comm_.size());
   StepOptions step_options;
   step_options.overlap = config_.overlap;
   step_options.graphs = config_.cuda_graphs;
@@ -70,12 +77,6 @@ Trainer::Trainer(const TrainConfig& config, nn::Backend& backend, comm::Communic
   step_ = std::make_unique<TrainStep>(*model_, *optimizer_, backend_, comm_, step_options);
   stager_ = std::make_unique<InputStager>(backend_.device(), model_->input_dims().size(),
                                           config_.per_worker_batch_size);
-  // Every worker runs the same number of steps (they all-reduce each one): size them by the
-  // largest shard, worker 0's.
-  int64_t shard = data::shard_size(train_.count, 0, comm_.size());
-  steps_per_epoch_ = config_.steps_per_epoch > 0
-                         ? config_.steps_per_epoch
-                         : data::default_steps(shard, config_.per_worker_batch_size);
   if (options_.timeline) options_.timeline->mark("model");
   restore();
 }
