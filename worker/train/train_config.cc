@@ -29,9 +29,10 @@ constexpr std::string_view kRunDirEntries[] = {
     "tensorboard",  "metrics.jsonl",    "eval.jsonl",   "launcher.lock", "launcher.pid",
     "launcher.log", "launcher.reserve", "control.sock"};
 
-// backup.dir is a folder inside the run directory that the chief fills and, on success, empties:
-// a relative path of plain names, with no "." or ".." and not one of the run's own entries.
-std::string backup_dir(const common::JsonNode& node) {
+// A folder inside the run directory that the chief fills (backup.dir, tensorboard.log_dir): a
+// relative path of plain names, with no "." or "..", whose first name is not one of the run's own
+// entries, except `own`, the entry this key's default lives in.
+std::string run_dir_folder(const common::JsonNode& node, std::string_view own = {}) {
   std::string dir = node.as_nonempty_string();
   auto refuse = [&](const std::string& why) {
     node.fail(fmt::format("{} is not a folder inside the run directory: {}", node.describe(), why));
@@ -46,15 +47,28 @@ std::string backup_dir(const common::JsonNode& node) {
   }
   std::string first = path.begin()->string();
   for (std::string_view entry : kRunDirEntries) {
-    if (first == entry) refuse(fmt::format("\"{}\" is the run directory's own", entry));
+    if (first == entry && first != own)
+      refuse(fmt::format("\"{}\" is the run directory's own", entry));
   }
   return dir;
+}
+
+// True when one relative folder is the other or lies inside it ("a/b" and "a/b/c").
+bool nested(const std::string& a, const std::string& b) {
+  std::filesystem::path pa = std::filesystem::path(a).lexically_normal();
+  std::filesystem::path pb = std::filesystem::path(b).lexically_normal();
+  auto ia = pa.begin(), ib = pb.begin();
+  for (; ia != pa.end() && ib != pb.end(); ++ia, ++ib) {
+    if (ia->empty() || ib->empty()) break;  // a trailing separator
+    if (*ia != *ib) return false;
+  }
+  return true;
 }
 
 BackupSpec parse_backup(const common::JsonNode& node) {
   node.check_keys({"dir", "save_freq", "keep", "delete_on_success"});
   BackupSpec b;
-  if (auto n = node.find("dir")) b.dir = backup_dir(*n);
+  if (auto n = node.find("dir")) b.dir = run_dir_folder(*n);
   if (auto n = node.find("save_freq")) {
     if (n->is_string()) {
       if (n->as_string() != "epoch")
@@ -68,6 +82,34 @@ BackupSpec parse_backup(const common::JsonNode& node) {
   return b;
 }
 
+// true, false, or {"update_freq": "epoch" | "batch" | N, "log_dir": "tensorboard"}.
+TensorBoardSpec parse_tensorboard(const common::JsonNode& node, const std::string& backup_dir) {
+  TensorBoardSpec t;
+  if (!node.is_object()) {
+    try {
+      t.enabled = node.as_bool();
+    } catch (const common::ConfigError&) {
+      node.fail(fmt::format("expected true, false or an object, found {}", node.describe()));
+    }
+    return t;
+  }
+  node.check_keys({"update_freq", "log_dir"});
+  if (auto n = node.find("update_freq")) {
+    if (!n->is_string()) {
+      t.update_every_steps = n->as_int(1, int64_t{1} << 40);
+    } else if (one_of(*n, {"epoch", "batch"}) == "batch") {
+      t.update_every_steps = 1;
+    }
+  }
+  if (auto n = node.find("log_dir")) t.log_dir = run_dir_folder(*n, "tensorboard");
+  if (nested(t.log_dir, backup_dir)) {
+    (node.find("log_dir") ? node.at("log_dir") : node)
+        .fail(fmt::format("\"{}\" and backup.dir \"{}\" overlap: give each its own folder",
+                          t.log_dir, backup_dir));
+  }
+  return t;
+}
+
 void parse_loss(const common::JsonNode& node, TrainConfig& c) {
   node.check_keys({"type", "from_logits"});
   one_of(node.at("type"), {"sparse_categorical_crossentropy"});
@@ -77,7 +119,7 @@ void parse_loss(const common::JsonNode& node, TrainConfig& c) {
 void parse_fields(const common::JsonNode& root, TrainConfig& c) {
   root.check_keys({"model", "loss", "optimizer", "data", "per_worker_batch_size", "epochs",
                    "steps_per_epoch", "validation", "seed", "device", "communication", "overlap",
-                   "cuda_graphs", "backup"});
+                   "cuda_graphs", "backup", "tensorboard"});
   c.model = nn::parse_model_spec(root.at("model"));
   c.model_json = root.at("model").dump();
   if (auto n = root.find("loss")) parse_loss(*n, c);
@@ -103,6 +145,7 @@ void parse_fields(const common::JsonNode& root, TrainConfig& c) {
   if (auto n = root.find("overlap")) c.overlap = n->as_bool();
   if (auto n = root.find("cuda_graphs")) c.cuda_graphs = n->as_bool();
   if (auto n = root.find("backup")) c.backup = parse_backup(*n);
+  if (auto n = root.find("tensorboard")) c.tensorboard = parse_tensorboard(*n, c.backup.dir);
 }
 
 }  // namespace

@@ -19,6 +19,14 @@ struct BackupSpec {
   bool delete_on_success = true;
 };
 
+/// train.tensorboard: Keras's TensorBoard callback, run by the chief.
+struct TensorBoardSpec {
+  bool enabled = true;
+  std::string log_dir = "tensorboard";  ///< relative to the run directory
+  /// batch_* summaries every N steps (Keras's update_freq N; "batch" is 1); 0: "epoch", none.
+  int64_t update_every_steps = 0;
+};
+
 struct TrainConfig {
   nn::ModelSpec model;
   std::string model_json;    ///< train.model as compact JSON: the architecture checkpoints record
@@ -39,6 +47,7 @@ struct TrainConfig {
   /// worker, SGD, no dropout); false runs the same work launch by launch.
   bool cuda_graphs = true;
   BackupSpec backup;
+  TensorBoardSpec tensorboard;
 };
 
 /// Parses the train object (JSON text). source names it in errors ("job.json: train.epochs: ...").

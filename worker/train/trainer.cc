@@ -149,12 +149,19 @@ void Trainer::save_checkpoint() {
 
 EpochMetrics Trainer::fit() {
   EpochMetrics last;
+  if (options_.chief && config_.tensorboard.enabled && !tensorboard_) {
+    tensorboard_ =
+        std::make_unique<TensorBoardLog>(config_.tensorboard, options_.run_dir, config_.validation);
+  }
   for (int epoch = static_cast<int>(state_.epoch); epoch < config_.epochs; ++epoch) {
     progress_.begin_epoch(epoch + 1, config_.epochs);
     last = train_epoch(epoch);
     state_ = TrainingState{epoch + 1, 0, state_.global_step, optimizer_->iterations(), 0, 0, 0};
     save_checkpoint();
-    if (options_.chief) write_metrics(last);
+    if (options_.chief) {
+      write_metrics(last);
+      write_summaries(last);
+    }
     if (last.stop_agreed) {  // asked during the epoch's last step: stop here, together
       comm_.barrier();
       throw Preempted(
@@ -231,6 +238,7 @@ EpochMetrics Trainer::train_epoch(int epoch) {
     // The flag reduced one step ago: every worker reads the same value, so all stop here.
     bool stop = step_->stop_agreed(1);
     show_progress(epoch, step + 1, started, seen_here, stop);
+    if (tensorboard_ && tensorboard_->wants_batch(state_.global_step)) write_batch_summary();
     bool periodic = config_.backup.save_every_steps > 0 &&
                     state_.global_step % config_.backup.save_every_steps == 0 &&
                     step + 1 < steps_per_epoch_;
@@ -254,6 +262,7 @@ EpochMetrics Trainer::train_epoch(int epoch) {
   m.accuracy = t[1] / seen;
   m.seconds = common::monotonic_seconds() - started;
   m.samples_per_second = seen_here / m.seconds;
+  m.steps = steps_per_epoch_ - stream_options.first_step;
   m.allreduce_seconds = step_->exposed_comm_seconds();
   heartbeat(epoch + 1, steps_per_epoch_, steps_per_epoch_, m.loss, m.accuracy,
             m.samples_per_second);
@@ -291,6 +300,34 @@ void Trainer::write_metrics(const EpochMetrics& m) {
   w.key("allreduce_seconds").value(m.allreduce_seconds);
   std::string line = w.end_object().str() + "\n";
   common::append_line(common::RunDir(options_.run_dir).metrics_jsonl(), line);
+}
+
+// Keras's logs at epoch end: the metrics, val_ ones (validation/), then learning_rate and
+// steps_per_second, and our samples_per_second; evaluation_*_vs_iterations after validating.
+void Trainer::write_summaries(const EpochMetrics& m) {
+  if (!tensorboard_) return;
+  SummaryLogs logs = {{"loss", m.loss}, {"accuracy", m.accuracy}};
+  if (m.validated) {
+    tensorboard_->log_evaluation(optimizer_->iterations(),
+                                 {{"loss", m.val_loss}, {"accuracy", m.val_accuracy}});
+    logs.insert(logs.end(), {{"val_loss", m.val_loss}, {"val_accuracy", m.val_accuracy}});
+  }
+  logs.insert(logs.end(), {{"learning_rate", current_learning_rate()},
+                           {"steps_per_second", static_cast<double>(m.steps) / m.seconds},
+                           {"samples_per_second", m.samples_per_second}});
+  tensorboard_->log_epoch(m.epoch - 1, logs);
+}
+
+void Trainer::write_batch_summary() {
+  std::array<double, 3> t = step_->totals();
+  double seen = std::max(t[2], 1.0);
+  tensorboard_->log_batch(state_.global_step, {{"loss", t[0] / seen}, {"accuracy", t[1] / seen}});
+}
+
+// The rate set in train.optimizer (the one place to change when the rate follows a schedule).
+double Trainer::current_learning_rate() const {
+  return config_.optimizer.type == "adam" ? config_.optimizer.adam.learning_rate
+                                          : config_.optimizer.sgd.learning_rate;
 }
 
 void Trainer::heartbeat(int epoch, int64_t step, int64_t steps, double loss, double accuracy,

@@ -1,10 +1,10 @@
 // The fit loop: epochs of steps (batch -> staged upload -> TrainStep: forward, loss, backward
 // with bucketed all-reduces, optimizer, all on the device without a host sync), validation,
-// Keras-style progress, heartbeats, and from the chief metrics.jsonl, BackupAndRestore
-// checkpoints and the final model. The preemption flag is read one step late (the same reduced
-// value on every worker, so all stop at the same step); metrics are read back only to be shown.
-// On start the chief restores the newest good checkpoint and broadcasts it, so no shared file
-// system is needed. Sees a Backend and a Communicator, nothing else of the machine.
+// Keras-style progress, heartbeats, and from the chief metrics.jsonl, TensorBoard summaries,
+// BackupAndRestore checkpoints and the final model. The preemption flag is read one step late (the
+// same reduced value on every worker, so all stop at the same step); metrics are read back only to
+// be shown. On start the chief restores the newest good checkpoint and broadcasts it, so no shared
+// file system is needed. Sees a Backend and a Communicator, nothing else of the machine.
 // Single-threaded (the batcher prefetches, a host communicator reduces, on their own threads).
 #pragma once
 
@@ -22,6 +22,7 @@
 #include "worker/train/input_stager.h"
 #include "worker/train/optimizer.h"
 #include "worker/train/progress.h"
+#include "worker/train/tensorboard.h"
 #include "worker/train/timeline.h"
 #include "worker/train/train_config.h"
 #include "worker/train/train_step.h"
@@ -35,6 +36,7 @@ struct EpochMetrics {
   bool validated = false;
   double val_seconds = 0;  ///< the validation's own time (not part of seconds)
   double seconds = 0, samples_per_second = 0;
+  int64_t steps = 0;  ///< steps this run trained in the epoch (fewer after a mid-epoch resume)
   double allreduce_seconds = 0;  ///< of seconds, the host waited for all-reduces (exposed)
   bool stop_agreed = false;      ///< the group agreed to stop at this epoch's end
 };
@@ -87,6 +89,12 @@ class Trainer {
   void upload_tensors();
   void show_progress(int epoch, int64_t step, double started, double seen_here, bool force);
   void write_metrics(const EpochMetrics& m);
+  /// The chief's TensorBoard summaries of an epoch, as Keras's callback writes them.
+  void write_summaries(const EpochMetrics& m);
+  /// batch_loss and batch_accuracy (the epoch's running means) now: reads the totals (a sync).
+  void write_batch_summary();
+  /// The optimizer's learning rate now, as Keras logs it (epoch_learning_rate).
+  double current_learning_rate() const;
   void heartbeat(int epoch, int64_t step, int64_t steps, double loss, double accuracy, double rate);
 
   const TrainConfig& config_;
@@ -99,6 +107,7 @@ class Trainer {
   std::unique_ptr<Optimizer> optimizer_;
   std::unique_ptr<TrainStep> step_;
   std::unique_ptr<InputStager> stager_;
+  std::unique_ptr<TensorBoardLog> tensorboard_;   ///< the chief's, when train.tensorboard is on
   std::vector<std::vector<float>> host_tensors_;  ///< parameters, then each optimizer slot
   ProgressBar progress_;
   CheckpointStore store_;
