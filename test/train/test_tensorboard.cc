@@ -7,8 +7,10 @@
 
 #include <algorithm>
 #include <catch2/catch.hpp>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <regex>
 #include <set>
@@ -86,13 +88,14 @@ int pid_in_name(const std::string& name) {
 
 // Epoch summaries (train/ and validation/) against metrics.jsonl, the float32 of each double.
 void check_epochs(const testing::ScalarsByTag& train, const testing::ScalarsByTag& validation,
-                  const std::vector<std::map<std::string, double>>& metrics, double rate) {
+                  const std::vector<std::map<std::string, double>>& metrics,
+                  const std::function<double(size_t)>& rate) {
   for (size_t e = 0; e < metrics.size(); ++e) {
     INFO("epoch index " << e);
     const auto& m = metrics[e];
     CHECK(train.at("epoch_loss").at(e) == f32(m.at("loss")));
     CHECK(train.at("epoch_accuracy").at(e) == f32(m.at("accuracy")));
-    CHECK(train.at("epoch_learning_rate").at(e) == f32(rate));
+    CHECK(train.at("epoch_learning_rate").at(e) == f32(rate(e)));
     CHECK(train.at("epoch_samples_per_second").at(e) == f32(m.at("samples_per_second")));
     CHECK(train.at("epoch_steps_per_second").at(e) == Approx(8 / m.at("seconds")).epsilon(1e-6));
     CHECK(validation.at("epoch_loss").at(e) == f32(m.at("val_loss")));
@@ -126,7 +129,9 @@ TEST_CASE("dtrain-worker writes Keras's epoch and batch summaries, equal to metr
   std::string run = dir.path() + "/run";
   std::string config = write_text(
       dir.path() + "/train.json",
-      train_json(R"({"type": "adam", "learning_rate": 0.003})", 2, R"({"update_freq": 4})"));
+      train_json(R"({"type": "adam", "learning_rate": {"type": "cosine_decay",
+                     "initial_learning_rate": 0.003, "alpha": 0.1}})",
+                 2, R"({"update_freq": 4})"));
   double started = train::wall_time_now();
   auto r = testing::run_process(
       {testing::binary("dtrain-worker"), "--config", config, "--run-dir", run});
@@ -155,7 +160,10 @@ TEST_CASE("dtrain-worker writes Keras's epoch and batch summaries, equal to metr
                                                   "evaluation_accuracy_vs_iterations"});
   std::vector<std::map<std::string, double>> metrics = read_metrics(run);
   REQUIRE(metrics.size() == 2);
-  check_epochs(train, validation, metrics, 0.003);
+  // Keras logs the rate of the step after the epoch: cosine from 0.003 to 10% of it over 16 steps.
+  check_epochs(train, validation, metrics, [](size_t e) {
+    return 0.003 * (0.9 * 0.5 * (1 + std::cos(3.14159265358979 * 8.0 * (e + 1) / 16)) + 0.1);
+  });
   // update_freq 4: global steps 4, 8, 12, 16; at an epoch's last step the running mean is the
   // epoch's figure.
   for (const char* tag : {"batch_loss", "batch_accuracy"}) {
@@ -243,7 +251,7 @@ TEST_CASE("two workers: only the chief writes; a resumed run adds a file to each
                                              "epoch_steps_per_second", "epoch_samples_per_second"});
   std::vector<std::map<std::string, double>> metrics = read_metrics(run);
   REQUIRE(metrics.size() == 3);
-  check_epochs(train, validation, metrics, 0.05);
+  check_epochs(train, validation, metrics, [](size_t) { return 0.05; });
 }
 
 TEST_CASE("train.tensorboard: on by default, false, update_freq and log_dir; mistakes name it") {

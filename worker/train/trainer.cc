@@ -312,7 +312,7 @@ void Trainer::write_summaries(const EpochMetrics& m) {
                                  {{"loss", m.val_loss}, {"accuracy", m.val_accuracy}});
     logs.insert(logs.end(), {{"val_loss", m.val_loss}, {"val_accuracy", m.val_accuracy}});
   }
-  logs.insert(logs.end(), {{"learning_rate", current_learning_rate()},
+  logs.insert(logs.end(), {{"learning_rate", optimizer_->learning_rate()},
                            {"steps_per_second", static_cast<double>(m.steps) / m.seconds},
                            {"samples_per_second", m.samples_per_second}});
   tensorboard_->log_epoch(m.epoch - 1, logs);
@@ -325,11 +325,6 @@ void Trainer::write_batch_summary() {
 }
 
 // The rate set in train.optimizer (the one place to change when the rate follows a schedule).
-double Trainer::current_learning_rate() const {
-  return config_.optimizer.type == "adam" ? config_.optimizer.adam.learning_rate
-                                          : config_.optimizer.sgd.learning_rate;
-}
-
 void Trainer::heartbeat(int epoch, int64_t step, int64_t steps, double loss, double accuracy,
                         double rate) {
   double now = common::monotonic_seconds();

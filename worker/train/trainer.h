@@ -93,8 +93,6 @@ class Trainer {
   void write_summaries(const EpochMetrics& m);
   /// batch_loss and batch_accuracy (the epoch's running means) now: reads the totals (a sync).
   void write_batch_summary();
-  /// The optimizer's learning rate now, as Keras logs it (epoch_learning_rate).
-  double current_learning_rate() const;
   void heartbeat(int epoch, int64_t step, int64_t steps, double loss, double accuracy, double rate);
 
   const TrainConfig& config_;
