@@ -22,6 +22,23 @@ inline constexpr EnvVar kEnvToken{"DTRAIN_TOKEN", "", "per-job secret (hex) for 
 inline constexpr EnvVar kEnvControl{"DTRAIN_CONTROL", "", "launcher address for heartbeats"};
 inline constexpr EnvVar kEnvOmpThreads{"OMP_NUM_THREADS", "", "threads per worker"};
 inline constexpr EnvVar kEnvCudaDevices{"CUDA_VISIBLE_DEVICES", "", "GPU of this worker"};
+// torchrun's variables (launcher/torch_env.h, docs/tf-config.md), for PyTorch programs.
+inline constexpr EnvVar kEnvRank{"RANK", "", "training rank, TF_CONFIG's ring order"};
+inline constexpr EnvVar kEnvLocalRank{"LOCAL_RANK", "", "rank among the host's tasks"};
+inline constexpr EnvVar kEnvWorldSize{"WORLD_SIZE", "", "training tasks"};
+inline constexpr EnvVar kEnvLocalWorldSize{"LOCAL_WORLD_SIZE", "", "training tasks on the host"};
+inline constexpr EnvVar kEnvGroupRank{"GROUP_RANK", "", "index of the host (torchrun's node)"};
+inline constexpr EnvVar kEnvGroupWorldSize{"GROUP_WORLD_SIZE", "", "hosts with training tasks"};
+inline constexpr EnvVar kEnvRoleName{"ROLE_NAME", "default", "torchrun's role"};
+inline constexpr EnvVar kEnvRoleRank{"ROLE_RANK", "", "= RANK (one role)"};
+inline constexpr EnvVar kEnvRoleWorldSize{"ROLE_WORLD_SIZE", "", "= WORLD_SIZE (one role)"};
+inline constexpr EnvVar kEnvMasterAddr{"MASTER_ADDR", "", "the chief's host"};
+inline constexpr EnvVar kEnvMasterPort{"MASTER_PORT", "", "rank 0's TCPStore port"};
+inline constexpr EnvVar kEnvRestartCount{"TORCHELASTIC_RESTART_COUNT", "0", "= DTRAIN_ATTEMPT"};
+inline constexpr EnvVar kEnvMaxRestarts{"TORCHELASTIC_MAX_RESTARTS", "", "restart.max_restarts"};
+inline constexpr EnvVar kEnvRunId{"TORCHELASTIC_RUN_ID", "", "the job name"};
+inline constexpr EnvVar kEnvUseAgentStore{"TORCHELASTIC_USE_AGENT_STORE", "False",
+                                          "rank 0 hosts the store itself"};
 inline constexpr EnvVar kEnvLogLevel{"DTRAIN_LOG_LEVEL", "info", "trace|debug|info|warn|error"};
 inline constexpr EnvVar kEnvNoColor{"NO_COLOR", "", "any value turns colour off"};
 

@@ -141,7 +141,8 @@ void parse_cluster_or_workers(const JsonNode& root, JobSpec& spec) {
 
 void parse_fields(const JsonNode& root, JobSpec& spec) {
   root.check_keys({"job", "cluster", "workers", "restart", "train", "command", "env", "run_dir",
-                   "hang_timeout_seconds", "remote_shell", "success", "gpu_sharing", "slurm"});
+                   "hang_timeout_seconds", "remote_shell", "success", "gpu_sharing", "slurm",
+                   "master_port"});
   JsonNode job = root.at("job");
   spec.job = job.as_string();
   if (!is_valid_job_name(spec.job)) {
@@ -167,6 +168,7 @@ void parse_fields(const JsonNode& root, JobSpec& spec) {
     spec.hang_timeout_seconds = parse_seconds(*n, 0.001);
   if (auto n = root.find("remote_shell")) spec.remote_shell = parse_argv(*n);
   if (auto n = root.find("gpu_sharing")) spec.gpu_sharing = n->as_bool();
+  if (auto n = root.find("master_port")) spec.master_port = static_cast<int>(n->as_int(1, 65535));
   if (auto n = root.find("success")) {
     spec.success = n->as_string();
     if (spec.success != "all" && spec.success != "chief") {
@@ -244,6 +246,7 @@ std::string job_spec_to_json(const JobSpec& spec, const ClusterSpec& resolved) {
   w.key("run_dir").value(spec.run_dir);
   if (spec.hang_timeout_seconds) w.key("hang_timeout_seconds").value(*spec.hang_timeout_seconds);
   w.key("success").value(spec.success).key("gpu_sharing").value(spec.gpu_sharing);
+  if (spec.master_port) w.key("master_port").value(*spec.master_port);
   w.key("remote_shell").begin_array();
   for (const auto& arg : spec.remote_shell) w.value(arg);
   w.end_array();

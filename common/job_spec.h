@@ -64,6 +64,8 @@ struct JobSpec {
   std::string success = "all";
   /// Several local workers may share one GPU (else more local workers than GPUs is refused).
   bool gpu_sharing = false;
+  /// MASTER_PORT of torchrun's variables (launcher/torch_env.h); unset: the launcher picks one.
+  std::optional<int> master_port;
 };
 
 /// Parses job-file text. Every error is a ConfigError "<source>: <json path>: <what was found and

@@ -21,6 +21,7 @@
 #include "common/errors.h"
 #include "common/gpu_count.h"
 #include "common/json.h"
+#include "launcher/torch_env.h"
 
 namespace dtrain::launcher {
 namespace fs = std::filesystem;
@@ -180,6 +181,7 @@ PreparedRun prepare_run(const common::JobSpec& spec) {
     c.gpu_names = common::visible_gpu_names(visible, common::count_driver_gpus());
   }
   check_gpu_assignment(c);
+  c.master_port = choose_master_port(c);
   common::write_file_atomically(c.spec_path, common::job_spec_to_json(spec, c.cluster) + "\n");
   return run;
 }

@@ -17,6 +17,7 @@
 #include "common/ports.h"
 #include "launcher/agent_protocol.h"
 #include "launcher/supervisor_slot.h"
+#include "launcher/torch_env.h"
 #include "launcher/worker_env.h"
 
 namespace dtrain::launcher {
@@ -192,11 +193,29 @@ void Supervisor::check_agents_started() {
   }
 }
 
-// Every local worker port must be free before a start.
+// Every local worker port, and MASTER_PORT when the chief is local, must be free before a start.
 bool Supervisor::ports_free_or_retry() {
-  for (auto& slot : slots_) {
-    common::HostPort hp = common::parse_host_port(slot->address, slot->task.text());
-    if (!is_local_host(hp.host) || common::is_port_free(hp.host, hp.port)) continue;
+  LaunchContext& c = options_.context;
+  struct Needed {
+    common::HostPort where;
+    std::string who;
+  };
+  std::vector<Needed> needed;
+  for (auto& slot : slots_)
+    needed.push_back({common::parse_host_port(slot->address, slot->task.text()), slot->task.text()});
+  if (master_is_local(c)) {
+    common::TaskId chief = c.cluster.chief();
+    needed.push_back({{common::parse_host_port(c.cluster.address(chief), chief.text()).host,
+                       c.master_port},
+                      "MASTER_PORT"});
+  }
+  for (const Needed& n : needed) {
+    if (!is_local_host(n.where.host) || common::is_port_free(n.where.host, n.where.port)) continue;
+    if (n.who == "MASTER_PORT" && !c.spec->master_port) {  // ours to pick again
+      c.master_port = choose_master_port(c);
+      spdlog::info("MASTER_PORT {} was taken; picked {}", n.where.port, c.master_port);
+      continue;
+    }
     // On the first start a busy port is the user's to fix; on a restart it may be our own
     // previous worker still letting go of it.
     if (attempt_ > options_.first_attempt && port_retries_++ < kPortRetries) {
@@ -206,8 +225,11 @@ bool Supervisor::ports_free_or_retry() {
       });
       return false;
     }
-    std::string what = fmt::format("port {} of {} is in use by another program ({})", slot->address,
-                                   slot->task.text(), "free it or change the job's cluster");
+    bool v6 = n.where.host.find(':') != std::string::npos;
+    std::string what = fmt::format("port {}{}{}:{} of {} is in use by another program ({})",
+                                   v6 ? "[" : "", n.where.host, v6 ? "]" : "", n.where.port, n.who,
+                                   n.who == "MASTER_PORT" ? "free it or change master_port"
+                                                          : "free it or change the job's cluster");
     finish(common::kStatusFailed, common::kExitConfig, what);
     return false;
   }

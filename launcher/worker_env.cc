@@ -12,6 +12,7 @@
 #include "common/local_addresses.h"
 #include "common/tf_config.h"
 #include "launcher/agent_protocol.h"
+#include "launcher/torch_env.h"
 
 namespace dtrain::launcher {
 namespace {
@@ -48,6 +49,7 @@ std::vector<std::pair<std::string, std::string>> worker_env(const LaunchContext&
                                    [](const auto& kv) { return kv.first == kEnvCudaDevices.name; });
   std::string gpu = gpu_for_task(c, task);
   if (!gpu.empty() && !user_sets_gpu) env.emplace_back(kEnvCudaDevices.name, gpu);
+  for (auto& kv : torch_env(c, task, attempt)) env.push_back(std::move(kv));
   for (const auto& kv : c.spec->env) env.push_back(kv);
   return env;
 }

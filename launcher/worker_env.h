@@ -1,5 +1,6 @@
 // What each worker is started with (DESIGN.md, "What a worker is given"): argv, TF_CONFIG, the
-// DTRAIN_* variables, OMP_NUM_THREADS, the job's env, and for other hosts the remote shell.
+// DTRAIN_* variables, torchrun's variables, OMP_NUM_THREADS, the job's env, and for other hosts
+// the remote shell.
 // Pure: builds requests, starts nothing.
 #pragma once
 
@@ -27,6 +28,8 @@ struct LaunchContext {
   std::string cwd;  ///< where workers start (the launcher's folder)
   int host_cores = 1;
   std::optional<std::string> launcher_omp_threads;  ///< OMP_NUM_THREADS of the launcher, if set
+  /// MASTER_PORT of torchrun's variables (launcher/torch_env.h); 0 until chosen.
+  int master_port = 0;
   int local_gpus = 0;  ///< GPUs on this host; each local task gets one through CUDA_VISIBLE_DEVICES
   /// What to hand out for those GPUs: the launcher's own CUDA_VISIBLE_DEVICES entries when it
   /// has one (so "2,3" hands out 2 and 3), else empty for "0".."local_gpus - 1".

@@ -11,6 +11,7 @@
 #include "common/job_spec.h"
 #include "launcher/agent_protocol.h"
 #include "launcher/slurm.h"
+#include "launcher/torch_env.h"
 #include "launcher/worker_env.h"
 
 using dtrain::common::ConfigError;
@@ -219,6 +220,8 @@ TEST_CASE("slurm: each worker is one srun step running dtrain agent; secrets sta
   c.dtrain_program = "/opt/dtrain/bin/dtrain";
   c.cwd = "/home/me";
   c.host_cores = 64;
+  c.master_port = dtrain::launcher::choose_master_port(c);
+  CHECK(c.master_port == 30004);  // above the chief's 30000 and every task's port
   dtrain::common::TaskId task{"worker", 2};
   CHECK(dtrain::launcher::uses_agent(c, task));  // even though 127.0.0.1 is this machine
   dtrain::launcher::SpawnRequest r = dtrain::launcher::make_spawn_request(c, task, 3);
@@ -237,6 +240,13 @@ TEST_CASE("slurm: each worker is one srun step running dtrain agent; secrets sta
   CHECK(env.at("DTRAIN_ATTEMPT") == "3");
   CHECK(env.at("TF_CONFIG").find(R"("task": {"type": "worker", "index": 2})") != std::string::npos);
   CHECK(env.count("CUDA_VISIBLE_DEVICES") == 0);  // Slurm hands out the step's GPUs
+  // torchrun's view: hosts are nodes (both at 127.0.0.1 here), numbered in rank order.
+  CHECK(env.at("RANK") == "2");
+  CHECK(env.at("LOCAL_RANK") == "0");
+  CHECK(env.at("LOCAL_WORLD_SIZE") == "2");
+  CHECK(env.at("GROUP_RANK") == "1");
+  CHECK(env.at("MASTER_ADDR") == "127.0.0.1");
+  CHECK(env.at("MASTER_PORT") == "30004");
   CHECK(sent.argv == Strings{"/opt/dtrain/bin/dtrain-worker", "--config", "/runs/mnist/spec.json"});
 
   SECTION("a task with GPUs asks srun for them") {

@@ -2,6 +2,11 @@
 // configuration errors, preemption, budgets, the "silent failures" rule, crashes, hangs, the
 // shared grace period, stopping on a launcher signal, and the launcher's own faults (an exception
 // in a handler, a record or log it cannot write).
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <catch2/catch.hpp>
 #include <filesystem>
 
@@ -32,9 +37,9 @@ std::string job_json(const std::string& extra) {
 
 struct Harness {
   /// extra: more top-level keys (", \"k\": v"); tweak: changes to the restart policy; prepare:
-  /// runs on the run directory before the recorder opens its files.
+  /// runs on the run directory before the recorder opens its files; master_port: MASTER_PORT.
   Harness(const std::string& extra, testing::FakeSpawner::Script script, const Tweak& tweak = {},
-          const std::function<void(const common::RunDir&)>& prepare = {})
+          const std::function<void(const common::RunDir&)>& prepare = {}, int master_port = 0)
       : spec(common::parse_job_spec(job_json(extra), "job.json")),
         spawner(io, std::move(script)),
         run_dir(dir.path()),
@@ -48,6 +53,7 @@ struct Harness {
     c.spec = &spec;
     c.cluster = common::resolve_cluster(spec);
     c.run_dir = dir.path();
+    c.master_port = master_port;
     supervisor = std::make_unique<launcher::Supervisor>(io, spawner, *recorder, console, nullptr,
                                                         launcher::SupervisorOptions{c, 0, 1, 0.5});
   }
@@ -386,4 +392,39 @@ TEST_CASE("the worker that says the disk is full is blamed, not the one that fai
   CHECK(r.failure->last_lines ==
         std::vector<std::string>{"Epoch 1/3",
                                  "cannot write backup/ckpt.tmp: No space left on device"});
+}
+
+// A listening socket on 127.0.0.1: a port in use.
+struct BusyPort {
+  BusyPort() {
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    REQUIRE(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0);
+    REQUIRE(::listen(fd, 1) == 0);
+    socklen_t length = sizeof addr;
+    ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &length);
+    port = ntohs(addr.sin_port);
+  }
+  ~BusyPort() { ::close(fd); }
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  int port = 0;
+};
+
+TEST_CASE("a busy MASTER_PORT the launcher picked is picked again; the job's own is exit 2") {
+  BusyPort busy;
+  auto succeed = [](FakeProcess& p) { p.end(ExitStatus::exited(0)); };
+  Harness picked("", succeed, {}, {}, busy.port);
+  CHECK(picked.run().status == "succeeded");
+  REQUIRE(picked.spawner.processes.size() == 2);
+  for (const auto& p : picked.spawner.processes) {
+    CHECK(p->env("MASTER_PORT") != std::to_string(busy.port));
+    CHECK(std::stoi(p->env("MASTER_PORT")) > 0);
+  }
+
+  Harness chosen(", \"master_port\": " + std::to_string(busy.port), succeed, {}, {}, busy.port);
+  auto r = chosen.run();
+  CHECK(r.exit_code == 2);
+  CHECK(chosen.spawner.processes.empty());
+  CHECK_THAT(chosen.state(), Catch::Contains("MASTER_PORT") && Catch::Contains("master_port"));
 }
