@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Installs every build and run dependency of dtrain with apt on Debian 12.
+# Installs every build and run dependency of dtrain with apt on Debian 12; with --tests, also the
+# packages only tests need (Debian's python3-torch).
 # Idempotent: when every package is present it only checks and returns in about a second.
 # It does not build anything; scripts/build.sh does that.
 set -euo pipefail
@@ -14,6 +15,10 @@ packages=(
   openssh-server openssh-client iproute2
   slurmctld slurmd slurm-client munge
 )
+# --tests: also what only tests use (PyTorch for the DDP and model-loading tests; ~1 minute).
+if [ "${1:-}" = "--tests" ]; then
+  packages+=(python3-torch python3-numpy)
+fi
 
 missing=()
 for p in "${packages[@]}"; do

@@ -4,7 +4,7 @@
 # "no GPU" and skip without one) and the CPU-only one (-DDTRAIN_WITH_CUDA=OFF). Both run every test.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/setup.sh
+bash scripts/setup.sh --tests
 jobs=$(nproc)
 
 echo "== default build (build/) =="
