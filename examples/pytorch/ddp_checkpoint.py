@@ -56,6 +56,7 @@ def main():
     parser.add_argument("--step-seconds", type=float, default=0.0, help="sleep per step")
     args = parser.parse_args()
     torch.set_num_threads(1)
+    os.makedirs(args.dir, exist_ok=True)
     dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=60))
     rank = dist.get_rank()
     check_environment()
