@@ -1,9 +1,6 @@
 // `dtrain status` and `dtrain stop`: talk to a run's launcher over its control socket (one JSON
 // line each way), and fall back to state.json, saying so, when the launcher is gone.
-#include <poll.h>
 #include <signal.h>
-#include <sys/socket.h>
-#include <sys/un.h>
 #include <unistd.h>
 
 #include <boost/program_options.hpp>
@@ -20,44 +17,15 @@
 #include "common/run_dir.h"
 #include "common/unique_fd.h"
 #include "launcher/commands.h"
+#include "launcher/control_client.h"
 #include "launcher/control_server.h"
 #include "launcher/options.h"
+#include "launcher/run_list.h"
 #include "launcher/run_lookup.h"
 
 namespace dtrain::launcher {
 namespace po = boost::program_options;
 namespace {
-
-constexpr double kReplySeconds = 5;
-
-// One request, one reply line; nullopt when no launcher answers.
-std::optional<std::string> ask_launcher(const std::string& run_dir, const std::string& request) {
-  std::string path = control_socket_path(run_dir);
-  common::UniqueFd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
-  sockaddr_un addr{};
-  addr.sun_family = AF_UNIX;
-  std::strncpy(addr.sun_path, path.c_str(), sizeof addr.sun_path - 1);
-  if (!fd.valid() || ::connect(fd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0)
-    return std::nullopt;
-  std::string line = request + "\n";
-  if (::send(fd.get(), line.data(), line.size(), MSG_NOSIGNAL) != static_cast<ssize_t>(line.size()))
-    return std::nullopt;
-  std::string reply;
-  double deadline = common::monotonic_seconds() + kReplySeconds;
-  char buffer[4096];
-  while (reply.find('\n') == std::string::npos) {
-    pollfd p{fd.get(), POLLIN, 0};
-    int left = static_cast<int>((deadline - common::monotonic_seconds()) * 1000);
-    if (left <= 0 || ::poll(&p, 1, left) <= 0) {
-      throw common::IoError(
-          fmt::format("the launcher at {} did not answer within {:.0f} s", path, kReplySeconds));
-    }
-    ssize_t n = ::recv(fd.get(), buffer, sizeof buffer, 0);
-    if (n <= 0) return std::nullopt;
-    reply.append(buffer, static_cast<size_t>(n));
-  }
-  return reply.substr(0, reply.find('\n'));
-}
 
 bool alive(int64_t pid) {
   return pid > 0 && (::kill(static_cast<pid_t>(pid), 0) == 0 || errno == EPERM);
@@ -106,21 +74,6 @@ std::pair<std::string, Args> split_target(const Args& args) {
   return {"", args};
 }
 
-// The run's state: from the launcher when it answers, else from state.json.
-std::pair<std::string, bool> read_state(const std::string& run_dir) {
-  if (std::optional<std::string> reply = ask_launcher(run_dir, R"({"request":"status"})"))
-    return {*reply, true};
-  std::string path = common::RunDir(run_dir).state_json();
-  try {
-    return {common::read_file(path), false};
-  } catch (const common::IoError&) {
-    throw common::ConfigError(
-        fmt::format("{}: no launcher answers and there is no state.json: was this run ever "
-                    "launched?",
-                    run_dir));
-  }
-}
-
 }  // namespace
 
 int status_command(const Args& all_args) {
@@ -129,12 +82,22 @@ int status_command(const Args& all_args) {
   po::options_description desc(
       "Usage: dtrain status [RUN_DIR|JOB_FILE] [--json]\n\n"
       "Shows a run's state and each worker's progress, from its launcher, or from\n"
-      "state.json when the launcher is gone (and says so).\n\nOptions");
+      "state.json when the launcher is gone (and says so). With no run named, lists every\n"
+      "run under ./runs, one line each.\n\nOptions");
   desc.add_options()("json", po::bool_switch(&json), "print JSON for scripts")("help,h",
                                                                                "show this help");
   po::variables_map vm = parse_options(args, desc, {}, "status");
   if (vm.count("help")) {
     std::cout << desc;
+    return 0;
+  }
+  if (target.empty()) {
+    std::vector<RunSummary> runs = list_runs("runs");
+    if (runs.empty() && !json) {
+      std::cout << "no runs under ./runs\n";
+      return 0;
+    }
+    std::cout << (json ? format_run_json(runs) + "\n" : format_run_table(runs));
     return 0;
   }
   std::string run_dir = resolve_run_dir(target, "status");

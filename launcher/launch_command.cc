@@ -23,6 +23,7 @@
 #include "common/logging.h"
 #include "launcher/commands.h"
 #include "launcher/control_server.h"
+#include "launcher/dry_run.h"
 #include "launcher/metrics_server.h"
 #include "launcher/options.h"
 #include "launcher/run_preparation.h"
@@ -36,6 +37,7 @@ struct LaunchOptions {
   std::string job_file;
   std::string run_dir;
   bool detach = false;
+  bool dry_run = false;
   int metrics_port = 0;
 };
 
@@ -174,7 +176,8 @@ int run_supervisor(const common::JobSpec& spec, PreparedRun& run,
 int launch_command(const Args& args) {
   LaunchOptions options;
   po::options_description desc(
-      "Usage: dtrain launch JOB_FILE [--run-dir DIR] [--detach] [--metrics-port PORT]\n\n"
+      "Usage: dtrain launch JOB_FILE [--run-dir DIR] [--detach] [--metrics-port PORT] "
+      "[--dry-run]\n\n"
       "Starts every task of the job with its TF_CONFIG, keeps one log per worker in RUN_DIR/logs,\n"
       "shows them merged, and restarts the whole group when a worker fails or is preempted.\n"
       "Launching again on a stopped run directory resumes it.\n\nOptions");
@@ -183,7 +186,10 @@ int launch_command(const Args& args) {
       "detach", po::bool_switch(&options.detach),
       "run as a daemon: print the run directory and return at once")(
       "metrics-port", po::value(&options.metrics_port),
-      "serve Prometheus metrics on 127.0.0.1:PORT (1-65535)")("help,h", "show this help");
+      "serve Prometheus metrics on 127.0.0.1:PORT (1-65535)")(
+      "dry-run", po::bool_switch(&options.dry_run),
+      "print each task's command and environment (secrets masked); start nothing, write nothing")(
+      "help,h", "show this help");
   po::variables_map vm = parse_options(args, desc, {{"job-file", &options.job_file}}, "launch");
   if (vm.count("help")) {
     std::cout << desc;
@@ -192,6 +198,11 @@ int launch_command(const Args& args) {
   common::setup_logging("launcher");
   common::JobSpec spec = common::load_job_spec(options.job_file);
   if (!options.run_dir.empty()) spec.run_dir = options.run_dir;
+  if (options.dry_run) {
+    if (options.detach) throw common::ConfigError("launch: give --dry-run or --detach, not both");
+    std::cout << dry_run(spec);
+    return common::kExitSuccess;
+  }
   ::signal(SIGPIPE, SIG_IGN);
   // Bound before detaching, so that a port in use fails this command (exit 2), not the daemon.
   common::UniqueFd metrics_listener;

@@ -106,19 +106,6 @@ int count_local_gpus() {
   return common::count_visible_gpus(common::get_env(common::kEnvCudaDevices));
 }
 
-// The attempt a resumed run starts with: one past what state.json recorded.
-int next_attempt(const common::RunDir& run_dir) {
-  if (!fs::exists(run_dir.state_json())) return 0;
-  try {
-    common::JsonDocument doc =
-        common::JsonDocument::parse(common::read_file(run_dir.state_json()), "state.json");
-    return static_cast<int>(doc.root().at("attempt").as_int(0, 1 << 30)) + 1;
-  } catch (const std::exception& e) {
-    spdlog::warn("ignoring unreadable {}: {}", run_dir.state_json(), e.what());
-    return 0;
-  }
-}
-
 }  // namespace
 
 int end_stale_workers(const std::string& run_dir) {
@@ -149,16 +136,26 @@ int end_stale_workers(const std::string& run_dir) {
   return static_cast<int>(groups.size());
 }
 
-PreparedRun prepare_run(const common::JobSpec& spec) {
-  PreparedRun run;
+int next_attempt(const common::RunDir& run_dir) {
+  if (!fs::exists(run_dir.state_json())) return 0;
+  try {
+    common::JsonDocument doc =
+        common::JsonDocument::parse(common::read_file(run_dir.state_json()), "state.json");
+    return static_cast<int>(doc.root().at("attempt").as_int(0, 1 << 30)) + 1;
+  } catch (const std::exception& e) {
+    spdlog::warn("ignoring unreadable {}: {}", run_dir.state_json(), e.what());
+    return 0;
+  }
+}
+
+std::string run_root(const common::JobSpec& spec) {
   std::string root = fs::absolute(spec.run_dir).lexically_normal().string();
   if (root.size() > 1 && root.back() == '/') root.pop_back();
-  run.run_dir = common::RunDir(root);
-  make_run_dir(run.run_dir);
-  run.lock = lock_run_dir(run.run_dir);
-  end_stale_workers(root);
-  run.first_attempt = next_attempt(run.run_dir);
-  LaunchContext& c = run.context;
+  return root;
+}
+
+LaunchContext make_launch_context(const common::JobSpec& spec, const std::string& root) {
+  LaunchContext c;
   c.spec = &spec;
   if (spec.slurm) {
     c.slurm = read_slurm_allocation(spec);
@@ -167,8 +164,7 @@ PreparedRun prepare_run(const common::JobSpec& spec) {
     c.cluster = common::resolve_cluster(spec);
   }
   c.run_dir = root;
-  c.spec_path = run.run_dir.spec_json();
-  c.token = random_token();
+  c.spec_path = common::RunDir(root).spec_json();
   c.worker_program = find_worker_program();
   std::error_code self_error;
   fs::path self = fs::read_symlink("/proc/self/exe", self_error);
@@ -182,7 +178,21 @@ PreparedRun prepare_run(const common::JobSpec& spec) {
   }
   check_gpu_assignment(c);
   c.master_port = choose_master_port(c);
-  common::write_file_atomically(c.spec_path, common::job_spec_to_json(spec, c.cluster) + "\n");
+  return c;
+}
+
+PreparedRun prepare_run(const common::JobSpec& spec) {
+  PreparedRun run;
+  std::string root = run_root(spec);
+  run.run_dir = common::RunDir(root);
+  make_run_dir(run.run_dir);
+  run.lock = lock_run_dir(run.run_dir);
+  end_stale_workers(root);
+  run.first_attempt = next_attempt(run.run_dir);
+  run.context = make_launch_context(spec, root);
+  run.context.token = random_token();
+  common::write_file_atomically(run.context.spec_path,
+                                common::job_spec_to_json(spec, run.context.cluster) + "\n");
   return run;
 }
 

@@ -24,6 +24,18 @@ struct PreparedRun {
 /// the worker program cannot be found; IoError when the folder cannot be written.
 PreparedRun prepare_run(const common::JobSpec& spec);
 
+/// The run directory of spec as the launcher names it: absolute, normalised, no trailing '/'.
+std::string run_root(const common::JobSpec& spec);
+
+/// Everything the tasks of spec are started with but the token and the control address: the
+/// cluster (from Slurm for a Slurm job), programs, cores, GPUs and MASTER_PORT. Writes no file and
+/// starts nothing (it binds a socket for a moment to pick a free MASTER_PORT). spec must outlive
+/// the context. Throws ConfigError as prepare_run does.
+LaunchContext make_launch_context(const common::JobSpec& spec, const std::string& root);
+
+/// The attempt a launch of run_dir starts with: 0, or one past what its state.json recorded.
+int next_attempt(const common::RunDir& run_dir);
+
 /// Ends processes of an earlier launcher of run_dir that state.json lists as running, after
 /// checking through /proc that each really belongs to this run. Returns how many it ended.
 int end_stale_workers(const std::string& run_dir);

@@ -202,12 +202,13 @@ bool Supervisor::ports_free_or_retry() {
   };
   std::vector<Needed> needed;
   for (auto& slot : slots_)
-    needed.push_back({common::parse_host_port(slot->address, slot->task.text()), slot->task.text()});
+    needed.push_back(
+        {common::parse_host_port(slot->address, slot->task.text()), slot->task.text()});
   if (master_is_local(c)) {
     common::TaskId chief = c.cluster.chief();
-    needed.push_back({{common::parse_host_port(c.cluster.address(chief), chief.text()).host,
-                       c.master_port},
-                      "MASTER_PORT"});
+    needed.push_back(
+        {{common::parse_host_port(c.cluster.address(chief), chief.text()).host, c.master_port},
+         "MASTER_PORT"});
   }
   for (const Needed& n : needed) {
     if (!is_local_host(n.where.host) || common::is_port_free(n.where.host, n.where.port)) continue;

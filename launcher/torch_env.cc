@@ -60,9 +60,9 @@ int choose_master_port(const LaunchContext& c) {
   int port = common::parse_host_port(c.cluster.address(chief), chief.text()).port + 1;
   while (port <= 65535 && taken.count(port)) ++port;
   if (port > 65535) {
-    throw common::ConfigError(fmt::format(
-        "{}: no port above the chief's is left for MASTER_PORT: set \"master_port\"",
-        c.spec->source));
+    throw common::ConfigError(
+        fmt::format("{}: no port above the chief's is left for MASTER_PORT: set \"master_port\"",
+                    c.spec->source));
   }
   return port;
 }

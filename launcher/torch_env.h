@@ -32,7 +32,6 @@ int choose_master_port(const LaunchContext& context);
 /// torchrun's variables for task at the given group attempt; empty for tasks outside the
 /// training group (an evaluator). Names the job's own `env` sets are left out (the job wins).
 std::vector<std::pair<std::string, std::string>> torch_env(const LaunchContext& context,
-                                                           const common::TaskId& task,
-                                                           int attempt);
+                                                           const common::TaskId& task, int attempt);
 
 }  // namespace dtrain::launcher

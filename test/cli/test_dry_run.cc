@@ -1,0 +1,105 @@
+// `dtrain launch --dry-run` through the real binary: every task's command and variables (TF_CONFIG,
+// torchrun's, the job's env) with secrets masked, a remote task as its ssh command plus what the
+// agent runs, and nothing started or written. Also the masking rule on its own.
+#include <catch2/catch.hpp>
+#include <filesystem>
+#include <fstream>
+
+#include "launcher/dry_run.h"
+#include "test/support/subprocess.h"
+#include "test/support/temp_dir.h"
+
+using dtrain::testing::binary;
+using dtrain::testing::run_process;
+namespace fs = std::filesystem;
+
+namespace {
+
+size_t count(const std::string& text, const std::string& what) {
+  size_t n = 0;
+  for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
+  return n;
+}
+
+// A command job on two local workers and one on a host that is not this machine.
+void write_job(const std::string& path, const std::string& run_dir, const std::string& hosts) {
+  std::ofstream(path) << R"({"job": "dry", "run_dir": ")" << run_dir << R"(",
+    "cluster": {"worker": [)"
+                      << hosts << R"(]},
+    "command": ["python3", "train.py", "--lr", "0.1 0.2"],
+    "env": {"WANDB_API_KEY": "key-123-secret", "HF_TOKEN": "hf_abc", "MY_FLAG": "on"}})";
+}
+
+}  // namespace
+
+TEST_CASE("which variables are secrets") {
+  using dtrain::launcher::is_secret_name;
+  for (const char* name : {"DTRAIN_TOKEN", "HF_TOKEN", "WANDB_API_KEY", "aws_secret_access_key",
+                           "DB_PASSWORD", "AWS_ACCESS_KEY_ID", "GOOGLE_CREDENTIALS"})
+    CHECK(is_secret_name(name));
+  for (const char* name : {"TF_CONFIG", "RANK", "MASTER_PORT", "PATH", "MY_FLAG", "KEYBOARD"})
+    CHECK_FALSE(is_secret_name(name));
+}
+
+TEST_CASE("launch --dry-run prints each task's command and variables and starts nothing") {
+  dtrain::testing::TempDir dir;
+  std::string run = dir.path() + "/runs/dry";
+  std::string job = dir.path() + "/job.json";
+  write_job(job, run, R"("localhost:12345", "127.0.0.1:12346")");
+  auto r = run_process({binary("dtrain"), "launch", job, "--dry-run"});
+  INFO(r.out << r.err);
+  REQUIRE(r.exit_code == 0);
+  CHECK(r.out.find("2 task(s)") != std::string::npos);
+  CHECK(r.out.find("worker:0 localhost:12345 on localhost (this machine)") != std::string::npos);
+  CHECK(r.out.find("TF_CONFIG='{\"cluster\": {\"worker\": [\"localhost:12345\", "
+                   "\"127.0.0.1:12346\"]}, \"task\": {\"type\": \"worker\", \"index\": 1}}'") !=
+        std::string::npos);
+  CHECK(r.out.find("    RANK=0 \\\n") != std::string::npos);
+  CHECK(r.out.find("    RANK=1 \\\n") != std::string::npos);
+  CHECK(count(r.out, "    WORLD_SIZE=2 \\\n") == 2);
+  CHECK(count(r.out, "MASTER_ADDR=localhost") == 2);
+  CHECK(count(r.out, "MASTER_PORT=") == 2);
+  CHECK(count(r.out, "    MY_FLAG=on \\\n") == 2);
+  CHECK(count(r.out, "    python3 train.py --lr '0.1 0.2'\n") == 2);
+  CHECK(count(r.out, "cd " + fs::current_path().string() + " && env") == 2);
+  // Secrets: the job's and the launcher's token, never in the output.
+  CHECK(r.out.find("key-123-secret") == std::string::npos);
+  CHECK(r.out.find("hf_abc") == std::string::npos);
+  CHECK(count(r.out, "WANDB_API_KEY=********") == 2);
+  CHECK(count(r.out, "DTRAIN_TOKEN=********") == 2);
+  // Nothing written, nothing started.
+  CHECK_FALSE(fs::exists(dir.path() + "/runs"));
+}
+
+TEST_CASE("launch --dry-run shows a task on another host as its ssh command and the agent's") {
+  dtrain::testing::TempDir dir;
+  std::string job = dir.path() + "/job.json";
+  write_job(job, dir.path() + "/run", R"("localhost:12345", "gpu-node-7.invalid:2222")");
+  auto r = run_process({binary("dtrain"), "launch", job, "--dry-run"});
+  INFO(r.out << r.err);
+  REQUIRE(r.exit_code == 0);
+  CHECK(r.out.find("worker:1 gpu-node-7.invalid:2222 on gpu-node-7.invalid (over ssh)") !=
+        std::string::npos);
+  CHECK(r.out.find("  ssh -- gpu-node-7.invalid ") != std::string::npos);
+  CHECK(r.out.find(" agent --keepalive ") != std::string::npos);
+  CHECK(r.out.find("  what `dtrain agent` runs there (sent on its stdin):\n    cd ") !=
+        std::string::npos);
+  CHECK(r.out.find("      RANK=1 \\\n") != std::string::npos);
+  CHECK(r.out.find("      GROUP_RANK=1 \\\n") != std::string::npos);
+  CHECK(r.out.find("key-123-secret") == std::string::npos);
+  CHECK_FALSE(fs::exists(dir.path() + "/run"));
+}
+
+TEST_CASE("launch --dry-run refuses --detach and bad job files like a launch") {
+  dtrain::testing::TempDir dir;
+  std::string job = dir.path() + "/job.json";
+  write_job(job, dir.path() + "/run", R"("localhost:12345")");
+  auto both = run_process({binary("dtrain"), "launch", job, "--dry-run", "--detach"});
+  CHECK(both.exit_code == 2);
+  CHECK(both.err.find("--dry-run or --detach") != std::string::npos);
+  std::ofstream(job) << R"({"job": "dry", "cluster": {"worker": ["localhost:99999"]}})";
+  auto bad = run_process({binary("dtrain"), "launch", job, "--dry-run"});
+  CHECK(bad.exit_code == 2);
+  CHECK(bad.err.find("99999") != std::string::npos);
+  CHECK(bad.out.empty());
+}
