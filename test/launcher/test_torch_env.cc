@@ -29,8 +29,8 @@ struct Context {
     launcher::SpawnRequest r = launcher::make_spawn_request(c, task, attempt);
     std::vector<std::pair<std::string, std::string>> env = r.env;
     if (r.agent) {
-      env = launcher::parse_agent_request(r.agent_request.substr(0, r.agent_request.size() - 1))
-                .env;
+      env =
+          launcher::parse_agent_request(r.agent_request.substr(0, r.agent_request.size() - 1)).env;
     }
     Env out;
     for (const auto& [name, value] : env) {
@@ -78,8 +78,9 @@ TEST_CASE("chief and workers on two hosts: RANK follows TF_CONFIG, hosts are num
     common::TaskId task;
     const char *rank, *local_rank, *local_size, *group_rank;
   };
-  for (const Want& w : {Want{{"chief", 0}, "0", "0", "2", "0"}, Want{{"worker", 0}, "1", "1", "2", "0"},
-                        Want{{"worker", 1}, "2", "0", "2", "1"}, Want{{"worker", 2}, "3", "1", "2", "1"}}) {
+  for (const Want& w :
+       {Want{{"chief", 0}, "0", "0", "2", "0"}, Want{{"worker", 0}, "1", "1", "2", "0"},
+        Want{{"worker", 1}, "2", "0", "2", "1"}, Want{{"worker", 2}, "3", "1", "2", "1"}}) {
     INFO(w.task.text());
     Env env = t.env_of(w.task);
     CHECK(env.at("RANK") == w.rank);

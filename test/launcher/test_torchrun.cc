@@ -38,9 +38,9 @@ std::string write_job(const std::string& dir, int steps, double step_seconds) {
     "restart": {"max_restarts": 2, "backoff_seconds": 0.1, "grace_seconds": 5},
     "hang_timeout_seconds": 120,
     "env": {"GLOO_SOCKET_IFNAME": "lo"},
-    "command": [")" << kPython << R"(", ")" << script << R"(", "--dir", ")" << dir
-                     << R"(/ddp", "--steps", ")" << steps << R"(", "--step-seconds", ")"
-                     << step_seconds << R"("]})";
+    "command": [")" << kPython
+                     << R"(", ")" << script << R"(", "--dir", ")" << dir << R"(/ddp", "--steps", ")"
+                     << steps << R"(", "--step-seconds", ")" << step_seconds << R"("]})";
   return job;
 }
 
@@ -69,9 +69,9 @@ TEST_CASE("a PyTorch DDP program killed mid-run restarts, resumes and ends as an
   options.timeout_seconds = 180;
 
   std::string calm = tmp.path() + "/calm";
-  auto undisturbed = testing::run_process(
-      {testing::binary("dtrain"), "launch", write_job(calm, steps, 0.0), "--run-dir", calm + "/run"},
-      options);
+  auto undisturbed = testing::run_process({testing::binary("dtrain"), "launch",
+                                           write_job(calm, steps, 0.0), "--run-dir", calm + "/run"},
+                                          options);
   INFO(undisturbed.out << undisturbed.err);
   REQUIRE(undisturbed.exit_code == 0);
   std::string log0 = common::read_file(calm + "/run/logs/worker-0.log");
@@ -87,7 +87,8 @@ TEST_CASE("a PyTorch DDP program killed mid-run restarts, resumes and ends as an
       {testing::binary("dtrain"), "launch", write_job(chaos, steps, 0.05), "--run-dir", run});
   for (int i = 0; i < 1200 && !fs::exists(chaos + "/ddp/checkpoint.pt"); ++i)
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  REQUIRE(fs::exists(chaos + "/ddp/checkpoint.pt"));  // past step 10 of 120, about 6 s before the end
+  REQUIRE(
+      fs::exists(chaos + "/ddp/checkpoint.pt"));  // past step 10 of 120, about 6 s before the end
   REQUIRE_FALSE(fs::exists(chaos + "/ddp/result.json"));
   ::kill(worker_pid(run, 1), SIGKILL);
   auto killed = launch.wait(180);

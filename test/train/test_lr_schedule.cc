@@ -104,7 +104,7 @@ TEST_CASE("the optimizer takes the schedule's rate step by step and says when it
   CHECK(decaying.learning_rate() == Approx(0.1));
   for (int i = 0; i < 5; ++i) decaying.begin_step();
   CHECK(decaying.learning_rate() == Approx(0.05));  // the rate of step 5, the next one
-  decaying.set_iterations(2);                        // a restored checkpoint
+  decaying.set_iterations(2);                       // a restored checkpoint
   CHECK(decaying.learning_rate() == Approx(0.0904508497));
 }
 

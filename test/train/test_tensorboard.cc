@@ -127,11 +127,11 @@ std::string damaged_copy(const std::string& file, const std::string& dir, long a
 TEST_CASE("dtrain-worker writes Keras's epoch and batch summaries, equal to metrics.jsonl") {
   testing::TempDir dir;
   std::string run = dir.path() + "/run";
-  std::string config = write_text(
-      dir.path() + "/train.json",
-      train_json(R"({"type": "adam", "learning_rate": {"type": "cosine_decay",
+  std::string config =
+      write_text(dir.path() + "/train.json",
+                 train_json(R"({"type": "adam", "learning_rate": {"type": "cosine_decay",
                      "initial_learning_rate": 0.003, "alpha": 0.1}})",
-                 2, R"({"update_freq": 4})"));
+                            2, R"({"update_freq": 4})"));
   double started = train::wall_time_now();
   auto r = testing::run_process(
       {testing::binary("dtrain-worker"), "--config", config, "--run-dir", run});

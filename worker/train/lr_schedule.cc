@@ -47,8 +47,8 @@ void parse_schedule(const common::JsonNode& node, LearningRateSchedule& s) {
   s.initial = node.at("initial_learning_rate").as_number(0, kMaxRate);
   steps("decay_steps", s.decay_steps, 1);
   if (s.type == "cosine_decay") {
-    node.check_keys({"type", "initial_learning_rate", "decay_steps", "alpha", "warmup_steps",
-                     "warmup_target"});
+    node.check_keys(
+        {"type", "initial_learning_rate", "decay_steps", "alpha", "warmup_steps", "warmup_target"});
     if (auto n = node.find("alpha")) s.alpha = n->as_number(0, 1);
     steps("warmup_steps", s.warmup_steps, 0);
     if (auto n = node.find("warmup_target"); n && !n->is_null())

@@ -16,8 +16,8 @@ namespace dtrain::train {
 
 struct OptimizerSpec {
   std::string type = "sgd";
-  nn::SgdParams sgd;    ///< sgd.learning_rate: the schedule's initial rate
-  nn::AdamParams adam;  ///< adam.learning_rate: the schedule's initial rate
+  nn::SgdParams sgd;                   ///< sgd.learning_rate: the schedule's initial rate
+  nn::AdamParams adam;                 ///< adam.learning_rate: the schedule's initial rate
   LearningRateSchedule learning_rate;  ///< the rate per step (a constant by default)
 };
 
@@ -41,9 +41,7 @@ class Optimizer {
 
   /// True when an update's arguments do not change from step to step (SGD), so a recorded
   /// update may be replayed; Adam's rate depends on the step.
-  bool same_every_step() const {
-    return spec_.type != "adam" && spec_.learning_rate.constant();
-  }
+  bool same_every_step() const { return spec_.type != "adam" && spec_.learning_rate.constant(); }
   /// The rate the next step will use (what Keras logs as `learning_rate`).
   double learning_rate() const { return spec_.learning_rate.rate(iterations_); }
   int64_t iterations() const { return iterations_; }

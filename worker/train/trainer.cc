@@ -67,9 +67,9 @@ Trainer::Trainer(const TrainConfig& config, nn::Backend& backend, comm::Communic
   steps_per_epoch_ = config_.steps_per_epoch > 0
                          ? config_.steps_per_epoch
                          : data::default_steps(shard, config_.per_worker_batch_size);
-  optimizer_ = std::make_unique<Optimizer>(config_.optimizer, model_->parameters().size(),
-                                           backend_.device(), config_.epochs * steps_per_epoch_,
-                                           comm_.size());
+  optimizer_ =
+      std::make_unique<Optimizer>(config_.optimizer, model_->parameters().size(), backend_.device(),
+                                  config_.epochs * steps_per_epoch_, comm_.size());
   StepOptions step_options;
   step_options.overlap = config_.overlap;
   step_options.graphs = config_.cuda_graphs;
