@@ -20,6 +20,7 @@
 #include "launcher/agent_protocol.h"
 #include "launcher/control_server.h"
 #include "launcher/run_preparation.h"
+#include "launcher/torch_env.h"
 
 namespace dtrain::launcher {
 namespace {
@@ -99,10 +100,11 @@ std::string format_dry_run(const LaunchContext& c, int attempt, bool in_use) {
     out += "# the run directory is in use by a running launcher: a launch now would refuse\n";
   }
   if (c.master_port > 0) {
-    out += fmt::format("# MASTER_PORT {} {}\n", c.master_port,
-                       c.spec->master_port ? "is the job's"
-                                           : "is free now; a launch checks it again and picks "
-                                             "another if it is taken by then");
+    const char* why = c.spec->master_port ? "is the job's"
+                      : master_is_local(c)
+                          ? "is free now; a launch checks it again and picks another if taken"
+                          : "is the first one above the chief's port that no task uses";
+    out += fmt::format("# MASTER_PORT {} {}\n", c.master_port, why);
   }
   out += fmt::format("# secrets are shown as {}\n", kMaskedValue);
   for (const common::TaskId& task : c.cluster.tasks()) out += "\n" + format_task(c, task, attempt);
