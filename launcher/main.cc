@@ -20,6 +20,8 @@ const std::vector<Command>& all_commands() {
       {"tf-config", "print the TF_CONFIG of one task of a job file", tf_config_command},
       {"slurm-script", "print an sbatch script that runs a \"cluster\": \"slurm\" job",
        slurm_script_command},
+      {"completion", "print a shell completion script (dtrain completion bash)",
+       completion_command},
       {"agent", "run one worker for a launcher on another host (over ssh, or as a Slurm step)",
        agent_command},
   };
