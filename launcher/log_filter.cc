@@ -48,7 +48,9 @@ class Cursor {
   size_t pos_ = 0;
 };
 
-bool is_leap(int year) { return (year % 4 == 0 && year % 100 != 0) || year % 400 == 0; }
+bool is_leap(int year) {
+  return (year % 4 == 0 && year % 100 != 0) || year % 400 == 0;
+}
 
 int days_in_month(int year, int month) {
   static const int kDays[] = {31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31};
@@ -195,9 +197,8 @@ LogFilter::LogFilter(std::optional<WallTime> since, const std::optional<std::str
   try {
     grep_.emplace(*grep, std::regex::ECMAScript | std::regex::optimize);
   } catch (const std::regex_error& e) {
-    throw common::ConfigError(
-        fmt::format("logs: --grep \"{}\": not a valid ECMAScript regular expression: {}", *grep,
-                    e.what()));
+    throw common::ConfigError(fmt::format(
+        "logs: --grep \"{}\": not a valid ECMAScript regular expression: {}", *grep, e.what()));
   }
 }
 

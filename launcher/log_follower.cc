@@ -140,10 +140,9 @@ LogReader::LogReader(LogFile file, const LogFilter* filter)
   }
   struct stat st {};
   if (::fstat(fd_.get(), &st) == 0) {
-    auto since_epoch = std::chrono::seconds(st.st_mtim.tv_sec) +
-                       std::chrono::nanoseconds(st.st_mtim.tv_nsec);
-    clock_.modified =
-        WallTime(std::chrono::duration_cast<WallTime::duration>(since_epoch));
+    auto since_epoch =
+        std::chrono::seconds(st.st_mtim.tv_sec) + std::chrono::nanoseconds(st.st_mtim.tv_nsec);
+    clock_.modified = WallTime(std::chrono::duration_cast<WallTime::duration>(since_epoch));
   }
 }
 

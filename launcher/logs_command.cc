@@ -67,15 +67,15 @@ po::variables_map parse_logs_options(const Args& args, po::options_description& 
       "lines,n", po::value(&o.lines)->value_name("LINES"),
       "the last LINES (matching) lines of each log (default: all; 10 with --follow, unless "
       "--since)")("since", po::value(&o.since)->value_name("TIME"),
-                  "only lines from TIME on: a duration before now (90s, 10m, 2h, 1d, 1h30m) or "
-                  "2026-11-25T10:00:00[.123][Z|+01:00] (local time without a zone; a space may "
-                  "replace the T); lines without a time of their own take the time of the timed "
-                  "line before them")(
+                  "only lines from TIME on: a duration before now (90s, 10m, 2h, 1d, 1h30m) or a "
+                  "time, 2026-11-25T10:00:00 or \"2026-11-25 10:00:00\", with optional "
+                  ".fraction and zone (Z, +01:00; local time without one); a line without a "
+                  "time of its own has the time of the timed line before it")(
       "grep", po::value(&o.grep)->value_name("REGEX"),
       "only lines in which the ECMAScript regular expression REGEX (C++ std::regex, like "
       "JavaScript's) matches, anywhere in the line as written in the log file (without the "
-      "prefix)")("raw", po::bool_switch(&o.raw),
-                 "print lines without the \"[worker 1] \" prefix")("help,h", "show this help");
+      "prefix)")("raw", po::bool_switch(&o.raw), "print lines without the \"[worker 1] \" prefix")(
+      "help,h", "show this help");
   po::options_description all;
   all.add(desc).add_options()("run", po::value(&o.target));
   po::positional_options_description order;

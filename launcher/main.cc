@@ -37,7 +37,8 @@ void print_usage() {
   for (const Command& c : all_commands())
     std::cout << fmt::format("  {:<12} {}\n", c.name, c.summary);
   std::cout << "\n`dtrain COMMAND --help` describes one command. `dtrain --version` prints the "
-               "version.\nExit codes: 0 success, 2 configuration or usage error, other non-zero: "
+               "version.\n`source <(dtrain completion bash)` turns on tab completion.\nExit codes: "
+               "0 success, 2 configuration or usage error, other non-zero: "
                "the job failed.\n";
 }
 

@@ -37,7 +37,10 @@ std::vector<std::string> lines_of(const std::string& text) {
 /// under the cursor) in cwd, sorted.
 std::vector<std::string> complete(const std::vector<std::string>& words, const std::string& cwd) {
   std::vector<std::string> argv = {
-      "/bin/bash", "--norc", "--noprofile", "-c",
+      "/bin/bash",
+      "--norc",
+      "--noprofile",
+      "-c",
       "source \"$0\" || exit 3; COMP_WORDS=(\"$@\"); COMP_CWORD=$((${#COMP_WORDS[@]} - 1)); "
       "COMP_LINE=\"$*\"; COMP_POINT=${#COMP_LINE}; _dtrain || exit 4; "
       "printf '%s\\n' \"${COMPREPLY[@]}\"",

@@ -21,8 +21,8 @@
 #include "test/support/temp_dir.h"
 
 using dtrain::common::ConfigError;
-using dtrain::launcher::LineClock;
 using dtrain::launcher::line_time;
+using dtrain::launcher::LineClock;
 using dtrain::launcher::LogFilter;
 using dtrain::launcher::parse_since;
 using dtrain::launcher::parse_time;
@@ -58,7 +58,9 @@ class ScopedTz {
 };
 
 /// Seconds since the epoch as a WallTime.
-WallTime at(int64_t epoch_seconds) { return WallTime(seconds(epoch_seconds)); }
+WallTime at(int64_t epoch_seconds) {
+  return WallTime(seconds(epoch_seconds));
+}
 
 constexpr int64_t kTenUtc = 1637834400;  // 2021-11-25T10:00:00Z
 
@@ -136,8 +138,7 @@ TEST_CASE("LogFilter --grep: ECMAScript search in the line; a bad pattern names 
       LogFilter(std::nullopt, std::string(bad));
       FAIL("accepted");
     } catch (const ConfigError& e) {
-      CHECK(std::string(e.what()).find("--grep \"" + std::string(bad) + "\"") !=
-            std::string::npos);
+      CHECK(std::string(e.what()).find("--grep \"" + std::string(bad) + "\"") != std::string::npos);
     }
   }
 }
@@ -191,8 +192,9 @@ struct FilterRun {
   void touch(int worker, WallTime when) const {
     auto delta = when - std::chrono::system_clock::now();
     std::filesystem::last_write_time(
-        log(worker), std::filesystem::file_time_type::clock::now() +
-                         std::chrono::duration_cast<std::filesystem::file_time_type::duration>(delta));
+        log(worker),
+        std::filesystem::file_time_type::clock::now() +
+            std::chrono::duration_cast<std::filesystem::file_time_type::duration>(delta));
   }
   dtrain::testing::TempDir dir;
   dtrain::common::RunDir run;
@@ -244,17 +246,17 @@ TEST_CASE("dtrain logs --since/--grep/-n on a hand-made run directory") {
                          " I [worker 0] loss 2.1\n[worker 0] Epoch 2/2\n[worker 0] " +
                          spdlog_time(at(kTenUtc + 60)) +
                          " I [worker 0] loss 1.4\n[worker 0] Traceback: boom\n");
-  auto local = run_process({dtrain, "logs", t.run.root(), "--since", "2021-11-25 13:00:30",
-                            "--worker", "0", "--raw"},
-                           in_tz("XST-3"));
+  auto local = run_process(
+      {dtrain, "logs", t.run.root(), "--since", "2021-11-25 13:00:30", "--worker", "0", "--raw"},
+      in_tz("XST-3"));
   CHECK(local.out == spdlog_time(at(kTenUtc + 60)) + " I [worker 0] loss 1.4\nTraceback: boom\n");
   auto grep = run_process({dtrain, "logs", t.run.root(), "--grep", "loss [0-9]", "-n", "1"},
                           in_tz("XST-3"));
   CHECK(grep.out == "[worker 0] " + spdlog_time(at(kTenUtc + 60)) +
                         " I [worker 0] loss 1.4\n[worker 1] loss 9\n");
-  auto old_file = run_process({dtrain, "logs", t.run.root(), "--since", "2021-11-25T08:00:00Z",
-                               "--worker", "1"},
-                              in_tz("XST-3"));
+  auto old_file = run_process(
+      {dtrain, "logs", t.run.root(), "--since", "2021-11-25T08:00:00Z", "--worker", "1"},
+      in_tz("XST-3"));
   CHECK(old_file.out == "[worker 1] print() output only\n[worker 1] loss 9\n");
   auto recent = run_process({dtrain, "logs", t.run.root(), "--since", "10m"}, in_tz("XST-3"));
   CHECK(recent.exit_code == 0);
@@ -279,8 +281,8 @@ TEST_CASE("dtrain logs: a bad --since or --grep is exit 2 with one line naming t
 TEST_CASE("dtrain logs -f --since --grep filters followed lines too") {
   FilterRun t;
   dtrain::common::write_file_atomically(
-      t.run.state_json(), "{\"status\": \"running\", \"launcher_pid\": " +
-                              std::to_string(::getpid()) + "}\n");
+      t.run.state_json(),
+      "{\"status\": \"running\", \"launcher_pid\": " + std::to_string(::getpid()) + "}\n");
   WallTime now = std::chrono::system_clock::now();
   t.append(0, dtrain::common::attempt_header(1, {"worker", 0}, 7, "2020-01-01T00:00:00.000Z") +
                   "\nkeep but too old\n" + spdlog_time(now) + " I keep recent\n");
