@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <deque>
 #include <filesystem>
 #include <limits>
 #include <tuple>
@@ -130,11 +131,18 @@ std::optional<std::string> LogLineSplitter::take_partial() {
 
 // ---- LogReader ----
 
-LogReader::LogReader(LogFile file) : file_(std::move(file)) {
+LogReader::LogReader(LogFile file, const LogFilter* filter)
+    : file_(std::move(file)), filter_(filter && filter->active() ? filter : nullptr) {
   fd_.reset(::open(file_.path.c_str(), O_RDONLY | O_CLOEXEC));
   if (!fd_.valid()) {
     throw common::IoError(
         fmt::format("cannot open log file {}: {}", file_.path, std::strerror(errno)));
+  }
+  struct stat st {};
+  if (::fstat(fd_.get(), &st) == 0) {
+    auto since_epoch =
+        std::chrono::seconds(st.st_mtim.tv_sec) + std::chrono::nanoseconds(st.st_mtim.tv_nsec);
+    clock_.modified = WallTime(std::chrono::duration_cast<WallTime::duration>(since_epoch));
   }
 }
 
@@ -163,9 +171,30 @@ std::string LogReader::read_range(uint64_t begin, uint64_t end) const {
   return bytes;
 }
 
+void LogReader::send(const std::string& line, LineSink& sink) {
+  if (!filter_ || filter_->keep(line, clock_)) sink.line(file_.task, line);
+}
+
+void LogReader::read_filtered_tail(std::optional<size_t> max_lines, LineSink& sink,
+                                   bool rest_is_a_line) {
+  std::deque<std::string> kept;
+  auto take = [&](std::string& line) {
+    if (!filter_->keep(line, clock_)) return;
+    if (!max_lines) return sink.line(file_.task, line);
+    kept.push_back(std::move(line));
+    if (kept.size() > *max_lines) kept.pop_front();
+  };
+  read_lines(take);
+  if (rest_is_a_line) {
+    if (std::optional<std::string> rest = splitter_.take_partial()) take(*rest);
+  }
+  for (const std::string& line : kept) sink.line(file_.task, line);
+}
+
 void LogReader::read_tail(std::optional<size_t> max_lines, LineSink& sink, bool rest_is_a_line) {
+  if (filter_) return read_filtered_tail(max_lines, sink, rest_is_a_line);
   if (!max_lines) {
-    read_new(sink);
+    read_lines([&](std::string& line) { sink.line(file_.task, line); });
     if (rest_is_a_line) flush_partial(sink);
     return;
   }
@@ -198,6 +227,11 @@ void LogReader::read_tail(std::optional<size_t> max_lines, LineSink& sink, bool 
 }
 
 void LogReader::read_new(LineSink& sink) {
+  clock_.live = true;
+  read_lines([&](std::string& line) { send(line, sink); });
+}
+
+void LogReader::read_lines(const std::function<void(std::string&)>& take) {
   std::string buffer(kChunkBytes, '\0');
   std::vector<std::string> lines;
   while (true) {
@@ -210,12 +244,12 @@ void LogReader::read_new(LineSink& sink) {
     offset_ += static_cast<uint64_t>(n);
     lines.clear();
     splitter_.feed(std::string_view(buffer.data(), static_cast<size_t>(n)), lines);
-    for (const std::string& line : lines) sink.line(file_.task, line);
+    for (std::string& line : lines) take(line);
   }
 }
 
 void LogReader::flush_partial(LineSink& sink) {
-  if (std::optional<std::string> rest = splitter_.take_partial()) sink.line(file_.task, *rest);
+  if (std::optional<std::string> rest = splitter_.take_partial()) send(*rest, sink);
 }
 
 // ---- LogFollower ----
@@ -249,8 +283,9 @@ class LogFollower::Watcher {
   bool logs_watched_ = false;
 };
 
-LogFollower::LogFollower(common::RunDir run, std::optional<common::TaskId> only, LineSink& sink)
-    : run_(std::move(run)), only_(std::move(only)), sink_(sink) {}
+LogFollower::LogFollower(common::RunDir run, std::optional<common::TaskId> only, LineSink& sink,
+                         const LogFilter* filter)
+    : run_(std::move(run)), only_(std::move(only)), sink_(sink), filter_(filter) {}
 
 LogFollower::~LogFollower() = default;
 
@@ -268,7 +303,7 @@ void LogFollower::discover(std::optional<size_t> max_lines) {
     auto at = std::upper_bound(
         readers_.begin(), readers_.end(), file,
         [](const LogFile& f, const LogReader& r) { return prints_before(f, r.file()); });
-    at = readers_.emplace(at, std::move(file));
+    at = readers_.emplace(at, std::move(file), filter_);
     at->read_tail(max_lines, sink_);
   }
 }
@@ -280,7 +315,7 @@ void LogFollower::read_all() {
 size_t LogFollower::print(std::optional<size_t> max_lines) {
   std::vector<LogFile> files = present_files();
   for (LogFile& file : files) {
-    LogReader reader(std::move(file));
+    LogReader reader(std::move(file), filter_);
     reader.read_tail(max_lines, sink_, /*rest_is_a_line=*/true);
   }
   sink_.flush();

@@ -1,10 +1,12 @@
 // Reading a run's worker logs for `dtrain logs`: finding logs/<type>-<index>.log, the last lines
 // of a file, new lines as they are appended (inotify, with a short poll as the fallback), and
 // whether the run is over (state.json, launcher pid). Knows no command line, prefixes or colour:
-// lines go to a LineSink. Log files are append-only; nothing here handles truncation.
+// lines go to a LineSink. Log files are append-only; nothing here handles truncation. Which
+// lines pass --since/--grep is LogFilter's (log_filter.h); here only where it is applied.
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -13,6 +15,7 @@
 #include "common/cluster_spec.h"
 #include "common/run_dir.h"
 #include "common/unique_fd.h"
+#include "launcher/log_filter.h"
 
 namespace dtrain::launcher {
 
@@ -63,18 +66,22 @@ class LineSink {
 };
 
 /// Reads one log file: its last lines, then what is appended, keeping a byte offset and the
-/// partial last line. Owns the file descriptor. Reads never block beyond disk I/O.
+/// partial last line. Owns the file descriptor. Reads never block beyond disk I/O. With an
+/// active filter only the lines it keeps are sent, and "the last lines" are the last kept ones.
 class LogReader {
  public:
-  /// Opens file.path; throws IoError naming it when it cannot be opened.
-  explicit LogReader(LogFile file);
+  /// Opens file.path; throws IoError naming it when it cannot be opened. filter (may be null)
+  /// must outlive the reader.
+  explicit LogReader(LogFile file, const LogFilter* filter = nullptr);
 
   const LogFile& file() const { return file_; }
   /// Sends the last max_lines complete lines (all when nullopt) to sink and moves the offset to
   /// the end; the unterminated rest is held, or, with rest_is_a_line (reading once, not
-  /// following), counted as the last line and sent. Reads only the end of a big file.
+  /// following), counted as the last line and sent. Reads only the end of a big file, unless
+  /// a filter is active: then the whole file, since a line's time may be an earlier line's.
   void read_tail(std::optional<size_t> max_lines, LineSink& sink, bool rest_is_a_line = false);
-  /// Sends the lines completed by bytes appended since the last read.
+  /// Sends the lines completed by bytes appended since the last read; from now on the filter
+  /// takes lines without a time of their own as written when they are read.
   void read_new(LineSink& sink);
   /// Sends the held partial line, if any, as a line of its own.
   void flush_partial(LineSink& sink);
@@ -82,8 +89,16 @@ class LogReader {
  private:
   std::string read_range(uint64_t begin, uint64_t end) const;
   uint64_t file_size() const;
+  /// Reads from the offset to the end, handing each completed line to take.
+  void read_lines(const std::function<void(std::string&)>& take);
+  /// read_tail with an active filter: every line from the offset, the last max_lines kept.
+  void read_filtered_tail(std::optional<size_t> max_lines, LineSink& sink, bool rest_is_a_line);
+  /// Sends line unless the filter drops it.
+  void send(const std::string& line, LineSink& sink);
 
   LogFile file_;
+  const LogFilter* filter_;
+  LineClock clock_;
   common::UniqueFd fd_;
   uint64_t offset_ = 0;
   LogLineSplitter splitter_;
@@ -93,8 +108,10 @@ class LogReader {
 /// Single-threaded; the sink must outlive it.
 class LogFollower {
  public:
-  /// only: the one task whose log to read; nullopt for every log file of the run.
-  LogFollower(common::RunDir run, std::optional<common::TaskId> only, LineSink& sink);
+  /// only: the one task whose log to read; nullopt for every log file of the run. filter (may
+  /// be null) must outlive the follower.
+  LogFollower(common::RunDir run, std::optional<common::TaskId> only, LineSink& sink,
+              const LogFilter* filter = nullptr);
   ~LogFollower();
   LogFollower(const LogFollower&) = delete;
   LogFollower& operator=(const LogFollower&) = delete;
@@ -124,6 +141,7 @@ class LogFollower {
   common::RunDir run_;
   std::optional<common::TaskId> only_;
   LineSink& sink_;
+  const LogFilter* filter_;
   std::vector<LogReader> readers_;
 };
 

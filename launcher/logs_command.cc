@@ -1,12 +1,14 @@
 // `dtrain logs`: options, which run directory and which log files, and printing each line with
 // its "[worker 1] " prefix (coloured on a terminal). Reading and following the files is
-// LogFollower's (log_follower.h); this file does no file reading of its own.
+// LogFollower's (log_follower.h), and which lines --since/--grep keep is LogFilter's
+// (log_filter.h); this file does no file reading of its own.
 #include <signal.h>
 #include <sys/signalfd.h>
 #include <unistd.h>
 
 #include <boost/program_options.hpp>
 #include <cerrno>
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -18,6 +20,7 @@
 #include "common/logging.h"
 #include "launcher/commands.h"
 #include "launcher/console.h"
+#include "launcher/log_filter.h"
 #include "launcher/log_follower.h"
 #include "launcher/run_lookup.h"
 
@@ -34,8 +37,10 @@ struct LogsOptions {
   bool follow = false;
   int worker = -1;
   std::string task;
-  int lines = -1;  ///< -1: all (10 with --follow)
+  int lines = -1;  ///< -1: all (10 with --follow, unless --since)
   bool raw = false;
+  std::string since;  ///< "" when not given
+  std::string grep;
 };
 
 /// Sends lines to the console: "[worker 1] line", or bare with --raw.
@@ -60,8 +65,16 @@ po::variables_map parse_logs_options(const Args& args, po::options_description& 
       "task", po::value(&o.task)->value_name("TYPE:INDEX"),
       "only this task's log, e.g. chief:0 or evaluator:0")(
       "lines,n", po::value(&o.lines)->value_name("LINES"),
-      "the last LINES lines of each log (default: all; 10 with --follow)")(
-      "raw", po::bool_switch(&o.raw), "print lines without the \"[worker 1] \" prefix")(
+      "the last LINES (matching) lines of each log (default: all; 10 with --follow, unless "
+      "--since)")("since", po::value(&o.since)->value_name("TIME"),
+                  "only lines from TIME on: a duration before now (90s, 10m, 2h, 1d, 1h30m) or a "
+                  "time, 2026-11-25T10:00:00 or \"2026-11-25 10:00:00\", with optional "
+                  ".fraction and zone (Z, +01:00; local time without one); a line without a "
+                  "time of its own has the time of the timed line before it")(
+      "grep", po::value(&o.grep)->value_name("REGEX"),
+      "only lines in which the ECMAScript regular expression REGEX (C++ std::regex, like "
+      "JavaScript's) matches, anywhere in the line as written in the log file (without the "
+      "prefix)")("raw", po::bool_switch(&o.raw), "print lines without the \"[worker 1] \" prefix")(
       "help,h", "show this help");
   po::options_description all;
   all.add(desc).add_options()("run", po::value(&o.target));
@@ -117,10 +130,18 @@ common::UniqueFd stop_signal_fd() {
   return fd;
 }
 
-std::optional<size_t> lines_to_show(const LogsOptions& o) {
+std::optional<size_t> lines_to_show(const LogsOptions& o, const po::variables_map& vm) {
   if (o.lines >= 0) return static_cast<size_t>(o.lines);
-  if (o.follow) return kFollowDefaultLines;
+  if (o.follow && !vm.count("since")) return kFollowDefaultLines;
   return std::nullopt;
+}
+
+LogFilter make_filter(const LogsOptions& o, const po::variables_map& vm) {
+  std::optional<WallTime> since;
+  if (vm.count("since")) since = parse_since(o.since, std::chrono::system_clock::now());
+  std::optional<std::string> grep;
+  if (vm.count("grep")) grep = o.grep;
+  return LogFilter(since, grep);
 }
 
 }  // namespace
@@ -128,10 +149,12 @@ std::optional<size_t> lines_to_show(const LogsOptions& o) {
 int logs_command(const Args& args) {
   LogsOptions o;
   po::options_description desc(
-      "Usage: dtrain logs [RUN_DIR|JOB_FILE] [-f] [--worker N | --task TYPE:INDEX] [-n LINES]\n\n"
+      "Usage: dtrain logs [RUN_DIR|JOB_FILE] [-f] [--worker N | --task TYPE:INDEX] [-n LINES]\n"
+      "                   [--since TIME] [--grep REGEX]\n\n"
       "Prints the workers' logs of a run, each line prefixed with its task (\"[worker 1] \").\n"
       "Without RUN_DIR: the only run under ./runs. With -f, keeps printing new lines, also of\n"
-      "workers that start later, until the run is over or Ctrl-C.\n\n"
+      "workers that start later, until the run is over or Ctrl-C. --since and --grep filter\n"
+      "printed and followed lines alike; -n counts the lines they keep. See docs/cli.md.\n\n"
       "Options");
   po::variables_map vm = parse_logs_options(args, desc, o);
   if (vm.count("help")) {
@@ -140,20 +163,21 @@ int logs_command(const Args& args) {
   }
   if (vm.count("lines") && o.lines < 0) throw common::ConfigError("logs: --lines must be >= 0");
   if (vm.count("worker") && o.worker < 0) throw common::ConfigError("logs: --worker must be >= 0");
+  LogFilter filter = make_filter(o, vm);
   common::RunDir run(resolve_run_dir(o.target, "logs"));
   std::optional<common::TaskId> only = selected_task(o);
   if (only) check_selected_file(run, *only, o.follow);
 
   PrefixedOutput output(o.raw);
-  LogFollower follower(run, only, output);
+  LogFollower follower(run, only, output, &filter);
   if (!o.follow) {
-    if (follower.print(lines_to_show(o)) == 0) {
+    if (follower.print(lines_to_show(o, vm)) == 0) {
       std::cerr << fmt::format("logs: {}: no log files yet\n", run.logs_dir());
     }
     return 0;
   }
   common::UniqueFd stop = stop_signal_fd();
-  follower.follow(lines_to_show(o), stop.get());
+  follower.follow(lines_to_show(o, vm), stop.get());
   return 0;
 }
 

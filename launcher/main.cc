@@ -20,6 +20,8 @@ const std::vector<Command>& all_commands() {
       {"tf-config", "print the TF_CONFIG of one task of a job file", tf_config_command},
       {"slurm-script", "print an sbatch script that runs a \"cluster\": \"slurm\" job",
        slurm_script_command},
+      {"completion", "print a shell completion script (dtrain completion bash)",
+       completion_command},
       {"agent", "run one worker for a launcher on another host (over ssh, or as a Slurm step)",
        agent_command},
   };
@@ -35,7 +37,8 @@ void print_usage() {
   for (const Command& c : all_commands())
     std::cout << fmt::format("  {:<12} {}\n", c.name, c.summary);
   std::cout << "\n`dtrain COMMAND --help` describes one command. `dtrain --version` prints the "
-               "version.\nExit codes: 0 success, 2 configuration or usage error, other non-zero: "
+               "version.\n`source <(dtrain completion bash)` turns on tab completion.\nExit codes: "
+               "0 success, 2 configuration or usage error, other non-zero: "
                "the job failed.\n";
 }
 
