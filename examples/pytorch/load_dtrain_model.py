@@ -60,6 +60,8 @@ def read_safetensors(path):
     for name, entry in header.items():
         try:
             dtype, shape, (begin, stop) = entry["dtype"], entry["shape"], entry["data_offsets"]
+            if not all(isinstance(v, int) and v >= 0 for v in [*shape, begin, stop]):
+                raise ValueError
         except (TypeError, KeyError, ValueError):
             raise ModelError(f"{path}: tensor {name}: not a safetensors entry: {entry}") from None
         if dtype != "F32":
@@ -176,7 +178,8 @@ class Builder:
         with torch.no_grad():  # dtrain's kernel is [in, out] (Keras's); Linear.weight is [out, in]
             kernel = self.take(f"layers.{i}.dense.kernel", (c, units))
             linear.weight.copy_(torch.from_numpy(np.ascontiguousarray(kernel.T)))
-            linear.bias.copy_(torch.from_numpy(self.take(f"layers.{i}.dense.bias", (units,)).copy()))
+            bias = self.take(f"layers.{i}.dense.bias", (units,))
+            linear.bias.copy_(torch.from_numpy(bias.copy()))
         self.modules.append(linear)
         self.dims = (units, 1, 1)
         self.activation(i, layer)
@@ -367,7 +370,7 @@ def main():
                         help='print {"accuracy": ..., "loss": ..., "examples": ...} only')
     args = parser.parse_args()
     try:
-        import torch  # noqa: F401
+        import torch  # noqa: F401 (only to fail early, with a hint)
     except ImportError as e:
         sys.exit(f"load_dtrain_model: needs PyTorch ({e}); on Debian: apt install python3-torch")
     try:
