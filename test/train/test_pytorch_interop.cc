@@ -1,0 +1,159 @@
+// The final model opens elsewhere: the tutorial CNN trained by a real `dtrain launch` on
+// Fashion-MNIST, loaded into PyTorch by examples/pytorch/load_dtrain_model.py, scores dtrain's own
+// val_accuracy on the same 10k test split; a damaged or unsupported model is refused with exit 2
+// naming the file or layer. Needs Debian's python3-torch (scripts/setup.sh --tests); without it
+// the cases say so and pass.
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+
+#include "common/atomic_file.h"
+#include "common/json.h"
+#include "test/support/main_job.h"
+#include "test/support/subprocess.h"
+#include "test/support/temp_dir.h"
+
+using namespace dtrain;
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr const char* kPython = "/usr/bin/python3";
+
+bool torch_available() {
+  if (!fs::exists(kPython)) return false;
+  return testing::run_process({kPython, "-c", "import numpy, torch"}).exit_code == 0;
+}
+
+std::string example() {
+  return std::string(DTRAIN_SOURCE_DIR) + "/examples/pytorch/load_dtrain_model.py";
+}
+
+testing::ProcessResult run_example(const std::vector<std::string>& args) {
+  std::vector<std::string> argv = {kPython, example()};
+  argv.insert(argv.end(), args.begin(), args.end());
+  testing::ProcessOptions options;
+  options.timeout_seconds = 120;
+  return testing::run_process(argv, options);
+}
+
+// One short two-worker run of the tutorial CNN (1 epoch of 60 steps, validated on the whole test
+// split), trained once for all cases; its folder lives until the program ends.
+const std::string& trained_run() {
+  static std::unique_ptr<testing::TempDir> tmp;
+  static std::string run;
+  if (!run.empty()) return run;
+  tmp = std::make_unique<testing::TempDir>();
+  std::string job = tmp->path() + "/job.json";
+  std::ofstream(job) << R"({"job": "interop", "workers": 2, )" << testing::main_job_train(1, 60)
+                     << "}";
+  testing::ProcessOptions options;
+  options.timeout_seconds = 180;
+  auto launched = testing::run_process(
+      {testing::binary("dtrain"), "launch", job, "--run-dir", tmp->path() + "/run"}, options);
+  INFO(launched.out << launched.err);
+  REQUIRE(launched.exit_code == 0);
+  run = tmp->path() + "/run";
+  return run;
+}
+
+// The last line of RUN_DIR/metrics.jsonl.
+common::JsonDocument last_metrics(const std::string& run) {
+  std::ifstream in(run + "/metrics.jsonl");
+  std::string line, last;
+  while (std::getline(in, line))
+    if (!line.empty()) last = line;
+  REQUIRE_FALSE(last.empty());
+  return common::JsonDocument::parse(last, run + "/metrics.jsonl");
+}
+
+// A model folder of model.json with the given layers and a safetensors file with no tensors.
+std::string write_model(const std::string& dir, const std::string& layers) {
+  fs::create_directories(dir + "/model");
+  std::ofstream(dir + "/model/model.json")
+      << R"({"input_shape": [28, 28, 1], "layers": )" << layers << "}\n";
+  std::string header = "{}      ";  // padded to 8 bytes, as dtrain pads
+  std::string length(8, '\0');
+  length[0] = static_cast<char>(header.size());
+  std::ofstream(dir + "/model/model.safetensors", std::ios::binary) << length << header;
+  return dir;
+}
+
+}  // namespace
+
+TEST_CASE("PyTorch loads the tutorial CNN and scores dtrain's val_accuracy on the test split") {
+  if (!torch_available()) {
+    WARN("skipped: " << kPython << " cannot import torch and numpy (scripts/setup.sh --tests "
+                     << "installs python3-torch)");
+    return;
+  }
+  const std::string& run = trained_run();
+  auto metrics = last_metrics(run);
+  double val_accuracy = metrics.root().at("val_accuracy").as_number(0, 1);
+  double val_loss = metrics.root().at("val_loss").as_number(0, 1e9);
+
+  auto result = run_example({run, "--json"});
+  INFO(result.out << result.err);
+  REQUIRE(result.exit_code == 0);
+  auto got = common::JsonDocument::parse(result.out, "load_dtrain_model.py --json");
+  double accuracy = got.root().at("accuracy").as_number(0, 1);
+  INFO("PyTorch accuracy " << accuracy << ", dtrain val_accuracy " << val_accuracy);
+  CHECK(got.root().at("examples").as_int(0, 1 << 30) == 10000);  // the whole test split
+  CHECK(std::abs(accuracy - val_accuracy) <= 0.002);
+  CHECK(std::abs(got.root().at("loss").as_number(0, 1e9) - val_loss) <= 1e-3);
+  CHECK(accuracy > 0.6);  // a trained model, not chance: equal by accident is ruled out
+}
+
+TEST_CASE("a damaged or unsupported model is refused with exit 2, naming the file or layer") {
+  if (!torch_available()) {
+    WARN("skipped: " << kPython << " cannot import torch and numpy");
+    return;
+  }
+  testing::TempDir tmp;
+
+  SECTION("a truncated model.safetensors") {
+    const std::string& run = trained_run();
+    std::string bad = tmp.path() + "/truncated";
+    fs::create_directories(bad + "/model");
+    fs::copy_file(run + "/model/model.json", bad + "/model/model.json");
+    std::string weights = common::read_file(run + "/model/model.safetensors");
+    std::ofstream(bad + "/model/model.safetensors", std::ios::binary)
+        << weights.substr(0, weights.size() / 2);
+    auto result = run_example({bad});
+    INFO(result.out << result.err);
+    CHECK(result.exit_code == 2);
+    CHECK_THAT(result.err, Catch::Contains(bad + "/model/model.safetensors: truncated"));
+  }
+  SECTION("one changed byte fails the checksum") {
+    const std::string& run = trained_run();
+    std::string bad = tmp.path() + "/flipped";
+    fs::create_directories(bad + "/model");
+    fs::copy_file(run + "/model/model.json", bad + "/model/model.json");
+    std::string weights = common::read_file(run + "/model/model.safetensors");
+    weights[weights.size() - 5] ^= 0x01;
+    std::ofstream(bad + "/model/model.safetensors", std::ios::binary) << weights;
+    auto result = run_example({bad});
+    INFO(result.out << result.err);
+    CHECK(result.exit_code == 2);
+    CHECK_THAT(result.err, Catch::Contains("model.safetensors: checksum mismatch"));
+  }
+  SECTION("no model folder") {
+    auto result = run_example({tmp.path()});
+    CHECK(result.exit_code == 2);
+    CHECK_THAT(result.err, Catch::Contains(tmp.path() + "/model/model.json: cannot read"));
+  }
+  SECTION("a layer type it does not know") {
+    auto result = run_example({write_model(tmp.path(), R"([{"type": "reshape"}])")});
+    CHECK(result.exit_code == 2);
+    CHECK_THAT(result.err, Catch::Contains("model.layers[0]: unsupported layer type 'reshape'"));
+  }
+  SECTION("a tensor the model needs is missing") {
+    auto result = run_example(
+        {write_model(tmp.path(), R"([{"type": "flatten"}, {"type": "dense", "units": 10}])")});
+    CHECK(result.exit_code == 2);
+    CHECK_THAT(result.err, Catch::Contains("model.safetensors: has no tensor "
+                                           "layers.1.dense.kernel (shape [784, 10])"));
+  }
+}
