@@ -14,6 +14,12 @@ find_library(DNNL_LIBRARY dnnl REQUIRED)
 add_library(dtrain_dnnl INTERFACE)
 target_include_directories(dtrain_dnnl SYSTEM INTERFACE ${DNNL_INCLUDE_DIR})
 target_link_libraries(dtrain_dnnl INTERFACE ${DNNL_LIBRARY})
+# RE2 (`dtrain logs --grep`): matching in time linear in the line, with no recursion.
+find_path(RE2_INCLUDE_DIR re2/re2.h REQUIRED)
+find_library(RE2_LIBRARY re2 REQUIRED)
+add_library(dtrain_re2 INTERFACE)
+target_include_directories(dtrain_re2 SYSTEM INTERFACE ${RE2_INCLUDE_DIR})
+target_link_libraries(dtrain_re2 INTERFACE ${RE2_LIBRARY} Threads::Threads)
 find_package(Catch2 2 REQUIRED)
 
 # Debian's RapidJSON config sets variables only; wrap it in a target.

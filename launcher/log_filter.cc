@@ -3,6 +3,7 @@
 #include "launcher/log_filter.h"
 
 #include <fmt/format.h>
+#include <re2/re2.h>
 
 #include <cstring>
 #include <ctime>
@@ -194,12 +195,19 @@ LogFilter::LogFilter(std::optional<WallTime> since, const std::optional<std::str
                      std::function<WallTime()> now)
     : since_(since), now_(std::move(now)) {
   if (!grep) return;
-  try {
-    grep_.emplace(*grep, std::regex::ECMAScript | std::regex::optimize);
-  } catch (const std::regex_error& e) {
-    throw common::ConfigError(fmt::format(
-        "logs: --grep \"{}\": not a valid ECMAScript regular expression: {}", *grep, e.what()));
+  re2::RE2::Options options;
+  options.set_log_errors(false);
+  auto compiled = std::make_shared<const re2::RE2>(*grep, options);
+  if (!compiled->ok()) {
+    throw common::ConfigError(
+        fmt::format("logs: --grep \"{}\": not a valid regular expression (RE2 syntax): {}", *grep,
+                    compiled->error()));
   }
+  grep_ = std::move(compiled);
+}
+
+bool LogFilter::matches(std::string_view line) const {
+  return re2::RE2::PartialMatch(re2::StringPiece(line.data(), line.size()), *grep_);
 }
 
 bool LogFilter::keep(std::string_view line, LineClock& clock) const {
@@ -210,7 +218,7 @@ bool LogFilter::keep(std::string_view line, LineClock& clock) const {
     WallTime time = own ? *own : clock.live ? now_() : clock.last.value_or(clock.modified);
     recent = time >= *since_;
   }
-  return recent && (!grep_ || std::regex_search(line.begin(), line.end(), *grep_));
+  return recent && (!grep_ || matches(line));
 }
 
 }  // namespace dtrain::launcher

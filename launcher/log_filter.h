@@ -5,10 +5,14 @@
 
 #include <chrono>
 #include <functional>
+#include <memory>
 #include <optional>
-#include <regex>
 #include <string>
 #include <string_view>
+
+namespace re2 {
+class RE2;  // <re2/re2.h>, kept out of this header
+}
 
 namespace dtrain::launcher {
 
@@ -42,14 +46,15 @@ struct LineClock {
 /// a file is newer than that). Not thread-safe; const methods only read.
 class LogFilter {
  public:
-  /// grep: an ECMAScript regular expression (std::regex), searched for anywhere in the line's
-  /// text as written in the log file; an invalid one is a ConfigError naming it. now: the clock
-  /// for followed lines.
+  /// grep: a regular expression in RE2's syntax (grep -E's, plus \d \w \s and lazy repeats; no
+  /// back-references), searched for anywhere in the line's text as written in the log file, in
+  /// time linear in the line's length and without recursion, so a line of megabytes is fine. An
+  /// invalid one is a ConfigError naming it. now: the clock for followed lines.
   LogFilter(std::optional<WallTime> since, const std::optional<std::string>& grep,
             std::function<WallTime()> now = std::chrono::system_clock::now);
 
   /// False when no --since or --grep was given: every line is kept.
-  bool active() const { return since_.has_value() || grep_.has_value(); }
+  bool active() const { return since_.has_value() || grep_ != nullptr; }
   bool has_since() const { return since_.has_value(); }
 
   /// Whether to print line; updates clock with the line's time (so call it for every line of a
@@ -57,8 +62,10 @@ class LogFilter {
   bool keep(std::string_view line, LineClock& clock) const;
 
  private:
+  bool matches(std::string_view line) const;
+
   std::optional<WallTime> since_;
-  std::optional<std::regex> grep_;
+  std::shared_ptr<const re2::RE2> grep_;  ///< null: no --grep
   std::function<WallTime()> now_;
 };
 

@@ -72,9 +72,9 @@ po::variables_map parse_logs_options(const Args& args, po::options_description& 
                   ".fraction and zone (Z, +01:00; local time without one); a line without a "
                   "time of its own has the time of the timed line before it")(
       "grep", po::value(&o.grep)->value_name("REGEX"),
-      "only lines in which the ECMAScript regular expression REGEX (C++ std::regex, like "
-      "JavaScript's) matches, anywhere in the line as written in the log file (without the "
-      "prefix)")("raw", po::bool_switch(&o.raw), "print lines without the \"[worker 1] \" prefix")(
+      "only lines in which the regular expression REGEX (RE2 syntax: grep -E's plus \\d, \\w, "
+      "\\s) matches, anywhere in the line as written in the log file (without the prefix)")(
+      "raw", po::bool_switch(&o.raw), "print lines without the \"[worker 1] \" prefix")(
       "help,h", "show this help");
   po::options_description all;
   all.add(desc).add_options()("run", po::value(&o.target));

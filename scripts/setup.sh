@@ -9,7 +9,7 @@ packages=(
   build-essential cmake ninja-build pkg-config git
   libboost-dev libboost-filesystem-dev libboost-program-options-dev
   rapidjson-dev libspdlog-dev libfmt-dev catch2
-  zlib1g-dev libssl-dev libdnnl-dev
+  zlib1g-dev libssl-dev libdnnl-dev libre2-dev
   dataset-fashion-mnist
   procps tmux python3
   openssh-server openssh-client iproute2

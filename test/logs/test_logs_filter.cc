@@ -123,8 +123,8 @@ TEST_CASE("line_time: dtrain's spdlog lines (local time), ISO starts and attempt
   CHECK(parse_time("2021-11-25T10:00:00Z ") == std::nullopt);
 }
 
-TEST_CASE("LogFilter --grep: ECMAScript search in the line; a bad pattern names itself") {
-  LogFilter filter(std::nullopt, std::string(R"(loss: \d\.[0-4])"));
+TEST_CASE("LogFilter --grep: an extended regex searched in the line; a bad pattern names itself") {
+  LogFilter filter(std::nullopt, std::string(R"(loss: [0-9]\.[0-4])"));
   LineClock clock;
   CHECK(filter.active());
   CHECK(filter.keep("70/70 - loss: 2.2843", clock));
@@ -141,6 +141,28 @@ TEST_CASE("LogFilter --grep: ECMAScript search in the line; a bad pattern names 
       CHECK(std::string(e.what()).find("--grep \"" + std::string(bad) + "\"") != std::string::npos);
     }
   }
+}
+
+TEST_CASE("LogFilter --grep: alternation, the view's own end, NUL bytes and megabyte lines") {
+  LineClock clock;
+  LogFilter errors(std::nullopt, std::string("Traceback|Error"));
+  CHECK(errors.keep("Traceback (most recent call last):", clock));
+  CHECK(errors.keep("RuntimeError: boom", clock));
+  CHECK_FALSE(errors.keep("all good", clock));
+  // The line is a view into a longer buffer: the match ends where the view does.
+  std::string buffer = "loss 0.25 Error later";
+  std::string_view head(buffer.data(), 9);
+  CHECK_FALSE(errors.keep(head, clock));
+  CHECK(LogFilter(std::nullopt, std::string("25$")).keep(head, clock));
+  CHECK(LogFilter(std::nullopt, std::string("after")).keep(std::string("nul\0after", 9), clock));
+  CHECK(LogFilter(std::nullopt, std::string(R"(loss: \d+\.\d{2}\b)")).keep("loss: 0.25 ", clock));
+  // std::regex recursed once per character and crashed (SIGSEGV) on such lines; glibc's regexec
+  // took minutes (quadratic when nothing matches). RE2 is linear.
+  std::string long_line(4 << 20, 'x');
+  long_line += " b";
+  CHECK(LogFilter(std::nullopt, std::string("x.*b")).keep(long_line, clock));
+  CHECK(LogFilter(std::nullopt, std::string("(x|y)* b$")).keep(long_line, clock));
+  CHECK_FALSE(LogFilter(std::nullopt, std::string("x.*c")).keep(long_line, clock));
 }
 
 TEST_CASE("LogFilter --since: lines without a time take the last timed line's") {
