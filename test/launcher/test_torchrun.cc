@@ -14,6 +14,7 @@
 
 #include "common/atomic_file.h"
 #include "common/json.h"
+#include "test/support/python.h"
 #include "test/support/subprocess.h"
 #include "test/support/temp_dir.h"
 
@@ -22,11 +23,10 @@ namespace fs = std::filesystem;
 
 namespace {
 
-constexpr const char* kPython = "/usr/bin/python3";
+constexpr const char* kPython = testing::kSystemPython;
 
 bool torch_available() {
-  if (!fs::exists(kPython)) return false;
-  return testing::run_process({kPython, "-c", "import torch.distributed"}).exit_code == 0;
+  return testing::python_imports("torch.distributed");
 }
 
 // A two-worker `command` job running the DDP example; its checkpoints and result go to dir/ddp.

@@ -12,6 +12,7 @@
 #include "common/atomic_file.h"
 #include "common/json.h"
 #include "test/support/main_job.h"
+#include "test/support/python.h"
 #include "test/support/subprocess.h"
 #include "test/support/temp_dir.h"
 
@@ -20,11 +21,10 @@ namespace fs = std::filesystem;
 
 namespace {
 
-constexpr const char* kPython = "/usr/bin/python3";
+constexpr const char* kPython = testing::kSystemPython;
 
 bool torch_available() {
-  if (!fs::exists(kPython)) return false;
-  return testing::run_process({kPython, "-c", "import numpy, torch"}).exit_code == 0;
+  return testing::python_imports("numpy, torch");
 }
 
 std::string example() {
