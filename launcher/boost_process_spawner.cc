@@ -11,6 +11,8 @@
 #include <boost/process.hpp>
 #include <boost/process/extend.hpp>
 #include <cerrno>
+#include <string_view>
+#include <unordered_map>
 
 #include "common/errors.h"
 #include "launcher/agent_protocol.h"
@@ -30,6 +32,39 @@ struct GroupAndDeathSignal : bp::extend::handler {
     if (::getppid() != launcher_pid) ::_exit(137);  // the launcher died before prctl ran
   }
 };
+
+// Hands the child an environment built by child_environment() (execve's envp).
+struct ExecEnvironment : bp::extend::handler {
+  char** env;
+  template <class Executor>
+  void on_setup(Executor& exec) const {
+    exec.env = env;
+  }
+};
+
+// The launcher's environment with overrides set on top (for a name given twice, the last wins),
+// as "NAME=value" entries. Built here, not with bp::environment: its find() compares the name
+// with every entry over the name's length, reading past the end of shorter entries (Boost 1.74;
+// ASan reported it once names as long as TORCHELASTIC_RESTART_COUNT were set).
+std::vector<std::string> child_environment(
+    const std::vector<std::pair<std::string, std::string>>& overrides) {
+  std::unordered_map<std::string, size_t> index;  // name -> entry
+  std::vector<std::string> entries;
+  auto set = [&](std::string name, std::string entry) {
+    auto [at, added] = index.emplace(std::move(name), entries.size());
+    if (added) {
+      entries.push_back(std::move(entry));
+    } else {
+      entries[at->second] = std::move(entry);
+    }
+  };
+  for (char** p = environ; *p != nullptr; ++p) {
+    std::string_view entry(*p);
+    set(std::string(entry.substr(0, entry.find('='))), std::string(entry));
+  }
+  for (const auto& [name, value] : overrides) set(name, name + "=" + value);
+  return entries;
+}
 
 struct ChildState {
   explicit ChildState(boost::asio::io_context& io) : pipe(io) {}
@@ -140,8 +175,11 @@ class BoostProcessSpawner : public ProcessSpawner {
     set_cloexec(state->pipe.native_source());
     set_cloexec(state->pipe.native_sink());
     state->callbacks = std::move(callbacks);
-    bp::environment env = boost::this_process::environment();
-    for (const auto& [name, value] : request.env) env[name] = value;
+    std::vector<std::string> entries = child_environment(request.env);
+    std::vector<char*> envp;
+    for (std::string& entry : entries) envp.push_back(entry.data());
+    envp.push_back(nullptr);
+    ExecEnvironment env{{}, envp.data()};
     std::vector<std::string> args(request.argv.begin() + 1, request.argv.end());
     // An agent's stdin: a pipe whose write end stays with the launcher (close-on-exec, so no
     // other child holds it open and closing it is seen as the end of the session).
@@ -162,12 +200,12 @@ class BoostProcessSpawner : public ProcessSpawner {
                                          : boost::filesystem::path(request.cwd);
     if (request.agent) {
       state->process =
-          bp::child(bp::exe = program, bp::args = args, bp::env = env, bp::start_dir = start_dir,
+          bp::child(bp::exe = program, bp::args = args, env, bp::start_dir = start_dir,
                     bp::std_in<agent_in, (bp::std_out & bp::std_err)> state->pipe,
                     bp::on_exit = on_exit, io_, GroupAndDeathSignal{{}, ::getpid()}, ec);
     } else {
       state->process =
-          bp::child(bp::exe = program, bp::args = args, bp::env = env, bp::start_dir = start_dir,
+          bp::child(bp::exe = program, bp::args = args, env, bp::start_dir = start_dir,
                     bp::std_in<bp::null, (bp::std_out & bp::std_err)> state->pipe,
                     bp::on_exit = on_exit, io_, GroupAndDeathSignal{{}, ::getpid()}, ec);
     }

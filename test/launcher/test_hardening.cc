@@ -12,12 +12,15 @@
 #include <boost/asio/post.hpp>
 #include <catch2/catch.hpp>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
+#include <utility>
 #include <vector>
 
 #include "launcher/process_spawner.h"
@@ -116,6 +119,26 @@ SpawnedExit spawn_from_handler(const std::vector<std::string>& argv) {
   return result;
 }
 
+// Spawns argv with env set on top of this process's environment; returns what it printed.
+std::string spawn_and_read(const std::vector<std::string>& argv,
+                           const std::vector<std::pair<std::string, std::string>>& env) {
+  boost::asio::io_context io;
+  auto spawner = make_boost_process_spawner(io);
+  std::string output;
+  bool closed = false;
+  std::optional<ExitStatus> status;
+  ChildCallbacks callbacks;
+  callbacks.on_output = [&](std::string_view bytes) { output.append(bytes); };
+  callbacks.on_output_closed = [&] { closed = true; };
+  callbacks.on_exit = [&](ExitStatus s) { status = s; };
+  auto child = spawner->spawn(SpawnRequest{argv, env, "", false, ""}, std::move(callbacks));
+  while (!(closed && status) && io.run_one_for(std::chrono::seconds(10)) > 0) {
+  }
+  REQUIRE(status.has_value());
+  CHECK(describe(*status) == "exit code 0");
+  return output;
+}
+
 }  // namespace
 
 TEST_CASE("spawner: a child that dies of a signal at once is reported as killed by that signal",
@@ -131,6 +154,28 @@ TEST_CASE("spawner: a child that dies of a signal at once is reported as killed 
     CHECK(exit.status->signal == SIGKILL);
     CHECK(describe(*exit.status) == "killed by SIGKILL");
   }
+}
+
+TEST_CASE("spawner: the child gets the launcher's environment with the request's on top",
+          "[hardening][spawner]") {
+  // Boost 1.74's bp::environment compared a name with every entry over the name's length, reading
+  // past the end of shorter entries (ASan, once TORCHELASTIC_RESTART_COUNT was set); the spawner
+  // builds execve's environment itself now.
+  REQUIRE(::setenv("DT_SPAWN_KEPT", "from the launcher", 1) == 0);
+  REQUIRE(::setenv("DT_SPAWN_REPLACED", "old", 1) == 0);
+  std::string out = spawn_and_read(
+      {"/bin/sh", "-c",
+       "printf '%s|%s|%s|%s|' \"$DT_SPAWN_KEPT\" \"$DT_SPAWN_REPLACED\" \"$DT_SPAWN_TWICE\" "
+       "\"$TORCHELASTIC_RESTART_COUNT\"; env | grep -c '^DT_SPAWN_'"},
+      {{"DT_SPAWN_REPLACED", "new"},
+       {"DT_SPAWN_TWICE", "first"},
+       {"TORCHELASTIC_RESTART_COUNT", "3"},
+       {"DT_SPAWN_TWICE", "second"},
+       {"DT_SPAWN_EMPTY", ""}});
+  ::unsetenv("DT_SPAWN_KEPT");
+  ::unsetenv("DT_SPAWN_REPLACED");
+  // Each name once: kept, replaced, twice (the last value) and the empty one.
+  CHECK(out == "from the launcher|new|second|3|4\n");
 }
 
 TEST_CASE("exit status: a wait status that is no end is not read as an exit code",
