@@ -5,6 +5,8 @@
 #include <fmt/format.h>
 #include <re2/re2.h>
 
+#include <algorithm>
+#include <cstdint>
 #include <cstring>
 #include <ctime>
 
@@ -49,6 +51,12 @@ class Cursor {
   size_t pos_ = 0;
 };
 
+// Times are kept in nanoseconds since 1970 (int64): they reach 2262, so later years are no time.
+constexpr int kFirstYear = 1970;
+constexpr int kLastYear = 2200;
+// A longer duration than this means "everything" (and keeps now - duration in range).
+constexpr int64_t kLongestDurationSeconds = int64_t{200} * 366 * 86400;
+
 bool is_leap(int year) {
   return (year % 4 == 0 && year % 100 != 0) || year % 400 == 0;
 }
@@ -71,7 +79,7 @@ bool take_date_time(Cursor& in, std::tm& parts) {
   std::optional<int> minute = in.take_digits(2);
   if (!minute || !in.take(':')) return false;
   std::optional<int> second = in.take_digits(2);
-  if (!second || *year < 1970 || *month < 1 || *month > 12 || *day < 1 ||
+  if (!second || *year < kFirstYear || *year > kLastYear || *month < 1 || *month > 12 || *day < 1 ||
       *day > days_in_month(*year, *month) || *hour > 23 || *minute > 59 || *second > 59) {
     return false;
   }
@@ -128,7 +136,8 @@ std::optional<WallTime> take_time(Cursor& in) {
   return WallTime(duration_cast<WallTime::duration>(seconds(epoch) + *fraction));
 }
 
-/// "90s", "10m", "2h", "1d", "1h30m": the total; nullopt when text is not that.
+/// "90s", "10m", "2h", "1d", "1h30m": the total, at most kLongestDurationSeconds; nullopt when
+/// text is not that.
 std::optional<seconds> parse_duration(std::string_view text) {
   Cursor in(text);
   int64_t total = 0;
@@ -141,16 +150,16 @@ std::optional<seconds> parse_duration(std::string_view text) {
     }
     if (digits == 0) return std::nullopt;
     if (in.take('s')) {
-      total += count;
     } else if (in.take('m')) {
-      total += count * 60;
+      count *= 60;
     } else if (in.take('h')) {
-      total += count * 3600;
+      count *= 3600;
     } else if (in.take('d')) {
-      total += count * 86400;
+      count *= 86400;
     } else {
       return std::nullopt;
     }
+    total = std::min(total + count, kLongestDurationSeconds);  // count < 2^47: no overflow
   }
   if (text.empty()) return std::nullopt;
   return seconds(total);
@@ -171,7 +180,7 @@ WallTime parse_since(const std::string& text, WallTime now) {
   throw common::ConfigError(fmt::format(
       "logs: --since \"{}\": expected a duration before now (90s, 10m, 2h, 1d, 1h30m) or a time "
       "(2026-11-25T10:00:00 or \"2026-11-25 10:00:00\", optionally with .fraction and Z or "
-      "+01:00; local time without a zone)",
+      "+01:00; local time without a zone; years 1970 to 2200)",
       text));
 }
 

@@ -20,7 +20,9 @@ RunSummary summarize(const std::string& dir) {
   run.dir = dir;
   try {
     auto [text, daemon] = read_state(dir);
-    common::JsonDocument::parse(text, "state");  // a row only for state that parses
+    // A row only for state that parses as an object; anything else is a row that says so.
+    if (!common::JsonDocument::parse(text, "state").root().is_object())
+      throw common::ConfigError("state.json is not an object");
     run.state = text;
     run.daemon = daemon;
   } catch (const common::ConfigError&) {
@@ -43,8 +45,9 @@ std::string progress(const common::JsonNode& root) {
   auto workers = root.find("workers");
   if (!workers || !workers->is_array()) return "-";
   for (const common::JsonNode& w : workers->as_array()) {
+    if (!w.is_object()) continue;
     auto p = w.find("last_progress");
-    if (!p || !p->find("epoch")) continue;
+    if (!p || !p->is_object() || !p->find("epoch")) continue;
     return fmt::format("epoch {}/{}", text_or(*p, "epoch", "?"), text_or(*p, "epochs", "?"));
   }
   return "-";

@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 #include <optional>
+#include <string>
 #include <thread>
 
 #include "common/json.h"
@@ -35,6 +36,18 @@ struct Runs {
   dtrain::testing::TempDir dir;
 };
 
+// Stops a detached run when the test ends, however it ends (a failed REQUIRE included).
+struct StopOnExit {
+  const Runs& runs;
+  std::string run;
+  ~StopOnExit() {
+    try {
+      runs.dtrain({"stop", run, "--now"});
+    } catch (...) {
+    }
+  }
+};
+
 std::optional<dtrain::common::JsonNode> find_run(const dtrain::common::JsonNode& list,
                                                  const std::string& tail) {
   for (const dtrain::common::JsonNode& run : list.as_array()) {
@@ -52,10 +65,17 @@ TEST_CASE("status with no run named lists every run under ./runs") {
   REQUIRE(r.dtrain({"launch", r.job("done", R"(["true"])")}).exit_code == 0);
   auto started = r.dtrain({"launch", r.job("live", R"(["sleep", "60"])"), "--detach"});
   REQUIRE(started.exit_code == 0);
+  StopOnExit stop_live{r, "runs/live"};
   fs::create_directories(r.dir.path() + "/runs/empty");
   fs::create_directories(r.dir.path() + "/runs/broken");
   std::ofstream(r.dir.path() + "/runs/broken/state.json") << "{\"job\": ";
   std::ofstream(r.dir.path() + "/runs/not-a-run.txt") << "a file, not a run\n";
+  // JSON, but not the state's shape: an array is unreadable; odd fields are shown as they are.
+  fs::create_directories(r.dir.path() + "/runs/list");
+  std::ofstream(r.dir.path() + "/runs/list/state.json") << "[]";
+  fs::create_directories(r.dir.path() + "/runs/odd");
+  std::ofstream(r.dir.path() + "/runs/odd/state.json")
+      << R"({"job": 5, "workers": [7, {"last_progress": 3}, {"last_progress": {"epoch": 2}}]})";
   // The detached launcher answers once its control socket is up.
   for (int i = 0; i < 200 && !fs::exists(r.dir.path() + "/runs/live/state.json"); ++i)
     std::this_thread::sleep_for(std::chrono::milliseconds(25));
@@ -65,18 +85,26 @@ TEST_CASE("status with no run named lists every run under ./runs") {
   REQUIRE(table.exit_code == 0);
   CHECK(table.out.rfind("RUN ", 0) == 0);
   size_t lines = std::count(table.out.begin(), table.out.end(), '\n');
-  CHECK(lines == 5);  // the header and four runs, sorted by name
+  CHECK(lines == 7);  // the header and six runs, sorted by name
   CHECK(table.out.find("runs/broken") < table.out.find("runs/done"));
   CHECK(table.out.find("runs/done") < table.out.find("runs/empty"));
-  CHECK(table.out.find("runs/empty") < table.out.find("runs/live"));
+  CHECK(table.out.find("runs/empty") < table.out.find("runs/list"));
+  CHECK(table.out.find("runs/list") < table.out.find("runs/live"));
+  CHECK(table.out.find("runs/live") < table.out.find("runs/odd"));
   CHECK(table.out.find("never launched") != std::string::npos);
   CHECK(table.out.find("unreadable state.json") != std::string::npos);
+  CHECK(table.out.find("unreadable state.json", table.out.find("runs/list")) <
+        table.out.find("runs/live"));
+  CHECK(table.out.find("epoch 2/?") != std::string::npos);  // runs/odd's third worker
   CHECK(table.out.find("not-a-run") == std::string::npos);
 
   auto json = r.dtrain({"status", "--json"});
   REQUIRE(json.exit_code == 0);
   dtrain::common::JsonDocument doc = dtrain::common::JsonDocument::parse(json.out, "status");
-  REQUIRE(doc.root().as_array().size() == 4);
+  REQUIRE(doc.root().as_array().size() == 6);
+  const auto odd = find_run(doc.root(), "/runs/odd");
+  REQUIRE(odd);
+  CHECK(odd->at("job").dump() == "5");
   const auto done = find_run(doc.root(), "/runs/done");
   REQUIRE(done);
   CHECK(done->at("status").as_string() == "succeeded");

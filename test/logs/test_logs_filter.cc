@@ -74,6 +74,13 @@ TEST_CASE("parse_since: durations before now") {
   CHECK(parse_since("1d", now) == now - hours(24));
   CHECK(parse_since("1h30m", now) == now - minutes(90));
   CHECK(parse_since("0s", now) == now);
+  // Longer than 200 years is everything before now: no overflow however long (UBSan found
+  // now - 999999999d wrapping round to a time in the future).
+  WallTime far_back = parse_since("999999999d", now);
+  CHECK(far_back < at(0) - hours(24 * 365 * 100));  // before 1870
+  std::string many;
+  for (int i = 0; i < 20000; ++i) many += "999999999d";
+  CHECK(parse_since(many, now) == far_back);
 }
 
 TEST_CASE("parse_since: ISO-8601 times with and without zones") {
@@ -95,7 +102,8 @@ TEST_CASE("parse_since: anything else is a ConfigError naming the value") {
        {"", "10", "10x", "m", "-5m", "1.5h", "10m ago", "2021-11-25", "2021-11-25T10:00",
         "2026-13-01T00:00:00", "2025-02-29T00:00:00", "2021-11-25T24:00:00",
         "2021-11-25T10:00:00+25:00", "2021-11-25T10:00:00Zjunk", "2021-11-25T10:00:00.",
-        "2021-11-25T10:00:00.1234567890", "1969-12-31T23:59:59Z", "9999999999d"}) {
+        "2021-11-25T10:00:00.1234567890", "1969-12-31T23:59:59Z", "9999999999d",
+        "2201-01-01T00:00:00Z", "9999-12-31T23:59:59Z"}) {
     INFO("value: \"" << bad << "\"");
     try {
       parse_since(bad, now);
@@ -119,6 +127,9 @@ TEST_CASE("line_time: dtrain's spdlog lines (local time), ISO starts and attempt
   CHECK(line_time("70/70 [=====] - loss: 2021-11-25 13:00:00") == std::nullopt);  // not at start
   CHECK(line_time("2021-11-25 13:00:001 no") == std::nullopt);
   CHECK(line_time("") == std::nullopt);
+  // Beyond 2200 is no time (nanoseconds since 1970 end in 2262), not an overflowed one.
+  CHECK(line_time("9999-12-31 23:59:59 I far") == std::nullopt);
+  CHECK(line_time("2200-12-31T23:59:59Z edge") == at(7289654399));
   CHECK(parse_time("2021-11-25T10:00:00Z") == at(kTenUtc));
   CHECK(parse_time("2021-11-25T10:00:00Z ") == std::nullopt);
 }
