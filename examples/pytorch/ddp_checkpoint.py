@@ -40,11 +40,12 @@ def check_environment():
           f"RUN_ID={env.get('TORCHELASTIC_RUN_ID')}", flush=True)
 
 
-def save(path, step, model, optimizer):
-    """Atomically: a half-written checkpoint is never read."""
+def save(path, step, model, optimizer, loss):
+    """Atomically: a half-written checkpoint is never read. loss: the last step's, for a run
+    that resumes with nothing left to do."""
     temporary = f"{path}.tmp"
     torch.save({"step": step, "model": model.state_dict(),
-                "optimizer": optimizer.state_dict()}, temporary)
+                "optimizer": optimizer.state_dict(), "loss": loss}, temporary)
     os.replace(temporary, path)
 
 
@@ -65,12 +66,12 @@ def main():
     model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.Tanh(), torch.nn.Linear(32, 1))
     optimizer = torch.optim.SGD(model.parameters(), lr=0.02, momentum=0.9)
     checkpoint = os.path.join(args.dir, "checkpoint.pt")
-    start = 0
+    start, last_loss = 0, None
     if os.path.exists(checkpoint):  # every rank reads it before the first all-reduce
         state = torch.load(checkpoint)
         model.load_state_dict(state["model"])
         optimizer.load_state_dict(state["optimizer"])
-        start = state["step"]
+        start, last_loss = state["step"], state.get("loss")
         print(f"rank {rank}: resumed from step {start}", flush=True)
     ddp = DistributedDataParallel(model)
 
@@ -80,16 +81,17 @@ def main():
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
+        last_loss = loss.item()
         if rank == 0 and (step + 1) % args.save_every == 0:
-            save(checkpoint, step + 1, model, optimizer)
+            save(checkpoint, step + 1, model, optimizer, last_loss)
         if (step + 1) % 50 == 0:
-            print(f"rank {rank}: step {step + 1}/{args.steps} loss {loss.item():.6f}", flush=True)
+            print(f"rank {rank}: step {step + 1}/{args.steps} loss {last_loss:.6f}", flush=True)
         time.sleep(args.step_seconds)
 
     if rank == 0:
         weights = b"".join(p.detach().numpy().tobytes() for p in model.parameters())
         result = {"steps": args.steps, "sha256": hashlib.sha256(weights).hexdigest(),
-                  "loss": loss.item()}
+                  "loss": last_loss}
         with open(os.path.join(args.dir, "result.json.tmp"), "w") as out:
             json.dump(result, out)
         os.replace(os.path.join(args.dir, "result.json.tmp"), os.path.join(args.dir, "result.json"))

@@ -13,6 +13,7 @@ A missing or damaged file, or a layer it does not know, ends it with exit code 2
 import argparse
 import gzip
 import json
+import math
 import os
 import struct
 import sys
@@ -55,6 +56,8 @@ def read_safetensors(path):
     if not isinstance(header, dict):
         raise ModelError(f"{path}: the header is not a JSON object")
     metadata = header.pop("__metadata__", {}) or {}
+    if not isinstance(metadata, dict) or not all(isinstance(v, str) for v in metadata.values()):
+        raise ModelError(f"{path}: __metadata__ is not an object of strings")
     data = memoryview(blob)[8 + header_len:]
     tensors, end = {}, 0
     for name, entry in header.items():
@@ -66,7 +69,7 @@ def read_safetensors(path):
             raise ModelError(f"{path}: tensor {name}: not a safetensors entry: {entry}") from None
         if dtype != "F32":
             raise ModelError(f"{path}: tensor {name} is {dtype}; dtrain writes F32 only")
-        count = int(np.prod(shape, dtype=np.int64))
+        count = math.prod(shape)  # exact: np.prod wraps round on [2**32, 2**32]
         if not 0 <= begin <= stop or stop - begin != 4 * count:
             raise ModelError(f"{path}: tensor {name}: offsets [{begin}, {stop}] do not hold "
                              f"shape {shape}")
@@ -233,7 +236,7 @@ def build_model(spec, tensors, path):
             if builder.softmax:
                 raise ModelError(f"model.layers[{i}]: softmax is only supported last")
             getattr(builder, kind)(i, layer)
-    except (KeyError, TypeError, ValueError) as e:
+    except (AttributeError, KeyError, TypeError, ValueError) as e:
         raise ModelError(f"model.json: not a dtrain model ({type(e).__name__}: {e})") from None
     if builder.tensors:
         raise ModelError(f"{path}: tensors the model does not use: {sorted(builder.tensors)}")
@@ -253,8 +256,13 @@ def load_model(run_dir):
         raise ModelError(f"{spec_path}: not JSON: {e}") from None
     weights_path = os.path.join(model_dir, "model.safetensors")
     tensors, metadata = read_safetensors(weights_path)
-    if "architecture" in metadata and json.loads(metadata["architecture"]) != spec:
-        raise ModelError(f"{weights_path}: its architecture differs from {spec_path}")
+    if "architecture" in metadata:
+        try:
+            architecture = json.loads(metadata["architecture"])
+        except json.JSONDecodeError as e:
+            raise ModelError(f"{weights_path}: its architecture is not JSON: {e}") from None
+        if architecture != spec:
+            raise ModelError(f"{weights_path}: its architecture differs from {spec_path}")
     if not isinstance(spec, dict) or "input_shape" not in spec or "layers" not in spec:
         raise ModelError(f"{spec_path}: expected {{\"input_shape\": ..., \"layers\": ...}}")
     model, softmax = build_model(spec, tensors, weights_path)
@@ -279,7 +287,7 @@ def read_idx(path, magic):
     if len(raw) < 4 + 4 * rank:
         raise ModelError(f"{path}: truncated IDX header")
     shape = struct.unpack(f">{rank}I", raw[4:4 + 4 * rank])
-    count = int(np.prod(shape, dtype=np.int64))
+    count = math.prod(shape)
     if len(raw) != 4 + 4 * rank + count:
         raise ModelError(f"{path}: {len(raw) - 4 - 4 * rank} data bytes, dims {list(shape)} "
                          f"need {count}")

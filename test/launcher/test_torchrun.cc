@@ -80,6 +80,19 @@ TEST_CASE("a PyTorch DDP program killed mid-run restarts, resumes and ends as an
                                            R"(RESTART_COUNT=0 MAX_RESTARTS=2 RUN_ID=ddp)")));
   CHECK(common::read_file(calm + "/run/logs/worker-1.log").find("rank 1/2: LOCAL_RANK=1") !=
         std::string::npos);
+  std::string calm_hash = result_hash(calm);
+
+  // Launched again (or restarted after the last save but before result.json): the checkpoint
+  // is at the last step, nothing is left to train, and the result is written again unchanged.
+  fs::remove(calm + "/ddp/result.json");
+  auto again = testing::run_process({testing::binary("dtrain"), "launch",
+                                     write_job(calm, steps, 0.0), "--run-dir", calm + "/again"},
+                                    options);
+  INFO(again.out << again.err);
+  REQUIRE(again.exit_code == 0);
+  CHECK(common::read_file(calm + "/again/logs/worker-0.log")
+            .find("rank 0: resumed from step " + std::to_string(steps)) != std::string::npos);
+  CHECK(result_hash(calm) == calm_hash);
 
   std::string chaos = tmp.path() + "/chaos";
   std::string run = chaos + "/run";

@@ -1,9 +1,13 @@
 // Debian's Python for the tests that run PyTorch programs: /usr/bin/python3, which scripts/setup.sh
 // --tests gives python3-torch and python3-numpy (a python3 earlier on PATH may lack them). Tests
-// skip with a WARN naming what is missing when python_imports() is false.
+// skip with a WARN naming what is missing when python_imports() is false, except under
+// scripts/test.sh (CI), which installs them and sets DTRAIN_REQUIRE_PYTORCH=1: there a failed
+// import is a test failure, so a broken install cannot pass as a skip.
 #pragma once
 
+#include <cstdlib>
 #include <filesystem>
+#include <stdexcept>
 #include <string>
 
 #include "test/support/subprocess.h"
@@ -13,9 +17,20 @@ namespace dtrain::testing {
 inline constexpr const char* kSystemPython = "/usr/bin/python3";
 
 /// True when kSystemPython exists and runs `import <modules>` (e.g. "numpy, torch") cleanly.
+/// Throws, naming what failed, instead of returning false when DTRAIN_REQUIRE_PYTORCH=1.
 inline bool python_imports(const std::string& modules) {
-  if (!std::filesystem::exists(kSystemPython)) return false;
-  return run_process({kSystemPython, "-c", "import " + modules}).exit_code == 0;
+  const char* required = std::getenv("DTRAIN_REQUIRE_PYTORCH");
+  bool must = required != nullptr && std::string(required) == "1";
+  if (!std::filesystem::exists(kSystemPython)) {
+    if (must) throw std::runtime_error(std::string(kSystemPython) + " does not exist");
+    return false;
+  }
+  ProcessResult r = run_process({kSystemPython, "-c", "import " + modules});
+  if (r.exit_code != 0 && must) {
+    throw std::runtime_error(std::string(kSystemPython) + " -c \"import " + modules +
+                             "\" failed (DTRAIN_REQUIRE_PYTORCH=1): " + r.err);
+  }
+  return r.exit_code == 0;
 }
 
 }  // namespace dtrain::testing

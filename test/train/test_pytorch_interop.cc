@@ -69,12 +69,15 @@ common::JsonDocument last_metrics(const std::string& run) {
   return common::JsonDocument::parse(last, run + "/metrics.jsonl");
 }
 
-// A model folder of model.json with the given layers and a safetensors file with no tensors.
-std::string write_model(const std::string& dir, const std::string& layers) {
+// A model folder of model.json with the given layers and a safetensors file of the given JSON
+// header and no data (by default no tensors).
+std::string write_model(const std::string& dir, const std::string& layers,
+                        std::string header = "{}") {
   fs::create_directories(dir + "/model");
   std::ofstream(dir + "/model/model.json")
       << R"({"input_shape": [28, 28, 1], "layers": )" << layers << "}\n";
-  std::string header = "{}      ";  // padded to 8 bytes, as dtrain pads
+  header.resize((header.size() + 7) / 8 * 8, ' ');  // padded to 8 bytes, as dtrain pads
+  REQUIRE(header.size() < 256);
   std::string length(8, '\0');
   length[0] = static_cast<char>(header.size());
   std::ofstream(dir + "/model/model.safetensors", std::ios::binary) << length << header;
@@ -148,6 +151,33 @@ TEST_CASE("a damaged or unsupported model is refused with exit 2, naming the fil
     auto result = run_example({write_model(tmp.path(), R"([{"type": "reshape"}])")});
     CHECK(result.exit_code == 2);
     CHECK_THAT(result.err, Catch::Contains("model.layers[0]: unsupported layer type 'reshape'"));
+  }
+  SECTION("safetensors metadata that is not an object of strings") {
+    auto result = run_example({write_model(tmp.path(), "[]", R"({"__metadata__": [1]})")});
+    INFO(result.err);
+    CHECK(result.exit_code == 2);
+    CHECK_THAT(result.err, Catch::Contains("__metadata__ is not an object of strings"));
+  }
+  SECTION("an architecture in the metadata that is not JSON") {
+    auto result = run_example(
+        {write_model(tmp.path(), "[]", R"({"__metadata__": {"architecture": "[oops"}})")});
+    INFO(result.err);
+    CHECK(result.exit_code == 2);
+    CHECK_THAT(result.err, Catch::Contains("model.safetensors: its architecture is not JSON"));
+  }
+  SECTION("a layer that is not an object") {
+    auto result = run_example({write_model(tmp.path(), "[1]")});
+    INFO(result.err);
+    CHECK(result.exit_code == 2);
+    CHECK_THAT(result.err, Catch::Contains("model.json: not a dtrain model"));
+  }
+  SECTION("a shape whose element count overflows 64 bits") {
+    auto result = run_example({write_model(
+        tmp.path(), "[]",
+        R"({"w": {"dtype": "F32", "shape": [4294967296, 4294967296], "data_offsets": [0, 0]}})")});
+    INFO(result.err);
+    CHECK(result.exit_code == 2);
+    CHECK_THAT(result.err, Catch::Contains("tensor w: offsets [0, 0] do not hold shape"));
   }
   SECTION("a tensor the model needs is missing") {
     auto result = run_example(
