@@ -7,10 +7,15 @@
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <sys/file.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cctype>
+#include <fstream>
+#include <sstream>
+#include <string_view>
 
 #include "common/cluster_spec.h"
 #include "common/control_protocol.h"
@@ -40,13 +45,26 @@ std::string command_line(const std::vector<std::string>& argv) {
   return line;
 }
 
+// user:password@ in URLs ("postgres://u:pw@db/x") with the password masked.
+std::string mask_url_passwords(std::string value) {
+  for (size_t at = value.find("://"); at != std::string::npos; at = value.find("://", at + 3)) {
+    size_t user = at + 3;
+    size_t end = std::min(value.find_first_of("/?#", user), value.size());
+    size_t sign = value.rfind('@', end);
+    if (sign == std::string::npos || sign < user) continue;
+    size_t colon = value.find(':', user);
+    if (colon < sign) value.replace(colon + 1, sign - colon - 1, kMaskedValue);
+  }
+  return value;
+}
+
 // "  cd DIR && env \\\n      VAR=value \\\n ...      PROGRAM ARGS\n".
 std::string env_command(const std::string& indent, const std::string& cwd,
                         const std::vector<std::pair<std::string, std::string>>& env,
                         const std::vector<std::string>& argv) {
   std::string out = fmt::format("{}cd {} && env \\\n", indent, shell_word(cwd));
   for (const auto& [name, value] : env) {
-    std::string shown = is_secret_name(name) ? kMaskedValue : shell_word(value);
+    std::string shown = is_secret_name(name) ? kMaskedValue : shell_word(mask_url_passwords(value));
     out += fmt::format("{}    {}={} \\\n", indent, name, shown);
   }
   return out + fmt::format("{}    {}\n", indent, command_line(argv));
@@ -71,24 +89,44 @@ std::string format_task(const LaunchContext& c, const common::TaskId& task, int 
   return out + env_command("    ", remote.cwd, remote.env, remote.argv);
 }
 
-// True when a live launcher holds the run directory's lock. Creates nothing.
-bool run_in_use(const common::RunDir& run_dir) {
-  common::UniqueFd fd(::open(run_dir.lock_file().c_str(), O_RDONLY | O_CLOEXEC));
-  if (!fd.valid()) return false;
-  return ::flock(fd.get(), LOCK_SH | LOCK_NB) != 0;
-}
-
 }  // namespace
+
+bool run_dir_locked(const common::RunDir& run_dir) {
+  struct stat lock {};
+  if (::stat(run_dir.lock_file().c_str(), &lock) != 0) return false;
+  // /proc/locks: "1: FLOCK  ADVISORY  WRITE 4242 08:01:1234 0 EOF" (device in hex, inode in
+  // decimal); waiters' lines have "->" as their second field.
+  std::ifstream locks("/proc/locks");
+  if (!locks) {  // no /proc: ask for the lock itself, for an instant
+    common::UniqueFd fd(::open(run_dir.lock_file().c_str(), O_RDONLY | O_CLOEXEC));
+    return fd.valid() && ::flock(fd.get(), LOCK_SH | LOCK_NB) != 0;
+  }
+  std::string want = fmt::format("{:02x}:{:02x}:{}", major(lock.st_dev), minor(lock.st_dev),
+                                 static_cast<unsigned long>(lock.st_ino));
+  for (std::string line; std::getline(locks, line);) {
+    std::istringstream fields(line);
+    std::string number, kind, mode, access, pid, file;
+    fields >> number >> kind;
+    if (kind != "FLOCK") continue;
+    fields >> mode >> access >> pid >> file;
+    if (file == want) return true;
+  }
+  return false;
+}
 
 bool is_secret_name(const std::string& name) {
   std::string upper = name;
   for (char& ch : upper) ch = static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
   if (upper == common::kEnvToken.name) return true;
-  for (const char* word : {"TOKEN", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL", "API_KEY",
-                           "APIKEY", "PRIVATE_KEY", "ACCESS_KEY"}) {
+  for (const char* word : {"TOKEN", "SECRET", "PASS", "CREDENTIAL", "AUTH", "APIKEY", "COOKIE"}) {
     if (upper.find(word) != std::string::npos) return true;
   }
-  return false;
+  auto ends_with = [&](std::string_view tail) {
+    return upper.size() >= tail.size() &&
+           upper.compare(upper.size() - tail.size(), tail.size(), tail.data(), tail.size()) == 0;
+  };
+  // KEY and PWD as the name's last word: SSH_KEY, AWS_ACCESS_KEY, MYSQL_PWD; not KEYBOARD or PWD.
+  return upper.find("_KEY_") != std::string::npos || ends_with("_KEY") || ends_with("_PWD");
 }
 
 std::string format_dry_run(const LaunchContext& c, int attempt, bool in_use) {
@@ -117,7 +155,7 @@ std::string dry_run(const common::JobSpec& spec) {
   LaunchContext context = make_launch_context(spec, root);
   context.token = std::string(64, 'x');  // masked in the report; never a real token
   context.control_address = common::kControlScheme + control_socket_path(root);
-  return format_dry_run(context, next_attempt(run_dir), run_in_use(run_dir));
+  return format_dry_run(context, next_attempt(run_dir), run_dir_locked(run_dir));
 }
 
 }  // namespace dtrain::launcher

@@ -204,7 +204,7 @@ bool Supervisor::ports_free_or_retry() {
   for (auto& slot : slots_)
     needed.push_back(
         {common::parse_host_port(slot->address, slot->task.text()), slot->task.text()});
-  if (master_is_local(c)) {
+  if (master_is_local(c) && c.master_port > 0) {
     common::TaskId chief = c.cluster.chief();
     needed.push_back(
         {{common::parse_host_port(c.cluster.address(chief), chief.text()).host, c.master_port},

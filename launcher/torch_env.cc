@@ -3,6 +3,7 @@
 #include "launcher/torch_env.h"
 
 #include <fmt/format.h>
+#include <spdlog/spdlog.h>
 
 #include <algorithm>
 #include <cctype>
@@ -49,6 +50,7 @@ bool master_is_local(const LaunchContext& c) {
 
 int choose_master_port(const LaunchContext& c) {
   if (c.spec->master_port) return *c.spec->master_port;
+  if (user_sets(c, common::kEnvMasterPort.name)) return 0;  // the job's own value is used
   std::set<int> taken = task_ports(c.cluster);
   if (master_is_local(c)) {
     // Ask for a few at once: one of them could be a task's (the OS does not know the cluster).
@@ -60,9 +62,11 @@ int choose_master_port(const LaunchContext& c) {
   int port = common::parse_host_port(c.cluster.address(chief), chief.text()).port + 1;
   while (port <= 65535 && taken.count(port)) ++port;
   if (port > 65535) {
-    throw common::ConfigError(
-        fmt::format("{}: no port above the chief's is left for MASTER_PORT: set \"master_port\"",
-                    c.spec->source));
+    spdlog::warn(
+        "{}: no port above the chief's is left for MASTER_PORT, so it is not set (a PyTorch "
+        "program needs it: set \"master_port\" or MASTER_PORT in \"env\")",
+        c.spec->source);
+    return 0;
   }
   return port;
 }
@@ -99,7 +103,7 @@ std::vector<std::pair<std::string, std::string>> torch_env(const LaunchContext& 
       {kEnvRoleRank.name, std::to_string(*rank)},
       {kEnvRoleWorldSize.name, world},
       {kEnvMasterAddr.name, master},
-      {kEnvMasterPort.name, std::to_string(c.master_port)},
+      {kEnvMasterPort.name, c.master_port > 0 ? std::to_string(c.master_port) : ""},
       {kEnvRestartCount.name, std::to_string(attempt)},
       {kEnvMaxRestarts.name, std::to_string(c.spec->restart.max_restarts)},
       {kEnvRunId.name, c.spec->job},
@@ -107,7 +111,8 @@ std::vector<std::pair<std::string, std::string>> torch_env(const LaunchContext& 
   };
   std::vector<std::pair<std::string, std::string>> env;
   for (auto& kv : all) {
-    if (!user_sets(c, kv.first.c_str())) env.push_back(std::move(kv));
+    bool no_port = kv.first == kEnvMasterPort.name && c.master_port == 0;
+    if (!no_port && !user_sets(c, kv.first.c_str())) env.push_back(std::move(kv));
   }
   return env;
 }

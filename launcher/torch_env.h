@@ -23,10 +23,12 @@ std::string task_place(const LaunchContext& context, const common::TaskId& task)
 /// MASTER_PORT can be picked and checked here.
 bool master_is_local(const LaunchContext& context);
 
-/// The port rank 0's TCPStore listens on. The job's master_port when set; else, for a chief on
-/// this machine, a port the OS reports free that no task of the cluster uses; else (a chief on
-/// another host or a Slurm node) the first port above the chief's own that no task uses.
-/// Throws IoError when no free port can be had, ConfigError when none is left above the chief's.
+/// The port rank 0's TCPStore listens on. The job's master_port when set; 0 (none: nothing to
+/// pick or check) when the job's `env` sets MASTER_PORT itself; else, for a chief on this
+/// machine, a port the OS reports free that no task of the cluster uses; else (a chief on
+/// another host or a Slurm node) the first port above the chief's own that no task uses, or 0
+/// with a warning when none is left (MASTER_PORT is then not set: only a program that reads it
+/// needs it). Throws IoError when no free port can be had here.
 int choose_master_port(const LaunchContext& context);
 
 /// torchrun's variables for task at the given group attempt; empty for tasks outside the

@@ -1,6 +1,10 @@
 // `dtrain launch --dry-run` through the real binary: every task's command and variables (TF_CONFIG,
 // torchrun's, the job's env) with secrets masked, a remote task as its ssh command plus what the
 // agent runs, and nothing started or written. Also the masking rule on its own.
+#include <fcntl.h>
+#include <sys/file.h>
+#include <unistd.h>
+
 #include <catch2/catch.hpp>
 #include <filesystem>
 #include <fstream>
@@ -27,17 +31,21 @@ void write_job(const std::string& path, const std::string& run_dir, const std::s
     "cluster": {"worker": [)"
                       << hosts << R"(]},
     "command": ["python3", "train.py", "--lr", "0.1 0.2"],
-    "env": {"WANDB_API_KEY": "key-123-secret", "HF_TOKEN": "hf_abc", "MY_FLAG": "on"}})";
+    "env": {"WANDB_API_KEY": "key-123-secret", "HF_TOKEN": "hf_abc", "MY_FLAG": "on",
+            "DATABASE_URL": "postgres://me:hunter2@db:5432/x?ssl=1 http://a@b/ https://u:p@q"}})";
 }
 
 }  // namespace
 
 TEST_CASE("which variables are secrets") {
   using dtrain::launcher::is_secret_name;
-  for (const char* name : {"DTRAIN_TOKEN", "HF_TOKEN", "WANDB_API_KEY", "aws_secret_access_key",
-                           "DB_PASSWORD", "AWS_ACCESS_KEY_ID", "GOOGLE_CREDENTIALS"})
+  for (const char* name :
+       {"DTRAIN_TOKEN", "HF_TOKEN", "WANDB_API_KEY", "aws_secret_access_key", "DB_PASSWORD",
+        "AWS_ACCESS_KEY_ID", "GOOGLE_CREDENTIALS", "DB_PASS", "PGPASSFILE", "MYSQL_PWD", "SSH_KEY",
+        "ENCRYPTION_KEY", "BASIC_AUTH", "OAUTH_CLIENT", "SESSION_COOKIE", "SIGNING_KEY_PEM"})
     CHECK(is_secret_name(name));
-  for (const char* name : {"TF_CONFIG", "RANK", "MASTER_PORT", "PATH", "MY_FLAG", "KEYBOARD"})
+  for (const char* name : {"TF_CONFIG", "RANK", "MASTER_PORT", "PATH", "MY_FLAG", "KEYBOARD", "PWD",
+                           "KEY", "MONKEY_COUNT"})
     CHECK_FALSE(is_secret_name(name));
 }
 
@@ -67,6 +75,11 @@ TEST_CASE("launch --dry-run prints each task's command and variables and starts 
   CHECK(r.out.find("hf_abc") == std::string::npos);
   CHECK(count(r.out, "WANDB_API_KEY=********") == 2);
   CHECK(count(r.out, "DTRAIN_TOKEN=********") == 2);
+  // Passwords inside URLs: the rest of the value stays readable.
+  CHECK(r.out.find("hunter2") == std::string::npos);
+  CHECK(count(r.out,
+              "DATABASE_URL='postgres://me:********@db:5432/x?ssl=1 http://a@b/ "
+              "https://u:********@q'") == 2);
   // Nothing written, nothing started.
   CHECK_FALSE(fs::exists(dir.path() + "/runs"));
 }
@@ -102,4 +115,28 @@ TEST_CASE("launch --dry-run refuses --detach and bad job files like a launch") {
   CHECK(bad.exit_code == 2);
   CHECK(bad.err.find("99999") != std::string::npos);
   CHECK(bad.out.empty());
+}
+
+TEST_CASE("a run directory is in use while a launcher holds its lock; the check takes none") {
+  dtrain::testing::TempDir dir;
+  dtrain::common::RunDir run(dir.path());
+  CHECK_FALSE(dtrain::launcher::run_dir_locked(run));  // no lock file
+  int holder = ::open(run.lock_file().c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+  REQUIRE(holder >= 0);
+  CHECK_FALSE(dtrain::launcher::run_dir_locked(run));  // a file nobody locks
+  REQUIRE(::flock(holder, LOCK_EX | LOCK_NB) == 0);    // as a launch holds it
+  CHECK(dtrain::launcher::run_dir_locked(run));
+  // It follows the lock as another descriptor takes and drops it (read from /proc/locks: the
+  // check holds nothing itself, where the old one took LOCK_SH for an instant).
+  int other = ::open(run.lock_file().c_str(), O_RDWR | O_CLOEXEC);
+  REQUIRE(other >= 0);
+  REQUIRE(::flock(holder, LOCK_UN) == 0);
+  for (int i = 0; i < 200; ++i) {
+    CHECK_FALSE(dtrain::launcher::run_dir_locked(run));
+    REQUIRE(::flock(other, LOCK_EX | LOCK_NB) == 0);
+    CHECK(dtrain::launcher::run_dir_locked(run));
+    REQUIRE(::flock(other, LOCK_UN) == 0);
+  }
+  ::close(other);
+  ::close(holder);
 }

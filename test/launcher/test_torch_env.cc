@@ -117,6 +117,20 @@ TEST_CASE("MASTER_PORT: the job's, else free and no task's here, else above the 
   CHECK(common::job_spec_to_json(chosen.spec, chosen.c.cluster).find("\"master_port\":41000") !=
         std::string::npos);
 
+  // Nothing to pick where the job's env sets MASTER_PORT (its value is used, once), and none
+  // left above a remote chief's port is no error: the variable is left out with a warning.
+  Context own(R"({"job": "p", "cluster": {"worker": ["far:65535", "near:3000"]},
+                 "env": {"MASTER_PORT": "1234"}, "train": {}})");
+  CHECK(launcher::choose_master_port(own.c) == 0);
+  own.c.master_port = 0;
+  CHECK(own.env_of({"worker", 1}).at("MASTER_PORT") == "1234");
+  Context full(R"({"job": "p", "cluster": {"worker": ["far:65535", "near:3000"]}, "train": {}})");
+  CHECK(launcher::choose_master_port(full.c) == 0);
+  full.c.master_port = 0;
+  Env without = full.env_of({"worker", 1});
+  CHECK(without.count("MASTER_PORT") == 0);
+  CHECK(without.at("MASTER_ADDR") == "far");
+
   auto refused = [](const std::string& port) {
     return common::parse_job_spec(
         R"({"job": "p", "workers": 1, "train": {}, "master_port": )" + port + "}", "job.json");

@@ -324,7 +324,6 @@ void Trainer::write_batch_summary() {
   tensorboard_->log_batch(state_.global_step, {{"loss", t[0] / seen}, {"accuracy", t[1] / seen}});
 }
 
-// The rate set in train.optimizer (the one place to change when the rate follows a schedule).
 void Trainer::heartbeat(int epoch, int64_t step, int64_t steps, double loss, double accuracy,
                         double rate) {
   double now = common::monotonic_seconds();
