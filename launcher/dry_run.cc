@@ -4,24 +4,15 @@
 // line).
 #include "launcher/dry_run.h"
 
-#include <fcntl.h>
 #include <fmt/format.h>
-#include <sys/file.h>
-#include <sys/stat.h>
-#include <sys/sysmacros.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cctype>
-#include <fstream>
-#include <sstream>
 #include <string_view>
 
 #include "common/cluster_spec.h"
 #include "common/control_protocol.h"
-#include "common/env_vars.h"
 #include "common/run_dir.h"
-#include "common/unique_fd.h"
 #include "launcher/agent_protocol.h"
 #include "launcher/control_server.h"
 #include "launcher/run_preparation.h"
@@ -91,33 +82,9 @@ std::string format_task(const LaunchContext& c, const common::TaskId& task, int 
 
 }  // namespace
 
-bool run_dir_locked(const common::RunDir& run_dir) {
-  struct stat lock {};
-  if (::stat(run_dir.lock_file().c_str(), &lock) != 0) return false;
-  // /proc/locks: "1: FLOCK  ADVISORY  WRITE 4242 08:01:1234 0 EOF" (device in hex, inode in
-  // decimal); waiters' lines have "->" as their second field.
-  std::ifstream locks("/proc/locks");
-  if (!locks) {  // no /proc: ask for the lock itself, for an instant
-    common::UniqueFd fd(::open(run_dir.lock_file().c_str(), O_RDONLY | O_CLOEXEC));
-    return fd.valid() && ::flock(fd.get(), LOCK_SH | LOCK_NB) != 0;
-  }
-  std::string want = fmt::format("{:02x}:{:02x}:{}", major(lock.st_dev), minor(lock.st_dev),
-                                 static_cast<unsigned long>(lock.st_ino));
-  for (std::string line; std::getline(locks, line);) {
-    std::istringstream fields(line);
-    std::string number, kind, mode, access, pid, file;
-    fields >> number >> kind;
-    if (kind != "FLOCK") continue;
-    fields >> mode >> access >> pid >> file;
-    if (file == want) return true;
-  }
-  return false;
-}
-
 bool is_secret_name(const std::string& name) {
   std::string upper = name;
   for (char& ch : upper) ch = static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
-  if (upper == common::kEnvToken.name) return true;
   for (const char* word : {"TOKEN", "SECRET", "PASS", "CREDENTIAL", "AUTH", "APIKEY", "COOKIE"}) {
     if (upper.find(word) != std::string::npos) return true;
   }

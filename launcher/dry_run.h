@@ -6,7 +6,6 @@
 #include <string>
 
 #include "common/job_spec.h"
-#include "common/run_dir.h"
 #include "launcher/worker_env.h"
 
 namespace dtrain::launcher {
@@ -14,15 +13,11 @@ namespace dtrain::launcher {
 /// What replaces a masked value.
 inline constexpr const char* kMaskedValue = "********";
 
-/// True for a variable whose value must not be printed: names holding TOKEN, SECRET, PASS,
-/// CREDENTIAL, AUTH, APIKEY or COOKIE, or with KEY or PWD as a word after the first (SSH_KEY,
-/// AWS_ACCESS_KEY_ID, MYSQL_PWD), in any case. Other values have the password of any
-/// scheme://user:password@host masked.
+/// True for a variable whose value must not be printed: names holding TOKEN (DTRAIN_TOKEN too),
+/// SECRET, PASS, CREDENTIAL, AUTH, APIKEY or COOKIE, or with KEY or PWD as a word after the
+/// first (SSH_KEY, AWS_ACCESS_KEY_ID, MYSQL_PWD), in any case. The report shows other values with
+/// the password of any scheme://user:password@host masked.
 bool is_secret_name(const std::string& name);
-
-/// True when a live launcher holds the run directory's lock, read from /proc/locks: the check
-/// takes no lock itself, so a launch starting at the same instant is never refused because of it.
-bool run_dir_locked(const common::RunDir& run_dir);
 
 /// The report for every task of context at the given attempt; run_in_use says a live launcher
 /// holds the run directory now (a real launch would refuse).

@@ -6,6 +6,7 @@
 #include <spdlog/spdlog.h>
 #include <sys/file.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -14,6 +15,7 @@
 #include <deque>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 #include <thread>
 
 #include "common/atomic_file.h"
@@ -179,6 +181,29 @@ LaunchContext make_launch_context(const common::JobSpec& spec, const std::string
   check_gpu_assignment(c);
   c.master_port = choose_master_port(c);
   return c;
+}
+
+bool run_dir_locked(const common::RunDir& run_dir) {
+  struct stat lock {};
+  if (::stat(run_dir.lock_file().c_str(), &lock) != 0) return false;
+  // /proc/locks: "1: FLOCK  ADVISORY  WRITE 4242 08:01:1234 0 EOF" (device in hex, inode in
+  // decimal); waiters' lines have "->" as their second field.
+  std::ifstream locks("/proc/locks");
+  if (!locks) {  // no /proc: ask for the lock itself, for an instant
+    common::UniqueFd fd(::open(run_dir.lock_file().c_str(), O_RDONLY | O_CLOEXEC));
+    return fd.valid() && ::flock(fd.get(), LOCK_SH | LOCK_NB) != 0;
+  }
+  std::string want = fmt::format("{:02x}:{:02x}:{}", major(lock.st_dev), minor(lock.st_dev),
+                                 static_cast<unsigned long>(lock.st_ino));
+  for (std::string line; std::getline(locks, line);) {
+    std::istringstream fields(line);
+    std::string number, kind, mode, access, pid, file;
+    fields >> number >> kind;
+    if (kind != "FLOCK") continue;
+    fields >> mode >> access >> pid >> file;
+    if (file == want) return true;
+  }
+  return false;
 }
 
 PreparedRun prepare_run(const common::JobSpec& spec) {

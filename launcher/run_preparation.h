@@ -33,6 +33,11 @@ std::string run_root(const common::JobSpec& spec);
 /// the context. Throws ConfigError as prepare_run does.
 LaunchContext make_launch_context(const common::JobSpec& spec, const std::string& root);
 
+/// True when a live launcher holds run_dir's lock (the one prepare_run takes), read from
+/// /proc/locks: the check takes no lock itself, so a launch starting at the same instant is
+/// never refused because of it. For reports such as a dry run; a launch just takes the lock.
+bool run_dir_locked(const common::RunDir& run_dir);
+
 /// The attempt a launch of run_dir starts with: 0, or one past what its state.json recorded.
 int next_attempt(const common::RunDir& run_dir);
 

@@ -103,7 +103,7 @@ std::vector<std::pair<std::string, std::string>> torch_env(const LaunchContext& 
       {kEnvRoleRank.name, std::to_string(*rank)},
       {kEnvRoleWorldSize.name, world},
       {kEnvMasterAddr.name, master},
-      {kEnvMasterPort.name, c.master_port > 0 ? std::to_string(c.master_port) : ""},
+      {kEnvMasterPort.name, std::to_string(c.master_port)},
       {kEnvRestartCount.name, std::to_string(attempt)},
       {kEnvMaxRestarts.name, std::to_string(c.spec->restart.max_restarts)},
       {kEnvRunId.name, c.spec->job},
@@ -111,8 +111,8 @@ std::vector<std::pair<std::string, std::string>> torch_env(const LaunchContext& 
   };
   std::vector<std::pair<std::string, std::string>> env;
   for (auto& kv : all) {
-    bool no_port = kv.first == kEnvMasterPort.name && c.master_port == 0;
-    if (!no_port && !user_sets(c, kv.first.c_str())) env.push_back(std::move(kv));
+    if (kv.first == kEnvMasterPort.name && c.master_port == 0) continue;  // none was chosen
+    if (!user_sets(c, kv.first.c_str())) env.push_back(std::move(kv));
   }
   return env;
 }

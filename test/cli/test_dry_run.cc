@@ -10,6 +10,7 @@
 #include <fstream>
 
 #include "launcher/dry_run.h"
+#include "launcher/run_preparation.h"
 #include "test/support/subprocess.h"
 #include "test/support/temp_dir.h"
 
