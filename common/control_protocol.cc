@@ -40,6 +40,8 @@ std::string format_control_message(const ControlMessage& m) {
   put_double("loss", m.loss);
   put_double("accuracy", m.accuracy);
   put_double("samples_per_second", m.samples_per_second);
+  if (m.global_step) w.key("global_step").value(*m.global_step);
+  if (m.restored_step) w.key("restored_step").value(*m.restored_step);
   return w.end_object().str() + "\n";
 }
 
@@ -63,6 +65,10 @@ std::optional<ControlMessage> parse_control_message(std::string_view line) {
                               {"accuracy", &m.accuracy},
                               {"samples_per_second", &m.samples_per_second}}) {
       if (auto n = root.find(key); n && !n->is_null()) *field = n->as_number(-1e300, 1e300);
+    }
+    for (auto [key, field] :
+         {std::pair{"global_step", &m.global_step}, {"restored_step", &m.restored_step}}) {
+      if (auto n = root.find(key); n && !n->is_null()) *field = n->as_int(0, int64_t{1} << 50);
     }
     return m;
   } catch (const ConfigError&) {

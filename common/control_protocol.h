@@ -3,6 +3,7 @@
 // progress; the launcher treats any of them as a sign of life. Formatting and parsing only.
 #pragma once
 
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -22,6 +23,8 @@ struct ControlMessage {
   // progress (absent fields stay empty)
   std::optional<int> epoch, epochs, step, steps;
   std::optional<double> loss, accuracy, samples_per_second;
+  std::optional<int64_t> global_step;    ///< steps done in the run, every epoch counted
+  std::optional<int64_t> restored_step;  ///< sent once after a (re)start: the step resumed from
 };
 
 /// A heartbeat of task on attempt from pid.

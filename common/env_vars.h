@@ -20,6 +20,10 @@ inline constexpr EnvVar kEnvRunDir{"DTRAIN_RUN_DIR", "", "absolute run directory
 inline constexpr EnvVar kEnvAttempt{"DTRAIN_ATTEMPT", "0", "group start count, 0 first"};
 inline constexpr EnvVar kEnvToken{"DTRAIN_TOKEN", "", "per-job secret (hex) for peer auth"};
 inline constexpr EnvVar kEnvControl{"DTRAIN_CONTROL", "", "launcher address for heartbeats"};
+inline constexpr EnvVar kEnvConfigText{"DTRAIN_CONFIG_TEXT", "",
+                                       "the job file's text, for a worker on another host"};
+inline constexpr EnvVar kEnvPythonUnbuffered{"PYTHONUNBUFFERED", "1",
+                                             "set for command jobs: Python writes lines at once"};
 inline constexpr EnvVar kEnvOmpThreads{"OMP_NUM_THREADS", "", "threads per worker"};
 inline constexpr EnvVar kEnvCudaDevices{"CUDA_VISIBLE_DEVICES", "", "GPU of this worker"};
 // torchrun's variables (launcher/torch_env.h, docs/tf-config.md), for PyTorch programs.
@@ -49,7 +53,8 @@ std::optional<std::string> get_env(const EnvVar& var);
 std::string get_env_or_default(const EnvVar& var);
 
 /// True for the names the launcher sets for each worker, which a job's `env` may not override:
-/// TF_CONFIG, DTRAIN_JOB, DTRAIN_RUN_DIR, DTRAIN_ATTEMPT, DTRAIN_TOKEN, DTRAIN_CONTROL.
+/// TF_CONFIG, DTRAIN_JOB, DTRAIN_RUN_DIR, DTRAIN_ATTEMPT, DTRAIN_TOKEN, DTRAIN_CONTROL,
+/// DTRAIN_CONFIG_TEXT.
 bool is_reserved_env_name(std::string_view name);
 
 }  // namespace dtrain::common

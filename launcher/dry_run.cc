@@ -16,7 +16,7 @@
 #include "launcher/agent_protocol.h"
 #include "launcher/control_server.h"
 #include "launcher/run_preparation.h"
-#include "launcher/torch_env.h"
+#include "launcher/worker_env.h"
 
 namespace dtrain::launcher {
 namespace {
@@ -61,17 +61,21 @@ std::string env_command(const std::string& indent, const std::string& cwd,
   return out + fmt::format("{}    {}\n", indent, command_line(argv));
 }
 
-std::string where(const LaunchContext& c, const common::TaskId& task) {
-  if (c.slurm) return fmt::format("Slurm node {}", c.slurm->tasks.at(task.index).node);
-  std::string host = common::parse_host_port(c.cluster.address(task), task.text()).host;
-  if (!uses_agent(c, task)) return fmt::format("{} (this machine)", host);
-  return fmt::format("{} (over {})", host, c.spec->remote_shell.at(0));
+std::string where(const LaunchPlan& plan, const TaskPlan& task) {
+  switch (task.placement) {
+    case Placement::kLocal:
+      return fmt::format("{} (this machine)", task.endpoint.host);
+    case Placement::kRemoteShell:
+      return fmt::format("{} (over {})", task.endpoint.host, plan.spec().remote_shell.at(0));
+    case Placement::kSlurmStep:
+      return fmt::format("Slurm node {}", task.where);
+  }
+  return task.where;
 }
 
-std::string format_task(const LaunchContext& c, const common::TaskId& task, int attempt) {
-  SpawnRequest request = make_spawn_request(c, task, attempt);
-  std::string out =
-      fmt::format("{} {} on {}\n", task.text(), c.cluster.address(task), where(c, task));
+std::string format_task(const LaunchPlan& plan, const TaskPlan& task, int attempt) {
+  SpawnRequest request = make_spawn_request(plan, task, {attempt, plan.master_port});
+  std::string out = fmt::format("{} {} on {}\n", task.task.text(), task.address, where(plan, task));
   if (!request.agent) return out + env_command("  ", request.cwd, request.env, request.argv);
   AgentRequest remote = parse_agent_request(
       std::string_view(request.agent_request).substr(0, request.agent_request.size() - 1));
@@ -96,33 +100,47 @@ bool is_secret_name(const std::string& name) {
   return upper.find("_KEY_") != std::string::npos || ends_with("_KEY") || ends_with("_PWD");
 }
 
-std::string format_dry_run(const LaunchContext& c, int attempt, bool in_use) {
+std::string format_dry_run(const LaunchPlan& plan, const DryRunFacts& facts) {
+  const LaunchContext& c = plan.context;
   std::string out = fmt::format(
       "# dry run of job \"{}\": {} task(s), run directory {}, attempt {}; nothing was started and "
       "no file was written\n",
-      c.spec->job, c.cluster.tasks().size(), c.run_dir, attempt);
-  if (in_use) {
+      c.spec->job, plan.tasks.size(), c.run_dir, facts.attempt);
+  if (facts.in_use) {
     out += "# the run directory is in use by a running launcher: a launch now would refuse\n";
   }
-  if (c.master_port > 0) {
+  if (facts.succeeded && !facts.fresh) {
+    out +=
+        "# the run already succeeded: a launch would change nothing (--fresh trains it again "
+        "from scratch)\n";
+  }
+  if (facts.fresh)
+    out +=
+        "# --fresh: the run's model, metrics, TensorBoard files and checkpoints would be removed\n";
+  if (plan.master_port > 0) {
     const char* why = c.spec->master_port ? "is the job's"
-                      : master_is_local(c)
+                      : plan.master_local
                           ? "is free now; a launch checks it again and picks another if taken"
                           : "is the first one above the chief's port that no task uses";
-    out += fmt::format("# MASTER_PORT {} {}\n", c.master_port, why);
+    out += fmt::format("# MASTER_PORT {} {}\n", plan.master_port, why);
   }
   out += fmt::format("# secrets are shown as {}\n", kMaskedValue);
-  for (const common::TaskId& task : c.cluster.tasks()) out += "\n" + format_task(c, task, attempt);
+  for (const TaskPlan& task : plan.tasks) out += "\n" + format_task(plan, task, facts.attempt);
   return out;
 }
 
-std::string dry_run(const common::JobSpec& spec) {
+std::string dry_run(const common::JobSpec& spec, bool fresh) {
   std::string root = run_root(spec);
   common::RunDir run_dir(root);
   LaunchContext context = make_launch_context(spec, root);
   context.token = std::string(64, 'x');  // masked in the report; never a real token
-  context.control_address = common::kControlScheme + control_socket_path(root);
-  return format_dry_run(context, next_attempt(run_dir), run_dir_locked(run_dir));
+  LaunchPlan plan = plan_launch(std::move(context));
+  DryRunFacts facts;
+  facts.attempt = next_attempt(run_dir);
+  facts.in_use = run_dir_locked(run_dir);
+  facts.succeeded = recorded_status(run_dir) == common::kStatusSucceeded;
+  facts.fresh = fresh;
+  return format_dry_run(plan, facts);
 }
 
 }  // namespace dtrain::launcher

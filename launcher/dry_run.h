@@ -19,12 +19,19 @@ inline constexpr const char* kMaskedValue = "********";
 /// the password of any scheme://user:password@host masked.
 bool is_secret_name(const std::string& name);
 
-/// The report for every task of context at the given attempt; run_in_use says a live launcher
-/// holds the run directory now (a real launch would refuse).
-std::string format_dry_run(const LaunchContext& context, int attempt, bool run_in_use);
+/// What a dry run knows of the run directory besides the plan.
+struct DryRunFacts {
+  int attempt = 0;         ///< the attempt a launch would start
+  bool in_use = false;     ///< a live launcher holds the run directory (a launch would refuse)
+  bool succeeded = false;  ///< the run already succeeded (a launch would change nothing)
+  bool fresh = false;      ///< --fresh: the run's results would be removed first
+};
 
-/// `dtrain launch JOB --dry-run`: builds the context as a launch would, without creating the run
+/// The report for every task of plan.
+std::string format_dry_run(const LaunchPlan& plan, const DryRunFacts& facts);
+
+/// `dtrain launch JOB --dry-run [--fresh]`: plans as a launch would, without creating the run
 /// directory, and returns the report. Throws ConfigError as a launch does.
-std::string dry_run(const common::JobSpec& spec);
+std::string dry_run(const common::JobSpec& spec, bool fresh = false);
 
 }  // namespace dtrain::launcher

@@ -26,6 +26,7 @@
 #include "launcher/dry_run.h"
 #include "launcher/metrics_server.h"
 #include "launcher/options.h"
+#include "launcher/remote_child.h"
 #include "launcher/run_preparation.h"
 #include "launcher/supervisor.h"
 
@@ -38,6 +39,7 @@ struct LaunchOptions {
   std::string run_dir;
   bool detach = false;
   bool dry_run = false;
+  bool fresh = false;
   int metrics_port = 0;
 };
 
@@ -45,7 +47,7 @@ struct LaunchOptions {
 std::string answer_request(Supervisor& supervisor, const std::string& request_json) {
   common::JsonDocument doc = common::JsonDocument::parse(request_json, "request");
   std::string kind = doc.root().at("request").as_string();
-  if (kind == "status") return supervisor.state_json();
+  if (kind == "status") return state_json(supervisor.snapshot());
   if (kind == "stop") {
     bool now = false;
     if (auto n = doc.root().find("now")) now = n->as_bool();
@@ -55,7 +57,14 @@ std::string answer_request(Supervisor& supervisor, const std::string& request_js
     if (now) supervisor.kill_now();
     return R"({"ok":true})";
   }
-  return fmt::format(R"({{"ok":false,"error":"unknown request {}"}})", common::json_quote(kind));
+  return common::JsonWriter()
+      .begin_object()
+      .key("ok")
+      .value(false)
+      .key("error")
+      .value(fmt::format("unknown request {}", common::json_quote(kind)))
+      .end_object()
+      .str();
 }
 
 // Becomes a daemon: own session, not a session leader, stdin from /dev/null, stdout and stderr
@@ -87,10 +96,21 @@ bool detach(const common::RunDir& run_dir) {
   return false;
 }
 
+// ", after 2 recoveries that redid 386 steps" (the recoveries whose resumed step is known).
+std::string recovery_cost(const SupervisorResult& result) {
+  if (result.recoveries.empty()) return "";
+  int64_t redone = 0;
+  for (const Recovery& r : result.recoveries) redone += r.steps_redone();
+  size_t n = result.recoveries.size();
+  return fmt::format(", after {} {} that redid {} step{}", n, n == 1 ? "recovery" : "recoveries",
+                     redone, redone == 1 ? "" : "s");
+}
+
 void print_summary(const common::JobSpec& spec, const common::RunDir& run_dir,
                    const SupervisorResult& result, int attempt) {
   if (result.status == common::kStatusSucceeded) {
-    std::cerr << fmt::format("dtrain: job \"{}\" succeeded on attempt {}\n", spec.job, attempt);
+    std::cerr << fmt::format("dtrain: job \"{}\" succeeded on attempt {}{}\n", spec.job, attempt,
+                             recovery_cost(result));
     if (std::filesystem::exists(run_dir.model_dir()))
       std::cerr << fmt::format("dtrain: model: {}\n", run_dir.model_dir());
     if (std::filesystem::exists(run_dir.metrics_jsonl()))
@@ -122,25 +142,26 @@ int run_supervisor(const common::JobSpec& spec, PreparedRun& run,
                    common::UniqueFd metrics_listener) {
   boost::asio::io_context io;
   GroupGuardian guardian = GroupGuardian::start();
-  auto spawner = make_boost_process_spawner(io);
+  auto local_spawner = make_boost_process_spawner(io);
+  auto spawner = make_agent_spawner(io, *local_spawner);
   RunRecorder recorder(run.run_dir);
   Console console = Console::for_stdout();
   std::unique_ptr<Supervisor> supervisor;
   ControlLimits limits;  // room for every worker's connection besides clients
-  limits.max_connections =
-      std::max<size_t>(limits.max_connections, 2 * run.context.cluster.tasks().size() + 64);
+  limits.max_connections = std::max<size_t>(limits.max_connections, 2 * run.plan.tasks.size() + 64);
   ControlServer control(
-      io, control_socket_path(run.context.run_dir),
+      io, control_socket_path(run.plan.context.run_dir),
       [&](const common::ControlMessage& m) { supervisor->on_control_message(m); },
       [&](const std::string& request) { return answer_request(*supervisor, request); }, limits);
-  run.context.control_address = control.address();
+  DT_ENFORCE_EQ(control.address(), run.plan.context.control_address,
+                "the control socket is not where the plan told the workers");
   supervisor = std::make_unique<Supervisor>(
       io, *spawner, recorder, console, &guardian,
-      SupervisorOptions{run.context, run.first_attempt, static_cast<uint64_t>(::getpid())});
+      SupervisorOptions{std::move(run.plan), run.first_attempt, static_cast<uint64_t>(::getpid())});
   std::unique_ptr<MetricsServer> metrics;
   if (metrics_listener.valid()) {
-    metrics = std::make_unique<MetricsServer>(io, std::move(metrics_listener),
-                                              [&] { return supervisor->prometheus_text(); });
+    metrics = std::make_unique<MetricsServer>(
+        io, std::move(metrics_listener), [&] { return prometheus_text(supervisor->snapshot()); });
   }
   boost::asio::signal_set signals(io, SIGINT, SIGTERM, SIGHUP);
   int signals_seen = 0;
@@ -177,10 +198,11 @@ int launch_command(const Args& args) {
   LaunchOptions options;
   po::options_description desc(
       "Usage: dtrain launch JOB_FILE [--run-dir DIR] [--detach] [--metrics-port PORT] "
-      "[--dry-run]\n\n"
+      "[--dry-run] [--fresh]\n\n"
       "Starts every task of the job with its TF_CONFIG, keeps one log per worker in RUN_DIR/logs,\n"
       "shows them merged, and restarts the whole group when a worker fails or is preempted.\n"
-      "Launching again on a stopped run directory resumes it.\n\nOptions");
+      "Launching again on a stopped run directory resumes it; on one that succeeded it does\n"
+      "nothing unless --fresh is given.\n\nOptions");
   desc.add_options()("run-dir", po::value(&options.run_dir),
                      "run directory (default: the job's run_dir)")(
       "detach", po::bool_switch(&options.detach),
@@ -189,7 +211,9 @@ int launch_command(const Args& args) {
       "serve Prometheus metrics on 127.0.0.1:PORT (1-65535)")(
       "dry-run", po::bool_switch(&options.dry_run),
       "print each task's command and environment (secrets masked); start nothing, write nothing")(
-      "help,h", "show this help");
+      "fresh", po::bool_switch(&options.fresh),
+      "train from scratch: remove the run's model, metrics, TensorBoard files and checkpoints "
+      "first (a run that succeeded is otherwise left as it is)")("help,h", "show this help");
   po::variables_map vm = parse_options(args, desc, {{"job-file", &options.job_file}}, "launch");
   if (vm.count("help")) {
     std::cout << desc;
@@ -200,17 +224,25 @@ int launch_command(const Args& args) {
   if (!options.run_dir.empty()) spec.run_dir = options.run_dir;
   if (options.dry_run) {
     if (options.detach) throw common::ConfigError("launch: give --dry-run or --detach, not both");
-    std::cout << dry_run(spec);
+    std::cout << dry_run(spec, options.fresh);
+    return common::kExitSuccess;
+  }
+  common::RunDir existing(run_root(spec));
+  if (!options.fresh && recorded_status(existing) == common::kStatusSucceeded) {
+    std::cerr << fmt::format(
+        "dtrain: job \"{}\" already succeeded in {}: nothing to do (its model and metrics are "
+        "kept; `dtrain launch {} --fresh` trains it again from scratch)\n",
+        spec.job, existing.root(), options.job_file);
     return common::kExitSuccess;
   }
   ::signal(SIGPIPE, SIG_IGN);
   // Bound before detaching, so that a port in use fails this command (exit 2), not the daemon.
   common::UniqueFd metrics_listener;
   if (vm.count("metrics-port")) metrics_listener = listen_for_metrics(options.metrics_port);
-  PreparedRun run = prepare_run(spec);
+  PreparedRun run = prepare_run(spec, options.fresh);
   if (options.detach && detach(run.run_dir)) return common::kExitSuccess;
   spdlog::info("job \"{}\": {} task(s), run directory {}, attempt {}", spec.job,
-               run.context.cluster.tasks().size(), run.context.run_dir, run.first_attempt);
+               run.plan.tasks.size(), run.plan.context.run_dir, run.first_attempt);
   return run_supervisor(spec, run, std::move(metrics_listener));
 }
 

@@ -5,6 +5,7 @@
 
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -18,6 +19,14 @@ class io_context;
 
 namespace dtrain::launcher {
 
+/// Where a request for `dtrain agent` runs; the agent spawner (launcher/remote_child.h) reads it.
+struct RemoteTarget {
+  enum class Kind { kRemoteShell, kSlurmStep };
+  Kind kind = Kind::kRemoteShell;
+  std::string name;             ///< the host or the Slurm node
+  double start_seconds = 30.0;  ///< the agent must report the worker started by then (0: no limit)
+};
+
 struct SpawnRequest {
   std::vector<std::string> argv;  ///< argv[0]: a path, or a name looked up on PATH
   std::vector<std::pair<std::string, std::string>> env;  ///< set on top of the launcher's own
@@ -26,13 +35,37 @@ struct SpawnRequest {
   /// agent_request first and stays open (closing it ends the remote group), and signal_group()
   /// sends the signal as an agent command instead of signalling the local process group.
   bool agent = false;
-  std::string agent_request;  ///< format_agent_request(): argv, env and cwd, never on argv
+  std::string agent_request;           ///< format_agent_request(): argv, env and cwd, never on argv
+  std::optional<RemoteTarget> remote;  ///< set with agent
+};
+
+/// How a child ended.
+struct ChildEnd {
+  enum class Cause {
+    kExited,      ///< the worker ended with status
+    kNotStarted,  ///< a remote worker was never started (its agent did not report it in time)
+    kPlaceLost,   ///< the host or node was lost before the worker's end was reported
+  };
+  ChildEnd(ExitStatus s, Cause c = Cause::kExited, std::string d = {})  // NOLINT: implicit
+      : status(s), cause(c), detail(std::move(d)) {}
+  /// The worker's own status: for a remote worker, what its agent reported when it could;
+  /// else the remote shell's or srun's.
+  ExitStatus status;
+  Cause cause;
+  std::string detail;  ///< kNotStarted, kPlaceLost: what happened, with ssh's or srun's own words
 };
 
 struct ChildCallbacks {
   std::function<void(std::string_view bytes)> on_output;  ///< stdout and stderr, in write order
   std::function<void()> on_output_closed;                 ///< end of output (whole group closed it)
-  std::function<void(ExitStatus status)> on_exit;         ///< the process itself ended
+  std::function<void(const ChildEnd& end)> on_exit;       ///< the process itself ended
+  /// A remote worker runs now (pid on its host). Local children run from spawn() on; never called.
+  std::function<void(int remote_pid)> on_started;
+  /// A control message a remote worker sent through its agent (heartbeat, progress).
+  std::function<void(const std::string& line)> on_control;
+  /// Someone other than the launcher signalled the remote task. place_ending: its place is going
+  /// away (Slurm ending the job's steps), so the launch should stop and be requeued.
+  std::function<void(int sig, bool place_ending)> on_signaled;
 };
 
 /// A started process. It leads its own process group; its children are in that group too.

@@ -19,11 +19,13 @@
 #include <thread>
 
 #include "common/atomic_file.h"
+#include "common/control_protocol.h"
 #include "common/env_vars.h"
 #include "common/errors.h"
 #include "common/gpu_count.h"
 #include "common/json.h"
-#include "launcher/torch_env.h"
+#include "launcher/control_server.h"
+#include "launcher/worker_env.h"
 
 namespace dtrain::launcher {
 namespace fs = std::filesystem;
@@ -108,6 +110,33 @@ int count_local_gpus() {
   return common::count_visible_gpus(common::get_env(common::kEnvCudaDevices));
 }
 
+// The backup folder of a dtrain-worker job: train.backup.dir, relative to the run directory.
+std::string backup_folder(const common::JobSpec& spec, const common::RunDir& run_dir) {
+  std::string dir = "backup";
+  if (spec.train_json) {
+    try {
+      common::JsonDocument doc = common::JsonDocument::parse(*spec.train_json, "train");
+      if (auto backup = doc.root().find("backup"); backup && backup->is_object())
+        if (auto d = backup->find("dir"); d && d->is_string()) dir = d->as_string();
+    } catch (const std::exception&) {  // the worker names what is wrong with it
+    }
+  }
+  return (fs::path(run_dir.root()) / dir).lexically_normal().string();
+}
+
+// --fresh: what a finished or stopped run produced, so the job trains from scratch.
+void remove_results(const common::JobSpec& spec, const common::RunDir& run_dir) {
+  for (const std::string& path :
+       {backup_folder(spec, run_dir), run_dir.model_dir(), run_dir.metrics_jsonl(),
+        run_dir.root() + "/eval.jsonl", run_dir.root() + "/tensorboard"}) {
+    std::error_code ec;
+    if (fs::remove_all(path, ec) > 0)
+      spdlog::info("--fresh: removed {}", path);
+    else if (ec)
+      throw common::IoError(fmt::format("--fresh: cannot remove {}: {}", path, ec.message()));
+  }
+}
+
 }  // namespace
 
 int end_stale_workers(const std::string& run_dir) {
@@ -167,6 +196,8 @@ LaunchContext make_launch_context(const common::JobSpec& spec, const std::string
   }
   c.run_dir = root;
   c.spec_path = common::RunDir(root).spec_json();
+  c.spec_text = common::job_spec_to_json(spec, c.cluster) + "\n";
+  c.control_address = common::kControlScheme + control_socket_path(root);
   c.worker_program = find_worker_program();
   std::error_code self_error;
   fs::path self = fs::read_symlink("/proc/self/exe", self_error);
@@ -178,8 +209,6 @@ LaunchContext make_launch_context(const common::JobSpec& spec, const std::string
   if (std::optional<std::string> visible = common::get_env(common::kEnvCudaDevices)) {
     c.gpu_names = common::visible_gpu_names(visible, common::count_driver_gpus());
   }
-  check_gpu_assignment(c);
-  c.master_port = choose_master_port(c);
   return c;
 }
 
@@ -206,18 +235,31 @@ bool run_dir_locked(const common::RunDir& run_dir) {
   return false;
 }
 
-PreparedRun prepare_run(const common::JobSpec& spec) {
+std::string recorded_status(const common::RunDir& run_dir) {
+  if (!fs::exists(run_dir.state_json())) return "";
+  try {
+    common::JsonDocument doc =
+        common::JsonDocument::parse(common::read_file(run_dir.state_json()), "state.json");
+    std::string status = doc.root().at("status").as_string();
+    return common::is_final_status(status) ? status : "";
+  } catch (const std::exception&) {
+    return "";
+  }
+}
+
+PreparedRun prepare_run(const common::JobSpec& spec, bool fresh) {
   PreparedRun run;
   std::string root = run_root(spec);
   run.run_dir = common::RunDir(root);
   make_run_dir(run.run_dir);
   run.lock = lock_run_dir(run.run_dir);
   end_stale_workers(root);
+  if (fresh) remove_results(spec, run.run_dir);
   run.first_attempt = next_attempt(run.run_dir);
-  run.context = make_launch_context(spec, root);
-  run.context.token = random_token();
-  common::write_file_atomically(run.context.spec_path,
-                                common::job_spec_to_json(spec, run.context.cluster) + "\n");
+  LaunchContext context = make_launch_context(spec, root);
+  context.token = random_token();
+  run.plan = plan_launch(std::move(context));
+  common::write_file_atomically(run.plan.context.spec_path, run.plan.context.spec_text);
   return run;
 }
 

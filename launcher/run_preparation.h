@@ -9,27 +9,33 @@
 #include "common/job_spec.h"
 #include "common/run_dir.h"
 #include "common/unique_fd.h"
-#include "launcher/worker_env.h"
+#include "launcher/launch_plan.h"
 
 namespace dtrain::launcher {
 
 struct PreparedRun {
   common::RunDir run_dir{""};
   common::UniqueFd lock;  ///< flock held for the launcher's life
-  LaunchContext context;  ///< control_address still empty
+  LaunchPlan plan;        ///< resolved once; the supervisor only reads it
   int first_attempt = 0;  ///< 0, or one past the last attempt of a resumed run
 };
 
 /// Throws ConfigError when the run directory is in use by a live launcher (naming its pid) or
-/// the worker program cannot be found; IoError when the folder cannot be written.
-PreparedRun prepare_run(const common::JobSpec& spec);
+/// the worker program cannot be found; IoError when the folder cannot be written. fresh: the
+/// run's results and checkpoints (model/, metrics, TensorBoard files, the backup folder) are
+/// removed first, so the job trains from scratch; logs and events are kept.
+PreparedRun prepare_run(const common::JobSpec& spec, bool fresh = false);
+
+/// The status a finished run recorded in its state.json ("succeeded", "failed", "stopped"), or
+/// "" when it has none or it is unreadable.
+std::string recorded_status(const common::RunDir& run_dir);
 
 /// The run directory of spec as the launcher names it: absolute, normalised, no trailing '/'.
 std::string run_root(const common::JobSpec& spec);
 
-/// Everything the tasks of spec are started with but the token and the control address: the
-/// cluster (from Slurm for a Slurm job), programs, cores, GPUs and MASTER_PORT. Writes no file and
-/// starts nothing (it binds a socket for a moment to pick a free MASTER_PORT). spec must outlive
+/// Everything the tasks of spec are started with but the token: the cluster (from Slurm for a
+/// Slurm job), spec.json's text, programs, cores, GPUs and the control address. Writes no file
+/// and starts nothing (picking "workers": N ports binds sockets for a moment). spec must outlive
 /// the context. Throws ConfigError as prepare_run does.
 LaunchContext make_launch_context(const common::JobSpec& spec, const std::string& root);
 

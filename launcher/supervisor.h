@@ -1,7 +1,10 @@
-// The supervisor: starts every task of a job, watches them, and on the first failure stops the
-// whole group (SIGTERM to all at once, one shared grace period, then SIGKILL) and starts it again
-// after a back-off, as restart_policy decides. One io_context thread, no locks; processes come
-// from a ProcessSpawner, so every path runs against a fake in unit tests.
+// The supervisor: the group's state machine (docs/design.md#the-supervisor). It starts every task
+// of the launch plan, watches them, and on the first failure stops the whole group (SIGTERM to
+// all at once, one shared grace period, then SIGKILL) and starts it again after a back-off, as
+// restart_policy decides. It knows tasks and their ends, not deployment modes: where a task runs
+// is the plan's business, how a remote one is reached the child's (remote_child.h). One
+// io_context thread, no locks; processes come from a ProcessSpawner, so every path runs against
+// a fake in unit tests.
 #pragma once
 
 #include <boost/asio/io_context.hpp>
@@ -15,11 +18,11 @@
 #include "common/control_protocol.h"
 #include "launcher/console.h"
 #include "launcher/group_guardian.h"
-#include "launcher/line_splitter.h"
+#include "launcher/group_view.h"
+#include "launcher/launch_plan.h"
 #include "launcher/process_spawner.h"
 #include "launcher/restart_policy.h"
 #include "launcher/run_records.h"
-#include "launcher/worker_env.h"
 
 namespace dtrain::launcher {
 
@@ -36,15 +39,26 @@ struct FailureReport {
   std::vector<std::string> last_lines;
 };
 
+/// One recovery: the group started again and resumed at restored_step.
+struct Recovery {
+  int attempt = 0;            ///< the attempt that resumed
+  int64_t reached_step = 0;   ///< the furthest step reported before the failure
+  int64_t restored_step = 0;  ///< the step the restarted group resumed from
+  int64_t steps_redone() const {
+    return reached_step > restored_step ? reached_step - restored_step : 0;
+  }
+};
+
 struct SupervisorResult {
   std::string status;  ///< common::kStatusSucceeded, kStatusFailed or kStatusStopped
   int exit_code = 0;
   std::string reason;  ///< for a fault of the launcher itself, "launcher: <what failed>"
   std::optional<FailureReport> failure;
+  std::vector<Recovery> recoveries;  ///< the restarts whose resumed step is known
 };
 
 struct SupervisorOptions {
-  LaunchContext context;
+  LaunchPlan plan;
   int first_attempt = 0;
   uint64_t jitter_seed = 0;
   double kill_drain_seconds = 5;  ///< after SIGKILL, how long to wait for output to close
@@ -64,7 +78,7 @@ class Supervisor {
   void stop(int signal);
   /// SIGKILL every worker group now (second Ctrl-C).
   void kill_now();
-  /// A heartbeat or progress line from a worker (DTRAIN_CONTROL).
+  /// A heartbeat or progress line from a worker (DTRAIN_CONTROL, or relayed by its agent).
   void on_control_message(const common::ControlMessage& message);
   /// A fault of the launcher's own (a write that failed, an exception in a handler): logs it,
   /// stops the group as a failure with no restart, and ends the job "failed" with reason
@@ -72,17 +86,12 @@ class Supervisor {
   void on_fault(const std::string& what) noexcept;
 
   int attempt() const { return attempt_; }
-  /// What state.json holds, as one JSON line (also the reply to `dtrain status`).
-  std::string state_json() const;
-  /// Restarts, preemptions, attempt, and per worker up, loss, samples/s and step, in
-  /// Prometheus's text format.
-  std::string prometheus_text() const;
+  /// The group as `dtrain status`, state.json and Prometheus see it now.
+  GroupSnapshot snapshot() const;
   const RestartBook& book() const { return book_; }
 
  private:
-  struct Slot;
-  bool agent_line(Slot& slot, std::string_view line);
-  void on_agent_signaled(Slot& slot, int sig);
+  struct Task;
   enum class Phase { kStarting, kRunning, kTearingDown, kBackingOff, kDone };
 
   /// Runs the body of an Asio handler (child callback, timer, request) so that nothing escapes
@@ -93,49 +102,50 @@ class Supervisor {
   /// A task whose last lines say the disk is full takes the blame from one that failed first
   /// without saying why (it lost its peer, or its write failed silently).
   void blame_disk_full();
-  FailureReport failure_of(const Slot& slot, Outcome outcome, const std::string& what,
+  FailureReport failure_of(const Task& task, Outcome outcome, const std::string& what,
                            int exit_code) const;
+
+  // The attempt's life: start -> (output, exits, signs of life) -> first failure or success ->
+  // teardown -> back-off -> start, or finish.
   void start_attempt();
   bool ports_free_or_retry();
-  void spawn_slot(Slot& slot);
-  void append_to_log(Slot& slot, const std::string& text);
-  void on_output(Slot& slot, std::string_view bytes);
-  void on_output_closed(Slot& slot);
-  void on_exit(Slot& slot, ExitStatus status);
-  void note_progress(Slot& slot);
+  void spawn_task(Task& task);
+  void append_to_log(Task& task, const std::string& text);
+  void on_output(Task& task, std::string_view bytes);
+  void on_output_closed(Task& task);
+  void on_started(Task& task, int remote_pid);
+  void on_exit(Task& task, const ChildEnd& end);
+  void on_signaled(Task& task, int sig, bool place_ending);
+  void note_progress(Task& task, const common::ControlMessage* message);
   bool group_succeeded() const;
-  void fail_first(const Slot& slot, Outcome outcome, const std::string& what, int exit_code);
+  void fail_first(const Task& task, Outcome outcome, const std::string& what, int exit_code);
   void begin_teardown(const std::string& reason);
   void signal_all(int sig);
   void maybe_teardown_complete();
   void teardown_complete();
+  void back_off(const Decision& decision);
   void finish(const std::string& status, int exit_code, const std::string& reason);
+  void cancel_timers() noexcept;
   void arm_watchdog();
-  /// Each second, a keep-alive to every remote agent (they stop their worker without one).
-  void arm_keepalive();
   void check_watchdog();
   void write_state();
   void update_live_view();
   const char* phase_name() const;
-  std::unique_ptr<Slot> make_slot(const common::TaskId& task);
 
   boost::asio::io_context& io_;
   ProcessSpawner& spawner_;
   RunRecorder& recorder_;
   Console& console_;
   GroupGuardian* guardian_;
-  SupervisorOptions options_;
+  const SupervisorOptions options_;
+  const LaunchPlan& plan_;
   RestartBook book_;
-  std::vector<std::unique_ptr<Slot>> slots_;
-  /// startup_seconds after a start: a worker whose agent has not started it yet (ssh still
-  /// connecting, srun waiting for resources) is a start failure, not a hang.
-  void arm_start_check();
-  void check_agents_started();
-  boost::asio::steady_timer backoff_timer_, grace_timer_, watchdog_timer_, port_timer_,
-      keepalive_timer_, start_timer_;
+  std::vector<std::unique_ptr<Task>> tasks_;
+  boost::asio::steady_timer backoff_timer_, grace_timer_, watchdog_timer_, port_timer_;
   std::function<void(const SupervisorResult&)> on_done_;
   Phase phase_ = Phase::kStarting;
   int attempt_ = 0;
+  int master_port_ = 0;  ///< MASTER_PORT of this attempt: the plan's, or another if it was taken
   int port_retries_ = 0;
   double attempt_started_ = 0;
   double launcher_started_ = 0;
@@ -143,10 +153,12 @@ class Supervisor {
   double last_live_view_ = 0;
   double rate_origin_time_ = 0;  ///< first progress of this attempt, for the ETA
   int64_t rate_origin_step_ = -1;
+  int64_t reached_step_ = 0;  ///< furthest step any training task reported, over all attempts
+  bool recovering_ = false;   ///< a restarted group has not yet said where it resumed
   bool attempt_made_progress_ = false;
+  bool attempt_start_failed_ = false;  ///< a task of this attempt was never started
   bool success_ = false;
   bool stop_requested_ = false;
-  bool killed_ = false;
   std::optional<FailureReport> first_failure_;
   std::optional<std::string> fault_;      ///< the launcher's own fault: no restart after it
   std::optional<std::string> log_error_;  ///< a log write failed; on_fault after the handler

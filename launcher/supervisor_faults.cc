@@ -9,7 +9,7 @@
 #include "common/exit_codes.h"
 #include "common/run_dir.h"
 #include "launcher/supervisor.h"
-#include "launcher/supervisor_slot.h"
+#include "launcher/supervisor_task.h"
 
 namespace dtrain::launcher {
 namespace {
@@ -63,22 +63,18 @@ void Supervisor::on_fault(const std::string& what) noexcept {
 
 void Supervisor::emergency_stop(const std::string& what) noexcept {
   spdlog::critical("launcher: {}: killing every worker", what);
-  for (auto& slot : slots_) {
+  for (auto& task : tasks_) {
     try {
-      if (slot->child) slot->child->signal_group(SIGKILL);
+      if (task->child) task->child->signal_group(SIGKILL);
     } catch (...) {  // the next group must still be killed
     }
   }
   if (phase_ == Phase::kDone) return;
   phase_ = Phase::kDone;
-  for (auto* timer : {&backoff_timer_, &grace_timer_, &watchdog_timer_, &port_timer_,
-                      &keepalive_timer_, &start_timer_}) {
-    boost::system::error_code ignored;
-    timer->cancel(ignored);
-  }
+  cancel_timers();
   try {
     result_ = SupervisorResult{common::kStatusFailed, common::kExitFailure, "launcher: " + what,
-                               first_failure_};
+                               first_failure_, std::move(result_.recoveries)};
     recorder_.release_reserve();
     write_state();
     if (on_done_) on_done_(result_);
@@ -86,27 +82,27 @@ void Supervisor::emergency_stop(const std::string& what) noexcept {
   }
 }
 
-FailureReport Supervisor::failure_of(const Slot& slot, Outcome outcome, const std::string& what,
+FailureReport Supervisor::failure_of(const Task& task, Outcome outcome, const std::string& what,
                                      int exit_code) const {
-  return FailureReport{slot.task,
+  return FailureReport{task.plan.task,
                        attempt_,
                        outcome,
                        what,
                        exit_code,
-                       slot.log_path,
-                       {slot.last_lines.begin(), slot.last_lines.end()}};
+                       task.plan.log_path,
+                       {task.last_lines.begin(), task.last_lines.end()}};
 }
 
 void Supervisor::blame_disk_full() {
   if (!first_failure_ || says_disk_full(first_failure_->last_lines)) return;
-  for (const auto& slot : slots_) {
-    if (!slot->status || classify(*slot->status) == Outcome::kSuccess ||
-        !says_disk_full(slot->last_lines))
+  for (const auto& task : tasks_) {
+    if (!task->status || classify(*task->status) == Outcome::kSuccess ||
+        !says_disk_full(task->last_lines))
       continue;
-    spdlog::info("{} says the disk is full: it, not {}, is named as the cause", slot->task.text(),
-                 first_failure_->task.text());
-    first_failure_ = failure_of(*slot, classify(*slot->status), describe(*slot->status),
-                                job_exit_code(*slot->status));
+    spdlog::info("{} says the disk is full: it, not {}, is named as the cause",
+                 task->plan.task.text(), first_failure_->task.text());
+    first_failure_ = failure_of(*task, classify(*task->status), describe(*task->status),
+                                job_exit_code(*task->status));
     return;
   }
 }

@@ -8,32 +8,24 @@
 #include <utility>
 #include <vector>
 
-#include "common/cluster_spec.h"
-#include "common/job_spec.h"
-
 namespace dtrain::launcher {
 
-struct LaunchContext;
-
-/// Where a task runs, for LOCAL_RANK and GROUP_RANK: its Slurm node, "" for this machine (any of
-/// its names), else the host as written, lower-cased.
-std::string task_place(const LaunchContext& context, const common::TaskId& task);
-
-/// True when the chief runs on this machine (not over ssh, not as a Slurm step), so its
-/// MASTER_PORT can be picked and checked here.
-bool master_is_local(const LaunchContext& context);
+struct LaunchPlan;
+struct TaskPlan;
 
 /// The port rank 0's TCPStore listens on. The job's master_port when set; 0 (none: nothing to
 /// pick or check) when the job's `env` sets MASTER_PORT itself; else, for a chief on this
 /// machine, a port the OS reports free that no task of the cluster uses; else (a chief on
 /// another host or a Slurm node) the first port above the chief's own that no task uses, or 0
 /// with a warning when none is left (MASTER_PORT is then not set: only a program that reads it
-/// needs it). Throws IoError when no free port can be had here.
-int choose_master_port(const LaunchContext& context);
+/// needs it). Uses the plan's placements; throws IoError when no free port can be had here.
+int choose_master_port(const LaunchPlan& plan);
 
-/// torchrun's variables for task at the given group attempt; empty for tasks outside the
-/// training group (an evaluator). Names the job's own `env` sets are left out (the job wins).
-std::vector<std::pair<std::string, std::string>> torch_env(const LaunchContext& context,
-                                                           const common::TaskId& task, int attempt);
+/// torchrun's variables for task at the given group attempt and MASTER_PORT (0: not set); empty
+/// for tasks outside the training group (an evaluator). Names the job's own `env` sets are left
+/// out (the job wins). Pure.
+std::vector<std::pair<std::string, std::string>> torch_env(const LaunchPlan& plan,
+                                                           const TaskPlan& task, int attempt,
+                                                           int master_port);
 
 }  // namespace dtrain::launcher

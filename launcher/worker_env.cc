@@ -2,55 +2,54 @@
 #include "launcher/worker_env.h"
 
 #include <fmt/format.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <fstream>
 
 #include "common/env_vars.h"
 #include "common/errors.h"
-#include "common/local_addresses.h"
-#include "common/tf_config.h"
+#include "common/json.h"
 #include "launcher/agent_protocol.h"
 #include "launcher/torch_env.h"
 
 namespace dtrain::launcher {
 namespace {
 
-int workers_on_host(const common::ClusterSpec& cluster, const std::string& host) {
-  int count = 0;
-  for (const common::TaskId& task : cluster.tasks()) {
-    count += common::parse_host_port(cluster.address(task), task.text()).host == host ? 1 : 0;
-  }
-  return std::max(count, 1);
+using Env = std::vector<std::pair<std::string, std::string>>;
+
+bool user_sets(const common::JobSpec& spec, const char* name) {
+  return std::any_of(spec.env.begin(), spec.env.end(),
+                     [&](const auto& kv) { return kv.first == name; });
 }
 
-std::vector<std::pair<std::string, std::string>> worker_env(const LaunchContext& c,
-                                                            const common::TaskId& task, int attempt,
-                                                            const std::string& host) {
+// TensorFlow's exact format (common/tf_config.h), from the cluster text the plan made once.
+std::string tf_config(const LaunchPlan& plan, const TaskPlan& task) {
+  return fmt::format("{{\"cluster\": {}, \"task\": {{\"type\": {}, \"index\": {}}}}}",
+                     plan.cluster_json, common::json_quote(task.task.type), task.task.index);
+}
+
+Env worker_env(const LaunchPlan& plan, const TaskPlan& task, const AttemptParams& attempt) {
   using namespace common;
-  std::vector<std::pair<std::string, std::string>> env = {
-      {kEnvTfConfig.name, format_tf_config(c.cluster, task)},
+  const LaunchContext& c = plan.context;
+  Env env = {
+      {kEnvTfConfig.name, tf_config(plan, task)},
       {kEnvJob.name, c.spec->job},
       {kEnvRunDir.name, c.run_dir},
-      {kEnvAttempt.name, std::to_string(attempt)},
+      {kEnvAttempt.name, std::to_string(attempt.attempt)},
       {kEnvToken.name, c.token},
       {kEnvControl.name, c.control_address},
   };
-  bool user_sets_omp = std::any_of(c.spec->env.begin(), c.spec->env.end(),
-                                   [](const auto& kv) { return kv.first == kEnvOmpThreads.name; });
-  if (!user_sets_omp && c.slurm) {
-    env.emplace_back(kEnvOmpThreads.name, std::to_string(c.slurm->tasks.at(task.index).cpus));
-  } else if (!user_sets_omp && !c.launcher_omp_threads) {
-    int threads = std::max(1, c.host_cores / workers_on_host(c.cluster, host));
-    env.emplace_back(kEnvOmpThreads.name, std::to_string(threads));
-  }
-  bool user_sets_gpu = std::any_of(c.spec->env.begin(), c.spec->env.end(),
-                                   [](const auto& kv) { return kv.first == kEnvCudaDevices.name; });
-  std::string gpu = gpu_for_task(c, task);
-  if (!gpu.empty() && !user_sets_gpu) env.emplace_back(kEnvCudaDevices.name, gpu);
-  for (auto& kv : torch_env(c, task, attempt)) env.push_back(std::move(kv));
+  if (task.omp_threads > 0) env.emplace_back(kEnvOmpThreads.name, std::to_string(task.omp_threads));
+  if (!task.gpu.empty()) env.emplace_back(kEnvCudaDevices.name, task.gpu);
+  for (auto& kv : torch_env(plan, task, attempt.attempt, attempt.master_port))
+    env.push_back(std::move(kv));
+  // A Python program's print() reaches the log at once, not when a pipe buffer fills.
+  if (!c.spec->command.empty() && !user_sets(*c.spec, kEnvPythonUnbuffered.name))
+    env.emplace_back(kEnvPythonUnbuffered.name, kEnvPythonUnbuffered.default_value);
   for (const auto& kv : c.spec->env) env.push_back(kv);
+  // dtrain-worker on another host reads the job from here, so it needs no shared file system.
+  if (task.remote() && c.spec->command.empty() && !c.spec_text.empty())
+    env.emplace_back(kEnvConfigText.name, c.spec_text);
   return env;
 }
 
@@ -59,81 +58,57 @@ std::vector<std::string> program_argv(const LaunchContext& c) {
   return {c.worker_program, "--config", c.spec_path};
 }
 
+std::vector<std::string> remote_shell_argv(const LaunchPlan& plan, const TaskPlan& task) {
+  const common::JobSpec& spec = plan.spec();
+  std::vector<std::string> argv = spec.remote_shell;
+  argv.push_back("--");  // the host is never an option, whatever the cluster spec says
+  argv.push_back(task.endpoint.host);
+  argv.push_back(shell_quote(plan.context.dtrain_program));  // the remote shell joins its words
+  argv.push_back("agent");
+  argv.push_back("--keepalive");
+  argv.push_back(fmt::format("{}", kAgentKeepaliveSeconds));
+  argv.push_back("--signal-grace");
+  argv.push_back(fmt::format("{:g}", spec.restart.grace_seconds));
+  return argv;
+}
+
 }  // namespace
 
-// The local tasks in task order: the order GPUs are handed out in.
-std::vector<common::TaskId> local_tasks(const LaunchContext& c) {
-  std::vector<common::TaskId> tasks;
-  for (const common::TaskId& task : c.cluster.tasks()) {
-    if (is_local_host(common::parse_host_port(c.cluster.address(task), task.text()).host))
-      tasks.push_back(task);
+SpawnRequest make_spawn_request(const LaunchPlan& plan, const TaskPlan& task,
+                                const AttemptParams& attempt) {
+  const LaunchContext& c = plan.context;
+  SpawnRequest request;
+  request.env = worker_env(plan, task, attempt);
+  request.argv = program_argv(c);
+  request.cwd = c.cwd;
+  switch (task.placement) {
+    case Placement::kLocal:
+      return request;
+    case Placement::kRemoteShell:
+      request.remote = RemoteTarget{RemoteTarget::Kind::kRemoteShell, task.where,
+                                    plan.spec().restart.startup_seconds};
+      break;
+    case Placement::kSlurmStep:
+      request.remote = RemoteTarget{RemoteTarget::Kind::kSlurmStep, task.where,
+                                    plan.spec().restart.startup_seconds};
+      break;
   }
-  return tasks;
-}
-
-std::string gpu_for_task(const LaunchContext& c, const common::TaskId& task) {
-  if (c.local_gpus <= 0) return "";
-  std::vector<common::TaskId> tasks = local_tasks(c);
-  for (size_t i = 0; i < tasks.size(); ++i) {
-    if (!(tasks[i] == task)) continue;
-    size_t slot = i % static_cast<size_t>(c.local_gpus);
-    return slot < c.gpu_names.size() ? c.gpu_names[slot] : std::to_string(slot);
-  }
-  return "";
-}
-
-void check_gpu_assignment(const LaunchContext& c) {
-  size_t local = local_tasks(c).size();
-  if (c.local_gpus > 0 && local > static_cast<size_t>(c.local_gpus) && !c.spec->gpu_sharing) {
-    throw common::ConfigError(
-        fmt::format("{}: {} local tasks but {} GPU(s) on this host: set \"gpu_sharing\": true to "
-                    "let workers share GPUs, or use fewer workers",
-                    c.spec->source, local, c.local_gpus));
-  }
+  // `<remote_shell> host dtrain agent` or `srun ... dtrain agent`; argv, env (the token among
+  // them) and cwd travel on stdin, never on a command line.
+  request.agent = true;
+  request.agent_request = format_agent_request({request.argv, request.env, c.cwd});
+  request.env.clear();
+  request.cwd.clear();
+  request.argv = task.placement == Placement::kSlurmStep
+                     ? srun_argv(plan.spec(), *c.slurm, task.slurm_index, c.dtrain_program)
+                     : remote_shell_argv(plan, task);
+  return request;
 }
 
 std::string shell_quote(const std::string& text) {
   std::string out = "'";
   for (char ch : text) out += ch == '\'' ? std::string("'\\''") : std::string(1, ch);
   return out + "'";
-}
-
-bool is_local_host(const std::string& host) {
-  return common::is_this_machine(host);
-}
-
-bool uses_agent(const LaunchContext& c, const common::TaskId& task) {
-  return c.slurm ||
-         !is_local_host(common::parse_host_port(c.cluster.address(task), task.text()).host);
-}
-
-SpawnRequest make_spawn_request(const LaunchContext& c, const common::TaskId& task, int attempt) {
-  std::string host = common::parse_host_port(c.cluster.address(task), task.text()).host;
-  SpawnRequest request;
-  request.env = worker_env(c, task, attempt, host);
-  request.argv = program_argv(c);
-  request.cwd = c.cwd;
-  if (!uses_agent(c, task)) return request;
-  // Another machine or a Slurm step: `<remote_shell> host dtrain agent` or `srun ... dtrain
-  // agent`; argv, env (the token among them) and cwd travel on stdin, never on a command line.
-  request.agent = true;
-  request.agent_request = format_agent_request({request.argv, request.env, c.cwd});
-  request.env.clear();
-  request.cwd.clear();
-  if (c.slurm) {
-    request.argv = srun_argv(*c.spec, *c.slurm, static_cast<size_t>(task.index), c.dtrain_program);
-    return request;
-  }
-  request.argv = c.spec->remote_shell;
-  request.argv.push_back("--");  // the host is never an option, whatever the cluster spec says
-  request.argv.push_back(host);
-  request.argv.push_back(shell_quote(c.dtrain_program));  // the remote shell joins its arguments
-  request.argv.push_back("agent");
-  request.argv.push_back("--keepalive");
-  request.argv.push_back(fmt::format("{}", kAgentKeepaliveSeconds));
-  request.argv.push_back("--signal-grace");
-  request.argv.push_back(fmt::format("{:g}", c.spec->restart.grace_seconds));
-  return request;
 }
 
 std::string random_token() {

@@ -86,9 +86,10 @@ common::TfConfig read_task() {
 // the job name when the file has one.
 std::pair<std::string, std::string> read_train_config(const std::string& path) {
   if (path.empty()) throw ConfigError("--config is required (a job file or a train object)");
-  std::string text;
+  // A worker on another host gets the file's text from the launcher (no shared file system).
+  std::string text = common::get_env(common::kEnvConfigText).value_or("");
   try {
-    text = common::read_file(path, common::kMaxJsonFileBytes);
+    if (text.empty()) text = common::read_file(path, common::kMaxJsonFileBytes);
   } catch (const common::IoError& e) {
     throw ConfigError(fmt::format("--config: {}", e.what()));
   }

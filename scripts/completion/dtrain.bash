@@ -43,7 +43,7 @@ _dtrain() {
   fi
   case ${COMP_WORDS[1]} in
     launch)
-      opts="-h --help --run-dir --detach --metrics-port --dry-run"
+      opts="-h --help --run-dir --detach --metrics-port --dry-run --fresh"
       value_opts="--metrics-port"
       dir_opts="--run-dir"
       operand=job

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "launcher/agent_protocol.h"
 #include "launcher/process_spawner.h"
 
 namespace dtrain::testing {
@@ -25,8 +26,14 @@ struct FakeProcess {
   bool ignore_sigterm = false;
   std::vector<int> signals;
 
+  /// A variable the process starts with (for a remote task, from its agent request).
   std::string env(const std::string& name) const {
-    for (const auto& [k, v] : request.env)
+    std::vector<std::pair<std::string, std::string>> all = request.env;
+    if (request.agent)
+      all = launcher::parse_agent_request(
+                std::string_view(request.agent_request).substr(0, request.agent_request.size() - 1))
+                .env;
+    for (const auto& [k, v] : all)
       if (k == name) return v;
     return "";
   }

@@ -107,7 +107,8 @@ SpawnedExit spawn_from_handler(const std::vector<std::string>& argv) {
   bool returned = false;
   boost::asio::post(io, [&] {
     ChildCallbacks callbacks;
-    callbacks.on_exit = [&](ExitStatus status) {
+    callbacks.on_exit = [&](const dtrain::launcher::ChildEnd& end) {
+      ExitStatus status = end.status;
       result.status = status;
       result.before_spawn_returned = !returned;
     };
@@ -130,7 +131,7 @@ std::string spawn_and_read(const std::vector<std::string>& argv,
   ChildCallbacks callbacks;
   callbacks.on_output = [&](std::string_view bytes) { output.append(bytes); };
   callbacks.on_output_closed = [&] { closed = true; };
-  callbacks.on_exit = [&](ExitStatus s) { status = s; };
+  callbacks.on_exit = [&](const dtrain::launcher::ChildEnd& end) { status = end.status; };
   auto child = spawner->spawn(SpawnRequest{argv, env, "", false, ""}, std::move(callbacks));
   while (!(closed && status) && io.run_one_for(std::chrono::seconds(10)) > 0) {
   }

@@ -327,3 +327,52 @@ TEST_CASE("a busy worker port is named and exits 2; a missing program exits 2") 
   CHECK(missing.exit_code == 2);
   CHECK(missing.err.find("\"no-such-program-dtrain\" not found on PATH") != std::string::npos);
 }
+
+TEST_CASE("a launch on a run that succeeded changes nothing; --fresh trains it again") {
+  Job job;
+  job.write(2, "--sleep 0.1");
+  REQUIRE(job.launch().exit_code == 0);
+  fs::create_directories(job.run_dir() + "/model");
+  std::ofstream(job.run_dir() + "/model/model.json") << "{}";
+  std::ofstream(job.run_dir() + "/metrics.jsonl") << "{\"epoch\": 1}\n";
+  std::string events = job.events();
+
+  auto again = job.launch();
+  CHECK(again.exit_code == 0);
+  CHECK(again.err.find("already succeeded") != std::string::npos);
+  CHECK(again.err.find("--fresh") != std::string::npos);
+  CHECK(job.events() == events);  // nothing started, nothing recorded
+  CHECK(fs::exists(job.run_dir() + "/model/model.json"));
+  CHECK(count(job.log(0), "==== dtrain: attempt ") == 1);
+
+  dtrain::testing::ProcessOptions options;
+  options.cwd = job.dir.path();
+  auto dry = run_process({binary("dtrain"), "launch", job.path(), "--dry-run"}, options);
+  CHECK(dry.out.find("already succeeded") != std::string::npos);
+
+  auto fresh = run_process({binary("dtrain"), "launch", job.path(), "--fresh"}, options);
+  CHECK(fresh.exit_code == 0);
+  CHECK_FALSE(fs::exists(job.run_dir() + "/model"));
+  CHECK_FALSE(fs::exists(job.run_dir() + "/metrics.jsonl"));
+  CHECK(count(job.log(0), "==== dtrain: attempt ") == 2);  // logs are kept and appended
+}
+
+TEST_CASE("a Python command job's print() reaches its log at once (PYTHONUNBUFFERED)") {
+  Job job;
+  std::ofstream(job.dir.path() + "/job.json")
+      << R"J({"job": "t", "workers": 1, "command": ["/usr/bin/python3", "-c",
+      "import time\nprint('first line', flush=False)\ntime.sleep(30)"],
+      "restart": {"max_restarts": 0, "grace_seconds": 1}})J";
+  auto launcher = job.launch_in_background();
+  bool seen = false;
+  for (int i = 0; i < 200 && !seen; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    std::ifstream log(job.run_dir() + "/logs/worker-0.log");
+    std::stringstream text;
+    text << log.rdbuf();
+    seen = text.str().find("first line") != std::string::npos;
+  }
+  CHECK(seen);  // buffered, it would appear only at exit, 30 s later
+  launcher->signal(SIGTERM);
+  launcher->wait(30);
+}

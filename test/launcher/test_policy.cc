@@ -33,6 +33,17 @@ TEST_CASE("exit codes and signals are classified as DESIGN.md says") {
 }
 
 namespace {
+
+// The request a launch makes for task at attempt, through the plan as the supervisor does.
+SpawnRequest request_for(const LaunchContext& c, const dtrain::common::TaskId& task, int attempt) {
+  LaunchPlan plan = plan_launch(c);
+  return make_spawn_request(plan, plan.task(task), {attempt, plan.master_port});
+}
+
+// The GPU the plan hands task ("" for none).
+std::string gpu_of(const LaunchContext& c, const dtrain::common::TaskId& task) {
+  return plan_launch(c).task(task).gpu;
+}
 dtrain::common::RestartPolicy policy() {
   dtrain::common::RestartPolicy p;
   p.max_restarts = 3;
@@ -139,7 +150,7 @@ TEST_CASE("each worker gets its TF_CONFIG, the DTRAIN_* variables, threads and t
   c.worker_program = "/opt/dtrain-worker";
   c.cwd = "/home/u";
   c.host_cores = 8;
-  SpawnRequest r = make_spawn_request(c, {"worker", 1}, 3);
+  SpawnRequest r = request_for(c, {"worker", 1}, 3);
   auto env = [&](const std::string& name) {
     for (const auto& [k, v] : r.env)
       if (k == name) return v;
@@ -157,7 +168,7 @@ TEST_CASE("each worker gets its TF_CONFIG, the DTRAIN_* variables, threads and t
   CHECK(r.cwd == "/home/u");
 
   c.launcher_omp_threads = "3";
-  r = make_spawn_request(c, {"worker", 0}, 0);
+  r = request_for(c, {"worker", 0}, 0);
   CHECK(env("OMP_NUM_THREADS") == "<unset>");  // the user's own setting is inherited untouched
 }
 
@@ -170,10 +181,10 @@ TEST_CASE("workers on other hosts go through the remote shell with quoted argume
   c.spec = &spec;
   c.cluster = spec.cluster;
   c.cwd = "/work";
-  SpawnRequest local = make_spawn_request(c, {"worker", 0}, 0);
+  SpawnRequest local = request_for(c, {"worker", 0}, 0);
   CHECK(local.argv == std::vector<std::string>{"python3", "it's.py"});
   c.dtrain_program = "/opt/d train/dtrain";
-  SpawnRequest remote = make_spawn_request(c, {"worker", 1}, 0);
+  SpawnRequest remote = request_for(c, {"worker", 1}, 0);
   // `ssh -p 22 -- gpu7 '/opt/d train/dtrain' agent --keepalive 10 --signal-grace 10`: nothing
   // of the job on argv; a signal to the agent gives the worker the job's grace_seconds to save;
   // "--" keeps the host from being read as an option.
@@ -217,27 +228,27 @@ TEST_CASE(
   c.spec = &spec;
   c.cluster = spec.cluster;
   c.local_gpus = 0;
-  CHECK(gpu_for_task(c, {"worker", 0}).empty());
-  CHECK_NOTHROW(check_gpu_assignment(c));
+  CHECK(gpu_of(c, {"worker", 0}).empty());
+  CHECK_NOTHROW(plan_launch(c));
   c.local_gpus = 4;
-  CHECK(gpu_for_task(c, {"chief", 0}) == "0");
-  CHECK(gpu_for_task(c, {"worker", 0}) == "1");
-  CHECK(gpu_for_task(c, {"worker", 1}) == "2");
-  CHECK(gpu_for_task(c, {"worker", 2}).empty());  // another host: its own launcher decides
+  CHECK(gpu_of(c, {"chief", 0}) == "0");
+  CHECK(gpu_of(c, {"worker", 0}) == "1");
+  CHECK(gpu_of(c, {"worker", 1}) == "2");
+  CHECK(gpu_of(c, {"worker", 2}).empty());  // another host: its own launcher decides
   auto env_of = [&](const TaskId& t) {
-    for (const auto& [k, v] : make_spawn_request(c, t, 0).env)
+    for (const auto& [k, v] : request_for(c, t, 0).env)
       if (k == "CUDA_VISIBLE_DEVICES") return v;
     return std::string("<unset>");
   };
   CHECK(env_of({"worker", 1}) == "2");
   c.local_gpus = 2;
-  CHECK_THROWS_WITH(check_gpu_assignment(c), Catch::Contains("3 local tasks but 2 GPU(s)"));
+  CHECK_THROWS_WITH(plan_launch(c), Catch::Contains("3 local tasks but 2 GPU(s)"));
   spec.gpu_sharing = true;
-  CHECK_NOTHROW(check_gpu_assignment(c));
-  CHECK(gpu_for_task(c, {"worker", 1}) == "0");
+  CHECK_NOTHROW(plan_launch(c));
+  CHECK(gpu_of(c, {"worker", 1}) == "0");
   // A launcher started with CUDA_VISIBLE_DEVICES=5,7 hands out those GPUs, not 0 and 1.
   c.gpu_names = {"5", "7"};
-  CHECK(gpu_for_task(c, {"chief", 0}) == "5");
-  CHECK(gpu_for_task(c, {"worker", 0}) == "7");
-  CHECK(gpu_for_task(c, {"worker", 1}) == "5");
+  CHECK(gpu_of(c, {"chief", 0}) == "5");
+  CHECK(gpu_of(c, {"worker", 0}) == "7");
+  CHECK(gpu_of(c, {"worker", 1}) == "5");
 }

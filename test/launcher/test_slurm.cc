@@ -220,11 +220,13 @@ TEST_CASE("slurm: each worker is one srun step running dtrain agent; secrets sta
   c.dtrain_program = "/opt/dtrain/bin/dtrain";
   c.cwd = "/home/me";
   c.host_cores = 64;
-  c.master_port = dtrain::launcher::choose_master_port(c);
-  CHECK(c.master_port == 30004);  // above the chief's 30000 and every task's port
+  dtrain::launcher::LaunchPlan plan = dtrain::launcher::plan_launch(c);
+  CHECK(plan.master_port == 30004);  // above the chief's 30000 and every task's port
   dtrain::common::TaskId task{"worker", 2};
-  CHECK(dtrain::launcher::uses_agent(c, task));  // even though 127.0.0.1 is this machine
-  dtrain::launcher::SpawnRequest r = dtrain::launcher::make_spawn_request(c, task, 3);
+  // A Slurm step even though 127.0.0.1 is this machine.
+  CHECK(plan.task(task).placement == dtrain::launcher::Placement::kSlurmStep);
+  dtrain::launcher::SpawnRequest r =
+      dtrain::launcher::make_spawn_request(plan, plan.task(task), {3, plan.master_port});
   CHECK(r.agent);
   CHECK(r.env.empty());
   CHECK(r.argv == Strings{"srun", "--nodes=1", "--ntasks=1", "--nodelist=n2", "--exact",
@@ -251,7 +253,8 @@ TEST_CASE("slurm: each worker is one srun step running dtrain agent; secrets sta
 
   SECTION("a task with GPUs asks srun for them") {
     c.slurm->tasks[2].gpus = 2;
-    Strings argv = dtrain::launcher::make_spawn_request(c, task, 0).argv;
+    dtrain::launcher::LaunchPlan gpus = dtrain::launcher::plan_launch(c);
+    Strings argv = dtrain::launcher::make_spawn_request(gpus, gpus.task(task), {0, 0}).argv;
     CHECK(std::find(argv.begin(), argv.end(), "--gres=gpu:2") != argv.end());
   }
 }

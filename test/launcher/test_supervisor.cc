@@ -14,6 +14,7 @@
 #include "common/control_protocol.h"
 #include "common/job_spec.h"
 #include "common/run_dir.h"
+#include "launcher/remote_child.h"
 #include "launcher/supervisor.h"
 #include "test/launcher/fake_spawner.h"
 #include "test/support/temp_dir.h"
@@ -53,9 +54,13 @@ struct Harness {
     c.spec = &spec;
     c.cluster = common::resolve_cluster(spec);
     c.run_dir = dir.path();
-    c.master_port = master_port;
-    supervisor = std::make_unique<launcher::Supervisor>(io, spawner, *recorder, console, nullptr,
-                                                        launcher::SupervisorOptions{c, 0, 1, 0.5});
+    launcher::LaunchPlan plan = launcher::plan_launch(c);
+    plan.master_port = master_port;
+    // Remote tasks reach the fake through the agent spawner, as they reach the real one.
+    agents = launcher::make_agent_spawner(io, spawner);
+    supervisor = std::make_unique<launcher::Supervisor>(
+        io, *agents, *recorder, console, nullptr,
+        launcher::SupervisorOptions{std::move(plan), 0, 1, 0.5});
   }
   ~Harness() { std::fclose(console_file); }
 
@@ -86,6 +91,7 @@ struct Harness {
   std::FILE* console_file;
   launcher::Console console;
   std::unique_ptr<launcher::RunRecorder> recorder;
+  std::unique_ptr<launcher::ProcessSpawner> agents;
   std::unique_ptr<launcher::Supervisor> supervisor;
   launcher::SupervisorResult result;
   bool done = false;
@@ -235,7 +241,7 @@ TEST_CASE("a remote worker its agent has not started within startup_seconds is a
     REQUIRE(r.failure);
     CHECK(r.failure->task.text() == "worker:1");
     CHECK(r.failure->what.find("not started on host 192.0.2.1 within 0.2 s") != std::string::npos);
-    CHECK(h.events().find("\"event\":\"start_timeout\",\"task\":\"worker:1\"") !=
+    CHECK(h.events().find("\"event\":\"start_failure\",\"task\":\"worker:1\"") !=
           std::string::npos);
   }
   SECTION("an agent that reports its worker started is not timed out") {
@@ -256,7 +262,7 @@ TEST_CASE("a remote worker its agent has not started within startup_seconds is a
         quick);
     auto r = h.run();
     CHECK(r.status == "succeeded");
-    CHECK(h.events().find("start_timeout") == std::string::npos);
+    CHECK(h.events().find("start_failure") == std::string::npos);
   }
 }
 
@@ -427,4 +433,106 @@ TEST_CASE("a busy MASTER_PORT the launcher picked is picked again; the job's own
   CHECK(r.exit_code == 2);
   CHECK(chosen.spawner.processes.empty());
   CHECK_THAT(chosen.state(), Catch::Contains("MASTER_PORT") && Catch::Contains("master_port"));
+}
+
+TEST_CASE("a remote task that is never started twice in a row stops the job") {
+  const std::string remote = R"(, "cluster": {"worker": ["localhost:1", "192.0.2.1:2"]})";
+  SECTION("the start times out: not counted as progress even after startup_seconds") {
+    Harness h(
+        remote,
+        [](FakeProcess& p) {
+          if (!p.request.agent) p.print("step\n");  // the local worker runs on
+        },
+        [](common::RestartPolicy& r) {
+          r.startup_seconds = 0.2;
+          r.max_restarts = 5;
+        });
+    auto r = h.run();
+    CHECK(r.status == "failed");
+    CHECK(h.supervisor->attempt() == 1);  // two attempts, not the whole budget
+    CHECK_THAT(r.reason, Catch::Contains("configuration problem"));
+  }
+  SECTION("ssh fails at once: its own words reach the failure") {
+    Harness h(
+        remote,
+        [](FakeProcess& p) {
+          if (!p.request.agent) return;
+          p.print("ssh: connect to host 192.0.2.1 port 22: Connection refused\r\n");
+          p.end(ExitStatus::exited(255));
+        },
+        [](common::RestartPolicy& r) { r.max_restarts = 5; });
+    auto r = h.run();
+    CHECK(r.status == "failed");
+    CHECK(h.supervisor->attempt() == 1);
+    REQUIRE(r.failure);
+    CHECK(r.failure->task.text() == "worker:1");
+    CHECK_THAT(r.failure->what,
+               Catch::Contains("host 192.0.2.1") && Catch::Contains("Connection refused"));
+    CHECK(h.events().find("\"event\":\"start_failure\"") != std::string::npos);
+  }
+}
+
+TEST_CASE("a remote worker's end is the status its agent reported, not the remote shell's") {
+  const std::string remote = R"(, "cluster": {"worker": ["localhost:1", "192.0.2.1:2"]})";
+  Harness h(
+      remote,
+      [](FakeProcess& p) {
+        if (!p.request.agent) return;
+        p.print(
+            "\x1e"
+            "dtrain-agent {\"event\":\"started\",\"pid\":42}\n");
+        p.print(
+            "\x1e"
+            "dtrain-agent {\"event\":\"exit\",\"signal\":11}\n");
+        p.end(ExitStatus::exited(139));
+      },
+      [](common::RestartPolicy& r) { r.max_restarts = 0; });
+  auto r = h.run();
+  REQUIRE(r.failure);
+  CHECK(r.failure->outcome == launcher::Outcome::kCrashed);
+  CHECK(r.failure->what == "killed by SIGSEGV");
+  CHECK(h.events().find("\"event\":\"remote_start\",\"task\":\"worker:1\"") != std::string::npos);
+}
+
+TEST_CASE("a recovery says how many steps it redid: summary result and events") {
+  const std::string remote = R"(, "cluster": {"worker": ["localhost:1", "192.0.2.1:2"]})";
+  auto control = [](const std::string& json) {
+    return std::string("\x1e") + "dtrain-control " + json + "\n";
+  };
+  Harness h(remote, [&](FakeProcess& p) {
+    if (!p.request.agent) {
+      if (p.attempt() == 1) p.end(ExitStatus::exited(0));
+      return;  // the local worker of attempt 0 runs until stopped
+    }
+    p.print(
+        "\x1e"
+        "dtrain-agent {\"event\":\"started\",\"pid\":42}\n");
+    int attempt = p.attempt();
+    std::string head =
+        R"({"type":"progress","task":"worker:1","attempt":)" + std::to_string(attempt);
+    if (attempt == 0) {
+      p.print(control(head + R"(,"restored_step":0})"));
+      p.print(control(head + R"(,"epoch":1,"epochs":2,"step":30,"steps":50,"global_step":30})"));
+      p.print(
+          "\x1e"
+          "dtrain-agent {\"event\":\"exit\",\"code\":1}\n");
+      p.end(ExitStatus::exited(1));
+    } else {
+      p.print(control(head + R"(,"restored_step":20})"));
+      p.print(
+          "\x1e"
+          "dtrain-agent {\"event\":\"exit\",\"code\":0}\n");
+      p.end(ExitStatus::exited(0));
+    }
+  });
+  auto r = h.run();
+  CHECK(r.status == "succeeded");
+  INFO(r.reason);
+  REQUIRE(r.recoveries.size() == 1);
+  CHECK(r.recoveries[0].reached_step == 30);
+  CHECK(r.recoveries[0].restored_step == 20);
+  CHECK(r.recoveries[0].steps_redone() == 10);
+  CHECK(h.events().find("\"event\":\"recovered\",\"attempt\":1,\"restored_step\":20,"
+                        "\"steps_redone\":10") != std::string::npos);
+  CHECK(h.state().find("\"steps_redone\":10") != std::string::npos);
 }

@@ -22,11 +22,13 @@ struct Context {
     c.run_dir = "/runs/t";
     c.token = "feed";
     c.worker_program = "/opt/dtrain-worker";
-    c.master_port = 29500;
   }
+  launcher::LaunchPlan plan() const { return launcher::plan_launch(c); }
   // The env the task starts with, from the agent request when it goes to another host.
   Env env_of(const common::TaskId& task, int attempt = 0) const {
-    launcher::SpawnRequest r = launcher::make_spawn_request(c, task, attempt);
+    launcher::LaunchPlan p = plan();
+    launcher::SpawnRequest r =
+        launcher::make_spawn_request(p, p.task(task), {attempt, master_port});
     std::vector<std::pair<std::string, std::string>> env = r.env;
     if (r.agent) {
       env =
@@ -41,6 +43,7 @@ struct Context {
   }
   common::JobSpec spec;
   launcher::LaunchContext c;
+  int master_port = 29500;  ///< MASTER_PORT of the attempt
 };
 
 }  // namespace
@@ -100,20 +103,20 @@ TEST_CASE("chief and workers on two hosts: RANK follows TF_CONFIG, hosts are num
 TEST_CASE("MASTER_PORT: the job's, else free and no task's here, else above the chief's there") {
   Context local(R"({"job": "p", "cluster": {"worker": ["localhost:2001", "localhost:2002"]},
                    "train": {}})");
-  int picked = launcher::choose_master_port(local.c);
+  int picked = local.plan().master_port;
   CHECK(picked != 2001);
   CHECK(picked != 2002);
   CHECK(picked > 0);
-  CHECK(launcher::master_is_local(local.c));
+  CHECK(local.plan().master_local);
 
   Context remote(R"({"job": "p", "cluster": {"worker": ["far:3000", "far:3001", "near:3002"]},
                     "train": {}})");
-  CHECK_FALSE(launcher::master_is_local(remote.c));
-  CHECK(launcher::choose_master_port(remote.c) == 3003);  // 3001 and 3002 are tasks' ports
+  CHECK_FALSE(remote.plan().master_local);
+  CHECK(remote.plan().master_port == 3003);  // 3001 and 3002 are tasks' ports
 
   Context chosen(R"({"job": "p", "workers": 2, "master_port": 41000, "train": {}})");
   chosen.c.cluster = common::resolve_cluster(chosen.spec);
-  CHECK(launcher::choose_master_port(chosen.c) == 41000);
+  CHECK(chosen.plan().master_port == 41000);
   CHECK(common::job_spec_to_json(chosen.spec, chosen.c.cluster).find("\"master_port\":41000") !=
         std::string::npos);
 
@@ -121,12 +124,12 @@ TEST_CASE("MASTER_PORT: the job's, else free and no task's here, else above the 
   // left above a remote chief's port is no error: the variable is left out with a warning.
   Context own(R"({"job": "p", "cluster": {"worker": ["far:65535", "near:3000"]},
                  "env": {"MASTER_PORT": "1234"}, "train": {}})");
-  CHECK(launcher::choose_master_port(own.c) == 0);
-  own.c.master_port = 0;
+  CHECK(own.plan().master_port == 0);
+  own.master_port = 0;
   CHECK(own.env_of({"worker", 1}).at("MASTER_PORT") == "1234");
   Context full(R"({"job": "p", "cluster": {"worker": ["far:65535", "near:3000"]}, "train": {}})");
-  CHECK(launcher::choose_master_port(full.c) == 0);
-  full.c.master_port = 0;
+  CHECK(full.plan().master_port == 0);
+  full.master_port = 0;
   Env without = full.env_of({"worker", 1});
   CHECK(without.count("MASTER_PORT") == 0);
   CHECK(without.at("MASTER_ADDR") == "far");

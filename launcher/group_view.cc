@@ -1,0 +1,146 @@
+// See group_view.h.
+#include "launcher/group_view.h"
+
+#include <fmt/format.h>
+
+#include "common/json.h"
+
+namespace dtrain::launcher {
+namespace {
+
+void write_progress(common::JsonWriter& w, const common::ControlMessage& p) {
+  w.key("last_progress").begin_object();
+  if (p.epoch) w.key("epoch").value(*p.epoch);
+  if (p.epochs) w.key("epochs").value(*p.epochs);
+  if (p.step) w.key("step").value(*p.step);
+  if (p.steps) w.key("steps").value(*p.steps);
+  if (p.global_step) w.key("global_step").value(*p.global_step);
+  if (p.loss) w.key("loss").value(*p.loss);
+  if (p.accuracy) w.key("accuracy").value(*p.accuracy);
+  if (p.samples_per_second) w.key("samples_per_second").value(*p.samples_per_second);
+  w.end_object();
+}
+
+void write_task(common::JsonWriter& w, const TaskSnapshot& t) {
+  w.begin_object()
+      .key("task")
+      .value(t.task)
+      .key("address")
+      .value(t.address)
+      .key("log")
+      .value(t.log_path)
+      .key("pid")
+      .value(t.pid)
+      .key("state")
+      .value(t.state);
+  if (t.status)
+    w.key("exit")
+        .value(describe(*t.status))
+        .key("outcome")
+        .value(outcome_name(classify(*t.status)));
+  if (t.progress) write_progress(w, *t.progress);
+  if (t.pid != 0) w.key("progress_age_seconds").value(t.progress_age_seconds);
+  w.end_object();
+}
+
+}  // namespace
+
+std::string state_json(const GroupSnapshot& g) {
+  common::JsonWriter w;
+  w.begin_object()
+      .key("job")
+      .value(g.job)
+      .key("run_dir")
+      .value(g.run_dir)
+      .key("launcher_pid")
+      .value(g.launcher_pid)
+      .key("status")
+      .value(g.status)
+      .key("attempt")
+      .value(g.attempt)
+      .key("restarts")
+      .value(g.restarts)
+      .key("preemptions")
+      .value(g.preemptions)
+      .key("steps_redone")
+      .value(g.steps_redone)
+      .key("uptime_seconds")
+      .value(g.uptime_seconds)
+      .key("updated_at")
+      .value(g.updated_at);
+  if (g.reason) w.key("reason").value(*g.reason).key("exit_code").value(g.exit_code);
+  w.key("workers").begin_array();
+  for (const TaskSnapshot& t : g.tasks) write_task(w, t);
+  w.end_array();
+  if (g.failure) {
+    w.key("failure")
+        .begin_object()
+        .key("task")
+        .value(g.failure->task)
+        .key("attempt")
+        .value(g.failure->attempt)
+        .key("what")
+        .value(g.failure->what)
+        .key("outcome")
+        .value(outcome_name(g.failure->outcome))
+        .end_object();
+  }
+  return w.end_object().str();
+}
+
+std::optional<int64_t> reported_step(const common::ControlMessage& p) {
+  if (p.global_step) return p.global_step;
+  if (p.epoch && p.steps && p.step) return int64_t{*p.epoch - 1} * *p.steps + *p.step;
+  return std::nullopt;
+}
+
+std::string prometheus_text(const GroupSnapshot& g) {
+  std::string job = common::json_quote(g.job);
+  std::string out;
+  auto metric = [&](const char* name, const char* type, const char* help) {
+    out += fmt::format("# HELP dtrain_{} {}\n# TYPE dtrain_{} {}\n", name, help, name, type);
+  };
+  metric("restarts_total", "counter", "Group restarts after failures.");
+  out += fmt::format("dtrain_restarts_total{{job={}}} {}\n", job, g.restarts);
+  metric("preemptions_total", "counter", "Group restarts after preemptions.");
+  out += fmt::format("dtrain_preemptions_total{{job={}}} {}\n", job, g.preemptions);
+  metric("steps_redone_total", "counter", "Training steps redone after recoveries.");
+  out += fmt::format("dtrain_steps_redone_total{{job={}}} {}\n", job, g.steps_redone);
+  metric("attempt", "gauge", "Current attempt of the group (DTRAIN_ATTEMPT).");
+  out += fmt::format("dtrain_attempt{{job={}}} {}\n", job, g.attempt);
+  metric("worker_up", "gauge", "1 while the worker process runs.");
+  for (const TaskSnapshot& t : g.tasks) {
+    bool up = t.pid != 0 && !t.status;
+    out += fmt::format("dtrain_worker_up{{job={},task=\"{}\"}} {}\n", job, t.task, up ? 1 : 0);
+  }
+  metric("worker_loss", "gauge",
+         "Running mean loss of the current epoch, as the worker last reported it.");
+  metric("worker_samples_per_second", "gauge",
+         "Training samples per second the worker last reported.");
+  metric("worker_global_step", "gauge", "Steps the worker reports done (epoch * steps + step).");
+  for (const TaskSnapshot& t : g.tasks) {
+    if (!t.progress) continue;
+    const common::ControlMessage& p = *t.progress;
+    std::string labels = fmt::format("job={},task=\"{}\"", job, t.task);
+    if (p.loss) out += fmt::format("dtrain_worker_loss{{{}}} {}\n", labels, *p.loss);
+    if (p.samples_per_second)
+      out +=
+          fmt::format("dtrain_worker_samples_per_second{{{}}} {}\n", labels, *p.samples_per_second);
+    if (auto step = reported_step(p))
+      out += fmt::format("dtrain_worker_global_step{{{}}} {}\n", labels, *step);
+  }
+  return out;
+}
+
+std::string live_line(int attempt, const common::ControlMessage& p, double steps_per_second) {
+  if (!p.epoch || !p.epochs || !p.step || !p.steps) return "";
+  int64_t done = int64_t{*p.epoch - 1} * *p.steps + *p.step, total = int64_t{*p.epochs} * *p.steps;
+  std::string eta =
+      steps_per_second > 0 ? fmt::format("{:.0f}s", (total - done) / steps_per_second) : "?";
+  return fmt::format(
+      "attempt {}  epoch {}/{}  step {}/{}  loss {:.4f}  accuracy {:.4f}  {:.0f} samples/s  ETA {}",
+      attempt, *p.epoch, *p.epochs, *p.step, *p.steps, p.loss.value_or(0), p.accuracy.value_or(0),
+      p.samples_per_second.value_or(0), eta);
+}
+
+}  // namespace dtrain::launcher

@@ -1,0 +1,65 @@
+// What the outside sees of a running group, as pure functions of a snapshot the supervisor
+// takes: state.json (also the reply to `dtrain status`), the Prometheus text of --metrics-port,
+// and the live line. No clock, no I/O: the snapshot carries the times.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/control_protocol.h"
+#include "launcher/exit_status.h"
+
+namespace dtrain::launcher {
+
+struct TaskSnapshot {
+  std::string task;  ///< "worker:1"
+  std::string address;
+  std::string log_path;
+  int pid = 0;
+  const char* state = "not started";  ///< "not started", "starting", "running", "exited"
+  std::optional<ExitStatus> status;
+  std::optional<common::ControlMessage> progress;
+  double progress_age_seconds = 0;  ///< since its last sign of life (pid != 0)
+};
+
+struct FailureSnapshot {
+  std::string task;
+  int attempt = 0;
+  std::string what;
+  Outcome outcome = Outcome::kFailed;
+};
+
+struct GroupSnapshot {
+  std::string job;
+  std::string run_dir;
+  int launcher_pid = 0;
+  std::string status;  ///< common::kStatus*
+  int attempt = 0;
+  int restarts = 0;
+  int preemptions = 0;
+  int64_t steps_redone = 0;  ///< by every recovery so far
+  double uptime_seconds = 0;
+  std::string updated_at;             ///< UTC, ISO 8601
+  std::optional<std::string> reason;  ///< when done
+  int exit_code = 0;                  ///< when done
+  std::vector<TaskSnapshot> tasks;
+  std::optional<FailureSnapshot> failure;
+};
+
+/// state.json: one JSON object, no newline.
+std::string state_json(const GroupSnapshot& group);
+
+/// Restarts, preemptions, attempt, and per worker up, loss, samples/s and step, in Prometheus's
+/// text format.
+std::string prometheus_text(const GroupSnapshot& group);
+
+/// The step a progress message reports: global_step, else from epoch, step and steps.
+std::optional<int64_t> reported_step(const common::ControlMessage& progress);
+
+/// The live line from the chief's progress: "attempt 1  epoch 2/5  step 10/70  loss ...  ETA 62s";
+/// "" when it has not reported epoch and step. steps_per_second: the rate seen (0: unknown).
+std::string live_line(int attempt, const common::ControlMessage& chief, double steps_per_second);
+
+}  // namespace dtrain::launcher

@@ -1,0 +1,142 @@
+// See launch_plan.h. Everything that depends on where tasks run is computed here in one pass
+// over the tasks, so that building a spawn request later is a pure lookup.
+#include "launcher/launch_plan.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cctype>
+#include <map>
+
+#include "common/env_vars.h"
+#include "common/errors.h"
+#include "common/local_addresses.h"
+#include "common/run_dir.h"
+#include "launcher/torch_env.h"
+
+namespace dtrain::launcher {
+namespace {
+
+std::string lower(std::string text) {
+  std::transform(text.begin(), text.end(), text.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  return text;
+}
+
+bool user_sets(const common::JobSpec& spec, const char* name) {
+  return std::any_of(spec.env.begin(), spec.env.end(),
+                     [&](const auto& kv) { return kv.first == name; });
+}
+
+// Placement and host of every task; each distinct host is resolved once.
+void place_tasks(LaunchPlan& plan) {
+  const LaunchContext& c = plan.context;
+  std::map<std::string, bool> local_hosts;
+  common::RunDir run_dir(c.run_dir);
+  for (const common::TaskId& id : c.cluster.tasks()) {
+    TaskPlan t;
+    t.task = id;
+    t.address = c.cluster.address(id);
+    t.endpoint = common::parse_host_port(t.address, id.text());
+    t.log_path = run_dir.log_file(id);
+    t.rank = c.cluster.ring_rank(id);
+    if (c.slurm) {
+      t.placement = Placement::kSlurmStep;
+      t.slurm_index = static_cast<size_t>(id.index);
+      t.where = c.slurm->tasks.at(t.slurm_index).node;
+    } else {
+      auto known = local_hosts.find(t.endpoint.host);
+      if (known == local_hosts.end())
+        known = local_hosts.emplace(t.endpoint.host, is_local_host(t.endpoint.host)).first;
+      t.placement = known->second ? Placement::kLocal : Placement::kRemoteShell;
+      if (t.remote()) t.where = lower(t.endpoint.host);
+    }
+    plan.tasks.push_back(std::move(t));
+  }
+}
+
+// LOCAL_RANK, LOCAL_WORLD_SIZE, GROUP_RANK in rank order, and threads per task of each host.
+void number_ranks(LaunchPlan& plan) {
+  std::vector<TaskPlan*> ring;
+  for (TaskPlan& t : plan.tasks)
+    if (t.trains()) ring.push_back(&t);
+  std::sort(ring.begin(), ring.end(), [](auto* a, auto* b) { return *a->rank < *b->rank; });
+  std::map<std::string, int> place_number, place_count;
+  for (TaskPlan* t : ring) {
+    place_number.emplace(t->where, static_cast<int>(place_number.size()));
+    t->group_rank = place_number.at(t->where);
+    t->local_rank = place_count[t->where]++;
+  }
+  for (TaskPlan* t : ring) t->local_world_size = place_count.at(t->where);
+  plan.training_tasks = static_cast<int>(ring.size());
+  plan.places = static_cast<int>(place_number.size());
+}
+
+// OMP_NUM_THREADS (cores of the host over its tasks, or the Slurm step's CPUs) and the local
+// GPUs, handed out round-robin in task order.
+void share_host(LaunchPlan& plan) {
+  const LaunchContext& c = plan.context;
+  bool user_omp = user_sets(*c.spec, common::kEnvOmpThreads.name);
+  std::map<std::string, int> per_host;
+  for (const TaskPlan& t : plan.tasks) ++per_host[t.endpoint.host];
+  size_t local = 0;
+  for (TaskPlan& t : plan.tasks) {
+    if (c.slurm && !user_omp) {
+      t.omp_threads = c.slurm->tasks.at(t.slurm_index).cpus;
+    } else if (!user_omp && !c.launcher_omp_threads) {
+      t.omp_threads = std::max(1, c.host_cores / std::max(1, per_host.at(t.endpoint.host)));
+    }
+    if (t.placement != Placement::kLocal || c.local_gpus <= 0) continue;
+    size_t slot = local++ % static_cast<size_t>(c.local_gpus);
+    t.gpu = slot < c.gpu_names.size() ? c.gpu_names[slot] : std::to_string(slot);
+  }
+  if (c.local_gpus > 0 && local > static_cast<size_t>(c.local_gpus) && !c.spec->gpu_sharing) {
+    throw common::ConfigError(
+        fmt::format("{}: {} local tasks but {} GPU(s) on this host: set \"gpu_sharing\": true to "
+                    "let workers share GPUs, or use fewer workers",
+                    c.spec->source, local, c.local_gpus));
+  }
+  if (user_sets(*c.spec, common::kEnvCudaDevices.name))
+    for (TaskPlan& t : plan.tasks) t.gpu.clear();
+}
+
+}  // namespace
+
+std::string TaskPlan::place_text() const {
+  switch (placement) {
+    case Placement::kLocal:
+      return "this machine";
+    case Placement::kRemoteShell:
+      return "host " + where;
+    case Placement::kSlurmStep:
+      return "node " + where;
+  }
+  return where;
+}
+
+const TaskPlan& LaunchPlan::task(const common::TaskId& id) const {
+  for (const TaskPlan& t : tasks)
+    if (t.task == id) return t;
+  DT_ENFORCE(false, "task {} is not in the plan", id.text());
+  return tasks.front();
+}
+
+bool is_local_host(const std::string& host) {
+  return common::is_this_machine(host);
+}
+
+LaunchPlan plan_launch(LaunchContext context) {
+  LaunchPlan plan;
+  plan.context = std::move(context);
+  plan.cluster_json = plan.context.cluster.to_python_json();
+  place_tasks(plan);
+  number_ranks(plan);
+  share_host(plan);
+  const TaskPlan& chief = plan.task(plan.context.cluster.chief());
+  plan.master_addr = chief.endpoint.host;
+  plan.master_local = chief.placement == Placement::kLocal;
+  plan.master_port = choose_master_port(plan);
+  return plan;
+}
+
+}  // namespace dtrain::launcher

@@ -1,0 +1,98 @@
+// The launch plan: where every task of a job runs and what it is started with, resolved once when
+// the run is prepared (docs/design.md#the-launch-plan) and never changed afterwards. Host names
+// are resolved here, once per distinct host, and never on the supervisor's event loop.
+// Builds values only: it starts no process (picking MASTER_PORT binds a socket for a moment).
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/cluster_spec.h"
+#include "common/job_spec.h"
+#include "launcher/slurm.h"
+
+namespace dtrain::launcher {
+
+/// What the plan is made from: the job and the facts of this machine that prepare_run gathers.
+struct LaunchContext {
+  const common::JobSpec* spec = nullptr;
+  common::ClusterSpec cluster;  ///< ports resolved
+  std::string run_dir;          ///< absolute
+  std::string spec_path;        ///< absolute spec.json, handed to dtrain-worker as --config
+  std::string spec_text;        ///< spec.json's text; remote workers get it in their request
+  std::string token;            ///< DTRAIN_TOKEN
+  std::string control_address;  ///< DTRAIN_CONTROL
+  std::string worker_program;   ///< absolute path of dtrain-worker
+  /// dtrain itself (absolute), started as `dtrain agent` on other hosts: same path there.
+  std::string dtrain_program = "dtrain";
+  std::string cwd;  ///< where workers start (the launcher's folder)
+  int host_cores = 1;
+  std::optional<std::string> launcher_omp_threads;  ///< OMP_NUM_THREADS of the launcher, if set
+  int local_gpus = 0;  ///< GPUs on this host; each local task gets one through CUDA_VISIBLE_DEVICES
+  /// What to hand out for those GPUs: the launcher's own CUDA_VISIBLE_DEVICES entries when it
+  /// has one (so "2,3" hands out 2 and 3), else empty for "0".."local_gpus - 1".
+  std::vector<std::string> gpu_names;
+  /// A `"cluster": "slurm"` job: the allocation (cluster is its tasks). Every task then starts
+  /// as a job step through srun and `dtrain agent`, and Slurm hands out CPUs and GPUs.
+  std::optional<SlurmAllocation> slurm;
+};
+
+/// Where a task runs.
+enum class Placement {
+  kLocal,        ///< this machine: started directly
+  kRemoteShell,  ///< another host: `<remote_shell> host dtrain agent`
+  kSlurmStep,    ///< a Slurm job step: `srun ... dtrain agent`
+};
+
+/// One task, resolved.
+struct TaskPlan {
+  common::TaskId task;
+  std::string address;        ///< "host:port" as TF_CONFIG lists it
+  common::HostPort endpoint;  ///< address, split
+  Placement placement = Placement::kLocal;
+  /// The host (remote shell) or node (Slurm) it runs on; "" on this machine.
+  std::string where;
+  std::string log_path;
+  /// Position in the training ring (RANK); empty for tasks that do not train (an evaluator).
+  std::optional<int> rank;
+  int local_rank = 0;        ///< LOCAL_RANK: rank among the training tasks of its place
+  int local_world_size = 0;  ///< LOCAL_WORLD_SIZE
+  int group_rank = 0;        ///< GROUP_RANK: its place, numbered in rank order of first use
+  int omp_threads = 0;       ///< OMP_NUM_THREADS to set; 0 = leave it to the user or launcher
+  std::string gpu;           ///< CUDA_VISIBLE_DEVICES to set; "" = none
+  size_t slurm_index = 0;    ///< its task in the Slurm allocation
+
+  bool trains() const { return rank.has_value(); }
+  bool remote() const { return placement != Placement::kLocal; }
+  /// "host 10.0.0.7", "node n1", or "this machine", for messages.
+  std::string place_text() const;
+};
+
+struct LaunchPlan {
+  LaunchContext context;
+  std::string cluster_json;     ///< TF_CONFIG's "cluster" value, the same for every task
+  std::vector<TaskPlan> tasks;  ///< in cluster order (ClusterSpec::tasks())
+  int training_tasks = 0;       ///< WORLD_SIZE
+  int places = 0;               ///< GROUP_WORLD_SIZE: distinct places of the training tasks
+  std::string master_addr;      ///< MASTER_ADDR: the chief's host
+  bool master_local = false;    ///< the chief runs here, so MASTER_PORT can be checked here
+  /// MASTER_PORT chosen at planning; 0 = not set (the job's env sets it, or none was left).
+  int master_port = 0;
+
+  const common::JobSpec& spec() const { return *context.spec; }
+  /// The task's plan. Throws EnforceError for a task outside the cluster.
+  const TaskPlan& task(const common::TaskId& id) const;
+};
+
+/// Resolves context into a plan: each distinct host's locality (once), placements, ranks, GPUs,
+/// threads and MASTER_PORT. Throws ConfigError for more local tasks than GPUs without
+/// gpu_sharing, IoError when no port can be had or the interface list cannot be read.
+LaunchPlan plan_launch(LaunchContext context);
+
+/// True when host resolves to one of this machine's addresses (an interface address, loopback
+/// included; common/local_addresses.h), not merely because it is a loopback name or the host
+/// name. May block on the resolver: for planning, never on the event loop.
+bool is_local_host(const std::string& host);
+
+}  // namespace dtrain::launcher

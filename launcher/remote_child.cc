@@ -1,0 +1,190 @@
+// See remote_child.h. A RemoteChild sits between the local child (the remote shell or srun
+// process) and the supervisor's callbacks: output lines pass through whole, marker lines become
+// calls, and the session's end becomes the worker's end or the loss of its place.
+#include "launcher/remote_child.h"
+
+#include <fmt/format.h>
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <csignal>
+#include <string>
+
+#include "launcher/agent_protocol.h"
+#include "launcher/line_splitter.h"
+
+namespace dtrain::launcher {
+namespace {
+
+std::chrono::steady_clock::duration seconds(double s) {
+  return std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+      std::chrono::duration<double>(s));
+}
+
+class RemoteChild : public Child {
+  // A timer handler that does nothing once the child is gone or the wait was cancelled.
+  template <class F>
+  auto guard(F body) {
+    return [alive = std::weak_ptr<bool>(alive_), body](const boost::system::error_code& ec) {
+      auto locked = alive.lock();
+      if (!ec && locked && *locked) body();
+    };
+  }
+
+ public:
+  RemoteChild(boost::asio::io_context& io, RemoteTarget target, ChildCallbacks outer)
+      : target_(std::move(target)),
+        outer_(std::move(outer)),
+        keepalive_(io),
+        start_timer_(io),
+        splitter_([this](std::string_view line) { on_line(line); }, kMaxAgentLine) {}
+
+  ~RemoteChild() override {
+    *alive_ = false;
+    inner_.reset();  // no callback of it runs after this
+  }
+
+  void start(ProcessSpawner& local, const SpawnRequest& request) {
+    ChildCallbacks mine;
+    mine.on_output = [this](std::string_view bytes) { splitter_.feed(bytes); };
+    mine.on_output_closed = [this] {
+      splitter_.finish();
+      if (outer_.on_output_closed) outer_.on_output_closed();
+    };
+    mine.on_exit = [this](const ChildEnd& end) { on_session_end(end.status); };
+    inner_ = local.spawn(request, std::move(mine));
+    arm_keepalive();
+    if (target_.start_seconds > 0) {
+      start_timer_.expires_after(seconds(target_.start_seconds));
+      start_timer_.async_wait(guard([this] { on_start_timeout(); }));
+    }
+  }
+
+  int pid() const override { return inner_->pid(); }
+
+  void signal_group(int sig) override {
+    if (sig != 0) stopping_ = true;  // an end without a report is now the launcher's doing
+    inner_->signal_group(sig);
+  }
+
+ private:
+  bool slurm() const { return target_.kind == RemoteTarget::Kind::kSlurmStep; }
+  std::string place() const { return (slurm() ? "node " : "host ") + target_.name; }
+
+  // Each second a keep-alive ({"signal": 0}): the agent ends the worker when they stop coming.
+  void arm_keepalive() {
+    keepalive_.expires_after(seconds(kAgentKeepaliveInterval));
+    keepalive_.async_wait(guard([this] {
+      if (ended_) return;
+      inner_->signal_group(0);
+      arm_keepalive();
+    }));
+  }
+
+  void on_start_timeout() {
+    if (started_ || ended_) return;
+    timed_out_ = true;
+    inner_->signal_group(SIGKILL);  // closes the session and kills the local remote shell
+  }
+
+  void on_line(std::string_view line) {
+    AgentLine parsed = classify_agent_line(line);
+    switch (parsed.kind) {
+      case AgentLine::Kind::kOutput: {
+        std::string_view text = line;
+        while (!text.empty() && (text.back() == '\n' || text.back() == '\r')) text.remove_suffix(1);
+        if (!text.empty()) last_line_ = text;  // "\r\n" comes as two lines
+        if (outer_.on_output) outer_.on_output(line);
+        return;
+      }
+      case AgentLine::Kind::kControl:
+        if (outer_.on_control) outer_.on_control(std::string(parsed.payload));
+        return;
+      case AgentLine::Kind::kEvent:
+        return on_event(parsed.payload);
+    }
+  }
+
+  void on_event(std::string_view payload) {
+    std::optional<AgentEvent> event = parse_agent_event(payload);
+    if (!event) return;
+    if (event->type == "started") {
+      started_ = true;
+      start_timer_.cancel();
+      if (outer_.on_started) outer_.on_started(event->pid);
+    } else if (event->type == "exit") {
+      reported_ = event->status;
+    } else if (event->type == "signaled") {
+      // Slurm signals a job's steps when the allocation ends (preemption, time limit, scancel).
+      if (outer_.on_signaled) outer_.on_signaled(event->signal, slurm());
+    }
+  }
+
+  // The remote shell or srun ended: the worker's end as the agent reported it, else what the
+  // session's own end says.
+  void on_session_end(const ExitStatus& session) {
+    ended_ = true;
+    keepalive_.cancel();
+    start_timer_.cancel();
+    if (outer_.on_exit) outer_.on_exit(describe_end(session));
+  }
+
+  ChildEnd describe_end(const ExitStatus& session) const {
+    if (reported_) return *reported_;
+    std::string said = last_line_.empty() ? "" : fmt::format(" (it said: {})", last_line_);
+    if (timed_out_)
+      return {session, ChildEnd::Cause::kNotStarted,
+              fmt::format("not started on {} within {:g} s (restart.startup_seconds): the {} did "
+                          "not reach `dtrain agent` there{}",
+                          place(), target_.start_seconds,
+                          slurm() ? "job step (srun waiting for resources?)"
+                                  : "remote shell (unreachable, or asking for a password?)",
+                          said)};
+    if (stopping_) return session;  // ended by the launcher's own signal
+    // srun could not start the step or lost the node (any end not asked for), or ssh could not
+    // reach the host, was refused or lost it (its own code, 255).
+    bool lost = slurm() || (!session.signaled && session.code == 255);
+    if (!lost) return session;
+    return {session, started_ ? ChildEnd::Cause::kPlaceLost : ChildEnd::Cause::kNotStarted,
+            fmt::format("lost {}: the {} ended ({}) before the worker's end was reported: {}{}",
+                        place(), slurm() ? "job step" : "remote shell", describe(session),
+                        slurm() ? "srun could not start the step, or the node was lost"
+                                : "unreachable, authentication refused, or the connection dropped",
+                        said)};
+  }
+
+  RemoteTarget target_;
+  ChildCallbacks outer_;
+  boost::asio::steady_timer keepalive_, start_timer_;
+  LineSplitter splitter_;
+  std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
+  std::optional<ExitStatus> reported_;  ///< the worker's end, as the agent reported it
+  std::string last_line_;               ///< the last output line (ssh's or srun's own error)
+  bool started_ = false, ended_ = false, stopping_ = false, timed_out_ = false;
+  std::unique_ptr<Child> inner_;  ///< last: destroyed first
+};
+
+class AgentSpawner : public ProcessSpawner {
+ public:
+  AgentSpawner(boost::asio::io_context& io, ProcessSpawner& local) : io_(io), local_(local) {}
+
+  std::unique_ptr<Child> spawn(const SpawnRequest& request, ChildCallbacks callbacks) override {
+    if (!request.remote) return local_.spawn(request, std::move(callbacks));
+    auto child = std::make_unique<RemoteChild>(io_, *request.remote, std::move(callbacks));
+    child->start(local_, request);
+    return child;
+  }
+
+ private:
+  boost::asio::io_context& io_;
+  ProcessSpawner& local_;
+};
+
+}  // namespace
+
+std::unique_ptr<ProcessSpawner> make_agent_spawner(boost::asio::io_context& io,
+                                                   ProcessSpawner& local) {
+  return std::make_unique<AgentSpawner>(io, local);
+}
+
+}  // namespace dtrain::launcher

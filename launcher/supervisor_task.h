@@ -1,0 +1,69 @@
+// The supervisor's record of one task: its plan, its process in this attempt, its log file and
+// what it last reported. Private to supervisor*.cc.
+#pragma once
+
+#include <deque>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "common/control_protocol.h"
+#include "common/unique_fd.h"
+#include "launcher/exit_status.h"
+#include "launcher/launch_plan.h"
+#include "launcher/line_splitter.h"
+#include "launcher/process_spawner.h"
+#include "launcher/supervisor.h"
+
+namespace dtrain::launcher {
+
+struct Supervisor::Task {
+  enum class State {
+    kIdle,      ///< not started in this attempt
+    kStarting,  ///< a remote task whose agent has not yet reported its worker running
+    kRunning,
+    kExited,
+  };
+
+  explicit Task(const TaskPlan& p) : plan(p) {}
+
+  const TaskPlan& plan;
+  State state = State::kIdle;
+  std::unique_ptr<Child> child;
+  int pid = 0;
+  bool output_open = false;  ///< the group may still write (exit and end of output come apart)
+  std::optional<ExitStatus> status;
+  double last_progress = 0;  ///< monotonic time of its last sign of life
+  std::optional<common::ControlMessage> progress;
+  common::UniqueFd log;
+  std::string pending;  ///< complete lines of the current chunk, written to the log in one go
+  std::deque<std::string> last_lines;  ///< of this attempt, for the failure summary
+  std::unique_ptr<LineSplitter> splitter;
+
+  bool alive() const { return state == State::kStarting || state == State::kRunning; }
+  /// A process of the group may still be there: it runs, or something holds its output.
+  bool holds_group() const { return child && (alive() || output_open); }
+  const char* state_name() const {
+    switch (state) {
+      case State::kIdle:
+        return "not started";
+      case State::kStarting:
+        return "starting";
+      case State::kRunning:
+        return "running";
+      case State::kExited:
+        return "exited";
+    }
+    return "exited";
+  }
+
+  /// Keeps line (its terminator dropped) among the last 20 of this attempt.
+  void remember(std::string_view line) {
+    while (!line.empty() && (line.back() == '\n' || line.back() == '\r')) line.remove_suffix(1);
+    last_lines.emplace_back(line);
+    if (last_lines.size() > 20) last_lines.pop_front();
+  }
+};
+
+}  // namespace dtrain::launcher

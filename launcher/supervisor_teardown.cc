@@ -1,0 +1,206 @@
+// See supervisor.h. The end of an attempt: teardown (SIGTERM to every group at once, one shared
+// grace period, SIGKILL), the restart decision and back-off, a stop asked for by a signal, the
+// watchdog, and the end of the job.
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <csignal>
+
+#include "common/clock.h"
+#include "common/errors.h"
+#include "common/exit_codes.h"
+#include "common/run_dir.h"
+#include "launcher/supervisor.h"
+#include "launcher/supervisor_task.h"
+
+namespace dtrain::launcher {
+namespace {
+
+std::chrono::steady_clock::duration seconds(double s) {
+  return std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+      std::chrono::duration<double>(std::max(0.0, s)));
+}
+
+}  // namespace
+
+void Supervisor::begin_teardown(const std::string& reason) {
+  if (phase_ == Phase::kTearingDown || phase_ == Phase::kDone) return;
+  phase_ = Phase::kTearingDown;
+  watchdog_timer_.cancel();
+  recorder_.event("teardown", [&](common::JsonWriter& w) {
+    w.key("attempt").value(attempt_).key("reason").value(reason);
+  });
+  signal_all(SIGTERM);
+  grace_timer_.expires_after(seconds(plan_.spec().restart.grace_seconds));
+  grace_timer_.async_wait([this](const boost::system::error_code& ec) {
+    if (ec) return;
+    guarded("grace timer", [this] { kill_now(); });
+  });
+  write_state();
+  maybe_teardown_complete();
+}
+
+// Sends sig to every group that may still hold a process: running workers, and exited ones
+// whose output is still open (a grandchild holds it).
+void Supervisor::signal_all(int sig) {
+  for (auto& task : tasks_)
+    if (task->holds_group()) task->child->signal_group(sig);
+  recorder_.event("signal", [&](common::JsonWriter& w) {
+    w.key("signal").value(signal_name(sig)).key("attempt").value(attempt_);
+  });
+}
+
+void Supervisor::kill_now() {
+  guarded("kill", [&] {
+    if (phase_ != Phase::kTearingDown && phase_ != Phase::kRunning && phase_ != Phase::kStarting)
+      return;
+    signal_all(SIGKILL);
+    // After SIGKILL, output closes at once unless something outside the group holds the pipe.
+    grace_timer_.expires_after(seconds(options_.kill_drain_seconds));
+    grace_timer_.async_wait([this](const boost::system::error_code& ec) {
+      if (ec) return;
+      guarded("drain timer", [this] {
+        for (auto& task : tasks_) {
+          if (task->output_open)
+            spdlog::warn("{}: output still open after SIGKILL; giving up on it",
+                         task->plan.task.text());
+          task->output_open = false;
+        }
+        maybe_teardown_complete();
+      });
+    });
+    if (phase_ != Phase::kTearingDown) begin_teardown("killed");
+  });
+}
+
+void Supervisor::maybe_teardown_complete() {
+  if (phase_ != Phase::kTearingDown) return;
+  for (const auto& task : tasks_)
+    if (task->holds_group()) return;
+  teardown_complete();
+}
+
+void Supervisor::teardown_complete() {
+  grace_timer_.cancel();
+  for (auto& task : tasks_) {
+    if (guardian_ && task->child) guardian_->forget(task->pid);
+    task->child.reset();
+  }
+  if (fault_) return finish(common::kStatusFailed, common::kExitFailure, "launcher: " + *fault_);
+  if (stop_requested_)
+    return finish(common::kStatusStopped, common::kExitPreempted, "stopped by a signal");
+  if (success_)
+    return finish(common::kStatusSucceeded, common::kExitSuccess, "every training task finished");
+  DT_ENFORCE(first_failure_.has_value(), "a group stopped with neither success nor a failure");
+  blame_disk_full();
+  double ran = common::monotonic_seconds() - attempt_started_;
+  // A group that ran startup_seconds counts as started; one whose task never started did not
+  // progress, whatever the others did (docs/design.md#restart-policy).
+  bool progressed = !attempt_start_failed_ &&
+                    (attempt_made_progress_ || ran >= plan_.spec().restart.startup_seconds);
+  Decision decision = book_.decide({first_failure_->outcome, progressed, ran});
+  if (!decision.restart)
+    return finish(common::kStatusFailed, first_failure_->exit_code, decision.reason);
+  back_off(decision);
+}
+
+void Supervisor::back_off(const Decision& decision) {
+  phase_ = Phase::kBackingOff;
+  recovering_ = true;
+  recorder_.event("restart", [&](common::JsonWriter& w) {
+    w.key("attempt")
+        .value(attempt_ + 1)
+        .key("delay_seconds")
+        .value(decision.delay_seconds)
+        .key("after")
+        .value(outcome_name(first_failure_->outcome))
+        .key("restarts")
+        .value(book_.restarts())
+        .key("preemptions")
+        .value(book_.preemptions())
+        .key("reached_step")
+        .value(reached_step_);
+  });
+  spdlog::info(
+      "restarting the group in {:.2f} s (attempt {}; {} failure restart(s), {} preemption(s))",
+      decision.delay_seconds, attempt_ + 1, book_.restarts(), book_.preemptions());
+  write_state();
+  backoff_timer_.expires_after(seconds(decision.delay_seconds));
+  backoff_timer_.async_wait([this](const boost::system::error_code& ec) {
+    if (ec || phase_ != Phase::kBackingOff) return;
+    guarded("back-off timer", [this] {
+      ++attempt_;
+      start_attempt();
+    });
+  });
+}
+
+void Supervisor::stop(int signal) {
+  guarded("stop", [&] {
+    recorder_.event("launcher_signal",
+                    [&](common::JsonWriter& w) { w.key("signal").value(signal_name(signal)); });
+    if (stop_requested_) return;
+    stop_requested_ = true;
+    switch (phase_) {
+      case Phase::kBackingOff:
+        backoff_timer_.cancel();
+        return finish(common::kStatusStopped, common::kExitPreempted, "stopped by a signal");
+      case Phase::kStarting:
+      case Phase::kRunning:
+        return begin_teardown(fmt::format("launcher got {}", signal_name(signal)));
+      case Phase::kTearingDown:
+      case Phase::kDone:
+        return;
+    }
+  });
+}
+
+void Supervisor::cancel_timers() noexcept {
+  for (auto* timer : {&backoff_timer_, &grace_timer_, &watchdog_timer_, &port_timer_}) {
+    boost::system::error_code ignored;
+    timer->cancel(ignored);
+  }
+}
+
+void Supervisor::finish(const std::string& status, int exit_code, const std::string& reason) {
+  if (phase_ == Phase::kDone) return;
+  phase_ = Phase::kDone;
+  cancel_timers();
+  std::vector<Recovery> recoveries = std::move(result_.recoveries);
+  result_ = SupervisorResult{status, exit_code, reason, first_failure_, std::move(recoveries)};
+  if (status == common::kStatusSucceeded) result_.failure.reset();
+  recorder_.release_reserve();  // the workers are gone: the last records may use it
+  recorder_.event("end", [&](common::JsonWriter& w) {
+    w.key("status").value(status).key("exit_code").value(exit_code).key("reason").value(reason);
+  });
+  write_state();
+  if (on_done_) on_done_(result_);
+}
+
+void Supervisor::arm_watchdog() {
+  std::optional<double> hang = plan_.spec().hang_timeout_seconds;
+  if (!hang) return;
+  watchdog_timer_.expires_after(seconds(std::min(1.0, *hang / 4)));
+  watchdog_timer_.async_wait([this](const boost::system::error_code& ec) {
+    if (!ec) guarded("watchdog", [this] { check_watchdog(); });
+  });
+}
+
+void Supervisor::check_watchdog() {
+  if (phase_ != Phase::kRunning) return;
+  double hang = *plan_.spec().hang_timeout_seconds;
+  double now = common::monotonic_seconds();
+  for (auto& task : tasks_) {
+    if (!task->alive() || now - task->last_progress < hang) continue;
+    std::string what = fmt::format("hung: no progress for {:.1f} s", now - task->last_progress);
+    spdlog::warn("{} {}", task->plan.task.text(), what);
+    recorder_.event("hang", [&](common::JsonWriter& w) {
+      w.key("task").value(task->plan.task.text()).key("attempt").value(attempt_);
+    });
+    fail_first(*task, Outcome::kFailed, what, common::kExitFailure);
+    return begin_teardown(fmt::format("{} hung", task->plan.task.text()));
+  }
+  arm_watchdog();
+}
+
+}  // namespace dtrain::launcher
