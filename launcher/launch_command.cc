@@ -122,7 +122,7 @@ int run_supervisor(const common::JobSpec& spec, PreparedRun& run,
                    common::UniqueFd metrics_listener) {
   boost::asio::io_context io;
   GroupGuardian guardian = GroupGuardian::start();
-  auto spawner = make_boost_process_spawner(io);
+  auto spawner = make_local_spawner(io);
   RunRecorder recorder(run.run_dir);
   Console console = Console::for_stdout();
   std::unique_ptr<Supervisor> supervisor;

@@ -101,7 +101,7 @@ struct SpawnedExit {
 // Spawns argv from inside a handler of io (as a restart does) and runs io until it has exited.
 SpawnedExit spawn_from_handler(const std::vector<std::string>& argv) {
   boost::asio::io_context io;
-  auto spawner = make_boost_process_spawner(io);
+  auto spawner = make_local_spawner(io);
   SpawnedExit result;
   std::unique_ptr<Child> child;
   bool returned = false;
@@ -123,7 +123,7 @@ SpawnedExit spawn_from_handler(const std::vector<std::string>& argv) {
 std::string spawn_and_read(const std::vector<std::string>& argv,
                            const std::vector<std::pair<std::string, std::string>>& env) {
   boost::asio::io_context io;
-  auto spawner = make_boost_process_spawner(io);
+  auto spawner = make_local_spawner(io);
   std::string output;
   bool closed = false;
   std::optional<ExitStatus> status;
