@@ -1,7 +1,7 @@
 # Every third-party library dtrain uses, all from Debian packages (scripts/setup.sh installs them).
 set(THREADS_PREFER_PTHREAD_FLAG ON)
 find_package(Threads REQUIRED)
-find_package(Boost 1.74 REQUIRED COMPONENTS filesystem program_options)
+find_package(Boost 1.74 REQUIRED COMPONENTS program_options)
 find_package(RapidJSON REQUIRED)
 find_package(fmt REQUIRED)
 find_package(spdlog REQUIRED)

@@ -20,8 +20,9 @@ class AgentChild {
  public:
   /// Starts request.argv in request.cwd with request.env and extra_env added to this process's
   /// environment (extra_env wins). Returns once the program has been exec'd (at most 10 s).
-  /// Throws ConfigError when the program or the folder cannot be found or used, IoError when
-  /// the process cannot be started. Not thread-safe (it swaps `environ` in the child only).
+  /// Throws as start_process() does: ConfigError when the program or the folder cannot be found
+  /// or used (the launcher's spawner words it the same), IoError when the process cannot be
+  /// started.
   static std::unique_ptr<AgentChild> spawn(
       const AgentRequest& request,
       const std::vector<std::pair<std::string, std::string>>& extra_env);

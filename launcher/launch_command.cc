@@ -26,6 +26,7 @@
 #include "launcher/dry_run.h"
 #include "launcher/metrics_server.h"
 #include "launcher/options.h"
+#include "launcher/process_start.h"
 #include "launcher/remote_child.h"
 #include "launcher/run_preparation.h"
 #include "launcher/supervisor.h"
@@ -142,7 +143,7 @@ int run_supervisor(const common::JobSpec& spec, PreparedRun& run,
                    common::UniqueFd metrics_listener) {
   boost::asio::io_context io;
   GroupGuardian guardian = GroupGuardian::start();
-  auto local_spawner = make_boost_process_spawner(io);
+  auto local_spawner = make_local_spawner(io);
   auto spawner = make_agent_spawner(io, *local_spawner);
   RunRecorder recorder(run.run_dir);
   Console console = Console::for_stdout();
@@ -236,6 +237,7 @@ int launch_command(const Args& args) {
     return common::kExitSuccess;
   }
   ::signal(SIGPIPE, SIG_IGN);
+  raise_open_file_limit();  // about two descriptors per worker
   // Bound before detaching, so that a port in use fails this command (exit 2), not the daemon.
   common::UniqueFd metrics_listener;
   if (vm.count("metrics-port")) metrics_listener = listen_for_metrics(options.metrics_port);

@@ -1,6 +1,6 @@
 // The seam between the supervisor and the OS: start a worker process and hear about its output
-// and its end. The real spawner (Boost.Process) is in boost_process_spawner.cc; unit tests use a
-// fake. Everything is called and calls back on the io_context's one thread.
+// and its end. The real spawner (start_process() on an Asio loop) is in local_spawner.cc; unit
+// tests use a fake. Everything is called and calls back on the io_context's one thread.
 #pragma once
 
 #include <functional>
@@ -81,12 +81,14 @@ class ProcessSpawner {
  public:
   virtual ~ProcessSpawner() = default;
   /// Starts argv in a new process group with stdin from /dev/null and stdout+stderr on one pipe;
-  /// it is SIGKILLed if the launcher dies. Throws ConfigError when the program cannot be found
-  /// and IoError when it cannot be started. No callback runs after the Child is destroyed.
+  /// it is SIGKILLed if the launcher dies. Throws as start_process() does: ConfigError when the
+  /// program cannot be found or run or cwd cannot be entered, IoError when it cannot be started
+  /// (no descriptors left, ...); never returns a Child without a process. Blocks until exec (at
+  /// most 10 s). No callback runs after the Child is destroyed, and none inside spawn().
   virtual std::unique_ptr<Child> spawn(const SpawnRequest& request, ChildCallbacks callbacks) = 0;
 };
 
 /// The real spawner, on io.
-std::unique_ptr<ProcessSpawner> make_boost_process_spawner(boost::asio::io_context& io);
+std::unique_ptr<ProcessSpawner> make_local_spawner(boost::asio::io_context& io);
 
 }  // namespace dtrain::launcher

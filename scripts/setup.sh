@@ -7,7 +7,7 @@ set -euo pipefail
 
 packages=(
   build-essential cmake ninja-build pkg-config git
-  libboost-dev libboost-filesystem-dev libboost-program-options-dev
+  libboost-dev libboost-program-options-dev
   rapidjson-dev libspdlog-dev libfmt-dev catch2
   zlib1g-dev libssl-dev libdnnl-dev libre2-dev
   dataset-fashion-mnist

@@ -444,7 +444,8 @@ TEST_CASE("agent: a bad or missing first line is exit 2 with a message", "[agent
       Case{"{\"argv\": []}\n", "argv: expected a non-empty list"},
       Case{"{\"argv\": [\"sh\"], \"env\": [[\"A\"]]}\n", "env[0]: expected [name, value]"},
       Case{"{\"argv\": [\"sh\"], \"bogus\": 1}\n", "unknown key \"bogus\""},
-      Case{"{\"argv\": [\"/nonexistent/program\"]}\n", "cannot run \"/nonexistent/program\""},
+      Case{"{\"argv\": [\"/nonexistent/program\"]}\n",
+           "program \"/nonexistent/program\" does not exist"},
       Case{"{\"argv\": [\"sh\"], \"cwd\": \"" + missing_dir + "\"}\n", "working folder"},
       Case{"{\"argv\": [\"sh\"]}", "stdin closed before a whole request line"},
       Case{"", "stdin closed before a whole request line"});

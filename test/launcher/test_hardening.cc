@@ -2,6 +2,7 @@
 // addresses are refused, what the launcher does to an existing run directory, where the token
 // and the worker program's path may appear, handlers that fail, and a run directory that fills up.
 #include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
@@ -23,6 +24,8 @@
 #include <utility>
 #include <vector>
 
+#include "launcher/agent_child.h"
+#include "launcher/agent_protocol.h"
 #include "launcher/process_spawner.h"
 #include "test/support/processes.h"
 #include "test/support/subprocess.h"
@@ -101,7 +104,7 @@ struct SpawnedExit {
 // Spawns argv from inside a handler of io (as a restart does) and runs io until it has exited.
 SpawnedExit spawn_from_handler(const std::vector<std::string>& argv) {
   boost::asio::io_context io;
-  auto spawner = make_boost_process_spawner(io);
+  auto spawner = make_local_spawner(io);
   SpawnedExit result;
   std::unique_ptr<Child> child;
   bool returned = false;
@@ -124,7 +127,7 @@ SpawnedExit spawn_from_handler(const std::vector<std::string>& argv) {
 std::string spawn_and_read(const std::vector<std::string>& argv,
                            const std::vector<std::pair<std::string, std::string>>& env) {
   boost::asio::io_context io;
-  auto spawner = make_boost_process_spawner(io);
+  auto spawner = make_local_spawner(io);
   std::string output;
   bool closed = false;
   std::optional<ExitStatus> status;
@@ -135,6 +138,31 @@ std::string spawn_and_read(const std::vector<std::string>& argv,
   auto child = spawner->spawn(SpawnRequest{argv, env, "", false, ""}, std::move(callbacks));
   while (!(closed && status) && io.run_one_for(std::chrono::seconds(10)) > 0) {
   }
+  REQUIRE(status.has_value());
+  CHECK(describe(*status) == "exit code 0");
+  return output;
+}
+
+// The same through AgentChild, as `dtrain agent` starts a worker: env split between the request's
+// variables and the agent's own additions (which come last).
+std::string agent_spawn_and_read(const std::vector<std::string>& argv,
+                                 const std::vector<std::pair<std::string, std::string>>& env,
+                                 size_t request_vars) {
+  std::vector<std::pair<std::string, std::string>> request_env(env.begin(),
+                                                               env.begin() + request_vars);
+  std::vector<std::pair<std::string, std::string>> extra(env.begin() + request_vars, env.end());
+  auto child = AgentChild::spawn(AgentRequest{argv, request_env, ""}, extra);
+  std::string output;
+  for (;;) {
+    pollfd p{child->output_fd(), POLLIN, 0};
+    REQUIRE(::poll(&p, 1, 10000) == 1);
+    char chunk[4096];
+    ssize_t n = ::read(child->output_fd(), chunk, sizeof chunk);
+    if (n <= 0) break;
+    output.append(chunk, static_cast<size_t>(n));
+  }
+  std::optional<ExitStatus> status;
+  for (int i = 0; i < 1000 && !(status = child->poll_exit()); ++i) ::usleep(10000);
   REQUIRE(status.has_value());
   CHECK(describe(*status) == "exit code 0");
   return output;
@@ -157,26 +185,29 @@ TEST_CASE("spawner: a child that dies of a signal at once is reported as killed 
   }
 }
 
-TEST_CASE("spawner: the child gets the launcher's environment with the request's on top",
-          "[hardening][spawner]") {
+TEST_CASE("spawner and agent: the child gets this environment with the request's on top",
+          "[hardening][spawner][agent]") {
   // Boost 1.74's bp::environment compared a name with every entry over the name's length, reading
-  // past the end of shorter entries (ASan, once TORCHELASTIC_RESTART_COUNT was set); the spawner
-  // builds execve's environment itself now.
+  // past the end of shorter entries (ASan, once TORCHELASTIC_RESTART_COUNT was set); both paths
+  // now build execve's environment in start_process().
   REQUIRE(::setenv("DT_SPAWN_KEPT", "from the launcher", 1) == 0);
   REQUIRE(::setenv("DT_SPAWN_REPLACED", "old", 1) == 0);
-  std::string out = spawn_and_read(
-      {"/bin/sh", "-c",
-       "printf '%s|%s|%s|%s|' \"$DT_SPAWN_KEPT\" \"$DT_SPAWN_REPLACED\" \"$DT_SPAWN_TWICE\" "
-       "\"$TORCHELASTIC_RESTART_COUNT\"; env | grep -c '^DT_SPAWN_'"},
-      {{"DT_SPAWN_REPLACED", "new"},
-       {"DT_SPAWN_TWICE", "first"},
-       {"TORCHELASTIC_RESTART_COUNT", "3"},
-       {"DT_SPAWN_TWICE", "second"},
-       {"DT_SPAWN_EMPTY", ""}});
+  std::vector<std::string> argv = {
+      "/bin/sh", "-c",
+      "printf '%s|%s|%s|%s|' \"$DT_SPAWN_KEPT\" \"$DT_SPAWN_REPLACED\" \"$DT_SPAWN_TWICE\" "
+      "\"$TORCHELASTIC_RESTART_COUNT\"; env | grep -c '^DT_SPAWN_'"};
+  std::vector<std::pair<std::string, std::string>> env = {{"DT_SPAWN_REPLACED", "new"},
+                                                          {"DT_SPAWN_TWICE", "first"},
+                                                          {"TORCHELASTIC_RESTART_COUNT", "3"},
+                                                          {"DT_SPAWN_TWICE", "second"},
+                                                          {"DT_SPAWN_EMPTY", ""}};
+  // Each name once: kept, replaced, twice (the last value) and the empty one.
+  const std::string expected = "from the launcher|new|second|3|4\n";
+  CHECK(spawn_and_read(argv, env) == expected);
+  CHECK(agent_spawn_and_read(argv, env, 2) == expected);  // the agent's own wins over the request
+  CHECK(agent_spawn_and_read(argv, env, env.size()) == expected);
   ::unsetenv("DT_SPAWN_KEPT");
   ::unsetenv("DT_SPAWN_REPLACED");
-  // Each name once: kept, replaced, twice (the last value) and the empty one.
-  CHECK(out == "from the launcher|new|second|3|4\n");
 }
 
 TEST_CASE("exit status: a wait status that is no end is not read as an exit code",
