@@ -1,4 +1,4 @@
-// What each worker is started with (DESIGN.md, "What a worker is given"): argv, TF_CONFIG, the
+// What each worker is started with (docs/design.md#environment-variables): argv, TF_CONFIG, the
 // DTRAIN_* variables, torchrun's variables, OMP_NUM_THREADS, the job's env, and for other hosts
 // the remote shell.
 // Pure: builds requests, starts nothing.
