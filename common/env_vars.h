@@ -1,5 +1,5 @@
 // The one list of environment variables dtrain reads or sets, with their defaults.
-// Who sets what is in DESIGN.md ("What a worker is given"); this file only names them.
+// Who sets what is in docs/design.md#environment-variables; this file only names them.
 #pragma once
 
 #include <optional>

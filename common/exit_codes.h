@@ -1,4 +1,4 @@
-// Exit codes shared by dtrain and dtrain-worker (DESIGN.md, "Exit codes"), and how main() maps
+// Exit codes shared by dtrain and dtrain-worker (docs/design.md#exit-codes), and how main() maps
 // exceptions onto them. Classifying a *child's* exit is the launcher's job, not this file's.
 #pragma once
 

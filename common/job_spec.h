@@ -1,5 +1,5 @@
-// The job file (`dtrain launch job.json`): parsing and validation of every key DESIGN.md lists.
-// The `train` object is checked only for being an object and is kept as JSON text for the
+// The job file (`dtrain launch job.json`): parsing and validation of every key docs/job-file.md
+// lists. The `train` object is checked only for being an object and is kept as JSON text for the
 // worker, which owns its schema. Ports of a `"workers": N` job are picked by resolve_cluster().
 #pragma once
 

@@ -1,4 +1,4 @@
-// The run directory's layout (DESIGN.md, "The run directory"): paths only, no I/O.
+// The run directory's layout (docs/design.md#run-directory): paths only, no I/O.
 #pragma once
 
 #include <string>

@@ -1,4 +1,4 @@
-// The exit-code table of DESIGN.md.
+// The exit-code table of docs/design.md#exit-codes.
 #include "launcher/exit_status.h"
 
 #include <fmt/format.h>

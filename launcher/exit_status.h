@@ -1,4 +1,4 @@
-// How a worker ended and what that means (DESIGN.md, "Exit codes"): finished, configuration
+// How a worker ended and what that means (docs/design.md#exit-codes): finished, configuration
 // error, preempted, crashed or failed. Pure functions; deciding what to do next is
 // restart_policy's.
 #pragma once

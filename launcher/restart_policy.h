@@ -1,6 +1,7 @@
-// The restart budget and back-off of a job (DESIGN.md): failures and preemptions counted apart,
-// exponential back-off with jitter that resets after a healthy run, and the "failed twice before
-// any progress = configuration problem" rule. Pure logic: no clocks, no processes.
+// The restart budget and back-off of a job (docs/design.md#restart-policy): failures and
+// preemptions counted apart, exponential back-off with jitter that resets after a healthy run,
+// and the "failed twice before any progress = configuration problem" rule. Pure logic: no
+// clocks, no processes.
 #pragma once
 
 #include <cstdint>

@@ -1,4 +1,4 @@
-// What each worker is started with (docs/design.md#what-a-worker-is-given): argv, TF_CONFIG, the
+// What each worker is started with (docs/design.md#environment-variables): argv, TF_CONFIG, the
 // DTRAIN_* variables, torchrun's variables, OMP_NUM_THREADS, the job's env, and for other hosts
 // the remote shell or srun command. A pure function of the launch plan, the task and the
 // attempt: it resolves nothing and starts nothing.

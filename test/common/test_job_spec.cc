@@ -1,5 +1,5 @@
-// Job-file parsing: the shipped configs parse, defaults are Keras/DESIGN's, and every malformed
-// file in support/bad_inputs.h is a ConfigError naming its JSON path.
+// Job-file parsing: the shipped configs parse, defaults are Keras's and docs/job-file.md's, and
+// every malformed file in support/bad_inputs.h is a ConfigError naming its JSON path.
 #include <catch2/catch.hpp>
 #include <set>
 

@@ -1,5 +1,5 @@
-// Exit classification (DESIGN.md's table), restart budgets and back-off, line splitting, and
-// what each worker is started with.
+// Exit classification (docs/design.md#exit-codes), restart budgets and back-off, line splitting,
+// and what each worker is started with.
 #include <catch2/catch.hpp>
 #include <csignal>
 

@@ -188,7 +188,7 @@ TEST_CASE("a leftover checkpoint of another model, at a later step, does not pru
   auto index = common::JsonDocument::parse(common::read_file(backup + "/checkpoint.json"), "i");
   CHECK(index.root().at("latest").as_string() == "ckpt-0000000020.safetensors");
   CHECK(index.root().at("all").dump() == R"(["ckpt-0000000020.safetensors"])");
-  store.remove_all();  // a successful run: the backup folder's checkpoints go (DESIGN.md)
+  store.remove_all();  // a successful run: backup/ goes (docs/design.md#run-directory)
   CHECK_FALSE(fs::exists(backup));
 }
 

@@ -1,4 +1,4 @@
-// The `train` object of a job (DESIGN.md, "Training config"): Keras names and defaults, every
+// The `train` object of a job (docs/train-config.md): Keras names and defaults, every
 // key checked, errors naming the JSON path. Parsing only.
 #pragma once
 
