@@ -412,7 +412,7 @@ void Supervisor::update_live_view() {
 }
 
 bool Supervisor::group_succeeded() const {
-  bool chief_only = options_.context.spec->success == "chief";
+  bool chief_only = options_.context.spec->success == common::SuccessRule::kChiefOnly;
   common::TaskId chief = options_.context.cluster.chief();
   for (const auto& slot : slots_) {
     if (!slot->trains || (chief_only && !(slot->task == chief))) continue;
