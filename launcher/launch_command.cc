@@ -28,6 +28,7 @@
 #include "launcher/options.h"
 #include "launcher/run_preparation.h"
 #include "launcher/supervisor.h"
+#include "launcher/train_check.h"
 
 namespace dtrain::launcher {
 namespace po = boost::program_options;
@@ -197,6 +198,7 @@ int launch_command(const Args& args) {
   }
   common::setup_logging("launcher");
   common::JobSpec spec = common::load_job_spec(options.job_file);
+  check_train_section(spec);
   if (!options.run_dir.empty()) spec.run_dir = options.run_dir;
   if (options.dry_run) {
     if (options.detach) throw common::ConfigError("launch: give --dry-run or --detach, not both");

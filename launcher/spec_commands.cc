@@ -15,6 +15,7 @@
 #include "launcher/commands.h"
 #include "launcher/options.h"
 #include "launcher/slurm.h"
+#include "launcher/train_check.h"
 
 namespace dtrain::launcher {
 namespace po = boost::program_options;
@@ -45,6 +46,7 @@ int validate_command(const Args& args) {
     return 0;
   }
   common::JobSpec spec = common::load_job_spec(job_file);
+  check_train_section(spec);
   if (spec.slurm && !in_slurm_allocation()) {
     std::cout << fmt::format(
         "{}: OK: job \"{}\", a Slurm job: its workers are the tasks of the allocation it runs "

@@ -1,6 +1,7 @@
 // The real dtrain and dtrain-worker binaries: help, version, validate, tf-config, and exit 2 with
 // one clear line for every malformed job file and TF_CONFIG in support/bad_inputs.h.
 #include <catch2/catch.hpp>
+#include <filesystem>
 #include <fstream>
 
 #include "test/support/bad_inputs.h"
@@ -73,7 +74,7 @@ TEST_CASE("dtrain tf-config prints one task's TF_CONFIG and checks the task") {
 TEST_CASE("a Slurm job: validate outside an allocation, slurm-script, and launch without one") {
   dtrain::testing::TempDir dir;
   std::string job = dir.path() + "/job.json";
-  std::ofstream(job) << R"({"job": "s", "cluster": "slurm", "train": {},
+  std::ofstream(job) << R"({"job": "s", "cluster": "slurm", "command": ["train.sh"],
                             "slurm": {"nodes": 3, "tasks_per_node": 2}})";
   dtrain::testing::ProcessOptions outside;
   outside.env["SLURM_JOB_ID"] = std::nullopt;
@@ -148,4 +149,56 @@ TEST_CASE("dtrain-worker reports the GPU side cleanly, with or without CUDA") {
   bool cuda = r.out.rfind("CUDA build (CUDA runtime ", 0) == 0;
   CHECK((cpu_only || cuda));
   CHECK(r.err.empty());
+}
+
+TEST_CASE("validate and launch check the train section as the worker does, naming the job file") {
+  dtrain::testing::TempDir dir;
+  const std::string model =
+      R"("model": {"input_shape": [2, 2, 1], "layers": [{"type": "flatten"},
+         {"type": "dense", "units": 8, "activation": "relu"}, {"type": "dense", "units": 2}]})";
+  const std::string loss =
+      R"("loss": {"type": "sparse_categorical_crossentropy", "from_logits": true})";
+  auto job_with = [&](const std::string& train, const std::string& extra = "") {
+    std::string path = dir.path() + "/job.json";
+    std::ofstream(path, std::ios::trunc)
+        << R"({"job": "t", "workers": 2, )" << extra << R"("train": {)" << train << "}}";
+    return path;
+  };
+  std::string good = job_with(model + ", " + loss);
+  auto ok = run_process({binary("dtrain"), "validate", good});
+  INFO(ok.err);
+  CHECK(ok.exit_code == 0);
+
+  struct Case {
+    std::string train, expected;
+  };
+  std::string rleu = model;
+  rleu.replace(rleu.find("relu"), 4, "rleu");
+  const std::vector<Case> cases = {
+      {rleu + ", " + loss, "job.json: train.model.layers[1].activation: "},
+      {model + ", " + loss + R"(, "optimizer": "adam")", "job.json: train.optimizer"},
+      {model + ", " + loss + R"(, "optimizer": {"type": "adam", "beta_1": 7})",
+       "job.json: train.optimizer.beta_1"},
+      {"", "job.json: train"},
+  };
+  for (const Case& c : cases) {
+    INFO("train: {" << c.train << "}");
+    std::string path = job_with(c.train);
+    auto validate = run_process({binary("dtrain"), "validate", path});
+    INFO(validate.err);
+    CHECK(validate.exit_code == 2);
+    CHECK(one_line(validate.err));
+    CHECK(validate.err.rfind("dtrain: error: " + path + ": train", 0) == 0);
+    CHECK(validate.err.find(c.expected) != std::string::npos);
+    CHECK(validate.err.find("spec.json") == std::string::npos);
+    // launch fails the same way before it makes a run directory or starts anything.
+    auto launch = run_process({binary("dtrain"), "launch", path, "--run-dir", dir.path() + "/run"});
+    CHECK(launch.exit_code == 2);
+    CHECK(launch.err.find(c.expected) != std::string::npos);
+    CHECK_FALSE(std::filesystem::exists(dir.path() + "/run"));
+  }
+  // A command job's program owns its configuration: its train section is not the worker's.
+  auto command = run_process(
+      {binary("dtrain"), "validate", job_with(R"("anything": 1)", R"("command": ["x"], )")});
+  CHECK(command.exit_code == 0);
 }
