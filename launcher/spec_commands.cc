@@ -31,6 +31,21 @@ common::ClusterSpec job_cluster(const common::JobSpec& spec) {
   return spec.slurm ? read_slurm_allocation(spec).cluster() : common::resolve_cluster(spec);
 }
 
+// A "workers": N job's ports are picked by `dtrain launch`: the ones this call shows were free a
+// moment ago and the next call picks others, so workers started by hand from them never meet.
+void warn_ports_picked_at_launch(const std::string& job_file, const common::JobSpec& spec,
+                                 const common::ClusterSpec& cluster) {
+  if (spec.auto_workers == 0) return;
+  std::string picked;
+  for (const common::TaskId& task : cluster.tasks())
+    picked += (picked.empty() ? "" : ", ") + cluster.address(task);
+  std::cerr << fmt::format(
+      "dtrain: warning: {} has \"workers\": {}, whose ports `dtrain launch` picks when it "
+      "starts; this call picked {}, which were free just now, and another call picks others. "
+      "For workers started by hand, give \"cluster\" with fixed addresses instead.\n",
+      job_file, spec.auto_workers, picked);
+}
+
 }  // namespace
 
 int validate_command(const Args& args) {
@@ -61,6 +76,7 @@ int validate_command(const Args& args) {
                            spec.run_dir);
   if (spec.auto_workers > 0) {
     std::cout << "# \"workers\": ports below were free just now; `dtrain launch` picks its own\n";
+    warn_ports_picked_at_launch(job_file, spec, cluster);
   }
   for (const common::TaskId& task : cluster.tasks()) {
     std::cout << fmt::format("# {}{}\n", task.text(), cluster.is_chief(task) ? " (chief)" : "");
@@ -93,6 +109,7 @@ int tf_config_command(const Args& args) {
                                           task_text, job_file, cluster.count(task.type),
                                           task.type));
   }
+  warn_ports_picked_at_launch(job_file, spec, cluster);
   std::cout << common::format_tf_config(cluster, task) << "\n";
   return 0;
 }

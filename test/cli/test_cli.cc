@@ -202,3 +202,32 @@ TEST_CASE("validate and launch check the train section as the worker does, namin
       {binary("dtrain"), "validate", job_with(R"("anything": 1)", R"("command": ["x"], )")});
   CHECK(command.exit_code == 0);
 }
+
+TEST_CASE("validate and tf-config warn on stderr that a \"workers\" job's ports are picked") {
+  dtrain::testing::TempDir dir;
+  std::string job = dir.path() + "/job.json";
+  std::ofstream(job) << R"({"job": "w", "workers": 2, "command": ["x"]})";
+  auto one = run_process({binary("dtrain"), "tf-config", job, "--task", "worker:1"});
+  INFO(one.err);
+  REQUIRE(one.exit_code == 0);
+  // stdout stays the bare TF_CONFIG for $(...); the warning names the ports this call picked.
+  CHECK(one.out.rfind("{\"cluster\"", 0) == 0);
+  CHECK(one_line(one.out));
+  CHECK(one_line(one.err));
+  CHECK(one.err.rfind("dtrain: warning: " + job + " has \"workers\": 2", 0) == 0);
+  CHECK(one.err.find("picked when it starts") == std::string::npos);
+  CHECK(one.err.find("`dtrain launch` picks when it starts") != std::string::npos);
+  size_t at = one.out.find("localhost:");
+  REQUIRE(at != std::string::npos);
+  std::string first = one.out.substr(at, one.out.find('"', at) - at);
+  CHECK(one.err.find("this call picked " + first + ", localhost:") != std::string::npos);
+  auto validate = run_process({binary("dtrain"), "validate", job});
+  CHECK(validate.exit_code == 0);
+  CHECK(validate.err.find("whose ports `dtrain launch` picks") != std::string::npos);
+  // A fixed cluster gets no warning.
+  std::ofstream(job, std::ios::trunc)
+      << R"({"job": "w", "cluster": {"worker": ["localhost:1", "localhost:2"]}, "command": ["x"]})";
+  auto fixed = run_process({binary("dtrain"), "tf-config", job, "--task", "worker:1"});
+  CHECK(fixed.exit_code == 0);
+  CHECK(fixed.err.empty());
+}
