@@ -22,6 +22,7 @@
 #include "common/json.h"
 #include "common/logging.h"
 #include "launcher/commands.h"
+#include "launcher/console_log_sink.h"
 #include "launcher/control_server.h"
 #include "launcher/dry_run.h"
 #include "launcher/metrics_server.h"
@@ -126,6 +127,7 @@ int run_supervisor(const common::JobSpec& spec, PreparedRun& run,
   auto spawner = make_boost_process_spawner(io);
   RunRecorder recorder(run.run_dir);
   Console console = Console::for_stdout();
+  ConsoleLogRoute log_route(console);  // log lines around the live line, not glued to it
   std::unique_ptr<Supervisor> supervisor;
   ControlLimits limits;  // room for every worker's connection besides clients
   limits.max_connections =
