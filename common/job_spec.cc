@@ -170,14 +170,18 @@ void parse_fields(const JsonNode& root, JobSpec& spec) {
   if (auto n = root.find("gpu_sharing")) spec.gpu_sharing = n->as_bool();
   if (auto n = root.find("master_port")) spec.master_port = static_cast<int>(n->as_int(1, 65535));
   if (auto n = root.find("success")) {
-    spec.success = n->as_string();
-    if (spec.success != "all" && spec.success != "chief") {
+    std::string rule = n->as_string();
+    if (rule != "all" && rule != "chief")
       n->fail(fmt::format("expected \"all\" or \"chief\", found {}", n->describe()));
-    }
+    spec.success = rule == "chief" ? SuccessRule::kChiefOnly : SuccessRule::kAllTasks;
   }
 }
 
 }  // namespace
+
+const char* success_rule_name(SuccessRule rule) {
+  return rule == SuccessRule::kChiefOnly ? "chief" : "all";
+}
 
 JobSpec parse_job_spec(std::string_view text, const std::string& source) {
   JobSpec spec;
@@ -245,7 +249,10 @@ std::string job_spec_to_json(const JobSpec& spec, const ClusterSpec& resolved) {
   w.end_object();
   w.key("run_dir").value(spec.run_dir);
   if (spec.hang_timeout_seconds) w.key("hang_timeout_seconds").value(*spec.hang_timeout_seconds);
-  w.key("success").value(spec.success).key("gpu_sharing").value(spec.gpu_sharing);
+  w.key("success")
+      .value(success_rule_name(spec.success))
+      .key("gpu_sharing")
+      .value(spec.gpu_sharing);
   if (spec.master_port) w.key("master_port").value(*spec.master_port);
   w.key("remote_shell").begin_array();
   for (const auto& arg : spec.remote_shell) w.value(arg);

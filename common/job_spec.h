@@ -43,6 +43,15 @@ struct SlurmOptions {
   std::vector<std::string> sbatch;  ///< slurm-script: more #SBATCH options, as written
 };
 
+/// The `success` key: which tasks must exit 0 for the job to succeed.
+enum class SuccessRule {
+  kAllTasks,   ///< "all": every training task (the default)
+  kChiefOnly,  ///< "chief": the chief alone; the others are then stopped
+};
+
+/// "all" or "chief", as the job file spells it.
+const char* success_rule_name(SuccessRule rule);
+
 struct JobSpec {
   std::string source;  ///< where it was read from, for messages
   std::string job;
@@ -61,7 +70,7 @@ struct JobSpec {
   std::optional<double> hang_timeout_seconds;
   std::vector<std::string> remote_shell{"ssh"};
   /// "all": the job succeeds when every training task exits 0; "chief": when the chief does.
-  std::string success = "all";
+  SuccessRule success = SuccessRule::kAllTasks;
   /// Several local workers may share one GPU (else more local workers than GPUs is refused).
   bool gpu_sharing = false;
   /// MASTER_PORT of torchrun's variables (launcher/torch_env.h); unset: the launcher picks one.

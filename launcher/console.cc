@@ -60,6 +60,20 @@ void Console::finish() {
   }
 }
 
+void Console::print_outside(const std::function<void()>& write) {
+  if (interactive_ && !status_.empty() && !status_cleared_) {
+    buffer_ += "\r\x1b[K";
+    status_cleared_ = true;
+  }
+  if (!buffer_.empty()) {  // worker lines first, so the order on screen is the order of events
+    std::fwrite(buffer_.data(), 1, buffer_.size(), out_);
+    buffer_.clear();
+  }
+  std::fflush(out_);
+  write();
+  flush();
+}
+
 void Console::flush() {
   if (interactive_ && status_cleared_ && !status_.empty()) {
     buffer_ += status_;

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdio>
+#include <functional>
 #include <string>
 #include <string_view>
 
@@ -28,6 +29,10 @@ class Console {
   void finish();
   /// Flushes what print_line buffered (and redraws the status line on a terminal).
   void flush();
+  /// For output that does not go through the console but reaches the same terminal (the
+  /// launcher's log on stderr): erases the live line, writes what print_line buffered, runs
+  /// write, then redraws the live line below it. Not thread-safe, like the rest of Console.
+  void print_outside(const std::function<void()>& write);
 
  private:
   std::FILE* out_;

@@ -6,6 +6,8 @@
 
 #include <csignal>
 
+#include "common/exit_codes.h"
+
 namespace dtrain::launcher {
 
 ExitStatus ExitStatus::from_wait_status(int status) {
@@ -33,17 +35,17 @@ Outcome classify(const ExitStatus& status) {
     }
   }
   switch (status.code) {
-    case 0:
+    case common::kExitSuccess:
       return Outcome::kSuccess;
-    case 2:
+    case common::kExitConfig:
       return Outcome::kConfigError;
-    case 143:
-    case 42:
-    case 130:
-    case 137:
+    case common::kExitPreempted:
+    case common::kExitTensorFlowPreempted:
+    case common::kExitInterrupted:
+    case common::kExitKilled:
       return Outcome::kPreempted;
-    case 134:
-    case 139:
+    case common::kExitSignalBase + SIGABRT:
+    case common::kExitSignalBase + SIGSEGV:
       return Outcome::kCrashed;
     default:
       return Outcome::kFailed;
@@ -51,7 +53,11 @@ Outcome classify(const ExitStatus& status) {
 }
 
 int job_exit_code(const ExitStatus& status) {
-  return classify(status) == Outcome::kConfigError ? 2 : status.shell_code();
+  return classify(status) == Outcome::kConfigError ? common::kExitConfig : status.shell_code();
+}
+
+bool killed_by_sigkill(const ExitStatus& status) {
+  return status.signaled ? status.signal == SIGKILL : status.code == common::kExitKilled;
 }
 
 std::string signal_name(int signal) {
@@ -95,9 +101,10 @@ std::string signal_name(int signal) {
 
 std::string describe(const ExitStatus& status) {
   if (status.signaled) return "killed by " + signal_name(status.signal);
-  if (status.code > 128 && status.code < 160 && classify(status) != Outcome::kFailed) {
+  if (status.code > common::kExitSignalBase && status.code < common::kExitSignalBase + 32 &&
+      classify(status) != Outcome::kFailed) {
     return fmt::format("exit code {} ({} from a shell)", status.code,
-                       signal_name(status.code - 128));
+                       signal_name(status.code - common::kExitSignalBase));
   }
   return fmt::format("exit code {}", status.code);
 }

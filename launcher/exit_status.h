@@ -16,7 +16,7 @@ struct ExitStatus {
   static ExitStatus killed(int signal) { return {true, 0, signal}; }
   /// From a waitpid() status word; one that is no end (stopped, still running) is exit -1.
   static ExitStatus from_wait_status(int status);
-  /// The shell's convention: the code, or 128 + signal.
+  /// The shell's convention: the code, or 128 + signal (common::kExitSignalBase).
   int shell_code() const { return signaled ? 128 + signal : code; }
 };
 
@@ -33,6 +33,10 @@ Outcome classify(const ExitStatus& status);
 /// The launcher's exit code when this end fails the job: 2 for a configuration error, else
 /// shell_code().
 int job_exit_code(const ExitStatus& status);
+
+/// Death by SIGKILL, or exit 137 (SIGKILL from a shell): what the kernel's OOM killer leaves, as
+/// well as a preemption's hard kill.
+bool killed_by_sigkill(const ExitStatus& status);
 
 /// "SIGSEGV", "SIGTERM", or "signal 42" for unnamed ones.
 std::string signal_name(int signal);

@@ -22,6 +22,7 @@
 #include "common/json.h"
 #include "common/logging.h"
 #include "launcher/commands.h"
+#include "launcher/console_log_sink.h"
 #include "launcher/control_server.h"
 #include "launcher/dry_run.h"
 #include "launcher/metrics_server.h"
@@ -30,6 +31,7 @@
 #include "launcher/remote_child.h"
 #include "launcher/run_preparation.h"
 #include "launcher/supervisor.h"
+#include "launcher/train_check.h"
 
 namespace dtrain::launcher {
 namespace po = boost::program_options;
@@ -147,6 +149,7 @@ int run_supervisor(const common::JobSpec& spec, PreparedRun& run,
   auto spawner = make_agent_spawner(io, *local_spawner);
   RunRecorder recorder(run.run_dir);
   Console console = Console::for_stdout();
+  ConsoleLogRoute log_route(console);  // log lines around the live line, not glued to it
   std::unique_ptr<Supervisor> supervisor;
   ControlLimits limits;  // room for every worker's connection besides clients
   limits.max_connections = std::max<size_t>(limits.max_connections, 2 * run.plan.tasks.size() + 64);
@@ -222,6 +225,7 @@ int launch_command(const Args& args) {
   }
   common::setup_logging("launcher");
   common::JobSpec spec = common::load_job_spec(options.job_file);
+  check_train_section(spec);
   if (!options.run_dir.empty()) spec.run_dir = options.run_dir;
   if (options.dry_run) {
     if (options.detach) throw common::ConfigError("launch: give --dry-run or --detach, not both");

@@ -1,7 +1,7 @@
-// The restart budget and back-off of a job (docs/design.md#restart-policy): failures and
-// preemptions counted apart, exponential back-off with jitter that resets after a healthy run,
-// and the "failed twice before any progress = configuration problem" rule. Pure logic: no
-// clocks, no processes.
+// The restart budget and back-off of a job (docs/design.md#restart-policy): failures and preemptions counted apart,
+// exponential back-off with jitter that resets after a healthy run, and the "failed twice before
+// any progress = configuration problem" rule, which also catches a worker SIGKILLed at every
+// start (the OOM killer) and workers that never start. Pure logic: no clocks, no processes.
 #pragma once
 
 #include <cstdint>
@@ -17,6 +17,11 @@ struct AttemptEnd {
   Outcome outcome = Outcome::kFailed;
   bool made_progress = false;  ///< some worker reported progress (or ran startup_seconds)
   double run_seconds = 0;      ///< how long the group ran
+  /// The first failure was death by SIGKILL (killed_by_sigkill()): a preemption, unless it
+  /// happens before any progress twice in a row (the OOM killer at every start).
+  bool killed_by_sigkill = false;
+  /// The worker never started: the remote shell or srun could not start it. Never progress.
+  bool start_failed = false;
 };
 
 struct Decision {
@@ -36,14 +41,19 @@ class RestartBook {
   int preemptions() const { return preemptions_; }  ///< preemption restarts so far
 
  private:
+  /// What an attempt that ended before any progress was, for the two-in-a-row rule's message.
+  enum class SilentEnd { kNone, kFailed, kSigkill, kStartFailed };
+
   double backoff(int consecutive);
+  /// Counts an end before any progress; the reason to stop at the second in a row, else "".
+  std::string note_silent_end(SilentEnd end);
 
   common::RestartPolicy policy_;
   uint64_t rng_state_;
   int restarts_ = 0;
   int preemptions_ = 0;
   int consecutive_failures_ = 0;
-  int consecutive_silent_failures_ = 0;
+  SilentEnd last_silent_end_ = SilentEnd::kNone;  ///< the previous attempt's, if it was silent
 };
 
 }  // namespace dtrain::launcher

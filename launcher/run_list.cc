@@ -74,20 +74,21 @@ std::vector<RunSummary> list_runs(const std::string& runs_root) {
 }
 
 std::string format_run_table(const std::vector<RunSummary>& runs) {
-  const char* row = "{:<28} {:<20} {:<16} {:>7} {:>8} {:<8} {:<11} {}\n";
+  const char* row = "{:<28} {:<20} {:<16} {:>7} {:>8} {:>11} {:<8} {:<11} {}\n";
   std::string out = fmt::format(fmt::runtime(row), "RUN", "JOB", "STATUS", "ATTEMPT", "RESTARTS",
-                                "LAUNCHER", "PROGRESS", "UPDATED");
+                                "PREEMPTIONS", "LAUNCHER", "PROGRESS", "UPDATED");
   for (const RunSummary& run : runs) {
     if (run.state.empty()) {
-      out += fmt::format(fmt::runtime(row), run.dir, "-", run.problem, "-", "-", "-", "-", "-");
+      out +=
+          fmt::format(fmt::runtime(row), run.dir, "-", run.problem, "-", "-", "-", "-", "-", "-");
       continue;
     }
     common::JsonDocument doc = common::JsonDocument::parse(run.state, "state");
     const common::JsonNode& s = doc.root();
-    out +=
-        fmt::format(fmt::runtime(row), run.dir, text_or(s, "job", "-"), text_or(s, "status", "-"),
-                    text_or(s, "attempt", "-"), text_or(s, "restarts", "-"),
-                    run.daemon ? "running" : "gone", progress(s), text_or(s, "updated_at", "-"));
+    out += fmt::format(fmt::runtime(row), run.dir, text_or(s, "job", "-"),
+                       text_or(s, "status", "-"), text_or(s, "attempt", "-"),
+                       text_or(s, "restarts", "-"), text_or(s, "preemptions", "-"),
+                       run.daemon ? "running" : "gone", progress(s), text_or(s, "updated_at", "-"));
   }
   return out;
 }

@@ -20,7 +20,8 @@ struct RunSummary {
 /// a folder.
 std::vector<RunSummary> list_runs(const std::string& runs_root);
 
-/// A table: run, job, status, attempt, restarts, launcher, progress, updated.
+/// A table: run, job, status, attempt, restarts (after failures), preemptions (restarts after
+/// preemptions), launcher, progress, updated.
 std::string format_run_table(const std::vector<RunSummary>& runs);
 
 /// A JSON array: per run {"run_dir", "daemon": "running"|"gone", then the state's members}, or

@@ -15,6 +15,7 @@
 #include "launcher/commands.h"
 #include "launcher/options.h"
 #include "launcher/slurm.h"
+#include "launcher/train_check.h"
 
 namespace dtrain::launcher {
 namespace po = boost::program_options;
@@ -28,6 +29,21 @@ bool in_slurm_allocation() {
 // The job's cluster as `dtrain launch` would run it: a Slurm job's from its allocation.
 common::ClusterSpec job_cluster(const common::JobSpec& spec) {
   return spec.slurm ? read_slurm_allocation(spec).cluster() : common::resolve_cluster(spec);
+}
+
+// A "workers": N job's ports are picked by `dtrain launch`: the ones this call shows were free a
+// moment ago and the next call picks others, so workers started by hand from them never meet.
+void warn_ports_picked_at_launch(const std::string& job_file, const common::JobSpec& spec,
+                                 const common::ClusterSpec& cluster) {
+  if (spec.auto_workers == 0) return;
+  std::string picked;
+  for (const common::TaskId& task : cluster.tasks())
+    picked += (picked.empty() ? "" : ", ") + cluster.address(task);
+  std::cerr << fmt::format(
+      "dtrain: warning: {} has \"workers\": {}, whose ports `dtrain launch` picks when it "
+      "starts; this call picked {}, which were free just now, and another call picks others. "
+      "For workers started by hand, give \"cluster\" with fixed addresses instead.\n",
+      job_file, spec.auto_workers, picked);
 }
 
 }  // namespace
@@ -45,6 +61,7 @@ int validate_command(const Args& args) {
     return 0;
   }
   common::JobSpec spec = common::load_job_spec(job_file);
+  check_train_section(spec);
   if (spec.slurm && !in_slurm_allocation()) {
     std::cout << fmt::format(
         "{}: OK: job \"{}\", a Slurm job: its workers are the tasks of the allocation it runs "
@@ -59,6 +76,7 @@ int validate_command(const Args& args) {
                            spec.run_dir);
   if (spec.auto_workers > 0) {
     std::cout << "# \"workers\": ports below were free just now; `dtrain launch` picks its own\n";
+    warn_ports_picked_at_launch(job_file, spec, cluster);
   }
   for (const common::TaskId& task : cluster.tasks()) {
     std::cout << fmt::format("# {}{}\n", task.text(), cluster.is_chief(task) ? " (chief)" : "");
@@ -91,6 +109,7 @@ int tf_config_command(const Args& args) {
                                           task_text, job_file, cluster.count(task.type),
                                           task.type));
   }
+  warn_ports_picked_at_launch(job_file, spec, cluster);
   std::cout << common::format_tf_config(cluster, task) << "\n";
   return 0;
 }

@@ -69,6 +69,7 @@ void Supervisor::start_attempt() {
   success_ = false;
   attempt_made_progress_ = false;
   attempt_start_failed_ = false;
+  first_failure_sigkill_ = false;
   if (!ports_free_or_retry()) return;
   port_retries_ = 0;
   attempt_started_ = common::monotonic_seconds();
@@ -173,6 +174,7 @@ void Supervisor::spawn_task(Task& task) {
   task.status.reset();
   task.last_lines.clear();
   task.progress.reset();
+  if (!task.plan.remote()) task.oom_kills_at_spawn = oom_.kills();
   task.child = spawner_.spawn(request, std::move(callbacks));
   task.pid = task.child->pid();
   task.state = task.plan.remote() ? Task::State::kStarting : Task::State::kRunning;
@@ -251,6 +253,9 @@ void Supervisor::on_exit(Task& task, const ChildEnd& end) {
   bool started = end.cause != ChildEnd::Cause::kNotStarted;
   Outcome outcome = end.cause == ChildEnd::Cause::kExited ? classify(end.status) : Outcome::kFailed;
   std::string what = end.cause == ChildEnd::Cause::kExited ? describe(end.status) : end.detail;
+  if (!task.plan.remote())
+    if (std::optional<std::string> oom = oom_.explain(end.status, task.oom_kills_at_spawn))
+      what = *oom;
   if (end.cause == ChildEnd::Cause::kPlaceLost || !started) {
     spdlog::warn("{} {}", task.plan.task.text(), end.detail);
     recorder_.event(started ? "lost_host" : "start_failure", [&](common::JsonWriter& w) {
@@ -288,6 +293,7 @@ void Supervisor::on_exit(Task& task, const ChildEnd& end) {
                    attempt_);
       int code =
           end.cause == ChildEnd::Cause::kExited ? job_exit_code(end.status) : common::kExitFailure;
+      if (!first_failure_) first_failure_sigkill_ = killed_by_sigkill(end.status) && started;
       fail_first(task, outcome, what, code);
       begin_teardown(fmt::format("{} {}", task.plan.task.text(), outcome_name(outcome)));
     }
@@ -300,7 +306,8 @@ void Supervisor::on_exit(Task& task, const ChildEnd& end) {
 // message also says how far the group got, and the first one after a restart where it resumed.
 void Supervisor::note_progress(Task& task, const common::ControlMessage* message) {
   task.last_progress = common::monotonic_seconds();
-  attempt_made_progress_ = true;
+  // Where a restart resumed is said before its first step: a sign of life, not progress.
+  if (!message || !message->restored_step) attempt_made_progress_ = true;
   if (!message || !task.plan.trains()) return;
   if (message->restored_step && recovering_) {
     recovering_ = false;
@@ -335,7 +342,7 @@ void Supervisor::on_control_message(const common::ControlMessage& message) {
 }
 
 bool Supervisor::group_succeeded() const {
-  bool chief_only = plan_.spec().success == "chief";
+  bool chief_only = plan_.spec().success == common::SuccessRule::kChiefOnly;
   common::TaskId chief = plan_.context.cluster.chief();
   for (const auto& task : tasks_) {
     if (!task->plan.trains() || (chief_only && !(task->plan.task == chief))) continue;

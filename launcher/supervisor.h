@@ -20,6 +20,7 @@
 #include "launcher/group_guardian.h"
 #include "launcher/group_view.h"
 #include "launcher/launch_plan.h"
+#include "launcher/oom_watch.h"
 #include "launcher/process_spawner.h"
 #include "launcher/restart_policy.h"
 #include "launcher/run_records.h"
@@ -140,6 +141,7 @@ class Supervisor {
   const SupervisorOptions options_;
   const LaunchPlan& plan_;
   RestartBook book_;
+  OomWatch oom_ = OomWatch::for_this_process();  ///< this machine's OOM kills, for local tasks
   std::vector<std::unique_ptr<Task>> tasks_;
   boost::asio::steady_timer backoff_timer_, grace_timer_, watchdog_timer_, port_timer_;
   std::function<void(const SupervisorResult&)> on_done_;
@@ -157,6 +159,7 @@ class Supervisor {
   bool recovering_ = false;   ///< a restarted group has not yet said where it resumed
   bool attempt_made_progress_ = false;
   bool attempt_start_failed_ = false;  ///< a task of this attempt was never started
+  bool first_failure_sigkill_ = false;  ///< the first failure was death by SIGKILL
   bool success_ = false;
   bool stop_requested_ = false;
   std::optional<FailureReport> first_failure_;

@@ -98,7 +98,8 @@ void Supervisor::teardown_complete() {
   // progress, whatever the others did (docs/design.md#restart-policy).
   bool progressed = !attempt_start_failed_ &&
                     (attempt_made_progress_ || ran >= plan_.spec().restart.startup_seconds);
-  Decision decision = book_.decide({first_failure_->outcome, progressed, ran});
+  Decision decision = book_.decide(
+      {first_failure_->outcome, progressed, ran, first_failure_sigkill_, attempt_start_failed_});
   if (!decision.restart)
     return finish(common::kStatusFailed, first_failure_->exit_code, decision.reason);
   back_off(decision);

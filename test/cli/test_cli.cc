@@ -1,6 +1,7 @@
 // The real dtrain and dtrain-worker binaries: help, version, validate, tf-config, and exit 2 with
 // one clear line for every malformed job file and TF_CONFIG in support/bad_inputs.h.
 #include <catch2/catch.hpp>
+#include <filesystem>
 #include <fstream>
 
 #include "test/support/bad_inputs.h"
@@ -73,7 +74,7 @@ TEST_CASE("dtrain tf-config prints one task's TF_CONFIG and checks the task") {
 TEST_CASE("a Slurm job: validate outside an allocation, slurm-script, and launch without one") {
   dtrain::testing::TempDir dir;
   std::string job = dir.path() + "/job.json";
-  std::ofstream(job) << R"({"job": "s", "cluster": "slurm", "train": {},
+  std::ofstream(job) << R"({"job": "s", "cluster": "slurm", "command": ["train.sh"],
                             "slurm": {"nodes": 3, "tasks_per_node": 2}})";
   dtrain::testing::ProcessOptions outside;
   outside.env["SLURM_JOB_ID"] = std::nullopt;
@@ -148,4 +149,85 @@ TEST_CASE("dtrain-worker reports the GPU side cleanly, with or without CUDA") {
   bool cuda = r.out.rfind("CUDA build (CUDA runtime ", 0) == 0;
   CHECK((cpu_only || cuda));
   CHECK(r.err.empty());
+}
+
+TEST_CASE("validate and launch check the train section as the worker does, naming the job file") {
+  dtrain::testing::TempDir dir;
+  const std::string model =
+      R"("model": {"input_shape": [2, 2, 1], "layers": [{"type": "flatten"},
+         {"type": "dense", "units": 8, "activation": "relu"}, {"type": "dense", "units": 2}]})";
+  const std::string loss =
+      R"("loss": {"type": "sparse_categorical_crossentropy", "from_logits": true})";
+  auto job_with = [&](const std::string& train, const std::string& extra = "") {
+    std::string path = dir.path() + "/job.json";
+    std::ofstream(path, std::ios::trunc)
+        << R"({"job": "t", "workers": 2, )" << extra << R"("train": {)" << train << "}}";
+    return path;
+  };
+  std::string good = job_with(model + ", " + loss);
+  auto ok = run_process({binary("dtrain"), "validate", good});
+  INFO(ok.err);
+  CHECK(ok.exit_code == 0);
+
+  struct Case {
+    std::string train, expected;
+  };
+  std::string rleu = model;
+  rleu.replace(rleu.find("relu"), 4, "rleu");
+  const std::vector<Case> cases = {
+      {rleu + ", " + loss, "job.json: train.model.layers[1].activation: "},
+      {model + ", " + loss + R"(, "optimizer": "adam")", "job.json: train.optimizer"},
+      {model + ", " + loss + R"(, "optimizer": {"type": "adam", "beta_1": 7})",
+       "job.json: train.optimizer.beta_1"},
+      {"", "job.json: train"},
+  };
+  for (const Case& c : cases) {
+    INFO("train: {" << c.train << "}");
+    std::string path = job_with(c.train);
+    auto validate = run_process({binary("dtrain"), "validate", path});
+    INFO(validate.err);
+    CHECK(validate.exit_code == 2);
+    CHECK(one_line(validate.err));
+    CHECK(validate.err.rfind("dtrain: error: " + path + ": train", 0) == 0);
+    CHECK(validate.err.find(c.expected) != std::string::npos);
+    CHECK(validate.err.find("spec.json") == std::string::npos);
+    // launch fails the same way before it makes a run directory or starts anything.
+    auto launch = run_process({binary("dtrain"), "launch", path, "--run-dir", dir.path() + "/run"});
+    CHECK(launch.exit_code == 2);
+    CHECK(launch.err.find(c.expected) != std::string::npos);
+    CHECK_FALSE(std::filesystem::exists(dir.path() + "/run"));
+  }
+  // A command job's program owns its configuration: its train section is not the worker's.
+  auto command = run_process(
+      {binary("dtrain"), "validate", job_with(R"("anything": 1)", R"("command": ["x"], )")});
+  CHECK(command.exit_code == 0);
+}
+
+TEST_CASE("validate and tf-config warn on stderr that a \"workers\" job's ports are picked") {
+  dtrain::testing::TempDir dir;
+  std::string job = dir.path() + "/job.json";
+  std::ofstream(job) << R"({"job": "w", "workers": 2, "command": ["x"]})";
+  auto one = run_process({binary("dtrain"), "tf-config", job, "--task", "worker:1"});
+  INFO(one.err);
+  REQUIRE(one.exit_code == 0);
+  // stdout stays the bare TF_CONFIG for $(...); the warning names the ports this call picked.
+  CHECK(one.out.rfind("{\"cluster\"", 0) == 0);
+  CHECK(one_line(one.out));
+  CHECK(one_line(one.err));
+  CHECK(one.err.rfind("dtrain: warning: " + job + " has \"workers\": 2", 0) == 0);
+  CHECK(one.err.find("picked when it starts") == std::string::npos);
+  CHECK(one.err.find("`dtrain launch` picks when it starts") != std::string::npos);
+  size_t at = one.out.find("localhost:");
+  REQUIRE(at != std::string::npos);
+  std::string first = one.out.substr(at, one.out.find('"', at) - at);
+  CHECK(one.err.find("this call picked " + first + ", localhost:") != std::string::npos);
+  auto validate = run_process({binary("dtrain"), "validate", job});
+  CHECK(validate.exit_code == 0);
+  CHECK(validate.err.find("whose ports `dtrain launch` picks") != std::string::npos);
+  // A fixed cluster gets no warning.
+  std::ofstream(job, std::ios::trunc)
+      << R"({"job": "w", "cluster": {"worker": ["localhost:1", "localhost:2"]}, "command": ["x"]})";
+  auto fixed = run_process({binary("dtrain"), "tf-config", job, "--task", "worker:1"});
+  CHECK(fixed.exit_code == 0);
+  CHECK(fixed.err.empty());
 }

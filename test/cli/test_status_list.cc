@@ -7,10 +7,12 @@
 #include <filesystem>
 #include <fstream>
 #include <optional>
+#include <sstream>
 #include <string>
 #include <thread>
 
 #include "common/json.h"
+#include "launcher/run_list.h"
 #include "test/support/subprocess.h"
 #include "test/support/temp_dir.h"
 
@@ -140,4 +142,36 @@ TEST_CASE("status with no run named and no ./runs is a usage error; an empty ./r
   auto empty_json = r.dtrain({"status", "--json"});
   CHECK(empty_json.exit_code == 0);
   CHECK(empty_json.out == "[]\n");
+}
+
+TEST_CASE("the run list shows preemptions beside restarts") {
+  using dtrain::launcher::RunSummary;
+  std::vector<RunSummary> runs(2);
+  runs[0].dir = "runs/ddp";
+  runs[0].state = R"({"job": "ddp", "status": "running", "attempt": 3, "restarts": 1,
+                      "preemptions": 2, "updated_at": "t"})";
+  runs[1].dir = "runs/scratch";
+  runs[1].problem = "never launched";
+  std::string table = dtrain::launcher::format_run_table(runs);
+  auto words = [](const std::string& line) {
+    std::vector<std::string> out;
+    std::istringstream in(line);
+    for (std::string w; in >> w;) out.push_back(w);
+    return out;
+  };
+  std::istringstream lines(table);
+  std::string header, ddp, scratch;
+  std::getline(lines, header);
+  std::getline(lines, ddp);
+  std::getline(lines, scratch);
+  std::vector<std::string> expected_header = {"RUN",      "JOB",      "STATUS",
+                                              "ATTEMPT",  "RESTARTS", "PREEMPTIONS",
+                                              "LAUNCHER", "PROGRESS", "UPDATED"};
+  CHECK(words(header) == expected_header);
+  std::vector<std::string> expected_ddp = {"runs/ddp", "ddp",  "running", "3", "1",
+                                           "2",        "gone", "-",       "t"};
+  CHECK(words(ddp) == expected_ddp);
+  CHECK(words(scratch).size() == 10);  // "never launched" is two words
+  // The counts stand under their headers.
+  CHECK(ddp.find(" 2 ") + 1 == header.find("PREEMPTIONS") + std::string("PREEMPTIONS").size() - 1);
 }

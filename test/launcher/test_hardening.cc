@@ -264,7 +264,9 @@ TEST_CASE("launch: a worker program under a path with ';' and a space runs, and 
   fs::copy_file(binary("dtrain"), bin + "/dtrain");
   std::ofstream(bin + "/dtrain-worker") << "#!/bin/sh\necho \"fake worker ran: $1 $2\"\n";
   fs::permissions(bin + "/dtrain-worker", fs::perms::owner_all);
-  job.write(R"("workers": 1, "train": {})");
+  job.write(R"("workers": 1, "train": {"model": {"input_shape": [2, 2, 1], "layers":
+    [{"type": "flatten"}, {"type": "dense", "units": 2}]}, "loss": {"type":
+    "sparse_categorical_crossentropy", "from_logits": true}})");
   ProcessOptions options;
   options.cwd = job.dir.path();
   ProcessResult r = run_process({bin + "/dtrain", "launch", job.path()}, options);

@@ -3,6 +3,7 @@
 #include <catch2/catch.hpp>
 #include <csignal>
 
+#include "common/exit_codes.h"
 #include "common/job_spec.h"
 #include "common/tf_config.h"
 #include "launcher/agent_protocol.h"
@@ -30,6 +31,38 @@ TEST_CASE("exit codes and signals are classified as DESIGN.md says") {
   CHECK(describe(ExitStatus::exited(139)) == "exit code 139 (SIGSEGV from a shell)");
   CHECK(describe(ExitStatus::exited(3)) == "exit code 3");
   CHECK(ExitStatus::killed(SIGKILL).shell_code() == 137);
+}
+
+TEST_CASE("the exit codes have names, and SIGKILL is told from a shell's 137") {
+  using namespace dtrain::common;
+  CHECK(classify(ExitStatus::exited(kExitConfig)) == Outcome::kConfigError);
+  CHECK(classify(ExitStatus::exited(kExitFailure)) == Outcome::kFailed);
+  for (int code : {kExitPreempted, kExitTensorFlowPreempted, kExitInterrupted, kExitKilled})
+    CHECK(classify(ExitStatus::exited(code)) == Outcome::kPreempted);
+  CHECK(kExitKilled == kExitSignalBase + SIGKILL);
+  CHECK(kExitInterrupted == kExitSignalBase + SIGINT);
+  CHECK(kExitPreempted == kExitSignalBase + SIGTERM);
+  CHECK(job_exit_code(ExitStatus::exited(kExitConfig)) == kExitConfig);
+  CHECK(killed_by_sigkill(ExitStatus::killed(SIGKILL)));
+  CHECK(killed_by_sigkill(ExitStatus::exited(kExitKilled)));
+  CHECK_FALSE(killed_by_sigkill(ExitStatus::killed(SIGTERM)));
+  CHECK_FALSE(killed_by_sigkill(ExitStatus::exited(kExitPreempted)));
+  CHECK_FALSE(killed_by_sigkill(ExitStatus::exited(SIGKILL)));
+}
+
+TEST_CASE("success is parsed once into a rule, and spec.json spells it as the job file did") {
+  using namespace dtrain::common;
+  auto parse = [](const std::string& success) {
+    return parse_job_spec(R"({"job": "s", "workers": 2, "command": ["x"])" + success + "}", "j");
+  };
+  CHECK(parse("").success == SuccessRule::kAllTasks);
+  CHECK(parse(R"(, "success": "all")").success == SuccessRule::kAllTasks);
+  JobSpec chief = parse(R"(, "success": "chief")");
+  CHECK(chief.success == SuccessRule::kChiefOnly);
+  CHECK(job_spec_to_json(chief, ClusterSpec({{"worker", {"localhost:1"}}}))
+            .find(R"("success":"chief")") != std::string::npos);
+  CHECK_THROWS_WITH(parse(R"(, "success": "any")"),
+                    Catch::Contains(R"(success: expected "all" or "chief")"));
 }
 
 namespace {
@@ -100,6 +133,55 @@ TEST_CASE("configuration errors and two silent failures in a row stop the job") 
   CHECK(mixed.decide({Outcome::kFailed, false, 1}).restart);
   CHECK(mixed.decide({Outcome::kFailed, true, 1}).restart);
   CHECK(mixed.decide({Outcome::kFailed, false, 1}).restart);
+}
+
+TEST_CASE("a worker SIGKILLed twice in a row before any progress stops the job (OOM killer)") {
+  dtrain::common::RestartPolicy p = policy();
+  p.max_preemptions = 100;
+  RestartBook book(p, 1);
+  AttemptEnd oom{Outcome::kPreempted, false, 1, true};
+  CHECK(book.decide(oom).restart);
+  Decision second = book.decide(oom);
+  CHECK_FALSE(second.restart);
+  CHECK(second.reason.find("SIGKILL twice in a row") != std::string::npos);
+  CHECK(second.reason.find("OOM killer") != std::string::npos);
+  CHECK(book.preemptions() == 1);
+
+  // After progress, a SIGKILL is the preemption it always was, as often as the budget allows.
+  RestartBook preempted(p, 1);
+  for (int i = 0; i < 10; ++i)
+    CHECK(preempted.decide({Outcome::kPreempted, true, 1, true}).restart);
+  CHECK(preempted.preemptions() == 10);
+  // A SIGTERM preemption in between ends the run of silent SIGKILLs.
+  RestartBook between(p, 1);
+  CHECK(between.decide(oom).restart);
+  CHECK(between.decide({Outcome::kPreempted, false, 1, false}).restart);
+  CHECK(between.decide(oom).restart);
+  // A silent SIGKILL then a silent failure: two silent ends in a row, still stopped.
+  RestartBook then_failed(p, 1);
+  CHECK(then_failed.decide(oom).restart);
+  Decision failed = then_failed.decide({Outcome::kFailed, false, 1});
+  CHECK_FALSE(failed.restart);
+  CHECK(failed.reason.find("configuration problem") != std::string::npos);
+}
+
+TEST_CASE("two start failures in a row stop the job, and the reason says a worker never started") {
+  RestartBook book(policy(), 1);
+  // The supervisor may think the group ran long enough to count as progress; a start failure
+  // never is, whatever its outcome (srun may end a step that never started by a signal).
+  AttemptEnd never_started{Outcome::kFailed, true, 40, false, true};
+  CHECK(book.decide(never_started).restart);
+  Decision second = book.decide({Outcome::kPreempted, true, 40, false, true});
+  CHECK_FALSE(second.restart);
+  CHECK(second.reason.find("could not be started twice in a row") != std::string::npos);
+  CHECK(second.reason.find("remote shell or srun") != std::string::npos);
+  CHECK(book.preemptions() == 0);
+  // One start failure and one silent failure: stopped, and the reason names the start failure.
+  RestartBook mixed(policy(), 1);
+  CHECK(mixed.decide({Outcome::kFailed, false, 1}).restart);
+  Decision then = mixed.decide(never_started);
+  CHECK_FALSE(then.restart);
+  CHECK(then.reason.find("a worker could not be started") != std::string::npos);
 }
 
 TEST_CASE("the line splitter keeps every byte and cuts at \\n, \\r and the length cap") {
