@@ -2,20 +2,51 @@
 #include "common/control_protocol.h"
 
 #include <fcntl.h>
+#include <fmt/format.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <unistd.h>
 
 #include <cstring>
+#include <utility>
 
 #include "common/errors.h"
 #include "common/json.h"
 
 namespace dtrain::common {
 
+namespace {
+
+constexpr std::pair<ControlMessageType, const char*> kMessageTypes[] = {
+    {ControlMessageType::kHello, "hello"},
+    {ControlMessageType::kHeartbeat, "heartbeat"},
+    {ControlMessageType::kProgress, "progress"}};
+
+ControlMessageType parse_message_type(const JsonNode& node) {
+  std::string name = node.as_string();
+  for (const auto& [type, type_name] : kMessageTypes) {
+    if (name == type_name) return type;
+  }
+  node.fail(fmt::format("unknown control message type \"{}\"", name));
+}
+
+}  // namespace
+
+const char* control_message_type_name(ControlMessageType type) {
+  switch (type) {
+    case ControlMessageType::kHello:
+      return "hello";
+    case ControlMessageType::kHeartbeat:
+      return "heartbeat";
+    case ControlMessageType::kProgress:
+      return "progress";
+  }
+  return "?";
+}
+
 ControlMessage heartbeat_message(const std::string& task, int attempt, int pid) {
   ControlMessage m;
-  m.type = "heartbeat";
+  m.type = ControlMessageType::kHeartbeat;
   m.task = task;
   m.attempt = attempt;
   m.pid = pid;
@@ -24,8 +55,13 @@ ControlMessage heartbeat_message(const std::string& task, int attempt, int pid) 
 
 std::string format_control_message(const ControlMessage& m) {
   JsonWriter w;
-  w.begin_object().key("type").value(m.type).key("task").value(m.task).key("attempt").value(
-      m.attempt);
+  w.begin_object()
+      .key("type")
+      .value(control_message_type_name(m.type))
+      .key("task")
+      .value(m.task)
+      .key("attempt")
+      .value(m.attempt);
   if (m.pid != 0) w.key("pid").value(m.pid);
   auto put_int = [&](const char* key, const std::optional<int>& v) {
     if (v) w.key(key).value(*v);
@@ -50,7 +86,7 @@ std::optional<ControlMessage> parse_control_message(std::string_view line) {
     JsonDocument doc = JsonDocument::parse(line, "control message");
     JsonNode root = doc.root();
     ControlMessage m;
-    m.type = root.at("type").as_string();
+    m.type = parse_message_type(root.at("type"));
     m.task = root.at("task").as_string();
     m.attempt = static_cast<int>(root.at("attempt").as_int(0, 1 << 30));
     if (auto n = root.find("pid")) m.pid = static_cast<int>(n->as_int(0, 1 << 30));
@@ -68,7 +104,7 @@ std::optional<ControlMessage> parse_control_message(std::string_view line) {
     }
     for (auto [key, field] :
          {std::pair{"global_step", &m.global_step}, {"restored_step", &m.restored_step}}) {
-      if (auto n = root.find(key); n && !n->is_null()) *field = n->as_int(0, int64_t{1} << 50);
+      if (auto n = root.find(key); n && !n->is_null()) *field = n->as_int(0, int64_t{1} << 53);
     }
     return m;
   } catch (const ConfigError&) {

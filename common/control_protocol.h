@@ -15,16 +15,26 @@ inline constexpr const char* kControlScheme = "unix:";
 /// Longest line either side accepts; longer ones close the connection.
 inline constexpr size_t kMaxControlLine = 64 * 1024;
 
+/// The "type" of a control line, parsed once; a line of any other type is malformed.
+enum class ControlMessageType { kHello, kHeartbeat, kProgress };
+
+/// The wire name: "hello", "heartbeat", "progress".
+const char* control_message_type_name(ControlMessageType type);
+
 struct ControlMessage {
-  std::string type;  ///< "hello", "heartbeat" or "progress"
+  ControlMessageType type = ControlMessageType::kHeartbeat;
   std::string task;  ///< "worker:1"
   int attempt = 0;
   int pid = 0;  ///< in hello
   // progress (absent fields stay empty)
   std::optional<int> epoch, epochs, step, steps;
   std::optional<double> loss, accuracy, samples_per_second;
-  std::optional<int64_t> global_step;    ///< steps done in the run, every epoch counted
-  std::optional<int64_t> restored_step;  ///< sent once after a (re)start: the step resumed from
+  /// In every progress message of dtrain-worker: steps done in the run, across epochs (the
+  /// checkpoints' global step).
+  std::optional<int64_t> global_step;
+  /// Sent once by each training worker right after it restored a checkpoint or found none: the
+  /// global step it resumes from (0 on a fresh start). dtrain-worker sends it in a heartbeat.
+  std::optional<int64_t> restored_step;
 };
 
 /// A heartbeat of task on attempt from pid.

@@ -1,4 +1,5 @@
-// spdlog set-up. Format: "2026-11-21 19:40:01.123 I [worker 1] message".
+// spdlog set-up. Format: "2026-11-21 19:40:01.123 I [worker 1] message" (no "[worker 1] " in a
+// worker under the launcher).
 #include "common/logging.h"
 
 #include <spdlog/sinks/stdout_color_sinks.h>
@@ -21,10 +22,19 @@ void setup_logging(const std::string& role, const std::string& level) {
   bool colour = ::isatty(STDERR_FILENO) == 1 && !get_env(kEnvNoColor).has_value();
   sink->set_color_mode(colour ? spdlog::color_mode::always : spdlog::color_mode::never);
   auto logger = std::make_shared<spdlog::logger>("dtrain", sink);
-  logger->set_pattern(fmt::format("%Y-%m-%d %H:%M:%S.%e %^%L%$ [{}] %v", role));
+  logger->set_pattern(log_pattern(role));
   logger->set_level(parsed);
   logger->flush_on(spdlog::level::info);
   spdlog::set_default_logger(logger);
+}
+
+std::string log_pattern(const std::string& role) {
+  if (role.empty()) return "%Y-%m-%d %H:%M:%S.%e %^%L%$ %v";
+  return fmt::format("%Y-%m-%d %H:%M:%S.%e %^%L%$ [{}] %v", role);
+}
+
+std::string worker_log_role(const std::string& task_type, int task_index, bool supervised) {
+  return supervised ? "" : role_name(task_type, task_index);
 }
 
 std::string role_name(const std::string& task_type, int task_index) {

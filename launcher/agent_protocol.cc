@@ -109,12 +109,15 @@ std::optional<AgentEvent> parse_agent_event(std::string_view payload) {
     common::JsonDocument doc = common::JsonDocument::parse(payload, "agent event");
     common::JsonNode root = doc.root();
     AgentEvent event;
-    event.type = root.at("event").as_string();
-    if (event.type == "started") {
+    std::string type = root.at("event").as_string();
+    if (type == "started") {
+      event.type = AgentEvent::Type::kStarted;
       event.pid = static_cast<int>(root.at("pid").as_int(1, 1 << 30));
-    } else if (event.type == "signaled") {
+    } else if (type == "signaled") {
+      event.type = AgentEvent::Type::kSignaled;
       event.signal = static_cast<int>(root.at("signal").as_int(1, SIGRTMAX));
-    } else if (event.type == "exit") {
+    } else if (type == "exit") {
+      event.type = AgentEvent::Type::kExit;
       if (auto sig = root.find("signal"))
         event.status = ExitStatus::killed(static_cast<int>(sig->as_int(1, SIGRTMAX)));
       else

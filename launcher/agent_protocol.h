@@ -91,7 +91,8 @@ struct AgentLine {
 AgentLine classify_agent_line(std::string_view line);
 
 struct AgentEvent {
-  std::string type;   ///< "started", "exit" or "signaled"
+  enum class Type { kStarted, kExit, kSignaled };
+  Type type = Type::kStarted;  ///< "started", "exit" or "signaled" on the wire
   int pid = 0;        ///< started
   ExitStatus status;  ///< exit
   int signal = 0;     ///< signaled

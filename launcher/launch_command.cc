@@ -233,7 +233,8 @@ int launch_command(const Args& args) {
     return common::kExitSuccess;
   }
   common::RunDir existing(run_root(spec));
-  if (!options.fresh && recorded_status(existing) == common::kStatusSucceeded) {
+  if (!options.fresh && recorded_status(existing) == common::kStatusSucceeded &&
+      same_work_as_recorded(spec, existing)) {
     std::cerr << fmt::format(
         "dtrain: job \"{}\" already succeeded in {}: nothing to do (its model and metrics are "
         "kept; `dtrain launch {} --fresh` trains it again from scratch)\n",

@@ -108,15 +108,19 @@ class RemoteChild : public Child {
   void on_event(std::string_view payload) {
     std::optional<AgentEvent> event = parse_agent_event(payload);
     if (!event) return;
-    if (event->type == "started") {
-      started_ = true;
-      start_timer_.cancel();
-      if (outer_.on_started) outer_.on_started(event->pid);
-    } else if (event->type == "exit") {
-      reported_ = event->status;
-    } else if (event->type == "signaled") {
-      // Slurm signals a job's steps when the allocation ends (preemption, time limit, scancel).
-      if (outer_.on_signaled) outer_.on_signaled(event->signal, slurm());
+    switch (event->type) {
+      case AgentEvent::Type::kStarted:
+        started_ = true;
+        start_timer_.cancel();
+        if (outer_.on_started) outer_.on_started(event->pid);
+        return;
+      case AgentEvent::Type::kExit:
+        reported_ = event->status;
+        return;
+      case AgentEvent::Type::kSignaled:
+        // Slurm signals a job's steps when the allocation ends (preemption, time limit, scancel).
+        if (outer_.on_signaled) outer_.on_signaled(event->signal, slurm());
+        return;
     }
   }
 

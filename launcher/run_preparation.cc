@@ -235,6 +235,25 @@ bool run_dir_locked(const common::RunDir& run_dir) {
   return false;
 }
 
+bool same_work_as_recorded(const common::JobSpec& spec, const common::RunDir& run_dir) {
+  try {
+    common::JsonDocument doc =
+        common::JsonDocument::parse(common::read_file(run_dir.spec_json()), "spec.json");
+    common::JsonNode root = doc.root();
+    std::optional<common::JsonNode> train = root.find("train");
+    std::string recorded_train = train ? train->dump() : "";
+    std::string wanted_train =
+        spec.train_json ? common::JsonDocument::parse(*spec.train_json, "train").root().dump() : "";
+    std::vector<std::string> recorded_command;
+    if (auto command = root.find("command"))
+      for (const common::JsonNode& word : command->as_array())
+        recorded_command.push_back(word.as_string());
+    return recorded_train == wanted_train && recorded_command == spec.command;
+  } catch (const std::exception&) {
+    return false;  // no readable record: not known to be the same
+  }
+}
+
 std::string recorded_status(const common::RunDir& run_dir) {
   if (!fs::exists(run_dir.state_json())) return "";
   try {

@@ -26,6 +26,11 @@ struct PreparedRun {
 /// removed first, so the job trains from scratch; logs and events are kept.
 PreparedRun prepare_run(const common::JobSpec& spec, bool fresh = false);
 
+/// True when run_dir's spec.json records the same work as spec: the same `train` section and
+/// `command` (ports and restart settings may differ). A job whose training changed (more epochs,
+/// say) is not the run that succeeded, and launching it goes on from its checkpoint.
+bool same_work_as_recorded(const common::JobSpec& spec, const common::RunDir& run_dir);
+
 /// The status a finished run recorded in its state.json ("succeeded", "failed", "stopped"), or
 /// "" when it has none or it is unreadable.
 std::string recorded_status(const common::RunDir& run_dir);

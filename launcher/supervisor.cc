@@ -324,7 +324,7 @@ void Supervisor::note_progress(Task& task, const common::ControlMessage* message
           .value(r.steps_redone());
     });
   }
-  if (message->type != "progress") return;
+  if (message->type != common::ControlMessageType::kProgress) return;
   task.progress = *message;
   if (auto step = reported_step(*message)) reached_step_ = std::max(reached_step_, *step);
 }

@@ -106,28 +106,39 @@ std::pair<std::string, std::string> read_train_config(const std::string& path) {
 
 // The backend for train.device: cuda, cpu, or auto (CUDA when this build has it and a GPU is
 // visible). Deciding creates no CUDA context; only the CUDA backend itself, which trains, does.
+// On a CPU machine or build the log names the CPU device only (why not CUDA is a debug line).
 std::unique_ptr<nn::Backend> choose_backend(const TrainConfig& config, const std::string& source) {
   gpu::GpuInfo build = gpu::probe_build();
-  bool cuda = config.device == "cuda" ||
-              (config.device == "auto" && build.compiled && build.device_count > 0);
-  if (config.device == "cuda" && !build.compiled) {
-    throw ConfigError(fmt::format(
-        "{}: train.device: \"cuda\" needs dtrain's CUDA build; this one is CPU-only ({})", source,
-        gpu::describe(build)));
+  bool gpu_usable = build.compiled && build.device_count > 0;
+  bool cuda = false;
+  switch (config.device) {
+    case DeviceChoice::kCpu:
+      break;
+    case DeviceChoice::kAuto:
+      cuda = gpu_usable;
+      break;
+    case DeviceChoice::kCuda:
+      if (!build.compiled) {
+        throw ConfigError(fmt::format(
+            "{}: train.device: \"cuda\" needs dtrain's CUDA build; this one is CPU-only ({})",
+            source, gpu::describe(build)));
+      }
+      if (build.device_count == 0) {
+        throw ConfigError(fmt::format("{}: train.device: \"cuda\", but no GPU is visible ({})",
+                                      source, gpu::describe(build)));
+      }
+      cuda = true;
+      break;
   }
-  if (config.device == "cuda" && build.device_count == 0) {
-    throw ConfigError(fmt::format("{}: train.device: \"cuda\", but no GPU is visible ({})", source,
-                                  gpu::describe(build)));
-  }
+  bool automatic = config.device == DeviceChoice::kAuto;
   if (cuda) {
     std::unique_ptr<nn::Backend> backend = nn::make_cuda_backend();
     spdlog::info("device: {} on GPU {} ({}{})", backend->name(), backend->device().name(),
-                 backend->device().location(), config.device == "auto" ? ", picked by auto" : "");
+                 backend->device().location(), automatic ? ", picked by auto" : "");
     return backend;
   }
-  spdlog::info(
-      "device: cpu (oneDNN){}",
-      config.device == "auto" ? fmt::format(", picked by auto: {}", gpu::describe(build)) : "");
+  if (automatic) spdlog::debug("train.device auto: not CUDA: {}", gpu::describe(build));
+  spdlog::info("device: cpu (oneDNN)");
   return nn::make_dnnl_backend();
 }
 
@@ -145,7 +156,8 @@ std::string run_dir_for(const WorkerOptions& options, const std::string& job) {
 // One training task: join the ring, train, and turn how it ended into an exit code.
 int train(const common::TfConfig& task, const std::string& job, const TrainConfig& config,
           nn::Backend& backend, data::Dataset train_data, data::Dataset test_data,
-          const std::string& run_dir, const std::string& config_path, Timeline& timeline) {
+          const std::string& run_dir, const std::string& config_path, Timeline& timeline,
+          double progress_line_seconds) {
   int attempt = comm::attempt_from_environment();
   comm::RingIdentity id = comm::ring_identity_from_environment(task, job);
   spdlog::info("task {}: rank {} of {}, attempt {}, {} training examples", task.task.text(),
@@ -162,6 +174,7 @@ int train(const common::TfConfig& task, const std::string& job, const TrainConfi
   bool chief = task.cluster.is_chief(task.task);
   TrainerOptions trainer_options{
       run_dir, chief, task.task.text(), attempt, [] { return g_stop_requested.load(); }, &timeline};
+  trainer_options.progress_line_seconds = progress_line_seconds;
   try {
     Trainer trainer(config, backend, *communicator, std::move(train_data), std::move(test_data),
                     trainer_options, &control);
@@ -205,7 +218,9 @@ int run_worker(const WorkerOptions& options) {
   }
   Timeline timeline;
   common::TfConfig task = read_task();
-  common::setup_logging(common::role_name(task.task.type, task.task.index));
+  bool supervised = common::get_env(common::kEnvControl).has_value() ||
+                    common::get_env(common::kEnvRunDir).has_value();
+  common::setup_logging(common::worker_log_role(task.task.type, task.task.index, supervised));
   auto [train_json, job] = read_train_config(options.config_path);
   TrainConfig config = parse_train_config(train_json, options.config_path);
   std::unique_ptr<nn::Backend> backend = choose_backend(config, options.config_path);
@@ -223,7 +238,7 @@ int run_worker(const WorkerOptions& options) {
     return common::kExitSuccess;
   }
   return train(task, job, config, *backend, std::move(train_data), std::move(test_data), run_dir,
-               options.config_path, timeline);
+               options.config_path, timeline, options.progress_line_seconds);
 }
 
 }  // namespace

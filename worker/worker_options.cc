@@ -15,6 +15,9 @@ po::options_description describe_options(WorkerOptions& options) {
                      "job file (its \"train\" object) or a bare train object")(
       "run-dir", po::value(&options.run_dir),
       "run directory (default: $DTRAIN_RUN_DIR, else runs/<job>)")(
+      "progress-interval", po::value(&options.progress_line_seconds)->value_name("SECONDS"),
+      "when output is not a terminal, seconds between progress lines inside an epoch (default "
+      "5; 0: one line per epoch)")(
       "gpu-count", po::bool_switch(&options.print_gpu_count),
       "print the number of GPUs this build can use (0 without CUDA), then exit")(
       "gpu-info", po::bool_switch(&options.print_gpu),
@@ -32,6 +35,8 @@ WorkerOptions parse_worker_options(const std::vector<std::string>& args) {
     po::variables_map vm;
     po::store(po::command_line_parser(args).options(desc).run(), vm);
     po::notify(vm);
+    if (!(options.progress_line_seconds >= 0))
+      throw common::ConfigError("--progress-interval: expected a number of seconds >= 0");
   } catch (const po::error& e) {
     throw common::ConfigError(fmt::format("{} (see dtrain-worker --help)", e.what()));
   }

@@ -12,6 +12,9 @@ struct WorkerOptions {
   std::string run_dir;           ///< --run-dir, else DTRAIN_RUN_DIR, else runs/<job>
   bool print_gpu = false;        ///< --gpu-info: print what the CUDA side sees and exit
   bool print_gpu_count = false;  ///< --gpu-count: print the number of usable GPUs and exit
+  /// --progress-interval: seconds between progress lines inside an epoch when stdout is not a
+  /// terminal (0: one line per epoch).
+  double progress_line_seconds = 5.0;
   bool help = false;
   bool version = false;
 };

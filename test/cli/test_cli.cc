@@ -176,7 +176,7 @@ TEST_CASE("validate and launch check the train section as the worker does, namin
   rleu.replace(rleu.find("relu"), 4, "rleu");
   const std::vector<Case> cases = {
       {rleu + ", " + loss, "job.json: train.model.layers[1].activation: "},
-      {model + ", " + loss + R"(, "optimizer": "adam")", "job.json: train.optimizer"},
+      {model + ", " + loss + R"(, "optimizer": "adagrad")", "job.json: train.optimizer"},
       {model + ", " + loss + R"(, "optimizer": {"type": "adam", "beta_1": 7})",
        "job.json: train.optimizer.beta_1"},
       {"", "job.json: train"},

@@ -174,3 +174,34 @@ TEST_CASE("CUDA loss and optimizers equal the reference") {
   }
   check_close(gw.host(), w_ref, 1e-5f);
 }
+
+TEST_CASE("CUDA RMSprop (plain, momentum, centered) and AdamW equal the reference") {
+  if (!have_gpu()) return;
+  auto gpu = make_cuda_backend();
+  auto ref = make_reference_backend();
+  std::mt19937 rng(11);
+  const size_t n = 1000;
+  auto w = random_vector(n, rng), g = random_vector(n, rng);
+  for (RmspropParams p : {RmspropParams{}, RmspropParams{0.01f, 0.8f, 0.5f, 1e-7f, false},
+                          RmspropParams{0.01f, 0.9f, 0.5f, 1e-6f, true}}) {
+    std::vector<float> w_ref = w, v_ref(n, 0.0f), mom_ref(n, 0.0f), avg_ref(n, 0.0f);
+    Gpu gw(w), gg(g), gv(n), gmom(n), gavg(n);
+    for (int step = 1; step <= 3; ++step) {
+      ref->rmsprop_update(p, n, w_ref.data(), g.data(), v_ref.data(), mom_ref.data(),
+                          avg_ref.data());
+      gpu->rmsprop_update(p, n, gw.ptr, gg.ptr, gv.ptr, gmom.ptr, gavg.ptr);
+    }
+    check_close(gw.host(), w_ref, 1e-5f);
+    check_close(gv.host(), v_ref, 1e-5f);
+  }
+  AdamWParams adamw;
+  adamw.weight_decay = 0.1f;
+  std::vector<float> w_ref = w, m_ref(n, 0.0f), s_ref(n, 0.0f);
+  Gpu gw(w), gg(g), gm(n), gs(n);
+  for (int step = 1; step <= 3; ++step) {
+    ref->adamw_update(adamw, step, n, w_ref.data(), g.data(), m_ref.data(), s_ref.data());
+    gpu->adamw_update(adamw, step, n, gw.ptr, gg.ptr, gm.ptr, gs.ptr);
+  }
+  check_close(gw.host(), w_ref, 1e-5f);
+  check_close(gm.host(), m_ref, 1e-5f);
+}

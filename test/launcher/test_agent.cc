@@ -169,7 +169,7 @@ int worker_pid(AgentProcess& agent) {
   REQUIRE(agent.read_until_contains("\n", 5));
   for (const std::string& payload : lines_of(agent.out(), AgentLine::Kind::kEvent)) {
     auto event = dtrain::launcher::parse_agent_event(payload);
-    if (event && event->type == "started") return event->pid;
+    if (event && event->type == dtrain::launcher::AgentEvent::Type::kStarted) return event->pid;
   }
   FAIL("no started event in " << agent.out());
   return -1;
@@ -301,7 +301,7 @@ TEST_CASE("agent: a heartbeat on DTRAIN_CONTROL comes out as a control line", "[
   REQUIRE_FALSE(controls.empty());
   auto message = dtrain::common::parse_control_message(controls.front());
   REQUIRE(message);
-  CHECK(message->type == "heartbeat");
+  CHECK(message->type == dtrain::common::ControlMessageType::kHeartbeat);
   CHECK(message->task == "worker:0");
   CHECK(markers_only_at_line_starts(agent.out()));
 }
@@ -392,7 +392,7 @@ TEST_CASE(
     CHECK(events[2] == R"({"event":"exit","code":143})");
     auto parsed = dtrain::launcher::parse_agent_event(events[1]);
     REQUIRE(parsed);
-    CHECK(parsed->type == "signaled");
+    CHECK(parsed->type == dtrain::launcher::AgentEvent::Type::kSignaled);
     CHECK(parsed->signal == SIGTERM);
   }
   SECTION("a worker that ignores it is SIGKILLed after the grace; the end of stdin cuts it short") {
@@ -525,7 +525,7 @@ TEST_CASE("agent protocol: requests, commands and lines round-trip", "[agent]") 
   auto exit = dtrain::launcher::parse_agent_event(
       dtrain::launcher::format_agent_exit_event(dtrain::launcher::ExitStatus::killed(9)));
   REQUIRE(exit);
-  CHECK(exit->type == "exit");
+  CHECK(exit->type == dtrain::launcher::AgentEvent::Type::kExit);
   CHECK(exit->status.signaled);
   CHECK(exit->status.signal == 9);
   CHECK_FALSE(dtrain::launcher::parse_agent_event("{\"event\":\"other\"}"));

@@ -355,6 +355,12 @@ TEST_CASE("a launch on a run that succeeded changes nothing; --fresh trains it a
   CHECK_FALSE(fs::exists(job.run_dir() + "/model"));
   CHECK_FALSE(fs::exists(job.run_dir() + "/metrics.jsonl"));
   CHECK(count(job.log(0), "==== dtrain: attempt ") == 2);  // logs are kept and appended
+
+  job.write(2, "--sleep 0.2");  // other work in the same run directory: it runs
+  auto changed = job.launch();
+  CHECK(changed.exit_code == 0);
+  CHECK(changed.err.find("already succeeded") == std::string::npos);
+  CHECK(count(job.log(0), "==== dtrain: attempt ") == 3);
 }
 
 TEST_CASE("a Python command job's print() reaches its log at once (PYTHONUNBUFFERED)") {

@@ -355,7 +355,7 @@ Drift propagate(const train::OptimizerSpec& o, int64_t t, bool float_update, con
                 const Doubles& e, const State& a0, const State& a1, const State& b0,
                 const State& b1) {
   Drift d{Doubles(e.size()), Doubles(e.size()), Doubles(e.size())};
-  const bool adam = o.type == "adam";
+  const bool adam = o.type == train::OptimizerType::kAdam;
   REQUIRE_FALSE((adam && float_update));
   const double b1c = o.adam.beta_1, b2c = o.adam.beta_2, eps = o.adam.epsilon;
   const double lr_t = o.adam.learning_rate * std::sqrt(1 - std::pow(b2c, double(t))) /

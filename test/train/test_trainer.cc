@@ -120,7 +120,8 @@ TEST_CASE("train config mistakes are ConfigErrors naming the JSON path") {
   CHECK(error("\"from_logits\": false", "\"from_logits\": true")
             .find("job.json: train.loss: from_logits is true") == 0);
   CHECK(error("\"adam\"", "\"adagrad\"") ==
-        "job.json: train.optimizer.type: unknown optimizer \"adagrad\" (expected sgd or adam)");
+        "job.json: train.optimizer.type: unknown optimizer \"adagrad\" (expected sgd, adam, adamw "
+        "or rmsprop)");
   CHECK(error("\"per_worker_batch_size\": 32", "\"per_worker_batch_size\": 0")
             .find("job.json: train.per_worker_batch_size:") == 0);
   CHECK(error("\"rate\": 0.25", "\"rate\": 1.5").find("job.json: train.model.layers[5].rate:") ==
@@ -165,7 +166,8 @@ TEST_CASE("dtrain-worker exits 2 naming the file when the data files are corrupt
 
 TEST_CASE("NCCL or CUDA where they cannot run is exit 2 naming them; auto picks and logs") {
   testing::TempDir dir;
-  auto job_with = [&](const std::string& device, const std::string& communication) {
+  auto job_with = [&](const std::string& device, const std::string& communication,
+                      const testing::ProcessOptions& options = {}) {
     std::string job = dir.path() + "/" + device + "-" + communication + ".json";
     std::ofstream(job) << R"({"job": "choice", "train": {"model": {"input_shape": [4, 4, 1],
         "layers": [{"type": "flatten"}, {"type": "dense", "units": 3}]},
@@ -174,7 +176,8 @@ TEST_CASE("NCCL or CUDA where they cannot run is exit 2 naming them; auto picks 
         "per_worker_batch_size": 8, "epochs": 1, "device": ")"
                        << device << R"(", "communication": ")" << communication << R"("}})";
     return testing::run_process(
-        {testing::binary("dtrain-worker"), "--config", job, "--run-dir", dir.path() + "/run"});
+        {testing::binary("dtrain-worker"), "--config", job, "--run-dir", dir.path() + "/run"},
+        options);
   };
   bool gpu_here = gpu::probe_build().compiled && gpu::probe_build().device_count > 0;
   if (gpu_here) {
@@ -193,7 +196,18 @@ TEST_CASE("NCCL or CUDA where they cannot run is exit 2 naming them; auto picks 
     CHECK(auto_nccl.err.find("NCCL") != std::string::npos);
     auto fine = job_with("auto", "auto");
     CHECK(fine.exit_code == 0);
-    CHECK(fine.err.find("device: cpu (oneDNN), picked by auto") != std::string::npos);
+    // On a CPU machine the device line names the CPU only: no word of CUDA or GPUs.
+    CHECK(fine.err.find("device: cpu (oneDNN)\n") != std::string::npos);
+    CHECK(fine.err.find("CUDA") == std::string::npos);
+    CHECK(fine.err.find("GPU") == std::string::npos);
+    CHECK(fine.err.find(" I [worker 0] device: cpu (oneDNN)\n") != std::string::npos);
+    // Under the launcher (DTRAIN_RUN_DIR set) the launcher adds the role: the worker does not.
+    testing::ProcessOptions launched;
+    launched.env["DTRAIN_RUN_DIR"] = dir.path() + "/run";
+    auto supervised = job_with("auto", "auto", launched);
+    CHECK(supervised.exit_code == 0);
+    CHECK(supervised.err.find(" I device: cpu (oneDNN)\n") != std::string::npos);
+    CHECK(supervised.err.find("[worker 0]") == std::string::npos);
   }
 }
 

@@ -50,6 +50,20 @@ struct AdamParams {
   float beta_2 = 0.999f;
   float epsilon = 1e-7f;
 };
+struct RmspropParams {
+  float learning_rate = 0.001f;
+  float rho = 0.9f;
+  float momentum = 0.0f;
+  float epsilon = 1e-7f;
+  bool centered = false;
+};
+struct AdamWParams {
+  float learning_rate = 0.001f;
+  float weight_decay = 0.004f;
+  float beta_1 = 0.9f;
+  float beta_2 = 0.999f;
+  float epsilon = 1e-7f;
+};
 
 /// Every method overwrites its outputs (nothing accumulates unless it says so), blocks until the
 /// result is in place (host) or is enqueued in order on the device's compute stream (CUDA), and
@@ -128,6 +142,16 @@ class Backend {
   /// w -= lr_t * m / (sqrt(v) + epsilon).
   virtual void adam_update(const AdamParams& p, int64_t step, size_t count, float* w,
                            const float* g, float* m, float* v) = 0;
+  /// Keras RMSprop: v = rho * v + (1 - rho) * g^2; centered: a = rho * a + (1 - rho) * g and
+  /// d = v - a^2 + epsilon, else d = v + epsilon; inc = lr * g / sqrt(d); with momentum
+  /// mom = momentum * mom + inc, w -= mom, else w -= inc. momentum_slot is used only when
+  /// p.momentum > 0 and average_gradient only when p.centered (otherwise they may be null).
+  virtual void rmsprop_update(const RmspropParams& p, size_t count, float* w, const float* g,
+                              float* velocity, float* momentum_slot, float* average_gradient) = 0;
+  /// Keras AdamW, step t >= 1: the decoupled decay w -= w * weight_decay * lr first (Keras's
+  /// _apply_weight_decay, with the step's unadjusted rate), then Adam's update as above.
+  virtual void adamw_update(const AdamWParams& p, int64_t step, size_t count, float* w,
+                            const float* g, float* m, float* v) = 0;
 };
 
 /// The oneDNN backend (dnnl_backend.cc), on its own host device.

@@ -167,6 +167,10 @@ class DnnlBackend : public HostBackend {
                   float* velocity) override;
   void adam_update(const AdamParams& p, int64_t step, size_t count, float* w, const float* g,
                    float* m, float* v) override;
+  void rmsprop_update(const RmspropParams& p, size_t count, float* w, const float* g,
+                      float* velocity, float* momentum_slot, float* average_gradient) override;
+  void adamw_update(const AdamWParams& p, int64_t step, size_t count, float* w, const float* g,
+                    float* m, float* v) override;
 
  private:
   memory mem(const memory::desc& md, const void* data) {
@@ -324,6 +328,33 @@ void DnnlBackend::adam_update(const AdamParams& p, int64_t step, size_t count, f
     v[i] += (g[i] * g[i] - v[i]) * (1.0f - b2);
     w[i] -= lr * m[i] / (std::sqrt(v[i]) + eps);
   }
+}
+
+void DnnlBackend::rmsprop_update(const RmspropParams& p, size_t count, float* w, const float* g,
+                                 float* velocity, float* momentum_slot, float* average_gradient) {
+  const float lr = p.learning_rate, rho = p.rho, mu = p.momentum, eps = p.epsilon;
+  for (size_t i = 0; i < count; ++i) {
+    velocity[i] = rho * velocity[i] + (1.0f - rho) * g[i] * g[i];
+    float denominator = velocity[i] + eps;
+    if (p.centered) {
+      average_gradient[i] = rho * average_gradient[i] + (1.0f - rho) * g[i];
+      denominator = velocity[i] - average_gradient[i] * average_gradient[i] + eps;
+    }
+    float increment = lr * g[i] / std::sqrt(denominator);
+    if (mu > 0.0f) {
+      momentum_slot[i] = mu * momentum_slot[i] + increment;
+      w[i] -= momentum_slot[i];
+    } else {
+      w[i] -= increment;
+    }
+  }
+}
+
+void DnnlBackend::adamw_update(const AdamWParams& p, int64_t step, size_t count, float* w,
+                               const float* g, float* m, float* v) {
+  const float decay = p.weight_decay, lr = p.learning_rate;
+  for (size_t i = 0; i < count; ++i) w[i] -= w[i] * decay * lr;
+  adam_update({p.learning_rate, p.beta_1, p.beta_2, p.epsilon}, step, count, w, g, m, v);
 }
 
 }  // namespace

@@ -271,34 +271,36 @@ std::vector<ParamRange> Layer::gradient_pieces() const {
 std::unique_ptr<Layer> make_layer(const LayerSpec& l, int index, Dims in, int max_batch,
                                   Backend& backend) {
   auto where = [&] { return fmt::format("model.layers[{}]", index); };
-  if (l.type == "conv2d") {
-    Dims out = Conv2D::output_of(l, in);
-    if (out.h < 1 || out.w < 1) {
-      throw common::ConfigError(fmt::format("{}: a {}x{} kernel does not fit the {}x{} input",
-                                            where(), l.kernel_h, l.kernel_w, in.h, in.w));
+  switch (l.type) {
+    case LayerType::kConv2d: {
+      Dims out = Conv2D::output_of(l, in);
+      if (out.h < 1 || out.w < 1) {
+        throw common::ConfigError(fmt::format("{}: a {}x{} kernel does not fit the {}x{} input",
+                                              where(), l.kernel_h, l.kernel_w, in.h, in.w));
+      }
+      return std::make_unique<Conv2D>(l, index, in, max_batch, backend);
     }
-    return std::make_unique<Conv2D>(l, index, in, max_batch, backend);
+    case LayerType::kMaxPooling2d:
+      if (l.pool_h > in.h || l.pool_w > in.w) {
+        throw common::ConfigError(fmt::format("{}: a {}x{} pool does not fit the {}x{} input",
+                                              where(), l.pool_h, l.pool_w, in.h, in.w));
+      }
+      return std::make_unique<MaxPool2D>(l, in, max_batch, backend);
+    case LayerType::kDense:
+      if (in.h != 1 || in.w != 1) {
+        throw common::ConfigError(
+            fmt::format("{}: dense needs flat input ({}x{}x{}); add a flatten layer before it",
+                        where(), in.h, in.w, in.c));
+      }
+      return std::make_unique<Dense>(l, index, in, max_batch, backend);
+    case LayerType::kFlatten:
+      return std::make_unique<Flatten>(Dims{static_cast<int>(in.size()), 1, 1});
+    case LayerType::kRelu:
+      return std::make_unique<Relu>(in);
+    case LayerType::kDropout:
+      return std::make_unique<Dropout>(l, index, in, max_batch, backend);
   }
-  if (l.type == "max_pooling2d") {
-    if (l.pool_h > in.h || l.pool_w > in.w) {
-      throw common::ConfigError(fmt::format("{}: a {}x{} pool does not fit the {}x{} input",
-                                            where(), l.pool_h, l.pool_w, in.h, in.w));
-    }
-    return std::make_unique<MaxPool2D>(l, in, max_batch, backend);
-  }
-  if (l.type == "dense") {
-    if (in.h != 1 || in.w != 1) {
-      throw common::ConfigError(
-          fmt::format("{}: dense needs flat input ({}x{}x{}); add a flatten layer before it",
-                      where(), in.h, in.w, in.c));
-    }
-    return std::make_unique<Dense>(l, index, in, max_batch, backend);
-  }
-  if (l.type == "flatten")
-    return std::make_unique<Flatten>(Dims{static_cast<int>(in.size()), 1, 1});
-  if (l.type == "relu") return std::make_unique<Relu>(in);
-  if (l.type == "dropout") return std::make_unique<Dropout>(l, index, in, max_batch, backend);
-  DT_ENFORCE(false, "layer type {} passed parsing but has no implementation", l.type);
+  DT_ENFORCE(false, "layer type {} has no implementation", static_cast<int>(l.type));
   return nullptr;
 }
 

@@ -11,8 +11,15 @@ namespace dtrain::nn {
 
 enum class Activation { kLinear, kRelu, kSoftmax };
 
+/// train.model.layers[i].type, parsed once; code switches on it (no default, so -Wswitch names
+/// a kind a switch forgot).
+enum class LayerType { kConv2d, kMaxPooling2d, kFlatten, kDense, kDropout, kRelu };
+
+/// Keras's name of a layer type ("conv2d", "max_pooling2d", ...).
+const char* layer_type_name(LayerType type);
+
 struct LayerSpec {
-  std::string type;  ///< conv2d, max_pooling2d, flatten, dense, dropout, relu
+  LayerType type = LayerType::kDense;
   // conv2d
   int filters = 0;
   int kernel_h = 1, kernel_w = 1;
@@ -28,12 +35,18 @@ struct LayerSpec {
 };
 
 struct ModelSpec {
-  int height = 0, width = 0, channels = 0;  ///< input_shape [h, w, c] (channels last, as Keras)
+  /// input_shape [h, w, c] (channels last, as Keras); a 2-D [h, w] is read as [h, w, 1].
+  int height = 0, width = 0, channels = 0;
   std::vector<LayerSpec> layers;
 };
 
 /// Parses train.model. Throws ConfigError "model.layers[2].units: ..." for anything wrong.
 ModelSpec parse_model_spec(const common::JsonNode& node);
+
+/// train.model as compact JSON, the architecture checkpoints and model.json record: the text as
+/// given, except that a 2-D input_shape is written as the [h, w, 1] it means (so readers of
+/// model.json always find three numbers).
+std::string model_json(const common::JsonNode& node, const ModelSpec& spec);
 
 /// Keras "same" padding for one dimension: {before, after}.
 std::pair<int, int> same_padding(int in, int kernel, int stride);

@@ -259,6 +259,37 @@ class ReferenceBackend final : public HostBackend {
     }
   }
 
+  void rmsprop_update(const RmspropParams& p, size_t count, float* w, const float* g,
+                      float* velocity, float* momentum_slot, float* average_gradient) override {
+    DT_ENFORCE(p.momentum <= 0.0f || momentum_slot != nullptr, "RMSprop momentum without a slot");
+    DT_ENFORCE(!p.centered || average_gradient != nullptr, "centered RMSprop without a slot");
+    const double lr = p.learning_rate, rho = p.rho, eps = p.epsilon;
+    for (size_t i = 0; i < count; ++i) {
+      double v = rho * velocity[i] + (1.0 - rho) * double{g[i]} * g[i];
+      velocity[i] = static_cast<float>(v);
+      double denominator = v + eps;
+      if (p.centered) {
+        double a = rho * average_gradient[i] + (1.0 - rho) * g[i];
+        average_gradient[i] = static_cast<float>(a);
+        denominator = v - a * a + eps;
+      }
+      double increment = lr * g[i] / std::sqrt(denominator);
+      if (p.momentum > 0.0f) {
+        double mom = double{p.momentum} * momentum_slot[i] + increment;
+        momentum_slot[i] = static_cast<float>(mom);
+        increment = mom;
+      }
+      w[i] = static_cast<float>(w[i] - increment);
+    }
+  }
+
+  void adamw_update(const AdamWParams& p, int64_t step, size_t count, float* w, const float* g,
+                    float* m, float* v) override {
+    const double decay = double{p.weight_decay} * p.learning_rate;
+    for (size_t i = 0; i < count; ++i) w[i] = static_cast<float>(w[i] - w[i] * decay);
+    adam_update({p.learning_rate, p.beta_1, p.beta_2, p.epsilon}, step, count, w, g, m, v);
+  }
+
  private:
   static size_t idx(int row, int width, int col) { return static_cast<size_t>(row) * width + col; }
 

@@ -14,7 +14,7 @@ Sequential::Sequential(const ModelSpec& spec, Backend& backend, int max_batch,
   for (size_t i = 0; i < spec.layers.size(); ++i) {
     layers_.push_back(
         make_layer(spec.layers[i], static_cast<int>(i), dims_.back(), max_batch, backend));
-    has_random_layers_ |= spec.layers[i].type == "dropout";
+    has_random_layers_ |= spec.layers[i].type == LayerType::kDropout;
     dims_.push_back(layers_.back()->output_dims());
     ParamRange range{offset, 0};
     for (ParamInfo info : layers_.back()->params()) {

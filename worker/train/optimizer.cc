@@ -6,10 +6,24 @@
 #include "common/errors.h"
 
 namespace dtrain::train {
+namespace {
 
-OptimizerSpec parse_optimizer_spec(const common::JsonNode& node) {
-  OptimizerSpec spec;
-  spec.type = node.at("type").as_string();
+constexpr std::pair<OptimizerType, const char*> kOptimizerTypes[] = {
+    {OptimizerType::kSgd, "sgd"},
+    {OptimizerType::kAdam, "adam"},
+    {OptimizerType::kAdamW, "adamw"},
+    {OptimizerType::kRmsprop, "rmsprop"}};
+
+OptimizerType parse_optimizer_type(const common::JsonNode& node) {
+  std::string name = node.as_string();
+  for (const auto& [type, type_name] : kOptimizerTypes) {
+    if (name == type_name) return type;
+  }
+  node.fail(fmt::format("unknown optimizer \"{}\" (expected sgd, adam, adamw or rmsprop)", name));
+}
+
+// The hyper-parameters of spec.type from an object node (each key checked).
+void parse_hyper_parameters(const common::JsonNode& node, OptimizerSpec& spec) {
   auto number = [&](const char* key, float& field, double min, double max) {
     if (auto n = node.find(key)) field = static_cast<float>(n->as_number(min, max));
   };
@@ -20,21 +34,77 @@ OptimizerSpec parse_optimizer_spec(const common::JsonNode& node) {
       spec.learning_rate.scale_by_workers = n->as_bool();
     field = static_cast<float>(spec.learning_rate.initial);
   };
-  if (spec.type == "sgd") {
-    node.check_keys({"type", "learning_rate", "scale_learning_rate", "momentum", "nesterov"});
-    rate(spec.sgd.learning_rate);
-    number("momentum", spec.sgd.momentum, 0, 1);
-    if (auto n = node.find("nesterov")) spec.sgd.nesterov = n->as_bool();
-  } else if (spec.type == "adam") {
-    node.check_keys(
-        {"type", "learning_rate", "scale_learning_rate", "beta_1", "beta_2", "epsilon"});
-    rate(spec.adam.learning_rate);
-    number("beta_1", spec.adam.beta_1, 0, 0.999999);
-    number("beta_2", spec.adam.beta_2, 0, 0.999999999);
-    number("epsilon", spec.adam.epsilon, 1e-30, 1);
-  } else {
-    node.at("type").fail(fmt::format("unknown optimizer \"{}\" (expected sgd or adam)", spec.type));
+  switch (spec.type) {
+    case OptimizerType::kSgd:
+      node.check_keys({"type", "learning_rate", "scale_learning_rate", "momentum", "nesterov"});
+      rate(spec.sgd.learning_rate);
+      number("momentum", spec.sgd.momentum, 0, 1);
+      if (auto n = node.find("nesterov")) spec.sgd.nesterov = n->as_bool();
+      break;
+    case OptimizerType::kAdam:
+      node.check_keys(
+          {"type", "learning_rate", "scale_learning_rate", "beta_1", "beta_2", "epsilon"});
+      rate(spec.adam.learning_rate);
+      number("beta_1", spec.adam.beta_1, 0, 0.999999);
+      number("beta_2", spec.adam.beta_2, 0, 0.999999999);
+      number("epsilon", spec.adam.epsilon, 1e-30, 1);
+      break;
+    case OptimizerType::kAdamW:
+      node.check_keys({"type", "learning_rate", "scale_learning_rate", "weight_decay", "beta_1",
+                       "beta_2", "epsilon"});
+      rate(spec.adamw.learning_rate);
+      number("weight_decay", spec.adamw.weight_decay, 0, 1);
+      number("beta_1", spec.adamw.beta_1, 0, 0.999999);
+      number("beta_2", spec.adamw.beta_2, 0, 0.999999999);
+      number("epsilon", spec.adamw.epsilon, 1e-30, 1);
+      break;
+    case OptimizerType::kRmsprop:
+      node.check_keys({"type", "learning_rate", "scale_learning_rate", "rho", "momentum", "epsilon",
+                       "centered"});
+      rate(spec.rmsprop.learning_rate);
+      number("rho", spec.rmsprop.rho, 0, 0.999999999);
+      number("momentum", spec.rmsprop.momentum, 0, 0.999999);
+      number("epsilon", spec.rmsprop.epsilon, 1e-30, 1);
+      if (auto n = node.find("centered")) spec.rmsprop.centered = n->as_bool();
+      break;
   }
+}
+
+// Keras's default rate of each type (the schedule's constant when learning_rate is left out).
+float default_rate(const OptimizerSpec& spec) {
+  switch (spec.type) {
+    case OptimizerType::kSgd:
+      return spec.sgd.learning_rate;
+    case OptimizerType::kAdam:
+      return spec.adam.learning_rate;
+    case OptimizerType::kAdamW:
+      return spec.adamw.learning_rate;
+    case OptimizerType::kRmsprop:
+      return spec.rmsprop.learning_rate;
+  }
+  return 0.0f;
+}
+
+}  // namespace
+
+const char* optimizer_type_name(OptimizerType type) {
+  for (const auto& [known, name] : kOptimizerTypes) {
+    if (known == type) return name;
+  }
+  return "?";
+}
+
+OptimizerSpec parse_optimizer_spec(const common::JsonNode& node) {
+  OptimizerSpec spec;
+  if (node.is_string()) {  // Keras's shorthand: the name, every hyper-parameter its default
+    spec.type = parse_optimizer_type(node);
+    spec.learning_rate.initial = default_rate(spec);
+    return spec;
+  }
+  if (!node.is_object())
+    node.fail(fmt::format("expected an optimizer name or object, found {}", node.describe()));
+  spec.type = parse_optimizer_type(node.at("type"));
+  parse_hyper_parameters(node, spec);
   return spec;
 }
 
@@ -42,17 +112,45 @@ Optimizer::Optimizer(const OptimizerSpec& spec, size_t parameter_count, nn::Devi
                      int64_t total_steps, int workers)
     : spec_(spec) {
   spec_.learning_rate.resolve(total_steps, workers);
-  spec_.sgd.learning_rate = spec_.adam.learning_rate =
-      static_cast<float>(spec_.learning_rate.rate(0));
-  bool slot_needed = spec_.type == "adam" || spec_.sgd.momentum != 0.0f;
-  if (slot_needed) first_ = nn::Buffer<float>(device, parameter_count);
-  if (spec_.type == "adam") second_ = nn::Buffer<float>(device, parameter_count);
+  set_rate(static_cast<float>(spec_.learning_rate.rate(0)));
+  auto slot = [&] { return nn::Buffer<float>(device, parameter_count); };
+  switch (spec_.type) {
+    case OptimizerType::kSgd:
+      if (spec_.sgd.momentum != 0.0f) first_ = slot();
+      break;
+    case OptimizerType::kAdam:
+    case OptimizerType::kAdamW:
+      first_ = slot();
+      second_ = slot();
+      break;
+    case OptimizerType::kRmsprop:
+      first_ = slot();
+      if (spec_.rmsprop.momentum > 0.0f) second_ = slot();
+      if (spec_.rmsprop.centered) third_ = slot();
+      break;
+  }
+}
+
+void Optimizer::set_rate(float rate) {
+  spec_.sgd.learning_rate = spec_.adam.learning_rate = rate;
+  spec_.adamw.learning_rate = spec_.rmsprop.learning_rate = rate;
 }
 
 void Optimizer::begin_step() {
-  float rate = static_cast<float>(spec_.learning_rate.rate(iterations_));
+  set_rate(static_cast<float>(spec_.learning_rate.rate(iterations_)));
   ++iterations_;
-  spec_.sgd.learning_rate = spec_.adam.learning_rate = rate;
+}
+
+bool Optimizer::same_every_step() const {
+  switch (spec_.type) {
+    case OptimizerType::kSgd:
+    case OptimizerType::kRmsprop:
+      return spec_.learning_rate.constant();
+    case OptimizerType::kAdam:
+    case OptimizerType::kAdamW:
+      return false;
+  }
+  return false;
 }
 
 void Optimizer::apply(nn::Backend& backend, nn::Buffer<float>& parameters,
@@ -62,19 +160,49 @@ void Optimizer::apply(nn::Backend& backend, nn::Buffer<float>& parameters,
   if (count == 0) return;
   float* w = parameters.data() + offset;
   const float* g = gradients.data() + offset;
-  if (spec_.type == "adam") {
-    backend.adam_update(spec_.adam, iterations_, count, w, g, first_.data() + offset,
-                        second_.data() + offset);
-  } else {
-    backend.sgd_update(spec_.sgd, count, w, g,
-                       first_.size() == 0 ? nullptr : first_.data() + offset);
+  auto at = [&](nn::Buffer<float>& slot) {
+    return slot.size() == 0 ? nullptr : slot.data() + offset;
+  };
+  switch (spec_.type) {
+    case OptimizerType::kSgd:
+      backend.sgd_update(spec_.sgd, count, w, g, at(first_));
+      break;
+    case OptimizerType::kAdam:
+      backend.adam_update(spec_.adam, iterations_, count, w, g, at(first_), at(second_));
+      break;
+    case OptimizerType::kAdamW:
+      backend.adamw_update(spec_.adamw, iterations_, count, w, g, at(first_), at(second_));
+      break;
+    case OptimizerType::kRmsprop:
+      backend.rmsprop_update(spec_.rmsprop, count, w, g, at(first_), at(second_), at(third_));
+      break;
   }
 }
 
 std::vector<std::pair<std::string, nn::Buffer<float>*>> Optimizer::slots() {
-  if (spec_.type == "adam") return {{"adam.m", &first_}, {"adam.v", &second_}};
-  if (first_.size() != 0) return {{"sgd.velocity", &first_}};
-  return {};
+  std::vector<std::pair<std::string, nn::Buffer<float>*>> named;
+  auto add = [&](const char* name, nn::Buffer<float>& slot) {
+    if (slot.size() != 0) named.emplace_back(name, &slot);
+  };
+  switch (spec_.type) {
+    case OptimizerType::kSgd:
+      add("sgd.velocity", first_);
+      break;
+    case OptimizerType::kAdam:
+      add("adam.m", first_);
+      add("adam.v", second_);
+      break;
+    case OptimizerType::kAdamW:
+      add("adamw.m", first_);
+      add("adamw.v", second_);
+      break;
+    case OptimizerType::kRmsprop:
+      add("rmsprop.velocity", first_);
+      add("rmsprop.momentum", second_);
+      add("rmsprop.average_gradient", third_);
+      break;
+  }
+  return named;
 }
 
 }  // namespace dtrain::train

@@ -1,7 +1,9 @@
-// Keras's SGD (momentum, nesterov) and Adam over the model's flat parameter buffer, with their
-// slots (velocity; first and second moments) in flat buffers of the same size on the model's
-// device, so a checkpoint saves them in one piece each. The arithmetic is the Backend's, applied
-// range by range so each gradient bucket is applied as soon as its all-reduce is done.
+// Keras's SGD (momentum, nesterov), Adam, AdamW and RMSprop (momentum, centered) over the model's
+// flat parameter buffer, with their slots (velocity; moments; mean square, momentum and mean
+// gradient) in flat buffers of the same size on the model's device, so a checkpoint saves them in
+// one piece each. The arithmetic is the Backend's, applied range by range so each gradient bucket
+// is applied as soon as its all-reduce is done. Keras's weight_decay on other optimizers, and its
+// gradient clipping, are not implemented.
 #pragma once
 
 #include <string>
@@ -14,14 +16,24 @@
 
 namespace dtrain::train {
 
+/// train.optimizer.type, parsed once; the update switches on it.
+enum class OptimizerType { kSgd, kAdam, kAdamW, kRmsprop };
+
+/// Keras's name ("sgd", "adam", "adamw", "rmsprop").
+const char* optimizer_type_name(OptimizerType type);
+
 struct OptimizerSpec {
-  std::string type = "sgd";
-  nn::SgdParams sgd;                   ///< sgd.learning_rate: the schedule's initial rate
-  nn::AdamParams adam;                 ///< adam.learning_rate: the schedule's initial rate
+  OptimizerType type = OptimizerType::kSgd;
+  // The hyper-parameters of each type; learning_rate there is the schedule's initial rate.
+  nn::SgdParams sgd;
+  nn::AdamParams adam;
+  nn::AdamWParams adamw;
+  nn::RmspropParams rmsprop;
   LearningRateSchedule learning_rate;  ///< the rate per step (a constant by default)
 };
 
-/// Parses train.optimizer with Keras's defaults. Throws ConfigError naming the JSON path.
+/// Parses train.optimizer with Keras's defaults: an object {"type": ..., hyper-parameters}, or
+/// Keras's shorthand, the type's name alone ("adam"). Throws ConfigError naming the JSON path.
 OptimizerSpec parse_optimizer_spec(const common::JsonNode& node);
 
 class Optimizer {
@@ -39,20 +51,23 @@ class Optimizer {
   void apply(nn::Backend& backend, nn::Buffer<float>& parameters,
              const nn::Buffer<float>& gradients, size_t offset, size_t count);
 
-  /// True when an update's arguments do not change from step to step (SGD), so a recorded
-  /// update may be replayed; Adam's rate depends on the step.
-  bool same_every_step() const { return spec_.type != "adam" && spec_.learning_rate.constant(); }
+  /// True when an update's arguments do not change from step to step (SGD and RMSprop at a
+  /// constant rate), so a recorded update may be replayed; Adam's rate depends on the step.
+  bool same_every_step() const;
   /// The rate the next step will use (what Keras logs as `learning_rate`).
   double learning_rate() const { return spec_.learning_rate.rate(iterations_); }
   int64_t iterations() const { return iterations_; }
   void set_iterations(int64_t n) { iterations_ = n; }
-  /// Named slot buffers ("sgd.velocity"; "adam.m", "adam.v"), for checkpoints.
+  /// Named slot buffers ("sgd.velocity"; "adam.m", "adam.v"; "adamw.m", "adamw.v";
+  /// "rmsprop.velocity", "rmsprop.momentum", "rmsprop.average_gradient"), for checkpoints.
   std::vector<std::pair<std::string, nn::Buffer<float>*>> slots();
 
  private:
+  void set_rate(float rate);
+
   OptimizerSpec spec_;
   int64_t iterations_ = 0;
-  nn::Buffer<float> first_, second_;
+  nn::Buffer<float> first_, second_, third_;
 };
 
 }  // namespace dtrain::train

@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 
 namespace dtrain::train {
@@ -21,8 +22,8 @@ std::string format_progress(int64_t step, int64_t steps, double seconds,
   return text;
 }
 
-ProgressBar ProgressBar::for_stdout() {
-  return ProgressBar(stdout, ::isatty(STDOUT_FILENO) == 1);
+ProgressBar ProgressBar::for_stdout(double line_seconds) {
+  return ProgressBar(stdout, ::isatty(STDOUT_FILENO) == 1, line_seconds);
 }
 
 void ProgressBar::begin_epoch(int epoch, int epochs) {
@@ -33,7 +34,15 @@ void ProgressBar::begin_epoch(int epoch, int epochs) {
 
 void ProgressBar::update(int64_t step, int64_t steps, double seconds,
                          const std::vector<std::pair<std::string, double>>& values) {
-  if (!interactive_ || (last_draw_ >= 0 && seconds - last_draw_ < 0.05)) return;
+  if (!interactive_) {  // a whole line, at most one per line_seconds_; the epoch's end has its own
+    if (line_seconds_ <= 0 || step >= steps || seconds - std::max(last_draw_, 0.0) < line_seconds_)
+      return;
+    last_draw_ = seconds;
+    std::fprintf(out_, "%s\n", format_progress(step, steps, seconds, values).c_str());
+    std::fflush(out_);
+    return;
+  }
+  if (last_draw_ >= 0 && seconds - last_draw_ < 0.05) return;
   last_draw_ = seconds;
   std::fprintf(out_, "\r%s", format_progress(step, steps, seconds, values).c_str());
   std::fflush(out_);

@@ -1,6 +1,8 @@
 // Keras-style progress: "Epoch 1/3", then "70/70 [==============================] - 1s 13ms/step
-// - loss: 2.2843 - accuracy: 0.1598", redrawn in place on a terminal (at most every 50 ms), one
-// line per epoch otherwise. Writes to stdout only; formatting is separate so tests can read it.
+// - loss: 2.2843 - accuracy: 0.1598", redrawn in place on a terminal (at most every 50 ms).
+// Otherwise (a log file) a whole line at a steady pace inside the epoch (every 5 s by default)
+// and one at its end, so a log never goes quiet for a whole epoch. Writes to one FILE only; the
+// caller supplies the time, so tests drive it with a fake clock.
 #pragma once
 
 #include <cstdint>
@@ -17,11 +19,18 @@ std::string format_progress(int64_t step, int64_t steps, double seconds,
 
 class ProgressBar {
  public:
-  /// out is not owned; interactive redraws with '\r' (a terminal), else prints once per epoch.
-  ProgressBar(std::FILE* out, bool interactive) : out_(out), interactive_(interactive) {}
-  static ProgressBar for_stdout();
+  /// Default pace of the lines inside an epoch when the output is not a terminal.
+  static constexpr double kLineSeconds = 5.0;
+
+  /// out is not owned; interactive redraws with '\r' (a terminal), else prints a line when
+  /// line_seconds have passed since the epoch began or since the last line (<= 0: none inside
+  /// an epoch), and one at its end.
+  ProgressBar(std::FILE* out, bool interactive, double line_seconds = kLineSeconds)
+      : out_(out), interactive_(interactive), line_seconds_(line_seconds) {}
+  static ProgressBar for_stdout(double line_seconds = kLineSeconds);
 
   void begin_epoch(int epoch, int epochs);
+  /// seconds: since the epoch began.
   void update(int64_t step, int64_t steps, double seconds,
               const std::vector<std::pair<std::string, double>>& values);
   void end_epoch(int64_t steps, double seconds,
@@ -30,7 +39,8 @@ class ProgressBar {
  private:
   std::FILE* out_;
   bool interactive_;
-  double last_draw_ = -1;
+  double line_seconds_;
+  double last_draw_ = -1;  ///< seconds of the last redraw or line in this epoch
 };
 
 }  // namespace dtrain::train

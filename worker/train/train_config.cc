@@ -110,7 +110,16 @@ TensorBoardSpec parse_tensorboard(const common::JsonNode& node, const std::strin
   return t;
 }
 
+// {"type": "sparse_categorical_crossentropy", "from_logits": ...}, or Keras's shorthand, the
+// name alone, which means what Keras's string does: from_logits false.
 void parse_loss(const common::JsonNode& node, TrainConfig& c) {
+  if (node.is_string()) {
+    one_of(node, {"sparse_categorical_crossentropy"});
+    c.from_logits = false;
+    return;
+  }
+  if (!node.is_object())
+    node.fail(fmt::format("expected a loss name or object, found {}", node.describe()));
   node.check_keys({"type", "from_logits"});
   one_of(node.at("type"), {"sparse_categorical_crossentropy"});
   if (auto n = node.find("from_logits")) c.from_logits = n->as_bool();
@@ -121,7 +130,7 @@ void parse_fields(const common::JsonNode& root, TrainConfig& c) {
                    "steps_per_epoch", "validation", "seed", "device", "communication", "overlap",
                    "cuda_graphs", "backup", "tensorboard"});
   c.model = nn::parse_model_spec(root.at("model"));
-  c.model_json = root.at("model").dump();
+  c.model_json = nn::model_json(root.at("model"), c.model);
   if (auto n = root.find("loss")) parse_loss(*n, c);
   bool softmax = c.model.layers.back().activation == nn::Activation::kSoftmax;
   if (softmax == c.from_logits) {
@@ -139,7 +148,12 @@ void parse_fields(const common::JsonNode& root, TrainConfig& c) {
     c.steps_per_epoch = n->as_int(1, int64_t{1} << 40);
   if (auto n = root.find("validation")) c.validation = n->as_bool();
   if (auto n = root.find("seed")) c.seed = static_cast<uint64_t>(n->as_int(0, int64_t{1} << 53));
-  if (auto n = root.find("device")) c.device = one_of(*n, {"auto", "cpu", "cuda"});
+  if (auto n = root.find("device")) {
+    std::string device = one_of(*n, {"auto", "cpu", "cuda"});
+    c.device = device == "cpu"    ? DeviceChoice::kCpu
+               : device == "cuda" ? DeviceChoice::kCuda
+                                  : DeviceChoice::kAuto;
+  }
   if (auto n = root.find("communication"))
     c.communication = one_of(*n, {"auto", "ring", "shm", "nccl"});
   if (auto n = root.find("overlap")) c.overlap = n->as_bool();

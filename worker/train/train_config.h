@@ -27,10 +27,17 @@ struct TensorBoardSpec {
   int64_t update_every_steps = 0;
 };
 
+/// train.device: where training runs.
+enum class DeviceChoice {
+  kAuto,  ///< CUDA when this build has it and a GPU is visible, else the CPU
+  kCpu,
+  kCuda,
+};
+
 struct TrainConfig {
   nn::ModelSpec model;
   std::string model_json;    ///< train.model as compact JSON: the architecture checkpoints record
-  bool from_logits = false;  ///< Keras's default
+  bool from_logits = false;  ///< Keras's default (also for the shorthand "loss": "<name>")
   OptimizerSpec optimizer;
   data::DataConfig data;
   int per_worker_batch_size = 32;  ///< Keras's default batch size
@@ -38,7 +45,7 @@ struct TrainConfig {
   int64_t steps_per_epoch = 0;  ///< 0: one pass over the worker's shard
   bool validation = false;
   uint64_t seed = 0;
-  std::string device = "auto";         ///< auto | cpu | cuda
+  DeviceChoice device = DeviceChoice::kAuto;
   std::string communication = "auto";  ///< auto | ring | shm | nccl
   /// Start each gradient bucket's all-reduce as soon as backward has produced it (false: after
   /// the whole backward pass; same buckets, so the same result bit for bit).

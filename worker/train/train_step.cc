@@ -1,6 +1,8 @@
 // See train_step.h.
 #include "worker/train/train_step.h"
 
+#include <cstring>
+
 #include "common/clock.h"
 #include "common/errors.h"
 
@@ -35,10 +37,10 @@ TrainStep::TrainStep(nn::Sequential& model, Optimizer& optimizer, nn::Backend& b
       comm_(comm),
       options_(options),
       buckets_(plan_buckets(model.gradient_pieces(), options.min_bucket_floats)),
-      stats_(device_, 4),
-      totals_(device_, 3),
+      stats_(device_, kStatsFloats),
+      totals_(device_, kTotalsFloats),
       stop_flag_(device_, 1),
-      readback_(device_, 4 * static_cast<size_t>(options.slots)) {
+      readback_(device_, kStatsFloats * static_cast<size_t>(options.slots)) {
   DT_ENFORCE(options_.slots >= 1 && options_.slots <= nn::Device::kMarkers, "{} input slots",
              options_.slots);
   // A graph replays fixed kernel arguments: the step key (dropout) and Adam's step-dependent
@@ -64,7 +66,8 @@ void TrainStep::enqueue(const float* images, const int32_t* labels, int n, const
   const float* logits = model_.forward(images, n, key, true);
   backend_.softmax_cross_entropy(n, model_.classes(), logits, labels, model_.logits_gradient(),
                                  stats_.data());
-  device_.upload(stats_.data() + 3, stop_flag_.data(), sizeof(float));
+  device_.upload(stats_.data() + offsetof(StepStats, stop) / sizeof(float), stop_flag_.data(),
+                 sizeof(float));
   std::vector<comm::ReduceTicket> tickets;
   auto start_bucket = [&](size_t b) {
     tickets.push_back(comm_.start_all_reduce(model_.gradients().data() + buckets_[b].offset,
@@ -77,14 +80,15 @@ void TrainStep::enqueue(const float* images, const int32_t* labels, int n, const
     }
   });
   while (tickets.size() < buckets_.size()) start_bucket(tickets.size());
-  comm::ReduceTicket stats_ticket = comm_.start_all_reduce(stats_.data(), 4, comm::ReduceOp::kSum);
+  comm::ReduceTicket stats_ticket =
+      comm_.start_all_reduce(stats_.data(), kStatsFloats, comm::ReduceOp::kSum);
   for (size_t b = 0; b < buckets_.size(); ++b) {
     finish(tickets[b]);
     optimizer_.apply(backend_, model_.parameters(), model_.gradients(), buckets_[b].offset,
                      buckets_[b].count);
   }
   finish(stats_ticket);
-  backend_.add(3, stats_.data(), totals_.data());
+  backend_.add(kTotalsFloats, stats_.data(), totals_.data());
 }
 
 void TrainStep::run(const float* images, const int32_t* labels, int n, const nn::StepKey& key,
@@ -102,7 +106,7 @@ void TrainStep::run(const float* images, const int32_t* labels, int n, const nn:
       device_.begin_capture();
       try {
         enqueue(images, labels, n, key);
-        device_.download_async(readback_.data() + 4 * s, stats_.data(), stats_.bytes());
+        device_.download_async(readback_.data() + kStatsFloats * s, stats_.data(), stats_.bytes());
       } catch (...) {
         try {
           device_.end_capture();
@@ -120,8 +124,8 @@ void TrainStep::run(const float* images, const int32_t* labels, int n, const nn:
     graphed_ = true;
   } else {
     enqueue(images, labels, n, key);
-    device_.download_async(readback_.data() + 4 * static_cast<size_t>(slot), stats_.data(),
-                           stats_.bytes());
+    device_.download_async(readback_.data() + kStatsFloats * static_cast<size_t>(slot),
+                           stats_.data(), stats_.bytes());
   }
   device_.record_marker(slot);
   last_slots_[1] = last_slots_[0];
@@ -134,17 +138,19 @@ bool TrainStep::stop_agreed(int steps_ago) {
   if (steps_run_ <= steps_ago) return false;
   int slot = last_slots_[static_cast<size_t>(steps_ago)];
   device_.wait_marker(slot, options_.timeout_seconds);
-  return readback_.data()[4 * slot + 3] > 0.0f;
+  StepStats stats{};
+  std::memcpy(&stats, readback_.data() + kStatsFloats * static_cast<size_t>(slot), sizeof stats);
+  return stats.stop > 0.0f;
 }
 
-std::array<double, 3> TrainStep::totals() {
+EpochTotals TrainStep::totals() {
   std::vector<float> host = totals_.to_host();
   return {host[0], host[1], host[2]};
 }
 
-void TrainStep::set_totals(double loss_sum, double correct, double seen) {
+void TrainStep::set_totals(const EpochTotals& t) {
   totals_.from_host(
-      {static_cast<float>(loss_sum), static_cast<float>(correct), static_cast<float>(seen)});
+      {static_cast<float>(t.loss_sum), static_cast<float>(t.correct), static_cast<float>(t.seen)});
 }
 
 }  // namespace dtrain::train

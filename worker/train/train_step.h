@@ -9,6 +9,7 @@
 #pragma once
 
 #include <array>
+#include <cstddef>
 #include <memory>
 #include <vector>
 
@@ -32,6 +33,24 @@ struct GradientBucket {
 /// overlap or without.
 std::vector<GradientBucket> plan_buckets(const std::vector<nn::GradientPiece>& pieces,
                                          size_t min_floats);
+
+/// One step's statistics as the stats all-reduce sums them: four floats on the device, in this
+/// order (the loss writes the first three, backend.h's softmax_cross_entropy totals).
+/// Trivial (no initializers) so it can be copied from the device's floats.
+struct StepStats {
+  float loss_sum;  ///< of the step's examples, over all workers once reduced
+  float correct;
+  float seen;  ///< examples
+  float stop;  ///< > 0 when any worker asked to stop
+};
+static_assert(sizeof(StepStats) == 4 * sizeof(float), "StepStats is reduced as 4 floats");
+
+/// The epoch's totals over all workers so far (kept on the device as 3 floats).
+struct EpochTotals {
+  double loss_sum = 0, correct = 0, seen = 0;
+  double mean_loss() const { return loss_sum / (seen > 1 ? seen : 1); }
+  double accuracy() const { return correct / (seen > 1 ? seen : 1); }
+};
 
 struct StepOptions {
   bool overlap = true;                 ///< start buckets during backward (false: after it)
@@ -60,10 +79,10 @@ class TrainStep {
   /// This worker's stop request: carried by every later step's stats all-reduce.
   void request_stop() { *stop_flag_.data() = 1.0f; }
 
-  /// The epoch's totals so far over all workers: loss sum, correct, examples (a sync).
-  std::array<double, 3> totals();
+  /// The epoch's totals so far over all workers (a sync).
+  EpochTotals totals();
   /// Sets the epoch totals (0 at an epoch start; a checkpoint's on resume).
-  void set_totals(double loss_sum, double correct, double seen);
+  void set_totals(const EpochTotals& totals);
   /// Host seconds spent waiting for all-reduces (the exposed communication), since last reset.
   double exposed_comm_seconds() const { return exposed_seconds_; }
   void reset_exposed_comm_seconds() { exposed_seconds_ = 0; }
@@ -82,10 +101,13 @@ class TrainStep {
   comm::Communicator& comm_;
   StepOptions options_;
   std::vector<GradientBucket> buckets_;
-  nn::Buffer<float> stats_;   ///< [0..3]: this step's loss sum, correct, examples, stop flag
-  nn::Buffer<float> totals_;  ///< the epoch's reduced loss sum, correct, examples
+  static constexpr size_t kStatsFloats = sizeof(StepStats) / sizeof(float);
+  static constexpr size_t kTotalsFloats = 3;  ///< StepStats's loss_sum, correct, seen
+
+  nn::Buffer<float> stats_;            ///< this step's StepStats
+  nn::Buffer<float> totals_;           ///< the epoch's reduced loss sum, correct, examples
   nn::PinnedBuffer<float> stop_flag_;  ///< this worker's request, read by the upload each step
-  nn::PinnedBuffer<float> readback_;   ///< reduced stats of the last kMarkers steps
+  nn::PinnedBuffer<float> readback_;   ///< reduced StepStats of each input slot's last step
   int64_t steps_run_ = 0;
   std::array<int, 2> last_slots_{0, 0};  ///< input slots of the last two steps
   bool graphable_ = false, graphed_ = false;

@@ -2,6 +2,7 @@
 #include "worker/train/trainer.h"
 
 #include <spdlog/spdlog.h>
+#include <unistd.h>
 
 #include <chrono>
 
@@ -28,6 +29,36 @@ void check_resumable(const LoadedCheckpoint& c, int epochs, int64_t steps_per_ep
   }
 }
 
+// What the chief broadcasts on start: where training resumes. Sent as these eight doubles, in
+// this order, so the bytes on the wire are what they always were.
+struct ResumeHeader {
+  double found = 0;  ///< 1 when the chief restored a checkpoint
+  double epoch = 0, step = 0, global_step = 0, optimizer_iterations = 0;
+  double epoch_loss_sum = 0, epoch_correct = 0, epoch_seen = 0;  ///< the epoch's totals so far
+};
+static_assert(sizeof(ResumeHeader) == 8 * sizeof(double), "ResumeHeader travels as 8 doubles");
+
+ResumeHeader header_of(const TrainingState& t) {
+  return {1,
+          double(t.epoch),
+          double(t.step),
+          double(t.global_step),
+          double(t.optimizer_iterations),
+          t.epoch_loss_sum,
+          t.epoch_correct,
+          t.epoch_seen};
+}
+
+TrainingState state_of(const ResumeHeader& h) {
+  return TrainingState{int64_t(h.epoch),
+                       int64_t(h.step),
+                       int64_t(h.global_step),
+                       int64_t(h.optimizer_iterations),
+                       h.epoch_loss_sum,
+                       h.epoch_correct,
+                       h.epoch_seen};
+}
+
 }  // namespace
 
 Trainer::Trainer(const TrainConfig& config, nn::Backend& backend, comm::Communicator& comm,
@@ -40,7 +71,7 @@ Trainer::Trainer(const TrainConfig& config, nn::Backend& backend, comm::Communic
       test_(std::move(test)),
       options_(std::move(options)),
       control_(control),
-      progress_(ProgressBar::for_stdout()),
+      progress_(ProgressBar::for_stdout(options_.progress_line_seconds)),
       store_(options_.run_dir + "/" + config.backup.dir, config.backup.keep) {
   // On the host, the gradients live in the communicator's window when it has one (shared
   // memory): peers then sum them in place instead of through copies.
@@ -107,35 +138,36 @@ void Trainer::upload_tensors() {
 
 // The chief loads the newest good checkpoint; everyone receives the state from it.
 void Trainer::restore() {
-  std::vector<double> header(8, 0.0);  // found, epoch, step, global step, iterations, 3 metric sums
+  ResumeHeader header;
   std::vector<TensorView> views = checkpoint_tensors();  // the initial state, on the host
   if (options_.chief) {
     if (std::optional<LoadedCheckpoint> c = store_.load_latest(config_.model_json)) {
       check_resumable(*c, config_.epochs, steps_per_epoch_);
       restore_tensors(*c, views);
       const TrainingState& t = c->state;
-      header = {1,
-                double(t.epoch),
-                double(t.step),
-                double(t.global_step),
-                double(t.optimizer_iterations),
-                t.epoch_loss_sum,
-                t.epoch_correct,
-                t.epoch_seen};
+      header = header_of(t);
       spdlog::info("restored {}: resuming at epoch {} step {}", c->path, t.epoch + 1, t.step);
     }
   }
   if (options_.timeline) options_.timeline->mark("checkpoint read");
-  comm_.broadcast(header.data(), header.size() * sizeof(double), 0);
+  comm_.broadcast(&header, sizeof header, 0);
   for (std::vector<float>& tensor : host_tensors_)
     comm_.broadcast(tensor.data(), tensor.size() * sizeof(float), 0);
   upload_tensors();
   if (options_.timeline) options_.timeline->mark("broadcast");
-  state_ =
-      TrainingState{int64_t(header[1]), int64_t(header[2]), int64_t(header[3]), int64_t(header[4]),
-                    header[5],          header[6],          header[7]};
+  state_ = state_of(header);
   optimizer_->set_iterations(state_.optimizer_iterations);
   start_ = state_;
+  report_restored();
+}
+
+// Tells the launcher once where this worker resumes (0: a fresh start).
+void Trainer::report_restored() {
+  if (!control_) return;
+  common::ControlMessage m =
+      common::heartbeat_message(options_.task, options_.attempt, static_cast<int>(::getpid()));
+  m.restored_step = state_.global_step;
+  control_->send(m);
 }
 
 void Trainer::save_checkpoint() {
@@ -143,8 +175,8 @@ void Trainer::save_checkpoint() {
   state_.optimizer_iterations = optimizer_->iterations();
   double started = common::monotonic_seconds();
   std::string path = store_.save(state_, checkpoint_tensors(), config_.model_json);
-  spdlog::info("saved {} (epoch {} step {}) in {:.0f} ms", path, state_.epoch + 1, state_.step,
-               (common::monotonic_seconds() - started) * 1000);
+  spdlog::info("saved {} (epoch {} step {})", path, state_.epoch + 1, state_.step);
+  spdlog::debug("saved {} in {:.0f} ms", path, (common::monotonic_seconds() - started) * 1000);
 }
 
 EpochMetrics Trainer::fit() {
@@ -183,9 +215,9 @@ void Trainer::show_progress(int epoch, int64_t step, double started, double seen
   double now = common::monotonic_seconds();
   if (!force && last_shown_ >= 0 && now - last_shown_ < 0.5) return;
   last_shown_ = now;
-  shown_totals_ = step_->totals();
-  double seen = std::max(shown_totals_[2], 1.0), elapsed = now - started;
-  double loss = shown_totals_[0] / seen, accuracy = shown_totals_[1] / seen;
+  EpochTotals totals = step_->totals();
+  double elapsed = now - started;
+  double loss = totals.mean_loss(), accuracy = totals.accuracy();
   progress_.update(step, steps_per_epoch_, elapsed, {{"loss", loss}, {"accuracy", accuracy}});
   heartbeat(epoch + 1, step, steps_per_epoch_, loss, accuracy, seen_here / std::max(elapsed, 1e-9));
 }
@@ -201,8 +233,9 @@ EpochMetrics Trainer::train_epoch(int epoch) {
   stream_options.first_step = resumed ? state_.step : 0;
   stream_options.steps = steps_per_epoch_;
   data::BatchStream stream(train_, stream_options);
-  step_->set_totals(resumed ? state_.epoch_loss_sum : 0, resumed ? state_.epoch_correct : 0,
-                    resumed ? state_.epoch_seen : 0);
+  step_->set_totals(
+      resumed ? EpochTotals{state_.epoch_loss_sum, state_.epoch_correct, state_.epoch_seen}
+              : EpochTotals{});
   step_->reset_exposed_comm_seconds();
   last_shown_ = -1;
   double started = common::monotonic_seconds(), seen_here = 0;
@@ -228,11 +261,11 @@ EpochMetrics Trainer::train_epoch(int epoch) {
     }
     if (state_.global_step == start_.global_step + 1) {  // benchmarks time restarts up to here
       step_->stop_agreed(0);
-      spdlog::info("first step of this run done (CLOCK_MONOTONIC {:.6f})",
-                   common::monotonic_seconds());
+      spdlog::debug("first step of this run done (CLOCK_MONOTONIC {:.6f})",
+                    common::monotonic_seconds());
       if (options_.timeline) {
         options_.timeline->mark("first step");
-        spdlog::info("start-up: {}", options_.timeline->summary());
+        spdlog::debug("start-up: {}", options_.timeline->summary());
       }
     }
     // The flag reduced one step ago: every worker reads the same value, so all stop here.
@@ -243,8 +276,9 @@ EpochMetrics Trainer::train_epoch(int epoch) {
                     state_.global_step % config_.backup.save_every_steps == 0 &&
                     step + 1 < steps_per_epoch_;
     if (stop || periodic) {
-      std::array<double, 3> t = step_->totals();
-      state_.epoch_loss_sum = t[0], state_.epoch_correct = t[1], state_.epoch_seen = t[2];
+      EpochTotals t = step_->totals();
+      state_.epoch_loss_sum = t.loss_sum, state_.epoch_correct = t.correct;
+      state_.epoch_seen = t.seen;
       save_checkpoint();
     }
     if (stop) {
@@ -255,11 +289,10 @@ EpochMetrics Trainer::train_epoch(int epoch) {
   }
   EpochMetrics m;
   m.stop_agreed = step_->stop_agreed(0);  // waits for the epoch's last step
-  std::array<double, 3> t = step_->totals();
-  double seen = std::max(t[2], 1.0);
+  EpochTotals t = step_->totals();
   m.epoch = epoch + 1;
-  m.loss = t[0] / seen;
-  m.accuracy = t[1] / seen;
+  m.loss = t.mean_loss();
+  m.accuracy = t.accuracy();
   m.seconds = common::monotonic_seconds() - started;
   m.samples_per_second = seen_here / m.seconds;
   m.steps = steps_per_epoch_ - stream_options.first_step;
@@ -319,9 +352,9 @@ void Trainer::write_summaries(const EpochMetrics& m) {
 }
 
 void Trainer::write_batch_summary() {
-  std::array<double, 3> t = step_->totals();
-  double seen = std::max(t[2], 1.0);
-  tensorboard_->log_batch(state_.global_step, {{"loss", t[0] / seen}, {"accuracy", t[1] / seen}});
+  EpochTotals t = step_->totals();
+  tensorboard_->log_batch(state_.global_step,
+                          {{"loss", t.mean_loss()}, {"accuracy", t.accuracy()}});
 }
 
 void Trainer::heartbeat(int epoch, int64_t step, int64_t steps, double loss, double accuracy,
@@ -330,7 +363,7 @@ void Trainer::heartbeat(int epoch, int64_t step, int64_t steps, double loss, dou
   if (!control_ || (last_heartbeat_ >= 0 && now - last_heartbeat_ < 0.5 && step != steps)) return;
   last_heartbeat_ = now;
   common::ControlMessage m;
-  m.type = "progress";
+  m.type = common::ControlMessageType::kProgress;
   m.task = options_.task;
   m.attempt = options_.attempt;
   m.epoch = epoch;
@@ -340,6 +373,7 @@ void Trainer::heartbeat(int epoch, int64_t step, int64_t steps, double loss, dou
   m.loss = loss;
   m.accuracy = accuracy;
   m.samples_per_second = rate;
+  m.global_step = state_.global_step;
   control_->send(m);
 }
 

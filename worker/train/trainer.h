@@ -51,6 +51,9 @@ struct TrainerOptions {
   /// Start-up phases: the trainer marks "model", "checkpoint read", "broadcast" and "first
   /// step", then logs the summary. Optional.
   Timeline* timeline = nullptr;
+  /// When stdout is not a terminal: seconds between progress lines inside an epoch (<= 0: one
+  /// line per epoch).
+  double progress_line_seconds = ProgressBar::kLineSeconds;
 };
 
 /// Thrown by fit() after every worker agreed to stop at the same step and the chief saved a
@@ -73,6 +76,7 @@ class Trainer {
   /// Preempted (see above), IoError from the communicator or the batcher.
   EpochMetrics fit();
   /// Where training resumed (epoch 0, step 0 for a fresh start).
+  const TrainingState& resumed_from() const { return start_; }
   /// Mean loss and accuracy of the model on the test split (no dropout).
   std::pair<double, double> evaluate();
 
@@ -82,6 +86,7 @@ class Trainer {
  private:
   EpochMetrics train_epoch(int epoch);
   void restore();
+  void report_restored();
   void save_checkpoint();
   /// Host copies of the parameters and optimizer slots (downloaded now), as named views.
   std::vector<TensorView> checkpoint_tensors();
@@ -113,8 +118,7 @@ class Trainer {
   TrainingState start_;  ///< where this run resumed
   int64_t steps_per_epoch_ = 0;
   double last_heartbeat_ = -1;
-  double last_shown_ = -1;                       ///< when totals were last read back
-  std::array<double, 3> shown_totals_{0, 0, 0};  ///< loss sum, correct, seen then
+  double last_shown_ = -1;  ///< when totals were last read back
 };
 
 }  // namespace dtrain::train

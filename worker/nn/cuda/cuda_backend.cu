@@ -1,9 +1,10 @@
 // The CUDA backend: cuDNN convolution (forward, backward data, backward filter; algorithms picked
 // once per shape, deterministic ones for backward, workspace shared and grown), cuDNN pooling,
-// activation and log-softmax, cuBLAS for dense layers, and small kernels for padding, bias
-// gradients, the loss and the optimizers. All on the CUDA device's compute stream; every pointer
-// is device memory, and nothing waits for the device, so a whole step can be recorded as a CUDA
-// graph. Every handle is an RAII object (cuda_handles.h). The only file that calls cuDNN/cuBLAS.
+// activation and log-softmax, cuBLAS for dense layers; its own kernels live in layer_kernels.cu
+// (padding, bias, loss) and elementwise_kernels.cu (add, dropout, optimizers). All on the CUDA
+// device's compute stream; every pointer is device memory, and nothing waits for the device, so
+// a whole step can be recorded as a CUDA graph. Every handle is an RAII object (cuda_handles.h).
+// The only file that calls cuDNN/cuBLAS.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -20,15 +21,11 @@
 #include "worker/nn/cuda/cuda_check.h"
 #include "worker/nn/cuda/cuda_device.h"
 #include "worker/nn/cuda/cuda_handles.h"
-#include "worker/nn/random.h"
+#include "worker/nn/cuda/elementwise_kernels.h"
+#include "worker/nn/cuda/layer_kernels.h"
 
 namespace dtrain::nn {
 namespace {
-
-constexpr int kThreads = 256;
-int blocks_for(size_t n) {
-  return static_cast<int>((n + kThreads - 1) / kThreads);
-}
 
 cuda::TensorDescriptor tensor4d(int n, int c, int h, int w) {
   cudnnTensorDescriptor_t d{};
@@ -36,123 +33,6 @@ cuda::TensorDescriptor tensor4d(int n, int c, int h, int w) {
   cuda::TensorDescriptor owned(d);
   DT_CUDNN_CHECK(cudnnSetTensor4dDescriptor(d, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, n, c, h, w));
   return owned;
-}
-
-__global__ void pad_kernel(const float* x, float* out, int nc, int h, int w, int top, int left,
-                           int ph, int pw) {
-  size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x;
-  if (i >= static_cast<size_t>(nc) * ph * pw) return;
-  int ox = static_cast<int>(i % pw), oy = static_cast<int>((i / pw) % ph);
-  size_t plane = i / (static_cast<size_t>(ph) * pw);
-  int ix = ox - left, iy = oy - top;
-  out[i] = (ix >= 0 && ix < w && iy >= 0 && iy < h) ? x[(plane * h + iy) * w + ix] : 0.0f;
-}
-
-__global__ void crop_kernel(const float* padded, float* x, int nc, int h, int w, int top, int left,
-                            int ph, int pw) {
-  size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x;
-  if (i >= static_cast<size_t>(nc) * h * w) return;
-  int ix = static_cast<int>(i % w), iy = static_cast<int>((i / w) % h);
-  size_t plane = i / (static_cast<size_t>(h) * w);
-  x[i] = padded[(plane * ph + iy + top) * pw + ix + left];
-}
-
-__global__ void bias_rows_kernel(float* y, const float* b, int n, int out) {
-  size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x;
-  if (i < static_cast<size_t>(n) * out) y[i] += b[i % out];
-}
-
-__global__ void fill_kernel(float* x, size_t n, float value) {
-  size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x;
-  if (i < n) x[i] = value;
-}
-
-// One thread per row: the row's gradient (unless dlogits is null), loss and hit.
-__global__ void cross_entropy_kernel(const float* logp, const float* logits, const int32_t* labels,
-                                     float* dlogits, float* row_loss, float* row_hit, int n,
-                                     int classes) {
-  int i = blockIdx.x * blockDim.x + threadIdx.x;
-  if (i >= n) return;
-  const float* lp = logp + static_cast<size_t>(i) * classes;
-  const float* z = logits + static_cast<size_t>(i) * classes;
-  int label = labels[i];
-  label = label < 0 ? 0 : label >= classes ? classes - 1 : label;  // validated when loaded
-  int best = 0;
-  for (int j = 1; j < classes; ++j)
-    if (z[j] > z[best]) best = j;
-  if (dlogits) {
-    float* d = dlogits + static_cast<size_t>(i) * classes;
-    for (int j = 0; j < classes; ++j) d[j] = expf(lp[j]) / n;
-    d[label] -= 1.0f / n;
-  }
-  row_loss[i] = -lp[label];
-  row_hit[i] = best == label ? 1.0f : 0.0f;
-}
-
-// One block: each thread sums a strided set of rows, then a fixed tree: deterministic.
-constexpr int kSumThreads = 256;
-__global__ void add_row_sums_kernel(const float* row_loss, const float* row_hit, int n,
-                                    float* totals) {
-  __shared__ double loss[kSumThreads];
-  __shared__ float hits[kSumThreads];
-  double l = 0;
-  float h = 0;
-  for (int i = threadIdx.x; i < n; i += kSumThreads) l += row_loss[i], h += row_hit[i];
-  loss[threadIdx.x] = l;
-  hits[threadIdx.x] = h;
-  __syncthreads();
-  for (int half = kSumThreads / 2; half > 0; half /= 2) {
-    if (threadIdx.x < half) {
-      loss[threadIdx.x] += loss[threadIdx.x + half];
-      hits[threadIdx.x] += hits[threadIdx.x + half];
-    }
-    __syncthreads();
-  }
-  if (threadIdx.x == 0) {
-    totals[0] = static_cast<float>(totals[0] + loss[0]);
-    totals[1] += hits[0];
-    totals[2] += static_cast<float>(n);
-  }
-}
-
-__global__ void add_kernel(const float* x, float* y, size_t n) {
-  size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x;
-  if (i < n) y[i] += x[i];
-}
-
-__global__ void multiply_kernel(const float* a, const float* b, float* y, size_t n) {
-  size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x;
-  if (i < n) y[i] = a[i] * b[i];
-}
-
-__global__ void dropout_kernel(const float* x, float* y, float* mask, size_t n, float rate,
-                               uint64_t key) {
-  size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x;
-  if (i >= n) return;
-  float keep = unit_float(mix64(key ^ i)) >= rate ? 1.0f / (1.0f - rate) : 0.0f;
-  mask[i] = keep;
-  y[i] = x[i] * keep;
-}
-
-__global__ void sgd_kernel(float* w, const float* g, float* v, size_t n, float lr, float mu,
-                           bool nesterov) {
-  size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x;
-  if (i >= n) return;
-  if (v == nullptr) {
-    w[i] -= lr * g[i];
-    return;
-  }
-  v[i] = mu * v[i] - lr * g[i];
-  w[i] += nesterov ? mu * v[i] - lr * g[i] : v[i];
-}
-
-__global__ void adam_kernel(float* w, const float* g, float* m, float* v, size_t n, float lr,
-                            float b1, float b2, float eps) {
-  size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x;
-  if (i >= n) return;
-  m[i] += (g[i] - m[i]) * (1.0f - b1);
-  v[i] += (g[i] * g[i] - v[i]) * (1.0f - b2);
-  w[i] -= lr * m[i] / (sqrtf(v[i]) + eps);
 }
 
 // A growable device buffer; each growth bumps *generation (recorded graphs point into it).
@@ -237,6 +117,10 @@ class CudaBackend : public Backend {
                   float* velocity) override;
   void adam_update(const AdamParams& p, int64_t step, size_t count, float* w, const float* g,
                    float* m, float* v) override;
+  void rmsprop_update(const RmspropParams& p, size_t count, float* w, const float* g,
+                      float* velocity, float* momentum_slot, float* average_gradient) override;
+  void adamw_update(const AdamWParams& p, int64_t step, size_t count, float* w, const float* g,
+                    float* m, float* v) override;
 
  private:
   ConvPlan& plan(const ConvShape& s);
@@ -370,9 +254,8 @@ const float* CudaBackend::input_for(ConvPlan& p, const float* x) {
   if (!p.padded_copy) return x;
   size_t count = static_cast<size_t>(p.s.n) * p.s.c * p.ph * p.pw;
   auto* out = static_cast<float*>(padded_.at_least(count * sizeof(float)));
-  pad_kernel<<<blocks_for(count), kThreads, 0, stream_>>>(x, out, p.s.n * p.s.c, p.s.h, p.s.w,
-                                                          p.s.pad_top, p.s.pad_left, p.ph, p.pw);
-  DT_CUDA_CHECK(cudaGetLastError());
+  cuda::launch_pad(x, out, p.s.n * p.s.c, p.s.h, p.s.w, p.s.pad_top, p.s.pad_left, p.ph, p.pw,
+                   stream_);
   return out;
 }
 
@@ -399,10 +282,7 @@ void CudaBackend::conv2d_backward_data(const ConvShape& s, const float* dy, cons
                                               p.conv.get(), p.bwd_data, ws, p.workspace, &zero,
                                               p.x.get(), target));
   if (p.padded_copy) {
-    size_t out = s.input_count();
-    crop_kernel<<<blocks_for(out), kThreads, 0, stream_>>>(target, dx, s.n * s.c, s.h, s.w,
-                                                           s.pad_top, s.pad_left, p.ph, p.pw);
-    DT_CUDA_CHECK(cudaGetLastError());
+    cuda::launch_crop(target, dx, s.n * s.c, s.h, s.w, s.pad_top, s.pad_left, p.ph, p.pw, stream_);
   }
 }
 
@@ -429,8 +309,7 @@ void CudaBackend::conv2d_backward_weights(const ConvShape& s, const float* x, co
 const float* CudaBackend::ones(int n) {
   if (n > ones_count_) {
     auto* data = static_cast<float*>(ones_.at_least(sizeof(float) * static_cast<size_t>(n)));
-    fill_kernel<<<blocks_for(static_cast<size_t>(n)), kThreads, 0, stream_>>>(data, n, 1.0f);
-    DT_CUDA_CHECK(cudaGetLastError());
+    cuda::launch_fill(data, static_cast<size_t>(n), 1.0f, stream_);
     ones_count_ = n;
   }
   return static_cast<const float*>(ones_.at_least(0));
@@ -442,9 +321,7 @@ void CudaBackend::dense_forward(int n, int in, int out, const float* x, const fl
   const float one = 1, zero = 0;
   DT_CUBLAS_CHECK(cublasSgemm(cublas_.get(), CUBLAS_OP_N, CUBLAS_OP_N, out, n, in, &one, w, out, x,
                               in, &zero, y, out));
-  size_t count = static_cast<size_t>(n) * out;
-  bias_rows_kernel<<<blocks_for(count), kThreads, 0, stream_>>>(y, b, n, out);
-  DT_CUDA_CHECK(cudaGetLastError());
+  cuda::launch_bias_rows(y, b, n, out, stream_);
 }
 
 void CudaBackend::dense_backward_data(int n, int in, int out, const float* dy, const float* w,
@@ -548,48 +425,52 @@ void CudaBackend::softmax_cross_entropy(int n, int classes, const float* logits,
   float* row_hit = row_loss + n;
   DT_CUDNN_CHECK(cudnnSoftmaxForward(cudnn_.get(), CUDNN_SOFTMAX_LOG, CUDNN_SOFTMAX_MODE_INSTANCE,
                                      &one, d.get(), logits, &zero, d.get(), logp));
-  cross_entropy_kernel<<<blocks_for(static_cast<size_t>(n)), kThreads, 0, stream_>>>(
-      logp, logits, labels, dlogits, row_loss, row_hit, n, classes);
-  add_row_sums_kernel<<<1, kSumThreads, 0, stream_>>>(row_loss, row_hit, n, totals);
-  DT_CUDA_CHECK(cudaGetLastError());
+  cuda::launch_cross_entropy(logp, logits, labels, dlogits, row_loss, row_hit, n, classes, totals,
+                             stream_);
 }
 
 void CudaBackend::add(size_t count, const float* x, float* y) {
-  if (count == 0) return;
-  add_kernel<<<blocks_for(count), kThreads, 0, stream_>>>(x, y, count);
-  DT_CUDA_CHECK(cudaGetLastError());
+  cuda::launch_add(count, x, y, stream_);
 }
 
 void CudaBackend::dropout_forward(size_t count, float rate, uint64_t key, const float* x, float* y,
                                   float* mask) {
-  if (count == 0) return;
-  dropout_kernel<<<blocks_for(count), kThreads, 0, stream_>>>(x, y, mask, count, rate, key);
-  DT_CUDA_CHECK(cudaGetLastError());
+  cuda::launch_dropout(count, rate, key, x, y, mask, stream_);
 }
 
 void CudaBackend::multiply(size_t count, const float* a, const float* b, float* y) {
-  if (count == 0) return;
-  multiply_kernel<<<blocks_for(count), kThreads, 0, stream_>>>(a, b, y, count);
-  DT_CUDA_CHECK(cudaGetLastError());
+  cuda::launch_multiply(count, a, b, y, stream_);
 }
 
 void CudaBackend::sgd_update(const SgdParams& p, size_t count, float* w, const float* g,
                              float* velocity) {
-  sgd_kernel<<<blocks_for(count), kThreads, 0, stream_>>>(
-      w, g, p.momentum == 0.0f ? nullptr : velocity, count, p.learning_rate, p.momentum,
-      p.nesterov);
-  DT_CUDA_CHECK(cudaGetLastError());
+  cuda::launch_sgd(p, count, w, g, velocity, stream_);
+}
+
+// Keras's bias-corrected Adam rate for step t (the same on the host backends).
+float adam_rate(float lr, float beta_1, float beta_2, int64_t step) {
+  DT_ENFORCE(step >= 1, "Adam step {} (counts from 1)", step);
+  double t = static_cast<double>(step);
+  return static_cast<float>(lr * std::sqrt(1.0 - std::pow(beta_2, t)) /
+                            (1.0 - std::pow(beta_1, t)));
 }
 
 void CudaBackend::adam_update(const AdamParams& p, int64_t step, size_t count, float* w,
                               const float* g, float* m, float* v) {
-  DT_ENFORCE(step >= 1, "Adam step {} (counts from 1)", step);
-  double t = static_cast<double>(step);
-  float lr = static_cast<float>(p.learning_rate * std::sqrt(1.0 - std::pow(p.beta_2, t)) /
-                                (1.0 - std::pow(p.beta_1, t)));
-  adam_kernel<<<blocks_for(count), kThreads, 0, stream_>>>(w, g, m, v, count, lr, p.beta_1,
-                                                           p.beta_2, p.epsilon);
-  DT_CUDA_CHECK(cudaGetLastError());
+  cuda::launch_adam(adam_rate(p.learning_rate, p.beta_1, p.beta_2, step), p, count, w, g, m, v,
+                    stream_);
+}
+
+void CudaBackend::rmsprop_update(const RmspropParams& p, size_t count, float* w, const float* g,
+                                 float* velocity, float* momentum_slot, float* average_gradient) {
+  cuda::launch_rmsprop(p, count, w, g, velocity, momentum_slot, average_gradient, stream_);
+}
+
+void CudaBackend::adamw_update(const AdamWParams& p, int64_t step, size_t count, float* w,
+                               const float* g, float* m, float* v) {
+  cuda::launch_adamw(p.weight_decay * p.learning_rate,
+                     adam_rate(p.learning_rate, p.beta_1, p.beta_2, step), p, count, w, g, m, v,
+                     stream_);
 }
 
 }  // namespace

@@ -1,0 +1,64 @@
+// Control lines between workers and the launcher: the message type is one of three names, the
+// "steps redone" fields (global_step, restored_step) round-trip, unknown keys are tolerated and
+// malformed values refused.
+#include <catch2/catch.hpp>
+
+#include "common/control_protocol.h"
+
+using namespace dtrain::common;
+
+TEST_CASE("control messages round-trip, global_step and restored_step included") {
+  ControlMessage m;
+  m.type = ControlMessageType::kProgress;
+  m.task = "worker:1";
+  m.attempt = 2;
+  m.epoch = 1, m.epochs = 3, m.step = 7, m.steps = 70;
+  m.loss = 0.5;
+  m.global_step = (int64_t{1} << 40) + 7;
+  std::string line = format_control_message(m);
+  CHECK(line.find(R"("type":"progress")") != std::string::npos);
+  CHECK(line.find(R"("global_step":1099511627783)") != std::string::npos);
+  CHECK(line.find("restored_step") == std::string::npos);  // absent stays absent
+  line.pop_back();
+  std::optional<ControlMessage> back = parse_control_message(line);
+  REQUIRE(back);
+  CHECK(back->type == ControlMessageType::kProgress);
+  CHECK(back->global_step == m.global_step);
+  CHECK_FALSE(back->restored_step);
+  CHECK(back->step == 7);
+
+  ControlMessage restored = heartbeat_message("worker:0", 1, 123);
+  restored.restored_step = 0;
+  back = parse_control_message(format_control_message(restored));
+  REQUIRE(back);
+  CHECK(back->type == ControlMessageType::kHeartbeat);
+  CHECK(back->restored_step == 0);
+  CHECK(back->pid == 123);
+}
+
+TEST_CASE("each message type has its wire name; an unknown type is malformed") {
+  for (auto [type, name] : {std::pair{ControlMessageType::kHello, "hello"},
+                            {ControlMessageType::kHeartbeat, "heartbeat"},
+                            {ControlMessageType::kProgress, "progress"}}) {
+    CHECK(std::string(control_message_type_name(type)) == name);
+    auto m = parse_control_message(std::string(R"({"type":")") + name +
+                                   R"(","task":"worker:0","attempt":0})");
+    REQUIRE(m);
+    CHECK(m->type == type);
+  }
+  CHECK_FALSE(parse_control_message(R"({"type":"bye","task":"worker:0","attempt":0})"));
+  CHECK_FALSE(parse_control_message(R"({"type":3,"task":"worker:0","attempt":0})"));
+}
+
+TEST_CASE("unknown keys are tolerated; malformed step fields are refused") {
+  const std::string head = R"({"type":"progress","task":"worker:0","attempt":0,)";
+  auto m = parse_control_message(head + R"("future":{"x":1},"global_step":12})");
+  REQUIRE(m);
+  CHECK(m->global_step == 12);
+  CHECK(parse_control_message(head + R"("restored_step":null})").has_value());
+  for (const char* bad : {R"("global_step":-1})", R"("global_step":1.5})",
+                          R"("restored_step":"3"})", R"("restored_step":1e300})"}) {
+    INFO(bad);
+    CHECK_FALSE(parse_control_message(head + bad));
+  }
+}

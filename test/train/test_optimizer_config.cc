@@ -1,0 +1,172 @@
+// Keras's shorthands in the train object (an optimizer or loss named by a string, a 2-D
+// input_shape), the parsed enums, and RMSprop and AdamW end to end on the oneDNN backend: their
+// slots go into step checkpoints, and a run stopped mid-epoch and resumed ends with the same
+// weights, bit for bit, as one that never stopped.
+#include <catch2/catch.hpp>
+#include <cstring>
+#include <filesystem>
+
+#include "common/errors.h"
+#include "test/support/temp_dir.h"
+#include "worker/comm/ring_communicator.h"
+#include "worker/train/safetensors.h"
+#include "worker/train/trainer.h"
+
+using namespace dtrain;
+using Catch::Matchers::Contains;
+namespace fs = std::filesystem;
+
+namespace {
+
+// A small job; OPTIMIZER, LOSS and SHAPE are replaced by each test.
+std::string train_json(const std::string& optimizer, const std::string& loss = "",
+                       const std::string& shape = "[6, 6, 1]", const std::string& extra = "") {
+  return R"({"model": {"input_shape": )" + shape + R"(, "layers": [
+      {"type": "conv2d", "filters": 3, "kernel_size": 3, "activation": "relu"},
+      {"type": "flatten"}, {"type": "dropout", "rate": 0.1},
+      {"type": "dense", "units": 4, "activation": "softmax"}]},
+    "optimizer": )" +
+         optimizer + (loss.empty() ? "" : R"(, "loss": )" + loss) + R"(,
+    "data": {"source": "synthetic", "examples": 256, "classes": 4},
+    "per_worker_batch_size": 16, "epochs": 2, "seed": 3,
+    "backup": {"save_freq": "epoch", "keep": 3})" +
+         extra + "}";
+}
+
+train::TrainConfig parse(const std::string& json) {
+  return train::parse_train_config(json, "job.json");
+}
+
+// Trains c in run_dir; stop_after > 0 asks to stop at that call of the stop poll (the trainer then
+// stops a step later, saving a step checkpoint, and fit() throws Preempted).
+std::vector<float> fit(const train::TrainConfig& c, const std::string& run_dir, int stop_after = 0,
+                       int64_t* resumed_at = nullptr) {
+  auto backend = nn::make_dnnl_backend();
+  comm::SoloCommunicator solo;
+  auto [train_data, test_data] =
+      data::load_data(c.data, {c.model.height, c.model.width, c.model.channels});
+  int polls = 0;
+  train::TrainerOptions options{run_dir, true, "worker:0", 0,
+                                [&] { return stop_after > 0 && ++polls >= stop_after; }};
+  train::Trainer trainer(c, *backend, solo, std::move(train_data), std::move(test_data), options,
+                         nullptr);
+  if (resumed_at) *resumed_at = trainer.resumed_from().global_step;
+  trainer.fit();
+  return trainer.model().parameters().to_host();
+}
+
+}  // namespace
+
+TEST_CASE("an optimizer named by a string takes Keras's defaults") {
+  train::TrainConfig c = parse(train_json(R"("adam")"));
+  CHECK(c.optimizer.type == train::OptimizerType::kAdam);
+  CHECK(c.optimizer.learning_rate.initial == Approx(0.001));
+  c = parse(train_json(R"("sgd")"));
+  CHECK(c.optimizer.type == train::OptimizerType::kSgd);
+  CHECK(c.optimizer.learning_rate.initial == Approx(0.01));
+  CHECK(c.optimizer.sgd.momentum == 0.0f);
+  c = parse(train_json(R"("rmsprop")"));
+  CHECK(c.optimizer.type == train::OptimizerType::kRmsprop);
+  CHECK(c.optimizer.learning_rate.initial == Approx(0.001));
+  CHECK(c.optimizer.rmsprop.rho == Approx(0.9));
+  CHECK(c.optimizer.rmsprop.momentum == 0.0f);
+  CHECK(c.optimizer.rmsprop.epsilon == Approx(1e-7));
+  CHECK_FALSE(c.optimizer.rmsprop.centered);
+  c = parse(train_json(R"("adamw")"));
+  CHECK(c.optimizer.type == train::OptimizerType::kAdamW);
+  CHECK(c.optimizer.learning_rate.initial == Approx(0.001));
+  CHECK(c.optimizer.adamw.weight_decay == Approx(0.004));
+  CHECK(c.optimizer.adamw.beta_1 == Approx(0.9));
+  CHECK(c.optimizer.adamw.beta_2 == Approx(0.999));
+  CHECK(c.optimizer.adamw.epsilon == Approx(1e-7));
+  CHECK_THROWS_WITH(parse(train_json(R"("adagrad")")),
+                    Contains("train.optimizer: unknown optimizer \"adagrad\""));
+  CHECK_THROWS_WITH(parse(train_json("3")), Contains("train.optimizer: expected an optimizer"));
+}
+
+TEST_CASE("rmsprop and adamw objects take their keys and refuse others") {
+  train::TrainConfig c = parse(train_json(
+      R"({"type": "rmsprop", "learning_rate": 0.01, "rho": 0.8, "momentum": 0.5,
+          "centered": true, "epsilon": 1e-6})"));
+  CHECK(c.optimizer.rmsprop.rho == Approx(0.8));
+  CHECK(c.optimizer.rmsprop.momentum == Approx(0.5));
+  CHECK(c.optimizer.rmsprop.centered);
+  CHECK(c.optimizer.learning_rate.initial == Approx(0.01));
+  c = parse(train_json(R"({"type": "adamw", "weight_decay": 0.01})"));
+  CHECK(c.optimizer.adamw.weight_decay == Approx(0.01));
+  CHECK_THROWS_WITH(parse(train_json(R"({"type": "rmsprop", "nesterov": true})")),
+                    Contains("nesterov"));
+  CHECK_THROWS_WITH(parse(train_json(R"({"type": "adamw", "weight_decay": 2})")),
+                    Contains("train.optimizer.weight_decay"));
+}
+
+TEST_CASE("a loss named by a string means from_logits false, as in Keras") {
+  train::TrainConfig c = parse(train_json(R"("adam")", R"("sparse_categorical_crossentropy")"));
+  CHECK_FALSE(c.from_logits);
+  // The last layer has no softmax: Keras would silently treat logits as probabilities.
+  std::string logits = train_json(R"("adam")", R"("sparse_categorical_crossentropy")");
+  logits.replace(logits.find(R"(, "activation": "softmax")"), 25, "");
+  CHECK_THROWS_WITH(parse(logits), Contains("from_logits is false"));
+  CHECK_THROWS_WITH(parse(train_json(R"("adam")", R"("mse")")), Contains("train.loss"));
+}
+
+TEST_CASE("a 2-D input_shape is [h, w, 1], and the recorded architecture says so") {
+  train::TrainConfig two = parse(train_json(R"("sgd")", "", "[6, 6]"));
+  train::TrainConfig three = parse(train_json(R"("sgd")", "", "[6, 6, 1]"));
+  CHECK(two.model.height == 6);
+  CHECK(two.model.width == 6);
+  CHECK(two.model.channels == 1);
+  CHECK_THAT(two.model_json, Contains(R"("input_shape":[6,6,1])"));
+  CHECK(three.model_json.find(R"("input_shape":[6,6,1])") != std::string::npos);
+  CHECK_THROWS_WITH(parse(train_json(R"("sgd")", "", "[6]")), Contains("train.model.input_shape"));
+}
+
+TEST_CASE("layer types and train.device parse into enums") {
+  train::TrainConfig c = parse(train_json(R"("sgd")", "", "[6, 6, 1]", R"(, "device": "cpu")"));
+  REQUIRE(c.model.layers.size() == 4);
+  CHECK(c.model.layers[0].type == nn::LayerType::kConv2d);
+  CHECK(c.model.layers[2].type == nn::LayerType::kDropout);
+  CHECK(std::string(nn::layer_type_name(c.model.layers[1].type)) == "flatten");
+  CHECK(c.device == train::DeviceChoice::kCpu);
+  CHECK(parse(train_json(R"("sgd")")).device == train::DeviceChoice::kAuto);
+  CHECK(parse(train_json(R"("sgd")", "", "[6, 6, 1]", R"(, "device": "cuda")")).device ==
+        train::DeviceChoice::kCuda);
+  CHECK_THROWS_WITH(parse(train_json(R"("sgd")", "", "[6, 6, 1]", R"(, "device": "tpu")")),
+                    Contains("train.device"));
+}
+
+TEST_CASE("RMSprop and AdamW slots are checkpointed and a stopped run resumes bit-exactly") {
+  struct Case {
+    const char* optimizer;
+    std::vector<const char*> slots;
+  };
+  for (const Case& k : {Case{R"({"type": "rmsprop", "momentum": 0.5, "centered": true})",
+                             {"rmsprop.velocity", "rmsprop.momentum", "rmsprop.average_gradient"}},
+                        Case{R"({"type": "rmsprop"})", {"rmsprop.velocity"}},
+                        Case{R"("adamw")", {"adamw.m", "adamw.v"}}}) {
+    INFO(k.optimizer);
+    train::TrainConfig c = parse(train_json(k.optimizer));
+    c.backup.delete_on_success = false;
+    testing::TempDir dir;
+    std::vector<float> whole = fit(c, dir.path() + "/whole");
+
+    std::string run = dir.path() + "/stopped";
+    CHECK_THROWS_AS(fit(c, run, 5), train::Preempted);  // 16 steps an epoch: stops in epoch 1
+    std::vector<std::string> files;
+    for (const auto& e : fs::directory_iterator(run + "/backup"))
+      if (e.path().extension() == ".safetensors") files.push_back(e.path());
+    REQUIRE(files.size() == 1);
+    train::SafetensorsFile saved = train::read_safetensors(files[0]);
+    for (const char* slot : k.slots) {
+      INFO(slot);
+      CHECK(saved.tensors.count(std::string("optimizer.") + slot + ".layers.3.dense.kernel") == 1);
+      CHECK(saved.tensors.count(std::string("optimizer.") + slot + ".layers.0.conv2d.bias") == 1);
+    }
+    CHECK(saved.tensors.size() == 4 * (1 + k.slots.size()));
+    int64_t resumed_at = 0;
+    std::vector<float> resumed = fit(c, run, 0, &resumed_at);
+    CHECK(resumed_at == 6);  // asked during step 5, agreed a step later: not a fresh start
+    REQUIRE(resumed.size() == whole.size());
+    CHECK(std::memcmp(resumed.data(), whole.data(), whole.size() * sizeof(float)) == 0);
+  }
+}

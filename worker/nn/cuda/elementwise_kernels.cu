@@ -1,0 +1,134 @@
+// See elementwise_kernels.h. One thread per element.
+#include "worker/nn/cuda/cuda_check.h"
+#include "worker/nn/cuda/elementwise_kernels.h"
+#include "worker/nn/random.h"
+
+namespace dtrain::nn::cuda {
+namespace {
+
+constexpr int kThreads = 256;
+int blocks_for(size_t n) {
+  return static_cast<int>((n + kThreads - 1) / kThreads);
+}
+
+__device__ size_t element_index() {
+  return blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x;
+}
+
+__global__ void add_kernel(const float* x, float* y, size_t n) {
+  size_t i = element_index();
+  if (i < n) y[i] += x[i];
+}
+
+__global__ void multiply_kernel(const float* a, const float* b, float* y, size_t n) {
+  size_t i = element_index();
+  if (i < n) y[i] = a[i] * b[i];
+}
+
+__global__ void dropout_kernel(const float* x, float* y, float* mask, size_t n, float rate,
+                               uint64_t key) {
+  size_t i = element_index();
+  if (i >= n) return;
+  float keep = unit_float(mix64(key ^ i)) >= rate ? 1.0f / (1.0f - rate) : 0.0f;
+  mask[i] = keep;
+  y[i] = x[i] * keep;
+}
+
+__global__ void sgd_kernel(float* w, const float* g, float* v, size_t n, float lr, float mu,
+                           bool nesterov) {
+  size_t i = element_index();
+  if (i >= n) return;
+  if (v == nullptr) {
+    w[i] -= lr * g[i];
+    return;
+  }
+  v[i] = mu * v[i] - lr * g[i];
+  w[i] += nesterov ? mu * v[i] - lr * g[i] : v[i];
+}
+
+// decay 0 is plain Adam; AdamW first decays the weight (w -= w * weight_decay * lr).
+__global__ void adam_kernel(float* w, const float* g, float* m, float* v, size_t n, float decay,
+                            float lr, float b1, float b2, float eps) {
+  size_t i = element_index();
+  if (i >= n) return;
+  if (decay != 0.0f) w[i] -= w[i] * decay;
+  m[i] += (g[i] - m[i]) * (1.0f - b1);
+  v[i] += (g[i] * g[i] - v[i]) * (1.0f - b2);
+  w[i] -= lr * m[i] / (sqrtf(v[i]) + eps);
+}
+
+__global__ void rmsprop_kernel(float* w, const float* g, float* velocity, float* mom, float* avg,
+                               size_t n, float lr, float rho, float mu, float eps) {
+  size_t i = element_index();
+  if (i >= n) return;
+  velocity[i] = rho * velocity[i] + (1.0f - rho) * g[i] * g[i];
+  float denominator = velocity[i] + eps;
+  if (avg != nullptr) {
+    avg[i] = rho * avg[i] + (1.0f - rho) * g[i];
+    denominator = velocity[i] - avg[i] * avg[i] + eps;
+  }
+  float increment = lr * g[i] / sqrtf(denominator);
+  if (mom != nullptr) {
+    mom[i] = mu * mom[i] + increment;
+    increment = mom[i];
+  }
+  w[i] -= increment;
+}
+
+}  // namespace
+
+void launch_add(size_t count, const float* x, float* y, cudaStream_t stream) {
+  if (count == 0) return;
+  add_kernel<<<blocks_for(count), kThreads, 0, stream>>>(x, y, count);
+  DT_CUDA_CHECK(cudaGetLastError());
+}
+
+void launch_multiply(size_t count, const float* a, const float* b, float* y, cudaStream_t stream) {
+  if (count == 0) return;
+  multiply_kernel<<<blocks_for(count), kThreads, 0, stream>>>(a, b, y, count);
+  DT_CUDA_CHECK(cudaGetLastError());
+}
+
+void launch_dropout(size_t count, float rate, uint64_t key, const float* x, float* y, float* mask,
+                    cudaStream_t stream) {
+  if (count == 0) return;
+  dropout_kernel<<<blocks_for(count), kThreads, 0, stream>>>(x, y, mask, count, rate, key);
+  DT_CUDA_CHECK(cudaGetLastError());
+}
+
+void launch_sgd(const SgdParams& p, size_t count, float* w, const float* g, float* velocity,
+                cudaStream_t stream) {
+  if (count == 0) return;
+  sgd_kernel<<<blocks_for(count), kThreads, 0, stream>>>(
+      w, g, p.momentum == 0.0f ? nullptr : velocity, count, p.learning_rate, p.momentum,
+      p.nesterov);
+  DT_CUDA_CHECK(cudaGetLastError());
+}
+
+void launch_adam(float lr_t, const AdamParams& p, size_t count, float* w, const float* g, float* m,
+                 float* v, cudaStream_t stream) {
+  if (count == 0) return;
+  adam_kernel<<<blocks_for(count), kThreads, 0, stream>>>(w, g, m, v, count, 0.0f, lr_t, p.beta_1,
+                                                          p.beta_2, p.epsilon);
+  DT_CUDA_CHECK(cudaGetLastError());
+}
+
+void launch_rmsprop(const RmspropParams& p, size_t count, float* w, const float* g, float* velocity,
+                    float* momentum_slot, float* average_gradient, cudaStream_t stream) {
+  if (count == 0) return;
+  rmsprop_kernel<<<blocks_for(count), kThreads, 0, stream>>>(
+      w, g, velocity, p.momentum > 0.0f ? momentum_slot : nullptr,
+      p.centered ? average_gradient : nullptr, count, p.learning_rate, p.rho, p.momentum,
+      p.epsilon);
+  DT_CUDA_CHECK(cudaGetLastError());
+}
+
+void launch_adamw(float decay, float lr_t, const AdamWParams& p, size_t count, float* w,
+                  const float* g, float* m, float* v, cudaStream_t stream) {
+  if (count == 0) return;
+  adam_kernel<<<blocks_for(count), kThreads, 0, stream>>>(w, g, m, v, count, decay, lr_t, p.beta_1,
+                                                          p.beta_2, p.epsilon);
+  DT_CUDA_CHECK(cudaGetLastError());
+}
+
+}  // namespace dtrain::nn::cuda

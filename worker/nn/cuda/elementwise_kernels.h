@@ -1,0 +1,31 @@
+// Elementwise kernels of the CUDA backend: add, multiply, dropout and the optimizers (SGD, Adam,
+// RMSprop, AdamW), each enqueued on the given stream with nothing read back, so they can be
+// captured in a CUDA graph. The formulas are the Backend's (backend.h). Include only from CUDA
+// sources; the backend's parameter checks stay in cuda_backend.cu.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "worker/nn/backend.h"
+
+namespace dtrain::nn::cuda {
+
+void launch_add(size_t count, const float* x, float* y, cudaStream_t stream);
+void launch_multiply(size_t count, const float* a, const float* b, float* y, cudaStream_t stream);
+void launch_dropout(size_t count, float rate, uint64_t key, const float* x, float* y, float* mask,
+                    cudaStream_t stream);
+void launch_sgd(const SgdParams& p, size_t count, float* w, const float* g, float* velocity,
+                cudaStream_t stream);
+/// lr_t: Adam's bias-corrected rate for the step (computed on the host).
+void launch_adam(float lr_t, const AdamParams& p, size_t count, float* w, const float* g, float* m,
+                 float* v, cudaStream_t stream);
+void launch_rmsprop(const RmspropParams& p, size_t count, float* w, const float* g, float* velocity,
+                    float* momentum_slot, float* average_gradient, cudaStream_t stream);
+/// decay: weight_decay x the step's rate; lr_t as for Adam.
+void launch_adamw(float decay, float lr_t, const AdamWParams& p, size_t count, float* w,
+                  const float* g, float* m, float* v, cudaStream_t stream);
+
+}  // namespace dtrain::nn::cuda
