@@ -141,7 +141,7 @@ void parse_fields(const common::JsonNode& root, TrainConfig& c) {
   if (auto n = root.find("seed")) c.seed = static_cast<uint64_t>(n->as_int(0, int64_t{1} << 53));
   if (auto n = root.find("device")) c.device = one_of(*n, {"auto", "cpu", "cuda"});
   if (auto n = root.find("communication"))
-    c.communication = one_of(*n, {"auto", "ring", "shm", "nccl"});
+    c.communication = comm::parse_communication(one_of(*n, {"auto", "ring", "shm", "nccl"}));
   if (auto n = root.find("overlap")) c.overlap = n->as_bool();
   if (auto n = root.find("cuda_graphs")) c.cuda_graphs = n->as_bool();
   if (auto n = root.find("backup")) c.backup = parse_backup(*n);

@@ -3,7 +3,8 @@
 // activation and log-softmax, cuBLAS for dense layers, and small kernels for padding, bias
 // gradients, the loss and the optimizers. All on the CUDA device's compute stream; every pointer
 // is device memory, and nothing waits for the device, so a whole step can be recorded as a CUDA
-// graph. Every handle is an RAII object (cuda_handles.h). The only file that calls cuDNN/cuBLAS.
+// graph. Every handle is an RAII object (worker/mem/cuda/cuda_handles.h). The only file that calls
+// cuDNN/cuBLAS.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -15,11 +16,11 @@
 #include <vector>
 
 #include "common/errors.h"
+#include "worker/mem/cuda/cuda_check.h"
+#include "worker/mem/cuda/cuda_device.h"
+#include "worker/mem/cuda/cuda_handles.h"
 #include "worker/nn/backend.h"
 #include "worker/nn/cuda/conv_weight_grad.h"
-#include "worker/nn/cuda/cuda_check.h"
-#include "worker/nn/cuda/cuda_device.h"
-#include "worker/nn/cuda/cuda_handles.h"
 #include "worker/nn/random.h"
 
 namespace dtrain::nn {
