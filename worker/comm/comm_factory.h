@@ -1,7 +1,7 @@
-// The one place that chooses a Communicator: alone (world size 1), shared memory for ranks on one
-// host or the TCP ring (with a communication thread on the host, staged through the host for GPUs
-// that share a device), or NCCL (bootstrapped over the ring's authenticated rendezvous). Also
-// builds the ring identity from TF_CONFIG and the environment.
+// The one place that chooses a Communicator: alone (world size 1), or the first transport of the
+// table (transports.h: NCCL, shared memory, the TCP ring) that train.communication asks for and
+// that can serve this worker, wrapped for the trainer (a communication thread on the host, staged
+// through the host on a GPU). Also builds the ring identity from TF_CONFIG and the environment.
 #pragma once
 
 #include <memory>
