@@ -25,8 +25,8 @@
 #include "common/logging.h"
 #include "common/tf_config.h"
 #include "worker/comm/comm_factory.h"
-#include "worker/comm/shm_communicator.h"
-#include "worker/comm/tcp_socket.h"
+#include "worker/comm/shm/shm_communicator.h"
+#include "worker/comm/tcp/tcp_socket.h"
 
 namespace {
 using namespace dtrain;

@@ -19,7 +19,7 @@
 #include "worker/comm/host_staged_communicator.h"
 #include "worker/comm/ring_communicator.h"
 #include "worker/comm/threaded_communicator.h"
-#include "worker/nn/device.h"
+#include "worker/mem/device.h"
 
 using namespace dtrain::comm;
 using dtrain::common::EnforceError;

@@ -25,9 +25,9 @@
 #include "common/ports.h"
 #include "launcher/control_server.h"
 #include "test/support/temp_dir.h"
-#include "worker/comm/acceptor.h"
 #include "worker/comm/frame.h"
-#include "worker/comm/tcp_ring_link.h"
+#include "worker/comm/tcp/acceptor.h"
+#include "worker/comm/tcp/tcp_ring_link.h"
 
 using namespace dtrain::comm;
 

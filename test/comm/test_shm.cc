@@ -28,8 +28,8 @@
 #include <vector>
 
 #include "common/errors.h"
-#include "worker/comm/shm_communicator.h"
-#include "worker/comm/shm_handoff.h"
+#include "worker/comm/shm/shm_communicator.h"
+#include "worker/comm/shm/shm_handoff.h"
 
 using namespace dtrain::comm;
 using dtrain::common::IoError;

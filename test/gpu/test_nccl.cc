@@ -12,10 +12,10 @@
 #include <vector>
 
 #include "common/errors.h"
-#include "worker/comm/nccl_communicator.h"
+#include "worker/comm/nccl/nccl_communicator.h"
 #include "worker/comm/ring_communicator.h"
 #include "worker/gpu/gpu_info.h"
-#include "worker/nn/device.h"
+#include "worker/mem/device.h"
 
 using namespace dtrain;
 using comm::ReduceOp;

@@ -21,7 +21,7 @@
 #include "common/logging.h"
 #include "common/tf_config.h"
 #include "worker/comm/comm_factory.h"
-#include "worker/comm/tcp_ring_link.h"
+#include "worker/comm/tcp/tcp_ring_link.h"
 
 namespace {
 using namespace dtrain;

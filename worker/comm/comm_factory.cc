@@ -2,19 +2,16 @@
 #include "worker/comm/comm_factory.h"
 
 #include <spdlog/spdlog.h>
-#include <unistd.h>
 
-#include <cstring>
-#include <set>
+#include <utility>
 
 #include "common/env_vars.h"
 #include "common/errors.h"
 #include "worker/comm/host_staged_communicator.h"
-#include "worker/comm/nccl_communicator.h"
 #include "worker/comm/ring_communicator.h"
-#include "worker/comm/shm_communicator.h"
-#include "worker/comm/tcp_ring_link.h"
+#include "worker/comm/tcp/tcp_ring_link.h"
 #include "worker/comm/threaded_communicator.h"
+#include "worker/comm/transports.h"
 
 namespace dtrain::comm {
 
@@ -62,47 +59,30 @@ std::unique_ptr<Communicator> make_communicator(const RingIdentity& id,
 
 namespace {
 
-// True when two ranks train on the same GPU (same host name and PCI bus id): NCCL refuses that.
-bool ranks_share_a_gpu(Communicator& ring, const nn::Device& device) {
-  char host[256] = {};
-  ::gethostname(host, sizeof host - 1);
-  std::string where = std::string(host) + "/" + device.location();
-  char mine[320] = {};
-  std::strncpy(mine, where.c_str(), sizeof mine - 1);
-  std::vector<uint8_t> all = ring.all_gather(mine, sizeof mine);
-  std::set<std::string> places;
-  for (size_t r = 0; r < all.size() / sizeof mine; ++r) {
-    places.insert(std::string(reinterpret_cast<const char*>(all.data() + r * sizeof mine)));
+// Whether the walk over the table looks at t for this choice: the named transport alone, or for
+// "auto" each in turn, where an on-device transport needs a GPU worker.
+bool considered(const Transport& t, Communication communication, bool gpu) {
+  switch (communication) {
+    case Communication::kAuto:
+      return gpu || !t.on_device;
+    case Communication::kRing:
+    case Communication::kShm:
+    case Communication::kNccl:
+      return t.choice == communication;
   }
-  return places.size() < all.size() / sizeof mine;
+  return false;
 }
 
-// The host-memory transport for id's ranks: shared memory (with windows of window_bytes) when
-// every rank is on this host and communication allows it ("shm", "auto"), else the TCP ring. The
-// ring is the bootstrap either way; with shared memory it is closed once the segment is set up.
-// ConfigError for "shm" when a rank is elsewhere.
-std::unique_ptr<Communicator> host_transport(std::unique_ptr<Communicator> ring,
-                                             const RingIdentity& id,
-                                             const std::string& communication,
-                                             size_t window_bytes) {
-  if (communication != "shm" && communication != "auto") return ring;
-  std::string why;
-  ShmOptions options;
-  options.window_bytes = window_bytes;
-  std::unique_ptr<Communicator> shm = ShmCommunicator::create(*ring, id, options, &why);
-  if (shm) return shm;
-  if (communication == "shm") {
-    throw common::ConfigError(fmt::format(
-        "train.communication: \"shm\" needs every worker on one host and able to share memory "
-        "({}); use \"ring\" or \"auto\"",
-        why));
+// A host transport with what the trainer needs around it: a communication thread on the CPU
+// (asynchronous buckets), staging through host memory on a GPU.
+std::unique_ptr<Communicator> wrap_host_transport(std::unique_ptr<Communicator> host,
+                                                  const Transport& t, nn::Device& device) {
+  if (device.kind() == nn::DeviceKind::kCuda) {
+    spdlog::info("communication: {} staged through host memory", t.name);
+    return std::make_unique<HostStagedCommunicator>(std::move(host), device);
   }
-  spdlog::info("shared memory not used ({}): TCP ring", why);
-  return ring;
-}
-
-const char* transport_name(const Communicator& c) {
-  return dynamic_cast<const ShmCommunicator*>(&c) ? "shared memory" : "TCP ring";
+  spdlog::info("communication: {}, gradient buckets reduced on a communication thread", t.name);
+  return std::make_unique<ThreadedCommunicator>(std::move(host));
 }
 
 }  // namespace
@@ -110,42 +90,31 @@ const char* transport_name(const Communicator& c) {
 std::unique_ptr<Communicator> make_training_communicator(const RingIdentity& id,
                                                          const CommOptions& options,
                                                          nn::Device& device,
-                                                         const std::string& communication) {
-  bool gpu = device.kind() == nn::DeviceKind::kCuda;
-  if (communication == "nccl" && !gpu) {
-    throw common::ConfigError(
-        nccl_available()
-            ? "train.communication: \"nccl\": NCCL needs a GPU worker, and this one trains on the "
-              "CPU "
-              "(train.device); use \"ring\" or \"auto\""
-            : "train.communication: \"nccl\" needs dtrain's CUDA build with NCCL; this build is "
-              "CPU-only; use \"ring\" or \"auto\"");
-  }
-  std::unique_ptr<Communicator> ring = make_communicator(id, options);
-  if (gpu && communication != "ring" && communication != "shm") {
-    if (communication == "auto" && id.size > 1 && ranks_share_a_gpu(*ring, device)) {
-      std::unique_ptr<Communicator> host =
-          host_transport(std::move(ring), id, communication, /*window_bytes=*/0);
-      spdlog::info(
-          "communication: {} staged through host memory (workers share GPU {}, and NCCL refuses "
-          "two ranks on one GPU)",
-          transport_name(*host), device.location());
-      return std::make_unique<HostStagedCommunicator>(std::move(host), device);
+                                                         Communication communication) {
+  const bool gpu = device.kind() == nn::DeviceKind::kCuda;
+  TransportContext ctx(id, options, communication, device);
+  const std::vector<Transport>& table = transports();
+  std::string passed_over;  // "auto": the last transport not used, and why
+  for (const Transport& t : table) {
+    if (!considered(t, communication, gpu)) continue;
+    if (!passed_over.empty()) spdlog::info("{}: {}", std::exchange(passed_over, ""), t.name);
+    if (!t.on_device && id.size == 1) return ctx.take_bootstrap();  // a world of one
+    std::string why;
+    std::unique_ptr<Communicator> made;
+    if (t.usable(ctx, &why)) made = t.make(ctx, &why);
+    if (made && t.on_device) return made;
+    if (made) return wrap_host_transport(std::move(made), t, device);
+    if (communication != Communication::kAuto) {
+      throw common::ConfigError(
+          fmt::format("train.communication: \"{}\": {} cannot be used here: {}; use \"ring\" or "
+                      "\"auto\"",
+                      communication_name(communication), t.name, why));
     }
-    spdlog::info("communication: NCCL {} ({} rank(s))", nccl_version_string(), id.size);
-    return make_nccl_communicator(std::move(ring), device);
+    passed_over = fmt::format("{} not used ({})", t.name, why);
   }
-  if (id.size == 1) return ring;
-  // A CPU trainer keeps its gradients in the window (Trainer), where peers sum them in place.
-  std::unique_ptr<Communicator> host =
-      host_transport(std::move(ring), id, communication, gpu ? 0 : kTrainingWindowBytes);
-  if (gpu) {
-    spdlog::info("communication: {} staged through host memory", transport_name(*host));
-    return std::make_unique<HostStagedCommunicator>(std::move(host), device);
-  }
-  spdlog::info("communication: {}, gradient buckets reduced on a communication thread",
-               transport_name(*host));
-  return std::make_unique<ThreadedCommunicator>(std::move(host));
+  // The TCP ring is always usable, so "auto" never gets here.
+  throw common::EnforceError(fmt::format("no transport for train.communication \"{}\"",
+                                         communication_name(communication)));
 }
 
 }  // namespace dtrain::comm

@@ -1,16 +1,17 @@
-// The one place that chooses a Communicator: alone (world size 1), shared memory for ranks on one
-// host or the TCP ring (with a communication thread on the host, staged through the host for GPUs
-// that share a device), or NCCL (bootstrapped over the ring's authenticated rendezvous). Also
-// builds the ring identity from TF_CONFIG and the environment.
+// The one place that chooses a Communicator: alone (world size 1), or the first transport of the
+// table (transports.h: NCCL, shared memory, the TCP ring) that train.communication asks for and
+// that can serve this worker, wrapped for the trainer (a communication thread on the host, staged
+// through the host on a GPU). Also builds the ring identity from TF_CONFIG and the environment.
 #pragma once
 
 #include <memory>
 #include <string>
 
 #include "common/tf_config.h"
+#include "worker/comm/communication.h"
 #include "worker/comm/communicator.h"
 #include "worker/comm/ring_identity.h"
-#include "worker/nn/device.h"
+#include "worker/mem/device.h"
 
 namespace dtrain::comm {
 
@@ -31,18 +32,16 @@ int attempt_from_environment();
 /// (blocks up to options.rendezvous_seconds; IoError naming who it waited for). Host memory only.
 std::unique_ptr<Communicator> make_communicator(const RingIdentity& id, const CommOptions& options);
 
-/// Each CPU rank's shared-memory window for its gradients: models of up to 128M parameters keep
-/// them there; larger ones go through the slots (a copy in and out, same bits).
-inline constexpr size_t kTrainingWindowBytes = size_t{512} << 20;
-
-/// The communicator for training on device, for train.communication (auto | ring | shm | nccl):
+/// The communicator for training on device, for train.communication, chosen by walking the
+/// transport table (transports.h) in order: the named transport alone, or for auto each in turn.
 /// - nccl: NCCL over the ring's rendezvous; ConfigError naming NCCL for a host device or a
 ///   CPU-only build.
 /// - ring: the TCP ring; on the host with a communication thread (asynchronous buckets), on a
 ///   GPU staged through host memory.
-/// - shm: shared memory (shm_communicator.h), set up over the ring, which is then closed; like
+/// - shm: shared memory (shm/shm_communicator.h), set up over the ring, which is then closed; like
 ///   the ring on the host (communication thread) and on a GPU (staged). On the host it has
-///   windows of kTrainingWindowBytes (address space; pages only as written) for the gradients.
+///   windows of kTrainingWindowBytes (transports.h; address space; pages only as written) for the
+///   gradients.
 ///   ConfigError when a rank is on another host.
 /// - auto: NCCL for GPU workers unless two of them share one GPU (NCCL refuses that; the ranks
 ///   compare host name and PCI bus id over the ring); otherwise shared memory when every rank is
@@ -51,6 +50,6 @@ inline constexpr size_t kTrainingWindowBytes = size_t{512} << 20;
 std::unique_ptr<Communicator> make_training_communicator(const RingIdentity& id,
                                                          const CommOptions& options,
                                                          nn::Device& device,
-                                                         const std::string& communication);
+                                                         Communication communication);
 
 }  // namespace dtrain::comm

@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "worker/comm/communicator.h"
-#include "worker/nn/device.h"
+#include "worker/mem/device.h"
 
 namespace dtrain::comm {
 

@@ -11,7 +11,7 @@
 #include <memory>
 #include <string>
 
-#include "worker/nn/device.h"
+#include "worker/mem/device.h"
 
 namespace dtrain::nn {
 

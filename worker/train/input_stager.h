@@ -8,7 +8,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "worker/nn/device.h"
+#include "worker/mem/device.h"
 
 namespace dtrain::train {
 

@@ -155,7 +155,7 @@ void parse_fields(const common::JsonNode& root, TrainConfig& c) {
                                   : DeviceChoice::kAuto;
   }
   if (auto n = root.find("communication"))
-    c.communication = one_of(*n, {"auto", "ring", "shm", "nccl"});
+    c.communication = comm::parse_communication(one_of(*n, {"auto", "ring", "shm", "nccl"}));
   if (auto n = root.find("overlap")) c.overlap = n->as_bool();
   if (auto n = root.find("cuda_graphs")) c.cuda_graphs = n->as_bool();
   if (auto n = root.find("backup")) c.backup = parse_backup(*n);

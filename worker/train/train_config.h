@@ -6,6 +6,7 @@
 #include <string>
 #include <string_view>
 
+#include "worker/comm/communication.h"
 #include "worker/data/dataset.h"
 #include "worker/nn/model_spec.h"
 #include "worker/train/optimizer.h"
@@ -46,7 +47,7 @@ struct TrainConfig {
   bool validation = false;
   uint64_t seed = 0;
   DeviceChoice device = DeviceChoice::kAuto;
-  std::string communication = "auto";  ///< auto | ring | shm | nccl
+  comm::Communication communication = comm::Communication::kAuto;  ///< auto | ring | shm | nccl
   /// Start each gradient bucket's all-reduce as soon as backward has produced it (false: after
   /// the whole backward pass; same buckets, so the same result bit for bit).
   bool overlap = true;

@@ -2,8 +2,8 @@
 // warp-shuffle tree and then the warps in order, and a second pass that adds the chunks in order.
 #include <algorithm>
 
+#include "worker/mem/cuda/cuda_check.h"
 #include "worker/nn/cuda/conv_weight_grad.h"
-#include "worker/nn/cuda/cuda_check.h"
 
 namespace dtrain::nn::cuda {
 namespace {

@@ -3,7 +3,7 @@
 // activation and log-softmax, cuBLAS for dense layers; its own kernels live in layer_kernels.cu
 // (padding, bias, loss) and elementwise_kernels.cu (add, dropout, optimizers). All on the CUDA
 // device's compute stream; every pointer is device memory, and nothing waits for the device, so
-// a whole step can be recorded as a CUDA graph. Every handle is an RAII object (cuda_handles.h).
+// a whole step can be recorded as a CUDA graph. Every handle is an RAII object (worker/mem/cuda/cuda_handles.h).
 // The only file that calls cuDNN/cuBLAS.
 #include <fmt/format.h>
 
@@ -16,13 +16,14 @@
 #include <vector>
 
 #include "common/errors.h"
+#include "worker/mem/cuda/cuda_check.h"
+#include "worker/mem/cuda/cuda_device.h"
+#include "worker/mem/cuda/cuda_handles.h"
 #include "worker/nn/backend.h"
 #include "worker/nn/cuda/conv_weight_grad.h"
-#include "worker/nn/cuda/cuda_check.h"
-#include "worker/nn/cuda/cuda_device.h"
-#include "worker/nn/cuda/cuda_handles.h"
 #include "worker/nn/cuda/elementwise_kernels.h"
 #include "worker/nn/cuda/layer_kernels.h"
+#include "worker/nn/random.h"
 
 namespace dtrain::nn {
 namespace {

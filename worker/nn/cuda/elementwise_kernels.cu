@@ -1,5 +1,5 @@
 // See elementwise_kernels.h. One thread per element.
-#include "worker/nn/cuda/cuda_check.h"
+#include "worker/mem/cuda/cuda_check.h"
 #include "worker/nn/cuda/elementwise_kernels.h"
 #include "worker/nn/random.h"
 

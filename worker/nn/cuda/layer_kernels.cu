@@ -1,5 +1,5 @@
 // See layer_kernels.h. One thread per output element (per row for the loss).
-#include "worker/nn/cuda/cuda_check.h"
+#include "worker/mem/cuda/cuda_check.h"
 #include "worker/nn/cuda/layer_kernels.h"
 
 namespace dtrain::nn::cuda {

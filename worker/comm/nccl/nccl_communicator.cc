@@ -3,7 +3,7 @@
 // nor finish ever blocks the host (and both can be captured into a CUDA graph). Host-memory
 // collectives are the bootstrap communicator's. It does no bucketing, no rendezvous and no
 // retries: the trainer picks buckets, the bootstrap was connected before, the group restarts.
-#include "worker/comm/nccl_communicator.h"
+#include "worker/comm/nccl/nccl_communicator.h"
 
 #include <cuda_runtime.h>
 #include <fmt/format.h>
@@ -16,9 +16,9 @@
 #include <utility>
 
 #include "common/errors.h"
-#include "worker/comm/nccl_check.h"
-#include "worker/nn/cuda/cuda_check.h"
-#include "worker/nn/cuda/cuda_handles.h"
+#include "worker/comm/nccl/nccl_check.h"
+#include "worker/mem/cuda/cuda_check.h"
+#include "worker/mem/cuda/cuda_handles.h"
 
 namespace dtrain::comm {
 namespace {

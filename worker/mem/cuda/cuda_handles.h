@@ -5,7 +5,7 @@
 
 #include <utility>
 
-#include "worker/nn/cuda/cuda_check.h"
+#include "worker/mem/cuda/cuda_check.h"
 
 namespace dtrain::nn::cuda {
 

@@ -8,7 +8,7 @@
 #include <string>
 
 #include "worker/comm/communicator.h"
-#include "worker/nn/device.h"
+#include "worker/mem/device.h"
 
 namespace dtrain::comm {
 

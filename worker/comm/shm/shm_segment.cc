@@ -1,7 +1,7 @@
 // See shm_segment.h. The header is plain data plus two atomics, written once by rank 0 before
 // the descriptor leaves its process, so peers read it after the SCM_RIGHTS hand-off without
 // further ordering.
-#include "worker/comm/shm_segment.h"
+#include "worker/comm/shm/shm_segment.h"
 
 #include <fmt/format.h>
 #include <sys/mman.h>

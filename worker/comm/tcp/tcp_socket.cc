@@ -1,5 +1,5 @@
 // See tcp_socket.h.
-#include "worker/comm/tcp_socket.h"
+#include "worker/comm/tcp/tcp_socket.h"
 
 #include <arpa/inet.h>
 #include <fcntl.h>

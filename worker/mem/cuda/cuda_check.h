@@ -1,6 +1,6 @@
-// DT_CUDA_CHECK, DT_CUDNN_CHECK, DT_CUBLAS_CHECK (DT_NCCL_CHECK: comm/nccl_check.h): every vendor
-// call goes through one of these; a failure throws IoError (the group restarts) naming the call,
-// file and line. They never exit. Include only from CUDA sources.
+// DT_CUDA_CHECK, DT_CUDNN_CHECK, DT_CUBLAS_CHECK (DT_NCCL_CHECK: comm/nccl/nccl_check.h): every
+// vendor call goes through one of these; a failure throws IoError (the group restarts) naming the
+// call, file and line. They never exit. Include only from CUDA sources.
 #pragma once
 
 #include <cublas_v2.h>

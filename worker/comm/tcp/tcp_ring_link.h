@@ -9,9 +9,9 @@
 #include <string>
 
 #include "common/unique_fd.h"
-#include "worker/comm/acceptor.h"
 #include "worker/comm/ring_identity.h"
 #include "worker/comm/ring_link.h"
+#include "worker/comm/tcp/acceptor.h"
 
 namespace dtrain::comm {
 

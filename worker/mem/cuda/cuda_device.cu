@@ -12,8 +12,8 @@
 #include <vector>
 
 #include "common/errors.h"
-#include "worker/nn/cuda/cuda_device.h"
-#include "worker/nn/cuda/cuda_handles.h"
+#include "worker/mem/cuda/cuda_device.h"
+#include "worker/mem/cuda/cuda_handles.h"
 
 namespace dtrain::nn {
 namespace {

@@ -1,5 +1,5 @@
 // See acceptor.h.
-#include "worker/comm/acceptor.h"
+#include "worker/comm/tcp/acceptor.h"
 
 #include <fcntl.h>
 #include <poll.h>

@@ -26,8 +26,8 @@
 
 #include "worker/comm/communicator.h"
 #include "worker/comm/ring_identity.h"
-#include "worker/comm/shm_segment.h"
-#include "worker/comm/shm_sync.h"
+#include "worker/comm/shm/shm_segment.h"
+#include "worker/comm/shm/shm_sync.h"
 
 namespace dtrain::comm {
 

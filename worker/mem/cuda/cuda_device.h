@@ -4,7 +4,7 @@
 
 #include <cuda_runtime.h>
 
-#include "worker/nn/device.h"
+#include "worker/mem/device.h"
 
 namespace dtrain::nn::cuda {
 

@@ -10,8 +10,8 @@
 #include <optional>
 
 #include "common/errors.h"
-#include "worker/comm/shm_communicator.h"
-#include "worker/comm/shm_handoff.h"
+#include "worker/comm/shm/shm_communicator.h"
+#include "worker/comm/shm/shm_handoff.h"
 
 namespace dtrain::comm {
 namespace {

@@ -1,5 +1,5 @@
 // See cuda_check.h.
-#include "worker/nn/cuda/cuda_check.h"
+#include "worker/mem/cuda/cuda_check.h"
 
 #include <fmt/format.h>
 

@@ -1,7 +1,7 @@
 // See tcp_ring_link.h. send_recv() is one poll() loop: write the outgoing frames to the next
 // rank, read incoming frames from the previous rank straight into the caller's buffer, and watch
 // the next rank's socket for an abort or end of stream.
-#include "worker/comm/tcp_ring_link.h"
+#include "worker/comm/tcp/tcp_ring_link.h"
 
 #include <poll.h>
 #include <spdlog/spdlog.h>

@@ -9,7 +9,7 @@
 #include <new>
 
 #include "common/errors.h"
-#include "worker/nn/device.h"
+#include "worker/mem/device.h"
 
 namespace dtrain::nn {
 namespace {

@@ -15,7 +15,7 @@
 
 #include "common/unique_fd.h"
 #include "worker/comm/ring_identity.h"
-#include "worker/comm/tcp_socket.h"
+#include "worker/comm/tcp/tcp_socket.h"
 
 namespace dtrain::comm {
 

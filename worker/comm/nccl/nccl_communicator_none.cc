@@ -1,7 +1,7 @@
 // make_nccl_communicator() of the CPU-only build: there is no NCCL to run, so asking for it is
 // a ConfigError a person fixes by choosing the ring or a CUDA build. Nothing else lives here.
 #include "common/errors.h"
-#include "worker/comm/nccl_communicator.h"
+#include "worker/comm/nccl/nccl_communicator.h"
 
 namespace dtrain::comm {
 

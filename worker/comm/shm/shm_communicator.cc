@@ -1,7 +1,7 @@
 // The collectives and waiting of ShmCommunicator (set-up is in shm_setup.cc). Sums are formed
 // as ((x_0 + x_1) + x_2) + ... + x_{size-1} for every element, whichever rank owns the chunk, so
 // all ranks get the same bits on every run; the piece size does not change them either.
-#include "worker/comm/shm_communicator.h"
+#include "worker/comm/shm/shm_communicator.h"
 
 #include <fmt/format.h>
 #include <sched.h>

@@ -1,11 +1,12 @@
 // DT_NCCL_CHECK: every NCCL call goes through it; a failure throws IoError (the group restarts)
-// naming the call, NCCL's error string, file and line, like DT_CUDA_CHECK in cuda_check.h. It
-// never exits. Include only from sources of the CUDA build (it includes nccl.h).
+// naming the call, NCCL's error string, file and line, like DT_CUDA_CHECK in
+// worker/mem/cuda/cuda_check.h. It never exits. Include only from sources of the CUDA build (it
+// includes nccl.h).
 #pragma once
 
 #include <nccl.h>
 
-#include "worker/nn/cuda/cuda_check.h"
+#include "worker/mem/cuda/cuda_check.h"
 
 #define DT_NCCL_CHECK(call)                                                                       \
   do {                                                                                            \

@@ -1,6 +1,6 @@
 // See shm_handoff.h. A peer's hello is 8 bytes (magic, rank); rank 0 answers with one byte that
 // carries the descriptor. Every wait is a poll with the remaining time of one overall deadline.
-#include "worker/comm/shm_handoff.h"
+#include "worker/comm/shm/shm_handoff.h"
 
 #include <fmt/format.h>
 #include <poll.h>

@@ -7,7 +7,7 @@
 #include "common/cluster_spec.h"
 #include "common/errors.h"
 #include "worker/comm/handshake.h"
-#include "worker/comm/tcp_ring_link.h"
+#include "worker/comm/tcp/tcp_ring_link.h"
 
 namespace dtrain::comm {
 namespace {

@@ -1,5 +1,5 @@
 // See shm_sync.h. Raw syscalls, because glibc 2.31 wraps neither futex nor pidfd_open.
-#include "worker/comm/shm_sync.h"
+#include "worker/comm/shm/shm_sync.h"
 
 #include <linux/futex.h>
 #include <poll.h>
