@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs every build and run dependency of dtrain with apt on Debian 12; with --tests, also the
-# packages only tests need (Debian's python3-torch).
+# packages only tests and CI need (Debian's python3-torch, clang-format for the format check).
 # Idempotent: when every package is present it only checks and returns in about a second.
 # It does not build anything; scripts/build.sh does that.
 set -euo pipefail
@@ -15,9 +15,10 @@ packages=(
   openssh-server openssh-client iproute2
   slurmctld slurmd slurm-client munge
 )
-# --tests: also what only tests use (PyTorch for the DDP and model-loading tests; ~1 minute).
+# --tests: also what only tests use (PyTorch for the DDP and model-loading tests; ~1 minute) and
+# clang-format 14 for scripts/format.sh --check.
 if [ "${1:-}" = "--tests" ]; then
-  packages+=(python3-torch python3-numpy)
+  packages+=(python3-torch python3-numpy clang-format)
 fi
 
 missing=()

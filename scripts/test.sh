@@ -1,18 +1,24 @@
 #!/usr/bin/env bash
-# Sets up, builds and runs the whole test suite; this is what CI runs (.ci/run).
-# Two builds: the default one (CUDA backend compiled when the toolkit is found; GPU tests say
-# "no GPU" and skip without one) and the CPU-only one (-DDTRAIN_WITH_CUDA=OFF). Both run every test.
+# Sets up, checks the format, builds and runs the whole test suite; this is what CI runs (.ci/run).
+# Two builds, both with warnings as errors in dtrain's own code (-DDTRAIN_WERROR=ON): the default
+# one (CUDA backend compiled when the toolkit is found; GPU tests say "no GPU" and skip without
+# one) and the CPU-only one (-DDTRAIN_WITH_CUDA=OFF). Both run every test.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh --tests
 jobs=$(nproc)
-# setup.sh --tests installed python3-torch: the PyTorch tests fail here instead of skipping.
-export DTRAIN_REQUIRE_PYTORCH=1
+# setup.sh installed everything the test beds need (network namespaces with sshd, a Slurm cluster
+# with munge, PyTorch): a test bed that cannot start fails its tests here instead of skipping.
+# GPU tests still skip on a machine without a GPU.
+export DTRAIN_REQUIRE_TESTBEDS=1
+
+echo "== format check (scripts/format.sh --check) =="
+bash scripts/format.sh --check
 
 echo "== default build (build/) =="
-bash scripts/build.sh build
+bash scripts/build.sh build -DDTRAIN_WERROR=ON
 ctest --test-dir build --output-on-failure --timeout 600 -j "$jobs"
 
 echo "== CPU-only build (build-cpu/) =="
-bash scripts/build.sh build-cpu -DDTRAIN_WITH_CUDA=OFF
+bash scripts/build.sh build-cpu -DDTRAIN_WITH_CUDA=OFF -DDTRAIN_WERROR=ON
 ctest --test-dir build-cpu --output-on-failure --timeout 600 -j "$jobs"

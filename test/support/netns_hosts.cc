@@ -25,13 +25,14 @@
 #include <sstream>
 #include <stdexcept>
 #include <thread>
+#include <utility>
 
 #include "test/support/processes.h"
+#include "test/support/test_beds.h"
 
 namespace dtrain::testing {
 namespace {
 
-constexpr const char* kSshd = "/usr/sbin/sshd";
 constexpr const char* kNamePrefix = "dtrain-netns-";
 constexpr double kSshdReadySeconds = 5;
 
@@ -198,7 +199,7 @@ std::string ssh_config(const std::string& dir) {
 }
 
 /// Throws Refused naming what this machine lacks for the test bed.
-void check_prerequisites() {
+void check_prerequisites(const std::string& sshd) {
   if (::geteuid() != 0) {
     throw Refused("needs root for network namespaces and sshd (running as uid " +
                   std::to_string(::geteuid()) + ")");
@@ -209,8 +210,8 @@ void check_prerequisites() {
                     "` not found: run scripts/setup.sh (iproute2, openssh-client)");
     }
   }
-  if (::access(kSshd, X_OK) != 0) {
-    throw Refused(std::string(kSshd) + " not found: run scripts/setup.sh (openssh-server)");
+  if (::access(sshd.c_str(), X_OK) != 0) {
+    throw Refused(sshd + " not found: run scripts/setup.sh (openssh-server)");
   }
   if (::getpwnam("sshd") == nullptr) {
     throw Refused("no privilege separation user `sshd`: reinstall openssh-server");
@@ -228,7 +229,8 @@ void check_prerequisites() {
 
 }  // namespace
 
-NetnsHosts::NetnsHosts(int count) : count_(count) {
+NetnsHosts::NetnsHosts(int count, std::string sshd_path)
+    : count_(count), sshd_path_(std::move(sshd_path)) {
   static std::atomic<int> sequence{0};
   int seq = sequence++;
   int pid = static_cast<int>(::getpid());
@@ -239,6 +241,9 @@ NetnsHosts::NetnsHosts(int count) : count_(count) {
     set_up();
   } catch (const Refused& e) {
     tear_down();
+    if (test_beds_required()) {
+      throw std::runtime_error(test_bed_missing("multi-host (network namespaces, sshd)", e.what()));
+    }
     why_not_ = e.what();
   } catch (...) {
     tear_down();
@@ -315,7 +320,7 @@ int NetnsHosts::sshd_pid(int i) const {
 }
 
 void NetnsHosts::set_up() {
-  check_prerequisites();
+  check_prerequisites(sshd_path_);
   const char* base = std::getenv("TMPDIR");
   std::string temp_base = base && *base ? base : "/tmp";
   sweep_stale(temp_base);
@@ -368,7 +373,7 @@ void NetnsHosts::start_sshd(int i) {
   write_file(config, sshd_config(dir_, host(i), i));
   // ip netns exec execs sshd in place, so the recorded pid is sshd's own.
   sshd_.push_back(std::make_unique<BackgroundProcess>(std::vector<std::string>{
-      "ip", "netns", "exec", namespaces_[i], kSshd, "-D", "-E", log, "-f", config}));
+      "ip", "netns", "exec", namespaces_[i], sshd_path_, "-D", "-E", log, "-f", config}));
   int pid = sshd_.back()->pid();
   auto deadline =
       std::chrono::steady_clock::now() + std::chrono::duration<double>(kSshdReadySeconds);

@@ -21,12 +21,13 @@ namespace dtrain::testing {
 /// test process died before its destructor ran. One thread owns a fixture; nothing is thread-safe.
 class NetnsHosts {
  public:
-  /// Sets up count >= 2 hosts and waits up to 5 s for each sshd to listen. When the machine
-  /// refuses (not root, no CAP_SYS_ADMIN/CAP_NET_ADMIN, no veth or bridge, no ip/ssh/sshd, no
-  /// sshd user, root's password locked), available() is false, why_not() says why and nothing is
-  /// left behind. Any other failure (sshd exits or never listens) throws std::runtime_error with
-  /// sshd's log, after cleaning up.
-  explicit NetnsHosts(int count = 2);
+  /// Sets up count >= 2 hosts, each running sshd_path, and waits up to 5 s for each sshd to
+  /// listen. When the machine refuses (not root, no CAP_SYS_ADMIN/CAP_NET_ADMIN, no veth or bridge,
+  /// no ip/ssh/sshd, no sshd user, root's password locked), available() is false, why_not() says
+  /// why and nothing is left behind; under DTRAIN_REQUIRE_TESTBEDS=1 (test/support/test_beds.h)
+  /// it throws std::runtime_error saying why instead. Any other failure (sshd exits or never
+  /// listens) throws std::runtime_error with sshd's log, after cleaning up.
+  explicit NetnsHosts(int count = 2, std::string sshd_path = "/usr/sbin/sshd");
   /// Stops each sshd (SIGTERM by its pid, SIGKILL after 2 s), SIGKILLs any other process still in
   /// the namespaces (ssh sessions, workers they started), deletes the namespaces (and with them the
   /// links) and the temp dir. Never throws.
@@ -80,6 +81,7 @@ class NetnsHosts {
   void start_sshd(int i);
 
   int count_;
+  std::string sshd_path_;
   int subnet_ = 0;
   std::string prefix_;  ///< "dtrain-netns-<pid>-<seq>-"
   std::string why_not_;
@@ -90,7 +92,8 @@ class NetnsHosts {
 
 }  // namespace dtrain::testing
 
-/// In a Catch2 test: WARN why and return when the test bed is unavailable on this machine.
+/// In a Catch2 test: WARN why and return when the test bed is unavailable on this machine (never
+/// under DTRAIN_REQUIRE_TESTBEDS=1, where the constructor throws instead).
 #define SKIP_UNLESS_AVAILABLE(hosts)                                           \
   do {                                                                         \
     if (!(hosts).available()) {                                                \

@@ -27,6 +27,7 @@
 
 #include "test/support/processes.h"
 #include "test/support/slurm_config.h"
+#include "test/support/test_beds.h"
 
 extern char** environ;
 
@@ -262,6 +263,9 @@ SlurmCluster::SlurmCluster() {
     set_up();
   } catch (const Refused& e) {
     tear_down();
+    if (test_beds_required()) {
+      throw std::runtime_error(test_bed_missing("Slurm (slurmctld, slurmd, munged)", e.what()));
+    }
     why_not_ = e.what();
   } catch (...) {
     tear_down();

@@ -28,8 +28,9 @@ class SlurmCluster {
   /// Starts the daemons and waits up to 20 s until sinfo reports both nodes idle (about 1 s in
   /// practice). When the machine refuses (not root, a Slurm or munge binary missing, a daemon
   /// exits at start, e.g. a plugin missing), available() is false, why_not() says why (with the
-  /// daemon's log) and nothing is left behind. Nodes never idle in 20 s throws std::runtime_error
-  /// with the tails of the daemon logs, after cleaning up.
+  /// daemon's log) and nothing is left behind; under DTRAIN_REQUIRE_TESTBEDS=1
+  /// (test/support/test_beds.h) it throws std::runtime_error saying why instead. Nodes never idle
+  /// in 20 s throws std::runtime_error with the tails of the daemon logs, after cleaning up.
   explicit SlurmCluster();
   /// Cancels every job (scancel, then SIGKILL to what the jobs run after 0.5 s: a cancelled job
   /// whose processes ignore SIGTERM would otherwise stay COMPLETING for KillWait, 10 s) and waits
@@ -98,7 +99,8 @@ class SlurmCluster {
 
 }  // namespace dtrain::testing
 
-/// In a Catch2 test: WARN why and return when the Slurm test bed is unavailable on this machine.
+/// In a Catch2 test: WARN why and return when the Slurm test bed is unavailable on this machine
+/// (never under DTRAIN_REQUIRE_TESTBEDS=1, where the constructor throws instead).
 #define SKIP_UNLESS_SLURM(cluster)                                          \
   do {                                                                      \
     if (!(cluster).available()) {                                           \
