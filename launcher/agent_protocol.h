@@ -93,9 +93,9 @@ AgentLine classify_agent_line(std::string_view line);
 struct AgentEvent {
   enum class Type { kStarted, kExit, kSignaled };
   Type type = Type::kStarted;  ///< "started", "exit" or "signaled" on the wire
-  int pid = 0;        ///< started
-  ExitStatus status;  ///< exit
-  int signal = 0;     ///< signaled
+  int pid = 0;                 ///< started
+  ExitStatus status;           ///< exit
+  int signal = 0;              ///< signaled
 };
 /// Parses an event payload; nullopt for anything malformed.
 std::optional<AgentEvent> parse_agent_event(std::string_view payload);

@@ -138,8 +138,8 @@ std::string dry_run(const common::JobSpec& spec, bool fresh) {
   DryRunFacts facts;
   facts.attempt = next_attempt(run_dir);
   facts.in_use = run_dir_locked(run_dir);
-  facts.succeeded = recorded_status(run_dir) == common::kStatusSucceeded &&
-                    same_work_as_recorded(spec, run_dir);
+  facts.succeeded =
+      recorded_status(run_dir) == common::kStatusSucceeded && same_work_as_recorded(spec, run_dir);
   facts.fresh = fresh;
   return format_dry_run(plan, facts);
 }

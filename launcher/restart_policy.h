@@ -1,7 +1,8 @@
-// The restart budget and back-off of a job (docs/design.md#restart-policy): failures and preemptions counted apart,
-// exponential back-off with jitter that resets after a healthy run, and the "failed twice before
-// any progress = configuration problem" rule, which also catches a worker SIGKILLed at every
-// start (the OOM killer) and workers that never start. Pure logic: no clocks, no processes.
+// The restart budget and back-off of a job (docs/design.md#restart-policy): failures and
+// preemptions counted apart, exponential back-off with jitter that resets after a healthy run, and
+// the "failed twice before any progress = configuration problem" rule, which also catches a worker
+// SIGKILLed at every start (the OOM killer) and workers that never start. Pure logic: no clocks, no
+// processes.
 #pragma once
 
 #include <cstdint>

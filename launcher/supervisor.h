@@ -158,7 +158,7 @@ class Supervisor {
   int64_t reached_step_ = 0;  ///< furthest step any training task reported, over all attempts
   bool recovering_ = false;   ///< a restarted group has not yet said where it resumed
   bool attempt_made_progress_ = false;
-  bool attempt_start_failed_ = false;  ///< a task of this attempt was never started
+  bool attempt_start_failed_ = false;   ///< a task of this attempt was never started
   bool first_failure_sigkill_ = false;  ///< the first failure was death by SIGKILL
   bool success_ = false;
   bool stop_requested_ = false;

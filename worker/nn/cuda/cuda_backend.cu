@@ -3,8 +3,8 @@
 // activation and log-softmax, cuBLAS for dense layers; its own kernels live in layer_kernels.cu
 // (padding, bias, loss) and elementwise_kernels.cu (add, dropout, optimizers). All on the CUDA
 // device's compute stream; every pointer is device memory, and nothing waits for the device, so
-// a whole step can be recorded as a CUDA graph. Every handle is an RAII object (worker/mem/cuda/cuda_handles.h).
-// The only file that calls cuDNN/cuBLAS.
+// a whole step can be recorded as a CUDA graph. Every handle is an RAII object
+// (worker/mem/cuda/cuda_handles.h). The only file that calls cuDNN/cuBLAS.
 #include <fmt/format.h>
 
 #include <algorithm>
