@@ -36,6 +36,13 @@ using dtrain::testing::TempDir;
 
 namespace {
 
+// A start of argv with everything else as ProcessStart defaults it.
+ProcessStart argv_only(std::vector<std::string> argv) {
+  ProcessStart start;
+  start.argv = std::move(argv);
+  return start;
+}
+
 // "config: <message>", "io: <message>" or "started" for what spawning argv in cwd did.
 template <typename Spawn>
 std::string outcome(Spawn spawn) {
@@ -52,7 +59,7 @@ std::string outcome(Spawn spawn) {
 std::string spawner_outcome(const std::vector<std::string>& argv, const std::string& cwd = "") {
   boost::asio::io_context io;
   auto spawner = make_local_spawner(io);
-  return outcome([&] { spawner->spawn(SpawnRequest{argv, {}, cwd, false, ""}, {}); });
+  return outcome([&] { spawner->spawn(SpawnRequest{argv, {}, cwd, false, "", std::nullopt}, {}); });
 }
 
 std::string agent_outcome(const std::vector<std::string>& argv, const std::string& cwd = "") {
@@ -147,7 +154,7 @@ TEST_CASE("start: a name is looked up on the child's PATH, relative entries from
 TEST_CASE("start: a new group (or session), stdin as asked, no blocked or ignored signals",
           "[process_start]") {
   SECTION("a new process group in this session, stdin from /dev/null") {
-    StartedProcess started = start_process({{"sh", "-c", "sleep 5 & wait"}});
+    StartedProcess started = start_process(argv_only({"sh", "-c", "sleep 5 & wait"}));
     CHECK(::getpgid(started.pid) == started.pid);
     CHECK(::getsid(started.pid) == ::getsid(0));
     ::killpg(started.pid, SIGKILL);  // sh and its sleep: the whole group
@@ -159,7 +166,7 @@ TEST_CASE("start: a new group (or session), stdin as asked, no blocked or ignore
     UniqueFd read_end(fds[0]), write_end(fds[1]);
     REQUIRE(::write(write_end.get(), "hello", 5) == 5);
     write_end.reset();
-    ProcessStart start{{"sh", "-c", "cat; echo \" $(cut -d' ' -f6 /proc/$$/stat)\""}};
+    ProcessStart start = argv_only({"sh", "-c", "cat; echo \" $(cut -d' ' -f6 /proc/$$/stat)\""});
     start.stdin_fd = read_end.get();
     start.new_session = true;
     StartedProcess started = start_process(start);
@@ -172,7 +179,7 @@ TEST_CASE("start: a new group (or session), stdin as asked, no blocked or ignore
     ::sigaddset(&usr1, SIGUSR1);
     REQUIRE(::sigprocmask(SIG_BLOCK, &usr1, &old) == 0);
     auto old_pipe = ::signal(SIGPIPE, SIG_IGN);
-    StartedProcess started = start_process({{"cat", "/proc/self/status"}});
+    StartedProcess started = start_process(argv_only({"cat", "/proc/self/status"}));
     ::signal(SIGPIPE, old_pipe);
     ::sigprocmask(SIG_SETMASK, &old, nullptr);
     std::string status = read_and_reap(started);
@@ -190,7 +197,7 @@ TEST_CASE("start: the child dies when its parent is SIGKILLed", "[process_start]
   pid_t parent = ::fork();
   REQUIRE(parent >= 0);
   if (parent == 0) {  // the parent to be killed: starts sleep, tells its pid, waits
-    ProcessStart start{{"sleep", "1000"}};
+    ProcessStart start = argv_only({"sleep", "1000"});
     start.new_session = new_session;
     try {
       pid_t pid = start_process(start).pid;
@@ -231,9 +238,9 @@ TEST_CASE("start: no descriptors left is an IoError naming the cause, and no pro
   std::string expected =
       "io: cannot start \"true\": a pipe for its output: Too many open files (raise the open-file "
       "limit, ulimit -n)";
-  CHECK(outcome([] { start_process({{"true"}}); }) == expected);
+  CHECK(outcome([] { start_process(argv_only({"true"})); }) == expected);
   CHECK(outcome([&] {
-          spawner->spawn(SpawnRequest{{"true"}, {}, "", false, ""}, {});
+          spawner->spawn(SpawnRequest{{"true"}, {}, "", false, "", std::nullopt}, {});
         }) == expected);
 }
 
