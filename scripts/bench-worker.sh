@@ -26,8 +26,8 @@ del base["cluster"]
 def launch(workers, name, kill_after_checkpoint=False, overlap=True, communication="ring",
            validation=False, env=None):
     job = json.loads(json.dumps(dict(base, job=name, workers=workers)))
-    if env:
-        job["env"] = env
+    # The timing lines read below ("saved ... in N ms", "first step ...") are at debug level.
+    job["env"] = dict(env or {}, DTRAIN_LOG_LEVEL="debug")
     job["train"]["overlap"] = overlap
     job["train"]["communication"] = communication
     job["train"]["validation"] = validation

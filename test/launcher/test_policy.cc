@@ -334,3 +334,30 @@ TEST_CASE(
   CHECK(gpu_of(c, {"worker", 0}) == "7");
   CHECK(gpu_of(c, {"worker", 1}) == "5");
 }
+
+TEST_CASE("a remote dtrain-worker gets the job's text in its request; a local one reads the file") {
+  using namespace dtrain::common;
+  JobSpec spec = parse_job_spec(
+      R"({"job": "r", "cluster": {"worker": ["localhost:1", "gpu7:2222"]}, "train": {}})", "x");
+  LaunchContext c;
+  c.spec = &spec;
+  c.cluster = spec.cluster;
+  c.spec_path = "/abs/run/spec.json";
+  c.spec_text = "{\"job\": \"r\"}\n";
+  c.worker_program = "/opt/dtrain-worker";
+  auto text_of = [](const SpawnRequest& r) {
+    std::vector<std::pair<std::string, std::string>> env = r.env;
+    if (r.agent)
+      env = parse_agent_request(r.agent_request.substr(0, r.agent_request.size() - 1)).env;
+    for (const auto& [k, v] : env)
+      if (k == "DTRAIN_CONFIG_TEXT") return v;
+    return std::string("<unset>");
+  };
+  CHECK(text_of(request_for(c, {"worker", 1}, 0)) == c.spec_text);
+  CHECK(text_of(request_for(c, {"worker", 0}, 0)) == "<unset>");
+  // A job's env may not set it: the launcher owns it.
+  CHECK_THROWS_WITH(parse_job_spec(R"({"job": "r", "workers": 1, "train": {},
+                                       "env": {"DTRAIN_CONFIG_TEXT": "x"}})",
+                                   "x"),
+                    Catch::Contains("DTRAIN_CONFIG_TEXT"));
+}
