@@ -41,7 +41,7 @@ TEST_CASE("the shipped configs parse") {
   }
 }
 
-TEST_CASE("a minimal job gets DESIGN.md's defaults") {
+TEST_CASE("a minimal job gets the documented defaults (docs/job-file.md)") {
   JobSpec spec = parse_job_spec(R"({"job": "demo", "workers": 3, "train": {"epochs": 1}})", "x");
   CHECK(spec.job == "demo");
   CHECK(spec.auto_workers == 3);

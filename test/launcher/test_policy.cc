@@ -14,7 +14,7 @@
 
 using namespace dtrain::launcher;
 
-TEST_CASE("exit codes and signals are classified as DESIGN.md says") {
+TEST_CASE("exit codes and signals are classified as docs/design.md#exit-codes says") {
   CHECK(classify(ExitStatus::exited(0)) == Outcome::kSuccess);
   CHECK(classify(ExitStatus::exited(2)) == Outcome::kConfigError);
   for (int code : {143, 42, 130, 137})
