@@ -68,8 +68,6 @@ void Supervisor::start_attempt() {
   first_failure_.reset();
   success_ = false;
   attempt_made_progress_ = false;
-  attempt_start_failed_ = false;
-  first_failure_sigkill_ = false;
   if (!ports_free_or_retry()) return;
   port_retries_ = 0;
   attempt_started_ = common::monotonic_seconds();
@@ -80,8 +78,8 @@ void Supervisor::start_attempt() {
       fail_first(*task, Outcome::kConfigError, e.what(), common::kExitConfig);
       return begin_teardown("a worker could not be started");
     } catch (const common::IoError& e) {
-      attempt_start_failed_ = true;
-      fail_first(*task, Outcome::kFailed, e.what(), common::kExitFailure);
+      if (fail_first(*task, Outcome::kFailed, e.what(), common::kExitFailure))
+        first_failure_->never_started = true;
       return begin_teardown("a worker could not be started");
     }
   }
@@ -288,13 +286,14 @@ void Supervisor::on_exit(Task& task, const ChildEnd& end) {
         begin_teardown("every training task finished");
       }
     } else {
-      if (!started) attempt_start_failed_ = true;
       spdlog::warn("{} {} ({}) on attempt {}", task.plan.task.text(), outcome_name(outcome), what,
                    attempt_);
       int code =
           end.cause == ChildEnd::Cause::kExited ? job_exit_code(end.status) : common::kExitFailure;
-      if (!first_failure_) first_failure_sigkill_ = killed_by_sigkill(end.status) && started;
-      fail_first(task, outcome, what, code);
+      if (fail_first(task, outcome, what, code)) {
+        first_failure_->never_started = !started;
+        first_failure_->sigkill = started && killed_by_sigkill(end.status);
+      }
       begin_teardown(fmt::format("{} {}", task.plan.task.text(), outcome_name(outcome)));
     }
   }
@@ -351,9 +350,10 @@ bool Supervisor::group_succeeded() const {
   return true;
 }
 
-void Supervisor::fail_first(const Task& task, Outcome outcome, const std::string& what, int code) {
-  if (first_failure_) return;
+bool Supervisor::fail_first(const Task& task, Outcome outcome, const std::string& what, int code) {
+  if (first_failure_) return false;
   first_failure_ = failure_of(task, outcome, what, code);
+  return true;
 }
 
 }  // namespace dtrain::launcher

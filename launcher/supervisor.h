@@ -38,6 +38,8 @@ struct FailureReport {
   /// The task's last output lines of that attempt, kept in memory: on a full disk its log may
   /// not have them.
   std::vector<std::string> last_lines;
+  bool never_started = false;  ///< the task was never started (spawn error, remote start failure)
+  bool sigkill = false;        ///< it died by SIGKILL (the OOM killer at every start?)
 };
 
 /// One recovery: the group started again and resumed at restored_step.
@@ -119,7 +121,8 @@ class Supervisor {
   void on_signaled(Task& task, int sig, bool place_ending);
   void note_progress(Task& task, const common::ControlMessage* message);
   bool group_succeeded() const;
-  void fail_first(const Task& task, Outcome outcome, const std::string& what, int exit_code);
+  /// Keeps the attempt's first failure; true when this was it.
+  bool fail_first(const Task& task, Outcome outcome, const std::string& what, int exit_code);
   void begin_teardown(const std::string& reason);
   void signal_all(int sig);
   void maybe_teardown_complete();
@@ -158,8 +161,6 @@ class Supervisor {
   int64_t reached_step_ = 0;  ///< furthest step any training task reported, over all attempts
   bool recovering_ = false;   ///< a restarted group has not yet said where it resumed
   bool attempt_made_progress_ = false;
-  bool attempt_start_failed_ = false;   ///< a task of this attempt was never started
-  bool first_failure_sigkill_ = false;  ///< the first failure was death by SIGKILL
   bool success_ = false;
   bool stop_requested_ = false;
   std::optional<FailureReport> first_failure_;

@@ -90,7 +90,9 @@ FailureReport Supervisor::failure_of(const Task& task, Outcome outcome, const st
                        what,
                        exit_code,
                        task.plan.log_path,
-                       {task.last_lines.begin(), task.last_lines.end()}};
+                       {task.last_lines.begin(), task.last_lines.end()},
+                       false,
+                       false};
 }
 
 void Supervisor::blame_disk_full() {

@@ -96,10 +96,10 @@ void Supervisor::teardown_complete() {
   double ran = common::monotonic_seconds() - attempt_started_;
   // A group that ran startup_seconds counts as started; one whose task never started did not
   // progress, whatever the others did (docs/design.md#restart-policy).
-  bool progressed = !attempt_start_failed_ &&
+  bool progressed = !first_failure_->never_started &&
                     (attempt_made_progress_ || ran >= plan_.spec().restart.startup_seconds);
-  Decision decision = book_.decide(
-      {first_failure_->outcome, progressed, ran, first_failure_sigkill_, attempt_start_failed_});
+  Decision decision = book_.decide({first_failure_->outcome, progressed, ran,
+                                    first_failure_->sigkill, first_failure_->never_started});
   if (!decision.restart)
     return finish(common::kStatusFailed, first_failure_->exit_code, decision.reason);
   back_off(decision);

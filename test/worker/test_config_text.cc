@@ -11,7 +11,8 @@ using namespace dtrain;
 
 TEST_CASE("dtrain-worker trains from DTRAIN_CONFIG_TEXT when its --config file is absent") {
   testing::TempDir dir;
-  std::string job = common::read_file(std::string(DTRAIN_SOURCE_DIR) + "/configs/tiny-synthetic.json");
+  std::string job =
+      common::read_file(std::string(DTRAIN_SOURCE_DIR) + "/configs/tiny-synthetic.json");
   testing::ProcessOptions options;
   options.timeout_seconds = 120;
   options.env["DTRAIN_CONFIG_TEXT"] = job;
@@ -25,8 +26,8 @@ TEST_CASE("dtrain-worker trains from DTRAIN_CONFIG_TEXT when its --config file i
   CHECK(std::filesystem::exists(dir.path() + "/run/model/model.safetensors"));
 
   options.env["DTRAIN_CONFIG_TEXT"] = std::nullopt;  // without it the path is read, and named
-  auto without = testing::run_process({testing::binary("dtrain-worker"), "--config", missing},
-                                      options);
+  auto without =
+      testing::run_process({testing::binary("dtrain-worker"), "--config", missing}, options);
   CHECK(without.exit_code == 2);
   CHECK(without.err.find(missing) != std::string::npos);
 }
