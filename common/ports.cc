@@ -6,6 +6,7 @@
 #include <netinet/in.h>
 #include <sys/socket.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
@@ -56,6 +57,26 @@ bool is_port_free(const std::string& host, int port) {
   }
   ::freeaddrinfo(found);
   return free;
+}
+
+std::vector<std::string> listen_addresses(const std::string& host) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_PASSIVE;
+  addrinfo* found = nullptr;
+  int rc = ::getaddrinfo(host.c_str(), nullptr, &hints, &found);
+  if (rc != 0) throw IoError(fmt::format("cannot resolve {}: {}", host, ::gai_strerror(rc)));
+  std::vector<std::string> numeric;
+  for (addrinfo* a = found; a != nullptr; a = a->ai_next) {
+    char text[NI_MAXHOST];
+    if (::getnameinfo(a->ai_addr, a->ai_addrlen, text, sizeof text, nullptr, 0, NI_NUMERICHOST) ==
+            0 &&
+        std::find(numeric.begin(), numeric.end(), text) == numeric.end())
+      numeric.emplace_back(text);
+  }
+  ::freeaddrinfo(found);
+  return numeric;
 }
 
 }  // namespace dtrain::common

@@ -12,7 +12,13 @@ namespace dtrain::common {
 std::vector<int> pick_free_ports(int count);
 
 /// True when a TCP listener could bind host:port right now (SO_REUSEADDR, as the workers do).
-/// host must resolve (a name or a literal); resolution failure is an IoError.
+/// host must resolve (a name or a literal); resolution failure is an IoError. A numeric host
+/// never touches the resolver.
 bool is_port_free(const std::string& host, int port);
+
+/// The numeric addresses a listener on host binds ("localhost": "127.0.0.1" and "::1"), so that
+/// later checks need no resolver. May block on the resolver; throws IoError when host does not
+/// resolve.
+std::vector<std::string> listen_addresses(const std::string& host);
 
 }  // namespace dtrain::common

@@ -76,7 +76,7 @@ std::string where(const LaunchPlan& plan, const TaskPlan& task) {
 std::string format_task(const LaunchPlan& plan, const TaskPlan& task, int attempt) {
   SpawnRequest request = make_spawn_request(plan, task, {attempt, plan.master_port});
   std::string out = fmt::format("{} {} on {}\n", task.task.text(), task.address, where(plan, task));
-  if (!request.agent) return out + env_command("  ", request.cwd, request.env, request.argv);
+  if (!request.agent()) return out + env_command("  ", request.cwd, request.env, request.argv);
   AgentRequest remote = parse_agent_request(
       std::string_view(request.agent_request).substr(0, request.agent_request.size() - 1));
   out += fmt::format("  {}\n  what `dtrain agent` runs there (sent on its stdin):\n",

@@ -11,6 +11,7 @@
 #include "common/env_vars.h"
 #include "common/errors.h"
 #include "common/local_addresses.h"
+#include "common/ports.h"
 #include "common/run_dir.h"
 #include "launcher/torch_env.h"
 
@@ -32,6 +33,7 @@ bool user_sets(const common::JobSpec& spec, const char* name) {
 void place_tasks(LaunchPlan& plan) {
   const LaunchContext& c = plan.context;
   std::map<std::string, bool> local_hosts;
+  std::map<std::string, std::vector<std::string>> numeric;
   common::RunDir run_dir(c.run_dir);
   for (const common::TaskId& id : c.cluster.tasks()) {
     TaskPlan t;
@@ -50,6 +52,13 @@ void place_tasks(LaunchPlan& plan) {
         known = local_hosts.emplace(t.endpoint.host, is_local_host(t.endpoint.host)).first;
       t.placement = known->second ? Placement::kLocal : Placement::kRemoteShell;
       if (t.remote()) t.where = lower(t.endpoint.host);
+      if (!t.remote()) {
+        auto addresses = numeric.find(t.endpoint.host);
+        if (addresses == numeric.end())
+          addresses =
+              numeric.emplace(t.endpoint.host, common::listen_addresses(t.endpoint.host)).first;
+        t.listen_addresses = addresses->second;
+      }
     }
     plan.tasks.push_back(std::move(t));
   }

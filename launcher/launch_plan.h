@@ -53,6 +53,9 @@ struct TaskPlan {
   Placement placement = Placement::kLocal;
   /// The host (remote shell) or node (Slurm) it runs on; "" on this machine.
   std::string where;
+  /// For a local task: the numeric addresses its port is checked on before each start, resolved
+  /// once here ("localhost": 127.0.0.1 and ::1).
+  std::vector<std::string> listen_addresses;
   std::string log_path;
   /// Position in the training ring (RANK); empty for tasks that do not train (an evaluator).
   std::optional<int> rank;

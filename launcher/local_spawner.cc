@@ -161,7 +161,7 @@ class LocalSpawner : public ProcessSpawner {
     DT_ENFORCE(!request.argv.empty());
     ProcessStart start{request.argv, request.env, request.cwd};
     std::pair<common::UniqueFd, common::UniqueFd> agent_in;  // read, write
-    if (request.agent) {
+    if (request.agent()) {
       agent_in = agent_stdin_pipe(request.argv[0]);
       start.stdin_fd = agent_in.first.get();
     }
@@ -180,7 +180,7 @@ class LocalSpawner : public ProcessSpawner {
     }
     started.output.release();  // the stream_descriptor owns it now
     read_more(state);
-    if (!request.agent) return std::make_unique<LocalChild>(std::move(state), started.pid);
+    if (!request.agent()) return std::make_unique<LocalChild>(std::move(state), started.pid);
     state->agent_stdin = std::move(agent_in.second);
     auto child = std::make_unique<AgentChild>(std::move(state), started.pid);
     child->write_all(request.agent_request);

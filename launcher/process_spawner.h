@@ -31,12 +31,14 @@ struct SpawnRequest {
   std::vector<std::string> argv;  ///< argv[0]: a path, or a name looked up on PATH
   std::vector<std::pair<std::string, std::string>> env;  ///< set on top of the launcher's own
   std::string cwd;                                       ///< "" = the launcher's
-  /// argv reaches a `dtrain agent` (through the remote shell): stdin becomes a pipe that gets
-  /// agent_request first and stays open (closing it ends the remote group), and signal_group()
-  /// sends the signal as an agent command instead of signalling the local process group.
-  bool agent = false;
-  std::string agent_request;           ///< format_agent_request(): argv, env and cwd, never on argv
-  std::optional<RemoteTarget> remote;  ///< set with agent
+  std::string agent_request;  ///< format_agent_request(): argv, env and cwd, never on argv
+  /// Set when argv reaches a `dtrain agent` (over the remote shell, or as a Slurm step): stdin
+  /// becomes a pipe that gets agent_request first and stays open (closing it ends the remote
+  /// group), and signal_group() sends the signal as an agent command instead of signalling the
+  /// local process group. The agent spawner (remote_child.h) speaks the rest of the protocol.
+  std::optional<RemoteTarget> remote;
+
+  bool agent() const { return remote.has_value(); }
 };
 
 /// How a child ended.

@@ -90,18 +90,26 @@ void Supervisor::start_attempt() {
 }
 
 // Every local worker port, and MASTER_PORT when the chief is local, must be free before a start.
+// The addresses were resolved by the plan: no resolver runs here.
 bool Supervisor::ports_free_or_retry() {
   struct Needed {
     common::HostPort where;
+    const std::vector<std::string>* addresses;
     std::string who;
   };
   std::vector<Needed> needed;
   for (const TaskPlan& t : plan_.tasks)
-    if (t.placement == Placement::kLocal) needed.push_back({t.endpoint, t.task.text()});
-  if (plan_.master_local && master_port_ > 0)
-    needed.push_back({{plan_.master_addr, master_port_}, "MASTER_PORT"});
+    if (t.placement == Placement::kLocal)
+      needed.push_back({t.endpoint, &t.listen_addresses, t.task.text()});
+  if (plan_.master_local && master_port_ > 0) {
+    const TaskPlan& chief = plan_.task(plan_.context.cluster.chief());
+    needed.push_back({{plan_.master_addr, master_port_}, &chief.listen_addresses, "MASTER_PORT"});
+  }
   for (const Needed& n : needed) {
-    if (common::is_port_free(n.where.host, n.where.port)) continue;
+    if (std::all_of(n.addresses->begin(), n.addresses->end(), [&](const std::string& address) {
+          return common::is_port_free(address, n.where.port);
+        }))
+      continue;
     if (n.who == "MASTER_PORT" && !plan_.spec().master_port) {  // ours to pick again
       master_port_ = choose_master_port(plan_);
       spdlog::info("MASTER_PORT {} was taken; picked {}", n.where.port, master_port_);

@@ -95,7 +95,6 @@ SpawnRequest make_spawn_request(const LaunchPlan& plan, const TaskPlan& task,
   }
   // `<remote_shell> host dtrain agent` or `srun ... dtrain agent`; argv, env (the token among
   // them) and cwd travel on stdin, never on a command line.
-  request.agent = true;
   request.agent_request = format_agent_request({request.argv, request.env, c.cwd});
   request.env.clear();
   request.cwd.clear();

@@ -1,4 +1,5 @@
 // DT_ENFORCE messages and main()'s exception-to-exit-code mapping.
+#include <algorithm>
 #include <catch2/catch.hpp>
 
 #include "common/env_vars.h"
@@ -56,4 +57,13 @@ TEST_CASE("a port held by a listener is not free; a picked one is") {
   int port = pick_free_ports(1)[0];
   CHECK(is_port_free("127.0.0.1", port));
   CHECK_THROWS_AS(is_port_free("no-such-host.invalid", port), IoError);
+}
+
+TEST_CASE("a host's listen addresses are numeric, so checks on them need no resolver") {
+  std::vector<std::string> localhost = listen_addresses("localhost");
+  CHECK(std::find(localhost.begin(), localhost.end(), "127.0.0.1") != localhost.end());
+  CHECK(listen_addresses("127.0.0.1") == std::vector<std::string>{"127.0.0.1"});
+  CHECK_THROWS_AS(listen_addresses("no-such-host.invalid"), IoError);
+  int port = pick_free_ports(1)[0];
+  for (const std::string& address : localhost) CHECK(is_port_free(address, port));
 }

@@ -29,7 +29,7 @@ struct FakeProcess {
   /// A variable the process starts with (for a remote task, from its agent request).
   std::string env(const std::string& name) const {
     std::vector<std::pair<std::string, std::string>> all = request.env;
-    if (request.agent)
+    if (request.agent())
       all = launcher::parse_agent_request(
                 std::string_view(request.agent_request).substr(0, request.agent_request.size() - 1))
                 .env;

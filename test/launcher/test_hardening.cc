@@ -115,8 +115,7 @@ SpawnedExit spawn_from_handler(const std::vector<std::string>& argv) {
       result.status = status;
       result.before_spawn_returned = !returned;
     };
-    child =
-        spawner->spawn(SpawnRequest{argv, {}, "", false, "", std::nullopt}, std::move(callbacks));
+    child = spawner->spawn(SpawnRequest{argv, {}, "", "", std::nullopt}, std::move(callbacks));
     returned = true;
   });
   while (!result.status && io.run_one_for(std::chrono::seconds(10)) > 0) {
@@ -136,8 +135,7 @@ std::string spawn_and_read(const std::vector<std::string>& argv,
   callbacks.on_output = [&](std::string_view bytes) { output.append(bytes); };
   callbacks.on_output_closed = [&] { closed = true; };
   callbacks.on_exit = [&](const dtrain::launcher::ChildEnd& end) { status = end.status; };
-  auto child =
-      spawner->spawn(SpawnRequest{argv, env, "", false, "", std::nullopt}, std::move(callbacks));
+  auto child = spawner->spawn(SpawnRequest{argv, env, "", "", std::nullopt}, std::move(callbacks));
   while (!(closed && status) && io.run_one_for(std::chrono::seconds(10)) > 0) {
   }
   REQUIRE(status.has_value());

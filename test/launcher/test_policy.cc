@@ -280,7 +280,7 @@ TEST_CASE("workers on other hosts go through the remote shell with quoted argume
   CHECK(remote.argv[9] == "--signal-grace");
   CHECK(remote.argv[10] == "10");
   CHECK(remote.env.empty());
-  CHECK(remote.agent);
+  CHECK(remote.agent());
   for (const std::string& arg : remote.argv) CHECK(arg.find("TF_CONFIG") == std::string::npos);
   // The agent gets argv, env (TF_CONFIG, the token) and the working folder on its stdin.
   AgentRequest sent =
@@ -290,7 +290,7 @@ TEST_CASE("workers on other hosts go through the remote shell with quoted argume
   bool has_tf_config = false;
   for (const auto& [name, value] : sent.env) has_tf_config |= name == "TF_CONFIG";
   CHECK(has_tf_config);
-  CHECK_FALSE(local.agent);
+  CHECK_FALSE(local.agent());
   CHECK(shell_quote("a b") == "'a b'");
   CHECK(is_local_host("localhost"));
   CHECK(is_local_host("127.0.0.1"));
@@ -347,7 +347,7 @@ TEST_CASE("a remote dtrain-worker gets the job's text in its request; a local on
   c.worker_program = "/opt/dtrain-worker";
   auto text_of = [](const SpawnRequest& r) {
     std::vector<std::pair<std::string, std::string>> env = r.env;
-    if (r.agent)
+    if (r.agent())
       env = parse_agent_request(r.agent_request.substr(0, r.agent_request.size() - 1)).env;
     for (const auto& [k, v] : env)
       if (k == "DTRAIN_CONFIG_TEXT") return v;

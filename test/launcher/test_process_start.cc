@@ -59,7 +59,7 @@ std::string outcome(Spawn spawn) {
 std::string spawner_outcome(const std::vector<std::string>& argv, const std::string& cwd = "") {
   boost::asio::io_context io;
   auto spawner = make_local_spawner(io);
-  return outcome([&] { spawner->spawn(SpawnRequest{argv, {}, cwd, false, "", std::nullopt}, {}); });
+  return outcome([&] { spawner->spawn(SpawnRequest{argv, {}, cwd, "", std::nullopt}, {}); });
 }
 
 std::string agent_outcome(const std::vector<std::string>& argv, const std::string& cwd = "") {
@@ -240,7 +240,7 @@ TEST_CASE("start: no descriptors left is an IoError naming the cause, and no pro
       "limit, ulimit -n)";
   CHECK(outcome([] { start_process(argv_only({"true"})); }) == expected);
   CHECK(outcome([&] {
-          spawner->spawn(SpawnRequest{{"true"}, {}, "", false, "", std::nullopt}, {});
+          spawner->spawn(SpawnRequest{{"true"}, {}, "", "", std::nullopt}, {});
         }) == expected);
 }
 

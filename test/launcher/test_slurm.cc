@@ -227,7 +227,7 @@ TEST_CASE("slurm: each worker is one srun step running dtrain agent; secrets sta
   CHECK(plan.task(task).placement == dtrain::launcher::Placement::kSlurmStep);
   dtrain::launcher::SpawnRequest r =
       dtrain::launcher::make_spawn_request(plan, plan.task(task), {3, plan.master_port});
-  CHECK(r.agent);
+  CHECK(r.agent());
   CHECK(r.env.empty());
   CHECK(r.argv == Strings{"srun", "--nodes=1", "--ntasks=1", "--nodelist=n2", "--exact",
                           "--cpus-per-task=2", "--job-name=mnist-worker-2", "--quiet",

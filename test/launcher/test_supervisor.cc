@@ -232,7 +232,7 @@ TEST_CASE("a remote worker its agent has not started within startup_seconds is a
     Harness h(
         remote,
         [](FakeProcess& p) {
-          if (p.request.agent) return;  // ssh still connecting, forever
+          if (p.request.agent()) return;  // ssh still connecting, forever
           p.print("step\n");
         },
         quick);
@@ -248,7 +248,7 @@ TEST_CASE("a remote worker its agent has not started within startup_seconds is a
     Harness h(
         remote,
         [](FakeProcess& p) {
-          if (p.request.agent)
+          if (p.request.agent())
             p.print(
                 "\x1e"
                 "dtrain-agent {\"event\":\"started\",\"pid\":42}\n");
@@ -441,7 +441,7 @@ TEST_CASE("a remote task that is never started twice in a row stops the job") {
     Harness h(
         remote,
         [](FakeProcess& p) {
-          if (!p.request.agent) p.print("step\n");  // the local worker runs on
+          if (!p.request.agent()) p.print("step\n");  // the local worker runs on
         },
         [](common::RestartPolicy& r) {
           r.startup_seconds = 0.2;
@@ -456,7 +456,7 @@ TEST_CASE("a remote task that is never started twice in a row stops the job") {
     Harness h(
         remote,
         [](FakeProcess& p) {
-          if (!p.request.agent) return;
+          if (!p.request.agent()) return;
           p.print("ssh: connect to host 192.0.2.1 port 22: Connection refused\r\n");
           p.end(ExitStatus::exited(255));
         },
@@ -477,7 +477,7 @@ TEST_CASE("a remote worker's end is the status its agent reported, not the remot
   Harness h(
       remote,
       [](FakeProcess& p) {
-        if (!p.request.agent) return;
+        if (!p.request.agent()) return;
         p.print(
             "\x1e"
             "dtrain-agent {\"event\":\"started\",\"pid\":42}\n");
@@ -500,7 +500,7 @@ TEST_CASE("a recovery says how many steps it redid: summary result and events") 
     return std::string("\x1e") + "dtrain-control " + json + "\n";
   };
   Harness h(remote, [&](FakeProcess& p) {
-    if (!p.request.agent) {
+    if (!p.request.agent()) {
       if (p.attempt() == 1) p.end(ExitStatus::exited(0));
       return;  // the local worker of attempt 0 runs until stopped
     }

@@ -30,7 +30,7 @@ struct Context {
     launcher::SpawnRequest r =
         launcher::make_spawn_request(p, p.task(task), {attempt, master_port});
     std::vector<std::pair<std::string, std::string>> env = r.env;
-    if (r.agent) {
+    if (r.agent()) {
       env =
           launcher::parse_agent_request(r.agent_request.substr(0, r.agent_request.size() - 1)).env;
     }
