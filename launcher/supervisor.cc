@@ -253,56 +253,62 @@ void Supervisor::on_signaled(Task& task, int sig, bool place_ending) {
   stop(sig);
 }
 
+// What an end means for the group: its outcome and text, and the facts the restart decision
+// needs. A remote task's place that was lost stays lost for this launch: starts that fail
+// there are the lost host again, not a configuration problem.
+Supervisor::EndReading Supervisor::read_end(const Task& task, const ChildEnd& end) {
+  EndReading r;
+  bool exited = end.cause == ChildEnd::Cause::kExited;
+  r.started = end.cause != ChildEnd::Cause::kNotStarted;
+  r.outcome = exited ? classify(end.status) : Outcome::kFailed;
+  r.exit_code = exited ? job_exit_code(end.status) : common::kExitFailure;
+  r.what = exited ? describe(end.status) : end.detail;
+  if (end.cause == ChildEnd::Cause::kPlaceLost) lost_places_.insert(task.plan.where);
+  r.place_lost = !exited && lost_places_.count(task.plan.where) > 0;
+  if (r.place_lost && !r.started)
+    r.what = fmt::format("{} was lost earlier and is still unreachable: {}", task.plan.place_text(),
+                         r.what);
+  if (!task.plan.remote())
+    if (std::optional<std::string> oom = oom_.explain(end.status, task.oom_kills_at_spawn))
+      r.what = *oom;
+  return r;
+}
+
 void Supervisor::on_exit(Task& task, const ChildEnd& end) {
   task.state = Task::State::kExited;
   task.status = end.status;
-  bool started = end.cause != ChildEnd::Cause::kNotStarted;
-  Outcome outcome = end.cause == ChildEnd::Cause::kExited ? classify(end.status) : Outcome::kFailed;
-  std::string what = end.cause == ChildEnd::Cause::kExited ? describe(end.status) : end.detail;
-  if (!task.plan.remote())
-    if (std::optional<std::string> oom = oom_.explain(end.status, task.oom_kills_at_spawn))
-      what = *oom;
-  if (end.cause == ChildEnd::Cause::kPlaceLost || !started) {
-    spdlog::warn("{} {}", task.plan.task.text(), end.detail);
-    recorder_.event(started ? "lost_host" : "start_failure", [&](common::JsonWriter& w) {
-      w.key("task")
-          .value(task.plan.task.text())
-          .key("host")
-          .value(task.plan.where)
-          .key("what")
-          .value(end.detail);
+  EndReading r = read_end(task, end);
+  if (end.cause != ChildEnd::Cause::kExited) {
+    recorder_.event(r.started ? "lost_host" : "start_failure", [&](common::JsonWriter& w) {
+      w.key("task").value(task.plan.task.text()).key("host").value(task.plan.where);
+      w.key("what").value(r.what);
     });
   }
   recorder_.event("exit", [&](common::JsonWriter& w) {
-    w.key("task")
-        .value(task.plan.task.text())
-        .key("pid")
-        .value(task.pid)
-        .key("attempt")
-        .value(attempt_);
-    w.key("outcome").value(outcome_name(outcome)).key("status").value(describe(end.status));
+    w.key("task").value(task.plan.task.text()).key("pid").value(task.pid);
+    w.key("attempt").value(attempt_).key("outcome").value(outcome_name(r.outcome));
+    w.key("status").value(describe(end.status));
     if (end.status.signaled)
       w.key("signal").value(signal_name(end.status.signal));
     else
       w.key("exit_code").value(end.status.code);
   });
   if (phase_ == Phase::kRunning || phase_ == Phase::kStarting) {
-    if (outcome == Outcome::kSuccess) {
+    if (r.outcome == Outcome::kSuccess) {
       spdlog::info("{} finished", task.plan.task.text());
       if (group_succeeded()) {
         success_ = true;
         begin_teardown("every training task finished");
       }
     } else {
-      spdlog::warn("{} {} ({}) on attempt {}", task.plan.task.text(), outcome_name(outcome), what,
-                   attempt_);
-      int code =
-          end.cause == ChildEnd::Cause::kExited ? job_exit_code(end.status) : common::kExitFailure;
-      if (fail_first(task, outcome, what, code)) {
-        first_failure_->never_started = !started;
-        first_failure_->sigkill = started && killed_by_sigkill(end.status);
+      spdlog::warn("{} {} ({}) on attempt {}", task.plan.task.text(), outcome_name(r.outcome),
+                   r.what, attempt_);
+      if (fail_first(task, r.outcome, r.what, r.exit_code)) {
+        first_failure_->never_started = !r.started;
+        first_failure_->sigkill = r.started && killed_by_sigkill(end.status);
+        first_failure_->place_lost = r.place_lost;
       }
-      begin_teardown(fmt::format("{} {}", task.plan.task.text(), outcome_name(outcome)));
+      begin_teardown(fmt::format("{} {}", task.plan.task.text(), outcome_name(r.outcome)));
     }
   }
   write_state();

@@ -12,6 +12,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -40,6 +41,9 @@ struct FailureReport {
   std::vector<std::string> last_lines;
   bool never_started = false;  ///< the task was never started (spawn error, remote start failure)
   bool sigkill = false;        ///< it died by SIGKILL (the OOM killer at every start?)
+  /// Its host or node was lost in this launch (now, or on an earlier attempt and still
+  /// unreachable): the group backs off within the restart budget and is not "misconfigured".
+  bool place_lost = false;
 };
 
 /// One recovery: the group started again and resumed at restored_step.
@@ -117,6 +121,14 @@ class Supervisor {
   void on_output(Task& task, std::string_view bytes);
   void on_output_closed(Task& task);
   void on_started(Task& task, int remote_pid);
+  struct EndReading {
+    Outcome outcome = Outcome::kFailed;
+    int exit_code = 1;
+    std::string what;
+    bool started = true;
+    bool place_lost = false;
+  };
+  EndReading read_end(const Task& task, const ChildEnd& end);
   void on_exit(Task& task, const ChildEnd& end);
   void on_signaled(Task& task, int sig, bool place_ending);
   void note_progress(Task& task, const common::ControlMessage* message);
@@ -160,6 +172,7 @@ class Supervisor {
   int64_t rate_origin_step_ = -1;
   int64_t reached_step_ = 0;  ///< furthest step any training task reported, over all attempts
   bool recovering_ = false;   ///< a restarted group has not yet said where it resumed
+  std::set<std::string> lost_places_;  ///< hosts and nodes lost during this launch
   bool attempt_made_progress_ = false;
   bool success_ = false;
   bool stop_requested_ = false;

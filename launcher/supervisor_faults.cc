@@ -92,6 +92,7 @@ FailureReport Supervisor::failure_of(const Task& task, Outcome outcome, const st
                        task.plan.log_path,
                        {task.last_lines.begin(), task.last_lines.end()},
                        false,
+                       false,
                        false};
 }
 

@@ -95,11 +95,13 @@ void Supervisor::teardown_complete() {
   blame_disk_full();
   double ran = common::monotonic_seconds() - attempt_started_;
   // A group that ran startup_seconds counts as started; one whose task never started did not
-  // progress, whatever the others did (docs/design.md#restart-policy).
-  bool progressed = !first_failure_->never_started &&
-                    (attempt_made_progress_ || ran >= plan_.spec().restart.startup_seconds);
-  Decision decision = book_.decide({first_failure_->outcome, progressed, ran,
-                                    first_failure_->sigkill, first_failure_->never_started});
+  // progress, whatever the others did. A lost host is no configuration problem: the group backs
+  // off and tries again within the restart budget (docs/design.md#restart-policy).
+  const FailureReport& f = *first_failure_;
+  bool started = attempt_made_progress_ || ran >= plan_.spec().restart.startup_seconds;
+  bool progressed = f.place_lost || (!f.never_started && started);
+  Decision decision =
+      book_.decide({f.outcome, progressed, ran, f.sigkill, f.never_started && !f.place_lost});
   if (!decision.restart)
     return finish(common::kStatusFailed, first_failure_->exit_code, decision.reason);
   back_off(decision);
@@ -187,21 +189,26 @@ void Supervisor::arm_watchdog() {
   });
 }
 
+// A training task silent for hang_timeout_seconds fails the group. Its peers wait for it in the
+// all-reduce and fall silent too, so the one named is the one whose last sign of life is the
+// oldest. An evaluator is not watched: the group never waits for it.
 void Supervisor::check_watchdog() {
   if (phase_ != Phase::kRunning) return;
   double hang = *plan_.spec().hang_timeout_seconds;
   double now = common::monotonic_seconds();
+  Task* silent = nullptr;
   for (auto& task : tasks_) {
-    if (!task->alive() || now - task->last_progress < hang) continue;
-    std::string what = fmt::format("hung: no progress for {:.1f} s", now - task->last_progress);
-    spdlog::warn("{} {}", task->plan.task.text(), what);
-    recorder_.event("hang", [&](common::JsonWriter& w) {
-      w.key("task").value(task->plan.task.text()).key("attempt").value(attempt_);
-    });
-    fail_first(*task, Outcome::kFailed, what, common::kExitFailure);
-    return begin_teardown(fmt::format("{} hung", task->plan.task.text()));
+    if (!task->alive() || !task->plan.trains() || now - task->last_progress < hang) continue;
+    if (!silent || task->last_progress < silent->last_progress) silent = task.get();
   }
-  arm_watchdog();
+  if (!silent) return arm_watchdog();
+  std::string what = fmt::format("hung: no progress for {:.1f} s", now - silent->last_progress);
+  spdlog::warn("{} {}", silent->plan.task.text(), what);
+  recorder_.event("hang", [&](common::JsonWriter& w) {
+    w.key("task").value(silent->plan.task.text()).key("attempt").value(attempt_);
+  });
+  fail_first(*silent, Outcome::kFailed, what, common::kExitFailure);
+  begin_teardown(fmt::format("{} hung", silent->plan.task.text()));
 }
 
 }  // namespace dtrain::launcher

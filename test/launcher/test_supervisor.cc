@@ -536,3 +536,99 @@ TEST_CASE("a recovery says how many steps it redid: summary result and events") 
                         "\"steps_redone\":10") != std::string::npos);
   CHECK(h.state().find("\"steps_redone\":10") != std::string::npos);
 }
+
+TEST_CASE("the watchdog leaves a silent evaluator alone and names the worker silent longest") {
+  SECTION("an evaluator sends nothing: the job still succeeds") {
+    Harness h(R"(, "hang_timeout_seconds": 0.2,
+                  "cluster": {"worker": ["localhost:1"], "evaluator": ["localhost:2"]})",
+              [](FakeProcess& p) {
+                if (p.env("TF_CONFIG").find("\"type\": \"worker\"") == std::string::npos) return;
+                // The worker prints (a command job's sign of life) for 0.6 s, three time-outs
+                // of the evaluator's silence, then finishes.
+                auto tick = std::make_shared<boost::asio::steady_timer>(*p.io);
+                auto left = std::make_shared<int>(12);
+                auto step = std::make_shared<std::function<void()>>();
+                *step = [&p, tick, left, weak = std::weak_ptr<std::function<void()>>(step)] {
+                  p.print("step\n");
+                  if (--*left == 0) return p.end(ExitStatus::exited(0));
+                  tick->expires_after(std::chrono::milliseconds(50));
+                  tick->async_wait([next = weak.lock()](auto) { (*next)(); });
+                };
+                (*step)();
+              });
+    auto r = h.run();
+    CHECK(r.status == "succeeded");
+    CHECK(h.events().find("\"event\":\"hang\"") == std::string::npos);
+  }
+  SECTION("worker 1 stops first; worker 0 waits for it and falls silent later: worker 1 hung") {
+    Harness* self = nullptr;
+    Harness h(
+        R"(, "hang_timeout_seconds": 0.5, "cluster": {"worker": ["localhost:1", "localhost:2"]})",
+        [&self](FakeProcess& p) {
+          if (p.attempt() > 0) return p.end(ExitStatus::exited(0));
+          if (is(p, "1")) return;  // frozen from the start
+          // worker 0 reports for another 0.2 s, then waits in the all-reduce
+          auto beat =
+              std::make_shared<boost::asio::steady_timer>(*p.io, std::chrono::milliseconds(200));
+          beat->async_wait([&self, beat](auto) {
+            self->supervisor->on_control_message(common::heartbeat_message("worker:0", 0, 1));
+          });
+        },
+        [](auto& r) { r.max_restarts = 1; });
+    self = &h;
+    auto r = h.run();
+    CHECK(r.status == "succeeded");
+    CHECK(h.events().find("\"event\":\"hang\",\"task\":\"worker:1\"") != std::string::npos);
+  }
+}
+
+TEST_CASE("a lost host is retried with back-off within the budget, not taken for a bad config") {
+  const std::string remote = R"(, "cluster": {"worker": ["localhost:1", "192.0.2.1:2"]})";
+  auto agent = [](const std::string& json) {
+    return "\x1e"
+           "dtrain-agent " +
+           json + "\n";
+  };
+  Harness h(
+      remote,
+      [&](FakeProcess& p) {
+        int attempt = p.attempt();
+        if (!p.request.agent()) {
+          if (attempt == 3) p.end(ExitStatus::exited(0));
+          return;  // runs until stopped
+        }
+        if (attempt == 0) {  // trains, then the link is cut: the session ends unreported
+          p.print(agent(R"({"event":"started","pid":42})"));
+          return p.end(ExitStatus::exited(255));
+        }
+        if (attempt < 3) {  // still cut: ssh cannot reach the host
+          p.print("ssh: connect to host 192.0.2.1 port 22: No route to host\r\n");
+          return p.end(ExitStatus::exited(255));
+        }
+        p.print(agent(R"({"event":"started","pid":43})"));  // the link is back
+        p.print(agent(R"({"event":"exit","code":0})"));
+        p.end(ExitStatus::exited(0));
+      },
+      [](common::RestartPolicy& r) { r.max_restarts = 5; });
+  auto r = h.run();
+  CHECK(r.status == "succeeded");
+  CHECK(h.supervisor->attempt() == 3);
+  CHECK(h.events().find("\"event\":\"lost_host\"") != std::string::npos);
+  CHECK(h.events().find("was lost earlier and is still unreachable") != std::string::npos);
+
+  SECTION("while it stays unreachable the budget, not the silent-failure rule, ends the job") {
+    Harness lost(
+        remote,
+        [&](FakeProcess& p) {
+          if (!p.request.agent()) return;
+          if (p.attempt() == 0) p.print(agent(R"({"event":"started","pid":42})"));
+          p.end(ExitStatus::exited(255));
+        },
+        [](common::RestartPolicy& policy) { policy.max_restarts = 3; });
+    auto failed = lost.run();
+    CHECK(failed.status == "failed");
+    CHECK_THAT(failed.reason, Catch::Contains("restart budget"));
+    REQUIRE(failed.failure);
+    CHECK_THAT(failed.failure->what, Catch::Contains("host 192.0.2.1 was lost earlier"));
+  }
+}
