@@ -42,6 +42,7 @@ Supervisor::Supervisor(boost::asio::io_context& io, ProcessSpawner& spawner, Run
       port_timer_(io),
       attempt_(options_.first_attempt),
       master_port_(plan_.master_port) {
+  for (const TaskPlan& p : plan_.tasks) ports_.push_back(p.endpoint.port);
   for (const TaskPlan& p : plan_.tasks) {
     auto task = std::make_unique<Task>(p);
     Task* raw = task.get();
@@ -96,11 +97,14 @@ bool Supervisor::ports_free_or_retry() {
     common::HostPort where;
     const std::vector<std::string>* addresses;
     std::string who;
+    size_t task = 0;  ///< plan index of a task's port
   };
   std::vector<Needed> needed;
-  for (const TaskPlan& t : plan_.tasks)
+  for (size_t i = 0; i < plan_.tasks.size(); ++i) {
+    const TaskPlan& t = plan_.tasks[i];
     if (t.placement == Placement::kLocal)
-      needed.push_back({t.endpoint, &t.listen_addresses, t.task.text()});
+      needed.push_back({{t.endpoint.host, ports_[i]}, &t.listen_addresses, t.task.text(), i});
+  }
   if (plan_.master_local && master_port_ > 0) {
     const TaskPlan& chief = plan_.task(plan_.context.cluster.chief());
     needed.push_back({{plan_.master_addr, master_port_}, &chief.listen_addresses, "MASTER_PORT"});
@@ -113,6 +117,10 @@ bool Supervisor::ports_free_or_retry() {
     if (n.who == "MASTER_PORT" && !plan_.spec().master_port) {  // ours to pick again
       master_port_ = choose_master_port(plan_);
       spdlog::info("MASTER_PORT {} was taken; picked {}", n.where.port, master_port_);
+      continue;
+    }
+    if (n.who != "MASTER_PORT" && plan_.spec().auto_workers > 0) {  // "workers": N: ours too
+      repick_port(n.task);
       continue;
     }
     // On the first start a busy port is the user's to fix; on a restart it may be our own
@@ -133,6 +141,29 @@ bool Supervisor::ports_free_or_retry() {
     return false;
   }
   return true;
+}
+
+// A port the launcher picked for a "workers": N task was taken (by another program, during the
+// back-off): it picks another, and every task's TF_CONFIG of this start names it.
+void Supervisor::repick_port(size_t task) {
+  int old = ports_[task];
+  for (int port : common::pick_free_ports(static_cast<int>(ports_.size()) + 1)) {
+    if (std::find(ports_.begin(), ports_.end(), port) != ports_.end() || port == master_port_)
+      continue;
+    ports_[task] = port;
+    break;
+  }
+  cluster_json_ = cluster_json_with_ports(plan_, ports_);
+  spdlog::info("{}: port {} was taken; picked {}", plan_.tasks[task].task.text(), old,
+               ports_[task]);
+  recorder_.event("port", [&](common::JsonWriter& w) {
+    w.key("task")
+        .value(plan_.tasks[task].task.text())
+        .key("taken")
+        .value(old)
+        .key("port")
+        .value(ports_[task]);
+  });
 }
 
 // A log that cannot be written is the launcher's fault (a full disk): guarded() reports the
@@ -156,7 +187,8 @@ void Supervisor::spawn_task(Task& task) {
   task.log.reset(::open(log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644));
   if (!task.log.valid())
     throw common::IoError(fmt::format("cannot open {}: {}", log_path, std::strerror(errno)));
-  SpawnRequest request = make_spawn_request(plan_, task.plan, {attempt_, master_port_});
+  SpawnRequest request =
+      make_spawn_request(plan_, task.plan, {attempt_, master_port_, cluster_json_});
   ChildCallbacks callbacks;
   Task* t = &task;
   callbacks.on_output = [this, t](std::string_view bytes) {

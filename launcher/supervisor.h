@@ -116,6 +116,7 @@ class Supervisor {
   // teardown -> back-off -> start, or finish.
   void start_attempt();
   bool ports_free_or_retry();
+  void repick_port(size_t task);
   void spawn_task(Task& task);
   void append_to_log(Task& task, const std::string& text);
   void on_output(Task& task, std::string_view bytes);
@@ -162,7 +163,9 @@ class Supervisor {
   std::function<void(const SupervisorResult&)> on_done_;
   Phase phase_ = Phase::kStarting;
   int attempt_ = 0;
-  int master_port_ = 0;  ///< MASTER_PORT of this attempt: the plan's, or another if it was taken
+  int master_port_ = 0;     ///< MASTER_PORT of this attempt: the plan's, or another if it was taken
+  std::vector<int> ports_;  ///< each task's port (plan order): the plan's, or re-picked
+  std::string cluster_json_;  ///< TF_CONFIG's cluster after a re-pick; "" = the plan's
   int port_retries_ = 0;
   double attempt_started_ = 0;
   double launcher_started_ = 0;

@@ -1,6 +1,7 @@
 // See supervisor.h. The group as the outside sees it: a snapshot, written to state.json on every
 // change (a later launcher uses its pids to end stale workers), and the live line. The formats
 // themselves are group_view's pure functions.
+#include <fmt/format.h>
 #include <unistd.h>
 
 #include "common/clock.h"
@@ -43,10 +44,13 @@ GroupSnapshot Supervisor::snapshot() const {
     g.reason = result_.reason;
     g.exit_code = result_.exit_code;
   }
-  for (const auto& task : tasks_) {
+  for (size_t i = 0; i < tasks_.size(); ++i) {
+    const Task* task = tasks_[i].get();
     TaskSnapshot t;
     t.task = task->plan.task.text();
-    t.address = task->plan.address;
+    t.address = ports_[i] == task->plan.endpoint.port
+                    ? task->plan.address
+                    : fmt::format("{}:{}", task->plan.endpoint.host, ports_[i]);
     t.log_path = task->plan.log_path;
     t.pid = task->pid;
     t.state = task->state_name();

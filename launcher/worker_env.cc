@@ -23,16 +23,17 @@ bool user_sets(const common::JobSpec& spec, const char* name) {
 }
 
 // TensorFlow's exact format (common/tf_config.h), from the cluster text the plan made once.
-std::string tf_config(const LaunchPlan& plan, const TaskPlan& task) {
+std::string tf_config(const LaunchPlan& plan, const TaskPlan& task, std::string_view cluster) {
   return fmt::format("{{\"cluster\": {}, \"task\": {{\"type\": {}, \"index\": {}}}}}",
-                     plan.cluster_json, common::json_quote(task.task.type), task.task.index);
+                     cluster.empty() ? std::string_view(plan.cluster_json) : cluster,
+                     common::json_quote(task.task.type), task.task.index);
 }
 
 Env worker_env(const LaunchPlan& plan, const TaskPlan& task, const AttemptParams& attempt) {
   using namespace common;
   const LaunchContext& c = plan.context;
   Env env = {
-      {kEnvTfConfig.name, tf_config(plan, task)},
+      {kEnvTfConfig.name, tf_config(plan, task, attempt.cluster_json)},
       {kEnvJob.name, c.spec->job},
       {kEnvRunDir.name, c.run_dir},
       {kEnvAttempt.name, std::to_string(attempt.attempt)},
@@ -102,6 +103,22 @@ SpawnRequest make_spawn_request(const LaunchPlan& plan, const TaskPlan& task,
                      ? srun_argv(plan.spec(), *c.slurm, task.slurm_index, c.dtrain_program)
                      : remote_shell_argv(plan, task);
   return request;
+}
+
+std::string cluster_json_with_ports(const LaunchPlan& plan, const std::vector<int>& ports) {
+  DT_ENFORCE_EQ(ports.size(), plan.tasks.size(), "one port per task");
+  std::vector<common::ClusterSpec::Job> jobs;
+  size_t i = 0;  // ClusterSpec::tasks() order, job by job: the plan's order
+  for (const auto& [type, addresses] : plan.context.cluster.jobs()) {
+    std::vector<std::string> moved;
+    for (size_t k = 0; k < addresses.size(); ++k, ++i) {
+      const std::string& host = plan.tasks[i].endpoint.host;
+      bool v6 = host.find(':') != std::string::npos;
+      moved.push_back(fmt::format("{}{}{}:{}", v6 ? "[" : "", host, v6 ? "]" : "", ports[i]));
+    }
+    jobs.emplace_back(type, std::move(moved));
+  }
+  return common::ClusterSpec(std::move(jobs)).to_python_json();
 }
 
 std::string shell_quote(const std::string& text) {

@@ -5,6 +5,8 @@
 #pragma once
 
 #include <string>
+#include <string_view>
+#include <vector>
 
 #include "launcher/launch_plan.h"
 #include "launcher/process_spawner.h"
@@ -15,11 +17,17 @@ namespace dtrain::launcher {
 struct AttemptParams {
   int attempt = 0;      ///< DTRAIN_ATTEMPT, TORCHELASTIC_RESTART_COUNT
   int master_port = 0;  ///< MASTER_PORT of this start (0: not set)
+  /// TF_CONFIG's cluster when the launcher picked other ports for this start
+  /// (cluster_json_with_ports); empty: the plan's.
+  std::string_view cluster_json = {};
 };
 
 /// The request that starts task for the given attempt.
 SpawnRequest make_spawn_request(const LaunchPlan& plan, const TaskPlan& task,
                                 const AttemptParams& attempt);
+
+/// TF_CONFIG's cluster text with each task on ports[i] (plan order) instead of its planned port.
+std::string cluster_json_with_ports(const LaunchPlan& plan, const std::vector<int>& ports);
 
 /// Single-quoted for a POSIX shell: it's -> 'it'\''s'.
 std::string shell_quote(const std::string& text);

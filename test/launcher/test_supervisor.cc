@@ -632,3 +632,30 @@ TEST_CASE("a lost host is retried with back-off within the budget, not taken for
     CHECK_THAT(failed.failure->what, Catch::Contains("host 192.0.2.1 was lost earlier"));
   }
 }
+
+TEST_CASE("a \"workers\": N port taken by another program is picked again; TF_CONFIG follows") {
+  auto succeed = [](FakeProcess& p) { p.end(ExitStatus::exited(0)); };
+  Harness h("", succeed);
+  std::string planned = h.supervisor->snapshot().tasks.at(1).address;  // localhost:PORT
+  int port = std::stoi(planned.substr(planned.rfind(':') + 1));
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  REQUIRE(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0);
+  REQUIRE(::listen(fd, 1) == 0);
+  auto r = h.run();
+  ::close(fd);
+  CHECK(r.status == "succeeded");
+  REQUIRE(h.spawner.processes.size() == 2);
+  for (const auto& p : h.spawner.processes) {
+    std::string tf_config = p->env("TF_CONFIG");
+    CHECK(tf_config.find(planned) == std::string::npos);  // every task sees the new port
+  }
+  std::string now = h.supervisor->snapshot().tasks.at(1).address;
+  CHECK(now != planned);
+  CHECK(h.spawner.processes[0]->env("TF_CONFIG").find(now) != std::string::npos);
+  CHECK(h.events().find("\"event\":\"port\",\"task\":\"worker:1\",\"taken\":" +
+                        std::to_string(port)) != std::string::npos);
+}
