@@ -264,6 +264,37 @@ TEST_CASE("load_idx_pair checks that images and labels belong together", "[idx]"
     REQUIRE_THAT(config_error([&] { load_idx_pair(images, labels); }),
                  Contains(labels + ": all labels are 0"));
   }
+  SECTION("a single class is fine in a test split") {
+    const std::string labels = write_raw(dir, "labels", idx_bytes(kIdxLabelsMagic, {3}, {0, 0, 0}));
+    Dataset test = load_idx_pair(images, labels, Split::kTest);
+    CHECK((test.count == 3 && test.classes == 1));
+  }
+}
+
+// Issue 25 (19): a test split whose labels are all one class was refused like a training split.
+TEST_CASE("load_data accepts a test split of one class, not a train split of one", "[idx]") {
+  TempDir dir;
+  const std::vector<uint8_t> zeros = {0, 0, 0};
+  write_raw(dir, "train-images-idx3-ubyte", good_images());
+  write_raw(dir, "t10k-images-idx3-ubyte", good_images());
+  DataConfig config;
+  config.dir = dir.path();
+  SECTION("test split of one class") {
+    write_raw(dir, "train-labels-idx1-ubyte", good_labels());
+    write_raw(dir, "t10k-labels-idx1-ubyte", idx_bytes(kIdxLabelsMagic, {3}, zeros));
+    auto [train, test] = load_data(config, {2, 2, 1});
+    CHECK((train.classes == 3 && test.classes == 3));  // both splits: the model's classes
+    CHECK(test.labels == std::vector<int32_t>(zeros.begin(), zeros.end()));
+  }
+  SECTION("train split of one class") {
+    const std::string labels =
+        write_raw(dir, "train-labels-idx1-ubyte", idx_bytes(kIdxLabelsMagic, {3}, zeros));
+    write_raw(dir, "t10k-labels-idx1-ubyte", good_labels());
+    CHECK_THAT(config_error([&] {
+                 load_data(config, {2, 2, 1});
+               }),
+               Contains(labels + ": all labels are 0"));
+  }
 }
 
 TEST_CASE("parse_data_config reads train.data with Keras-ish defaults", "[idx]") {

@@ -8,6 +8,7 @@
 #include <catch2/catch.hpp>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 
 #include "common/atomic_file.h"
 #include "common/errors.h"
@@ -145,7 +146,7 @@ std::string forged(const std::string& dir, int64_t global_step, const std::strin
                    std::map<std::string, std::string> overrides = {},
                    std::vector<float> w = weights(1)) {
   std::map<std::string, std::string> m = {{"format", "dtrain-checkpoint"},
-                                          {"format_version", "1"},
+                                          {"format_version", "2"},
                                           {"architecture", architecture},
                                           {"epoch", "1"},
                                           {"step", "0"},
@@ -158,7 +159,8 @@ std::string forged(const std::string& dir, int64_t global_step, const std::strin
   std::string path = fmt::format("{}/ckpt-{:010}.safetensors", dir, global_step);
   fs::create_directories(dir);
   common::write_file_atomically(
-      path, encode_safetensors({{"layers.0.dense.kernel", {5}, w.data(), w.size()}}, m));
+      path, encode_safetensors({{"layers.0.dense.kernel", {5}, w.data(), w.size()}}, m,
+                               ChecksumScope::kIndexToo));
   return path;
 }
 
@@ -285,7 +287,7 @@ TEST_CASE("read_safetensors reads the header first and no more than it describes
 TEST_CASE("restore_tensors: a tensor of another shape or a missing weight is an error naming it") {
   testing::TempDir dir;
   std::string path = forged(dir.path() + "/backup", 3, "a");
-  LoadedCheckpoint c{path, {}, read_safetensors(path)};
+  LoadedCheckpoint c{path, {}, read_safetensors(path), {}};
   std::vector<float> out(5, -1.0f), slot(5, -1.0f), other(6, -1.0f);
   restore_tensors(c, {{"layers.0.dense.kernel", {5}, out.data(), 5},
                       {"optimizer.sgd.velocity.layers.0.dense.kernel", {5}, slot.data(), 5}});
@@ -311,4 +313,119 @@ TEST_CASE("a backup folder reached through a symlink loses only the store's file
   save_one(store, 10, weights(10));
   store.remove_all();
   CHECK(files_in(dir.path() + "/victim/backup") == std::vector<std::string>{"precious.txt"});
+}
+
+namespace {
+
+// Replaces the header of the safetensors file at path by edit(header), padded again to 8 bytes
+// and with its length prefix rewritten, so only what edit changed differs.
+void edit_header(const std::string& path, const std::function<void(std::string&)>& edit) {
+  std::string bytes = common::read_file(path);
+  uint64_t length = 0;
+  for (int i = 0; i < 8; ++i)
+    length |= static_cast<uint64_t>(static_cast<unsigned char>(bytes[i])) << (8 * i);
+  std::string header = bytes.substr(8, length), data = bytes.substr(8 + length);
+  while (!header.empty() && header.back() == ' ') header.pop_back();
+  edit(header);
+  header.append((8 - header.size() % 8) % 8, ' ');
+  std::string out(8, '\0');
+  for (int i = 0; i < 8; ++i)
+    out[static_cast<size_t>(i)] = static_cast<char>(header.size() >> (8 * i));
+  common::write_file_atomically(path, out + header + data);
+}
+
+// Where the "[begin,end]" of tensor name's data_offsets sits in header.
+std::pair<size_t, size_t> offsets_of(const std::string& header, const std::string& name) {
+  size_t at = header.find("\"data_offsets\":", header.find("\"" + name + "\":"));
+  REQUIRE(at != std::string::npos);
+  size_t begin = header.find('[', at), end = header.find(']', begin) + 1;
+  return {begin, end - begin};
+}
+
+void set_offsets(std::string& header, const std::string& name, const std::string& offsets) {
+  auto [at, size] = offsets_of(header, name);
+  header.replace(at, size, offsets);
+}
+
+void swap_offsets(std::string& header, const std::string& a, const std::string& b) {
+  auto [at_a, size_a] = offsets_of(header, a);
+  auto [at_b, size_b] = offsets_of(header, b);
+  std::string offsets_a = header.substr(at_a, size_a), offsets_b = header.substr(at_b, size_b);
+  set_offsets(header, a, offsets_b);
+  set_offsets(header, b, offsets_a);
+}
+
+// Two layers' kernels of the same shape and their momentum slots, as the trainer saves them.
+std::string save_two_layers(CheckpointStore& store, int64_t global_step,
+                            const std::vector<std::vector<float>>& v) {
+  TrainingState s;
+  s.epoch = 1;
+  s.global_step = global_step;
+  return store.save(s,
+                    {{"layers.0.dense.kernel", {5}, v[0].data(), 5},
+                     {"layers.1.dense.kernel", {5}, v[1].data(), 5},
+                     {"optimizer.momentum.layers.0.dense.kernel", {5}, v[2].data(), 5},
+                     {"optimizer.momentum.layers.1.dense.kernel", {5}, v[3].data(), 5}},
+                    R"({"arch":1})");
+}
+
+}  // namespace
+
+// Issue 25 (6): the checksum covered metadata and data but not the tensor index, so swapping two
+// same-shape tensors' data_offsets restored the model scrambled, silently.
+TEST_CASE("a checkpoint whose header points tensors at other bytes is refused, not restored") {
+  testing::TempDir dir;
+  CheckpointStore store(dir.path() + "/backup", 5);
+  const std::vector<std::vector<float>> v = {weights(1), weights(2), weights(3), weights(4)};
+  save_two_layers(store, 10, v);
+  std::string path = save_two_layers(store, 20, v);
+  REQUIRE(store.load_latest(R"({"arch":1})")->state.global_step == 20);
+
+  SECTION("two weights and their momentum buffers swapped: the previous checkpoint is used") {
+    edit_header(path, [](std::string& h) {
+      swap_offsets(h, "layers.0.dense.kernel", "layers.1.dense.kernel");
+      swap_offsets(h, "optimizer.momentum.layers.0.dense.kernel",
+                   "optimizer.momentum.layers.1.dense.kernel");
+    });
+    CHECK_THROWS_WITH(read_safetensors(path), Catch::Contains("checksum mismatch"));
+    auto latest = store.load_latest(R"({"arch":1})");
+    REQUIRE(latest);
+    CHECK(latest->state.global_step == 10);
+    CHECK(latest->file.tensors["layers.0.dense.kernel"].data == weights(1));
+  }
+  SECTION("two tensors sharing bytes") {
+    edit_header(path, [](std::string& h) { set_offsets(h, "layers.1.dense.kernel", "[0,20]"); });
+    CHECK_THROWS_WITH(read_safetensors(path),
+                      Catch::Contains("layers.1.dense.kernel's data_offsets [0, 20] overlap "
+                                      "tensor layers.0.dense.kernel's [0, 20]"));
+    CHECK(store.load_latest(R"({"arch":1})")->state.global_step == 10);
+  }
+  SECTION("a tensor past the end of the data") {
+    std::string bytes;
+    edit_header(path, [](std::string& h) {
+      set_offsets(h, "optimizer.momentum.layers.1.dense.kernel", "[80,100]");
+    });
+    bytes = common::read_file(path);
+    CHECK_THROWS_WITH(decode_safetensors(bytes, "x"),
+                      Catch::Contains("x: bad header: tensor "
+                                      "optimizer.momentum.layers.1.dense.kernel's data_offsets go "
+                                      "to byte 100, the data has 80"));
+    CHECK_THROWS_WITH(decode_safetensors(bytes + std::string(20, '\0'), "x"),
+                      Catch::Contains("bytes 60 to 80 of the data belong to no tensor"));
+    CHECK(store.load_latest(R"({"arch":1})")->state.global_step == 10);
+  }
+  SECTION("a checkpoint of format version 1 (checksum without the index) is refused") {
+    forged(dir.path() + "/backup", 30, R"({"arch":1})", {{"format_version", "1"}});
+    CHECK(store.load_latest(R"({"arch":1})")->state.global_step == 20);
+  }
+}
+
+TEST_CASE("model files keep the checksum Python tools check; checkpoints cover the index") {
+  std::vector<float> a = weights(1);
+  std::string plain = encode_safetensors({{"a", {5}, a.data(), 5}}, {});
+  std::string indexed = encode_safetensors({{"a", {5}, a.data(), 5}}, {}, ChecksumScope::kIndexToo);
+  CHECK(decode_safetensors(plain, "p").metadata["checksum"].rfind("crc32:", 0) == 0);
+  CHECK(decode_safetensors(plain, "p").checksum_scope == ChecksumScope::kMetadataAndData);
+  CHECK(decode_safetensors(indexed, "i").metadata["checksum"].rfind("crc32-index:", 0) == 0);
+  CHECK(decode_safetensors(indexed, "i").checksum_scope == ChecksumScope::kIndexToo);
 }

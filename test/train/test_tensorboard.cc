@@ -313,3 +313,44 @@ TEST_CASE("summaries off write nothing; a log_dir that cannot be made warns, tra
   CHECK(r.err.find("(training goes on)") != std::string::npos);
   CHECK(read_metrics(dir.path() + "/blocked").size() == 1);
 }
+
+// Issue 25 (7): a chief killed between the epoch checkpoint and metrics.jsonl lost the epoch's
+// line and TensorBoard points for good. The kill is simulated by a first run without summaries
+// whose last metrics line is then dropped: the state such a kill leaves.
+TEST_CASE("an epoch line missing after a kill is written on resume from the checkpoint, once") {
+  testing::TempDir dir;
+  std::string run = dir.path() + "/run", adam = R"({"type": "adam", "learning_rate": 0.003})";
+  auto train = [&](int epochs, const std::string& tensorboard) {
+    std::string config =
+        write_text(dir.path() + "/train.json", train_json(adam, epochs, tensorboard));
+    auto r = testing::run_process(
+        {testing::binary("dtrain-worker"), "--config", config, "--run-dir", run});
+    INFO(r.out << r.err);
+    REQUIRE(r.exit_code == 0);
+    return r;
+  };
+  train(2, "false");
+  std::string text = common::read_file(run + "/metrics.jsonl");
+  size_t second = text.find('\n') + 1;
+  std::string lost = text.substr(second);
+  REQUIRE(lost.find("\"epoch\":2") != std::string::npos);
+  write_text(run + "/metrics.jsonl.new", text.substr(0, second));
+  fs::rename(run + "/metrics.jsonl.new", run + "/metrics.jsonl");
+
+  auto resumed = train(3, "true");
+  CHECK(resumed.err.find("has no line for epoch 2") != std::string::npos);
+  std::string after = common::read_file(run + "/metrics.jsonl");
+  CHECK(after.substr(0, text.size()) == text);  // the lost line back, as it was written
+  std::vector<std::map<std::string, double>> metrics = read_metrics(run);
+  REQUIRE(metrics.size() == 3);
+  for (size_t e = 0; e < 3; ++e) CHECK(metrics[e]["epoch"] == static_cast<double>(e + 1));
+  // This run's event file has the recovered epoch's points (Keras's epoch index 1) and its own.
+  auto scalars = by_tag(read_events(run + "/tensorboard/train"));
+  REQUIRE(scalars.count("epoch_loss"));
+  CHECK(scalars.at("epoch_loss").size() == 2);
+  CHECK(scalars.at("epoch_loss").at(1) == f32(metrics[1]["loss"]));
+  CHECK(scalars.at("epoch_loss").at(2) == f32(metrics[2]["loss"]));
+
+  train(3, "false");  // nothing left to train and nothing missing: nothing added
+  CHECK(read_metrics(run).size() == 3);
+}

@@ -320,12 +320,35 @@ TEST_CASE("a successful run removes only its checkpoints; a backup.dir outside i
   CHECK(left == std::vector<std::string>{"README"});
 }
 
+// Issue 25 (12): a file where the backup folder goes trained each attempt up to the first save,
+// then failed there ("Not a directory") as if restartable.
+TEST_CASE("a file in the backup folder's way is exit 2 naming train.backup.dir, before any step") {
+  testing::TempDir dir;
+  std::string run = dir.path() + "/run";
+  fs::create_directories(run);
+  for (const auto& [backup, in_the_way] :
+       {std::pair<std::string, std::string>{"backup", "backup"}, {"ckpts/a", "ckpts"}}) {
+    INFO(backup);
+    std::ofstream(run + "/" + in_the_way) << "not a folder";
+    std::string job = dir.path() + "/job.json";
+    std::ofstream(job, std::ios::trunc) << small_job(R"({"dir": ")" + backup + R"("})");
+    auto r =
+        testing::run_process({testing::binary("dtrain-worker"), "--config", job, "--run-dir", run});
+    INFO(r.err);
+    CHECK(r.exit_code == 2);
+    CHECK(r.err.find("train.backup.dir: cannot use " + run + "/" + backup) != std::string::npos);
+    CHECK(r.out.find("Epoch 1/1") == std::string::npos);  // no step was trained
+    CHECK_FALSE(fs::exists(run + "/metrics.jsonl"));
+    CHECK(common::read_file(run + "/" + in_the_way) == "not a folder");
+  }
+}
+
 TEST_CASE("a checkpoint with a good checksum but a tensor of the wrong size stops the restore") {
   testing::TempDir dir;
   train::TrainConfig c = config(5);
   // This model's architecture and tensor names, one kernel a value short.
   std::map<std::string, std::string> m = {{"format", "dtrain-checkpoint"},
-                                          {"format_version", "1"},
+                                          {"format_version", "2"},
                                           {"architecture", c.model_json},
                                           {"epoch", "1"},
                                           {"step", "0"},
@@ -345,8 +368,9 @@ TEST_CASE("a checkpoint with a good checksum but a tensor of the wrong size stop
     views.push_back({p.name, shape, data.back().data(), data.back().size()});
   }
   fs::create_directories(dir.path() + "/backup");
-  common::write_file_atomically(dir.path() + "/backup/ckpt-0000000019.safetensors",
-                                train::encode_safetensors(views, m));
+  common::write_file_atomically(
+      dir.path() + "/backup/ckpt-0000000019.safetensors",
+      train::encode_safetensors(views, m, train::ChecksumScope::kIndexToo));
   CHECK_THROWS_WITH(train_once(c, dir.path()),
                     Catch::Contains("ckpt-0000000019.safetensors: tensor " +
                                     model.parameter_infos()[0].name + " has shape [") &&

@@ -77,7 +77,7 @@ std::pair<Dataset, Dataset> make_synthetic_splits(const DataConfig& config,
 
 }  // namespace
 
-Dataset load_idx_pair(const std::string& images_path, const std::string& labels_path) {
+Dataset load_idx_pair(const std::string& images_path, const std::string& labels_path, Split split) {
   IdxArray images = read_idx(images_path, IdxKind::kImages);
   IdxArray labels = read_idx(labels_path, IdxKind::kLabels);
   if (images.dims[0] != labels.dims[0]) {
@@ -92,7 +92,7 @@ Dataset load_idx_pair(const std::string& images_path, const std::string& labels_
   data.bytes = std::move(images.data);
   data.labels.assign(labels.data.begin(), labels.data.end());
   const int32_t largest = *std::max_element(data.labels.begin(), data.labels.end());
-  if (largest == 0) {
+  if (largest == 0 && split == Split::kTrain) {
     throw ConfigError(
         fmt::format("{}: all labels are 0; a classifier needs at least 2 classes", labels_path));
   }
@@ -182,7 +182,7 @@ std::pair<Dataset, Dataset> load_data(const DataConfig& config,
   const DataConfig paths = resolve_idx_paths(config);
   Dataset train = load_idx_pair(paths.train_images, paths.train_labels);
   check_matches_model(train, input_shape, paths.train_images);
-  Dataset test = load_idx_pair(paths.test_images, paths.test_labels);
+  Dataset test = load_idx_pair(paths.test_images, paths.test_labels, Split::kTest);
   check_matches_model(test, input_shape, paths.test_images);
   train.classes = test.classes = std::max(train.classes, test.classes);
   return {std::move(train), std::move(test)};

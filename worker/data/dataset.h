@@ -32,10 +32,15 @@ struct Dataset {
   }
 };
 
+/// Whether a split's labels must name at least 2 classes: a classifier cannot learn from one, but
+/// it can be measured on one (a test split of a single class is a valid, if narrow, test).
+enum class Split { kTrain, kTest };
+
 /// Loads an images file (N x H x W, one channel) and its labels file. ConfigError when either
-/// file is bad (idx_file.h), when the counts differ (naming both files), or when all labels are
-/// 0. classes = largest label + 1. Blocks on file I/O.
-Dataset load_idx_pair(const std::string& images_path, const std::string& labels_path);
+/// file is bad (idx_file.h), when the counts differ (naming both files), or, for a training
+/// split, when all labels are 0. classes = largest label + 1. Blocks on file I/O.
+Dataset load_idx_pair(const std::string& images_path, const std::string& labels_path,
+                      Split split = Split::kTrain);
 
 /// Learnable synthetic data: each class has a fixed random prototype image (from seed) and
 /// example i is its class's prototype plus small noise, clamped to [0, 1]; label i % classes.
@@ -66,7 +71,8 @@ inline constexpr uint64_t kSyntheticSeed = 0x5eedda7a;
 
 /// The train and test splits. input_shape is the model's [height, width, channels]: idx data
 /// must match it (ConfigError "data: images are 28x28x1 but model.input_shape is [32, 32, 3]");
-/// synthetic data is made in that shape. Both splits get the same `classes`.
+/// synthetic data is made in that shape. Both splits get the same `classes`; only the train
+/// split must have 2 or more.
 std::pair<Dataset, Dataset> load_data(const DataConfig& config,
                                       const std::vector<int>& input_shape);
 

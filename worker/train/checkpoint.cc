@@ -21,9 +21,12 @@ namespace fs = std::filesystem;
 namespace {
 
 constexpr const char* kFormat = "dtrain-checkpoint";
-constexpr const char* kFormatVersion = "1";
+/// 2: the checksum covers the tensor index too (docs/design.md#checkpoint-format). Version 1 files
+/// are refused: their checksum let a header point one tensor at another's bytes unnoticed.
+constexpr const char* kFormatVersion = "2";
 constexpr const char* kIndex = "checkpoint.json";
-constexpr int64_t kMaxEpochs = int64_t{1} << 20;  ///< train.epochs' own limit
+constexpr const char* kEpochMetrics = "epoch_metrics";  ///< optional metadata entry
+constexpr int64_t kMaxEpochs = int64_t{1} << 20;        ///< train.epochs' own limit
 constexpr int64_t kMaxSteps = int64_t{1} << 50;
 
 std::string number(double v) {
@@ -82,6 +85,13 @@ double sum_of(const std::map<std::string, std::string>& m, const char* key,
 
 TrainingState state_of(const std::map<std::string, std::string>& m, const std::string& path) {
   auto format = m.find("format"), version = m.find("format_version");
+  if (format != m.end() && format->second == kFormat && version != m.end() &&
+      version->second == "1") {
+    throw common::IoError(fmt::format(
+        "{}: a checkpoint of format version 1, written by an older dtrain, whose checksum does "
+        "not cover the tensor index; this dtrain reads version {} only",
+        path, kFormatVersion));
+  }
   if (format == m.end() || format->second != kFormat || version == m.end() ||
       version->second != kFormatVersion) {
     throw common::IoError(
@@ -126,7 +136,8 @@ bool is_temporary(const std::string& n) {
 
 std::string CheckpointStore::save(const TrainingState& state,
                                   const std::vector<TensorView>& tensors,
-                                  const std::string& architecture) {
+                                  const std::string& architecture,
+                                  const std::string& epoch_metrics) {
   std::error_code ec;
   fs::create_directories(dir_, ec);
   if (ec) throw common::IoError(fmt::format("cannot create {}: {}", dir_, ec.message()));
@@ -139,8 +150,10 @@ std::string CheckpointStore::save(const TrainingState& state,
         "checkpoint; remove it",
         path));
   }
-  common::write_file_atomically(path,
-                                encode_safetensors(tensors, state_metadata(state, architecture)));
+  std::map<std::string, std::string> metadata = state_metadata(state, architecture);
+  if (!epoch_metrics.empty()) metadata[kEpochMetrics] = epoch_metrics;
+  common::write_file_atomically(
+      path, encode_safetensors(tensors, std::move(metadata), ChecksumScope::kIndexToo));
   std::vector<std::string> kept = prune(name, architecture);
   common::JsonWriter index;
   index.begin_object().key("latest").value(name).key("all").begin_array();
@@ -212,7 +225,13 @@ std::optional<LoadedCheckpoint> CheckpointStore::load_latest(
         throw common::IoError(fmt::format("{}: written for another model architecture", path));
       }
       TrainingState state = state_of(file.metadata, path);
-      return LoadedCheckpoint{path, state, std::move(file)};
+      if (file.checksum_scope != ChecksumScope::kIndexToo) {
+        throw common::IoError(
+            fmt::format("{}: its checksum does not cover the tensor index", path));
+      }
+      auto metrics = file.metadata.find(kEpochMetrics);
+      std::string epoch_metrics = metrics == file.metadata.end() ? "" : metrics->second;
+      return LoadedCheckpoint{path, state, std::move(file), std::move(epoch_metrics)};
     } catch (const std::exception& e) {
       spdlog::warn("skipping checkpoint {}: {}", path, e.what());
     }

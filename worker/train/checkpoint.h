@@ -29,6 +29,7 @@ struct LoadedCheckpoint {
   std::string path;
   TrainingState state;
   SafetensorsFile file;
+  std::string epoch_metrics;  ///< what save() was given as such (empty when nothing)
 };
 
 /// Copies each tensor of into (views of host memory the caller owns) from the checkpoint. A
@@ -46,9 +47,10 @@ class CheckpointStore {
   /// Writes a checkpoint of state and tensors for a model of architecture (JSON text), updates
   /// the index and deletes this model's older checkpoints beyond the newest `keep` (files of
   /// other models, or of later steps, are never deleted: see prune). Returns its path. Throws
-  /// IoError, or ConfigError when a folder has the checkpoint's name.
+  /// IoError, or ConfigError when a folder has the checkpoint's name. epoch_metrics (opaque text,
+  /// e.g. the finished epoch's metrics) is kept in the metadata and comes back with the load.
   std::string save(const TrainingState& state, const std::vector<TensorView>& tensors,
-                   const std::string& architecture);
+                   const std::string& architecture, const std::string& epoch_metrics = {});
   /// The newest checkpoint that verifies, is for architecture and has epoch and step in range;
   /// each one skipped is logged with its reason. nullopt when there is none.
   std::optional<LoadedCheckpoint> load_latest(const std::string& architecture) const;

@@ -1,14 +1,16 @@
-// See safetensors.h. The checksum covers the metadata (but itself) and the data section, so a
-// file cut short or changed anywhere is refused; a reader trusts the header's sizes only after
-// checking them against the file.
+// See safetensors.h. The checksum covers the metadata (but itself), for checkpoints the tensor
+// index too, and the data section, so a file cut short or changed anywhere is refused; a reader
+// trusts the header's sizes and offsets only after checking them against the file.
 #include "worker/train/safetensors.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <zlib.h>
 
 #include <algorithm>
 #include <cstring>
 #include <string_view>
+#include <tuple>
 
 #include "common/atomic_file.h"
 #include "common/errors.h"
@@ -19,43 +21,69 @@ namespace {
 
 /// The Python safetensors package's limit too; dtrain's headers are a few KB.
 constexpr uint64_t kMaxHeaderBytes = uint64_t{100} << 20;
+constexpr std::string_view kPlainPrefix = "crc32:", kIndexPrefix = "crc32-index:";
 
-uint32_t checksum_of(const std::map<std::string, std::string>& metadata, const char* data,
-                     size_t size) {
-  uLong crc = crc32(0L, Z_NULL, 0);
-  for (const auto& [key, value] : metadata) {
-    if (key == "checksum") continue;
-    std::string entry = key + "=" + value + "\n";
-    crc = crc32(crc, reinterpret_cast<const Bytef*>(entry.data()), static_cast<uInt>(entry.size()));
-  }
+// One tensor's entry in a safetensors header.
+struct TensorEntry {
+  std::string name;
+  std::vector<int64_t> shape;
+  size_t begin = 0, end = 0;  ///< byte offsets in the data section
+};
+
+uLong crc_update(uLong crc, const char* data, size_t size) {
   for (size_t done = 0; done < size;) {  // crc32 takes at most uInt bytes at a time
     uInt chunk = static_cast<uInt>(std::min<size_t>(size - done, 1u << 30));
     crc = crc32(crc, reinterpret_cast<const Bytef*>(data + done), chunk);
     done += chunk;
   }
-  return static_cast<uint32_t>(crc);
+  return crc;
+}
+
+// The "checksum" value of scope (docs/design.md#checkpoint-format): "key=value\n" of every other
+// metadata entry in key order; for kIndexToo then "<name length>:<name>\tF32\t[<shape>]\t<begin>
+// \t<end>\n" per tensor in name order; then the data section.
+std::string checksum_of(ChecksumScope scope, const std::map<std::string, std::string>& metadata,
+                        std::vector<TensorEntry> index, const char* data, size_t size) {
+  uLong crc = crc32(0L, Z_NULL, 0);
+  for (const auto& [key, value] : metadata) {
+    if (key == "checksum") continue;
+    std::string entry = key + "=" + value + "\n";
+    crc = crc_update(crc, entry.data(), entry.size());
+  }
+  if (scope == ChecksumScope::kIndexToo) {
+    std::sort(index.begin(), index.end(),
+              [](const TensorEntry& a, const TensorEntry& b) { return a.name < b.name; });
+    for (const TensorEntry& t : index) {
+      std::string entry = fmt::format("{}:{}\tF32\t[{}]\t{}\t{}\n", t.name.size(), t.name,
+                                      fmt::join(t.shape, ","), t.begin, t.end);
+      crc = crc_update(crc, entry.data(), entry.size());
+    }
+  }
+  crc = crc_update(crc, data, size);
+  std::string_view prefix = scope == ChecksumScope::kIndexToo ? kIndexPrefix : kPlainPrefix;
+  return fmt::format("{}{:08x}", prefix, static_cast<uint32_t>(crc));
 }
 
 }  // namespace
 
 std::string encode_safetensors(const std::vector<TensorView>& tensors,
-                               std::map<std::string, std::string> metadata) {
+                               std::map<std::string, std::string> metadata, ChecksumScope scope) {
   std::string data;
-  for (const TensorView& t : tensors)
+  std::vector<TensorEntry> index;
+  for (const TensorView& t : tensors) {
+    index.push_back({t.name, t.shape, data.size(), data.size() + t.count * sizeof(float)});
     data.append(reinterpret_cast<const char*>(t.data), t.count * sizeof(float));
-  metadata["checksum"] =
-      fmt::format("crc32:{:08x}", checksum_of(metadata, data.data(), data.size()));
+  }
+  metadata["checksum"] = checksum_of(scope, metadata, index, data.data(), data.size());
   common::JsonWriter w;
   w.begin_object().key("__metadata__").begin_object();
   for (const auto& [key, value] : metadata) w.key(key).value(value);
   w.end_object();
-  size_t offset = 0;
-  for (const TensorView& t : tensors) {
+  for (const TensorEntry& t : index) {
     w.key(t.name).begin_object().key("dtype").value("F32").key("shape").begin_array();
     for (int64_t d : t.shape) w.value(d);
-    w.end_array().key("data_offsets").begin_array().value(static_cast<uint64_t>(offset));
-    offset += t.count * sizeof(float);
-    w.value(static_cast<uint64_t>(offset)).end_array().end_object();
+    w.end_array().key("data_offsets").begin_array().value(static_cast<uint64_t>(t.begin));
+    w.value(static_cast<uint64_t>(t.end)).end_array().end_object();
   }
   std::string header = w.end_object().str();
   header.append((8 - header.size() % 8) % 8, ' ');  // data starts 8-byte aligned
@@ -66,13 +94,6 @@ std::string encode_safetensors(const std::vector<TensorView>& tensors,
 }
 
 namespace {
-
-// One tensor's entry in a safetensors header.
-struct TensorEntry {
-  std::string name;
-  std::vector<int64_t> shape;
-  size_t begin = 0, end = 0;  ///< byte offsets in the data section
-};
 
 // A parsed header: what the data section must hold.
 struct Header {
@@ -117,19 +138,53 @@ Header parse_header(std::string_view text, const std::string& path) {
   return header;
 }
 
-// The tensors of header from the data section, once its checksum matches.
+// The tensors' byte ranges must tile the data section, as encode_safetensors lays them out: in
+// offset order each begins where the one before ends, the first at 0 and the last at data_size.
+// So no two tensors share bytes and none reaches past the data, whatever the checksum says.
+void check_layout(std::vector<TensorEntry> tensors, size_t data_size, const std::string& path) {
+  std::sort(tensors.begin(), tensors.end(), [](const TensorEntry& a, const TensorEntry& b) {
+    return std::tie(a.begin, a.end) < std::tie(b.begin, b.end);
+  });
+  size_t at = 0;
+  const TensorEntry* previous = nullptr;
+  for (const TensorEntry& t : tensors) {
+    if (t.end > data_size) {
+      throw common::IoError(
+          fmt::format("{}: bad header: tensor {}'s data_offsets go to byte {}, the data has {}",
+                      path, t.name, t.end, data_size));
+    }
+    if (t.begin < at) {
+      throw common::IoError(fmt::format(
+          "{}: bad header: tensor {}'s data_offsets [{}, {}] overlap tensor {}'s [{}, {}]", path,
+          t.name, t.begin, t.end, previous->name, previous->begin, previous->end));
+    }
+    if (t.begin > at) {
+      throw common::IoError(fmt::format(
+          "{}: bad header: bytes {} to {} of the data belong to no tensor", path, at, t.begin));
+    }
+    at = t.end;
+    previous = &t;
+  }
+  if (at != data_size) {
+    throw common::IoError(fmt::format(
+        "{}: bad header: bytes {} to {} of the data belong to no tensor", path, at, data_size));
+  }
+}
+
+// The tensors of header from the data section, once its layout and checksum check out.
 SafetensorsFile assemble(Header header, const char* data, size_t data_size,
                          const std::string& path) {
-  if (header.data_end > data_size) {
-    throw common::IoError(fmt::format("{}: bad header: data_offsets go to byte {}, the data has {}",
-                                      path, header.data_end, data_size));
-  }
-  std::string expected = fmt::format("crc32:{:08x}", checksum_of(header.metadata, data, data_size));
-  if (header.metadata["checksum"] != expected) {
-    throw common::IoError(fmt::format("{}: checksum mismatch (file says {}, data gives {})", path,
-                                      header.metadata["checksum"], expected));
+  check_layout(header.tensors, data_size, path);
+  const std::string& found = header.metadata["checksum"];
+  ChecksumScope scope = found.rfind(kIndexPrefix, 0) == 0 ? ChecksumScope::kIndexToo
+                                                          : ChecksumScope::kMetadataAndData;
+  std::string expected = checksum_of(scope, header.metadata, header.tensors, data, data_size);
+  if (found != expected) {
+    throw common::IoError(
+        fmt::format("{}: checksum mismatch (file says {}, data gives {})", path, found, expected));
   }
   SafetensorsFile file;
+  file.checksum_scope = scope;
   for (const TensorEntry& e : header.tensors) {
     Tensor t{e.shape, std::vector<float>((e.end - e.begin) / sizeof(float))};
     std::memcpy(t.data.data(), data + e.begin, e.end - e.begin);

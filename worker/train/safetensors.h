@@ -11,6 +11,12 @@
 
 namespace dtrain::train {
 
+/// What a file's "checksum" covers, told apart by its prefix. kMetadataAndData ("crc32:"): every
+/// other metadata entry, then the data section, which Python tools check (model files).
+/// kIndexToo ("crc32-index:"): the same plus, between them, each tensor's name, dtype, shape and
+/// data_offsets, so a header that points a tensor at another's bytes fails it (checkpoints).
+enum class ChecksumScope { kMetadataAndData, kIndexToo };
+
 /// A tensor to write: a view, not owned.
 struct TensorView {
   std::string name;
@@ -28,14 +34,17 @@ struct Tensor {
 struct SafetensorsFile {
   std::map<std::string, std::string> metadata;
   std::map<std::string, Tensor> tensors;
+  ChecksumScope checksum_scope = ChecksumScope::kMetadataAndData;  ///< what it verified
 };
 
-/// safetensors bytes; tensors in the given order, metadata keys sorted, and a "checksum" entry
-/// (CRC-32 of the metadata and the data section) added. Same input, same bytes.
+/// safetensors bytes; tensors in the given order and laid out back to back, metadata keys
+/// sorted, and a "checksum" entry of scope added. Same input, same bytes.
 std::string encode_safetensors(const std::vector<TensorView>& tensors,
-                               std::map<std::string, std::string> metadata);
-/// Parses and verifies bytes; throws IoError naming path and what is wrong (truncated, bad
-/// header, checksum mismatch...). Headers nest at most common::kMaxJsonDepth levels.
+                               std::map<std::string, std::string> metadata,
+                               ChecksumScope scope = ChecksumScope::kMetadataAndData);
+/// Parses and verifies bytes (a checksum of either scope); throws IoError naming path and what is
+/// wrong (truncated, bad header, checksum mismatch, tensors' data_offsets that overlap, leave
+/// gaps or go past the data...). Headers nest at most common::kMaxJsonDepth levels.
 SafetensorsFile decode_safetensors(const std::string& bytes, const std::string& path);
 /// Reads and verifies the file at path, the header first: it must be at most 100 MiB, and the
 /// file must hold exactly the data it describes, which is all that is then read. Refuses what is

@@ -183,4 +183,19 @@ TrainConfig parse_train_config(std::string_view json, const std::string& source)
   return config;
 }
 
+void prepare_backup_dir(const TrainConfig& config, const std::string& run_dir) {
+  std::string path = run_dir + "/" + config.backup.dir;
+  std::error_code ec;
+  std::filesystem::create_directories(path, ec);
+  std::error_code type_ec;
+  if (!ec && !std::filesystem::is_directory(path, type_ec))
+    ec = std::make_error_code(std::errc::not_a_directory);
+  if (ec) {
+    throw common::ConfigError(fmt::format(
+        "train.backup.dir: cannot use {} as the checkpoint folder ({}); remove what is in its way "
+        "or choose another train.backup.dir",
+        path, ec.message()));
+  }
+}
+
 }  // namespace dtrain::train

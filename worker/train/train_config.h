@@ -61,4 +61,10 @@ struct TrainConfig {
 /// Parses the train object (JSON text). source names it in errors ("job.json: train.epochs: ...").
 TrainConfig parse_train_config(std::string_view json, const std::string& source);
 
+/// Makes run_dir/backup.dir if it is missing (the chief, before the first step). ConfigError
+/// naming train.backup.dir and the path when that fails or a non-folder is in the way (a file
+/// there or where a parent folder should be): no restart would clear it, so the run must not
+/// train up to its first checkpoint only to fail there (docs/design.md#checkpoint-format).
+void prepare_backup_dir(const TrainConfig& config, const std::string& run_dir);
+
 }  // namespace dtrain::train

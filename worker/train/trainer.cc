@@ -5,6 +5,9 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <fstream>
+#include <limits>
+#include <optional>
 
 #include "common/atomic_file.h"
 #include "common/clock.h"
@@ -59,6 +62,62 @@ TrainingState state_of(const ResumeHeader& h) {
                        h.epoch_seen};
 }
 
+// An epoch's metrics as metrics.jsonl has them (docs/design.md#run-directory); with_steps adds
+// "steps", which the TensorBoard points need, for the copy kept in the epoch checkpoint.
+std::string metrics_json(const EpochMetrics& m, bool with_steps) {
+  common::JsonWriter w;
+  w.begin_object()
+      .key("epoch")
+      .value(m.epoch)
+      .key("loss")
+      .value(m.loss)
+      .key("accuracy")
+      .value(m.accuracy);
+  if (m.validated) {
+    w.key("val_loss").value(m.val_loss).key("val_accuracy").value(m.val_accuracy);
+    w.key("val_seconds").value(m.val_seconds);
+  }
+  w.key("seconds").value(m.seconds).key("samples_per_second").value(m.samples_per_second);
+  w.key("allreduce_seconds").value(m.allreduce_seconds);
+  if (with_steps) w.key("steps").value(m.steps);
+  return w.end_object().str();
+}
+
+// metrics_json(m, true) read back; ConfigError when it is not that.
+EpochMetrics metrics_of(const std::string& json, const std::string& source) {
+  common::JsonDocument doc = common::JsonDocument::parse(json, source);
+  const common::JsonNode root = doc.root();
+  constexpr double kMax = std::numeric_limits<double>::max();
+  auto number = [&](const char* key) { return root.at(key).as_number(-kMax, kMax); };
+  EpochMetrics m;
+  m.epoch = static_cast<int>(root.at("epoch").as_int(1, 1 << 20));
+  m.loss = number("loss"), m.accuracy = number("accuracy");
+  if (root.find("val_loss")) {
+    m.validated = true;
+    m.val_loss = number("val_loss"), m.val_accuracy = number("val_accuracy");
+    m.val_seconds = number("val_seconds");
+  }
+  m.seconds = number("seconds"), m.samples_per_second = number("samples_per_second");
+  m.allreduce_seconds = number("allreduce_seconds");
+  m.steps = root.at("steps").as_int(0, int64_t{1} << 50);
+  return m;
+}
+
+// Whether the metrics.jsonl at path has a line for epoch (1-based). A line that does not parse
+// (torn by a kill) is no epoch's.
+bool has_epoch_line(const std::string& path, int epoch) {
+  std::ifstream in(path);
+  for (std::string line; std::getline(in, line);) {
+    try {
+      common::JsonDocument doc = common::JsonDocument::parse(line, path);
+      std::optional<common::JsonNode> n = doc.root().find("epoch");
+      if (n && n->as_int(0, 1 << 20) == epoch) return true;
+    } catch (const common::ConfigError&) {
+    }
+  }
+  return false;
+}
+
 }  // namespace
 
 Trainer::Trainer(const TrainConfig& config, nn::Backend& backend, comm::Communicator& comm,
@@ -109,6 +168,7 @@ Trainer::Trainer(const TrainConfig& config, nn::Backend& backend, comm::Communic
   stager_ = std::make_unique<InputStager>(backend_.device(), model_->input_dims().size(),
                                           config_.per_worker_batch_size);
   if (options_.timeline) options_.timeline->mark("model");
+  if (options_.chief) prepare_backup_dir(config_, options_.run_dir);  // not at the first save
   restore();
 }
 
@@ -144,6 +204,7 @@ void Trainer::restore() {
     if (std::optional<LoadedCheckpoint> c = store_.load_latest(config_.model_json)) {
       check_resumable(*c, config_.epochs, steps_per_epoch_);
       restore_tensors(*c, views);
+      restored_epoch_metrics_ = c->epoch_metrics;
       const TrainingState& t = c->state;
       header = header_of(t);
       spdlog::info("restored {}: resuming at epoch {} step {}", c->path, t.epoch + 1, t.step);
@@ -170,11 +231,12 @@ void Trainer::report_restored() {
   control_->send(m);
 }
 
-void Trainer::save_checkpoint() {
+void Trainer::save_checkpoint(const EpochMetrics* finished) {
   if (!options_.chief) return;
   state_.optimizer_iterations = optimizer_->iterations();
   double started = common::monotonic_seconds();
-  std::string path = store_.save(state_, checkpoint_tensors(), config_.model_json);
+  std::string path = store_.save(state_, checkpoint_tensors(), config_.model_json,
+                                 finished ? metrics_json(*finished, true) : std::string());
   spdlog::info("saved {} (epoch {} step {})", path, state_.epoch + 1, state_.step);
   spdlog::debug("saved {} in {:.0f} ms", path, (common::monotonic_seconds() - started) * 1000);
 }
@@ -185,14 +247,15 @@ EpochMetrics Trainer::fit() {
     tensorboard_ =
         std::make_unique<TensorBoardLog>(config_.tensorboard, options_.run_dir, config_.validation);
   }
+  if (options_.chief) recover_epoch_metrics();
   for (int epoch = static_cast<int>(state_.epoch); epoch < config_.epochs; ++epoch) {
     progress_.begin_epoch(epoch + 1, config_.epochs);
     last = train_epoch(epoch);
     state_ = TrainingState{epoch + 1, 0, state_.global_step, optimizer_->iterations(), 0, 0, 0};
-    save_checkpoint();
-    if (options_.chief) {
-      write_metrics(last);
+    save_checkpoint(&last);
+    if (options_.chief) {  // a line in metrics.jsonl says the summaries were written too
       write_summaries(last);
+      write_metrics(last);
     }
     if (last.stop_agreed) {  // asked during the epoch's last step: stop here, together
       comm_.barrier();
@@ -317,22 +380,28 @@ std::pair<double, double> Trainer::evaluate() {
 }
 
 void Trainer::write_metrics(const EpochMetrics& m) {
-  common::JsonWriter w;
-  w.begin_object()
-      .key("epoch")
-      .value(m.epoch)
-      .key("loss")
-      .value(m.loss)
-      .key("accuracy")
-      .value(m.accuracy);
-  if (m.validated) {
-    w.key("val_loss").value(m.val_loss).key("val_accuracy").value(m.val_accuracy);
-    w.key("val_seconds").value(m.val_seconds);
+  common::append_line(common::RunDir(options_.run_dir).metrics_jsonl(),
+                      metrics_json(m, false) + "\n");
+}
+
+// The chief died after the epoch checkpoint, before its metrics line (and so, see fit, before or
+// while writing its TensorBoard points): they are written now from the checkpoint's copy. A
+// checkpoint from inside an epoch carries none: the epoch before it was fully written.
+void Trainer::recover_epoch_metrics() {
+  if (restored_epoch_metrics_.empty()) return;
+  std::string path = common::RunDir(options_.run_dir).metrics_jsonl();
+  EpochMetrics m;
+  try {
+    m = metrics_of(restored_epoch_metrics_, "the checkpoint's epoch_metrics");
+  } catch (const common::ConfigError& e) {
+    spdlog::warn("cannot recover the last epoch's metrics: {}", e.what());
+    return;
   }
-  w.key("seconds").value(m.seconds).key("samples_per_second").value(m.samples_per_second);
-  w.key("allreduce_seconds").value(m.allreduce_seconds);
-  std::string line = w.end_object().str() + "\n";
-  common::append_line(common::RunDir(options_.run_dir).metrics_jsonl(), line);
+  restored_epoch_metrics_.clear();
+  if (has_epoch_line(path, m.epoch)) return;
+  spdlog::warn("{} has no line for epoch {}; written now from its checkpoint", path, m.epoch);
+  write_summaries(m);
+  write_metrics(m);
 }
 
 // Keras's logs at epoch end: the metrics, val_ ones (validation/), then learning_rate and

@@ -87,7 +87,12 @@ class Trainer {
   EpochMetrics train_epoch(int epoch);
   void restore();
   void report_restored();
-  void save_checkpoint();
+  /// Saves where training stands; at an epoch's end, with that epoch's metrics (finished), so a
+  /// kill before they reach metrics.jsonl does not lose them (see recover_epoch_metrics).
+  void save_checkpoint(const EpochMetrics* finished = nullptr);
+  /// The chief, resuming from an epoch checkpoint: writes that epoch's metrics.jsonl line and
+  /// TensorBoard points from the checkpoint when metrics.jsonl has no line for the epoch.
+  void recover_epoch_metrics();
   /// Host copies of the parameters and optimizer slots (downloaded now), as named views.
   std::vector<TensorView> checkpoint_tensors();
   /// Uploads host_tensors_ (as checkpoint_tensors() laid them out) to the device.
@@ -116,6 +121,7 @@ class Trainer {
   CheckpointStore store_;
   TrainingState state_;  ///< where training stands now (what a checkpoint written now records)
   TrainingState start_;  ///< where this run resumed
+  std::string restored_epoch_metrics_;  ///< the restored checkpoint's, for recover_epoch_metrics
   int64_t steps_per_epoch_ = 0;
   double last_heartbeat_ = -1;
   double last_shown_ = -1;  ///< when totals were last read back
