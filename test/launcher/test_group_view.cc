@@ -66,15 +66,16 @@ TEST_CASE("the straggler computes longest, over 1.5x the median of the others") 
 
 TEST_CASE("two workers: the slower is the straggler only past the ratio and the 1 ms floor") {
   auto named = [](double a, double b) {
-    auto s = launcher::find_straggler(group({task("worker:0", a, 0), task("worker:1", b, 0)}).tasks);
+    auto s =
+        launcher::find_straggler(group({task("worker:0", a, 0), task("worker:1", b, 0)}).tasks);
     return s ? s->task : std::string("nobody");
   };
   CHECK(named(0.050, 0.010) == "worker:0");
-  CHECK(named(0.010, 0.016) == "worker:1");   // 1.6x and 6 ms over
-  CHECK(named(0.010, 0.014) == "nobody");     // 1.4x: within the ratio
-  CHECK(named(0.010, 0.010) == "nobody");     // equal peers
-  CHECK(named(0.0002, 0.0009) == "nobody");   // 4.5x, but under 1 ms over: noise
-  CHECK(named(0.0, 0.002) == "worker:1");     // a zero median: any excess past the floor
+  CHECK(named(0.010, 0.016) == "worker:1");  // 1.6x and 6 ms over
+  CHECK(named(0.010, 0.014) == "nobody");    // 1.4x: within the ratio
+  CHECK(named(0.010, 0.010) == "nobody");    // equal peers
+  CHECK(named(0.0002, 0.0009) == "nobody");  // 4.5x, but under 1 ms over: noise
+  CHECK(named(0.0, 0.002) == "worker:1");    // a zero median: any excess past the floor
 }
 
 TEST_CASE("nobody is named without two tasks reporting compute time") {
