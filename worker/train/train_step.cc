@@ -118,10 +118,12 @@ void TrainStep::run(const float* images, const int32_t* labels, int n, const nn:
 }
 
 std::optional<StepTimes> TrainStep::take_step_times() {
-  StepTimes taken = times_;
-  times_ = StepTimes{};
   if (device_.kind() != nn::DeviceKind::kHost) return std::nullopt;
-  return taken;
+  if (times_.steps > 0) {
+    last_taken_ = times_;
+    times_ = StepTimes{};
+  }
+  return last_taken_;
 }
 
 void TrainStep::run_step(const float* images, const int32_t* labels, int n, const nn::StepKey& key,

@@ -99,7 +99,9 @@ class TrainStep {
   /// Host seconds spent waiting for all-reduces (the exposed communication), since last reset.
   double exposed_comm_seconds() const { return exposed_seconds_; }
   void reset_exposed_comm_seconds() { exposed_seconds_ = 0; }
-  /// The step times summed since the last call, and resets them. nullopt on a device other than
+  /// The step times summed since the last call, and resets them; when no step has run since,
+  /// what the last call returned (a report right after another one repeats it rather than
+  /// dropping the fields; steps == 0 before any step). nullopt on a device other than
   /// the host: there run() only enqueues, and timing the device's work would need events read
   /// back each step, which this does not do (no host sync is added to the step).
   std::optional<StepTimes> take_step_times();
@@ -136,7 +138,8 @@ class TrainStep {
   std::vector<uint64_t> graph_generations_;  ///< the backend's scratch generation at recording
   std::vector<int> graph_batches_;           ///< the batch size each graph was recorded for
   double exposed_seconds_ = 0;
-  StepTimes times_;  ///< since take_step_times(); wait_seconds grows inside start and finish
+  StepTimes times_;       ///< since take_step_times(); wait_seconds grows inside start and finish
+  StepTimes last_taken_;  ///< what take_step_times() returned last with steps > 0
 };
 
 }  // namespace dtrain::train
