@@ -78,6 +78,8 @@ std::string format_control_message(const ControlMessage& m) {
   put_double("samples_per_second", m.samples_per_second);
   if (m.global_step) w.key("global_step").value(*m.global_step);
   if (m.restored_step) w.key("restored_step").value(*m.restored_step);
+  put_double("compute_seconds_per_step", m.compute_seconds_per_step);
+  put_double("wait_seconds_per_step", m.wait_seconds_per_step);
   return w.end_object().str() + "\n";
 }
 
@@ -105,6 +107,10 @@ std::optional<ControlMessage> parse_control_message(std::string_view line) {
     for (auto [key, field] :
          {std::pair{"global_step", &m.global_step}, {"restored_step", &m.restored_step}}) {
       if (auto n = root.find(key); n && !n->is_null()) *field = n->as_int(0, int64_t{1} << 53);
+    }
+    for (auto [key, field] : {std::pair{"compute_seconds_per_step", &m.compute_seconds_per_step},
+                              {"wait_seconds_per_step", &m.wait_seconds_per_step}}) {
+      if (auto n = root.find(key); n && !n->is_null()) *field = n->as_number(0, 1e300);
     }
     return m;
   } catch (const ConfigError&) {

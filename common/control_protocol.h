@@ -35,6 +35,11 @@ struct ControlMessage {
   /// Sent once by each training worker right after it restored a checkpoint or found none: the
   /// global step it resumes from (0 on a fresh start). dtrain-worker sends it in a heartbeat.
   std::optional<int64_t> restored_step;
+  /// Per step, averaged since the sender's previous progress message: seconds this task spent
+  /// computing (forward, backward, optimizer), and seconds it waited for the all-reduces (its
+  /// peers' lateness plus the transfer). The straggler of a synchronous group computes longest
+  /// and waits least; its peers wait for it. dtrain-worker sends them on the CPU only.
+  std::optional<double> compute_seconds_per_step, wait_seconds_per_step;
 };
 
 /// A heartbeat of task on attempt from pid.

@@ -45,6 +45,10 @@ inline constexpr EnvVar kEnvUseAgentStore{"TORCHELASTIC_USE_AGENT_STORE", "False
                                           "rank 0 hosts the store itself"};
 inline constexpr EnvVar kEnvLogLevel{"DTRAIN_LOG_LEVEL", "info", "trace|debug|info|warn|error"};
 inline constexpr EnvVar kEnvNoColor{"NO_COLOR", "", "any value turns colour off"};
+// Test only: "RANK:MS" makes dtrain-worker rank RANK sleep MS ms in each training step's compute
+// part (CPU), so that tests can make it the group's straggler.
+inline constexpr EnvVar kEnvTestSlowStepMs{"DTRAIN_TEST_SLOW_STEP_MS", "",
+                                           "test only: RANK:MS, slow one worker's steps"};
 
 /// The variable's value, or nullopt when it is unset (an empty value counts as set).
 std::optional<std::string> get_env(const EnvVar& var);

@@ -37,6 +37,26 @@ std::string fixed(const common::JsonNode& node, const char* key, const char* for
   return fmt::format(fmt::runtime(format), n->as_number(-1e300, 1e300));
 }
 
+// Seconds shown as milliseconds: "12.3ms", "-" when absent.
+std::string milliseconds(const common::JsonNode& node, const char* key) {
+  auto n = node.find(key);
+  if (!n || n->is_null()) return "-";
+  return fmt::format("{:.1f}ms", n->as_number(0, 1e300) * 1000);
+}
+
+// "straggler: worker:1 computes 52.1 ms/step, 4.8x the others' median (10.9 ms); ..."
+void print_straggler(const common::JsonNode& s) {
+  auto straggler = s.find("straggler");
+  if (!straggler) return;
+  double slow = straggler->at("compute_seconds_per_step").as_number(0, 1e300);
+  double others = straggler->at("others_median_seconds").as_number(0, 1e300);
+  std::cout << fmt::format(
+      "straggler: {} computes {:.1f} ms/step, {} the others' median ({:.1f} ms); the group runs "
+      "at its pace\n",
+      straggler->at("task").as_string(), slow * 1000,
+      others > 0 ? fmt::format("{:.1f}x", slow / others) : std::string("far over"), others * 1000);
+}
+
 void print_human(const common::JsonNode& s, bool daemon) {
   std::cout << fmt::format("job \"{}\": {}, attempt {}, restarts {}, preemptions {}\n",
                            s.at("job").as_string(), s.at("status").as_string(),
@@ -48,23 +68,28 @@ void print_human(const common::JsonNode& s, bool daemon) {
                            s.at("uptime_seconds").as_number(0, 1e12),
                            s.at("updated_at").as_string());
   if (auto reason = s.find("reason")) std::cout << "ended: " << reason->as_string() << "\n";
-  std::cout << fmt::format("{:<12} {:<22} {:>7} {:<11} {:>5} {:>9} {:>8} {:>8} {:>9} {:>6}\n",
-                           "task", "address", "pid", "state", "epoch", "step", "loss", "acc",
-                           "samples/s", "age");
+  constexpr const char* kRow =
+      "{:<12} {:<22} {:>7} {:<11} {:>5} {:>9} {:>8} {:>8} {:>9} {:>10} {:>10} {:>6}\n";
+  std::cout << fmt::format(kRow, "task", "address", "pid", "state", "epoch", "step", "loss", "acc",
+                           "samples/s", "compute/st", "wait/st", "age");
   for (const common::JsonNode& w : s.at("workers").as_array()) {
-    std::string epoch = "-", step = "-", loss = "-", acc = "-", rate = "-";
+    std::string epoch = "-", step = "-", loss = "-", acc = "-", rate = "-", compute = "-",
+                wait = "-";
     if (auto p = w.find("last_progress")) {
       epoch = fmt::format("{}/{}", fixed(*p, "epoch", "{:.0f}"), fixed(*p, "epochs", "{:.0f}"));
       step = fmt::format("{}/{}", fixed(*p, "step", "{:.0f}"), fixed(*p, "steps", "{:.0f}"));
       loss = fixed(*p, "loss", "{:.4f}");
       acc = fixed(*p, "accuracy", "{:.4f}");
       rate = fixed(*p, "samples_per_second", "{:.0f}");
+      compute = milliseconds(*p, "compute_seconds_per_step");
+      wait = milliseconds(*p, "wait_seconds_per_step");
     }
-    std::cout << fmt::format("{:<12} {:<22} {:>7} {:<11} {:>5} {:>9} {:>8} {:>8} {:>9} {:>6}\n",
-                             w.at("task").as_string(), w.at("address").as_string(),
+    std::cout << fmt::format(kRow, w.at("task").as_string(), w.at("address").as_string(),
                              w.at("pid").as_int(0, 1 << 30), w.at("state").as_string(), epoch, step,
-                             loss, acc, rate, fixed(w, "progress_age_seconds", "{:.1f}s"));
+                             loss, acc, rate, compute, wait,
+                             fixed(w, "progress_age_seconds", "{:.1f}s"));
   }
+  print_straggler(s);
 }
 
 // An optional RUN_DIR|JOB_FILE first, then options.

@@ -3,6 +3,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 #include "common/json.h"
 
 namespace dtrain::launcher {
@@ -18,6 +20,9 @@ void write_progress(common::JsonWriter& w, const common::ControlMessage& p) {
   if (p.loss) w.key("loss").value(*p.loss);
   if (p.accuracy) w.key("accuracy").value(*p.accuracy);
   if (p.samples_per_second) w.key("samples_per_second").value(*p.samples_per_second);
+  if (p.compute_seconds_per_step)
+    w.key("compute_seconds_per_step").value(*p.compute_seconds_per_step);
+  if (p.wait_seconds_per_step) w.key("wait_seconds_per_step").value(*p.wait_seconds_per_step);
   w.end_object();
 }
 
@@ -43,7 +48,44 @@ void write_task(common::JsonWriter& w, const TaskSnapshot& t) {
   w.end_object();
 }
 
+void write_straggler(common::JsonWriter& w, const Straggler& s) {
+  w.key("straggler")
+      .begin_object()
+      .key("task")
+      .value(s.task)
+      .key("compute_seconds_per_step")
+      .value(s.compute_seconds_per_step)
+      .key("others_median_seconds")
+      .value(s.others_median_seconds)
+      .end_object();
+}
+
+double median(std::vector<double> values) {
+  std::sort(values.begin(), values.end());
+  size_t half = values.size() / 2;
+  return values.size() % 2 ? values[half] : (values[half - 1] + values[half]) / 2;
+}
+
 }  // namespace
+
+std::optional<Straggler> find_straggler(const std::vector<TaskSnapshot>& tasks) {
+  std::vector<std::pair<double, const TaskSnapshot*>> reported;
+  for (const TaskSnapshot& t : tasks) {
+    if (t.progress && t.progress->compute_seconds_per_step)
+      reported.emplace_back(*t.progress->compute_seconds_per_step, &t);
+  }
+  if (reported.size() < 2) return std::nullopt;
+  auto slowest = std::max_element(reported.begin(), reported.end(),
+                                  [](const auto& a, const auto& b) { return a.first < b.first; });
+  std::vector<double> others;
+  for (auto it = reported.begin(); it != reported.end(); ++it)
+    if (it != slowest) others.push_back(it->first);
+  double rest = median(others);
+  if (slowest->first <= kStragglerRatio * rest ||
+      slowest->first - rest < kStragglerMinExcessSeconds)
+    return std::nullopt;
+  return Straggler{slowest->second->task, slowest->first, rest};
+}
 
 std::string state_json(const GroupSnapshot& g) {
   common::JsonWriter w;
@@ -72,6 +114,7 @@ std::string state_json(const GroupSnapshot& g) {
   w.key("workers").begin_array();
   for (const TaskSnapshot& t : g.tasks) write_task(w, t);
   w.end_array();
+  if (std::optional<Straggler> s = find_straggler(g.tasks)) write_straggler(w, *s);
   if (g.failure) {
     w.key("failure")
         .begin_object()
@@ -118,6 +161,13 @@ std::string prometheus_text(const GroupSnapshot& g) {
   metric("worker_samples_per_second", "gauge",
          "Training samples per second the worker last reported.");
   metric("worker_global_step", "gauge", "Steps the worker reports done (epoch * steps + step).");
+  metric("worker_compute_seconds_per_step", "gauge",
+         "Seconds per step the worker computed, outside all-reduces (mean since its last report).");
+  metric("worker_allreduce_wait_seconds_per_step", "gauge",
+         "Seconds per step the worker waited for all-reduces (mean since its last report).");
+  metric("worker_straggler", "gauge",
+         "1 for the worker whose compute time holds the group back, 0 for the others.");
+  std::optional<Straggler> straggler = find_straggler(g.tasks);
   for (const TaskSnapshot& t : g.tasks) {
     if (!t.progress) continue;
     const common::ControlMessage& p = *t.progress;
@@ -128,6 +178,14 @@ std::string prometheus_text(const GroupSnapshot& g) {
           fmt::format("dtrain_worker_samples_per_second{{{}}} {}\n", labels, *p.samples_per_second);
     if (auto step = reported_step(p))
       out += fmt::format("dtrain_worker_global_step{{{}}} {}\n", labels, *step);
+    if (!p.compute_seconds_per_step) continue;
+    out += fmt::format("dtrain_worker_compute_seconds_per_step{{{}}} {}\n", labels,
+                       *p.compute_seconds_per_step);
+    if (p.wait_seconds_per_step)
+      out += fmt::format("dtrain_worker_allreduce_wait_seconds_per_step{{{}}} {}\n", labels,
+                         *p.wait_seconds_per_step);
+    bool slowest = straggler && straggler->task == t.task;
+    out += fmt::format("dtrain_worker_straggler{{{}}} {}\n", labels, slowest ? 1 : 0);
   }
   return out;
 }

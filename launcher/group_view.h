@@ -48,11 +48,24 @@ struct GroupSnapshot {
   std::optional<FailureSnapshot> failure;
 };
 
-/// state.json: one JSON object, no newline.
+/// The worker the others wait for: the task whose last progress reports the most compute
+/// seconds per step, when that is over kStragglerRatio times the median of the others' and
+/// over it by at least kStragglerMinExcessSeconds (so that noise on sub-millisecond steps names
+/// nobody). Needs two tasks or more reporting compute_seconds_per_step.
+struct Straggler {
+  std::string task;
+  double compute_seconds_per_step = 0;
+  double others_median_seconds = 0;  ///< the median of the other tasks' compute seconds per step
+};
+inline constexpr double kStragglerRatio = 1.5;
+inline constexpr double kStragglerMinExcessSeconds = 0.001;
+std::optional<Straggler> find_straggler(const std::vector<TaskSnapshot>& tasks);
+
+/// state.json: one JSON object, no newline. Carries "straggler" when find_straggler names one.
 std::string state_json(const GroupSnapshot& group);
 
-/// Restarts, preemptions, attempt, and per worker up, loss, samples/s and step, in Prometheus's
-/// text format.
+/// Restarts, preemptions, attempt, and per worker up, loss, samples/s, step, compute and
+/// all-reduce wait seconds per step and whether it is the straggler, in Prometheus's text format.
 std::string prometheus_text(const GroupSnapshot& group);
 
 /// The step a progress message reports: global_step, else from epoch, step and steps.

@@ -1,5 +1,6 @@
 // Control lines between workers and the launcher: the message type is one of three names, the
-// "steps redone" fields (global_step, restored_step) round-trip, unknown keys are tolerated and
+// "steps redone" fields (global_step, restored_step) and the straggler fields
+// (compute_seconds_per_step, wait_seconds_per_step) round-trip, unknown keys are tolerated and
 // malformed values refused.
 #include <catch2/catch.hpp>
 
@@ -58,6 +59,38 @@ TEST_CASE("unknown keys are tolerated; malformed step fields are refused") {
   CHECK(parse_control_message(head + R"("restored_step":null})").has_value());
   for (const char* bad : {R"("global_step":-1})", R"("global_step":1.5})",
                           R"("restored_step":"3"})", R"("restored_step":1e300})"}) {
+    INFO(bad);
+    CHECK_FALSE(parse_control_message(head + bad));
+  }
+}
+
+TEST_CASE("compute and all-reduce wait per step round-trip; absent stays absent") {
+  ControlMessage m;
+  m.type = ControlMessageType::kProgress;
+  m.task = "worker:1";
+  m.compute_seconds_per_step = 0.0421875;  // exact in binary: the text round-trips exactly
+  m.wait_seconds_per_step = 0.001953125;
+  std::string line = format_control_message(m);
+  CHECK(line.find(R"("compute_seconds_per_step":0.0421875)") != std::string::npos);
+  CHECK(line.find(R"("wait_seconds_per_step":0.001953125)") != std::string::npos);
+  line.pop_back();
+  std::optional<ControlMessage> back = parse_control_message(line);
+  REQUIRE(back);
+  CHECK(back->compute_seconds_per_step == 0.0421875);
+  CHECK(back->wait_seconds_per_step == 0.001953125);
+
+  ControlMessage plain = heartbeat_message("worker:0", 0, 7);
+  std::string text = format_control_message(plain);
+  CHECK(text.find("seconds_per_step") == std::string::npos);
+  back = parse_control_message(text.substr(0, text.size() - 1));
+  REQUIRE(back);
+  CHECK_FALSE(back->compute_seconds_per_step);
+  CHECK_FALSE(back->wait_seconds_per_step);
+
+  const std::string head = R"({"type":"progress","task":"worker:0","attempt":0,)";
+  CHECK(parse_control_message(head + R"("wait_seconds_per_step":null})").has_value());
+  for (const char* bad :
+       {R"("compute_seconds_per_step":-0.5})", R"("wait_seconds_per_step":"0.1"})"}) {
     INFO(bad);
     CHECK_FALSE(parse_control_message(head + bad));
   }

@@ -1,6 +1,7 @@
 // What a training worker tells the launcher over DTRAIN_CONTROL, read from a real UNIX socket:
 // restored_step once, right after the restore (0 on a fresh start, the checkpoint's global step
-// on a resume), and global_step in every progress message, up to the run's last step.
+// on a resume), and global_step in every progress message, up to the run's last step, with the
+// worker's own compute and all-reduce wait seconds per step (on the host, each report's steps).
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <unistd.h>
@@ -111,6 +112,11 @@ TEST_CASE("restored_step comes once after the restore; every progress has global
     if (m.type != common::ControlMessageType::kProgress) continue;
     ++progress;
     REQUIRE(m.global_step);
+    REQUIRE(m.compute_seconds_per_step);  // a CPU run: every report has steps behind it
+    REQUIRE(m.wait_seconds_per_step);
+    CHECK(*m.compute_seconds_per_step > 0);
+    CHECK(*m.compute_seconds_per_step < 5);
+    CHECK(*m.wait_seconds_per_step >= 0);
     CHECK(*m.global_step >= last);
     last = *m.global_step;
   }

@@ -1,7 +1,9 @@
 // See train_step.h.
 #include "worker/train/train_step.h"
 
+#include <chrono>
 #include <cstring>
+#include <thread>
 
 #include "common/clock.h"
 #include "common/errors.h"
@@ -55,10 +57,21 @@ TrainStep::TrainStep(nn::Sequential& model, Optimizer& optimizer, nn::Backend& b
 
 TrainStep::~TrainStep() = default;
 
+// A host communicator may reduce inside start (the default implementation waits for its peers
+// there): both calls count as waiting.
+comm::ReduceTicket TrainStep::start(float* data, size_t count, comm::ReduceOp op) {
+  double started = common::monotonic_seconds();
+  comm::ReduceTicket ticket = comm_.start_all_reduce(data, count, op);
+  times_.wait_seconds += common::monotonic_seconds() - started;
+  return ticket;
+}
+
 void TrainStep::finish(comm::ReduceTicket ticket) {
   double started = common::monotonic_seconds();
   comm_.finish_all_reduce(ticket);
-  exposed_seconds_ += common::monotonic_seconds() - started;
+  double waited = common::monotonic_seconds() - started;
+  exposed_seconds_ += waited;
+  times_.wait_seconds += waited;
 }
 
 void TrainStep::enqueue(const float* images, const int32_t* labels, int n, const nn::StepKey& key) {
@@ -70,8 +83,8 @@ void TrainStep::enqueue(const float* images, const int32_t* labels, int n, const
                  sizeof(float));
   std::vector<comm::ReduceTicket> tickets;
   auto start_bucket = [&](size_t b) {
-    tickets.push_back(comm_.start_all_reduce(model_.gradients().data() + buckets_[b].offset,
-                                             buckets_[b].count, comm::ReduceOp::kMean));
+    tickets.push_back(start(model_.gradients().data() + buckets_[b].offset, buckets_[b].count,
+                            comm::ReduceOp::kMean));
   };
   model_.backward(n, [&](size_t piece) {
     if (options_.overlap && tickets.size() < buckets_.size() &&
@@ -80,8 +93,7 @@ void TrainStep::enqueue(const float* images, const int32_t* labels, int n, const
     }
   });
   while (tickets.size() < buckets_.size()) start_bucket(tickets.size());
-  comm::ReduceTicket stats_ticket =
-      comm_.start_all_reduce(stats_.data(), kStatsFloats, comm::ReduceOp::kSum);
+  comm::ReduceTicket stats_ticket = start(stats_.data(), kStatsFloats, comm::ReduceOp::kSum);
   for (size_t b = 0; b < buckets_.size(); ++b) {
     finish(tickets[b]);
     optimizer_.apply(backend_, model_.parameters(), model_.gradients(), buckets_[b].offset,
@@ -91,8 +103,31 @@ void TrainStep::enqueue(const float* images, const int32_t* labels, int n, const
   backend_.add(kTotalsFloats, stats_.data(), totals_.data());
 }
 
+// On the host everything has run when run_step returns: its wall time is the step's, and all
+// of it that was not spent in the all-reduce calls is compute.
 void TrainStep::run(const float* images, const int32_t* labels, int n, const nn::StepKey& key,
                     int slot) {
+  double started = common::monotonic_seconds(), waited_before = times_.wait_seconds;
+  if (options_.test_slow_step_seconds > 0) {
+    std::this_thread::sleep_for(std::chrono::duration<double>(options_.test_slow_step_seconds));
+  }
+  run_step(images, labels, n, key, slot);
+  double elapsed = common::monotonic_seconds() - started;
+  times_.compute_seconds += elapsed - (times_.wait_seconds - waited_before);
+  ++times_.steps;
+}
+
+std::optional<StepTimes> TrainStep::take_step_times() {
+  if (device_.kind() != nn::DeviceKind::kHost) return std::nullopt;
+  if (times_.steps > 0) {
+    last_taken_ = times_;
+    times_ = StepTimes{};
+  }
+  return last_taken_;
+}
+
+void TrainStep::run_step(const float* images, const int32_t* labels, int n, const nn::StepKey& key,
+                         int slot) {
   DT_ENFORCE(slot >= 0 && slot < options_.slots, "input slot {}", slot);
   optimizer_.begin_step();
   if (graphable_ && steps_run_ > 0) {    // the first step ran launch by launch: plans and memory

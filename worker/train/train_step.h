@@ -11,6 +11,7 @@
 #include <array>
 #include <cstddef>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "worker/comm/communicator.h"
@@ -52,12 +53,24 @@ struct EpochTotals {
   double accuracy() const { return correct / (seen > 1 ? seen : 1); }
 };
 
+/// A worker's own step time, split in two, summed over steps: what tells the straggler of a
+/// synchronous group (it computes longest and waits least) from its peers, which all run at its
+/// pace (docs/design.md#renderers).
+struct StepTimes {
+  double compute_seconds = 0;  ///< in run(), outside the all-reduce calls
+  double wait_seconds = 0;     ///< in start/finish_all_reduce: the peers' lateness and the transfer
+  int64_t steps = 0;
+};
+
 struct StepOptions {
   bool overlap = true;                 ///< start buckets during backward (false: after it)
   bool graphs = true;                  ///< capture the step as a device graph where possible
   size_t min_bucket_floats = 1 << 18;  ///< 1 MiB
   int slots = 2;                       ///< input slots (one graph each)
   double timeout_seconds = 300;        ///< longest wait for a step's read-back
+  /// Test only (DTRAIN_TEST_SLOW_STEP_MS): host seconds slept in each step's compute part, to
+  /// make this worker the group's straggler.
+  double test_slow_step_seconds = 0;
 };
 
 /// Not copyable; single-threaded. model, optimizer, backend and comm must outlive it.
@@ -86,12 +99,21 @@ class TrainStep {
   /// Host seconds spent waiting for all-reduces (the exposed communication), since last reset.
   double exposed_comm_seconds() const { return exposed_seconds_; }
   void reset_exposed_comm_seconds() { exposed_seconds_ = 0; }
+  /// The step times summed since the last call, and resets them; when no step has run since,
+  /// what the last call returned (a report right after another one repeats it rather than
+  /// dropping the fields; steps == 0 before any step). nullopt on a device other than
+  /// the host: there run() only enqueues, and timing the device's work would need events read
+  /// back each step, which this does not do (no host sync is added to the step).
+  std::optional<StepTimes> take_step_times();
   const std::vector<GradientBucket>& buckets() const { return buckets_; }
   /// True once a step runs as a replayed graph.
   bool graphed() const { return graphed_; }
 
  private:
+  void run_step(const float* images, const int32_t* labels, int n, const nn::StepKey& key,
+                int slot);
   void enqueue(const float* images, const int32_t* labels, int n, const nn::StepKey& key);
+  comm::ReduceTicket start(float* data, size_t count, comm::ReduceOp op);
   void finish(comm::ReduceTicket ticket);
 
   nn::Sequential& model_;
@@ -116,6 +138,8 @@ class TrainStep {
   std::vector<uint64_t> graph_generations_;  ///< the backend's scratch generation at recording
   std::vector<int> graph_batches_;           ///< the batch size each graph was recorded for
   double exposed_seconds_ = 0;
+  StepTimes times_;       ///< since take_step_times(); wait_seconds grows inside start and finish
+  StepTimes last_taken_;  ///< what take_step_times() returned last with steps > 0
 };
 
 }  // namespace dtrain::train

@@ -5,12 +5,14 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdio>
 #include <fstream>
 #include <limits>
 #include <optional>
 
 #include "common/atomic_file.h"
 #include "common/clock.h"
+#include "common/env_vars.h"
 #include "common/errors.h"
 #include "common/json.h"
 #include "common/run_dir.h"
@@ -118,6 +120,21 @@ bool has_epoch_line(const std::string& path, int epoch) {
   return false;
 }
 
+// Test only: the seconds DTRAIN_TEST_SLOW_STEP_MS ("RANK:MS") has this rank sleep in each step.
+double test_slow_step_seconds(int rank) {
+  std::optional<std::string> value = common::get_env(common::kEnvTestSlowStepMs);
+  if (!value) return 0;
+  int slow_rank = -1;
+  double ms = -1;
+  char tail = 0;
+  if (std::sscanf(value->c_str(), "%d:%lf%c", &slow_rank, &ms, &tail) != 2 || ms < 0 ||
+      ms > 60000) {
+    throw common::ConfigError(fmt::format("{}=\"{}\": expected RANK:MS, MS at most 60000",
+                                          common::kEnvTestSlowStepMs.name, *value));
+  }
+  return slow_rank == rank ? ms / 1000 : 0;
+}
+
 }  // namespace
 
 Trainer::Trainer(const TrainConfig& config, nn::Backend& backend, comm::Communicator& comm,
@@ -164,6 +181,11 @@ Trainer::Trainer(const TrainConfig& config, nn::Backend& backend, comm::Communic
   step_options.overlap = config_.overlap;
   step_options.graphs = config_.cuda_graphs;
   step_options.slots = InputStager::kSlots;
+  step_options.test_slow_step_seconds = test_slow_step_seconds(comm_.rank());
+  if (step_options.test_slow_step_seconds > 0) {
+    spdlog::warn("{}: each step sleeps {:.0f} ms (test only)", common::kEnvTestSlowStepMs.name,
+                 step_options.test_slow_step_seconds * 1000);
+  }
   step_ = std::make_unique<TrainStep>(*model_, *optimizer_, backend_, comm_, step_options);
   stager_ = std::make_unique<InputStager>(backend_.device(), model_->input_dims().size(),
                                           config_.per_worker_batch_size);
@@ -443,6 +465,12 @@ void Trainer::heartbeat(int epoch, int64_t step, int64_t steps, double loss, dou
   m.accuracy = accuracy;
   m.samples_per_second = rate;
   m.global_step = state_.global_step;
+  // This worker's own pace, averaged since the last report: in a synchronous group every worker
+  // shows the same samples/s, so only these tell which one the others wait for.
+  if (std::optional<StepTimes> t = step_->take_step_times(); t && t->steps > 0) {
+    m.compute_seconds_per_step = t->compute_seconds / static_cast<double>(t->steps);
+    m.wait_seconds_per_step = t->wait_seconds / static_cast<double>(t->steps);
+  }
   control_->send(m);
 }
 

@@ -1,0 +1,95 @@
+// group_view's straggler rule on hand-made snapshots: the task computing over 1.5x the median of
+// the others (and 1 ms over it) is named in state.json and Prometheus; equal peers, one task
+// reporting, or tasks that do not report compute time name nobody.
+#include <catch2/catch.hpp>
+
+#include "common/json.h"
+#include "launcher/group_view.h"
+
+using namespace dtrain;
+using launcher::TaskSnapshot;
+
+namespace {
+
+// A running task whose last progress reports compute and wait seconds per step (< 0: absent).
+TaskSnapshot task(const std::string& name, double compute, double wait) {
+  TaskSnapshot t;
+  t.task = name;
+  t.pid = 100;
+  t.state = "running";
+  common::ControlMessage p;
+  p.type = common::ControlMessageType::kProgress;
+  p.task = name;
+  p.samples_per_second = 640;  // the group's pace, the same for every worker
+  if (compute >= 0) p.compute_seconds_per_step = compute;
+  if (wait >= 0) p.wait_seconds_per_step = wait;
+  t.progress = p;
+  return t;
+}
+
+launcher::GroupSnapshot group(std::vector<TaskSnapshot> tasks) {
+  launcher::GroupSnapshot g;
+  g.job = "tiny";
+  g.status = "running";
+  g.tasks = std::move(tasks);
+  return g;
+}
+
+}  // namespace
+
+TEST_CASE("the straggler computes longest, over 1.5x the median of the others") {
+  auto g = group({task("worker:0", 0.010, 0.041), task("worker:1", 0.052, 0.001),
+                  task("worker:2", 0.011, 0.040), task("worker:3", 0.009, 0.042)});
+  std::optional<launcher::Straggler> s = launcher::find_straggler(g.tasks);
+  REQUIRE(s);
+  CHECK(s->task == "worker:1");
+  CHECK(s->compute_seconds_per_step == 0.052);
+  CHECK(s->others_median_seconds == 0.010);
+
+  common::JsonDocument doc = common::JsonDocument::parse(launcher::state_json(g), "state");
+  CHECK(doc.root().at("straggler").at("task").as_string() == "worker:1");
+  CHECK(doc.root().at("straggler").at("others_median_seconds").as_number(0, 1) == 0.010);
+  const common::JsonNode& p1 = doc.root().at("workers").as_array()[1].at("last_progress");
+  CHECK(p1.at("compute_seconds_per_step").as_number(0, 1) == 0.052);
+  CHECK(p1.at("wait_seconds_per_step").as_number(0, 1) == 0.001);
+
+  std::string text = launcher::prometheus_text(g);
+  CHECK(text.find("dtrain_worker_compute_seconds_per_step{job=\"tiny\",task=\"worker:1\"} 0.052") !=
+        std::string::npos);
+  CHECK(text.find("dtrain_worker_allreduce_wait_seconds_per_step{job=\"tiny\",task=\"worker:0\"} "
+                  "0.041") != std::string::npos);
+  CHECK(text.find("dtrain_worker_straggler{job=\"tiny\",task=\"worker:1\"} 1") !=
+        std::string::npos);
+  CHECK(text.find("dtrain_worker_straggler{job=\"tiny\",task=\"worker:0\"} 0") !=
+        std::string::npos);
+}
+
+TEST_CASE("two workers: the slower is the straggler only past the ratio and the 1 ms floor") {
+  auto named = [](double a, double b) {
+    auto s =
+        launcher::find_straggler(group({task("worker:0", a, 0), task("worker:1", b, 0)}).tasks);
+    return s ? s->task : std::string("nobody");
+  };
+  CHECK(named(0.050, 0.010) == "worker:0");
+  CHECK(named(0.010, 0.016) == "worker:1");  // 1.6x and 6 ms over
+  CHECK(named(0.010, 0.014) == "nobody");    // 1.4x: within the ratio
+  CHECK(named(0.010, 0.010) == "nobody");    // equal peers
+  CHECK(named(0.0002, 0.0009) == "nobody");  // 4.5x, but under 1 ms over: noise
+  CHECK(named(0.0, 0.002) == "worker:1");    // a zero median: any excess past the floor
+}
+
+TEST_CASE("nobody is named without two tasks reporting compute time") {
+  auto one = group({task("worker:0", 0.050, 0.0), task("worker:1", -1, -1)});
+  CHECK_FALSE(launcher::find_straggler(one.tasks));
+  TaskSnapshot silent;  // not started: no progress at all
+  silent.task = "worker:2";
+  one.tasks.push_back(silent);
+  CHECK_FALSE(launcher::find_straggler(one.tasks));
+  std::string json = launcher::state_json(one);
+  CHECK(json.find("straggler") == std::string::npos);
+  CHECK(json.find("wait_seconds_per_step") != std::string::npos);  // worker:0 sent 0
+  std::string text = launcher::prometheus_text(one);
+  CHECK(text.find("dtrain_worker_straggler{job=\"tiny\",task=\"worker:0\"} 0") !=
+        std::string::npos);
+  CHECK(text.find("task=\"worker:1\"} 0") == std::string::npos);  // no compute: no gauges
+}
