@@ -1,6 +1,8 @@
 // See agent_output.h.
 #include "launcher/agent_output.h"
 
+#include "launcher/agent_protocol.h"
+
 namespace dtrain::launcher {
 namespace {
 
@@ -28,14 +30,16 @@ void AgentOutput::feed(std::string_view bytes) {
   size_t from = partial_.empty() ? 0 : partial_.size() - 1;
   partial_.append(bytes);
   if (size_t whole = whole_lines_length(partial_, from); whole > 0) {
-    ready_.append(partial_, 0, whole);
+    append_escaped(std::string_view(partial_).substr(0, whole));
     partial_.erase(0, whole);
     mid_line_ = false;
     release_queued();
   }
   if (partial_.size() >= max_line_) {
-    ready_ += partial_;
-    partial_.clear();
+    // A trailing '\r' stays: the next byte tells whether it ends the line.
+    size_t piece = partial_.size() - (partial_.back() == '\r' ? 1 : 0);
+    append_escaped(std::string_view(partial_).substr(0, piece));
+    partial_.erase(0, piece);
     mid_line_ = true;
   }
 }
@@ -59,12 +63,26 @@ void AgentOutput::add_marked(std::string_view marker, std::string_view payload) 
 
 void AgentOutput::finish() {
   bool unterminated = mid_line_ || !partial_.empty();
-  ready_ += partial_;
+  append_escaped(partial_);
   partial_.clear();
   if (!unterminated) return;  // at a line start: markers may still follow
   finished_ = true;           // nothing may be glued to the unterminated last line
   dropped_ += queued_.size();
   queued_.clear();
+}
+
+// Worker bytes to ready_, with kLineMarker before each line that starts with the marker byte, so
+// that only the agent's own lines start with it (agent_protocol.h). A line starts where ready_
+// is not mid-line, after '\n', and after a '\r' that no '\n' follows; bytes never ends inside
+// "\r\n" (a trailing '\r' is held in partial_ until the next byte).
+void AgentOutput::append_escaped(std::string_view bytes) {
+  bool line_start = !mid_line_;
+  for (size_t i = 0; i < bytes.size(); ++i) {
+    if (line_start && bytes[i] == kMarkerByte) ready_ += kLineMarker;
+    ready_ += bytes[i];
+    line_start =
+        bytes[i] == '\n' || (bytes[i] == '\r' && i + 1 < bytes.size() && bytes[i + 1] != '\n');
+  }
 }
 
 void AgentOutput::release_queued() {

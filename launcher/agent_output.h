@@ -1,6 +1,7 @@
 // The agent's stdout framing (agent_protocol.h): worker bytes pass through unchanged but only in
-// whole lines, and marker lines go in only where the stream is at the start of a line. Pure
-// buffering; writing the bytes out is the caller's (agent.cc).
+// whole lines (a worker line that starts with the marker byte gets kLineMarker in front, so the
+// worker cannot fake the agent's lines), and marker lines go in only where the stream is at the
+// start of a line. Pure buffering; writing the bytes out is the caller's (agent.cc).
 #pragma once
 
 #include <deque>
@@ -29,6 +30,7 @@ class AgentOutput {
   size_t dropped() const { return dropped_; }
 
  private:
+  void append_escaped(std::string_view bytes);
   void release_queued();
 
   size_t max_line_;

@@ -95,6 +95,8 @@ std::string format_agent_signaled_event(int sig) {
 }
 
 AgentLine classify_agent_line(std::string_view line) {
+  if (line.substr(0, kLineMarker.size()) == kLineMarker)
+    return {AgentLine::Kind::kOutput, line.substr(kLineMarker.size())};
   std::string_view text = line;
   while (!text.empty() && (text.back() == '\n' || text.back() == '\r')) text.remove_suffix(1);
   for (auto [marker, kind] : {std::pair{kControlMarker, AgentLine::Kind::kControl},

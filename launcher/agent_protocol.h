@@ -14,9 +14,10 @@
 //   it (the "signaled" event below) and SIGKILLs the group --signal-grace seconds later (default
 //   1.5; the launcher passes the job's grace_seconds, so a worker can save a checkpoint).
 //
-// Agent -> launcher (the agent's stdout): the worker's stdout+stderr bytes unchanged, written
-// only in whole lines (a line ends at '\n', or at a '\r' not followed by '\n', as progress bars
-// redraw). Between two whole lines the agent may insert its own lines, each
+// Agent -> launcher (the agent's stdout): the worker's stdout+stderr bytes, unchanged but for
+// kLineMarker (below), written only in whole lines (a line ends at '\n', or at a '\r' not followed
+// by '\n', as progress bars redraw). Between two whole lines the agent may insert its own lines,
+// each
 //   kControlMarker + <a control message from the worker, common/control_protocol.h> + "\n"
 //   kEventMarker + <an agent event> + "\n", the events being
 //     {"event": "started", "pid": 1234}           the worker runs (its pid on that host)
@@ -25,14 +26,17 @@
 //     {"event": "signaled", "signal": 15}         the agent itself got signal 15 from someone
 //                                                 other than the launcher (Slurm ending the
 //                                                 step, a host shutting down); it passed it on
-// Markers begin with the byte 0x1e (ASCII record separator), which text output does not start a
-// line with. (A worker that printed one on purpose could only fake its own heartbeat, which it
-// may send anyway.) A worker line longer than kMaxAgentLine is passed on in pieces, and markers
-// then wait for its end. A last line without a newline is passed on when the output closes; it
-// is then the last thing on stdout. The exit event may come before the last lines of output
-// (a grandchild can keep writing); the agent's own exit status is the worker's exit code, or
-// 128 + signal (the shell's convention), so launcher/exit_status.cc classifies the ssh status.
-// Problems of the agent itself go to its stderr; a bad first line ends it with exit code 2.
+// Markers begin with the byte 0x1e (ASCII record separator), and only the agent starts a line
+// with it: a worker line that begins with 0x1e goes out as kLineMarker + <the line, byte for
+// byte>, so a worker cannot fake an event (a fake "signaled" once made a Slurm launch exit 143),
+// and classify_agent_line hands it back as that worker line. Only a line's start counts: a piece
+// after a cut (below) is output whatever its first byte. A worker line longer than kMaxAgentLine is
+// passed on in pieces, and markers then wait for its end. A last line without a newline is passed
+// on when the output closes; it is then the last thing on stdout. The exit event may come before
+// the last lines of output (a grandchild can keep writing); the agent's own exit status is the
+// worker's exit code, or 128 + signal (the shell's convention), so launcher/exit_status.cc
+// classifies the ssh status. Problems of the agent itself go to its stderr; a bad first line ends
+// it with exit code 2.
 #pragma once
 
 #include <optional>
@@ -53,10 +57,14 @@ inline constexpr double kAgentKeepaliveInterval = 1.0;
 inline constexpr double kAgentKeepaliveSeconds = 10.0;
 /// Seconds the agent waits for its first stdin line.
 inline constexpr double kAgentRequestSeconds = 30;
+/// The first byte of every marker; a line that starts with it is never plain output.
+inline constexpr char kMarkerByte = '\036';
 /// Starts an agent stdout line that carries a worker's control message (\036 is 0x1e).
 inline constexpr std::string_view kControlMarker = "\036dtrain-control ";
 /// Starts an agent stdout line that carries an agent event.
 inline constexpr std::string_view kEventMarker = "\036dtrain-agent ";
+/// Starts an agent stdout line that carries a worker line beginning with kMarkerByte (escaped).
+inline constexpr std::string_view kLineMarker = "\036dtrain-line ";
 
 /// What the agent starts: the first stdin line.
 struct AgentRequest {
@@ -81,13 +89,15 @@ std::string format_agent_exit_event(const ExitStatus& status);
 std::string format_agent_signaled_event(int sig);
 
 /// What one line of agent stdout is. payload: the JSON after the marker (without newline) for
-/// kControl and kEvent, the whole line for kOutput.
+/// kControl and kEvent; for kOutput the worker's line as it wrote it (terminator included): the
+/// whole line, or what follows kLineMarker.
 struct AgentLine {
   enum class Kind { kOutput, kControl, kEvent };
   Kind kind = Kind::kOutput;
   std::string_view payload;
 };
-/// line: one line as a LineSplitter hands it over (terminator included or not).
+/// line: one line as a LineSplitter hands it over (terminator included or not), starting a line
+/// of the stream (a piece after a cut is output: the caller does not classify it).
 AgentLine classify_agent_line(std::string_view line);
 
 struct AgentEvent {

@@ -19,7 +19,10 @@ Console Console::for_stdout() {
 
 void Console::print_line(const common::TaskId& task, std::string_view line, bool raw) {
   static constexpr int kWorkerColours[] = {36, 32, 34, 96, 92, 94};  // cyans, greens, blues
-  if (!line.empty() && (line.back() == '\n' || line.back() == '\r')) line.remove_suffix(1);
+  if (line.size() >= 2 && line.substr(line.size() - 2) == "\r\n")
+    line.remove_suffix(2);
+  else if (!line.empty() && (line.back() == '\n' || line.back() == '\r'))
+    line.remove_suffix(1);
   if (interactive_ && !status_.empty() && !status_cleared_) {
     buffer_ += "\r\x1b[K";  // erase the status line; flush() puts it back below
     status_cleared_ = true;

@@ -19,7 +19,7 @@ class Console {
   static Console for_stdout();
 
   /// Prints one line behind the task's prefix ("[worker 1] "; colour by task), or bare when
-  /// raw. A '\n' or '\r' ending is shown as a line end; a missing ending is added.
+  /// raw. A "\r\n", '\n' or '\r' ending is shown as one line end; a missing ending is added.
   void print_line(const common::TaskId& task, std::string_view line, bool raw = false);
   /// The live view: on a terminal one status line kept below the worker lines and redrawn in
   /// place; otherwise printed as a plain "[dtrain] ..." line.

@@ -87,14 +87,19 @@ class RemoteChild : public Child {
     inner_->signal_group(SIGKILL);  // closes the session and kills the local remote shell
   }
 
+  // One line of the session's stdout, or a piece of an overlong one: only a line's start may be
+  // a marker (agent_protocol.h), and a worker line the agent escaped comes back as it was.
   void on_line(std::string_view line) {
-    AgentLine parsed = classify_agent_line(line);
+    bool at_line_start = at_line_start_;
+    at_line_start_ = !line.empty() && (line.back() == '\n' || line.back() == '\r');
+    AgentLine parsed =
+        at_line_start ? classify_agent_line(line) : AgentLine{AgentLine::Kind::kOutput, line};
     switch (parsed.kind) {
       case AgentLine::Kind::kOutput: {
-        std::string_view text = line;
+        std::string_view text = parsed.payload;
         while (!text.empty() && (text.back() == '\n' || text.back() == '\r')) text.remove_suffix(1);
-        if (!text.empty()) last_line_ = text;  // "\r\n" comes as two lines
-        if (outer_.on_output) outer_.on_output(line);
+        if (!text.empty()) last_line_ = text;
+        if (outer_.on_output) outer_.on_output(parsed.payload);
         return;
       }
       case AgentLine::Kind::kControl:
@@ -164,6 +169,7 @@ class RemoteChild : public Child {
   std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
   std::optional<ExitStatus> reported_;  ///< the worker's end, as the agent reported it
   std::string last_line_;               ///< the last output line (ssh's or srun's own error)
+  bool at_line_start_ = true;           ///< the next splitter line starts a line of the stream
   bool started_ = false, ended_ = false, stopping_ = false, timed_out_ = false;
   std::unique_ptr<Child> inner_;  ///< last: destroyed first
 };

@@ -11,6 +11,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <filesystem>
@@ -25,6 +26,7 @@
 #include "common/unique_fd.h"
 #include "launcher/agent_output.h"
 #include "launcher/agent_protocol.h"
+#include "launcher/line_splitter.h"
 #include "test/support/subprocess.h"
 #include "test/support/temp_dir.h"
 
@@ -161,6 +163,27 @@ std::vector<std::string> lines_of(const std::string& out, AgentLine::Kind kind) 
     start = end;
   }
   return lines;
+}
+
+// Agent stdout as the launcher reads it (remote_child.cc): cut by a LineSplitter, lines that
+// start a line classified, pieces after a cut taken as output. Output payloads are concatenated
+// into output (the worker's bytes), marker payloads appended to markers.
+void read_as_launcher(const std::vector<std::string>& reads, size_t max_line, std::string& output,
+                      std::vector<std::string>& markers) {
+  bool at_line_start = true;
+  dtrain::launcher::LineSplitter splitter(
+      [&](std::string_view line) {
+        AgentLine parsed = at_line_start ? dtrain::launcher::classify_agent_line(line)
+                                         : AgentLine{AgentLine::Kind::kOutput, line};
+        at_line_start = !line.empty() && (line.back() == '\n' || line.back() == '\r');
+        if (parsed.kind == AgentLine::Kind::kOutput)
+          output.append(parsed.payload);
+        else
+          markers.emplace_back(parsed.payload);
+      },
+      max_line);
+  for (const std::string& bytes : reads) splitter.feed(bytes);
+  splitter.finish();
 }
 
 // The worker pid from the agent's "started" event (waits for it up to 5 s).
@@ -529,4 +552,74 @@ TEST_CASE("agent protocol: requests, commands and lines round-trip", "[agent]") 
   CHECK(exit->status.signaled);
   CHECK(exit->status.signal == 9);
   CHECK_FALSE(dtrain::launcher::parse_agent_event("{\"event\":\"other\"}"));
+}
+
+TEST_CASE("agent: a worker line starting with the marker byte cannot fake an event", "[agent]") {
+  // Issue 25: a worker printing a "signaled" event line made a Slurm launch exit 143.
+  const std::string fake = std::string(kEventMarker) + "{\"event\":\"signaled\",\"signal\":15}";
+  const std::string fake_control = std::string(kControlMarker) + "{\"type\":\"heartbeat\"}";
+  AgentProcess agent;
+  agent.send(request({"sh", "-c",
+                      "printf '%s\\n' \"$1\"; printf 'bar\\r%s\\r\\n' \"$2\"; printf '%s' \"$1\"",
+                      "sh", fake, fake_control}));
+  CHECK(agent.wait(10) == 0);
+  std::string output;
+  std::vector<std::string> markers;
+  read_as_launcher({agent.out()}, dtrain::launcher::kMaxAgentLine, output, markers);
+  CHECK(output == fake + "\nbar\r" + fake_control + "\r\n" + fake);  // byte for byte
+  std::vector<dtrain::launcher::AgentEvent::Type> events;
+  for (const std::string& payload : markers) {
+    auto event = dtrain::launcher::parse_agent_event(payload);
+    REQUIRE(event);  // no control line: only the agent's own events
+    events.push_back(event->type);
+  }
+  using Type = dtrain::launcher::AgentEvent::Type;
+  // The exit event may be dropped: nothing is glued to an unterminated last line.
+  REQUIRE_FALSE(events.empty());
+  CHECK(events.front() == Type::kStarted);
+  CHECK(std::count(events.begin(), events.end(), Type::kSignaled) == 0);
+}
+
+TEST_CASE("agent output: worker lines starting with 0x1e round-trip byte for byte", "[agent]") {
+  const std::string m(kEventMarker), c(kControlMarker), l(dtrain::launcher::kLineMarker);
+  const std::string pad(48, 'p');  // the launcher cuts at 48 here, the agent at 16
+  const std::vector<std::string> worker = {
+      "\x1e\n",
+      "\x1e\x1e\n",
+      m + "{\"event\":\"exit\",\"code\":0}\n",
+      c + "{}\r\n",
+      l + "nested\n",
+      "plain \x1e inside\n",
+      "bar\r" + m + "{}\r",
+      "x\n",
+      pad + m + "{}\n",  // overlong: the piece after the launcher's cut is no line start
+      m + pad + "\n",
+      "\x1elast"};
+  std::string all;
+  for (const std::string& line : worker) all += line;
+  for (size_t chunk : {size_t{1}, size_t{3}, size_t{7}, all.size()}) {
+    INFO("reads of " << chunk << " bytes");
+    AgentOutput framing(16);
+    std::vector<std::string> reads;
+    for (size_t at = 0; at < all.size(); at += chunk) {
+      framing.feed(all.substr(at, chunk));
+      framing.add_marked(kEventMarker, "{\"event\":\"started\",\"pid\":7}");
+      reads.push_back(framing.ready());
+      framing.ready().clear();
+    }
+    framing.finish();
+    reads.push_back(framing.ready());
+    for (size_t max_line : {size_t{48}, dtrain::launcher::kMaxAgentLine}) {
+      std::string output;
+      std::vector<std::string> markers;
+      read_as_launcher(reads, max_line, output, markers);
+      CHECK(output == all);
+      for (const std::string& payload : markers)
+        CHECK(payload == "{\"event\":\"started\",\"pid\":7}");
+    }
+  }
+  const std::string escaped_line = l + m + "{}\r\n";
+  auto escaped = dtrain::launcher::classify_agent_line(escaped_line);
+  CHECK(escaped.kind == AgentLine::Kind::kOutput);
+  CHECK(escaped.payload == m + "{}\r\n");
 }
