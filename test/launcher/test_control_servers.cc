@@ -158,8 +158,7 @@ TEST_CASE("a flood of metrics connections holds at most the bound, and a scrape 
   CHECK(response.find("dtrain_up 1") != std::string::npos);
 
   // The ones still held are closed by the time-out.
-  std::this_thread::sleep_for(
-      std::chrono::duration<double>(launcher::kMetricsClientSeconds + 0.5));
+  std::this_thread::sleep_for(std::chrono::duration<double>(launcher::kMetricsClientSeconds + 0.5));
   CHECK(loop.ask([&] { return server.open_connections(); }) == 0);
   CHECK(open_fds() - before - kFlood == 0);
 }
