@@ -118,6 +118,17 @@ std::optional<ControlMessage> parse_control_message(std::string_view line) {
   }
 }
 
+bool trusted_control_peer(unsigned peer_uid, unsigned self_uid) {
+  return peer_uid == self_uid || peer_uid == 0;
+}
+
+std::optional<unsigned> control_peer_uid(int fd) {
+  ucred peer{};
+  socklen_t length = sizeof peer;
+  if (::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &peer, &length) != 0) return std::nullopt;
+  return peer.uid;
+}
+
 ControlClient::ControlClient(std::string address) {
   if (address.rfind(kControlScheme, 0) == 0) path_ = address.substr(std::strlen(kControlScheme));
 }
@@ -131,7 +142,10 @@ bool ControlClient::connect_now() {
   sockaddr_un addr{};
   addr.sun_family = AF_UNIX;
   std::memcpy(addr.sun_path, path_.c_str(), path_.size() + 1);
-  if (fd_ < 0 || ::connect(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
+  std::optional<unsigned> peer;
+  if (fd_ >= 0 && ::connect(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0)
+    peer = control_peer_uid(fd_);
+  if (!peer || !trusted_control_peer(*peer, ::geteuid())) {  // progress is not for other users
     if (fd_ >= 0) ::close(fd_);
     fd_ = -1;
     return false;

@@ -52,10 +52,19 @@ std::string format_control_message(const ControlMessage& message);
 /// and drops it rather than trusting it.
 std::optional<ControlMessage> parse_control_message(std::string_view line);
 
+/// Whether a control socket served by peer_uid may be trusted by a client running as self_uid:
+/// the same user, or root (design.md, "Control protocol").
+bool trusted_control_peer(unsigned peer_uid, unsigned self_uid);
+
+/// The uid of the process at the other end of a connected UNIX socket (SO_PEERCRED); nullopt
+/// when the kernel does not say.
+std::optional<unsigned> control_peer_uid(int fd);
+
 /// Best-effort sender used by workers: connects lazily to DTRAIN_CONTROL, never blocks longer
 /// than the kernel's socket buffer allows (non-blocking writes; a full buffer drops the
 /// message), and silently does nothing when DTRAIN_CONTROL is unset or the launcher is gone. A
-/// connection the launcher has closed (it closes idle ones) is replaced at once, once.
+/// connection the launcher has closed (it closes idle ones) is replaced at once, once. A socket
+/// served by another user (trusted_control_peer) is not written to.
 class ControlClient {
  public:
   /// address: the value of DTRAIN_CONTROL ("" = disabled).

@@ -5,11 +5,13 @@
 #include <poll.h>
 #include <sys/socket.h>
 #include <sys/un.h>
+#include <unistd.h>
 
 #include <cstring>
 
 #include "common/atomic_file.h"
 #include "common/clock.h"
+#include "common/control_protocol.h"
 #include "common/errors.h"
 #include "common/run_dir.h"
 #include "common/unique_fd.h"
@@ -25,6 +27,13 @@ std::optional<std::string> ask_launcher(const std::string& run_dir, const std::s
   std::strncpy(addr.sun_path, path.c_str(), sizeof addr.sun_path - 1);
   if (!fd.valid() || ::connect(fd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0)
     return std::nullopt;
+  // Another user may have bound the socket first: never hand it a request, nor trust its reply.
+  std::optional<unsigned> peer = common::control_peer_uid(fd.get());
+  if (!peer || !common::trusted_control_peer(*peer, ::geteuid())) {
+    throw common::IoError(fmt::format(
+        "the control socket {} is served by uid {}, not by this user (uid {}); not talking to it",
+        path, peer ? std::to_string(*peer) : "?", ::geteuid()));
+  }
   std::string line = request + "\n";
   if (::send(fd.get(), line.data(), line.size(), MSG_NOSIGNAL) != static_cast<ssize_t>(line.size()))
     return std::nullopt;

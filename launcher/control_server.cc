@@ -15,13 +15,16 @@
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/streambuf.hpp>
 #include <boost/asio/write.hpp>
+#include <cerrno>
 #include <chrono>
+#include <cstring>
 #include <deque>
 #include <functional>
 #include <list>
 
 #include "common/errors.h"
 #include "common/json.h"
+#include "common/unique_fd.h"
 
 namespace dtrain::launcher {
 namespace {
@@ -38,6 +41,28 @@ std::chrono::steady_clock::duration seconds(double s) {
 
 struct Connection;
 
+// At most one warning a second, so a flood of junk cannot fill launcher.log (design.md, "Control
+// protocol"); the next warning let through says how many were held back.
+struct WarningLimiter {
+  void warn(const std::string& what) {
+    Clock::time_point now = Clock::now();
+    if (now - last < std::chrono::seconds(1)) {
+      ++held_back;
+      return;
+    }
+    if (held_back == 0) {
+      spdlog::warn("control socket: {}", what);
+    } else {
+      spdlog::warn("control socket: {} ({} more warnings held back since the last one)", what,
+                   held_back);
+    }
+    last = now;
+    held_back = 0;
+  }
+  Clock::time_point last{};
+  size_t held_back = 0;
+};
+
 // What the server and its connections share; the server empties the handlers when it goes, so
 // connections that outlive it do nothing more.
 struct Shared {
@@ -45,6 +70,8 @@ struct Shared {
   ControlServer::RequestHandler requests;
   ControlLimits limits;
   std::list<Connection*> open;  ///< every connection not yet closed, oldest first
+  size_t live = 0;              ///< connections not yet released, closed or not
+  WarningLimiter warnings;
 };
 
 struct Connection : std::enable_shared_from_this<Connection> {
@@ -54,8 +81,12 @@ struct Connection : std::enable_shared_from_this<Connection> {
         buffer(sh->limits.max_line_bytes),
         shared(std::move(sh)) {
     shared->open.push_back(this);
+    ++shared->live;
   }
-  ~Connection() { shared->open.remove(this); }
+  ~Connection() {
+    shared->open.remove(this);
+    --shared->live;
+  }
 
   void start() {
     touch();
@@ -66,15 +97,17 @@ struct Connection : std::enable_shared_from_this<Connection> {
   void close(const char* why) {
     if (closed) return;
     closed = true;
-    if (why) spdlog::warn("control socket: closed a connection: {}", why);
+    if (why) shared->warnings.warn(fmt::format("closed a connection: {}", why));
     shared->open.remove(this);
     boost::system::error_code ignored;
     socket.close(ignored);
     idle_timer.cancel();
   }
 
-  // Restarts the idle clock: the client sent a line, or took a reply.
+  // Restarts the idle clock: the client sent a line, or took a reply. Never after close(): the
+  // timer's handler would hold a closed connection for idle_seconds.
   void touch() {
+    if (closed) return;
     last_active = Clock::now();
     idle_timer.expires_after(seconds(shared->limits.idle_seconds));
     idle_timer.async_wait([self = shared_from_this()](const boost::system::error_code& ec) {
@@ -98,7 +131,7 @@ struct Connection : std::enable_shared_from_this<Connection> {
           self->queued_bytes -= self->replies.front().size();
           self->replies.pop_front();
           self->touch();
-          if (!self->replies.empty()) self->write_next();
+          if (!self->replies.empty() && !self->closed) self->write_next();
         });
   }
 
@@ -114,7 +147,7 @@ struct Connection : std::enable_shared_from_this<Connection> {
       }
     }
     if (auto message = common::parse_control_message(line)) return shared->messages(*message);
-    spdlog::warn("control socket: dropped a malformed message ({} bytes)", line.size());
+    shared->warnings.warn(fmt::format("dropped a malformed message ({} bytes)", line.size()));
     reply("{\"ok\":false,\"error\":\"malformed message\"}");
   }
 
@@ -156,7 +189,7 @@ bool same_user(int fd) {
 struct ControlServer::Impl {
   Impl(boost::asio::io_context& io, std::string p, Handler h, RequestHandler r, ControlLimits l)
       : path(std::move(p)),
-        shared(std::make_shared<Shared>(Shared{std::move(h), std::move(r), l, {}})),
+        shared(std::make_shared<Shared>(Shared{std::move(h), std::move(r), l, {}, 0, {}})),
         acceptor(io),
         pause(io) {}
 
@@ -165,7 +198,7 @@ struct ControlServer::Impl {
       if (ec == boost::asio::error::operation_aborted) return;
       if (ec) return pause_accepting(ec);
       if (!same_user(socket.native_handle())) {
-        spdlog::warn("control socket: refused a connection from another user");
+        shared->warnings.warn("refused a connection from another user");
       } else {
         set_cloexec(socket.native_handle());
         make_room();
@@ -208,6 +241,8 @@ ControlServer::ControlServer(boost::asio::io_context& io, std::string path, Hand
                              RequestHandler requests, ControlLimits limits)
     : impl_(std::make_unique<Impl>(io, std::move(path), std::move(handler), std::move(requests),
                                    limits)) {
+  std::string folder = impl_->path.substr(0, impl_->path.rfind('/'));
+  if (folder == fallback_socket_dir()) make_private_dir(folder);
   ::unlink(impl_->path.c_str());
   boost::system::error_code ec;
   impl_->acceptor.open(Protocol(), ec);
@@ -233,10 +268,50 @@ std::string ControlServer::address() const {
   return common::kControlScheme + impl_->path;
 }
 
+size_t ControlServer::open_connections() const {
+  return impl_->shared->open.size();
+}
+
+size_t ControlServer::live_connections() const {
+  return impl_->shared->live;
+}
+
+size_t ControlServer::warnings_held_back() const {
+  return impl_->shared->warnings.held_back;
+}
+
+std::string fallback_socket_dir() {
+  return fmt::format("/tmp/dtrain-{}", ::geteuid());
+}
+
+void make_private_dir(const std::string& dir) {
+  if (::mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST)
+    throw common::IoError(fmt::format("cannot create {}: {}", dir, std::strerror(errno)));
+  // O_NOFOLLOW: a symlink planted there by someone else is refused, not followed.
+  common::UniqueFd fd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+  struct stat info {};
+  if (!fd.valid() || ::fstat(fd.get(), &info) != 0) {
+    throw common::IoError(fmt::format("{} is not a directory (a symlink?): {}; remove it", dir,
+                                      std::strerror(errno)));
+  }
+  if (info.st_uid != ::geteuid()) {
+    throw common::IoError(fmt::format(
+        "{} belongs to uid {}, not to this user (uid {}): another user may be waiting for "
+        "this launcher's control socket there; remove it, or use a shorter --run-dir",
+        dir, info.st_uid, ::geteuid()));
+  }
+  if ((info.st_mode & 0077) != 0) {
+    throw common::IoError(
+        fmt::format("{} has mode {:o}: others may enter it and take the control socket; remove it "
+                    "or chmod 700 it",
+                    dir, info.st_mode & 0777));
+  }
+}
+
 std::string control_socket_path(const std::string& run_dir) {
   std::string path = run_dir + "/control.sock";
   if (path.size() < sizeof(sockaddr_un{}.sun_path)) return path;
-  return fmt::format("/tmp/dtrain-{}-{:016x}.sock", ::getuid(), std::hash<std::string>{}(run_dir));
+  return fmt::format("{}/{:016x}.sock", fallback_socket_dir(), std::hash<std::string>{}(run_dir));
 }
 
 }  // namespace dtrain::launcher

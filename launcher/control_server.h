@@ -1,10 +1,12 @@
 // The launcher's UNIX socket: workers send heartbeats and progress on it (DTRAIN_CONTROL), and
 // `dtrain status` / `dtrain stop` send requests ({"request": "status"}) that get one JSON line
-// back. Only this user may connect (socket 0600 in a 0700 run directory, and the peer's uid is
-// checked). Malformed lines are answered with an error and dropped. What one client can cost is
-// bounded (ControlLimits): an overlong line, too many unread replies or a long silence close its
-// connection, the oldest idle connection makes room when all are taken, and accept() failing
-// (out of descriptors) pauses accepting instead of spinning. Runs on the io_context's thread.
+// back. Only this user may connect (socket 0600 in a 0700 run directory or this user's private
+// /tmp/dtrain-<uid>, and the peer's uid is checked). Malformed lines are answered with an error and
+// dropped. What one client can cost is bounded (ControlLimits): an overlong line, too many unread
+// replies or a long silence close its connection, the oldest idle connection makes room when all
+// are taken, a closed connection is released at once, warnings are logged at most once a second,
+// and accept() failing (out of descriptors) pauses accepting instead of spinning. Runs on the
+// io_context's thread.
 #pragma once
 
 #include <functional>
@@ -51,14 +53,30 @@ class ControlServer {
 
   /// "unix:<path>", the value of DTRAIN_CONTROL.
   std::string address() const;
+  /// Connections not yet closed (at most ControlLimits::max_connections).
+  size_t open_connections() const;
+  /// Connections whose memory is still held, closed or not; a closed one is released as soon as
+  /// its pending handlers have run (no timer keeps it).
+  size_t live_connections() const;
+  /// Warnings not logged since the last one that was (at most one a second is logged).
+  size_t warnings_held_back() const;
 
  private:
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };
 
-/// Where the control socket of a run lives: run_dir/control.sock, or a path under /tmp when
-/// that would be longer than a UNIX socket path may be.
+/// Where the control socket of a run lives: run_dir/control.sock, or a path in
+/// fallback_socket_dir() when that would be longer than a UNIX socket path may be.
 std::string control_socket_path(const std::string& run_dir);
+
+/// "/tmp/dtrain-<euid>": this user's private folder for control sockets of long run paths. The
+/// server makes it (make_private_dir) before binding there.
+std::string fallback_socket_dir();
+
+/// Makes dir with mode 0700 unless it exists; throws IoError when it is a symlink or not a
+/// folder, belongs to another user, or lets group or others in (mode & 077), since another user
+/// could then take or watch the socket.
+void make_private_dir(const std::string& dir);
 
 }  // namespace dtrain::launcher

@@ -14,6 +14,7 @@
 #include <boost/asio/write.hpp>
 #include <cerrno>
 #include <cstring>
+#include <list>
 
 #include "common/errors.h"
 
@@ -21,19 +22,32 @@ namespace dtrain::launcher {
 namespace {
 using boost::asio::ip::tcp;
 
+struct Exchange;
+using OpenExchanges = std::list<Exchange*>;  ///< not yet finished, oldest first
+
+// One client: its request (up to 8 KiB, ending in a blank line), one response, then closed; the
+// whole exchange gets kMetricsClientSeconds.
 struct Exchange : std::enable_shared_from_this<Exchange> {
-  Exchange(tcp::socket s, const std::function<std::string()>& r)
-      : socket(std::move(s)), timer(socket.get_executor()), request(8192), render(r) {}
+  Exchange(tcp::socket s, const std::function<std::string()>& r, std::shared_ptr<OpenExchanges> all)
+      : socket(std::move(s)),
+        timer(socket.get_executor()),
+        request(8192),
+        render(r),
+        open(std::move(all)) {
+    open->push_back(this);
+  }
+  ~Exchange() { finish(); }
 
   void start() {
-    timer.expires_after(std::chrono::seconds(2));
+    timer.expires_after(std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+        std::chrono::duration<double>(kMetricsClientSeconds)));
     timer.async_wait([self = shared_from_this()](const boost::system::error_code& ec) {
-      if (!ec) self->socket.close();
+      if (!ec) self->finish();
     });
     boost::asio::async_read_until(
         socket, request, "\r\n\r\n",
         [self = shared_from_this()](const boost::system::error_code& ec, size_t) {
-          if (ec) return;
+          if (ec || self->finished) return self->finish();
           self->answer();
         });
   }
@@ -47,8 +61,17 @@ struct Exchange : std::enable_shared_from_this<Exchange> {
                              [self = shared_from_this()](const boost::system::error_code&, size_t) {
                                boost::system::error_code ignored;
                                self->socket.shutdown(tcp::socket::shutdown_both, ignored);
-                               self->timer.cancel();
+                               self->finish();
                              });
+  }
+  // Closes the socket at once (its descriptor is given back now, not when the handlers end).
+  void finish() {
+    if (finished) return;
+    finished = true;
+    open->remove(this);
+    boost::system::error_code ignored;
+    socket.close(ignored);
+    timer.cancel();
   }
 
   tcp::socket socket;
@@ -56,25 +79,38 @@ struct Exchange : std::enable_shared_from_this<Exchange> {
   boost::asio::streambuf request;
   std::string response;
   std::function<std::string()> render;
+  std::shared_ptr<OpenExchanges> open;
+  bool finished = false;
 };
 
 }  // namespace
 
 struct MetricsServer::Impl {
   Impl(boost::asio::io_context& io, std::function<std::string()> r)
-      : acceptor(io), render(std::move(r)) {}
+      : acceptor(io), pause(io), render(std::move(r)) {}
   void accept() {
     acceptor.async_accept([this](const boost::system::error_code& ec, tcp::socket socket) {
       if (ec == boost::asio::error::operation_aborted) return;
-      if (!ec) {
-        ::fcntl(socket.native_handle(), F_SETFD, FD_CLOEXEC);  // a worker started now
-        std::make_shared<Exchange>(std::move(socket), render)->start();
-      }
+      if (ec) return pause_accepting();
+      ::fcntl(socket.native_handle(), F_SETFD, FD_CLOEXEC);  // a worker started now
+      // A flood of connections must not take the launcher's descriptors (issue 25): the oldest
+      // exchange gives way to the newest.
+      if (open->size() >= kMaxMetricsConnections) open->front()->finish();
+      std::make_shared<Exchange>(std::move(socket), render, open)->start();
       accept();
     });
   }
+  // accept() fails again at once while its cause lasts (no descriptor left): wait, then retry.
+  void pause_accepting() {
+    pause.expires_after(std::chrono::milliseconds(200));
+    pause.async_wait([this](const boost::system::error_code& ec) {
+      if (!ec) accept();
+    });
+  }
   tcp::acceptor acceptor;
+  boost::asio::steady_timer pause;
   std::function<std::string()> render;
+  std::shared_ptr<OpenExchanges> open = std::make_shared<OpenExchanges>();
 };
 
 common::UniqueFd listen_for_metrics(int port) {
@@ -109,6 +145,12 @@ MetricsServer::MetricsServer(boost::asio::io_context& io, common::UniqueFd liste
 MetricsServer::~MetricsServer() {
   boost::system::error_code ignored;
   impl_->acceptor.close(ignored);
+  impl_->pause.cancel();
+  while (!impl_->open->empty()) impl_->open->front()->finish();
+}
+
+size_t MetricsServer::open_connections() const {
+  return impl_->open->size();
 }
 
 }  // namespace dtrain::launcher
