@@ -13,7 +13,8 @@
 namespace dtrain::common {
 namespace {
 
-constexpr int kMaxWorkers = 1024;
+constexpr int kMaxWorkers =
+    4096;  // issue 25: a launcher holds ~3 fds per worker, see raise_open_file_limit()
 constexpr double kMaxSeconds = 7 * 24 * 3600.0;
 
 bool is_valid_job_name(const std::string& name) {

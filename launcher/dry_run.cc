@@ -15,6 +15,7 @@
 #include "common/run_dir.h"
 #include "launcher/agent_protocol.h"
 #include "launcher/control_server.h"
+#include "launcher/process_start.h"
 #include "launcher/run_preparation.h"
 #include "launcher/worker_env.h"
 
@@ -32,19 +33,84 @@ std::string shell_word(const std::string& text) {
 
 std::string command_line(const std::vector<std::string>& argv) {
   std::string line;
-  for (const std::string& word : argv) line += (line.empty() ? "" : " ") + shell_word(word);
+  for (const std::string& word : argv)
+    line += (line.empty() ? "" : " ") + shell_word(mask_secrets_in(word));
   return line;
 }
 
-// user:password@ in URLs ("postgres://u:pw@db/x") with the password masked.
-std::string mask_url_passwords(std::string value) {
+// Schemes whose user part is a login name (ssh://git@host), not a credential.
+bool user_is_login(std::string_view scheme) {
+  for (std::string_view login : {"ssh", "sftp", "scp", "git+ssh", "ssh+git", "rsync"})
+    if (scheme.size() == login.size() &&
+        std::equal(scheme.begin(), scheme.end(), login.begin(),
+                   [](char a, char b) { return std::tolower(static_cast<unsigned char>(a)) == b; }))
+      return true;
+  return false;
+}
+
+// The credentials of URLs: the password of scheme://user:password@host, and the whole user part
+// of scheme://TOKEN@host (a token passed as the user name), except for login schemes such as ssh.
+std::string mask_url_credentials(std::string value) {
   for (size_t at = value.find("://"); at != std::string::npos; at = value.find("://", at + 3)) {
+    size_t begin = at;
+    while (begin > 0 && (std::isalnum(static_cast<unsigned char>(value[begin - 1])) ||
+                         std::string_view("+.-").find(value[begin - 1]) != std::string_view::npos))
+      --begin;
     size_t user = at + 3;
-    size_t end = std::min(value.find_first_of("/?#", user), value.size());
+    size_t end = std::min(value.find_first_of("/?# \t'\"", user), value.size());
     size_t sign = value.rfind('@', end);
-    if (sign == std::string::npos || sign < user) continue;
+    if (sign == std::string::npos || sign < user || sign == user) continue;
     size_t colon = value.find(':', user);
-    if (colon < sign) value.replace(colon + 1, sign - colon - 1, kMaskedValue);
+    if (colon < sign) {
+      value.replace(colon + 1, sign - colon - 1, kMaskedValue);
+    } else if (!user_is_login(std::string_view(value).substr(begin, at - begin))) {
+      value.replace(user, sign - user, kMaskedValue);
+    }
+  }
+  return value;
+}
+
+// A NAME=value pair inside a value (a query parameter, a connection string's field, an option)
+// is secret when NAME is a secret variable name or, camel-cased, ends in Key, Password,
+// Signature or Secret (Azure's AccountKey, SharedAccessKey; sig, pwd).
+bool is_secret_field(std::string_view name) {
+  while (!name.empty() && name.front() == '-') name.remove_prefix(1);
+  std::string upper(name);
+  for (char& ch : upper)  // api-key and api.key read as API_KEY
+    ch = ch == '-' || ch == '.' ? '_'
+                                : static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
+  if (upper.empty()) return false;
+  if (is_secret_name(upper)) return true;
+  for (std::string_view whole : {"KEY", "SIG", "PWD", "PASSWD"})
+    if (upper == whole) return true;
+  for (std::string_view tail : {"KEY", "SIGNATURE"}) {
+    if (upper.size() > tail.size() &&
+        upper.compare(upper.size() - tail.size(), tail.size(), tail.data(), tail.size()) == 0 &&
+        std::islower(static_cast<unsigned char>(name[name.size() - tail.size() - 1])) &&
+        std::isupper(static_cast<unsigned char>(name[name.size() - tail.size()])))
+      return true;  // AccountKey, SharedAccessSignature; not monkey or MONKEY
+  }
+  return false;
+}
+
+// The values of secret NAME=value fields: "?password=x&a=1", "AccountName=a;AccountKey=k==;",
+// "--api-key=k". A value runs to the next '&', ';', '#', space or quote.
+std::string mask_secret_fields(std::string value) {
+  auto name_char = [](char ch) {
+    return std::isalnum(static_cast<unsigned char>(ch)) || ch == '_' || ch == '-' || ch == '.';
+  };
+  for (size_t eq = value.find('='); eq != std::string::npos; eq = value.find('=', eq + 1)) {
+    size_t name = eq;
+    while (name > 0 && name_char(value[name - 1])) --name;
+    if (name == eq) continue;
+    if (name > 0 && std::string_view("?&; \t,'\"").find(value[name - 1]) == std::string_view::npos)
+      continue;
+    if (!is_secret_field(std::string_view(value).substr(name, eq - name))) continue;
+    size_t end = std::min(value.find_first_of("&;# \t'\"", eq + 1), value.size());
+    if (end == eq + 1 || std::string_view(value).substr(eq + 1, end - eq - 1) == kMaskedValue)
+      continue;
+    value.replace(eq + 1, end - eq - 1, kMaskedValue);
+    eq += std::string_view(kMaskedValue).size();
   }
   return value;
 }
@@ -55,7 +121,7 @@ std::string env_command(const std::string& indent, const std::string& cwd,
                         const std::vector<std::string>& argv) {
   std::string out = fmt::format("{}cd {} && env \\\n", indent, shell_word(cwd));
   for (const auto& [name, value] : env) {
-    std::string shown = is_secret_name(name) ? kMaskedValue : shell_word(mask_url_passwords(value));
+    std::string shown = is_secret_name(name) ? kMaskedValue : shell_word(mask_secrets_in(value));
     out += fmt::format("{}    {}={} \\\n", indent, name, shown);
   }
   return out + fmt::format("{}    {}\n", indent, command_line(argv));
@@ -85,6 +151,10 @@ std::string format_task(const LaunchPlan& plan, const TaskPlan& task, int attemp
 }
 
 }  // namespace
+
+std::string mask_secrets_in(const std::string& value) {
+  return mask_secret_fields(mask_url_credentials(value));
+}
 
 bool is_secret_name(const std::string& name) {
   std::string upper = name;
@@ -130,6 +200,7 @@ std::string format_dry_run(const LaunchPlan& plan, const DryRunFacts& facts) {
 }
 
 std::string dry_run(const common::JobSpec& spec, bool fresh) {
+  raise_open_file_limit();  // the ports of "workers": 4096 are picked with all of them held
   std::string root = run_root(spec);
   common::RunDir run_dir(root);
   LaunchContext context = make_launch_context(spec, root);

@@ -15,9 +15,16 @@ inline constexpr const char* kMaskedValue = "********";
 
 /// True for a variable whose value must not be printed: names holding TOKEN (DTRAIN_TOKEN too),
 /// SECRET, PASS, CREDENTIAL, AUTH, APIKEY or COOKIE, or with KEY or PWD as a word after the
-/// first (SSH_KEY, AWS_ACCESS_KEY_ID, MYSQL_PWD), in any case. The report shows other values with
-/// the password of any scheme://user:password@host masked.
+/// first (SSH_KEY, AWS_ACCESS_KEY_ID, MYSQL_PWD), in any case. Other values and every command
+/// argument are shown through mask_secrets_in().
 bool is_secret_name(const std::string& name);
+
+/// value with the secrets inside it masked, the rest readable: the password of
+/// scheme://user:password@host, the user part of scheme://TOKEN@host (not for ssh, sftp, scp,
+/// rsync, where it is a login), and the value of a NAME=value field (a query parameter, a
+/// connection-string field, an --option=value) whose NAME is a secret name or ends in Key or
+/// Signature camel-cased, or is key, sig, pwd or passwd: `?password=x`, `AccountKey=k==;`.
+std::string mask_secrets_in(const std::string& value);
 
 /// What a dry run knows of the run directory besides the plan.
 struct DryRunFacts {

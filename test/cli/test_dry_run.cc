@@ -79,10 +79,60 @@ TEST_CASE("launch --dry-run prints each task's command and variables and starts 
   // Passwords inside URLs: the rest of the value stays readable.
   CHECK(r.out.find("hunter2") == std::string::npos);
   CHECK(count(r.out,
-              "DATABASE_URL='postgres://me:********@db:5432/x?ssl=1 http://a@b/ "
+              "DATABASE_URL='postgres://me:********@db:5432/x?ssl=1 http://********@b/ "
               "https://u:********@q'") == 2);
   // Nothing written, nothing started.
   CHECK_FALSE(fs::exists(dir.path() + "/runs"));
+}
+
+// Issue 25 (18): the four forms of a secret inside a value that a dry run showed.
+constexpr const char* kUrlPassword = "postgres://me:hunter2@db:5432/x";
+constexpr const char* kTokenUrl = "https://ghp_tok3n@github.com/org/repo.git";
+constexpr const char* kQueryPassword = "https://db.example/x?user=me&password=s3cr3t&ssl=1";
+constexpr const char* kAzure =
+    "DefaultEndpointsProtocol=https;AccountName=acct;AccountKey=YWJj+ZGVm==;EndpointSuffix=core."
+    "windows.net";
+
+TEST_CASE("secrets inside values are masked, the rest stays readable") {
+  using dtrain::launcher::mask_secrets_in;
+  CHECK(mask_secrets_in(kUrlPassword) == "postgres://me:********@db:5432/x");
+  CHECK(mask_secrets_in(kTokenUrl) == "https://********@github.com/org/repo.git");
+  CHECK(mask_secrets_in(kQueryPassword) == "https://db.example/x?user=me&password=********&ssl=1");
+  CHECK(mask_secrets_in(kAzure) ==
+        "DefaultEndpointsProtocol=https;AccountName=acct;AccountKey=********;EndpointSuffix=core."
+        "windows.net");
+  CHECK(mask_secrets_in("--api-key=abc --db-password=x") ==
+        "--api-key=******** --db-password=********");
+  CHECK(mask_secrets_in("https://h/?sig=abc%2F&sv=2020") == "https://h/?sig=********&sv=2020");
+  // Ordinary values, logins included, stay as they are.
+  for (const char* plain : {"ssh://git@github.com/org/repo.git", "https://github.com/org/repo.git",
+                            "--lr=0.1", "a=b;c=d", "user@example.com", "--monkey=3", "KEYBOARD=us",
+                            "https://h/x?ssl=1&page=2", "0.1 0.2", "/usr/bin:/bin"})
+    CHECK(mask_secrets_in(plain) == plain);
+}
+
+TEST_CASE("launch --dry-run masks secrets in the command's arguments as in its env") {
+  dtrain::testing::TempDir dir;
+  std::string job = dir.path() + "/job.json";
+  std::ofstream(job) << R"({"job": "dry", "run_dir": ")" << dir.path() << R"(/run",
+    "cluster": {"worker": ["localhost:12345"]},
+    "command": ["python3", "train.py", ")"
+                     << kUrlPassword << R"(", ")" << kTokenUrl << R"(", "--db", ")"
+                     << kQueryPassword << R"(", ")" << kAzure << R"(", "--lr", "0.1"],
+    "env": {"A": ")" << kUrlPassword
+                     << R"(", "B": ")" << kTokenUrl << R"(", "C": ")" << kQueryPassword
+                     << R"(", "D": ")" << kAzure << R"("}})";
+  auto r = run_process({binary("dtrain"), "launch", job, "--dry-run"});
+  INFO(r.out << r.err);
+  REQUIRE(r.exit_code == 0);
+  for (const char* secret : {"hunter2", "ghp_tok3n", "s3cr3t", "YWJj"})
+    CHECK(r.out.find(secret) == std::string::npos);
+  // Each form masked twice: once in env, once in argv; the rest readable.
+  CHECK(count(r.out, "postgres://me:********@db:5432/x") == 2);
+  CHECK(count(r.out, "https://********@github.com/org/repo.git") == 2);
+  CHECK(count(r.out, "?user=me&password=********&ssl=1") == 2);
+  CHECK(count(r.out, "AccountName=acct;AccountKey=********;EndpointSuffix=core.windows.net") == 2);
+  CHECK(r.out.find(" --lr 0.1\n") != std::string::npos);
 }
 
 TEST_CASE("launch --dry-run shows a task on another host as its ssh command and the agent's") {

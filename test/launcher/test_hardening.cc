@@ -24,6 +24,7 @@
 #include <utility>
 #include <vector>
 
+#include "common/job_spec.h"
 #include "launcher/agent_child.h"
 #include "launcher/agent_protocol.h"
 #include "launcher/process_spawner.h"
@@ -354,4 +355,43 @@ TEST_CASE("launch: a run directory that fills up mid-run stops the job, naming t
   CHECK(events.find("\"event\":\"restart\"") == std::string::npos);
   CHECK(dtrain::testing::processes_of_run(run).empty());
   CHECK_FALSE(fs::exists(run + "/launcher.reserve"));
+}
+
+// Issue 25 (2): a launcher that ran out of descriptors part-way through spawning once hung for
+// ever (a worker recorded with pid -1, state "stopping", SIGTERM ignored). Under a hard limit of
+// 60-69 descriptors the ports of 40 workers can be picked (held at once, then closed) but not all
+// their logs and output pipes opened: spawning fails after about 25 workers, at a point that moves
+// with the limit. The launch must end, name the cause and leave no worker behind.
+TEST_CASE("launch: running out of descriptors while spawning ends the launch, leaving no worker",
+          "[hardening][launch][fds]") {
+  for (int limit : {60, 63, 66, 69}) {
+    JobDir job;
+    job.write(R"("workers": 40, "command": ["/bin/sleep", "30"],
+        "restart": {"max_restarts": 0, "backoff_seconds": 0, "grace_seconds": 2})");
+    ProcessOptions options;
+    options.cwd = job.dir.path();
+    options.timeout_seconds = 60;
+    // The shell's `ulimit -n` sets the soft and the hard limit: the launcher cannot raise it.
+    ProcessResult r = run_process(
+        {"/bin/sh", "-c", "ulimit -n " + std::to_string(limit) + " && exec \"$0\" \"$@\"",
+         binary("dtrain"), "launch", job.path()},
+        options);
+    INFO("limit " << limit << ": " << r.err);
+    REQUIRE_FALSE(r.timed_out);
+    CHECK(r.exit_code == 1);
+    CHECK(r.err.find("first failure: worker:") != std::string::npos);
+    CHECK(r.err.find("Too many open files") != std::string::npos);
+    CHECK(dtrain::testing::wait_for(
+        [&] { return dtrain::testing::processes_of_run(job.run_dir()).empty(); }, 5));
+  }
+}
+
+// Issue 25 (10): "workers" goes up to 4096 (the spawn benchmark's largest job).
+TEST_CASE("job file: \"workers\" may be 4096 but not 4097", "[hardening][job_spec]") {
+  using dtrain::common::parse_job_spec;
+  CHECK(parse_job_spec(R"({"job": "j", "workers": 4096, "command": ["/bin/true"]})", "x")
+            .auto_workers == 4096);
+  CHECK_THROWS_WITH(
+      parse_job_spec(R"({"job": "j", "workers": 4097, "command": ["/bin/true"]})", "x"),
+      Catch::Contains("from 1 to 4096"));
 }

@@ -37,7 +37,7 @@ inline const std::vector<BadInput>& bad_job_files() {
        R"({"job": "j", "workers": 2, "cluster": {"worker": ["h:1"]}, "train": {}})",
        "workers: give either \"cluster\" or \"workers\""},
       {"workers zero", R"({"job": "j", "workers": 0, "train": {}})",
-       "workers: expected an integer from 1 to 1024, found 0"},
+       "workers: expected an integer from 1 to 4096, found 0"},
       {"workers fraction", R"({"job": "j", "workers": 2.5, "train": {}})",
        "workers: expected an integer, found 2.5"},
       {"workers string", R"({"job": "j", "workers": "2", "train": {}})",
@@ -171,7 +171,7 @@ inline const std::vector<BadInput>& bad_job_files() {
        "slurm.sbatch[0]: must be one line"},
       {"slurm nodes zero",
        R"({"job": "j", "cluster": "slurm", "slurm": {"nodes": 0}, "train": {}})",
-       "slurm.nodes: expected an integer from 1 to 1024, found 0"},
+       "slurm.nodes: expected an integer from 1 to 4096, found 0"},
       {"remote_shell not list", R"({"job": "j", "workers": 2, "train": {}, "remote_shell": "ssh"})",
        "remote_shell: expected an array, found \"ssh\""},
   };
