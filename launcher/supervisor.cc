@@ -24,6 +24,7 @@ namespace {
 constexpr double kPortRetrySeconds = 0.25;
 constexpr int kPortRetries = 40;
 constexpr double kStateWriteInterval = 1.0;
+constexpr double kExitStateWriteInterval = 0.1;
 }  // namespace
 
 Supervisor::Supervisor(boost::asio::io_context& io, ProcessSpawner& spawner, RunRecorder& recorder,
@@ -343,7 +344,9 @@ void Supervisor::on_exit(Task& task, const ChildEnd& end) {
       begin_teardown(fmt::format("{} {}", task.plan.task.text(), outcome_name(r.outcome)));
     }
   }
-  write_state();
+  // At most ten writes a second for exits alone: a thousand tasks ending together must not cost a
+  // thousand fsynced rewrites. Phase changes write at once (begin_teardown, finish).
+  if (common::monotonic_seconds() - last_state_write_ >= kExitStateWriteInterval) write_state();
   maybe_teardown_complete();
 }
 
