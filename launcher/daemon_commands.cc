@@ -58,10 +58,14 @@ void print_straggler(const common::JsonNode& s) {
 }
 
 void print_human(const common::JsonNode& s, bool daemon) {
-  std::cout << fmt::format("job \"{}\": {}, attempt {}, restarts {}, preemptions {}\n",
-                           s.at("job").as_string(), s.at("status").as_string(),
-                           s.at("attempt").as_int(0, 1 << 30), s.at("restarts").as_int(0, 1 << 30),
-                           s.at("preemptions").as_int(0, 1 << 30));
+  // steps_redone is absent from the state.json of a launcher before issue 24.
+  std::optional<common::JsonNode> redone = s.find("steps_redone");
+  std::cout << fmt::format(
+      "job \"{}\": {}, attempt {}, restarts {}, preemptions {}{}\n", s.at("job").as_string(),
+      s.at("status").as_string(), s.at("attempt").as_int(0, 1 << 30),
+      s.at("restarts").as_int(0, 1 << 30), s.at("preemptions").as_int(0, 1 << 30),
+      redone ? fmt::format(", steps redone {}", redone->as_int(0, int64_t{1} << 50))
+             : std::string());
   int64_t pid = s.at("launcher_pid").as_int(0, 1 << 30);
   std::cout << fmt::format("run directory {}; launcher pid {}: {}; up {:.0f} s (as of {})\n",
                            s.at("run_dir").as_string(), pid, daemon ? "running" : "gone",
