@@ -92,6 +92,7 @@ TEST_CASE("detach, status, graceful stop, and launching again resumes the run") 
   }
   auto human = d.dtrain({"status", d.run()});
   CHECK(human.out.find("job \"daemon\": running") != std::string::npos);
+  CHECK(human.out.find("preemptions 0, steps redone 0") != std::string::npos);
   CHECK(human.out.find("worker:1") != std::string::npos);
 
   auto stopped = d.dtrain({"stop", d.run()});
