@@ -1,6 +1,13 @@
 // See process_start.h. Everything the child needs (argv, envp, the program's path, descriptors)
-// is made before fork(); between fork and exec the child makes only async-signal-safe calls and
-// reports a failure as (stage, errno) through a close-on-exec pipe that exec closes on success.
+// is made before vfork(); between vfork and exec the child makes only async-signal-safe calls,
+// writes no memory of the parent's, and reports a failure as (stage, errno) through a
+// close-on-exec pipe that exec closes on success.
+//
+// vfork() rather than fork(): the child borrows the parent's memory until it execs instead of
+// copying its page tables, which costs the launcher of thousands of workers more with each one it
+// holds (docs/benchmarks.md, spawn time). The parent thread waits meanwhile, as posix_spawn's
+// does; the child has its own signal handler table (no CLONE_SIGHAND), so resetting handlers
+// there leaves the parent's alone.
 #include "launcher/process_start.h"
 
 #include <fcntl.h>
@@ -78,7 +85,7 @@ bool is_executable_file(const std::string& path) {
 }
 
 // What the child will execve(): a path as given, or the first executable `dir/name` on the
-// child's PATH (execvp's search, done before fork because execvp may allocate).
+// child's PATH (execvp's search, done before vfork because execvp may allocate).
 std::string resolve_program(const std::string& name, const std::vector<std::string>& env,
                             const std::string& cwd) {
   if (name.find('/') != std::string::npos) return name;
@@ -124,7 +131,7 @@ Pipe make_pipe(const std::string& program, const char* what) {
           above_stdio(std::move(write), program, what)};
 }
 
-// Everything the child uses, made before fork.
+// Everything the child uses, made before vfork; the child only reads it.
 struct ChildPlan {
   const char* program;
   char** argv;
@@ -141,8 +148,10 @@ struct ChildPlan {
   ::_exit(127);
 }
 
-// In the child between fork and exec: only async-signal-safe calls. Handlers the parent set
-// (Asio's, which write to the parent's own pipe) are reset while every signal is still blocked.
+// In the child between vfork and exec: only async-signal-safe calls, nothing written but its own
+// stack frames and the kernel's state (errno aside, which the parent does not read after a
+// successful vfork). Handlers the parent set (Asio's, which write to the parent's own pipe) are
+// reset while every signal is still blocked. Never returns: the parent's frames are below.
 [[noreturn]] void exec_child(const ChildPlan& plan) {
   struct sigaction action {};
   for (int sig = 1; sig < NSIG; ++sig) {
@@ -226,12 +235,13 @@ bool is_permanent(int error) {
   throw common::IoError(message);
 }
 
-// fork() with every signal blocked, so that none runs a parent's handler in the child.
-pid_t fork_blocking_signals(const ChildPlan& plan) {
+// vfork() with every signal blocked, so that none runs a parent's handler in the child. Returns
+// once the child has exec'd or exited.
+pid_t vfork_blocking_signals(const ChildPlan& plan) {
   sigset_t all, old;
   ::sigfillset(&all);
   ::pthread_sigmask(SIG_SETMASK, &all, &old);
-  pid_t pid = ::fork();
+  pid_t pid = ::vfork();
   if (pid == 0) exec_child(plan);
   int error = errno;
   ::pthread_sigmask(SIG_SETMASK, &old, nullptr);
@@ -264,8 +274,8 @@ StartedProcess start_process(const ProcessStart& start) {
   ChildPlan plan{program.c_str(),    argv.data(), envp.data(),
                  start.cwd.c_str(),  input.get(), output.write.get(),
                  report.write.get(), ::getpid(),  start.new_session};
-  pid_t pid = fork_blocking_signals(plan);
-  if (pid < 0) throw_io(name, "fork", errno);
+  pid_t pid = vfork_blocking_signals(plan);
+  if (pid < 0) throw_io(name, "vfork", errno);
   input.reset();
   output.write.reset();
   report.write.reset();

@@ -30,13 +30,14 @@ struct StartedProcess {
   common::UniqueFd output;  ///< read end of the child's stdout+stderr pipe, close-on-exec
 };
 
-/// Starts start.argv and returns once the program has been exec'd (at most 10 s); the child is
+/// Starts start.argv and returns once the program has been exec'd; the child is
 /// then the caller's to reap. The child runs with no blocked signals and SIGPIPE at its default,
 /// and gets SIGKILL when the thread that called this ends (PR_SET_PDEATHSIG).
 /// Throws common::ConfigError when the program is not found (program_not_found_message()), is not
 /// something exec can run, or cwd cannot be entered; common::IoError for anything else (no
 /// descriptors or processes left, ...), naming the cause. Nothing is left behind when it throws.
-/// Not async-signal-safe itself; fork()s, so call it from a thread that may fork.
+/// Not async-signal-safe itself; vfork()s (the calling thread waits until the child has exec'd or
+/// failed), so call it from a thread that may fork.
 StartedProcess start_process(const ProcessStart& start);
 
 /// The one message for a program that does not exist: `program "X" not found on PATH` for a name,
