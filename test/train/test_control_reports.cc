@@ -11,6 +11,7 @@
 
 #include "common/control_protocol.h"
 #include "test/support/temp_dir.h"
+#include "test/train/solo_fit.h"
 #include "worker/comm/ring_communicator.h"
 #include "worker/train/trainer.h"
 
@@ -64,21 +65,6 @@ class Listener {
   int fd_ = -1;
 };
 
-// Trains in run_dir with control; stop_after > 0 asks to stop at that poll (fit throws).
-void fit(const train::TrainConfig& c, const std::string& run_dir, common::ControlClient& control,
-         int stop_after = 0) {
-  auto backend = nn::make_dnnl_backend();
-  comm::SoloCommunicator solo;
-  auto [train_data, test_data] =
-      data::load_data(c.data, {c.model.height, c.model.width, c.model.channels});
-  int polls = 0;
-  train::TrainerOptions options{run_dir, true, "worker:0", 0,
-                                [&] { return stop_after > 0 && ++polls >= stop_after; }};
-  train::Trainer trainer(c, *backend, solo, std::move(train_data), std::move(test_data), options,
-                         &control);
-  trainer.fit();
-}
-
 }  // namespace
 
 TEST_CASE("restored_step comes once after the restore; every progress has global_step") {
@@ -90,7 +76,8 @@ TEST_CASE("restored_step comes once after the restore; every progress has global
     Listener launcher(dir.path() + "/stopped.sock");
     {
       common::ControlClient control(launcher.address());
-      CHECK_THROWS_AS(fit(c, run, control, 3), train::Preempted);
+      CHECK_THROWS_AS(testing::solo_fit(c, run, {.stop_after = 3, .control = &control}),
+                      train::Preempted);
     }  // closed: the listener reads to the end
     std::vector<common::ControlMessage> sent = launcher.messages();
     REQUIRE_FALSE(sent.empty());
@@ -100,7 +87,7 @@ TEST_CASE("restored_step comes once after the restore; every progress has global
   Listener launcher(dir.path() + "/resumed.sock");
   {
     common::ControlClient control(launcher.address());
-    fit(c, run, control);
+    testing::solo_fit(c, run, {.control = &control});
   }
   std::vector<common::ControlMessage> sent = launcher.messages();
   REQUIRE(sent.size() >= 2);

@@ -8,6 +8,7 @@
 
 #include "common/errors.h"
 #include "test/support/temp_dir.h"
+#include "test/train/solo_fit.h"
 #include "worker/comm/ring_communicator.h"
 #include "worker/train/safetensors.h"
 #include "worker/train/trainer.h"
@@ -35,24 +36,6 @@ std::string train_json(const std::string& optimizer, const std::string& loss = "
 
 train::TrainConfig parse(const std::string& json) {
   return train::parse_train_config(json, "job.json");
-}
-
-// Trains c in run_dir; stop_after > 0 asks to stop at that call of the stop poll (the trainer then
-// stops a step later, saving a step checkpoint, and fit() throws Preempted).
-std::vector<float> fit(const train::TrainConfig& c, const std::string& run_dir, int stop_after = 0,
-                       int64_t* resumed_at = nullptr) {
-  auto backend = nn::make_dnnl_backend();
-  comm::SoloCommunicator solo;
-  auto [train_data, test_data] =
-      data::load_data(c.data, {c.model.height, c.model.width, c.model.channels});
-  int polls = 0;
-  train::TrainerOptions options{run_dir, true, "worker:0", 0,
-                                [&] { return stop_after > 0 && ++polls >= stop_after; }};
-  train::Trainer trainer(c, *backend, solo, std::move(train_data), std::move(test_data), options,
-                         nullptr);
-  if (resumed_at) *resumed_at = trainer.resumed_from().global_step;
-  trainer.fit();
-  return trainer.model().parameters().to_host();
 }
 
 }  // namespace
@@ -148,10 +131,11 @@ TEST_CASE("RMSprop and AdamW slots are checkpointed and a stopped run resumes bi
     train::TrainConfig c = parse(train_json(k.optimizer));
     c.backup.delete_on_success = false;
     testing::TempDir dir;
-    std::vector<float> whole = fit(c, dir.path() + "/whole");
+    std::vector<float> whole = testing::solo_fit(c, dir.path() + "/whole");
 
     std::string run = dir.path() + "/stopped";
-    CHECK_THROWS_AS(fit(c, run, 5), train::Preempted);  // 16 steps an epoch: stops in epoch 1
+    // 16 steps an epoch: stops in epoch 1
+    CHECK_THROWS_AS(testing::solo_fit(c, run, {.stop_after = 5}), train::Preempted);
     std::vector<std::string> files;
     for (const auto& e : fs::directory_iterator(run + "/backup"))
       if (e.path().extension() == ".safetensors") files.push_back(e.path());
@@ -164,7 +148,7 @@ TEST_CASE("RMSprop and AdamW slots are checkpointed and a stopped run resumes bi
     }
     CHECK(saved.tensors.size() == 4 * (1 + k.slots.size()));
     int64_t resumed_at = 0;
-    std::vector<float> resumed = fit(c, run, 0, &resumed_at);
+    std::vector<float> resumed = testing::solo_fit(c, run, {.resumed_at = &resumed_at});
     CHECK(resumed_at == 6);  // asked during step 5, agreed a step later: not a fresh start
     REQUIRE(resumed.size() == whole.size());
     CHECK(std::memcmp(resumed.data(), whole.data(), whole.size() * sizeof(float)) == 0);

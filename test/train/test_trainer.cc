@@ -16,6 +16,7 @@
 #include "common/json.h"
 #include "test/support/subprocess.h"
 #include "test/support/temp_dir.h"
+#include "test/train/solo_fit.h"
 #include "worker/comm/ring_communicator.h"
 #include "worker/gpu/gpu_info.h"
 #include "worker/train/progress.h"
@@ -49,15 +50,7 @@ train::TrainConfig config(int seed) {
 
 std::vector<float> train_once(const train::TrainConfig& c, const std::string& run_dir,
                               train::EpochMetrics* last = nullptr) {
-  auto backend = nn::make_dnnl_backend();
-  comm::SoloCommunicator solo;
-  auto [train_data, test_data] =
-      data::load_data(c.data, {c.model.height, c.model.width, c.model.channels});
-  train::Trainer trainer(c, *backend, solo, std::move(train_data), std::move(test_data),
-                         {run_dir, true, "worker:0", 0, {}}, nullptr);
-  train::EpochMetrics m = trainer.fit();
-  if (last) *last = m;
-  return trainer.model().parameters().to_host();
+  return testing::solo_fit(c, run_dir, {.last = last});
 }
 
 }  // namespace
