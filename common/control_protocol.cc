@@ -3,13 +3,16 @@
 
 #include <fcntl.h>
 #include <fmt/format.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <utility>
 
+#include "common/clock.h"
 #include "common/errors.h"
 #include "common/json.h"
 
@@ -80,6 +83,7 @@ std::string format_control_message(const ControlMessage& m) {
   if (m.restored_step) w.key("restored_step").value(*m.restored_step);
   put_double("compute_seconds_per_step", m.compute_seconds_per_step);
   put_double("wait_seconds_per_step", m.wait_seconds_per_step);
+  put_int("generation", m.generation);
   return w.end_object().str() + "\n";
 }
 
@@ -95,7 +99,8 @@ std::optional<ControlMessage> parse_control_message(std::string_view line) {
     for (auto [key, field] : {std::pair{"epoch", &m.epoch},
                               {"epochs", &m.epochs},
                               {"step", &m.step},
-                              {"steps", &m.steps}}) {
+                              {"steps", &m.steps},
+                              {"generation", &m.generation}}) {
       if (auto n = root.find(key); n && !n->is_null())
         *field = static_cast<int>(n->as_int(0, 1 << 30));
     }
@@ -113,6 +118,61 @@ std::optional<ControlMessage> parse_control_message(std::string_view line) {
       if (auto n = root.find(key); n && !n->is_null()) *field = n->as_number(0, 1e300);
     }
     return m;
+  } catch (const ConfigError&) {
+    return std::nullopt;
+  }
+}
+
+std::string format_reform_request(const ReformRequest& r) {
+  JsonWriter w;
+  w.begin_object().key("request").value("reform").key("task").value(r.task);
+  w.key("attempt").value(r.attempt).key("generation").value(r.generation);
+  w.key("whole_step").value(r.whole_step).key("what").value(r.what);
+  return w.end_object().str() + "\n";
+}
+
+std::optional<ReformRequest> parse_reform_request(std::string_view json) {
+  try {
+    JsonDocument doc = JsonDocument::parse(json, "reform request");
+    JsonNode root = doc.root();
+    if (root.at("request").as_string() != "reform") return std::nullopt;
+    ReformRequest r;
+    r.task = root.at("task").as_string();
+    r.attempt = static_cast<int>(root.at("attempt").as_int(0, 1 << 30));
+    r.generation = static_cast<int>(root.at("generation").as_int(0, 1 << 30));
+    r.whole_step = root.at("whole_step").as_int(-1, int64_t{1} << 53);
+    if (auto what = root.find("what")) r.what = what->as_string();
+    return r;
+  } catch (const ConfigError&) {
+    return std::nullopt;
+  }
+}
+
+std::string format_reform_reply(const ReformReply& r) {
+  JsonWriter w;
+  w.begin_object().key("request").value("reform").key("ok").value(r.ok);
+  if (r.ok) {
+    w.key("generation").value(r.generation);
+  } else {
+    w.key("error").value(r.error);
+  }
+  return w.end_object().str() + "\n";
+}
+
+std::optional<ReformReply> parse_reform_reply(std::string_view line) {
+  try {
+    JsonDocument doc = JsonDocument::parse(line, "reform reply");
+    JsonNode root = doc.root();
+    std::optional<JsonNode> request = root.find("request");
+    if (!request || !request->is_string() || request->as_string() != "reform") return std::nullopt;
+    ReformReply r;
+    r.ok = root.at("ok").as_bool();
+    if (r.ok) {
+      r.generation = static_cast<int>(root.at("generation").as_int(0, 1 << 30));
+    } else if (auto error = root.find("error")) {
+      r.error = error->as_string();
+    }
+    return r;
   } catch (const ConfigError&) {
     return std::nullopt;
   }
@@ -173,6 +233,53 @@ bool ControlClient::send(const ControlMessage& message) {
   // that finds its connection closed is not the one lost.
   if (sent == Sent::kBroken && reused && connect_now()) sent = send_line(line);
   return sent == Sent::kWhole;
+}
+
+std::optional<ReformReply> ControlClient::request_reform(const ReformRequest& request,
+                                                         double timeout_seconds) {
+  if (path_.empty() || path_.size() >= sizeof(sockaddr_un{}.sun_path)) return std::nullopt;
+  const double deadline = monotonic_seconds() + timeout_seconds;
+  auto left_ms = [&] {
+    return static_cast<int>(std::max(0.0, (deadline - monotonic_seconds()) * 1000));
+  };
+  // A fresh connection: nothing unread of the old one's replies comes in between.
+  if (fd_ >= 0) ::close(fd_);
+  fd_ = -1;
+  if (!connect_now()) return std::nullopt;
+  std::string line = format_reform_request(request);
+  for (size_t sent = 0; sent < line.size();) {
+    ssize_t n = ::send(fd_, line.data() + sent, line.size() - sent, MSG_NOSIGNAL);
+    if (n > 0) {
+      sent += static_cast<size_t>(n);
+      continue;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    pollfd p{fd_, POLLOUT, 0};
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) && left_ms() > 0 &&
+        ::poll(&p, 1, left_ms()) >= 0)
+      continue;
+    return std::nullopt;
+  }
+  std::string buffer;
+  while (left_ms() > 0) {
+    pollfd p{fd_, POLLIN, 0};
+    int ready = ::poll(&p, 1, left_ms());
+    if (ready < 0 && errno == EINTR) continue;
+    if (ready <= 0) break;
+    char chunk[4096];
+    ssize_t n = ::recv(fd_, chunk, sizeof chunk, 0);
+    if (n < 0 && (errno == EINTR || errno == EAGAIN)) continue;
+    if (n <= 0) break;  // the launcher closed it, or it broke
+    buffer.append(chunk, static_cast<size_t>(n));
+    for (size_t end; (end = buffer.find('\n')) != std::string::npos;) {
+      std::optional<ReformReply> reply =
+          parse_reform_reply(std::string_view(buffer).substr(0, end));
+      buffer.erase(0, end + 1);
+      if (reply) return reply;
+    }
+    if (buffer.size() > kMaxControlLine) break;
+  }
+  return std::nullopt;
 }
 
 }  // namespace dtrain::common

@@ -40,7 +40,42 @@ struct ControlMessage {
   /// peers' lateness plus the transfer). The straggler of a synchronous group computes longest
   /// and waits least; its peers wait for it. dtrain-worker sends them on the CPU only.
   std::optional<double> compute_seconds_per_step, wait_seconds_per_step;
+  /// The sender's group generation (DTRAIN_GENERATION, then each re-formation in place); sent
+  /// by dtrain-worker with restored_step and in progress when it is above 0.
+  std::optional<int> generation;
 };
+
+/// A training worker whose group broke (a peer died, froze or was cut off) asks the launcher how
+/// to go on (docs/design.md#in-place-recovery): one line on its DTRAIN_CONTROL connection,
+///   {"request": "reform", "task": "worker:0", "attempt": 0, "generation": 0, "whole_step": 386,
+///    "what": "worker:1 (rank 1): connection closed"}
+/// whole_step: the global step of the newest whole state it holds (after undoing a step that
+/// was cut short); -1 when it holds none.
+struct ReformRequest {
+  std::string task;
+  int attempt = 0;
+  int generation = 0;  ///< the generation whose group broke
+  int64_t whole_step = -1;
+  std::string what;  ///< what the worker saw
+};
+
+/// The launcher's answer, one line, sent once it has decided (possibly seconds later):
+///   {"request": "reform", "ok": true, "generation": 1}: re-form as that generation (every failed
+///     task has a replacement with DTRAIN_GENERATION=1);
+///   {"request": "reform", "ok": false, "error": "..."}: no recovery in place; exit (the launcher
+///     takes the old path: the group restarts from the newest checkpoint).
+struct ReformReply {
+  bool ok = false;
+  int generation = 0;
+  std::string error;
+};
+
+std::string format_reform_request(const ReformRequest& request);  ///< one line, with newline
+/// The request in a parsed control line's JSON text; nullopt when it is not a well-formed one.
+std::optional<ReformRequest> parse_reform_request(std::string_view json);
+std::string format_reform_reply(const ReformReply& reply);  ///< one line, with newline
+/// A reply line; nullopt for any other line (other replies on the same connection).
+std::optional<ReformReply> parse_reform_reply(std::string_view line);
 
 /// A heartbeat of task on attempt from pid.
 ControlMessage heartbeat_message(const std::string& task, int attempt, int pid);
@@ -75,6 +110,10 @@ class ControlClient {
 
   /// True when the message was handed to the kernel.
   bool send(const ControlMessage& message);
+  /// Sends a reform request and waits up to timeout_seconds for the launcher's reply (lines that
+  /// are not one are skipped). nullopt when DTRAIN_CONTROL is unset, the launcher cannot be
+  /// reached or does not answer in time.
+  std::optional<ReformReply> request_reform(const ReformRequest& request, double timeout_seconds);
 
  private:
   enum class Sent { kWhole, kFull, kBroken };

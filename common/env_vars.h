@@ -18,6 +18,10 @@ inline constexpr EnvVar kEnvTfConfig{"TF_CONFIG", "", "cluster and task, TensorF
 inline constexpr EnvVar kEnvJob{"DTRAIN_JOB", "", "job name"};
 inline constexpr EnvVar kEnvRunDir{"DTRAIN_RUN_DIR", "", "absolute run directory"};
 inline constexpr EnvVar kEnvAttempt{"DTRAIN_ATTEMPT", "0", "group start count, 0 first"};
+inline constexpr EnvVar kEnvGeneration{"DTRAIN_GENERATION", "0",
+                                       "re-formations in place within the attempt, 0 first"};
+inline constexpr EnvVar kEnvRecovery{"DTRAIN_RECOVERY", "restart",
+                                     "in_place: the launcher answers reform requests"};
 inline constexpr EnvVar kEnvToken{"DTRAIN_TOKEN", "", "per-job secret (hex) for peer auth"};
 inline constexpr EnvVar kEnvControl{"DTRAIN_CONTROL", "", "launcher address for heartbeats"};
 inline constexpr EnvVar kEnvConfigText{"DTRAIN_CONFIG_TEXT", "",
@@ -57,8 +61,8 @@ std::optional<std::string> get_env(const EnvVar& var);
 std::string get_env_or_default(const EnvVar& var);
 
 /// True for the names the launcher sets for each worker, which a job's `env` may not override:
-/// TF_CONFIG, DTRAIN_JOB, DTRAIN_RUN_DIR, DTRAIN_ATTEMPT, DTRAIN_TOKEN, DTRAIN_CONTROL,
-/// DTRAIN_CONFIG_TEXT.
+/// TF_CONFIG, DTRAIN_JOB, DTRAIN_RUN_DIR, DTRAIN_ATTEMPT, DTRAIN_GENERATION, DTRAIN_RECOVERY,
+/// DTRAIN_TOKEN, DTRAIN_CONTROL, DTRAIN_CONFIG_TEXT.
 bool is_reserved_env_name(std::string_view name);
 
 }  // namespace dtrain::common
