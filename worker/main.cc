@@ -20,6 +20,7 @@
 #include "common/tf_config.h"
 #include "common/version.h"
 #include "worker/comm/comm_factory.h"
+#include "worker/comm/group_communicator.h"
 #include "worker/data/dataset.h"
 #include "worker/gpu/gpu_info.h"
 #include "worker/nn/backend.h"
@@ -65,6 +66,10 @@ void catch_sigterm() {
 }
 
 using common::ConfigError;
+
+// How long a worker whose group broke waits for the launcher's answer (which waits up to 10 s for
+// a failure to explain the break).
+constexpr double kReformReplySeconds = 30;
 
 // The task this process plays: TF_CONFIG's, or a lone worker 0 when TF_CONFIG is unset.
 common::TfConfig read_task() {
@@ -160,11 +165,29 @@ int train(const common::TfConfig& task, const std::string& job, const TrainConfi
           double progress_line_seconds) {
   int attempt = comm::attempt_from_environment();
   comm::RingIdentity id = comm::ring_identity_from_environment(task, job);
-  spdlog::info("task {}: rank {} of {}, attempt {}, {} training examples", task.task.text(),
-               id.rank, id.size, attempt, train_data.count);
+  const int generation = static_cast<int>(id.generation);
+  spdlog::info("task {}: rank {} of {}, attempt {}{}, {} training examples", task.task.text(),
+               id.rank, id.size, attempt,
+               generation > 0 ? fmt::format(" generation {}", generation) : "", train_data.count);
+  auto make_communicator = [&](int g) {
+    comm::RingIdentity member = id;
+    member.generation = static_cast<uint32_t>(g);
+    return comm::make_training_communicator(member, {}, backend.device(), config.communication);
+  };
+  // In place (docs/design.md#in-place-recovery): the launcher answers reform requests, and this
+  // worker keeps an undo copy of each step, which only host devices do.
+  bool in_place = common::get_env_or_default(common::kEnvRecovery) == "in_place" &&
+                  backend.device().kind() == nn::DeviceKind::kHost;
   std::unique_ptr<comm::Communicator> communicator;
+  comm::GroupCommunicator* group = nullptr;
   try {
-    communicator = comm::make_training_communicator(id, {}, backend.device(), config.communication);
+    if (in_place) {
+      auto owned = std::make_unique<comm::GroupCommunicator>(make_communicator, generation);
+      group = owned.get();
+      communicator = std::move(owned);
+    } else {
+      communicator = make_communicator(generation);
+    }
   } catch (const ConfigError& e) {  // train.communication does not fit this worker: name the file
     throw ConfigError(fmt::format("{}: {}", config_path, e.what()));
   }
@@ -175,6 +198,29 @@ int train(const common::TfConfig& task, const std::string& job, const TrainConfi
   TrainerOptions trainer_options{
       run_dir, chief, task.task.text(), attempt, [] { return g_stop_requested.load(); }, &timeline};
   trainer_options.progress_line_seconds = progress_line_seconds;
+  trainer_options.generation = generation;
+  if (group != nullptr) {
+    trainer_options.regroup = [&, group](const std::string& what,
+                                         int64_t whole_step) -> std::optional<int> {
+      group->leave(what);
+      common::ReformRequest request{task.task.text(), attempt, group->generation(), whole_step,
+                                    what};
+      std::optional<common::ReformReply> reply =
+          control.request_reform(request, kReformReplySeconds);
+      if (!reply) {
+        spdlog::error("the launcher did not answer the reform request within {:.0f} s",
+                      kReformReplySeconds);
+        return std::nullopt;
+      }
+      if (!reply->ok) {
+        spdlog::error("no recovery in place: {}", reply->error);
+        return std::nullopt;
+      }
+      spdlog::info("joining generation {}", reply->generation);
+      group->join(reply->generation);
+      return reply->generation;
+    };
+  }
   try {
     Trainer trainer(config, backend, *communicator, std::move(train_data), std::move(test_data),
                     trainer_options, &control);

@@ -30,21 +30,26 @@ TEST_CASE("a hello survives encoding, and each mismatch is a named refusal") {
   hello.rank = 3;
   hello.world_size = 4;
   hello.attempt = 2;
+  hello.generation = 5;
   hello.job = "fashion-mnist";
   hello.nonce = random_nonce();
   Hello back = decode_hello(encode_hello(hello));
   CHECK(back.rank == 3);
   CHECK(back.world_size == 4);
   CHECK(back.attempt == 2);
+  CHECK(back.generation == 5);
   CHECK(back.job == "fashion-mnist");
   CHECK(back.nonce == hello.nonce);
-  CHECK(check_hello(back, "fashion-mnist", 2, 4, 3).empty());
-  CHECK(check_hello(back, "other", 2, 4, 3) == "job \"fashion-mnist\" (this job is \"other\")");
-  CHECK(check_hello(back, "fashion-mnist", 3, 4, 3) == "attempt 2 (this group is attempt 3)");
-  CHECK(check_hello(back, "fashion-mnist", 2, 8, 3) == "world size 4 (this group has 8)");
-  CHECK(check_hello(back, "fashion-mnist", 2, 4, 1) == "rank 3 (only rank 1 connects here)");
+  CHECK(check_hello(back, "fashion-mnist", 2, 5, 4, 3).empty());
+  CHECK(check_hello(back, "other", 2, 5, 4, 3) == "job \"fashion-mnist\" (this job is \"other\")");
+  CHECK(check_hello(back, "fashion-mnist", 3, 5, 4, 3) == "attempt 2 (this group is attempt 3)");
+  // A member of an older (or newer) generation of the same attempt is refused.
+  CHECK(check_hello(back, "fashion-mnist", 2, 6, 4, 3) ==
+        "generation 5 (this group is generation 6)");
+  CHECK(check_hello(back, "fashion-mnist", 2, 5, 8, 3) == "world size 4 (this group has 8)");
+  CHECK(check_hello(back, "fashion-mnist", 2, 5, 4, 1) == "rank 3 (only rank 1 connects here)");
   back.version = 9;
-  CHECK(check_hello(back, "fashion-mnist", 2, 4, 3).find("protocol version 9") == 0);
+  CHECK(check_hello(back, "fashion-mnist", 2, 5, 4, 3).find("protocol version 9") == 0);
 }
 
 TEST_CASE("malformed hellos are IoErrors, never crashes") {

@@ -24,6 +24,6 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   comm::Hello hello;
   if (!fuzz::accepts([&] { hello = comm::decode_hello(bytes); })) return 0;
   fuzz::require(comm::encode_hello(hello) == bytes, "a decoded hello encodes to the same bytes");
-  comm::check_hello(hello, "job", 0, 0, 2);
+  comm::check_hello(hello, "job", 0, 0, 0, 2);
   return 0;
 }

@@ -35,20 +35,34 @@ RingIdentity ring_identity(const common::TfConfig& tf, const std::string& job, i
   return id;
 }
 
-int attempt_from_environment() {
-  std::string text = common::get_env_or_default(common::kEnvAttempt);
+namespace {
+
+int count_from_environment(const common::EnvVar& var) {
+  std::string text = common::get_env_or_default(var);
   if (text.empty() || text.size() > 9 ||
       text.find_first_not_of("0123456789") != std::string::npos) {
-    throw common::ConfigError(
-        fmt::format("{}=\"{}\": expected a number", common::kEnvAttempt.name, text));
+    throw common::ConfigError(fmt::format("{}=\"{}\": expected a number", var.name, text));
   }
   return std::stoi(text);
 }
 
+}  // namespace
+
+int attempt_from_environment() {
+  return count_from_environment(common::kEnvAttempt);
+}
+
+int generation_from_environment() {
+  return count_from_environment(common::kEnvGeneration);
+}
+
 RingIdentity ring_identity_from_environment(const common::TfConfig& tf,
                                             const std::string& fallback_job) {
-  return ring_identity(tf, common::get_env(common::kEnvJob).value_or(fallback_job),
-                       attempt_from_environment(), common::get_env_or_default(common::kEnvToken));
+  RingIdentity id =
+      ring_identity(tf, common::get_env(common::kEnvJob).value_or(fallback_job),
+                    attempt_from_environment(), common::get_env_or_default(common::kEnvToken));
+  id.generation = static_cast<uint32_t>(generation_from_environment());
+  return id;
 }
 
 std::unique_ptr<Communicator> make_communicator(const RingIdentity& id,

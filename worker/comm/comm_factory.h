@@ -21,12 +21,15 @@ RingIdentity ring_identity(const common::TfConfig& tf, const std::string& job, i
                            const std::string& token);
 
 /// ring_identity() with the job from DTRAIN_JOB (else fallback_job), the attempt from
-/// DTRAIN_ATTEMPT (ConfigError when it is not a number) and the token from DTRAIN_TOKEN.
+/// DTRAIN_ATTEMPT and the generation from DTRAIN_GENERATION (ConfigError when either is not a
+/// number) and the token from DTRAIN_TOKEN.
 RingIdentity ring_identity_from_environment(const common::TfConfig& tf,
                                             const std::string& fallback_job);
 
 /// The attempt in DTRAIN_ATTEMPT (0 when unset); ConfigError when it is not a number.
 int attempt_from_environment();
+/// The generation in DTRAIN_GENERATION (0 when unset); ConfigError when it is not a number.
+int generation_from_environment();
 
 /// A SoloCommunicator for a ring of one, else a RingCommunicator over TCP after rendezvous
 /// (blocks up to options.rendezvous_seconds; IoError naming who it waited for). Host memory only.

@@ -34,6 +34,7 @@ std::vector<unsigned char> encode_hello(const Hello& h) {
   put(out, h.rank, 4);
   put(out, h.world_size, 4);
   put(out, h.attempt, 4);
+  put(out, h.generation, 4);
   put(out, h.job.size(), 2);
   out.insert(out.end(), h.job.begin(), h.job.end());
   out.insert(out.end(), h.nonce.begin(), h.nonce.end());
@@ -50,6 +51,7 @@ Hello decode_hello(const std::vector<unsigned char>& bytes) {
   h.rank = static_cast<uint32_t>(get(bytes, at, 4));
   h.world_size = static_cast<uint32_t>(get(bytes, at, 4));
   h.attempt = static_cast<uint32_t>(get(bytes, at, 4));
+  h.generation = static_cast<uint32_t>(get(bytes, at, 4));
   size_t job_size = get(bytes, at, 2);
   if (at + job_size + h.nonce.size() != bytes.size())
     throw common::IoError("malformed hello: bad length");
@@ -60,13 +62,16 @@ Hello decode_hello(const std::vector<unsigned char>& bytes) {
 }
 
 std::string check_hello(const Hello& h, const std::string& job, uint32_t attempt,
-                        uint32_t world_size, uint32_t expected_rank) {
+                        uint32_t generation, uint32_t world_size, uint32_t expected_rank) {
   if (h.version != kProtocolVersion) {
     return fmt::format("protocol version {} (this worker speaks {})", h.version, kProtocolVersion);
   }
   if (h.job != job) return fmt::format("job \"{}\" (this job is \"{}\")", h.job, job);
   if (h.attempt != attempt)
     return fmt::format("attempt {} (this group is attempt {})", h.attempt, attempt);
+  if (h.generation != generation) {  // a member of another generation never rejoins
+    return fmt::format("generation {} (this group is generation {})", h.generation, generation);
+  }
   if (h.world_size != world_size) {
     return fmt::format("world size {} (this group has {})", h.world_size, world_size);
   }

@@ -1,4 +1,5 @@
-// The rendezvous handshake's messages and checks: magic, protocol version, job, attempt, rank and
+// The rendezvous handshake's messages and checks: magic, protocol version, job, attempt,
+// generation, rank and
 // world size, then mutual proof of DTRAIN_TOKEN by HMAC-SHA256 over fresh nonces (OpenSSL).
 // Pure functions over bytes; which socket they travel on is the acceptor's and connector's job.
 #pragma once
@@ -10,8 +11,8 @@
 
 namespace dtrain::comm {
 
-inline constexpr uint32_t kMagic = 0x4E525444;  // "DTRN"
-inline constexpr uint16_t kProtocolVersion = 1;
+inline constexpr uint32_t kMagic = 0x4E525444;   // "DTRN"
+inline constexpr uint16_t kProtocolVersion = 2;  ///< 2: the generation after the attempt
 
 using Nonce = std::array<unsigned char, 32>;
 using Mac = std::array<unsigned char, 32>;
@@ -23,6 +24,7 @@ struct Hello {
   uint32_t rank = 0;
   uint32_t world_size = 0;
   uint32_t attempt = 0;
+  uint32_t generation = 0;  ///< docs/design.md#in-place-recovery
   std::string job;
   Nonce nonce{};
 };
@@ -33,7 +35,7 @@ Hello decode_hello(const std::vector<unsigned char>& bytes);
 
 /// "" when hello is what this worker expects from its ring predecessor; else the reason to refuse.
 std::string check_hello(const Hello& hello, const std::string& job, uint32_t attempt,
-                        uint32_t world_size, uint32_t expected_rank);
+                        uint32_t generation, uint32_t world_size, uint32_t expected_rank);
 
 /// Fresh random nonce (OpenSSL RAND_bytes). Throws IoError if the generator fails.
 Nonce random_nonce();

@@ -11,6 +11,7 @@ namespace dtrain::comm {
 struct RingIdentity {
   std::string job;
   uint32_t attempt = 0;
+  uint32_t generation = 0;  ///< re-formations in place (docs/design.md#in-place-recovery)
   int rank = 0;
   int size = 1;
   std::string token;                   ///< DTRAIN_TOKEN; "" means no authentication

@@ -41,12 +41,7 @@ Sequential::Sequential(const ModelSpec& spec, Backend& backend, int max_batch,
   }
   Device& device = backend.device();
   parameters_ = Buffer<float>(device, offset);
-  if (gradient_memory != nullptr && offset <= gradient_floats) {
-    gradients_ = Buffer<float>(device, gradient_memory, offset);
-    device.fill_zero(gradient_memory, offset * sizeof(float));  // as fresh device memory is
-  } else {
-    gradients_ = Buffer<float>(device, offset);
-  }
+  move_gradients(gradient_memory, gradient_floats);
   activations_.push_back(nullptr);  // the caller's input
   deltas_.push_back(nullptr);       // nobody needs the input's gradient
   for (size_t i = 0; i < layers_.size(); ++i) {
@@ -64,6 +59,17 @@ Sequential::Sequential(const ModelSpec& spec, Backend& backend, int max_batch,
 }
 
 Sequential::~Sequential() = default;
+
+void Sequential::move_gradients(float* gradient_memory, size_t gradient_floats) {
+  Device& device = backend_.device();
+  size_t count = parameters_.size();
+  if (gradient_memory != nullptr && count <= gradient_floats) {
+    gradients_ = Buffer<float>(device, gradient_memory, count);
+    device.fill_zero(gradient_memory, count * sizeof(float));  // as fresh device memory is
+  } else if (gradients_.size() != count || !gradients_.owned()) {
+    gradients_ = Buffer<float>(device, count);
+  }
+}
 
 void Sequential::initialize(uint64_t seed) {
   std::vector<float> host(parameters_.size(), 0.0f);

@@ -61,8 +61,13 @@ class Sequential {
   Buffer<float>& parameters() { return parameters_; }
   const Buffer<float>& parameters() const { return parameters_; }
   Buffer<float>& gradients() { return gradients_; }
-  /// True when the gradients live in the constructor's gradient_memory.
+  /// True when the gradients live in the constructor's (or move_gradients') gradient_memory.
   bool gradients_lent() const { return !gradients_.owned(); }
+  /// Puts the gradients in gradient_memory as the constructor does (null, or too small: memory of
+  /// the model's own), leaving memory lent before: a new group's window after a re-formation
+  /// (docs/design.md#in-place-recovery). The gradients' values are not kept (backward rewrites
+  /// them every step).
+  void move_gradients(float* gradient_memory, size_t gradient_floats);
   /// Layer i's parameters in the flat buffers (count 0 for layers without).
   const std::vector<ParamRange>& layer_ranges() const { return ranges_; }
   /// Every parameter tensor with its offset in the flat buffers, in layer order.

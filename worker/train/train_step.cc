@@ -53,6 +53,8 @@ TrainStep::TrainStep(nn::Sequential& model, Optimizer& optimizer, nn::Backend& b
   graph_inputs_.resize(static_cast<size_t>(options_.slots) * 2, nullptr);
   graph_generations_.resize(static_cast<size_t>(options_.slots), 0);
   graph_batches_.resize(static_cast<size_t>(options_.slots), 0);
+  DT_ENFORCE(!options_.whole_steps || device_.kind() == nn::DeviceKind::kHost,
+             "whole steps are kept on hosts only");
 }
 
 TrainStep::~TrainStep() = default;
@@ -94,12 +96,22 @@ void TrainStep::enqueue(const float* images, const int32_t* labels, int n, const
   });
   while (tickets.size() < buckets_.size()) start_bucket(tickets.size());
   comm::ReduceTicket stats_ticket = start(stats_.data(), kStatsFloats, comm::ReduceOp::kSum);
-  for (size_t b = 0; b < buckets_.size(); ++b) {
-    finish(tickets[b]);
+  auto apply = [&](size_t b) {
     optimizer_.apply(backend_, model_.parameters(), model_.gradients(), buckets_[b].offset,
                      buckets_[b].count);
+    applied_ = b + 1;
+  };
+  if (options_.whole_steps) {  // nothing changes until no collective of the step can fail
+    for (size_t b = 0; b < buckets_.size(); ++b) finish(tickets[b]);
+    finish(stats_ticket);
+    for (size_t b = 0; b < buckets_.size(); ++b) apply(b);
+  } else {
+    for (size_t b = 0; b < buckets_.size(); ++b) {
+      finish(tickets[b]);
+      apply(b);
+    }
+    finish(stats_ticket);
   }
-  finish(stats_ticket);
   backend_.add(kTotalsFloats, stats_.data(), totals_.data());
 }
 
@@ -126,9 +138,24 @@ std::optional<StepTimes> TrainStep::take_step_times() {
   return last_taken_;
 }
 
+bool TrainStep::abandon_step() {
+  bool cut_short = in_step_;
+  if (in_step_) {
+    DT_ENFORCE(applied_ == 0, "a step cut short after it applied {} bucket(s)", applied_);
+    optimizer_.set_iterations(iterations_before_);
+  }
+  in_step_ = false;
+  applied_ = 0;
+  steps_run_ = 0;
+  return cut_short;
+}
+
 void TrainStep::run_step(const float* images, const int32_t* labels, int n, const nn::StepKey& key,
                          int slot) {
   DT_ENFORCE(slot >= 0 && slot < options_.slots, "input slot {}", slot);
+  iterations_before_ = optimizer_.iterations();
+  applied_ = 0;
+  in_step_ = true;
   optimizer_.begin_step();
   if (graphable_ && steps_run_ > 0) {    // the first step ran launch by launch: plans and memory
     auto s = static_cast<size_t>(slot);  // exist, so nothing allocates while recording
@@ -163,6 +190,7 @@ void TrainStep::run_step(const float* images, const int32_t* labels, int n, cons
                            stats_.data(), stats_.bytes());
   }
   device_.record_marker(slot);
+  in_step_ = false;
   last_slots_[1] = last_slots_[0];
   last_slots_[0] = slot;
   ++steps_run_;

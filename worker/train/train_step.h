@@ -71,6 +71,11 @@ struct StepOptions {
   /// Test only (DTRAIN_TEST_SLOW_STEP_MS): host seconds slept in each step's compute part, to
   /// make this worker the group's straggler.
   double test_slow_step_seconds = 0;
+  /// Whole steps (in-place recovery, docs/design.md#in-place-recovery): the optimizer applies
+  /// the buckets only once every all-reduce of the step has finished, so a step whose collective
+  /// fails has changed nothing but the optimizer's count, which abandon_step() puts back. Costs
+  /// the overlap of one bucket's update with later buckets' all-reduces. Host devices only.
+  bool whole_steps = false;
 };
 
 /// Not copyable; single-threaded. model, optimizer, backend and comm must outlive it.
@@ -91,6 +96,12 @@ class TrainStep {
   bool stop_agreed(int steps_ago);
   /// This worker's stop request: carried by every later step's stats all-reduce.
   void request_stop() { *stop_flag_.data() = 1.0f; }
+  /// After a collective of run() failed (options.whole_steps): puts back the optimizer's
+  /// iteration count, so the model and optimizer hold the whole state from before that step, and
+  /// forgets the steps run (stop_agreed answers false until the next one). Returns true when a
+  /// step was cut short. EnforceError when one was cut short after it changed the parameters
+  /// (without options.whole_steps).
+  bool abandon_step();
 
   /// The epoch's totals so far over all workers (a sync).
   EpochTotals totals();
@@ -140,6 +151,10 @@ class TrainStep {
   double exposed_seconds_ = 0;
   StepTimes times_;       ///< since take_step_times(); wait_seconds grows inside start and finish
   StepTimes last_taken_;  ///< what take_step_times() returned last with steps > 0
+  // The step in flight, for abandon_step.
+  bool in_step_ = false;
+  size_t applied_ = 0;             ///< buckets applied so far
+  int64_t iterations_before_ = 0;  ///< the optimizer's count before begin_step
 };
 
 }  // namespace dtrain::train

@@ -4,8 +4,10 @@
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
+#include <array>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <limits>
 #include <optional>
@@ -182,6 +184,7 @@ Trainer::Trainer(const TrainConfig& config, nn::Backend& backend, comm::Communic
   step_options.graphs = config_.cuda_graphs;
   step_options.slots = InputStager::kSlots;
   step_options.test_slow_step_seconds = test_slow_step_seconds(comm_.rank());
+  step_options.whole_steps = options_.regroup && backend_.device().kind() == nn::DeviceKind::kHost;
   if (step_options.test_slow_step_seconds > 0) {
     spdlog::warn("{}: each step sleeps {:.0f} ms (test only)", common::kEnvTestSlowStepMs.name,
                  step_options.test_slow_step_seconds * 1000);
@@ -191,7 +194,11 @@ Trainer::Trainer(const TrainConfig& config, nn::Backend& backend, comm::Communic
                                           config_.per_worker_batch_size);
   if (options_.timeline) options_.timeline->mark("model");
   if (options_.chief) prepare_backup_dir(config_, options_.run_dir);  // not at the first save
-  restore();
+  generation_ = options_.generation;
+  share_state(false);
+  if (options_.timeline) options_.timeline->mark("broadcast");
+  start_ = state_;
+  report_restored();
 }
 
 Trainer::~Trainer() = default;
@@ -218,30 +225,103 @@ void Trainer::upload_tensors() {
   for (auto& [slot, buffer] : optimizer_->slots()) buffer->from_host(host_tensors_[i++]);
 }
 
-// The chief loads the newest good checkpoint; everyone receives the state from it.
-void Trainer::restore() {
-  ResumeHeader header;
-  std::vector<TensorView> views = checkpoint_tensors();  // the initial state, on the host
-  if (options_.chief) {
-    if (std::optional<LoadedCheckpoint> c = store_.load_latest(config_.model_json)) {
-      check_resumable(*c, config_.epochs, steps_per_epoch_);
-      restore_tensors(*c, views);
-      restored_epoch_metrics_ = c->epoch_metrics;
-      const TrainingState& t = c->state;
-      header = header_of(t);
-      spdlog::info("restored {}: resuming at epoch {} step {}", c->path, t.epoch + 1, t.step);
-    }
+std::optional<TrainingState> Trainer::load_checkpoint(std::vector<TensorView>& views,
+                                                      std::string& epoch_metrics) {
+  std::optional<LoadedCheckpoint> c = store_.load_latest(config_.model_json);
+  if (!c) return std::nullopt;
+  check_resumable(*c, config_.epochs, steps_per_epoch_);
+  restore_tensors(*c, views);
+  epoch_metrics = c->epoch_metrics;
+  spdlog::info("restored {}: resuming at epoch {} step {}", c->path, c->state.epoch + 1,
+               c->state.step);
+  return c->state;
+}
+
+// Positions compare by global step, then epoch, then step: at an epoch's end a member that has
+// finished the epoch's validation (next epoch, step 0) is ahead of one still in it.
+void Trainer::share_state(bool holding) {
+  std::array<int64_t, 3> mine = {-1, -1, -1};
+  if (holding) mine = {state_.global_step, state_.epoch, state_.step};
+  std::vector<uint8_t> all = comm_.all_gather(mine.data(), sizeof mine);
+  std::array<int64_t, 3> best = {-1, -1, -1};
+  int source = -1;
+  for (int r = 0; r < comm_.size(); ++r) {
+    std::array<int64_t, 3> theirs{};
+    std::memcpy(theirs.data(), all.data() + static_cast<size_t>(r) * sizeof theirs, sizeof theirs);
+    if (theirs > best) best = theirs, source = r;
   }
-  if (options_.timeline) options_.timeline->mark("checkpoint read");
-  comm_.broadcast(&header, sizeof header, 0);
+  ResumeHeader header;
+  std::string epoch_metrics;
+  std::vector<TensorView> views = checkpoint_tensors();  // this member's state, on the host
+  if (source < 0) {  // a fresh group: the chief's newest checkpoint, or the initial state
+    source = 0;
+    if (options_.chief) {
+      if (std::optional<TrainingState> t = load_checkpoint(views, epoch_metrics))
+        header = header_of(*t);
+    }
+    if (options_.timeline) options_.timeline->mark("checkpoint read");
+  } else if (comm_.rank() == source) {
+    TrainingState t = state_;
+    t.optimizer_iterations = optimizer_->iterations();
+    EpochTotals totals = step_->totals();
+    t.epoch_loss_sum = totals.loss_sum, t.epoch_correct = totals.correct;
+    t.epoch_seen = totals.seen;
+    header = header_of(t);
+    epoch_metrics = last_epoch_metrics_;
+  }
+  comm_.broadcast(&header, sizeof header, source);
   for (std::vector<float>& tensor : host_tensors_)
-    comm_.broadcast(tensor.data(), tensor.size() * sizeof(float), 0);
-  upload_tensors();
-  if (options_.timeline) options_.timeline->mark("broadcast");
+    comm_.broadcast(tensor.data(), tensor.size() * sizeof(float), source);
+  uint64_t length = epoch_metrics.size();
+  comm_.broadcast(&length, sizeof length, source);
+  DT_ENFORCE(length <= common::kMaxJsonFileBytes, "epoch metrics of {} bytes", length);
+  epoch_metrics.resize(length);
+  comm_.broadcast(epoch_metrics.data(), length, source);
+  if (comm_.rank() != source || !holding) upload_tensors();
   state_ = state_of(header);
   optimizer_->set_iterations(state_.optimizer_iterations);
-  start_ = state_;
-  report_restored();
+  restored_epoch_metrics_ = epoch_metrics;
+  if (!epoch_metrics.empty()) last_epoch_metrics_ = epoch_metrics;
+  resumed_step_ = state_.global_step;
+}
+
+void Trainer::regroup(const comm::GroupBroken& broken) {
+  if (!options_.regroup) throw broken;
+  bool cut_short = step_->abandon_step();
+  double started = common::monotonic_seconds();
+  std::string what = broken.what();
+  spdlog::warn("the group broke ({}); {}holding the whole state of global step {}", what,
+               cut_short ? "the step in flight changed nothing; " : "", state_.global_step);
+  for (;;) {
+    std::optional<int> generation;
+    try {
+      generation = options_.regroup(what, state_.global_step);
+    } catch (const comm::GroupBroken& again) {  // the next generation did not form
+      what = again.what();
+      spdlog::warn("re-forming failed ({}); asking again", what);
+      continue;
+    }
+    if (!generation) throw broken;
+    try {
+      generation_ = *generation;
+      const comm::Window window =
+          backend_.device().kind() == nn::DeviceKind::kHost ? comm_.window() : comm::Window{};
+      model_->move_gradients(window.data, window.floats);
+      int64_t held = state_.global_step;
+      share_state(true);
+      spdlog::info(
+          "re-formed as generation {} in {:.2f} s: resuming at epoch {} step {} "
+          "(global step {}; this worker held {})",
+          generation_, common::monotonic_seconds() - started, state_.epoch + 1, state_.step,
+          state_.global_step, held);
+      report_restored();
+      force_heartbeat_ = true;
+      return;
+    } catch (const comm::GroupBroken& again) {  // a member failed while the state was shared
+      what = again.what();
+      spdlog::warn("re-forming failed ({}); asking again", what);
+    }
+  }
 }
 
 // Tells the launcher once where this worker resumes (0: a fresh start).
@@ -250,6 +330,7 @@ void Trainer::report_restored() {
   common::ControlMessage m =
       common::heartbeat_message(options_.task, options_.attempt, static_cast<int>(::getpid()));
   m.restored_step = state_.global_step;
+  if (generation_ > 0) m.generation = generation_;
   control_->send(m);
 }
 
@@ -264,6 +345,16 @@ void Trainer::save_checkpoint(const EpochMetrics* finished) {
 }
 
 EpochMetrics Trainer::fit() {
+  for (;;) {
+    try {
+      return fit_from_state();
+    } catch (const comm::GroupBroken& broken) {
+      regroup(broken);  // rethrows when there is no recovery in place
+    }
+  }
+}
+
+EpochMetrics Trainer::fit_from_state() {
   EpochMetrics last;
   if (options_.chief && config_.tensorboard.enabled && !tensorboard_) {
     tensorboard_ =
@@ -274,6 +365,7 @@ EpochMetrics Trainer::fit() {
     progress_.begin_epoch(epoch + 1, config_.epochs);
     last = train_epoch(epoch);
     state_ = TrainingState{epoch + 1, 0, state_.global_step, optimizer_->iterations(), 0, 0, 0};
+    last_epoch_metrics_ = metrics_json(last, true);
     save_checkpoint(&last);
     if (options_.chief) {  // a line in metrics.jsonl says the summaries were written too
       write_summaries(last);
@@ -344,7 +436,7 @@ EpochMetrics Trainer::train_epoch(int epoch) {
     if (state_.global_step == start_.global_step + 3 && step_->graphed()) {
       spdlog::info("training step recorded as a CUDA graph, replayed each step");
     }
-    if (state_.global_step == start_.global_step + 1) {  // benchmarks time restarts up to here
+    if (state_.global_step == resumed_step_ + 1) {  // benchmarks time restarts up to here
       step_->stop_agreed(0);
       spdlog::debug("first step of this run done (CLOCK_MONOTONIC {:.6f})",
                     common::monotonic_seconds());
@@ -355,7 +447,7 @@ EpochMetrics Trainer::train_epoch(int epoch) {
     }
     // The flag reduced one step ago: every worker reads the same value, so all stop here.
     bool stop = step_->stop_agreed(1);
-    show_progress(epoch, step + 1, started, seen_here, stop);
+    show_progress(epoch, step + 1, started, seen_here, stop || force_heartbeat_);
     if (tensorboard_ && tensorboard_->wants_batch(state_.global_step)) write_batch_summary();
     bool periodic = config_.backup.save_every_steps > 0 &&
                     state_.global_step % config_.backup.save_every_steps == 0 &&
@@ -451,8 +543,12 @@ void Trainer::write_batch_summary() {
 void Trainer::heartbeat(int epoch, int64_t step, int64_t steps, double loss, double accuracy,
                         double rate) {
   double now = common::monotonic_seconds();
-  if (!control_ || (last_heartbeat_ >= 0 && now - last_heartbeat_ < 0.5 && step != steps)) return;
+  if (!control_ ||
+      (last_heartbeat_ >= 0 && now - last_heartbeat_ < 0.5 && step != steps && !force_heartbeat_)) {
+    return;
+  }
   last_heartbeat_ = now;
+  force_heartbeat_ = false;
   common::ControlMessage m;
   m.type = common::ControlMessageType::kProgress;
   m.task = options_.task;
@@ -465,6 +561,7 @@ void Trainer::heartbeat(int epoch, int64_t step, int64_t steps, double loss, dou
   m.accuracy = accuracy;
   m.samples_per_second = rate;
   m.global_step = state_.global_step;
+  if (generation_ > 0) m.generation = generation_;
   // This worker's own pace, averaged since the last report: in a synchronous group every worker
   // shows the same samples/s, so only these tell which one the others wait for.
   if (std::optional<StepTimes> t = step_->take_step_times(); t && t->steps > 0) {

@@ -10,11 +10,13 @@
 
 #include <functional>
 #include <memory>
+#include <optional>
 #include <stdexcept>
 #include <string>
 
 #include "common/control_protocol.h"
 #include "worker/comm/communicator.h"
+#include "worker/comm/group_communicator.h"
 #include "worker/data/dataset.h"
 #include "worker/nn/backend.h"
 #include "worker/nn/sequential.h"
@@ -54,6 +56,16 @@ struct TrainerOptions {
   /// When stdout is not a terminal: seconds between progress lines inside an epoch (<= 0: one
   /// line per epoch).
   double progress_line_seconds = ProgressBar::kLineSeconds;
+  /// The group's generation at the start (DTRAIN_GENERATION), sent with heartbeats.
+  int generation = 0;
+  /// In-place recovery (docs/design.md#in-place-recovery), host devices only: called when a
+  /// collective failed (comm::GroupBroken) with what failed and the global step of the whole
+  /// state this worker holds, after it undid the step cut short. It leaves the broken group,
+  /// asks the launcher and joins the next generation (the communicator is then that
+  /// generation's), returning it; nullopt when there is no recovery in place (fit rethrows).
+  /// It may throw GroupBroken when the new group fails to form (it is then asked again).
+  /// Unset: a broken group ends fit() with the error, as before.
+  std::function<std::optional<int>(const std::string& what, int64_t whole_step)> regroup = nullptr;
 };
 
 /// Thrown by fit() after every worker agreed to stop at the same step and the chief saved a
@@ -84,8 +96,20 @@ class Trainer {
   TrainStep& step() { return *step_; }
 
  private:
+  /// fit()'s epochs from state_ on; a broken group escapes as comm::GroupBroken.
+  EpochMetrics fit_from_state();
   EpochMetrics train_epoch(int epoch);
-  void restore();
+  /// Re-forms the group after it broke (options_.regroup) and takes the newest whole state;
+  /// rethrows when there is no recovery in place.
+  void regroup(const comm::GroupBroken& broken);
+  /// Every member says which whole state it holds (holding: state_; else none), and the newest
+  /// one is broadcast to all; when nobody holds one, the chief's newest checkpoint (or the
+  /// initial state). docs/design.md#in-place-recovery, step 4.
+  void share_state(bool holding);
+  /// The chief's newest good checkpoint, read into views (and its epoch_metrics into
+  /// epoch_metrics): what a fresh group resumes from. nullopt when there is none.
+  std::optional<TrainingState> load_checkpoint(std::vector<TensorView>& views,
+                                               std::string& epoch_metrics);
   void report_restored();
   /// Saves where training stands; at an epoch's end, with that epoch's metrics (finished), so a
   /// kill before they reach metrics.jsonl does not lose them (see recover_epoch_metrics).
@@ -122,6 +146,10 @@ class Trainer {
   TrainingState state_;  ///< where training stands now (what a checkpoint written now records)
   TrainingState start_;  ///< where this run resumed
   std::string restored_epoch_metrics_;  ///< the restored checkpoint's, for recover_epoch_metrics
+  std::string last_epoch_metrics_;      ///< the last finished epoch's (metrics_json with steps)
+  int generation_ = 0;                  ///< the group's, for heartbeats
+  int64_t resumed_step_ = 0;            ///< global step where this generation (or run) resumed
+  bool force_heartbeat_ = false;        ///< the next heartbeat goes out whatever its age
   int64_t steps_per_epoch_ = 0;
   double last_heartbeat_ = -1;
   double last_shown_ = -1;  ///< when totals were last read back

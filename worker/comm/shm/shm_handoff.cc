@@ -87,7 +87,8 @@ void send_fd(int connection, int fd) {
 }  // namespace
 
 std::string shm_socket_name(const RingIdentity& id, pid_t rank0_pid) {
-  const std::string key = fmt::format("{}\n{}\n{}\n{}", id.token, id.job, id.attempt, rank0_pid);
+  const std::string key =
+      fmt::format("{}\n{}\n{}\n{}\n{}", id.token, id.job, id.attempt, id.generation, rank0_pid);
   uint64_t hash = 0xcbf29ce484222325ull;  // FNV-1a, 64 bits
   for (unsigned char c : key) hash = (hash ^ c) * 0x100000001b3ull;
   return fmt::format("dtrain-shm-{:016x}", hash);

@@ -180,8 +180,9 @@ void Acceptor::join_finished_handshakes() {
 void Acceptor::authenticate(int fd, const std::string& peer, const Deadline& deadline) {
   std::vector<unsigned char> hello_bytes = read_frame(fd, FrameType::kHello, deadline, peer);
   Hello hello = decode_hello(hello_bytes);
-  std::string problem = check_hello(hello, id_.job, id_.attempt, static_cast<uint32_t>(id_.size),
-                                    static_cast<uint32_t>(id_.previous()));
+  std::string problem =
+      check_hello(hello, id_.job, id_.attempt, id_.generation, static_cast<uint32_t>(id_.size),
+                  static_cast<uint32_t>(id_.previous()));
   if (!problem.empty()) throw common::IoError(problem);
   Nonce server_nonce = random_nonce();
   Mac server_mac = handshake_mac(id_.token, "server", hello.nonce, server_nonce, hello_bytes);

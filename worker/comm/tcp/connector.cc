@@ -20,6 +20,7 @@ void prove_identity(int fd, const RingIdentity& id, const CommOptions& options,
   hello.rank = static_cast<uint32_t>(id.rank);
   hello.world_size = static_cast<uint32_t>(id.size);
   hello.attempt = id.attempt;
+  hello.generation = id.generation;
   hello.job = id.job;
   hello.nonce = random_nonce();
   std::vector<unsigned char> hello_bytes = encode_hello(hello);

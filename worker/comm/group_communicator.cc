@@ -1,0 +1,89 @@
+// See group_communicator.h.
+#include "worker/comm/group_communicator.h"
+
+#include <fmt/format.h>
+
+#include <utility>
+
+namespace dtrain::comm {
+
+GroupCommunicator::GroupCommunicator(Factory factory, int generation)
+    : factory_(std::move(factory)) {
+  join(generation);
+}
+
+GroupCommunicator::~GroupCommunicator() = default;
+
+void GroupCommunicator::leave(const std::string& message) noexcept {
+  if (!inner_) return;
+  inner_->abort(message);
+  inner_.reset();
+}
+
+void GroupCommunicator::join(int generation) {
+  DT_ENFORCE(!inner_, "join generation {} before leaving generation {}", generation, generation_);
+  generation_ = generation;
+  try {
+    inner_ = factory_(generation);
+  } catch (const common::IoError& e) {
+    throw GroupBroken(fmt::format("generation {}: {}", generation, e.what()));
+  }
+  DT_ENFORCE(inner_ != nullptr, "no communicator for generation {}", generation);
+  rank_ = inner_->rank();
+  size_ = inner_->size();
+}
+
+Communicator& GroupCommunicator::current() {
+  if (!inner_) throw GroupBroken(fmt::format("generation {} was left", generation_));
+  return *inner_;
+}
+
+template <typename Call>
+auto GroupCommunicator::forward(Call&& call) -> decltype(call(std::declval<Communicator&>())) {
+  Communicator& c = current();
+  try {
+    return call(c);
+  } catch (const GroupBroken&) {
+    throw;
+  } catch (const common::IoError& e) {
+    throw GroupBroken(e.what());
+  }
+}
+
+void GroupCommunicator::all_reduce(float* data, size_t count, ReduceOp op) {
+  forward([&](Communicator& c) { c.all_reduce(data, count, op); });
+}
+
+void GroupCommunicator::broadcast(void* data, size_t bytes, int root) {
+  forward([&](Communicator& c) { c.broadcast(data, bytes, root); });
+}
+
+void GroupCommunicator::barrier() {
+  forward([&](Communicator& c) { c.barrier(); });
+}
+
+std::vector<uint8_t> GroupCommunicator::all_gather(const void* mine, size_t bytes) {
+  return forward([&](Communicator& c) { return c.all_gather(mine, bytes); });
+}
+
+void GroupCommunicator::abort(const std::string& message) noexcept {
+  if (inner_) inner_->abort(message);
+}
+
+Window GroupCommunicator::window() {
+  return inner_ ? inner_->window() : Window{};
+}
+
+ReduceTicket GroupCommunicator::start_all_reduce(float* data, size_t count, ReduceOp op) {
+  return forward([&](Communicator& c) { return c.start_all_reduce(data, count, op); });
+}
+
+void GroupCommunicator::finish_all_reduce(ReduceTicket ticket) {
+  forward([&](Communicator& c) { c.finish_all_reduce(ticket); });
+}
+
+bool GroupCommunicator::stream_ordered() const {
+  return inner_ && inner_->stream_ordered();
+}
+
+}  // namespace dtrain::comm

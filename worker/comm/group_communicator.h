@@ -1,0 +1,69 @@
+// The training group as one communicator that outlives its members' failures
+// (docs/design.md#in-place-recovery). It forwards every collective to the communicator of the
+// current generation and turns any failure of one into GroupBroken, so the trainer can tell "the
+// group broke" from its own errors. leave() closes that communicator; join(generation) makes the
+// next one (a new rendezvous, the same rank and size), with a new window where the transport has
+// one. The trainer keeps a reference to this object across generations.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/errors.h"
+#include "worker/comm/communicator.h"
+
+namespace dtrain::comm {
+
+/// A collective failed: a peer died, froze past a time-out, aborted or was cut off. What the
+/// inner communicator said is the message.
+class GroupBroken : public common::IoError {
+ public:
+  using common::IoError::IoError;
+};
+
+class GroupCommunicator final : public Communicator {
+ public:
+  /// Makes generation g's communicator (blocking for its rendezvous; IoError when it fails).
+  using Factory = std::function<std::unique_ptr<Communicator>(int generation)>;
+
+  /// Joins `generation` at once through factory (its IoError propagates as GroupBroken).
+  GroupCommunicator(Factory factory, int generation);
+  ~GroupCommunicator() override;
+
+  int generation() const { return generation_; }
+  /// True between leave() and a successful join().
+  bool left() const { return inner_ == nullptr; }
+  /// Tells the peers this member leaves (abort with message) and closes the communicator: its
+  /// links, listener, thread and window. Never throws.
+  void leave(const std::string& message) noexcept;
+  /// Makes generation's communicator; leave() first. Throws GroupBroken when its rendezvous
+  /// fails (another member failed meanwhile: ask for the next generation).
+  void join(int generation);
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  void all_reduce(float* data, size_t count, ReduceOp op) override;
+  void broadcast(void* data, size_t bytes, int root) override;
+  void barrier() override;
+  std::vector<uint8_t> all_gather(const void* mine, size_t bytes) override;
+  void abort(const std::string& message) noexcept override;
+  Window window() override;
+  ReduceTicket start_all_reduce(float* data, size_t count, ReduceOp op) override;
+  void finish_all_reduce(ReduceTicket ticket) override;
+  bool stream_ordered() const override;
+
+ private:
+  Communicator& current();
+  /// Runs a call on the current communicator; any IoError becomes GroupBroken.
+  template <typename Call>
+  auto forward(Call&& call) -> decltype(call(std::declval<Communicator&>()));
+
+  Factory factory_;
+  std::unique_ptr<Communicator> inner_;
+  int generation_ = 0;
+  int rank_ = 0, size_ = 1;
+};
+
+}  // namespace dtrain::comm
