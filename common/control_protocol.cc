@@ -127,7 +127,8 @@ std::string format_reform_request(const ReformRequest& r) {
   JsonWriter w;
   w.begin_object().key("request").value("reform").key("task").value(r.task);
   w.key("attempt").value(r.attempt).key("generation").value(r.generation);
-  w.key("whole_step").value(r.whole_step).key("what").value(r.what);
+  w.key("whole_step").value(r.whole_step).key("in_flight").value(r.in_flight);
+  w.key("what").value(r.what);
   return w.end_object().str() + "\n";
 }
 
@@ -141,6 +142,7 @@ std::optional<ReformRequest> parse_reform_request(std::string_view json) {
     r.attempt = static_cast<int>(root.at("attempt").as_int(0, 1 << 30));
     r.generation = static_cast<int>(root.at("generation").as_int(0, 1 << 30));
     r.whole_step = root.at("whole_step").as_int(-1, int64_t{1} << 53);
+    if (auto in_flight = root.find("in_flight")) r.in_flight = in_flight->as_bool();
     if (auto what = root.find("what")) r.what = what->as_string();
     return r;
   } catch (const ConfigError&) {

@@ -48,7 +48,7 @@ struct ControlMessage {
 /// A training worker whose group broke (a peer died, froze or was cut off) asks the launcher how
 /// to go on (docs/design.md#in-place-recovery): one line on its DTRAIN_CONTROL connection,
 ///   {"request": "reform", "task": "worker:0", "attempt": 0, "generation": 0, "whole_step": 386,
-///    "what": "worker:1 (rank 1): connection closed"}
+///    "in_flight": true, "what": "worker:1 (rank 1): connection closed"}
 /// whole_step: the global step of the newest whole state it holds (after undoing a step that
 /// was cut short); -1 when it holds none.
 struct ReformRequest {
@@ -56,6 +56,8 @@ struct ReformRequest {
   int attempt = 0;
   int generation = 0;  ///< the generation whose group broke
   int64_t whole_step = -1;
+  /// It was in a step (whole_step + 1) that it abandoned: the group may have to do it again.
+  bool in_flight = false;
   std::string what;  ///< what the worker saw
 };
 

@@ -200,11 +200,11 @@ int train(const common::TfConfig& task, const std::string& job, const TrainConfi
   trainer_options.progress_line_seconds = progress_line_seconds;
   trainer_options.generation = generation;
   if (group != nullptr) {
-    trainer_options.regroup = [&, group](const std::string& what,
-                                         int64_t whole_step) -> std::optional<int> {
+    trainer_options.regroup = [&, group](const std::string& what, int64_t whole_step,
+                                         bool in_flight) -> std::optional<int> {
       group->leave(what);
-      common::ReformRequest request{task.task.text(), attempt, group->generation(), whole_step,
-                                    what};
+      common::ReformRequest request{task.task.text(), attempt,   group->generation(),
+                                    whole_step,       in_flight, what};
       std::optional<common::ReformReply> reply =
           control.request_reform(request, kReformReplySeconds);
       if (!reply) {

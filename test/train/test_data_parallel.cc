@@ -17,6 +17,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/errors.h"
 #include "test/comm/in_process_link.h"
 #include "worker/comm/ring_algorithms.h"
 #include "worker/comm/ring_communicator.h"
@@ -98,7 +99,7 @@ struct Worker {
 };
 
 Worker make_worker(const train::TrainConfig& c, Kind kind, std::unique_ptr<comm::Communicator> comm,
-                   int max_batch, bool overlap) {
+                   int max_batch, bool overlap, bool whole_steps = false) {
   Worker w;
   w.backend = kind == Kind::kDnnl ? nn::make_dnnl_backend() : nn::make_reference_backend();
   w.model = std::make_unique<nn::Sequential>(c.model, *w.backend, max_batch);
@@ -109,6 +110,7 @@ Worker make_worker(const train::TrainConfig& c, Kind kind, std::unique_ptr<comm:
   train::StepOptions options;
   options.overlap = overlap;
   options.min_bucket_floats = 64;  // three buckets: dense 10, dense 16, conv (+ a remainder)
+  options.whole_steps = whole_steps;
   w.step = std::make_unique<train::TrainStep>(*w.model, *w.optimizer, *w.backend, *w.comm, options);
   return w;
 }
@@ -535,6 +537,80 @@ State train_ring(const char* optimizer, int workers, bool overlap, size_t* bucke
   return history[0].back();
 }
 
+// Rank 1 dies in the middle of a step: once its first bucket's all-reduce has completed (so on
+// every rank), it aborts instead of starting the third bucket (what its peers see of a SIGKILL
+// there).
+class DiesAtThirdStart final : public comm::Communicator {
+ public:
+  explicit DiesAtThirdStart(std::unique_ptr<comm::Communicator> inner) : inner_(std::move(inner)) {}
+  int rank() const override { return inner_->rank(); }
+  int size() const override { return inner_->size(); }
+  void all_reduce(float* d, size_t n, comm::ReduceOp op) override { inner_->all_reduce(d, n, op); }
+  void broadcast(void* d, size_t n, int root) override { inner_->broadcast(d, n, root); }
+  void barrier() override { inner_->barrier(); }
+  std::vector<uint8_t> all_gather(const void* m, size_t n) override {
+    return inner_->all_gather(m, n);
+  }
+  void abort(const std::string& message) noexcept override { inner_->abort(message); }
+  comm::ReduceTicket start_all_reduce(float* d, size_t n, comm::ReduceOp op) override {
+    if (++starts_ == 3) {
+      inner_->finish_all_reduce(first_);
+      inner_->abort("rank 1 died");
+      throw common::IoError("rank 1 died");
+    }
+    comm::ReduceTicket ticket = inner_->start_all_reduce(d, n, op);
+    if (starts_ == 1) first_ = ticket;
+    return ticket;
+  }
+  void finish_all_reduce(comm::ReduceTicket t) override { inner_->finish_all_reduce(t); }
+
+ private:
+  std::unique_ptr<comm::Communicator> inner_;
+  int starts_ = 0;
+  comm::ReduceTicket first_;
+};
+
+struct CutStep {
+  State before, after;
+  bool failed = false;
+  bool abandoned = false;  ///< abandon_step() said a step was cut short
+};
+
+// Three ring workers run one step on one thread each; rank 1 dies in it. Each survivor abandons
+// the step when whole_steps is on.
+std::vector<CutStep> cut_step(const char* optimizer, bool whole_steps) {
+  train::TrainConfig c = config_with(optimizer);
+  const int size = 3;
+  auto links = testing::make_in_process_ring(size);
+  std::vector<Worker> ring;
+  for (int r = 0; r < size; ++r) {
+    std::unique_ptr<comm::Communicator> comm = std::make_unique<comm::ThreadedCommunicator>(
+        std::make_unique<comm::RingCommunicator>(std::move(links[r]), r, size));
+    if (r == 1) comm = std::make_unique<DiesAtThirdStart>(std::move(comm));
+    ring.push_back(make_worker(c, Kind::kReference, std::move(comm), kBatch, true, whole_steps));
+  }
+  Batch batch = make_batch(size * kBatch, 0);
+  std::vector<CutStep> cut(size);
+  std::vector<std::thread> threads;
+  for (size_t r = 0; r < ring.size(); ++r) {
+    threads.emplace_back([&, r] {
+      cut[r].before = state_of(ring[r]);
+      try {
+        run_step(ring[r], batch.images.data() + r * kBatch * kExampleFloats,
+                 batch.labels.data() + r * kBatch, kBatch, 0);
+      } catch (const common::IoError&) {
+        cut[r].failed = true;
+        ring[r].comm->abort("a peer died");
+        if (whole_steps) cut[r].abandoned = ring[r].step->abandon_step();
+      }
+      cut[r].after = state_of(ring[r]);
+      Worker mine = std::move(ring[r]);  // destroyed on its own thread (see run_ring)
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  return cut;
+}
+
 }  // namespace
 
 TEST_CASE("N ring workers train like one worker on the combined batch", "[data_parallel]") {
@@ -573,6 +649,57 @@ TEST_CASE("Overlapped and after-backward buckets give the same bits", "[data_par
       CHECK(overlapped.w == serial.w);
       CHECK(overlapped.m == serial.m);
       CHECK(overlapped.v == serial.v);
+    }
+  }
+}
+
+TEST_CASE("Whole steps give the same bits as bucket-by-bucket steps", "[data_parallel]") {
+  for (const char* optimizer : {kSgd, kAdam}) {
+    INFO(optimizer);
+    train::TrainConfig c = config_with(optimizer);
+    std::vector<Batch> batches;
+    for (int t = 0; t < kSteps; ++t) batches.push_back(make_batch(3 * kBatch, t));
+    std::vector<State> ends;
+    for (bool whole : {false, true}) {
+      auto links = testing::make_in_process_ring(3);
+      std::vector<Worker> ring;
+      for (int r = 0; r < 3; ++r) {
+        ring.push_back(make_worker(
+            c, Kind::kReference,
+            std::make_unique<comm::ThreadedCommunicator>(std::make_unique<comm::RingCommunicator>(
+                std::move(links[static_cast<size_t>(r)]), r, 3)),
+            kBatch, true, whole));
+      }
+      ends.push_back(run_ring(std::move(ring), batches, Fault::kNone).states[0].back());
+    }
+    CHECK(ends[0].w == ends[1].w);
+    CHECK(ends[0].m == ends[1].m);
+    CHECK(ends[0].v == ends[1].v);
+    CHECK(ends[0].t == ends[1].t);
+  }
+}
+
+TEST_CASE("With whole steps, a step cut short by a peer's death changes nothing",
+          "[data_parallel]") {
+  for (const char* optimizer : {kSgd, kAdam}) {
+    INFO(optimizer);
+    std::vector<CutStep> whole = cut_step(optimizer, true);
+    for (size_t r : {size_t{0}, size_t{2}}) {
+      INFO("survivor rank " << r);
+      REQUIRE(whole[r].failed);
+      CHECK(whole[r].abandoned);
+      CHECK(whole[r].after.w == whole[r].before.w);
+      CHECK(whole[r].after.m == whole[r].before.m);
+      CHECK(whole[r].after.v == whole[r].before.v);
+      CHECK(whole[r].after.t == whole[r].before.t);
+    }
+    // Bucket by bucket, the same death leaves each survivor with part of the step applied: what
+    // whole steps exist for.
+    std::vector<CutStep> partial = cut_step(optimizer, false);
+    for (size_t r : {size_t{0}, size_t{2}}) {
+      INFO("survivor rank " << r);
+      REQUIRE(partial[r].failed);
+      CHECK(partial[r].after.w != partial[r].before.w);
     }
   }
 }

@@ -295,7 +295,7 @@ void Trainer::regroup(const comm::GroupBroken& broken) {
   for (;;) {
     std::optional<int> generation;
     try {
-      generation = options_.regroup(what, state_.global_step);
+      generation = options_.regroup(what, state_.global_step, cut_short);
     } catch (const comm::GroupBroken& again) {  // the next generation did not form
       what = again.what();
       spdlog::warn("re-forming failed ({}); asking again", what);

@@ -59,13 +59,14 @@ struct TrainerOptions {
   /// The group's generation at the start (DTRAIN_GENERATION), sent with heartbeats.
   int generation = 0;
   /// In-place recovery (docs/design.md#in-place-recovery), host devices only: called when a
-  /// collective failed (comm::GroupBroken) with what failed and the global step of the whole
-  /// state this worker holds, after it undid the step cut short. It leaves the broken group,
+  /// collective failed (comm::GroupBroken) with what failed, the global step of the whole state
+  /// this worker holds, and whether it abandoned a step in flight. It leaves the broken group,
   /// asks the launcher and joins the next generation (the communicator is then that
   /// generation's), returning it; nullopt when there is no recovery in place (fit rethrows).
   /// It may throw GroupBroken when the new group fails to form (it is then asked again).
   /// Unset: a broken group ends fit() with the error, as before.
-  std::function<std::optional<int>(const std::string& what, int64_t whole_step)> regroup = nullptr;
+  std::function<std::optional<int>(const std::string& what, int64_t whole_step, bool in_flight)>
+      regroup = nullptr;
 };
 
 /// Thrown by fit() after every worker agreed to stop at the same step and the chief saved a
