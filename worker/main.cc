@@ -178,19 +178,15 @@ int train(const common::TfConfig& task, const std::string& job, const TrainConfi
   // worker keeps an undo copy of each step, which only host devices do.
   bool in_place = common::get_env_or_default(common::kEnvRecovery) == "in_place" &&
                   backend.device().kind() == nn::DeviceKind::kHost;
-  std::unique_ptr<comm::Communicator> communicator;
-  comm::GroupCommunicator* group = nullptr;
+  // Read by the launcher to find a frozen member (docs/design.md#frozen-workers).
+  common::ProgressRecordWriter record(common::get_env(common::kEnvProgressFile).value_or(""));
+  std::unique_ptr<comm::GroupCommunicator> group;
   try {
-    if (in_place) {
-      auto owned = std::make_unique<comm::GroupCommunicator>(make_communicator, generation);
-      group = owned.get();
-      communicator = std::move(owned);
-    } else {
-      communicator = make_communicator(generation);
-    }
+    group = std::make_unique<comm::GroupCommunicator>(make_communicator, generation, &record);
   } catch (const ConfigError& e) {  // train.communication does not fit this worker: name the file
     throw ConfigError(fmt::format("{}: {}", config_path, e.what()));
   }
+  comm::Communicator* communicator = group.get();
   timeline.mark("rendezvous");
   catch_sigterm();  // until here SIGTERM kills at once; from here it means "save and stop together"
   common::ControlClient control(common::get_env(common::kEnvControl).value_or(""));
@@ -199,9 +195,10 @@ int train(const common::TfConfig& task, const std::string& job, const TrainConfi
       run_dir, chief, task.task.text(), attempt, [] { return g_stop_requested.load(); }, &timeline};
   trainer_options.progress_line_seconds = progress_line_seconds;
   trainer_options.generation = generation;
-  if (group != nullptr) {
-    trainer_options.regroup = [&, group](const std::string& what, int64_t whole_step,
-                                         bool in_flight) -> std::optional<int> {
+  trainer_options.record = &record;
+  if (in_place) {
+    trainer_options.regroup = [&, group = group.get()](const std::string& what, int64_t whole_step,
+                                                       bool in_flight) -> std::optional<int> {
       group->leave(what);
       common::ReformRequest request{task.task.text(), attempt,   group->generation(),
                                     whole_step,       in_flight, what};

@@ -15,6 +15,7 @@
 #include <string>
 
 #include "common/control_protocol.h"
+#include "common/progress_record.h"
 #include "worker/comm/communicator.h"
 #include "worker/comm/group_communicator.h"
 #include "worker/data/dataset.h"
@@ -58,6 +59,9 @@ struct TrainerOptions {
   double progress_line_seconds = ProgressBar::kLineSeconds;
   /// The group's generation at the start (DTRAIN_GENERATION), sent with heartbeats.
   int generation = 0;
+  /// This worker's progress record (docs/design.md#frozen-workers): each finished step and its
+  /// wall time go there. May be null.
+  common::ProgressRecordWriter* record = nullptr;
   /// In-place recovery (docs/design.md#in-place-recovery), host devices only: called when a
   /// collective failed (comm::GroupBroken) with what failed, the global step of the whole state
   /// this worker holds, and whether it abandoned a step in flight. It leaves the broken group,
