@@ -36,8 +36,8 @@ ProgressRecordWriter::ProgressRecordWriter(const std::string& path) {
   };
   if (!fd.valid()) fail("open");
   if (::ftruncate(fd.get(), sizeof(ProgressRecord)) != 0) fail("ftruncate");
-  void* at = ::mmap(nullptr, sizeof(ProgressRecord), PROT_READ | PROT_WRITE, MAP_SHARED, fd.get(),
-                    0);
+  void* at =
+      ::mmap(nullptr, sizeof(ProgressRecord), PROT_READ | PROT_WRITE, MAP_SHARED, fd.get(), 0);
   if (at == MAP_FAILED) fail("mmap");
   record_ = static_cast<ProgressRecord*>(at);
   store(record_->version, uint32_t{1});
