@@ -117,19 +117,22 @@ std::optional<FreezeVerdict> FreezeWatch::observe(double now,
     const MemberObservation& m = members[laggard];
     bool busy = m.process.cpu_ticks > cpu_at_advance_[laggard];
     v.member = laggard;
-    v.why = busy ? fmt::format("busy outside the collectives for {:.1f} s while the others wait "
-                               "in collective {}",
-                               stalled, most)
-                 : fmt::format("no CPU time for {:.1f} s outside any collective while the others "
-                               "wait in collective {} (deadlocked or blocked)",
-                               stalled, most);
+    v.why = busy ? fmt::format(
+                       "busy outside the collectives for {:.1f} s while the others wait "
+                       "in collective {}",
+                       stalled, most)
+                 : fmt::format(
+                       "no CPU time for {:.1f} s outside any collective while the others "
+                       "wait in collective {} (deadlocked or blocked)",
+                       stalled, most);
     return v;
   }
-  bool all_inside = std::all_of(members.begin(), members.end(),
-                                [](const MemberObservation& m) { return m.record->in_collective(); });
+  bool all_inside = std::all_of(members.begin(), members.end(), [](const MemberObservation& m) {
+    return m.record->in_collective();
+  });
   if (!all_inside) return std::nullopt;  // nobody waits for anybody: not a member's freeze
-  v.why = fmt::format("every member has waited {:.1f} s inside collective {}: a link is down", stalled,
-                      most);
+  v.why = fmt::format("every member has waited {:.1f} s inside collective {}: a link is down",
+                      stalled, most);
   return v;
 }
 

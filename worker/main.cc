@@ -38,8 +38,24 @@ namespace {
 // 3.x). SIGTERM stays blocked in every thread (they inherit main's mask, blocked before any thread
 // exists) and one thread takes it with sigwait: before catch_sigterm() it ends the process by
 // SIGTERM as the default action would; after, it sets the flag the training loop reads each step.
+// In place (docs/design.md#in-place-recovery), a SIGTERM that does not come from this worker's
+// parent (the launcher, or the agent that relays the launcher's stop) preempts this worker alone:
+// it finishes its step and leaves, and a replacement takes its share; from the parent it is the
+// job's stop, which the group agrees on and saves.
 std::atomic<bool> g_catching_sigterm{false};
+std::atomic<bool> g_leave_alone{false};  ///< set when in place: see above
 std::atomic<bool> g_stop_requested{false};
+std::atomic<bool> g_leave_requested{false};
+std::atomic<int> g_leave_sender{0};
+
+void end_by_sigterm() {
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGTERM);
+  ::signal(SIGTERM, SIG_DFL);
+  ::pthread_sigmask(SIG_UNBLOCK, &set, nullptr);
+  ::raise(SIGTERM);  // the default action: the whole process ends, by SIGTERM
+}
 
 void watch_sigterm() {
   sigset_t set;
@@ -48,14 +64,16 @@ void watch_sigterm() {
   ::pthread_sigmask(SIG_BLOCK, &set, nullptr);
   std::thread([set] {
     while (true) {
-      int sig = 0;
-      if (::sigwait(&set, &sig) != 0) continue;
-      if (!g_catching_sigterm) {
-        ::signal(SIGTERM, SIG_DFL);
-        ::pthread_sigmask(SIG_UNBLOCK, &set, nullptr);
-        ::raise(SIGTERM);  // the default action: the whole process ends, by SIGTERM
+      siginfo_t info{};
+      if (::sigwaitinfo(&set, &info) != SIGTERM) continue;
+      if (!g_catching_sigterm) end_by_sigterm();
+      bool from_parent = info.si_code == SI_USER && info.si_pid == ::getppid();
+      if (g_leave_alone && !from_parent) {
+        g_leave_sender = info.si_pid;
+        g_leave_requested = true;
+      } else {
+        g_stop_requested = true;
       }
-      g_stop_requested = true;
     }
   }).detach();
 }
@@ -197,6 +215,8 @@ int train(const common::TfConfig& task, const std::string& job, const TrainConfi
   trainer_options.generation = generation;
   trainer_options.record = &record;
   if (in_place) {
+    g_leave_alone = true;
+    trainer_options.leave_requested = [] { return g_leave_requested.load(); };
     trainer_options.regroup = [&, group = group.get()](const std::string& what, int64_t whole_step,
                                                        bool in_flight) -> std::optional<int> {
       group->leave(what);
@@ -225,6 +245,12 @@ int train(const common::TfConfig& task, const std::string& job, const TrainConfi
   } catch (const Preempted& e) {
     spdlog::warn("preempted: {}", e.what());
     return common::kExitPreempted;
+  } catch (const LeftGroup& e) {
+    spdlog::warn(
+        "preempted alone (SIGTERM from pid {}): {}; a replacement takes this worker's share",
+        g_leave_sender.load(), e.what());
+    spdlog::default_logger()->flush();
+    end_by_sigterm();
   } catch (const common::IoError& e) {
     communicator->abort(e.what());
     throw;

@@ -39,8 +39,8 @@ MemberObservation member(int pid, uint64_t begun, uint64_t ended, uint64_t step,
 FreezeWatch trained(double& now) {
   FreezeWatch watch;
   for (uint64_t c = 96; c <= 100; c += 2, now += 0.5) {
-    CHECK_FALSE(watch.observe(now, {member(10, c, c, c / 5), member(11, c, c, c / 5),
-                                    member(12, c, c, c / 5)}));
+    CHECK_FALSE(watch.observe(
+        now, {member(10, c, c, c / 5), member(11, c, c, c / 5), member(12, c, c, c / 5)}));
   }
   return watch;
 }
@@ -50,8 +50,8 @@ FreezeWatch trained(double& now) {
 TEST_CASE("a stopped member is named once the group has stalled past the bound") {
   double now = 0;
   FreezeWatch watch = trained(now);
-  std::vector<MemberObservation> stuck = {member(10, 101, 100, 20), member(11, 100, 100, 20, 0.01, 'T'),
-                                          member(12, 101, 100, 20)};
+  std::vector<MemberObservation> stuck = {
+      member(10, 101, 100, 20), member(11, 100, 100, 20, 0.01, 'T'), member(12, 101, 100, 20)};
   CHECK_FALSE(watch.observe(now, stuck));  // the last change
   CHECK_FALSE(watch.observe(now + 1.9, stuck));
   std::optional<launcher::FreezeVerdict> v = watch.observe(now + 2.1, stuck);
@@ -68,12 +68,11 @@ TEST_CASE("the member that never begins the collective the others wait in is nam
     INFO("busy " << busy);
     double now = 0;
     FreezeWatch watch = trained(now);
-    CHECK_FALSE(watch.observe(now, {member(10, 103, 102, 20), member(11, 102, 102, 20),
-                                    member(12, 103, 102, 20)}));
-    std::optional<launcher::FreezeVerdict> v =
-        watch.observe(now + 3, {member(10, 103, 102, 20), member(11, 102, 102, 20, 0.01, 'R',
-                                                                 busy ? 400 : 100),
-                                member(12, 103, 102, 20)});
+    CHECK_FALSE(watch.observe(
+        now, {member(10, 103, 102, 20), member(11, 102, 102, 20), member(12, 103, 102, 20)}));
+    std::optional<launcher::FreezeVerdict> v = watch.observe(
+        now + 3, {member(10, 103, 102, 20), member(11, 102, 102, 20, 0.01, 'R', busy ? 400 : 100),
+                  member(12, 103, 102, 20)});
     REQUIRE(v);
     REQUIRE(v->member);
     CHECK(*v->member == 1);
@@ -97,8 +96,8 @@ TEST_CASE("every member stuck inside one collective blames nobody; a moving grou
   FreezeWatch slow;
   double t = 0;
   for (uint64_t c = 10; c < 40; c += 1, t += 0.9) {
-    CHECK_FALSE(slow.observe(t, {member(10, c, c, c, 1.0), member(11, c, c, c, 1.0),
-                                 member(12, c, c, c, 1.0)}));
+    CHECK_FALSE(slow.observe(
+        t, {member(10, c, c, c, 1.0), member(11, c, c, c, 1.0), member(12, c, c, c, 1.0)}));
   }
   CHECK(slow.bound_seconds() == Approx(20));
 }

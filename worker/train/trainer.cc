@@ -437,6 +437,10 @@ EpochMetrics Trainer::train_epoch(int epoch) {
     if (options_.record)
       options_.record->finished_step(state_.global_step,
                                      common::monotonic_seconds() - step_started);
+    if (options_.leave_requested && options_.leave_requested()) {
+      throw LeftGroup(fmt::format("left the group after epoch {} step {} (global step {})",
+                                  epoch + 1, step + 1, state_.global_step));
+    }
     if (state_.global_step == start_.global_step + 3 && step_->graphed()) {
       spdlog::info("training step recorded as a CUDA graph, replayed each step");
     }

@@ -71,11 +71,21 @@ struct TrainerOptions {
   /// Unset: a broken group ends fit() with the error, as before.
   std::function<std::optional<int>(const std::string& what, int64_t whole_step, bool in_flight)>
       regroup = nullptr;
+  /// Polled after each step; true when this worker alone is preempted (in place): fit() throws
+  /// LeftGroup then, having written no checkpoint; its peers re-form with a replacement.
+  std::function<bool()> leave_requested = nullptr;
 };
 
 /// Thrown by fit() after every worker agreed to stop at the same step and the chief saved a
 /// step checkpoint there: the worker should exit 143.
 class Preempted : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+/// Thrown by fit() after a step when this worker alone was preempted (leave_requested): it
+/// leaves the group without a checkpoint, and should end as its SIGTERM would have ended it.
+class LeftGroup : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;
 };
