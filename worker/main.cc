@@ -4,6 +4,7 @@
 #include <spdlog/spdlog.h>
 
 #include <atomic>
+#include <chrono>
 #include <csignal>
 #include <filesystem>
 #include <iostream>
@@ -11,6 +12,7 @@
 #include <thread>
 
 #include "common/atomic_file.h"
+#include "common/clock.h"
 #include "common/control_protocol.h"
 #include "common/env_vars.h"
 #include "common/errors.h"
@@ -88,6 +90,8 @@ using common::ConfigError;
 // How long a worker whose group broke waits for the launcher's answer (which waits up to 10 s for
 // a failure to explain the break).
 constexpr double kReformReplySeconds = 30;
+// How long a spare's request for promotion stays open before it asks again.
+constexpr double kSpareRequestSeconds = 60;
 
 // The task this process plays: TF_CONFIG's, or a lone worker 0 when TF_CONFIG is unset.
 common::TfConfig read_task() {
@@ -176,13 +180,42 @@ std::string run_dir_for(const WorkerOptions& options, const std::string& job) {
   return dir;
 }
 
+// A spare (docs/design.md#spares) asks the launcher to be promoted, again each minute while it is
+// not needed; nullopt when the job ended without needing it. IoError when the launcher cannot be
+// reached (a spare never outlives its launcher).
+std::optional<common::SpareAssignment> wait_for_promotion(const std::string& spare) {
+  common::ControlClient control(common::get_env(common::kEnvControl).value_or(""));
+  if (!control.enabled()) {
+    throw ConfigError(fmt::format("{} needs {}: a spare waits for the launcher",
+                                  common::kEnvSpare.name, common::kEnvControl.name));
+  }
+  spdlog::info("spare {}: data and backend ready; waiting to be promoted", spare);
+  for (int unanswered = 0;;) {
+    common::SpareRequest request{spare, static_cast<int>(::getpid())};
+    double asked = common::monotonic_seconds();
+    std::optional<common::SpareAssignment> place =
+        control.request_promotion(request, kSpareRequestSeconds);
+    if (place && !place->ok) {
+      spdlog::info("spare {}: not needed ({})", spare, place->error);
+      return std::nullopt;
+    }
+    if (place) return place;
+    // A request the launcher could not take fails at once; one it held runs out its time.
+    bool held = common::monotonic_seconds() - asked >= kSpareRequestSeconds / 2;
+    unanswered = held ? 0 : unanswered + 1;
+    if (unanswered >= 3) throw common::IoError("spare: the launcher cannot be reached");
+    if (!held) std::this_thread::sleep_for(std::chrono::seconds(1));
+  }
+}
+
 // One training task: join the ring, train, and turn how it ended into an exit code.
-int train(const common::TfConfig& task, const std::string& job, const TrainConfig& config,
-          nn::Backend& backend, data::Dataset train_data, data::Dataset test_data,
-          const std::string& run_dir, const std::string& config_path, Timeline& timeline,
-          double progress_line_seconds) {
+int train(const common::TfConfig& task, std::optional<int> promoted_generation,
+          const std::string& job, const TrainConfig& config, nn::Backend& backend,
+          data::Dataset train_data, data::Dataset test_data, const std::string& run_dir,
+          const std::string& config_path, Timeline& timeline, double progress_line_seconds) {
   int attempt = comm::attempt_from_environment();
   comm::RingIdentity id = comm::ring_identity_from_environment(task, job);
+  if (promoted_generation) id.generation = static_cast<uint32_t>(*promoted_generation);
   const int generation = static_cast<int>(id.generation);
   spdlog::info("task {}: rank {} of {}, attempt {}{}, {} training examples", task.task.text(),
                id.rank, id.size, attempt,
@@ -286,10 +319,12 @@ int run_worker(const WorkerOptions& options) {
     return common::kExitSuccess;
   }
   Timeline timeline;
-  common::TfConfig task = read_task();
+  std::optional<std::string> spare = common::get_env(common::kEnvSpare);
+  common::TfConfig task = spare ? common::TfConfig{} : read_task();
   bool supervised = common::get_env(common::kEnvControl).has_value() ||
                     common::get_env(common::kEnvRunDir).has_value();
-  common::setup_logging(common::worker_log_role(task.task.type, task.task.index, supervised));
+  common::setup_logging(
+      spare ? "" : common::worker_log_role(task.task.type, task.task.index, supervised));
   auto [train_json, job] = read_train_config(options.config_path);
   TrainConfig config = parse_train_config(train_json, options.config_path);
   std::unique_ptr<nn::Backend> backend = choose_backend(config, options.config_path);
@@ -298,6 +333,15 @@ int run_worker(const WorkerOptions& options) {
   auto [train_data, test_data] = data::load_data(config.data, input_shape);
   timeline.mark("data");
   std::string run_dir = run_dir_for(options, job);
+  std::optional<int> generation;
+  if (spare) {  // ready but idle until the launcher gives it a failed task's place
+    std::optional<common::SpareAssignment> place = wait_for_promotion(*spare);
+    if (!place) return common::kExitSuccess;
+    task = common::parse_tf_config(place->tf_config);
+    generation = place->generation;
+    spdlog::info("promoted: spare {} takes the place of {} in generation {}", *spare, place->task,
+                 place->generation);
+  }
   if (task.task.type == common::kEvaluator) {
     catch_sigterm();  // from here SIGTERM means "evaluate the final model if it is there, then
                       // exit"
@@ -306,8 +350,8 @@ int run_worker(const WorkerOptions& options) {
     spdlog::info("evaluator: {} evaluation(s) in {}/eval.jsonl", evaluations, run_dir);
     return common::kExitSuccess;
   }
-  return train(task, job, config, *backend, std::move(train_data), std::move(test_data), run_dir,
-               options.config_path, timeline, options.progress_line_seconds);
+  return train(task, generation, job, config, *backend, std::move(train_data), std::move(test_data),
+               run_dir, options.config_path, timeline, options.progress_line_seconds);
 }
 
 }  // namespace
