@@ -193,3 +193,26 @@ TEST_CASE("request_reform waits for the launcher's reply, skipping other lines, 
   ControlClient unset("");
   CHECK_FALSE(unset.request_reform(request, 0.1));
 }
+
+TEST_CASE("spare requests and assignments round-trip; other lines are not assignments") {
+  std::optional<SpareRequest> request =
+      parse_spare_request(format_spare_request({"spare:0", 4242}));
+  REQUIRE(request);
+  CHECK(request->spare == "spare:0");
+  CHECK(request->pid == 4242);
+  CHECK_FALSE(parse_spare_request(R"({"request": "spare", "spare": "spare:0", "pid": 0})"));
+
+  SpareAssignment place{true, "worker:1", 2, R"({"cluster": {}, "task": {}})", ""};
+  std::optional<SpareAssignment> back = parse_spare_assignment(format_spare_assignment(place));
+  REQUIRE(back);
+  CHECK(back->ok);
+  CHECK(back->task == "worker:1");
+  CHECK(back->generation == 2);
+  CHECK(back->tf_config == place.tf_config);
+  std::optional<SpareAssignment> no =
+      parse_spare_assignment(format_spare_assignment({false, "", 0, "", "the job has ended"}));
+  REQUIRE(no);
+  CHECK_FALSE(no->ok);
+  CHECK(no->error == "the job has ended");
+  CHECK_FALSE(parse_spare_assignment(format_reform_reply({true, 1, ""})));
+}

@@ -32,6 +32,19 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     auto again = common::parse_reform_reply(text);
     fuzz::require(again.has_value() && again->ok == reply->ok, "a formatted reform reply parses");
   }
+  if (auto request = common::parse_spare_request(line)) {
+    std::string text = common::format_spare_request(*request);
+    text.pop_back();
+    fuzz::require(common::parse_spare_request(text).has_value(),
+                  "a formatted spare request parses");
+  }
+  if (auto assignment = common::parse_spare_assignment(line)) {
+    std::string text = common::format_spare_assignment(*assignment);
+    text.pop_back();
+    auto again = common::parse_spare_assignment(text);
+    fuzz::require(again.has_value() && again->task == assignment->task,
+                  "a formatted spare assignment parses");
+  }
   const launcher::AgentLine kind = launcher::classify_agent_line(line);
   if (kind.kind == launcher::AgentLine::Kind::kEvent) launcher::parse_agent_event(kind.payload);
   launcher::parse_agent_event(line);
