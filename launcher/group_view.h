@@ -39,7 +39,9 @@ struct GroupSnapshot {
   int attempt = 0;
   int restarts = 0;
   int preemptions = 0;
-  int64_t steps_redone = 0;  ///< by every recovery so far
+  int generation = 0;           ///< of the current attempt (docs/design.md#in-place-recovery)
+  int in_place_recoveries = 0;  ///< re-formations in place that stepped on, all attempts
+  int64_t steps_redone = 0;     ///< by every recovery so far
   double uptime_seconds = 0;
   std::string updated_at;             ///< UTC, ISO 8601
   std::optional<std::string> reason;  ///< when done
