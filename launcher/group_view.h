@@ -66,8 +66,9 @@ std::optional<Straggler> find_straggler(const std::vector<TaskSnapshot>& tasks);
 /// state.json: one JSON object, no newline. Carries "straggler" when find_straggler names one.
 std::string state_json(const GroupSnapshot& group);
 
-/// Restarts, preemptions, attempt, and per worker up, loss, samples/s, step, compute and
-/// all-reduce wait seconds per step and whether it is the straggler, in Prometheus's text format.
+/// Restarts, preemptions, attempt, generation, recoveries in place, and per worker up, loss,
+/// samples/s, step, compute and all-reduce wait seconds per step and whether it is the straggler,
+/// in Prometheus's text format.
 std::string prometheus_text(const GroupSnapshot& group);
 
 /// The step a progress message reports: global_step, else from epoch, step and steps.

@@ -42,8 +42,8 @@ bool Supervisor::recover_in_place(Task& task, const EndReading& reading, const C
     return false;
   bool sigkill = reading.started && killed_by_sigkill(end.status);
   Decision decision = book_.decide_in_place({reading.outcome, task.made_progress,
-                                             common::monotonic_seconds() - task.spawned_at,
-                                             sigkill, !reading.started});
+                                             common::monotonic_seconds() - task.spawned_at, sigkill,
+                                             !reading.started});
   if (!decision.restart) {
     spdlog::warn("no recovery in place: {}", decision.reason);
     return false;
@@ -57,7 +57,8 @@ bool Supervisor::recover_in_place(Task& task, const EndReading& reading, const C
   spdlog::info("{}: starting a replacement; the others re-form as generation {} of attempt {}",
                task.plan.task.text(), generation_, attempt_);
   // A failure while the last one is still being recovered from extends that recovery.
-  double failed_at = in_place_recovery_ ? in_place_recovery_->failed_at : common::monotonic_seconds();
+  double failed_at =
+      in_place_recovery_ ? in_place_recovery_->failed_at : common::monotonic_seconds();
   int64_t reached = in_place_recovery_ ? in_place_recovery_->reached_step : reached_step_;
   in_place_recovery_ = PendingInPlace{generation_, failed_at, reached, std::nullopt};
   task.respawn_pending = true;
@@ -164,12 +165,13 @@ void Supervisor::note_in_place_progress(const common::ControlMessage& message) {
   if (!in_place_recovery_ || message.generation.value_or(0) != in_place_recovery_->generation)
     return;
   PendingInPlace& pending = *in_place_recovery_;
-  if (message.restored_step && !pending.restored_step) pending.restored_step = message.restored_step;
+  if (message.restored_step && !pending.restored_step)
+    pending.restored_step = message.restored_step;
   std::optional<int64_t> step =
       message.type == common::ControlMessageType::kProgress ? reported_step(message) : std::nullopt;
   if (!pending.restored_step || !step || *step <= *pending.restored_step) return;
-  Recovery r{attempt_, pending.reached_step, *pending.restored_step, true, pending.generation,
-             common::monotonic_seconds() - pending.failed_at};
+  Recovery r{attempt_, pending.reached_step, *pending.restored_step,
+             true,     pending.generation,   common::monotonic_seconds() - pending.failed_at};
   in_place_recovery_.reset();
   result_.recoveries.push_back(r);
   spdlog::info("generation {} of attempt {} resumed at step {} in {:.1f} s: {} step(s) redone",

@@ -24,8 +24,9 @@ namespace {
 // A dtrain-worker job of three local workers (or a command job), fast timers.
 std::string job_json(const std::string& extra, bool command, int max_restarts) {
   return std::string(R"({"job": "fake", "workers": 3, )") +
-         (command ? R"("command": ["fake"])" : R"("train": {})") + R"(, "restart": {"max_restarts": )" +
-         std::to_string(max_restarts) + R"(, "grace_seconds": 0.2, "startup_seconds": 0,
+         (command ? R"("command": ["fake"])" : R"("train": {})") +
+         R"(, "restart": {"max_restarts": )" + std::to_string(max_restarts) +
+         R"(, "grace_seconds": 0.2, "startup_seconds": 0,
              "max_preemptions": 5, "backoff_seconds": 0.01, "backoff_max_seconds": 0.05})" +
          extra + "}";
 }
@@ -68,10 +69,9 @@ struct Harness {
   void reform(const std::string& task, int generation) {
     common::ReformRequest request{task, 0, generation, 20, "worker:1 (rank 1): connection closed"};
     std::string json = common::format_reform_request(request);
-    supervisor->on_reform_request(json.substr(0, json.size() - 1),
-                                  [this, task](const std::string& line) {
-                                    replies[task].push_back(line);
-                                  });
+    supervisor->on_reform_request(
+        json.substr(0, json.size() - 1),
+        [this, task](const std::string& line) { replies[task].push_back(line); });
   }
   void control(const std::string& json) {
     auto message = common::parse_control_message(json);
@@ -112,7 +112,8 @@ bool has_env(const FakeProcess& p, const std::string& name) {
   return false;
 }
 
-const std::string kOkGeneration1 = R"({"request":"reform","ok":true,"generation":1})" "\n";
+const std::string kOkGeneration1 = R"({"request":"reform","ok":true,"generation":1})"
+                                   "\n";
 
 }  // namespace
 
@@ -144,9 +145,10 @@ TEST_CASE("in place: a SIGKILLed worker is replaced while the others run on") {
   CHECK(harness.replies["worker:0"] == std::vector<std::string>{kOkGeneration1});
   CHECK(harness.supervisor->book().preemptions() == 1);  // the budget pays for it
   CHECK(harness.supervisor->attempt() == 0);
-  CHECK(harness.events().find(R"("event":"in_place","task":"worker:1","attempt":0,)"
-                              R"("generation":1,"outcome":"preempted","what":"killed by SIGKILL")") !=
-        std::string::npos);
+  CHECK(
+      harness.events().find(R"("event":"in_place","task":"worker:1","attempt":0,)"
+                            R"("generation":1,"outcome":"preempted","what":"killed by SIGKILL")") !=
+      std::string::npos);
   std::string log = common::read_file(harness.run_dir.log_file({"worker", 1}));
   CHECK(log.find("==== dtrain: attempt 0 of worker:1 (pid 1001) started") != std::string::npos);
   CHECK(log.find(", generation 1) started ") != std::string::npos);
@@ -259,10 +261,13 @@ TEST_CASE("in place: with no other training task running, the group restarts") {
 TEST_CASE("\"recovery\": \"restart\" and command jobs restart the group, without DTRAIN_RECOVERY") {
   bool command = GENERATE(false, true);
   INFO("command job: " << command);
-  Harness harness(command ? "" : R"(, "recovery": "restart")", [](FakeProcess& p) {
-    if (p.attempt() == 1) return p.end(ExitStatus::exited(0));
-    if (index_of(p) == 1) p.end(ExitStatus::killed(SIGKILL));
-  }, command);
+  Harness harness(
+      command ? "" : R"(, "recovery": "restart")",
+      [](FakeProcess& p) {
+        if (p.attempt() == 1) return p.end(ExitStatus::exited(0));
+        if (index_of(p) == 1) p.end(ExitStatus::killed(SIGKILL));
+      },
+      command);
   CHECK_FALSE(harness.in_place);
   auto r = harness.run();
   CHECK(r.status == "succeeded");
@@ -308,9 +313,10 @@ TEST_CASE("in place: the new generation's first step past restored_step is its r
   CHECK(r.recoveries[0].restored_step == 20);
   CHECK(r.recoveries[0].steps_redone() == 10);
   CHECK(r.recoveries[0].seconds >= 0);
-  CHECK(harness.events().find(R"("event":"recovered","attempt":0,"path":"in_place",)"
-                              R"("generation":1,"restored_step":20,"steps_redone":10,"seconds":)") !=
-        std::string::npos);
+  CHECK(
+      harness.events().find(R"("event":"recovered","attempt":0,"path":"in_place",)"
+                            R"("generation":1,"restored_step":20,"steps_redone":10,"seconds":)") !=
+      std::string::npos);
   CHECK(harness.state().find("\"in_place_recoveries\":1") != std::string::npos);
   CHECK(harness.state().find("\"steps_redone\":10") != std::string::npos);
 }
