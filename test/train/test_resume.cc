@@ -20,7 +20,8 @@ namespace fs = std::filesystem;
 
 namespace {
 
-const char* kJob = R"({"job": "resume", "workers": 2,
+// The whole-group restart from the newest checkpoint (recovery in place has its own tests).
+const char* kJob = R"({"job": "resume", "workers": 2, "recovery": "restart",
  "restart": {"max_restarts": 3, "backoff_seconds": 0.1, "grace_seconds": 10},
  "train": {"model": {"input_shape": [28, 28, 1], "layers": [
    {"type": "conv2d", "filters": 16, "kernel_size": 3, "activation": "relu"},
