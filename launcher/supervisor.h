@@ -167,6 +167,7 @@ class Supervisor {
   };
   bool recover_in_place(Task& task, const EndReading& reading, const ChildEnd& end);
   bool others_train(const Task& task) const;
+  void drain_then_respawn(Task& task);
   void respawn(Task& task);
   void hold_reform(common::ReformRequest request, ReformReplyFn reply);
   void answer_held_reforms(bool ok, const std::string& error);

@@ -65,7 +65,7 @@ bool Supervisor::recover_in_place(Task& task, const EndReading& reading, const C
   // What is left of the dead member's group (a grandchild holding its output) goes first; its
   // last output lines reach the log before the replacement's header.
   if (task.output_open)
-    task.child->signal_group(SIGKILL);
+    drain_then_respawn(task);
   else
     respawn(task);
   answer_held_reforms(true, "");
@@ -73,8 +73,27 @@ bool Supervisor::recover_in_place(Task& task, const EndReading& reading, const C
   return true;
 }
 
+// SIGKILL to what is left of the group, then the replacement when its output closes, or after
+// kill_drain_seconds if something outside the group holds the pipe (as a teardown gives up).
+void Supervisor::drain_then_respawn(Task& task) {
+  task.child->signal_group(SIGKILL);
+  if (!task.drain_timer) task.drain_timer = std::make_unique<boost::asio::steady_timer>(io_);
+  task.drain_timer->expires_after(seconds(options_.kill_drain_seconds));
+  Task* t = &task;
+  task.drain_timer->async_wait([this, t](const boost::system::error_code& ec) {
+    if (ec || !t->respawn_pending || phase_ != Phase::kRunning) return;
+    guarded("drain timer", [&] {
+      spdlog::warn("{}: output still open after SIGKILL; starting its replacement anyway",
+                   t->plan.task.text());
+      t->output_open = false;
+      respawn(*t);
+    });
+  });
+}
+
 void Supervisor::respawn(Task& task) {
   task.respawn_pending = false;
+  if (task.drain_timer) task.drain_timer->cancel();
   if (phase_ != Phase::kRunning) return;  // the group is going down meanwhile
   if (guardian_ && task.child) guardian_->forget(task.pid);
   task.child.reset();

@@ -387,3 +387,25 @@ TEST_CASE("in place: reform requests the supervisor cannot hold are answered at 
   }
   CHECK(harness.replies["worker:0"][0].find("never formed") != std::string::npos);
 }
+
+TEST_CASE("in place: a dead worker's output held open delays its replacement only so long") {
+  Harness* h = nullptr;
+  Harness harness("", [&](FakeProcess& p) {
+    if (generation_of(p) == 1) {
+      boost::asio::post(*p.io, [&] { h->supervisor->stop(SIGTERM); });
+      return;
+    }
+    if (index_of(p) != 1) return;
+    boost::asio::post(*p.io, [&p] {  // it exits; a grandchild outside its group keeps the pipe
+      p.ended = true;
+      p.callbacks.on_exit(ExitStatus::exited(1));
+    });
+  });
+  h = &harness;
+  auto r = harness.run();
+  CHECK(r.status == "stopped");
+  REQUIRE(harness.spawner.processes.size() == 4);
+  CHECK(generation_of(*harness.spawner.processes[3]) == 1);
+  CHECK(harness.spawner.processes[1]->signals == std::vector<int>{SIGKILL});
+  CHECK(harness.spawner.processes[0]->signals == std::vector<int>{SIGTERM});  // from the stop
+}
