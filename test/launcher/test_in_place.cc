@@ -5,6 +5,7 @@
 // "restart", command jobs) takes the whole-group path.
 #include <catch2/catch.hpp>
 #include <filesystem>
+#include <map>
 
 #include "common/atomic_file.h"
 #include "common/control_protocol.h"
