@@ -220,6 +220,9 @@ class Supervisor {
   int generation_ = 0;        ///< DTRAIN_GENERATION of the attempt's next replacement
   std::vector<HeldReform> held_reforms_;  ///< waiting for a failure; at most one per task
   std::optional<PendingInPlace> in_place_recovery_;
+  /// The furthest step any reform request said its worker held or had in flight (whole_step,
+  /// + 1 when in_flight) since the last recovery: the steps the group redoes are counted from it.
+  int64_t reform_furthest_ = -1;
   std::set<std::string> lost_places_;  ///< hosts and nodes lost during this launch
   bool attempt_made_progress_ = false;
   bool success_ = false;

@@ -40,6 +40,9 @@ bool Supervisor::recover_in_place(Task& task, const EndReading& reading, const C
   if (!plan_.in_place || phase_ != Phase::kRunning || stop_requested_ || !task.plan.trains() ||
       reading.outcome == Outcome::kConfigError || !others_train(task))
     return false;
+  // Exit 143 is dtrain-worker's end after the group agreed to stop and the chief saved (a stop
+  // from its parent): the others end the same way, and the group restarts from that checkpoint.
+  if (!end.status.signaled && end.status.code == common::kExitPreempted) return false;
   bool sigkill = reading.started && killed_by_sigkill(end.status);
   Decision decision = book_.decide_in_place({reading.outcome, task.made_progress,
                                              common::monotonic_seconds() - task.spawned_at, sigkill,
@@ -59,7 +62,8 @@ bool Supervisor::recover_in_place(Task& task, const EndReading& reading, const C
   // A failure while the last one is still being recovered from extends that recovery.
   double failed_at =
       in_place_recovery_ ? in_place_recovery_->failed_at : common::monotonic_seconds();
-  int64_t reached = in_place_recovery_ ? in_place_recovery_->reached_step : reached_step_;
+  // Until the survivors' requests say what they held, the furthest step reported stands in.
+  int64_t reached = in_place_recovery_ ? in_place_recovery_->reached_step : reform_furthest_;
   in_place_recovery_ = PendingInPlace{generation_, failed_at, reached, std::nullopt};
   task.respawn_pending = true;
   // What is left of the dead member's group (a grandchild holding its output) goes first; its
@@ -126,6 +130,10 @@ void Supervisor::on_reform_request(const std::string& request_json, ReformReplyF
       return reply(refusal(fmt::format("attempt {} is over or ending (the group is {}, attempt {})",
                                        request->attempt, phase_name(), attempt_)));
     }
+    // What the worker held counts for the steps redone, whenever its request comes.
+    reform_furthest_ =
+        std::max(reform_furthest_, request->whole_step + (request->in_flight ? 1 : 0));
+    if (in_place_recovery_) in_place_recovery_->reached_step = reform_furthest_;
     if (request->generation < generation_)
       return reply(common::format_reform_reply({true, generation_, ""}));
     if (request->generation > generation_) {
@@ -189,9 +197,15 @@ void Supervisor::note_in_place_progress(const common::ControlMessage& message) {
   std::optional<int64_t> step =
       message.type == common::ControlMessageType::kProgress ? reported_step(message) : std::nullopt;
   if (!pending.restored_step || !step || *step <= *pending.restored_step) return;
-  Recovery r{attempt_, pending.reached_step, *pending.restored_step,
-             true,     pending.generation,   common::monotonic_seconds() - pending.failed_at};
+  int64_t reached = pending.reached_step >= 0 ? pending.reached_step : reached_step_;
+  Recovery r{attempt_,
+             reached,
+             *pending.restored_step,
+             true,
+             pending.generation,
+             common::monotonic_seconds() - pending.failed_at};
   in_place_recovery_.reset();
+  reform_furthest_ = -1;
   result_.recoveries.push_back(r);
   spdlog::info("generation {} of attempt {} resumed at step {} in {:.1f} s: {} step(s) redone",
                r.generation, r.attempt, r.restored_step, r.seconds, r.steps_redone());

@@ -335,7 +335,8 @@ TEST_CASE("a deferred request is answered later on its connection, or dropped wi
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
     REQUIRE(loop.ask([&] { return held.size(); }) == n);
   };
-  common::ReformRequest request{"worker:0", 0, 0, 12, "worker:1 (rank 1): connection closed"};
+  common::ReformRequest request{"worker:0", 0,     0,
+                                12,         false, "worker:1 (rank 1): connection closed"};
 
   // The worker's own client waits for the answer that comes after the request was taken.
   auto answer = std::async(std::launch::async, [&] {

@@ -9,6 +9,7 @@
 
 #include "common/atomic_file.h"
 #include "common/control_protocol.h"
+#include "common/exit_codes.h"
 #include "common/job_spec.h"
 #include "common/run_dir.h"
 #include "launcher/supervisor.h"
@@ -68,7 +69,8 @@ struct Harness {
   }
   /// Sends worker task's reform request of generation; its replies land in replies[task].
   void reform(const std::string& task, int generation) {
-    common::ReformRequest request{task, 0, generation, 20, "worker:1 (rank 1): connection closed"};
+    common::ReformRequest request{task, 0,    generation,
+                                  20,   true, "worker:1 (rank 1): connection closed"};
     std::string json = common::format_reform_request(request);
     supervisor->on_reform_request(
         json.substr(0, json.size() - 1),
@@ -409,4 +411,47 @@ TEST_CASE("in place: a dead worker's output held open delays its replacement onl
   CHECK(generation_of(*harness.spawner.processes[3]) == 1);
   CHECK(harness.spawner.processes[1]->signals == std::vector<int>{SIGKILL});
   CHECK(harness.spawner.processes[0]->signals == std::vector<int>{SIGTERM});  // from the stop
+}
+
+// The survivors' reform requests say what they held (whole_step 20, a step in flight): the group
+// redoes one step, whatever an older report of step 30 said.
+TEST_CASE("in place: the steps redone are counted from what the survivors held") {
+  Harness* h = nullptr;
+  Harness harness("", [&](FakeProcess& p) {
+    if (generation_of(p) == 0 && index_of(p) == 1) {
+      boost::asio::post(*p.io, [&] {
+        h->control(R"({"type":"progress","task":"worker:0","attempt":0,"global_step":30})");
+        h->reform("worker:0", 0);  // held: whole_step 20, in flight
+        h->spawner.processes[1]->end(ExitStatus::exited(1));
+      });
+    }
+    if (generation_of(p) != 1) return;
+    boost::asio::post(*p.io, [&] {
+      h->control(R"({"type":"heartbeat","task":"worker:0","attempt":0,"generation":1,)"
+                 R"("restored_step":20})");
+      h->control(R"({"type":"progress","task":"worker:0","attempt":0,"generation":1,)"
+                 R"("global_step":21})");
+      h->supervisor->stop(SIGTERM);
+    });
+  });
+  h = &harness;
+  auto r = harness.run();
+  REQUIRE(r.recoveries.size() == 1);
+  CHECK(r.recoveries[0].restored_step == 20);
+  CHECK(r.recoveries[0].steps_redone() == 1);
+}
+
+// Exit 143 is a worker's end after the group agreed to stop and saved (a stop from its parent):
+// the others end so too, and the group restarts from that checkpoint; no replacement.
+TEST_CASE("in place: exit 143 (the group's agreed stop) takes the whole-group path") {
+  Harness harness("", [](FakeProcess& p) {
+    if (p.attempt() == 1) return p.end(ExitStatus::exited(0));
+    if (index_of(p) == 1)
+      boost::asio::post(*p.io, [&p] { p.end(ExitStatus::exited(common::kExitPreempted)); });
+  });
+  auto r = harness.run();
+  CHECK(r.status == "succeeded");
+  CHECK(harness.supervisor->attempt() == 1);
+  CHECK_FALSE(harness.has_event("in_place"));
+  CHECK(harness.spawner.processes.size() == 6);
 }
