@@ -43,6 +43,12 @@ class RunDir {
   std::string log_file(const TaskId& task) const {
     return logs_dir() + "/" + task.type + "-" + std::to_string(task.index) + ".log";
   }
+  /// progress/worker-<i>: a dtrain-worker training task's progress record
+  /// (docs/design.md#frozen-workers).
+  std::string progress_dir() const { return root_ + "/progress"; }
+  std::string progress_file(const TaskId& task) const {
+    return progress_dir() + "/" + task.type + "-" + std::to_string(task.index);
+  }
   std::string backup_dir() const { return root_ + "/backup"; }
   std::string model_dir() const { return root_ + "/model"; }
   std::string metrics_jsonl() const { return root_ + "/metrics.jsonl"; }

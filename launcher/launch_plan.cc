@@ -60,6 +60,8 @@ void place_tasks(LaunchPlan& plan) {
         t.listen_addresses = addresses->second;
       }
     }
+    if (!t.remote() && t.trains() && c.spec->command.empty())
+      t.progress_path = run_dir.progress_file(id);
     plan.tasks.push_back(std::move(t));
   }
 }

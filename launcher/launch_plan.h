@@ -57,6 +57,9 @@ struct TaskPlan {
   /// once here ("localhost": 127.0.0.1 and ::1).
   std::vector<std::string> listen_addresses;
   std::string log_path;
+  /// A local dtrain-worker training task's progress record (DTRAIN_PROGRESS_FILE), read by the
+  /// supervisor to find a frozen member; "" for the others.
+  std::string progress_path;
   /// Position in the training ring (RANK); empty for tasks that do not train (an evaluator).
   std::optional<int> rank;
   int local_rank = 0;        ///< LOCAL_RANK: rank among the training tasks of its place

@@ -91,6 +91,7 @@ void make_run_dir(const common::RunDir& run_dir) {
         "run directory {} is writable by other users (mode {:o}): they can change its files",
         run_dir.root(), info.st_mode & 07777);
   make_dir(run_dir.logs_dir(), 0755);
+  make_dir(run_dir.progress_dir(), 0700);
 }
 
 // True when /proc/<pid>/environ has DTRAIN_RUN_DIR=<run_dir>: the process is a worker of this run.

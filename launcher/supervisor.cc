@@ -39,6 +39,7 @@ Supervisor::Supervisor(boost::asio::io_context& io, ProcessSpawner& spawner, Run
       watchdog_timer_(io),
       port_timer_(io),
       reform_timer_(io),
+      freeze_timer_(io),
       attempt_(options_.first_attempt),
       master_port_(plan_.master_port) {
   for (const TaskPlan& p : plan_.tasks) ports_.push_back(p.endpoint.port);
@@ -89,6 +90,8 @@ void Supervisor::start_attempt() {
   spdlog::info("attempt {}: {} task(s) running", attempt_, tasks_.size());
   write_state();
   arm_watchdog();
+  freeze_.reset();
+  arm_freeze_watch();
 }
 
 // A log that cannot be written is the launcher's fault (a full disk): guarded() reports the
@@ -114,6 +117,7 @@ void Supervisor::spawn_task(Task& task) {
     throw common::IoError(fmt::format("cannot open {}: {}", log_path, std::strerror(errno)));
   SpawnRequest request =
       make_spawn_request(plan_, task.plan, {attempt_, master_port_, cluster_json_, generation_});
+  task.frozen_why.reset();
   ChildCallbacks callbacks;
   Task* t = &task;
   callbacks.on_output = [this, t](std::string_view bytes) {
@@ -219,6 +223,11 @@ Supervisor::EndReading Supervisor::read_end(const Task& task, const ChildEnd& en
   r.outcome = exited ? classify(end.status) : Outcome::kFailed;
   r.exit_code = exited ? job_exit_code(end.status) : common::kExitFailure;
   r.what = exited ? describe(end.status) : end.detail;
+  if (task.frozen_why) {  // the freeze watch's SIGKILL: a failure, not a preemption
+    r.outcome = Outcome::kFailed;
+    r.exit_code = common::kExitFailure;
+    r.what = "frozen: " + *task.frozen_why;
+  }
   if (end.cause == ChildEnd::Cause::kPlaceLost) lost_places_.insert(task.plan.where);
   r.place_lost = !exited && lost_places_.count(task.plan.where) > 0;
   if (r.place_lost && !r.started)

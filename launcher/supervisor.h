@@ -19,6 +19,7 @@
 
 #include "common/control_protocol.h"
 #include "launcher/console.h"
+#include "launcher/freeze_watch.h"
 #include "launcher/group_guardian.h"
 #include "launcher/group_view.h"
 #include "launcher/launch_plan.h"
@@ -186,6 +187,10 @@ class Supervisor {
   void cancel_timers() noexcept;
   void arm_watchdog();
   void check_watchdog();
+  // Frozen members (supervisor_freeze.cc, docs/design.md#frozen-workers).
+  bool watches_freezes() const;
+  void arm_freeze_watch();
+  void look_for_freezes();
   void write_state();
   void update_live_view();
   const char* phase_name() const;
@@ -198,10 +203,12 @@ class Supervisor {
   const SupervisorOptions options_;
   const LaunchPlan& plan_;
   RestartBook book_;
-  OomWatch oom_ = OomWatch::for_this_process();  ///< this machine's OOM kills, for local tasks
+  OomWatch oom_ = OomWatch::for_this_process();
+  FreezeWatch freeze_;  ///< the local dtrain-worker training tasks' progress  ///< this machine's
+                        ///< OOM kills, for local tasks
   std::vector<std::unique_ptr<Task>> tasks_;
   boost::asio::steady_timer backoff_timer_, grace_timer_, watchdog_timer_, port_timer_,
-      reform_timer_;
+      reform_timer_, freeze_timer_;
   std::function<void(const SupervisorResult&)> on_done_;
   Phase phase_ = Phase::kStarting;
   int attempt_ = 0;

@@ -45,6 +45,8 @@ struct Supervisor::Task {
   double spawned_at = 0;         ///< monotonic time of its latest spawn
   bool made_progress = false;    ///< a control message past restored_step since its latest spawn
   bool respawn_pending = false;  ///< replaced in place; spawned again once its output closes
+  /// Why the freeze watch SIGKILLed it (docs/design.md#frozen-workers); its end is blamed so.
+  std::optional<std::string> frozen_why;
   /// Bounds the wait for a replaced task's output to close (kill_drain_seconds).
   std::unique_ptr<boost::asio::steady_timer> drain_timer;
 

@@ -27,6 +27,7 @@ void Supervisor::begin_teardown(const std::string& reason) {
   if (phase_ == Phase::kTearingDown || phase_ == Phase::kDone) return;
   phase_ = Phase::kTearingDown;
   watchdog_timer_.cancel();
+  freeze_timer_.cancel();
   answer_held_reforms(false, "the group is being stopped: " + reason);
   recorder_.event("teardown", [&](common::JsonWriter& w) {
     w.key("attempt").value(attempt_).key("reason").value(reason);
@@ -160,8 +161,8 @@ void Supervisor::stop(int signal) {
 }
 
 void Supervisor::cancel_timers() noexcept {
-  for (auto* timer :
-       {&backoff_timer_, &grace_timer_, &watchdog_timer_, &port_timer_, &reform_timer_}) {
+  for (auto* timer : {&backoff_timer_, &grace_timer_, &watchdog_timer_, &port_timer_,
+                      &reform_timer_, &freeze_timer_}) {
     boost::system::error_code ignored;
     timer->cancel(ignored);
   }

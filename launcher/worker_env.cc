@@ -43,6 +43,7 @@ Env worker_env(const LaunchPlan& plan, const TaskPlan& task, const AttemptParams
   };
   // Only the training tasks re-form; the evaluator reads checkpoints and never joins the ring.
   if (plan.in_place && task.trains()) env.emplace_back(kEnvRecovery.name, "in_place");
+  if (!task.progress_path.empty()) env.emplace_back(kEnvProgressFile.name, task.progress_path);
   if (task.omp_threads > 0) env.emplace_back(kEnvOmpThreads.name, std::to_string(task.omp_threads));
   if (!task.gpu.empty()) env.emplace_back(kEnvCudaDevices.name, task.gpu);
   for (auto& kv : torch_env(plan, task, attempt.attempt, attempt.master_port))

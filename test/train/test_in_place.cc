@@ -181,3 +181,39 @@ TEST_CASE("\"recovery\": \"restart\" restarts the whole group from the epoch che
   CHECK(recovered[0].root().at("restored_step").as_int(0, 1 << 30) == kStepsPerEpoch);
   CHECK(recovered[0].root().at("steps_redone").as_int(0, 1 << 30) >= 10);
 }
+
+// docs/design.md#frozen-workers: worker 1 SIGSTOPped and never continued. No job setting: the
+// launcher sees the group stall (no progress record changes), names worker 1 as stopped, SIGKILLs
+// it, and replaces it in place; the final model is still the undisturbed run's.
+TEST_CASE("a SIGSTOPped worker is found frozen, named, killed and replaced in place") {
+  testing::TempDir base;
+  std::string job = base.path() + "/job.json";
+  std::ofstream(job) << job_text("");
+  std::string calm = base.path() + "/calm";
+  Launched reference = launch(job, calm, false);
+  REQUIRE(reference.result.exit_code == 0);
+
+  std::string dir = base.path() + "/stopped";
+  testing::BackgroundProcess launcher({testing::binary("dtrain"), "launch", job, "--run-dir", dir});
+  for (int i = 0; i < 6000 && reported_step(dir) < kStepsPerEpoch + 10; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  std::map<std::string, int> before = pids(dir);
+  ::kill(before.at("worker:1"), SIGSTOP);
+  testing::ProcessResult result = launcher.wait(300);
+  INFO(result.out << result.err);
+  REQUIRE(result.exit_code == 0);
+
+  std::vector<common::JsonDocument> frozen = events(dir, "frozen");
+  REQUIRE(frozen.size() == 1);
+  CHECK(frozen[0].root().at("task").as_string() == "worker:1");
+  CHECK(frozen[0].root().at("pid").as_int(0, 1 << 30) == before.at("worker:1"));
+  CHECK(frozen[0].root().at("why").as_string().find("stopped (process state T") == 0);
+  std::vector<common::JsonDocument> in_place = events(dir, "in_place");
+  REQUIRE(in_place.size() == 1);
+  CHECK(in_place[0].root().at("what").as_string().find("frozen: stopped") == 0);
+  std::map<std::string, int> after = pids(dir);
+  CHECK(after.at("worker:0") == before.at("worker:0"));
+  CHECK(after.at("worker:2") == before.at("worker:2"));
+  CHECK(common::read_file(dir + "/model/model.safetensors") ==
+        common::read_file(calm + "/model/model.safetensors"));
+}

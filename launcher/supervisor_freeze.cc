@@ -1,0 +1,82 @@
+// See supervisor.h. Frozen members (docs/design.md#frozen-workers): every half second while the
+// group runs, the progress records of the local dtrain-worker training tasks and their processes
+// go to a FreezeWatch; a member it names is SIGKILLed and its end takes the usual path (in place,
+// or the whole group), blamed as frozen; a group stuck with nobody to blame is torn down.
+#include <spdlog/spdlog.h>
+
+#include <csignal>
+
+#include "common/clock.h"
+#include "common/exit_codes.h"
+#include "launcher/supervisor.h"
+#include "launcher/supervisor_task.h"
+
+namespace dtrain::launcher {
+namespace {
+
+constexpr double kFreezeLookSeconds = 0.5;
+
+}  // namespace
+
+bool Supervisor::watches_freezes() const {
+  for (const auto& task : tasks_)
+    if (!task->plan.progress_path.empty()) return true;
+  return false;
+}
+
+void Supervisor::arm_freeze_watch() {
+  if (!watches_freezes()) return;
+  freeze_timer_.expires_after(std::chrono::milliseconds(static_cast<int>(kFreezeLookSeconds * 1000)));
+  freeze_timer_.async_wait([this](const boost::system::error_code& ec) {
+    if (!ec) guarded("freeze watch", [this] { look_for_freezes(); });
+  });
+}
+
+void Supervisor::look_for_freezes() {
+  if (phase_ != Phase::kRunning) return;
+  std::vector<Task*> members;
+  std::vector<MemberObservation> looks;
+  for (auto& task : tasks_) {
+    if (task->plan.progress_path.empty()) continue;
+    if (task->state != Task::State::kRunning || task->respawn_pending) {  // a member is missing
+      freeze_.reset();
+      return arm_freeze_watch();
+    }
+    members.push_back(task.get());
+    looks.push_back({common::read_progress_record(task->plan.progress_path),
+                     read_process(task->pid)});
+    // A record left by the process before (a replaced member) is not this one's yet.
+    if (looks.back().record && looks.back().record->pid != task->pid) looks.back().record.reset();
+  }
+  std::optional<FreezeVerdict> verdict = freeze_.observe(common::monotonic_seconds(), looks);
+  if (!verdict) return arm_freeze_watch();
+  freeze_.reset();
+  if (!verdict->member) {  // every member waits inside one collective: a link is down
+    Task& first = *members.front();
+    std::string what = fmt::format("frozen group: {}", verdict->why);
+    spdlog::warn("{} (bound {:.1f} s)", what, verdict->bound_seconds);
+    recorder_.event("frozen", [&](common::JsonWriter& w) {
+      w.key("attempt").value(attempt_).key("why").value(verdict->why);
+      w.key("stalled_seconds").value(verdict->stalled_seconds);
+      w.key("bound_seconds").value(verdict->bound_seconds);
+    });
+    fail_first(first, Outcome::kFailed, what, common::kExitFailure);
+    return begin_teardown(what);
+  }
+  Task& frozen = *members[*verdict->member];
+  frozen.frozen_why = verdict->why;
+  spdlog::warn("{} is frozen: {}; the group made no progress for {:.1f} s (bound {:.1f} s): "
+               "SIGKILL",
+               frozen.plan.task.text(), verdict->why, verdict->stalled_seconds,
+               verdict->bound_seconds);
+  recorder_.event("frozen", [&](common::JsonWriter& w) {
+    w.key("task").value(frozen.plan.task.text()).key("attempt").value(attempt_);
+    w.key("pid").value(frozen.pid).key("why").value(verdict->why);
+    w.key("stalled_seconds").value(verdict->stalled_seconds);
+    w.key("bound_seconds").value(verdict->bound_seconds);
+  });
+  frozen.child->signal_group(SIGKILL);
+  arm_freeze_watch();
+}
+
+}  // namespace dtrain::launcher
