@@ -161,7 +161,7 @@ RecoveryMode parse_recovery(const JsonNode& root, bool command_job) {
 void parse_fields(const JsonNode& root, JobSpec& spec) {
   root.check_keys({"job", "cluster", "workers", "restart", "train", "command", "env", "run_dir",
                    "hang_timeout_seconds", "remote_shell", "success", "gpu_sharing", "slurm",
-                   "master_port", "recovery"});
+                   "master_port", "recovery", "spares"});
   JsonNode job = root.at("job");
   spec.job = job.as_string();
   if (!is_valid_job_name(spec.job)) {
@@ -195,6 +195,15 @@ void parse_fields(const JsonNode& root, JobSpec& spec) {
     spec.success = rule == "chief" ? SuccessRule::kChiefOnly : SuccessRule::kAllTasks;
   }
   spec.recovery = parse_recovery(root, !spec.command.empty());
+  if (auto n = root.find("spares")) {
+    spec.spares = static_cast<int>(n->as_int(0, kMaxSpares));
+    if (spec.spares > 0 && spec.recovery != RecoveryMode::kInPlace) {
+      n->fail(
+          fmt::format("{} spare(s) need recovery in place: dtrain-worker (no \"command\") and "
+                      "no \"recovery\": \"restart\"",
+                      spec.spares));
+    }
+  }
 }
 
 }  // namespace
@@ -280,6 +289,7 @@ std::string job_spec_to_json(const JobSpec& spec, const ClusterSpec& resolved) {
       .key("recovery")
       .value(recovery_mode_name(spec.recovery));
   if (spec.master_port) w.key("master_port").value(*spec.master_port);
+  if (spec.spares > 0) w.key("spares").value(spec.spares);
   w.key("remote_shell").begin_array();
   for (const auto& arg : spec.remote_shell) w.value(arg);
   w.end_array();

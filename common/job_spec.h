@@ -87,7 +87,11 @@ struct JobSpec {
   /// What the job asks for; the launch plan may still restart (launcher/launch_plan.h). Default:
   /// in place for dtrain-worker jobs, restart for `command` jobs (a program that owns its state).
   RecoveryMode recovery = RecoveryMode::kInPlace;
+  /// Standby dtrain-workers, promoted to a failed task's place (docs/design.md#in-place-recovery).
+  int spares = 0;
 };
+
+inline constexpr int kMaxSpares = 64;
 
 /// Parses job-file text. Every error is a ConfigError "<source>: <json path>: <what was found and
 /// what was expected>"; unknown keys are errors.

@@ -165,6 +165,9 @@ int run_supervisor(const common::JobSpec& spec, PreparedRun& run,
       [&](const std::string& request) { return answer_request(*supervisor, request); }, limits);
   // A worker's reform request waits for the supervisor's decision
   // (docs/design.md#in-place-recovery).
+  control.defer("spare", [&](const std::string& request, ControlServer::Reply reply) {
+    supervisor->on_spare_request(request, std::move(reply));
+  });
   control.defer("reform", [&](const std::string& request, ControlServer::Reply reply) {
     supervisor->on_reform_request(request, std::move(reply));
   });

@@ -125,6 +125,25 @@ void choose_recovery(LaunchPlan& plan) {
   plan.in_place = true;
 }
 
+// Spares idle on this machine until promoted; each gets the threads a local worker gets.
+void plan_spares(LaunchPlan& plan) {
+  const LaunchContext& c = plan.context;
+  if (!plan.in_place || c.spec->spares <= 0) return;
+  common::RunDir run_dir(c.run_dir);
+  const TaskPlan* worker = nullptr;
+  for (const TaskPlan& t : plan.tasks)
+    if (t.trains() && !worker) worker = &t;
+  for (int i = 0; i < c.spec->spares; ++i) {
+    TaskPlan t;
+    t.task = common::TaskId{kSpareType, i};
+    t.placement = Placement::kLocal;
+    t.log_path = run_dir.log_file(t.task);
+    t.progress_path = run_dir.progress_file(t.task);
+    if (worker) t.omp_threads = worker->omp_threads;
+    plan.spares.push_back(std::move(t));
+  }
+}
+
 }  // namespace
 
 std::string TaskPlan::place_text() const {
@@ -162,6 +181,7 @@ LaunchPlan plan_launch(LaunchContext context) {
   plan.master_local = chief.placement == Placement::kLocal;
   plan.master_port = choose_master_port(plan);
   choose_recovery(plan);
+  plan_spares(plan);
   return plan;
 }
 

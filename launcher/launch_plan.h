@@ -46,6 +46,9 @@ enum class Placement {
 };
 
 /// One task, resolved.
+/// The task type of a spare: "spare:0" in logs, events and state.json.
+inline constexpr const char* kSpareType = "spare";
+
 struct TaskPlan {
   common::TaskId task;
   std::string address;        ///< "host:port" as TF_CONFIG lists it
@@ -70,6 +73,7 @@ struct TaskPlan {
   size_t slurm_index = 0;    ///< its task in the Slurm allocation
 
   bool trains() const { return rank.has_value(); }
+  bool spare() const { return task.type == kSpareType; }
   bool remote() const { return placement != Placement::kLocal; }
   /// "host 10.0.0.7", "node n1", or "this machine", for messages.
   std::string place_text() const;
@@ -91,6 +95,9 @@ struct LaunchPlan {
   /// Why a job that asked for recovery in place restarts instead, for the launch's log: "recovery:
   /// restart (worker:2 runs on host b; in-place recovery is local only for now)"; "" otherwise.
   std::string recovery_note;
+  /// The job's spares (docs/design.md#in-place-recovery), tasks "spare:<i>" on this machine with
+  /// no rank and no address; none unless in place.
+  std::vector<TaskPlan> spares;
 
   const common::JobSpec& spec() const { return *context.spec; }
   /// The task's plan. Throws EnforceError for a task outside the cluster.

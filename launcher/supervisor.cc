@@ -43,7 +43,11 @@ Supervisor::Supervisor(boost::asio::io_context& io, ProcessSpawner& spawner, Run
       attempt_(options_.first_attempt),
       master_port_(plan_.master_port) {
   for (const TaskPlan& p : plan_.tasks) ports_.push_back(p.endpoint.port);
-  for (const TaskPlan& p : plan_.tasks) {
+  std::vector<const TaskPlan*> plans;  // the cluster's tasks, then the spares
+  for (const TaskPlan& p : plan_.tasks) plans.push_back(&p);
+  for (const TaskPlan& p : plan_.spares) plans.push_back(&p);
+  for (const TaskPlan* plan : plans) {
+    const TaskPlan& p = *plan;
     auto task = std::make_unique<Task>(p);
     Task* raw = task.get();
     task->splitter = std::make_unique<LineSplitter>([this, raw](std::string_view line) {
@@ -118,25 +122,29 @@ void Supervisor::spawn_task(Task& task) {
   SpawnRequest request =
       make_spawn_request(plan_, task.plan, {attempt_, master_port_, cluster_json_, generation_});
   task.frozen_why.reset();
+  task.progress_path_now = task.plan.progress_path;
   ChildCallbacks callbacks;
-  Task* t = &task;
-  callbacks.on_output = [this, t](std::string_view bytes) {
-    guarded("output", [&] { on_output(*t, bytes); });
+  // The record the child's events go to: a promoted spare's child moves to the task it replaces
+  // (supervisor_spares.cc), its callbacks with it.
+  auto route = std::make_shared<Task*>(&task);
+  task.route = route;
+  callbacks.on_output = [this, route](std::string_view bytes) {
+    guarded("output", [&] { on_output(**route, bytes); });
   };
-  callbacks.on_output_closed = [this, t] {
-    guarded("end of output", [&] { on_output_closed(*t); });
+  callbacks.on_output_closed = [this, route] {
+    guarded("end of output", [&] { on_output_closed(**route); });
   };
-  callbacks.on_exit = [this, t](const ChildEnd& end) {
-    guarded("exit", [&] { on_exit(*t, end); });
+  callbacks.on_exit = [this, route](const ChildEnd& end) {
+    guarded("exit", [&] { on_exit(**route, end); });
   };
-  callbacks.on_started = [this, t](int remote_pid) {
-    guarded("start report", [&] { on_started(*t, remote_pid); });
+  callbacks.on_started = [this, route](int remote_pid) {
+    guarded("start report", [&] { on_started(**route, remote_pid); });
   };
   callbacks.on_control = [this](const std::string& line) {
     if (auto message = common::parse_control_message(line)) on_control_message(*message);
   };
-  callbacks.on_signaled = [this, t](int sig, bool place_ending) {
-    guarded("remote signal", [&] { on_signaled(*t, sig, place_ending); });
+  callbacks.on_signaled = [this, route](int sig, bool place_ending) {
+    guarded("remote signal", [&] { on_signaled(**route, sig, place_ending); });
   };
   task.status.reset();
   task.last_lines.clear();
@@ -258,7 +266,9 @@ void Supervisor::on_exit(Task& task, const ChildEnd& end) {
     else
       w.key("exit_code").value(end.status.code);
   });
-  if (phase_ == Phase::kRunning || phase_ == Phase::kStarting) {
+  if (task.plan.spare()) {
+    if (phase_ == Phase::kRunning || phase_ == Phase::kStarting) on_spare_end(task, r);
+  } else if (phase_ == Phase::kRunning || phase_ == Phase::kStarting) {
     if (r.outcome == Outcome::kSuccess) {
       spdlog::info("{} finished", task.plan.task.text());
       if (group_succeeded()) {

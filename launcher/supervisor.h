@@ -105,6 +105,9 @@ class Supervisor {
   /// reform_hold_seconds pass (the group is then torn down). One request per task is held; a
   /// newer one replaces it.
   void on_reform_request(const std::string& request_json, ReformReplyFn reply);
+  /// A spare's request to be promoted (docs/design.md#in-place-recovery); held until a task
+  /// fails (then answered with that task's place) or the job ends (answered ok:false).
+  void on_spare_request(const std::string& request_json, ReformReplyFn reply);
   /// A fault of the launcher's own (a write that failed, an exception in a handler): logs it,
   /// stops the group as a failure with no restart, and ends the job "failed" with reason
   /// "launcher: <what>". Every handler's exceptions end here; it throws nothing.
@@ -187,6 +190,11 @@ class Supervisor {
   void cancel_timers() noexcept;
   void arm_watchdog();
   void check_watchdog();
+  // Spares (supervisor_spares.cc).
+  Task* ready_spare();
+  void promote(Task& spare, Task& task);
+  void on_spare_end(Task& spare, const EndReading& end);
+  void answer_spares(const std::string& error);
   // Frozen members (supervisor_freeze.cc, docs/design.md#frozen-workers).
   bool watches_freezes() const;
   void arm_freeze_watch();

@@ -20,13 +20,14 @@ constexpr double kFreezeLookSeconds = 0.5;
 
 bool Supervisor::watches_freezes() const {
   for (const auto& task : tasks_)
-    if (!task->plan.progress_path.empty()) return true;
+    if (task->plan.trains() && !task->plan.progress_path.empty()) return true;
   return false;
 }
 
 void Supervisor::arm_freeze_watch() {
   if (!watches_freezes()) return;
-  freeze_timer_.expires_after(std::chrono::milliseconds(static_cast<int>(kFreezeLookSeconds * 1000)));
+  freeze_timer_.expires_after(
+      std::chrono::milliseconds(static_cast<int>(kFreezeLookSeconds * 1000)));
   freeze_timer_.async_wait([this](const boost::system::error_code& ec) {
     if (!ec) guarded("freeze watch", [this] { look_for_freezes(); });
   });
@@ -37,14 +38,14 @@ void Supervisor::look_for_freezes() {
   std::vector<Task*> members;
   std::vector<MemberObservation> looks;
   for (auto& task : tasks_) {
-    if (task->plan.progress_path.empty()) continue;
+    if (!task->plan.trains() || task->plan.progress_path.empty()) continue;
     if (task->state != Task::State::kRunning || task->respawn_pending) {  // a member is missing
       freeze_.reset();
       return arm_freeze_watch();
     }
     members.push_back(task.get());
-    looks.push_back({common::read_progress_record(task->plan.progress_path),
-                     read_process(task->pid)});
+    looks.push_back(
+        {common::read_progress_record(task->progress_path_now), read_process(task->pid)});
     // A record left by the process before (a replaced member) is not this one's yet.
     if (looks.back().record && looks.back().record->pid != task->pid) looks.back().record.reset();
   }
@@ -65,10 +66,10 @@ void Supervisor::look_for_freezes() {
   }
   Task& frozen = *members[*verdict->member];
   frozen.frozen_why = verdict->why;
-  spdlog::warn("{} is frozen: {}; the group made no progress for {:.1f} s (bound {:.1f} s): "
-               "SIGKILL",
-               frozen.plan.task.text(), verdict->why, verdict->stalled_seconds,
-               verdict->bound_seconds);
+  spdlog::warn(
+      "{} is frozen: {}; the group made no progress for {:.1f} s (bound {:.1f} s): "
+      "SIGKILL",
+      frozen.plan.task.text(), verdict->why, verdict->stalled_seconds, verdict->bound_seconds);
   recorder_.event("frozen", [&](common::JsonWriter& w) {
     w.key("task").value(frozen.plan.task.text()).key("attempt").value(attempt_);
     w.key("pid").value(frozen.pid).key("why").value(verdict->why);

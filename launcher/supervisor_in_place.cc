@@ -99,6 +99,7 @@ void Supervisor::respawn(Task& task) {
   task.respawn_pending = false;
   if (task.drain_timer) task.drain_timer->cancel();
   if (phase_ != Phase::kRunning) return;  // the group is going down meanwhile
+  if (Task* spare = ready_spare()) return promote(*spare, task);
   if (guardian_ && task.child) guardian_->forget(task.pid);
   task.child.reset();
   try {

@@ -52,7 +52,7 @@ GroupSnapshot Supervisor::snapshot() const {
     const Task* task = tasks_[i].get();
     TaskSnapshot t;
     t.task = task->plan.task.text();
-    t.address = ports_[i] == task->plan.endpoint.port
+    t.address = i >= ports_.size() || ports_[i] == task->plan.endpoint.port
                     ? task->plan.address
                     : fmt::format("{}:{}", task->plan.endpoint.host, ports_[i]);
     t.log_path = task->plan.log_path;

@@ -4,6 +4,7 @@
 
 #include <boost/asio/steady_timer.hpp>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -47,6 +48,14 @@ struct Supervisor::Task {
   bool respawn_pending = false;  ///< replaced in place; spawned again once its output closes
   /// Why the freeze watch SIGKILLed it (docs/design.md#frozen-workers); its end is blamed so.
   std::optional<std::string> frozen_why;
+  /// Where its child's callbacks deliver (spawn_task); a promoted spare's moves with its child.
+  std::shared_ptr<Task*> route;
+  /// A spare's held request to be promoted (docs/design.md#in-place-recovery), answered when it
+  /// takes a failed task's place or the job ends.
+  std::function<void(const std::string& line)> spare_waiting;
+  int spare_quick_ends = 0;  ///< a spare's ends in a row before it asked to be promoted
+  /// The progress record its process writes: the plan's, or a promoted spare's own.
+  std::string progress_path_now;
   /// Bounds the wait for a replaced task's output to close (kill_drain_seconds).
   std::unique_ptr<boost::asio::steady_timer> drain_timer;
 

@@ -29,6 +29,7 @@ void Supervisor::begin_teardown(const std::string& reason) {
   watchdog_timer_.cancel();
   freeze_timer_.cancel();
   answer_held_reforms(false, "the group is being stopped: " + reason);
+  answer_spares("the job is ending: " + reason);
   recorder_.event("teardown", [&](common::JsonWriter& w) {
     w.key("attempt").value(attempt_).key("reason").value(reason);
   });

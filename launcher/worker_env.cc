@@ -29,9 +29,27 @@ std::string tf_config(const LaunchPlan& plan, const TaskPlan& task, std::string_
                      common::json_quote(task.task.type), task.task.index);
 }
 
+// A spare's (docs/design.md#in-place-recovery): no TF_CONFIG (the task it will be comes with its
+// promotion), no torchrun variables; DTRAIN_SPARE names it.
+Env spare_env(const LaunchPlan& plan, const TaskPlan& spare, const AttemptParams& attempt) {
+  using namespace common;
+  const LaunchContext& c = plan.context;
+  Env env = {
+      {kEnvSpare.name, spare.task.text()}, {kEnvJob.name, c.spec->job},
+      {kEnvRunDir.name, c.run_dir},        {kEnvAttempt.name, std::to_string(attempt.attempt)},
+      {kEnvToken.name, c.token},           {kEnvControl.name, c.control_address},
+      {kEnvRecovery.name, "in_place"},     {kEnvProgressFile.name, spare.progress_path},
+  };
+  if (spare.omp_threads > 0)
+    env.emplace_back(kEnvOmpThreads.name, std::to_string(spare.omp_threads));
+  for (const auto& kv : c.spec->env) env.push_back(kv);
+  return env;
+}
+
 Env worker_env(const LaunchPlan& plan, const TaskPlan& task, const AttemptParams& attempt) {
   using namespace common;
   const LaunchContext& c = plan.context;
+  if (task.spare()) return spare_env(plan, task, attempt);
   Env env = {
       {kEnvTfConfig.name, tf_config(plan, task, attempt.cluster_json)},
       {kEnvJob.name, c.spec->job},
@@ -107,6 +125,11 @@ SpawnRequest make_spawn_request(const LaunchPlan& plan, const TaskPlan& task,
                      ? srun_argv(plan.spec(), *c.slurm, task.slurm_index, c.dtrain_program)
                      : remote_shell_argv(plan, task);
   return request;
+}
+
+std::string task_tf_config(const LaunchPlan& plan, const TaskPlan& task,
+                           std::string_view cluster_json) {
+  return tf_config(plan, task, cluster_json);
 }
 
 std::string cluster_json_with_ports(const LaunchPlan& plan, const std::vector<int>& ports) {

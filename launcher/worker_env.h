@@ -29,6 +29,11 @@ struct AttemptParams {
 SpawnRequest make_spawn_request(const LaunchPlan& plan, const TaskPlan& task,
                                 const AttemptParams& attempt);
 
+/// The task's TF_CONFIG text, with cluster_json as the cluster ("" = the plan's): what a promoted
+/// spare is told to be.
+std::string task_tf_config(const LaunchPlan& plan, const TaskPlan& task,
+                           std::string_view cluster_json);
+
 /// TF_CONFIG's cluster text with each task on ports[i] (plan order) instead of its planned port.
 std::string cluster_json_with_ports(const LaunchPlan& plan, const std::vector<int>& ports);
 

@@ -146,3 +146,10 @@ TEST_CASE("a job file that is a device, FIFO, too big or nested too deep is refu
       Catch::StartsWith(deep + ": line 1, column ") &&
           Catch::Contains(fmt::format("nested more than {} levels deep", kMaxJsonDepth)));
 }
+
+TEST_CASE("spares: none by default, a count for in place, kept through spec.json") {
+  CHECK(parse_job_spec(R"({"job": "j", "workers": 2, "train": {}})", "x").spares == 0);
+  JobSpec spec = parse_job_spec(R"({"job": "j", "workers": 2, "train": {}, "spares": 2})", "x");
+  CHECK(spec.spares == 2);
+  CHECK(parse_job_spec(job_spec_to_json(spec, resolve_cluster(spec)), "spec.json").spares == 2);
+}

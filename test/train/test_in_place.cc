@@ -41,10 +41,11 @@ const char* kJob = R"({"job": "in-place", "workers": 3, RECOVERY
   "validation": true, "tensorboard": false,
   "backup": {"save_freq": "epoch", "keep": 2, "delete_on_success": false}}})";
 
-std::string job_text(const std::string& recovery) {
+std::string job_text(const std::string& recovery, int spares = 0) {
   std::string text = kJob;
-  text.replace(text.find("RECOVERY"), 8,
-               recovery.empty() ? "" : "\"recovery\": \"" + recovery + "\",");
+  std::string keys = recovery.empty() ? "" : "\"recovery\": \"" + recovery + "\",";
+  if (spares > 0) keys += "\"spares\": " + std::to_string(spares) + ",";
+  text.replace(text.find("RECOVERY"), 8, keys);
   return text;
 }
 
@@ -119,16 +120,20 @@ size_t lines_of(const std::string& path) {
 
 TEST_CASE("a SIGKILLed worker is replaced in place: survivors kept, one step at most redone") {
   testing::TempDir base;
-  std::string job = base.path() + "/job.json";
-  std::ofstream(job) << job_text("");
-
+  std::string calm_job = base.path() + "/calm.json";
+  std::ofstream(calm_job) << job_text("");
   std::string calm = base.path() + "/calm";
-  Launched reference = launch(job, calm, false);
+  Launched reference = launch(calm_job, calm, false);
   INFO(reference.result.err);
   REQUIRE(reference.result.exit_code == 0);
   std::string expected = common::read_file(calm + "/model/model.safetensors");
 
-  std::string dir = base.path() + "/killed";
+  // Without a spare a new process is started; with one, the spare takes worker 1's place.
+  int spares = GENERATE(0, 1);
+  INFO(spares << " spare(s)");
+  std::string job = base.path() + "/job.json";
+  std::ofstream(job) << job_text("", spares);
+  std::string dir = base.path() + "/killed-" + std::to_string(spares);
   Launched run = launch(job, dir, true);
   INFO(run.result.out << run.result.err);
   REQUIRE(run.result.exit_code == 0);
@@ -141,6 +146,15 @@ TEST_CASE("a SIGKILLed worker is replaced in place: survivors kept, one step at 
   CHECK(after.at("worker:0") == run.before_kill.at("worker:0"));
   CHECK(after.at("worker:2") == run.before_kill.at("worker:2"));
   CHECK(after.at("worker:1") != run.before_kill.at("worker:1"));
+  std::vector<common::JsonDocument> promoted = events(dir, "promoted");
+  if (spares == 0) {
+    CHECK(promoted.empty());
+  } else {  // the spare's process became worker 1, and a new spare started
+    REQUIRE(promoted.size() == 1);
+    CHECK(promoted[0].root().at("task").as_string() == "worker:1");
+    CHECK(after.at("worker:1") == run.before_kill.at("spare:0"));
+    CHECK(after.at("spare:0") != run.before_kill.at("spare:0"));
+  }
 
   std::vector<common::JsonDocument> in_place = events(dir, "in_place");
   REQUIRE(in_place.size() == 1);
