@@ -102,7 +102,9 @@ OomWatch OomWatch::for_cgroup(const std::string& dir) {
 
 std::optional<uint64_t> OomWatch::kills() const {
   if (counter_file_.empty()) return std::nullopt;
-  for (std::string_view line : split(read_small_file(counter_file_), '\n')) {
+  // Held here: a range-for keeps only split()'s vector alive, not the text its views point into.
+  const std::string text = read_small_file(counter_file_);
+  for (std::string_view line : split(text, '\n')) {
     constexpr std::string_view kKey = "oom_kill ";
     if (line.rfind(kKey, 0) != 0) continue;
     try {

@@ -47,8 +47,7 @@ void Supervisor::on_spare_request(const std::string& request_json, ReformReplyFn
     if (!spare || spare->pid != request->pid || !spare->alive())
       return refuse(request->spare + " (pid " + std::to_string(request->pid) +
                     ") is not a spare of this launch");
-    if (phase_ == Phase::kTearingDown || phase_ == Phase::kDone)
-      return refuse("the job is ending");
+    if (phase_ == Phase::kTearingDown || phase_ == Phase::kDone) return refuse("the job is ending");
     if (spare->spare_waiting)  // its newer request replaces the older one
       spare->spare_waiting(common::format_spare_assignment({false, "", 0, "", "replaced"}));
     spare->spare_waiting = std::move(reply);
@@ -90,9 +89,8 @@ void Supervisor::promote(Task& spare, Task& task) {
   spare.state = Task::State::kIdle;
   spare.pid = 0;
   spare.output_open = false;
-  reply(common::format_spare_assignment(
-      {true, task.plan.task.text(), generation_, task_tf_config(plan_, task.plan, cluster_json_),
-       ""}));
+  reply(common::format_spare_assignment({true, task.plan.task.text(), generation_,
+                                         task_tf_config(plan_, task.plan, cluster_json_), ""}));
   try {  // the next spare loads in the background; the job does not depend on it
     spawn_task(spare);
   } catch (const std::exception& e) {
