@@ -259,76 +259,6 @@ class Dtrain:
                 sources.add("logs")
         return chosen, " + ".join(sorted(sources)) or "logs", logs
 
-    def check(self, work):
-        """None when `dtrain validate` takes the job, else why not. A build from before in-place
-        recovery refuses the "recovery" key; it restarts the whole group, so the restart system
-        runs without the key there."""
-        path = os.path.join(work, f"validate-{self.name}.json")
-        for attempt in range(2):
-            with open(path, "w") as f:
-                json.dump(self.job, f)
-            out = subprocess.run([self.dtrain, "validate", path], capture_output=True,
-                                 text=True, timeout=60)
-            if out.returncode == 0:
-                return None
-            if attempt == 0 and self.name == "restart" and '"recovery"' in out.stderr:
-                del self.job["recovery"]
-                self.note = "(this build has no \"recovery\" key: restart is its only path)"
-                continue
-            return out.stderr.strip().splitlines()[-1] if out.stderr.strip() else "refused"
-
-    def start(self, folder, log):
-        path = os.path.join(folder, "job.json")
-        with open(path, "w") as f:
-            json.dump(self.job, f, indent=1)
-        env = dict(os.environ, NO_COLOR="1")
-        env.pop("OMP_NUM_THREADS", None)  # the launcher gives each worker cores / workers
-        env.pop("DTRAIN_LOG_LEVEL", None)
-        return subprocess.Popen([self.dtrain, "launch", path, "--run-dir",
-                                 os.path.join(folder, "run")], env=env, stdin=subprocess.DEVNULL,
-                                stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-
-    def workers(self, process, folder):
-        """Live training workers' pids, by task index, from state.json."""
-        try:
-            with open(os.path.join(folder, "run", "state.json")) as f:
-                state = json.load(f)
-        except (OSError, ValueError):
-            return []
-        live = []
-        for w in sorted(state.get("workers", []), key=lambda w: task_order(w.get("task", ""))):
-            kind = w.get("task", "").split(":")[0]
-            pid = w.get("pid") or 0
-            if kind in ("worker", "chief") and w.get("state") == "running" and pid > 0 \
-                    and proc_alive(pid) and "dtrain-worker" in proc_text(pid, "cmdline"):
-                live.append(pid)
-        return live
-
-    def model(self, folder):
-        return sha256(os.path.join(folder, "run", "model", "model.safetensors"))
-
-    def epochs_done(self, folder):
-        try:
-            with open(os.path.join(folder, "run", "metrics.jsonl")) as f:
-                return max([json.loads(line)["epoch"] for line in f if line.strip()], default=0)
-        except (OSError, ValueError, KeyError):
-            return 0
-
-    def recoveries(self, folder, kills):
-        """(seconds per recovery, where they came from)."""
-        run = os.path.join(folder, "run")
-        events = []
-        try:
-            with open(os.path.join(run, "events.jsonl")) as f:
-                events = [json.loads(line) for line in f if line.strip()]
-        except (OSError, ValueError):
-            pass
-        timed = [e["seconds"] for e in events if e.get("event") == "recovered" and "seconds" in e]
-        logs = recoveries_from_logs(kills, glob.glob(os.path.join(run, "logs", "*.log")))
-        if timed:
-            return timed, "events", logs
-        return logs, "logs", logs
-
 
 def task_order(task):
     kind, _, index = task.partition(":")
@@ -406,7 +336,7 @@ def run_once(system, work, k, seed, timeout):
     os.makedirs(folder)
     log_path = os.path.join(folder, "output.log")
     rng = random.Random(f"{seed}-{k}")  # the same kill choices for every system at one K
-    kills = []
+    kills, victims = [], []
     with open(log_path, "wb") as log:
         started = time.monotonic()
         process = system.start(folder, log)
@@ -421,11 +351,12 @@ def run_once(system, work, k, seed, timeout):
                 if next_kill is not None and now >= next_kill:
                     live = system.workers(process, folder)
                     if live:  # else at the first moment one is running again
-                        victim = live[rng.randrange(len(live))]
+                        index = rng.randrange(len(live))
                         try:
                             when = time.monotonic()
-                            os.kill(victim, signal.SIGKILL)
+                            os.kill(live[index], signal.SIGKILL)
                             kills.append(when)
+                            victims.append(index)
                             next_kill += k * (1 + int((time.monotonic() - next_kill) // k))
                         except ProcessLookupError:
                             pass
@@ -436,6 +367,7 @@ def run_once(system, work, k, seed, timeout):
         finally:
             stop(process, folder)
     result = {"status": status, "wall": wall, "kills": kills, "folder": folder,
+              "kill_log": " ".join(f"{t - started:.1f}:w{i}" for t, i in zip(kills, victims)),
               "epochs_done": system.epochs_done(folder),
               "model": system.model(folder) if status == "ok" else None}
     if k:
@@ -512,7 +444,9 @@ def parse_args():
     parser.add_argument("--every", default="10,5", help="K values: seconds between kills")
     parser.add_argument("--seed", type=int, default=26, help="of the kill choices")
     parser.add_argument("--timeout", type=float, default=900,
-                        help="seconds a calm run may take; a churn run gets 6x the calm wall")
+                        help="seconds a calm run may take")
+    parser.add_argument("--timeout-factor", type=float, default=6,
+                        help="a churn run may take this times the calm wall (at least 120 s)")
     parser.add_argument("--threads", type=int, default=max(1, (os.cpu_count() or 2) // 2),
                         help="OMP_NUM_THREADS per PyTorch rank (dtrain's launcher gives "
                              "cores / workers)")
@@ -561,7 +495,8 @@ def main():
                 calm = results.get((system.name, None))
                 if k and calm and calm["status"] != "ok":
                     continue
-                timeout = args.timeout if k is None else max(120.0, 6 * calm["wall"])
+                timeout = args.timeout if k is None else max(120.0,
+                                                             args.timeout_factor * calm["wall"])
                 r = run_once(system, work, k, args.seed, timeout)
                 results[(system.name, k)] = r
                 note = f"{r['status']}, {r['wall']:.1f} s, {len(r['kills'])} kill(s)"
@@ -605,6 +540,7 @@ def report(systems, every, epochs, results):
                     logs = " ".join(fmt(t, 2) for t in r["log_recoveries"])
                     line += f"; from SIGKILL (logs): {logs}"
                 print(line)
+                print(f"# {system.name} K={k} kills (s from the start:worker): {r['kill_log']}")
     print("# recoveries: seconds from each SIGKILL to the group's next completed step (logs), or"
           " the launcher's `recovered` seconds (events: from its notice of the failure);"
           " -: no step after it (the end of the run)")
