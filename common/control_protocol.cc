@@ -237,8 +237,9 @@ bool ControlClient::send(const ControlMessage& message) {
   return sent == Sent::kWhole;
 }
 
-std::optional<ReformReply> ControlClient::request_reform(const ReformRequest& request,
-                                                         double timeout_seconds) {
+std::optional<std::string> ControlClient::exchange(
+    const std::string& line, double timeout_seconds,
+    const std::function<bool(std::string_view)>& is_reply) {
   if (path_.empty() || path_.size() >= sizeof(sockaddr_un{}.sun_path)) return std::nullopt;
   const double deadline = monotonic_seconds() + timeout_seconds;
   auto left_ms = [&] {
@@ -248,7 +249,6 @@ std::optional<ReformReply> ControlClient::request_reform(const ReformRequest& re
   if (fd_ >= 0) ::close(fd_);
   fd_ = -1;
   if (!connect_now()) return std::nullopt;
-  std::string line = format_reform_request(request);
   for (size_t sent = 0; sent < line.size();) {
     ssize_t n = ::send(fd_, line.data() + sent, line.size() - sent, MSG_NOSIGNAL);
     if (n > 0) {
@@ -274,14 +274,85 @@ std::optional<ReformReply> ControlClient::request_reform(const ReformRequest& re
     if (n <= 0) break;  // the launcher closed it, or it broke
     buffer.append(chunk, static_cast<size_t>(n));
     for (size_t end; (end = buffer.find('\n')) != std::string::npos;) {
-      std::optional<ReformReply> reply =
-          parse_reform_reply(std::string_view(buffer).substr(0, end));
+      std::string reply = buffer.substr(0, end);
       buffer.erase(0, end + 1);
-      if (reply) return reply;
+      if (is_reply(reply)) return reply;
     }
     if (buffer.size() > kMaxControlLine) break;
   }
   return std::nullopt;
+}
+
+std::optional<ReformReply> ControlClient::request_reform(const ReformRequest& request,
+                                                         double timeout_seconds) {
+  std::optional<std::string> line =
+      exchange(format_reform_request(request), timeout_seconds,
+               [](std::string_view l) { return parse_reform_reply(l).has_value(); });
+  if (!line) return std::nullopt;
+  return parse_reform_reply(*line);
+}
+
+std::optional<SpareAssignment> ControlClient::request_promotion(const SpareRequest& request,
+                                                                double timeout_seconds) {
+  std::optional<std::string> line =
+      exchange(format_spare_request(request), timeout_seconds,
+               [](std::string_view l) { return parse_spare_assignment(l).has_value(); });
+  if (!line) return std::nullopt;
+  return parse_spare_assignment(*line);
+}
+
+std::string format_spare_request(const SpareRequest& r) {
+  JsonWriter w;
+  w.begin_object().key("request").value("spare").key("spare").value(r.spare);
+  w.key("pid").value(r.pid);
+  return w.end_object().str() + "\n";
+}
+
+std::optional<SpareRequest> parse_spare_request(std::string_view json) {
+  try {
+    JsonDocument doc = JsonDocument::parse(json, "spare request");
+    JsonNode root = doc.root();
+    if (root.at("request").as_string() != "spare") return std::nullopt;
+    SpareRequest r;
+    r.spare = root.at("spare").as_string();
+    r.pid = static_cast<int>(root.at("pid").as_int(1, 1 << 30));
+    return r;
+  } catch (const ConfigError&) {
+    return std::nullopt;
+  }
+}
+
+std::string format_spare_assignment(const SpareAssignment& a) {
+  JsonWriter w;
+  w.begin_object().key("request").value("spare").key("ok").value(a.ok);
+  if (a.ok) {
+    w.key("task").value(a.task).key("generation").value(a.generation);
+    w.key("tf_config").value(a.tf_config);
+  } else {
+    w.key("error").value(a.error);
+  }
+  return w.end_object().str() + "\n";
+}
+
+std::optional<SpareAssignment> parse_spare_assignment(std::string_view line) {
+  try {
+    JsonDocument doc = JsonDocument::parse(line, "spare assignment");
+    JsonNode root = doc.root();
+    std::optional<JsonNode> request = root.find("request");
+    if (!request || !request->is_string() || request->as_string() != "spare") return std::nullopt;
+    SpareAssignment a;
+    a.ok = root.at("ok").as_bool();
+    if (a.ok) {
+      a.task = root.at("task").as_string();
+      a.generation = static_cast<int>(root.at("generation").as_int(0, 1 << 30));
+      a.tf_config = root.at("tf_config").as_string();
+    } else if (auto error = root.find("error")) {
+      a.error = error->as_string();
+    }
+    return a;
+  } catch (const ConfigError&) {
+    return std::nullopt;
+  }
 }
 
 }  // namespace dtrain::common

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -72,6 +73,30 @@ struct ReformReply {
   std::string error;
 };
 
+/// A spare (DTRAIN_SPARE, docs/design.md#spares) waits to be promoted:
+///   {"request": "spare", "spare": "spare:0", "pid": 4242}
+/// and the launcher answers when it promotes it to a failed task's place, or when the job ends:
+///   {"request": "spare", "ok": true, "task": "worker:1", "generation": 2, "tf_config": "..."}
+///   {"request": "spare", "ok": false, "error": "the job has ended"}
+struct SpareRequest {
+  std::string spare;  ///< "spare:0"
+  int pid = 0;
+};
+
+struct SpareAssignment {
+  bool ok = false;
+  std::string task;  ///< the task it becomes
+  int generation = 0;
+  std::string tf_config;  ///< that task's TF_CONFIG text
+  std::string error;
+};
+
+std::string format_spare_request(const SpareRequest& request);
+std::optional<SpareRequest> parse_spare_request(std::string_view json);
+std::string format_spare_assignment(const SpareAssignment& assignment);
+/// An assignment line; nullopt for any other line.
+std::optional<SpareAssignment> parse_spare_assignment(std::string_view line);
+
 std::string format_reform_request(const ReformRequest& request);  ///< one line, with newline
 /// The request in a parsed control line's JSON text; nullopt when it is not a well-formed one.
 std::optional<ReformRequest> parse_reform_request(std::string_view json);
@@ -116,8 +141,18 @@ class ControlClient {
   /// are not one are skipped). nullopt when DTRAIN_CONTROL is unset, the launcher cannot be
   /// reached or does not answer in time.
   std::optional<ReformReply> request_reform(const ReformRequest& request, double timeout_seconds);
+  /// Sends a spare's request and waits up to timeout_seconds for its assignment, as
+  /// request_reform does.
+  std::optional<SpareAssignment> request_promotion(const SpareRequest& request,
+                                                   double timeout_seconds);
+  /// True when DTRAIN_CONTROL names a socket (the client may still fail to reach it).
+  bool enabled() const { return !path_.empty(); }
 
  private:
+  /// Writes line on a fresh connection and waits up to timeout_seconds for a line is_reply
+  /// accepts (others are skipped); nullopt when unreachable, closed or out of time.
+  std::optional<std::string> exchange(const std::string& line, double timeout_seconds,
+                                      const std::function<bool(std::string_view)>& is_reply);
   enum class Sent { kWhole, kFull, kBroken };
   bool connect_now();
   Sent send_line(const std::string& line);

@@ -140,10 +140,28 @@ void parse_cluster_or_workers(const JsonNode& root, JobSpec& spec) {
   }
 }
 
+// In place needs dtrain-worker: it undoes a cut-off step and re-forms its group; a `command`
+// program owns its state, so only the whole group can start again
+// (docs/design.md#in-place-recovery).
+RecoveryMode parse_recovery(const JsonNode& root, bool command_job) {
+  std::optional<JsonNode> n = root.find("recovery");
+  if (!n) return command_job ? RecoveryMode::kRestart : RecoveryMode::kInPlace;
+  std::string mode = n->as_string();
+  if (mode != "in_place" && mode != "restart")
+    n->fail(fmt::format("expected \"in_place\" or \"restart\", found {}", n->describe()));
+  if (mode == "restart") return RecoveryMode::kRestart;
+  if (command_job) {
+    n->fail(
+        "\"in_place\" needs dtrain-worker: a \"command\" program owns its state, so only the "
+        "whole group can restart (remove \"recovery\" or set it to \"restart\")");
+  }
+  return RecoveryMode::kInPlace;
+}
+
 void parse_fields(const JsonNode& root, JobSpec& spec) {
   root.check_keys({"job", "cluster", "workers", "restart", "train", "command", "env", "run_dir",
                    "hang_timeout_seconds", "remote_shell", "success", "gpu_sharing", "slurm",
-                   "master_port"});
+                   "master_port", "recovery"});
   JsonNode job = root.at("job");
   spec.job = job.as_string();
   if (!is_valid_job_name(spec.job)) {
@@ -176,12 +194,17 @@ void parse_fields(const JsonNode& root, JobSpec& spec) {
       n->fail(fmt::format("expected \"all\" or \"chief\", found {}", n->describe()));
     spec.success = rule == "chief" ? SuccessRule::kChiefOnly : SuccessRule::kAllTasks;
   }
+  spec.recovery = parse_recovery(root, !spec.command.empty());
 }
 
 }  // namespace
 
 const char* success_rule_name(SuccessRule rule) {
   return rule == SuccessRule::kChiefOnly ? "chief" : "all";
+}
+
+const char* recovery_mode_name(RecoveryMode mode) {
+  return mode == RecoveryMode::kInPlace ? "in_place" : "restart";
 }
 
 JobSpec parse_job_spec(std::string_view text, const std::string& source) {
@@ -253,7 +276,9 @@ std::string job_spec_to_json(const JobSpec& spec, const ClusterSpec& resolved) {
   w.key("success")
       .value(success_rule_name(spec.success))
       .key("gpu_sharing")
-      .value(spec.gpu_sharing);
+      .value(spec.gpu_sharing)
+      .key("recovery")
+      .value(recovery_mode_name(spec.recovery));
   if (spec.master_port) w.key("master_port").value(*spec.master_port);
   w.key("remote_shell").begin_array();
   for (const auto& arg : spec.remote_shell) w.value(arg);

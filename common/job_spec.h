@@ -52,6 +52,15 @@ enum class SuccessRule {
 /// "all" or "chief", as the job file spells it.
 const char* success_rule_name(SuccessRule rule);
 
+/// The `recovery` key (docs/design.md#in-place-recovery): what follows a training task's failure.
+enum class RecoveryMode {
+  kInPlace,  ///< "in_place": the others keep running, a replacement joins (dtrain-worker only)
+  kRestart,  ///< "restart": the whole group stops and starts again from the newest checkpoint
+};
+
+/// "in_place" or "restart", as the job file spells it.
+const char* recovery_mode_name(RecoveryMode mode);
+
 struct JobSpec {
   std::string source;  ///< where it was read from, for messages
   std::string job;
@@ -75,6 +84,9 @@ struct JobSpec {
   bool gpu_sharing = false;
   /// MASTER_PORT of torchrun's variables (launcher/torch_env.h); unset: the launcher picks one.
   std::optional<int> master_port;
+  /// What the job asks for; the launch plan may still restart (launcher/launch_plan.h). Default:
+  /// in place for dtrain-worker jobs, restart for `command` jobs (a program that owns its state).
+  RecoveryMode recovery = RecoveryMode::kInPlace;
 };
 
 /// Parses job-file text. Every error is a ConfigError "<source>: <json path>: <what was found and

@@ -5,9 +5,11 @@
 
 namespace dtrain::common {
 
-std::string attempt_header(int attempt, const TaskId& task, int pid, const std::string& utc_time) {
-  return fmt::format("{}{} of {} (pid {}) started {} ====", kAttemptHeaderPrefix, attempt,
-                     task.text(), pid, utc_time);
+std::string attempt_header(int attempt, const TaskId& task, int pid, const std::string& utc_time,
+                           int generation) {
+  std::string started_in = generation > 0 ? fmt::format(", generation {}", generation) : "";
+  return fmt::format("{}{} of {} (pid {}{}) started {} ====", kAttemptHeaderPrefix, attempt,
+                     task.text(), pid, started_in, utc_time);
 }
 
 bool is_final_status(const std::string& status) {

@@ -11,8 +11,10 @@ namespace dtrain::common {
 /// "==== dtrain: attempt 1 of worker:0 (pid 4242) started 2026-11-21T19:45:00.123Z ====".
 inline constexpr const char* kAttemptHeaderPrefix = "==== dtrain: attempt ";
 
-/// The header line (without newline) for an attempt of a task.
-std::string attempt_header(int attempt, const TaskId& task, int pid, const std::string& utc_time);
+/// The header line (without newline) for an attempt of a task. A replacement started in place
+/// (generation > 0) says so: "... of worker:1 (pid 4250, generation 1) started ...".
+std::string attempt_header(int attempt, const TaskId& task, int pid, const std::string& utc_time,
+                           int generation = 0);
 
 /// Values of state.json's "status", in the order a run goes through them.
 inline constexpr const char* kStatusStarting = "starting";

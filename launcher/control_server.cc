@@ -21,6 +21,7 @@
 #include <deque>
 #include <functional>
 #include <list>
+#include <map>
 
 #include "common/errors.h"
 #include "common/json.h"
@@ -40,6 +41,7 @@ std::chrono::steady_clock::duration seconds(double s) {
 }
 
 struct Connection;
+struct PendingReply;
 
 // At most one warning a second, so a flood of junk cannot fill launcher.log (design.md, "Control
 // protocol"); the next warning let through says how many were held back.
@@ -68,6 +70,7 @@ struct WarningLimiter {
 struct Shared {
   ControlServer::Handler messages;
   ControlServer::RequestHandler requests;
+  std::map<std::string, ControlServer::DeferredRequestHandler> deferred;  ///< by request kind
   ControlLimits limits;
   std::list<Connection*> open;  ///< every connection not yet closed, oldest first
   size_t live = 0;              ///< connections not yet released, closed or not
@@ -137,10 +140,15 @@ struct Connection : std::enable_shared_from_this<Connection> {
 
   // A request has a "request" key; anything else must be a worker's message.
   void dispatch(const std::string& line) {
-    if (line.find("\"request\"") != std::string::npos && shared->requests) {
+    if (line.find("\"request\"") != std::string::npos &&
+        (shared->requests || !shared->deferred.empty())) {
       try {
         common::JsonDocument doc = common::JsonDocument::parse(line, "request");
-        doc.root().at("request").as_string();
+        std::string kind = doc.root().at("request").as_string();
+        if (auto deferred = shared->deferred.find(kind); deferred != shared->deferred.end())
+          return defer(deferred->second, doc.root().dump());
+        if (!shared->requests)
+          throw std::runtime_error("unknown request " + common::json_quote(kind));
         return reply(shared->requests(doc.root().dump()));
       } catch (const std::exception& e) {
         return reply(fmt::format("{{\"ok\":false,\"error\":{}}}", common::json_quote(e.what())));
@@ -150,6 +158,8 @@ struct Connection : std::enable_shared_from_this<Connection> {
     shared->warnings.warn(fmt::format("dropped a malformed message ({} bytes)", line.size()));
     reply("{\"ok\":false,\"error\":\"malformed message\"}");
   }
+
+  void defer(const ControlServer::DeferredRequestHandler& handler, const std::string& request);
 
   void read_line() {
     boost::asio::async_read_until(
@@ -167,6 +177,7 @@ struct Connection : std::enable_shared_from_this<Connection> {
         });
   }
 
+  bool pending_request = false;  ///< a deferred request waits for its reply
   Protocol::socket socket;
   boost::asio::steady_timer idle_timer;
   boost::asio::streambuf buffer;
@@ -176,6 +187,36 @@ struct Connection : std::enable_shared_from_this<Connection> {
   Clock::time_point last_active;
   bool closed = false;
 };
+
+// The one reply of a deferred request. Dropped unanswered, it frees its connection for the next.
+struct PendingReply {
+  explicit PendingReply(const std::shared_ptr<Connection>& c) : connection(c) {}
+  ~PendingReply() {
+    if (auto c = connection.lock(); c && !sent) c->pending_request = false;
+  }
+  void send(std::string line) {
+    std::shared_ptr<Connection> c = connection.lock();
+    if (sent || !c) return;
+    sent = true;
+    c->pending_request = false;
+    if (c->closed || !c->shared->messages) return;  // closed, or the server is gone
+    while (!line.empty() && line.back() == '\n') line.pop_back();
+    c->reply(std::move(line));
+  }
+  std::weak_ptr<Connection> connection;
+  bool sent = false;
+};
+
+// Hands the request on with a reply that holds this connection weakly: once it is closed, the
+// reply does nothing and costs nothing here.
+void Connection::defer(const ControlServer::DeferredRequestHandler& handler,
+                       const std::string& request) {
+  if (pending_request)
+    return reply(R"({"ok":false,"error":"a request on this connection is still pending"})");
+  pending_request = true;
+  auto pending = std::make_shared<PendingReply>(shared_from_this());
+  handler(request, [pending](const std::string& line) { pending->send(line); });
+}
 
 // Only processes of this user may talk to the launcher.
 bool same_user(int fd) {
@@ -189,7 +230,7 @@ bool same_user(int fd) {
 struct ControlServer::Impl {
   Impl(boost::asio::io_context& io, std::string p, Handler h, RequestHandler r, ControlLimits l)
       : path(std::move(p)),
-        shared(std::make_shared<Shared>(Shared{std::move(h), std::move(r), l, {}, 0, {}})),
+        shared(std::make_shared<Shared>(Shared{std::move(h), std::move(r), {}, l, {}, 0, {}})),
         acceptor(io),
         pause(io) {}
 
@@ -258,10 +299,15 @@ ControlServer::ControlServer(boost::asio::io_context& io, std::string path, Hand
 ControlServer::~ControlServer() {
   impl_->shared->messages = nullptr;
   impl_->shared->requests = nullptr;
+  impl_->shared->deferred.clear();
   boost::system::error_code ignored;
   impl_->acceptor.close(ignored);
   impl_->pause.cancel();
   ::unlink(impl_->path.c_str());
+}
+
+void ControlServer::defer(const std::string& kind, DeferredRequestHandler handler) {
+  impl_->shared->deferred[kind] = std::move(handler);
 }
 
 std::string ControlServer::address() const {

@@ -1,12 +1,12 @@
 // The launcher's UNIX socket: workers send heartbeats and progress on it (DTRAIN_CONTROL), and
 // `dtrain status` / `dtrain stop` send requests ({"request": "status"}) that get one JSON line
-// back. Only this user may connect (socket 0600 in a 0700 run directory or this user's private
-// /tmp/dtrain-<uid>, and the peer's uid is checked). Malformed lines are answered with an error and
-// dropped. What one client can cost is bounded (ControlLimits): an overlong line, too many unread
-// replies or a long silence close its connection, the oldest idle connection makes room when all
-// are taken, a closed connection is released at once, warnings are logged at most once a second,
-// and accept() failing (out of descriptors) pauses accepting instead of spinning. Runs on the
-// io_context's thread.
+// back, at once or, for the kinds given to defer() (a worker's reform request), later. Only this
+// user may connect (socket 0600 in a 0700 run directory or this user's private /tmp/dtrain-<uid>,
+// and the peer's uid is checked). Malformed lines are answered with an error and dropped. What one
+// client can cost is bounded (ControlLimits): an overlong line, too many unread replies or a long
+// silence close its connection, the oldest idle connection makes room when all are taken, a closed
+// connection is released at once, warnings are logged at most once a second, and accept() failing
+// (out of descriptors) pauses accepting instead of spinning. Runs on the io_context's thread.
 #pragma once
 
 #include <functional>
@@ -42,6 +42,12 @@ class ControlServer {
   using Handler = std::function<void(const common::ControlMessage&)>;
   /// Answers a request line (the parsed JSON object's text); returns the reply JSON (one line).
   using RequestHandler = std::function<std::string(const std::string& request_json)>;
+  /// Writes one reply line (a trailing newline is dropped) on the connection a deferred request
+  /// came on, if it is still open; does nothing once it is closed or after the first call. Call
+  /// on the io_context's thread.
+  using Reply = std::function<void(const std::string& line)>;
+  /// Takes a request to answer later (the parsed JSON object's text) and the way to answer it.
+  using DeferredRequestHandler = std::function<void(const std::string& request_json, Reply reply)>;
 
   /// Listens on path (an old socket file there is replaced; the folder must exist), mode 0600.
   /// Throws IoError naming the path.
@@ -50,6 +56,13 @@ class ControlServer {
   ~ControlServer();
   ControlServer(const ControlServer&) = delete;
   ControlServer& operator=(const ControlServer&) = delete;
+
+  /// Requests {"request": kind} go to handler, which may answer them later (a reform request
+  /// waits for the supervisor's decision; docs/design.md#in-place-recovery). One connection has at
+  /// most one such request pending: another one before its reply is answered with an error at
+  /// once. The reply holds its connection weakly, so a closed connection is released at once
+  /// and its reply dropped.
+  void defer(const std::string& kind, DeferredRequestHandler handler);
 
   /// "unix:<path>", the value of DTRAIN_CONTROL.
   std::string address() const;

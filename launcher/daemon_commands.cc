@@ -60,9 +60,12 @@ void print_straggler(const common::JsonNode& s) {
 void print_human(const common::JsonNode& s, bool daemon) {
   // steps_redone is absent from the state.json of a launcher before issue 24.
   std::optional<common::JsonNode> redone = s.find("steps_redone");
+  // generation: absent before issue 26.
+  std::optional<common::JsonNode> generation = s.find("generation");
   std::cout << fmt::format(
-      "job \"{}\": {}, attempt {}, restarts {}, preemptions {}{}\n", s.at("job").as_string(),
+      "job \"{}\": {}, attempt {}{}, restarts {}, preemptions {}{}\n", s.at("job").as_string(),
       s.at("status").as_string(), s.at("attempt").as_int(0, 1 << 30),
+      generation ? fmt::format(", generation {}", generation->as_int(0, 1 << 30)) : std::string(),
       s.at("restarts").as_int(0, 1 << 30), s.at("preemptions").as_int(0, 1 << 30),
       redone ? fmt::format(", steps redone {}", redone->as_int(0, int64_t{1} << 50))
              : std::string());

@@ -194,6 +194,10 @@ std::string format_dry_run(const LaunchPlan& plan, const DryRunFacts& facts) {
                           : "is the first one above the chief's port that no task uses";
     out += fmt::format("# MASTER_PORT {} {}\n", plan.master_port, why);
   }
+  if (plan.in_place)
+    out += "# recovery: in place (a failed worker is replaced while the others run)\n";
+  else if (!plan.recovery_note.empty())
+    out += fmt::format("# {}\n", plan.recovery_note);
   out += fmt::format("# secrets are shown as {}\n", kMaskedValue);
   for (const TaskPlan& task : plan.tasks) out += "\n" + format_task(plan, task, facts.attempt);
   return out;

@@ -100,10 +100,14 @@ std::string state_json(const GroupSnapshot& g) {
       .value(g.status)
       .key("attempt")
       .value(g.attempt)
+      .key("generation")
+      .value(g.generation)
       .key("restarts")
       .value(g.restarts)
       .key("preemptions")
       .value(g.preemptions)
+      .key("in_place_recoveries")
+      .value(g.in_place_recoveries)
       .key("steps_redone")
       .value(g.steps_redone)
       .key("uptime_seconds")
@@ -151,6 +155,12 @@ std::string prometheus_text(const GroupSnapshot& g) {
   out += fmt::format("dtrain_steps_redone_total{{job={}}} {}\n", job, g.steps_redone);
   metric("attempt", "gauge", "Current attempt of the group (DTRAIN_ATTEMPT).");
   out += fmt::format("dtrain_attempt{{job={}}} {}\n", job, g.attempt);
+  metric("generation", "gauge",
+         "Generation of the current attempt (DTRAIN_GENERATION): workers replaced in place.");
+  out += fmt::format("dtrain_generation{{job={}}} {}\n", job, g.generation);
+  metric("in_place_recoveries_total", "counter",
+         "Re-formations in place after which the group stepped on.");
+  out += fmt::format("dtrain_in_place_recoveries_total{{job={}}} {}\n", job, g.in_place_recoveries);
   metric("worker_up", "gauge", "1 while the worker process runs.");
   for (const TaskSnapshot& t : g.tasks) {
     bool up = t.pid != 0 && !t.status;

@@ -39,7 +39,9 @@ struct GroupSnapshot {
   int attempt = 0;
   int restarts = 0;
   int preemptions = 0;
-  int64_t steps_redone = 0;  ///< by every recovery so far
+  int generation = 0;           ///< of the current attempt (docs/design.md#in-place-recovery)
+  int in_place_recoveries = 0;  ///< re-formations in place that stepped on, all attempts
+  int64_t steps_redone = 0;     ///< by every recovery so far
   double uptime_seconds = 0;
   std::string updated_at;             ///< UTC, ISO 8601
   std::optional<std::string> reason;  ///< when done
@@ -64,8 +66,9 @@ std::optional<Straggler> find_straggler(const std::vector<TaskSnapshot>& tasks);
 /// state.json: one JSON object, no newline. Carries "straggler" when find_straggler names one.
 std::string state_json(const GroupSnapshot& group);
 
-/// Restarts, preemptions, attempt, and per worker up, loss, samples/s, step, compute and
-/// all-reduce wait seconds per step and whether it is the straggler, in Prometheus's text format.
+/// Restarts, preemptions, attempt, generation, recoveries in place, and per worker up, loss,
+/// samples/s, step, compute and all-reduce wait seconds per step and whether it is the straggler,
+/// in Prometheus's text format.
 std::string prometheus_text(const GroupSnapshot& group);
 
 /// The step a progress message reports: global_step, else from epoch, step and steps.

@@ -99,14 +99,20 @@ bool detach(const common::RunDir& run_dir) {
   return false;
 }
 
-// ", after 2 recoveries that redid 386 steps" (the recoveries whose resumed step is known).
+// ", after 2 recoveries (1 in place) that redid 386 steps" (the recoveries whose resumed step is
+// known).
 std::string recovery_cost(const SupervisorResult& result) {
   if (result.recoveries.empty()) return "";
   int64_t redone = 0;
-  for (const Recovery& r : result.recoveries) redone += r.steps_redone();
+  size_t in_place = 0;
+  for (const Recovery& r : result.recoveries) {
+    redone += r.steps_redone();
+    in_place += r.in_place ? 1 : 0;
+  }
   size_t n = result.recoveries.size();
-  return fmt::format(", after {} {} that redid {} step{}", n, n == 1 ? "recovery" : "recoveries",
-                     redone, redone == 1 ? "" : "s");
+  return fmt::format(", after {} {}{} that redid {} step{}", n, n == 1 ? "recovery" : "recoveries",
+                     in_place > 0 ? fmt::format(" ({} in place)", in_place) : std::string(), redone,
+                     redone == 1 ? "" : "s");
 }
 
 void print_summary(const common::JobSpec& spec, const common::RunDir& run_dir,
@@ -157,6 +163,11 @@ int run_supervisor(const common::JobSpec& spec, PreparedRun& run,
       io, control_socket_path(run.plan.context.run_dir),
       [&](const common::ControlMessage& m) { supervisor->on_control_message(m); },
       [&](const std::string& request) { return answer_request(*supervisor, request); }, limits);
+  // A worker's reform request waits for the supervisor's decision
+  // (docs/design.md#in-place-recovery).
+  control.defer("reform", [&](const std::string& request, ControlServer::Reply reply) {
+    supervisor->on_reform_request(request, std::move(reply));
+  });
   DT_ENFORCE_EQ(control.address(), run.plan.context.control_address,
                 "the control socket is not where the plan told the workers");
   supervisor = std::make_unique<Supervisor>(
@@ -250,6 +261,7 @@ int launch_command(const Args& args) {
   if (options.detach && detach(run.run_dir)) return common::kExitSuccess;
   spdlog::info("job \"{}\": {} task(s), run directory {}, attempt {}", spec.job,
                run.plan.tasks.size(), run.plan.context.run_dir, run.first_attempt);
+  if (!run.plan.recovery_note.empty()) spdlog::info("{}", run.plan.recovery_note);
   return run_supervisor(spec, run, std::move(metrics_listener));
 }
 

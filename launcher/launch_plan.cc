@@ -109,6 +109,20 @@ void share_host(LaunchPlan& plan) {
     for (TaskPlan& t : plan.tasks) t.gpu.clear();
 }
 
+// In place only for local training tasks for now: the launcher spawns the replacement itself.
+void choose_recovery(LaunchPlan& plan) {
+  if (plan.spec().recovery != common::RecoveryMode::kInPlace || !plan.spec().command.empty())
+    return;
+  for (const TaskPlan& t : plan.tasks) {
+    if (!t.trains() || !t.remote()) continue;
+    plan.recovery_note =
+        fmt::format("recovery: restart ({} runs on {}; in-place recovery is local only for now)",
+                    t.task.text(), t.place_text());
+    return;
+  }
+  plan.in_place = true;
+}
+
 }  // namespace
 
 std::string TaskPlan::place_text() const {
@@ -145,6 +159,7 @@ LaunchPlan plan_launch(LaunchContext context) {
   plan.master_addr = chief.endpoint.host;
   plan.master_local = chief.placement == Placement::kLocal;
   plan.master_port = choose_master_port(plan);
+  choose_recovery(plan);
   return plan;
 }
 

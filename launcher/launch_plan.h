@@ -82,6 +82,12 @@ struct LaunchPlan {
   bool master_local = false;    ///< the chief runs here, so MASTER_PORT can be checked here
   /// MASTER_PORT chosen at planning; 0 = not set (the job's env sets it, or none was left).
   int master_port = 0;
+  /// Recovery in place (docs/design.md#in-place-recovery): the job asks for it and every training
+  /// task runs on this machine. Else a failure restarts the whole group.
+  bool in_place = false;
+  /// Why a job that asked for recovery in place restarts instead, for the launch's log: "recovery:
+  /// restart (worker:2 runs on host b; in-place recovery is local only for now)"; "" otherwise.
+  std::string recovery_note;
 
   const common::JobSpec& spec() const { return *context.spec; }
   /// The task's plan. Throws EnforceError for a task outside the cluster.

@@ -53,6 +53,21 @@ std::string RestartBook::note_silent_end(SilentEnd end) {
 
 Decision RestartBook::decide(const AttemptEnd& end) {
   if (end.run_seconds >= policy_.healthy_seconds) consecutive_failures_ = 0;
+  Decision decision = count(end);
+  if (!decision.restart) return decision;
+  if (end.outcome == Outcome::kPreempted && !end.start_failed) {
+    decision.delay_seconds = std::min(policy_.backoff_seconds, policy_.backoff_max_seconds);
+  } else {
+    decision.delay_seconds = backoff(++consecutive_failures_);
+  }
+  return decision;
+}
+
+Decision RestartBook::decide_in_place(const AttemptEnd& end) {
+  return count(end);
+}
+
+Decision RestartBook::count(const AttemptEnd& end) {
   bool progressed = end.made_progress && !end.start_failed;
   switch (end.outcome) {
     case Outcome::kSuccess:
@@ -70,7 +85,7 @@ Decision RestartBook::decide(const AttemptEnd& end) {
         return {false, 0, fmt::format("preemption budget used up ({} restarts)", preemptions_)};
       }
       ++preemptions_;
-      return {true, std::min(policy_.backoff_seconds, policy_.backoff_max_seconds), ""};
+      return {true, 0, ""};
     }
     case Outcome::kCrashed:
     case Outcome::kFailed:
@@ -85,8 +100,7 @@ Decision RestartBook::decide(const AttemptEnd& end) {
             fmt::format("restart budget used up (max_restarts {})", policy_.max_restarts)};
   }
   ++restarts_;
-  ++consecutive_failures_;
-  return {true, backoff(consecutive_failures_), ""};
+  return {true, 0, ""};
 }
 
 }  // namespace dtrain::launcher

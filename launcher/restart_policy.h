@@ -37,6 +37,12 @@ class RestartBook {
   explicit RestartBook(common::RestartPolicy policy, uint64_t jitter_seed = 0);
 
   Decision decide(const AttemptEnd& end);
+  /// One training task's end that the rest of the group outlives (docs/design.md#in-place-
+  /// recovery), end describing that task alone: counted like a restart (failures and crashes
+  /// from max_restarts, preemptions from max_preemptions, the same rule for ends before any
+  /// progress), but with no back-off, since the replacement starts at once, and no effect on
+  /// the back-off of a later whole-group restart.
+  Decision decide_in_place(const AttemptEnd& end);
 
   int restarts() const { return restarts_; }        ///< failure restarts so far
   int preemptions() const { return preemptions_; }  ///< preemption restarts so far
@@ -45,6 +51,8 @@ class RestartBook {
   /// What an attempt that ended before any progress was, for the two-in-a-row rule's message.
   enum class SilentEnd { kNone, kFailed, kSigkill, kStartFailed };
 
+  /// The budget and the silent-ends rule, shared by both decisions; counts the restart it allows.
+  Decision count(const AttemptEnd& end);
   double backoff(int consecutive);
   /// Counts an end before any progress; the reason to stop at the second in a row, else "".
   std::string note_silent_end(SilentEnd end);

@@ -1,6 +1,7 @@
 // See supervisor.h. This file starts an attempt and takes in what its tasks do: output, signs of
 // life, their ends. Teardown, back-off and the end of the job are in supervisor_teardown.cc;
-// the snapshot in supervisor_state.cc; the launcher's own faults in supervisor_faults.cc.
+// replacements in place and reform requests in supervisor_in_place.cc; the snapshot in
+// supervisor_state.cc; the launcher's own faults in supervisor_faults.cc.
 #include "launcher/supervisor.h"
 
 #include <fcntl.h>
@@ -37,6 +38,7 @@ Supervisor::Supervisor(boost::asio::io_context& io, ProcessSpawner& spawner, Run
       grace_timer_(io),
       watchdog_timer_(io),
       port_timer_(io),
+      reform_timer_(io),
       attempt_(options_.first_attempt),
       master_port_(plan_.master_port) {
   for (const TaskPlan& p : plan_.tasks) ports_.push_back(p.endpoint.port);
@@ -64,6 +66,8 @@ void Supervisor::start_attempt() {
   phase_ = Phase::kStarting;
   rate_origin_step_ = -1;
   first_failure_.reset();
+  generation_ = 0;
+  in_place_recovery_.reset();
   success_ = false;
   attempt_made_progress_ = false;
   if (!ports_free_or_retry()) return;
@@ -109,7 +113,7 @@ void Supervisor::spawn_task(Task& task) {
   if (!task.log.valid())
     throw common::IoError(fmt::format("cannot open {}: {}", log_path, std::strerror(errno)));
   SpawnRequest request =
-      make_spawn_request(plan_, task.plan, {attempt_, master_port_, cluster_json_});
+      make_spawn_request(plan_, task.plan, {attempt_, master_port_, cluster_json_, generation_});
   ChildCallbacks callbacks;
   Task* t = &task;
   callbacks.on_output = [this, t](std::string_view bytes) {
@@ -138,18 +142,16 @@ void Supervisor::spawn_task(Task& task) {
   task.pid = task.child->pid();
   task.state = task.plan.remote() ? Task::State::kStarting : Task::State::kRunning;
   task.output_open = true;
-  task.last_progress = common::monotonic_seconds();
+  task.last_progress = task.spawned_at = common::monotonic_seconds();
+  task.made_progress = false;
   if (guardian_) guardian_->watch(task.pid);
-  append_to_log(
-      task,
-      common::attempt_header(attempt_, task.plan.task, task.pid, common::utc_timestamp()) + "\n");
+  append_to_log(task, common::attempt_header(attempt_, task.plan.task, task.pid,
+                                             common::utc_timestamp(), generation_) +
+                          "\n");
   recorder_.event("spawn", [&](common::JsonWriter& w) {
-    w.key("task")
-        .value(task.plan.task.text())
-        .key("pid")
-        .value(task.pid)
-        .key("attempt")
-        .value(attempt_);
+    w.key("task").value(task.plan.task.text()).key("pid").value(task.pid);
+    w.key("attempt").value(attempt_);
+    if (generation_ > 0) w.key("generation").value(generation_);
   });
 }
 
@@ -176,6 +178,7 @@ void Supervisor::on_output_closed(Task& task) {
   }
   console_.flush();
   task.output_open = false;
+  if (task.respawn_pending) respawn(task);
   maybe_teardown_complete();
 }
 
@@ -256,12 +259,15 @@ void Supervisor::on_exit(Task& task, const ChildEnd& end) {
     } else {
       spdlog::warn("{} {} ({}) on attempt {}", task.plan.task.text(), outcome_name(r.outcome),
                    r.what, attempt_);
-      if (fail_first(task, r.outcome, r.what, r.exit_code)) {
-        first_failure_->never_started = !r.started;
-        first_failure_->sigkill = r.started && killed_by_sigkill(end.status);
-        first_failure_->place_lost = r.place_lost;
+      // In place, the others run on and a replacement joins them; else the whole group stops.
+      if (!recover_in_place(task, r, end)) {
+        if (fail_first(task, r.outcome, r.what, r.exit_code)) {
+          first_failure_->never_started = !r.started;
+          first_failure_->sigkill = r.started && killed_by_sigkill(end.status);
+          first_failure_->place_lost = r.place_lost;
+        }
+        begin_teardown(fmt::format("{} {}", task.plan.task.text(), outcome_name(r.outcome)));
       }
-      begin_teardown(fmt::format("{} {}", task.plan.task.text(), outcome_name(r.outcome)));
     }
   }
   // At most ten writes a second for exits alone: a thousand tasks ending together must not cost a
@@ -275,17 +281,20 @@ void Supervisor::on_exit(Task& task, const ChildEnd& end) {
 void Supervisor::note_progress(Task& task, const common::ControlMessage* message) {
   task.last_progress = common::monotonic_seconds();
   // Where a restart resumed is said before its first step: a sign of life, not progress.
-  if (!message || !message->restored_step) attempt_made_progress_ = true;
+  if (!message || !message->restored_step) attempt_made_progress_ = task.made_progress = true;
   if (!message || !task.plan.trains()) return;
-  if (message->restored_step && recovering_) {
+  note_in_place_progress(*message);
+  if (message->restored_step && recovering_ && message->generation.value_or(0) == 0) {
     recovering_ = false;
-    Recovery r{attempt_, reached_step_, *message->restored_step};
+    Recovery r{attempt_, reached_step_, *message->restored_step, false, 0, 0};
     result_.recoveries.push_back(r);
     spdlog::info("attempt {} resumed at step {}: {} step(s) redone", attempt_, r.restored_step,
                  r.steps_redone());
     recorder_.event("recovered", [&](common::JsonWriter& w) {
       w.key("attempt")
           .value(attempt_)
+          .key("path")
+          .value("restart")
           .key("restored_step")
           .value(r.restored_step)
           .key("steps_redone")

@@ -1,8 +1,9 @@
 // The supervisor: the group's state machine (docs/design.md#the-supervisor). It starts every task
 // of the launch plan, watches them, and on the first failure stops the whole group (SIGTERM to
 // all at once, one shared grace period, then SIGKILL) and starts it again after a back-off, as
-// restart_policy decides. It knows tasks and their ends, not deployment modes: where a task runs
-// is the plan's business, how a remote one is reached the child's (remote_child.h). One
+// restart_policy decides; in place (docs/design.md#in-place-recovery), a failed training task is
+// replaced while the others run on. It knows tasks and their ends, not deployment modes: where a
+// task runs is the plan's business, how a remote one is reached the child's (remote_child.h). One
 // io_context thread, no locks; processes come from a ProcessSpawner, so every path runs against
 // a fake in unit tests.
 #pragma once
@@ -46,11 +47,14 @@ struct FailureReport {
   bool place_lost = false;
 };
 
-/// One recovery: the group started again and resumed at restored_step.
+/// One recovery: the group started again, or re-formed in place, and resumed at restored_step.
 struct Recovery {
   int attempt = 0;            ///< the attempt that resumed
   int64_t reached_step = 0;   ///< the furthest step reported before the failure
-  int64_t restored_step = 0;  ///< the step the restarted group resumed from
+  int64_t restored_step = 0;  ///< the step the group resumed from
+  bool in_place = false;      ///< re-formed in place (docs/design.md#in-place-recovery)
+  int generation = 0;         ///< in place: the generation that resumed
+  double seconds = 0;         ///< in place: from the failed end to the new generation's first step
   int64_t steps_redone() const {
     return reached_step > restored_step ? reached_step - restored_step : 0;
   }
@@ -61,14 +65,21 @@ struct SupervisorResult {
   int exit_code = 0;
   std::string reason;  ///< for a fault of the launcher itself, "launcher: <what failed>"
   std::optional<FailureReport> failure;
-  std::vector<Recovery> recoveries;  ///< the restarts whose resumed step is known
+  /// The restarts whose resumed step is known, and the re-formations in place that stepped on.
+  std::vector<Recovery> recoveries;
 };
+
+/// Answers a reform request: one line on the connection it came on (ControlServer::Reply).
+using ReformReplyFn = std::function<void(const std::string& line)>;
 
 struct SupervisorOptions {
   LaunchPlan plan;
   int first_attempt = 0;
   uint64_t jitter_seed = 0;
   double kill_drain_seconds = 5;  ///< after SIGKILL, how long to wait for output to close
+  /// How long a reform request waits for a task's end to explain it before the group is torn
+  /// down (docs/design.md#in-place-recovery).
+  double reform_hold_seconds = 10;
 };
 
 class Supervisor {
@@ -87,12 +98,19 @@ class Supervisor {
   void kill_now();
   /// A heartbeat or progress line from a worker (DTRAIN_CONTROL, or relayed by its agent).
   void on_control_message(const common::ControlMessage& message);
+  /// A worker's {"request": "reform", ...} line (docs/design.md#in-place-recovery). Answered at
+  /// once when its generation has been re-formed already or cannot be; else held until a
+  /// training task's end makes the next generation, or the group is torn down, or
+  /// reform_hold_seconds pass (the group is then torn down). One request per task is held; a
+  /// newer one replaces it.
+  void on_reform_request(const std::string& request_json, ReformReplyFn reply);
   /// A fault of the launcher's own (a write that failed, an exception in a handler): logs it,
   /// stops the group as a failure with no restart, and ends the job "failed" with reason
   /// "launcher: <what>". Every handler's exceptions end here; it throws nothing.
   void on_fault(const std::string& what) noexcept;
 
   int attempt() const { return attempt_; }
+  int generation() const { return generation_; }  ///< of the current attempt, 0 first
   /// The group as `dtrain status`, state.json and Prometheus see it now.
   GroupSnapshot snapshot() const;
   const RestartBook& book() const { return book_; }
@@ -133,6 +151,29 @@ class Supervisor {
   void on_exit(Task& task, const ChildEnd& end);
   void on_signaled(Task& task, int sig, bool place_ending);
   void note_progress(Task& task, const common::ControlMessage* message);
+
+  // Recovery in place (supervisor_in_place.cc): a training task's failed end while others run
+  // makes the next generation and a replacement; reform requests wait for such an end.
+  struct HeldReform {
+    common::ReformRequest request;
+    ReformReplyFn reply;
+  };
+  /// The re-formation that has not yet stepped on: for its `recovered` event.
+  struct PendingInPlace {
+    int generation = 0;
+    double failed_at = 0;  ///< monotonic time of the first failed end it recovers from
+    int64_t reached_step = 0;
+    std::optional<int64_t> restored_step;
+  };
+  bool recover_in_place(Task& task, const EndReading& reading, const ChildEnd& end);
+  bool others_train(const Task& task) const;
+  void drain_then_respawn(Task& task);
+  void respawn(Task& task);
+  void hold_reform(common::ReformRequest request, ReformReplyFn reply);
+  void answer_held_reforms(bool ok, const std::string& error);
+  void reform_hold_expired();
+  void note_in_place_progress(const common::ControlMessage& message);
+  Task* training_task(const std::string& name);
   bool group_succeeded() const;
   /// Keeps the attempt's first failure; true when this was it.
   bool fail_first(const Task& task, Outcome outcome, const std::string& what, int exit_code);
@@ -159,7 +200,8 @@ class Supervisor {
   RestartBook book_;
   OomWatch oom_ = OomWatch::for_this_process();  ///< this machine's OOM kills, for local tasks
   std::vector<std::unique_ptr<Task>> tasks_;
-  boost::asio::steady_timer backoff_timer_, grace_timer_, watchdog_timer_, port_timer_;
+  boost::asio::steady_timer backoff_timer_, grace_timer_, watchdog_timer_, port_timer_,
+      reform_timer_;
   std::function<void(const SupervisorResult&)> on_done_;
   Phase phase_ = Phase::kStarting;
   int attempt_ = 0;
@@ -175,6 +217,9 @@ class Supervisor {
   int64_t rate_origin_step_ = -1;
   int64_t reached_step_ = 0;  ///< furthest step any training task reported, over all attempts
   bool recovering_ = false;   ///< a restarted group has not yet said where it resumed
+  int generation_ = 0;        ///< DTRAIN_GENERATION of the attempt's next replacement
+  std::vector<HeldReform> held_reforms_;  ///< waiting for a failure; at most one per task
+  std::optional<PendingInPlace> in_place_recovery_;
   std::set<std::string> lost_places_;  ///< hosts and nodes lost during this launch
   bool attempt_made_progress_ = false;
   bool success_ = false;

@@ -37,7 +37,11 @@ GroupSnapshot Supervisor::snapshot() const {
   g.attempt = attempt_;
   g.restarts = book_.restarts();
   g.preemptions = book_.preemptions();
-  for (const Recovery& r : result_.recoveries) g.steps_redone += r.steps_redone();
+  g.generation = generation_;
+  for (const Recovery& r : result_.recoveries) {
+    g.steps_redone += r.steps_redone();
+    g.in_place_recoveries += r.in_place ? 1 : 0;
+  }
   g.uptime_seconds = now - launcher_started_;
   g.updated_at = common::utc_timestamp();
   if (phase_ == Phase::kDone) {

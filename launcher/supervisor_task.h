@@ -2,6 +2,7 @@
 // what it last reported. Private to supervisor*.cc.
 #pragma once
 
+#include <boost/asio/steady_timer.hpp>
 #include <deque>
 #include <memory>
 #include <optional>
@@ -41,6 +42,11 @@ struct Supervisor::Task {
   std::string pending;  ///< complete lines of the current chunk, written to the log in one go
   std::deque<std::string> last_lines;  ///< of this attempt, for the failure summary
   std::unique_ptr<LineSplitter> splitter;
+  double spawned_at = 0;         ///< monotonic time of its latest spawn
+  bool made_progress = false;    ///< a control message past restored_step since its latest spawn
+  bool respawn_pending = false;  ///< replaced in place; spawned again once its output closes
+  /// Bounds the wait for a replaced task's output to close (kill_drain_seconds).
+  std::unique_ptr<boost::asio::steady_timer> drain_timer;
 
   bool alive() const { return state == State::kStarting || state == State::kRunning; }
   /// A process of the group may still be there: it runs, or something holds its output.

@@ -27,6 +27,7 @@ void Supervisor::begin_teardown(const std::string& reason) {
   if (phase_ == Phase::kTearingDown || phase_ == Phase::kDone) return;
   phase_ = Phase::kTearingDown;
   watchdog_timer_.cancel();
+  answer_held_reforms(false, "the group is being stopped: " + reason);
   recorder_.event("teardown", [&](common::JsonWriter& w) {
     w.key("attempt").value(attempt_).key("reason").value(reason);
   });
@@ -159,7 +160,8 @@ void Supervisor::stop(int signal) {
 }
 
 void Supervisor::cancel_timers() noexcept {
-  for (auto* timer : {&backoff_timer_, &grace_timer_, &watchdog_timer_, &port_timer_}) {
+  for (auto* timer :
+       {&backoff_timer_, &grace_timer_, &watchdog_timer_, &port_timer_, &reform_timer_}) {
     boost::system::error_code ignored;
     timer->cancel(ignored);
   }
@@ -169,6 +171,7 @@ void Supervisor::finish(const std::string& status, int exit_code, const std::str
   if (phase_ == Phase::kDone) return;
   phase_ = Phase::kDone;
   cancel_timers();
+  answer_held_reforms(false, "the job has ended: " + reason);
   std::vector<Recovery> recoveries = std::move(result_.recoveries);
   result_ = SupervisorResult{status, exit_code, reason, first_failure_, std::move(recoveries)};
   if (status == common::kStatusSucceeded) result_.failure.reset();

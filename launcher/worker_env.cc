@@ -37,9 +37,12 @@ Env worker_env(const LaunchPlan& plan, const TaskPlan& task, const AttemptParams
       {kEnvJob.name, c.spec->job},
       {kEnvRunDir.name, c.run_dir},
       {kEnvAttempt.name, std::to_string(attempt.attempt)},
+      {kEnvGeneration.name, std::to_string(attempt.generation)},
       {kEnvToken.name, c.token},
       {kEnvControl.name, c.control_address},
   };
+  // Only the training tasks re-form; the evaluator reads checkpoints and never joins the ring.
+  if (plan.in_place && task.trains()) env.emplace_back(kEnvRecovery.name, "in_place");
   if (task.omp_threads > 0) env.emplace_back(kEnvOmpThreads.name, std::to_string(task.omp_threads));
   if (!task.gpu.empty()) env.emplace_back(kEnvCudaDevices.name, task.gpu);
   for (auto& kv : torch_env(plan, task, attempt.attempt, attempt.master_port))

@@ -13,16 +13,19 @@
 
 namespace dtrain::launcher {
 
-/// What changes from one start of the group to the next.
+/// What changes from one start of the group, or of one replacement, to the next.
 struct AttemptParams {
   int attempt = 0;      ///< DTRAIN_ATTEMPT, TORCHELASTIC_RESTART_COUNT
   int master_port = 0;  ///< MASTER_PORT of this start (0: not set)
   /// TF_CONFIG's cluster when the launcher picked other ports for this start
   /// (cluster_json_with_ports); empty: the plan's.
   std::string_view cluster_json = {};
+  /// DTRAIN_GENERATION: 0 at each start of the group, then the generation a replacement joins
+  /// (docs/design.md#in-place-recovery).
+  int generation = 0;
 };
 
-/// The request that starts task for the given attempt.
+/// The request that starts task for the given attempt and generation.
 SpawnRequest make_spawn_request(const LaunchPlan& plan, const TaskPlan& task,
                                 const AttemptParams& attempt);
 

@@ -4,9 +4,13 @@
 #   two-worker step time and the exposed all-reduce share of it (host time waiting for
 #   all-reduces), each with overlap off (buckets reduced after backward: "before") and on
 #   (buckets reduced while backward runs: "after"), the chief's checkpoint write time, and the time
-#   from a worker's SIGKILL to the first completed step after the group restarted (back-off 0.2 s).
+#   from a worker's SIGKILL to the first completed step after the group restarted (back-off 0.2 s),
+#   and after the group re-formed in place (docs/design.md#in-place-recovery).
 #   Those two-worker runs use the TCP ring; the same run with shared memory ("communication":
-#   "shm") goes beside them, and the validation time of one worker and of two (sharded).
+#   "shm") goes beside them, and the validation time of one worker and of two (sharded). Then the
+#   cost of whole steps (docs/design.md#in-place-recovery: the optimizer waits for every
+#   all-reduce of the step): two workers with "recovery": "in_place" (whole steps) and "restart"
+#   (bucket by bucket), ring and shm, alternated three times each, median step time.
 #   scripts/bench-worker.sh [BUILD_DIR]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -24,8 +28,8 @@ base["restart"] = {"max_restarts": 3, "backoff_seconds": 0.2, "grace_seconds": 1
 del base["cluster"]
 
 def launch(workers, name, kill_after_checkpoint=False, overlap=True, communication="ring",
-           validation=False, env=None):
-    job = json.loads(json.dumps(dict(base, job=name, workers=workers)))
+           validation=False, env=None, recovery="restart"):
+    job = json.loads(json.dumps(dict(base, job=name, workers=workers, recovery=recovery)))
     # The timing lines read below ("saved ... in N ms", "first step ...") are at debug level.
     job["env"] = dict(env or {}, DTRAIN_LOG_LEVEL="debug")
     job["train"]["overlap"] = overlap
@@ -63,6 +67,18 @@ kill, killed_at = launch(2, "kill", kill_after_checkpoint=True)
 firsts = [float(x) for x in re.findall(r"first step of this run done \(CLOCK_MONOTONIC ([\d.]+)\)",
                                        open(f"{kill}/logs/worker-0.log").read())]
 restart = [f for f in firsts if f > killed_at][0] - killed_at
+kill_ip, killed_at_ip = launch(2, "kill-in-place", kill_after_checkpoint=True, recovery="in_place")
+firsts = [float(x) for x in re.findall(r"first step of this run done \(CLOCK_MONOTONIC ([\d.]+)\)",
+                                       open(f"{kill_ip}/logs/worker-0.log").read())]
+in_place = [f for f in firsts if f > killed_at_ip][0] - killed_at_ip
+whole = {}
+for repeat in range(3):
+    for communication in ("ring", "shm"):
+        for recovery in ("restart", "in_place"):
+            run, _ = launch(2, f"whole-{communication}-{recovery}-{repeat}",
+                            communication=communication, recovery=recovery)
+            m = json.loads(open(f"{run}/metrics.jsonl").readline())
+            whole.setdefault((communication, recovery), []).append(m["seconds"])
 print("# scripts/bench-worker.sh: tutorial CNN, batch 64 per worker, 200 steps, 2 cores")
 print("metric value")
 steps = base["train"]["steps_per_epoch"]
@@ -77,4 +93,11 @@ print(f"validation_s_two_workers_sharded {m2['val_seconds']:.3f}")
 print(f"validation_same_ring_and_shm {m2['val_accuracy'] == ms['val_accuracy'] and m2['val_loss'] == ms['val_loss']}")
 print(f"checkpoint_write_ms_median {sorted(saves)[len(saves) // 2]:.0f} (of {len(saves)}, {os.path.getsize(sorted(glob.glob(two + '/backup/ckpt-*'))[-1]) / 1e6:.1f} MB each)")
 print(f"sigkill_to_first_step_after_restart_s {restart:.2f} (back-off 0.2 s included)")
+print(f"sigkill_to_first_step_in_place_s {in_place:.2f} (survivor worker 0, replacement started)")
+for communication in ("ring", "shm"):
+    steps_ms = {r: sorted(whole[(communication, r)])[1] / steps * 1000
+                for r in ("restart", "in_place")}
+    print(f"two_worker_step_ms_{communication}_bucket_by_bucket {steps_ms['restart']:.2f}")
+    print(f"two_worker_step_ms_{communication}_whole_steps {steps_ms['in_place']:.2f}")
+    print(f"whole_steps_cost_{communication} {steps_ms['in_place'] / steps_ms['restart'] - 1:+.1%}")
 PY

@@ -4,6 +4,7 @@
 #include <spdlog/spdlog.h>
 
 #include <atomic>
+#include <chrono>
 #include <csignal>
 #include <filesystem>
 #include <iostream>
@@ -11,6 +12,7 @@
 #include <thread>
 
 #include "common/atomic_file.h"
+#include "common/clock.h"
 #include "common/control_protocol.h"
 #include "common/env_vars.h"
 #include "common/errors.h"
@@ -38,8 +40,24 @@ namespace {
 // 3.x). SIGTERM stays blocked in every thread (they inherit main's mask, blocked before any thread
 // exists) and one thread takes it with sigwait: before catch_sigterm() it ends the process by
 // SIGTERM as the default action would; after, it sets the flag the training loop reads each step.
+// In place (docs/design.md#in-place-recovery), a SIGTERM that does not come from this worker's
+// parent (the launcher, or the agent that relays the launcher's stop) preempts this worker alone:
+// it finishes its step and leaves, and a replacement takes its share; from the parent it is the
+// job's stop, which the group agrees on and saves.
 std::atomic<bool> g_catching_sigterm{false};
+std::atomic<bool> g_leave_alone{false};  ///< set when in place: see above
 std::atomic<bool> g_stop_requested{false};
+std::atomic<bool> g_leave_requested{false};
+std::atomic<int> g_leave_sender{0};
+
+void end_by_sigterm() {
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGTERM);
+  ::signal(SIGTERM, SIG_DFL);
+  ::pthread_sigmask(SIG_UNBLOCK, &set, nullptr);
+  ::raise(SIGTERM);  // the default action: the whole process ends, by SIGTERM
+}
 
 void watch_sigterm() {
   sigset_t set;
@@ -48,14 +66,16 @@ void watch_sigterm() {
   ::pthread_sigmask(SIG_BLOCK, &set, nullptr);
   std::thread([set] {
     while (true) {
-      int sig = 0;
-      if (::sigwait(&set, &sig) != 0) continue;
-      if (!g_catching_sigterm) {
-        ::signal(SIGTERM, SIG_DFL);
-        ::pthread_sigmask(SIG_UNBLOCK, &set, nullptr);
-        ::raise(SIGTERM);  // the default action: the whole process ends, by SIGTERM
+      siginfo_t info{};
+      if (::sigwaitinfo(&set, &info) != SIGTERM) continue;
+      if (!g_catching_sigterm) end_by_sigterm();
+      bool from_parent = info.si_code == SI_USER && info.si_pid == ::getppid();
+      if (g_leave_alone && !from_parent) {
+        g_leave_sender = info.si_pid;
+        g_leave_requested = true;
+      } else {
+        g_stop_requested = true;
       }
-      g_stop_requested = true;
     }
   }).detach();
 }
@@ -70,6 +90,8 @@ using common::ConfigError;
 // How long a worker whose group broke waits for the launcher's answer (which waits up to 10 s for
 // a failure to explain the break).
 constexpr double kReformReplySeconds = 30;
+// How long a spare's request for promotion stays open before it asks again.
+constexpr double kSpareRequestSeconds = 60;
 
 // The task this process plays: TF_CONFIG's, or a lone worker 0 when TF_CONFIG is unset.
 common::TfConfig read_task() {
@@ -158,13 +180,42 @@ std::string run_dir_for(const WorkerOptions& options, const std::string& job) {
   return dir;
 }
 
+// A spare (docs/design.md#spares) asks the launcher to be promoted, again each minute while it is
+// not needed; nullopt when the job ended without needing it. IoError when the launcher cannot be
+// reached (a spare never outlives its launcher).
+std::optional<common::SpareAssignment> wait_for_promotion(const std::string& spare) {
+  common::ControlClient control(common::get_env(common::kEnvControl).value_or(""));
+  if (!control.enabled()) {
+    throw ConfigError(fmt::format("{} needs {}: a spare waits for the launcher",
+                                  common::kEnvSpare.name, common::kEnvControl.name));
+  }
+  spdlog::info("spare {}: data and backend ready; waiting to be promoted", spare);
+  for (int unanswered = 0;;) {
+    common::SpareRequest request{spare, static_cast<int>(::getpid())};
+    double asked = common::monotonic_seconds();
+    std::optional<common::SpareAssignment> place =
+        control.request_promotion(request, kSpareRequestSeconds);
+    if (place && !place->ok) {
+      spdlog::info("spare {}: not needed ({})", spare, place->error);
+      return std::nullopt;
+    }
+    if (place) return place;
+    // A request the launcher could not take fails at once; one it held runs out its time.
+    bool held = common::monotonic_seconds() - asked >= kSpareRequestSeconds / 2;
+    unanswered = held ? 0 : unanswered + 1;
+    if (unanswered >= 3) throw common::IoError("spare: the launcher cannot be reached");
+    if (!held) std::this_thread::sleep_for(std::chrono::seconds(1));
+  }
+}
+
 // One training task: join the ring, train, and turn how it ended into an exit code.
-int train(const common::TfConfig& task, const std::string& job, const TrainConfig& config,
-          nn::Backend& backend, data::Dataset train_data, data::Dataset test_data,
-          const std::string& run_dir, const std::string& config_path, Timeline& timeline,
-          double progress_line_seconds) {
+int train(const common::TfConfig& task, std::optional<int> promoted_generation,
+          const std::string& job, const TrainConfig& config, nn::Backend& backend,
+          data::Dataset train_data, data::Dataset test_data, const std::string& run_dir,
+          const std::string& config_path, Timeline& timeline, double progress_line_seconds) {
   int attempt = comm::attempt_from_environment();
   comm::RingIdentity id = comm::ring_identity_from_environment(task, job);
+  if (promoted_generation) id.generation = static_cast<uint32_t>(*promoted_generation);
   const int generation = static_cast<int>(id.generation);
   spdlog::info("task {}: rank {} of {}, attempt {}{}, {} training examples", task.task.text(),
                id.rank, id.size, attempt,
@@ -178,19 +229,15 @@ int train(const common::TfConfig& task, const std::string& job, const TrainConfi
   // worker keeps an undo copy of each step, which only host devices do.
   bool in_place = common::get_env_or_default(common::kEnvRecovery) == "in_place" &&
                   backend.device().kind() == nn::DeviceKind::kHost;
-  std::unique_ptr<comm::Communicator> communicator;
-  comm::GroupCommunicator* group = nullptr;
+  // Read by the launcher to find a frozen member (docs/design.md#frozen-workers).
+  common::ProgressRecordWriter record(common::get_env(common::kEnvProgressFile).value_or(""));
+  std::unique_ptr<comm::GroupCommunicator> group;
   try {
-    if (in_place) {
-      auto owned = std::make_unique<comm::GroupCommunicator>(make_communicator, generation);
-      group = owned.get();
-      communicator = std::move(owned);
-    } else {
-      communicator = make_communicator(generation);
-    }
+    group = std::make_unique<comm::GroupCommunicator>(make_communicator, generation, &record);
   } catch (const ConfigError& e) {  // train.communication does not fit this worker: name the file
     throw ConfigError(fmt::format("{}: {}", config_path, e.what()));
   }
+  comm::Communicator* communicator = group.get();
   timeline.mark("rendezvous");
   catch_sigterm();  // until here SIGTERM kills at once; from here it means "save and stop together"
   common::ControlClient control(common::get_env(common::kEnvControl).value_or(""));
@@ -199,9 +246,12 @@ int train(const common::TfConfig& task, const std::string& job, const TrainConfi
       run_dir, chief, task.task.text(), attempt, [] { return g_stop_requested.load(); }, &timeline};
   trainer_options.progress_line_seconds = progress_line_seconds;
   trainer_options.generation = generation;
-  if (group != nullptr) {
-    trainer_options.regroup = [&, group](const std::string& what, int64_t whole_step,
-                                         bool in_flight) -> std::optional<int> {
+  trainer_options.record = &record;
+  if (in_place) {
+    g_leave_alone = true;
+    trainer_options.leave_requested = [] { return g_leave_requested.load(); };
+    trainer_options.regroup = [&, group = group.get()](const std::string& what, int64_t whole_step,
+                                                       bool in_flight) -> std::optional<int> {
       group->leave(what);
       common::ReformRequest request{task.task.text(), attempt,   group->generation(),
                                     whole_step,       in_flight, what};
@@ -228,6 +278,12 @@ int train(const common::TfConfig& task, const std::string& job, const TrainConfi
   } catch (const Preempted& e) {
     spdlog::warn("preempted: {}", e.what());
     return common::kExitPreempted;
+  } catch (const LeftGroup& e) {
+    spdlog::warn(
+        "preempted alone (SIGTERM from pid {}): {}; a replacement takes this worker's share",
+        g_leave_sender.load(), e.what());
+    spdlog::default_logger()->flush();
+    end_by_sigterm();
   } catch (const common::IoError& e) {
     communicator->abort(e.what());
     throw;
@@ -263,10 +319,12 @@ int run_worker(const WorkerOptions& options) {
     return common::kExitSuccess;
   }
   Timeline timeline;
-  common::TfConfig task = read_task();
+  std::optional<std::string> spare = common::get_env(common::kEnvSpare);
+  common::TfConfig task = spare ? common::TfConfig{} : read_task();
   bool supervised = common::get_env(common::kEnvControl).has_value() ||
                     common::get_env(common::kEnvRunDir).has_value();
-  common::setup_logging(common::worker_log_role(task.task.type, task.task.index, supervised));
+  common::setup_logging(
+      spare ? "" : common::worker_log_role(task.task.type, task.task.index, supervised));
   auto [train_json, job] = read_train_config(options.config_path);
   TrainConfig config = parse_train_config(train_json, options.config_path);
   std::unique_ptr<nn::Backend> backend = choose_backend(config, options.config_path);
@@ -275,6 +333,15 @@ int run_worker(const WorkerOptions& options) {
   auto [train_data, test_data] = data::load_data(config.data, input_shape);
   timeline.mark("data");
   std::string run_dir = run_dir_for(options, job);
+  std::optional<int> generation;
+  if (spare) {  // ready but idle until the launcher gives it a failed task's place
+    std::optional<common::SpareAssignment> place = wait_for_promotion(*spare);
+    if (!place) return common::kExitSuccess;
+    task = common::parse_tf_config(place->tf_config);
+    generation = place->generation;
+    spdlog::info("promoted: spare {} takes the place of {} in generation {}", *spare, place->task,
+                 place->generation);
+  }
   if (task.task.type == common::kEvaluator) {
     catch_sigterm();  // from here SIGTERM means "evaluate the final model if it is there, then
                       // exit"
@@ -283,8 +350,8 @@ int run_worker(const WorkerOptions& options) {
     spdlog::info("evaluator: {} evaluation(s) in {}/eval.jsonl", evaluations, run_dir);
     return common::kExitSuccess;
   }
-  return train(task, job, config, *backend, std::move(train_data), std::move(test_data), run_dir,
-               options.config_path, timeline, options.progress_line_seconds);
+  return train(task, generation, job, config, *backend, std::move(train_data), std::move(test_data),
+               run_dir, options.config_path, timeline, options.progress_line_seconds);
 }
 
 }  // namespace

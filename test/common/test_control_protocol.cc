@@ -2,9 +2,17 @@
 // "steps redone" fields (global_step, restored_step) and the straggler fields
 // (compute_seconds_per_step, wait_seconds_per_step) round-trip, unknown keys are tolerated and
 // malformed values refused.
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
 #include <catch2/catch.hpp>
+#include <chrono>
+#include <cstring>
+#include <thread>
 
 #include "common/control_protocol.h"
+#include "test/support/temp_dir.h"
 
 using namespace dtrain::common;
 
@@ -94,4 +102,117 @@ TEST_CASE("compute and all-reduce wait per step round-trip; absent stays absent"
     INFO(bad);
     CHECK_FALSE(parse_control_message(head + bad));
   }
+}
+
+TEST_CASE("reform requests and replies round-trip; other lines are not replies") {
+  ReformRequest request{"worker:2", 1, 3, 386, true, "worker:1 (rank 1): connection closed"};
+  std::string line = format_reform_request(request);
+  REQUIRE(line.back() == '\n');
+  std::optional<ReformRequest> back = parse_reform_request(line);
+  REQUIRE(back);
+  CHECK(back->task == "worker:2");
+  CHECK(back->attempt == 1);
+  CHECK(back->generation == 3);
+  CHECK(back->whole_step == 386);
+  CHECK(back->in_flight);
+  CHECK(back->what == request.what);
+  CHECK_FALSE(parse_reform_request(R"({"request": "status"})"));
+  CHECK_FALSE(parse_reform_request(R"({"request": "reform", "task": "w"})"));
+  CHECK_FALSE(parse_reform_request(
+      R"({"request": "reform", "task": "w", "attempt": 0, "generation": -1, "whole_step": 0})"));
+
+  std::optional<ReformReply> ok = parse_reform_reply(format_reform_reply({true, 4, ""}));
+  REQUIRE(ok);
+  CHECK(ok->ok);
+  CHECK(ok->generation == 4);
+  std::optional<ReformReply> no =
+      parse_reform_reply(format_reform_reply({false, 0, "the job is stopping"}));
+  REQUIRE(no);
+  CHECK_FALSE(no->ok);
+  CHECK(no->error == "the job is stopping");
+  CHECK_FALSE(parse_reform_reply(R"({"ok": false, "error": "malformed line"})"));
+  CHECK_FALSE(parse_reform_reply("not json"));
+}
+
+namespace {
+
+// A launcher stand-in on a real UNIX socket: reads one line, then writes `replies` after delay_ms.
+struct OneShotServer {
+  OneShotServer(const std::string& path, std::string replies, int delay_ms)
+      : listener(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0)) {
+    sockaddr_un addr{};
+    addr.sun_family = AF_UNIX;
+    std::memcpy(addr.sun_path, path.c_str(), path.size() + 1);
+    REQUIRE(::bind(listener, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0);
+    REQUIRE(::listen(listener, 4) == 0);
+    thread = std::thread([this, replies, delay_ms] {
+      int fd = ::accept(listener, nullptr, nullptr);
+      if (fd < 0) return;
+      char c = 0;
+      while (::read(fd, &c, 1) == 1 && c != '\n') request.push_back(c);
+      std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms));
+      (void)!::write(fd, replies.data(), replies.size());
+      std::this_thread::sleep_for(std::chrono::milliseconds(500));
+      ::close(fd);
+    });
+  }
+  ~OneShotServer() {
+    thread.join();
+    ::close(listener);
+  }
+  int listener;
+  std::string request;
+  std::thread thread;
+};
+
+}  // namespace
+
+TEST_CASE("request_reform waits for the launcher's reply, skipping other lines, or times out") {
+  dtrain::testing::TempDir dir;
+  std::string path = dir.path() + "/control.sock";
+  ReformRequest request{"worker:0", 0, 0, 12, false, "lost worker:1"};
+  {
+    OneShotServer server(
+        path, "{\"ok\": false, \"error\": \"malformed\"}\n" + format_reform_reply({true, 1, ""}),
+        200);
+    ControlClient client("unix:" + path);
+    std::optional<ReformReply> reply = client.request_reform(request, 10);
+    REQUIRE(reply);
+    CHECK(reply->ok);
+    CHECK(reply->generation == 1);
+    std::optional<ReformRequest> seen = parse_reform_request(server.request);
+    REQUIRE(seen);
+    CHECK(seen->whole_step == 12);
+  }
+  ::unlink(path.c_str());
+  {
+    OneShotServer silent(path, "", 0);  // answers nothing
+    ControlClient client("unix:" + path);
+    CHECK_FALSE(client.request_reform(request, 0.3));
+  }
+  ControlClient unset("");
+  CHECK_FALSE(unset.request_reform(request, 0.1));
+}
+
+TEST_CASE("spare requests and assignments round-trip; other lines are not assignments") {
+  std::optional<SpareRequest> request =
+      parse_spare_request(format_spare_request({"spare:0", 4242}));
+  REQUIRE(request);
+  CHECK(request->spare == "spare:0");
+  CHECK(request->pid == 4242);
+  CHECK_FALSE(parse_spare_request(R"({"request": "spare", "spare": "spare:0", "pid": 0})"));
+
+  SpareAssignment place{true, "worker:1", 2, R"({"cluster": {}, "task": {}})", ""};
+  std::optional<SpareAssignment> back = parse_spare_assignment(format_spare_assignment(place));
+  REQUIRE(back);
+  CHECK(back->ok);
+  CHECK(back->task == "worker:1");
+  CHECK(back->generation == 2);
+  CHECK(back->tf_config == place.tf_config);
+  std::optional<SpareAssignment> no =
+      parse_spare_assignment(format_spare_assignment({false, "", 0, "", "the job has ended"}));
+  REQUIRE(no);
+  CHECK_FALSE(no->ok);
+  CHECK(no->error == "the job has ended");
+  CHECK_FALSE(parse_spare_assignment(format_reform_reply({true, 1, ""})));
 }

@@ -82,6 +82,27 @@ TEST_CASE("every key of the job file is read") {
   CHECK_FALSE(spec.train_json.has_value());
 }
 
+TEST_CASE("recovery: in place for dtrain-worker jobs, restart for command jobs") {
+  CHECK(parse_job_spec(R"({"job": "j", "workers": 2, "train": {}})", "x").recovery ==
+        RecoveryMode::kInPlace);
+  CHECK(parse_job_spec(R"({"job": "j", "workers": 2, "command": ["p"]})", "x").recovery ==
+        RecoveryMode::kRestart);
+  CHECK(parse_job_spec(R"({"job": "j", "workers": 2, "train": {}, "recovery": "restart"})", "x")
+            .recovery == RecoveryMode::kRestart);
+  CHECK(
+      parse_job_spec(R"({"job": "j", "workers": 2, "command": ["p"], "recovery": "restart"})", "x")
+          .recovery == RecoveryMode::kRestart);
+  CHECK_THROWS_WITH(
+      parse_job_spec(R"({"job": "j", "workers": 2, "command": ["p"], "recovery": "in_place"})",
+                     "job.json"),
+      Catch::StartsWith("job.json: recovery: ") && Catch::Contains("owns its state") &&
+          Catch::Contains("needs dtrain-worker"));
+  JobSpec restart =
+      parse_job_spec(R"({"job": "j", "workers": 2, "train": {}, "recovery": "restart"})", "x");
+  CHECK(parse_job_spec(job_spec_to_json(restart, resolve_cluster(restart)), "spec.json").recovery ==
+        RecoveryMode::kRestart);
+}
+
 TEST_CASE("\"workers\": N resolves to N distinct free localhost ports") {
   JobSpec spec = parse_job_spec(R"({"job": "j", "workers": 6, "train": {}})", "x");
   ClusterSpec cluster = resolve_cluster(spec);

@@ -317,3 +317,65 @@ TEST_CASE("a control socket served by another user is trusted by no client") {
   ::kill(child, SIGKILL);
   ::waitpid(child, nullptr, 0);
 }
+
+TEST_CASE("a deferred request is answered later on its connection, or dropped with it") {
+  testing::TempDir dir;
+  IoThread loop;
+  std::string path = dir.path() + "/control.sock";
+  launcher::ControlServer server(loop.io, path, [](const common::ControlMessage&) {});
+  std::vector<std::pair<std::string, launcher::ControlServer::Reply>> held;  // loop thread only
+  loop.ask([&] {
+    server.defer("reform", [&](const std::string& request, launcher::ControlServer::Reply reply) {
+      held.emplace_back(request, std::move(reply));
+    });
+    return 0;
+  });
+  auto wait_held = [&](size_t n) {
+    for (int i = 0; i < 300 && loop.ask([&] { return held.size(); }) < n; ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    REQUIRE(loop.ask([&] { return held.size(); }) == n);
+  };
+  common::ReformRequest request{"worker:0", 0, 0, 12, "worker:1 (rank 1): connection closed"};
+
+  // The worker's own client waits for the answer that comes after the request was taken.
+  auto answer = std::async(std::launch::async, [&] {
+    return common::ControlClient(server.address()).request_reform(request, 10);
+  });
+  wait_held(1);
+  CHECK(loop.ask([&] { return held[0].first.find("\"whole_step\":12") != std::string::npos; }));
+  CHECK(answer.wait_for(std::chrono::milliseconds(100)) == std::future_status::timeout);
+  loop.ask([&] {
+    held[0].second(common::format_reform_reply({true, 3, ""}));
+    held[0].second(common::format_reform_reply({true, 4, ""}));  // only the first is sent
+    return 0;
+  });
+  std::optional<common::ReformReply> reply = answer.get();
+  REQUIRE(reply);
+  CHECK(reply->ok);
+  CHECK(reply->generation == 3);
+
+  // A second request before the first one's answer is refused at once.
+  std::string line = common::format_reform_request(request);
+  common::UniqueFd fd = connect_unix(path);
+  std::string two = line + line;
+  REQUIRE(::send(fd.get(), two.data(), two.size(), MSG_NOSIGNAL) ==
+          static_cast<ssize_t>(two.size()));
+  char buffer[512] = {};
+  ssize_t n = ::recv(fd.get(), buffer, sizeof buffer - 1, 0);
+  REQUIRE(n > 0);
+  CHECK(std::string(buffer, n).find("still pending") != std::string::npos);
+  wait_held(2);
+
+  // A closed connection is released at once although its reply is still held; the reply then
+  // does nothing.
+  fd.reset();
+  for (int i = 0; i < 300 && loop.ask([&] { return server.live_connections(); }) > 0; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  CHECK(loop.ask([&] { return server.live_connections(); }) == 0);
+  loop.ask([&] {
+    held[1].second(common::format_reform_reply({true, 1, ""}));
+    held.clear();
+    return 0;
+  });
+  CHECK(loop.ask([&] { return server.live_connections(); }) == 0);
+}

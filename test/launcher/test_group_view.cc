@@ -1,6 +1,7 @@
 // group_view's straggler rule on hand-made snapshots: the task computing over 1.5x the median of
 // the others (and 1 ms over it) is named in state.json and Prometheus; equal peers, one task
-// reporting, or tasks that do not report compute time name nobody.
+// reporting, or tasks that do not report compute time name nobody. Also the generation and the
+// recoveries in place (docs/design.md#in-place-recovery) in both.
 #include <catch2/catch.hpp>
 
 #include "common/json.h"
@@ -92,4 +93,17 @@ TEST_CASE("nobody is named without two tasks reporting compute time") {
   CHECK(text.find("dtrain_worker_straggler{job=\"tiny\",task=\"worker:0\"} 0") !=
         std::string::npos);
   CHECK(text.find("task=\"worker:1\"} 0") == std::string::npos);  // no compute: no gauges
+}
+
+TEST_CASE("state.json and Prometheus carry the generation and the recoveries in place") {
+  auto g = group({task("worker:0", -1, -1)});
+  g.attempt = 1;
+  g.generation = 2;
+  g.in_place_recoveries = 3;
+  std::string json = launcher::state_json(g);
+  CHECK(json.find(R"("attempt":1,"generation":2,)") != std::string::npos);
+  CHECK(json.find(R"("in_place_recoveries":3,)") != std::string::npos);
+  std::string text = launcher::prometheus_text(g);
+  CHECK(text.find("dtrain_generation{job=\"tiny\"} 2\n") != std::string::npos);
+  CHECK(text.find("dtrain_in_place_recoveries_total{job=\"tiny\"} 3\n") != std::string::npos);
 }

@@ -1,6 +1,7 @@
 // `dtrain launch` with real processes (test/helpers/test_worker.cc as the worker): each exit
 // classification leads to its documented action, a killed worker restarts the group, a killed
-// launcher leaves no process behind, logs keep every line, and a stopped run resumes.
+// launcher leaves no process behind, logs keep every line, a stopped run resumes, and a failed
+// worker is replaced in place while its peers' reform requests are answered.
 #include <netinet/in.h>
 #include <signal.h>
 #include <sys/socket.h>
@@ -381,4 +382,63 @@ TEST_CASE("a Python command job's print() reaches its log at once (PYTHONUNBUFFE
   CHECK(seen);  // buffered, it would appear only at exit, 30 s later
   launcher->signal(SIGTERM);
   launcher->wait(30);
+}
+
+// Recovery in place through the real launcher, control socket and processes, with a stand-in for
+// dtrain-worker found beside a copy of dtrain (as the launcher finds dtrain-worker): the two
+// survivors ask to re-form before worker:1 fails, and hear generation 1 once it has; the
+// replacement runs with DTRAIN_GENERATION=1; nobody else is restarted.
+TEST_CASE("in place: a failed worker's replacement and the survivors' reform replies") {
+  Job job;
+  fs::create_directories(job.dir.path() + "/bin");
+  std::string dtrain = job.dir.path() + "/bin/dtrain";
+  fs::copy_file(binary("dtrain"), dtrain);
+  std::string worker = job.dir.path() + "/bin/dtrain-worker";
+  std::ofstream(worker) << R"PY(#!/usr/bin/python3
+import json, os, socket, sys, time
+index = json.loads(os.environ["TF_CONFIG"])["task"]["index"]
+generation = int(os.environ["DTRAIN_GENERATION"])
+print("worker %d generation %d recovery %s" % (index, generation,
+      os.environ.get("DTRAIN_RECOVERY", "-")), flush=True)
+if generation > 0:
+    sys.exit(0)
+if index == 1:
+    time.sleep(0.5)
+    sys.exit(1)
+s = socket.socket(socket.AF_UNIX)
+s.connect(os.environ["DTRAIN_CONTROL"][len("unix:"):])
+s.sendall((json.dumps({"request": "reform", "task": "worker:%d" % index,
+    "attempt": int(os.environ["DTRAIN_ATTEMPT"]), "generation": 0, "whole_step": 5,
+    "what": "worker:1 (rank 1): connection closed"}) + "\n").encode())
+print("reply " + s.makefile().readline().strip(), flush=True)
+)PY";
+  fs::permissions(worker, fs::perms::owner_all);
+  std::ofstream(job.path()) << R"({"job": "t", "workers": 3,
+      "restart": {"max_restarts": 1, "backoff_seconds": 0.05, "grace_seconds": 1},
+      "train": {"model": {"input_shape": [2, 2, 1], "layers": [{"type": "flatten"},
+                {"type": "dense", "units": 2}]},
+                "loss": {"type": "sparse_categorical_crossentropy", "from_logits": true},
+                "optimizer": {"type": "sgd", "learning_rate": 0.1},
+                "data": {"source": "synthetic", "examples": 64, "classes": 2},
+                "per_worker_batch_size": 8, "epochs": 1}})";
+  dtrain::testing::ProcessOptions options;
+  options.cwd = job.dir.path();
+  options.timeout_seconds = 60;
+  auto r = run_process({dtrain, "launch", job.path()}, options);
+  INFO(r.err);
+  CHECK(r.exit_code == 0);
+  for (int i : {0, 2}) {
+    CHECK(job.log(i).find("worker " + std::to_string(i) + " generation 0 recovery in_place") !=
+          std::string::npos);
+    CHECK(job.log(i).find(R"(reply {"request":"reform","ok":true,"generation":1})") !=
+          std::string::npos);
+    CHECK(count(job.log(i), "==== dtrain: attempt ") == 1);
+  }
+  CHECK(job.log(1).find(", generation 1) started ") != std::string::npos);
+  CHECK(job.log(1).find("worker 1 generation 1 recovery in_place") != std::string::npos);
+  CHECK(job.events().find(R"("event":"in_place","task":"worker:1","attempt":0,"generation":1,)"
+                          R"("outcome":"failed","what":"exit code 1")") != std::string::npos);
+  CHECK(job.state_int("attempt") == 0);
+  CHECK(job.state_int("generation") == 1);
+  CHECK(job.state_int("restarts") == 1);
 }

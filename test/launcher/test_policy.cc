@@ -103,6 +103,28 @@ TEST_CASE("failures back off exponentially with jitter, up to the cap, within th
   CHECK(last.reason.find("restart budget") != std::string::npos);
 }
 
+TEST_CASE("a replacement in place costs what a restart costs, with no back-off") {
+  RestartBook book(policy(), 7);
+  Decision failed = book.decide_in_place({Outcome::kFailed, true, 1});
+  CHECK(failed.restart);
+  CHECK(failed.delay_seconds == 0);
+  CHECK(book.decide_in_place({Outcome::kPreempted, true, 1}).restart);
+  CHECK(book.restarts() == 1);
+  CHECK(book.preemptions() == 1);
+  // A later whole-group restart backs off as the first consecutive failure: 1 s, not 2 s.
+  Decision restart = book.decide({Outcome::kFailed, true, 1});
+  REQUIRE(restart.restart);
+  CHECK(restart.delay_seconds <= 1.2);
+  CHECK(book.decide_in_place({Outcome::kCrashed, true, 1}).restart);
+  Decision spent = book.decide_in_place({Outcome::kFailed, true, 1});
+  CHECK_FALSE(spent.restart);
+  CHECK(spent.reason.find("restart budget") != std::string::npos);
+  CHECK_FALSE(book.decide_in_place({Outcome::kConfigError, true, 1}).restart);
+  // The preemption budget (2 here) runs out too.
+  CHECK(book.decide_in_place({Outcome::kPreempted, true, 1}).restart);
+  CHECK_FALSE(book.decide_in_place({Outcome::kPreempted, true, 1}).restart);
+}
+
 TEST_CASE("a healthy run resets the back-off but not the budget") {
   RestartBook book(policy(), 1);
   book.decide({Outcome::kFailed, true, 1});

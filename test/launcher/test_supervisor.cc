@@ -532,7 +532,8 @@ TEST_CASE("a recovery says how many steps it redid: summary result and events") 
   CHECK(r.recoveries[0].reached_step == 30);
   CHECK(r.recoveries[0].restored_step == 20);
   CHECK(r.recoveries[0].steps_redone() == 10);
-  CHECK(h.events().find("\"event\":\"recovered\",\"attempt\":1,\"restored_step\":20,"
+  CHECK(h.events().find("\"event\":\"recovered\",\"attempt\":1,\"path\":\"restart\","
+                        "\"restored_step\":20,"
                         "\"steps_redone\":10") != std::string::npos);
   CHECK(h.state().find("\"steps_redone\":10") != std::string::npos);
 }

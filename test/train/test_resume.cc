@@ -1,6 +1,7 @@
-// End to end through `dtrain launch` with two real dtrain-workers: an uninterrupted run, a run
-// whose worker is SIGKILLed mid-epoch, and a run whose worker is SIGTERMed end with
-// byte-identical final models, and the logs show the restart and the resume point.
+// End to end through `dtrain launch` with two real dtrain-workers and the whole-group restart
+// ("recovery": "restart"; test_in_place.cc has the default): an uninterrupted run, a run whose
+// worker is SIGKILLed mid-epoch, and a run whose worker is SIGTERMed end with byte-identical final
+// models, and the logs show the restart and the resume point.
 #include <signal.h>
 
 #include <catch2/catch.hpp>
@@ -20,7 +21,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-const char* kJob = R"({"job": "resume", "workers": 2,
+const char* kJob = R"({"job": "resume", "workers": 2, "recovery": "restart",
  "restart": {"max_restarts": 3, "backoff_seconds": 0.1, "grace_seconds": 10},
  "train": {"model": {"input_shape": [28, 28, 1], "layers": [
    {"type": "conv2d", "filters": 16, "kernel_size": 3, "activation": "relu"},

@@ -7,8 +7,9 @@
 
 namespace dtrain::comm {
 
-GroupCommunicator::GroupCommunicator(Factory factory, int generation)
-    : factory_(std::move(factory)) {
+GroupCommunicator::GroupCommunicator(Factory factory, int generation,
+                                     common::ProgressRecordWriter* record)
+    : factory_(std::move(factory)), record_(record) {
   join(generation);
 }
 
@@ -23,6 +24,7 @@ void GroupCommunicator::leave(const std::string& message) noexcept {
 void GroupCommunicator::join(int generation) {
   DT_ENFORCE(!inner_, "join generation {} before leaving generation {}", generation, generation_);
   generation_ = generation;
+  if (record_) record_->set_generation(generation);
   try {
     inner_ = factory_(generation);
   } catch (const common::IoError& e) {
@@ -41,6 +43,15 @@ Communicator& GroupCommunicator::current() {
 template <typename Call>
 auto GroupCommunicator::forward(Call&& call) -> decltype(call(std::declval<Communicator&>())) {
   Communicator& c = current();
+  struct Counted {  // begun now, ended however the call ends
+    common::ProgressRecordWriter* record;
+    explicit Counted(common::ProgressRecordWriter* r) : record(r) {
+      if (record) record->begin_collective();
+    }
+    ~Counted() {
+      if (record) record->end_collective();
+    }
+  } counted(record_);
   try {
     return call(c);
   } catch (const GroupBroken&) {

@@ -3,7 +3,8 @@
 // current generation and turns any failure of one into GroupBroken, so the trainer can tell "the
 // group broke" from its own errors. leave() closes that communicator; join(generation) makes the
 // next one (a new rendezvous, the same rank and size), with a new window where the transport has
-// one. The trainer keeps a reference to this object across generations.
+// one. The trainer keeps a reference to this object across generations. It also keeps the
+// worker's progress record of collectives, which the launcher reads to find a frozen member.
 #pragma once
 
 #include <functional>
@@ -12,6 +13,7 @@
 #include <vector>
 
 #include "common/errors.h"
+#include "common/progress_record.h"
 #include "worker/comm/communicator.h"
 
 namespace dtrain::comm {
@@ -28,8 +30,11 @@ class GroupCommunicator final : public Communicator {
   /// Makes generation g's communicator (blocking for its rendezvous; IoError when it fails).
   using Factory = std::function<std::unique_ptr<Communicator>(int generation)>;
 
-  /// Joins `generation` at once through factory (its IoError propagates as GroupBroken).
-  GroupCommunicator(Factory factory, int generation);
+  /// Joins `generation` at once through factory (its IoError propagates as GroupBroken). record
+  /// (may be null; must outlive this) counts every collective begun and ended, and the
+  /// generation (docs/design.md#frozen-workers).
+  GroupCommunicator(Factory factory, int generation,
+                    common::ProgressRecordWriter* record = nullptr);
   ~GroupCommunicator() override;
 
   int generation() const { return generation_; }
@@ -61,6 +66,7 @@ class GroupCommunicator final : public Communicator {
   auto forward(Call&& call) -> decltype(call(std::declval<Communicator&>()));
 
   Factory factory_;
+  common::ProgressRecordWriter* record_;
   std::unique_ptr<Communicator> inner_;
   int generation_ = 0;
   int rank_ = 0, size_ = 1;

@@ -428,11 +428,19 @@ EpochMetrics Trainer::train_epoch(int epoch) {
     stager_->ready();
     int next_n = step + 1 < steps_per_epoch_ ? stage(step + 1) : 0;  // overlaps this step
     if (options_.stop_requested && options_.stop_requested()) step_->request_stop();
+    double step_started = common::monotonic_seconds();
     step_->run(stager_->images(slot), stager_->labels(slot), n, {config_.seed, epoch, step}, slot);
     seen_here += static_cast<double>(n) * comm_.size();
     n = next_n;
     state_ =
         TrainingState{epoch, step + 1, state_.global_step + 1, optimizer_->iterations(), 0, 0, 0};
+    if (options_.record)
+      options_.record->finished_step(state_.global_step,
+                                     common::monotonic_seconds() - step_started);
+    if (options_.leave_requested && options_.leave_requested()) {
+      throw LeftGroup(fmt::format("left the group after epoch {} step {} (global step {})",
+                                  epoch + 1, step + 1, state_.global_step));
+    }
     if (state_.global_step == start_.global_step + 3 && step_->graphed()) {
       spdlog::info("training step recorded as a CUDA graph, replayed each step");
     }

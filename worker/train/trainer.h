@@ -15,6 +15,7 @@
 #include <string>
 
 #include "common/control_protocol.h"
+#include "common/progress_record.h"
 #include "worker/comm/communicator.h"
 #include "worker/comm/group_communicator.h"
 #include "worker/data/dataset.h"
@@ -58,6 +59,9 @@ struct TrainerOptions {
   double progress_line_seconds = ProgressBar::kLineSeconds;
   /// The group's generation at the start (DTRAIN_GENERATION), sent with heartbeats.
   int generation = 0;
+  /// This worker's progress record (docs/design.md#frozen-workers): each finished step and its
+  /// wall time go there. May be null.
+  common::ProgressRecordWriter* record = nullptr;
   /// In-place recovery (docs/design.md#in-place-recovery), host devices only: called when a
   /// collective failed (comm::GroupBroken) with what failed, the global step of the whole state
   /// this worker holds, and whether it abandoned a step in flight. It leaves the broken group,
@@ -67,11 +71,21 @@ struct TrainerOptions {
   /// Unset: a broken group ends fit() with the error, as before.
   std::function<std::optional<int>(const std::string& what, int64_t whole_step, bool in_flight)>
       regroup = nullptr;
+  /// Polled after each step; true when this worker alone is preempted (in place): fit() throws
+  /// LeftGroup then, having written no checkpoint; its peers re-form with a replacement.
+  std::function<bool()> leave_requested = nullptr;
 };
 
 /// Thrown by fit() after every worker agreed to stop at the same step and the chief saved a
 /// step checkpoint there: the worker should exit 143.
 class Preempted : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+/// Thrown by fit() after a step when this worker alone was preempted (leave_requested): it
+/// leaves the group without a checkpoint, and should end as its SIGTERM would have ended it.
+class LeftGroup : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;
 };

@@ -1,0 +1,205 @@
+// See supervisor.h. Recovery in place (docs/design.md#in-place-recovery): a training task's failed
+// end while other training tasks run makes the attempt's next generation and starts a replacement
+// for that task alone; the survivors' reform requests are answered with that generation. What the
+// workers do to re-form (undo, rendezvous, agreement) is theirs; this file only decides, spawns
+// and answers. Anything it cannot explain takes the whole-group path of supervisor_teardown.cc.
+#include <spdlog/spdlog.h>
+
+#include <csignal>
+
+#include "common/clock.h"
+#include "common/errors.h"
+#include "common/exit_codes.h"
+#include "launcher/supervisor.h"
+#include "launcher/supervisor_task.h"
+
+namespace dtrain::launcher {
+namespace {
+
+std::chrono::steady_clock::duration seconds(double s) {
+  return std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+      std::chrono::duration<double>(std::max(0.0, s)));
+}
+
+std::string refusal(const std::string& error) {
+  return common::format_reform_reply({false, 0, error});
+}
+
+}  // namespace
+
+bool Supervisor::others_train(const Task& task) const {
+  for (const auto& other : tasks_)
+    if (other.get() != &task && other->plan.trains() && other->alive()) return true;
+  return false;
+}
+
+// The rule of docs/design.md#in-place-recovery, step 2: not a success, not a configuration
+// error, no stop asked for, another training task still running, and the restart budget not
+// spent (a replacement costs what a restart costs). True when a replacement is on its way.
+bool Supervisor::recover_in_place(Task& task, const EndReading& reading, const ChildEnd& end) {
+  if (!plan_.in_place || phase_ != Phase::kRunning || stop_requested_ || !task.plan.trains() ||
+      reading.outcome == Outcome::kConfigError || !others_train(task))
+    return false;
+  bool sigkill = reading.started && killed_by_sigkill(end.status);
+  Decision decision = book_.decide_in_place({reading.outcome, task.made_progress,
+                                             common::monotonic_seconds() - task.spawned_at, sigkill,
+                                             !reading.started});
+  if (!decision.restart) {
+    spdlog::warn("no recovery in place: {}", decision.reason);
+    return false;
+  }
+  ++generation_;
+  recorder_.event("in_place", [&](common::JsonWriter& w) {
+    w.key("task").value(task.plan.task.text()).key("attempt").value(attempt_);
+    w.key("generation").value(generation_).key("outcome").value(outcome_name(reading.outcome));
+    w.key("what").value(reading.what);
+  });
+  spdlog::info("{}: starting a replacement; the others re-form as generation {} of attempt {}",
+               task.plan.task.text(), generation_, attempt_);
+  // A failure while the last one is still being recovered from extends that recovery.
+  double failed_at =
+      in_place_recovery_ ? in_place_recovery_->failed_at : common::monotonic_seconds();
+  int64_t reached = in_place_recovery_ ? in_place_recovery_->reached_step : reached_step_;
+  in_place_recovery_ = PendingInPlace{generation_, failed_at, reached, std::nullopt};
+  task.respawn_pending = true;
+  // What is left of the dead member's group (a grandchild holding its output) goes first; its
+  // last output lines reach the log before the replacement's header.
+  if (task.output_open)
+    drain_then_respawn(task);
+  else
+    respawn(task);
+  answer_held_reforms(true, "");
+  write_state();
+  return true;
+}
+
+// SIGKILL to what is left of the group, then the replacement when its output closes, or after
+// kill_drain_seconds if something outside the group holds the pipe (as a teardown gives up).
+void Supervisor::drain_then_respawn(Task& task) {
+  task.child->signal_group(SIGKILL);
+  if (!task.drain_timer) task.drain_timer = std::make_unique<boost::asio::steady_timer>(io_);
+  task.drain_timer->expires_after(seconds(options_.kill_drain_seconds));
+  Task* t = &task;
+  task.drain_timer->async_wait([this, t](const boost::system::error_code& ec) {
+    if (ec || !t->respawn_pending || phase_ != Phase::kRunning) return;
+    guarded("drain timer", [&] {
+      spdlog::warn("{}: output still open after SIGKILL; starting its replacement anyway",
+                   t->plan.task.text());
+      t->output_open = false;
+      respawn(*t);
+    });
+  });
+}
+
+void Supervisor::respawn(Task& task) {
+  task.respawn_pending = false;
+  if (task.drain_timer) task.drain_timer->cancel();
+  if (phase_ != Phase::kRunning) return;  // the group is going down meanwhile
+  if (guardian_ && task.child) guardian_->forget(task.pid);
+  task.child.reset();
+  try {
+    spawn_task(task);
+  } catch (const common::ConfigError& e) {
+    fail_first(task, Outcome::kConfigError, e.what(), common::kExitConfig);
+    begin_teardown("a replacement could not be started");
+  } catch (const common::IoError& e) {
+    if (fail_first(task, Outcome::kFailed, e.what(), common::kExitFailure))
+      first_failure_->never_started = true;
+    begin_teardown("a replacement could not be started");
+  }
+}
+
+Supervisor::Task* Supervisor::training_task(const std::string& name) {
+  for (auto& task : tasks_)
+    if (task->plan.trains() && task->plan.task.text() == name) return task.get();
+  return nullptr;
+}
+
+void Supervisor::on_reform_request(const std::string& request_json, ReformReplyFn reply) {
+  guarded("reform request", [&] {
+    std::optional<common::ReformRequest> request = common::parse_reform_request(request_json);
+    if (!request) return reply(refusal("malformed reform request"));
+    if (!training_task(request->task))
+      return reply(refusal(request->task + " is not a training task of this job"));
+    if (!plan_.in_place) return reply(refusal("recovery in place is off for this launch"));
+    if (request->attempt != attempt_ || phase_ != Phase::kRunning) {
+      return reply(refusal(fmt::format("attempt {} is over or ending (the group is {}, attempt {})",
+                                       request->attempt, phase_name(), attempt_)));
+    }
+    if (request->generation < generation_)
+      return reply(common::format_reform_reply({true, generation_, ""}));
+    if (request->generation > generation_) {
+      return reply(refusal(fmt::format("generation {} was never formed (the group is at {})",
+                                       request->generation, generation_)));
+    }
+    hold_reform(std::move(*request), std::move(reply));
+  });
+}
+
+// Waits for a task's end to explain the broken group; a worker's newer request replaces its
+// older one, so what is held stays bounded by the number of tasks.
+void Supervisor::hold_reform(common::ReformRequest request, ReformReplyFn reply) {
+  spdlog::info("{} lost its group ({}); waiting up to {:g} s for a task's end to explain it",
+               request.task, request.what, options_.reform_hold_seconds);
+  for (HeldReform& held : held_reforms_) {
+    if (held.request.task != request.task) continue;
+    held.reply(refusal("replaced by a newer request of the same task"));
+    held = HeldReform{std::move(request), std::move(reply)};
+    return;
+  }
+  held_reforms_.push_back(HeldReform{std::move(request), std::move(reply)});
+  if (held_reforms_.size() > 1) return;
+  reform_timer_.expires_after(seconds(options_.reform_hold_seconds));
+  reform_timer_.async_wait([this](const boost::system::error_code& ec) {
+    if (!ec) guarded("reform timer", [this] { reform_hold_expired(); });
+  });
+}
+
+// ok: every held request was of a generation below generation_ (they are all of the current
+// one when held), so each may re-form as generation_.
+void Supervisor::answer_held_reforms(bool ok, const std::string& error) {
+  if (held_reforms_.empty()) return;
+  reform_timer_.cancel();
+  std::vector<HeldReform> held = std::move(held_reforms_);
+  held_reforms_.clear();
+  for (HeldReform& h : held)
+    h.reply(ok ? common::format_reform_reply({true, generation_, ""}) : refusal(error));
+}
+
+// No task ended to explain the broken group (a frozen worker, a cut link): the old path, a
+// teardown blamed on the first worker that asked. begin_teardown refuses every held request.
+void Supervisor::reform_hold_expired() {
+  if (held_reforms_.empty() || phase_ != Phase::kRunning) return;
+  const common::ReformRequest& first = held_reforms_.front().request;
+  std::string reason =
+      fmt::format("{} lost its group ({}) but no task failed", first.task, first.what);
+  spdlog::warn("{} within {:g} s", reason, options_.reform_hold_seconds);
+  fail_first(*training_task(first.task), Outcome::kFailed, reason, common::kExitFailure);
+  begin_teardown(reason);
+}
+
+// The new generation said where it resumed (restored_step), then stepped past it: the recovery
+// is done, and recorded as the `recovered` event of docs/design.md#events.
+void Supervisor::note_in_place_progress(const common::ControlMessage& message) {
+  if (!in_place_recovery_ || message.generation.value_or(0) != in_place_recovery_->generation)
+    return;
+  PendingInPlace& pending = *in_place_recovery_;
+  if (message.restored_step && !pending.restored_step)
+    pending.restored_step = message.restored_step;
+  std::optional<int64_t> step =
+      message.type == common::ControlMessageType::kProgress ? reported_step(message) : std::nullopt;
+  if (!pending.restored_step || !step || *step <= *pending.restored_step) return;
+  Recovery r{attempt_, pending.reached_step, *pending.restored_step,
+             true,     pending.generation,   common::monotonic_seconds() - pending.failed_at};
+  in_place_recovery_.reset();
+  result_.recoveries.push_back(r);
+  spdlog::info("generation {} of attempt {} resumed at step {} in {:.1f} s: {} step(s) redone",
+               r.generation, r.attempt, r.restored_step, r.seconds, r.steps_redone());
+  recorder_.event("recovered", [&](common::JsonWriter& w) {
+    w.key("attempt").value(r.attempt).key("path").value("in_place");
+    w.key("generation").value(r.generation).key("restored_step").value(r.restored_step);
+    w.key("steps_redone").value(r.steps_redone()).key("seconds").value(r.seconds);
+  });
+}
+
+}  // namespace dtrain::launcher

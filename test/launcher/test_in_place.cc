@@ -1,0 +1,412 @@
+// The launcher's half of recovery in place (docs/design.md#in-place-recovery) against the fake
+// spawner: a failed worker is replaced while the others run, reform requests are answered with
+// the new generation (at once, or once the failure comes), and every case the rule excludes
+// (no failure to explain a request, the budget spent, exit 2, nobody left, "recovery":
+// "restart", command jobs) takes the whole-group path.
+#include <catch2/catch.hpp>
+#include <filesystem>
+#include <map>
+
+#include "common/atomic_file.h"
+#include "common/control_protocol.h"
+#include "common/job_spec.h"
+#include "common/run_dir.h"
+#include "launcher/supervisor.h"
+#include "launcher/worker_env.h"
+#include "test/launcher/fake_spawner.h"
+#include "test/support/temp_dir.h"
+
+using namespace dtrain;
+using launcher::ExitStatus;
+using testing::FakeProcess;
+
+namespace {
+
+// A dtrain-worker job of three local workers (or a command job), fast timers.
+std::string job_json(const std::string& extra, bool command, int max_restarts) {
+  return std::string(R"({"job": "fake", "workers": 3, )") +
+         (command ? R"("command": ["fake"])" : R"("train": {})") +
+         R"(, "restart": {"max_restarts": )" + std::to_string(max_restarts) +
+         R"(, "grace_seconds": 0.2, "startup_seconds": 0,
+             "max_preemptions": 5, "backoff_seconds": 0.01, "backoff_max_seconds": 0.05})" +
+         extra + "}";
+}
+
+struct Harness {
+  Harness(const std::string& extra, testing::FakeSpawner::Script script, bool command = false,
+          int max_restarts = 2)
+      : spec(common::parse_job_spec(job_json(extra, command, max_restarts), "job.json")),
+        spawner(io, std::move(script)),
+        run_dir(dir.path()),
+        console_file(std::tmpfile()),
+        console(console_file, false) {
+    std::filesystem::create_directories(run_dir.logs_dir());
+    recorder = std::make_unique<launcher::RunRecorder>(run_dir);
+    launcher::LaunchContext c;
+    c.spec = &spec;
+    c.cluster = common::resolve_cluster(spec);
+    c.run_dir = dir.path();
+    c.worker_program = "/fake/dtrain-worker";
+    launcher::LaunchPlan plan = launcher::plan_launch(c);
+    in_place = plan.in_place;
+    launcher::SupervisorOptions options{std::move(plan), 0, 1, 0.5, 0.3};
+    supervisor = std::make_unique<launcher::Supervisor>(io, spawner, *recorder, console, nullptr,
+                                                        std::move(options));
+  }
+  ~Harness() { std::fclose(console_file); }
+
+  launcher::SupervisorResult run(double seconds = 20) {
+    supervisor->start([this](const launcher::SupervisorResult& r) {
+      result = r;
+      done = true;
+      io.stop();
+    });
+    io.run_for(std::chrono::duration_cast<std::chrono::nanoseconds>(
+        std::chrono::duration<double>(seconds)));
+    REQUIRE(done);
+    return result;
+  }
+  /// Sends worker task's reform request of generation; its replies land in replies[task].
+  void reform(const std::string& task, int generation) {
+    common::ReformRequest request{task, 0, generation, 20, "worker:1 (rank 1): connection closed"};
+    std::string json = common::format_reform_request(request);
+    supervisor->on_reform_request(
+        json.substr(0, json.size() - 1),
+        [this, task](const std::string& line) { replies[task].push_back(line); });
+  }
+  void control(const std::string& json) {
+    auto message = common::parse_control_message(json);
+    REQUIRE(message);
+    supervisor->on_control_message(*message);
+  }
+  std::string events() const { return common::read_file(run_dir.events_jsonl()); }
+  std::string state() const { return common::read_file(run_dir.state_json()); }
+  bool has_event(const std::string& kind) const {
+    return events().find("\"event\":\"" + kind + "\"") != std::string::npos;
+  }
+
+  testing::TempDir dir;
+  boost::asio::io_context io;
+  common::JobSpec spec;
+  testing::FakeSpawner spawner;
+  common::RunDir run_dir;
+  std::FILE* console_file;
+  launcher::Console console;
+  std::unique_ptr<launcher::RunRecorder> recorder;
+  std::unique_ptr<launcher::Supervisor> supervisor;
+  launcher::SupervisorResult result;
+  bool done = false;
+  bool in_place = false;
+  std::map<std::string, std::vector<std::string>> replies;
+};
+
+int index_of(const FakeProcess& p) {
+  std::string tf = p.env("TF_CONFIG");
+  return std::stoi(tf.substr(tf.find("\"index\": ") + 9));
+}
+int generation_of(const FakeProcess& p) {
+  return std::stoi(p.env("DTRAIN_GENERATION"));
+}
+bool has_env(const FakeProcess& p, const std::string& name) {
+  for (const auto& kv : p.request.env)
+    if (kv.first == name) return true;
+  return false;
+}
+
+const std::string kOkGeneration1 = R"({"request":"reform","ok":true,"generation":1})"
+                                   "\n";
+
+}  // namespace
+
+TEST_CASE("in place: a SIGKILLed worker is replaced while the others run on") {
+  Harness* h = nullptr;
+  std::vector<int> signals_seen_by_survivors;
+  Harness harness("", [&](FakeProcess& p) {
+    if (generation_of(p) == 0 && index_of(p) == 1) return p.end(ExitStatus::killed(SIGKILL));
+    if (generation_of(p) == 0) return;  // worker:0 and worker:2 run until stopped
+    boost::asio::post(*p.io, [&] {      // the replacement runs: the survivors were left alone
+      for (size_t i : {0, 2})
+        for (int sig : h->spawner.processes[i]->signals) signals_seen_by_survivors.push_back(sig);
+      h->reform("worker:0", 0);
+      h->supervisor->stop(SIGTERM);
+    });
+  });
+  h = &harness;
+  CHECK(harness.in_place);
+  auto r = harness.run();
+  CHECK(r.status == "stopped");
+  REQUIRE(harness.spawner.processes.size() == 4);
+  const FakeProcess& replacement = *harness.spawner.processes[3];
+  CHECK(index_of(replacement) == 1);
+  CHECK(replacement.env("DTRAIN_GENERATION") == "1");
+  CHECK(replacement.env("DTRAIN_ATTEMPT") == "0");
+  CHECK(replacement.env("DTRAIN_RECOVERY") == "in_place");
+  CHECK(harness.spawner.processes[0]->env("DTRAIN_GENERATION") == "0");
+  CHECK(signals_seen_by_survivors.empty());
+  CHECK(harness.replies["worker:0"] == std::vector<std::string>{kOkGeneration1});
+  CHECK(harness.supervisor->book().preemptions() == 1);  // the budget pays for it
+  CHECK(harness.supervisor->attempt() == 0);
+  CHECK(
+      harness.events().find(R"("event":"in_place","task":"worker:1","attempt":0,)"
+                            R"("generation":1,"outcome":"preempted","what":"killed by SIGKILL")") !=
+      std::string::npos);
+  std::string log = common::read_file(harness.run_dir.log_file({"worker", 1}));
+  CHECK(log.find("==== dtrain: attempt 0 of worker:1 (pid 1001) started") != std::string::npos);
+  CHECK(log.find(", generation 1) started ") != std::string::npos);
+  CHECK(harness.state().find("\"generation\":1") != std::string::npos);
+}
+
+TEST_CASE("in place: a reform request that comes before the failure waits for it") {
+  Harness* h = nullptr;
+  std::vector<std::string> before_failure;
+  Harness harness("", [&](FakeProcess& p) {
+    if (generation_of(p) == 1) {
+      boost::asio::post(*p.io, [&] { h->supervisor->stop(SIGTERM); });
+      return;
+    }
+    if (index_of(p) != 2) return;
+    boost::asio::post(*p.io, [&] {  // every worker of generation 0 runs
+      h->reform("worker:0", 0);
+      before_failure = h->replies["worker:0"];
+      h->spawner.processes[1]->end(ExitStatus::exited(1));
+    });
+  });
+  h = &harness;
+  auto r = harness.run();
+  CHECK(before_failure.empty());
+  CHECK(harness.replies["worker:0"] == std::vector<std::string>{kOkGeneration1});
+  REQUIRE(harness.spawner.processes.size() == 4);
+  CHECK(generation_of(*harness.spawner.processes[3]) == 1);
+  CHECK(harness.supervisor->book().restarts() == 1);
+  CHECK(r.status == "stopped");
+}
+
+TEST_CASE("in place: a request that no failure explains in time tears the group down") {
+  Harness* h = nullptr;
+  Harness harness("", [&](FakeProcess& p) {
+    if (p.attempt() == 1) return p.end(ExitStatus::exited(0));
+    if (index_of(p) == 2) boost::asio::post(*p.io, [&] { h->reform("worker:0", 0); });
+  });
+  h = &harness;
+  auto r = harness.run();
+  CHECK(r.status == "succeeded");
+  CHECK(harness.supervisor->attempt() == 1);
+  CHECK(harness.supervisor->book().restarts() == 1);
+  REQUIRE(harness.replies["worker:0"].size() == 1);
+  const std::string reason =
+      "worker:0 lost its group (worker:1 (rank 1): connection closed) but no task failed";
+  std::optional<common::ReformReply> reply =
+      common::parse_reform_reply(harness.replies["worker:0"][0]);
+  REQUIRE(reply);
+  CHECK_FALSE(reply->ok);
+  CHECK(reply->error.find(reason) != std::string::npos);
+  CHECK(harness.events().find(R"("event":"teardown","attempt":0,"reason":")" + reason) !=
+        std::string::npos);
+  CHECK_FALSE(harness.has_event("in_place"));
+}
+
+TEST_CASE("in place: a spent restart budget takes the whole-group path") {
+  Harness harness(
+      "",
+      [](FakeProcess& p) {
+        if (index_of(p) == 1) p.end(ExitStatus::exited(1));
+      },
+      false, 0);
+  auto r = harness.run();
+  CHECK(r.status == "failed");
+  CHECK(r.exit_code == 1);
+  CHECK(r.reason.find("restart budget") != std::string::npos);
+  CHECK(harness.spawner.processes.size() == 3);
+  CHECK(harness.spawner.processes[0]->signals == std::vector<int>{SIGTERM});
+  CHECK_FALSE(harness.has_event("in_place"));
+  CHECK(harness.has_event("teardown"));
+}
+
+TEST_CASE("in place: a configuration error (exit 2) still ends the job with exit 2") {
+  Harness* h = nullptr;
+  Harness harness("", [&](FakeProcess& p) {
+    // the request is held first, then worker:1's end comes
+    if (index_of(p) == 0) boost::asio::post(*p.io, [&] { h->reform("worker:0", 0); });
+    if (index_of(p) == 1) p.end(ExitStatus::exited(2));
+  });
+  h = &harness;
+  auto r = harness.run();
+  CHECK(r.status == "failed");
+  CHECK(r.exit_code == 2);
+  REQUIRE(r.failure);
+  CHECK(r.failure->outcome == launcher::Outcome::kConfigError);
+  CHECK(harness.spawner.processes.size() == 3);
+  CHECK_FALSE(harness.has_event("in_place"));
+  // Any teardown refuses what is held.
+  REQUIRE(harness.replies["worker:0"].size() == 1);
+  auto reply = common::parse_reform_reply(harness.replies["worker:0"][0]);
+  REQUIRE(reply);
+  CHECK_FALSE(reply->ok);
+  CHECK(reply->error.find("being stopped") != std::string::npos);
+}
+
+TEST_CASE("in place: with no other training task running, the group restarts") {
+  Harness harness("", [](FakeProcess& p) {
+    if (p.attempt() == 1 || index_of(p) != 1) return p.end(ExitStatus::exited(0));
+    // worker:1 fails after worker:0 and worker:2 have finished
+    boost::asio::post(*p.io, [&p] { p.end(ExitStatus::exited(1)); });
+  });
+  auto r = harness.run();
+  CHECK(r.status == "succeeded");
+  CHECK(harness.supervisor->attempt() == 1);
+  CHECK(harness.supervisor->book().restarts() == 1);
+  CHECK(harness.spawner.processes.size() == 6);
+  CHECK_FALSE(harness.has_event("in_place"));
+}
+
+TEST_CASE("\"recovery\": \"restart\" and command jobs restart the group, without DTRAIN_RECOVERY") {
+  bool command = GENERATE(false, true);
+  INFO("command job: " << command);
+  Harness harness(
+      command ? "" : R"(, "recovery": "restart")",
+      [](FakeProcess& p) {
+        if (p.attempt() == 1) return p.end(ExitStatus::exited(0));
+        if (index_of(p) == 1) p.end(ExitStatus::killed(SIGKILL));
+      },
+      command);
+  CHECK_FALSE(harness.in_place);
+  auto r = harness.run();
+  CHECK(r.status == "succeeded");
+  CHECK(harness.supervisor->attempt() == 1);
+  CHECK(harness.supervisor->book().preemptions() == 1);
+  REQUIRE(harness.spawner.processes.size() == 6);
+  CHECK(harness.spawner.processes[0]->signals == std::vector<int>{SIGTERM});
+  for (const auto& p : harness.spawner.processes) {
+    CHECK_FALSE(has_env(*p, "DTRAIN_RECOVERY"));
+    CHECK(p->env("DTRAIN_GENERATION") == "0");
+  }
+  CHECK_FALSE(harness.has_event("in_place"));
+}
+
+TEST_CASE("in place: the new generation's first step past restored_step is its recovery") {
+  Harness* h = nullptr;
+  std::string recovered_too_early;
+  Harness harness("", [&](FakeProcess& p) {
+    if (generation_of(p) == 0 && index_of(p) == 1) {
+      boost::asio::post(*p.io, [&] {
+        h->control(R"({"type":"progress","task":"worker:0","attempt":0,"global_step":30})");
+        h->spawner.processes[1]->end(ExitStatus::exited(1));
+      });
+    }
+    if (generation_of(p) != 1) return;
+    boost::asio::post(*p.io, [&] {
+      h->control(R"({"type":"heartbeat","task":"worker:0","attempt":0,"generation":1,)"
+                 R"("restored_step":20})");
+      h->control(R"({"type":"progress","task":"worker:0","attempt":0,"generation":1,)"
+                 R"("global_step":20})");
+      recovered_too_early = h->has_event("recovered") ? "yes" : "no";
+      h->control(R"({"type":"progress","task":"worker:0","attempt":0,"generation":1,)"
+                 R"("global_step":21})");
+      h->supervisor->stop(SIGTERM);
+    });
+  });
+  h = &harness;
+  auto r = harness.run();
+  CHECK(recovered_too_early == "no");
+  REQUIRE(r.recoveries.size() == 1);
+  CHECK(r.recoveries[0].in_place);
+  CHECK(r.recoveries[0].generation == 1);
+  CHECK(r.recoveries[0].restored_step == 20);
+  CHECK(r.recoveries[0].steps_redone() == 10);
+  CHECK(r.recoveries[0].seconds >= 0);
+  CHECK(
+      harness.events().find(R"("event":"recovered","attempt":0,"path":"in_place",)"
+                            R"("generation":1,"restored_step":20,"steps_redone":10,"seconds":)") !=
+      std::string::npos);
+  CHECK(harness.state().find("\"in_place_recoveries\":1") != std::string::npos);
+  CHECK(harness.state().find("\"steps_redone\":10") != std::string::npos);
+}
+
+TEST_CASE("in place: the env of an in-place launch, and of its evaluator") {
+  common::JobSpec spec = common::parse_job_spec(
+      R"({"job": "e", "cluster": {"worker": ["localhost:1", "localhost:2"],
+          "evaluator": ["localhost:3"]}, "train": {}})",
+      "job.json");
+  launcher::LaunchContext c;
+  c.spec = &spec;
+  c.cluster = spec.cluster;
+  c.run_dir = "/abs/run";
+  launcher::LaunchPlan plan = launcher::plan_launch(c);
+  REQUIRE(plan.in_place);
+  CHECK(plan.recovery_note.empty());
+  auto env_of = [&](const common::TaskId& task, int generation) {
+    std::map<std::string, std::string> env;
+    for (auto& kv : launcher::make_spawn_request(plan, plan.task(task), {2, 0, {}, generation}).env)
+      env.insert(kv);
+    return env;
+  };
+  auto worker = env_of({"worker", 1}, 3);
+  CHECK(worker["DTRAIN_GENERATION"] == "3");
+  CHECK(worker["DTRAIN_ATTEMPT"] == "2");
+  CHECK(worker["DTRAIN_RECOVERY"] == "in_place");
+  auto evaluator = env_of({"evaluator", 0}, 0);
+  CHECK(evaluator["DTRAIN_GENERATION"] == "0");
+  CHECK(evaluator.count("DTRAIN_RECOVERY") == 0);
+}
+
+TEST_CASE("in place: a job with a remote training task restarts, and says why") {
+  common::JobSpec spec = common::parse_job_spec(
+      R"({"job": "e", "cluster": {"worker": ["localhost:1", "192.0.2.7:2"]}, "train": {}})",
+      "job.json");
+  launcher::LaunchContext c;
+  c.spec = &spec;
+  c.cluster = spec.cluster;
+  c.run_dir = "/abs/run";
+  launcher::LaunchPlan plan = launcher::plan_launch(c);
+  CHECK_FALSE(plan.in_place);
+  CHECK(plan.recovery_note ==
+        "recovery: restart (worker:1 runs on host 192.0.2.7; in-place recovery is local only for "
+        "now)");
+}
+
+TEST_CASE("in place: reform requests the supervisor cannot hold are answered at once") {
+  Harness* h = nullptr;
+  Harness harness("", [&](FakeProcess& p) {
+    if (index_of(p) != 2) return;
+    boost::asio::post(*p.io, [&] {
+      h->reform("worker:0", 5);  // never formed
+      h->reform("evaluator:0", 0);
+      h->supervisor->on_reform_request(R"({"request":"reform"})", [&](const std::string& line) {
+        h->replies["malformed"].push_back(line);
+      });
+      h->supervisor->stop(SIGTERM);
+    });
+  });
+  h = &harness;
+  harness.run();
+  for (const char* who : {"worker:0", "evaluator:0", "malformed"}) {
+    INFO(who);
+    REQUIRE(harness.replies[who].size() == 1);
+    auto reply = common::parse_reform_reply(harness.replies[who][0]);
+    REQUIRE(reply);
+    CHECK_FALSE(reply->ok);
+  }
+  CHECK(harness.replies["worker:0"][0].find("never formed") != std::string::npos);
+}
+
+TEST_CASE("in place: a dead worker's output held open delays its replacement only so long") {
+  Harness* h = nullptr;
+  Harness harness("", [&](FakeProcess& p) {
+    if (generation_of(p) == 1) {
+      boost::asio::post(*p.io, [&] { h->supervisor->stop(SIGTERM); });
+      return;
+    }
+    if (index_of(p) != 1) return;
+    boost::asio::post(*p.io, [&p] {  // it exits; a grandchild outside its group keeps the pipe
+      p.ended = true;
+      p.callbacks.on_exit(ExitStatus::exited(1));
+    });
+  });
+  h = &harness;
+  auto r = harness.run();
+  CHECK(r.status == "stopped");
+  REQUIRE(harness.spawner.processes.size() == 4);
+  CHECK(generation_of(*harness.spawner.processes[3]) == 1);
+  CHECK(harness.spawner.processes[1]->signals == std::vector<int>{SIGKILL});
+  CHECK(harness.spawner.processes[0]->signals == std::vector<int>{SIGTERM});  // from the stop
+}
