@@ -236,9 +236,11 @@ class Dtrain:
             return 0
 
     def recoveries(self, folder, kills):
-        """Per kill: the `seconds` of the launcher's first `recovered` event after it (and before
-        the next kill) where it has them (in place), else from the logs. Returns (those, where
-        they came from, the logs' figures)."""
+        """Per kill: the `seconds` of the `recovered` event whose recovery it began (in place:
+        the event's time less its seconds, the failed end, lies within a second after the kill),
+        else from the logs (a kill during a recovery in progress only extends it, and the
+        launcher counts that one from the first failure). Returns (those, where they came
+        from, the logs' figures)."""
         run = os.path.join(folder, "run")
         logs = recoveries_from_logs(kills, glob.glob(os.path.join(run, "logs", "*.log")))
         try:
@@ -249,9 +251,9 @@ class Dtrain:
         recovered = [e for e in events if e.get("event") == "recovered"]
         chosen, sources = [], set()
         for i, kill in enumerate(kills):
-            end = kills[i + 1] if i + 1 < len(kills) else float("inf")
-            event = next((e for e in recovered if kill < e.get("mono", 0) < end), None)
-            if event is not None and "seconds" in event:
+            event = next((e for e in recovered if "seconds" in e and "mono" in e
+                          and 0 <= e["mono"] - e["seconds"] - kill < 1.0), None)
+            if event is not None:
                 chosen.append(event["seconds"])
                 sources.add(f"events ({event.get('path', '?')})")
             else:
