@@ -12,9 +12,9 @@ checkpoints only, no validation and no TensorBoard (the PyTorch program does nei
 goodput = calm wall / churn wall. same_model: the churn run ended with the calm run's weights
 (sha256 of dtrain's model.safetensors; cnn_ddp.py's own sha256 of its weights). Recovery: per
 kill, from the SIGKILL to the group's next completed step, read from the workers' "first step of
-this run done (CLOCK_MONOTONIC X)" lines (time.monotonic() is CLOCK_MONOTONIC on Linux); where
-events.jsonl has `recovered` events with `seconds` (in-place recovery), those instead. The kill
-times come from one seeded random generator per K, so runs repeat. Every wait has a time-out;
+this run done (CLOCK_MONOTONIC X)" lines (time.monotonic() is CLOCK_MONOTONIC on Linux); for a
+kill that began an in-place recovery, the `seconds` of its `recovered` event in events.jsonl
+instead. The victims come from one seeded random generator per K, so runs repeat. Every wait has a time-out;
 each system runs in its own process group, ended on exit, Ctrl-C or SIGTERM. Asserts nothing.
 """
 import argparse
@@ -435,13 +435,17 @@ def row(name, k, calm, churn):
 
 
 def parse_args():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--dtrain", default=os.path.join(ROOT, "build", "launcher", "dtrain"))
-    parser.add_argument("--config", default=os.path.join(ROOT, "configs",
-                                                         "fashion-mnist-2workers.json"))
+    parser = argparse.ArgumentParser(
+        description="Goodput under churn: dtrain (in place, restart) and torchrun, calm and with"
+                    " a training worker SIGKILLed every K seconds.",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    parser.add_argument("--dtrain", default=os.path.join(ROOT, "build", "launcher", "dtrain"),
+                        help="the launcher (dtrain-worker beside it or in ../worker)")
+    parser.add_argument("--config", help="the job whose model, data and optimizer are used",
+                        default=os.path.join(ROOT, "configs", "fashion-mnist-2workers.json"))
     parser.add_argument("--systems", default="in_place,restart,torchrun",
                         help="comma-separated: in_place, restart, torchrun")
-    parser.add_argument("--epochs", type=int, default=12)
+    parser.add_argument("--epochs", type=int, default=12, help="epochs")
     parser.add_argument("--steps", type=int, default=200, help="steps per epoch")
     parser.add_argument("--every", default="10,5", help="K values: seconds between kills")
     parser.add_argument("--seed", type=int, default=26, help="of the kill choices")
@@ -452,7 +456,8 @@ def parse_args():
     parser.add_argument("--threads", type=int, default=max(1, (os.cpu_count() or 2) // 2),
                         help="OMP_NUM_THREADS per PyTorch rank (dtrain's launcher gives "
                              "cores / workers)")
-    parser.add_argument("--torch-max-restarts", type=int, default=100)
+    parser.add_argument("--torch-max-restarts", type=int, default=100,
+                        help="torchrun --max_restarts")
     parser.add_argument("--torch-monitor-interval", type=float, default=1.0,
                         help="torchrun's poll of its workers (its default: 5 s)")
     parser.add_argument("--keep", help="keep the run folders here (default: a temporary one)")
