@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# Goodput under churn (issue 26): the main job's model and data trained by dtrain with in-place
+# recovery, dtrain with whole-group restarts and torchrun (bench/cnn_ddp.py), each calm and with
+# a random training worker SIGKILLed every K seconds, side by side in one run (bench/churn.py).
+#   scripts/bench-churn.sh [--build DIR] [bench/churn.py options]
+#   e.g. scripts/bench-churn.sh                      (12 epochs x 200 steps, K = 10 and 5)
+#        scripts/bench-churn.sh --epochs 2 --steps 30 --every 3 --systems restart,torchrun
+# Installs OpenBLAS (Debian's torch otherwise runs on the reference BLAS, ten times slower) and
+# torch if missing, builds dtrain and dtrain-worker (BUILD: build/), and runs the benchmark.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+build=build
+args=()
+while [ $# -gt 0 ]; do
+  case $1 in
+    --build) build=$2; shift 2 ;;
+    --build=*) build=${1#--build=}; shift ;;
+    *) args+=("$1"); shift ;;
+  esac
+done
+
+sudo=()
+[ "$(id -u)" -eq 0 ] || sudo=(sudo)
+need=()
+dpkg -s libopenblas0-pthread >/dev/null 2>&1 || need+=(libopenblas0-pthread)
+[ -x /usr/bin/torchrun ] || need+=(python3-torch)
+if [ ${#need[@]} -gt 0 ]; then
+  echo "# installing ${need[*]}" >&2
+  "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive timeout 900 apt-get install -y "${need[@]}" >&2
+fi
+# libblas.so.3 -> OpenBLAS (its priority makes it the automatic choice; a manual one may not).
+blas=/usr/lib/x86_64-linux-gnu/openblas-pthread/libblas.so.3
+if [ "$(readlink -f /usr/lib/x86_64-linux-gnu/libblas.so.3)" != "$blas" ]; then
+  "${sudo[@]}" update-alternatives --set libblas.so.3-x86_64-linux-gnu "$blas" >&2
+fi
+
+# Configured as scripts/build.sh does (ccache when present), but only the two programs built.
+if [ ! -f "$build/CMakeCache.txt" ]; then
+  configure=(-DCMAKE_BUILD_TYPE=RelWithDebInfo)
+  command -v ninja >/dev/null 2>&1 && configure+=(-G Ninja)
+  command -v ccache >/dev/null 2>&1 && configure+=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
+  cmake -S . -B "$build" "${configure[@]}" >&2
+fi
+timeout 3600 cmake --build "$build" --parallel "$(nproc)" --target dtrain dtrain-worker >&2
+
+commit=$(git rev-parse --short HEAD 2>/dev/null || echo '?')
+echo "# scripts/bench-churn.sh${args[*]:+ ${args[*]}} (build $build, commit $commit)"
+exec /usr/bin/python3 bench/churn.py --dtrain "$build/launcher/dtrain" ${args[@]+"${args[@]}"}
