@@ -4,7 +4,8 @@ undisturbed ("calm") and then with a random training worker SIGKILLed every K se
 side in one run. Run by scripts/bench-churn.sh; prints a header and a table with the columns
 `system K calm_s churn_s goodput kills same_model recovery_mean_s recovery_max_s`.
 
-Systems: `in_place` and `restart` (dtrain with that `"recovery"`), `torchrun` (bench/cnn_ddp.py,
+Systems: `in_place` and `restart` (dtrain with that `"recovery"`), `in_place+spare` (in place
+with `"spares": 1`: a standby worker takes a killed one's place), `torchrun` (bench/cnn_ddp.py,
 the same CNN in PyTorch DDP over gloo with epoch checkpoints, under torchrun --max_restarts).
 The job is configs/fashion-mnist-2workers.json with the epochs and steps asked for, epoch
 checkpoints only, no validation and no TensorBoard (the PyTorch program does neither).
@@ -165,14 +166,17 @@ def recoveries_from_logs(kills, paths):
 class Dtrain:
     """dtrain launch of the main job with `"recovery": mode`."""
 
-    def __init__(self, mode, dtrain, config, args):
-        self.name, self.dtrain, self.note = mode, dtrain, ""
+    def __init__(self, name, dtrain, config, args):
+        self.name, self.dtrain, self.note = name, dtrain, ""
+        mode, spares = (name[:-len("+spare")], 1) if name.endswith("+spare") else (name, 0)
         with open(config) as f:
             job = json.load(f)
         job.pop("cluster", None)
         job["workers"] = 2
-        job["job"] = f"churn-{mode}"
+        job["job"] = f"churn-{mode}" + ("-spare" if spares else "")
         job["recovery"] = mode
+        if spares:
+            job["spares"] = spares
         job.setdefault("env", {})["DTRAIN_LOG_LEVEL"] = "debug"  # the "first step" line
         train = job["train"]
         train.update(epochs=args.epochs, steps_per_epoch=args.steps, validation=False,
@@ -443,8 +447,9 @@ def parse_args():
                         help="the launcher (dtrain-worker beside it or in ../worker)")
     parser.add_argument("--config", help="the job whose model, data and optimizer are used",
                         default=os.path.join(ROOT, "configs", "fashion-mnist-2workers.json"))
-    parser.add_argument("--systems", default="in_place,restart,torchrun",
-                        help="comma-separated: in_place, restart, torchrun")
+    parser.add_argument("--systems", default="in_place,in_place+spare,restart,torchrun",
+                        help="comma-separated: in_place, in_place+spare (one spare), restart, "
+                             "torchrun")
     parser.add_argument("--epochs", type=int, default=12, help="epochs")
     parser.add_argument("--steps", type=int, default=200, help="steps per epoch")
     parser.add_argument("--every", default="10,5", help="K values: seconds between kills")
@@ -471,12 +476,13 @@ def main():
     every = [float(k) if "." in k else int(k) for k in args.every.split(",") if k]
     systems = []
     for name in args.systems.split(","):
-        if name in ("in_place", "restart"):
+        if name in ("in_place", "in_place+spare", "restart"):
             systems.append(Dtrain(name, args.dtrain, args.config, args))
         elif name == "torchrun":
             systems.append(Torchrun(args, args.config))
         else:
-            sys.exit(f"--systems: unknown system {name!r} (in_place, restart, torchrun)")
+            sys.exit(f"--systems: unknown system {name!r} "
+                     "(in_place, in_place+spare, restart, torchrun)")
     print(machine_line(args.threads))
     if any(s.name == "torchrun" for s in systems):
         print(torch_line())
