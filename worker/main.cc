@@ -226,7 +226,7 @@ int train(const common::TfConfig& task, std::optional<int> promoted_generation,
     return comm::make_training_communicator(member, {}, backend.device(), config.communication);
   };
   // In place (docs/design.md#in-place-recovery): the launcher answers reform requests, and this
-  // worker keeps an undo copy of each step, which only host devices do.
+  // worker keeps whole steps, which only host devices do.
   bool in_place = common::get_env_or_default(common::kEnvRecovery) == "in_place" &&
                   backend.device().kind() == nn::DeviceKind::kHost;
   // Read by the launcher to find a frozen member (docs/design.md#frozen-workers).
