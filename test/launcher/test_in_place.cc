@@ -15,6 +15,7 @@
 #include "launcher/supervisor.h"
 #include "launcher/worker_env.h"
 #include "test/launcher/fake_spawner.h"
+#include "test/launcher/supervisor_harness.h"
 #include "test/support/temp_dir.h"
 
 using namespace dtrain;
@@ -33,40 +34,16 @@ std::string job_json(const std::string& extra, bool command, int max_restarts) {
          extra + "}";
 }
 
-struct Harness {
+struct Harness : testing::SupervisorHarness {
   Harness(const std::string& extra, testing::FakeSpawner::Script script, bool command = false,
           int max_restarts = 2)
-      : spec(common::parse_job_spec(job_json(extra, command, max_restarts), "job.json")),
-        spawner(io, std::move(script)),
-        run_dir(dir.path()),
-        console_file(std::tmpfile()),
-        console(console_file, false) {
-    std::filesystem::create_directories(run_dir.logs_dir());
-    recorder = std::make_unique<launcher::RunRecorder>(run_dir);
-    launcher::LaunchContext c;
-    c.spec = &spec;
-    c.cluster = common::resolve_cluster(spec);
-    c.run_dir = dir.path();
-    c.worker_program = "/fake/dtrain-worker";
-    launcher::LaunchPlan plan = launcher::plan_launch(c);
-    in_place = plan.in_place;
-    launcher::SupervisorOptions options{std::move(plan), 0, 1, 0.5, 0.3};
-    supervisor = std::make_unique<launcher::Supervisor>(io, spawner, *recorder, console, nullptr,
-                                                        std::move(options));
-  }
-  ~Harness() { std::fclose(console_file); }
-
-  launcher::SupervisorResult run(double seconds = 20) {
-    supervisor->start([this](const launcher::SupervisorResult& r) {
-      result = r;
-      done = true;
-      io.stop();
-    });
-    io.run_for(std::chrono::duration_cast<std::chrono::nanoseconds>(
-        std::chrono::duration<double>(seconds)));
-    REQUIRE(done);
-    return result;
-  }
+      : SupervisorHarness(
+            job_json(extra, command, max_restarts), std::move(script),
+            {{},
+             {},
+             [](launcher::LaunchContext& c) { c.worker_program = "/fake/dtrain-worker"; },
+             {},
+             [](launcher::SupervisorOptions& o) { o.reform_hold_seconds = 0.3; }}) {}
   /// Sends worker task's reform request of generation; its replies land in replies[task].
   void reform(const std::string& task, int generation) {
     common::ReformRequest request{task, 0,    generation,
@@ -81,24 +58,7 @@ struct Harness {
     REQUIRE(message);
     supervisor->on_control_message(*message);
   }
-  std::string events() const { return common::read_file(run_dir.events_jsonl()); }
-  std::string state() const { return common::read_file(run_dir.state_json()); }
-  bool has_event(const std::string& kind) const {
-    return events().find("\"event\":\"" + kind + "\"") != std::string::npos;
-  }
 
-  testing::TempDir dir;
-  boost::asio::io_context io;
-  common::JobSpec spec;
-  testing::FakeSpawner spawner;
-  common::RunDir run_dir;
-  std::FILE* console_file;
-  launcher::Console console;
-  std::unique_ptr<launcher::RunRecorder> recorder;
-  std::unique_ptr<launcher::Supervisor> supervisor;
-  launcher::SupervisorResult result;
-  bool done = false;
-  bool in_place = false;
   std::map<std::string, std::vector<std::string>> replies;
 };
 

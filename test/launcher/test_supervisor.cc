@@ -17,6 +17,7 @@
 #include "launcher/remote_child.h"
 #include "launcher/supervisor.h"
 #include "test/launcher/fake_spawner.h"
+#include "test/launcher/supervisor_harness.h"
 #include "test/support/temp_dir.h"
 
 using namespace dtrain;
@@ -36,65 +37,18 @@ std::string job_json(const std::string& extra) {
          extra + "}";
 }
 
-struct Harness {
+struct Harness : testing::SupervisorHarness {
   /// extra: more top-level keys (", \"k\": v"); tweak: changes to the restart policy; prepare:
   /// runs on the run directory before the recorder opens its files; master_port: MASTER_PORT.
   Harness(const std::string& extra, testing::FakeSpawner::Script script, const Tweak& tweak = {},
           const std::function<void(const common::RunDir&)>& prepare = {}, int master_port = 0)
-      : spec(common::parse_job_spec(job_json(extra), "job.json")),
-        spawner(io, std::move(script)),
-        run_dir(dir.path()),
-        console_file(std::tmpfile()),
-        console(console_file, false) {
-    if (tweak) tweak(spec.restart);
-    std::filesystem::create_directories(run_dir.logs_dir());
-    if (prepare) prepare(run_dir);
-    recorder = std::make_unique<launcher::RunRecorder>(run_dir);
-    launcher::LaunchContext c;
-    c.spec = &spec;
-    c.cluster = common::resolve_cluster(spec);
-    c.run_dir = dir.path();
-    launcher::LaunchPlan plan = launcher::plan_launch(c);
-    plan.master_port = master_port;
-    // Remote tasks reach the fake through the agent spawner, as they reach the real one.
-    agents = launcher::make_agent_spawner(io, spawner);
-    supervisor = std::make_unique<launcher::Supervisor>(
-        io, *agents, *recorder, console, nullptr,
-        launcher::SupervisorOptions{std::move(plan), 0, 1, 0.5});
-  }
-  ~Harness() { std::fclose(console_file); }
-
-  launcher::SupervisorResult run(double seconds = 20) {
-    supervisor->start([this](const launcher::SupervisorResult& r) {
-      result = r;
-      done = true;
-      io.stop();
-    });
-    io.run_for(std::chrono::duration_cast<std::chrono::nanoseconds>(
-        std::chrono::duration<double>(seconds)));
-    REQUIRE(done);
-    return result;
-  }
-  int spawns_of_attempt(int attempt) const {
-    int n = 0;
-    for (const auto& p : spawner.processes) n += p->attempt() == attempt ? 1 : 0;
-    return n;
-  }
-  std::string events() const { return common::read_file(run_dir.events_jsonl()); }
-  std::string state() const { return common::read_file(run_dir.state_json()); }
-
-  testing::TempDir dir;
-  boost::asio::io_context io;
-  common::JobSpec spec;
-  testing::FakeSpawner spawner;
-  common::RunDir run_dir;
-  std::FILE* console_file;
-  launcher::Console console;
-  std::unique_ptr<launcher::RunRecorder> recorder;
-  std::unique_ptr<launcher::ProcessSpawner> agents;
-  std::unique_ptr<launcher::Supervisor> supervisor;
-  launcher::SupervisorResult result;
-  bool done = false;
+      : SupervisorHarness(
+            job_json(extra), std::move(script),
+            {tweak,
+             prepare,
+             {},
+             [master_port](launcher::LaunchPlan& plan) { plan.master_port = master_port; },
+             {}}) {}
 };
 
 bool is(const FakeProcess& p, const char* task) {

@@ -1,0 +1,101 @@
+// A Supervisor over the fake spawner (test/launcher/fake_spawner.h), reached through the agent
+// spawner as in the launcher, on a job parsed from text, in a temporary run directory. run()
+// drives the io_context until the job ends. Shared by the supervisor's unit tests.
+#pragma once
+
+#include <boost/asio/io_context.hpp>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "common/atomic_file.h"
+#include "common/job_spec.h"
+#include "common/run_dir.h"
+#include "launcher/remote_child.h"
+#include "launcher/supervisor.h"
+#include "test/launcher/fake_spawner.h"
+#include "test/support/temp_dir.h"
+
+namespace dtrain::testing {
+
+struct SupervisorHarness {
+  /// Changes a test makes before the supervisor is built; each may be empty.
+  struct Setup {
+    std::function<void(common::RestartPolicy&)> restart;
+    /// Runs on the run directory before the recorder opens its files.
+    std::function<void(const common::RunDir&)> prepare;
+    std::function<void(launcher::LaunchContext&)> context;
+    std::function<void(launcher::LaunchPlan&)> plan;
+    std::function<void(launcher::SupervisorOptions&)> options;
+  };
+
+  SupervisorHarness(const std::string& job_json, FakeSpawner::Script script,
+                    const Setup& setup = {})
+      : spec(common::parse_job_spec(job_json, "job.json")),
+        spawner(io, std::move(script)),
+        run_dir(dir.path()),
+        console_file(std::tmpfile()),
+        console(console_file, false) {
+    if (setup.restart) setup.restart(spec.restart);
+    std::filesystem::create_directories(run_dir.logs_dir());
+    if (setup.prepare) setup.prepare(run_dir);
+    recorder = std::make_unique<launcher::RunRecorder>(run_dir);
+    launcher::LaunchContext c;
+    c.spec = &spec;
+    c.cluster = common::resolve_cluster(spec);
+    c.run_dir = dir.path();
+    if (setup.context) setup.context(c);
+    launcher::LaunchPlan plan = launcher::plan_launch(c);
+    if (setup.plan) setup.plan(plan);
+    in_place = plan.in_place;
+    launcher::SupervisorOptions options{std::move(plan), 0, 1, 0.5};
+    if (setup.options) setup.options(options);
+    agents = launcher::make_agent_spawner(io, spawner);
+    supervisor = std::make_unique<launcher::Supervisor>(io, *agents, *recorder, console, nullptr,
+                                                        std::move(options));
+  }
+  ~SupervisorHarness() { std::fclose(console_file); }
+  SupervisorHarness(const SupervisorHarness&) = delete;
+  SupervisorHarness& operator=(const SupervisorHarness&) = delete;
+
+  launcher::SupervisorResult run(double seconds = 20) {
+    supervisor->start([this](const launcher::SupervisorResult& r) {
+      result = r;
+      done = true;
+      io.stop();
+    });
+    io.run_for(std::chrono::duration_cast<std::chrono::nanoseconds>(
+        std::chrono::duration<double>(seconds)));
+    REQUIRE(done);
+    return result;
+  }
+  int spawns_of_attempt(int attempt) const {
+    int n = 0;
+    for (const auto& p : spawner.processes) n += p->attempt() == attempt ? 1 : 0;
+    return n;
+  }
+  std::string events() const { return common::read_file(run_dir.events_jsonl()); }
+  std::string state() const { return common::read_file(run_dir.state_json()); }
+  bool has_event(const std::string& kind) const {
+    return events().find("\"event\":\"" + kind + "\"") != std::string::npos;
+  }
+
+  TempDir dir;
+  boost::asio::io_context io;
+  common::JobSpec spec;
+  FakeSpawner spawner;
+  common::RunDir run_dir;
+  std::FILE* console_file;
+  launcher::Console console;
+  std::unique_ptr<launcher::RunRecorder> recorder;
+  std::unique_ptr<launcher::ProcessSpawner> agents;
+  std::unique_ptr<launcher::Supervisor> supervisor;
+  launcher::SupervisorResult result;
+  bool done = false;
+  bool in_place = false;  ///< the plan's
+};
+
+}  // namespace dtrain::testing
