@@ -6,9 +6,10 @@ namespace dtrain::launcher {
 LineSplitter::LineSplitter(LineHandler on_line, size_t max_line)
     : on_line_(std::move(on_line)), max_line_(max_line) {}
 
-// partial_ always holds fewer than max_line_ bytes (but for a held '\r'), so a line is at most
-// max_line_ bytes and its terminator, and a cut piece exactly max_line_ bytes, however the
-// stream is split into reads.
+// partial_ holds at most max_line_ bytes (and a held '\r'), so a line is at most max_line_ bytes
+// and its terminator, and a cut piece exactly max_line_ bytes, however the stream is split into
+// reads: max_line_ bytes without a terminator wait for the next byte, which says whether they
+// end a line ("x\r\n" whole) or are cut.
 void LineSplitter::feed(std::string_view bytes) {
   while (!bytes.empty()) {
     if (cr_held_) {  // the '\r' ended its line; "\r\n" is one line end
@@ -23,7 +24,7 @@ void LineSplitter::feed(std::string_view bytes) {
     const size_t end = bytes.substr(0, room + 1).find_first_of("\n\r");
     size_t take = 0;
     if (end == std::string_view::npos) {
-      if (bytes.size() < room) {
+      if (bytes.size() <= room) {
         partial_.append(bytes);
         return;
       }
