@@ -10,6 +10,7 @@
 
 #include "common/env_vars.h"
 #include "common/errors.h"
+#include "common/json.h"
 #include "common/local_addresses.h"
 #include "common/ports.h"
 #include "common/run_dir.h"
@@ -111,6 +112,18 @@ void share_host(LaunchPlan& plan) {
     for (TaskPlan& t : plan.tasks) t.gpu.clear();
 }
 
+// train.device as the job file says it ("auto" when absent or unreadable).
+std::string train_device(const common::JobSpec& spec) {
+  if (!spec.train_json) return "auto";
+  try {
+    common::JsonDocument doc = common::JsonDocument::parse(*spec.train_json, "train");
+    std::optional<common::JsonNode> device = doc.root().find("device");
+    return device && device->is_string() ? device->as_string() : "auto";
+  } catch (const common::ConfigError&) {
+    return "auto";
+  }
+}
+
 // In place only for local training tasks for now: the launcher spawns the replacement itself.
 void choose_recovery(LaunchPlan& plan) {
   if (plan.spec().recovery != common::RecoveryMode::kInPlace || !plan.spec().command.empty())
@@ -120,6 +133,15 @@ void choose_recovery(LaunchPlan& plan) {
     plan.recovery_note =
         fmt::format("recovery: restart ({} runs on {}; in-place recovery is local only for now)",
                     t.task.text(), t.place_text());
+    return;
+  }
+  // Whole steps are kept on host devices only (worker/train/train_step.h): a worker that trains
+  // on a GPU could not re-form, so its peers would each fail in turn.
+  if (plan.context.local_gpus > 0 && train_device(plan.spec()) != "cpu") {
+    plan.recovery_note = fmt::format(
+        "recovery: restart ({} GPU(s) here and train.device \"{}\"; in-place recovery is for "
+        "CPU workers for now)",
+        plan.context.local_gpus, train_device(plan.spec()));
     return;
   }
   plan.in_place = true;

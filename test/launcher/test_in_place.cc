@@ -326,6 +326,31 @@ TEST_CASE("in place: a job with a remote training task restarts, and says why") 
         "now)");
 }
 
+// Whole steps are kept on host devices only: with GPUs here, a job whose workers may train on
+// them restarts instead; "device": "cpu" keeps in place.
+TEST_CASE("in place: GPU workers restart, and say why; CPU workers on a GPU host re-form") {
+  for (const char* device : {"", R"("device": "cuda")", R"("device": "cpu")"}) {
+    INFO("train: {" << device << "}");
+    common::JobSpec spec = common::parse_job_spec(
+        std::string(R"({"job": "g", "workers": 2, "gpu_sharing": true, "train": {)") + device +
+            "}}",
+        "job.json");
+    launcher::LaunchContext c;
+    c.spec = &spec;
+    c.cluster = common::resolve_cluster(spec);
+    c.run_dir = "/abs/run";
+    c.local_gpus = 1;
+    launcher::LaunchPlan plan = launcher::plan_launch(c);
+    bool cpu = std::string(device).find("cpu") != std::string::npos;
+    CHECK(plan.in_place == cpu);
+    if (!cpu) {
+      CHECK(plan.recovery_note.find("recovery: restart (1 GPU(s) here and train.device") == 0);
+      CHECK(plan.recovery_note.find("in-place recovery is for CPU workers for now") !=
+            std::string::npos);
+    }
+  }
+}
+
 TEST_CASE("in place: reform requests the supervisor cannot hold are answered at once") {
   Harness* h = nullptr;
   Harness harness("", [&](FakeProcess& p) {
