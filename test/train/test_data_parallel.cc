@@ -5,7 +5,9 @@
 // buckets during backward or after it gives the same bits. A wrong sub-batch or a sum instead of
 // the mean must break the comparison by orders of magnitude. Not the TCP link or processes.
 #include <algorithm>
+#include <atomic>
 #include <catch2/catch.hpp>
+#include <chrono>
 #include <cmath>
 #include <condition_variable>
 #include <exception>
@@ -65,28 +67,38 @@ train::TrainConfig config_with(const std::string& optimizer) {
   return train::parse_train_config(text, "test");
 }
 
-// TrainStep asks for means; this asks the inner communicator for sums instead (Fault).
-class SumNotMean final : public comm::Communicator {
+// Forwards every call to inner; the faults below override what they change.
+class Forwarding : public comm::Communicator {
  public:
-  explicit SumNotMean(std::unique_ptr<comm::Communicator> inner) : inner_(std::move(inner)) {}
+  explicit Forwarding(std::unique_ptr<comm::Communicator> inner) : inner_(std::move(inner)) {}
   int rank() const override { return inner_->rank(); }
   int size() const override { return inner_->size(); }
-  void all_reduce(float* d, size_t n, comm::ReduceOp) override {
-    inner_->all_reduce(d, n, comm::ReduceOp::kSum);
-  }
+  void all_reduce(float* d, size_t n, comm::ReduceOp op) override { inner_->all_reduce(d, n, op); }
   void broadcast(void* d, size_t n, int root) override { inner_->broadcast(d, n, root); }
   void barrier() override { inner_->barrier(); }
   std::vector<uint8_t> all_gather(const void* m, size_t n) override {
     return inner_->all_gather(m, n);
   }
   void abort(const std::string& message) noexcept override { inner_->abort(message); }
-  comm::ReduceTicket start_all_reduce(float* d, size_t n, comm::ReduceOp) override {
-    return inner_->start_all_reduce(d, n, comm::ReduceOp::kSum);
+  comm::ReduceTicket start_all_reduce(float* d, size_t n, comm::ReduceOp op) override {
+    return inner_->start_all_reduce(d, n, op);
   }
   void finish_all_reduce(comm::ReduceTicket t) override { inner_->finish_all_reduce(t); }
 
- private:
+ protected:
   std::unique_ptr<comm::Communicator> inner_;
+};
+
+// TrainStep asks for means; this asks the inner communicator for sums instead (Fault).
+class SumNotMean final : public Forwarding {
+ public:
+  using Forwarding::Forwarding;
+  void all_reduce(float* d, size_t n, comm::ReduceOp) override {
+    inner_->all_reduce(d, n, comm::ReduceOp::kSum);
+  }
+  comm::ReduceTicket start_all_reduce(float* d, size_t n, comm::ReduceOp) override {
+    return inner_->start_all_reduce(d, n, comm::ReduceOp::kSum);
+  }
 };
 
 // One worker; members are destroyed bottom-up, so the step goes before what it uses.
@@ -537,37 +549,46 @@ State train_ring(const char* optimizer, int workers, bool overlap, size_t* bucke
   return history[0].back();
 }
 
-// Rank 1 dies in the middle of a step: once its first bucket's all-reduce has completed (so on
-// every rank), it aborts instead of starting the third bucket (what its peers see of a SIGKILL
-// there).
-class DiesAtThirdStart final : public comm::Communicator {
+// Where rank 1 dies in cut_step: once both survivors have come back from their first bucket's
+// finish (bucket by bucket, they have then applied it) and entered the second's.
+struct CutPoint {
+  std::atomic<int> survivors_in_second_finish{0};
+};
+
+class Survivor final : public Forwarding {
  public:
-  explicit DiesAtThirdStart(std::unique_ptr<comm::Communicator> inner) : inner_(std::move(inner)) {}
-  int rank() const override { return inner_->rank(); }
-  int size() const override { return inner_->size(); }
-  void all_reduce(float* d, size_t n, comm::ReduceOp op) override { inner_->all_reduce(d, n, op); }
-  void broadcast(void* d, size_t n, int root) override { inner_->broadcast(d, n, root); }
-  void barrier() override { inner_->barrier(); }
-  std::vector<uint8_t> all_gather(const void* m, size_t n) override {
-    return inner_->all_gather(m, n);
+  Survivor(std::unique_ptr<comm::Communicator> inner, CutPoint& cut)
+      : Forwarding(std::move(inner)), cut_(cut) {}
+  void finish_all_reduce(comm::ReduceTicket t) override {
+    if (++finishes_ == 2) ++cut_.survivors_in_second_finish;
+    inner_->finish_all_reduce(t);
   }
-  void abort(const std::string& message) noexcept override { inner_->abort(message); }
+
+ private:
+  CutPoint& cut_;
+  int finishes_ = 0;
+};
+
+// Rank 1 aborts instead of starting its third bucket, once the survivors are where CutPoint says
+// (what its peers see of a SIGKILL there).
+class DiesAtThirdStart final : public Forwarding {
+ public:
+  DiesAtThirdStart(std::unique_ptr<comm::Communicator> inner, CutPoint& cut)
+      : Forwarding(std::move(inner)), cut_(cut) {}
   comm::ReduceTicket start_all_reduce(float* d, size_t n, comm::ReduceOp op) override {
     if (++starts_ == 3) {
-      inner_->finish_all_reduce(first_);
+      auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+      while (cut_.survivors_in_second_finish < 2 && std::chrono::steady_clock::now() < give_up)
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
       inner_->abort("rank 1 died");
       throw common::IoError("rank 1 died");
     }
-    comm::ReduceTicket ticket = inner_->start_all_reduce(d, n, op);
-    if (starts_ == 1) first_ = ticket;
-    return ticket;
+    return inner_->start_all_reduce(d, n, op);
   }
-  void finish_all_reduce(comm::ReduceTicket t) override { inner_->finish_all_reduce(t); }
 
  private:
-  std::unique_ptr<comm::Communicator> inner_;
+  CutPoint& cut_;
   int starts_ = 0;
-  comm::ReduceTicket first_;
 };
 
 struct CutStep {
@@ -582,11 +603,16 @@ std::vector<CutStep> cut_step(const char* optimizer, bool whole_steps) {
   train::TrainConfig c = config_with(optimizer);
   const int size = 3;
   auto links = testing::make_in_process_ring(size);
+  CutPoint point;
   std::vector<Worker> ring;
   for (int r = 0; r < size; ++r) {
     std::unique_ptr<comm::Communicator> comm = std::make_unique<comm::ThreadedCommunicator>(
         std::make_unique<comm::RingCommunicator>(std::move(links[r]), r, size));
-    if (r == 1) comm = std::make_unique<DiesAtThirdStart>(std::move(comm));
+    if (r == 1) {
+      comm = std::make_unique<DiesAtThirdStart>(std::move(comm), point);
+    } else {
+      comm = std::make_unique<Survivor>(std::move(comm), point);
+    }
     ring.push_back(make_worker(c, Kind::kReference, std::move(comm), kBatch, true, whole_steps));
   }
   Batch batch = make_batch(size * kBatch, 0);
