@@ -121,7 +121,6 @@ void Supervisor::spawn_task(Task& task) {
     throw common::IoError(fmt::format("cannot open {}: {}", log_path, std::strerror(errno)));
   SpawnRequest request =
       make_spawn_request(plan_, task.plan, {attempt_, master_port_, cluster_json_, generation_});
-  task.frozen_why.reset();
   task.progress_path_now = task.plan.progress_path;
   ChildCallbacks callbacks;
   // The record the child's events go to: a promoted spare's child moves to the task it replaces
@@ -146,16 +145,11 @@ void Supervisor::spawn_task(Task& task) {
   callbacks.on_signaled = [this, route](int sig, bool place_ending) {
     guarded("remote signal", [&] { on_signaled(**route, sig, place_ending); });
   };
-  task.status.reset();
-  task.last_lines.clear();
-  task.progress.reset();
   if (!task.plan.remote()) task.oom_kills_at_spawn = oom_.kills();
-  task.child = spawner_.spawn(request, std::move(callbacks));
-  task.pid = task.child->pid();
-  task.state = task.plan.remote() ? Task::State::kStarting : Task::State::kRunning;
+  task.begin_run(spawner_.spawn(request, std::move(callbacks)),
+                 task.plan.remote() ? Task::State::kStarting : Task::State::kRunning,
+                 common::monotonic_seconds());
   task.output_open = true;
-  task.last_progress = task.spawned_at = common::monotonic_seconds();
-  task.made_progress = false;
   if (guardian_) guardian_->watch(task.pid);
   append_to_log(task, common::attempt_header(attempt_, task.plan.task, task.pid,
                                              common::utc_timestamp(), generation_) +

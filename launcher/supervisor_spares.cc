@@ -59,19 +59,11 @@ void Supervisor::on_spare_request(const std::string& request_json, ReformReplyFn
 // The spare's process becomes task's: no process start and no data load on the recovery's path.
 void Supervisor::promote(Task& spare, Task& task) {
   if (guardian_ && task.child) guardian_->forget(task.pid);
-  task.child = std::move(spare.child);
+  task.begin_run(std::move(spare.child), Task::State::kRunning, common::monotonic_seconds());
   task.route = std::move(spare.route);
   *task.route = &task;
-  task.pid = spare.pid;
-  task.state = Task::State::kRunning;
   task.output_open = spare.output_open;
-  task.status.reset();
-  task.last_lines.clear();
-  task.progress.reset();
-  task.frozen_why.reset();
   task.oom_kills_at_spawn = spare.oom_kills_at_spawn;
-  task.last_progress = task.spawned_at = common::monotonic_seconds();
-  task.made_progress = false;
   task.progress_path_now = spare.progress_path_now;
   std::string name = spare.plan.task.text();
   append_to_log(task, common::attempt_header(attempt_, task.plan.task, task.pid,

@@ -60,6 +60,19 @@ struct Supervisor::Task {
   std::unique_ptr<boost::asio::steady_timer> drain_timer;
 
   bool alive() const { return state == State::kStarting || state == State::kRunning; }
+  /// A new process of this task runs from now (a spawn, or a promoted spare's): what the last
+  /// one reported is forgotten.
+  void begin_run(std::unique_ptr<Child> process, State started, double now) {
+    child = std::move(process);
+    pid = child->pid();
+    state = started;
+    status.reset();
+    last_lines.clear();
+    progress.reset();
+    frozen_why.reset();
+    last_progress = spawned_at = now;
+    made_progress = false;
+  }
   /// A process of the group may still be there: it runs, or something holds its output.
   bool holds_group() const { return child && (alive() || output_open); }
   const char* state_name() const {

@@ -153,8 +153,7 @@ Trainer::Trainer(const TrainConfig& config, nn::Backend& backend, comm::Communic
       store_(options_.run_dir + "/" + config.backup.dir, config.backup.keep) {
   // On the host, the gradients live in the communicator's window when it has one (shared
   // memory): peers then sum them in place instead of through copies.
-  const comm::Window window =
-      backend_.device().kind() == nn::DeviceKind::kHost ? comm_.window() : comm::Window{};
+  const comm::Window window = gradient_window();
   model_ = std::make_unique<nn::Sequential>(config_.model, backend_, config_.per_worker_batch_size,
                                             window.data, window.floats);
   if (!window.empty()) {
@@ -202,6 +201,10 @@ Trainer::Trainer(const TrainConfig& config, nn::Backend& backend, comm::Communic
 }
 
 Trainer::~Trainer() = default;
+
+comm::Window Trainer::gradient_window() {
+  return backend_.device().kind() == nn::DeviceKind::kHost ? comm_.window() : comm::Window{};
+}
 
 // Parameters, then each optimizer slot split into the same named tensors.
 std::vector<TensorView> Trainer::checkpoint_tensors() {
@@ -304,8 +307,7 @@ void Trainer::regroup(const comm::GroupBroken& broken) {
     if (!generation) throw broken;
     try {
       generation_ = *generation;
-      const comm::Window window =
-          backend_.device().kind() == nn::DeviceKind::kHost ? comm_.window() : comm::Window{};
+      const comm::Window window = gradient_window();
       model_->move_gradients(window.data, window.floats);
       int64_t held = state_.global_step;
       share_state(true);

@@ -132,6 +132,8 @@ class Trainer {
   /// The chief, resuming from an epoch checkpoint: writes that epoch's metrics.jsonl line and
   /// TensorBoard points from the checkpoint when metrics.jsonl has no line for the epoch.
   void recover_epoch_metrics();
+  /// The communicator's window, where the gradients live on a host device (none on a GPU).
+  comm::Window gradient_window();
   /// Host copies of the parameters and optimizer slots (downloaded now), as named views.
   std::vector<TensorView> checkpoint_tensors();
   /// Uploads host_tensors_ (as checkpoint_tensors() laid them out) to the device.
