@@ -229,7 +229,8 @@ class Agent {
       if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
       if (line.empty()) continue;
       try {
-        child_->signal_group(parse_agent_signal_command(line));
+        AgentCommand command = parse_agent_command(line);
+        if (command.kind == AgentCommand::Kind::kSignal) child_->signal_group(command.signal);
       } catch (const common::ConfigError& e) {
         warn(fmt::format("ignored a command: {}", e.what()));
       }

@@ -8,7 +8,16 @@
 //   argv is required and non-empty (argv[0] is looked up on PATH, the worker's PATH if env sets
 //   it); env (added to the agent's own environment) and cwd ("" = the agent's) are optional.
 //   DTRAIN_CONTROL in env is replaced by the agent's own socket.
-//   later lines: {"signal": 15} sends that signal to the worker's whole process group.
+//   later lines, each one of
+//     {"signal": 15}                    sends that signal to the worker's whole process group
+//                                       ({"signal": 0}: a keep-alive only)
+//     {"signal": 10, "value": 3}        queues that signal with that value (sigqueue) to the
+//                                       worker process alone: the launcher's notice that the
+//                                       group re-forms as generation 3
+//                                       (docs/design.md#in-place-recovery)
+//     {"reply": 7, "line": "{...}"}     writes line (and a newline) to the control connection
+//                                       whose request was relayed with id 7 (below); dropped when
+//                                       that connection has closed meanwhile
 //   End of stdin (the session closed): the agent ends the group (SIGTERM, SIGKILL 1.5 s later).
 //   SIGHUP, SIGINT or SIGTERM to the agent itself: it passes the signal to the group, reports
 //   it (the "signaled" event below) and SIGKILLs the group --signal-grace seconds later (default
@@ -26,6 +35,19 @@
 //     {"event": "signaled", "signal": 15}         the agent itself got signal 15 from someone
 //                                                 other than the launcher (Slurm ending the
 //                                                 step, a host shutting down); it passed it on
+//     {"event": "watch", "state": "S", "cpu_ticks": 412, "record": {"pid": 1234, "generation": 0,
+//      "begun": 10, "ended": 10, "global_step": 5, "step_micros": 21000}}
+//                                                 every half second while the worker runs: its
+//                                                 process state and CPU time (/proc) and, when
+//                                                 the request's env names DTRAIN_PROGRESS_FILE,
+//                                                 its progress record ("record" absent while
+//                                                 there is none); what the launcher's freeze
+//                                                 watch reads of a remote worker, and the
+//                                                 agent's sign of life
+//   kRequestMarker + <id> + " " + <a request from the worker> + "\n": a request line the worker
+//     sent on DTRAIN_CONTROL ({"request": "reform", ...} or {"request": "spare", ...},
+//     common/control_protocol.h) that waits for an answer; id (a number the agent chooses) names
+//     its connection, which the agent keeps open for the {"reply": id, ...} command
 // Markers begin with the byte 0x1e (ASCII record separator), and only the agent starts a line
 // with it: a worker line that begins with 0x1e goes out as kLineMarker + <the line, byte for
 // byte>, so a worker cannot fake an event (a fake "signaled" once made a Slurm launch exit 143),
@@ -39,6 +61,7 @@
 // it with exit code 2.
 #pragma once
 
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -46,6 +69,7 @@
 #include <vector>
 
 #include "launcher/exit_status.h"
+#include "launcher/freeze_watch.h"
 
 namespace dtrain::launcher {
 
@@ -63,6 +87,8 @@ inline constexpr char kMarkerByte = '\036';
 inline constexpr std::string_view kControlMarker = "\036dtrain-control ";
 /// Starts an agent stdout line that carries an agent event.
 inline constexpr std::string_view kEventMarker = "\036dtrain-agent ";
+/// Starts an agent stdout line that relays a worker's request waiting for an answer.
+inline constexpr std::string_view kRequestMarker = "\036dtrain-request ";
 /// Starts an agent stdout line that carries a worker line beginning with kMarkerByte (escaped).
 inline constexpr std::string_view kLineMarker = "\036dtrain-line ";
 
@@ -78,21 +104,46 @@ AgentRequest parse_agent_request(std::string_view line);
 /// The first line, newline included.
 std::string format_agent_request(const AgentRequest& request);
 
-/// Parses a later stdin line (without newline) into the signal it asks for. Throws ConfigError.
-int parse_agent_signal_command(std::string_view line);
+/// A later stdin line.
+struct AgentCommand {
+  enum class Kind { kSignal, kQueueSignal, kReply };
+  Kind kind = Kind::kSignal;
+  int signal = 0;    ///< kSignal (0: keep-alive), kQueueSignal (1..SIGRTMAX)
+  int value = 0;     ///< kQueueSignal: the value queued with it
+  uint64_t id = 0;   ///< kReply: the relayed request's id
+  std::string line;  ///< kReply: the answer, without newline
+};
+/// Parses a later stdin line (without newline). Throws ConfigError naming what is wrong.
+AgentCommand parse_agent_command(std::string_view line);
 /// {"signal": N} and a newline.
 std::string format_agent_signal_command(int sig);
+/// {"signal": N, "value": V} and a newline.
+std::string format_agent_queue_command(int sig, int value);
+/// {"reply": id, "line": line} and a newline (line's own trailing newline dropped).
+std::string format_agent_reply_command(uint64_t id, std::string_view line);
+
+/// A relayed request: the payload after kRequestMarker.
+struct RelayedRequest {
+  uint64_t id = 0;
+  std::string json;  ///< the worker's request line, without newline
+};
+/// "<id> <json>" (no marker, no newline).
+std::string format_relayed_request(const RelayedRequest& request);
+/// nullopt for anything malformed (no id, no JSON object after it).
+std::optional<RelayedRequest> parse_relayed_request(std::string_view payload);
 
 /// The JSON of an event (no marker, no newline).
 std::string format_agent_started_event(int pid);
 std::string format_agent_exit_event(const ExitStatus& status);
 std::string format_agent_signaled_event(int sig);
+std::string format_agent_watch_event(const ProcessSample& process,
+                                     const std::optional<common::ProgressSample>& record);
 
 /// What one line of agent stdout is. payload: the JSON after the marker (without newline) for
 /// kControl and kEvent; for kOutput the worker's line as it wrote it (terminator included): the
-/// whole line, or what follows kLineMarker.
+/// whole line, or what follows kLineMarker; for kRequest what follows kRequestMarker.
 struct AgentLine {
-  enum class Kind { kOutput, kControl, kEvent };
+  enum class Kind { kOutput, kControl, kEvent, kRequest };
   Kind kind = Kind::kOutput;
   std::string_view payload;
 };
@@ -101,11 +152,13 @@ struct AgentLine {
 AgentLine classify_agent_line(std::string_view line);
 
 struct AgentEvent {
-  enum class Type { kStarted, kExit, kSignaled };
-  Type type = Type::kStarted;  ///< "started", "exit" or "signaled" on the wire
+  enum class Type { kStarted, kExit, kSignaled, kWatch };
+  Type type = Type::kStarted;  ///< "started", "exit", "signaled" or "watch" on the wire
   int pid = 0;                 ///< started
   ExitStatus status;           ///< exit
   int signal = 0;              ///< signaled
+  ProcessSample process;       ///< watch (readable: true)
+  std::optional<common::ProgressSample> record;  ///< watch, when the worker keeps one
 };
 /// Parses an event payload; nullopt for anything malformed.
 std::optional<AgentEvent> parse_agent_event(std::string_view payload);

@@ -26,6 +26,9 @@ ProcessSample read_process(int pid);
 struct MemberObservation {
   std::optional<common::ProgressSample> record;
   ProcessSample process;
+  /// A remote member: seconds since its agent last reported (its link may be down); 0 for a
+  /// local one, which is always seen.
+  double silent_seconds = 0;
 };
 
 struct FreezeVerdict {

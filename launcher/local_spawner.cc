@@ -122,6 +122,7 @@ class AgentChild : public LocalChild {
   ~AgentChild() override { state_->agent_stdin.reset(); }
   /// Writes text to the agent's stdin; a session that is gone is not an error (its end shows
   /// as the remote shell's exit).
+  void write_agent(const std::string& text) override { write_all(text); }
   void write_all(const std::string& text) {
     for (size_t done = 0; state_->agent_stdin.valid() && done < text.size();) {
       ssize_t n = ::write(state_->agent_stdin.get(), text.data() + done, text.size() - done);
@@ -129,6 +130,9 @@ class AgentChild : public LocalChild {
       if (n <= 0) return;  // EPIPE: the launcher ignores SIGPIPE
       done += static_cast<size_t>(n);
     }
+  }
+  void queue_signal(int sig, int value) override {
+    write_all(format_agent_queue_command(sig, value));
   }
   void signal_group(int sig) override {
     write_all(format_agent_signal_command(sig));
@@ -193,6 +197,21 @@ class LocalSpawner : public ProcessSpawner {
 };
 
 }  // namespace
+
+void Child::queue_signal(int sig, int value) {
+  union sigval v {};
+  v.sival_int = value;
+  ::sigqueue(pid(), sig, v);
+}
+
+MemberObservation Child::look(const std::string& progress_path) const {
+  MemberObservation seen;
+  seen.process = read_process(pid());
+  if (!progress_path.empty()) seen.record = common::read_progress_record(progress_path);
+  // A record left by the process before (a replaced member) is not this one's yet.
+  if (seen.record && seen.record->pid != pid()) seen.record.reset();
+  return seen;
+}
 
 std::unique_ptr<ProcessSpawner> make_local_spawner(boost::asio::io_context& io) {
   return std::make_unique<LocalSpawner>(io);

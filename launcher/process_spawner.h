@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "launcher/exit_status.h"
+#include "launcher/freeze_watch.h"
 
 namespace boost::asio {
 class io_context;
@@ -68,6 +69,11 @@ struct ChildCallbacks {
   /// Someone other than the launcher signalled the remote task. place_ending: its place is going
   /// away (Slurm ending the job's steps), so the launch should stop and be requeued.
   std::function<void(int sig, bool place_ending)> on_signaled;
+  /// A request a remote worker sent through its agent that waits for its answer ({"request":
+  /// "reform"} or "spare", common/control_protocol.h): json is its line; reply(line) answers it
+  /// on the worker's connection (at most once; a reply after the child is gone goes nowhere).
+  std::function<void(const std::string& json, std::function<void(const std::string& line)> reply)>
+      on_request;
 };
 
 /// A started process. It leads its own process group; its children are in that group too.
@@ -77,6 +83,18 @@ class Child {
   virtual int pid() const = 0;
   /// Sends sig to the whole process group. A group that is already gone is not an error.
   virtual void signal_group(int sig) = 0;
+  /// Queues sig with value (sigqueue) to the worker process alone, wherever it runs: the
+  /// launcher's notice that its group re-forms (docs/design.md#in-place-recovery). A process
+  /// that is gone is not an error.
+  virtual void queue_signal(int sig, int value);
+  /// What the launcher sees of the worker without its help (docs/design.md#frozen-workers): its
+  /// process's state and CPU time and, when progress_path names its record, the record (only
+  /// when written by this process). A remote child answers with what its agent last reported,
+  /// and how long ago (silent_seconds).
+  virtual MemberObservation look(const std::string& progress_path) const;
+  /// Writes text to the stdin of a `dtrain agent` session (SpawnRequest::remote); a child of any
+  /// other request ignores it.
+  virtual void write_agent(const std::string& text) { (void)text; }
 };
 
 class ProcessSpawner {

@@ -5,11 +5,13 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <csignal>
 #include <string>
 
+#include "common/clock.h"
 #include "launcher/agent_protocol.h"
 #include "launcher/line_splitter.h"
 
@@ -62,6 +64,16 @@ class RemoteChild : public Child {
 
   int pid() const override { return inner_->pid(); }
 
+  void queue_signal(int sig, int value) override { inner_->queue_signal(sig, value); }
+
+  // What the agent last reported; the record only when it is this worker's (its remote pid).
+  MemberObservation look(const std::string&) const override {
+    MemberObservation seen = watched_;
+    if (seen.record && seen.record->pid != remote_pid_) seen.record.reset();
+    seen.silent_seconds = std::max(0.0, common::monotonic_seconds() - heard_at_);
+    return seen;
+  }
+
   void signal_group(int sig) override {
     if (sig != 0) stopping_ = true;  // an end without a report is now the launcher's doing
     inner_->signal_group(sig);
@@ -90,6 +102,7 @@ class RemoteChild : public Child {
   // One line of the session's stdout, or a piece of an overlong one: only a line's start may be
   // a marker (agent_protocol.h), and a worker line the agent escaped comes back as it was.
   void on_line(std::string_view line) {
+    heard_at_ = common::monotonic_seconds();
     bool at_line_start = at_line_start_;
     at_line_start_ = !line.empty() && (line.back() == '\n' || line.back() == '\r');
     AgentLine parsed =
@@ -107,14 +120,34 @@ class RemoteChild : public Child {
         return;
       case AgentLine::Kind::kEvent:
         return on_event(parsed.payload);
+      case AgentLine::Kind::kRequest:
+        return on_request(parsed.payload);
     }
+  }
+
+  // A worker's request relayed by its agent: answered on the agent's stdin, by id.
+  void on_request(std::string_view payload) {
+    std::optional<RelayedRequest> request = parse_relayed_request(payload);
+    if (!request || !outer_.on_request) return;
+    uint64_t id = request->id;
+    outer_.on_request(request->json,
+                      [alive = std::weak_ptr<bool>(alive_), this, id](const std::string& line) {
+                        auto locked = alive.lock();
+                        if (locked && *locked && !ended_)
+                          inner_->write_agent(format_agent_reply_command(id, line));
+                      });
   }
 
   void on_event(std::string_view payload) {
     std::optional<AgentEvent> event = parse_agent_event(payload);
     if (!event) return;
     switch (event->type) {
+      case AgentEvent::Type::kWatch:
+        watched_.process = event->process;
+        watched_.record = event->record;
+        return;
       case AgentEvent::Type::kStarted:
+        remote_pid_ = event->pid;
         started_ = true;
         start_timer_.cancel();
         if (outer_.on_started) outer_.on_started(event->pid);
@@ -170,6 +203,9 @@ class RemoteChild : public Child {
   std::optional<ExitStatus> reported_;  ///< the worker's end, as the agent reported it
   std::string last_line_;               ///< the last output line (ssh's or srun's own error)
   bool at_line_start_ = true;           ///< the next splitter line starts a line of the stream
+  MemberObservation watched_;           ///< the agent's last watch event
+  int remote_pid_ = 0;                  ///< the worker's pid on its host
+  double heard_at_ = common::monotonic_seconds();  ///< the session's last line
   bool started_ = false, ended_ = false, stopping_ = false, timed_out_ = false;
   std::unique_ptr<Child> inner_;  ///< last: destroyed first
 };

@@ -47,8 +47,20 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   const launcher::AgentLine kind = launcher::classify_agent_line(line);
   if (kind.kind == launcher::AgentLine::Kind::kEvent) launcher::parse_agent_event(kind.payload);
-  launcher::parse_agent_event(line);
-  fuzz::accepts([&] { launcher::parse_agent_signal_command(line); });
+  if (auto event = launcher::parse_agent_event(line);
+      event && event->type == launcher::AgentEvent::Type::kWatch) {
+    auto again = launcher::parse_agent_event(
+        launcher::format_agent_watch_event(event->process, event->record));
+    fuzz::require(again.has_value() && again->process.cpu_ticks == event->process.cpu_ticks &&
+                      again->record.has_value() == event->record.has_value(),
+                  "a formatted watch event parses");
+  }
+  if (auto relayed = launcher::parse_relayed_request(line)) {
+    auto again = launcher::parse_relayed_request(launcher::format_relayed_request(*relayed));
+    fuzz::require(again.has_value() && again->id == relayed->id && again->json == relayed->json,
+                  "a formatted relayed request parses");
+  }
+  fuzz::accepts([&] { launcher::parse_agent_command(line); });
   launcher::AgentRequest request;
   if (fuzz::accepts([&] { request = launcher::parse_agent_request(line); })) {
     std::string text = launcher::format_agent_request(request);

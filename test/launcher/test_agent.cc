@@ -534,10 +534,25 @@ TEST_CASE("agent protocol: requests, commands and lines round-trip", "[agent]") 
   CHECK(out.argv == in.argv);
   CHECK(out.env == in.env);
   CHECK(out.cwd == in.cwd);
-  CHECK(dtrain::launcher::parse_agent_signal_command("{\"signal\": 9}") == 9);
-  CHECK(dtrain::launcher::parse_agent_signal_command("{\"signal\": 0}") == 0);  // keep-alive
-  CHECK_THROWS(dtrain::launcher::parse_agent_signal_command("{\"signal\": -1}"));
-  CHECK_THROWS(dtrain::launcher::parse_agent_signal_command("{\"kill\": 9}"));
+  using dtrain::launcher::AgentCommand;
+  using dtrain::launcher::parse_agent_command;
+  CHECK(parse_agent_command("{\"signal\": 9}").signal == 9);
+  CHECK(parse_agent_command("{\"signal\": 0}").signal == 0);  // keep-alive
+  CHECK(parse_agent_command("{\"signal\": 0}").kind == AgentCommand::Kind::kSignal);
+  CHECK_THROWS(parse_agent_command("{\"signal\": -1}"));
+  CHECK_THROWS(parse_agent_command("{\"kill\": 9}"));
+  AgentCommand queued = parse_agent_command("{\"signal\": 10, \"value\": 3}");
+  CHECK(queued.kind == AgentCommand::Kind::kQueueSignal);
+  CHECK((queued.signal == 10 && queued.value == 3));
+  CHECK_THROWS(parse_agent_command("{\"signal\": 0, \"value\": 3}"));  // nothing to queue
+  std::string reply_line = dtrain::launcher::format_agent_reply_command(7, "{\"ok\": true}\n");
+  REQUIRE(reply_line.back() == '\n');
+  reply_line.pop_back();
+  AgentCommand reply = parse_agent_command(reply_line);
+  CHECK(reply.kind == AgentCommand::Kind::kReply);
+  CHECK((reply.id == 7 && reply.line == "{\"ok\": true}"));
+  CHECK_THROWS(parse_agent_command("{\"reply\": 7}"));
+  CHECK_THROWS(parse_agent_command("{\"reply\": 7, \"line\": \"a\", \"signal\": 9}"));
 
   auto control = dtrain::launcher::classify_agent_line(std::string(kControlMarker) + "{}\n");
   CHECK(control.kind == AgentLine::Kind::kControl);
