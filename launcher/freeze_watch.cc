@@ -95,6 +95,20 @@ std::optional<FreezeVerdict> FreezeWatch::observe(double now,
   FreezeVerdict v;
   v.stalled_seconds = stalled;
   v.bound_seconds = bound_;
+  // A remote member whose agent stopped reporting: the others cannot hear it either.
+  size_t silent = n;
+  for (size_t i = 0; i < n; ++i) {
+    if (members[i].silent_seconds > kSilentSeconds &&
+        (silent == n || members[i].silent_seconds > members[silent].silent_seconds)) {
+      silent = i;
+    }
+  }
+  if (silent < n) {
+    v.member = silent;
+    v.why = fmt::format("no word from it for {:.1f} s (its host is cut off or gone)",
+                        members[silent].silent_seconds);
+    return v;
+  }
   for (size_t i = 0; i < n; ++i) {
     if (stopped(members[i].process.state)) {
       v.member = i;

@@ -42,6 +42,10 @@ struct FreezeVerdict {
 
 class FreezeWatch {
  public:
+  /// A remote member whose agent has not reported for longer (it reports twice a second) is
+  /// the one a stalled group waits for: its link or host is down.
+  static constexpr double kSilentSeconds = 2.0;
+
   /// The group is judged frozen after max(min_seconds, step_multiple x the median last step time)
   /// without progress.
   explicit FreezeWatch(double min_seconds = 2, double step_multiple = 20);

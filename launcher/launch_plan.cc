@@ -61,8 +61,8 @@ void place_tasks(LaunchPlan& plan) {
         t.listen_addresses = addresses->second;
       }
     }
-    if (!t.remote() && t.trains() && c.spec->command.empty())
-      t.progress_path = run_dir.progress_file(id);
+    if (t.trains() && c.spec->command.empty())
+      t.progress_path = t.remote() ? std::string(kAgentProgressPath) : run_dir.progress_file(id);
     plan.tasks.push_back(std::move(t));
   }
 }
@@ -124,24 +124,26 @@ std::string train_device(const common::JobSpec& spec) {
   }
 }
 
-// In place only for local training tasks for now: the launcher spawns the replacement itself.
+// In place for dtrain-worker jobs that train on CPUs: the launcher starts a replacement on the
+// same place (a process here, a new agent session on the same host, a new step on the same node).
 void choose_recovery(LaunchPlan& plan) {
   if (plan.spec().recovery != common::RecoveryMode::kInPlace || !plan.spec().command.empty())
     return;
-  for (const TaskPlan& t : plan.tasks) {
-    if (!t.trains() || !t.remote()) continue;
-    plan.recovery_note =
-        fmt::format("recovery: restart ({} runs on {}; in-place recovery is local only for now)",
-                    t.task.text(), t.place_text());
-    return;
-  }
   // Whole steps are kept on host devices only (worker/train/train_step.h): a worker that trains
-  // on a GPU could not re-form, so its peers would each fail in turn.
-  if (plan.context.local_gpus > 0 && train_device(plan.spec()) != "cpu") {
+  // on a GPU could not re-form, so its peers would each fail in turn. Other hosts' GPUs are not
+  // seen from here: a launcher with none takes "auto" for CPUs on every host.
+  std::string device = train_device(plan.spec());
+  if (plan.context.local_gpus > 0 && device != "cpu") {
     plan.recovery_note = fmt::format(
         "recovery: restart ({} GPU(s) here and train.device \"{}\"; in-place recovery is for "
         "CPU workers for now)",
-        plan.context.local_gpus, train_device(plan.spec()));
+        plan.context.local_gpus, device);
+    return;
+  }
+  if (device != "cpu" && device != "auto") {
+    plan.recovery_note = fmt::format(
+        "recovery: restart (train.device \"{}\"; in-place recovery is for CPU workers for now)",
+        device);
     return;
   }
   plan.in_place = true;

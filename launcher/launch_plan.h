@@ -6,6 +6,7 @@
 
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "common/cluster_spec.h"
@@ -13,6 +14,10 @@
 #include "launcher/slurm.h"
 
 namespace dtrain::launcher {
+
+/// A remote task's DTRAIN_PROGRESS_FILE as the launcher sends it: the agent puts a file of its
+/// own in its place and reports the record in its watch events (agent_protocol.h).
+inline constexpr std::string_view kAgentProgressPath = "@agent";
 
 /// What the plan is made from: the job and the facts of this machine that prepare_run gathers.
 struct LaunchContext {
@@ -60,8 +65,9 @@ struct TaskPlan {
   /// once here ("localhost": 127.0.0.1 and ::1).
   std::vector<std::string> listen_addresses;
   std::string log_path;
-  /// A local dtrain-worker training task's progress record (DTRAIN_PROGRESS_FILE), read by the
-  /// supervisor to find a frozen member; "" for the others.
+  /// A dtrain-worker training task's progress record (DTRAIN_PROGRESS_FILE), read by the
+  /// supervisor to find a frozen member (a remote task's is kAgentProgressPath: its agent keeps
+  /// it and reports it); "" for the others.
   std::string progress_path;
   /// Position in the training ring (RANK); empty for tasks that do not train (an evaluator).
   std::optional<int> rank;
@@ -89,11 +95,11 @@ struct LaunchPlan {
   bool master_local = false;    ///< the chief runs here, so MASTER_PORT can be checked here
   /// MASTER_PORT chosen at planning; 0 = not set (the job's env sets it, or none was left).
   int master_port = 0;
-  /// Recovery in place (docs/design.md#in-place-recovery): the job asks for it and every training
-  /// task runs on this machine. Else a failure restarts the whole group.
+  /// Recovery in place (docs/design.md#in-place-recovery): a dtrain-worker job asks for it and
+  /// trains on CPUs. Else a failure restarts the whole group.
   bool in_place = false;
   /// Why a job that asked for recovery in place restarts instead, for the launch's log: "recovery:
-  /// restart (worker:2 runs on host b; in-place recovery is local only for now)"; "" otherwise.
+  /// restart (train.device \"cuda\"; in-place recovery is for CPU workers for now)"; "" otherwise.
   std::string recovery_note;
   /// The job's spares (docs/design.md#in-place-recovery), tasks "spare:<i>" on this machine with
   /// no rank and no address; none unless in place.

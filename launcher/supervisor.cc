@@ -145,6 +145,10 @@ void Supervisor::spawn_task(Task& task) {
   callbacks.on_signaled = [this, route](int sig, bool place_ending) {
     guarded("remote signal", [&] { on_signaled(**route, sig, place_ending); });
   };
+  // A remote worker's reform or spare request, relayed by its agent.
+  callbacks.on_request = [this](const std::string& json, ReformReplyFn reply) {
+    on_relayed_request(json, std::move(reply));
+  };
   if (!task.plan.remote()) task.oom_kills_at_spawn = oom_.kills();
   task.begin_run(spawner_.spawn(request, std::move(callbacks)),
                  task.plan.remote() ? Task::State::kStarting : Task::State::kRunning,

@@ -108,6 +108,9 @@ class Supervisor {
   /// A spare's request to be promoted (docs/design.md#in-place-recovery); held until a task
   /// fails (then answered with that task's place) or the job ends (answered ok:false).
   void on_spare_request(const std::string& request_json, ReformReplyFn reply);
+  /// A request a remote worker's agent relayed (remote_child.h): a reform or spare request, as
+  /// if it had come on the control socket; anything else is refused.
+  void on_relayed_request(const std::string& request_json, ReformReplyFn reply);
   /// A fault of the launcher's own (a write that failed, an exception in a handler): logs it,
   /// stops the group as a failure with no restart, and ends the job "failed" with reason
   /// "launcher: <what>". Every handler's exceptions end here; it throws nothing.
@@ -172,6 +175,7 @@ class Supervisor {
   bool recover_in_place(Task& task, const EndReading& reading, const ChildEnd& end);
   bool others_train(const Task& task) const;
   void drain_then_respawn(Task& task);
+  void notify_survivors(const Task& failed);
   void respawn(Task& task);
   void hold_reform(common::ReformRequest request, ReformReplyFn reply);
   void answer_held_reforms(bool ok, const std::string& error);

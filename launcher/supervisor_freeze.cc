@@ -1,7 +1,8 @@
 // See supervisor.h. Frozen members (docs/design.md#frozen-workers): every half second while the
-// group runs, the progress records of the local dtrain-worker training tasks and their processes
-// go to a FreezeWatch; a member it names is SIGKILLed and its end takes the usual path (in place,
-// or the whole group), blamed as frozen; a group stuck with nobody to blame is torn down.
+// group runs, what each dtrain-worker training task's child shows of its progress record and
+// process (read here, or reported by its agent) goes to a FreezeWatch; a member it names is
+// SIGKILLed and its end takes the usual path (in place, or the whole group), blamed as frozen; a
+// group stuck with nobody to blame is torn down.
 #include <spdlog/spdlog.h>
 
 #include <csignal>
@@ -44,10 +45,7 @@ void Supervisor::look_for_freezes() {
       return arm_freeze_watch();
     }
     members.push_back(task.get());
-    looks.push_back(
-        {common::read_progress_record(task->progress_path_now), read_process(task->pid)});
-    // A record left by the process before (a replaced member) is not this one's yet.
-    if (looks.back().record && looks.back().record->pid != task->pid) looks.back().record.reset();
+    looks.push_back(task->child->look(task->progress_path_now));
   }
   std::optional<FreezeVerdict> verdict = freeze_.observe(common::monotonic_seconds(), looks);
   if (!verdict) return arm_freeze_watch();
@@ -67,11 +65,13 @@ void Supervisor::look_for_freezes() {
   Task& frozen = *members[*verdict->member];
   frozen.frozen_why = verdict->why;
   spdlog::warn(
-      "{} is frozen: {}; the group made no progress for {:.1f} s (bound {:.1f} s): "
+      "{} ({}) is frozen: {}; the group made no progress for {:.1f} s (bound {:.1f} s): "
       "SIGKILL",
-      frozen.plan.task.text(), verdict->why, verdict->stalled_seconds, verdict->bound_seconds);
+      frozen.plan.task.text(), frozen.plan.place_text(), verdict->why, verdict->stalled_seconds,
+      verdict->bound_seconds);
   recorder_.event("frozen", [&](common::JsonWriter& w) {
     w.key("task").value(frozen.plan.task.text()).key("attempt").value(attempt_);
+    if (frozen.plan.remote()) w.key("place").value(frozen.plan.place_text());
     w.key("pid").value(frozen.pid).key("why").value(verdict->why);
     w.key("stalled_seconds").value(verdict->stalled_seconds);
     w.key("bound_seconds").value(verdict->bound_seconds);

@@ -10,6 +10,7 @@
 #include "common/clock.h"
 #include "common/errors.h"
 #include "common/exit_codes.h"
+#include "common/json.h"
 #include "launcher/supervisor.h"
 #include "launcher/supervisor_task.h"
 
@@ -66,6 +67,7 @@ bool Supervisor::recover_in_place(Task& task, const EndReading& reading, const C
   int64_t reached = in_place_recovery_ ? in_place_recovery_->reached_step : reform_furthest_;
   in_place_recovery_ = PendingInPlace{generation_, failed_at, reached, std::nullopt};
   task.respawn_pending = true;
+  notify_survivors(task);
   // What is left of the dead member's group (a grandchild holding its output) goes first; its
   // last output lines reach the log before the replacement's header.
   if (task.output_open)
@@ -95,11 +97,27 @@ void Supervisor::drain_then_respawn(Task& task) {
   });
 }
 
+// The notice of docs/design.md#in-place-recovery: SIGUSR1 with the new generation to every
+// other training worker, which leaves a collective of an older generation at once. A peer cut
+// off by the network closes nothing, so without it a survivor would wait out its link time-out.
+// Only workers whose progress record shows they run dtrain-worker's loop get it (the worker
+// blocks SIGUSR1 before it writes one; before that, the signal would kill it).
+void Supervisor::notify_survivors(const Task& failed) {
+  for (auto& other : tasks_) {
+    if (other.get() == &failed || !other->plan.trains() || !other->child ||
+        other->state != Task::State::kRunning || other->plan.progress_path.empty())
+      continue;
+    if (!other->child->look(other->progress_path_now).record) continue;
+    other->child->queue_signal(SIGUSR1, generation_);
+  }
+}
+
 void Supervisor::respawn(Task& task) {
   task.respawn_pending = false;
   if (task.drain_timer) task.drain_timer->cancel();
   if (phase_ != Phase::kRunning) return;  // the group is going down meanwhile
-  if (Task* spare = ready_spare()) return promote(*spare, task);
+  // A spare runs here and can take only a task of this machine's (its addresses are here).
+  if (Task* spare = task.plan.remote() ? nullptr : ready_spare()) return promote(*spare, task);
   if (guardian_ && task.child) guardian_->forget(task.pid);
   task.child.reset();
   try {
@@ -143,6 +161,21 @@ void Supervisor::on_reform_request(const std::string& request_json, ReformReplyF
     }
     hold_reform(std::move(*request), std::move(reply));
   });
+}
+
+void Supervisor::on_relayed_request(const std::string& request_json, ReformReplyFn reply) {
+  std::string kind;
+  try {
+    common::JsonDocument doc = common::JsonDocument::parse(request_json, "relayed request");
+    if (auto k = doc.root().find("request"); k && k->is_string()) kind = k->as_string();
+  } catch (const common::ConfigError&) {
+  }
+  if (kind == "reform") return on_reform_request(request_json, std::move(reply));
+  if (kind == "spare") return on_spare_request(request_json, std::move(reply));
+  common::JsonWriter w;
+  w.begin_object().key("ok").value(false);
+  w.key("error").value("unknown request " + common::json_quote(kind)).end_object();
+  reply(w.str() + "\n");
 }
 
 // Waits for a task's end to explain the broken group; a worker's newer request replaces its

@@ -25,6 +25,10 @@ struct FakeProcess {
   bool ended = false;
   bool ignore_sigterm = false;
   std::vector<int> signals;
+  std::vector<std::pair<int, int>> queued;  ///< queue_signal's (signal, value), in order
+  std::string agent_input;  ///< what write_agent wrote (an agent session's stdin after the request)
+  /// What Child::look shows of it (no process is read: pids here are made up).
+  launcher::MemberObservation seen;
 
   /// A variable the process starts with (for a remote task, from its agent request).
   std::string env(const std::string& name) const {
@@ -78,6 +82,9 @@ class FakeSpawner : public launcher::ProcessSpawner {
     explicit FakeChild(std::shared_ptr<FakeProcess> p) : p_(std::move(p)) {}
     ~FakeChild() override { p_->callbacks = {}; }
     int pid() const override { return p_->pid; }
+    void queue_signal(int sig, int value) override { p_->queued.emplace_back(sig, value); }
+    launcher::MemberObservation look(const std::string&) const override { return p_->seen; }
+    void write_agent(const std::string& text) override { p_->agent_input += text; }
     void signal_group(int sig) override {
       p_->signals.push_back(sig);
       if (sig == SIGKILL || (sig == SIGTERM && !p_->ignore_sigterm))

@@ -12,6 +12,8 @@
 #include "common/exit_codes.h"
 #include "common/job_spec.h"
 #include "common/run_dir.h"
+#include "launcher/agent_protocol.h"
+#include "launcher/launch_plan.h"
 #include "launcher/supervisor.h"
 #include "launcher/worker_env.h"
 #include "test/launcher/fake_spawner.h"
@@ -116,6 +118,77 @@ TEST_CASE("in place: a SIGKILLed worker is replaced while the others run on") {
   CHECK(log.find("==== dtrain: attempt 0 of worker:1 (pid 1001) started") != std::string::npos);
   CHECK(log.find(", generation 1) started ") != std::string::npos);
   CHECK(harness.state().find("\"generation\":1") != std::string::npos);
+}
+
+// The notice (docs/design.md#in-place-recovery) goes to the survivors whose progress record
+// shows they run dtrain-worker's loop, with the new generation; never to the failed one.
+TEST_CASE("in place: the survivors get the notice of the new generation") {
+  Harness* h = nullptr;
+  Harness harness("", [&](FakeProcess& p) {
+    if (generation_of(p) == 1) {
+      boost::asio::post(*p.io, [&] { h->supervisor->stop(SIGTERM); });
+      return;
+    }
+    if (index_of(p) == 0) p.seen.record = common::ProgressSample{p.pid, 0, 5, 5, 2, 0.01};
+    if (index_of(p) != 2) return;
+    boost::asio::post(*p.io, [&] { h->spawner.processes[1]->end(ExitStatus::killed(SIGKILL)); });
+  });
+  h = &harness;
+  auto r = harness.run();
+  CHECK(r.status == "stopped");
+  REQUIRE(harness.spawner.processes.size() == 4);
+  CHECK(harness.spawner.processes[0]->queued == std::vector<std::pair<int, int>>{{SIGUSR1, 1}});
+  CHECK(harness.spawner.processes[1]->queued.empty());  // the failed one
+  CHECK(harness.spawner.processes[2]->queued.empty());  // no record yet: SIGUSR1 could kill it
+}
+
+// Over ssh: the request comes as the agent's marker line, the answer goes back on its stdin
+// with the request's id, and the notice goes through the agent to the remote worker, which its
+// agent's watch events show running dtrain-worker's loop.
+TEST_CASE("in place: a remote worker re-forms through its agent") {
+  testing::SupervisorHarness* h = nullptr;
+  auto agent_line = [](const std::string& marker, const std::string& json) {
+    return "\x1e" + marker + " " + json + "\n";
+  };
+  testing::SupervisorHarness harness(
+      R"({"job": "fake", "cluster": {"worker": ["localhost:1", "192.0.2.1:2"]}, "train": {},
+          "restart": {"max_restarts": 2, "grace_seconds": 0.2, "startup_seconds": 0,
+                      "backoff_seconds": 0.01}})",
+      [&](FakeProcess& p) {
+        if (!p.request.agent()) {
+          if (generation_of(p) == 1)
+            boost::asio::post(*p.io, [&] { h->supervisor->stop(SIGTERM); });
+          return;
+        }
+        p.print(agent_line("dtrain-agent", R"({"event":"started","pid":42})"));
+        p.print(agent_line("dtrain-agent",
+                           R"({"event":"watch","state":"S","cpu_ticks":9,"record":{"pid":42,)"
+                           R"("generation":0,"begun":7,"ended":7,"global_step":3,)"
+                           R"("step_micros":20000}})"));
+        boost::asio::post(*p.io, [&, remote = &p] {
+          h->spawner.processes[0]->end(ExitStatus::killed(SIGKILL));
+          common::ReformRequest request{"worker:1", 0, 0, 3, false, "connection closed"};
+          std::string json = common::format_reform_request(request);
+          remote->print(agent_line("dtrain-request", "7 " + json.substr(0, json.size() - 1)));
+        });
+      },
+      {{},
+       {},
+       [](launcher::LaunchContext& c) { c.worker_program = "/fake/dtrain-worker"; },
+       {},
+       [](launcher::SupervisorOptions& o) { o.reform_hold_seconds = 0.3; }});
+  h = &harness;
+  REQUIRE(harness.in_place);
+  auto r = harness.run();
+  CHECK(r.status == "stopped");
+  REQUIRE(harness.spawner.processes.size() == 3);
+  const FakeProcess& remote = *harness.spawner.processes[1];
+  CHECK(remote.env("DTRAIN_PROGRESS_FILE") == launcher::kAgentProgressPath);
+  CHECK(remote.queued == std::vector<std::pair<int, int>>{{SIGUSR1, 1}});
+  CHECK(remote.agent_input.find(launcher::format_agent_reply_command(7, kOkGeneration1)) !=
+        std::string::npos);
+  CHECK(generation_of(*harness.spawner.processes[2]) == 1);
+  CHECK(harness.spawner.processes[2]->env("DTRAIN_RECOVERY") == "in_place");
 }
 
 TEST_CASE("in place: a reform request that comes before the failure waits for it") {
@@ -311,7 +384,9 @@ TEST_CASE("in place: the env of an in-place launch, and of its evaluator") {
   CHECK(evaluator.count("DTRAIN_RECOVERY") == 0);
 }
 
-TEST_CASE("in place: a job with a remote training task restarts, and says why") {
+// A remote task re-forms as a local one does: its agent relays the requests and keeps its
+// progress record. Other hosts' GPUs are not seen: a device other than cpu or auto restarts.
+TEST_CASE("in place: remote training tasks re-form; their agents keep the progress records") {
   common::JobSpec spec = common::parse_job_spec(
       R"({"job": "e", "cluster": {"worker": ["localhost:1", "192.0.2.7:2"]}, "train": {}})",
       "job.json");
@@ -320,10 +395,20 @@ TEST_CASE("in place: a job with a remote training task restarts, and says why") 
   c.cluster = spec.cluster;
   c.run_dir = "/abs/run";
   launcher::LaunchPlan plan = launcher::plan_launch(c);
-  CHECK_FALSE(plan.in_place);
-  CHECK(plan.recovery_note ==
-        "recovery: restart (worker:1 runs on host 192.0.2.7; in-place recovery is local only for "
-        "now)");
+  CHECK(plan.in_place);
+  CHECK(plan.recovery_note.empty());
+  CHECK(plan.tasks.at(0).progress_path == "/abs/run/progress/worker-0");
+  CHECK(plan.tasks.at(1).progress_path == launcher::kAgentProgressPath);
+
+  common::JobSpec cuda = common::parse_job_spec(
+      R"({"job": "e", "cluster": {"worker": ["localhost:1", "192.0.2.7:2"]},
+          "train": {"device": "cuda"}})",
+      "job.json");
+  c.spec = &cuda;
+  launcher::LaunchPlan gpu = launcher::plan_launch(c);
+  CHECK_FALSE(gpu.in_place);
+  CHECK(gpu.recovery_note ==
+        "recovery: restart (train.device \"cuda\"; in-place recovery is for CPU workers for now)");
 }
 
 // Whole steps are kept on host devices only: with GPUs here, a job whose workers may train on
