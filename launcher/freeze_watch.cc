@@ -89,12 +89,18 @@ std::optional<FreezeVerdict> FreezeWatch::observe(double now,
   }
   double stalled = now - last_advance_;
   if (stalled <= bound_) return std::nullopt;
-  if (!std::all_of(ended_since_reset_.begin(), ended_since_reset_.end(), [](bool b) { return b; }))
-    return std::nullopt;  // a group still forming after a reset is not frozen
-
   FreezeVerdict v;
   v.stalled_seconds = stalled;
   v.bound_seconds = bound_;
+  // A stopped process is stopped whatever its group does, forming again after a reset or not.
+  for (size_t i = 0; i < n; ++i) {
+    if (stopped(members[i].process.state)) {
+      v.member = i;
+      v.why = fmt::format("stopped (process state {}: SIGSTOP or a debugger)",
+                          members[i].process.state);
+      return v;
+    }
+  }
   // A remote member whose agent stopped reporting: the others cannot hear it either.
   size_t silent = n;
   for (size_t i = 0; i < n; ++i) {
@@ -109,14 +115,8 @@ std::optional<FreezeVerdict> FreezeWatch::observe(double now,
                         members[silent].silent_seconds);
     return v;
   }
-  for (size_t i = 0; i < n; ++i) {
-    if (stopped(members[i].process.state)) {
-      v.member = i;
-      v.why = fmt::format("stopped (process state {}: SIGSTOP or a debugger)",
-                          members[i].process.state);
-      return v;
-    }
-  }
+  if (!std::all_of(ended_since_reset_.begin(), ended_since_reset_.end(), [](bool b) { return b; }))
+    return std::nullopt;  // a group still forming after a reset is not frozen
   // The others wait inside the collective the laggard has not begun.
   uint64_t most = 0;
   for (const MemberObservation& m : members) most = std::max(most, m.record->begun);

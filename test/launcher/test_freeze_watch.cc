@@ -139,3 +139,45 @@ TEST_CASE("read_process sees this process running and a SIGSTOPped child stopped
   ::waitpid(child, nullptr, 0);
   CHECK_FALSE(launcher::read_process(child).readable);
 }
+
+// A stopped process is named even while its group forms again (it would hold the rendezvous).
+TEST_CASE("a stopped member is named while a re-formed group waits for it") {
+  double now = 0;
+  FreezeWatch reformed = trained(now);
+  reformed.reset();
+  std::vector<MemberObservation> waiting = {member(10, 100, 100, 20),
+                                            member(13, 0, 0, 20, 0.01, 'T'),
+                                            member(12, 100, 100, 20)};
+  CHECK_FALSE(reformed.observe(now, waiting));
+  std::optional<launcher::FreezeVerdict> v = reformed.observe(now + 2.5, waiting);
+  REQUIRE(v);
+  REQUIRE(v->member);
+  CHECK(*v->member == 1);
+}
+
+// A remote member whose agent went quiet is the one the stalled group waits for (its link or
+// host is down), the quietest if several; a quiet member of a moving group is not blamed.
+TEST_CASE("the member whose agent stopped reporting is named once the group stalls") {
+  double now = 0;
+  FreezeWatch watch = trained(now);
+  std::vector<MemberObservation> stuck = {member(10, 101, 100, 20), member(11, 101, 100, 20),
+                                          member(12, 101, 100, 20)};
+  stuck[2].silent_seconds = 1.0;
+  CHECK_FALSE(watch.observe(now, stuck));
+  stuck[1].silent_seconds = 2.6;
+  stuck[2].silent_seconds = 3.0;
+  std::optional<launcher::FreezeVerdict> v = watch.observe(now + 2.5, stuck);
+  REQUIRE(v);
+  REQUIRE(v->member);
+  CHECK(*v->member == 2);
+  CHECK(v->why == "no word from it for 3.0 s (its host is cut off or gone)");
+
+  FreezeWatch moving;
+  double t = 0;
+  for (uint64_t c = 10; c < 20; c += 1, t += 0.5) {
+    std::vector<MemberObservation> looks = {member(10, c, c, c), member(11, c, c, c),
+                                            member(12, c, c, c)};
+    looks[0].silent_seconds = 5;  // a quiet agent, a group that moves: nothing to judge
+    CHECK_FALSE(moving.observe(t, looks));
+  }
+}
