@@ -145,9 +145,8 @@ TEST_CASE("a stopped member is named while a re-formed group waits for it") {
   double now = 0;
   FreezeWatch reformed = trained(now);
   reformed.reset();
-  std::vector<MemberObservation> waiting = {member(10, 100, 100, 20),
-                                            member(13, 0, 0, 20, 0.01, 'T'),
-                                            member(12, 100, 100, 20)};
+  std::vector<MemberObservation> waiting = {
+      member(10, 100, 100, 20), member(13, 0, 0, 20, 0.01, 'T'), member(12, 100, 100, 20)};
   CHECK_FALSE(reformed.observe(now, waiting));
   std::optional<launcher::FreezeVerdict> v = reformed.observe(now + 2.5, waiting);
   REQUIRE(v);
