@@ -35,7 +35,7 @@ inline std::string write_job(const TempDir& dir, const NetnsHosts& hosts, const 
 }
 
 inline std::vector<std::string> launch_argv(const NetnsHosts& hosts, const std::string& job,
-                                     const std::string& run_dir) {
+                                            const std::string& run_dir) {
   std::vector<std::string> argv = hosts.exec_prefix(0);
   for (const std::string& arg :
        {binary("dtrain"), std::string("launch"), job, std::string("--run-dir"), run_dir})
@@ -53,6 +53,5 @@ inline int wait_pid_file(const std::string& path, double seconds) {
   }
   return 0;
 }
-
 
 }  // namespace dtrain::testing

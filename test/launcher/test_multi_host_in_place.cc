@@ -54,7 +54,8 @@ std::map<std::string, int> worker_pids(const std::string& run) {
 
 // Worker 0's (local) global step from its progress record; -1 before it has one.
 int64_t step_of_worker_0(const std::string& run) {
-  std::optional<common::ProgressSample> r = common::read_progress_record(run + "/progress/worker-0");
+  std::optional<common::ProgressSample> r =
+      common::read_progress_record(run + "/progress/worker-0");
   return r ? static_cast<int64_t>(r->global_step) : -1;
 }
 
@@ -98,7 +99,8 @@ TEST_CASE("in place over ssh: a remote worker SIGKILLed or SIGSTOPped is replace
     REQUIRE_FALSE(r.timed_out);
     CHECK(r.exit_code == 0);
     std::map<std::string, int> after = worker_pids(run);
-    for (const char* task : {"worker:0", "worker:1", "worker:2"}) CHECK(after.at(task) == before.at(task));
+    for (const char* task : {"worker:0", "worker:1", "worker:2"})
+      CHECK(after.at(task) == before.at(task));
     CHECK(after.at("worker:3") != before.at("worker:3"));
     std::vector<common::JsonDocument> recovered = events(run, "recovered");
     REQUIRE(recovered.size() == 1);

@@ -205,6 +205,46 @@ TEST_CASE("slurm: SIGKILL of one worker restarts the group as new job steps, whi
   CHECK(processes_of_run(job.run).empty());
 }
 
+// In place under Slurm (docs/design.md#in-place-recovery): the replacement is a new job step on
+// the same node, the other three workers run on, and the job completes without a restart.
+TEST_CASE("slurm: in place, a SIGKILLed worker is replaced by a new step on its node", "[slurm]") {
+  SlurmCluster cluster;
+  SKIP_UNLESS_SLURM(cluster);
+  SlurmJob job(cluster, "slurm-in-place", main_job_train(2, 40));
+  // Once the chief saved epoch 1's checkpoint, worker 3 dies inside epoch 2.
+  auto remote_pids = [&](const std::string& task) {
+    std::vector<int> pids;
+    std::string events = read_all(job.run + "/events.jsonl");
+    const std::string key = R"("event":"remote_start","task":")" + task + R"(","remote_pid":)";
+    for (size_t at = events.find(key); at != std::string::npos; at = events.find(key, at + 1))
+      pids.push_back(std::atoi(events.c_str() + at + key.size()));
+    return pids;
+  };
+  REQUIRE(wait_for(
+      [&] { return read_all(job.run + "/logs/worker-0.log").find("saved ") != std::string::npos; },
+      180));
+  std::vector<int> victim = remote_pids("worker:3");
+  REQUIRE(victim.size() == 1);
+  ::kill(victim[0], SIGKILL);
+  std::string state = cluster.wait_job_state(job.job_id, {"COMPLETED", "FAILED", "CANCELLED"}, 240);
+  INFO(job_details(cluster, job));
+  CHECK(state == "COMPLETED");
+  CHECK(cluster.job_info(job.job_id)["Restarts"] == "0");
+  std::string events = read_all(job.run + "/events.jsonl");
+  INFO(events);
+  CHECK(events.find(R"("event":"in_place","task":"worker:3")") != std::string::npos);
+  CHECK(events.find(R"("event":"recovered","attempt":0,"path":"in_place")") != std::string::npos);
+  CHECK(events.find(R"("event":"restart")") == std::string::npos);
+  for (const char* task : {"worker:0", "worker:1", "worker:2"})
+    CHECK(remote_pids(task).size() == 1);
+  std::vector<int> worker_3 = remote_pids("worker:3");
+  REQUIRE(worker_3.size() == 2);
+  CHECK(worker_3[1] != worker_3[0]);
+  std::string log = read_all(job.run + "/logs/worker-3.log");
+  CHECK(log.find(", generation 1) started") != std::string::npos);
+  CHECK(processes_of_run(job.run).empty());
+}
+
 TEST_CASE(
     "slurm: scancel --signal=TERM saves a checkpoint, exits 143, requeues and resumes to "
     "success",
