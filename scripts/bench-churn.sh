@@ -15,6 +15,9 @@ while [ $# -gt 0 ]; do
   case $1 in
     --build) build=$2; shift 2 ;;
     --build=*) build=${1#--build=}; shift ;;
+    -h|--help)  # the options, without installing or building anything
+      sed -n '2,9p' "$0" | sed 's/^# \{0,1\}//'
+      exec /usr/bin/python3 bench/churn.py --help ;;
     *) args+=("$1"); shift ;;
   esac
 done

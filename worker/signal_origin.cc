@@ -1,0 +1,41 @@
+// See signal_origin.h.
+#include "worker/signal_origin.h"
+
+#include <unistd.h>
+
+#include <fstream>
+#include <sstream>
+#include <string>
+
+namespace dtrain::train {
+namespace {
+
+// The parent of pid from /proc/<pid>/stat ("pid (comm) state ppid ..."; comm may hold spaces and
+// parentheses: the fields start after the last ')'); 0 when it cannot be read.
+int parent_of(int pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  std::string text;
+  if (!std::getline(in, text)) return 0;
+  size_t close = text.rfind(')');
+  if (close == std::string::npos) return 0;
+  std::istringstream fields(text.substr(close + 1));
+  std::string state;
+  int ppid = 0;
+  return fields >> state >> ppid ? ppid : 0;
+}
+
+}  // namespace
+
+bool sent_by_ancestor(int sender) {
+  if (sender <= 1) return false;
+  // A chain longer than this is a loop in what /proc said (a pid reused meanwhile).
+  constexpr int kMaxDepth = 256;
+  int pid = static_cast<int>(::getppid());
+  for (int depth = 0; pid > 1 && depth < kMaxDepth; ++depth) {
+    if (pid == sender) return true;
+    pid = parent_of(pid);
+  }
+  return false;
+}
+
+}  // namespace dtrain::train
