@@ -38,6 +38,7 @@ struct Flags {
   long lines = 0;
   double sleep = 0;
   double tick = 0;
+  bool flood = false;  // tick lines without a pause
   int until_attempt = 1 << 30;
   std::string only;
   std::vector<double> reform_timeouts;  // one reform request per --request-reform, in order
@@ -72,6 +73,8 @@ Flags parse(int argc, char** argv) {
       f.sleep = std::stod(next());
     else if (a == "--tick")
       f.tick = std::stod(next());
+    else if (a == "--flood")
+      f.flood = true;
     else if (a == "--until-attempt")
       f.until_attempt = std::stoi(next());
     else if (a == "--only")
@@ -103,7 +106,8 @@ void write_pid_file(const std::string& name) {
       << std::to_string(1000000000 + now.tv_nsec).substr(1) << "\n";
 }
 
-// Prints "tick <monotonic seconds>" every interval for seconds: log-latency benchmarks.
+// Prints "tick <monotonic seconds>" every interval (0: without a pause) for seconds: log-latency
+// benchmarks, and a worker whose output never stops.
 void print_ticks(double interval, double seconds) {
   auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
   while (std::chrono::steady_clock::now() < end) {
@@ -111,7 +115,7 @@ void print_ticks(double interval, double seconds) {
     ::clock_gettime(CLOCK_MONOTONIC, &now);
     std::printf("tick %ld.%09ld\n", static_cast<long>(now.tv_sec), now.tv_nsec);
     std::fflush(stdout);
-    std::this_thread::sleep_for(std::chrono::duration<double>(interval));
+    if (interval > 0) std::this_thread::sleep_for(std::chrono::duration<double>(interval));
   }
 }
 
@@ -232,8 +236,8 @@ int main(int argc, char** argv) {
   if (misbehave && f.hang) {
     while (true) ::pause();
   }
-  if (f.tick > 0)
-    print_ticks(f.tick, f.sleep);
+  if (f.tick > 0 || f.flood)
+    print_ticks(f.flood ? 0 : f.tick, f.sleep);
   else
     sleep_with_heartbeats(f.sleep, control.get(), beat);
   if (f.partial) {
