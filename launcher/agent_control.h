@@ -50,8 +50,9 @@ class AgentControlSocket {
   /// Handles the entries that add_poll_fds appended (ready: a pointer to the first of them).
   void handle(const pollfd* ready, size_t count, const Handlers& handlers);
   /// Writes line and a newline to the connection that request id came on, and forgets the id.
-  /// False (nothing written) when that connection has closed or the id was never given. Never
-  /// blocks: what the socket does not take at once is written when poll() says it can be.
+  /// False (nothing written) when the id is not waiting: its connection has closed, it was
+  /// answered already, or never given. Never blocks: what the socket does not take at once is
+  /// written when poll() says it can be; a connection that breaks meanwhile is closed.
   bool reply(uint64_t id, std::string_view line);
   /// Requests waiting for a reply.
   size_t open_requests() const;
