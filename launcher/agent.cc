@@ -1,6 +1,7 @@
 // See agent.h. The loop watches: the signalfd, stdin (commands), the worker's output pipe, stdout
-// (when bytes wait), and the control socket; each pass also checks whether the worker ended and
-// whether a teardown deadline passed. poll() never waits longer than 1 s.
+// (when bytes wait), and the control socket; each pass also checks whether the worker ended,
+// whether a watch event is due (every 0.5 s until it ended) and whether a teardown deadline
+// passed. poll() never waits longer than 1 s, nor past the next watch event.
 #include "launcher/agent.h"
 
 #include <fcntl.h>
@@ -19,10 +20,12 @@
 #include "common/clock.h"
 #include "common/env_vars.h"
 #include "common/errors.h"
+#include "common/progress_record.h"
 #include "launcher/agent_child.h"
 #include "launcher/agent_control.h"
 #include "launcher/agent_output.h"
 #include "launcher/commands.h"
+#include "launcher/freeze_watch.h"
 #include "launcher/options.h"
 
 namespace dtrain::launcher {
@@ -32,6 +35,7 @@ constexpr double kGiveUpOutputSeconds = 1.0;  ///< after SIGKILL: stop waiting f
 constexpr double kLastFlushSeconds = 0.5;     ///< then: stop waiting for stdout to drain
 constexpr size_t kMaxReadyBytes = 4 << 20;    ///< stop reading the worker while this much waits
 constexpr int kMaxPollMs = 1000;
+constexpr double kWatchSeconds = 0.5;  ///< a watch event this often while the worker runs
 
 void warn(const std::string& message) {
   std::string line = "dtrain agent: " + message + "\n";
@@ -138,8 +142,10 @@ RequestLine read_request_line(int in_fd, SignalFd& signals, double seconds) {
 
 class Agent {
  public:
+  /// progress_path: the worker's DTRAIN_PROGRESS_FILE, when the request asked for one.
   Agent(int in_fd, int out_fd, const AgentOptions& options, SignalFd& signals,
-        AgentControlSocket& control, std::unique_ptr<AgentChild> child, std::string commands)
+        AgentControlSocket& control, std::unique_ptr<AgentChild> child, std::string commands,
+        std::optional<std::string> progress_path)
       : in_fd_(in_fd),
         out_fd_(out_fd),
         options_(options),
@@ -147,7 +153,15 @@ class Agent {
         control_(control),
         child_(std::move(child)),
         output_(kMaxAgentLine),
-        commands_(std::move(commands)) {}
+        commands_(std::move(commands)),
+        progress_path_(std::move(progress_path)) {
+    control_handlers_.message = [this](std::string_view json) {
+      output_.add_marked(kControlMarker, json);
+    };
+    control_handlers_.request = [this](uint64_t id, std::string_view json) {
+      output_.add_marked(kRequestMarker, format_relayed_request({id, std::string(json)}));
+    };
+  }
 
   int run() {
     output_.add_marked(kEventMarker, format_agent_started_event(child_->pid()));
@@ -186,18 +200,20 @@ class Agent {
       if (in >= 0 && fds[in].revents != 0) on_stdin();
       if (worker >= 0 && fds[worker].revents != 0) on_worker_output();
       if (out >= 0 && fds[out].revents != 0) on_stdout();
-      control_.handle(&fds[control_first], control_count,
-                      [this](std::string_view json) { output_.add_marked(kControlMarker, json); });
+      control_.handle(&fds[control_first], control_count, control_handlers_);
     }
     check_worker();
+    check_watch();
     check_deadlines();
     if (stdout_broken_) output_.ready().clear();
   }
 
   int poll_timeout_ms() const {
-    if (!terminating_) return kMaxPollMs;
-    if (!killed_) return ms_until(kill_at_);
-    return ms_until(output_open() ? give_up_at_ : last_flush_at_);
+    int ms = kMaxPollMs;
+    if (terminating_)
+      ms = ms_until(!killed_ ? kill_at_ : output_open() ? give_up_at_ : last_flush_at_);
+    if (!status_) ms = std::min(ms, ms_until(next_watch_at_));
+    return ms;
   }
 
   // Someone other than the launcher (Slurm ending the step, a host shutting down) signalled the
@@ -229,8 +245,7 @@ class Agent {
       if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
       if (line.empty()) continue;
       try {
-        AgentCommand command = parse_agent_command(line);
-        if (command.kind == AgentCommand::Kind::kSignal) child_->signal_group(command.signal);
+        run_command(parse_agent_command(line));
       } catch (const common::ConfigError& e) {
         warn(fmt::format("ignored a command: {}", e.what()));
       }
@@ -239,6 +254,18 @@ class Agent {
     if (commands_.size() > kMaxAgentLine) {
       warn(fmt::format("ignored a command line longer than {} bytes", kMaxAgentLine));
       commands_.clear();
+    }
+  }
+
+  void run_command(const AgentCommand& command) {
+    switch (command.kind) {
+      case AgentCommand::Kind::kSignal:
+        return child_->signal_group(command.signal);
+      case AgentCommand::Kind::kQueueSignal:
+        return child_->queue_signal(command.signal, command.value);
+      case AgentCommand::Kind::kReply:
+        control_.reply(command.id, command.line);  // a connection gone meanwhile: dropped
+        return;
     }
   }
 
@@ -271,6 +298,20 @@ class Agent {
     if (status_) return;
     status_ = child_->poll_exit();
     if (status_) output_.add_marked(kEventMarker, format_agent_exit_event(*status_));
+  }
+
+  // The agent's sign of life and the launcher's freeze watch of a remote worker: its /proc state
+  // and progress record, due every kWatchSeconds until it ended, however busy the loop is. None
+  // while stdout is stuck: the launcher is not reading, and the bytes would only pile up.
+  void check_watch() {
+    double now = common::monotonic_seconds();
+    if (status_ || now < next_watch_at_) return;
+    next_watch_at_ += kWatchSeconds;
+    if (next_watch_at_ <= now) next_watch_at_ = now + kWatchSeconds;  // fell behind: no burst
+    if (output_.ready_size() >= kMaxReadyBytes) return;
+    std::optional<common::ProgressSample> record;
+    if (progress_path_) record = common::read_progress_record(*progress_path_);
+    output_.add_marked(kEventMarker, format_agent_watch_event(read_process(child_->pid()), record));
   }
 
   // The session is gone (or the agent was told to stop): sig now, SIGKILL kill_after later. A
@@ -314,7 +355,10 @@ class Agent {
   std::unique_ptr<AgentChild> child_;
   AgentOutput output_;
   std::string commands_;
+  std::optional<std::string> progress_path_;
+  AgentControlSocket::Handlers control_handlers_;
   double last_input_at_ = common::monotonic_seconds();
+  double next_watch_at_ = common::monotonic_seconds() + kWatchSeconds;
   std::optional<ExitStatus> status_;
   bool stdin_open_ = true;
   bool stdout_broken_ = false;
@@ -330,9 +374,20 @@ int run_agent(int in_fd, int out_fd, const AgentOptions& options) {
   RequestLine first = read_request_line(in_fd, signals, options.request_seconds);
   AgentRequest request = parse_agent_request(first.line);
   AgentControlSocket control;
-  auto child = AgentChild::spawn(request, {{common::kEnvControl.name, control.address()}});
+  std::vector<std::pair<std::string, std::string>> extra_env = {
+      {common::kEnvControl.name, control.address()}};
+  // The launcher's path names a file on its own host: the worker writes one here instead, which
+  // the watch events carry (read_progress_record, as the launcher's freeze watch does locally).
+  std::optional<std::string> progress_path;
+  for (const auto& [name, value] : request.env) {
+    if (name == common::kEnvProgressFile.name && !progress_path)
+      progress_path = control.private_path("progress");
+  }
+  if (progress_path) extra_env.emplace_back(common::kEnvProgressFile.name, *progress_path);
+  auto child = AgentChild::spawn(request, extra_env);
   NonBlocking nonblocking_out(out_fd);
-  Agent agent(in_fd, out_fd, options, signals, control, std::move(child), std::move(first.rest));
+  Agent agent(in_fd, out_fd, options, signals, control, std::move(child), std::move(first.rest),
+              std::move(progress_path));
   return agent.run();
 }
 
@@ -345,7 +400,9 @@ int agent_command(const Args& args) {
       "{\"argv\": [...], \"env\": [[name, value], ...], \"cwd\": dir} on stdin, runs it in its "
       "own\n"
       "process group, and writes its output and control messages to stdout. Later stdin lines\n"
-      "{\"signal\": N} signal the group; the end of stdin stops it. Exits with the worker's code.\n"
+      "{\"signal\": N} signal the group, {\"signal\": N, \"value\": V} queue a signal to the\n"
+      "worker alone, {\"reply\": ID, \"line\": ...} answer a relayed request; the end of stdin\n"
+      "stops it. Exits with the worker's code.\n"
       "\nOptions");
   desc.add_options()("request-timeout", po::value(&options.request_seconds),
                      "seconds to wait for the first line (default 30)")(

@@ -1,8 +1,9 @@
 // `dtrain agent`: the remote supervisor that the launcher starts as `ssh host dtrain agent`. It
 // reads what to run from stdin, runs it in its own process group, frames the worker's output and
-// control messages onto stdout, forwards signal commands, and ends the group when the session
-// closes. The wire format is agent_protocol.h. One thread, one poll() loop with time-outs; it
-// signals only its worker's process group, never processes by name.
+// control messages onto stdout, relays the worker's requests and the launcher's replies, forwards
+// signal commands, reports the worker's /proc state and progress record every half second, and
+// ends the group when the session closes. The wire format is agent_protocol.h. One thread, one
+// poll() loop with time-outs; it signals only its worker (process or group), never by name.
 #pragma once
 
 #include "launcher/agent_protocol.h"

@@ -37,6 +37,12 @@ void AgentChild::signal_group(int sig) {
   ::killpg(pid_, sig);
 }
 
+void AgentChild::queue_signal(int sig, int value) {
+  sigval sv{};
+  sv.sival_int = value;
+  ::sigqueue(pid_, sig, sv);
+}
+
 std::optional<ExitStatus> AgentChild::poll_exit() {
   if (status_) return status_;
   siginfo_t info{};

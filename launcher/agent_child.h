@@ -40,6 +40,9 @@ class AgentChild {
   /// Sends sig to the worker's process group; a group that is gone is not an error. Safe after
   /// the worker ended: it stays a zombie until this object dies, so its group id is not reused.
   void signal_group(int sig);
+  /// Queues sig with value (sigqueue, si_value.sival_int) to the worker process alone, not its
+  /// group. Safe after the worker ended, as signal_group is; a failure is not an error.
+  void queue_signal(int sig, int value);
 
   /// The worker's exit status once it has ended (non-blocking; the zombie is not reaped).
   std::optional<ExitStatus> poll_exit();

@@ -7,7 +7,8 @@
 //     {"argv": ["prog", "arg", ...], "env": [["NAME", "value"], ...], "cwd": "/dir"}
 //   argv is required and non-empty (argv[0] is looked up on PATH, the worker's PATH if env sets
 //   it); env (added to the agent's own environment) and cwd ("" = the agent's) are optional.
-//   DTRAIN_CONTROL in env is replaced by the agent's own socket.
+//   DTRAIN_CONTROL in env is replaced by the agent's own socket, and DTRAIN_PROGRESS_FILE (any
+//   value: the launcher's path is on its own host) by a file in the agent's private folder.
 //   later lines, each one of
 //     {"signal": 15}                    sends that signal to the worker's whole process group
 //                                       ({"signal": 0}: a keep-alive only)
@@ -17,7 +18,8 @@
 //                                       (docs/design.md#in-place-recovery)
 //     {"reply": 7, "line": "{...}"}     writes line (and a newline) to the control connection
 //                                       whose request was relayed with id 7 (below); dropped when
-//                                       that connection has closed meanwhile
+//                                       that connection has closed meanwhile, or for an id that
+//                                       is not waiting (answered already, never given)
 //   End of stdin (the session closed): the agent ends the group (SIGTERM, SIGKILL 1.5 s later).
 //   SIGHUP, SIGINT or SIGTERM to the agent itself: it passes the signal to the group, reports
 //   it (the "signaled" event below) and SIGKILLs the group --signal-grace seconds later (default
@@ -47,7 +49,9 @@
 //   kRequestMarker + <id> + " " + <a request from the worker> + "\n": a request line the worker
 //     sent on DTRAIN_CONTROL ({"request": "reform", ...} or {"request": "spare", ...},
 //     common/control_protocol.h) that waits for an answer; id (a number the agent chooses) names
-//     its connection, which the agent keeps open for the {"reply": id, ...} command
+//     its connection, which the agent keeps open for the {"reply": id, ...} command. The request
+//     is re-written compactly, not checked further (the launcher answers a malformed one). At
+//     most 64 wait at a time: one more closes its connection unanswered
 // Markers begin with the byte 0x1e (ASCII record separator), and only the agent starts a line
 // with it: a worker line that begins with 0x1e goes out as kLineMarker + <the line, byte for
 // byte>, so a worker cannot fake an event (a fake "signaled" once made a Slurm launch exit 143),

@@ -1,7 +1,8 @@
 // A stand-in worker for launcher tests: reads TF_CONFIG like any worker, then misbehaves as told.
 // Failure flags apply while DTRAIN_ATTEMPT < --until-attempt and (if --only) on one task, so a
 // test can make "worker:1 fails on attempt 0 only". It always prints its task, attempt and pid
-// first, and writes its pid to $DTRAIN_RUN_DIR/pids/<task>-<attempt>.pid.
+// first, and writes its pid to $DTRAIN_RUN_DIR/pids/<task>-<attempt>.pid. The agent tests use
+// it as a remote worker: a reform request and its reply, a queued SIGUSR1, a progress record.
 #include <signal.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -15,9 +16,11 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "common/control_protocol.h"
 #include "common/env_vars.h"
+#include "common/progress_record.h"
 #include "common/tf_config.h"
 
 namespace {
@@ -35,8 +38,12 @@ struct Flags {
   long lines = 0;
   double sleep = 0;
   double tick = 0;
+  bool flood = false;  // tick lines without a pause
   int until_attempt = 1 << 30;
   std::string only;
+  std::vector<double> reform_timeouts;  // one reform request per --request-reform, in order
+  bool print_sigusr1 = false;
+  int write_progress = 0;  // steps
 };
 
 Flags parse(int argc, char** argv) {
@@ -66,10 +73,18 @@ Flags parse(int argc, char** argv) {
       f.sleep = std::stod(next());
     else if (a == "--tick")
       f.tick = std::stod(next());
+    else if (a == "--flood")
+      f.flood = true;
     else if (a == "--until-attempt")
       f.until_attempt = std::stoi(next());
     else if (a == "--only")
       f.only = next();
+    else if (a == "--request-reform")
+      f.reform_timeouts.push_back(std::stod(next()));
+    else if (a == "--print-sigusr1")
+      f.print_sigusr1 = true;
+    else if (a == "--write-progress")
+      f.write_progress = std::stoi(next());
     else {
       std::fprintf(stderr, "test_worker: unknown flag %s\n", a.c_str());
       std::exit(2);
@@ -91,7 +106,8 @@ void write_pid_file(const std::string& name) {
       << std::to_string(1000000000 + now.tv_nsec).substr(1) << "\n";
 }
 
-// Prints "tick <monotonic seconds>" every interval for seconds: log-latency benchmarks.
+// Prints "tick <monotonic seconds>" every interval (0: without a pause) for seconds: log-latency
+// benchmarks, and a worker whose output never stops.
 void print_ticks(double interval, double seconds) {
   auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
   while (std::chrono::steady_clock::now() < end) {
@@ -99,7 +115,7 @@ void print_ticks(double interval, double seconds) {
     ::clock_gettime(CLOCK_MONOTONIC, &now);
     std::printf("tick %ld.%09ld\n", static_cast<long>(now.tv_sec), now.tv_nsec);
     std::fflush(stdout);
-    std::this_thread::sleep_for(std::chrono::duration<double>(interval));
+    if (interval > 0) std::this_thread::sleep_for(std::chrono::duration<double>(interval));
   }
 }
 
@@ -110,6 +126,68 @@ void sleep_with_heartbeats(double seconds, dtrain::common::ControlClient* contro
     if (control) control->send(base);
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
+}
+
+// Sends a reform request on DTRAIN_CONTROL and prints "reform reply: <the reply line>" (as
+// format_reform_reply writes it) or "reform reply: none" after timeout seconds.
+void request_reform(const std::string& task, int attempt, double timeout) {
+  const char* address = std::getenv("DTRAIN_CONTROL");
+  dtrain::common::ControlClient control(address ? address : "");
+  dtrain::common::ReformRequest request{task, attempt, 0, 3, true, "test_worker: asked to"};
+  std::optional<dtrain::common::ReformReply> reply = control.request_reform(request, timeout);
+  if (reply)
+    std::printf("reform reply: %s", dtrain::common::format_reform_reply(*reply).c_str());
+  else
+    std::printf("reform reply: none\n");
+  std::fflush(stdout);
+}
+
+volatile sig_atomic_t sigusr1_got = 0, sigusr1_value = 0, sigusr1_code = 0;
+
+void on_sigusr1(int, siginfo_t* info, void*) {
+  sigusr1_value = info->si_value.sival_int;
+  sigusr1_code = info->si_code;
+  sigusr1_got = 1;
+}
+
+// Prints "sigusr1 ready", waits up to 20 s for SIGUSR1, then prints "sigusr1 value=V queued=yes"
+// (queued: sent by sigqueue) or "sigusr1 none".
+void print_sigusr1() {
+  struct sigaction action {};
+  action.sa_sigaction = on_sigusr1;
+  action.sa_flags = SA_SIGINFO;
+  ::sigemptyset(&action.sa_mask);
+  ::sigaction(SIGUSR1, &action, nullptr);
+  std::printf("sigusr1 ready\n");
+  std::fflush(stdout);
+  auto end = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (!sigusr1_got && std::chrono::steady_clock::now() < end)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  if (sigusr1_got)
+    std::printf("sigusr1 value=%d queued=%s\n", static_cast<int>(sigusr1_value),
+                sigusr1_code == SI_QUEUE ? "yes" : "no");
+  else
+    std::printf("sigusr1 none\n");
+  std::fflush(stdout);
+}
+
+// Prints "progress file=<DTRAIN_PROGRESS_FILE>", waits 0.7 s, then keeps a progress record
+// there (generation 2): steps steps of one collective each, 0.1 s apart.
+void write_progress(int steps) {
+  const char* path = std::getenv("DTRAIN_PROGRESS_FILE");
+  std::printf("progress file=%s\n", path ? path : "-");
+  std::fflush(stdout);
+  std::this_thread::sleep_for(std::chrono::milliseconds(700));
+  dtrain::common::ProgressRecordWriter record(path ? path : "");
+  record.set_generation(2);
+  for (int step = 1; step <= steps; ++step) {
+    record.begin_collective();
+    record.end_collective();
+    record.finished_step(step, 0.02);
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  std::printf("progress steps=%d\n", steps);
+  std::fflush(stdout);
 }
 
 }  // namespace
@@ -152,11 +230,14 @@ int main(int argc, char** argv) {
     std::printf("\n");
   }
   std::fflush(stdout);
+  if (f.print_sigusr1) print_sigusr1();
+  for (double timeout : f.reform_timeouts) request_reform(task, attempt, timeout);
+  if (f.write_progress > 0) write_progress(f.write_progress);
   if (misbehave && f.hang) {
     while (true) ::pause();
   }
-  if (f.tick > 0)
-    print_ticks(f.tick, f.sleep);
+  if (f.tick > 0 || f.flood)
+    print_ticks(f.flood ? 0 : f.tick, f.sleep);
   else
     sleep_with_heartbeats(f.sleep, control.get(), beat);
   if (f.partial) {
