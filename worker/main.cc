@@ -8,6 +8,7 @@
 #include <csignal>
 #include <filesystem>
 #include <iostream>
+#include <mutex>
 #include <new>
 #include <thread>
 
@@ -44,6 +45,11 @@ namespace {
 // parent (the launcher, or the agent that relays the launcher's stop) preempts this worker alone:
 // it finishes its step and leaves, and a replacement takes its share; from the parent it is the
 // job's stop, which the group agrees on and saves.
+// SIGUSR1 is blocked and taken by the same thread, for the same reason: the launcher's notice
+// (docs/design.md#in-place-recovery), queued with sigqueue and the new generation G as its value,
+// interrupts the live group's collective (GroupCommunicator::interrupt(G)) when there is one,
+// since a peer cut off by the network closes nothing its peers could see. Any other SIGUSR1 (no
+// value, no group: a spare, a run not in place) is ignored and never kills.
 std::atomic<bool> g_catching_sigterm{false};
 std::atomic<bool> g_leave_alone{false};  ///< set when in place: see above
 std::atomic<bool> g_stop_requested{false};
@@ -59,15 +65,69 @@ void end_by_sigterm() {
   ::raise(SIGTERM);  // the default action: the whole process ends, by SIGTERM
 }
 
-void watch_sigterm() {
+// The group the launcher's notice interrupts: set by train() once the group is made, cleared
+// before it is destroyed; the signal thread calls it under the lock.
+class NoticeTarget {
+ public:
+  void set(comm::GroupCommunicator* group) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    group_ = group;
+  }
+  void deliver(int generation) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (group_ && group_->interrupt(generation)) {
+      spdlog::warn(
+          "notice: the launcher re-forms the group as generation {}: collectives of "
+          "the older generation interrupted",
+          generation);
+    } else {
+      spdlog::info("notice: the group re-forms as generation {}: ignored ({})", generation,
+                   group_ ? "not joined to an older generation" : "no group here");
+    }
+  }
+
+ private:
+  std::mutex mutex_;
+  comm::GroupCommunicator* group_ = nullptr;
+};
+NoticeTarget g_notice;
+
+// Registers group for the notice for as long as it lives (declared after it: cleared first).
+class NoticeRegistration {
+ public:
+  explicit NoticeRegistration(comm::GroupCommunicator* group) : active_(group != nullptr) {
+    if (active_) g_notice.set(group);
+  }
+  ~NoticeRegistration() {
+    if (active_) g_notice.set(nullptr);
+  }
+  NoticeRegistration(const NoticeRegistration&) = delete;
+  NoticeRegistration& operator=(const NoticeRegistration&) = delete;
+
+ private:
+  bool active_;
+};
+
+void take_sigusr1(const siginfo_t& info) {
+  if (info.si_code != SI_QUEUE) {
+    spdlog::info("SIGUSR1 from pid {} without a generation: ignored", info.si_pid);
+    return;
+  }
+  g_notice.deliver(info.si_value.sival_int);
+}
+
+void watch_signals() {
   sigset_t set;
   sigemptyset(&set);
   sigaddset(&set, SIGTERM);
+  sigaddset(&set, SIGUSR1);
   ::pthread_sigmask(SIG_BLOCK, &set, nullptr);
   std::thread([set] {
     while (true) {
       siginfo_t info{};
-      if (::sigwaitinfo(&set, &info) != SIGTERM) continue;
+      int taken = ::sigwaitinfo(&set, &info);
+      if (taken == SIGUSR1) take_sigusr1(info);
+      if (taken != SIGTERM) continue;
       if (!g_catching_sigterm) end_by_sigterm();
       bool from_parent = info.si_code == SI_USER && info.si_pid == ::getppid();
       if (g_leave_alone && !from_parent) {
@@ -238,6 +298,9 @@ int train(const common::TfConfig& task, std::optional<int> promoted_generation,
     throw ConfigError(fmt::format("{}: {}", config_path, e.what()));
   }
   comm::Communicator* communicator = group.get();
+  // In place only: elsewhere nothing asks the launcher for the next generation, so a notice
+  // is ignored.
+  NoticeRegistration notice(in_place ? group.get() : nullptr);
   timeline.mark("rendezvous");
   catch_sigterm();  // until here SIGTERM kills at once; from here it means "save and stop together"
   common::ControlClient control(common::get_env(common::kEnvControl).value_or(""));
@@ -358,7 +421,7 @@ int run_worker(const WorkerOptions& options) {
 }  // namespace dtrain::train
 
 int main(int argc, char** argv) {
-  dtrain::train::watch_sigterm();  // first: every later thread inherits the blocked SIGTERM
+  dtrain::train::watch_signals();  // first: every later thread inherits SIGTERM, SIGUSR1 blocked
   return dtrain::common::run_main("dtrain-worker", [&] {
     std::vector<std::string> args(argv + 1, argv + argc);
     try {
