@@ -75,15 +75,11 @@ class NoticeTarget {
   }
   void deliver(int generation) {
     std::lock_guard<std::mutex> lock(mutex_);
-    if (group_ && group_->interrupt(generation)) {
-      spdlog::warn(
-          "notice: the launcher re-forms the group as generation {}: collectives of "
-          "the older generation interrupted",
-          generation);
-    } else {
-      spdlog::info("notice: the group re-forms as generation {}: ignored ({})", generation,
-                   group_ ? "not joined to an older generation" : "no group here");
-    }
+    spdlog::info("notice: the launcher re-forms the group as generation {}", generation);
+    if (group_ && group_->interrupt(generation)) return;  // the trainer logs the break
+    spdlog::info(
+        "notice for generation {} ignored: {}", generation,
+        group_ ? "this worker is not in an older generation's group" : "no group here to leave");
   }
 
  private:
