@@ -8,9 +8,11 @@
 #include <csignal>
 #include <filesystem>
 #include <iostream>
+#include <memory>
 #include <mutex>
 #include <new>
 #include <thread>
+#include <utility>
 
 #include "common/atomic_file.h"
 #include "common/clock.h"
@@ -65,26 +67,40 @@ void end_by_sigterm() {
   ::raise(SIGTERM);  // the default action: the whole process ends, by SIGTERM
 }
 
-// The group the launcher's notice interrupts: set by train() once the group is made, cleared
-// before it is destroyed; the signal thread calls it under the lock.
+// What the signal thread does with SIGUSR1 (see above), with what it needs under one lock: the
+// live group, set by train() once the group is made and cleared before it is destroyed, and the
+// logger, set once logging is set up. The signal thread never reaches spdlog's registry, whose
+// default logger main() replaces without synchronising with readers; until then it is silent.
 class NoticeTarget {
  public:
-  void set(comm::GroupCommunicator* group) {
+  void set_group(comm::GroupCommunicator* group) {
     std::lock_guard<std::mutex> lock(mutex_);
     group_ = group;
   }
-  void deliver(int generation) {
+  void set_log(std::shared_ptr<spdlog::logger> log) {
     std::lock_guard<std::mutex> lock(mutex_);
-    spdlog::info("notice: the launcher re-forms the group as generation {}", generation);
+    log_ = std::move(log);
+  }
+  void take(const siginfo_t& info) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (info.si_code != SI_QUEUE) {
+      if (log_) log_->info("SIGUSR1 from pid {} without a generation: ignored", info.si_pid);
+      return;
+    }
+    const int generation = info.si_value.sival_int;
+    if (log_) log_->info("notice: the launcher re-forms the group as generation {}", generation);
     if (group_ && group_->interrupt(generation)) return;  // the trainer logs the break
-    spdlog::info(
-        "notice for generation {} ignored: {}", generation,
-        group_ ? "this worker is not in an older generation's group" : "no group here to leave");
+    if (log_) {
+      log_->info(
+          "notice for generation {} ignored: {}", generation,
+          group_ ? "this worker is not in an older generation's group" : "no group here to leave");
+    }
   }
 
  private:
   std::mutex mutex_;
   comm::GroupCommunicator* group_ = nullptr;
+  std::shared_ptr<spdlog::logger> log_;
 };
 NoticeTarget g_notice;
 
@@ -92,10 +108,10 @@ NoticeTarget g_notice;
 class NoticeRegistration {
  public:
   explicit NoticeRegistration(comm::GroupCommunicator* group) : active_(group != nullptr) {
-    if (active_) g_notice.set(group);
+    if (active_) g_notice.set_group(group);
   }
   ~NoticeRegistration() {
-    if (active_) g_notice.set(nullptr);
+    if (active_) g_notice.set_group(nullptr);
   }
   NoticeRegistration(const NoticeRegistration&) = delete;
   NoticeRegistration& operator=(const NoticeRegistration&) = delete;
@@ -103,14 +119,6 @@ class NoticeRegistration {
  private:
   bool active_;
 };
-
-void take_sigusr1(const siginfo_t& info) {
-  if (info.si_code != SI_QUEUE) {
-    spdlog::info("SIGUSR1 from pid {} without a generation: ignored", info.si_pid);
-    return;
-  }
-  g_notice.deliver(info.si_value.sival_int);
-}
 
 void watch_signals() {
   sigset_t set;
@@ -122,7 +130,7 @@ void watch_signals() {
     while (true) {
       siginfo_t info{};
       int taken = ::sigwaitinfo(&set, &info);
-      if (taken == SIGUSR1) take_sigusr1(info);
+      if (taken == SIGUSR1) g_notice.take(info);
       if (taken != SIGTERM) continue;
       if (!g_catching_sigterm) end_by_sigterm();
       bool from_parent = info.si_code == SI_USER && info.si_pid == ::getppid();
@@ -384,6 +392,7 @@ int run_worker(const WorkerOptions& options) {
                     common::get_env(common::kEnvRunDir).has_value();
   common::setup_logging(
       spare ? "" : common::worker_log_role(task.task.type, task.task.index, supervised));
+  g_notice.set_log(spdlog::default_logger());
   auto [train_json, job] = read_train_config(options.config_path);
   TrainConfig config = parse_train_config(train_json, options.config_path);
   std::unique_ptr<nn::Backend> backend = choose_backend(config, options.config_path);

@@ -104,7 +104,7 @@ TEST_CASE("a worker training undisturbed survives SIGUSR1, plain or queued, and 
   CHECK_THAT(r.err, Catch::Contains("without a generation: ignored"));
   if (in_place) {  // generation 1 reaches the group, whose world of one ignores it
     CHECK_THAT(r.err, Catch::Contains("notice for generation 0 ignored: this worker is not in "
-                                       "an older generation's group"));
+                                      "an older generation's group"));
   } else {
     CHECK_THAT(r.err, Catch::Contains("notice for generation 0 ignored: no group here to leave"));
     CHECK_THAT(r.err, Catch::Contains("notice for generation 1 ignored: no group here to leave"));
@@ -117,7 +117,8 @@ TEST_CASE("a notice makes a worker leave a collective its frozen peer never join
   testing::TempDir dir;
   std::string job = job_file(dir, communication);
   std::vector<std::string> addresses;
-  for (int port : common::pick_free_ports(2)) addresses.push_back("127.0.0.1:" + std::to_string(port));
+  for (int port : common::pick_free_ports(2))
+    addresses.push_back("127.0.0.1:" + std::to_string(port));
   common::ClusterSpec cluster({{"worker", addresses}});
   std::vector<std::unique_ptr<testing::BackgroundProcess>> workers;
   for (int rank = 0; rank < 2; ++rank) {
