@@ -7,8 +7,9 @@
 #   space) says "skipped under sanitizers" in its output (test/train/test_trainer.cc).
 # - thread: TSan (build-tsan/), the suites whose code under test runs threads of dtrain's own:
 #   the communicators (ring algorithms over threads, the acceptor's handshake threads, the
-#   async all-reduce thread, shared-memory rings), the batcher's producer thread (test_data), the
-#   worker's signal thread and data-parallel training with ranks as threads (test_train), and the
+#   async all-reduce thread, shared-memory rings, the notice's interrupts from another thread), the
+#   batcher's producer thread (test_data), the worker's signal thread (test_train, test_worker:
+#   SIGTERM, SIGUSR1) and data-parallel training with ranks as threads (test_train), and the
 #   launcher's and agent's process handling (test_launcher, test_agent). The other suites test
 #   single-threaded code (parsers, the one-thread launcher loop, the reference backend) or
 #   start the same programs that test_train and test_agent already start; ASan runs them all.
@@ -23,8 +24,8 @@ case "$mode" in
   *) echo "usage: scripts/test-sanitizers.sh [address|thread|all]" >&2; exit 2 ;;
 esac
 jobs=$(nproc)
-tsan_suites=(test_comm test_tcp_ring test_shm test_hostile_peers test_data test_train
-             test_launcher test_agent)
+tsan_suites=(test_comm test_tcp_ring test_shm test_hostile_peers test_interrupt test_data
+             test_train test_worker test_launcher test_agent)
 
 # Configures and builds DIR with sanitizers LIST; further arguments are the targets (none: all).
 build() {

@@ -8,8 +8,11 @@
 #include <csignal>
 #include <filesystem>
 #include <iostream>
+#include <memory>
+#include <mutex>
 #include <new>
 #include <thread>
+#include <utility>
 
 #include "common/atomic_file.h"
 #include "common/clock.h"
@@ -44,6 +47,11 @@ namespace {
 // parent (the launcher, or the agent that relays the launcher's stop) preempts this worker alone:
 // it finishes its step and leaves, and a replacement takes its share; from the parent it is the
 // job's stop, which the group agrees on and saves.
+// SIGUSR1 is blocked and taken by the same thread, for the same reason: the launcher's notice
+// (docs/design.md#in-place-recovery), queued with sigqueue and the new generation G as its value,
+// interrupts the live group's collective (GroupCommunicator::interrupt(G)) when there is one,
+// since a peer cut off by the network closes nothing its peers could see. Any other SIGUSR1 (no
+// value, no group: a spare, a run not in place) is ignored and never kills.
 std::atomic<bool> g_catching_sigterm{false};
 std::atomic<bool> g_leave_alone{false};  ///< set when in place: see above
 std::atomic<bool> g_stop_requested{false};
@@ -59,15 +67,71 @@ void end_by_sigterm() {
   ::raise(SIGTERM);  // the default action: the whole process ends, by SIGTERM
 }
 
-void watch_sigterm() {
+// What the signal thread does with SIGUSR1 (see above), with what it needs under one lock: the
+// live group, set by train() once the group is made and cleared before it is destroyed, and the
+// logger, set once logging is set up. The signal thread never reaches spdlog's registry, whose
+// default logger main() replaces without synchronising with readers; until then it is silent.
+class NoticeTarget {
+ public:
+  void set_group(comm::GroupCommunicator* group) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    group_ = group;
+  }
+  void set_log(std::shared_ptr<spdlog::logger> log) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    log_ = std::move(log);
+  }
+  void take(const siginfo_t& info) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (info.si_code != SI_QUEUE) {
+      if (log_) log_->info("SIGUSR1 from pid {} without a generation: ignored", info.si_pid);
+      return;
+    }
+    const int generation = info.si_value.sival_int;
+    if (log_) log_->info("notice: the launcher re-forms the group as generation {}", generation);
+    if (group_ && group_->interrupt(generation)) return;  // the trainer logs the break
+    if (log_) {
+      log_->info(
+          "notice for generation {} ignored: {}", generation,
+          group_ ? "this worker is not in an older generation's group" : "no group here to leave");
+    }
+  }
+
+ private:
+  std::mutex mutex_;
+  comm::GroupCommunicator* group_ = nullptr;
+  std::shared_ptr<spdlog::logger> log_;
+};
+NoticeTarget g_notice;
+
+// Registers group for the notice for as long as it lives (declared after it: cleared first).
+class NoticeRegistration {
+ public:
+  explicit NoticeRegistration(comm::GroupCommunicator* group) : active_(group != nullptr) {
+    if (active_) g_notice.set_group(group);
+  }
+  ~NoticeRegistration() {
+    if (active_) g_notice.set_group(nullptr);
+  }
+  NoticeRegistration(const NoticeRegistration&) = delete;
+  NoticeRegistration& operator=(const NoticeRegistration&) = delete;
+
+ private:
+  bool active_;
+};
+
+void watch_signals() {
   sigset_t set;
   sigemptyset(&set);
   sigaddset(&set, SIGTERM);
+  sigaddset(&set, SIGUSR1);
   ::pthread_sigmask(SIG_BLOCK, &set, nullptr);
   std::thread([set] {
     while (true) {
       siginfo_t info{};
-      if (::sigwaitinfo(&set, &info) != SIGTERM) continue;
+      int taken = ::sigwaitinfo(&set, &info);
+      if (taken == SIGUSR1) g_notice.take(info);
+      if (taken != SIGTERM) continue;
       if (!g_catching_sigterm) end_by_sigterm();
       bool from_parent = info.si_code == SI_USER && info.si_pid == ::getppid();
       if (g_leave_alone && !from_parent) {
@@ -238,6 +302,9 @@ int train(const common::TfConfig& task, std::optional<int> promoted_generation,
     throw ConfigError(fmt::format("{}: {}", config_path, e.what()));
   }
   comm::Communicator* communicator = group.get();
+  // In place only: elsewhere nothing asks the launcher for the next generation, so a notice
+  // is ignored.
+  NoticeRegistration notice(in_place ? group.get() : nullptr);
   timeline.mark("rendezvous");
   catch_sigterm();  // until here SIGTERM kills at once; from here it means "save and stop together"
   common::ControlClient control(common::get_env(common::kEnvControl).value_or(""));
@@ -325,6 +392,7 @@ int run_worker(const WorkerOptions& options) {
                     common::get_env(common::kEnvRunDir).has_value();
   common::setup_logging(
       spare ? "" : common::worker_log_role(task.task.type, task.task.index, supervised));
+  g_notice.set_log(spdlog::default_logger());
   auto [train_json, job] = read_train_config(options.config_path);
   TrainConfig config = parse_train_config(train_json, options.config_path);
   std::unique_ptr<nn::Backend> backend = choose_backend(config, options.config_path);
@@ -358,7 +426,7 @@ int run_worker(const WorkerOptions& options) {
 }  // namespace dtrain::train
 
 int main(int argc, char** argv) {
-  dtrain::train::watch_sigterm();  // first: every later thread inherits the blocked SIGTERM
+  dtrain::train::watch_signals();  // first: every later thread inherits SIGTERM, SIGUSR1 blocked
   return dtrain::common::run_main("dtrain-worker", [&] {
     std::vector<std::string> args(argv + 1, argv + argc);
     try {

@@ -12,6 +12,7 @@
 #include <deque>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -49,13 +50,16 @@ class InProcessLink final : public comm::RingLink {
   /// on the time-out, and EnforceError when the sizes of the paired calls differ.
   void send_recv(const void* send, size_t send_bytes, void* recv, size_t recv_bytes) override {
     std::unique_lock<std::mutex> lock(ring_->mutex);
+    throw_if_interrupted();
     const char* send_chars = send_bytes > 0 ? static_cast<const char*>(send) : "";
     outgoing().calls.emplace_back(send_chars, send_bytes);
     outgoing().reader_wakeup.notify_one();
     const size_t call = calls_++;
     InProcessRing::Pipe& in = incoming();
-    in.reader_wakeup.wait_for(
-        lock, timeout_, [&] { return !in.calls.empty() || in.aborted || outgoing().aborted; });
+    in.reader_wakeup.wait_for(lock, timeout_, [&] {
+      return !in.calls.empty() || in.aborted || outgoing().aborted || interrupted_;
+    });
+    throw_if_interrupted();
     if (in.calls.empty()) {
       throw_if_aborted();
       throw common::IoError(fmt::format(
@@ -84,6 +88,17 @@ class InProcessLink final : public comm::RingLink {
     }
   }
 
+  /// Makes the send_recv waiting now (another thread) and every later one throw why; tells no
+  /// other rank.
+  void interrupt(const std::string& why) noexcept override {
+    try {
+      std::lock_guard<std::mutex> lock(ring_->mutex);
+      if (!interrupted_) interrupted_ = fmt::format("in-process link: rank {}: {}", rank_, why);
+      for (InProcessRing::Pipe& pipe : ring_->pipes) pipe.reader_wakeup.notify_all();
+    } catch (...) {  // best effort, as the interface says
+    }
+  }
+
  private:
   InProcessRing::Pipe& outgoing() { return ring_->pipes[static_cast<size_t>(rank_)]; }
   InProcessRing::Pipe& incoming() { return ring_->pipes[static_cast<size_t>(previous_rank())]; }
@@ -102,6 +117,11 @@ class InProcessLink final : public comm::RingLink {
     for (InProcessRing::Pipe& pipe : ring_->pipes) pipe.reader_wakeup.notify_all();
   }
 
+  // Caller holds the mutex.
+  void throw_if_interrupted() const {
+    if (interrupted_) throw common::IoError(*interrupted_);
+  }
+
   // Caller holds the mutex. Passes a neighbour's abort on, so the whole ring fails fast.
   void throw_if_aborted() {
     for (InProcessRing::Pipe* pipe : {&incoming(), &outgoing()}) {
@@ -116,7 +136,8 @@ class InProcessLink final : public comm::RingLink {
   std::shared_ptr<InProcessRing> ring_;
   int rank_;
   std::chrono::milliseconds timeout_;
-  size_t calls_ = 0;  ///< send_recv calls so far, for messages
+  size_t calls_ = 0;                        ///< send_recv calls so far, for messages
+  std::optional<std::string> interrupted_;  ///< guarded by the ring's mutex
 };
 
 /// size connected links; element r is rank r's. Receives give up after timeout.

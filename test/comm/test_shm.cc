@@ -60,6 +60,7 @@ class GatherOnly : public Communicator {
     all_gather(&token, 1);
   }
   void abort(const std::string&) noexcept override {}
+  void interrupt(const std::string&) noexcept override {}
 };
 
 // Ranks as threads: round k of rank r lands in rounds_[k][r]; the last reader drops the round.

@@ -80,6 +80,7 @@ class Forwarding : public comm::Communicator {
     return inner_->all_gather(m, n);
   }
   void abort(const std::string& message) noexcept override { inner_->abort(message); }
+  void interrupt(const std::string& why) noexcept override { inner_->interrupt(why); }
   comm::ReduceTicket start_all_reduce(float* d, size_t n, comm::ReduceOp op) override {
     return inner_->start_all_reduce(d, n, op);
   }

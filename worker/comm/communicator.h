@@ -51,6 +51,13 @@ class Communicator {
   virtual std::vector<uint8_t> all_gather(const void* mine, size_t bytes) = 0;
   /// Tells every peer that this rank failed, with message. Never throws.
   virtual void abort(const std::string& message) noexcept = 0;
+  /// Makes the collective this rank is blocked in now, and every later one, fail promptly (well
+  /// under a second) with IoError naming why, without waiting for any peer: for a peer cut off
+  /// by the network, which closes nothing (docs/design.md#in-place-recovery, the notice). Tells
+  /// no peer anything; abort() still does that. Never throws, never blocks for long. The one
+  /// call that is thread-safe: any thread, at any time while this communicator lives, even
+  /// during a collective, abort() or another interrupt() (the first why wins).
+  virtual void interrupt(const std::string& why) noexcept = 0;
   /// Host memory of this rank that its peers read directly; empty when the transport has none.
   /// An all_reduce of data inside it skips the copies through the transport's own buffers,
   /// provided every rank passes the same offset into its own window and the same count (ranks

@@ -13,26 +13,62 @@ GroupCommunicator::GroupCommunicator(Factory factory, int generation,
   join(generation);
 }
 
-GroupCommunicator::~GroupCommunicator() = default;
+GroupCommunicator::~GroupCommunicator() {
+  std::unique_ptr<Communicator> closing;
+  std::lock_guard<std::mutex> lock(mutex_);
+  closing = std::move(inner_);
+}
 
 void GroupCommunicator::leave(const std::string& message) noexcept {
   if (!inner_) return;
+  // Still reachable by an interrupt meanwhile: the abort may wait for a collective in flight
+  // on the communication thread, which an interrupt ends.
   inner_->abort(message);
-  inner_.reset();
+  std::unique_ptr<Communicator> closing;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    closing = std::move(inner_);
+  }
+  closing.reset();  // outside the lock: it joins a thread and the listener
 }
 
 void GroupCommunicator::join(int generation) {
   DT_ENFORCE(!inner_, "join generation {} before leaving generation {}", generation, generation_);
-  generation_ = generation;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    generation_ = generation;
+  }
   if (record_) record_->set_generation(generation);
+  std::unique_ptr<Communicator> made;
   try {
-    inner_ = factory_(generation);
+    made = factory_(generation);  // the rendezvous: no lock held, no interrupt reaches it
   } catch (const common::IoError& e) {
     throw GroupBroken(fmt::format("generation {}: {}", generation, e.what()));
   }
-  DT_ENFORCE(inner_ != nullptr, "no communicator for generation {}", generation);
-  rank_ = inner_->rank();
-  size_ = inner_->size();
+  DT_ENFORCE(made != nullptr, "no communicator for generation {}", generation);
+  rank_ = made->rank();
+  size_ = made->size();
+  std::lock_guard<std::mutex> lock(mutex_);
+  inner_ = std::move(made);
+}
+
+bool GroupCommunicator::interrupt(int generation) noexcept {
+  try {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!inner_ || generation <= generation_) return false;
+    inner_->interrupt(fmt::format("the launcher re-forms the group as generation {}", generation));
+    return true;
+  } catch (...) {  // the lock or the text failed: nothing to do but let the link time out
+    return false;
+  }
+}
+
+void GroupCommunicator::interrupt(const std::string& why) noexcept {
+  try {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (inner_) inner_->interrupt(why);
+  } catch (...) {  // as above
+  }
 }
 
 Communicator& GroupCommunicator::current() {

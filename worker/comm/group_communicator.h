@@ -5,10 +5,13 @@
 // next one (a new rendezvous, the same rank and size), with a new window where the transport has
 // one. The trainer keeps a reference to this object across generations. It also keeps the
 // worker's progress record of collectives, which the launcher reads to find a frozen member.
+// interrupt(generation) is the launcher's notice (a cut-off peer closes nothing, so only the
+// launcher can tell): the one call from another thread.
 #pragma once
 
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -18,13 +21,16 @@
 
 namespace dtrain::comm {
 
-/// A collective failed: a peer died, froze past a time-out, aborted or was cut off. What the
-/// inner communicator said is the message.
+/// A collective failed: a peer died, froze past a time-out, aborted or was cut off, or the
+/// launcher's notice interrupted it. What the inner communicator said is the message.
 class GroupBroken : public common::IoError {
  public:
   using common::IoError::IoError;
 };
 
+/// Every call but the interrupts comes from one thread (the trainer's), which alone calls leave()
+/// and join(). The interrupts may come from any thread: they hold mutex_, under which leave() and
+/// join() swap the inner communicator; the collectives read it without a lock.
 class GroupCommunicator final : public Communicator {
  public:
   /// Makes generation g's communicator (blocking for its rendezvous; IoError when it fails).
@@ -41,11 +47,25 @@ class GroupCommunicator final : public Communicator {
   /// True between leave() and a successful join().
   bool left() const { return inner_ == nullptr; }
   /// Tells the peers this member leaves (abort with message) and closes the communicator: its
-  /// links, listener, thread and window. Never throws.
+  /// links, listener, thread and window. Never throws. An interrupt may still reach the
+  /// communicator during its abort (which then returns promptly), not once it is closing.
   void leave(const std::string& message) noexcept;
   /// Makes generation's communicator; leave() first. Throws GroupBroken when its rendezvous
   /// fails (another member failed meanwhile: ask for the next generation).
   void join(int generation);
+
+  /// The launcher's notice (docs/design.md#in-place-recovery): the group re-forms as
+  /// `generation`. When joined to an older generation, interrupts its communicator: the
+  /// collective blocked now and every later one fail promptly with GroupBroken "... the
+  /// launcher re-forms the group as generation G", and the trainer's usual path (leave, ask,
+  /// join) follows. Ignored when generation <= this one's, and while left (from leave() until
+  /// join() has made the next communicator: a rendezvous has its own time-out). True when it
+  /// interrupted. Any thread; never throws; blocks only while leave() or join() swaps the
+  /// communicator.
+  bool interrupt(int generation) noexcept;
+  /// Interrupts the current generation's communicator, whatever the generation, naming why.
+  /// Any thread, as above.
+  void interrupt(const std::string& why) noexcept override;
 
   int rank() const override { return rank_; }
   int size() const override { return size_; }
@@ -67,6 +87,9 @@ class GroupCommunicator final : public Communicator {
 
   Factory factory_;
   common::ProgressRecordWriter* record_;
+  /// Held by the interrupts, and by leave() and join() while they change inner_ or generation_
+  /// (which only the trainer's thread does, so it reads them without the lock).
+  std::mutex mutex_;
   std::unique_ptr<Communicator> inner_;
   int generation_ = 0;
   int rank_ = 0, size_ = 1;

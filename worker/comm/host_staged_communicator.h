@@ -31,6 +31,8 @@ class HostStagedCommunicator final : public Communicator {
   void barrier() override;
   std::vector<uint8_t> all_gather(const void* mine, size_t bytes) override;
   void abort(const std::string& message) noexcept override;
+  /// Any thread: forwards to inner's interrupt.
+  void interrupt(const std::string& why) noexcept override { inner_->interrupt(why); }
 
   /// data is device memory. Waits for the device's enqueued work (download does), reduces a host
   /// copy with inner->all_reduce, uploads it back and waits for the upload, all before returning:

@@ -35,6 +35,10 @@ void RingCommunicator::abort(const std::string& message) noexcept {
   link_->abort(message);
 }
 
+void RingCommunicator::interrupt(const std::string& why) noexcept {
+  link_->interrupt(why);
+}
+
 void SoloCommunicator::all_reduce(float* data, size_t count, ReduceOp /*op*/) {
   // The sum of one rank is its data; the mean divides by 1.
   DT_ENFORCE(data != nullptr || count == 0, "all-reduce of {} floats from a null buffer", count);

@@ -29,6 +29,8 @@ class RingCommunicator final : public Communicator {
   std::vector<uint8_t> all_gather(const void* mine, size_t bytes) override;
   /// Forwards to the link's abort: best effort, never throws.
   void abort(const std::string& message) noexcept override;
+  /// Forwards to the link's interrupt: any thread.
+  void interrupt(const std::string& why) noexcept override;
 
  private:
   std::unique_ptr<RingLink> link_;
@@ -50,6 +52,8 @@ class SoloCommunicator final : public Communicator {
   /// A copy of mine.
   std::vector<uint8_t> all_gather(const void* mine, size_t bytes) override;
   void abort(const std::string& message) noexcept override;
+  /// Nothing here ever waits for a peer, so there is nothing to interrupt.
+  void interrupt(const std::string& /*why*/) noexcept override {}
 };
 
 }  // namespace dtrain::comm

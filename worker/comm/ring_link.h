@@ -21,6 +21,11 @@ class RingLink {
   /// Tells both neighbours that this rank failed, with message, so they (and, by forwarding, the
   /// whole ring) fail fast. Best effort, never throws, never blocks for long.
   virtual void abort(const std::string& message) noexcept = 0;
+
+  /// Makes the send_recv in progress (on another thread) and every later one throw IoError
+  /// naming why, promptly, without telling the neighbours (Communicator::interrupt). The one
+  /// thread-safe call: any thread, at any time while the link lives. Never throws or blocks.
+  virtual void interrupt(const std::string& why) noexcept = 0;
 };
 
 }  // namespace dtrain::comm

@@ -33,8 +33,9 @@ class ThreadedCommunicator final : public Communicator {
   /// Takes ownership of inner, a host-memory communicator that is not thread-safe, and starts
   /// the communication thread.
   explicit ThreadedCommunicator(std::unique_ptr<Communicator> inner);
-  /// Drops the jobs not yet begun, waits for the one in flight (bounded by the link's time-out),
-  /// and joins the thread. Never throws. Buffers of dropped jobs are left as they are.
+  /// Drops the jobs not yet begun, waits for the one in flight (bounded by the link's time-out,
+  /// or ended by interrupt()), and joins the thread. Never throws. Buffers of dropped jobs are left
+  /// as they are.
   ~ThreadedCommunicator() override;
   ThreadedCommunicator(const ThreadedCommunicator&) = delete;
   ThreadedCommunicator& operator=(const ThreadedCommunicator&) = delete;
@@ -51,10 +52,15 @@ class ThreadedCommunicator final : public Communicator {
   std::vector<uint8_t> all_gather(const void* mine, size_t bytes) override;
 
   /// Stops accepting jobs, drops the queued ones (their tickets throw an IoError naming
-  /// message), waits for the job in flight to end by itself (its own I/O, a peer's abort, or the
-  /// link's time-out), then calls inner's abort. Never throws. It may block up to one link
-  /// time-out: the inner link is not safe to abort while another thread is inside it.
+  /// message), waits for the job in flight to end by itself (its own I/O, a peer's abort, an
+  /// interrupt(), or the link's time-out), then calls inner's abort. Never throws. It may block
+  /// up to one link time-out unless interrupted: the inner link is not safe to abort while
+  /// another thread is inside it, but it is safe to interrupt.
   void abort(const std::string& message) noexcept override;
+  /// Any thread: forwards to inner's interrupt (thread-safe by contract), so the job in flight
+  /// fails promptly, every queued one after it with its error, and an abort() waiting for that
+  /// job returns.
+  void interrupt(const std::string& why) noexcept override { inner_->interrupt(why); }
   Window window() override { return inner_->window(); }
 
   /// Queues an in-place all-reduce of count floats of HOST memory and returns at once. data must

@@ -136,6 +136,9 @@ class NcclCommunicator final : public Communicator {
     comm_.abort();
     bootstrap_->abort(message);
   }
+  /// The host collectives only (the bootstrap ring's): device all-reduces already enqueued are
+  /// NCCL's, and GPU workers never re-form in place, so no notice is sent to them.
+  void interrupt(const std::string& why) noexcept override { bootstrap_->interrupt(why); }
 
   ReduceTicket start_all_reduce(float* data, size_t count, ReduceOp op) override;
   void finish_all_reduce(ReduceTicket ticket) override;

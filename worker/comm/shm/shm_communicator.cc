@@ -56,6 +56,7 @@ ShmCommunicator::ShmCommunicator(const RingIdentity& id, const ShmOptions& optio
 
 ShmCommunicator::Wait ShmCommunicator::begin(const char* collective) {
   if (!failure_.empty()) throw common::IoError(failure_);
+  if (interrupted_.load(std::memory_order_acquire)) fail(interrupted_why_);
   const auto limit = std::chrono::duration<double>(options_.collective_seconds);
   return {collective, Clock::now() + std::chrono::duration_cast<Clock::duration>(limit)};
 }
@@ -73,6 +74,7 @@ void ShmCommunicator::publish() {
 
 void ShmCommunicator::check_peers(int awaited, const Wait& wait) {
   const ShmHeader& header = segment_.header();
+  if (interrupted_.load(std::memory_order_acquire)) fail(interrupted_why_);
   std::string reason;
   if (header.aborted_by.load(std::memory_order_acquire) != 0) {
     reason = header.abort_message;
@@ -309,6 +311,21 @@ void ShmCommunicator::abort(const std::string& message) noexcept {
     post_failure(id_.describe(id_.rank) + " aborted: " + message);
   } catch (...) {  // only the string could throw (out of memory): nothing more to do
   }
+}
+
+void ShmCommunicator::interrupt(const std::string& why) noexcept {
+  std::unique_lock<std::mutex> lock(interrupt_mutex_, std::defer_lock);
+  try {
+    lock.lock();  // held until the flag is set: a second interrupt() leaves the text alone
+    if (interrupted_.load(std::memory_order_relaxed)) return;
+    interrupted_why_ =
+        fmt::format("shared memory: {} interrupted: {}", id_.describe(id_.rank), why);
+  } catch (...) {  // no memory for the text: interrupt all the same, with an empty reason
+  }
+  interrupted_.store(true, std::memory_order_release);
+  // A sleeping wait_for() sleeps on its peer's phase word: wake them all (others' sleepers
+  // there wake too, re-check and sleep again).
+  for (int r = 0; r < id_.size; ++r) futex_wake_all(segment_.control(r).phase);
 }
 
 }  // namespace dtrain::comm

@@ -10,7 +10,8 @@
 // Synchronisation: every collective is a sequence of phases. After each phase a rank publishes
 // its phase counter (release store in its ShmRankControl); a rank that needs a peer's phase spins
 // ~20 us on it (acquire loads), then sleeps on it with FUTEX_WAIT (10 ms at a time) and, between
-// sleeps, looks for an abort in the header, for an exited peer (pidfds) and at the deadline.
+// sleeps, looks for an abort in the header, for an exited peer (pidfds), for an interrupt of
+// this rank and at the deadline.
 // A publisher calls FUTEX_WAKE only when the peer's sleepers count says someone sleeps.
 // Every rank runs the same phases, so counters move in lockstep; a rank writes its slot only
 // after every peer has published the phase in which it last read that slot.
@@ -18,9 +19,11 @@
 
 #include <sys/types.h>
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -73,6 +76,11 @@ class ShmCommunicator final : public Communicator {
   /// Marks the segment aborted by this rank with message (the first abort wins) and wakes every
   /// waiter. Never throws; safe from any thread, even during a collective of this rank.
   void abort(const std::string& message) noexcept override;
+  /// This rank alone stops: its collective in progress (on another thread) throws IoError
+  /// naming why within ~10 ms, as does every later one; nothing is posted in the segment (the
+  /// peers learn of it from this rank's abort, or their own interrupt). Any thread; never
+  /// throws.
+  void interrupt(const std::string& why) noexcept override;
   /// This rank's window (ShmOptions::window_bytes), which every peer maps too.
   Window window() override;
 
@@ -112,6 +120,10 @@ class ShmCommunicator final : public Communicator {
   /// More ranks than CPUs this process may run on: waits yield the CPU instead of pausing.
   bool oversubscribed_ = false;
   std::string failure_;  ///< the first error; once set, every collective throws it
+  /// Set by interrupt() (any thread) after interrupted_why_, which is never written again.
+  std::atomic<bool> interrupted_{false};
+  std::mutex interrupt_mutex_;  ///< one interrupt() at a time writes interrupted_why_
+  std::string interrupted_why_;
 };
 
 }  // namespace dtrain::comm

@@ -131,7 +131,9 @@ TcpRingLink::TcpRingLink(RingIdentity id, CommOptions options, common::UniqueFd 
       acceptor_(std::move(acceptor)) {}
 
 void TcpRingLink::fail(const std::string& message) {
-  if (broken_.empty()) {
+  if (broken_.empty() && interrupted_.load(std::memory_order_acquire)) {
+    broken_ = interrupted_why_;  // whatever the shut sockets said, this is why
+  } else if (broken_.empty()) {
     broken_ = message;
     send_abort(next_.get(), message);
     send_abort(previous_.get(), message);
@@ -139,8 +141,22 @@ void TcpRingLink::fail(const std::string& message) {
   throw common::IoError(broken_);
 }
 
+void TcpRingLink::interrupt(const std::string& why) noexcept {
+  std::unique_lock<std::mutex> lock(interrupt_mutex_, std::defer_lock);
+  try {
+    lock.lock();  // held until the flag is set: a second interrupt() leaves the text alone
+    if (interrupted_.load(std::memory_order_relaxed)) return;
+    interrupted_why_ = fmt::format("{} interrupted: {}", id_.describe(id_.rank), why);
+  } catch (...) {  // no memory for the text: interrupt all the same, with an empty reason
+  }
+  // Set before the shutdown, so a send_recv woken by it finds the reason.
+  interrupted_.store(true, std::memory_order_release);
+  ::shutdown(next_.get(), SHUT_RDWR);
+  ::shutdown(previous_.get(), SHUT_RDWR);
+}
+
 TcpRingLink::~TcpRingLink() {
-  if (!broken_.empty()) return;
+  if (!broken_.empty() || interrupted_.load(std::memory_order_acquire)) return;
   for (int fd : {next_.get(), previous_.get()}) {
     try {
       write_frame(fd, FrameType::kGoodbye, nullptr, 0, Deadline(0.1, "goodbye"), "goodbye");
@@ -165,6 +181,7 @@ void TcpRingLink::check_next_side(bool still_sending) {
 
 void TcpRingLink::send_recv(const void* send, size_t send_bytes, void* recv, size_t recv_bytes) {
   if (!broken_.empty()) throw common::IoError(broken_);
+  if (interrupted_.load(std::memory_order_acquire)) fail("");
   Sender out(send, send_bytes);
   Receiver in(recv, recv_bytes);
   std::string from = id_.describe(id_.previous());
@@ -181,6 +198,7 @@ void TcpRingLink::send_recv(const void* send, size_t send_bytes, void* recv, siz
                        // Once this call's bytes are in, the previous rank's next frames wait.
                        {previous_.get(), static_cast<short>(in.done() ? 0 : POLLIN), 0}};
       int rc = ::poll(fds, 2, deadline.poll_ms());
+      if (interrupted_.load(std::memory_order_acquire)) fail("");
       if (rc == 0 && deadline.expired()) {
         fail(fmt::format("timed out after {:.0f} s in a collective waiting for {} and {}",
                          deadline.seconds(), from, id_.describe(id_.next())));
@@ -208,6 +226,7 @@ void TcpRingLink::send_recv(const void* send, size_t send_bytes, void* recv, siz
 void TcpRingLink::abort(const std::string& message) noexcept {
   if (!broken_.empty()) return;
   broken_ = fmt::format("{} failed: {}", id_.describe(id_.rank), message);
+  if (interrupted_.load(std::memory_order_acquire)) return;  // shut: nothing can be sent
   send_abort(next_.get(), broken_);
   send_abort(previous_.get(), broken_);
 }

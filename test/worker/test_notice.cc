@@ -1,0 +1,152 @@
+// The launcher's notice at a real dtrain-worker (docs/design.md#in-place-recovery): SIGUSR1,
+// queued with the new generation as its value. A worker training undisturbed survives a plain
+// SIGUSR1 and notices it need not act on; a worker whose peer is frozen (SIGSTOP: it closes
+// nothing, like a peer cut off by the network) leaves its collective at once on a notice for the
+// next generation instead of waiting out the link's time-out (600 s).
+#include <signal.h>
+
+#include <catch2/catch.hpp>
+#include <chrono>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common/atomic_file.h"
+#include "common/cluster_spec.h"
+#include "common/ports.h"
+#include "common/progress_record.h"
+#include "common/tf_config.h"
+#include "test/support/subprocess.h"
+#include "test/support/temp_dir.h"
+
+using namespace dtrain;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+// tiny-synthetic, longer: 3 epochs of 100 steps, rank 0 sleeping 10 ms a step (the others wait
+// for it), so training lasts a few seconds; communication as asked.
+std::string job_file(const testing::TempDir& dir, const std::string& communication) {
+  std::string text =
+      common::read_file(std::string(DTRAIN_SOURCE_DIR) + "/configs/tiny-synthetic.json");
+  auto replace = [&](const std::string& from, const std::string& to) {
+    size_t at = text.find(from);
+    REQUIRE(at != std::string::npos);
+    text.replace(at, from.size(), to);
+  };
+  replace("\"epochs\": 2", "\"epochs\": 3");
+  replace("\"steps_per_epoch\": 8", "\"steps_per_epoch\": 100");
+  replace("\"save_freq\": 4", "\"save_freq\": \"epoch\"");
+  replace("\"communication\": \"ring\"", "\"communication\": \"" + communication + "\"");
+  std::string path = dir.path() + "/job-" + communication + ".json";
+  common::write_file_atomically(path, text);
+  return path;
+}
+
+testing::ProcessOptions worker_env(const testing::TempDir& dir, const std::string& progress) {
+  testing::ProcessOptions options;
+  options.timeout_seconds = 120;
+  options.env["TF_CONFIG"] = std::nullopt;
+  options.env["DTRAIN_CONTROL"] = std::nullopt;
+  options.env["DTRAIN_RECOVERY"] = std::nullopt;
+  options.env["DTRAIN_TEST_SLOW_STEP_MS"] = "0:10";
+  options.env["DTRAIN_PROGRESS_FILE"] = dir.path() + "/" + progress;
+  return options;
+}
+
+// The global step in a worker's progress record; -1 before it has one.
+int64_t global_step(const std::string& record) {
+  std::optional<common::ProgressSample> sample = common::read_progress_record(record);
+  return sample ? static_cast<int64_t>(sample->global_step) : -1;
+}
+
+// Waits (up to a minute) until the record says the worker has finished `steps` steps.
+bool reached_step(const std::string& record, int64_t steps) {
+  for (int i = 0; i < 6000; ++i) {
+    if (global_step(record) >= steps) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return false;
+}
+
+void queue_sigusr1(int pid, int generation) {
+  sigval value{};
+  value.sival_int = generation;
+  REQUIRE(::sigqueue(pid, SIGUSR1, value) == 0);
+}
+
+}  // namespace
+
+TEST_CASE("a worker training undisturbed survives SIGUSR1, plain or queued, and finishes") {
+  const bool in_place = GENERATE(true, false);
+  INFO((in_place ? "in place" : "not in place"));
+  testing::TempDir dir;
+  testing::ProcessOptions options = worker_env(dir, "progress");
+  if (in_place) options.env["DTRAIN_RECOVERY"] = "in_place";
+  testing::BackgroundProcess worker({testing::binary("dtrain-worker"), "--config",
+                                     job_file(dir, "ring"), "--run-dir", dir.path() + "/run"},
+                                    options);
+  REQUIRE(reached_step(options.env["DTRAIN_PROGRESS_FILE"].value(), 5));
+  // Standard signals do not queue: one sent while another SIGUSR1 is pending is lost, so the
+  // test gives the worker's signal thread time to take each.
+  auto pause = [] { std::this_thread::sleep_for(std::chrono::milliseconds(100)); };
+  worker.signal(SIGUSR1);  // plain: no generation
+  pause();
+  queue_sigusr1(worker.pid(), 0);  // the generation it is in: nothing to leave
+  pause();
+  queue_sigusr1(worker.pid(), 1);  // a world of one has nothing to interrupt either
+  pause();
+  CHECK(global_step(options.env["DTRAIN_PROGRESS_FILE"].value()) < 300);  // still training
+  testing::ProcessResult r = worker.wait(120);
+  INFO(r.err);
+  CHECK(r.exit_code == 0);
+  CHECK_THAT(r.err, Catch::Contains("without a generation: ignored"));
+  if (in_place) {  // generation 1 reaches the group, whose world of one ignores it
+    CHECK_THAT(r.err, Catch::Contains("notice for generation 0 ignored: this worker is not in "
+                                      "an older generation's group"));
+  } else {
+    CHECK_THAT(r.err, Catch::Contains("notice for generation 0 ignored: no group here to leave"));
+    CHECK_THAT(r.err, Catch::Contains("notice for generation 1 ignored: no group here to leave"));
+  }
+}
+
+TEST_CASE("a notice makes a worker leave a collective its frozen peer never joins") {
+  const std::string communication = GENERATE(as<std::string>{}, "ring", "shm");
+  INFO(communication);
+  testing::TempDir dir;
+  std::string job = job_file(dir, communication);
+  std::vector<std::string> addresses;
+  for (int port : common::pick_free_ports(2))
+    addresses.push_back("127.0.0.1:" + std::to_string(port));
+  common::ClusterSpec cluster({{"worker", addresses}});
+  std::vector<std::unique_ptr<testing::BackgroundProcess>> workers;
+  for (int rank = 0; rank < 2; ++rank) {
+    testing::ProcessOptions options = worker_env(dir, "progress-" + std::to_string(rank));
+    options.env["TF_CONFIG"] = common::format_tf_config(cluster, {"worker", rank});
+    options.env["DTRAIN_TOKEN"] = "0123abcd";
+    options.env["DTRAIN_JOB"] = "notice";
+    options.env["DTRAIN_RECOVERY"] = "in_place";
+    workers.push_back(std::make_unique<testing::BackgroundProcess>(
+        std::vector<std::string>{testing::binary("dtrain-worker"), "--config", job, "--run-dir",
+                                 dir.path() + "/run"},
+        options));
+  }
+  REQUIRE(reached_step(dir.path() + "/progress-1", 5));
+  workers[1]->signal(SIGSTOP);  // frozen: its sockets and shared memory stay open
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));  // worker 0 waits for it now
+  const auto noticed = Clock::now();
+  queue_sigusr1(workers[0]->pid(), 1);
+  testing::ProcessResult r = workers[0]->wait(60);
+  const double seconds = std::chrono::duration<double>(Clock::now() - noticed).count();
+  workers[1]->signal(SIGKILL);
+  workers[1]->wait(10);
+  INFO(r.err);
+  CHECK_FALSE(r.timed_out);
+  CHECK(seconds < 30);  // not the link's time-out (600 s)
+  CHECK_THAT(r.err, Catch::Contains("notice: the launcher re-forms the group as generation 1"));
+  // Nobody answers its reform request here, so it ends; under a launcher it joins generation 1.
+  CHECK_THAT(r.err, Catch::Contains("the group broke"));
+  CHECK_THAT(r.err, Catch::Contains("the launcher re-forms the group as generation 1)"));
+  CHECK(r.exit_code != 0);
+}
