@@ -3,8 +3,8 @@
 // for a CPU worker (a communication thread over the TCP ring on 127.0.0.1, or over shared
 // memory). One member stops taking part without closing anything, as a peer cut off by the
 // network does; interrupt(g + 1) from another thread makes the others' collectives fail at once,
-// and the group re-forms. A notice for the current generation, an older one, or while left,
-// changes nothing.
+// and the group re-forms. A notice for the current generation or an older one changes nothing;
+// one that comes while left is kept, and an older generation can no longer be joined.
 #include <spdlog/spdlog.h>
 
 #include <catch2/catch.hpp>
@@ -197,12 +197,13 @@ TEST_CASE("a notice interrupts collectives blocked on a member that stopped taki
   REQUIRE(ready_within(left, kPrompt));
   CHECK(left.get() == "returned");
 
-  // The normal path goes on: all three join generation 1 and sum right.
-  members.form(1);
+  // The normal path goes on: all three join generation 2 (member 0's newest notice rules out
+  // generation 1 for it) and sum right.
+  members.form(2);
   CHECK(members.all_reduce_everywhere() == std::vector<std::string>(3));
 }
 
-TEST_CASE("a notice for this generation, an older one, or while left, changes nothing") {
+TEST_CASE("a notice for this generation or an older one changes nothing") {
   const Communication choice = GENERATE(Communication::kRing, Communication::kShm);
   INFO(name_of(choice));
   Members members(3, choice);
@@ -215,7 +216,6 @@ TEST_CASE("a notice for this generation, an older one, or while left, changes no
   CHECK(members.all_reduce_everywhere() == std::vector<std::string>(3));
 
   members.leave_all("re-forming");
-  for (int r = 0; r < 3; ++r) CHECK_FALSE(members[r].interrupt(5));  // left: nothing to interrupt
   members.form(3);
   CHECK(members.all_reduce_everywhere() == std::vector<std::string>(3));
 
@@ -224,4 +224,26 @@ TEST_CASE("a notice for this generation, an older one, or while left, changes no
   std::vector<std::string> errors = members.all_reduce_everywhere();
   for (const std::string& e : errors)
     CHECK_THAT(e, Catch::Contains("the launcher re-forms the group as generation 4"));
+}
+
+// A notice that comes while a member is between generations (left, or in a rendezvous) is kept:
+// a generation older than it can no longer form, so joining one fails at once instead of waiting
+// out the rendezvous for a member that will never come; the notice's own generation forms.
+TEST_CASE("a notice while left is kept for the next join") {
+  const Communication choice = GENERATE(Communication::kRing, Communication::kShm);
+  INFO(name_of(choice));
+  Members members(3, choice);
+  members.form(1);
+  members.leave_all("re-forming");
+  for (int r = 0; r < 3; ++r) CHECK(members[r].interrupt(3));  // kept, not ignored
+  for (int r = 0; r < 3; ++r) {
+    try {
+      members[r].join(2);
+      FAIL("joined generation 2 after the notice of generation 3");
+    } catch (const GroupBroken& e) {
+      CHECK_THAT(e.what(), Catch::Contains("the launcher re-forms the group as generation 3"));
+    }
+  }
+  members.form(3);
+  CHECK(members.all_reduce_everywhere() == std::vector<std::string>(3));
 }

@@ -3,6 +3,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <utility>
 
 namespace dtrain::comm {
@@ -37,6 +38,10 @@ void GroupCommunicator::join(int generation) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     generation_ = generation;
+    if (noticed_ > generation) {
+      throw GroupBroken(fmt::format(
+          "generation {}: the launcher re-forms the group as generation {}", generation, noticed_));
+    }
   }
   if (record_) record_->set_generation(generation);
   std::unique_ptr<Communicator> made;
@@ -50,12 +55,16 @@ void GroupCommunicator::join(int generation) {
   size_ = made->size();
   std::lock_guard<std::mutex> lock(mutex_);
   inner_ = std::move(made);
+  if (noticed_ > generation)  // a notice that came during the rendezvous
+    inner_->interrupt(fmt::format("the launcher re-forms the group as generation {}", noticed_));
 }
 
 bool GroupCommunicator::interrupt(int generation) noexcept {
   try {
     std::lock_guard<std::mutex> lock(mutex_);
-    if (!inner_ || generation <= generation_) return false;
+    if (generation <= generation_) return false;
+    noticed_ = std::max(noticed_, generation);
+    if (!inner_) return true;  // kept for the next join
     inner_->interrupt(fmt::format("the launcher re-forms the group as generation {}", generation));
     return true;
   } catch (...) {  // the lock or the text failed: nothing to do but let the link time out

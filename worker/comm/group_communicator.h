@@ -58,10 +58,12 @@ class GroupCommunicator final : public Communicator {
   /// `generation`. When joined to an older generation, interrupts its communicator: the
   /// collective blocked now and every later one fail promptly with GroupBroken "... the
   /// launcher re-forms the group as generation G", and the trainer's usual path (leave, ask,
-  /// join) follows. Ignored when generation <= this one's, and while left (from leave() until
-  /// join() has made the next communicator: a rendezvous has its own time-out). True when it
-  /// interrupted. Any thread; never throws; blocks only while leave() or join() swaps the
-  /// communicator.
+  /// join) follows. Ignored when generation <= this one's. While left (from leave() until join()
+  /// has made the next communicator) it is kept for the next join: a join of an older
+  /// generation than the newest notice fails at once with GroupBroken (that generation can no
+  /// longer form), and a notice that comes during the rendezvous interrupts the communicator it
+  /// made. True when it interrupted or was kept. Any thread; never throws; blocks only while
+  /// leave() or join() swaps the communicator.
   bool interrupt(int generation) noexcept;
   /// Interrupts the current generation's communicator, whatever the generation, naming why.
   /// Any thread, as above.
@@ -92,6 +94,7 @@ class GroupCommunicator final : public Communicator {
   std::mutex mutex_;
   std::unique_ptr<Communicator> inner_;
   int generation_ = 0;
+  int noticed_ = 0;  ///< the newest generation a notice named (under mutex_)
   int rank_ = 0, size_ = 1;
 };
 
