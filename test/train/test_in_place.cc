@@ -2,8 +2,9 @@
 // recovery): worker 1 is SIGKILLed in the middle of an epoch, with epoch checkpoints only. The
 // launcher replaces it in place: workers 0 and 2 are the same processes at the end, the group
 // re-formed as generation 1 and redid at most one step, and the final model is the undisturbed
-// run's, bit for bit. The same job with "recovery": "restart" takes the old path: every worker
-// restarts from the last epoch checkpoint.
+// run's, bit for bit (with a spare too, which ran a warm-up step before its promotion). The same
+// job with "recovery": "restart" takes the old path: every worker restarts from the last epoch
+// checkpoint.
 #include <signal.h>
 
 #include <catch2/catch.hpp>
@@ -149,6 +150,13 @@ TEST_CASE("a SIGKILLed worker is replaced in place: survivors kept, one step at 
     CHECK(promoted[0].root().at("task").as_string() == "worker:1");
     CHECK(after.at("worker:1") == run.before_kill.at("spare:0"));
     CHECK(after.at("spare:0") != run.before_kill.at("spare:0"));
+    // It was warm before its promotion (docs/design.md#spares): its model built and one step run,
+    // which the model, still the undisturbed run's (below), does not show.
+    std::string spare_log = common::read_file(dir + "/logs/spare-0.log");
+    size_t began = spare_log.find("(pid " + std::to_string(run.before_kill.at("spare:0")) + ")");
+    REQUIRE(began != std::string::npos);
+    size_t warm = spare_log.find("spare spare:0: warm: ", began);
+    CHECK(warm < spare_log.find("==== dtrain:", began));
   }
 
   std::vector<common::JsonDocument> in_place = events(dir, "in_place");
