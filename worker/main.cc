@@ -93,6 +93,10 @@ using common::ConfigError;
 constexpr double kReformReplySeconds = 30;
 // How long a spare's request for promotion stays open before it asks again.
 constexpr double kSpareRequestSeconds = 60;
+// How long a spare waits before it loads its data and warms up. A new spare starts as the last one
+// is promoted, while the group recovers (about 0.1 s); on a host without idle cores its start
+// would take CPU from the recovery's rendezvous and first step.
+constexpr double kSpareStartDelaySeconds = 0.5;
 
 // The task this process plays: TF_CONFIG's, or a lone worker 0 when TF_CONFIG is unset.
 common::TfConfig read_task() {
@@ -352,6 +356,7 @@ int run_worker(const WorkerOptions& options) {
   TrainConfig config = parse_train_config(train_json, options.config_path);
   std::unique_ptr<nn::Backend> backend = choose_backend(config, options.config_path);
   timeline.mark("backend");
+  if (spare) std::this_thread::sleep_for(std::chrono::duration<double>(kSpareStartDelaySeconds));
   std::vector<int> input_shape = {config.model.height, config.model.width, config.model.channels};
   auto [train_data, test_data] = data::load_data(config.data, input_shape);
   timeline.mark("data");
