@@ -3,8 +3,9 @@
 fashion-mnist-2workers.json), two workers and one spare, in place; worker 1 is SIGKILLed
 --kills times, each once the current spare says it waits to be promoted and --every seconds
 have passed. Per kill: the `recovered` event's `seconds` (the failed end to the new generation's
-first step, events.jsonl) and the promoted spare's start-up phases from its "start-up:" line
-(worker/train/timeline.h): rendezvous, model, broadcast, first step. Several builds side by side
+first step, events.jsonl) and the promoted spare's phases from its "start-up:" line
+(worker/train/timeline.h, CLOCK_MONOTONIC): rendezvous (from the launcher's `promoted` event),
+model, broadcast, first step. Several builds side by side
 (--dtrain, repeated), alternated run by run, so that they share the machine's state. Prints one
 row per kill and the medians per build. Asserts nothing; every wait has a time-out.
 """
@@ -20,7 +21,7 @@ import tempfile
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-STARTUP = re.compile(r"start-up: main at CLOCK_MONOTONIC [\d.]+((?:; [^;+]+ \+[\d.]+ s)*)")
+STARTUP = re.compile(r"start-up: main at CLOCK_MONOTONIC ([\d.]+)((?:; [^;+]+ \+[\d.]+ s)*)")
 PHASE = re.compile(r"; ([^;+]+) \+([\d.]+) s")
 PHASES = ("rendezvous", "model", "broadcast", "first step")
 
@@ -91,7 +92,6 @@ def one_run(dtrain, env_items, folder, args):
         for k in range(args.kills):
             wait_for("the spare", lambda: read(spare_log).count("waiting to be promoted") > k, 60)
             time.sleep(args.every)
-            pid = pid_of(run, "worker:1")
             wait_for("worker 1", lambda: pid_of(run, "worker:1") > 0, 30)
             pid = pid_of(run, "worker:1")
             os.kill(pid, signal.SIGKILL)
@@ -104,11 +104,23 @@ def one_run(dtrain, env_items, folder, args):
         except (ProcessLookupError, subprocess.TimeoutExpired):
             os.killpg(launcher.pid, signal.SIGKILL)
     seconds = [e.get("seconds") for e in events(run, "recovered")]
+    promoted = [e["mono"] for e in events(run, "promoted")]
     # worker-1.log: the first worker 1's start-up, then each promoted spare's.
-    startups = [dict((name, float(s)) for name, s in PHASE.findall(m.group(1)))
-                for m in STARTUP.finditer(read(os.path.join(run, "logs", "worker-1.log")))]
-    return [(seconds[i] if i < len(seconds) else None,
-             startups[i + 1] if i + 1 < len(startups) else {}) for i in range(len(kills))]
+    out = []
+    for i, m in enumerate(list(STARTUP.finditer(read(os.path.join(run, "logs",
+                                                                  "worker-1.log"))))[1:]):
+        at, marks = float(m.group(1)), {}
+        for name, s in PHASE.findall(m.group(2)):
+            at += float(s)
+            marks[name] = at
+        phases, before = {}, promoted[i] if i < len(promoted) else None
+        for name in PHASES:
+            if before is not None and name in marks:
+                phases[name] = marks[name] - before
+            before = marks.get(name)
+        out.append(phases)
+    return [(seconds[i] if i < len(seconds) else None, out[i] if i < len(out) else {})
+            for i in range(len(kills))]
 
 
 def main():
