@@ -31,6 +31,7 @@
 #include "worker/nn/backend.h"
 #include "worker/signal_origin.h"
 #include "worker/train/evaluator.h"
+#include "worker/train/model_parts.h"
 #include "worker/train/train_config.h"
 #include "worker/train/trainer.h"
 #include "worker/worker_options.h"
@@ -158,6 +159,10 @@ using common::ConfigError;
 constexpr double kReformReplySeconds = 30;
 // How long a spare's request for promotion stays open before it asks again.
 constexpr double kSpareRequestSeconds = 60;
+// How long a spare waits before it loads its data and warms up. A new spare starts as the last one
+// is promoted, while the group recovers (about 0.1 s); on a host without idle cores its start
+// would take CPU from the recovery's rendezvous and first step.
+constexpr double kSpareStartDelaySeconds = 0.5;
 
 // The task this process plays: TF_CONFIG's, or a lone worker 0 when TF_CONFIG is unset.
 common::TfConfig read_task() {
@@ -246,16 +251,37 @@ std::string run_dir_for(const WorkerOptions& options, const std::string& job) {
   return dir;
 }
 
-// A spare (docs/design.md#spares) asks the launcher to be promoted, again each minute while it is
-// not needed; nullopt when the job ended without needing it. IoError when the launcher cannot be
-// reached (a spare never outlives its launcher).
-std::optional<common::SpareAssignment> wait_for_promotion(const std::string& spare) {
+// A spare's model, optimizer and input slots, warmed by one step that leaves no trace
+// (docs/design.md#spares), so that its promotion finds them ready.
+ModelParts warm_spare(const TrainConfig& config, nn::Backend& backend,
+                      const data::Dataset& train_data, const std::string& config_path,
+                      Timeline& timeline) {
+  try {
+    ModelParts parts = warm_model_parts(config, backend, train_data);
+    timeline.mark("warm");
+    return parts;
+  } catch (const ConfigError& e) {
+    std::string message = e.what();  // layer shape errors name "model..." in the train object
+    if (message.rfind("model", 0) == 0)
+      throw ConfigError(fmt::format("{}: train.{}", config_path, message));
+    throw;
+  }
+}
+
+// A spare (docs/design.md#spares), warm, asks the launcher to be promoted, again each minute while
+// it is not needed; nullopt when the job ended without needing it. IoError when the launcher
+// cannot be reached (a spare never outlives its launcher).
+std::optional<common::SpareAssignment> wait_for_promotion(const std::string& spare,
+                                                          double warm_seconds) {
   common::ControlClient control(common::get_env(common::kEnvControl).value_or(""));
   if (!control.enabled()) {
     throw ConfigError(fmt::format("{} needs {}: a spare waits for the launcher",
                                   common::kEnvSpare.name, common::kEnvControl.name));
   }
-  spdlog::info("spare {}: data and backend ready; waiting to be promoted", spare);
+  spdlog::info(
+      "spare {}: warm: data and backend ready, model built and one warm-up step run (not trained "
+      "on) in {:.0f} ms; waiting to be promoted",
+      spare, warm_seconds * 1000);
   for (int unanswered = 0;;) {
     common::SpareRequest request{spare, static_cast<int>(::getpid())};
     double asked = common::monotonic_seconds();
@@ -278,7 +304,8 @@ std::optional<common::SpareAssignment> wait_for_promotion(const std::string& spa
 int train(const common::TfConfig& task, std::optional<int> promoted_generation,
           const std::string& job, const TrainConfig& config, nn::Backend& backend,
           data::Dataset train_data, data::Dataset test_data, const std::string& run_dir,
-          const std::string& config_path, Timeline& timeline, double progress_line_seconds) {
+          const std::string& config_path, Timeline& timeline, double progress_line_seconds,
+          ModelParts warm) {
   int attempt = comm::attempt_from_environment();
   comm::RingIdentity id = comm::ring_identity_from_environment(task, job);
   if (promoted_generation) id.generation = static_cast<uint32_t>(*promoted_generation);
@@ -342,7 +369,7 @@ int train(const common::TfConfig& task, std::optional<int> promoted_generation,
   }
   try {
     Trainer trainer(config, backend, *communicator, std::move(train_data), std::move(test_data),
-                    trainer_options, &control);
+                    trainer_options, &control, std::move(warm));
     trainer.fit();
   } catch (const Preempted& e) {
     spdlog::warn("preempted: {}", e.what());
@@ -399,14 +426,20 @@ int run_worker(const WorkerOptions& options) {
   TrainConfig config = parse_train_config(train_json, options.config_path);
   std::unique_ptr<nn::Backend> backend = choose_backend(config, options.config_path);
   timeline.mark("backend");
+  if (spare) std::this_thread::sleep_for(std::chrono::duration<double>(kSpareStartDelaySeconds));
   std::vector<int> input_shape = {config.model.height, config.model.width, config.model.channels};
   auto [train_data, test_data] = data::load_data(config.data, input_shape);
   timeline.mark("data");
   std::string run_dir = run_dir_for(options, job);
   std::optional<int> generation;
-  if (spare) {  // ready but idle until the launcher gives it a failed task's place
-    std::optional<common::SpareAssignment> place = wait_for_promotion(*spare);
+  ModelParts warm;
+  if (spare) {  // warm but idle until the launcher gives it a failed task's place
+    double warming = common::monotonic_seconds();
+    warm = warm_spare(config, *backend, train_data, options.config_path, timeline);
+    std::optional<common::SpareAssignment> place =
+        wait_for_promotion(*spare, common::monotonic_seconds() - warming);
     if (!place) return common::kExitSuccess;
+    timeline.mark("promoted");
     task = common::parse_tf_config(place->tf_config);
     generation = place->generation;
     spdlog::info("promoted: spare {} takes the place of {} in generation {}", *spare, place->task,
@@ -421,7 +454,8 @@ int run_worker(const WorkerOptions& options) {
     return common::kExitSuccess;
   }
   return train(task, generation, job, config, *backend, std::move(train_data), std::move(test_data),
-               run_dir, options.config_path, timeline, options.progress_line_seconds);
+               run_dir, options.config_path, timeline, options.progress_line_seconds,
+               std::move(warm));
 }
 
 }  // namespace

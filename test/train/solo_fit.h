@@ -19,6 +19,7 @@ struct SoloFitOptions {
   common::ControlClient* control = nullptr;  ///< reports go here when set
   int64_t* resumed_at = nullptr;             ///< set to the global step the run resumed from
   train::EpochMetrics* last = nullptr;       ///< set to the last epoch's metrics
+  bool warm = false;  ///< the trainer adopts warm_model_parts (a promoted spare's), made first
 };
 
 /// Trains c in run_dir as worker:0 of one and returns the final weights.

@@ -2,14 +2,16 @@
 // recovery): worker 1 is SIGKILLed in the middle of an epoch, with epoch checkpoints only. The
 // launcher replaces it in place: workers 0 and 2 are the same processes at the end, the group
 // re-formed as generation 1 and redid at most one step, and the final model is the undisturbed
-// run's, bit for bit. The same job with "recovery": "restart" takes the old path: every worker
-// restarts from the last epoch checkpoint.
+// run's, bit for bit (with a spare too, which ran a warm-up step before its promotion). The same
+// job with "recovery": "restart" takes the old path: every worker restarts from the last epoch
+// checkpoint.
 #include <signal.h>
 
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <map>
 #include <thread>
 
@@ -73,17 +75,25 @@ int64_t worker_1_step(const std::string& dir) {
 }
 
 // Launches the job in dir and, when kill is set, SIGKILLs worker 1 once it reports a step inside
-// epoch 2; returns the launcher's result and the pids seen just before the kill.
+// epoch 2 (and, with a spare, once the spare is warm and waiting); returns the launcher's result
+// and the pids seen just before the kill.
 struct Launched {
   testing::ProcessResult result;
   std::map<std::string, int> before_kill;
   int64_t killed_after_step = -1;
 };
 
-Launched launch(const std::string& job, const std::string& dir, bool kill) {
+Launched launch(const std::string& job, const std::string& dir, bool kill, bool spare = false) {
   testing::BackgroundProcess launcher({testing::binary("dtrain"), "launch", job, "--run-dir", dir});
   Launched out;
   if (kill) {
+    auto spare_waits = [&] {
+      std::ifstream in(dir + "/logs/spare-0.log");
+      std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+      return text.find("waiting to be promoted") != std::string::npos;
+    };
+    for (int i = 0; i < 60000 && spare && !spare_waits(); ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
     for (int i = 0; i < 60000 && worker_1_step(dir) < kStepsPerEpoch + 10; ++i)
       std::this_thread::sleep_for(std::chrono::milliseconds(1));
     out.killed_after_step = worker_1_step(dir);
@@ -129,7 +139,7 @@ TEST_CASE("a SIGKILLed worker is replaced in place: survivors kept, one step at 
   std::string job = base.path() + "/job.json";
   std::ofstream(job) << job_text("", spares);
   std::string dir = base.path() + "/killed-" + std::to_string(spares);
-  Launched run = launch(job, dir, true);
+  Launched run = launch(job, dir, true, spares > 0);
   INFO(run.result.out << run.result.err);
   REQUIRE(run.result.exit_code == 0);
   INFO("killed after step " << run.killed_after_step);
@@ -149,6 +159,13 @@ TEST_CASE("a SIGKILLed worker is replaced in place: survivors kept, one step at 
     CHECK(promoted[0].root().at("task").as_string() == "worker:1");
     CHECK(after.at("worker:1") == run.before_kill.at("spare:0"));
     CHECK(after.at("spare:0") != run.before_kill.at("spare:0"));
+    // It was warm before its promotion (docs/design.md#spares): its model built and one step run,
+    // which the model, still the undisturbed run's (below), does not show.
+    std::string spare_log = common::read_file(dir + "/logs/spare-0.log");
+    size_t began = spare_log.find("(pid " + std::to_string(run.before_kill.at("spare:0")) + ")");
+    REQUIRE(began != std::string::npos);
+    size_t warm = spare_log.find("spare spare:0: warm: ", began);
+    CHECK(warm < spare_log.find("==== dtrain:", began));
   }
 
   std::vector<common::JsonDocument> in_place = events(dir, "in_place");

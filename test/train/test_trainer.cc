@@ -2,7 +2,8 @@
 // data with every layer type, Keras-style progress text, metrics.jsonl, configuration errors
 // naming their JSON path, and corrupt data files failing dtrain-worker with exit 2; a backup.dir
 // outside the run directory, a checkpoint tensor of the wrong size and running out of memory are
-// exit 2 too, and a successful run deletes only its own checkpoints.
+// exit 2 too, and a successful run deletes only its own checkpoints. A spare's warm model (one
+// warm-up step, then put back) trains to the same bits as a fresh one.
 #include <zlib.h>
 
 #include <catch2/catch.hpp>
@@ -18,7 +19,10 @@
 #include "test/support/temp_dir.h"
 #include "test/train/solo_fit.h"
 #include "worker/comm/ring_communicator.h"
+#include "worker/data/dataset.h"
 #include "worker/gpu/gpu_info.h"
+#include "worker/nn/backend.h"
+#include "worker/train/model_parts.h"
 #include "worker/train/progress.h"
 #include "worker/train/trainer.h"
 
@@ -63,6 +67,42 @@ TEST_CASE("two runs with one seed end with bit-identical weights; another seed d
   REQUIRE(a.size() == b.size());
   CHECK(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0);
   CHECK(std::memcmp(a.data(), c.data(), a.size() * sizeof(float)) != 0);
+}
+
+// docs/design.md#spares. The schedule decays over the run and scales by the workers, so the
+// trainer must resolve it again for its run (the spare resolved it for one step of one worker).
+TEST_CASE("a spare's warm model trains to the bits of a fresh one: the warm-up leaves no trace") {
+  std::string text = kTrain;
+  text.replace(text.find("SEED"), 4, "7");
+  const std::string adam = R"({"type": "adam", "learning_rate": 0.01})";
+  text.replace(text.find(adam), adam.size(),
+               R"({"type": "adam", "scale_learning_rate": true,
+                   "learning_rate": {"type": "cosine_decay", "initial_learning_rate": 0.01}})");
+  train::TrainConfig c = train::parse_train_config(text, "job.json");
+
+  SECTION("the parts: initial weights, zero slots and count, as freshly built") {
+    auto backend = nn::make_dnnl_backend();
+    auto [train_data, test_data] =
+        data::load_data(c.data, {c.model.height, c.model.width, c.model.channels});
+    train::ModelParts fresh = train::build_model_parts(c, *backend, train_data.classes);
+    train::ModelParts warm = train::warm_model_parts(c, *backend, train_data);
+    CHECK(warm.model->parameters().to_host() == fresh.model->parameters().to_host());
+    CHECK(warm.optimizer->iterations() == 0);
+    REQUIRE(warm.optimizer->slots().size() == 2);  // adam.m, adam.v
+    for (auto& [name, slot] : warm.optimizer->slots()) {
+      INFO(name);
+      CHECK(slot->to_host() == std::vector<float>(slot->size(), 0.0f));
+    }
+    std::vector<float> gradients = warm.model->gradients().to_host();
+    CHECK(gradients == std::vector<float>(gradients.size(), 0.0f));
+  }
+  SECTION("a whole run, by the bits") {
+    testing::TempDir fresh_dir, warm_dir;
+    std::vector<float> fresh = testing::solo_fit(c, fresh_dir.path());
+    std::vector<float> warm = testing::solo_fit(c, warm_dir.path(), {.warm = true});
+    REQUIRE(fresh.size() == warm.size());
+    CHECK(std::memcmp(fresh.data(), warm.data(), fresh.size() * sizeof(float)) == 0);
+  }
 }
 
 TEST_CASE("every layer type trains: synthetic data is learned and metrics.jsonl has each epoch") {

@@ -110,9 +110,8 @@ OptimizerSpec parse_optimizer_spec(const common::JsonNode& node) {
 
 Optimizer::Optimizer(const OptimizerSpec& spec, size_t parameter_count, nn::Device& device,
                      int64_t total_steps, int workers)
-    : spec_(spec) {
-  spec_.learning_rate.resolve(total_steps, workers);
-  set_rate(static_cast<float>(spec_.learning_rate.rate(0)));
+    : spec_(spec), schedule_(spec.learning_rate) {
+  resolve_schedule(total_steps, workers);
   auto slot = [&] { return nn::Buffer<float>(device, parameter_count); };
   switch (spec_.type) {
     case OptimizerType::kSgd:
@@ -129,6 +128,12 @@ Optimizer::Optimizer(const OptimizerSpec& spec, size_t parameter_count, nn::Devi
       if (spec_.rmsprop.centered) third_ = slot();
       break;
   }
+}
+
+void Optimizer::resolve_schedule(int64_t total_steps, int workers) {
+  spec_.learning_rate = schedule_;
+  spec_.learning_rate.resolve(total_steps, workers);
+  set_rate(static_cast<float>(spec_.learning_rate.rate(iterations_)));
 }
 
 void Optimizer::set_rate(float rate) {

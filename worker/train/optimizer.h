@@ -43,6 +43,10 @@ class Optimizer {
   Optimizer(const OptimizerSpec& spec, size_t parameter_count, nn::Device& device,
             int64_t total_steps = 1, int workers = 1);
 
+  /// Resolves the schedule again, from the spec as parsed, for another run length or group size
+  /// (a spare builds its optimizer before it knows its group: docs/design.md#spares).
+  void resolve_schedule(int64_t total_steps, int workers);
+
   /// Starts one update: counts iterations (Keras's `iterations`, Adam's t) and takes the
   /// schedule's rate for the step.
   void begin_step();
@@ -65,7 +69,8 @@ class Optimizer {
  private:
   void set_rate(float rate);
 
-  OptimizerSpec spec_;
+  OptimizerSpec spec_;             ///< its learning_rate resolved
+  LearningRateSchedule schedule_;  ///< as parsed
   int64_t iterations_ = 0;
   nn::Buffer<float> first_, second_, third_;
 };

@@ -141,7 +141,7 @@ double test_slow_step_seconds(int rank) {
 
 Trainer::Trainer(const TrainConfig& config, nn::Backend& backend, comm::Communicator& comm,
                  data::Dataset train, data::Dataset test, TrainerOptions options,
-                 common::ControlClient* control)
+                 common::ControlClient* control, ModelParts parts)
     : config_(config),
       backend_(backend),
       comm_(comm),
@@ -154,8 +154,14 @@ Trainer::Trainer(const TrainConfig& config, nn::Backend& backend, comm::Communic
   // On the host, the gradients live in the communicator's window when it has one (shared
   // memory): peers then sum them in place instead of through copies.
   const comm::Window window = gradient_window();
-  model_ = std::make_unique<nn::Sequential>(config_.model, backend_, config_.per_worker_batch_size,
-                                            window.data, window.floats);
+  if (parts) {  // a promoted spare's, warm (docs/design.md#spares)
+    parts.model->move_gradients(window.data, window.floats);
+  } else {
+    parts = build_model_parts(config_, backend_, train_.classes, window);
+  }
+  model_ = std::move(parts.model);
+  optimizer_ = std::move(parts.optimizer);
+  stager_ = std::move(parts.stager);
   if (!window.empty()) {
     spdlog::info(model_->gradients_lent()
                      ? "gradients ({} floats) live in the shared-memory window ({} floats)"
@@ -163,21 +169,13 @@ Trainer::Trainer(const TrainConfig& config, nn::Backend& backend, comm::Communic
                        "all-reduced through copies",
                  model_->gradients().size(), window.floats);
   }
-  if (model_->classes() < train_.classes) {
-    throw common::ConfigError(
-        fmt::format("model: the last layer has {} units but the data has {} classes",
-                    model_->classes(), train_.classes));
-  }
-  model_->initialize(config_.seed);
   // Every worker runs the same number of steps (they all-reduce each one): size them by the
   // largest shard, worker 0's.
   int64_t shard = data::shard_size(train_.count, 0, comm_.size());
   steps_per_epoch_ = config_.steps_per_epoch > 0
                          ? config_.steps_per_epoch
                          : data::default_steps(shard, config_.per_worker_batch_size);
-  optimizer_ =
-      std::make_unique<Optimizer>(config_.optimizer, model_->parameters().size(), backend_.device(),
-                                  config_.epochs * steps_per_epoch_, comm_.size());
+  optimizer_->resolve_schedule(config_.epochs * steps_per_epoch_, comm_.size());
   StepOptions step_options;
   step_options.overlap = config_.overlap;
   step_options.graphs = config_.cuda_graphs;
@@ -189,8 +187,6 @@ Trainer::Trainer(const TrainConfig& config, nn::Backend& backend, comm::Communic
                  step_options.test_slow_step_seconds * 1000);
   }
   step_ = std::make_unique<TrainStep>(*model_, *optimizer_, backend_, comm_, step_options);
-  stager_ = std::make_unique<InputStager>(backend_.device(), model_->input_dims().size(),
-                                          config_.per_worker_batch_size);
   if (options_.timeline) options_.timeline->mark("model");
   if (options_.chief) prepare_backup_dir(config_, options_.run_dir);  // not at the first save
   generation_ = options_.generation;

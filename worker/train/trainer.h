@@ -23,6 +23,7 @@
 #include "worker/nn/sequential.h"
 #include "worker/train/checkpoint.h"
 #include "worker/train/input_stager.h"
+#include "worker/train/model_parts.h"
 #include "worker/train/optimizer.h"
 #include "worker/train/progress.h"
 #include "worker/train/tensorboard.h"
@@ -93,9 +94,11 @@ class LeftGroup : public std::runtime_error {
 class Trainer {
  public:
   /// None of the references are owned; all must outlive the trainer. control may be null.
+  /// parts: a promoted spare's warm model, optimizer and input slots (model_parts.h), built on
+  /// backend from config; empty: the trainer builds its own.
   Trainer(const TrainConfig& config, nn::Backend& backend, comm::Communicator& comm,
           data::Dataset train, data::Dataset test, TrainerOptions options,
-          common::ControlClient* control);
+          common::ControlClient* control, ModelParts parts = {});
   ~Trainer();
 
   /// Trains the epochs left after the restored checkpoint; the chief then writes the final model
