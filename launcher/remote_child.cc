@@ -18,6 +18,9 @@
 namespace dtrain::launcher {
 namespace {
 
+/// How long a SIGKILL sent through the agent may take before the session is closed from here.
+constexpr double kHardKillSeconds = 2.0;
+
 std::chrono::steady_clock::duration seconds(double s) {
   return std::chrono::duration_cast<std::chrono::steady_clock::duration>(
       std::chrono::duration<double>(s));
@@ -39,6 +42,7 @@ class RemoteChild : public Child {
         outer_(std::move(outer)),
         keepalive_(io),
         start_timer_(io),
+        hard_kill_(io),
         splitter_([this](std::string_view line) { on_line(line); }, kMaxAgentLine) {}
 
   ~RemoteChild() override {
@@ -74,9 +78,20 @@ class RemoteChild : public Child {
     return seen;
   }
 
+  // SIGKILL goes to the agent first: the worker's port and files are free once the agent reports
+  // its end, which a replacement on the same host needs (killing the session at once would leave
+  // the worker to the agent's own teardown, 1.5 s later). A session that has not ended
+  // kHardKillSeconds later (a host cut off, an agent that never started) is closed from here.
   void signal_group(int sig) override {
     if (sig != 0) stopping_ = true;  // an end without a report is now the launcher's doing
-    inner_->signal_group(sig);
+    if (sig != SIGKILL || !started_ || ended_) return inner_->signal_group(sig);
+    inner_->write_agent(format_agent_signal_command(SIGKILL));
+    if (hard_kill_armed_) return;
+    hard_kill_armed_ = true;
+    hard_kill_.expires_after(seconds(kHardKillSeconds));
+    hard_kill_.async_wait(guard([this] {
+      if (!ended_) inner_->signal_group(SIGKILL);
+    }));
   }
 
  private:
@@ -168,6 +183,7 @@ class RemoteChild : public Child {
     ended_ = true;
     keepalive_.cancel();
     start_timer_.cancel();
+    hard_kill_.cancel();
     if (outer_.on_exit) outer_.on_exit(describe_end(session));
   }
 
@@ -197,7 +213,7 @@ class RemoteChild : public Child {
 
   RemoteTarget target_;
   ChildCallbacks outer_;
-  boost::asio::steady_timer keepalive_, start_timer_;
+  boost::asio::steady_timer keepalive_, start_timer_, hard_kill_;
   LineSplitter splitter_;
   std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
   std::optional<ExitStatus> reported_;  ///< the worker's end, as the agent reported it
@@ -207,6 +223,7 @@ class RemoteChild : public Child {
   int remote_pid_ = 0;                  ///< the worker's pid on its host
   double heard_at_ = common::monotonic_seconds();  ///< the session's last line
   bool started_ = false, ended_ = false, stopping_ = false, timed_out_ = false;
+  bool hard_kill_armed_ = false;
   std::unique_ptr<Child> inner_;  ///< last: destroyed first
 };
 

@@ -65,13 +65,19 @@ void RefusalLog::flush(double now) {
   kinds_.clear();
 }
 
+namespace {
+constexpr double kBusyPortSeconds = 5;
+}  // namespace
+
 Acceptor::Acceptor(const RingIdentity& id, const CommOptions& options)
     : id_(id),
       options_(options),
       refusals_(kRefusalsLoggedPerInterval, kRefusalLogIntervalSeconds) {
   const std::string& address = id_.addresses[static_cast<size_t>(id_.rank)];
   common::HostPort hp = common::parse_host_port(address, id_.names[static_cast<size_t>(id_.rank)]);
-  listener_ = listen_on(hp.host, hp.port);
+  // A later generation's member may start while the one it replaces still goes away (a remote
+  // worker's end is reported before its host has freed the port): its port is tried again.
+  listener_ = listen_on(hp.host, hp.port, id_.generation > 0 ? kBusyPortSeconds : 0);
   int fds[2];
   if (::pipe2(fds, O_CLOEXEC | O_NONBLOCK) != 0) throw common::IoError("acceptor: pipe failed");
   wake_read_.reset(fds[0]);

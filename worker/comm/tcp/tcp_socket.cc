@@ -11,7 +11,9 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cstring>
+#include <thread>
 
 #include "common/clock.h"
 #include "common/errors.h"
@@ -87,22 +89,30 @@ int Deadline::poll_ms(int cap_ms) const {
   return static_cast<int>(std::clamp(left, 0.0, static_cast<double>(cap_ms)));
 }
 
-common::UniqueFd listen_on(const std::string& host, int port) {
+common::UniqueFd listen_on(const std::string& host, int port, double busy_seconds) {
   AddrInfo found;
   int rc = resolve(host, port, true, found);
   if (rc != 0)
     throw common::IoError(fmt::format("cannot resolve {}: {}", host, ::gai_strerror(rc)));
-  std::string error = "no address";
-  for (addrinfo* a = found.list; a != nullptr; a = a->ai_next) {
-    common::UniqueFd fd(
-        ::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, a->ai_protocol));
-    if (!fd.valid()) continue;
-    int one = 1;
-    ::setsockopt(fd.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-    if (::bind(fd.get(), a->ai_addr, a->ai_addrlen) == 0 && ::listen(fd.get(), 64) == 0) return fd;
-    error = std::strerror(errno);
+  const double give_up = common::monotonic_seconds() + busy_seconds;
+  while (true) {
+    std::string error = "no address";
+    bool busy = false;
+    for (addrinfo* a = found.list; a != nullptr; a = a->ai_next) {
+      common::UniqueFd fd(
+          ::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, a->ai_protocol));
+      if (!fd.valid()) continue;
+      int one = 1;
+      ::setsockopt(fd.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+      if (::bind(fd.get(), a->ai_addr, a->ai_addrlen) == 0 && ::listen(fd.get(), 64) == 0)
+        return fd;
+      busy = busy || errno == EADDRINUSE;
+      error = std::strerror(errno);
+    }
+    if (!busy || common::monotonic_seconds() >= give_up)
+      throw common::IoError(fmt::format("cannot listen on {}:{}: {}", host, port, error));
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
-  throw common::IoError(fmt::format("cannot listen on {}:{}: {}", host, port, error));
 }
 
 common::UniqueFd connect_once(const std::string& host, int port, double timeout_seconds,

@@ -29,7 +29,8 @@ class Deadline {
 
 /// Listening socket on host:port (SO_REUSEADDR, non-blocking, close-on-exec). Throws IoError
 /// naming host:port when it cannot bind.
-common::UniqueFd listen_on(const std::string& host, int port);
+/// busy_seconds: how long a port still in use (EADDRINUSE) is tried again, every 50 ms (0: not).
+common::UniqueFd listen_on(const std::string& host, int port, double busy_seconds = 0);
 
 /// One connection attempt to host:port, trying each resolved address. Returns an invalid fd and
 /// sets error when nothing accepted within timeout_seconds.
