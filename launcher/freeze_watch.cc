@@ -50,6 +50,59 @@ ProcessSample read_process(int pid) {
   return s;
 }
 
+std::optional<FreezeVerdict> FreezeWatch::stopped_or_silent(
+    double now, const std::vector<MemberObservation>& members) {
+  const size_t n = members.size();
+  if (stopped_since_.size() != n) stopped_since_.assign(n, -1);
+  const double limit = std::max(min_seconds_, bound_);
+  size_t longest = n;
+  for (size_t i = 0; i < n; ++i) {
+    if (!stopped(members[i].process.state)) {
+      stopped_since_[i] = -1;
+      continue;
+    }
+    if (stopped_since_[i] < 0) stopped_since_[i] = now;
+    if (now - stopped_since_[i] > limit &&
+        (longest == n || stopped_since_[i] < stopped_since_[longest]))
+      longest = i;
+  }
+  FreezeVerdict v;
+  v.bound_seconds = limit;
+  if (longest < n) {
+    v.member = longest;
+    v.stalled_seconds = now - stopped_since_[longest];
+    v.why = fmt::format("stopped (process state {}: SIGSTOP or a debugger)",
+                        members[longest].process.state);
+    return v;
+  }
+  // A quiet agent whose group still moves is a slow path to this launcher, not a cut host.
+  bool changed = seen_.size() != n;
+  seen_.resize(n);
+  for (size_t i = 0; i < n; ++i) {
+    const std::optional<common::ProgressSample>& r = members[i].record;
+    if (r.has_value() != seen_[i].has_value() || (r && !same(*r, *seen_[i]))) changed = true;
+    seen_[i] = r;
+  }
+  if (changed || changed_at_ < 0) changed_at_ = now;
+  if (now - changed_at_ <= limit) return std::nullopt;
+  size_t quietest = n;
+  bool someone_heard = false;
+  for (size_t i = 0; i < n; ++i) {
+    const double silent = members[i].silent_seconds;
+    if (silent <= kSilentSeconds) someone_heard = true;
+    if (silent > kSilentSeconds && (quietest == n || silent > members[quietest].silent_seconds))
+      quietest = i;
+  }
+  // Every member quiet at once is this launcher not reading, not their hosts.
+  if (quietest == n || !someone_heard) return std::nullopt;
+  v.member = quietest;
+  v.stalled_seconds = members[quietest].silent_seconds;
+  v.bound_seconds = kSilentSeconds;
+  v.why = fmt::format("no word from it for {:.1f} s (its host is cut off or gone)",
+                      members[quietest].silent_seconds);
+  return v;
+}
+
 FreezeWatch::FreezeWatch(double min_seconds, double step_multiple)
     : min_seconds_(min_seconds), step_multiple_(step_multiple) {}
 
@@ -68,6 +121,13 @@ std::optional<FreezeVerdict> FreezeWatch::observe(double now,
     last_.resize(n);
     cpu_at_advance_.resize(n, 0);
     ended_since_reset_.assign(n, false);
+  }
+  // Whatever the records say (a group forming again, a member still loading): a process stopped
+  // for longer than the bound, or a remote member whose agent went quiet while another member is
+  // heard from, is what the group waits for.
+  if (std::optional<FreezeVerdict> v = stopped_or_silent(now, members)) {
+    reset();
+    return v;
   }
   bool advanced = last_advance_ < 0;
   std::vector<double> step_times;
@@ -92,29 +152,6 @@ std::optional<FreezeVerdict> FreezeWatch::observe(double now,
   FreezeVerdict v;
   v.stalled_seconds = stalled;
   v.bound_seconds = bound_;
-  // A stopped process is stopped whatever its group does, forming again after a reset or not.
-  for (size_t i = 0; i < n; ++i) {
-    if (stopped(members[i].process.state)) {
-      v.member = i;
-      v.why = fmt::format("stopped (process state {}: SIGSTOP or a debugger)",
-                          members[i].process.state);
-      return v;
-    }
-  }
-  // A remote member whose agent stopped reporting: the others cannot hear it either.
-  size_t silent = n;
-  for (size_t i = 0; i < n; ++i) {
-    if (members[i].silent_seconds > kSilentSeconds &&
-        (silent == n || members[i].silent_seconds > members[silent].silent_seconds)) {
-      silent = i;
-    }
-  }
-  if (silent < n) {
-    v.member = silent;
-    v.why = fmt::format("no word from it for {:.1f} s (its host is cut off or gone)",
-                        members[silent].silent_seconds);
-    return v;
-  }
   if (!std::all_of(ended_since_reset_.begin(), ended_since_reset_.end(), [](bool b) { return b; }))
     return std::nullopt;  // a group still forming after a reset is not frozen
   // The others wait inside the collective the laggard has not begun.

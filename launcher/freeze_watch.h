@@ -42,9 +42,9 @@ struct FreezeVerdict {
 
 class FreezeWatch {
  public:
-  /// A remote member whose agent has not reported for longer (it reports twice a second) is
-  /// the one a stalled group waits for: its link or host is down.
-  static constexpr double kSilentSeconds = 2.0;
+  /// A remote member whose agent has not reported for longer (it reports twice a second) while
+  /// another member is heard from is cut off: its link or host is down.
+  static constexpr double kSilentSeconds = 3.0;
 
   /// The group is judged frozen after max(min_seconds, step_multiple x the median last step time)
   /// without progress.
@@ -54,8 +54,11 @@ class FreezeWatch {
   /// has ended a collective since.
   void reset();
   /// One look at the members (the same members in the same order each time). Returns a verdict
-  /// once the group has made no progress (no member's record changed) for longer than the bound;
-  /// nothing while any member has no record or has not finished a step.
+  /// once a member has been stopped (state T) for longer than the bound, or a remote member has
+  /// been quiet for kSilentSeconds while another is heard from and no record changed for longer
+  /// than the bound, whatever else the records say (a group forming again, still loading); or
+  /// once the group has made no progress (no member's record changed) for longer than the bound,
+  /// not while any member has no record or has not finished a step.
   std::optional<FreezeVerdict> observe(double now, const std::vector<MemberObservation>& members);
   /// The bound in force at the last look (0 before one could be set).
   double bound_seconds() const { return bound_; }
@@ -67,6 +70,13 @@ class FreezeWatch {
   std::vector<common::ProgressSample> last_;  ///< each member's record at the last advance
   std::vector<uint64_t> cpu_at_advance_;      ///< each member's CPU ticks then
   std::vector<bool> ended_since_reset_;
+  std::vector<double> stopped_since_;  ///< when each member was first seen stopped; -1: not
+  std::vector<std::optional<common::ProgressSample>> seen_;  ///< each record at the last look
+  double changed_at_ = -1;  ///< when a record last changed (any look, records or not)
+
+  /// The verdicts that need no record: a member stopped for longer than the bound, or quiet.
+  std::optional<FreezeVerdict> stopped_or_silent(double now,
+                                                 const std::vector<MemberObservation>& members);
 };
 
 }  // namespace dtrain::launcher

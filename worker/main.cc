@@ -45,11 +45,11 @@ namespace {
 // 3.x). SIGTERM stays blocked in every thread (they inherit main's mask, blocked before any thread
 // exists) and one thread takes it with sigwait: before catch_sigterm() it ends the process by
 // SIGTERM as the default action would; after, it sets the flag the training loop reads each step.
-// In place (docs/design.md#in-place-recovery), a SIGTERM that does not come from one of this
-// worker's ancestors (the launcher, the agent that relays the launcher's stop, the slurmstepd of
-// that agent's step, which signals every process of the step) preempts this worker alone: it
-// finishes its step and leaves, and a replacement takes its share; from an ancestor it is the
-// job's stop, which the group agrees on and saves (worker/signal_origin.h).
+// In place (docs/design.md#in-place-recovery), a SIGTERM that does not come from this worker's
+// parent (the launcher, or the agent that relays the launcher's stop) or from the slurmstepd of
+// that agent's step (which signals every process of the step) preempts this worker alone: it
+// finishes its step and leaves, and a replacement takes its share; from them it is the job's
+// stop, which the group agrees on and saves (worker/signal_origin.h).
 // SIGUSR1 is blocked and taken by the same thread, for the same reason: the launcher's notice
 // (docs/design.md#in-place-recovery), queued with sigqueue and the new generation G as its value,
 // interrupts the live group's collective (GroupCommunicator::interrupt(G)) when there is one,
@@ -136,8 +136,8 @@ void watch_signals() {
       if (taken == SIGUSR1) g_notice.take(info);
       if (taken != SIGTERM) continue;
       if (!g_catching_sigterm) end_by_sigterm();
-      bool from_ancestor = info.si_code == SI_USER && sent_by_ancestor(info.si_pid);
-      if (g_leave_alone && !from_ancestor) {
+      bool job_stop = info.si_code == SI_USER && sent_by_job_stopper(info.si_pid);
+      if (g_leave_alone && !job_stop) {
         g_leave_sender = info.si_pid;
         g_leave_requested = true;
       } else {

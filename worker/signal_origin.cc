@@ -24,16 +24,24 @@ int parent_of(int pid) {
   return fields >> state >> ppid ? ppid : 0;
 }
 
+std::string name_of(int pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/comm");
+  std::string name;
+  std::getline(in, name);
+  return name;
+}
+
 }  // namespace
 
-bool sent_by_ancestor(int sender) {
+bool sent_by_job_stopper(int sender) {
   if (sender <= 1) return false;
+  int pid = static_cast<int>(::getppid());
+  if (sender == pid) return true;
   // A chain longer than this is a loop in what /proc said (a pid reused meanwhile).
   constexpr int kMaxDepth = 256;
-  int pid = static_cast<int>(::getppid());
   for (int depth = 0; pid > 1 && depth < kMaxDepth; ++depth) {
-    if (pid == sender) return true;
     pid = parent_of(pid);
+    if (pid == sender) return name_of(pid) == "slurmstepd";
   }
   return false;
 }

@@ -154,8 +154,9 @@ TEST_CASE("a stopped member is named while a re-formed group waits for it") {
   CHECK(*v->member == 1);
 }
 
-// A remote member whose agent went quiet is the one the stalled group waits for (its link or
-// host is down), the quietest if several; a quiet member of a moving group is not blamed.
+// A remote member whose agent went quiet is the one a stalled group waits for (its link or host
+// is down), the quietest if several, even while a member has no record yet (a replacement still
+// loading); a quiet member of a moving group is not blamed, nor are all members quiet at once.
 TEST_CASE("the member whose agent stopped reporting is named once the group stalls") {
   double now = 0;
   FreezeWatch watch = trained(now);
@@ -163,13 +164,31 @@ TEST_CASE("the member whose agent stopped reporting is named once the group stal
                                           member(12, 101, 100, 20)};
   stuck[2].silent_seconds = 1.0;
   CHECK_FALSE(watch.observe(now, stuck));
-  stuck[1].silent_seconds = 2.6;
-  stuck[2].silent_seconds = 3.0;
+  stuck[1].silent_seconds = 3.2;
+  stuck[2].silent_seconds = 3.5;
   std::optional<launcher::FreezeVerdict> v = watch.observe(now + 2.5, stuck);
   REQUIRE(v);
   REQUIRE(v->member);
   CHECK(*v->member == 2);
-  CHECK(v->why == "no word from it for 3.0 s (its host is cut off or gone)");
+  CHECK(v->why == "no word from it for 3.5 s (its host is cut off or gone)");
+
+  FreezeWatch forming = trained(now);
+  forming.reset();
+  std::vector<MemberObservation> loading = {member(10, 100, 100, 20), member(13, 0, 0, 0),
+                                            member(12, 100, 100, 20)};
+  loading[1].record.reset();
+  CHECK_FALSE(forming.observe(now, loading));
+  loading[2].silent_seconds = 4;
+  std::optional<launcher::FreezeVerdict> quiet = forming.observe(now + 2.5, loading);
+  REQUIRE(quiet);
+  REQUIRE(quiet->member);
+  CHECK(*quiet->member == 2);
+
+  FreezeWatch everyone = trained(now);
+  for (MemberObservation& m : stuck) m.silent_seconds = 5;  // this launcher did not read
+  CHECK_FALSE(everyone.observe(now, stuck));
+  std::optional<launcher::FreezeVerdict> nobody = everyone.observe(now + 5, stuck);
+  CHECK_FALSE((nobody && nobody->member));  // at most the stall with nobody to blame
 
   FreezeWatch moving;
   double t = 0;
@@ -179,4 +198,26 @@ TEST_CASE("the member whose agent stopped reporting is named once the group stal
     looks[0].silent_seconds = 5;  // a quiet agent, a group that moves: nothing to judge
     CHECK_FALSE(moving.observe(t, looks));
   }
+}
+
+// A stopped process is named even before the group has a record to judge (the others wait in
+// its rendezvous, a replacement still loads), once it has been stopped for longer than the bound.
+TEST_CASE("a member stopped while the group forms is named after the bound") {
+  FreezeWatch watch;
+  std::vector<MemberObservation> forming = {member(10, 100, 100, 20),
+                                            member(11, 0, 0, 0, 0.01, 'T'), member(12, 0, 0, 0)};
+  forming[2].record.reset();
+  CHECK_FALSE(watch.observe(0, forming));
+  CHECK_FALSE(watch.observe(1.9, forming));
+  std::optional<launcher::FreezeVerdict> v = watch.observe(2.1, forming);
+  REQUIRE(v);
+  REQUIRE(v->member);
+  CHECK(*v->member == 1);
+  CHECK(v->why.rfind("stopped", 0) == 0);
+  forming[1].process.state = 'S';  // continued: the count starts again
+  CHECK_FALSE(watch.observe(2.6, forming));
+  forming[1].process.state = 'T';
+  CHECK_FALSE(watch.observe(3.0, forming));
+  CHECK_FALSE(watch.observe(4.9, forming));
+  CHECK(watch.observe(5.1, forming));
 }
