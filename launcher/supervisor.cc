@@ -73,6 +73,7 @@ void Supervisor::start_attempt() {
   first_failure_.reset();
   generation_ = 0;
   in_place_recovery_.reset();
+  step_at_last_in_place_ = reached_step_;
   success_ = false;
   attempt_made_progress_ = false;
   if (!ports_free_or_retry()) return;

@@ -242,6 +242,9 @@ class Supervisor {
   /// The furthest step any reform request said its worker held or had in flight (whole_step,
   /// + 1 when in_flight) since the last recovery: the steps the group redoes are counted from it.
   int64_t reform_furthest_ = -1;
+  /// The furthest step reported when the last failure was recovered from in place (-1: none yet
+  /// this attempt): a group that stepped past it since made progress.
+  int64_t step_at_last_in_place_ = -1;
   std::set<std::string> lost_places_;  ///< hosts and nodes lost during this launch
   bool attempt_made_progress_ = false;
   bool success_ = false;

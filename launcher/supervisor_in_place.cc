@@ -45,7 +45,12 @@ bool Supervisor::recover_in_place(Task& task, const EndReading& reading, const C
   // from its parent): the others end the same way, and the group restarts from that checkpoint.
   if (!end.status.signaled && end.status.code == common::kExitPreempted) return false;
   bool sigkill = reading.started && killed_by_sigkill(end.status);
-  Decision decision = book_.decide_in_place({reading.outcome, task.made_progress,
+  // "Before any worker reported progress" (the rule against crash loops) is the group's in place:
+  // a replacement killed before its own first report, while the group stepped on since the last
+  // failure, is no sign of a configuration problem (nor of the OOM killer at every start).
+  bool group_moved = reached_step_ > step_at_last_in_place_;
+  step_at_last_in_place_ = reached_step_;
+  Decision decision = book_.decide_in_place({reading.outcome, task.made_progress || group_moved,
                                              common::monotonic_seconds() - task.spawned_at, sigkill,
                                              !reading.started});
   if (!decision.restart) {

@@ -157,6 +157,8 @@ using common::ConfigError;
 // How long a worker whose group broke waits for the launcher's answer (which waits up to 10 s for
 // a failure to explain the break).
 constexpr double kReformReplySeconds = 30;
+// How many times a group that broke before it first formed asks for the next generation.
+constexpr int kMaxStartRegroups = 5;
 // How long a spare's request for promotion stays open before it asks again.
 constexpr double kSpareRequestSeconds = 60;
 // How long a spare waits before it loads its data and warms up. A new spare starts as the last one
@@ -309,7 +311,7 @@ int train(const common::TfConfig& task, std::optional<int> promoted_generation,
   int attempt = comm::attempt_from_environment();
   comm::RingIdentity id = comm::ring_identity_from_environment(task, job);
   if (promoted_generation) id.generation = static_cast<uint32_t>(*promoted_generation);
-  const int generation = static_cast<int>(id.generation);
+  int generation = static_cast<int>(id.generation);
   spdlog::info("task {}: rank {} of {}, attempt {}{}, {} training examples", task.task.text(),
                id.rank, id.size, attempt,
                generation > 0 ? fmt::format(" generation {}", generation) : "", train_data.count);
@@ -324,11 +326,24 @@ int train(const common::TfConfig& task, std::optional<int> promoted_generation,
                   backend.device().kind() == nn::DeviceKind::kHost;
   // Read by the launcher to find a frozen member (docs/design.md#frozen-workers).
   common::ProgressRecordWriter record(common::get_env(common::kEnvProgressFile).value_or(""));
+  common::ControlClient control(common::get_env(common::kEnvControl).value_or(""));
   std::unique_ptr<comm::GroupCommunicator> group;
-  try {
-    group = std::make_unique<comm::GroupCommunicator>(make_communicator, generation, &record);
-  } catch (const ConfigError& e) {  // train.communication does not fit this worker: name the file
-    throw ConfigError(fmt::format("{}: {}", config_path, e.what()));
+  for (int regroups = 0; !group; ++regroups) {
+    try {
+      group = std::make_unique<comm::GroupCommunicator>(make_communicator, generation, &record);
+    } catch (const ConfigError& e) {  // train.communication does not fit this worker: name it
+      throw ConfigError(fmt::format("{}: {}", config_path, e.what()));
+    } catch (const comm::GroupBroken& e) {
+      // A member failed before the group first formed (killed while it loaded its data, say):
+      // in place the group forms again with its replacement, as it does after a step.
+      if (!in_place || regroups >= kMaxStartRegroups) throw;
+      spdlog::warn("the group broke before training ({}): asking for the next generation",
+                   e.what());
+      std::optional<common::ReformReply> reply = control.request_reform(
+          {task.task.text(), attempt, generation, 0, false, e.what()}, kReformReplySeconds);
+      if (!reply || !reply->ok) throw;
+      generation = reply->generation;
+    }
   }
   comm::Communicator* communicator = group.get();
   // In place only: elsewhere nothing asks the launcher for the next generation, so a notice
@@ -336,7 +351,6 @@ int train(const common::TfConfig& task, std::optional<int> promoted_generation,
   NoticeRegistration notice(in_place ? group.get() : nullptr);
   timeline.mark("rendezvous");
   catch_sigterm();  // until here SIGTERM kills at once; from here it means "save and stop together"
-  common::ControlClient control(common::get_env(common::kEnvControl).value_or(""));
   bool chief = task.cluster.is_chief(task.task);
   TrainerOptions trainer_options{
       run_dir, chief, task.task.text(), attempt, [] { return g_stop_requested.load(); }, &timeline};

@@ -240,6 +240,48 @@ TEST_CASE("in place: a request that no failure explains in time tears the group 
   CHECK_FALSE(harness.has_event("in_place"));
 }
 
+// The rule against crash loops counts the group's progress in place: replacements SIGKILLed
+// before their own first report, while the survivors step on in between, are no OOM loop; with
+// no step in between, the second such end takes the whole-group path as before.
+TEST_CASE("in place: quick kills of replacements while the group steps on stay in place") {
+  for (bool group_steps : {true, false}) {
+    INFO("the group steps on between the kills: " << group_steps);
+    Harness* h = nullptr;
+    int kills = 0;
+    Harness harness("", [&](FakeProcess& p) {
+      if (index_of(p) != 1) return;
+      if (generation_of(p) >= 2) {
+        boost::asio::post(*p.io, [&] { h->supervisor->stop(SIGTERM); });
+        return;
+      }
+      boost::asio::post(*p.io, [&, process = &p] {
+        if (group_steps) {
+          int step = 10 * (++kills);
+          h->control(R"({"type":"progress","task":"worker:0","attempt":0,"epoch":1,"epochs":2,)"
+                     R"("step":)" +
+                     std::to_string(step) + R"(,"steps":50,"global_step":)" + std::to_string(step) +
+                     "}");
+        }
+        process->end(ExitStatus::killed(SIGKILL));
+      });
+    });
+    h = &harness;
+    auto r = harness.run();
+    std::string events = harness.events();
+    size_t first_restart = events.find(R"("event":"restart")");
+    if (group_steps) {
+      CHECK(r.status == "stopped");
+      CHECK(events.find(R"("event":"in_place","task":"worker:1","attempt":0,"generation":2)") !=
+            std::string::npos);
+      CHECK(first_restart == std::string::npos);
+    } else {  // the second quick SIGKILL of attempt 0 restarts the whole group
+      REQUIRE(first_restart != std::string::npos);
+      CHECK(events.find(R"("event":"in_place","task":"worker:1","attempt":0,"generation":2)") ==
+            std::string::npos);
+    }
+  }
+}
+
 TEST_CASE("in place: a spent restart budget takes the whole-group path") {
   Harness harness(
       "",
