@@ -74,6 +74,7 @@ void Supervisor::start_attempt() {
   generation_ = 0;
   in_place_recovery_.reset();
   step_at_last_in_place_ = reached_step_;
+  for (auto& task : tasks_) task->silent_ends = 0;
   success_ = false;
   attempt_made_progress_ = false;
   if (!ports_free_or_retry()) return;

@@ -45,14 +45,26 @@ bool Supervisor::recover_in_place(Task& task, const EndReading& reading, const C
   // from its parent): the others end the same way, and the group restarts from that checkpoint.
   if (!end.status.signaled && end.status.code == common::kExitPreempted) return false;
   bool sigkill = reading.started && killed_by_sigkill(end.status);
-  // "Before any worker reported progress" (the rule against crash loops) is the group's in place:
-  // a replacement killed before its own first report, while the group stepped on since the last
-  // failure, is no sign of a configuration problem (nor of the OOM killer at every start).
+  // The rule against crash loops, in place, is the task's own: the same task ending twice in a
+  // row with no progress in between, neither its own report nor a step of the group past the
+  // furthest one of the last failure. Other tasks ending meanwhile (several faults while the
+  // group is stalled) are no loop. Start failures keep the book's rule (a host unreachable).
   bool group_moved = reached_step_ > step_at_last_in_place_;
   step_at_last_in_place_ = reached_step_;
-  Decision decision = book_.decide_in_place({reading.outcome, task.made_progress || group_moved,
-                                             common::monotonic_seconds() - task.spawned_at, sigkill,
-                                             !reading.started});
+  task.silent_ends = task.made_progress || group_moved ? 0 : task.silent_ends + 1;
+  if (reading.started && task.silent_ends >= 2) {
+    spdlog::warn(
+        "no recovery in place: {} ended twice in a row before the group made progress{}; not "
+        "replacing it",
+        task.plan.task.text(),
+        sigkill ? ", killed by SIGKILL (the kernel's OOM killer does this to a worker that needs "
+                  "more memory than it may use)"
+                : " (a crash loop, not a transient failure)");
+    return false;
+  }
+  Decision decision =
+      book_.decide_in_place({reading.outcome, true, common::monotonic_seconds() - task.spawned_at,
+                             sigkill, !reading.started});
   if (!decision.restart) {
     spdlog::warn("no recovery in place: {}", decision.reason);
     return false;

@@ -54,6 +54,9 @@ struct Supervisor::Task {
   /// takes a failed task's place or the job ends.
   std::function<void(const std::string& line)> spare_waiting;
   int spare_quick_ends = 0;  ///< a spare's ends in a row before it asked to be promoted
+  /// In place: its ends in a row with no progress in between (its own or the group's); two
+  /// take the whole-group path (a crash loop). Counted over the attempt, not one process.
+  int silent_ends = 0;
   /// The progress record its process writes: the plan's, or a promoted spare's own.
   std::string progress_path_now;
   /// Bounds the wait for a replaced task's output to close (kill_drain_seconds).

@@ -282,6 +282,32 @@ TEST_CASE("in place: quick kills of replacements while the group steps on stay i
   }
 }
 
+// Several faults while the group is stalled are no crash loop: different tasks killed in a row
+// with no progress between them are each replaced in place.
+TEST_CASE("in place: different tasks killed in a row before any progress stay in place") {
+  Harness* h = nullptr;
+  Harness harness("", [&](FakeProcess& p) {
+    if (generation_of(p) == 2) {
+      boost::asio::post(*p.io, [&] { h->supervisor->stop(SIGTERM); });
+      return;
+    }
+    if (generation_of(p) == 0 && index_of(p) == 2)  // all three run: two die at once
+      boost::asio::post(*p.io, [&] {
+        h->spawner.processes[0]->end(ExitStatus::killed(SIGKILL));
+        h->spawner.processes[1]->end(ExitStatus::killed(SIGKILL));
+      });
+  });
+  h = &harness;
+  auto r = harness.run();
+  CHECK(r.status == "stopped");
+  std::string events = harness.events();
+  CHECK(events.find(R"("event":"in_place","task":"worker:0","attempt":0,"generation":1)") !=
+        std::string::npos);
+  CHECK(events.find(R"("event":"in_place","task":"worker:1","attempt":0,"generation":2)") !=
+        std::string::npos);
+  CHECK(events.find(R"("event":"restart")") == std::string::npos);
+}
+
 TEST_CASE("in place: a spent restart budget takes the whole-group path") {
   Harness harness(
       "",
