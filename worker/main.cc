@@ -60,6 +60,7 @@ std::atomic<bool> g_leave_alone{false};  ///< set when in place: see above
 std::atomic<bool> g_stop_requested{false};
 std::atomic<bool> g_leave_requested{false};
 std::atomic<int> g_leave_sender{0};
+std::atomic<int> g_noticed_generation{0};  ///< the newest generation a notice named
 
 void end_by_sigterm() {
   sigset_t set;
@@ -92,6 +93,10 @@ class NoticeTarget {
     }
     const int generation = info.si_value.sival_int;
     if (log_) log_->info("notice: the launcher re-forms the group as generation {}", generation);
+    // A rendezvous under way for an older generation gives up (CommOptions::superseded).
+    for (int seen = g_noticed_generation.load();
+         generation > seen && !g_noticed_generation.compare_exchange_weak(seen, generation);) {
+    }
     if (group_ && group_->interrupt(generation)) return;  // the trainer logs the break
     if (log_) {
       log_->info(
@@ -318,7 +323,12 @@ int train(const common::TfConfig& task, std::optional<int> promoted_generation,
   auto make_communicator = [&](int g) {
     comm::RingIdentity member = id;
     member.generation = static_cast<uint32_t>(g);
-    return comm::make_training_communicator(member, {}, backend.device(), config.communication);
+    comm::CommOptions options;
+    // A notice of a newer generation ends a rendezvous that can no longer complete (a member of
+    // g was replaced meanwhile) at once, instead of after its time-out.
+    options.superseded = [g] { return g_noticed_generation.load() > g; };
+    return comm::make_training_communicator(member, options, backend.device(),
+                                            config.communication);
   };
   // In place (docs/design.md#in-place-recovery): the launcher answers reform requests, and this
   // worker keeps whole steps, which only host devices do.

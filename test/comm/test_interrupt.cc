@@ -7,6 +7,7 @@
 // one that comes while left is kept, and an older generation can no longer be joined.
 #include <spdlog/spdlog.h>
 
+#include <atomic>
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <exception>
@@ -20,6 +21,7 @@
 #include "common/ports.h"
 #include "worker/comm/comm_factory.h"
 #include "worker/comm/group_communicator.h"
+#include "worker/comm/tcp/tcp_socket.h"
 #include "worker/mem/device.h"
 
 using namespace dtrain::comm;
@@ -246,4 +248,35 @@ TEST_CASE("a notice while left is kept for the next join") {
   }
   members.form(3);
   CHECK(members.all_reduce_everywhere() == std::vector<std::string>(3));
+}
+
+// A rendezvous for a generation a notice has superseded (a member of it was replaced meanwhile,
+// so it can never complete) gives up at once instead of after its time-out.
+TEST_CASE("a superseded rendezvous gives up at once") {
+  std::vector<int> ports = dtrain::common::pick_free_ports(2);
+  RingIdentity id;
+  id.job = "superseded";
+  id.generation = 1;
+  id.rank = 0;
+  id.size = 2;
+  id.token = "0123abcd";
+  for (int r = 0; r < 2; ++r) {
+    id.names.push_back("worker:" + std::to_string(r));
+    id.addresses.push_back("127.0.0.1:" + std::to_string(ports[size_t(r)]));
+  }
+  std::atomic<bool> notice{false};
+  CommOptions options;
+  options.rendezvous_seconds = 30;  // member 1 never comes
+  options.superseded = [&notice] { return notice.load(); };
+  auto device = dtrain::nn::make_host_device();
+  auto forming = in_background([&] {
+    GroupCommunicator group(
+        [&](int) { return make_training_communicator(id, options, *device, Communication::kRing); },
+        1);
+  });
+  std::this_thread::sleep_for(300ms);
+  REQUIRE_FALSE(ready_within(forming, 0ms));  // waiting for member 1
+  notice = true;
+  REQUIRE(ready_within(forming, kPrompt));
+  CHECK_THAT(forming.get(), Catch::Contains(kSuperseded));
 }

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -31,6 +32,10 @@ struct CommOptions {
   double rendezvous_seconds = 60;   ///< for the whole ring to connect
   double handshake_seconds = 5;     ///< for one incoming connection to prove itself
   double collective_seconds = 600;  ///< for one send_recv of a collective
+  /// Asked while the ring connects (every 0.1-0.5 s): true gives the rendezvous up at once with
+  /// IoError (the launcher's notice named a newer generation: docs/design.md#in-place-recovery).
+  /// Any thread may make it true. Empty: never.
+  std::function<bool()> superseded;
 };
 
 }  // namespace dtrain::comm

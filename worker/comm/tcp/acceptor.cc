@@ -257,6 +257,7 @@ void Acceptor::handshake(int fd) {
 common::UniqueFd Acceptor::wait_for_previous(const Deadline& deadline) {
   std::unique_lock<std::mutex> lock(mutex_);
   while (!previous_.valid()) {
+    if (options_.superseded && options_.superseded()) throw common::IoError(kSuperseded);
     if (deadline.expired()) {
       throw common::IoError(fmt::format(
           "rendezvous: {} did not connect to {} within {:.0f} s", id_.describe(id_.previous()),

@@ -53,6 +53,7 @@ common::UniqueFd connect_to_next(const RingIdentity& id, const CommOptions& opti
   std::string last_error = "never tried";
   double pause = 0.02;
   while (!deadline.expired()) {
+    if (options.superseded && options.superseded()) throw common::IoError(kSuperseded);
     common::UniqueFd fd = connect_once(hp.host, hp.port, 1.0, last_error);
     if (fd.valid()) {
       try {

@@ -27,6 +27,10 @@ class Deadline {
   std::string what_;
 };
 
+/// What a rendezvous given up for a newer generation throws (CommOptions::superseded).
+inline constexpr const char* kSuperseded =
+    "rendezvous given up: the launcher re-forms the group as a newer generation";
+
 /// Listening socket on host:port (SO_REUSEADDR, non-blocking, close-on-exec). Throws IoError
 /// naming host:port when it cannot bind.
 /// busy_seconds: how long a port still in use (EADDRINUSE) is tried again, every 50 ms (0: not).
