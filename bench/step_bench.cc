@@ -77,7 +77,9 @@ double step_flops(const nn::ModelSpec& spec, int batch) {
 
 int run(int argc, char** argv) {
   if (argc < 3)
-    throw common::ConfigError("usage: step_bench JOB_FILE BATCH [STEPS] [cpu|cuda] [graphs|eager]");
+    throw common::ConfigError(
+        "usage: step_bench JOB_FILE BATCH [STEPS] [cpu|cuda] [graphs|eager] "
+        "[float32|tf32|mixed_bfloat16|mixed_float16]");
   std::string text = common::read_file(argv[1]);
   auto doc = common::JsonDocument::parse(text, argv[1]);
   train::TrainConfig config = train::parse_train_config(doc.root().at("train").dump(), argv[1]);
@@ -85,7 +87,16 @@ int run(int argc, char** argv) {
   int steps = argc > 3 ? std::stoi(argv[3]) : 100;
   std::string device_kind = argc > 4 ? argv[4] : "cpu";
   bool graphs = argc > 5 ? std::string(argv[5]) != "eager" : true;
-  auto backend = device_kind == "cuda" ? nn::make_cuda_backend() : nn::make_dnnl_backend();
+  nn::MathMode math = config.math;
+  if (argc > 6) {
+    std::string name = argv[6];
+    math = name == "tf32"             ? nn::MathMode::kTf32
+           : name == "mixed_bfloat16" ? nn::MathMode::kBfloat16
+           : name == "mixed_float16"  ? nn::MathMode::kFloat16
+           : name == "float32"        ? nn::MathMode::kFloat32
+                                      : throw common::ConfigError("step_bench: precision " + name);
+  }
+  auto backend = device_kind == "cuda" ? nn::make_cuda_backend(math) : nn::make_dnnl_backend();
   nn::Sequential model(config.model, *backend, batch);
   model.initialize(config.seed);
   train::Optimizer optimizer(config.optimizer, model.parameters().size(), backend->device());

@@ -112,39 +112,52 @@ void share_host(LaunchPlan& plan) {
     for (TaskPlan& t : plan.tasks) t.gpu.clear();
 }
 
-// train.device as the job file says it ("auto" when absent or unreadable).
-std::string train_device(const common::JobSpec& spec) {
-  if (!spec.train_json) return "auto";
+// A string field of train as the job file says it (fallback when absent or unreadable).
+std::string train_field(const common::JobSpec& spec, const char* key, const std::string& fallback) {
+  if (!spec.train_json) return fallback;
   try {
     common::JsonDocument doc = common::JsonDocument::parse(*spec.train_json, "train");
-    std::optional<common::JsonNode> device = doc.root().find("device");
-    return device && device->is_string() ? device->as_string() : "auto";
+    std::optional<common::JsonNode> node = doc.root().find(key);
+    return node && node->is_string() ? node->as_string() : fallback;
   } catch (const common::ConfigError&) {
-    return "auto";
+    return fallback;
   }
 }
 
-// In place for dtrain-worker jobs that train on CPUs: the launcher starts a replacement on the
-// same place (a process here, a new agent session on the same host, a new step on the same node).
+// Why GPU workers here could not keep whole steps (empty when they can): only a communicator
+// staged through host memory can (worker/train/train_step.h), which is train.communication
+// "ring" or "shm", or "auto" when local workers share GPUs (NCCL refuses that).
+std::string gpu_in_place_obstacle(const LaunchPlan& plan) {
+  std::string communication = train_field(plan.spec(), "communication", "auto");
+  if (communication == "ring" || communication == "shm") return "";
+  size_t local = 0;
+  for (const TaskPlan& t : plan.tasks)
+    if (t.trains() && t.placement == Placement::kLocal) ++local;
+  if (communication == "auto" && local > static_cast<size_t>(plan.context.local_gpus)) return "";
+  return fmt::format(
+      "train.communication \"{}\" can be NCCL, which cannot re-form: set "
+      "\"ring\" for recovery in place on GPUs",
+      communication);
+}
+
+// In place for dtrain-worker jobs: the launcher starts a replacement on the same place (a
+// process here, a new agent session on the same host, a new step on the same node).
 void choose_recovery(LaunchPlan& plan) {
   if (plan.spec().recovery != common::RecoveryMode::kInPlace || !plan.spec().command.empty())
     return;
-  // Whole steps are kept on host devices only (worker/train/train_step.h): a worker that trains
-  // on a GPU could not re-form, so its peers would each fail in turn. Other hosts' GPUs are not
-  // seen from here: a launcher with none takes "auto" for CPUs on every host.
-  std::string device = train_device(plan.spec());
-  if (plan.context.local_gpus > 0 && device != "cpu") {
-    plan.recovery_note = fmt::format(
-        "recovery: restart ({} GPU(s) here and train.device \"{}\"; in-place recovery is for "
-        "CPU workers for now)",
-        plan.context.local_gpus, device);
-    return;
-  }
-  if (device != "cpu" && device != "auto") {
-    plan.recovery_note = fmt::format(
-        "recovery: restart (train.device \"{}\"; in-place recovery is for CPU workers for now)",
-        device);
-    return;
+  // Other hosts' GPUs are not seen from here: a launcher with none takes "auto" for CPUs on
+  // every host.
+  std::string device = train_field(plan.spec(), "device", "auto");
+  bool gpu = (plan.context.local_gpus > 0 && device != "cpu") || device == "cuda";
+  if (gpu) {
+    bool remote = false;
+    for (const TaskPlan& t : plan.tasks) remote = remote || t.placement != Placement::kLocal;
+    std::string obstacle = remote ? "GPU workers on other hosts are not yet recovered in place"
+                                  : gpu_in_place_obstacle(plan);
+    if (!obstacle.empty()) {
+      plan.recovery_note = fmt::format("recovery: restart ({})", obstacle);
+      return;
+    }
   }
   plan.in_place = true;
 }

@@ -99,7 +99,7 @@ struct LaunchPlan {
   /// trains on CPUs. Else a failure restarts the whole group.
   bool in_place = false;
   /// Why a job that asked for recovery in place restarts instead, for the launch's log: "recovery:
-  /// restart (train.device \"cuda\"; in-place recovery is for CPU workers for now)"; "" otherwise.
+  /// restart (train.communication \"nccl\" can be NCCL, ...)"; "" otherwise.
   std::string recovery_note;
   /// The job's spares (docs/design.md#in-place-recovery), tasks "spare:<i>" on this machine with
   /// no rank and no address; none unless in place.

@@ -33,6 +33,7 @@
 #include "worker/train/evaluator.h"
 #include "worker/train/model_parts.h"
 #include "worker/train/train_config.h"
+#include "worker/train/train_step.h"
 #include "worker/train/trainer.h"
 #include "worker/worker_options.h"
 
@@ -237,12 +238,21 @@ std::unique_ptr<nn::Backend> choose_backend(const TrainConfig& config, const std
   }
   bool automatic = config.device == DeviceChoice::kAuto;
   if (cuda) {
-    std::unique_ptr<nn::Backend> backend = nn::make_cuda_backend();
+    std::unique_ptr<nn::Backend> backend = nn::make_cuda_backend(config.math);
     spdlog::info("device: {} on GPU {} ({}{})", backend->name(), backend->device().name(),
                  backend->device().location(), automatic ? ", picked by auto" : "");
     return backend;
   }
   if (automatic) spdlog::debug("train.device auto: not CUDA: {}", gpu::describe(build));
+  if (config.math == nn::MathMode::kBfloat16 || config.math == nn::MathMode::kFloat16) {
+    throw ConfigError(fmt::format(
+        "{}: train.dtype_policy: \"{}\" runs on GPUs only for now; this worker trains on the "
+        "CPU (oneDNN computes in float32): set \"dtype_policy\": \"float32\" or train on a "
+        "GPU",
+        source, nn::math_mode_name(config.math)));
+  }
+  if (config.math == nn::MathMode::kTf32)
+    spdlog::info("train.allow_tf32: no effect on the CPU (it computes in float32)");
   spdlog::info("device: cpu (oneDNN)");
   return nn::make_dnnl_backend();
 }
@@ -331,9 +341,9 @@ int train(const common::TfConfig& task, std::optional<int> promoted_generation,
                                             config.communication);
   };
   // In place (docs/design.md#in-place-recovery): the launcher answers reform requests, and this
-  // worker keeps whole steps, which only host devices do.
-  bool in_place = common::get_env_or_default(common::kEnvRecovery) == "in_place" &&
-                  backend.device().kind() == nn::DeviceKind::kHost;
+  // worker keeps whole steps, which host devices and GPUs staged through the host do (checked
+  // again once the group has formed).
+  bool in_place = common::get_env_or_default(common::kEnvRecovery) == "in_place";
   // Read by the launcher to find a frozen member (docs/design.md#frozen-workers).
   common::ProgressRecordWriter record(common::get_env(common::kEnvProgressFile).value_or(""));
   common::ControlClient control(common::get_env(common::kEnvControl).value_or(""));
@@ -356,6 +366,12 @@ int train(const common::TfConfig& task, std::optional<int> promoted_generation,
     }
   }
   comm::Communicator* communicator = group.get();
+  if (in_place && !train::whole_steps_possible(backend.device(), *communicator)) {
+    spdlog::warn(
+        "recovery in place needs whole steps, which NCCL cannot keep: a failure ends "
+        "this worker (set train.communication to \"ring\" for recovery in place)");
+    in_place = false;
+  }
   // In place only: elsewhere nothing asks the launcher for the next generation, so a notice
   // is ignored.
   NoticeRegistration notice(in_place ? group.get() : nullptr);

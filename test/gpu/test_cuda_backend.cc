@@ -3,6 +3,7 @@
 // says "no GPU" and passes without checking anything, so run it on a GPU machine.
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <cstring>
@@ -204,4 +205,118 @@ TEST_CASE("CUDA RMSprop (plain, momentum, centered) and AdamW equal the referenc
   }
   check_close(gw.host(), w_ref, 1e-5f);
   check_close(gm.host(), m_ref, 1e-5f);
+}
+
+TEST_CASE("CUDA fused conv and dense + ReLU equal the op then ReLU, bit for bit, in fp32") {
+  if (!have_gpu()) return;
+  auto gpu = make_cuda_backend();
+  std::mt19937 rng(13);
+  for (ConvShape s : {ConvShape{2, 3, 9, 11, 4, 3, 3, 1, 1, 0, 0, 0, 0},
+                      ConvShape{1, 4, 13, 7, 3, 3, 5, 2, 1, 1, 1, 2, 2}}) {
+    auto x = random_vector(s.input_count(), rng), w = random_vector(s.weight_count(), rng),
+         b = random_vector(s.k, rng);
+    Gpu gx(x), gw(w), gb(b), fused(s.output_count()), apart(s.output_count());
+    gpu->conv2d_relu_forward(s, gx.ptr, gw.ptr, gb.ptr, fused.ptr);
+    gpu->conv2d_forward(s, gx.ptr, gw.ptr, gb.ptr, apart.ptr);
+    gpu->relu_forward(s.output_count(), apart.ptr, apart.ptr);
+    CHECK(fused.host() == apart.host());
+  }
+  int n = 6, in = 33, out = 9;
+  Gpu gx(random_vector(size_t(n) * in, rng)), gw(random_vector(size_t(in) * out, rng)),
+      gb(random_vector(out, rng)), fused(size_t(n) * out), apart(size_t(n) * out);
+  gpu->dense_relu_forward(n, in, out, gx.ptr, gw.ptr, gb.ptr, fused.ptr);
+  gpu->dense_forward(n, in, out, gx.ptr, gw.ptr, gb.ptr, apart.ptr);
+  gpu->relu_forward(size_t(n) * out, apart.ptr, apart.ptr);
+  CHECK(fused.host() == apart.host());
+}
+
+namespace {
+
+std::vector<float> absolute(std::vector<float> v) {
+  for (float& x : v) x = std::fabs(x);
+  return v;
+}
+
+// |got - want| <= 2u * bound + 1e-4 (1 + |want|): each product's two inputs rounded to a unit
+// roundoff u, where bound is the sum of the products' magnitudes (the same op on |inputs|).
+// Returns how many elements differ from want by more than fp32 rounding would.
+int check_rounded(const std::vector<float>& got, const std::vector<float>& want,
+                  const std::vector<float>& bound, float u) {
+  REQUIRE(got.size() == want.size());
+  int differ = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    INFO("element " << i << ": " << got[i] << " vs " << want[i] << ", bound " << bound[i]);
+    float error = std::fabs(got[i] - want[i]);
+    CHECK(error <= 2 * u * bound[i] + 1e-4f * (1.0f + std::fabs(want[i])));
+    if (error > 1e-6f * (1.0f + bound[i])) ++differ;
+  }
+  return differ;
+}
+
+}  // namespace
+
+TEST_CASE("CUDA products in TF32, bf16 and fp16 stay within their rounding of the reference") {
+  if (!have_gpu()) return;
+  auto ref = make_reference_backend();
+  struct Mode {
+    MathMode mode;
+    float u;  // unit roundoff of the inputs' format
+  };
+  for (Mode m : {Mode{MathMode::kTf32, 1.0f / 2048}, Mode{MathMode::kBfloat16, 1.0f / 256},
+                 Mode{MathMode::kFloat16, 1.0f / 2048}}) {
+    INFO("mode " << math_mode_name(m.mode));
+    auto gpu = make_cuda_backend(m.mode);
+    CHECK(gpu->math_mode() == m.mode);
+    std::mt19937 rng(17);
+    for (ConvShape s : {ConvShape{4, 8, 12, 12, 16, 3, 3, 1, 1, 1, 1, 1, 1},
+                        ConvShape{2, 1, 28, 28, 32, 3, 3, 1, 1, 0, 0, 0, 0},
+                        ConvShape{1, 4, 13, 7, 8, 3, 5, 2, 1, 1, 1, 2, 2}}) {
+      size_t xs = s.input_count(), ws = s.weight_count(), ys = s.output_count();
+      auto x = random_vector(xs, rng), w = random_vector(ws, rng), b = random_vector(s.k, rng),
+           dy = random_vector(ys, rng);
+      std::vector<float> zero(s.k, 0.0f), y(ys), y_bound(ys), dx(xs), dx_bound(xs), dw(ws),
+          dw_bound(ws), db(s.k);
+      ref->conv2d_forward(s, x.data(), w.data(), b.data(), y.data());
+      ref->conv2d_forward(s, absolute(x).data(), absolute(w).data(), zero.data(), y_bound.data());
+      ref->conv2d_backward_data(s, dy.data(), w.data(), dx.data());
+      ref->conv2d_backward_data(s, absolute(dy).data(), absolute(w).data(), dx_bound.data());
+      ref->conv2d_backward_weights(s, x.data(), dy.data(), dw.data(), db.data());
+      ref->conv2d_backward_weights(s, absolute(x).data(), absolute(dy).data(), dw_bound.data(),
+                                   db.data());
+      Gpu gx(x), gw(w), gb(b), gdy(dy), gy(ys), gdx(xs), gdw(ws), gdb(size_t(s.k));
+      gpu->conv2d_forward(s, gx.ptr, gw.ptr, gb.ptr, gy.ptr);
+      gpu->conv2d_backward_data(s, gdy.ptr, gw.ptr, gdx.ptr);
+      gpu->conv2d_backward_weights(s, gx.ptr, gdy.ptr, gdw.ptr, gdb.ptr);
+      check_rounded(gy.host(), y, y_bound, m.u);
+      check_rounded(gdx.host(), dx, dx_bound, m.u);
+      check_rounded(gdw.host(), dw, dw_bound, m.u);
+      // ReLU fused into the 16-bit epilogue: the same values, clipped.
+      Gpu gr(ys);
+      gpu->conv2d_relu_forward(s, gx.ptr, gw.ptr, gb.ptr, gr.ptr);
+      std::vector<float> relu = gy.host();
+      for (float& v : relu) v = std::max(v, 0.0f);
+      CHECK(gr.host() == relu);
+    }
+    int n = 64, in = 512, out = 128;  // large enough for cuBLAS to pick tensor cores
+    auto x = random_vector(size_t(n) * in, rng), w = random_vector(size_t(in) * out, rng),
+         b = random_vector(out, rng), dy = random_vector(size_t(n) * out, rng);
+    std::vector<float> zero(out, 0.0f), y(size_t(n) * out), y_bound(y.size()), dx(x.size()),
+        dx_bound(x.size()), dw(w.size()), dw_bound(w.size()), db(out);
+    ref->dense_forward(n, in, out, x.data(), w.data(), b.data(), y.data());
+    ref->dense_forward(n, in, out, absolute(x).data(), absolute(w).data(), zero.data(),
+                       y_bound.data());
+    ref->dense_backward_data(n, in, out, dy.data(), w.data(), dx.data());
+    ref->dense_backward_data(n, in, out, absolute(dy).data(), absolute(w).data(), dx_bound.data());
+    ref->dense_backward_weights(n, in, out, x.data(), dy.data(), dw.data(), db.data());
+    ref->dense_backward_weights(n, in, out, absolute(x).data(), absolute(dy).data(),
+                                dw_bound.data(), db.data());
+    Gpu gx(x), gw(w), gb(b), gdy(dy), gy(y.size()), gdx(dx.size()), gdw(dw.size()), gdb(db.size());
+    gpu->dense_forward(n, in, out, gx.ptr, gw.ptr, gb.ptr, gy.ptr);
+    gpu->dense_backward_data(n, in, out, gdy.ptr, gw.ptr, gdx.ptr);
+    gpu->dense_backward_weights(n, in, out, gx.ptr, gdy.ptr, gdw.ptr, gdb.ptr);
+    // The products really ran in the narrower format: most elements differ from fp32's.
+    CHECK(check_rounded(gy.host(), y, y_bound, m.u) > static_cast<int>(y.size()) / 2);
+    CHECK(check_rounded(gdx.host(), dx, dx_bound, m.u) > static_cast<int>(dx.size()) / 2);
+    CHECK(check_rounded(gdw.host(), dw, dw_bound, m.u) > static_cast<int>(dw.size()) / 2);
+  }
 }

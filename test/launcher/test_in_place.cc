@@ -476,29 +476,38 @@ TEST_CASE("in place: remote training tasks re-form; their agents keep the progre
   launcher::LaunchPlan gpu = launcher::plan_launch(c);
   CHECK_FALSE(gpu.in_place);
   CHECK(gpu.recovery_note ==
-        "recovery: restart (train.device \"cuda\"; in-place recovery is for CPU workers for now)");
+        "recovery: restart (GPU workers on other hosts are not yet recovered in place)");
 }
 
-// Whole steps are kept on host devices only: with GPUs here, a job whose workers may train on
-// them restarts instead; "device": "cpu" keeps in place.
-TEST_CASE("in place: GPU workers restart, and say why; CPU workers on a GPU host re-form") {
-  for (const char* device : {"", R"("device": "cuda")", R"("device": "cpu")"}) {
-    INFO("train: {" << device << "}");
+// Whole steps are kept on hosts and on GPUs staged through the host (worker/train/train_step.h):
+// GPU workers that share GPUs here (the ring staged through host memory) re-form, as do those
+// told "ring"; those that may get NCCL restart and say why.
+TEST_CASE("in place: GPU workers re-form over a host-staged ring; NCCL ones restart, saying why") {
+  struct Case {
+    const char* train;
+    int local_gpus;
+    bool in_place;
+  };
+  for (Case k : {Case{"", 1, true}, Case{R"("device": "cuda")", 1, true},
+                 Case{R"("device": "cpu")", 2, true}, Case{"", 2, false},
+                 Case{R"("device": "cuda", "communication": "nccl")", 1, false},
+                 Case{R"("communication": "ring")", 2, true}}) {
+    INFO("train: {" << k.train << "}, " << k.local_gpus << " GPU(s)");
     common::JobSpec spec = common::parse_job_spec(
-        std::string(R"({"job": "g", "workers": 2, "gpu_sharing": true, "train": {)") + device +
+        std::string(R"({"job": "g", "workers": 2, "gpu_sharing": true, "train": {)") + k.train +
             "}}",
         "job.json");
     launcher::LaunchContext c;
     c.spec = &spec;
     c.cluster = common::resolve_cluster(spec);
     c.run_dir = "/abs/run";
-    c.local_gpus = 1;
+    c.local_gpus = k.local_gpus;
     launcher::LaunchPlan plan = launcher::plan_launch(c);
-    bool cpu = std::string(device).find("cpu") != std::string::npos;
-    CHECK(plan.in_place == cpu);
-    if (!cpu) {
-      CHECK(plan.recovery_note.find("recovery: restart (1 GPU(s) here and train.device") == 0);
-      CHECK(plan.recovery_note.find("in-place recovery is for CPU workers for now") !=
+    CHECK(plan.in_place == k.in_place);
+    CHECK(plan.recovery_note.empty() == k.in_place);
+    if (!k.in_place) {
+      CHECK(plan.recovery_note.find("recovery: restart (train.communication \"") == 0);
+      CHECK(plan.recovery_note.find("set \"ring\" for recovery in place on GPUs") !=
             std::string::npos);
     }
   }

@@ -287,7 +287,7 @@ TEST_CASE("read_safetensors reads the header first and no more than it describes
 TEST_CASE("restore_tensors: a tensor of another shape or a missing weight is an error naming it") {
   testing::TempDir dir;
   std::string path = forged(dir.path() + "/backup", 3, "a");
-  LoadedCheckpoint c{path, {}, read_safetensors(path), {}};
+  LoadedCheckpoint c{path, {}, read_safetensors(path), {}, {}};
   std::vector<float> out(5, -1.0f), slot(5, -1.0f), other(6, -1.0f);
   restore_tensors(c, {{"layers.0.dense.kernel", {5}, out.data(), 5},
                       {"optimizer.sgd.velocity.layers.0.dense.kernel", {5}, slot.data(), 5}});

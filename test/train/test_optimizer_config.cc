@@ -5,11 +5,15 @@
 #include <catch2/catch.hpp>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 
+#include "common/atomic_file.h"
 #include "common/errors.h"
+#include "test/support/subprocess.h"
 #include "test/support/temp_dir.h"
 #include "test/train/solo_fit.h"
 #include "worker/comm/ring_communicator.h"
+#include "worker/train/checkpoint.h"
 #include "worker/train/safetensors.h"
 #include "worker/train/trainer.h"
 
@@ -116,6 +120,65 @@ TEST_CASE("layer types and train.device parse into enums") {
         train::DeviceChoice::kCuda);
   CHECK_THROWS_WITH(parse(train_json(R"("sgd")", "", "[6, 6, 1]", R"(, "device": "tpu")")),
                     Contains("train.device"));
+}
+
+TEST_CASE("dtype_policy and allow_tf32 take Keras's and PyTorch's names into one math mode") {
+  auto math = [](const std::string& extra) {
+    return parse(train_json(R"("sgd")", "", "[6, 6, 1]", extra)).math;
+  };
+  CHECK(math("") == nn::MathMode::kFloat32);
+  CHECK(math(R"(, "dtype_policy": "float32")") == nn::MathMode::kFloat32);
+  CHECK(math(R"(, "allow_tf32": true)") == nn::MathMode::kTf32);
+  CHECK(math(R"(, "dtype_policy": "mixed_bfloat16")") == nn::MathMode::kBfloat16);
+  CHECK(math(R"(, "dtype_policy": "mixed_float16", "allow_tf32": true)") == nn::MathMode::kFloat16);
+  CHECK(train::dtype_policy_name(parse(
+            train_json(R"("sgd")", "", "[6, 6, 1]", R"(, "allow_tf32": true)"))) == "float32");
+  CHECK(std::string(nn::math_mode_name(nn::MathMode::kBfloat16)) == "mixed_bfloat16");
+  CHECK_THROWS_WITH(math(R"(, "dtype_policy": "bfloat16")"), Contains("train.dtype_policy"));
+  CHECK_THROWS_WITH(math(R"(, "allow_tf32": "yes")"), Contains("train.allow_tf32"));
+}
+
+TEST_CASE("a mixed policy on the CPU is exit 2 naming train.dtype_policy, before any step") {
+  testing::TempDir dir;
+  std::string job = dir.path() + "/job.json";
+  std::ofstream(job) << R"({"job": "mixed", "workers": 1, "train": )"
+                     << train_json(R"("sgd")", "", "[6, 6, 1]",
+                                   R"(, "device": "cpu", "dtype_policy": "mixed_bfloat16")")
+                     << "}";
+  auto r = testing::run_process(
+      {testing::binary("dtrain-worker"), "--config", job, "--run-dir", dir.path() + "/run"});
+  INFO(r.err);
+  CHECK(r.exit_code == 2);
+  CHECK_THAT(r.err, Contains("train.dtype_policy") && Contains("mixed_bfloat16"));
+  CHECK_FALSE(fs::exists(dir.path() + "/run/model"));
+}
+
+TEST_CASE("checkpoints and the final model record a mixed policy; float32 records nothing") {
+  testing::TempDir dir;
+  std::vector<float> w = {1.0f, 2.0f};
+  std::vector<train::TensorView> views = {{"w", {2}, w.data(), w.size()}};
+  const std::string architecture = R"({"input_shape":[1,1,2],"layers":[]})";
+  train::write_final_model(dir.path() + "/plain", views, architecture);
+  CHECK(common::read_file(dir.path() + "/plain/model.json") == architecture + "\n");
+  CHECK(train::read_safetensors_metadata(dir.path() + "/plain/model.safetensors")
+            .count("dtype_policy") == 0);
+  train::write_final_model(dir.path() + "/mixed", views, architecture, "mixed_bfloat16");
+  std::string json = common::read_file(dir.path() + "/mixed/model.json");
+  CHECK(json == R"({"dtype_policy":"mixed_bfloat16","input_shape":[1,1,2],"layers":[]})"
+                "\n");
+  auto metadata = train::read_safetensors_metadata(dir.path() + "/mixed/model.safetensors");
+  CHECK(metadata["dtype_policy"] == "mixed_bfloat16");
+  CHECK(metadata["architecture"] == architecture);  // what a resume or evaluation matches
+
+  train::CheckpointStore store(dir.path() + "/backup", 2);
+  train::TrainingState state;
+  state.global_step = 1, state.step = 1;
+  store.save(state, views, architecture);
+  CHECK(store.load_latest(architecture)->dtype_policy == "float32");
+  store.set_dtype_policy("mixed_float16");
+  state.global_step = 2, state.step = 2;
+  store.save(state, views, architecture);
+  CHECK(store.load_latest(architecture)->dtype_policy == "mixed_float16");
 }
 
 TEST_CASE("RMSprop and AdamW slots are checkpointed and a stopped run resumes bit-exactly") {

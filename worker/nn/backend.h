@@ -65,6 +65,19 @@ struct AdamWParams {
   float epsilon = 1e-7f;
 };
 
+/// How convolutions and matrix products compute (train.dtype_policy and train.allow_tf32,
+/// docs/design.md#mixed-precision). Every buffer stays fp32 whatever the mode: the 16-bit modes
+/// round a product's inputs to 16 bits and accumulate in fp32, so weights, gradients, optimizer
+/// slots, the loss and the softmax stay fp32 (Keras's mixed policies, master weights included).
+enum class MathMode {
+  kFloat32,   ///< fp32 FMA: the CPU and GPU agree to rounding
+  kTf32,      ///< fp32 data on TF32 tensor cores (GPU only; the CPU computes in fp32)
+  kBfloat16,  ///< Keras's "mixed_bfloat16"
+  kFloat16,   ///< Keras's "mixed_float16" (without loss scaling for now)
+};
+/// "float32", "tf32", "mixed_bfloat16", "mixed_float16".
+const char* math_mode_name(MathMode mode);
+
 /// Every method overwrites its outputs (nothing accumulates unless it says so), blocks until the
 /// result is in place (host) or is enqueued in order on the device's compute stream (CUDA), and
 /// is called from one thread, the same one for the backend's whole life (oneDNN primitives run on
@@ -79,10 +92,19 @@ class Backend {
   /// Changes whenever the backend replaces internal scratch memory (a workspace that grew), so a
   /// recorded graph that points into the old memory must be recorded again.
   virtual uint64_t scratch_generation() const { return 0; }
+  /// How this backend's products compute (kFloat32 unless it was made for another mode).
+  virtual MathMode math_mode() const { return MathMode::kFloat32; }
 
   /// y = conv(x, w) + b.  x: n,c,h,w  w: k,c,kh,kw  b: k  y: n,k,oh,ow
   virtual void conv2d_forward(const ConvShape& s, const float* x, const float* w, const float* b,
                               float* y) = 0;
+  /// y = relu(conv(x, w) + b): conv2d_forward then relu_forward, in one pass over y where the
+  /// backend can fuse them (CUDA: cuDNN's fused convolution or one epilogue kernel).
+  virtual void conv2d_relu_forward(const ConvShape& s, const float* x, const float* w,
+                                   const float* b, float* y) {
+    conv2d_forward(s, x, w, b, y);
+    relu_forward(s.output_count(), y, y);
+  }
   /// dx from dy and w.
   virtual void conv2d_backward_data(const ConvShape& s, const float* dy, const float* w,
                                     float* dx) = 0;
@@ -93,6 +115,12 @@ class Backend {
   /// y = x w + b.  x: n,in  w: in,out  b: out  y: n,out
   virtual void dense_forward(int n, int in, int out, const float* x, const float* w, const float* b,
                              float* y) = 0;
+  /// y = relu(x w + b): dense_forward then relu_forward, fused where the backend can.
+  virtual void dense_relu_forward(int n, int in, int out, const float* x, const float* w,
+                                  const float* b, float* y) {
+    dense_forward(n, in, out, x, w, b, y);
+    relu_forward(static_cast<size_t>(n) * out, y, y);
+  }
   /// dx = dy w^T.
   virtual void dense_backward_data(int n, int in, int out, const float* dy, const float* w,
                                    float* dx) = 0;
@@ -156,9 +184,9 @@ class Backend {
 
 /// The oneDNN backend (dnnl_backend.cc), on its own host device.
 std::unique_ptr<Backend> make_dnnl_backend();
-/// The CUDA backend (cuda/cuda_backend.cu) on its own CUDA device (the first visible GPU). In a
-/// CPU-only build it throws ConfigError.
-std::unique_ptr<Backend> make_cuda_backend();
+/// The CUDA backend (cuda/cuda_backend.cu) on its own CUDA device (the first visible GPU),
+/// computing its products in `mode`. In a CPU-only build it throws ConfigError.
+std::unique_ptr<Backend> make_cuda_backend(MathMode mode = MathMode::kFloat32);
 /// The naive reference backend (reference_backend.cc): plain loops in double where it matters.
 std::unique_ptr<Backend> make_reference_backend();
 

@@ -1,4 +1,4 @@
-// See layers.h. Activations (relu) are applied in place after the conv or dense op and undone
+// See layers.h. Activations (relu) are fused into the conv or dense op's forward and undone
 // in backward with the layer's own gradient scratch. Every buffer a layer keeps is a Buffer on
 // the backend's device; nothing here touches layer data on the host except initialisation.
 #include "worker/nn/layers.h"
@@ -19,7 +19,8 @@ void glorot_uniform(float* w, size_t count, int fan_in, int fan_out, uint64_t se
   for (size_t i = 0; i < count; ++i) w[i] = (2.0f * unit_float(random_key(seed, i)) - 1.0f) * limit;
 }
 
-// Applies the activation in place after the op, and its gradient before the op's backward.
+// A layer whose op may be followed by relu (fused into the op's forward); its gradient is
+// applied before the op's backward.
 class Activated : public Layer {
  protected:
   Activated(Activation activation, Dims out, int max_batch, Backend& backend)
@@ -27,10 +28,7 @@ class Activated : public Layer {
     if (activation_ == Activation::kRelu)
       delta_ = Buffer<float>(backend.device(), out.size() * static_cast<size_t>(max_batch));
   }
-  void activate(Backend& b, int n, float* y) const {
-    if (activation_ == Activation::kRelu)
-      b.relu_forward(out_.size() * static_cast<size_t>(n), y, y);
-  }
+  bool relu() const { return activation_ == Activation::kRelu; }
   // dy through the activation: dy itself when linear (softmax is fused into the loss).
   const float* deactivate(Backend& b, int n, const float* y, const float* dy) {
     if (activation_ != Activation::kRelu) return dy;
@@ -73,8 +71,10 @@ class Conv2D : public Activated {
   }
   void forward(Backend& b, int n, const float* x, float* y, const float* p, const StepKey&,
                bool) override {
-    b.conv2d_forward(at(n), x, p, p + params()[1].offset, y);
-    activate(b, n, y);
+    if (relu())
+      b.conv2d_relu_forward(at(n), x, p, p + params()[1].offset, y);
+    else
+      b.conv2d_forward(at(n), x, p, p + params()[1].offset, y);
   }
   void backward(Backend& b, int n, const float* x, const float* y, const float* dy, float* dx,
                 const float* p, float* g, const std::function<void(size_t)>& enqueued) override {
@@ -125,8 +125,10 @@ class Dense : public Activated {
   }
   void forward(Backend& b, int n, const float* x, float* y, const float* p, const StepKey&,
                bool) override {
-    b.dense_forward(n, in_, out_.c, x, p, p + params()[1].offset, y);
-    activate(b, n, y);
+    if (relu())
+      b.dense_relu_forward(n, in_, out_.c, x, p, p + params()[1].offset, y);
+    else
+      b.dense_forward(n, in_, out_.c, x, p, p + params()[1].offset, y);
   }
   void backward(Backend& b, int n, const float* x, const float* y, const float* dy, float* dx,
                 const float* p, float* g, const std::function<void(size_t)>& enqueued) override {

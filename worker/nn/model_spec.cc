@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include "common/errors.h"
+#include "worker/nn/backend.h"
 
 namespace dtrain::nn {
 namespace {
@@ -134,6 +135,20 @@ std::string model_json(const common::JsonNode& node, const ModelSpec& spec) {
   w.begin_object().key("input_shape").begin_array();
   w.value(spec.height).value(spec.width).value(spec.channels).end_array();
   return w.key("layers").raw(node.at("layers").dump()).end_object().str();
+}
+
+const char* math_mode_name(MathMode mode) {
+  switch (mode) {
+    case MathMode::kFloat32:
+      return "float32";
+    case MathMode::kTf32:
+      return "tf32";
+    case MathMode::kBfloat16:
+      return "mixed_bfloat16";
+    case MathMode::kFloat16:
+      return "mixed_float16";
+  }
+  return "?";
 }
 
 const char* layer_type_name(LayerType type) {

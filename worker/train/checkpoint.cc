@@ -26,6 +26,7 @@ constexpr const char* kFormat = "dtrain-checkpoint";
 constexpr const char* kFormatVersion = "2";
 constexpr const char* kIndex = "checkpoint.json";
 constexpr const char* kEpochMetrics = "epoch_metrics";  ///< optional metadata entry
+constexpr const char* kDtypePolicy = "dtype_policy";    ///< optional: absent means float32
 constexpr int64_t kMaxEpochs = int64_t{1} << 20;        ///< train.epochs' own limit
 constexpr int64_t kMaxSteps = int64_t{1} << 50;
 
@@ -152,6 +153,7 @@ std::string CheckpointStore::save(const TrainingState& state,
   }
   std::map<std::string, std::string> metadata = state_metadata(state, architecture);
   if (!epoch_metrics.empty()) metadata[kEpochMetrics] = epoch_metrics;
+  if (dtype_policy_ != "float32") metadata[kDtypePolicy] = dtype_policy_;
   common::write_file_atomically(
       path, encode_safetensors(tensors, std::move(metadata), ChecksumScope::kIndexToo));
   std::vector<std::string> kept = prune(name, architecture);
@@ -231,7 +233,10 @@ std::optional<LoadedCheckpoint> CheckpointStore::load_latest(
       }
       auto metrics = file.metadata.find(kEpochMetrics);
       std::string epoch_metrics = metrics == file.metadata.end() ? "" : metrics->second;
-      return LoadedCheckpoint{path, state, std::move(file), std::move(epoch_metrics)};
+      auto policy = file.metadata.find(kDtypePolicy);
+      std::string dtype_policy = policy == file.metadata.end() ? "float32" : policy->second;
+      return LoadedCheckpoint{path, state, std::move(file), std::move(epoch_metrics),
+                              std::move(dtype_policy)};
     } catch (const std::exception& e) {
       spdlog::warn("skipping checkpoint {}: {}", path, e.what());
     }
@@ -280,14 +285,21 @@ void restore_tensors(const LoadedCheckpoint& checkpoint, const std::vector<Tenso
 }
 
 void write_final_model(const std::string& model_dir, const std::vector<TensorView>& weights,
-                       const std::string& architecture_json) {
+                       const std::string& architecture_json, const std::string& dtype_policy) {
   std::error_code ec;
   fs::create_directories(model_dir, ec);
   if (ec) throw common::IoError(fmt::format("cannot create {}: {}", model_dir, ec.message()));
+  std::map<std::string, std::string> metadata = {{"format", "dtrain-model"},
+                                                 {"architecture", architecture_json}};
+  std::string model_json = architecture_json;
+  if (dtype_policy != "float32") {
+    metadata[kDtypePolicy] = dtype_policy;
+    DT_ENFORCE(!model_json.empty() && model_json[0] == '{', "architecture {}", model_json);
+    model_json = fmt::format("{{\"dtype_policy\":\"{}\",{}", dtype_policy, model_json.substr(1));
+  }
   common::write_file_atomically(model_dir + "/model.safetensors",
-                                encode_safetensors(weights, {{"format", "dtrain-model"},
-                                                             {"architecture", architecture_json}}));
-  common::write_file_atomically(model_dir + "/model.json", architecture_json + "\n");
+                                encode_safetensors(weights, std::move(metadata)));
+  common::write_file_atomically(model_dir + "/model.json", model_json + "\n");
 }
 
 }  // namespace dtrain::train

@@ -30,6 +30,7 @@ struct LoadedCheckpoint {
   TrainingState state;
   SafetensorsFile file;
   std::string epoch_metrics;  ///< what save() was given as such (empty when nothing)
+  std::string dtype_policy;   ///< the policy it was trained under ("float32" when unrecorded)
 };
 
 /// Copies each tensor of into (views of host memory the caller owns) from the checkpoint. A
@@ -58,17 +59,23 @@ class CheckpointStore {
   /// nothing else.
   void remove_all();
   const std::string& dir() const { return dir_; }
+  /// The dtype policy (train.dtype_policy) later checkpoints record; "float32" records nothing.
+  void set_dtype_policy(std::string policy) { dtype_policy_ = std::move(policy); }
 
  private:
   std::vector<std::string> candidates() const;
   std::vector<std::string> prune(const std::string& written, const std::string& architecture);
   std::string dir_;
   int keep_;
+  std::string dtype_policy_ = "float32";
   mutable std::set<std::string> reported_;  ///< names already warned about, to warn once
 };
 
-/// Writes RUN_DIR/model/model.safetensors (weights; metadata: architecture) and model.json.
+/// Writes RUN_DIR/model/model.safetensors (weights; metadata: architecture, and dtype_policy
+/// unless it is float32) and model.json (the architecture, with "dtype_policy" first unless it
+/// is float32: docs/model-format.md).
 void write_final_model(const std::string& model_dir, const std::vector<TensorView>& weights,
-                       const std::string& architecture_json);
+                       const std::string& architecture_json,
+                       const std::string& dtype_policy = "float32");
 
 }  // namespace dtrain::train

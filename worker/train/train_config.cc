@@ -125,10 +125,23 @@ void parse_loss(const common::JsonNode& node, TrainConfig& c) {
   if (auto n = node.find("from_logits")) c.from_logits = n->as_bool();
 }
 
+// dtype_policy (Keras's policy names) and allow_tf32 into the backend's math mode.
+void parse_math(const common::JsonNode& root, TrainConfig& c) {
+  std::string policy = "float32";
+  if (auto n = root.find("dtype_policy"))
+    policy = one_of(*n, {"float32", "mixed_bfloat16", "mixed_float16"});
+  bool tf32 = false;
+  if (auto n = root.find("allow_tf32")) tf32 = n->as_bool();
+  c.math = policy == "mixed_bfloat16"  ? nn::MathMode::kBfloat16
+           : policy == "mixed_float16" ? nn::MathMode::kFloat16
+           : tf32                      ? nn::MathMode::kTf32
+                                       : nn::MathMode::kFloat32;
+}
+
 void parse_fields(const common::JsonNode& root, TrainConfig& c) {
   root.check_keys({"model", "loss", "optimizer", "data", "per_worker_batch_size", "epochs",
                    "steps_per_epoch", "validation", "seed", "device", "communication", "overlap",
-                   "cuda_graphs", "backup", "tensorboard"});
+                   "cuda_graphs", "dtype_policy", "allow_tf32", "backup", "tensorboard"});
   c.model = nn::parse_model_spec(root.at("model"));
   c.model_json = nn::model_json(root.at("model"), c.model);
   if (auto n = root.find("loss")) parse_loss(*n, c);
@@ -158,6 +171,7 @@ void parse_fields(const common::JsonNode& root, TrainConfig& c) {
     c.communication = comm::parse_communication(one_of(*n, {"auto", "ring", "shm", "nccl"}));
   if (auto n = root.find("overlap")) c.overlap = n->as_bool();
   if (auto n = root.find("cuda_graphs")) c.cuda_graphs = n->as_bool();
+  parse_math(root, c);
   if (auto n = root.find("backup")) c.backup = parse_backup(*n);
   if (auto n = root.find("tensorboard")) c.tensorboard = parse_tensorboard(*n, c.backup.dir);
 }
@@ -181,6 +195,10 @@ TrainConfig parse_train_config(std::string_view json, const std::string& source)
     throw common::ConfigError(fmt::format("{}: train.{}", source, message));
   }
   return config;
+}
+
+std::string dtype_policy_name(const TrainConfig& config) {
+  return config.math == nn::MathMode::kTf32 ? "float32" : nn::math_mode_name(config.math);
 }
 
 void prepare_backup_dir(const TrainConfig& config, const std::string& run_dir) {

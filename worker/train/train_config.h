@@ -8,6 +8,7 @@
 
 #include "worker/comm/communication.h"
 #include "worker/data/dataset.h"
+#include "worker/nn/backend.h"
 #include "worker/nn/model_spec.h"
 #include "worker/train/optimizer.h"
 
@@ -54,9 +55,16 @@ struct TrainConfig {
   /// Capture the whole step as a CUDA graph where shapes are fixed (CUDA device, NCCL or one
   /// worker, SGD, no dropout); false runs the same work launch by launch.
   bool cuda_graphs = true;
+  /// train.dtype_policy ("float32", "mixed_bfloat16", "mixed_float16": Keras's names) with
+  /// train.allow_tf32 (float32 on TF32 tensor cores; off by default, as in PyTorch).
+  nn::MathMode math = nn::MathMode::kFloat32;
   BackupSpec backup;
   TensorBoardSpec tensorboard;
 };
+
+/// Keras's name of the policy config.math computes under: TF32 is float32's ("float32",
+/// "mixed_bfloat16", "mixed_float16"), what checkpoints and model.json record.
+std::string dtype_policy_name(const TrainConfig& config);
 
 /// Parses the train object (JSON text). source names it in errors ("job.json: train.epochs: ...").
 TrainConfig parse_train_config(std::string_view json, const std::string& source);

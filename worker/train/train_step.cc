@@ -30,6 +30,10 @@ std::vector<GradientBucket> plan_buckets(const std::vector<nn::GradientPiece>& p
   return buckets;
 }
 
+bool whole_steps_possible(nn::Device& device, const comm::Communicator& comm) {
+  return device.kind() == nn::DeviceKind::kHost || !comm.stream_ordered();
+}
+
 TrainStep::TrainStep(nn::Sequential& model, Optimizer& optimizer, nn::Backend& backend,
                      comm::Communicator& comm, StepOptions options)
     : model_(model),
@@ -53,8 +57,8 @@ TrainStep::TrainStep(nn::Sequential& model, Optimizer& optimizer, nn::Backend& b
   graph_inputs_.resize(static_cast<size_t>(options_.slots) * 2, nullptr);
   graph_generations_.resize(static_cast<size_t>(options_.slots), 0);
   graph_batches_.resize(static_cast<size_t>(options_.slots), 0);
-  DT_ENFORCE(!options_.whole_steps || device_.kind() == nn::DeviceKind::kHost,
-             "whole steps are kept on hosts only");
+  DT_ENFORCE(!options_.whole_steps || whole_steps_possible(device_, comm_),
+             "whole steps on a GPU need a communicator staged through the host");
 }
 
 TrainStep::~TrainStep() = default;

@@ -74,9 +74,16 @@ struct StepOptions {
   /// Whole steps (in-place recovery, docs/design.md#in-place-recovery): the optimizer applies
   /// the buckets only once every all-reduce of the step has finished, so a step whose collective
   /// fails has changed nothing but the optimizer's count, which abandon_step() puts back. Costs
-  /// the overlap of one bucket's update with later buckets' all-reduces. Host devices only.
+  /// the overlap of one bucket's update with later buckets' all-reduces. Only where
+  /// whole_steps_possible.
   bool whole_steps = false;
 };
+
+/// Whether StepOptions::whole_steps can hold on device with comm: on the host, or on a GPU whose
+/// communicator blocks until each all-reduce is done (staged through the host), so a failed one
+/// throws before anything later is enqueued. Not over NCCL, whose failures surface after the
+/// optimizer's kernels are already queued.
+bool whole_steps_possible(nn::Device& device, const comm::Communicator& comm);
 
 /// Not copyable; single-threaded. model, optimizer, backend and comm must outlive it.
 class TrainStep {

@@ -151,6 +151,7 @@ Trainer::Trainer(const TrainConfig& config, nn::Backend& backend, comm::Communic
       control_(control),
       progress_(ProgressBar::for_stdout(options_.progress_line_seconds)),
       store_(options_.run_dir + "/" + config.backup.dir, config.backup.keep) {
+  store_.set_dtype_policy(dtype_policy_name(config_));
   // On the host, the gradients live in the communicator's window when it has one (shared
   // memory): peers then sum them in place instead of through copies.
   const comm::Window window = gradient_window();
@@ -181,7 +182,7 @@ Trainer::Trainer(const TrainConfig& config, nn::Backend& backend, comm::Communic
   step_options.graphs = config_.cuda_graphs;
   step_options.slots = InputStager::kSlots;
   step_options.test_slow_step_seconds = test_slow_step_seconds(comm_.rank());
-  step_options.whole_steps = options_.regroup && backend_.device().kind() == nn::DeviceKind::kHost;
+  step_options.whole_steps = options_.regroup && whole_steps_possible(backend_.device(), comm_);
   if (step_options.test_slow_step_seconds > 0) {
     spdlog::warn("{}: each step sleeps {:.0f} ms (test only)", common::kEnvTestSlowStepMs.name,
                  step_options.test_slow_step_seconds * 1000);
@@ -233,6 +234,10 @@ std::optional<TrainingState> Trainer::load_checkpoint(std::vector<TensorView>& v
   epoch_metrics = c->epoch_metrics;
   spdlog::info("restored {}: resuming at epoch {} step {}", c->path, c->state.epoch + 1,
                c->state.step);
+  if (c->dtype_policy != dtype_policy_name(config_)) {  // allowed, as Keras loads any weights
+    spdlog::info("{} was trained under dtype_policy {}; it continues under {}", c->path,
+                 c->dtype_policy, dtype_policy_name(config_));
+  }
   return c->state;
 }
 
@@ -379,7 +384,8 @@ EpochMetrics Trainer::fit_from_state() {
   if (options_.chief) {
     std::vector<TensorView> weights = checkpoint_tensors();
     weights.resize(model_->parameter_infos().size());
-    write_final_model(common::RunDir(options_.run_dir).model_dir(), weights, config_.model_json);
+    write_final_model(common::RunDir(options_.run_dir).model_dir(), weights, config_.model_json,
+                      dtype_policy_name(config_));
     if (config_.backup.delete_on_success) store_.remove_all();
   }
   return last;

@@ -4,8 +4,11 @@
 // (padding, bias, loss) and elementwise_kernels.cu (add, dropout, optimizers). All on the CUDA
 // device's compute stream; every pointer is device memory, and nothing waits for the device, so
 // a whole step can be recorded as a CUDA graph. Every handle is an RAII object
-// (worker/mem/cuda/cuda_handles.h). The only file that calls cuDNN/cuBLAS.
+// (worker/mem/cuda/cuda_handles.h). The only file that calls cuDNN/cuBLAS. Mixed precision
+// (docs/design.md#mixed-precision): products read 16-bit (or TF32) inputs and accumulate in fp32;
+// every buffer outside a call stays fp32.
 #include <fmt/format.h>
+#include <spdlog/spdlog.h>
 
 #include <algorithm>
 #include <cmath>
@@ -23,17 +26,42 @@
 #include "worker/nn/cuda/conv_weight_grad.h"
 #include "worker/nn/cuda/elementwise_kernels.h"
 #include "worker/nn/cuda/layer_kernels.h"
+#include "worker/nn/cuda/precision_kernels.h"
 #include "worker/nn/random.h"
 
 namespace dtrain::nn {
 namespace {
 
-cuda::TensorDescriptor tensor4d(int n, int c, int h, int w) {
+cuda::TensorDescriptor tensor4d(int n, int c, int h, int w,
+                                cudnnDataType_t type = CUDNN_DATA_FLOAT) {
   cudnnTensorDescriptor_t d{};
   DT_CUDNN_CHECK(cudnnCreateTensorDescriptor(&d));
   cuda::TensorDescriptor owned(d);
-  DT_CUDNN_CHECK(cudnnSetTensor4dDescriptor(d, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, n, c, h, w));
+  DT_CUDNN_CHECK(cudnnSetTensor4dDescriptor(d, CUDNN_TENSOR_NCHW, type, n, c, h, w));
   return owned;
+}
+
+cuda::FilterDescriptor filter4d(const ConvShape& s, cudnnDataType_t type) {
+  cudnnFilterDescriptor_t filter{};
+  DT_CUDNN_CHECK(cudnnCreateFilterDescriptor(&filter));
+  cuda::FilterDescriptor owned(filter);
+  DT_CUDNN_CHECK(cudnnSetFilter4dDescriptor(filter, type, CUDNN_TENSOR_NCHW, s.k, s.c, s.kh, s.kw));
+  return owned;
+}
+
+cuda::ConvolutionDescriptor convolution(int pad_h, int pad_w, const ConvShape& s,
+                                        cudnnMathType_t math) {
+  cudnnConvolutionDescriptor_t conv{};
+  DT_CUDNN_CHECK(cudnnCreateConvolutionDescriptor(&conv));
+  cuda::ConvolutionDescriptor owned(conv);
+  DT_CUDNN_CHECK(cudnnSetConvolution2dDescriptor(conv, pad_h, pad_w, s.sh, s.sw, 1, 1,
+                                                 CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
+  DT_CUDNN_CHECK(cudnnSetConvolutionMathType(conv, math));
+  return owned;
+}
+
+bool is_half(MathMode mode) {
+  return mode == MathMode::kBfloat16 || mode == MathMode::kFloat16;
 }
 
 // A growable device buffer; each growth bumps *generation (recorded graphs point into it).
@@ -71,6 +99,15 @@ struct ConvPlan {
   cudnnConvolutionBwdDataAlgo_t bwd_data{};
   cudnnConvolutionBwdFilterAlgo_t bwd_filter{};
   size_t workspace = 0;
+  // Mixed precision: forward and backward data on 16-bit copies (x16, w16, y16; compute fp32)
+  // when cuDNN has an algorithm for the shape, else the fp32 descriptors above. The weight
+  // gradient reads fp32 x and dy.
+  bool half = false;
+  cuda::TensorDescriptor x16, y16;
+  cuda::FilterDescriptor w16;
+  cuda::ConvolutionDescriptor conv16;
+  cudnnConvolutionFwdAlgo_t fwd16{};
+  cudnnConvolutionBwdDataAlgo_t bwd_data16{};
 };
 
 struct PoolPlan {
@@ -81,20 +118,29 @@ struct PoolPlan {
 
 class CudaBackend : public Backend {
  public:
-  CudaBackend();
+  explicit CudaBackend(MathMode mode);
   ~CudaBackend() override;
-  std::string name() const override { return "cuda (cuDNN + cuBLAS)"; }
+  std::string name() const override {
+    return mode_ == MathMode::kFloat32
+               ? "cuda (cuDNN + cuBLAS)"
+               : fmt::format("cuda (cuDNN + cuBLAS, {})", math_mode_name(mode_));
+  }
   Device& device() override { return *device_; }
   uint64_t scratch_generation() const override { return generation_; }
+  MathMode math_mode() const override { return mode_; }
 
   void conv2d_forward(const ConvShape& s, const float* x, const float* w, const float* b,
                       float* y) override;
+  void conv2d_relu_forward(const ConvShape& s, const float* x, const float* w, const float* b,
+                           float* y) override;
   void conv2d_backward_data(const ConvShape& s, const float* dy, const float* w,
                             float* dx) override;
   void conv2d_backward_weights(const ConvShape& s, const float* x, const float* dy, float* dw,
                                float* db) override;
   void dense_forward(int n, int in, int out, const float* x, const float* w, const float* b,
                      float* y) override;
+  void dense_relu_forward(int n, int in, int out, const float* x, const float* w, const float* b,
+                          float* y) override;
   void dense_backward_data(int n, int in, int out, const float* dy, const float* w,
                            float* dx) override;
   void dense_backward_weight_rows(int n, int in, int out, const float* x, const float* dy,
@@ -126,10 +172,20 @@ class CudaBackend : public Backend {
  private:
   ConvPlan& plan(const ConvShape& s);
   void choose_algorithms(ConvPlan& p);
+  void plan_half(ConvPlan& p, int pad_h, int pad_w);
+  void half_forward(ConvPlan& p, const float* x, const float* w, const float* b, float* y,
+                    bool relu);
+  void* to_half(DeviceBuffer& buffer, const float* x, size_t count);
+  void conv_forward(ConvPlan& p, const float* x, const float* w, float* y);
+  // C (m x n, column-major) = op(A) op(B) in this backend's math mode.
+  void gemm(cublasOperation_t op_a, cublasOperation_t op_b, int m, int n, int k, const float* a,
+            int lda, const float* b, int ldb, float* c, int ldc);
   const float* ones(int n);
   PoolPlan& pool(const PoolShape& s);
   const float* input_for(ConvPlan& p, const float* x);
 
+  MathMode mode_;
+  cuda::Half half_ = cuda::Half::kBfloat16;  ///< the 16-bit format when is_half(mode_)
   std::unique_ptr<Device> device_;
   cudaStream_t stream_{};  ///< device_'s compute stream
   cuda::CudnnHandle cudnn_;
@@ -138,7 +194,8 @@ class CudaBackend : public Backend {
   uint64_t generation_ = 0;
   DeviceBuffer workspace_{&generation_}, padded_{&generation_}, padded_grad_{&generation_},
       scratch_{&generation_}, cublas_workspace_{&generation_}, ones_{&generation_},
-      wgrad_scratch_{&generation_};
+      wgrad_scratch_{&generation_}, half_x_{&generation_}, half_w_{&generation_},
+      half_y_{&generation_};
   int ones_count_ = 0;
   std::map<std::string, std::unique_ptr<ConvPlan>> convs_;
   std::map<std::string, std::unique_ptr<PoolPlan>> pools_;
@@ -149,7 +206,10 @@ std::string key_of(const Shape& s) {
   return std::string(reinterpret_cast<const char*>(&s), sizeof s);
 }
 
-CudaBackend::CudaBackend() : device_(make_cuda_device()) {
+CudaBackend::CudaBackend(MathMode mode)
+    : mode_(mode),
+      half_(mode == MathMode::kFloat16 ? cuda::Half::kFloat16 : cuda::Half::kBfloat16),
+      device_(make_cuda_device()) {
   stream_ = cuda::compute_stream(*device_);
   cudnnHandle_t cudnn{};
   DT_CUDNN_CHECK(cudnnCreate(&cudnn));
@@ -163,7 +223,8 @@ CudaBackend::CudaBackend() : device_(make_cuda_device()) {
   constexpr size_t kCublasWorkspace = 32u << 20;
   DT_CUBLAS_CHECK(cublasSetWorkspace(cublas_.get(), cublas_workspace_.at_least(kCublasWorkspace),
                                      kCublasWorkspace));
-  DT_CUBLAS_CHECK(cublasSetMathMode(cublas_.get(), CUBLAS_DEFAULT_MATH));  // fp32, no TF32
+  // fp32 without TF32; the other modes pick their compute type per call (gemm).
+  DT_CUBLAS_CHECK(cublasSetMathMode(cublas_.get(), CUBLAS_DEFAULT_MATH));
   cudnnActivationDescriptor_t relu{};
   DT_CUDNN_CHECK(cudnnCreateActivationDescriptor(&relu));
   relu_ = cuda::ActivationDescriptor(relu);
@@ -176,20 +237,33 @@ CudaBackend::~CudaBackend() = default;
 
 namespace {
 
-// FMA (no TF32) results only: the CPU and GPU agree in fp32.
+// FMA (no TF32) results only unless tensor cores are allowed: the CPU and GPU agree in fp32.
 template <class Perf>
-bool fp32_math(const Perf& perf) {
-  return perf.status == CUDNN_STATUS_SUCCESS && perf.mathType != CUDNN_TENSOR_OP_MATH &&
-         perf.mathType != CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION;
+bool usable(const Perf& perf, bool tensor_cores) {
+  return perf.status == CUDNN_STATUS_SUCCESS &&
+         (tensor_cores || (perf.mathType != CUDNN_TENSOR_OP_MATH &&
+                           perf.mathType != CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION));
 }
 
-// The fastest measured result that is fp32 (and deterministic when asked), else the first.
+// The fastest measured usable result (deterministic when asked), else null.
 template <class Perf>
-const Perf& fastest(const Perf* perf, int found, bool deterministic) {
+const Perf* fastest_usable(const Perf* perf, int found, bool deterministic, bool tensor_cores) {
   for (int i = 0; i < found; ++i)
-    if (fp32_math(perf[i]) && (!deterministic || perf[i].determinism == CUDNN_DETERMINISTIC))
-      return perf[i];
-  return perf[0];
+    if (usable(perf[i], tensor_cores) &&
+        (!deterministic || perf[i].determinism == CUDNN_DETERMINISTIC))
+      return &perf[i];
+  return nullptr;
+}
+
+// As fastest_usable, else the first result.
+template <class Perf>
+const Perf& fastest(const Perf* perf, int found, bool deterministic, bool tensor_cores) {
+  const Perf* best = fastest_usable(perf, found, deterministic, tensor_cores);
+  return best ? *best : perf[0];
+}
+
+cudnnDataType_t cudnn_type(cuda::Half half) {
+  return half == cuda::Half::kFloat16 ? CUDNN_DATA_HALF : CUDNN_DATA_BFLOAT16;
 }
 
 }  // namespace
@@ -202,15 +276,56 @@ void CudaBackend::choose_algorithms(ConvPlan& p) {
   cudnnConvolutionFwdAlgoPerf_t fwd[16];
   DT_CUDNN_CHECK(cudnnFindConvolutionForwardAlgorithm(cudnn_.get(), p.x.get(), p.w.get(),
                                                       p.conv.get(), p.y.get(), 16, &found, fwd));
-  p.fwd = fastest(fwd, found, false).algo;
+  bool tf32 = mode_ == MathMode::kTf32;
+  p.fwd = fastest(fwd, found, false, tf32).algo;
   cudnnConvolutionBwdDataAlgoPerf_t bd[16];
   DT_CUDNN_CHECK(cudnnFindConvolutionBackwardDataAlgorithm(
       cudnn_.get(), p.w.get(), p.y.get(), p.conv.get(), p.x.get(), 16, &found, bd));
-  p.bwd_data = fastest(bd, found, true).algo;
+  p.bwd_data = fastest(bd, found, true, tf32).algo;
   cudnnConvolutionBwdFilterAlgoPerf_t bf[16];
   DT_CUDNN_CHECK(cudnnFindConvolutionBackwardFilterAlgorithm(
       cudnn_.get(), p.x.get(), p.y.get(), p.conv.get(), p.w.get(), 16, &found, bf));
-  p.bwd_filter = fastest(bf, found, true).algo;
+  p.bwd_filter = fastest(bf, found, true, tf32).algo;
+}
+
+// The 16-bit descriptors and algorithms (tensor cores, deterministic backward data). A shape
+// cuDNN has no such algorithm for keeps the fp32 path, said once.
+void CudaBackend::plan_half(ConvPlan& p, int pad_h, int pad_w) {
+  const ConvShape& s = p.s;
+  cudnnDataType_t type = cudnn_type(half_);
+  int xh = p.padded_copy ? p.ph : s.h, xw = p.padded_copy ? p.pw : s.w;
+  p.x16 = tensor4d(s.n, s.c, xh, xw, type);
+  p.y16 = tensor4d(s.n, s.k, s.oh(), s.ow(), type);
+  p.w16 = filter4d(s, type);
+  p.conv16 = convolution(pad_h, pad_w, s, CUDNN_TENSOR_OP_MATH);
+  int found = 0;
+  cudnnConvolutionFwdAlgoPerf_t fwd[16];
+  cudnnConvolutionBwdDataAlgoPerf_t bd[16];
+  const cudnnConvolutionFwdAlgoPerf_t* f = nullptr;
+  const cudnnConvolutionBwdDataAlgoPerf_t* d = nullptr;
+  if (cudnnFindConvolutionForwardAlgorithm(cudnn_.get(), p.x16.get(), p.w16.get(), p.conv16.get(),
+                                           p.y16.get(), 16, &found, fwd) == CUDNN_STATUS_SUCCESS)
+    f = fastest_usable(fwd, found, false, true);
+  if (f && cudnnFindConvolutionBackwardDataAlgorithm(cudnn_.get(), p.w16.get(), p.y16.get(),
+                                                     p.conv16.get(), p.x16.get(), 16, &found,
+                                                     bd) == CUDNN_STATUS_SUCCESS)
+    d = fastest_usable(bd, found, true, true);
+  if (!f || !d) {
+    spdlog::warn(
+        "cuDNN has no {} algorithm for the convolution {}x{}x{}x{} * {}x{}x{}x{}: it "
+        "computes in fp32",
+        math_mode_name(mode_), s.n, s.c, s.h, s.w, s.k, s.c, s.kh, s.kw);
+    return;
+  }
+  p.fwd16 = f->algo;
+  p.bwd_data16 = d->algo;
+  size_t a = 0, b = 0;
+  DT_CUDNN_CHECK(cudnnGetConvolutionForwardWorkspaceSize(cudnn_.get(), p.x16.get(), p.w16.get(),
+                                                         p.conv16.get(), p.y16.get(), p.fwd16, &a));
+  DT_CUDNN_CHECK(cudnnGetConvolutionBackwardDataWorkspaceSize(
+      cudnn_.get(), p.w16.get(), p.y16.get(), p.conv16.get(), p.x16.get(), p.bwd_data16, &b));
+  p.workspace = std::max(p.workspace, std::max(a, b));
+  p.half = true;
 }
 
 ConvPlan& CudaBackend::plan(const ConvShape& s) {
@@ -226,18 +341,10 @@ ConvPlan& CudaBackend::plan(const ConvShape& s) {
   p->x = tensor4d(s.n, s.c, xh, xw);
   p->y = tensor4d(s.n, s.k, s.oh(), s.ow());
   p->bias = tensor4d(1, s.k, 1, 1);
-  cudnnFilterDescriptor_t filter{};
-  DT_CUDNN_CHECK(cudnnCreateFilterDescriptor(&filter));
-  p->w = cuda::FilterDescriptor(filter);
-  DT_CUDNN_CHECK(cudnnSetFilter4dDescriptor(filter, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW, s.k, s.c,
-                                            s.kh, s.kw));
-  cudnnConvolutionDescriptor_t conv{};
-  DT_CUDNN_CHECK(cudnnCreateConvolutionDescriptor(&conv));
-  p->conv = cuda::ConvolutionDescriptor(conv);
-  DT_CUDNN_CHECK(cudnnSetConvolution2dDescriptor(conv, pad_h, pad_w, s.sh, s.sw, 1, 1,
-                                                 CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
-  DT_CUDNN_CHECK(
-      cudnnSetConvolutionMathType(conv, CUDNN_FMA_MATH));  // no TF32: match the CPU in fp32
+  p->w = filter4d(s, CUDNN_DATA_FLOAT);
+  // FMA without TF32 (the CPU's fp32) unless TF32 is allowed.
+  p->conv =
+      convolution(pad_h, pad_w, s, mode_ == MathMode::kTf32 ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH);
   choose_algorithms(*p);
   size_t a = 0, b = 0, c = 0;
   DT_CUDNN_CHECK(cudnnGetConvolutionForwardWorkspaceSize(cudnn_.get(), p->x.get(), p->w.get(),
@@ -247,6 +354,7 @@ ConvPlan& CudaBackend::plan(const ConvShape& s) {
   DT_CUDNN_CHECK(cudnnGetConvolutionBackwardFilterWorkspaceSize(
       cudnn_.get(), p->x.get(), p->y.get(), p->conv.get(), p->w.get(), p->bwd_filter, &c));
   p->workspace = std::max(a, std::max(b, c));
+  if (is_half(mode_)) plan_half(*p, pad_h, pad_w);
   slot = std::move(p);
   return *slot;
 }
@@ -260,15 +368,56 @@ const float* CudaBackend::input_for(ConvPlan& p, const float* x) {
   return out;
 }
 
-void CudaBackend::conv2d_forward(const ConvShape& s, const float* x, const float* w, const float* b,
-                                 float* y) {
-  ConvPlan& p = plan(s);
+void* CudaBackend::to_half(DeviceBuffer& buffer, const float* x, size_t count) {
+  void* out = buffer.at_least(count * 2);
+  cuda::launch_to_half(x, out, count, half_, stream_);
+  return out;
+}
+
+// y = conv(x, w) in fp32, without the bias.
+void CudaBackend::conv_forward(ConvPlan& p, const float* x, const float* w, float* y) {
   const float one = 1, zero = 0;
   void* ws = workspace_.at_least(p.workspace + 1);
   DT_CUDNN_CHECK(cudnnConvolutionForward(cudnn_.get(), &one, p.x.get(), input_for(p, x), p.w.get(),
                                          w, p.conv.get(), p.fwd, ws, p.workspace, &zero, p.y.get(),
                                          y));
+}
+
+// x and w rounded to 16 bits, convolved into a 16-bit y16 (fp32 accumulation), then one epilogue
+// pass: y = y16 + b (and ReLU).
+void CudaBackend::half_forward(ConvPlan& p, const float* x, const float* w, const float* b,
+                               float* y, bool relu) {
+  const ConvShape& s = p.s;
+  const float* input = input_for(p, x);
+  size_t x_count = static_cast<size_t>(s.n) * s.c * (p.padded_copy ? p.ph * p.pw : s.h * s.w);
+  void* x16 = to_half(half_x_, input, x_count);
+  void* w16 = to_half(half_w_, w, s.weight_count());
+  void* y16 = half_y_.at_least(s.output_count() * 2);
+  const float one = 1, zero = 0;
+  void* ws = workspace_.at_least(p.workspace + 1);
+  DT_CUDNN_CHECK(cudnnConvolutionForward(cudnn_.get(), &one, p.x16.get(), x16, p.w16.get(), w16,
+                                         p.conv16.get(), p.fwd16, ws, p.workspace, &zero,
+                                         p.y16.get(), y16));
+  cuda::launch_conv_epilogue(y16, b, y, s.n, s.k, s.oh() * s.ow(), relu, half_, stream_);
+}
+
+void CudaBackend::conv2d_forward(const ConvShape& s, const float* x, const float* w, const float* b,
+                                 float* y) {
+  ConvPlan& p = plan(s);
+  if (p.half) return half_forward(p, x, w, b, y, false);
+  conv_forward(p, x, w, y);
+  const float one = 1;
   DT_CUDNN_CHECK(cudnnAddTensor(cudnn_.get(), &one, p.bias.get(), b, &one, p.y.get(), y));
+}
+
+// The convolution, then its bias and ReLU in one pass of our own (cuDNN's fused
+// conv-bias-activation call is deprecated in cuDNN 9; see docs/design.md#mixed-precision).
+void CudaBackend::conv2d_relu_forward(const ConvShape& s, const float* x, const float* w,
+                                      const float* b, float* y) {
+  ConvPlan& p = plan(s);
+  if (p.half) return half_forward(p, x, w, b, y, true);
+  conv_forward(p, x, w, y);
+  cuda::launch_bias_planes_relu(y, b, s.n, s.k, s.oh() * s.ow(), stream_);
 }
 
 void CudaBackend::conv2d_backward_data(const ConvShape& s, const float* dy, const float* w,
@@ -279,9 +428,19 @@ void CudaBackend::conv2d_backward_data(const ConvShape& s, const float* dy, cons
   size_t count = static_cast<size_t>(s.n) * s.c * p.ph * p.pw;
   float* target =
       p.padded_copy ? static_cast<float*>(padded_grad_.at_least(count * sizeof(float))) : dx;
-  DT_CUDNN_CHECK(cudnnConvolutionBackwardData(cudnn_.get(), &one, p.w.get(), w, p.y.get(), dy,
-                                              p.conv.get(), p.bwd_data, ws, p.workspace, &zero,
-                                              p.x.get(), target));
+  if (p.half) {
+    void* dy16 = to_half(half_y_, dy, s.output_count());
+    void* w16 = to_half(half_w_, w, s.weight_count());
+    void* dx16 = half_x_.at_least(count * 2);
+    DT_CUDNN_CHECK(cudnnConvolutionBackwardData(cudnn_.get(), &one, p.w16.get(), w16, p.y16.get(),
+                                                dy16, p.conv16.get(), p.bwd_data16, ws, p.workspace,
+                                                &zero, p.x16.get(), dx16));
+    cuda::launch_from_half(dx16, target, count, half_, stream_);
+  } else {
+    DT_CUDNN_CHECK(cudnnConvolutionBackwardData(cudnn_.get(), &one, p.w.get(), w, p.y.get(), dy,
+                                                p.conv.get(), p.bwd_data, ws, p.workspace, &zero,
+                                                p.x.get(), target));
+  }
   if (p.padded_copy) {
     cuda::launch_crop(target, dx, s.n * s.c, s.h, s.w, s.pad_top, s.pad_left, p.ph, p.pw, stream_);
   }
@@ -316,20 +475,40 @@ const float* CudaBackend::ones(int n) {
   return static_cast<const float*>(ones_.at_least(0));
 }
 
+// fp32: cuBLAS's sgemm (FMA). The other modes let cuBLAS round the fp32 inputs to TF32, bf16
+// or fp16 for the tensor cores, accumulating in fp32 (its *_FAST_* compute types).
+void CudaBackend::gemm(cublasOperation_t op_a, cublasOperation_t op_b, int m, int n, int k,
+                       const float* a, int lda, const float* b, int ldb, float* c, int ldc) {
+  const float one = 1, zero = 0;
+  if (mode_ == MathMode::kFloat32) {
+    DT_CUBLAS_CHECK(
+        cublasSgemm(cublas_.get(), op_a, op_b, m, n, k, &one, a, lda, b, ldb, &zero, c, ldc));
+    return;
+  }
+  cublasComputeType_t compute = mode_ == MathMode::kTf32       ? CUBLAS_COMPUTE_32F_FAST_TF32
+                                : mode_ == MathMode::kBfloat16 ? CUBLAS_COMPUTE_32F_FAST_16BF
+                                                               : CUBLAS_COMPUTE_32F_FAST_16F;
+  DT_CUBLAS_CHECK(cublasGemmEx(cublas_.get(), op_a, op_b, m, n, k, &one, a, CUDA_R_32F, lda, b,
+                               CUDA_R_32F, ldb, &zero, c, CUDA_R_32F, ldc, compute,
+                               CUBLAS_GEMM_DEFAULT));
+}
+
 // Row-major (n x in) . (in x out) through column-major cuBLAS: y^T = w^T x^T.
 void CudaBackend::dense_forward(int n, int in, int out, const float* x, const float* w,
                                 const float* b, float* y) {
-  const float one = 1, zero = 0;
-  DT_CUBLAS_CHECK(cublasSgemm(cublas_.get(), CUBLAS_OP_N, CUBLAS_OP_N, out, n, in, &one, w, out, x,
-                              in, &zero, y, out));
+  gemm(CUBLAS_OP_N, CUBLAS_OP_N, out, n, in, w, out, x, in, y, out);
   cuda::launch_bias_rows(y, b, n, out, stream_);
+}
+
+void CudaBackend::dense_relu_forward(int n, int in, int out, const float* x, const float* w,
+                                     const float* b, float* y) {
+  gemm(CUBLAS_OP_N, CUBLAS_OP_N, out, n, in, w, out, x, in, y, out);
+  cuda::launch_bias_rows_relu(y, b, n, out, stream_);
 }
 
 void CudaBackend::dense_backward_data(int n, int in, int out, const float* dy, const float* w,
                                       float* dx) {
-  const float one = 1, zero = 0;
-  DT_CUBLAS_CHECK(cublasSgemm(cublas_.get(), CUBLAS_OP_T, CUBLAS_OP_N, in, n, out, &one, w, out, dy,
-                              out, &zero, dx, in));
+  gemm(CUBLAS_OP_T, CUBLAS_OP_N, in, n, out, w, out, dy, out, dx, in);
 }
 
 void CudaBackend::dense_backward_weights(int n, int in, int out, const float* x, const float* dy,
@@ -344,10 +523,8 @@ void CudaBackend::dense_backward_weight_rows(int n, int in, int out, const float
   DT_ENFORCE(0 <= row_begin && row_begin <= row_end && row_end <= in, "rows {}..{} of {}",
              row_begin, row_end, in);
   if (row_begin == row_end) return;
-  const float one = 1, zero = 0;
-  DT_CUBLAS_CHECK(cublasSgemm(cublas_.get(), CUBLAS_OP_N, CUBLAS_OP_T, out, row_end - row_begin, n,
-                              &one, dy, out, x + row_begin, in, &zero,
-                              dw + static_cast<size_t>(row_begin) * out, out));
+  gemm(CUBLAS_OP_N, CUBLAS_OP_T, out, row_end - row_begin, n, dy, out, x + row_begin, in,
+       dw + static_cast<size_t>(row_begin) * out, out);
 }
 
 void CudaBackend::dense_backward_bias(int n, int out, const float* dy, float* db) {
@@ -476,8 +653,8 @@ void CudaBackend::adamw_update(const AdamWParams& p, int64_t step, size_t count,
 
 }  // namespace
 
-std::unique_ptr<Backend> make_cuda_backend() {
-  return std::make_unique<CudaBackend>();
+std::unique_ptr<Backend> make_cuda_backend(MathMode mode) {
+  return std::make_unique<CudaBackend>(mode);
 }
 
 }  // namespace dtrain::nn

@@ -4,7 +4,7 @@
 
 namespace dtrain::nn {
 
-std::unique_ptr<Backend> make_cuda_backend() {
+std::unique_ptr<Backend> make_cuda_backend(MathMode) {
   throw common::ConfigError("this dtrain-worker was built without CUDA (DTRAIN_WITH_CUDA=OFF)");
 }
 

@@ -34,6 +34,16 @@ __global__ void bias_rows_kernel(float* y, const float* b, int n, int out) {
   if (i < static_cast<size_t>(n) * out) y[i] += b[i % out];
 }
 
+__global__ void bias_rows_relu_kernel(float* y, const float* b, int n, int out) {
+  size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x;
+  if (i < static_cast<size_t>(n) * out) y[i] = fmaxf(y[i] + b[i % out], 0.0f);
+}
+
+__global__ void bias_planes_relu_kernel(float* y, const float* b, size_t count, int k, int plane) {
+  size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x;
+  if (i < count) y[i] = fmaxf(y[i] + b[(i / plane) % k], 0.0f);
+}
+
 __global__ void fill_kernel(float* x, size_t n, float value) {
   size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x;
   if (i < n) x[i] = value;
@@ -106,6 +116,19 @@ void launch_crop(const float* padded, float* x, int nc, int h, int w, int top, i
 void launch_bias_rows(float* y, const float* b, int n, int out, cudaStream_t stream) {
   size_t count = static_cast<size_t>(n) * out;
   bias_rows_kernel<<<blocks_for(count), kThreads, 0, stream>>>(y, b, n, out);
+  DT_CUDA_CHECK(cudaGetLastError());
+}
+
+void launch_bias_rows_relu(float* y, const float* b, int n, int out, cudaStream_t stream) {
+  size_t count = static_cast<size_t>(n) * out;
+  bias_rows_relu_kernel<<<blocks_for(count), kThreads, 0, stream>>>(y, b, n, out);
+  DT_CUDA_CHECK(cudaGetLastError());
+}
+
+void launch_bias_planes_relu(float* y, const float* b, int n, int k, int plane,
+                             cudaStream_t stream) {
+  size_t count = static_cast<size_t>(n) * k * plane;
+  bias_planes_relu_kernel<<<blocks_for(count), kThreads, 0, stream>>>(y, b, count, k, plane);
   DT_CUDA_CHECK(cudaGetLastError());
 }
 

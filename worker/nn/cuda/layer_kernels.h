@@ -19,6 +19,12 @@ void launch_crop(const float* padded, float* x, int nc, int h, int w, int top, i
                  int pw, cudaStream_t stream);
 /// y (n x out) += b in every row.
 void launch_bias_rows(float* y, const float* b, int n, int out, cudaStream_t stream);
+/// y (n x out) = max(y + b, 0) in every row: the dense layer's bias and ReLU in one pass.
+void launch_bias_rows_relu(float* y, const float* b, int n, int out, cudaStream_t stream);
+/// y (n x k planes of `plane` values) = max(y + b[channel], 0): a convolution's bias and ReLU in
+/// one pass (the same sums as cuDNN's add-tensor then activation, so the same bits).
+void launch_bias_planes_relu(float* y, const float* b, int n, int k, int plane,
+                             cudaStream_t stream);
 void launch_fill(float* x, size_t n, float value, cudaStream_t stream);
 /// From log-probabilities logp and logits (n x classes): dlogits = (softmax - onehot) / n
 /// (unless null), row_loss and row_hit (n each, scratch), then ADDS the loss sum, hits and n to
