@@ -87,6 +87,10 @@ if want inplace; then
   job gpu2-calm 2 "$device" auto '{"epochs": 3}'
   launch gpu2-calm
   summary gpu2-calm
+  step "two workers sharing the GPU, undisturbed again (the same model expected)"
+  job gpu2-calm2 2 "$device" auto '{"epochs": 3}'
+  launch gpu2-calm2
+  sha256sum "$out/runs/gpu2-calm/model/model.safetensors" "$out/runs/gpu2-calm2/model/model.safetensors"
   step "the same, worker:1 SIGKILLed in epoch 2: recovery in place"
   job gpu2-kill 2 "$device" auto '{"epochs": 3}'
   dtrain launch "$out/gpu2-kill.json" --run-dir "$out/runs/gpu2-kill" >"$out/gpu2-kill.out" 2>&1 &

@@ -320,3 +320,26 @@ TEST_CASE("CUDA products in TF32, bf16 and fp16 stay within their rounding of th
     CHECK(check_rounded(gdw.host(), dw, dw_bound, m.u) > static_cast<int>(dw.size()) / 2);
   }
 }
+
+TEST_CASE("CUDA conv weight gradient with ReLU's mask fused equals ReLU's gradient, then it") {
+  if (!have_gpu()) return;
+  auto gpu = make_cuda_backend();
+  std::mt19937 rng(19);
+  for (ConvShape s : {ConvShape{8, 1, 28, 28, 32, 3, 3, 1, 1, 0, 0, 0, 0},
+                      ConvShape{3, 2, 9, 9, 5, 5, 5, 2, 2, 1, 2, 1, 2},
+                      ConvShape{2, 3, 8, 7, 4, 7, 7, 1, 1, 3, 3, 3, 3}}) {  // 7x7: cuDNN's path
+    auto x = random_vector(s.input_count(), rng), dy = random_vector(s.output_count(), rng);
+    auto y = random_vector(s.output_count(), rng);
+    for (size_t i = 0; i < y.size(); i += 7) y[i] = 0.0f;  // ReLU's exact zeros
+    for (float& v : y) v = std::max(v, 0.0f);
+    Gpu gx(x), gy(y), gdy(dy), scratch(s.output_count()), dz(s.output_count());
+    Gpu fused_w(s.weight_count()), fused_b(size_t(s.k)), apart_w(s.weight_count()),
+        apart_b(size_t(s.k));
+    gpu->conv2d_relu_backward_weights(s, gx.ptr, gy.ptr, gdy.ptr, fused_w.ptr, fused_b.ptr,
+                                      scratch.ptr);
+    gpu->relu_backward(s.output_count(), gy.ptr, gdy.ptr, dz.ptr);
+    gpu->conv2d_backward_weights(s, gx.ptr, dz.ptr, apart_w.ptr, apart_b.ptr);
+    CHECK(fused_w.host() == apart_w.host());
+    CHECK(fused_b.host() == apart_b.host());
+  }
+}

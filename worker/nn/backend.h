@@ -105,6 +105,14 @@ class Backend {
     conv2d_forward(s, x, w, b, y);
     relu_forward(s.output_count(), y, y);
   }
+  /// conv2d_backward_weights of dz = dy where y > 0 (ReLU's gradient; y the forward output), with
+  /// the mask fused into the reduction where the backend can (CUDA, small filters); else dz is
+  /// written to scratch (s.output_count() floats) first.
+  virtual void conv2d_relu_backward_weights(const ConvShape& s, const float* x, const float* y,
+                                            const float* dy, float* dw, float* db, float* scratch) {
+    relu_backward(s.output_count(), y, dy, scratch);
+    conv2d_backward_weights(s, x, scratch, dw, db);
+  }
   /// dx from dy and w.
   virtual void conv2d_backward_data(const ConvShape& s, const float* dy, const float* w,
                                     float* dx) = 0;

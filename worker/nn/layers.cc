@@ -78,6 +78,11 @@ class Conv2D : public Activated {
   }
   void backward(Backend& b, int n, const float* x, const float* y, const float* dy, float* dx,
                 const float* p, float* g, const std::function<void(size_t)>& enqueued) override {
+    if (relu() && !dx) {  // the first layer: no dz needed beyond the weight gradient
+      b.conv2d_relu_backward_weights(at(n), x, y, dy, g, g + params()[1].offset, delta_.data());
+      if (enqueued) enqueued(0);
+      return;
+    }
     const float* dz = deactivate(b, n, y, dy);
     b.conv2d_backward_weights(at(n), x, dz, g, g + params()[1].offset);
     if (enqueued) enqueued(0);
@@ -136,13 +141,18 @@ class Dense : public Activated {
     // The bias, then the kernel from its last rows to its first: each piece extends the
     // gradients produced so far downwards, so buckets stay contiguous.
     b.dense_backward_bias(n, out_.c, dz, g + params()[1].offset);
-    if (enqueued) enqueued(0);
+    if (!enqueued) {  // nobody waits for pieces: one product for the whole kernel
+      b.dense_backward_weight_rows(n, in_, out_.c, x, dz, g, 0, in_);
+      if (dx) b.dense_backward_data(n, in_, out_.c, dz, p, dx);
+      return;
+    }
+    enqueued(0);
     std::vector<ParamRange> pieces = gradient_pieces();
     for (size_t k = 1; k < pieces.size(); ++k) {
       int first = static_cast<int>(pieces[k].offset / out_.c);
       int last = static_cast<int>((pieces[k].offset + pieces[k].count) / out_.c);
       b.dense_backward_weight_rows(n, in_, out_.c, x, dz, g, first, last);
-      if (enqueued) enqueued(k);
+      enqueued(k);
     }
     if (dx) b.dense_backward_data(n, in_, out_.c, dz, p, dx);
   }

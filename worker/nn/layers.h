@@ -65,7 +65,8 @@ class Layer {
   virtual void forward(Backend& b, int n, const float* x, float* y, const float* params,
                        const StepKey& key, bool training) = 0;
   /// Given x, y and dy: writes this layer's gradients into grads, calling
-  /// gradients_enqueued(k) (when set) as soon as piece k of gradient_pieces() is enqueued, then
+  /// gradients_enqueued(k) (when set) as soon as piece k of gradient_pieces() is enqueued (when
+  /// unset, a layer may produce its gradients in fewer, larger operations), then
   /// writes dx (unless null), so the gradients' all-reduce can start before dx is computed.
   virtual void backward(Backend& b, int n, const float* x, const float* y, const float* dy,
                         float* dx, const float* params, float* grads,

@@ -3,6 +3,7 @@
 
 #include <chrono>
 #include <cstring>
+#include <functional>
 #include <thread>
 
 #include "common/clock.h"
@@ -92,12 +93,18 @@ void TrainStep::enqueue(const float* images, const int32_t* labels, int n, const
     tickets.push_back(start(model_.gradients().data() + buckets_[b].offset, buckets_[b].count,
                             comm::ReduceOp::kMean));
   };
-  model_.backward(n, [&](size_t piece) {
-    if (options_.overlap && tickets.size() < buckets_.size() &&
-        buckets_[tickets.size()].last_piece == piece) {
-      start_bucket(tickets.size());
-    }
-  });
+  // Alone, nothing waits for a bucket: the layers produce their gradients whole (a large
+  // kernel's in one product instead of pieces).
+  std::function<void(size_t)> piece_done;
+  if (comm_.size() > 1) {
+    piece_done = [&](size_t piece) {
+      if (options_.overlap && tickets.size() < buckets_.size() &&
+          buckets_[tickets.size()].last_piece == piece) {
+        start_bucket(tickets.size());
+      }
+    };
+  }
+  model_.backward(n, piece_done);
   while (tickets.size() < buckets_.size()) start_bucket(tickets.size());
   comm::ReduceTicket stats_ticket = start(stats_.data(), kStatsFloats, comm::ReduceOp::kSum);
   auto apply = [&](size_t b) {

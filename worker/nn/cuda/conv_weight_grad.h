@@ -18,8 +18,9 @@ bool has_small_filter_kernel(const ConvShape& s);
 /// Floats of scratch conv_weight_grad() needs for s.
 size_t conv_weight_grad_scratch_floats(const ConvShape& s);
 /// Enqueues dw (k, c, kh, kw) and db (k) of s on stream from x (n, c, h, w; the padding of s is
-/// applied here, not copied) and dy (n, k, oh, ow). scratch: conv_weight_grad_scratch_floats(s).
-void conv_weight_grad(const ConvShape& s, const float* x, const float* dy, float* dw, float* db,
-                      float* scratch, cudaStream_t stream);
+/// applied here, not copied) and dy (n, k, oh, ow), masked by relu_y > 0 unless relu_y is null
+/// (ReLU's gradient with y the forward output). scratch: conv_weight_grad_scratch_floats(s).
+void conv_weight_grad(const ConvShape& s, const float* x, const float* dy, const float* relu_y,
+                      float* dw, float* db, float* scratch, cudaStream_t stream);
 
 }  // namespace dtrain::nn::cuda

@@ -137,6 +137,8 @@ class CudaBackend : public Backend {
                             float* dx) override;
   void conv2d_backward_weights(const ConvShape& s, const float* x, const float* dy, float* dw,
                                float* db) override;
+  void conv2d_relu_backward_weights(const ConvShape& s, const float* x, const float* y,
+                                    const float* dy, float* dw, float* db, float* scratch) override;
   void dense_forward(int n, int in, int out, const float* x, const float* w, const float* b,
                      float* y) override;
   void dense_relu_forward(int n, int in, int out, const float* x, const float* w, const float* b,
@@ -245,9 +247,9 @@ bool usable(const Perf& perf, bool tensor_cores) {
                            perf.mathType != CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION));
 }
 
-// The fastest measured usable result (deterministic when asked), else null.
+// The first usable result (deterministic when asked), else null.
 template <class Perf>
-const Perf* fastest_usable(const Perf* perf, int found, bool deterministic, bool tensor_cores) {
+const Perf* first_usable(const Perf* perf, int found, bool deterministic, bool tensor_cores) {
   for (int i = 0; i < found; ++i)
     if (usable(perf[i], tensor_cores) &&
         (!deterministic || perf[i].determinism == CUDNN_DETERMINISTIC))
@@ -255,10 +257,10 @@ const Perf* fastest_usable(const Perf* perf, int found, bool deterministic, bool
   return nullptr;
 }
 
-// As fastest_usable, else the first result.
+// As first_usable, else the first result.
 template <class Perf>
-const Perf& fastest(const Perf* perf, int found, bool deterministic, bool tensor_cores) {
-  const Perf* best = fastest_usable(perf, found, deterministic, tensor_cores);
+const Perf& preferred(const Perf* perf, int found, bool deterministic, bool tensor_cores) {
+  const Perf* best = first_usable(perf, found, deterministic, tensor_cores);
   return best ? *best : perf[0];
 }
 
@@ -268,24 +270,28 @@ cudnnDataType_t cudnn_type(cuda::Half half) {
 
 }  // namespace
 
-// Times every algorithm once per shape (cudnnFind*): the fastest fp32 forward, and the fastest
-// deterministic fp32 backward ones, so a run's gradients do not depend on scheduling. Runs when
-// a shape is first seen: a training step's first, unrecorded, run.
+// cuDNN's heuristic ranking of the algorithms for the shape (cudnnGet*_v7), not timings: the
+// choice depends only on the shape, the GPU and cuDNN's version, so every worker, every
+// replacement and every run computes the same bits (timed choices, cudnnFind*, differ from one
+// process to the next, and different algorithms round differently). PyTorch with
+// cudnn.benchmark off and TensorFlow with op determinism choose the same way. Takes the first
+// fp32 forward, and the first deterministic fp32 backward ones, in cuDNN's order. Runs when a
+// shape is first seen: a training step's first, unrecorded, run.
 void CudaBackend::choose_algorithms(ConvPlan& p) {
   int found = 0;
   cudnnConvolutionFwdAlgoPerf_t fwd[16];
-  DT_CUDNN_CHECK(cudnnFindConvolutionForwardAlgorithm(cudnn_.get(), p.x.get(), p.w.get(),
-                                                      p.conv.get(), p.y.get(), 16, &found, fwd));
+  DT_CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithm_v7(cudnn_.get(), p.x.get(), p.w.get(),
+                                                        p.conv.get(), p.y.get(), 16, &found, fwd));
   bool tf32 = mode_ == MathMode::kTf32;
-  p.fwd = fastest(fwd, found, false, tf32).algo;
+  p.fwd = preferred(fwd, found, false, tf32).algo;
   cudnnConvolutionBwdDataAlgoPerf_t bd[16];
-  DT_CUDNN_CHECK(cudnnFindConvolutionBackwardDataAlgorithm(
+  DT_CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithm_v7(
       cudnn_.get(), p.w.get(), p.y.get(), p.conv.get(), p.x.get(), 16, &found, bd));
-  p.bwd_data = fastest(bd, found, true, tf32).algo;
+  p.bwd_data = preferred(bd, found, true, tf32).algo;
   cudnnConvolutionBwdFilterAlgoPerf_t bf[16];
-  DT_CUDNN_CHECK(cudnnFindConvolutionBackwardFilterAlgorithm(
+  DT_CUDNN_CHECK(cudnnGetConvolutionBackwardFilterAlgorithm_v7(
       cudnn_.get(), p.x.get(), p.y.get(), p.conv.get(), p.w.get(), 16, &found, bf));
-  p.bwd_filter = fastest(bf, found, true, tf32).algo;
+  p.bwd_filter = preferred(bf, found, true, tf32).algo;
 }
 
 // The 16-bit descriptors and algorithms (tensor cores, deterministic backward data). A shape
@@ -303,13 +309,13 @@ void CudaBackend::plan_half(ConvPlan& p, int pad_h, int pad_w) {
   cudnnConvolutionBwdDataAlgoPerf_t bd[16];
   const cudnnConvolutionFwdAlgoPerf_t* f = nullptr;
   const cudnnConvolutionBwdDataAlgoPerf_t* d = nullptr;
-  if (cudnnFindConvolutionForwardAlgorithm(cudnn_.get(), p.x16.get(), p.w16.get(), p.conv16.get(),
-                                           p.y16.get(), 16, &found, fwd) == CUDNN_STATUS_SUCCESS)
-    f = fastest_usable(fwd, found, false, true);
-  if (f && cudnnFindConvolutionBackwardDataAlgorithm(cudnn_.get(), p.w16.get(), p.y16.get(),
-                                                     p.conv16.get(), p.x16.get(), 16, &found,
-                                                     bd) == CUDNN_STATUS_SUCCESS)
-    d = fastest_usable(bd, found, true, true);
+  if (cudnnGetConvolutionForwardAlgorithm_v7(cudnn_.get(), p.x16.get(), p.w16.get(), p.conv16.get(),
+                                             p.y16.get(), 16, &found, fwd) == CUDNN_STATUS_SUCCESS)
+    f = first_usable(fwd, found, false, true);
+  if (f && cudnnGetConvolutionBackwardDataAlgorithm_v7(cudnn_.get(), p.w16.get(), p.y16.get(),
+                                                       p.conv16.get(), p.x16.get(), 16, &found,
+                                                       bd) == CUDNN_STATUS_SUCCESS)
+    d = first_usable(bd, found, true, true);
   if (!f || !d) {
     spdlog::warn(
         "cuDNN has no {} algorithm for the convolution {}x{}x{}x{} * {}x{}x{}x{}: it "
@@ -428,14 +434,15 @@ void CudaBackend::conv2d_backward_data(const ConvShape& s, const float* dy, cons
   size_t count = static_cast<size_t>(s.n) * s.c * p.ph * p.pw;
   float* target =
       p.padded_copy ? static_cast<float*>(padded_grad_.at_least(count * sizeof(float))) : dx;
-  if (p.half) {
+  if (p.half) {  // target holds count values (padded) or s.input_count() (dx itself)
+    size_t target_count = p.padded_copy ? count : s.input_count();
     void* dy16 = to_half(half_y_, dy, s.output_count());
     void* w16 = to_half(half_w_, w, s.weight_count());
-    void* dx16 = half_x_.at_least(count * 2);
+    void* dx16 = half_x_.at_least(target_count * 2);
     DT_CUDNN_CHECK(cudnnConvolutionBackwardData(cudnn_.get(), &one, p.w16.get(), w16, p.y16.get(),
                                                 dy16, p.conv16.get(), p.bwd_data16, ws, p.workspace,
                                                 &zero, p.x16.get(), dx16));
-    cuda::launch_from_half(dx16, target, count, half_, stream_);
+    cuda::launch_from_half(dx16, target, target_count, half_, stream_);
   } else {
     DT_CUDNN_CHECK(cudnnConvolutionBackwardData(cudnn_.get(), &one, p.w.get(), w, p.y.get(), dy,
                                                 p.conv.get(), p.bwd_data, ws, p.workspace, &zero,
@@ -451,7 +458,7 @@ void CudaBackend::conv2d_backward_weights(const ConvShape& s, const float* x, co
   if (cuda::has_small_filter_kernel(s)) {  // faster than cuDNN's deterministic algorithms
     auto* partials = static_cast<float*>(
         wgrad_scratch_.at_least(sizeof(float) * cuda::conv_weight_grad_scratch_floats(s)));
-    cuda::conv_weight_grad(s, x, dy, dw, db, partials, stream_);
+    cuda::conv_weight_grad(s, x, dy, nullptr, dw, db, partials, stream_);
     return;
   }
   ConvPlan& p = plan(s);
@@ -463,6 +470,16 @@ void CudaBackend::conv2d_backward_weights(const ConvShape& s, const float* x, co
                                                 p.w.get(), dw));
   DT_CUDNN_CHECK(
       cudnnConvolutionBackwardBias(cudnn_.get(), &one, p.y.get(), dy, &zero, p.bias.get(), db));
+}
+
+void CudaBackend::conv2d_relu_backward_weights(const ConvShape& s, const float* x, const float* y,
+                                               const float* dy, float* dw, float* db,
+                                               float* scratch) {
+  if (!cuda::has_small_filter_kernel(s))
+    return Backend::conv2d_relu_backward_weights(s, x, y, dy, dw, db, scratch);
+  auto* partials = static_cast<float*>(
+      wgrad_scratch_.at_least(sizeof(float) * cuda::conv_weight_grad_scratch_floats(s)));
+  cuda::conv_weight_grad(s, x, dy, y, dw, db, partials, stream_);
 }
 
 // n ones on the device, grown (outside any recording: first use of a batch size) as needed.

@@ -63,11 +63,10 @@ void launch_to_half(const float* x, void* out, size_t n, Half half, cudaStream_t
 
 void launch_from_half(const void* x, float* out, size_t n, Half half, cudaStream_t stream) {
   if (half == Half::kBfloat16)
-    from_half_kernel<<<blocks_for(n), kThreads, 0, stream>>>(
-        static_cast<const __nv_bfloat16*>(x), out, n);
+    from_half_kernel<<<blocks_for(n), kThreads, 0, stream>>>(static_cast<const __nv_bfloat16*>(x),
+                                                             out, n);
   else
-    from_half_kernel<<<blocks_for(n), kThreads, 0, stream>>>(static_cast<const __half*>(x), out,
-                                                             n);
+    from_half_kernel<<<blocks_for(n), kThreads, 0, stream>>>(static_cast<const __half*>(x), out, n);
   DT_CUDA_CHECK(cudaGetLastError());
 }
 
