@@ -2,6 +2,7 @@
 #include "worker/train/train_step.h"
 
 #include <chrono>
+#include <cstdint>
 #include <cstring>
 #include <functional>
 #include <thread>
@@ -43,7 +44,9 @@ TrainStep::TrainStep(nn::Sequential& model, Optimizer& optimizer, nn::Backend& b
       device_(backend.device()),
       comm_(comm),
       options_(options),
-      buckets_(plan_buckets(model.gradient_pieces(), options.min_bucket_floats)),
+      // Alone, one bucket: the optimizer updates every parameter in one pass.
+      buckets_(plan_buckets(model.gradient_pieces(),
+                            comm.size() > 1 ? options.min_bucket_floats : SIZE_MAX)),
       stats_(device_, kStatsFloats),
       totals_(device_, kTotalsFloats),
       stop_flag_(device_, 1),

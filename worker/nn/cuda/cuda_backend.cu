@@ -23,6 +23,7 @@
 #include "worker/mem/cuda/cuda_device.h"
 #include "worker/mem/cuda/cuda_handles.h"
 #include "worker/nn/backend.h"
+#include "worker/nn/cuda/conv_direct.h"
 #include "worker/nn/cuda/conv_weight_grad.h"
 #include "worker/nn/cuda/elementwise_kernels.h"
 #include "worker/nn/cuda/layer_kernels.h"
@@ -360,7 +361,9 @@ ConvPlan& CudaBackend::plan(const ConvShape& s) {
   DT_CUDNN_CHECK(cudnnGetConvolutionBackwardFilterWorkspaceSize(
       cudnn_.get(), p->x.get(), p->y.get(), p->conv.get(), p->w.get(), p->bwd_filter, &c));
   p->workspace = std::max(a, std::max(b, c));
-  if (is_half(mode_)) plan_half(*p, pad_h, pad_w);
+  // Tensor cores take channels in multiples of 8; cuDNN's 16-bit kernels for fewer (an image's
+  // 1 or 3) are generic ones, slower than fp32's, so such a convolution stays fp32.
+  if (is_half(mode_) && s.c % 8 == 0) plan_half(*p, pad_h, pad_w);
   slot = std::move(p);
   return *slot;
 }
@@ -409,6 +412,7 @@ void CudaBackend::half_forward(ConvPlan& p, const float* x, const float* w, cons
 
 void CudaBackend::conv2d_forward(const ConvShape& s, const float* x, const float* w, const float* b,
                                  float* y) {
+  if (cuda::has_direct_forward(s)) return cuda::conv_direct_forward(s, x, w, b, y, false, stream_);
   ConvPlan& p = plan(s);
   if (p.half) return half_forward(p, x, w, b, y, false);
   conv_forward(p, x, w, y);
@@ -420,6 +424,7 @@ void CudaBackend::conv2d_forward(const ConvShape& s, const float* x, const float
 // conv-bias-activation call is deprecated in cuDNN 9; see docs/design.md#mixed-precision).
 void CudaBackend::conv2d_relu_forward(const ConvShape& s, const float* x, const float* w,
                                       const float* b, float* y) {
+  if (cuda::has_direct_forward(s)) return cuda::conv_direct_forward(s, x, w, b, y, true, stream_);
   ConvPlan& p = plan(s);
   if (p.half) return half_forward(p, x, w, b, y, true);
   conv_forward(p, x, w, y);
