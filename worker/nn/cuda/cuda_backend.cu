@@ -23,7 +23,6 @@
 #include "worker/mem/cuda/cuda_device.h"
 #include "worker/mem/cuda/cuda_handles.h"
 #include "worker/nn/backend.h"
-#include "worker/nn/cuda/conv_direct.h"
 #include "worker/nn/cuda/conv_weight_grad.h"
 #include "worker/nn/cuda/elementwise_kernels.h"
 #include "worker/nn/cuda/layer_kernels.h"
@@ -412,7 +411,6 @@ void CudaBackend::half_forward(ConvPlan& p, const float* x, const float* w, cons
 
 void CudaBackend::conv2d_forward(const ConvShape& s, const float* x, const float* w, const float* b,
                                  float* y) {
-  if (cuda::has_direct_forward(s)) return cuda::conv_direct_forward(s, x, w, b, y, false, stream_);
   ConvPlan& p = plan(s);
   if (p.half) return half_forward(p, x, w, b, y, false);
   conv_forward(p, x, w, y);
@@ -424,7 +422,6 @@ void CudaBackend::conv2d_forward(const ConvShape& s, const float* x, const float
 // conv-bias-activation call is deprecated in cuDNN 9; see docs/design.md#mixed-precision).
 void CudaBackend::conv2d_relu_forward(const ConvShape& s, const float* x, const float* w,
                                       const float* b, float* y) {
-  if (cuda::has_direct_forward(s)) return cuda::conv_direct_forward(s, x, w, b, y, true, stream_);
   ConvPlan& p = plan(s);
   if (p.half) return half_forward(p, x, w, b, y, true);
   conv_forward(p, x, w, y);
