@@ -261,8 +261,15 @@ def load_model(run_dir):
             architecture = json.loads(metadata["architecture"])
         except json.JSONDecodeError as e:
             raise ModelError(f"{weights_path}: its architecture is not JSON: {e}") from None
-        if architecture != spec:
+        # A mixed-precision run's model.json begins with its dtype_policy, which the weights'
+        # metadata keeps apart; the weights are fp32 whatever the policy.
+        plain = {k: v for k, v in spec.items() if k != "dtype_policy"} \
+            if isinstance(spec, dict) else spec
+        if architecture != plain:
             raise ModelError(f"{weights_path}: its architecture differs from {spec_path}")
+        if isinstance(spec, dict) and spec.get("dtype_policy", "float32") != metadata.get(
+                "dtype_policy", "float32"):
+            raise ModelError(f"{weights_path}: its dtype_policy differs from {spec_path}")
     if not isinstance(spec, dict) or "input_shape" not in spec or "layers" not in spec:
         raise ModelError(f"{spec_path}: expected {{\"input_shape\": ..., \"layers\": ...}}")
     model, softmax = build_model(spec, tensors, weights_path)

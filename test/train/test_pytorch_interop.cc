@@ -15,6 +15,8 @@
 #include "test/support/python.h"
 #include "test/support/subprocess.h"
 #include "test/support/temp_dir.h"
+#include "worker/train/checkpoint.h"
+#include "worker/train/safetensors.h"
 
 using namespace dtrain;
 namespace fs = std::filesystem;
@@ -107,6 +109,37 @@ TEST_CASE("PyTorch loads the tutorial CNN and scores dtrain's val_accuracy on th
   CHECK(std::abs(accuracy - val_accuracy) <= 0.002);
   CHECK(std::abs(got.root().at("loss").as_number(0, 1e9) - val_loss) <= 1e-3);
   CHECK(accuracy > 0.6);  // a trained model, not chance: equal by accident is ruled out
+}
+
+TEST_CASE("a model trained under a mixed policy loads as its weights say (fp32), policy noted") {
+  if (!torch_available()) {
+    WARN("skipped: " << kPython << " cannot import torch and numpy");
+    return;
+  }
+  const std::string& run = trained_run();
+  testing::TempDir tmp;
+  train::SafetensorsFile file = train::read_safetensors(run + "/model/model.safetensors");
+  std::vector<train::TensorView> views;
+  for (const auto& [name, t] : file.tensors)
+    views.push_back({name, t.shape, t.data.data(), t.data.size()});
+  std::string mixed = tmp.path() + "/mixed";
+  train::write_final_model(mixed + "/model", views, file.metadata.at("architecture"),
+                           "mixed_bfloat16");
+  REQUIRE(common::read_file(mixed + "/model/model.json")
+              .rfind(R"({"dtype_policy":"mixed_bfloat16",)", 0) == 0);
+  auto plain = run_example({run, "--json"});
+  auto result = run_example({mixed, "--json"});
+  INFO(result.out << result.err);
+  REQUIRE(result.exit_code == 0);
+  CHECK(result.out == plain.out);  // the same weights, the same scores
+
+  // model.json and the weights must agree on the policy.
+  std::string json = common::read_file(mixed + "/model/model.json");
+  json.replace(json.find("mixed_bfloat16"), 14, "mixed_float16");
+  std::ofstream(mixed + "/model/model.json", std::ios::trunc) << json;
+  auto differs = run_example({mixed});
+  CHECK(differs.exit_code == 2);
+  CHECK_THAT(differs.err, Catch::Contains("its dtype_policy differs"));
 }
 
 TEST_CASE("a damaged or unsupported model is refused with exit 2, naming the file or layer") {
