@@ -10,7 +10,8 @@
 #   "shm") goes beside them, and the validation time of one worker and of two (sharded). Then the
 #   cost of whole steps (docs/design.md#in-place-recovery: the optimizer waits for every
 #   all-reduce of the step): two workers with "recovery": "in_place" (whole steps) and "restart"
-#   (bucket by bucket), ring and shm, alternated three times each, median step time.
+#   (bucket by bucket), ring and shm, alternated three times each, median step time. Each run's
+#   input wait per step: the host's wait for the next batch from the input pipeline.
 #   scripts/bench-worker.sh [BUILD_DIR]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -83,10 +84,12 @@ print("# scripts/bench-worker.sh: tutorial CNN, batch 64 per worker, 200 steps, 
 print("metric value")
 steps = base["train"]["steps_per_epoch"]
 print(f"one_worker_samples_per_s {m1['samples_per_second']:.0f}")
+print(f"one_worker_input_wait_ms_per_step {m1['input_wait_seconds'] / steps * 1000:.3f}")
 for label, m in (("overlap_off", m0), ("overlap_on", m2), ("shm", ms)):
     print(f"two_worker_step_ms_{label} {m['seconds'] / steps * 1000:.2f}")
     print(f"exposed_allreduce_share_{label} {m['allreduce_seconds'] / m['seconds']:.3f}")
     print(f"two_worker_samples_per_s_{label} {m['samples_per_second']:.0f}")
+    print(f"two_worker_input_wait_ms_per_step_{label} {m['input_wait_seconds'] / steps * 1000:.3f}")
 print(f"two_worker_speedup {m2['samples_per_second'] / m1['samples_per_second']:.2f}")
 print(f"validation_s_whole_split_one_core {mf['val_seconds']:.3f}")
 print(f"validation_s_two_workers_sharded {m2['val_seconds']:.3f}")

@@ -83,6 +83,7 @@ std::string metrics_json(const EpochMetrics& m, bool with_steps) {
   }
   w.key("seconds").value(m.seconds).key("samples_per_second").value(m.samples_per_second);
   w.key("allreduce_seconds").value(m.allreduce_seconds);
+  w.key("input_wait_seconds").value(m.input_wait_seconds);
   if (with_steps) w.key("steps").value(m.steps);
   return w.end_object().str();
 }
@@ -103,6 +104,7 @@ EpochMetrics metrics_of(const std::string& json, const std::string& source) {
   }
   m.seconds = number("seconds"), m.samples_per_second = number("samples_per_second");
   m.allreduce_seconds = number("allreduce_seconds");
+  if (root.find("input_wait_seconds")) m.input_wait_seconds = number("input_wait_seconds");
   m.steps = root.at("steps").as_int(0, int64_t{1} << 50);
   return m;
 }
@@ -419,9 +421,11 @@ EpochMetrics Trainer::train_epoch(int epoch) {
               : EpochTotals{});
   step_->reset_exposed_comm_seconds();
   last_shown_ = -1;
-  double started = common::monotonic_seconds(), seen_here = 0;
+  double started = common::monotonic_seconds(), seen_here = 0, input_wait = 0;
   auto stage = [&](int64_t step) {
+    double asked = common::monotonic_seconds();
     data::Batch batch = stream.next();
+    input_wait += common::monotonic_seconds() - asked;
     stager_->stage(static_cast<int>(step % InputStager::kSlots), batch.images.data(),
                    batch.labels.data(), static_cast<int>(batch.size));
     return static_cast<int>(batch.size);
@@ -486,6 +490,7 @@ EpochMetrics Trainer::train_epoch(int epoch) {
   m.samples_per_second = seen_here / m.seconds;
   m.steps = steps_per_epoch_ - stream_options.first_step;
   m.allreduce_seconds = step_->exposed_comm_seconds();
+  m.input_wait_seconds = input_wait;
   heartbeat(epoch + 1, steps_per_epoch_, steps_per_epoch_, m.loss, m.accuracy,
             m.samples_per_second);
   std::vector<std::pair<std::string, double>> values = {{"loss", m.loss}, {"accuracy", m.accuracy}};
