@@ -139,7 +139,9 @@ np.save('xte.npy', u8(3, 2, 3, 1)); np.save('yte.npy', lab(3, np.int8))
     auto [train, test] = load_data(config, {2, 3, 1}, /*need_test=*/false);
     check_f4(train, 6, 2, 3, 1);
     CHECK((test.count == 0 && test.labels.empty() && test.classes == 3));
-    CHECK_THAT(config_error([&] { load_data(config, {2, 3, 1}); }),
+    CHECK_THAT(config_error([&] {
+                 load_data(config, {2, 3, 1});
+               }),
                Contains("needs \"test_images\" and \"test_labels\""));
   }
   SECTION("with validation, uint8 and float32 splits side by side") {
@@ -155,14 +157,15 @@ np.save('xte.npy', u8(3, 2, 3, 1)); np.save('yte.npy', lab(3, np.int8))
     auto [train, test] = load_data(npz_config(dir, "t.npz"), {2, 3, 1}, false);
     check_u8(train, 6, 2, 3, 1);
     CHECK(test.count == 0);
-    CHECK_THAT(config_error([&] { load_data(npz_config(dir, "t.npz"), {2, 3, 1}); }),
+    CHECK_THAT(config_error([&] {
+                 load_data(npz_config(dir, "t.npz"), {2, 3, 1});
+               }),
                Contains(dir.path() + "/t.npz: x_test: no such array in the archive (it has: "
                                      "x_train, y_train)"));
   }
 }
 
-TEST_CASE("arrays that do not belong together are refused, naming file, key and problem",
-          "[npy]") {
+TEST_CASE("arrays that do not belong together are refused, naming file, key and problem", "[npy]") {
   TempDir dir;
   if (!numpy(dir, std::string(kArrays) + R"(
 np.savez('a.npz', x_train=u8(6, 2, 3), y_train=lab(5, np.int64), x_test=u8(2, 2, 3),
@@ -197,15 +200,17 @@ np.savez('a.npz', x_train=u8(6, 2, 3), y_train=lab(5, np.int64), x_test=u8(2, 2,
   CHECK_THAT(error("flat", "y6"), Contains(file + ": flat: images must have shape (N, H, W)"));
   CHECK_THAT(error("fortran", "y6"), Contains(file + ": fortran: bad .npy header: fortran_order"));
   CHECK_THAT(error("fx", "be"), Contains(file + ": be: dtype '>i4' is big-endian"));
-  CHECK_THAT(error("fx", "y6", {3, 2, 1}),
-             Contains("data: images are 2x3x1 but model.input_shape is [3, 2, 1] (" + file +
-                      ": fx)"));
-  auto [train, test] = load_data([&] {
-    DataConfig c = config;
-    c.x_train = "fx";
-    c.y_train = "big_u8";  // uint64 labels that fit
-    return c;
-  }(), {2, 3, 1});
+  CHECK_THAT(
+      error("fx", "y6", {3, 2, 1}),
+      Contains("data: images are 2x3x1 but model.input_shape is [3, 2, 1] (" + file + ": fx)"));
+  auto [train, test] = load_data(
+      [&] {
+        DataConfig c = config;
+        c.x_train = "fx";
+        c.y_train = "big_u8";  // uint64 labels that fit
+        return c;
+      }(),
+      {2, 3, 1});
   CHECK((train.classes == 3 && test.count == 2));
 }
 
@@ -240,7 +245,8 @@ TEST_CASE("Fashion-MNIST saved as .npz loads to exactly what the IDX files give"
   if (!numpy(dir, R"(
 import gzip
 def read(name, offset):
-    with gzip.open(')" + fashion + R"(/' + name, 'rb') as f:
+    with gzip.open(')" +
+                      fashion + R"(/' + name, 'rb') as f:
         return np.frombuffer(f.read(), np.uint8, offset=offset)
 np.savez('fashion.npz', x_train=read('train-images-idx3-ubyte.gz', 16).reshape(-1, 28, 28),
          y_train=read('train-labels-idx1-ubyte.gz', 8).astype(np.int64),

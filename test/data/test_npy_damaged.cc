@@ -78,9 +78,10 @@ struct Member {
   std::function<void(std::string& entry)> damage_entry;  ///< the central directory entry
 };
 
-// A zip archive of members; damage_end edits the end of central directory record.
+// A zip archive of members; damage_end edits the end of central directory record. zip64: sizes
+// and offsets in zip64 extra fields and records, as a writer does for members over 4 GiB.
 std::string zip(const std::vector<Member>& members,
-                const std::function<void(std::string&)>& damage_end = nullptr) {
+                const std::function<void(std::string&)>& damage_end = nullptr, bool zip64 = false) {
   std::string out, directory;
   for (const Member& m : members) {
     const std::string data = m.deflate ? raw_deflate(m.contents) : m.contents;
@@ -96,12 +97,29 @@ std::string zip(const std::vector<Member>& members,
     put(entry, 0, 2), put(entry, 0, 2), put(entry, 0, 2), put(entry, 0, 4);
     put(entry, out.size(), 4);
     entry += m.name;
+    if (zip64) {
+      for (size_t at : {20, 24, 42}) entry.replace(at, 4, "\xff\xff\xff\xff");
+      entry.replace(30, 2, std::string("\x1c\0", 2));  // extra field length 28
+      put(entry, 1, 2), put(entry, 24, 2), put(entry, m.contents.size(), 8);
+      put(entry, data.size(), 8), put(entry, out.size(), 8);
+    }
     if (m.damage_entry) m.damage_entry(entry);
     directory += entry;
     put(out, 0x04034b50, 4);
     out += fields + m.name + data;
   }
   std::string end;
+  if (zip64) {
+    put(end, 0x06064b50, 4), put(end, 44, 8), put(end, 45, 2), put(end, 45, 2), put(end, 0, 8);
+    put(end, members.size(), 8), put(end, members.size(), 8), put(end, directory.size(), 8);
+    put(end, out.size(), 8);
+    put(end, 0x07064b50, 4), put(end, 0, 4), put(end, out.size() + directory.size(), 8);
+    put(end, 1, 4);
+    put(end, 0x06054b50, 4), put(end, 0, 4), put(end, 0xffff, 2), put(end, 0xffff, 2);
+    put(end, 0xffffffff, 4), put(end, 0xffffffff, 4), put(end, 0, 2);
+    if (damage_end) damage_end(end);
+    return out + directory + end;
+  }
   put(end, 0x06054b50, 4), put(end, 0, 4), put(end, members.size(), 2);
   put(end, members.size(), 2), put(end, directory.size(), 4), put(end, out.size(), 4);
   put(end, 0, 2);
@@ -117,12 +135,11 @@ std::string write(const TempDir& dir, const std::string& name, const std::string
 
 }  // namespace
 
-TEST_CASE("read_npy reads header versions 1.0, 2.0 and 3.0 and keeps the data mapped",
-          "[npy]") {
+TEST_CASE("read_npy reads header versions 1.0, 2.0 and 3.0 and keeps the data mapped", "[npy]") {
   TempDir dir;
   for (int major : {1, 2, 3}) {
-    const std::string path =
-        write(dir, "v" + std::to_string(major), npy(dict("<i2", "(3,)"), std::string("\1\0\2\0\3\1", 6), major));
+    const std::string path = write(dir, "v" + std::to_string(major),
+                                   npy(dict("<i2", "(3,)"), std::string("\1\0\2\0\3\1", 6), major));
     NpyArray array = read_npy(path);
     CHECK((array.dtype == NpyDtype::kInt16 && array.descr == "<i2" && array.count == 3));
     CHECK(array.shape == std::vector<int64_t>{3});
@@ -146,7 +163,8 @@ TEST_CASE("damaged .npy files are refused, naming the file and what is wrong", "
   };
   CHECK_THAT(error(""), Contains("truncated .npy header"));
   CHECK_THAT(error(kGood.substr(0, 9)), Contains("truncated .npy header"));
-  CHECK_THAT(error(kGood.substr(0, 40)), Contains("truncated .npy header: needs 128 bytes, has 40"));
+  CHECK_THAT(error(kGood.substr(0, 40)),
+             Contains("truncated .npy header: needs 128 bytes, has 40"));
   CHECK_THAT(error("PK\3\4" + kGood), Contains("not an .npy file"));
   std::string v9 = kGood;
   v9[6] = 9;
@@ -155,8 +173,9 @@ TEST_CASE("damaged .npy files are refused, naming the file and what is wrong", "
              Contains("truncated: shape (2, 3) of '|u1' needs 6 bytes of data, has 5"));
   CHECK_THAT(error(kGood + "x"), Contains("trailing bytes"));
   // 10^15 elements: refused by arithmetic, never allocated.
-  CHECK_THAT(error(npy(dict("<u8", "(1000000000, 1000000)"), "abcdefgh")),
-             Contains("shape (1000000000, 1000000) of '<u8' needs 8000000000000000 bytes of data, has 8"));
+  CHECK_THAT(
+      error(npy(dict("<u8", "(1000000000, 1000000)"), "abcdefgh")),
+      Contains("shape (1000000000, 1000000) of '<u8' needs 8000000000000000 bytes of data, has 8"));
   CHECK_THAT(error(npy(dict("<u1", "(99999999999999999999,)"), "")),
              Contains("a dimension of the shape is too large"));
   CHECK_THAT(error(npy(dict("<c8", "(1,)"), "12345678")), Contains("dtype '<c8' is not supported"));
@@ -177,13 +196,16 @@ TEST_CASE("damaged .npy files are refused, naming the file and what is wrong", "
              Contains("expected a dimension"));
   CHECK_THAT(config_error([&] { read_npy(dir.path() + "/missing.npy"); }),
              Contains(dir.path() + "/missing.npy: cannot open"));
-  CHECK_THAT(config_error([&] { read_npy(dir.path()); }), Contains("not a regular file (a folder)"));
+  CHECK_THAT(config_error([&] { read_npy(dir.path()); }),
+             Contains("not a regular file (a folder)"));
 }
 
-TEST_CASE("hand-made .npz archives: stored and deflated members read back", "[npy]") {
+TEST_CASE("hand-made .npz archives: stored and deflated members read back, zip64 or not", "[npy]") {
   TempDir dir;
+  const bool zip64 = GENERATE(false, true);
   const std::string path = write(
-      dir, "ok.npz", zip({{"a.npy", kGood, false, nullptr}, {"b.npy", kGood, true, nullptr}}));
+      dir, "ok.npz",
+      zip({{"a.npy", kGood, false, nullptr}, {"b.npy", kGood, true, nullptr}}, nullptr, zip64));
   NpzFile archive(path);
   CHECK(archive.keys() == std::vector<std::string>{"a", "b"});
   for (const std::string key : {"a", "b"}) {
@@ -215,6 +237,13 @@ TEST_CASE("damaged .npz archives are refused, naming the file, the key and what 
              Contains("the central directory"));
   CHECK_THAT(error(zip({{"a.npy", kGood, false, nullptr}}, lie(10, 60000, 2))),
              Contains("entries cannot fit"));
+  CHECK_THAT(error(zip({{"a.npy", kGood, false, nullptr}}, lie(64, 7, 8), true)),  // locator
+             Contains("bad zip64 end of central directory locator"));
+  CHECK_THAT(error(zip({{"a.npy", kGood, false, nullptr}}, lie(40, 3, 8), true)),  // cd size
+             Contains("the central directory"));
+  CHECK_THAT(error(zip({{"a.npy", kGood, false, [](std::string& e) { e.resize(e.size() - 8); }}},
+                       nullptr, true)),
+             Contains("bad zip archive"));
   CHECK_THAT(error(zip({{"a.npy", kGood, false, lie(42, 7, 4)}})), Contains("a: bad zip archive"));
   CHECK_THAT(error(zip({{"a.npy", kGood, false, lie(20, 1u << 30, 4)}})),
              Contains("a: bad zip archive"));
@@ -222,10 +251,12 @@ TEST_CASE("damaged .npz archives are refused, naming the file, the key and what 
              Contains("a: CRC-32 mismatch"));
   CHECK_THAT(error(zip({{"a.npy", kGood, false, lie(10, 12, 2)}})),
              Contains("a: compression method 12 is not supported"));
-  CHECK_THAT(error(zip({{"a.npy", kGood, false, lie(8, 1, 2)}})), Contains("a: the member is encrypted"));
+  CHECK_THAT(error(zip({{"a.npy", kGood, false, lie(8, 1, 2)}})),
+             Contains("a: the member is encrypted"));
   CHECK_THAT(error(zip({{"a.npy", kGood, false, nullptr}}), "b"),
              Contains("bad.npz: b: no such array in the archive (it has: a)"));
-  CHECK_THAT(error(zip({{"a.npy", "PK" + kGood, false, nullptr}})), Contains("a: not an .npy file"));
+  CHECK_THAT(error(zip({{"a.npy", "PK" + kGood, false, nullptr}})),
+             Contains("a: not an .npy file"));
   // A deflated member whose directory says it is smaller, or larger, than what it inflates to.
   CHECK_THAT(error(zip({{"a.npy", kGood, true, lie(24, kGood.size() - 1, 4)}})),
              Contains("a: truncated: shape (2, 3)"));

@@ -90,12 +90,12 @@ Dataset dataset_from_npy(const NpyArray& images, const std::string& images_where
     fail(labels_where,
          fmt::format("dtype '{}' is not supported ({})", labels.descr, kNpyLabelDtypes));
   if (images.shape.size() != 3 && images.shape.size() != 4) {
-    fail(images_where, fmt::format("images must have shape (N, H, W) or (N, H, W, C), not {}",
-                                   shape_of(images)));
+    fail(images_where,
+         fmt::format("images must have shape (N, H, W) or (N, H, W, C), not {}", shape_of(images)));
   }
   if (labels.shape.size() != 1 && !(labels.shape.size() == 2 && labels.shape[1] == 1))
-    fail(labels_where, fmt::format("labels must have shape (N,) or (N, 1), not {}",
-                                   shape_of(labels)));
+    fail(labels_where,
+         fmt::format("labels must have shape (N,) or (N, 1), not {}", shape_of(labels)));
   if (images.count == 0) fail(images_where, fmt::format("no images (shape {})", shape_of(images)));
   if (images.shape[0] != labels.shape[0]) {
     throw ConfigError(fmt::format("{} has {} images but {} has {} labels", images_where,

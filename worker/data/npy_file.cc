@@ -45,8 +45,7 @@ constexpr DtypeName kDtypes[] = {
     {"<i8", NpyDtype::kInt64},  {"<f4", NpyDtype::kFloat32},
 };
 
-NpyDtype dtype_of(const std::string& descr, const std::string& where,
-                  const std::string& expected) {
+NpyDtype dtype_of(const std::string& descr, const std::string& where, const std::string& expected) {
   for (const DtypeName& d : kDtypes)
     if (descr == d.descr) return d.dtype;
   if (!descr.empty() && descr[0] == '>') {
@@ -221,7 +220,8 @@ NpyHeader read_npy_header(ByteReader& in, uint64_t total_bytes, const std::strin
     fail(where, "not an .npy file (no \\x93NUMPY magic)");
   const int major = static_cast<uint8_t>(start[6]), minor = static_cast<uint8_t>(start[7]);
   if (major < 1 || major > 3 || minor != 0)
-    fail(where, fmt::format(".npy format version {}.{} is not supported (1.0 to 3.0)", major, minor));
+    fail(where,
+         fmt::format(".npy format version {}.{} is not supported (1.0 to 3.0)", major, minor));
   const int length_bytes = major == 1 ? 2 : 4;
   const std::string length = read_exactly(in, length_bytes, where, ".npy header");
   const uint64_t dict_bytes =
@@ -245,12 +245,12 @@ NpyHeader read_npy_header(ByteReader& in, uint64_t total_bytes, const std::strin
     bytes = 0;
     overflow = false;
   }
-  const std::string shape = fmt::format("({}{})", fmt::join(header.shape, ", "),
-                                        header.shape.size() == 1 ? "," : "");
+  const std::string shape =
+      fmt::format("({}{})", fmt::join(header.shape, ", "), header.shape.size() == 1 ? "," : "");
   if (overflow || bytes > available) {
-    fail(where, fmt::format("truncated: shape {} of '{}' needs {} bytes of data, has {}", shape,
-                            header.descr, overflow ? "more than 2^64" : std::to_string(bytes),
-                            available));
+    fail(where,
+         fmt::format("truncated: shape {} of '{}' needs {} bytes of data, has {}", shape,
+                     header.descr, overflow ? "more than 2^64" : std::to_string(bytes), available));
   }
   if (bytes < available) {
     fail(where, fmt::format("trailing bytes: shape {} of '{}' needs {} bytes of data, has {}",
@@ -266,7 +266,8 @@ MappedFile::MappedFile(const std::string& path) : path_(path) {
   common::UniqueFd fd(::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC));
   if (!fd.valid()) fail(path, fmt::format("cannot open ({})", std::strerror(errno)));
   struct stat st {};
-  if (::fstat(fd.get(), &st) != 0) fail(path, fmt::format("cannot stat ({})", std::strerror(errno)));
+  if (::fstat(fd.get(), &st) != 0)
+    fail(path, fmt::format("cannot stat ({})", std::strerror(errno)));
   if (!S_ISREG(st.st_mode)) {
     fail(path, fmt::format("not a regular file ({}); data files must be",
                            S_ISDIR(st.st_mode)    ? "a folder"
@@ -288,8 +289,8 @@ NpyArray read_npy(const std::string& path, const std::string& expected) {
   auto file = std::make_shared<MappedFile>(path);
   MemoryReader in(file->data(), file->size());
   NpyHeader header = read_npy_header(in, file->size(), path, expected);
-  NpyArray array{header.descr, header.dtype, header.shape, header.count, nullptr,
-                 header.data_bytes};
+  NpyArray array{header.descr, header.dtype, header.shape,
+                 header.count, nullptr,      header.data_bytes};
   array.data = std::shared_ptr<const uint8_t>(file, file->data() + header.data_offset);
   return array;
 }

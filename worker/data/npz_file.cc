@@ -97,8 +97,8 @@ class Inflater : public ByteReader {
 
 void check_crc(const std::string& where, uint32_t want, uint32_t have) {
   if (want != have)
-    fail(where, fmt::format("CRC-32 mismatch: the directory says {:08x}, data has {:08x}", want,
-                            have));
+    fail(where,
+         fmt::format("CRC-32 mismatch: the directory says {:08x}, data has {:08x}", want, have));
 }
 
 }  // namespace
@@ -110,7 +110,8 @@ NpzFile::NpzFile(const std::string& path) : file_(std::make_shared<MappedFile>(p
   // The end record: the last one whose comment runs exactly to the end of the file.
   uint64_t end = size - kEndBytes;
   const uint64_t lowest = size > kEndBytes + 0xffff ? size - kEndBytes - 0xffff : 0;
-  while (!(get(base + end, 4) == kEndSignature && end + kEndBytes + get(base + end + 20, 2) == size)) {
+  while (
+      !(get(base + end, 4) == kEndSignature && end + kEndBytes + get(base + end + 20, 2) == size)) {
     if (end == lowest) fail(path, "not a zip archive (no end of central directory record)");
     --end;
   }
@@ -139,8 +140,8 @@ NpzFile::NpzFile(const std::string& path) : file_(std::make_shared<MappedFile>(p
                            cd_size, cd_offset, directory_offset_));
   }
   if (entries > cd_size / kCentralBytes)
-    fail(path, fmt::format("bad zip archive: {} entries cannot fit {} bytes of directory",
-                           entries, cd_size));
+    fail(path, fmt::format("bad zip archive: {} entries cannot fit {} bytes of directory", entries,
+                           cd_size));
   directory_offset_ = cd_offset;
   read_directory(cd_offset, cd_size, entries);
 }
@@ -180,8 +181,8 @@ void NpzFile::read_directory(uint64_t offset, uint64_t size, uint64_t entries) {
       at += 4 + len;
     }
     const size_t suffix = m.name.size() >= 4 ? m.name.size() - 4 : 0;
-    m.key = m.name.compare(suffix, std::string::npos, ".npy") == 0 ? m.name.substr(0, suffix)
-                                                                    : m.name;
+    m.key =
+        m.name.compare(suffix, std::string::npos, ".npy") == 0 ? m.name.substr(0, suffix) : m.name;
     if (has(m.key)) fail(path, fmt::format("two members are named '{}'", m.name));
     members_.push_back(std::move(m));
     p += kCentralBytes + name_len + extra_len + comment_len;
@@ -201,8 +202,8 @@ bool NpzFile::has(const std::string& key) const {
 
 NpyArray NpzFile::read(const std::string& key, const std::string& expected) const {
   const std::string where = fmt::format("{}: {}", path(), key);
-  auto it = std::find_if(members_.begin(), members_.end(),
-                         [&](const Member& m) { return m.key == key; });
+  auto it =
+      std::find_if(members_.begin(), members_.end(), [&](const Member& m) { return m.key == key; });
   if (it == members_.end()) {
     fail(where, fmt::format("no such array in the archive (it has: {})",
                             keys().empty() ? "none" : fmt::format("{}", fmt::join(keys(), ", "))));
@@ -210,8 +211,8 @@ NpyArray NpzFile::read(const std::string& key, const std::string& expected) cons
   const Member& m = *it;
   if (m.flags & 1) fail(where, "the member is encrypted");
   if (m.method != kStored && m.method != kDeflated)
-    fail(where, fmt::format("compression method {} is not supported (stored or deflated)",
-                            m.method));
+    fail(where,
+         fmt::format("compression method {} is not supported (stored or deflated)", m.method));
   const uint8_t* base = file_->data();
   const uint64_t at = m.local_offset;
   if (at > directory_offset_ || directory_offset_ - at < kLocalBytes ||
@@ -234,8 +235,8 @@ NpyArray NpzFile::read(const std::string& key, const std::string& expected) cons
   check_crc(where, m.crc, crc_of(base + start, m.compressed));
   MemoryReader in(base + start, m.compressed);
   NpyHeader header = read_npy_header(in, m.compressed, where, expected);
-  NpyArray array{header.descr, header.dtype, header.shape, header.count, nullptr,
-                 header.data_bytes};
+  NpyArray array{header.descr, header.dtype, header.shape,
+                 header.count, nullptr,      header.data_bytes};
   array.data = std::shared_ptr<const uint8_t>(file_, base + start + header.data_offset);
   return array;
 }
@@ -255,9 +256,10 @@ NpyArray NpzFile::read_deflated(const Member& m, const uint8_t* data, const std:
     next = std::min(want, next * 2);
   }
   if (have < want || !in.at_end()) {
-    fail(where, fmt::format("the deflated member yields {} bytes of data, its header promises {}",
-                            have < want ? std::to_string(have) : "more than " + std::to_string(want),
-                            want));
+    fail(where,
+         fmt::format("the deflated member yields {} bytes of data, its header promises {}",
+                     have < want ? std::to_string(have) : "more than " + std::to_string(want),
+                     want));
   }
   check_crc(where, m.crc, in.crc());
   NpyArray array{header.descr, header.dtype, header.shape, header.count, nullptr, want};
