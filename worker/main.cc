@@ -488,7 +488,7 @@ int run_worker(const WorkerOptions& options) {
                  place->generation);
   }
   if (task.task.type == common::kEvaluator) {
-    if (!need_test) test_data = data::load_data(config.data, input_shape).second;  // a spare
+    if (!need_test) test_data = data::load_data(config.data, input_shape).second;  // a spare's
     catch_sigterm();  // from here SIGTERM means "evaluate the final model if it is there, then
                       // exit"
     int evaluations = run_evaluator(config, *backend, test_data,

@@ -27,37 +27,34 @@ constexpr int64_t kMaxSyntheticExamples = 10000000;
 constexpr int64_t kMaxSyntheticFloats = int64_t{1} << 28;  ///< 1 GiB of images per split
 constexpr int kMaxClasses = 100000;
 
-// Which sources each source-specific key of `train.data` belongs to.
+// The sources each source-specific key of `train.data` belongs to (also_source may be empty).
 struct KeyOwner {
-  std::string_view key, sources;
+  std::string_view key, source, also_source;
 };
 constexpr KeyOwner kSourceKeys[] = {
-    {"dir", "idx"},
-    {"train_images", "idx npy"},
-    {"train_labels", "idx npy"},
-    {"test_images", "idx npy"},
-    {"test_labels", "idx npy"},
-    {"path", "npz"},
-    {"x_train", "npz"},
-    {"y_train", "npz"},
-    {"x_test", "npz"},
-    {"y_test", "npz"},
-    {"examples", "synthetic"},
-    {"classes", "synthetic"},
+    {"dir", "idx", ""},
+    {"train_images", "idx", "npy"},
+    {"train_labels", "idx", "npy"},
+    {"test_images", "idx", "npy"},
+    {"test_labels", "idx", "npy"},
+    {"path", "npz", ""},
+    {"x_train", "npz", ""},
+    {"y_train", "npz", ""},
+    {"x_test", "npz", ""},
+    {"y_test", "npz", ""},
+    {"examples", "synthetic", ""},
+    {"classes", "synthetic", ""},
 };
 
 // Throws for the first key present in node that does not belong to source.
 void reject_other_keys(const JsonNode& node, const std::string& source) {
   for (const KeyOwner& owner : kSourceKeys) {
-    std::vector<std::string> sources;
-    for (size_t at = 0; at < owner.sources.size();) {
-      size_t end = std::min(owner.sources.find(' ', at), owner.sources.size());
-      sources.emplace_back(owner.sources.substr(at, end - at));
-      at = end + 1;
-    }
-    if (std::find(sources.begin(), sources.end(), source) != sources.end()) continue;
+    if (source == owner.source || source == owner.also_source) continue;
     if (auto n = node.find(owner.key)) {
-      n->fail(fmt::format("only used with \"source\": \"{}\"", fmt::join(sources, "\" or \"")));
+      n->fail(owner.also_source.empty()
+                  ? fmt::format("only used with \"source\": \"{}\"", owner.source)
+                  : fmt::format("only used with \"source\": \"{}\" or \"{}\"", owner.source,
+                                owner.also_source));
     }
   }
 }

@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <unordered_set>
 
 #include "common/errors.h"
 
@@ -151,6 +152,7 @@ void NpzFile::read_directory(uint64_t offset, uint64_t size, uint64_t entries) {
   const uint8_t* p = file_->data() + offset;
   const uint8_t* const limit = p + size;
   members_.reserve(static_cast<size_t>(entries));
+  std::unordered_set<std::string> keys;  // a hostile directory may hold a million names
   for (uint64_t i = 0; i < entries; ++i) {
     if (static_cast<uint64_t>(limit - p) < kCentralBytes || get(p, 4) != kCentralSignature)
       fail(path, fmt::format("bad zip archive: central directory entry {} is damaged", i));
@@ -183,7 +185,7 @@ void NpzFile::read_directory(uint64_t offset, uint64_t size, uint64_t entries) {
     const size_t suffix = m.name.size() >= 4 ? m.name.size() - 4 : 0;
     m.key =
         m.name.compare(suffix, std::string::npos, ".npy") == 0 ? m.name.substr(0, suffix) : m.name;
-    if (has(m.key)) fail(path, fmt::format("two members are named '{}'", m.name));
+    if (!keys.insert(m.key).second) fail(path, fmt::format("two members are named '{}'", m.name));
     members_.push_back(std::move(m));
     p += kCentralBytes + name_len + extra_len + comment_len;
   }
@@ -205,8 +207,13 @@ NpyArray NpzFile::read(const std::string& key, const std::string& expected) cons
   auto it =
       std::find_if(members_.begin(), members_.end(), [&](const Member& m) { return m.key == key; });
   if (it == members_.end()) {
-    fail(where, fmt::format("no such array in the archive (it has: {})",
-                            keys().empty() ? "none" : fmt::format("{}", fmt::join(keys(), ", "))));
+    std::vector<std::string> names = keys();
+    constexpr size_t kListed = 20;
+    std::string more = names.size() > kListed ? fmt::format(", ... ({} in all)", names.size()) : "";
+    names.resize(std::min(names.size(), kListed));
+    fail(where,
+         fmt::format("no such array in the archive (it has: {}{})",
+                     names.empty() ? "none" : fmt::format("{}", fmt::join(names, ", ")), more));
   }
   const Member& m = *it;
   if (m.flags & 1) fail(where, "the member is encrypted");
