@@ -468,7 +468,9 @@ int run_worker(const WorkerOptions& options) {
   timeline.mark("backend");
   if (spare) std::this_thread::sleep_for(std::chrono::duration<double>(kSpareStartDelaySeconds));
   std::vector<int> input_shape = {config.model.height, config.model.width, config.model.channels};
-  auto [train_data, test_data] = data::load_data(config.data, input_shape);
+  // The test split is read only where it is used: validation at epoch ends, or an evaluator.
+  const bool need_test = config.validation || task.task.type == common::kEvaluator;
+  auto [train_data, test_data] = data::load_data(config.data, input_shape, need_test);
   timeline.mark("data");
   std::string run_dir = run_dir_for(options, job);
   std::optional<int> generation;
@@ -486,6 +488,7 @@ int run_worker(const WorkerOptions& options) {
                  place->generation);
   }
   if (task.task.type == common::kEvaluator) {
+    if (!need_test) test_data = data::load_data(config.data, input_shape).second;  // a spare's
     catch_sigterm();  // from here SIGTERM means "evaluate the final model if it is there, then
                       // exit"
     int evaluations = run_evaluator(config, *backend, test_data,

@@ -1,5 +1,6 @@
-// See dataset.h. Loading converts bytes to floats once; the config reader only reads JSON and
-// never touches files (resolve_idx_paths does, when the data is loaded).
+// See dataset.h (npy_dataset.h turns NumPy arrays into a Dataset). Loading converts bytes to
+// floats once; the config reader only reads JSON and never touches files (resolve_idx_paths
+// and the readers do, when the data is loaded).
 #include "worker/data/dataset.h"
 
 #include <fmt/format.h>
@@ -12,6 +13,8 @@
 #include "common/errors.h"
 #include "worker/data/batcher.h"
 #include "worker/data/idx_file.h"
+#include "worker/data/npy_dataset.h"
+#include "worker/data/npz_file.h"
 
 namespace dtrain::data {
 namespace {
@@ -24,12 +27,40 @@ constexpr int64_t kMaxSyntheticExamples = 10000000;
 constexpr int64_t kMaxSyntheticFloats = int64_t{1} << 28;  ///< 1 GiB of images per split
 constexpr int kMaxClasses = 100000;
 
-// Throws for each of keys present in node: they belong to the other source.
-void reject_keys(const JsonNode& node, std::initializer_list<std::string_view> keys,
-                 const std::string& source) {
-  for (std::string_view key : keys) {
-    if (auto n = node.find(key)) n->fail(fmt::format("only used with \"source\": \"{}\"", source));
+// The sources each source-specific key of `train.data` belongs to (also_source may be empty).
+struct KeyOwner {
+  std::string_view key, source, also_source;
+};
+constexpr KeyOwner kSourceKeys[] = {
+    {"dir", "idx", ""},
+    {"train_images", "idx", "npy"},
+    {"train_labels", "idx", "npy"},
+    {"test_images", "idx", "npy"},
+    {"test_labels", "idx", "npy"},
+    {"path", "npz", ""},
+    {"x_train", "npz", ""},
+    {"y_train", "npz", ""},
+    {"x_test", "npz", ""},
+    {"y_test", "npz", ""},
+    {"examples", "synthetic", ""},
+    {"classes", "synthetic", ""},
+};
+
+// Throws for the first key present in node that does not belong to source.
+void reject_other_keys(const JsonNode& node, const std::string& source) {
+  for (const KeyOwner& owner : kSourceKeys) {
+    if (source == owner.source || source == owner.also_source) continue;
+    if (auto n = node.find(owner.key)) {
+      n->fail(owner.also_source.empty()
+                  ? fmt::format("only used with \"source\": \"{}\"", owner.source)
+                  : fmt::format("only used with \"source\": \"{}\" or \"{}\"", owner.source,
+                                owner.also_source));
+    }
   }
+}
+
+void read_string(const JsonNode& node, std::string_view key, std::string& out) {
+  if (auto n = node.find(key)) out = n->as_nonempty_string();
 }
 
 std::string shape_text(int height, int width, int channels) {
@@ -72,6 +103,44 @@ std::pair<Dataset, Dataset> make_synthetic_splits(const DataConfig& config,
                                  kSyntheticSeed, 0);
   Dataset test = make_synthetic(test_examples, config.classes, shape[0], shape[1], shape[2],
                                 kSyntheticSeed, config.examples);
+  return {std::move(train), std::move(test)};
+}
+
+// One split of an npz or npy source, checked against the model.
+Dataset load_npy_split(const DataConfig& config, const std::vector<int>& input_shape, Split split) {
+  const bool train = split == Split::kTrain;
+  std::string images_where, labels_where;
+  NpyArray images, labels;
+  if (config.source == "npz") {
+    NpzFile archive(config.path);
+    const std::string& x = train ? config.x_train : config.x_test;
+    const std::string& y = train ? config.y_train : config.y_test;
+    images = archive.read(x, kNpyImageDtypes);
+    labels = archive.read(y, kNpyLabelDtypes);
+    images_where = fmt::format("{}: {}", config.path, x);
+    labels_where = fmt::format("{}: {}", config.path, y);
+  } else {
+    images_where = train ? config.train_images : config.test_images;
+    labels_where = train ? config.train_labels : config.test_labels;
+    if (images_where.empty() || labels_where.empty()) {
+      throw ConfigError(
+          "data: \"source\": \"npy\" needs \"test_images\" and \"test_labels\" when the job "
+          "validates (\"validation\": true) or has an evaluator");
+    }
+    images = read_npy(images_where, kNpyImageDtypes);
+    labels = read_npy(labels_where, kNpyLabelDtypes);
+  }
+  Dataset data = dataset_from_npy(images, images_where, labels, labels_where, split);
+  check_matches_model(data, input_shape, images_where);
+  return data;
+}
+
+std::pair<Dataset, Dataset> load_npy_splits(const DataConfig& config,
+                                            const std::vector<int>& input_shape, bool need_test) {
+  Dataset train = load_npy_split(config, input_shape, Split::kTrain);
+  Dataset test;
+  if (need_test) test = load_npy_split(config, input_shape, Split::kTest);
+  train.classes = test.classes = std::max(train.classes, test.classes);
   return {std::move(train), std::move(test)};
 }
 
@@ -130,24 +199,33 @@ Dataset make_synthetic(int64_t examples, int classes, int height, int width, int
 
 DataConfig parse_data_config(const JsonNode& node) {
   node.check_keys({"source", "dir", "train_images", "train_labels", "test_images", "test_labels",
-                   "examples", "classes"});
+                   "path", "x_train", "y_train", "x_test", "y_test", "examples", "classes"});
   DataConfig config;
   if (auto n = node.find("source")) config.source = n->as_string();
-  if (config.source == "synthetic") {
-    reject_keys(node, {"dir", "train_images", "train_labels", "test_images", "test_labels"}, "idx");
-    if (auto n = node.find("examples")) config.examples = n->as_int(1, kMaxSyntheticExamples);
-    if (auto n = node.find("classes")) config.classes = static_cast<int>(n->as_int(2, kMaxClasses));
-  } else if (config.source == "idx") {
-    reject_keys(node, {"examples", "classes"}, "synthetic");
-    if (auto n = node.find("dir")) config.dir = n->as_nonempty_string();
-    if (auto n = node.find("train_images")) config.train_images = n->as_nonempty_string();
-    if (auto n = node.find("train_labels")) config.train_labels = n->as_nonempty_string();
-    if (auto n = node.find("test_images")) config.test_images = n->as_nonempty_string();
-    if (auto n = node.find("test_labels")) config.test_labels = n->as_nonempty_string();
-  } else {
+  const std::string& source = config.source;
+  if (source != "idx" && source != "npz" && source != "npy" && source != "synthetic") {
     node.at("source").fail(fmt::format(
-        "unknown data source \"{}\" (expected \"idx\" or \"synthetic\")", config.source));
+        "unknown data source \"{}\" (expected \"idx\", \"npz\", \"npy\" or \"synthetic\")",
+        source));
   }
+  reject_other_keys(node, source);
+  if (auto n = node.find("examples")) config.examples = n->as_int(1, kMaxSyntheticExamples);
+  if (auto n = node.find("classes")) config.classes = static_cast<int>(n->as_int(2, kMaxClasses));
+  for (auto [key, field] : {std::pair{"dir", &config.dir},
+                            {"train_images", &config.train_images},
+                            {"train_labels", &config.train_labels},
+                            {"test_images", &config.test_images},
+                            {"test_labels", &config.test_labels},
+                            {"path", &config.path},
+                            {"x_train", &config.x_train},
+                            {"y_train", &config.y_train},
+                            {"x_test", &config.x_test},
+                            {"y_test", &config.y_test}}) {
+    read_string(node, key, *field);
+  }
+  if (source == "npz" && config.path.empty()) node.fail("\"source\": \"npz\" needs \"path\"");
+  if (source == "npy" && (config.train_images.empty() || config.train_labels.empty()))
+    node.fail("\"source\": \"npy\" needs \"train_images\" and \"train_labels\"");
   return config;
 }
 
@@ -174,10 +252,12 @@ DataConfig resolve_idx_paths(const DataConfig& config) {
   return resolved;
 }
 
-std::pair<Dataset, Dataset> load_data(const DataConfig& config,
-                                      const std::vector<int>& input_shape) {
+std::pair<Dataset, Dataset> load_data(const DataConfig& config, const std::vector<int>& input_shape,
+                                      bool need_test) {
   check_input_shape(input_shape);
   if (config.source == "synthetic") return make_synthetic_splits(config, input_shape);
+  if (config.source == "npz" || config.source == "npy")
+    return load_npy_splits(config, input_shape, need_test);
   DT_ENFORCE(config.source == "idx", "unknown data source \"{}\"", config.source);
   const DataConfig paths = resolve_idx_paths(config);
   Dataset train = load_idx_pair(paths.train_images, paths.train_labels);

@@ -1,6 +1,6 @@
-// Datasets held in memory: a pair of IDX files (images kept as their bytes, turned into floats
-// in [0, 1] only when an example is copied out), or synthetic, learnable data for tests (floats);
-// and the `train.data` config that picks between them. Order,
+// Datasets held in memory: a pair of IDX files, an .npz archive or .npy files (uint8 images kept
+// as their bytes, turned into floats in [0, 1] only when an example is copied out), or synthetic,
+// learnable data for tests (floats); and the `train.data` config that picks between them. Order,
 // sharding and batching are batcher.h's; the model's shape is checked here, nothing else of it.
 #pragma once
 
@@ -51,9 +51,13 @@ Dataset make_synthetic(int64_t examples, int classes, int height, int width, int
 
 /// The `train.data` object. Paths left empty are found in dir when the data is loaded.
 struct DataConfig {
-  std::string source = "idx";  ///< "idx" | "synthetic"
+  std::string source = "idx";  ///< "idx" | "npz" | "npy" | "synthetic"
   std::string dir = "/usr/share/datasets/fashion-mnist";
+  /// idx: optional (else found in dir); npy: the four .npy files (test ones when needed).
   std::string train_images, train_labels, test_images, test_labels;
+  std::string path;  ///< npz: the archive
+  /// npz: the arrays' keys (Keras's names by default).
+  std::string x_train = "x_train", y_train = "y_train", x_test = "x_test", y_test = "y_test";
   int64_t examples = 1024;  ///< synthetic: training examples (test split: a quarter, >= classes)
   int classes = 10;         ///< synthetic only
 };
@@ -69,12 +73,14 @@ DataConfig resolve_idx_paths(const DataConfig& config);
 /// Seed of the synthetic source: fixed, so every worker and every restart sees the same data.
 inline constexpr uint64_t kSyntheticSeed = 0x5eedda7a;
 
-/// The train and test splits. input_shape is the model's [height, width, channels]: idx data
+/// The train and test splits. input_shape is the model's [height, width, channels]: file data
 /// must match it (ConfigError "data: images are 28x28x1 but model.input_shape is [32, 32, 3]");
 /// synthetic data is made in that shape. Both splits get the same `classes`; only the train
-/// split must have 2 or more.
-std::pair<Dataset, Dataset> load_data(const DataConfig& config,
-                                      const std::vector<int>& input_shape);
+/// split must have 2 or more. need_test false (no validation, not an evaluator): npz and npy
+/// leave the test split empty (count 0) and need no test arrays; idx and synthetic load it
+/// anyway.
+std::pair<Dataset, Dataset> load_data(const DataConfig& config, const std::vector<int>& input_shape,
+                                      bool need_test = true);
 
 /// Copies example `example` (stored channels-last) to out in CHW order: a plain copy for one
 /// channel. out holds height * width * channels floats.

@@ -1,0 +1,272 @@
+// .npy and .npz files made by hand, byte by byte: every header version, then damage of every
+// kind (truncated headers, shapes promising more than the file holds, bad dicts, unknown dtypes,
+// zip directories that lie, deflate streams that yield other than promised), each a ConfigError
+// naming the file. Files written by NumPy itself are test_npy.cc's.
+#include <zlib.h>
+
+#include <catch2/catch.hpp>
+#include <cstdint>
+#include <fstream>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "common/errors.h"
+#include "test/support/temp_dir.h"
+#include "worker/data/npy_file.h"
+#include "worker/data/npz_file.h"
+
+using namespace dtrain::data;
+using Catch::Contains;
+using dtrain::common::ConfigError;
+using dtrain::testing::TempDir;
+
+namespace {
+
+template <typename Fn>
+std::string config_error(Fn fn) {
+  try {
+    fn();
+  } catch (const ConfigError& error) {
+    return error.what();
+  }
+  FAIL("expected a ConfigError");
+  return "";
+}
+
+void put(std::string& out, uint64_t value, int bytes) {
+  for (int i = 0; i < bytes; ++i) out.push_back(static_cast<char>(value >> (8 * i)));
+}
+
+// An .npy file: magic, version, header length, dict padded with spaces to 64 bytes and '\n'.
+std::string npy(const std::string& dict, const std::string& data, int major = 1) {
+  const size_t length_bytes = major == 1 ? 2 : 4;
+  std::string header = dict;
+  while ((8 + length_bytes + header.size() + 1) % 64 != 0) header.push_back(' ');
+  header.push_back('\n');
+  std::string out = "\x93NUMPY";
+  out.push_back(static_cast<char>(major));
+  out.push_back(0);
+  put(out, header.size(), static_cast<int>(length_bytes));
+  return out + header + data;
+}
+
+std::string dict(const std::string& descr, const std::string& shape) {
+  return "{'descr': '" + descr + "', 'fortran_order': False, 'shape': " + shape + ", }";
+}
+
+const std::string kGood = npy(dict("|u1", "(2, 3)"), "abcdef");
+
+std::string raw_deflate(const std::string& in) {
+  z_stream zs{};
+  REQUIRE(deflateInit2(&zs, 9, Z_DEFLATED, -MAX_WBITS, 8, Z_DEFAULT_STRATEGY) == Z_OK);
+  std::string out(deflateBound(&zs, in.size()), '\0');
+  zs.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(in.data()));
+  zs.avail_in = static_cast<uInt>(in.size());
+  zs.next_out = reinterpret_cast<Bytef*>(out.data());
+  zs.avail_out = static_cast<uInt>(out.size());
+  REQUIRE(deflate(&zs, Z_FINISH) == Z_STREAM_END);
+  out.resize(zs.total_out);
+  deflateEnd(&zs);
+  return out;
+}
+
+// One member of a hand-made zip; the directory's fields can be made to lie.
+struct Member {
+  std::string name, contents;
+  bool deflate = false;
+  std::function<void(std::string& entry)> damage_entry;  ///< the central directory entry
+};
+
+// A zip archive of members; damage_end edits the end of central directory record. zip64: sizes
+// and offsets in zip64 extra fields and records, as a writer does for members over 4 GiB.
+std::string zip(const std::vector<Member>& members,
+                const std::function<void(std::string&)>& damage_end = nullptr, bool zip64 = false) {
+  std::string out, directory;
+  for (const Member& m : members) {
+    const std::string data = m.deflate ? raw_deflate(m.contents) : m.contents;
+    const uint32_t crc = static_cast<uint32_t>(
+        crc32(0, reinterpret_cast<const Bytef*>(m.contents.data()), m.contents.size()));
+    std::string fields;  // version, flags, method, time, date, crc, sizes, name length
+    put(fields, 20, 2), put(fields, 0, 2), put(fields, m.deflate ? 8 : 0, 2);
+    put(fields, 0, 4), put(fields, crc, 4), put(fields, data.size(), 4);
+    put(fields, m.contents.size(), 4), put(fields, m.name.size(), 2), put(fields, 0, 2);
+    std::string entry;
+    put(entry, 0x02014b50, 4), put(entry, 20, 2);
+    entry += fields;
+    put(entry, 0, 2), put(entry, 0, 2), put(entry, 0, 2), put(entry, 0, 4);
+    put(entry, out.size(), 4);
+    entry += m.name;
+    if (zip64) {
+      for (size_t at : {20, 24, 42}) entry.replace(at, 4, "\xff\xff\xff\xff");
+      entry.replace(30, 2, std::string("\x1c\0", 2));  // extra field length 28
+      put(entry, 1, 2), put(entry, 24, 2), put(entry, m.contents.size(), 8);
+      put(entry, data.size(), 8), put(entry, out.size(), 8);
+    }
+    if (m.damage_entry) m.damage_entry(entry);
+    directory += entry;
+    put(out, 0x04034b50, 4);
+    out += fields + m.name + data;
+  }
+  std::string end;
+  if (zip64) {
+    put(end, 0x06064b50, 4), put(end, 44, 8), put(end, 45, 2), put(end, 45, 2), put(end, 0, 8);
+    put(end, members.size(), 8), put(end, members.size(), 8), put(end, directory.size(), 8);
+    put(end, out.size(), 8);
+    put(end, 0x07064b50, 4), put(end, 0, 4), put(end, out.size() + directory.size(), 8);
+    put(end, 1, 4);
+    put(end, 0x06054b50, 4), put(end, 0, 4), put(end, 0xffff, 2), put(end, 0xffff, 2);
+    put(end, 0xffffffff, 4), put(end, 0xffffffff, 4), put(end, 0, 2);
+    if (damage_end) damage_end(end);
+    return out + directory + end;
+  }
+  put(end, 0x06054b50, 4), put(end, 0, 4), put(end, members.size(), 2);
+  put(end, members.size(), 2), put(end, directory.size(), 4), put(end, out.size(), 4);
+  put(end, 0, 2);
+  if (damage_end) damage_end(end);
+  return out + directory + end;
+}
+
+std::string write(const TempDir& dir, const std::string& name, const std::string& bytes) {
+  const std::string path = dir.path() + "/" + name;
+  std::ofstream(path, std::ios::binary) << bytes;
+  return path;
+}
+
+}  // namespace
+
+TEST_CASE("read_npy reads header versions 1.0, 2.0 and 3.0 and keeps the data mapped", "[npy]") {
+  TempDir dir;
+  for (int major : {1, 2, 3}) {
+    const std::string path = write(dir, "v" + std::to_string(major),
+                                   npy(dict("<i2", "(3,)"), std::string("\1\0\2\0\3\1", 6), major));
+    NpyArray array = read_npy(path);
+    CHECK((array.dtype == NpyDtype::kInt16 && array.descr == "<i2" && array.count == 3));
+    CHECK(array.shape == std::vector<int64_t>{3});
+    REQUIRE(array.bytes == 6);
+    CHECK(std::string(reinterpret_cast<const char*>(array.data.get()), 6) ==
+          std::string("\1\0\2\0\3\1", 6));
+  }
+  NpyArray scalar = read_npy(write(dir, "scalar", npy(dict("<f4", "()"), "abcd")));
+  CHECK((scalar.shape.empty() && scalar.count == 1 && scalar.bytes == 4));
+  NpyArray empty = read_npy(write(dir, "empty", npy(dict("<u4", "(0, 5)"), "")));
+  CHECK((empty.count == 0 && empty.bytes == 0));
+}
+
+TEST_CASE("damaged .npy files are refused, naming the file and what is wrong", "[npy]") {
+  TempDir dir;
+  auto error = [&](const std::string& bytes) {
+    const std::string path = write(dir, "bad.npy", bytes);
+    std::string message = config_error([&] { read_npy(path); });
+    CHECK_THAT(message, Contains(path + ": "));
+    return message;
+  };
+  CHECK_THAT(error(""), Contains("truncated .npy header"));
+  CHECK_THAT(error(kGood.substr(0, 9)), Contains("truncated .npy header"));
+  CHECK_THAT(error(kGood.substr(0, 40)),
+             Contains("truncated .npy header: needs 128 bytes, has 40"));
+  CHECK_THAT(error("PK\3\4" + kGood), Contains("not an .npy file"));
+  std::string v9 = kGood;
+  v9[6] = 9;
+  CHECK_THAT(error(v9), Contains(".npy format version 9.0 is not supported"));
+  CHECK_THAT(error(kGood.substr(0, kGood.size() - 1)),
+             Contains("truncated: shape (2, 3) of '|u1' needs 6 bytes of data, has 5"));
+  CHECK_THAT(error(kGood + "x"), Contains("trailing bytes"));
+  // 10^15 elements: refused by arithmetic, never allocated.
+  CHECK_THAT(
+      error(npy(dict("<u8", "(1000000000, 1000000)"), "abcdefgh")),
+      Contains("shape (1000000000, 1000000) of '<u8' needs 8000000000000000 bytes of data, has 8"));
+  CHECK_THAT(error(npy(dict("<u1", "(99999999999999999999,)"), "")),
+             Contains("a dimension of the shape is too large"));
+  CHECK_THAT(error(npy(dict("<c8", "(1,)"), "12345678")), Contains("dtype '<c8' is not supported"));
+  CHECK_THAT(error(npy(dict("|O", "(1,)"), "12345678")), Contains("dtype '|O' is not supported"));
+  CHECK_THAT(error(npy("{'descr': [('a', '<u1')], 'fortran_order': False, 'shape': (1,), }", "a")),
+             Contains("structured dtypes are not supported"));
+  CHECK_THAT(error(npy("{'descr': '<u1', 'fortran_order': False, 'shape': (1,), 'x': 1}", "a")),
+             Contains("bad .npy header: unknown key 'x'"));
+  CHECK_THAT(error(npy("{'descr': '<u1', 'shape': (1,)}", "a")),
+             Contains("needs 'descr', 'fortran_order' and 'shape'"));
+  CHECK_THAT(error(npy("{'descr': '<u1, 'fortran_order': False, 'shape': (1,)}", "a")),
+             Contains("bad .npy header"));
+  CHECK_THAT(error(npy("{'descr': '<u1', 'fortran_order': Maybe, 'shape': (1,)}", "a")),
+             Contains("fortran_order must be True or False"));
+  CHECK_THAT(error(npy("{'descr': '<u1', 'fortran_order': False, 'shape': (1,)} x", "a")),
+             Contains("unexpected text after the header dict"));
+  CHECK_THAT(error(npy("{'descr': '<u1', 'fortran_order': False, 'shape': (-1,)}", "a")),
+             Contains("expected a dimension"));
+  CHECK_THAT(config_error([&] { read_npy(dir.path() + "/missing.npy"); }),
+             Contains(dir.path() + "/missing.npy: cannot open"));
+  CHECK_THAT(config_error([&] { read_npy(dir.path()); }),
+             Contains("not a regular file (a folder)"));
+}
+
+TEST_CASE("hand-made .npz archives: stored and deflated members read back, zip64 or not", "[npy]") {
+  TempDir dir;
+  const bool zip64 = GENERATE(false, true);
+  const std::string path = write(
+      dir, "ok.npz",
+      zip({{"a.npy", kGood, false, nullptr}, {"b.npy", kGood, true, nullptr}}, nullptr, zip64));
+  NpzFile archive(path);
+  CHECK(archive.keys() == std::vector<std::string>{"a", "b"});
+  for (const std::string key : {"a", "b"}) {
+    NpyArray array = archive.read(key);
+    CHECK(array.shape == std::vector<int64_t>{2, 3});
+    CHECK(std::string(reinterpret_cast<const char*>(array.data.get()), array.bytes) == "abcdef");
+  }
+}
+
+TEST_CASE("damaged .npz archives are refused, naming the file, the key and what is wrong",
+          "[npy]") {
+  TempDir dir;
+  auto error = [&](const std::string& bytes, const std::string& key = "a") {
+    const std::string path = write(dir, "bad.npz", bytes);
+    std::string message = config_error([&] { NpzFile(path).read(key); });
+    CHECK_THAT(message, Contains(path + ": "));
+    return message;
+  };
+  auto lie = [](size_t at, uint64_t value, int bytes) {
+    return [=](std::string& s) {
+      std::string v;
+      put(v, value, bytes);
+      s.replace(at, static_cast<size_t>(bytes), v);
+    };
+  };
+  CHECK_THAT(error("not a zip at all, just some text"), Contains("no end of central directory"));
+  CHECK_THAT(error(kGood), Contains("no end of central directory"));
+  CHECK_THAT(error(zip({{"a.npy", kGood, false, nullptr}}, lie(16, 1000000, 4))),
+             Contains("the central directory"));
+  CHECK_THAT(error(zip({{"a.npy", kGood, false, nullptr}}, lie(10, 60000, 2))),
+             Contains("entries cannot fit"));
+  CHECK_THAT(error(zip({{"a.npy", kGood, false, nullptr}}, lie(64, 7, 8), true)),  // locator
+             Contains("bad zip64 end of central directory locator"));
+  CHECK_THAT(error(zip({{"a.npy", kGood, false, nullptr}}, lie(40, 3, 8), true)),  // cd size
+             Contains("the central directory"));
+  CHECK_THAT(error(zip({{"a.npy", kGood, false, [](std::string& e) { e.resize(e.size() - 8); }}},
+                       nullptr, true)),
+             Contains("bad zip archive"));
+  CHECK_THAT(error(zip({{"a.npy", kGood, false, lie(42, 7, 4)}})), Contains("a: bad zip archive"));
+  CHECK_THAT(error(zip({{"a.npy", kGood, false, lie(20, 1u << 30, 4)}})),
+             Contains("a: bad zip archive"));
+  CHECK_THAT(error(zip({{"a.npy", kGood, false, lie(16, 0x12345678, 4)}})),
+             Contains("a: CRC-32 mismatch"));
+  CHECK_THAT(error(zip({{"a.npy", kGood, false, lie(10, 12, 2)}})),
+             Contains("a: compression method 12 is not supported"));
+  CHECK_THAT(error(zip({{"a.npy", kGood, false, lie(8, 1, 2)}})),
+             Contains("a: the member is encrypted"));
+  CHECK_THAT(error(zip({{"a.npy", kGood, false, nullptr}}), "b"),
+             Contains("bad.npz: b: no such array in the archive (it has: a)"));
+  CHECK_THAT(error(zip({{"a.npy", "PK" + kGood, false, nullptr}})),
+             Contains("a: not an .npy file"));
+  // A deflated member whose directory says it is smaller, or larger, than what it inflates to.
+  CHECK_THAT(error(zip({{"a.npy", kGood, true, lie(24, kGood.size() - 1, 4)}})),
+             Contains("a: truncated: shape (2, 3)"));
+  CHECK_THAT(error(zip({{"a.npy", kGood, true, lie(24, kGood.size() + 1, 4)}})),
+             Contains("a: trailing bytes"));
+  // A deflated member that yields more than its header promises (a bomb) stops at the promise.
+  const std::string bomb = kGood + std::string(1 << 20, 'x');
+  CHECK_THAT(error(zip({{"a.npy", bomb, true, lie(24, kGood.size(), 4)}})),
+             Contains("a: the deflated member yields more than 6 bytes of data"));
+  std::string truncated = zip({{"a.npy", bomb, true, nullptr}});
+  truncated.replace(60, 40, std::string(40, '\xff'));
+  CHECK_THAT(error(truncated), Contains("a: bad deflate data"));
+}

@@ -1,0 +1,126 @@
+// See npy_dataset.h. Elements are read with memcpy: a stored .npz member's data need not be
+// aligned. The only copy of the pixels is the one into the Dataset.
+#include "worker/data/npy_dataset.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
+#include <cstring>
+#include <limits>
+#include <type_traits>
+
+#include "common/errors.h"
+
+namespace dtrain::data {
+namespace {
+
+using common::ConfigError;
+
+[[noreturn]] void fail(const std::string& where, const std::string& what) {
+  throw ConfigError(fmt::format("{}: {}", where, what));
+}
+
+std::string shape_of(const NpyArray& array) {
+  return fmt::format("({}{})", fmt::join(array.shape, ", "), array.shape.size() == 1 ? "," : "");
+}
+
+int dimension(const NpyArray& array, size_t i, const std::string& where) {
+  if (array.shape[i] > std::numeric_limits<int>::max())
+    fail(where, fmt::format("dimension {} of shape {} is too large", i, shape_of(array)));
+  return static_cast<int>(array.shape[i]);
+}
+
+// Labels of type T to int32, each checked; returns the largest.
+template <typename T>
+int32_t convert_labels(const NpyArray& labels, const std::string& where,
+                       std::vector<int32_t>& out) {
+  constexpr int64_t kLargest = std::numeric_limits<int32_t>::max() - 1;  // classes fits int32
+  out.resize(static_cast<size_t>(labels.count));
+  int32_t largest = 0;
+  for (int64_t i = 0; i < labels.count; ++i) {
+    T value;
+    std::memcpy(&value, labels.data.get() + i * static_cast<int64_t>(sizeof(T)), sizeof(T));
+    bool negative = false, too_large = false;
+    if constexpr (std::is_signed_v<T>) negative = value < 0;
+    if (!negative) too_large = static_cast<uint64_t>(value) > static_cast<uint64_t>(kLargest);
+    if (negative || too_large) {
+      fail(where, fmt::format("label {} at index {} is {}", +value, i,
+                              negative ? "negative" : "too large for int32 classes"));
+    }
+    out[static_cast<size_t>(i)] = static_cast<int32_t>(value);
+    largest = std::max(largest, out[static_cast<size_t>(i)]);
+  }
+  return largest;
+}
+
+int32_t to_int32_labels(const NpyArray& labels, const std::string& where,
+                        std::vector<int32_t>& out) {
+  switch (labels.dtype) {
+    case NpyDtype::kUint8:
+      return convert_labels<uint8_t>(labels, where, out);
+    case NpyDtype::kInt8:
+      return convert_labels<int8_t>(labels, where, out);
+    case NpyDtype::kUint16:
+      return convert_labels<uint16_t>(labels, where, out);
+    case NpyDtype::kInt16:
+      return convert_labels<int16_t>(labels, where, out);
+    case NpyDtype::kUint32:
+      return convert_labels<uint32_t>(labels, where, out);
+    case NpyDtype::kInt32:
+      return convert_labels<int32_t>(labels, where, out);
+    case NpyDtype::kUint64:
+      return convert_labels<uint64_t>(labels, where, out);
+    case NpyDtype::kInt64:
+      return convert_labels<int64_t>(labels, where, out);
+    case NpyDtype::kFloat32:
+      break;
+  }
+  fail(where, fmt::format("dtype '{}' is not supported ({})", labels.descr, kNpyLabelDtypes));
+}
+
+}  // namespace
+
+Dataset dataset_from_npy(const NpyArray& images, const std::string& images_where,
+                         const NpyArray& labels, const std::string& labels_where, Split split) {
+  if (images.dtype != NpyDtype::kUint8 && images.dtype != NpyDtype::kFloat32)
+    fail(images_where,
+         fmt::format("dtype '{}' is not supported ({})", images.descr, kNpyImageDtypes));
+  if (!npy_is_integer(labels.dtype))
+    fail(labels_where,
+         fmt::format("dtype '{}' is not supported ({})", labels.descr, kNpyLabelDtypes));
+  if (images.shape.size() != 3 && images.shape.size() != 4) {
+    fail(images_where,
+         fmt::format("images must have shape (N, H, W) or (N, H, W, C), not {}", shape_of(images)));
+  }
+  if (labels.shape.size() != 1 && !(labels.shape.size() == 2 && labels.shape[1] == 1))
+    fail(labels_where,
+         fmt::format("labels must have shape (N,) or (N, 1), not {}", shape_of(labels)));
+  if (images.count == 0) fail(images_where, fmt::format("no images (shape {})", shape_of(images)));
+  if (images.shape[0] != labels.shape[0]) {
+    throw ConfigError(fmt::format("{} has {} images but {} has {} labels", images_where,
+                                  images.shape[0], labels_where, labels.shape[0]));
+  }
+  Dataset data;
+  data.count = images.shape[0];
+  data.height = dimension(images, 1, images_where);
+  data.width = dimension(images, 2, images_where);
+  data.channels = images.shape.size() == 4 ? dimension(images, 3, images_where) : 1;
+  const int32_t largest = to_int32_labels(labels, labels_where, data.labels);
+  const uint8_t* pixels = images.data.get();
+  if (images.dtype == NpyDtype::kUint8) {
+    data.bytes.assign(pixels, pixels + images.bytes);
+  } else {
+    data.images.resize(static_cast<size_t>(images.count));
+    std::memcpy(data.images.data(), pixels, images.bytes);
+  }
+  const auto [low, high] = std::minmax_element(data.labels.begin(), data.labels.end());
+  if (split == Split::kTrain && *low == *high) {
+    fail(labels_where,
+         fmt::format("all labels are {}; a classifier needs at least 2 classes", *low));
+  }
+  data.classes = largest + 1;
+  return data;
+}
+
+}  // namespace dtrain::data

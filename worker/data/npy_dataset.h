@@ -1,0 +1,24 @@
+// Turns NumPy arrays (npy_file.h, npz_file.h) into a Dataset: images (N, H, W) or (N, H, W, C) of
+// uint8 (kept as bytes) or float32 (kept as they are), labels (N) or (N, 1) of any integer dtype
+// (to int32). Checks that they belong together; the model's shape is dataset.cc's to check.
+#pragma once
+
+#include <string>
+
+#include "worker/data/dataset.h"
+#include "worker/data/npy_file.h"
+
+namespace dtrain::data {
+
+/// What images and labels may be, for the reader's dtype messages.
+inline constexpr const char* kNpyImageDtypes = "images: uint8 or float32";
+inline constexpr const char* kNpyLabelDtypes = "labels: an integer type";
+
+/// The Dataset of images and labels. images_where and labels_where name them in errors
+/// ("data.npz: x_train"). ConfigError for a wrong rank or dtype, no examples, counts that differ
+/// (naming both), a label below 0 or too large for int32 (naming its index), and, for a training
+/// split, labels that are all one class. classes = largest label + 1. Copies the data.
+Dataset dataset_from_npy(const NpyArray& images, const std::string& images_where,
+                         const NpyArray& labels, const std::string& labels_where, Split split);
+
+}  // namespace dtrain::data
