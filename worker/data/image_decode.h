@@ -48,8 +48,9 @@ inline constexpr uint64_t kMaxImageFileBytes = uint64_t{1} << 29;
 ///   undone. JPEG: libjpeg-turbo, accurate integer IDCT (JDCT_ISLOW, as PIL; TF's default is the
 ///   faster JDCT_IFAST, which differs by a few levels), fancy upsampling. CMYK JPEGs are refused.
 /// - grayscale from color: round(0.2989 R + 0.5870 G + 0.1140 B), tf.image.rgb_to_grayscale's
-///   weights, for PNG; a JPEG is decoded straight to its luma (libjpeg's JCS_GRAYSCALE, as TF),
-///   within 1 of that formula. Gray to RGB replicates; alpha is dropped, or added as 255.
+///   weights, for PNG; a JPEG is decoded straight to its luma plane (libjpeg's JCS_GRAYSCALE, as
+///   TF), which is that formula on its RGB decode up to rounding, except where saturated colors
+///   clip in RGB (a few levels). Gray to RGB replicates; alpha is dropped, or added as 255.
 /// Errors are common::ConfigError "<name>: <what is wrong>": unsupported format, a header over
 /// kMaxImageBytes, truncated or corrupt data (libpng and libjpeg errors, and libjpeg's "premature
 /// end of data" warning; its other warnings, such as extraneous bytes, are ignored as TF and PIL
