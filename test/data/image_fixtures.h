@@ -64,6 +64,12 @@ wide = bytearray(jpeg); wide[sof + 5:sof + 9] = struct.pack('>HH', 60000, 60000)
 open(f'{out}/huge.jpg', 'wb').write(wide)
 bad = bytearray(jpeg); bad[sof + 4] = 7  # sample precision 7 bits
 open(f'{out}/bad_precision.jpg', 'wb').write(bad)
+sos = jpeg.index(b'\xff\xda')  # scan data cut short by an end marker
+open(f'{out}/cut_scan.jpg', 'wb').write(jpeg[:sos + 40] + b'\xff\xd9')
+flat = bytearray(open(f'{out}/gray.jpg', 'rb').read())  # 16000x16000 from 20 bytes of scan
+sof = flat.index(b'\xff\xc0'); flat[sof + 5:sof + 9] = struct.pack('>HH', 16000, 16000)
+sos = flat.index(b'\xff\xda')
+open(f'{out}/flat.jpg', 'wb').write(flat[:sos + 20] + b'\xff\xd9')
 open(f'{out}/garbage.jpg', 'wb').write(jpeg[:4] + b'\0' * 200)
 open(f'{out}/truncated.jpg', 'wb').write(jpeg[:len(jpeg) // 2])
 whole = open(f'{out}/rgb.png', 'rb').read()

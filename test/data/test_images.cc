@@ -161,6 +161,10 @@ TEST_CASE("damaged and hostile files are ConfigErrors naming the file", "[images
   CHECK_THAT(error("truncated.jpg"), Contains("bad JPEG") && Contains("Premature end"));
   CHECK_THAT(error("bad_precision.jpg"), Contains("bad JPEG") && Contains("precision"));
   CHECK_THAT(error("garbage.jpg"), Contains("bad JPEG"));
+  // libjpeg warns and fills the rest with flat blocks; we refuse (PIL would decode them).
+  CHECK_THAT(error("cut_scan.jpg"), Contains("bad JPEG") && Contains("premature end of data"));
+  CHECK_THAT(config_error([&] { f.decode("flat.jpg", ColorMode::kGrayscale); }),
+             Contains(f.path("flat.jpg")) && Contains("premature end of data"));
   // Refused from the header, before allocating 30 GB (or 10.8 GB for the JPEG).
   CHECK_THAT(error("huge.png"), Contains("100000x100000x3") && Contains("268435456-byte limit"));
   CHECK_THAT(error("huge.jpg"), Contains("60000x60000x3") && Contains("limit"));

@@ -116,11 +116,25 @@ class PngReader {
   png_infop info_ = nullptr;
 };
 
-// Reads the header and sets the transforms to 8-bit gray, gray+alpha, RGB or RGBA.
 bool read_png_header(const PngReader& reader) {
   if (setjmp(png_jmpbuf(reader.png()))) return false;
   png_read_info(reader.png(), reader.info());
-  png_set_expand(reader.png());  // palette to RGB, tRNS to alpha, gray below 8 bits to 8
+  return true;
+}
+
+// Channels after png_set_expand: palette to RGB, tRNS to alpha, gray below 8 bits to 8.
+int expanded_png_channels(const PngReader& reader) {
+  const int type = png_get_color_type(reader.png(), reader.info());
+  const bool color = (type & PNG_COLOR_MASK_COLOR) != 0;  // palette images have it too
+  const bool alpha = (type & PNG_COLOR_MASK_ALPHA) != 0 ||
+                     png_get_valid(reader.png(), reader.info(), PNG_INFO_tRNS) != 0;
+  return (color ? 3 : 1) + (alpha ? 1 : 0);
+}
+
+// Sets the transforms to 8-bit gray, gray+alpha, RGB or RGBA; allocates one row.
+bool set_png_transforms(const PngReader& reader) {
+  if (setjmp(png_jmpbuf(reader.png()))) return false;
+  png_set_expand(reader.png());
   png_set_strip_16(reader.png());
   png_set_interlace_handling(reader.png());
   png_read_update_info(reader.png(), reader.info());
@@ -141,8 +155,10 @@ Image decode_png(const uint8_t* data, size_t size, const std::string& name, Colo
   if (!read_png_header(reader)) fail(name, fmt::format("bad PNG: {}", input.message));
   const uint32_t width = png_get_image_width(reader.png(), reader.info());
   const uint32_t height = png_get_image_height(reader.png(), reader.info());
-  const int channels = png_get_channels(reader.png(), reader.info());
+  const int channels = expanded_png_channels(reader);
   check_dimensions(name, width, height, std::max(channels, channel_count(mode)));
+  if (!set_png_transforms(reader)) fail(name, fmt::format("bad PNG: {}", input.message));
+  DT_ENFORCE_EQ(int{png_get_channels(reader.png(), reader.info())}, channels, "{}", name);
   const size_t row_bytes = static_cast<size_t>(width) * static_cast<size_t>(channels);
   DT_ENFORCE_EQ(png_get_rowbytes(reader.png(), reader.info()), row_bytes, "{}", name);
   std::vector<uint8_t> pixels(row_bytes * height);
@@ -165,15 +181,28 @@ struct JpegErrors {
   char message[JMSG_LENGTH_MAX];
 };
 
-void on_jpeg_error(j_common_ptr cinfo) {
+[[noreturn]] void on_jpeg_error(j_common_ptr cinfo) {
   auto* errors = reinterpret_cast<JpegErrors*>(cinfo->err);
   (*cinfo->err->format_message)(cinfo, errors->message);
   std::longjmp(errors->jump, 1);
 }
 
-// Truncation is an error; other warnings (extraneous bytes, ...) and traces are ignored.
+// Truncated or corrupt entropy-coded data is an error: libjpeg would fill the rest of the image
+// with flat blocks, so a few bytes could make it decode (and us train on) a huge gray image.
+// Other warnings (extraneous bytes between markers, unknown JFIF versions, ...) and traces are
+// ignored, as TF and PIL do.
 void on_jpeg_message(j_common_ptr cinfo, int level) {
-  if (level == -1 && cinfo->err->msg_code == JWRN_JPEG_EOF) on_jpeg_error(cinfo);
+  if (level != -1) return;
+  switch (cinfo->err->msg_code) {
+    case JWRN_JPEG_EOF:
+    case JWRN_HIT_MARKER:
+    case JWRN_HUFF_BAD_CODE:
+    case JWRN_ARITH_BAD_CODE:
+    case JWRN_MUST_RESYNC:
+      on_jpeg_error(cinfo);
+    default:
+      return;
+  }
 }
 
 void on_jpeg_progress(j_common_ptr cinfo) {
@@ -209,7 +238,8 @@ class JpegReader {
 bool read_jpeg_header(JpegReader& reader, const uint8_t* data, size_t size) {
   if (setjmp(reader.errors().jump)) return false;
   jpeg_create_decompress(reader.cinfo());
-  reader.cinfo()->mem->max_memory_to_use = static_cast<long>(kMaxImageBytes);
+  // A progressive JPEG keeps every DCT coefficient, 2 bytes a sample: twice the pixels.
+  reader.cinfo()->mem->max_memory_to_use = static_cast<long>(2 * kMaxImageBytes);
   reader.cinfo()->progress = reader.progress();
   jpeg_mem_src(reader.cinfo(), data, static_cast<unsigned long>(size));
   jpeg_read_header(reader.cinfo(), TRUE);
@@ -242,7 +272,7 @@ Image decode_jpeg(const uint8_t* data, size_t size, const std::string& name, Col
   cinfo->dct_method = JDCT_ISLOW;
   const int channels = gray ? 1 : 3;
   check_dimensions(name, cinfo->image_width, cinfo->image_height,
-                   std::max(channels, channel_count(mode)));
+                   std::max({cinfo->num_components, channels, channel_count(mode)}));
   const uint32_t width = cinfo->image_width;
   const uint32_t height = cinfo->image_height;
   std::vector<uint8_t> pixels(static_cast<size_t>(width) * height * static_cast<size_t>(channels));

@@ -37,7 +37,8 @@ struct Image {
 /// Largest decoded image, in bytes (width * height * channels, checked against the header before
 /// anything is allocated): 256 MiB holds an 8192 x 8192 RGBA image, far above what a training
 /// set uses, while a hostile header (PNG allows 2^31 per side) cannot make each decoding thread
-/// ask for gigabytes. The same bound caps libjpeg's own work memory.
+/// ask for gigabytes. A JPEG counts its components too, and libjpeg's work memory is capped at
+/// twice the limit (a progressive JPEG holds 2 bytes of coefficients per sample).
 inline constexpr uint64_t kMaxImageBytes = uint64_t{1} << 28;
 /// Largest image file read (a stored, uncompressed PNG is a little larger than its pixels).
 inline constexpr uint64_t kMaxImageFileBytes = uint64_t{1} << 29;
@@ -52,10 +53,11 @@ inline constexpr uint64_t kMaxImageFileBytes = uint64_t{1} << 29;
 ///   TF), which is that formula on its RGB decode up to rounding, except where saturated colors
 ///   clip in RGB (a few levels). Gray to RGB replicates; alpha is dropped, or added as 255.
 /// Errors are common::ConfigError "<name>: <what is wrong>": unsupported format, a header over
-/// kMaxImageBytes, truncated or corrupt data (libpng and libjpeg errors, and libjpeg's "premature
-/// end of data" warning; its other warnings, such as extraneous bytes, are ignored as TF and PIL
-/// do). Library errors unwind through setjmp/longjmp inside the .cc and never exit or leak.
-/// Thread-safe; holds no global state.
+/// kMaxImageBytes, truncated or corrupt data (libpng and libjpeg errors, and libjpeg's warnings
+/// about truncated or corrupt entropy-coded data, which PIL would decode as flat gray blocks; its
+/// other warnings, such as extraneous bytes between markers, are ignored as TF and PIL do). Library
+/// errors unwind through setjmp/longjmp inside the .cc and never exit or leak. Thread-safe; holds
+/// no global state.
 Image decode_image_bytes(const uint8_t* data, size_t size, const std::string& name, ColorMode mode);
 
 /// Reads path (a regular file of at most kMaxImageFileBytes) and decodes it as above, then
