@@ -255,7 +255,10 @@ int read_jpeg_rows(JpegReader& reader, uint8_t* out, uint32_t width, int channel
   const size_t row_bytes = static_cast<size_t>(width) * static_cast<size_t>(channels);
   while (cinfo->output_scanline < cinfo->output_height) {
     JSAMPROW row = out + cinfo->output_scanline * row_bytes;
-    jpeg_read_scanlines(cinfo, &row, 1);
+    if (jpeg_read_scanlines(cinfo, &row, 1) != 1) {  // only a suspending source does this
+      std::snprintf(reader.errors().message, sizeof reader.errors().message, "no row decoded");
+      return 1;
+    }
   }
   return 0;  // no jpeg_finish_decompress: bytes after the last row are not needed
 }

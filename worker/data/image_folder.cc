@@ -130,6 +130,19 @@ void run_in_order(size_t begin, size_t end, int threads,
   if (first_failure.load() != kNone) std::rethrow_exception(errors[first_failure.load()]);
 }
 
+// Indices into folder.files: indices, checked, or all of them.
+std::vector<size_t> chosen_files(const ImageFolder& folder,
+                                 const std::optional<std::vector<size_t>>& indices) {
+  if (!indices) {
+    std::vector<size_t> all(folder.files.size());
+    std::iota(all.begin(), all.end(), size_t{0});
+    return all;
+  }
+  for (size_t index : *indices)
+    DT_ENFORCE(index < folder.files.size(), "image {} of {}", index, folder.files.size());
+  return *indices;
+}
+
 }  // namespace
 
 ImageFolder scan_image_folder(const std::string& dir, const std::vector<std::string>& class_names) {
@@ -157,19 +170,11 @@ ImageFolder scan_image_folder(const std::string& dir, const std::vector<std::str
 ImageArray load_images(const ImageFolder& folder, const ImageLoadOptions& options,
                        const std::optional<std::vector<size_t>>& indices) {
   DT_ENFORCE(options.threads >= 1, "threads is {}", options.threads);
-  std::vector<size_t> chosen(indices ? indices->size() : folder.files.size());
-  if (indices) {
-    chosen = *indices;
-  } else {
-    std::iota(chosen.begin(), chosen.end(), size_t{0});
-  }
+  const std::vector<size_t> chosen = chosen_files(folder, indices);
   ImageArray out;
   out.count = static_cast<int64_t>(chosen.size());
   out.channels = channel_count(options.color_mode);
-  for (size_t index : chosen) {
-    DT_ENFORCE(index < folder.files.size(), "image {} of {}", index, folder.files.size());
-    out.labels.push_back(folder.files[index].label);
-  }
+  for (size_t index : chosen) out.labels.push_back(folder.files[index].label);
   if (chosen.empty()) return out;
   // Without image_size the first image sets the size the others must have.
   std::optional<Image> first;
