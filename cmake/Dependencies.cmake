@@ -7,6 +7,9 @@ find_package(fmt REQUIRED)
 find_package(spdlog REQUIRED)
 find_package(ZLIB REQUIRED)
 find_package(OpenSSL REQUIRED)
+# Image folders (worker/data/image_decode.cc, the only user): libpng 1.6 and libjpeg-turbo.
+find_package(PNG REQUIRED)
+find_package(JPEG REQUIRED)
 # oneDNN: Debian's dnnl-config.cmake insists on OpenCL (its GPU runtime), which the CPU backend
 # never uses; find the header and library directly instead.
 find_path(DNNL_INCLUDE_DIR dnnl.hpp REQUIRED)

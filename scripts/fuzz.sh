@@ -5,13 +5,13 @@
 # once crashed into test/fuzz/corpus/<target>/ so CI replays it for ever. Prints one line per
 # target (executions, coverage, crashes) and exits 1 if any target crashed.
 #   scripts/fuzz.sh [SECONDS] [TARGET...]     (targets: job_spec tf_config wire control_line
-#                                              line_splitter safetensors idx npy)
+#                                              line_splitter safetensors idx npy image)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 seconds=${1:-60}
 shift || true
 targets=("$@")
-[ ${#targets[@]} -gt 0 ] || targets=(job_spec tf_config wire control_line line_splitter safetensors idx npy)
+[ ${#targets[@]} -gt 0 ] || targets=(job_spec tf_config wire control_line line_splitter safetensors idx npy image)
 case "$seconds" in ''|*[!0-9]*) echo "fuzz.sh: SECONDS must be a whole number, got '$seconds'" >&2; exit 2 ;; esac
 
 need=()

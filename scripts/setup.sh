@@ -10,15 +10,17 @@ packages=(
   libboost-dev libboost-program-options-dev
   rapidjson-dev libspdlog-dev libfmt-dev catch2
   zlib1g-dev libssl-dev libdnnl-dev libre2-dev
+  libpng-dev libjpeg62-turbo-dev
   dataset-fashion-mnist
   procps tmux python3
   openssh-server openssh-client iproute2
   slurmctld slurmd slurm-client munge
 )
 # --tests: also what only tests use (PyTorch for the DDP and model-loading tests; ~1 minute) and
-# clang-format 14 for scripts/format.sh --check.
+# clang-format 14 for scripts/format.sh --check; PIL writes the PNG and JPEG files of the
+# image tests.
 if [ "${1:-}" = "--tests" ]; then
-  packages+=(python3-torch python3-numpy clang-format)
+  packages+=(python3-torch python3-numpy python3-pil clang-format)
 fi
 
 missing=()
