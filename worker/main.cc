@@ -257,6 +257,16 @@ std::unique_ptr<nn::Backend> choose_backend(const TrainConfig& config, const std
   return nn::make_dnnl_backend();
 }
 
+// Sharded by file (train.data.shard_policy "file"), a worker decodes only its rank's share of the
+// training files; a spare has no rank until promoted, and an evaluator reads no training split.
+data::FileShard file_shard(const TrainConfig& config, const common::TfConfig& task,
+                           const std::string& job, const std::optional<std::string>& spare) {
+  if (config.data.shard_policy != "file" || spare || task.task.type == common::kEvaluator)
+    return {};
+  comm::RingIdentity id = comm::ring_identity_from_environment(task, job);
+  return {static_cast<int>(id.rank), static_cast<int>(id.size)};
+}
+
 std::string run_dir_for(const WorkerOptions& options, const std::string& job) {
   std::string dir = !options.run_dir.empty()
                         ? options.run_dir
@@ -470,7 +480,8 @@ int run_worker(const WorkerOptions& options) {
   std::vector<int> input_shape = {config.model.height, config.model.width, config.model.channels};
   // The test split is read only where it is used: validation at epoch ends, or an evaluator.
   const bool need_test = config.validation || task.task.type == common::kEvaluator;
-  auto [train_data, test_data] = data::load_data(config.data, input_shape, need_test);
+  auto [train_data, test_data] =
+      data::load_data(config.data, input_shape, need_test, file_shard(config, task, job, spare));
   timeline.mark("data");
   std::string run_dir = run_dir_for(options, job);
   std::optional<int> generation;
@@ -486,6 +497,11 @@ int run_worker(const WorkerOptions& options) {
     generation = place->generation;
     spdlog::info("promoted: spare {} takes the place of {} in generation {}", *spare, place->task,
                  place->generation);
+    if (config.data.shard_policy == "file" && task.task.type != common::kEvaluator) {
+      train_data = data::load_data(config.data, input_shape, false,
+                                   file_shard(config, task, job, std::nullopt))
+                       .first;  // the files of the place it takes
+    }
   }
   if (task.task.type == common::kEvaluator) {
     if (!need_test) test_data = data::load_data(config.data, input_shape).second;  // a spare's

@@ -261,9 +261,9 @@ def load_model(run_dir):
             architecture = json.loads(metadata["architecture"])
         except json.JSONDecodeError as e:
             raise ModelError(f"{weights_path}: its architecture is not JSON: {e}") from None
-        # A mixed-precision run's model.json begins with its dtype_policy, which the weights'
+        # model.json may begin with the run's dtype_policy and class_names, which the weights'
         # metadata keeps apart; the weights are fp32 whatever the policy.
-        plain = {k: v for k, v in spec.items() if k != "dtype_policy"} \
+        plain = {k: v for k, v in spec.items() if k not in ("dtype_policy", "class_names")} \
             if isinstance(spec, dict) else spec
         if architecture != plain:
             raise ModelError(f"{weights_path}: its architecture differs from {spec_path}")

@@ -33,24 +33,25 @@ np.savez_compressed('data.npz', x_train=x, y_train=y))"},
     std::ofstream(path) << R"({"model": {"input_shape": [6, 6], "layers": [{"type": "flatten"},
       {"type": "dense", "units": 4}]},
       "loss": {"type": "sparse_categorical_crossentropy", "from_logits": true},
-      "data": {"source": "npz", "path": ")" + dir.path() + R"(/data.npz"},
+      "data": {"source": "npz", "path": ")" +
+                               dir.path() + R"(/data.npz"},
       "per_worker_batch_size": 32, "epochs": 1, "tensorboard": false, "validation": )"
                         << (validation ? "true" : "false") << "}";
     return path;
   };
   options.timeout_seconds = 120;
   options.env["TF_CONFIG"] = std::nullopt;
-  auto run = testing::run_process({testing::binary("dtrain-worker"), "--config", job(false),
-                                   "--run-dir", dir.path() + "/run"},
-                                  options);
+  auto run = testing::run_process(
+      {testing::binary("dtrain-worker"), "--config", job(false), "--run-dir", dir.path() + "/run"},
+      options);
   INFO(run.out << run.err);
   CHECK(run.exit_code == 0);
   CHECK(std::filesystem::exists(dir.path() + "/run/model/model.safetensors"));
   CHECK((run.out + run.err).find("256 training examples") != std::string::npos);
 
-  auto refused = testing::run_process({testing::binary("dtrain-worker"), "--config", job(true),
-                                       "--run-dir", dir.path() + "/run2"},
-                                      options);
+  auto refused = testing::run_process(
+      {testing::binary("dtrain-worker"), "--config", job(true), "--run-dir", dir.path() + "/run2"},
+      options);
   CHECK(refused.exit_code == 2);
   CHECK(refused.err.find(dir.path() + "/data.npz: x_test: no such array in the archive (it has: "
                                       "x_train, y_train)") != std::string::npos);

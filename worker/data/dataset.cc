@@ -12,6 +12,7 @@
 
 #include "common/errors.h"
 #include "worker/data/batcher.h"
+#include "worker/data/folder_dataset.h"
 #include "worker/data/idx_file.h"
 #include "worker/data/npy_dataset.h"
 #include "worker/data/npz_file.h"
@@ -44,6 +45,12 @@ constexpr KeyOwner kSourceKeys[] = {
     {"y_test", "npz", ""},
     {"examples", "synthetic", ""},
     {"classes", "synthetic", ""},
+    {"train_dir", "directory", ""},
+    {"test_dir", "directory", ""},
+    {"class_names", "directory", ""},
+    {"color_mode", "directory", ""},
+    {"image_size", "directory", ""},
+    {"seed", "directory", ""},
 };
 
 // Throws for the first key present in node that does not belong to source.
@@ -178,7 +185,7 @@ Dataset make_synthetic(int64_t examples, int classes, int height, int width, int
   SplitMix64 prototype_rng(derive_seed(seed, 0));
   for (float& value : prototypes) value = prototype_rng.unit_float();
 
-  Dataset data{examples, height, width, channels, classes, {}, {}, {}};
+  Dataset data{examples, height, width, channels, classes, {}, {}, {}, {}, 0};
   data.images.resize(static_cast<size_t>(examples * pixels));
   data.labels.resize(static_cast<size_t>(examples));
   const uint64_t example_seed = derive_seed(seed, 1);
@@ -198,15 +205,20 @@ Dataset make_synthetic(int64_t examples, int classes, int height, int width, int
 }
 
 DataConfig parse_data_config(const JsonNode& node) {
-  node.check_keys({"source", "dir", "train_images", "train_labels", "test_images", "test_labels",
-                   "path", "x_train", "y_train", "x_test", "y_test", "examples", "classes"});
+  node.check_keys({"source",      "dir",        "train_images", "train_labels", "test_images",
+                   "test_labels", "path",       "x_train",      "y_train",      "x_test",
+                   "y_test",      "examples",   "classes",      "train_dir",    "test_dir",
+                   "class_names", "color_mode", "image_size",   "seed",         "validation_split",
+                   "shard_policy"});
   DataConfig config;
   if (auto n = node.find("source")) config.source = n->as_string();
   const std::string& source = config.source;
-  if (source != "idx" && source != "npz" && source != "npy" && source != "synthetic") {
-    node.at("source").fail(fmt::format(
-        "unknown data source \"{}\" (expected \"idx\", \"npz\", \"npy\" or \"synthetic\")",
-        source));
+  if (source != "idx" && source != "npz" && source != "npy" && source != "directory" &&
+      source != "synthetic") {
+    node.at("source").fail(
+        fmt::format("unknown data source \"{}\" (expected \"idx\", \"npz\", \"npy\", "
+                    "\"directory\" or \"synthetic\")",
+                    source));
   }
   reject_other_keys(node, source);
   if (auto n = node.find("examples")) config.examples = n->as_int(1, kMaxSyntheticExamples);
@@ -223,6 +235,7 @@ DataConfig parse_data_config(const JsonNode& node) {
                             {"y_test", &config.y_test}}) {
     read_string(node, key, *field);
   }
+  parse_folder_keys(node, config);
   if (source == "npz" && config.path.empty()) node.fail("\"source\": \"npz\" needs \"path\"");
   if (source == "npy" && (config.train_images.empty() || config.train_labels.empty()))
     node.fail("\"source\": \"npy\" needs \"train_images\" and \"train_labels\"");
@@ -253,9 +266,23 @@ DataConfig resolve_idx_paths(const DataConfig& config) {
 }
 
 std::pair<Dataset, Dataset> load_data(const DataConfig& config, const std::vector<int>& input_shape,
-                                      bool need_test) {
+                                      bool need_test, FileShard shard) {
   check_input_shape(input_shape);
   if (config.source == "synthetic") return make_synthetic_splits(config, input_shape);
+  if (config.source == "directory") {
+    std::pair<Dataset, Dataset> splits = load_folder_splits(config, need_test, shard);
+    check_matches_model(splits.first, input_shape, config.train_dir);
+    if (splits.second.count > 0)
+      check_matches_model(splits.second, input_shape,
+                          config.test_dir.empty() ? config.train_dir : config.test_dir);
+    return splits;
+  }
+  if (config.validation_split > 0) {  // the last examples validate; no test split is read
+    DataConfig train_only = config;
+    train_only.validation_split = 0;
+    std::pair<Dataset, Dataset> splits = load_data(train_only, input_shape, false);
+    return split_last(std::move(splits.first), config.validation_split);
+  }
   if (config.source == "npz" || config.source == "npy")
     return load_npy_splits(config, input_shape, need_test);
   DT_ENFORCE(config.source == "idx", "unknown data source \"{}\"", config.source);

@@ -1,7 +1,8 @@
-// Datasets held in memory: a pair of IDX files, an .npz archive or .npy files (uint8 images kept
-// as their bytes, turned into floats in [0, 1] only when an example is copied out), or synthetic,
-// learnable data for tests (floats); and the `train.data` config that picks between them. Order,
-// sharding and batching are batcher.h's; the model's shape is checked here, nothing else of it.
+// Datasets held in memory: a pair of IDX files, an .npz archive or .npy files, a folder of PNG
+// and JPEG images per class (uint8 images kept as their bytes, turned into floats in [0, 1] only
+// when an example is copied out), or synthetic, learnable data for tests (floats); and the
+// `train.data` config that picks between them, with Keras's validation_split and tf.data's FILE
+// sharding. Order and batching are batcher.h's; the model's shape is checked here, nothing else.
 #pragma once
 
 #include <cstdint>
@@ -23,6 +24,11 @@ struct Dataset {
   std::vector<uint8_t> bytes;  ///< count * height * width * channels, or empty
   std::vector<float> images;   ///< count * height * width * channels, or empty
   std::vector<int32_t> labels;
+  /// The directory source's class names (label i is class_names[i]); empty for other sources.
+  std::vector<std::string> class_names;
+  /// Sharded by file (DataConfig::shard_policy "file"): the training examples of all workers,
+  /// of which this Dataset holds its worker's share. 0: not sharded (count is all of them).
+  int64_t global_count = 0;
 
   /// count * height * width * channels, whichever vector holds them.
   size_t pixel_count() const { return bytes.empty() ? images.size() : bytes.size(); }
@@ -60,6 +66,28 @@ struct DataConfig {
   std::string x_train = "x_train", y_train = "y_train", x_test = "x_test", y_test = "y_test";
   int64_t examples = 1024;  ///< synthetic: training examples (test split: a quarter, >= classes)
   int classes = 10;         ///< synthetic only
+  /// directory, as Keras's image_dataset_from_directory: a folder per class in train_dir (and
+  /// test_dir, optional); class_names (else the folders' names, sorted); color_mode "grayscale",
+  /// "rgb" or "rgba"; image_size [height, width] resizes (bilinear), 0 keeps each image's size.
+  std::string train_dir, test_dir;
+  std::vector<std::string> class_names;
+  std::string color_mode = "rgb";
+  int image_height = 0, image_width = 0;
+  /// Any file source, Keras's validation_split: validate on this fraction of the training data
+  /// instead of a test split (arrays: their last examples, as Keras's fit; directory: the last
+  /// files after a shuffle with split_seed, as image_dataset_from_directory). 0: none.
+  double validation_split = 0;
+  uint64_t split_seed = 0;
+  /// tf.data's AutoShardPolicy: "data" (every worker holds all the training data and takes its
+  /// share of each epoch's order) or "file" (directory only: each worker decodes only its files,
+  /// i, i + workers, ..., and shuffles them alone).
+  std::string shard_policy = "data";
+};
+
+/// The share of the training files this worker loads under shard_policy "file".
+struct FileShard {
+  int index = 0;
+  int count = 1;
 };
 
 /// Reads node (e.g. "train.data"); ConfigError naming the JSON path for unknown keys, bad
@@ -79,8 +107,10 @@ inline constexpr uint64_t kSyntheticSeed = 0x5eedda7a;
 /// split must have 2 or more. need_test false (no validation, not an evaluator): npz and npy
 /// leave the test split empty (count 0) and need no test arrays; idx and synthetic load it
 /// anyway.
+/// validation_split: the validation examples come from the training data and no test split is
+/// read. shard (shard_policy "file" only): this worker's share of the training files.
 std::pair<Dataset, Dataset> load_data(const DataConfig& config, const std::vector<int>& input_shape,
-                                      bool need_test = true);
+                                      bool need_test = true, FileShard shard = {});
 
 /// Copies example `example` (stored channels-last) to out in CHW order: a plain copy for one
 /// channel. out holds height * width * channels floats.

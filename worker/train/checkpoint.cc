@@ -285,18 +285,29 @@ void restore_tensors(const LoadedCheckpoint& checkpoint, const std::vector<Tenso
 }
 
 void write_final_model(const std::string& model_dir, const std::vector<TensorView>& weights,
-                       const std::string& architecture_json, const std::string& dtype_policy) {
+                       const std::string& architecture_json, const std::string& dtype_policy,
+                       const std::vector<std::string>& class_names) {
   std::error_code ec;
   fs::create_directories(model_dir, ec);
   if (ec) throw common::IoError(fmt::format("cannot create {}: {}", model_dir, ec.message()));
   std::map<std::string, std::string> metadata = {{"format", "dtrain-model"},
                                                  {"architecture", architecture_json}};
-  std::string model_json = architecture_json;
+  DT_ENFORCE(!architecture_json.empty() && architecture_json[0] == '{', "architecture {}",
+             architecture_json);
+  std::string extra;  // model.json's keys before the architecture's
   if (dtype_policy != "float32") {
     metadata[kDtypePolicy] = dtype_policy;
-    DT_ENFORCE(!model_json.empty() && model_json[0] == '{', "architecture {}", model_json);
-    model_json = fmt::format("{{\"dtype_policy\":\"{}\",{}", dtype_policy, model_json.substr(1));
+    extra += fmt::format("\"dtype_policy\":\"{}\",", dtype_policy);
   }
+  if (!class_names.empty()) {
+    common::JsonWriter names;
+    names.begin_array();
+    for (const std::string& name : class_names) names.value(name);
+    std::string list = names.end_array().str();
+    metadata["class_names"] = list;
+    extra += "\"class_names\":" + list + ",";
+  }
+  std::string model_json = "{" + extra + architecture_json.substr(1);
   common::write_file_atomically(model_dir + "/model.safetensors",
                                 encode_safetensors(weights, std::move(metadata)));
   common::write_file_atomically(model_dir + "/model.json", model_json + "\n");

@@ -71,11 +71,12 @@ class CheckpointStore {
   mutable std::set<std::string> reported_;  ///< names already warned about, to warn once
 };
 
-/// Writes RUN_DIR/model/model.safetensors (weights; metadata: architecture, and dtype_policy
-/// unless it is float32) and model.json (the architecture, with "dtype_policy" first unless it
-/// is float32: docs/model-format.md).
+/// Writes RUN_DIR/model/model.safetensors (weights; metadata: architecture, dtype_policy unless
+/// it is float32, class_names unless empty) and model.json (the architecture, after
+/// "dtype_policy" unless it is float32 and "class_names" unless empty: docs/model-format.md).
 void write_final_model(const std::string& model_dir, const std::vector<TensorView>& weights,
                        const std::string& architecture_json,
-                       const std::string& dtype_policy = "float32");
+                       const std::string& dtype_policy = "float32",
+                       const std::vector<std::string>& class_names = {});
 
 }  // namespace dtrain::train

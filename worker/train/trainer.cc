@@ -25,6 +25,9 @@ namespace dtrain::train {
 
 namespace {
 
+// derive_seed stream of worker r's epoch orders when the data is sharded by file: r plus this.
+constexpr uint64_t kFileShardStream = 0xf11e0000;
+
 // A checkpoint's step must exist in this run's epochs: the batcher cannot start an epoch past its
 // end (train.steps_per_epoch lowered since, or a hand-made file).
 void check_resumable(const LoadedCheckpoint& c, int epochs, int64_t steps_per_epoch) {
@@ -174,7 +177,9 @@ Trainer::Trainer(const TrainConfig& config, nn::Backend& backend, comm::Communic
   }
   // Every worker runs the same number of steps (they all-reduce each one): size them by the
   // largest shard, worker 0's.
-  int64_t shard = data::shard_size(train_.count, 0, comm_.size());
+  // Sharded by file, train_ is this worker's share of global_count examples.
+  int64_t shard = data::shard_size(train_.global_count > 0 ? train_.global_count : train_.count, 0,
+                                   comm_.size());
   steps_per_epoch_ = config_.steps_per_epoch > 0
                          ? config_.steps_per_epoch
                          : data::default_steps(shard, config_.per_worker_batch_size);
@@ -387,7 +392,7 @@ EpochMetrics Trainer::fit_from_state() {
     std::vector<TensorView> weights = checkpoint_tensors();
     weights.resize(model_->parameter_infos().size());
     write_final_model(common::RunDir(options_.run_dir).model_dir(), weights, config_.model_json,
-                      dtype_policy_name(config_));
+                      dtype_policy_name(config_), train_.class_names);
     if (config_.backup.delete_on_success) store_.remove_all();
   }
   return last;
@@ -412,6 +417,12 @@ EpochMetrics Trainer::train_epoch(int epoch) {
   stream_options.epoch = epoch;
   stream_options.worker_index = comm_.rank();
   stream_options.worker_count = comm_.size();
+  if (train_.global_count > 0) {  // sharded by file: this worker shuffles its own files alone
+    stream_options.seed =
+        data::derive_seed(config_.seed, kFileShardStream + static_cast<uint64_t>(comm_.rank()));
+    stream_options.worker_index = 0;
+    stream_options.worker_count = 1;
+  }
   stream_options.batch_size = config_.per_worker_batch_size;
   stream_options.first_step = resumed ? state_.step : 0;
   stream_options.steps = steps_per_epoch_;

@@ -44,7 +44,7 @@ struct EpochMetrics {
   double allreduce_seconds = 0;  ///< of seconds, the host waited for all-reduces (exposed)
   /// Of seconds, the host waited for the input pipeline's next batch (0 while it keeps up).
   double input_wait_seconds = 0;
-  bool stop_agreed = false;      ///< the group agreed to stop at this epoch's end
+  bool stop_agreed = false;  ///< the group agreed to stop at this epoch's end
 };
 
 struct TrainerOptions {

@@ -1,0 +1,195 @@
+// See folder_dataset.h.
+#include "worker/data/folder_dataset.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <optional>
+#include <thread>
+
+#include "common/errors.h"
+#include "worker/data/batcher.h"
+#include "worker/data/image_folder.h"
+
+namespace dtrain::data {
+namespace {
+
+using common::ConfigError;
+using common::JsonNode;
+
+constexpr int kMaxImageSide = 16384;
+constexpr unsigned kMaxDecodeThreads = 8;
+constexpr uint64_t kSplitStream = 0x5b117;  ///< derive_seed stream of the validation split
+
+std::vector<std::string> read_names(const JsonNode& node) {
+  if (!node.is_array()) node.fail(fmt::format("expected a list of names, found {}", node.describe()));
+  std::vector<std::string> names;
+  for (const JsonNode& name : node.as_array()) names.push_back(name.as_nonempty_string());
+  return names;
+}
+
+void read_image_size(const JsonNode& node, DataConfig& config) {
+  if (!node.is_array() || node.as_array().size() != 2)
+    node.fail(fmt::format("expected [height, width], found {}", node.describe()));
+  config.image_height = static_cast<int>(node.as_array()[0].as_int(1, kMaxImageSide));
+  config.image_width = static_cast<int>(node.as_array()[1].as_int(1, kMaxImageSide));
+}
+
+Dataset to_dataset(ImageArray images, const std::vector<std::string>& class_names) {
+  Dataset data;
+  data.count = images.count;
+  data.height = images.height, data.width = images.width, data.channels = images.channels;
+  data.classes = static_cast<int>(class_names.size());
+  data.bytes = std::move(images.pixels);
+  data.labels = std::move(images.labels);
+  data.class_names = class_names;
+  return data;
+}
+
+unsigned decode_threads() {
+  return std::clamp(std::thread::hardware_concurrency(), 1u, kMaxDecodeThreads);
+}
+
+// Indices [0, n) in ascending order, split into (train, validation): the validation part is the
+// last floor(fraction * n) of a shuffle with seed, each part then sorted (folder order).
+std::pair<std::vector<size_t>, std::vector<size_t>> split_files(size_t n, double fraction,
+                                                                uint64_t seed,
+                                                                const std::string& dir) {
+  std::vector<size_t> train(n), validation;
+  std::iota(train.begin(), train.end(), size_t{0});
+  if (fraction <= 0) return {train, validation};
+  const auto held = static_cast<size_t>(std::floor(fraction * static_cast<double>(n)));
+  if (held == 0 || held >= n) {
+    throw ConfigError(fmt::format(
+        "data.validation_split {} of the {} images in {} leaves {} for validation and {} for "
+        "training; both need at least one",
+        fraction, n, dir, held, n - held));
+  }
+  std::vector<int64_t> order =
+      epoch_order(static_cast<int64_t>(n), derive_seed(seed, kSplitStream), 0);
+  train.assign(order.begin(), order.end() - static_cast<std::ptrdiff_t>(held));
+  validation.assign(order.end() - static_cast<std::ptrdiff_t>(held), order.end());
+  std::sort(train.begin(), train.end());
+  std::sort(validation.begin(), validation.end());
+  return {train, validation};
+}
+
+}  // namespace
+
+void parse_folder_keys(const JsonNode& node, DataConfig& config) {
+  for (auto [key, field] : {std::pair{"train_dir", &config.train_dir}, {"test_dir", &config.test_dir}})
+    if (auto n = node.find(key)) *field = n->as_nonempty_string();
+  if (auto n = node.find("class_names")) config.class_names = read_names(*n);
+  if (auto n = node.find("color_mode")) {
+    config.color_mode = n->as_nonempty_string();
+    if (config.color_mode != "grayscale" && config.color_mode != "rgb" &&
+        config.color_mode != "rgba") {
+      n->fail(fmt::format("expected \"grayscale\", \"rgb\" or \"rgba\", found \"{}\"",
+                          config.color_mode));
+    }
+  }
+  if (auto n = node.find("image_size")) read_image_size(*n, config);
+  if (auto n = node.find("seed")) config.split_seed = static_cast<uint64_t>(n->as_int(0, int64_t{1} << 53));
+  if (auto n = node.find("validation_split")) {
+    config.validation_split = n->as_number(0, 1);
+    if (config.validation_split <= 0 || config.validation_split >= 1)
+      n->fail(fmt::format("expected a fraction between 0 and 1, found {}", n->describe()));
+    if (config.source == "synthetic")
+      n->fail("not used with \"source\": \"synthetic\" (it has its own test split)");
+    if (node.find("test_dir"))
+      n->fail("give test_dir or validation_split, not both");
+  }
+  if (auto n = node.find("shard_policy")) {
+    config.shard_policy = n->as_nonempty_string();
+    if (config.shard_policy != "data" && config.shard_policy != "file")
+      n->fail(fmt::format("expected \"data\" or \"file\", found \"{}\"", config.shard_policy));
+    if (config.shard_policy == "file" && config.source != "directory") {
+      n->fail(fmt::format("\"file\" shards many files: \"source\": \"{}\" is one file per array "
+                          "(use \"data\", or \"source\": \"directory\")",
+                          config.source));
+    }
+  }
+  if (config.source == "directory" && config.train_dir.empty())
+    node.fail("\"source\": \"directory\" needs \"train_dir\"");
+}
+
+std::pair<Dataset, Dataset> load_folder_splits(const DataConfig& config, bool need_test,
+                                               FileShard shard) {
+  ImageFolder folder = scan_image_folder(config.train_dir, config.class_names);
+  if (folder.class_names.size() < 2) {
+    throw ConfigError(fmt::format("{}: one class folder ({}); a classifier needs at least 2",
+                                  config.train_dir, folder.class_names.front()));
+  }
+  auto [train_files, validation_files] = split_files(
+      folder.files.size(), config.validation_split, config.split_seed, config.train_dir);
+  ImageLoadOptions options;
+  options.color_mode = parse_color_mode(config.color_mode);
+  if (config.image_height > 0) options.image_size = ImageSize{config.image_height, config.image_width};
+  options.threads = static_cast<int>(decode_threads());
+
+  int64_t global = 0;
+  if (config.shard_policy == "file") {
+    DT_ENFORCE(shard.count >= 1 && shard.index >= 0 && shard.index < shard.count, "shard {} of {}",
+               shard.index, shard.count);
+    if (train_files.size() < static_cast<size_t>(shard.count)) {
+      throw ConfigError(fmt::format("{}: {} training images for {} workers sharded by file",
+                                    config.train_dir, train_files.size(), shard.count));
+    }
+    global = static_cast<int64_t>(train_files.size());
+    std::vector<size_t> mine;
+    for (size_t i = static_cast<size_t>(shard.index); i < train_files.size();
+         i += static_cast<size_t>(shard.count))
+      mine.push_back(train_files[i]);
+    train_files = std::move(mine);
+  }
+  Dataset train = to_dataset(load_images(folder, options, train_files), folder.class_names);
+  train.global_count = global;
+  Dataset test;
+  if (need_test) {
+    if (!validation_files.empty()) {
+      test = to_dataset(load_images(folder, options, validation_files), folder.class_names);
+    } else if (!config.test_dir.empty()) {
+      ImageFolder test_folder = scan_image_folder(config.test_dir, folder.class_names);
+      test = to_dataset(load_images(test_folder, options), folder.class_names);
+    } else {
+      throw ConfigError(
+          "data: validating a \"directory\" source needs \"test_dir\" or \"validation_split\"");
+    }
+    if (test.height != train.height || test.width != train.width) {
+      throw ConfigError(fmt::format(
+          "data: validation images are {}x{}, training images {}x{}: give \"image_size\"",
+          test.height, test.width, train.height, train.width));
+    }
+  }
+  return {std::move(train), std::move(test)};
+}
+
+std::pair<Dataset, Dataset> split_last(Dataset train, double fraction) {
+  const auto held = static_cast<int64_t>(std::floor(fraction * static_cast<double>(train.count)));
+  if (held == 0 || held >= train.count) {
+    throw ConfigError(fmt::format(
+        "data.validation_split {} of {} training examples leaves {} for validation and {} for "
+        "training; both need at least one",
+        fraction, train.count, held, train.count - held));
+  }
+  const int64_t kept = train.count - held;
+  const size_t pixels = static_cast<size_t>(train.height) * train.width * train.channels;
+  Dataset validation;
+  validation.count = held;
+  validation.height = train.height, validation.width = train.width;
+  validation.channels = train.channels, validation.classes = train.classes;
+  auto tail = [&](auto& from, auto& to, size_t per) {
+    to.assign(from.begin() + static_cast<std::ptrdiff_t>(static_cast<size_t>(kept) * per),
+              from.end());
+    from.resize(static_cast<size_t>(kept) * per);
+  };
+  if (!train.bytes.empty()) tail(train.bytes, validation.bytes, pixels);
+  if (!train.images.empty()) tail(train.images, validation.images, pixels);
+  tail(train.labels, validation.labels, 1);
+  train.count = kept;
+  return {std::move(train), std::move(validation)};
+}
+
+}  // namespace dtrain::data

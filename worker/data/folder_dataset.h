@@ -1,0 +1,35 @@
+// The "directory" data source (Keras's image_dataset_from_directory over image_folder.h) and
+// what `train.data` adds to every file source: Keras's validation_split and tf.data's FILE
+// sharding. It reads the config's keys and builds Datasets; the model's shape is dataset.cc's to
+// check, and order and batching are batcher.h's.
+#pragma once
+
+#include <utility>
+
+#include "common/json.h"
+#include "worker/data/dataset.h"
+
+namespace dtrain::data {
+
+/// Reads the directory keys (train_dir, test_dir, class_names, color_mode, image_size, seed) and
+/// the keys of every file source (validation_split, shard_policy) of node into config.
+/// ConfigError naming the key: a bad value, a directory source without train_dir, test_dir with
+/// validation_split (one or the other), validation_split on synthetic data, shard_policy "file"
+/// on a source of one file.
+void parse_folder_keys(const common::JsonNode& node, DataConfig& config);
+
+/// The directory source's train and validation splits: the files of config.train_dir (without
+/// the last validation_split of them, after a shuffle with split_seed, when it is set), and those
+/// last files or config.test_dir's (only when need_test; else count 0). With shard_policy
+/// "file" the train split holds only shard.index's share of the files (global_count says how
+/// many there are in all). Images are decoded on up to 8 threads; ConfigError names the file or
+/// folder (image_folder.h).
+std::pair<Dataset, Dataset> load_folder_splits(const DataConfig& config, bool need_test,
+                                               FileShard shard);
+
+/// train's last floor(fraction * count) examples as a validation split, the rest as the train
+/// split (Keras's fit(validation_split=...): the arrays' last examples, before any shuffle).
+/// ConfigError when either part would be empty.
+std::pair<Dataset, Dataset> split_last(Dataset train, double fraction);
+
+}  // namespace dtrain::data
