@@ -167,6 +167,7 @@ Dataset load_idx_pair(const std::string& images_path, const std::string& labels_
   data.channels = 1;
   data.bytes = std::move(images.data);
   data.labels.assign(labels.data.begin(), labels.data.end());
+  data.labels_source = labels_path;
   const int32_t largest = *std::max_element(data.labels.begin(), data.labels.end());
   if (largest == 0 && split == Split::kTrain) {
     throw ConfigError(
@@ -185,7 +186,7 @@ Dataset make_synthetic(int64_t examples, int classes, int height, int width, int
   SplitMix64 prototype_rng(derive_seed(seed, 0));
   for (float& value : prototypes) value = prototype_rng.unit_float();
 
-  Dataset data{examples, height, width, channels, classes, {}, {}, {}, {}, 0};
+  Dataset data{examples, height, width, channels, classes, {}, {}, {}, "synthetic data", {}, 0};
   data.images.resize(static_cast<size_t>(examples * pixels));
   data.labels.resize(static_cast<size_t>(examples));
   const uint64_t example_seed = derive_seed(seed, 1);
@@ -277,22 +278,26 @@ std::pair<Dataset, Dataset> load_data(const DataConfig& config, const std::vecto
                           config.test_dir.empty() ? config.train_dir : config.test_dir);
     return splits;
   }
+  std::pair<Dataset, Dataset> splits;
   if (config.validation_split > 0) {  // the last examples validate; no test split is read
-    DataConfig train_only = config;
-    train_only.validation_split = 0;
-    std::pair<Dataset, Dataset> splits = load_data(train_only, input_shape, false);
-    return split_last(std::move(splits.first), config.validation_split);
+    DataConfig whole = config;
+    whole.validation_split = 0;
+    whole.shard_policy = "data";
+    splits = split_last(load_data(whole, input_shape, false).first, config.validation_split);
+  } else if (config.source == "npz" || config.source == "npy") {
+    splits = load_npy_splits(config, input_shape, need_test);
+  } else {
+    DT_ENFORCE(config.source == "idx", "unknown data source \"{}\"", config.source);
+    const DataConfig paths = resolve_idx_paths(config);
+    Dataset train = load_idx_pair(paths.train_images, paths.train_labels);
+    check_matches_model(train, input_shape, paths.train_images);
+    Dataset test = load_idx_pair(paths.test_images, paths.test_labels, Split::kTest);
+    check_matches_model(test, input_shape, paths.test_images);
+    train.classes = test.classes = std::max(train.classes, test.classes);
+    splits = {std::move(train), std::move(test)};
   }
-  if (config.source == "npz" || config.source == "npy")
-    return load_npy_splits(config, input_shape, need_test);
-  DT_ENFORCE(config.source == "idx", "unknown data source \"{}\"", config.source);
-  const DataConfig paths = resolve_idx_paths(config);
-  Dataset train = load_idx_pair(paths.train_images, paths.train_labels);
-  check_matches_model(train, input_shape, paths.train_images);
-  Dataset test = load_idx_pair(paths.test_images, paths.test_labels, Split::kTest);
-  check_matches_model(test, input_shape, paths.test_images);
-  train.classes = test.classes = std::max(train.classes, test.classes);
-  return {std::move(train), std::move(test)};
+  if (config.shard_policy == "file") splits.first = keep_shard(std::move(splits.first), shard);
+  return splits;
 }
 
 namespace {
@@ -317,6 +322,16 @@ void to_chw(const T* in, int64_t plane, int channels, float* out) {
 }
 
 }  // namespace
+
+void check_labels_below(const Dataset& data, int classes) {
+  for (size_t i = 0; i < data.labels.size(); ++i) {
+    if (data.labels[i] >= classes) {
+      throw ConfigError(fmt::format(
+          "{}: label {} (example {}) is outside the model's {} classes (its last layer's units)",
+          data.labels_source, data.labels[i], i, classes));
+    }
+  }
+}
 
 void copy_example_chw(const Dataset& data, int64_t example, float* out) {
   const int64_t plane = int64_t{data.height} * data.width;

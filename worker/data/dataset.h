@@ -24,6 +24,8 @@ struct Dataset {
   std::vector<uint8_t> bytes;  ///< count * height * width * channels, or empty
   std::vector<float> images;   ///< count * height * width * channels, or empty
   std::vector<int32_t> labels;
+  /// Where the labels came from, for messages ("data.npz: y_train", a file, a folder).
+  std::string labels_source;
   /// The directory source's class names (label i is class_names[i]); empty for other sources.
   std::vector<std::string> class_names;
   /// Sharded by file (DataConfig::shard_policy "file"): the training examples of all workers,
@@ -111,6 +113,10 @@ inline constexpr uint64_t kSyntheticSeed = 0x5eedda7a;
 /// read. shard (shard_policy "file" only): this worker's share of the training files.
 std::pair<Dataset, Dataset> load_data(const DataConfig& config, const std::vector<int>& input_shape,
                                       bool need_test = true, FileShard shard = {});
+
+/// ConfigError naming data.labels_source, the first label at or above classes (the model's
+/// output units) and its example index.
+void check_labels_below(const Dataset& data, int classes);
 
 /// Copies example `example` (stored channels-last) to out in CHW order: a plain copy for one
 /// channel. out holds height * width * channels floats.

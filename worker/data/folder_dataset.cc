@@ -24,7 +24,8 @@ constexpr unsigned kMaxDecodeThreads = 8;
 constexpr uint64_t kSplitStream = 0x5b117;  ///< derive_seed stream of the validation split
 
 std::vector<std::string> read_names(const JsonNode& node) {
-  if (!node.is_array()) node.fail(fmt::format("expected a list of names, found {}", node.describe()));
+  if (!node.is_array())
+    node.fail(fmt::format("expected a list of names, found {}", node.describe()));
   std::vector<std::string> names;
   for (const JsonNode& name : node.as_array()) names.push_back(name.as_nonempty_string());
   return names;
@@ -37,7 +38,8 @@ void read_image_size(const JsonNode& node, DataConfig& config) {
   config.image_width = static_cast<int>(node.as_array()[1].as_int(1, kMaxImageSide));
 }
 
-Dataset to_dataset(ImageArray images, const std::vector<std::string>& class_names) {
+Dataset to_dataset(ImageArray images, const std::vector<std::string>& class_names,
+                   const std::string& dir) {
   Dataset data;
   data.count = images.count;
   data.height = images.height, data.width = images.width, data.channels = images.channels;
@@ -45,6 +47,7 @@ Dataset to_dataset(ImageArray images, const std::vector<std::string>& class_name
   data.bytes = std::move(images.pixels);
   data.labels = std::move(images.labels);
   data.class_names = class_names;
+  data.labels_source = dir;
   return data;
 }
 
@@ -79,7 +82,8 @@ std::pair<std::vector<size_t>, std::vector<size_t>> split_files(size_t n, double
 }  // namespace
 
 void parse_folder_keys(const JsonNode& node, DataConfig& config) {
-  for (auto [key, field] : {std::pair{"train_dir", &config.train_dir}, {"test_dir", &config.test_dir}})
+  for (auto [key, field] :
+       {std::pair{"train_dir", &config.train_dir}, {"test_dir", &config.test_dir}})
     if (auto n = node.find(key)) *field = n->as_nonempty_string();
   if (auto n = node.find("class_names")) config.class_names = read_names(*n);
   if (auto n = node.find("color_mode")) {
@@ -91,25 +95,22 @@ void parse_folder_keys(const JsonNode& node, DataConfig& config) {
     }
   }
   if (auto n = node.find("image_size")) read_image_size(*n, config);
-  if (auto n = node.find("seed")) config.split_seed = static_cast<uint64_t>(n->as_int(0, int64_t{1} << 53));
+  if (auto n = node.find("seed"))
+    config.split_seed = static_cast<uint64_t>(n->as_int(0, int64_t{1} << 53));
   if (auto n = node.find("validation_split")) {
     config.validation_split = n->as_number(0, 1);
     if (config.validation_split <= 0 || config.validation_split >= 1)
       n->fail(fmt::format("expected a fraction between 0 and 1, found {}", n->describe()));
     if (config.source == "synthetic")
       n->fail("not used with \"source\": \"synthetic\" (it has its own test split)");
-    if (node.find("test_dir"))
-      n->fail("give test_dir or validation_split, not both");
+    if (node.find("test_dir")) n->fail("give test_dir or validation_split, not both");
   }
   if (auto n = node.find("shard_policy")) {
     config.shard_policy = n->as_nonempty_string();
     if (config.shard_policy != "data" && config.shard_policy != "file")
       n->fail(fmt::format("expected \"data\" or \"file\", found \"{}\"", config.shard_policy));
-    if (config.shard_policy == "file" && config.source != "directory") {
-      n->fail(fmt::format("\"file\" shards many files: \"source\": \"{}\" is one file per array "
-                          "(use \"data\", or \"source\": \"directory\")",
-                          config.source));
-    }
+    if (config.shard_policy == "file" && config.source == "synthetic")
+      n->fail("\"file\" shards files: \"source\": \"synthetic\" has none");
   }
   if (config.source == "directory" && config.train_dir.empty())
     node.fail("\"source\": \"directory\" needs \"train_dir\"");
@@ -122,11 +123,12 @@ std::pair<Dataset, Dataset> load_folder_splits(const DataConfig& config, bool ne
     throw ConfigError(fmt::format("{}: one class folder ({}); a classifier needs at least 2",
                                   config.train_dir, folder.class_names.front()));
   }
-  auto [train_files, validation_files] = split_files(
-      folder.files.size(), config.validation_split, config.split_seed, config.train_dir);
+  auto [train_files, validation_files] = split_files(folder.files.size(), config.validation_split,
+                                                     config.split_seed, config.train_dir);
   ImageLoadOptions options;
   options.color_mode = parse_color_mode(config.color_mode);
-  if (config.image_height > 0) options.image_size = ImageSize{config.image_height, config.image_width};
+  if (config.image_height > 0)
+    options.image_size = ImageSize{config.image_height, config.image_width};
   options.threads = static_cast<int>(decode_threads());
 
   int64_t global = 0;
@@ -144,15 +146,17 @@ std::pair<Dataset, Dataset> load_folder_splits(const DataConfig& config, bool ne
       mine.push_back(train_files[i]);
     train_files = std::move(mine);
   }
-  Dataset train = to_dataset(load_images(folder, options, train_files), folder.class_names);
+  Dataset train =
+      to_dataset(load_images(folder, options, train_files), folder.class_names, config.train_dir);
   train.global_count = global;
   Dataset test;
   if (need_test) {
     if (!validation_files.empty()) {
-      test = to_dataset(load_images(folder, options, validation_files), folder.class_names);
+      test = to_dataset(load_images(folder, options, validation_files), folder.class_names,
+                        config.train_dir);
     } else if (!config.test_dir.empty()) {
       ImageFolder test_folder = scan_image_folder(config.test_dir, folder.class_names);
-      test = to_dataset(load_images(test_folder, options), folder.class_names);
+      test = to_dataset(load_images(test_folder, options), folder.class_names, config.test_dir);
     } else {
       throw ConfigError(
           "data: validating a \"directory\" source needs \"test_dir\" or \"validation_split\"");
@@ -164,6 +168,31 @@ std::pair<Dataset, Dataset> load_folder_splits(const DataConfig& config, bool ne
     }
   }
   return {std::move(train), std::move(test)};
+}
+
+Dataset keep_shard(Dataset train, FileShard shard) {
+  DT_ENFORCE(shard.count >= 1 && shard.index >= 0 && shard.index < shard.count, "shard {} of {}",
+             shard.index, shard.count);
+  if (train.count < shard.count) {
+    throw ConfigError(fmt::format("data: {} training examples for {} workers sharded by file",
+                                  train.count, shard.count));
+  }
+  const size_t pixels = static_cast<size_t>(train.height) * train.width * train.channels;
+  int64_t kept = 0;
+  for (int64_t i = shard.index; i < train.count; i += shard.count, ++kept) {
+    const auto from = static_cast<size_t>(i), to = static_cast<size_t>(kept);
+    if (!train.bytes.empty())
+      std::copy_n(train.bytes.begin() + from * pixels, pixels, train.bytes.begin() + to * pixels);
+    if (!train.images.empty())
+      std::copy_n(train.images.begin() + from * pixels, pixels, train.images.begin() + to * pixels);
+    train.labels[to] = train.labels[from];
+  }
+  if (!train.bytes.empty()) train.bytes.resize(static_cast<size_t>(kept) * pixels);
+  if (!train.images.empty()) train.images.resize(static_cast<size_t>(kept) * pixels);
+  train.labels.resize(static_cast<size_t>(kept));
+  train.global_count = train.count;
+  train.count = kept;
+  return train;
 }
 
 std::pair<Dataset, Dataset> split_last(Dataset train, double fraction) {
@@ -180,6 +209,7 @@ std::pair<Dataset, Dataset> split_last(Dataset train, double fraction) {
   validation.count = held;
   validation.height = train.height, validation.width = train.width;
   validation.channels = train.channels, validation.classes = train.classes;
+  validation.labels_source = train.labels_source;
   auto tail = [&](auto& from, auto& to, size_t per) {
     to.assign(from.begin() + static_cast<std::ptrdiff_t>(static_cast<size_t>(kept) * per),
               from.end());

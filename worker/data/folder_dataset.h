@@ -1,7 +1,8 @@
 // The "directory" data source (Keras's image_dataset_from_directory over image_folder.h) and
 // what `train.data` adds to every file source: Keras's validation_split and tf.data's FILE
 // sharding. It reads the config's keys and builds Datasets; the model's shape is dataset.cc's to
-// check, and order and batching are batcher.h's.
+// check, and order and batching are batcher.h's. Sharding arrays by "file" keeps each worker's
+// rows after the arrays are read whole: it fixes each worker's share, it saves no reading.
 #pragma once
 
 #include <utility>
@@ -14,8 +15,7 @@ namespace dtrain::data {
 /// Reads the directory keys (train_dir, test_dir, class_names, color_mode, image_size, seed) and
 /// the keys of every file source (validation_split, shard_policy) of node into config.
 /// ConfigError naming the key: a bad value, a directory source without train_dir, test_dir with
-/// validation_split (one or the other), validation_split on synthetic data, shard_policy "file"
-/// on a source of one file.
+/// validation_split (one or the other), validation_split or shard_policy "file" on synthetic data.
 void parse_folder_keys(const common::JsonNode& node, DataConfig& config);
 
 /// The directory source's train and validation splits: the files of config.train_dir (without
@@ -26,6 +26,11 @@ void parse_folder_keys(const common::JsonNode& node, DataConfig& config);
 /// folder (image_folder.h).
 std::pair<Dataset, Dataset> load_folder_splits(const DataConfig& config, bool need_test,
                                                FileShard shard);
+
+/// train's examples shard.index, shard.index + shard.count, ... (shard_policy "file" on arrays:
+/// each worker keeps a fixed share, as it would keep its files), global_count set. ConfigError
+/// when there are fewer examples than workers.
+Dataset keep_shard(Dataset train, FileShard shard);
 
 /// train's last floor(fraction * count) examples as a validation split, the rest as the train
 /// split (Keras's fit(validation_split=...): the arrays' last examples, before any shuffle).

@@ -120,6 +120,7 @@ Dataset dataset_from_npy(const NpyArray& images, const std::string& images_where
          fmt::format("all labels are {}; a classifier needs at least 2 classes", *low));
   }
   data.classes = largest + 1;
+  data.labels_source = labels_where;
   return data;
 }
 
