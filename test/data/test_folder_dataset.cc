@@ -53,8 +53,8 @@ DataConfig parse(const std::string& json) {
 }
 
 DataConfig folder_config(const std::string& dir, const std::string& extra = "") {
-  return parse(R"({"source": "directory", "train_dir": ")" + dir + R"(", "color_mode": "grayscale")" +
-               extra + "}");
+  return parse(R"({"source": "directory", "train_dir": ")" + dir +
+               R"(", "color_mode": "grayscale")" + extra + "}");
 }
 
 }  // namespace
@@ -86,8 +86,8 @@ TEST_CASE("a folder per class loads as image_dataset_from_directory labels it", 
   CHECK(colour.count == 6);
   CHECK(colour.channels == 3);
   CHECK(colour.bytes.size() == 6u * 4 * 5 * 3);
-  CHECK(colour.class_names.front() == "blue");  // sorted: blue before red
-  CHECK(std::abs(int{colour.bytes[0]} - 50) <= 3);  // blue's R, through JPEG and the resize
+  CHECK(colour.class_names.front() == "blue");       // sorted: blue before red
+  CHECK(std::abs(int{colour.bytes[0]} - 50) <= 3);   // blue's R, through JPEG and the resize
   CHECK(std::abs(int{colour.bytes[2]} - 200) <= 3);  // and its B
   CHECK_THROWS_WITH(load_data(rgb, {4, 5, 1}, false), Contains("model.input_shape"));
 }
@@ -139,7 +139,8 @@ TEST_CASE("validation_split on arrays takes their last examples, as Keras's fit"
   CHECK_THROWS_WITH(keep_shard(data, {0, 11}), Contains("10 training examples for 11 workers"));
 }
 
-TEST_CASE("sharded by file, each worker decodes only its files; together they are all", "[folder]") {
+TEST_CASE("sharded by file, each worker decodes only its files; together they are all",
+          "[folder]") {
   Folders f;
   if (!f.ok) return;
   DataConfig config = folder_config(f.dir.path() + "/gray", R"(, "shard_policy": "file")");
@@ -148,7 +149,8 @@ TEST_CASE("sharded by file, each worker decodes only its files; together they ar
     auto [train, test] = load_data(config, {6, 6, 1}, false, {index, 2});
     CHECK(train.global_count == 15);
     CHECK(train.count == (index == 0 ? 8 : 7));
-    for (int64_t e = 0; e < train.count; ++e) pixels.insert(train.bytes[static_cast<size_t>(e) * 36]);
+    for (int64_t e = 0; e < train.count; ++e)
+      pixels.insert(train.bytes[static_cast<size_t>(e) * 36]);
   }
   CHECK(pixels.size() == 15);
   CHECK(std::set<int>(pixels.begin(), pixels.end()).size() == 15);
@@ -164,14 +166,14 @@ TEST_CASE("a folder source's bad config and bad files are errors naming them", "
                     Contains("only used with \"source\": \"directory\""));
   CHECK_THROWS_WITH(parse(R"({"source": "synthetic", "shard_policy": "file"})"),
                     Contains("synthetic"));
-  CHECK_THROWS_WITH(parse(R"({"source": "idx", "shard_policy": "rows"})"), Contains("shard_policy"));
+  CHECK_THROWS_WITH(parse(R"({"source": "idx", "shard_policy": "rows"})"),
+                    Contains("shard_policy"));
   Folders f;
   if (!f.ok) return;
   CHECK_THROWS_WITH(load_data(folder_config(f.dir.path() + "/mixed"), {6, 6, 1}, false),
                     Contains(f.dir.path() + "/mixed/b/x.png") && Contains("7"));
-  auto [resized, unused] =
-      load_data(folder_config(f.dir.path() + "/mixed", R"(, "image_size": [6, 6])"), {6, 6, 1},
-                false);
+  auto [resized, unused] = load_data(
+      folder_config(f.dir.path() + "/mixed", R"(, "image_size": [6, 6])"), {6, 6, 1}, false);
   CHECK(resized.count == 2);
   std::filesystem::create_directories(f.dir.path() + "/gray/empty");
   CHECK_THROWS_WITH(load_data(folder_config(f.dir.path() + "/gray"), {6, 6, 1}, false),
