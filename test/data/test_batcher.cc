@@ -20,7 +20,7 @@ namespace {
 
 // count examples of h x w x c; label i == i; pixel p of example i == i + p / 1000.
 Dataset indexed(int64_t count, int h, int w, int c) {
-  Dataset data{count, h, w, c, static_cast<int>(count), {}, {}, {}, {}, {}, 0};
+  Dataset data{count, h, w, c, static_cast<int>(count), {}, {}, {}, {}, {}, {}, 0};
   const int64_t pixels = int64_t{h} * w * c;
   for (int64_t i = 0; i < count; ++i) {
     data.labels.push_back(static_cast<int32_t>(i));

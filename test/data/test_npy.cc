@@ -3,6 +3,7 @@
 // of several integer dtypes, the checks that tie arrays to each other and to the model, and
 // Fashion-MNIST saved as .npz loading to exactly what the IDX files give. Hand-made damaged files
 // are test_npy_damaged.cc's.
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <cstdint>
@@ -68,16 +69,18 @@ float f4(size_t i) {
 
 void check_u8(const Dataset& data, int64_t count, int h, int w, int c) {
   CHECK((data.count == count && data.height == h && data.width == w && data.channels == c));
-  REQUIRE(data.bytes.size() == static_cast<size_t>(count * h * w * c));
+  REQUIRE(data.pixel_count() == static_cast<size_t>(count * h * w * c));
   CHECK(data.images.empty());
-  for (size_t i = 0; i < data.bytes.size(); ++i) REQUIRE(data.bytes[i] == u8(i));
+  CHECK(data.bytes.empty());  // shared with the reader, not copied
+  REQUIRE(data.shared_bytes);
+  for (size_t i = 0; i < data.pixel_count(); ++i) REQUIRE(data.byte_data()[i] == u8(i));
   for (int64_t i = 0; i < count; ++i) REQUIRE(data.labels[static_cast<size_t>(i)] == i % 3);
 }
 
 void check_f4(const Dataset& data, int64_t count, int h, int w, int c) {
   CHECK((data.count == count && data.height == h && data.width == w && data.channels == c));
   REQUIRE(data.images.size() == static_cast<size_t>(count * h * w * c));
-  CHECK(data.bytes.empty());
+  CHECK(!data.has_bytes());
   for (size_t i = 0; i < data.images.size(); ++i) REQUIRE(data.images[i] == f4(i));
   for (int64_t i = 0; i < count; ++i) REQUIRE(data.labels[static_cast<size_t>(i)] == i % 3);
 }
@@ -260,8 +263,12 @@ np.savez('fashion.npz', x_train=read('train-images-idx3-ubyte.gz', 16).reshape(-
   Dataset idx_test = load_idx_pair(fashion + "/t10k-images-idx3-ubyte.gz",
                                    fashion + "/t10k-labels-idx1-ubyte.gz", Split::kTest);
   CHECK((train.count == 60000 && test.count == 10000 && train.classes == 10));
-  CHECK(train.bytes == idx_train.bytes);  // CHECK, not a loop: one comparison of 47 MB
+  auto same_bytes = [](const Dataset& a, const Dataset& b) {
+    return a.pixel_count() == b.pixel_count() &&
+           std::equal(a.byte_data(), a.byte_data() + a.pixel_count(), b.byte_data());
+  };
+  CHECK(same_bytes(train, idx_train));  // CHECK, not a loop: one comparison of 47 MB
   CHECK(train.labels == idx_train.labels);
-  CHECK(test.bytes == idx_test.bytes);
+  CHECK(same_bytes(test, idx_test));
   CHECK(test.labels == idx_test.labels);
 }

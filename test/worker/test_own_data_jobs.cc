@@ -38,12 +38,13 @@ std::string launch(const testing::TempDir& dir, const std::string& name, const s
         {"type": "dense", "units": 32, "activation": "relu"}, {"type": "dense", "units": 10}]},
       "loss": {"type": "sparse_categorical_crossentropy", "from_logits": true},
       "optimizer": {"type": "sgd", "learning_rate": 0.05, "momentum": 0.9},
-      "data": )" << data << R"(, "per_worker_batch_size": 32, "epochs": 1,
+      "data": )" << data
+                     << R"(, "per_worker_batch_size": 32, "epochs": 1,
       "steps_per_epoch": 25, "seed": 5, "device": "cpu", "tensorboard": false}})";
   testing::ProcessOptions options;
   options.timeout_seconds = 180;
-  auto r = testing::run_process({testing::binary("dtrain"), "launch", job, "--run-dir", run},
-                                options);
+  auto r =
+      testing::run_process({testing::binary("dtrain"), "launch", job, "--run-dir", run}, options);
   INFO(r.out << r.err);
   REQUIRE(r.exit_code == 0);
   return run;
@@ -63,8 +64,8 @@ TEST_CASE("Fashion-MNIST as an npz trains two workers to the IDX source's model"
   CHECK(common::read_file(idx + "/model/model.safetensors") ==
         common::read_file(from_npz + "/model/model.safetensors"));
   // Sharded by file each worker keeps its own rows: another order, so another model, trained.
-  std::string file = launch(
-      dir, "file", R"({"source": "npz", "path": ")" + npz + R"(", "shard_policy": "file"})");
+  std::string file =
+      launch(dir, "file", R"({"source": "npz", "path": ")" + npz + R"(", "shard_policy": "file"})");
   CHECK(common::read_file(file + "/model/model.safetensors") !=
         common::read_file(idx + "/model/model.safetensors"));
   CHECK(common::read_file(file + "/logs/worker-1.log").find("training examples") !=
@@ -143,7 +144,8 @@ open(f'{d}/truncated/b/1.png', 'wb').write(whole[:len(whole) // 2])
     std::ofstream(job) << R"({"model": {"input_shape": [28, 28, 1], "layers": [{"type": "flatten"},
       {"type": "dense", "units": 10}]},
       "loss": {"type": "sparse_categorical_crossentropy", "from_logits": true},
-      "data": )" << c.data << R"(, "epochs": 1, "tensorboard": false})";
+      "data": )" << c.data
+                       << R"(, "epochs": 1, "tensorboard": false})";
     testing::ProcessOptions options;
     options.env["TF_CONFIG"] = std::nullopt;
     auto r = testing::run_process(

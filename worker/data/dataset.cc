@@ -186,7 +186,7 @@ Dataset make_synthetic(int64_t examples, int classes, int height, int width, int
   SplitMix64 prototype_rng(derive_seed(seed, 0));
   for (float& value : prototypes) value = prototype_rng.unit_float();
 
-  Dataset data{examples, height, width, channels, classes, {}, {}, {}, "synthetic data", {}, 0};
+  Dataset data{examples, height, width, channels, classes, {}, {}, {}, {}, "synthetic data", {}, 0};
   data.images.resize(static_cast<size_t>(examples * pixels));
   data.labels.resize(static_cast<size_t>(examples));
   const uint64_t example_seed = derive_seed(seed, 1);
@@ -336,7 +336,7 @@ void check_labels_below(const Dataset& data, int classes) {
 void copy_example_chw(const Dataset& data, int64_t example, float* out) {
   const int64_t plane = int64_t{data.height} * data.width;
   const int64_t first = example * plane * data.channels;
-  if (!data.bytes.empty()) return to_chw(data.bytes.data() + first, plane, data.channels, out);
+  if (data.has_bytes()) return to_chw(data.byte_data() + first, plane, data.channels, out);
   to_chw(data.images.data() + first, plane, data.channels, out);
 }
 

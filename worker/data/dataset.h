@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -15,8 +16,9 @@
 namespace dtrain::data {
 
 /// Examples in NHWC order, pixels scaled to [0, 1]; labels in [0, classes). The pixels are either
-/// bytes (IDX files: value / 255 when copied out, a quarter of the memory and no conversion at
-/// start) or floats (synthetic data); the other vector is empty.
+/// bytes (IDX files, image folders, uint8 arrays: value / 255 when copied out, a quarter of the
+/// memory and no conversion at start) or floats (float32 arrays, synthetic data). Bytes are in
+/// `bytes`, or shared where a NumPy reader keeps them (shared_bytes).
 struct Dataset {
   int64_t count = 0;
   int height = 0, width = 0, channels = 0;
@@ -24,6 +26,10 @@ struct Dataset {
   std::vector<uint8_t> bytes;  ///< count * height * width * channels, or empty
   std::vector<float> images;   ///< count * height * width * channels, or empty
   std::vector<int32_t> labels;
+  /// uint8 images where an .npy or .npz reader keeps them (a read-only mapping of the file, or
+  /// a member's inflated buffer), shared, not copied: the kernel pages a mapped data set larger
+  /// than memory in and out as the epochs read it. Null when bytes or images hold the pixels.
+  std::shared_ptr<const uint8_t> shared_bytes;
   /// Where the labels came from, for messages ("data.npz: y_train", a file, a folder).
   std::string labels_source;
   /// The directory source's class names (label i is class_names[i]); empty for other sources.
@@ -32,11 +38,22 @@ struct Dataset {
   /// of which this Dataset holds its worker's share. 0: not sharded (count is all of them).
   int64_t global_count = 0;
 
-  /// count * height * width * channels, whichever vector holds them.
-  size_t pixel_count() const { return bytes.empty() ? images.size() : bytes.size(); }
+  bool has_bytes() const { return shared_bytes != nullptr || !bytes.empty(); }
+  /// The bytes, wherever they are (null for float images).
+  const uint8_t* byte_data() const { return shared_bytes ? shared_bytes.get() : bytes.data(); }
+  /// count * height * width * channels, wherever they are.
+  size_t pixel_count() const {
+    return has_bytes() ? static_cast<size_t>(count) * height * width * channels : images.size();
+  }
   /// Pixel i (NHWC order) in [0, 1].
   float pixel(size_t i) const {
-    return bytes.empty() ? images[i] : static_cast<float>(bytes[i]) / 255.0f;
+    return has_bytes() ? static_cast<float>(byte_data()[i]) / 255.0f : images[i];
+  }
+  /// Copies shared bytes into `bytes` (before its rows are rearranged); nothing otherwise.
+  void own_bytes() {
+    if (!shared_bytes) return;
+    bytes.assign(shared_bytes.get(), shared_bytes.get() + pixel_count());
+    shared_bytes.reset();
   }
 };
 

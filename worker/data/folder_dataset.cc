@@ -171,6 +171,7 @@ std::pair<Dataset, Dataset> load_folder_splits(const DataConfig& config, bool ne
 }
 
 Dataset keep_shard(Dataset train, FileShard shard) {
+  train.own_bytes();
   DT_ENFORCE(shard.count >= 1 && shard.index >= 0 && shard.index < shard.count, "shard {} of {}",
              shard.index, shard.count);
   if (train.count < shard.count) {
@@ -196,6 +197,7 @@ Dataset keep_shard(Dataset train, FileShard shard) {
 }
 
 std::pair<Dataset, Dataset> split_last(Dataset train, double fraction) {
+  train.own_bytes();
   const auto held = static_cast<int64_t>(std::floor(fraction * static_cast<double>(train.count)));
   if (held == 0 || held >= train.count) {
     throw ConfigError(fmt::format(

@@ -17,7 +17,8 @@ inline constexpr const char* kNpyLabelDtypes = "labels: an integer type";
 /// The Dataset of images and labels. images_where and labels_where name them in errors
 /// ("data.npz: x_train"). ConfigError for a wrong rank or dtype, no examples, counts that differ
 /// (naming both), a label below 0 or too large for int32 (naming its index), and, for a training
-/// split, labels that are all one class. classes = largest label + 1. Copies the data.
+/// split, labels that are all one class. classes = largest label + 1. Float
+/// images and labels are copied; uint8 images are shared with the reader (Dataset::shared_bytes).
 Dataset dataset_from_npy(const NpyArray& images, const std::string& images_where,
                          const NpyArray& labels, const std::string& labels_where, Split split);
 

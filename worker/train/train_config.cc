@@ -160,6 +160,8 @@ void parse_fields(const common::JsonNode& root, TrainConfig& c) {
   if (auto n = root.find("steps_per_epoch"); n && !n->is_null())
     c.steps_per_epoch = n->as_int(1, int64_t{1} << 40);
   if (auto n = root.find("validation")) c.validation = n->as_bool();
+  // As Keras's fit(validation_split=...): the held-out part is scored unless told otherwise.
+  if (c.data.validation_split > 0 && !root.find("validation")) c.validation = true;
   if (auto n = root.find("seed")) c.seed = static_cast<uint64_t>(n->as_int(0, int64_t{1} << 53));
   if (auto n = root.find("device")) {
     std::string device = one_of(*n, {"auto", "cpu", "cuda"});

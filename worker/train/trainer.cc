@@ -436,7 +436,8 @@ EpochMetrics Trainer::train_epoch(int epoch) {
   auto stage = [&](int64_t step) {
     double asked = common::monotonic_seconds();
     data::Batch batch = stream.next();
-    input_wait += common::monotonic_seconds() - asked;
+    // The epoch's first batch waits for the pipeline to start; the others should not wait.
+    if (step > stream_options.first_step) input_wait += common::monotonic_seconds() - asked;
     stager_->stage(static_cast<int>(step % InputStager::kSlots), batch.images.data(),
                    batch.labels.data(), static_cast<int>(batch.size));
     return static_cast<int>(batch.size);

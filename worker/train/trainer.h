@@ -42,7 +42,8 @@ struct EpochMetrics {
   double seconds = 0, samples_per_second = 0;
   int64_t steps = 0;  ///< steps this run trained in the epoch (fewer after a mid-epoch resume)
   double allreduce_seconds = 0;  ///< of seconds, the host waited for all-reduces (exposed)
-  /// Of seconds, the host waited for the input pipeline's next batch (0 while it keeps up).
+  /// Of seconds, the host waited for the input pipeline's next batch after the epoch's first
+  /// (which waits for the pipeline to start): 0 while the pipeline keeps up.
   double input_wait_seconds = 0;
   bool stop_agreed = false;  ///< the group agreed to stop at this epoch's end
 };
