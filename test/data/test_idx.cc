@@ -14,6 +14,7 @@
 
 #include "common/errors.h"
 #include "common/json.h"
+#include "test/support/config_error.h"
 #include "test/support/temp_dir.h"
 #include "worker/data/dataset.h"
 #include "worker/data/idx_file.h"
@@ -23,6 +24,8 @@ using Catch::Contains;
 using dtrain::common::ConfigError;
 using dtrain::common::JsonDocument;
 using dtrain::testing::TempDir;
+
+using dtrain::testing::config_error;
 
 namespace {
 
@@ -54,18 +57,6 @@ std::string write_gz(const TempDir& dir, const std::string& name, const std::str
           static_cast<int>(bytes.size()));
   REQUIRE(gzclose(file) == Z_OK);
   return path;
-}
-
-// The message of the ConfigError that fn throws; fails the test when it throws nothing.
-template <typename Fn>
-std::string config_error(Fn fn) {
-  try {
-    fn();
-  } catch (const ConfigError& error) {
-    return error.what();
-  }
-  FAIL("expected a ConfigError");
-  return "";
 }
 
 std::string read_bytes(const std::string& path) {

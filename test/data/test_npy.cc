@@ -12,6 +12,7 @@
 
 #include "common/errors.h"
 #include "common/json.h"
+#include "test/support/config_error.h"
 #include "test/support/python.h"
 #include "test/support/temp_dir.h"
 #include "worker/data/dataset.h"
@@ -23,6 +24,8 @@ using Catch::Contains;
 using dtrain::common::ConfigError;
 using dtrain::common::JsonDocument;
 using dtrain::testing::TempDir;
+
+using dtrain::testing::config_error;
 
 namespace {
 
@@ -39,17 +42,6 @@ bool numpy(const TempDir& dir, const std::string& program) {
   INFO(r.err);
   REQUIRE(r.exit_code == 0);
   return true;
-}
-
-template <typename Fn>
-std::string config_error(Fn fn) {
-  try {
-    fn();
-  } catch (const ConfigError& error) {
-    return error.what();
-  }
-  FAIL("expected a ConfigError");
-  return "";
 }
 
 // The arrays every test writes: pixel i of the uint8 images is (7 i + 3) % 256, of the float32

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "common/errors.h"
+#include "test/support/config_error.h"
 #include "test/support/temp_dir.h"
 #include "worker/data/npy_file.h"
 #include "worker/data/npz_file.h"
@@ -21,18 +22,9 @@ using Catch::Contains;
 using dtrain::common::ConfigError;
 using dtrain::testing::TempDir;
 
-namespace {
+using dtrain::testing::config_error;
 
-template <typename Fn>
-std::string config_error(Fn fn) {
-  try {
-    fn();
-  } catch (const ConfigError& error) {
-    return error.what();
-  }
-  FAIL("expected a ConfigError");
-  return "";
-}
+namespace {
 
 void put(std::string& out, uint64_t value, int bytes) {
   for (int i = 0; i < bytes; ++i) out.push_back(static_cast<char>(value >> (8 * i)));
