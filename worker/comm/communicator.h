@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include "common/errors.h"
+
 namespace dtrain::comm {
 
 enum class ReduceOp { kSum, kMean };
@@ -43,6 +45,20 @@ class Communicator {
   /// bit-identical values: the order of additions depends only on the ranks. Throws IoError
   /// naming a failed peer. Waits for every started all-reduce to finish first.
   virtual void all_reduce(float* data, size_t count, ReduceOp op) = 0;
+  /// Elastic all-reduce (virtual_ring_all_reduce's contract, blocking, host memory): buffers[j]
+  /// holds count floats of virtual rank (first + j) % virtual_size; waits for every started
+  /// all-reduce first (docs/design.md#elastic-membership). Default: when held == 1 and this is
+  /// full membership (virtual_size == size(), first == rank()) it is all_reduce(buffers[0], ...);
+  /// otherwise EnforceError (the transport cannot hold shards: only the TCP ring and a world of
+  /// one can).
+  virtual void all_reduce_shards(int virtual_size, int first, float* const* buffers, int held,
+                                 size_t count, ReduceOp op) {
+    DT_ENFORCE(held == 1 && virtual_size == size() && first == rank() && buffers != nullptr,
+               "rank {} of {}: this transport cannot hold {} virtual ranks from {} of a virtual "
+               "ring of {}",
+               rank(), size(), held, first, virtual_size);
+    all_reduce(buffers[0], count, op);
+  }
   /// Copies bytes of HOST memory from root's buffer into every other rank's buffer.
   virtual void broadcast(void* data, size_t bytes, int root) = 0;
   /// Returns once every rank has called barrier().

@@ -110,6 +110,12 @@ void GroupCommunicator::all_reduce(float* data, size_t count, ReduceOp op) {
   forward([&](Communicator& c) { c.all_reduce(data, count, op); });
 }
 
+void GroupCommunicator::all_reduce_shards(int virtual_size, int first, float* const* buffers,
+                                          int held, size_t count, ReduceOp op) {
+  forward(
+      [&](Communicator& c) { c.all_reduce_shards(virtual_size, first, buffers, held, count, op); });
+}
+
 void GroupCommunicator::broadcast(void* data, size_t bytes, int root) {
   forward([&](Communicator& c) { c.broadcast(data, bytes, root); });
 }

@@ -72,6 +72,8 @@ class GroupCommunicator final : public Communicator {
   int rank() const override { return rank_; }
   int size() const override { return size_; }
   void all_reduce(float* data, size_t count, ReduceOp op) override;
+  void all_reduce_shards(int virtual_size, int first, float* const* buffers, int held, size_t count,
+                         ReduceOp op) override;
   void broadcast(void* data, size_t bytes, int root) override;
   void barrier() override;
   std::vector<uint8_t> all_gather(const void* mine, size_t bytes) override;

@@ -19,6 +19,11 @@ void HostStagedCommunicator::all_reduce(float* data, size_t count, ReduceOp op) 
   inner_->all_reduce(data, count, op);
 }
 
+void HostStagedCommunicator::all_reduce_shards(int virtual_size, int first, float* const* buffers,
+                                               int held, size_t count, ReduceOp op) {
+  inner_->all_reduce_shards(virtual_size, first, buffers, held, count, op);
+}
+
 void HostStagedCommunicator::broadcast(void* data, size_t bytes, int root) {
   inner_->broadcast(data, bytes, root);
 }

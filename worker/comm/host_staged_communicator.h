@@ -27,6 +27,8 @@ class HostStagedCommunicator final : public Communicator {
   int size() const override { return inner_->size(); }
   /// Host-memory collectives: forwarded to inner unchanged.
   void all_reduce(float* data, size_t count, ReduceOp op) override;
+  void all_reduce_shards(int virtual_size, int first, float* const* buffers, int held, size_t count,
+                         ReduceOp op) override;
   void broadcast(void* data, size_t bytes, int root) override;
   void barrier() override;
   std::vector<uint8_t> all_gather(const void* mine, size_t bytes) override;

@@ -1,7 +1,7 @@
-// Ring collectives written against a RingLink: all-reduce (reduce-scatter + all-gather), chain
-// broadcast, all-gather and barrier, each pipelined in slices. Pure algorithms: no sockets,
-// threads, time-outs or retries here (the link owns those), and no state kept between calls
-// beyond the caller's scratch buffer.
+// Ring collectives written against a RingLink: all-reduce (reduce-scatter + all-gather), its
+// elastic form over a larger virtual ring, chain broadcast, all-gather and barrier, each pipelined
+// in slices. Pure algorithms: no sockets, threads, time-outs or retries here (the link owns
+// those), and no state kept between calls beyond the caller's scratch buffer.
 #pragma once
 
 #include <cstddef>
@@ -41,6 +41,20 @@ IndexRange ring_chunk(size_t count, int size, int chunk);
 /// to at most one slice and reused across calls. Blocks in link.send_recv; throws what it throws.
 void ring_all_reduce(RingLink& link, int rank, int size, float* data, size_t count, ReduceOp op,
                      std::vector<float>& scratch, size_t slice_bytes = kSliceBytes);
+
+/// This rank's part of an elastic all-reduce (docs/design.md#elastic-membership): `held`
+/// consecutive virtual ranks of a virtual ring of virtual_size, starting at virtual rank `first`
+/// (mod virtual_size); buffers[j] holds count floats of virtual rank (first + j) % virtual_size.
+/// Real rank r+1's block starts where rank r's ends (ring order), and the blocks cover the
+/// virtual ring once. Afterwards every buffer holds what ring_all_reduce over virtual_size real
+/// ranks leaves on each of them, bit for bit, whoever holds which virtual rank. Every rank makes
+/// the link calls ring_all_reduce makes on a ring of virtual_size, with the same sizes; transfers
+/// between the virtual ranks held here are local adds and copies. link may be null only when
+/// size == 1 (then everything is local). Full membership (held == 1, virtual_size == size,
+/// first == rank) is ring_all_reduce itself. Blocks and throws as ring_all_reduce does.
+void virtual_ring_all_reduce(RingLink* link, int rank, int size, int virtual_size, int first,
+                             float* const* buffers, int held, size_t count, ReduceOp op,
+                             std::vector<float>& scratch, size_t slice_bytes = kSliceBytes);
 
 /// Copies bytes from root's data into every other rank's data along the chain root, root+1, ...,
 /// root-1, slice by slice. Every rank must call it with the same bytes, root and slice_bytes.

@@ -1,8 +1,10 @@
 // RingCommunicator forwards each collective to ring_algorithms with its link, rank, size and
-// scratch; SoloCommunicator checks its arguments and returns. No logic of their own beyond that.
+// scratch; SoloCommunicator checks its arguments and returns (an elastic all-reduce sums
+// locally). No logic of their own beyond that.
 #include "worker/comm/ring_communicator.h"
 
 #include <utility>
+#include <vector>
 
 #include "common/errors.h"
 #include "worker/comm/ring_algorithms.h"
@@ -17,6 +19,12 @@ RingCommunicator::RingCommunicator(std::unique_ptr<RingLink> link, int rank, int
 
 void RingCommunicator::all_reduce(float* data, size_t count, ReduceOp op) {
   ring_all_reduce(*link_, rank_, size_, data, count, op, scratch_);
+}
+
+void RingCommunicator::all_reduce_shards(int virtual_size, int first, float* const* buffers,
+                                         int held, size_t count, ReduceOp op) {
+  virtual_ring_all_reduce(link_.get(), rank_, size_, virtual_size, first, buffers, held, count, op,
+                          scratch_);
 }
 
 void RingCommunicator::broadcast(void* data, size_t bytes, int root) {
@@ -42,6 +50,13 @@ void RingCommunicator::interrupt(const std::string& why) noexcept {
 void SoloCommunicator::all_reduce(float* data, size_t count, ReduceOp /*op*/) {
   // The sum of one rank is its data; the mean divides by 1.
   DT_ENFORCE(data != nullptr || count == 0, "all-reduce of {} floats from a null buffer", count);
+}
+
+void SoloCommunicator::all_reduce_shards(int virtual_size, int first, float* const* buffers,
+                                         int held, size_t count, ReduceOp op) {
+  std::vector<float> unused_scratch;  // nothing goes over a link
+  virtual_ring_all_reduce(nullptr, 0, 1, virtual_size, first, buffers, held, count, op,
+                          unused_scratch);
 }
 
 void SoloCommunicator::broadcast(void* data, size_t bytes, int root) {

@@ -106,6 +106,12 @@ void ThreadedCommunicator::all_reduce(float* data, size_t count, ReduceOp op) {
   inner_->all_reduce(data, count, op);
 }
 
+void ThreadedCommunicator::all_reduce_shards(int virtual_size, int first, float* const* buffers,
+                                             int held, size_t count, ReduceOp op) {
+  drain();
+  inner_->all_reduce_shards(virtual_size, first, buffers, held, count, op);
+}
+
 void ThreadedCommunicator::broadcast(void* data, size_t bytes, int root) {
   drain();
   inner_->broadcast(data, bytes, root);

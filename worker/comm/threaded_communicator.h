@@ -47,6 +47,8 @@ class ThreadedCommunicator final : public Communicator {
   /// on the caller's thread. If a started all-reduce failed (or abort was called) they throw its
   /// error without touching the link.
   void all_reduce(float* data, size_t count, ReduceOp op) override;
+  void all_reduce_shards(int virtual_size, int first, float* const* buffers, int held, size_t count,
+                         ReduceOp op) override;
   void broadcast(void* data, size_t bytes, int root) override;
   void barrier() override;
   std::vector<uint8_t> all_gather(const void* mine, size_t bytes) override;
