@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <charconv>
 #include <cstring>
 #include <utility>
 
@@ -155,6 +156,7 @@ std::string format_reform_reply(const ReformReply& r) {
   w.begin_object().key("request").value("reform").key("ok").value(r.ok);
   if (r.ok) {
     w.key("generation").value(r.generation);
+    if (!r.members.empty()) w.key("members").value(r.members);
   } else {
     w.key("error").value(r.error);
   }
@@ -171,6 +173,7 @@ std::optional<ReformReply> parse_reform_reply(std::string_view line) {
     r.ok = root.at("ok").as_bool();
     if (r.ok) {
       r.generation = static_cast<int>(root.at("generation").as_int(0, 1 << 30));
+      if (auto members = root.find("members")) r.members = members->as_string();
     } else if (auto error = root.find("error")) {
       r.error = error->as_string();
     }
@@ -178,6 +181,42 @@ std::optional<ReformReply> parse_reform_reply(std::string_view line) {
   } catch (const ConfigError&) {
     return std::nullopt;
   }
+}
+
+std::string format_members(const std::vector<int>& members) {
+  std::string text;
+  for (int m : members) text += (text.empty() ? "" : ",") + std::to_string(m);
+  return text;
+}
+
+std::vector<int> parse_members(std::string_view text, int size, std::string_view source) {
+  std::vector<int> members;
+  if (text.empty()) {
+    for (int r = 0; r < size; ++r) members.push_back(r);
+    return members;
+  }
+  auto bad = [&](const std::string& why) {
+    return ConfigError(
+        fmt::format("{}: \"{}\": {}; expected ascending ring ranks below {}, "
+                    "comma-separated (0,2,3)",
+                    source, text, why, size));
+  };
+  size_t at = 0;
+  while (at <= text.size()) {
+    size_t comma = text.find(',', at);
+    std::string_view item =
+        text.substr(at, comma == std::string_view::npos ? text.npos : comma - at);
+    int value = 0;
+    auto [end, ec] = std::from_chars(item.data(), item.data() + item.size(), value);
+    if (item.empty() || ec != std::errc() || end != item.data() + item.size())
+      throw bad(fmt::format("\"{}\" is not a rank", item));
+    if (value < 0 || value >= size) throw bad(fmt::format("rank {} is outside the cluster", value));
+    if (!members.empty() && value <= members.back()) throw bad("ranks out of order or repeated");
+    members.push_back(value);
+    if (comma == std::string_view::npos) break;
+    at = comma + 1;
+  }
+  return members;
 }
 
 bool trusted_control_peer(unsigned peer_uid, unsigned self_uid) {
@@ -328,6 +367,7 @@ std::string format_spare_assignment(const SpareAssignment& a) {
   if (a.ok) {
     w.key("task").value(a.task).key("generation").value(a.generation);
     w.key("tf_config").value(a.tf_config);
+    if (!a.members.empty()) w.key("members").value(a.members);
   } else {
     w.key("error").value(a.error);
   }
@@ -346,6 +386,7 @@ std::optional<SpareAssignment> parse_spare_assignment(std::string_view line) {
       a.task = root.at("task").as_string();
       a.generation = static_cast<int>(root.at("generation").as_int(0, 1 << 30));
       a.tf_config = root.at("tf_config").as_string();
+      if (auto members = root.find("members")) a.members = members->as_string();
     } else if (auto error = root.find("error")) {
       a.error = error->as_string();
     }

@@ -8,6 +8,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace dtrain::common {
 
@@ -71,7 +72,16 @@ struct ReformReply {
   bool ok = false;
   int generation = 0;
   std::string error;
+  /// Elastic jobs (docs/design.md#elastic-membership): the ring ranks of that generation,
+  /// format_members' text ("0,2,3"); empty: every rank of the cluster.
+  std::string members = {};
 };
+
+/// "0,2,3": ring ranks, ascending, comma-separated.
+std::string format_members(const std::vector<int>& members);
+/// The ranks of format_members' text, each in [0, size), ascending and distinct, at least one;
+/// ConfigError naming source otherwise. Empty text: every rank of size.
+std::vector<int> parse_members(std::string_view text, int size, std::string_view source);
 
 /// A spare (DTRAIN_SPARE, docs/design.md#spares) waits to be promoted:
 ///   {"request": "spare", "spare": "spare:0", "pid": 4242}
@@ -89,6 +99,7 @@ struct SpareAssignment {
   int generation = 0;
   std::string tf_config;  ///< that task's TF_CONFIG text
   std::string error;
+  std::string members = {};  ///< elastic: the generation's ring ranks (ReformReply::members)
 };
 
 std::string format_spare_request(const SpareRequest& request);

@@ -18,7 +18,7 @@ std::string get_env_or_default(const EnvVar& var) {
 bool is_reserved_env_name(std::string_view name) {
   for (const EnvVar* var :
        {&kEnvTfConfig, &kEnvJob, &kEnvRunDir, &kEnvAttempt, &kEnvGeneration, &kEnvRecovery,
-        &kEnvSpare, &kEnvProgressFile, &kEnvToken, &kEnvControl, &kEnvConfigText}) {
+        &kEnvMembers, &kEnvSpare, &kEnvProgressFile, &kEnvToken, &kEnvControl, &kEnvConfigText}) {
     if (name == var->name) return true;
   }
   return false;

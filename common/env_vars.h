@@ -22,6 +22,9 @@ inline constexpr EnvVar kEnvGeneration{"DTRAIN_GENERATION", "0",
                                        "re-formations in place within the attempt, 0 first"};
 inline constexpr EnvVar kEnvRecovery{"DTRAIN_RECOVERY", "restart",
                                      "in_place: the launcher answers reform requests"};
+inline constexpr EnvVar kEnvMembers{
+    "DTRAIN_MEMBERS", "",
+    "elastic: the ring ranks training in this generation (0,2,3); unset: every rank"};
 inline constexpr EnvVar kEnvSpare{"DTRAIN_SPARE", "", "a standby dtrain-worker's name (spare:N)"};
 inline constexpr EnvVar kEnvProgressFile{"DTRAIN_PROGRESS_FILE", "",
                                          "where a training worker keeps its progress record"};

@@ -161,7 +161,7 @@ RecoveryMode parse_recovery(const JsonNode& root, bool command_job) {
 void parse_fields(const JsonNode& root, JobSpec& spec) {
   root.check_keys({"job", "cluster", "workers", "restart", "train", "command", "env", "run_dir",
                    "hang_timeout_seconds", "remote_shell", "success", "gpu_sharing", "slurm",
-                   "master_port", "recovery", "spares"});
+                   "master_port", "recovery", "spares", "elastic"});
   JsonNode job = root.at("job");
   spec.job = job.as_string();
   if (!is_valid_job_name(spec.job)) {
@@ -202,6 +202,15 @@ void parse_fields(const JsonNode& root, JobSpec& spec) {
           fmt::format("{} spare(s) need recovery in place: dtrain-worker (no \"command\") and "
                       "no \"recovery\": \"restart\"",
                       spec.spares));
+    }
+  }
+  if (auto n = root.find("elastic")) {
+    n->check_keys({"min_workers"});
+    spec.elastic_min_workers = static_cast<int>(n->at("min_workers").as_int(1, kMaxWorkers));
+    if (spec.recovery != RecoveryMode::kInPlace) {
+      n->fail(
+          "an elastic job needs recovery in place: dtrain-worker (no \"command\" for now) and no "
+          "\"recovery\": \"restart\"");
     }
   }
 }
@@ -290,6 +299,10 @@ std::string job_spec_to_json(const JobSpec& spec, const ClusterSpec& resolved) {
       .value(recovery_mode_name(spec.recovery));
   if (spec.master_port) w.key("master_port").value(*spec.master_port);
   if (spec.spares > 0) w.key("spares").value(spec.spares);
+  if (spec.elastic_min_workers > 0) {
+    w.key("elastic").begin_object().key("min_workers").value(spec.elastic_min_workers);
+    w.end_object();
+  }
   w.key("remote_shell").begin_array();
   for (const auto& arg : spec.remote_shell) w.value(arg);
   w.end_array();

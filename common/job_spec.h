@@ -89,6 +89,10 @@ struct JobSpec {
   RecoveryMode recovery = RecoveryMode::kInPlace;
   /// Standby dtrain-workers, promoted to a failed task's place (docs/design.md#in-place-recovery).
   int spares = 0;
+  /// "elastic": {"min_workers": m} (docs/design.md#elastic-membership): training tasks that
+  /// cannot be replaced (their host is unreachable) leave the group while at least m train, and
+  /// join again when their host answers. 0: not elastic.
+  int elastic_min_workers = 0;
 };
 
 inline constexpr int kMaxSpares = 64;

@@ -49,6 +49,10 @@ class RunDir {
   std::string progress_file(const TaskId& task) const {
     return progress_dir() + "/" + task.type + "-" + std::to_string(task.index);
   }
+  /// ledger/worker-<i>.jsonl: train.ledger's record of the examples each step used.
+  std::string ledger_file(const TaskId& task) const {
+    return root_ + "/ledger/" + task.type + "-" + std::to_string(task.index) + ".jsonl";
+  }
   std::string backup_dir() const { return root_ + "/backup"; }
   std::string model_dir() const { return root_ + "/model"; }
   std::string metrics_jsonl() const { return root_ + "/metrics.jsonl"; }

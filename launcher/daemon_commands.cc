@@ -75,6 +75,18 @@ void print_human(const common::JsonNode& s, bool daemon) {
                            s.at("uptime_seconds").as_number(0, 1e12),
                            s.at("updated_at").as_string());
   if (auto reason = s.find("reason")) std::cout << "ended: " << reason->as_string() << "\n";
+  if (auto size = s.find("world_size")) {  // an elastic job: its size over time
+    std::string history;
+    if (auto points = s.find("membership")) {
+      for (const common::JsonNode& p : points->as_array()) {
+        history +=
+            fmt::format(" -> {} at {} (generation {})", p.at("world_size").as_int(0, 1 << 30),
+                        p.at("at").as_string(), p.at("generation").as_int(0, 1 << 30));
+      }
+    }
+    std::cout << fmt::format("world size {}{}\n", size->as_int(0, 1 << 30),
+                             history.empty() ? "" : ":" + history);
+  }
   constexpr const char* kRow =
       "{:<12} {:<22} {:>7} {:<11} {:>5} {:>9} {:>8} {:>8} {:>9} {:>10} {:>10} {:>6}\n";
   std::cout << fmt::format(kRow, "task", "address", "pid", "state", "epoch", "step", "loss", "acc",

@@ -115,6 +115,14 @@ std::string state_json(const GroupSnapshot& g) {
       .key("updated_at")
       .value(g.updated_at);
   if (g.reason) w.key("reason").value(*g.reason).key("exit_code").value(g.exit_code);
+  if (g.world_size) {
+    w.key("world_size").value(*g.world_size).key("membership").begin_array();
+    for (const MembershipPoint& p : g.membership) {
+      w.begin_object().key("at").value(p.at).key("generation").value(p.generation);
+      w.key("world_size").value(p.world_size).end_object();
+    }
+    w.end_array();
+  }
   w.key("workers").begin_array();
   for (const TaskSnapshot& t : g.tasks) write_task(w, t);
   w.end_array();
@@ -161,6 +169,10 @@ std::string prometheus_text(const GroupSnapshot& g) {
   metric("in_place_recoveries_total", "counter",
          "Re-formations in place after which the group stepped on.");
   out += fmt::format("dtrain_in_place_recoveries_total{{job={}}} {}\n", job, g.in_place_recoveries);
+  if (g.world_size) {
+    metric("world_size", "gauge", "Training workers in the elastic group now.");
+    out += fmt::format("dtrain_world_size{{job={}}} {}\n", job, *g.world_size);
+  }
   metric("worker_up", "gauge", "1 while the worker process runs.");
   for (const TaskSnapshot& t : g.tasks) {
     bool up = t.pid != 0 && !t.status;

@@ -31,6 +31,13 @@ struct FailureSnapshot {
   Outcome outcome = Outcome::kFailed;
 };
 
+/// An elastic group's size from a moment on (docs/design.md#elastic-membership).
+struct MembershipPoint {
+  std::string at;  ///< UTC, ISO 8601
+  int generation = 0;
+  int world_size = 0;
+};
+
 struct GroupSnapshot {
   std::string job;
   std::string run_dir;
@@ -48,6 +55,9 @@ struct GroupSnapshot {
   int exit_code = 0;                  ///< when done
   std::vector<TaskSnapshot> tasks;
   std::optional<FailureSnapshot> failure;
+  /// Elastic jobs: the training tasks in the group now, and each shrink and growth.
+  std::optional<int> world_size;
+  std::vector<MembershipPoint> membership;
 };
 
 /// The worker the others wait for: the task whose last progress reports the most compute

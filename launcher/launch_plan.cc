@@ -162,6 +162,23 @@ void choose_recovery(LaunchPlan& plan) {
   plan.in_place = true;
 }
 
+// docs/design.md#elastic-membership: in place, on CPUs, and never below one worker.
+void plan_elastic(LaunchPlan& plan) {
+  const common::JobSpec& spec = plan.spec();
+  if (spec.elastic_min_workers == 0) return;
+  if (!plan.in_place) {
+    throw common::ConfigError(fmt::format(
+        "{}: elastic: an elastic job re-forms its group in place, which this one cannot ({})",
+        spec.source, plan.recovery_note));
+  }
+  if (spec.elastic_min_workers > plan.training_tasks) {
+    throw common::ConfigError(
+        fmt::format("{}: elastic.min_workers: {} is more than the job's {} training task(s)",
+                    spec.source, spec.elastic_min_workers, plan.training_tasks));
+  }
+  plan.elastic_min_workers = spec.elastic_min_workers;
+}
+
 // Spares idle on this machine until promoted; each gets the threads a local worker gets.
 void plan_spares(LaunchPlan& plan) {
   const LaunchContext& c = plan.context;
@@ -218,6 +235,7 @@ LaunchPlan plan_launch(LaunchContext context) {
   plan.master_local = chief.placement == Placement::kLocal;
   plan.master_port = choose_master_port(plan);
   choose_recovery(plan);
+  plan_elastic(plan);
   plan_spares(plan);
   return plan;
 }

@@ -104,6 +104,9 @@ struct LaunchPlan {
   /// The job's spares (docs/design.md#in-place-recovery), tasks "spare:<i>" on this machine with
   /// no rank and no address; none unless in place.
   std::vector<TaskPlan> spares;
+  /// Elastic (docs/design.md#elastic-membership): the fewest training tasks the group may shrink
+  /// to; 0: not elastic.
+  int elastic_min_workers = 0;
 
   const common::JobSpec& spec() const { return *context.spec; }
   /// The task's plan. Throws EnforceError for a task outside the cluster.

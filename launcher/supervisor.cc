@@ -74,7 +74,12 @@ void Supervisor::start_attempt() {
   generation_ = 0;
   in_place_recovery_.reset();
   step_at_last_in_place_ = reached_step_;
-  for (auto& task : tasks_) task->silent_ends = 0;
+  for (auto& task : tasks_) {
+    task->silent_ends = 0;
+    task->away = task->joining =
+        false;  // every task starts again (docs/design.md#elastic-membership)
+    task->join_ready = nullptr;
+  }
   success_ = false;
   attempt_made_progress_ = false;
   if (!ports_free_or_retry()) return;
@@ -121,8 +126,9 @@ void Supervisor::spawn_task(Task& task) {
   task.log.reset(::open(log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644));
   if (!task.log.valid())
     throw common::IoError(fmt::format("cannot open {}: {}", log_path, std::strerror(errno)));
-  SpawnRequest request =
-      make_spawn_request(plan_, task.plan, {attempt_, master_port_, cluster_json_, generation_});
+  SpawnRequest request = make_spawn_request(plan_, task.plan,
+                                            {attempt_, master_port_, cluster_json_, generation_,
+                                             elastic() ? members_text() : "", task.joining});
   task.progress_path_now = task.plan.progress_path;
   ChildCallbacks callbacks;
   // The record the child's events go to: a promoted spare's child moves to the task it replaces
@@ -266,7 +272,9 @@ void Supervisor::on_exit(Task& task, const ChildEnd& end) {
     else
       w.key("exit_code").value(end.status.code);
   });
-  if (task.plan.spare()) {
+  if (task.away) {
+    on_away_end(task, r);
+  } else if (task.plan.spare()) {
     if (phase_ == Phase::kRunning || phase_ == Phase::kStarting) on_spare_end(task, r);
   } else if (phase_ == Phase::kRunning || phase_ == Phase::kStarting) {
     if (r.outcome == Outcome::kSuccess) {
@@ -341,7 +349,7 @@ bool Supervisor::group_succeeded() const {
   bool chief_only = plan_.spec().success == common::SuccessRule::kChiefOnly;
   common::TaskId chief = plan_.context.cluster.chief();
   for (const auto& task : tasks_) {
-    if (!task->plan.trains() || (chief_only && !(task->plan.task == chief))) continue;
+    if (!member(*task) || (chief_only && !(task->plan.task == chief))) continue;
     if (!task->status || classify(*task->status) != Outcome::kSuccess) return false;
   }
   return true;

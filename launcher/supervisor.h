@@ -11,6 +11,7 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <set>
@@ -194,6 +195,21 @@ class Supervisor {
   void cancel_timers() noexcept;
   void arm_watchdog();
   void check_watchdog();
+  // Elastic membership (supervisor_elastic.cc, docs/design.md#elastic-membership).
+  bool elastic() const;
+  /// A training task in the group now (not away).
+  bool member(const Task& task) const;
+  /// The members' ring ranks (common::format_members); "" when every training task is one.
+  std::string members_text() const;
+  int world_size() const;
+  void record_membership(const char* kind, const std::string& host,
+                         const std::vector<std::string>& names, const std::string& why);
+  bool shrink(Task& task, const EndReading& reading);
+  void schedule_rejoin(const std::string& host, double delay);
+  void try_rejoin(const std::string& host);
+  void on_away_end(Task& task, const EndReading& reading);
+  bool on_join_request(const std::string& name, int pid, ReformReplyFn& reply);
+  void grow(const std::string& host);
   // Spares (supervisor_spares.cc).
   Task* ready_spare();
   void promote(Task& spare, Task& task);
@@ -253,6 +269,11 @@ class Supervisor {
   std::optional<std::string> fault_;      ///< the launcher's own fault: no restart after it
   std::optional<std::string> log_error_;  ///< a log write failed; on_fault after the handler
   SupervisorResult result_;
+  /// Elastic: per host left, the timer of its next try (or of its joiners' gathering) and the
+  /// delay of the last try.
+  std::map<std::string, std::unique_ptr<boost::asio::steady_timer>> rejoin_timers_;
+  std::map<std::string, double> rejoin_delays_;
+  std::vector<MembershipPoint> membership_;  ///< the world size over time (shrinks and growths)
 };
 
 }  // namespace dtrain::launcher

@@ -39,7 +39,7 @@ void Supervisor::look_for_freezes() {
   std::vector<Task*> members;
   std::vector<MemberObservation> looks;
   for (auto& task : tasks_) {
-    if (!task->plan.trains() || task->plan.progress_path.empty()) continue;
+    if (!member(*task) || task->plan.progress_path.empty()) continue;
     if (task->state != Task::State::kRunning || task->respawn_pending) {  // a member is missing
       freeze_.reset();
       return arm_freeze_watch();

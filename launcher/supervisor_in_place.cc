@@ -23,14 +23,14 @@ std::chrono::steady_clock::duration seconds(double s) {
 }
 
 std::string refusal(const std::string& error) {
-  return common::format_reform_reply({false, 0, error});
+  return common::format_reform_reply({false, 0, error, ""});
 }
 
 }  // namespace
 
 bool Supervisor::others_train(const Task& task) const {
   for (const auto& other : tasks_)
-    if (other.get() != &task && other->plan.trains() && other->alive()) return true;
+    if (other.get() != &task && member(*other) && other->alive()) return true;
   return false;
 }
 
@@ -44,6 +44,7 @@ bool Supervisor::recover_in_place(Task& task, const EndReading& reading, const C
   // Exit 143 is dtrain-worker's end after the group agreed to stop and the chief saved (a stop
   // from its parent): the others end the same way, and the group restarts from that checkpoint.
   if (!end.status.signaled && end.status.code == common::kExitPreempted) return false;
+  if (shrink(task, reading)) return true;  // its host is gone: the others go on without it
   bool sigkill = reading.started && killed_by_sigkill(end.status);
   // The rule against crash loops, in place, is the task's own: the same task ending twice in a
   // row with no progress in between, neither its own report nor a step of the group past the
@@ -121,7 +122,7 @@ void Supervisor::drain_then_respawn(Task& task) {
 // blocks SIGUSR1 before it writes one; before that, the signal would kill it).
 void Supervisor::notify_survivors(const Task& failed) {
   for (auto& other : tasks_) {
-    if (other.get() == &failed || !other->plan.trains() || !other->child ||
+    if (other.get() == &failed || !member(*other) || !other->child ||
         other->state != Task::State::kRunning || other->plan.progress_path.empty())
       continue;
     if (!other->child->look(other->progress_path_now).record) continue;
@@ -171,7 +172,7 @@ void Supervisor::on_reform_request(const std::string& request_json, ReformReplyF
         std::max(reform_furthest_, request->whole_step + (request->in_flight ? 1 : 0));
     if (in_place_recovery_) in_place_recovery_->reached_step = reform_furthest_;
     if (request->generation < generation_)
-      return reply(common::format_reform_reply({true, generation_, ""}));
+      return reply(common::format_reform_reply({true, generation_, "", members_text()}));
     if (request->generation > generation_) {
       return reply(refusal(fmt::format("generation {} was never formed (the group is at {})",
                                        request->generation, generation_)));
@@ -222,7 +223,8 @@ void Supervisor::answer_held_reforms(bool ok, const std::string& error) {
   std::vector<HeldReform> held = std::move(held_reforms_);
   held_reforms_.clear();
   for (HeldReform& h : held)
-    h.reply(ok ? common::format_reform_reply({true, generation_, ""}) : refusal(error));
+    h.reply(ok ? common::format_reform_reply({true, generation_, "", members_text()})
+               : refusal(error));
 }
 
 // No task ended to explain the broken group (a frozen worker, a cut link): the old path, a

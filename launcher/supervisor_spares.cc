@@ -38,9 +38,10 @@ void Supervisor::on_spare_request(const std::string& request_json, ReformReplyFn
   guarded("spare request", [&] {
     std::optional<common::SpareRequest> request = common::parse_spare_request(request_json);
     auto refuse = [&](const std::string& error) {
-      reply(common::format_spare_assignment({false, "", 0, "", error}));
+      reply(common::format_spare_assignment({false, "", 0, "", error, ""}));
     };
     if (!request) return refuse("malformed spare request");
+    if (phase_ == Phase::kRunning && on_join_request(request->spare, request->pid, reply)) return;
     Task* spare = nullptr;
     for (auto& task : tasks_)
       if (task->plan.spare() && task->plan.task.text() == request->spare) spare = task.get();
@@ -49,7 +50,7 @@ void Supervisor::on_spare_request(const std::string& request_json, ReformReplyFn
                     ") is not a spare of this launch");
     if (phase_ == Phase::kTearingDown || phase_ == Phase::kDone) return refuse("the job is ending");
     if (spare->spare_waiting)  // its newer request replaces the older one
-      spare->spare_waiting(common::format_spare_assignment({false, "", 0, "", "replaced"}));
+      spare->spare_waiting(common::format_spare_assignment({false, "", 0, "", "replaced", ""}));
     spare->spare_waiting = std::move(reply);
     spare->spare_quick_ends = 0;
     spdlog::debug("{} (pid {}) is ready", request->spare, request->pid);
@@ -82,7 +83,8 @@ void Supervisor::promote(Task& spare, Task& task) {
   spare.pid = 0;
   spare.output_open = false;
   reply(common::format_spare_assignment({true, task.plan.task.text(), generation_,
-                                         task_tf_config(plan_, task.plan, cluster_json_), ""}));
+                                         task_tf_config(plan_, task.plan, cluster_json_), "",
+                                         elastic() ? members_text() : ""}));
   try {  // the next spare loads in the background; the job does not depend on it
     spawn_task(spare);
   } catch (const std::exception& e) {
@@ -112,10 +114,15 @@ void Supervisor::on_spare_end(Task& spare, const EndReading& end) {
 
 void Supervisor::answer_spares(const std::string& error) {
   for (auto& task : tasks_) {
+    if (task->join_ready) {  // an elastic job's joiner
+      std::function<void(const std::string&)> reply = std::move(task->join_ready);
+      task->join_ready = nullptr;
+      reply(common::format_spare_assignment({false, "", 0, "", error, ""}));
+    }
     if (!task->spare_waiting) continue;
     std::function<void(const std::string&)> reply = std::move(task->spare_waiting);
     task->spare_waiting = nullptr;
-    reply(common::format_spare_assignment({false, "", 0, "", error}));
+    reply(common::format_spare_assignment({false, "", 0, "", error, ""}));
   }
 }
 

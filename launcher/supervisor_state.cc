@@ -38,6 +38,10 @@ GroupSnapshot Supervisor::snapshot() const {
   g.restarts = book_.restarts();
   g.preemptions = book_.preemptions();
   g.generation = generation_;
+  if (elastic()) {
+    g.world_size = world_size();
+    g.membership = membership_;
+  }
   for (const Recovery& r : result_.recoveries) {
     g.steps_redone += r.steps_redone();
     g.in_place_recoveries += r.in_place ? 1 : 0;

@@ -57,6 +57,11 @@ struct Supervisor::Task {
   /// In place: its ends in a row with no progress in between (its own or the group's); two
   /// take the whole-group path (a crash loop). Counted over the attempt, not one process.
   int silent_ends = 0;
+  /// Elastic (docs/design.md#elastic-membership): out of the group, its host gone; joining: a
+  /// process of it runs as a joiner, and join_ready holds its request once it is warm.
+  bool away = false;
+  bool joining = false;
+  std::function<void(const std::string& line)> join_ready;
   /// The progress record its process writes: the plan's, or a promoted spare's own.
   std::string progress_path_now;
   /// Bounds the wait for a replaced task's output to close (kill_drain_seconds).
@@ -79,6 +84,7 @@ struct Supervisor::Task {
   /// A process of the group may still be there: it runs, or something holds its output.
   bool holds_group() const { return child && (alive() || output_open); }
   const char* state_name() const {
+    if (away) return joining && alive() ? "joining" : "away";
     switch (state) {
       case State::kIdle:
         return "not started";

@@ -167,6 +167,10 @@ void Supervisor::cancel_timers() noexcept {
     boost::system::error_code ignored;
     timer->cancel(ignored);
   }
+  for (auto& [host, timer] : rejoin_timers_) {
+    boost::system::error_code ignored;
+    if (timer) timer->cancel(ignored);
+  }
 }
 
 void Supervisor::finish(const std::string& status, int exit_code, const std::string& reason) {
@@ -203,7 +207,7 @@ void Supervisor::check_watchdog() {
   double now = common::monotonic_seconds();
   Task* silent = nullptr;
   for (auto& task : tasks_) {
-    if (!task->alive() || !task->plan.trains() || now - task->last_progress < hang) continue;
+    if (!task->alive() || !member(*task) || now - task->last_progress < hang) continue;
     if (!silent || task->last_progress < silent->last_progress) silent = task.get();
   }
   if (!silent) return arm_watchdog();

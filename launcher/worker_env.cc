@@ -40,6 +40,8 @@ Env spare_env(const LaunchPlan& plan, const TaskPlan& spare, const AttemptParams
       {kEnvToken.name, c.token},           {kEnvControl.name, c.control_address},
       {kEnvRecovery.name, "in_place"},     {kEnvProgressFile.name, spare.progress_path},
   };
+  // Elastic: it learns the generation's members with its promotion.
+  if (plan.elastic_min_workers > 0) env.emplace_back(kEnvMembers.name, attempt.members);
   if (spare.omp_threads > 0)
     env.emplace_back(kEnvOmpThreads.name, std::to_string(spare.omp_threads));
   for (const auto& kv : c.spec->env) env.push_back(kv);
@@ -50,6 +52,16 @@ Env worker_env(const LaunchPlan& plan, const TaskPlan& task, const AttemptParams
   using namespace common;
   const LaunchContext& c = plan.context;
   if (task.spare()) return spare_env(plan, task, attempt);
+  if (attempt.joining) {  // a spare that can take only its own task's place
+    Env env = spare_env(plan, task, attempt);
+    env.front().second = task.task.text();
+    env.erase(std::remove_if(env.begin(), env.end(),
+                             [](const auto& kv) { return kv.first == kEnvProgressFile.name; }),
+              env.end());
+    if (!task.progress_path.empty()) env.emplace_back(kEnvProgressFile.name, task.progress_path);
+    if (task.remote() && !c.spec_text.empty()) env.emplace_back(kEnvConfigText.name, c.spec_text);
+    return env;
+  }
   Env env = {
       {kEnvTfConfig.name, tf_config(plan, task, attempt.cluster_json)},
       {kEnvJob.name, c.spec->job},
@@ -61,6 +73,8 @@ Env worker_env(const LaunchPlan& plan, const TaskPlan& task, const AttemptParams
   };
   // Only the training tasks re-form; the evaluator reads checkpoints and never joins the ring.
   if (plan.in_place && task.trains()) env.emplace_back(kEnvRecovery.name, "in_place");
+  if (plan.elastic_min_workers > 0 && task.trains())
+    env.emplace_back(kEnvMembers.name, attempt.members);
   if (!task.progress_path.empty()) env.emplace_back(kEnvProgressFile.name, task.progress_path);
   if (task.omp_threads > 0) env.emplace_back(kEnvOmpThreads.name, std::to_string(task.omp_threads));
   if (!task.gpu.empty()) env.emplace_back(kEnvCudaDevices.name, task.gpu);

@@ -23,6 +23,12 @@ struct AttemptParams {
   /// DTRAIN_GENERATION: 0 at each start of the group, then the generation a replacement joins
   /// (docs/design.md#in-place-recovery).
   int generation = 0;
+  /// DTRAIN_MEMBERS of an elastic job (docs/design.md#elastic-membership): the generation's
+  /// ring ranks ("" = every one).
+  std::string members = {};
+  /// An elastic job's task joining again on a host that came back: it starts as a spare named
+  /// after the task, loads and warms up, and asks to be let in.
+  bool joining = false;
 };
 
 /// The request that starts task for the given attempt and generation.

@@ -22,6 +22,7 @@
 #include "common/exit_codes.h"
 #include "common/json.h"
 #include "common/logging.h"
+#include "common/run_dir.h"
 #include "common/tf_config.h"
 #include "common/version.h"
 #include "worker/comm/comm_factory.h"
@@ -328,27 +329,66 @@ std::optional<common::SpareAssignment> wait_for_promotion(const std::string& spa
 }
 
 // One training task: join the ring, train, and turn how it ended into an exit code.
+// Elastic jobs (docs/design.md#elastic-membership) sum virtual shards in the TCP ring's order
+// whichever member holds them: the ring it is, on host memory, with every example reachable by
+// every member.
+void check_elastic(const TrainConfig& config, nn::Backend& backend,
+                   const std::string& config_path) {
+  if (config.communication != comm::Communication::kAuto &&
+      config.communication != comm::Communication::kRing) {
+    throw ConfigError(fmt::format(
+        "{}: train.communication: \"{}\" cannot hold virtual shards; an elastic job (\"elastic\" "
+        "in the job file) trains over the TCP ring: set \"ring\" or \"auto\"",
+        config_path, comm::communication_name(config.communication)));
+  }
+  if (backend.device().kind() != nn::DeviceKind::kHost) {
+    throw ConfigError(fmt::format(
+        "{}: an elastic job (\"elastic\" in the job file) trains on CPUs only for now; set "
+        "train.device to \"cpu\"",
+        config_path));
+  }
+  if (config.data.shard_policy == "file") {
+    throw ConfigError(fmt::format(
+        "{}: train.data.shard_policy: \"file\" gives each worker only its files, but in an elastic "
+        "job a member computes the shards of the missing ones: use \"data\"",
+        config_path));
+  }
+}
+
 int train(const common::TfConfig& task, std::optional<int> promoted_generation,
-          const std::string& job, const TrainConfig& config, nn::Backend& backend,
-          data::Dataset train_data, data::Dataset test_data, const std::string& run_dir,
-          const std::string& config_path, Timeline& timeline, double progress_line_seconds,
-          ModelParts warm) {
+          const std::string& promoted_members, const std::string& job, const TrainConfig& config,
+          nn::Backend& backend, data::Dataset train_data, data::Dataset test_data,
+          const std::string& run_dir, const std::string& config_path, Timeline& timeline,
+          double progress_line_seconds, ModelParts warm) {
   int attempt = comm::attempt_from_environment();
   comm::RingIdentity id = comm::ring_identity_from_environment(task, job);
   if (promoted_generation) id.generation = static_cast<uint32_t>(*promoted_generation);
   int generation = static_cast<int>(id.generation);
-  spdlog::info("task {}: rank {} of {}, attempt {}{}, {} training examples", task.task.text(),
+  // Elastic (docs/design.md#elastic-membership): the generation's members, from the launcher.
+  std::optional<std::string> members_text = common::get_env(common::kEnvMembers);
+  if (promoted_generation && members_text) members_text = promoted_members;
+  const bool elastic = members_text.has_value();
+  std::vector<int> members =
+      common::parse_members(members_text.value_or(""), id.size, common::kEnvMembers.name);
+  if (elastic) check_elastic(config, backend, config_path);
+  auto shards_now = [&] { return comm::shard_plan(members, id.rank, id.size); };
+  spdlog::info("task {}: rank {} of {}, attempt {}{}, {} training examples{}", task.task.text(),
                id.rank, id.size, attempt,
-               generation > 0 ? fmt::format(" generation {}", generation) : "", train_data.count);
+               generation > 0 ? fmt::format(" generation {}", generation) : "", train_data.count,
+               elastic && !shards_now().full(static_cast<int>(members.size()))
+                   ? fmt::format("; {} of {} members, holding {} shards from {}", members.size(),
+                                 id.size, shards_now().held, shards_now().first)
+                   : "");
   auto make_communicator = [&](int g) {
-    comm::RingIdentity member = id;
+    comm::RingIdentity member = elastic ? comm::members_ring(id, members) : id;
     member.generation = static_cast<uint32_t>(g);
     comm::CommOptions options;
     // A notice of a newer generation ends a rendezvous that can no longer complete (a member of
     // g was replaced meanwhile) at once, instead of after its time-out.
     options.superseded = [g] { return g_noticed_generation.load() > g; };
-    return comm::make_training_communicator(member, options, backend.device(),
-                                            config.communication);
+    return comm::make_training_communicator(
+        member, options, backend.device(),
+        elastic ? comm::Communication::kRing : config.communication);
   };
   // In place (docs/design.md#in-place-recovery): the launcher answers reform requests, and this
   // worker keeps whole steps, which host devices and GPUs staged through the host do (checked
@@ -373,6 +413,7 @@ int train(const common::TfConfig& task, std::optional<int> promoted_generation,
           {task.task.text(), attempt, generation, 0, false, e.what()}, kReformReplySeconds);
       if (!reply || !reply->ok) throw;
       generation = reply->generation;
+      if (elastic) members = common::parse_members(reply->members, id.size, "reform reply");
     }
   }
   comm::Communicator* communicator = group.get();
@@ -393,11 +434,21 @@ int train(const common::TfConfig& task, std::optional<int> promoted_generation,
   trainer_options.progress_line_seconds = progress_line_seconds;
   trainer_options.generation = generation;
   trainer_options.record = &record;
+  if (elastic) {
+    trainer_options.virtual_size = id.size;
+    trainer_options.shards = shards_now();
+  }
+  if (config.ledger) {
+    trainer_options.ledger_path = common::RunDir(run_dir).ledger_file(task.task);
+    std::error_code ec;
+    std::filesystem::create_directories(
+        std::filesystem::path(trainer_options.ledger_path).parent_path(), ec);
+  }
   if (in_place) {
     g_leave_alone = true;
     trainer_options.leave_requested = [] { return g_leave_requested.load(); };
     trainer_options.regroup = [&, group = group.get()](const std::string& what, int64_t whole_step,
-                                                       bool in_flight) -> std::optional<int> {
+                                                       bool in_flight) -> std::optional<Regrouped> {
       group->leave(what);
       common::ReformRequest request{task.task.text(), attempt,   group->generation(),
                                     whole_step,       in_flight, what};
@@ -412,9 +463,15 @@ int train(const common::TfConfig& task, std::optional<int> promoted_generation,
         spdlog::error("no recovery in place: {}", reply->error);
         return std::nullopt;
       }
-      spdlog::info("joining generation {}", reply->generation);
+      if (elastic) {
+        members = common::parse_members(reply->members, id.size, "reform reply");
+        spdlog::info("joining generation {} with members {}", reply->generation,
+                     common::format_members(members));
+      } else {
+        spdlog::info("joining generation {}", reply->generation);
+      }
       group->join(reply->generation);
-      return reply->generation;
+      return Regrouped{reply->generation, elastic ? shards_now() : comm::ShardPlan{}};
     };
   }
   try {
@@ -489,6 +546,7 @@ int run_worker(const WorkerOptions& options) {
   timeline.mark("data");
   std::string run_dir = run_dir_for(options, job);
   std::optional<int> generation;
+  std::string promoted_members;
   ModelParts warm;
   if (spare) {  // warm but idle until the launcher gives it a failed task's place
     double warming = common::monotonic_seconds();
@@ -499,6 +557,7 @@ int run_worker(const WorkerOptions& options) {
     timeline.mark("promoted");
     task = common::parse_tf_config(place->tf_config);
     generation = place->generation;
+    promoted_members = place->members;
     spdlog::info("promoted: spare {} takes the place of {} in generation {}", *spare, place->task,
                  place->generation);
     if (config.data.shard_policy == "file" && task.task.type != common::kEvaluator) {
@@ -516,9 +575,9 @@ int run_worker(const WorkerOptions& options) {
     spdlog::info("evaluator: {} evaluation(s) in {}/eval.jsonl", evaluations, run_dir);
     return common::kExitSuccess;
   }
-  return train(task, generation, job, config, *backend, std::move(train_data), std::move(test_data),
-               run_dir, options.config_path, timeline, options.progress_line_seconds,
-               std::move(warm));
+  return train(task, generation, promoted_members, job, config, *backend, std::move(train_data),
+               std::move(test_data), run_dir, options.config_path, timeline,
+               options.progress_line_seconds, std::move(warm));
 }
 
 }  // namespace

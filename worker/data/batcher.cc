@@ -144,6 +144,16 @@ Batch BatchStream::next() {
                   options_.timeout.count(), next_step_, options_.epoch));
 }
 
+std::vector<int64_t> BatchStream::ids_at(int64_t step) const {
+  DT_ENFORCE(step >= 0, "step {}", step);
+  const auto count = static_cast<int64_t>(shard_.size());
+  std::vector<int64_t> ids(static_cast<size_t>(options_.batch_size));
+  for (int64_t j = 0; j < options_.batch_size; ++j)
+    ids[static_cast<size_t>(j)] =
+        shard_[static_cast<size_t>((step * options_.batch_size + j) % count)];
+  return ids;
+}
+
 Batch BatchStream::batch_at(int64_t step) const {
   DT_ENFORCE(step >= 0, "step {}", step);
   const int64_t batch_size = options_.batch_size;

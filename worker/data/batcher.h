@@ -93,6 +93,8 @@ class BatchStream {
   Batch next();
   /// Step step's batch, computed here without the thread.
   Batch batch_at(int64_t step) const;
+  /// The dataset indices of step step's examples, in batch order (the ledger's record).
+  std::vector<int64_t> ids_at(int64_t step) const;
 
   int64_t shard_size() const { return static_cast<int64_t>(shard_.size()); }
   int64_t steps() const { return options_.steps; }

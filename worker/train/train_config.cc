@@ -141,7 +141,7 @@ void parse_math(const common::JsonNode& root, TrainConfig& c) {
 void parse_fields(const common::JsonNode& root, TrainConfig& c) {
   root.check_keys({"model", "loss", "optimizer", "data", "per_worker_batch_size", "epochs",
                    "steps_per_epoch", "validation", "seed", "device", "communication", "overlap",
-                   "cuda_graphs", "dtype_policy", "allow_tf32", "backup", "tensorboard"});
+                   "cuda_graphs", "dtype_policy", "allow_tf32", "backup", "tensorboard", "ledger"});
   c.model = nn::parse_model_spec(root.at("model"));
   c.model_json = nn::model_json(root.at("model"), c.model);
   if (auto n = root.find("loss")) parse_loss(*n, c);
@@ -173,6 +173,7 @@ void parse_fields(const common::JsonNode& root, TrainConfig& c) {
     c.communication = comm::parse_communication(one_of(*n, {"auto", "ring", "shm", "nccl"}));
   if (auto n = root.find("overlap")) c.overlap = n->as_bool();
   if (auto n = root.find("cuda_graphs")) c.cuda_graphs = n->as_bool();
+  if (auto n = root.find("ledger")) c.ledger = n->as_bool();
   parse_math(root, c);
   if (auto n = root.find("backup")) c.backup = parse_backup(*n);
   if (auto n = root.find("tensorboard")) c.tensorboard = parse_tensorboard(*n, c.backup.dir);

@@ -52,6 +52,9 @@ struct TrainConfig {
   /// Start each gradient bucket's all-reduce as soon as backward has produced it (false: after
   /// the whole backward pass; same buckets, so the same result bit for bit).
   bool overlap = true;
+  /// Debug: each worker writes the example ids of every step's shards to RUN_DIR/ledger/
+  /// (docs/design.md#elastic-membership, the ledger).
+  bool ledger = false;
   /// Capture the whole step as a CUDA graph where shapes are fixed (CUDA device, NCCL or one
   /// worker, SGD, no dropout); false runs the same work launch by launch.
   bool cuda_graphs = true;

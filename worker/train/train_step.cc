@@ -46,7 +46,9 @@ TrainStep::TrainStep(nn::Sequential& model, Optimizer& optimizer, nn::Backend& b
       options_(options),
       // Alone, one bucket: the optimizer updates every parameter in one pass.
       buckets_(plan_buckets(model.gradient_pieces(),
-                            comm.size() > 1 ? options.min_bucket_floats : SIZE_MAX)),
+                            (options.virtual_size > 0 ? options.virtual_size : comm.size()) > 1
+                                ? options.min_bucket_floats
+                                : SIZE_MAX)),
       stats_(device_, kStatsFloats),
       totals_(device_, kTotalsFloats),
       stop_flag_(device_, 1),
@@ -99,7 +101,7 @@ void TrainStep::enqueue(const float* images, const int32_t* labels, int n, const
   // Alone, nothing waits for a bucket: the layers produce their gradients whole (a large
   // kernel's in one product instead of pieces).
   std::function<void(size_t)> piece_done;
-  if (comm_.size() > 1) {
+  if (grouped()) {
     piece_done = [&](size_t piece) {
       if (options_.overlap && tickets.size() < buckets_.size() &&
           buckets_[tickets.size()].last_piece == piece) {
@@ -208,6 +210,83 @@ void TrainStep::run_step(const float* images, const int32_t* labels, int n, cons
   last_slots_[1] = last_slots_[0];
   last_slots_[0] = slot;
   ++steps_run_;
+}
+
+bool TrainStep::grouped() const {
+  return (options_.virtual_size > 0 ? options_.virtual_size : comm_.size()) > 1;
+}
+
+void TrainStep::run_shards(const comm::ShardPlan& shards, const ShardInput* inputs,
+                           const nn::StepKey& key, int slot) {
+  DT_ENFORCE(device_.kind() == nn::DeviceKind::kHost, "virtual shards on a {} device",
+             device_.name());
+  DT_ENFORCE(shards.held >= 1 && slot >= 0 && slot < options_.slots, "{} shards, slot {}",
+             shards.held, slot);
+  double started = common::monotonic_seconds(), waited_before = times_.wait_seconds;
+  iterations_before_ = optimizer_.iterations();
+  applied_ = 0;
+  in_step_ = true;
+  optimizer_.begin_step();
+  enqueue_shards(shards, inputs, key);
+  device_.download_async(readback_.data() + kStatsFloats * static_cast<size_t>(slot), stats_.data(),
+                         stats_.bytes());
+  device_.record_marker(slot);
+  in_step_ = false;
+  last_slots_[1] = last_slots_[0];
+  last_slots_[0] = slot;
+  ++steps_run_;
+  double elapsed = common::monotonic_seconds() - started;
+  times_.compute_seconds += elapsed - (times_.wait_seconds - waited_before);
+  ++times_.steps;
+}
+
+// Each shard's forward, loss and backward as its own worker would run them (the same batch
+// size, the same step key, backward reporting its pieces), then the sums in virtual-shard order.
+void TrainStep::enqueue_shards(const comm::ShardPlan& shards, const ShardInput* inputs,
+                               const nn::StepKey& key) {
+  const auto held = static_cast<size_t>(shards.held);
+  const size_t floats = model_.gradients().size();
+  shard_gradients_.resize(held - 1);
+  shard_stats_.assign(held * kStatsFloats, 0.0f);
+  const std::function<void(size_t)> piece_done = [](size_t) {};
+  for (size_t j = 0; j < held; ++j) {
+    device_.fill_zero(stats_.data(), stats_.bytes());
+    const float* logits = model_.forward(inputs[j].images, inputs[j].n, key, true);
+    backend_.softmax_cross_entropy(inputs[j].n, model_.classes(), logits, inputs[j].labels,
+                                   model_.logits_gradient(), stats_.data());
+    model_.backward(inputs[j].n, piece_done);
+    std::memcpy(shard_stats_.data() + j * kStatsFloats, stats_.data(), stats_.bytes());
+    if (j + 1 < held) {
+      shard_gradients_[j].resize(floats);
+      std::memcpy(shard_gradients_[j].data(), model_.gradients().data(), floats * sizeof(float));
+    }
+  }
+  // The stop request rides in the first shard's statistics, as each worker's rides in its own.
+  shard_stats_[offsetof(StepStats, stop) / sizeof(float)] = *stop_flag_.data();
+  std::vector<float*> pieces(held);
+  auto reduce = [&](float* const* buffers, size_t count, comm::ReduceOp op) {
+    double asked = common::monotonic_seconds();
+    comm_.all_reduce_shards(shards.virtual_size, shards.first, buffers, shards.held, count, op);
+    double waited = common::monotonic_seconds() - asked;
+    exposed_seconds_ += waited;
+    times_.wait_seconds += waited;
+  };
+  for (const GradientBucket& bucket : buckets_) {
+    for (size_t j = 0; j < held; ++j) {
+      float* base = j + 1 < held ? shard_gradients_[j].data() : model_.gradients().data();
+      pieces[j] = base + bucket.offset;
+    }
+    reduce(pieces.data(), bucket.count, comm::ReduceOp::kMean);
+  }
+  for (size_t j = 0; j < held; ++j) pieces[j] = shard_stats_.data() + j * kStatsFloats;
+  reduce(pieces.data(), kStatsFloats, comm::ReduceOp::kSum);
+  std::memcpy(stats_.data(), shard_stats_.data(), stats_.bytes());
+  for (size_t b = 0; b < buckets_.size(); ++b) {  // nothing changed until every sum was in
+    optimizer_.apply(backend_, model_.parameters(), model_.gradients(), buckets_[b].offset,
+                     buckets_[b].count);
+    applied_ = b + 1;
+  }
+  backend_.add(kTotalsFloats, stats_.data(), totals_.data());
 }
 
 bool TrainStep::stop_agreed(int steps_ago) {

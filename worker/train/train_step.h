@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "worker/comm/communicator.h"
+#include "worker/comm/membership.h"
 #include "worker/nn/sequential.h"
 #include "worker/train/optimizer.h"
 
@@ -77,6 +78,17 @@ struct StepOptions {
   /// the overlap of one bucket's update with later buckets' all-reduces. Only where
   /// whole_steps_possible.
   bool whole_steps = false;
+  /// Elastic jobs (docs/design.md#elastic-membership): the cluster's ring size, the number of
+  /// virtual shards of the global batch, whatever the group's size now; it fixes the buckets
+  /// and the way backward produces the gradients. 0: the communicator's size.
+  int virtual_size = 0;
+};
+
+/// One virtual shard's batch, already on the device.
+struct ShardInput {
+  const float* images = nullptr;
+  const int32_t* labels = nullptr;
+  int n = 0;
 };
 
 /// Whether StepOptions::whole_steps can hold on device with comm: on the host, or on a GPU whose
@@ -98,6 +110,14 @@ class TrainStep {
   /// must stay unchanged until the step has run). slot (< options.slots) names the input slot
   /// for graph reuse. On the host everything has run when this returns.
   void run(const float* images, const int32_t* labels, int n, const nn::StepKey& key, int slot);
+  /// The step of a member of a partial elastic group (docs/design.md#elastic-membership), which
+  /// holds shards.held virtual shards (inputs: one per shard, in the plan's order): forward,
+  /// loss and backward of each shard in turn, each into its own gradients, then each bucket's
+  /// sharded all-reduce (Communicator::all_reduce_shards), the statistics' too, and the
+  /// optimizer. Host devices only; always whole steps. The result is bit for bit what the full
+  /// group's step gives.
+  void run_shards(const comm::ShardPlan& shards, const ShardInput* inputs, const nn::StepKey& key,
+                  int slot);
   /// Waits for step `steps_ago` ago's read-back and says whether any worker had asked to stop
   /// by then (the same answer on every worker). 0: the last step run (a sync), 1: the one before.
   bool stop_agreed(int steps_ago);
@@ -131,6 +151,11 @@ class TrainStep {
   void run_step(const float* images, const int32_t* labels, int n, const nn::StepKey& key,
                 int slot);
   void enqueue(const float* images, const int32_t* labels, int n, const nn::StepKey& key);
+  void enqueue_shards(const comm::ShardPlan& shards, const ShardInput* inputs,
+                      const nn::StepKey& key);
+  /// Whether the layers report each gradient piece (a group): with virtual shards, always when
+  /// there are several, so a partial group computes exactly what the full one does.
+  bool grouped() const;
   comm::ReduceTicket start(float* data, size_t count, comm::ReduceOp op);
   void finish(comm::ReduceTicket ticket);
 
@@ -141,6 +166,10 @@ class TrainStep {
   comm::Communicator& comm_;
   StepOptions options_;
   std::vector<GradientBucket> buckets_;
+  /// run_shards: the gradients and statistics of each held shard but the last (whose are the
+  /// model's), on the host.
+  std::vector<std::vector<float>> shard_gradients_;
+  std::vector<float> shard_stats_;
   static constexpr size_t kStatsFloats = sizeof(StepStats) / sizeof(float);
   static constexpr size_t kTotalsFloats = 3;  ///< StepStats's loss_sum, correct, seen
 

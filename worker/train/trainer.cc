@@ -178,18 +178,27 @@ Trainer::Trainer(const TrainConfig& config, nn::Backend& backend, comm::Communic
   // Every worker runs the same number of steps (they all-reduce each one): size them by the
   // largest shard, worker 0's.
   // Sharded by file, train_ is this worker's share of global_count examples.
+  shards_ = options_.shards;
   int64_t shard = data::shard_size(train_.global_count > 0 ? train_.global_count : train_.count, 0,
-                                   comm_.size());
+                                   virtual_size());
   steps_per_epoch_ = config_.steps_per_epoch > 0
                          ? config_.steps_per_epoch
                          : data::default_steps(shard, config_.per_worker_batch_size);
-  optimizer_->resolve_schedule(config_.epochs * steps_per_epoch_, comm_.size());
+  optimizer_->resolve_schedule(config_.epochs * steps_per_epoch_, virtual_size());
   StepOptions step_options;
   step_options.overlap = config_.overlap;
   step_options.graphs = config_.cuda_graphs;
   step_options.slots = InputStager::kSlots;
   step_options.test_slow_step_seconds = test_slow_step_seconds(comm_.rank());
   step_options.whole_steps = options_.regroup && whole_steps_possible(backend_.device(), comm_);
+  step_options.virtual_size = options_.virtual_size;
+  if (!options_.ledger_path.empty()) {
+    ledger_.reset(std::fopen(options_.ledger_path.c_str(), "a"));
+    if (!ledger_) {
+      throw common::IoError(
+          fmt::format("cannot open the ledger {}: {}", options_.ledger_path, std::strerror(errno)));
+    }
+  }
   if (step_options.test_slow_step_seconds > 0) {
     spdlog::warn("{}: each step sleeps {:.0f} ms (test only)", common::kEnvTestSlowStepMs.name,
                  step_options.test_slow_step_seconds * 1000);
@@ -304,7 +313,7 @@ void Trainer::regroup(const comm::GroupBroken& broken) {
   spdlog::warn("the group broke ({}); {}holding the whole state of global step {}", what,
                cut_short ? "the step in flight changed nothing; " : "", state_.global_step);
   for (;;) {
-    std::optional<int> generation;
+    std::optional<Regrouped> generation;
     try {
       generation = options_.regroup(what, state_.global_step, cut_short);
     } catch (const comm::GroupBroken& again) {  // the next generation did not form
@@ -314,7 +323,8 @@ void Trainer::regroup(const comm::GroupBroken& broken) {
     }
     if (!generation) throw broken;
     try {
-      generation_ = *generation;
+      generation_ = generation->generation;
+      shards_ = generation->shards;
       const comm::Window window = gradient_window();
       model_->move_gradients(window.data, window.floats);
       int64_t held = state_.global_step;
@@ -426,7 +436,18 @@ EpochMetrics Trainer::train_epoch(int epoch) {
   stream_options.batch_size = config_.per_worker_batch_size;
   stream_options.first_step = resumed ? state_.step : 0;
   stream_options.steps = steps_per_epoch_;
-  data::BatchStream stream(train_, stream_options);
+  // A member of a partial elastic group computes each of its virtual shards' batches in turn.
+  const comm::ShardPlan held = shards();
+  const bool sharded = !held.full(comm_.size());
+  std::vector<std::unique_ptr<data::BatchStream>> streams;
+  for (int j = 0; j < (sharded ? held.held : 1); ++j) {
+    data::BatchStreamOptions o = stream_options;
+    if (sharded) o.worker_index = held.shard(j), o.worker_count = held.virtual_size;
+    streams.push_back(std::make_unique<data::BatchStream>(train_, o));
+  }
+  std::vector<const data::BatchStream*> ledger_streams;
+  for (const auto& s : streams) ledger_streams.push_back(s.get());
+  data::BatchStream& stream = *streams.front();
   step_->set_totals(
       resumed ? EpochTotals{state_.epoch_loss_sum, state_.epoch_correct, state_.epoch_seen}
               : EpochTotals{});
@@ -442,15 +463,36 @@ EpochMetrics Trainer::train_epoch(int epoch) {
                    batch.labels.data(), static_cast<int>(batch.size));
     return static_cast<int>(batch.size);
   };
-  int n = stream_options.first_step < steps_per_epoch_ ? stage(stream_options.first_step) : 0;
+  int n = !sharded && stream_options.first_step < steps_per_epoch_
+              ? stage(stream_options.first_step)
+              : 0;
+  std::vector<data::Batch> batches(streams.size());
+  std::vector<ShardInput> inputs(streams.size());
   for (int64_t step = stream_options.first_step; step < steps_per_epoch_; ++step) {
     int slot = static_cast<int>(step % InputStager::kSlots);
-    stager_->ready();
-    int next_n = step + 1 < steps_per_epoch_ ? stage(step + 1) : 0;  // overlaps this step
+    int next_n = 0;
+    if (sharded) {  // host memory: the batches are the step's inputs as they are
+      double asked = common::monotonic_seconds();
+      for (size_t j = 0; j < streams.size(); ++j) {
+        batches[j] = streams[j]->next();
+        inputs[j] = {batches[j].images.data(), batches[j].labels.data(),
+                     static_cast<int>(batches[j].size)};
+      }
+      if (step > stream_options.first_step) input_wait += common::monotonic_seconds() - asked;
+      n = inputs.front().n;
+    } else {
+      stager_->ready();
+      next_n = step + 1 < steps_per_epoch_ ? stage(step + 1) : 0;  // overlaps this step
+    }
     if (options_.stop_requested && options_.stop_requested()) step_->request_stop();
     double step_started = common::monotonic_seconds();
-    step_->run(stager_->images(slot), stager_->labels(slot), n, {config_.seed, epoch, step}, slot);
-    seen_here += static_cast<double>(n) * comm_.size();
+    if (sharded)
+      step_->run_shards(held, inputs.data(), {config_.seed, epoch, step}, slot);
+    else
+      step_->run(stager_->images(slot), stager_->labels(slot), n, {config_.seed, epoch, step},
+                 slot);
+    if (ledger_) write_ledger(epoch, step, ledger_streams);
+    seen_here += static_cast<double>(n) * virtual_size();
     n = next_n;
     state_ =
         TrainingState{epoch, step + 1, state_.global_step + 1, optimizer_->iterations(), 0, 0, 0};
@@ -567,6 +609,34 @@ void Trainer::write_batch_summary() {
   EpochTotals t = step_->totals();
   tensorboard_->log_batch(state_.global_step,
                           {{"loss", t.mean_loss()}, {"accuracy", t.accuracy()}});
+}
+
+int Trainer::virtual_size() const {
+  return options_.virtual_size > 0 ? options_.virtual_size : comm_.size();
+}
+
+comm::ShardPlan Trainer::shards() const {
+  if (options_.virtual_size > 0) return shards_;
+  return comm::ShardPlan{comm_.size(), comm_.rank(), 1};
+}
+
+// docs/design.md#elastic-membership, the ledger: written once the step has run here, so a step
+// cut short and done again is written once per run of it (its lines are the same).
+void Trainer::write_ledger(int epoch, int64_t step,
+                           const std::vector<const data::BatchStream*>& streams) {
+  const comm::ShardPlan held = shards();
+  for (size_t j = 0; j < streams.size(); ++j) {
+    common::JsonWriter w;
+    w.begin_object().key("epoch").value(epoch).key("step").value(step);
+    w.key("shard").value(held.shard(static_cast<int>(j))).key("task").value(options_.task);
+    w.key("generation").value(generation_);
+    w.key("ids").begin_array();
+    for (int64_t id : streams[j]->ids_at(step)) w.value(id);
+    std::string line = w.end_array().end_object().str() + "\n";
+    if (std::fwrite(line.data(), 1, line.size(), ledger_.get()) != line.size())
+      throw common::IoError(fmt::format("cannot write the ledger {}", options_.ledger_path));
+  }
+  std::fflush(ledger_.get());
 }
 
 void Trainer::heartbeat(int epoch, int64_t step, int64_t steps, double loss, double accuracy,

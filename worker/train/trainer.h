@@ -8,6 +8,7 @@
 // Single-threaded (the batcher prefetches, a host communicator reduces, on their own threads).
 #pragma once
 
+#include <cstdio>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -18,6 +19,8 @@
 #include "common/progress_record.h"
 #include "worker/comm/communicator.h"
 #include "worker/comm/group_communicator.h"
+#include "worker/comm/membership.h"
+#include "worker/data/batcher.h"
 #include "worker/data/dataset.h"
 #include "worker/nn/backend.h"
 #include "worker/nn/sequential.h"
@@ -48,6 +51,13 @@ struct EpochMetrics {
   bool stop_agreed = false;  ///< the group agreed to stop at this epoch's end
 };
 
+/// What TrainerOptions::regroup joined: the generation, and in an elastic job the shards this
+/// member holds in it.
+struct Regrouped {
+  int generation = 0;
+  comm::ShardPlan shards = {};
+};
+
 struct TrainerOptions {
   std::string run_dir;  ///< metrics.jsonl, backup/ and model/ go here (chief only)
   bool chief = true;
@@ -73,8 +83,17 @@ struct TrainerOptions {
   /// generation's), returning it; nullopt when there is no recovery in place (fit rethrows).
   /// It may throw GroupBroken when the new group fails to form (it is then asked again).
   /// Unset: a broken group ends fit() with the error, as before.
-  std::function<std::optional<int>(const std::string& what, int64_t whole_step, bool in_flight)>
+  std::function<std::optional<Regrouped>(const std::string& what, int64_t whole_step,
+                                         bool in_flight)>
       regroup = nullptr;
+  /// Elastic jobs (docs/design.md#elastic-membership): the cluster's ring size V, the virtual
+  /// shards of the global batch (0: not elastic, the group's size), and the shards this member
+  /// holds at the start.
+  int virtual_size = 0;
+  comm::ShardPlan shards = {};
+  /// The ledger (train.ledger): each step's example ids of each shard this worker computed go
+  /// to this file, one JSON line per shard and step. Empty: none.
+  std::string ledger_path = {};
   /// Polled after each step; true when this worker alone is preempted (in place): fit() throws
   /// LeftGroup then, having written no checkpoint; its peers re-form with a replacement.
   std::function<bool()> leave_requested = nullptr;
@@ -150,6 +169,12 @@ class Trainer {
   void write_summaries(const EpochMetrics& m);
   /// batch_loss and batch_accuracy (the epoch's running means) now: reads the totals (a sync).
   void write_batch_summary();
+  /// V: the virtual shards of the global batch (the group's size unless elastic).
+  int virtual_size() const;
+  /// The shards this member holds now.
+  comm::ShardPlan shards() const;
+  /// One ledger line per shard: the ids of step's examples.
+  void write_ledger(int epoch, int64_t step, const std::vector<const data::BatchStream*>& streams);
   void heartbeat(int epoch, int64_t step, int64_t steps, double loss, double accuracy, double rate);
 
   const TrainConfig& config_;
@@ -171,8 +196,10 @@ class Trainer {
   std::string restored_epoch_metrics_;  ///< the restored checkpoint's, for recover_epoch_metrics
   std::string last_epoch_metrics_;      ///< the last finished epoch's (metrics_json with steps)
   int generation_ = 0;                  ///< the group's, for heartbeats
-  int64_t resumed_step_ = 0;            ///< global step where this generation (or run) resumed
-  bool force_heartbeat_ = false;        ///< the next heartbeat goes out whatever its age
+  comm::ShardPlan shards_;              ///< elastic: the shards held in this generation
+  std::unique_ptr<std::FILE, int (*)(std::FILE*)> ledger_{nullptr, &std::fclose};
+  int64_t resumed_step_ = 0;      ///< global step where this generation (or run) resumed
+  bool force_heartbeat_ = false;  ///< the next heartbeat goes out whatever its age
   int64_t steps_per_epoch_ = 0;
   double last_heartbeat_ = -1;
   double last_shown_ = -1;  ///< when totals were last read back

@@ -1,0 +1,243 @@
+// See supervisor.h. Elastic membership (docs/design.md#elastic-membership): a training task whose
+// place cannot host it (its host is cut off, its replacement cannot start there) leaves the group
+// while at least elastic.min_workers train; the others re-form without it as the next
+// generation, holding its virtual shards. Its host is tried again with back-off; when a try
+// starts, the host's tasks come back as joiners (spares that can take only their own task's
+// place), and once they are warm the group grows back as the next generation. The workers' part
+// (which shards each member holds, the sums in virtual-shard order) is theirs.
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <csignal>
+
+#include "common/clock.h"
+#include "common/control_protocol.h"
+#include "common/json.h"
+#include "launcher/supervisor.h"
+#include "launcher/supervisor_task.h"
+#include "launcher/worker_env.h"
+
+namespace dtrain::launcher {
+namespace {
+
+constexpr double kFirstRejoinSeconds = 1;
+constexpr double kMostRejoinSeconds = 30;
+/// How long the joiners of one host wait for each other before the group grows with those ready.
+constexpr double kJoinGatherSeconds = 5;
+
+std::chrono::steady_clock::duration seconds(double s) {
+  return std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+      std::chrono::duration<double>(std::max(0.0, s)));
+}
+
+}  // namespace
+
+bool Supervisor::elastic() const { return plan_.elastic_min_workers > 0; }
+
+bool Supervisor::member(const Task& task) const {
+  return task.plan.trains() && !task.away;
+}
+
+std::string Supervisor::members_text() const {
+  std::vector<int> members;
+  bool all = true;
+  for (const auto& task : tasks_) {
+    if (!task->plan.trains()) continue;
+    if (member(*task))
+      members.push_back(*task->plan.rank);
+    else
+      all = false;
+  }
+  std::sort(members.begin(), members.end());
+  return all ? "" : common::format_members(members);
+}
+
+int Supervisor::world_size() const {
+  int n = 0;
+  for (const auto& task : tasks_) n += member(*task) ? 1 : 0;
+  return n;
+}
+
+void Supervisor::record_membership(const char* kind, const std::string& host,
+                                   const std::vector<std::string>& names, const std::string& why) {
+  int size = world_size();
+  membership_.push_back({common::utc_timestamp(), generation_, size});
+  recorder_.event(kind, [&](common::JsonWriter& w) {
+    w.key("attempt").value(attempt_).key("generation").value(generation_);
+    w.key("world_size").value(size).key("host").value(host);
+    w.key("tasks").begin_array();
+    for (const std::string& name : names) w.value(name);
+    w.end_array();
+    std::string members = members_text();
+    w.key("members").value(members.empty() ? "all" : members);
+    if (!why.empty()) w.key("why").value(why);
+  });
+}
+
+// The end of a task whose host is gone (docs/design.md#elastic-membership): true when the group
+// shrank without it (and without the other tasks of its host).
+bool Supervisor::shrink(Task& task, const EndReading& reading) {
+  if (!elastic() || !task.plan.remote() || !task.plan.trains() || task.away) return false;
+  bool host_gone = !reading.started || reading.place_lost ||
+                   (task.frozen_why && task.frozen_why->find("no word from it") != std::string::npos);
+  if (!host_gone) return false;
+  const std::string& host = task.plan.where;
+  std::vector<Task*> leaving;
+  for (auto& t : tasks_)
+    if (member(*t) && t->plan.remote() && t->plan.where == host) leaving.push_back(t.get());
+  int left = world_size() - static_cast<int>(leaving.size());
+  const common::TaskId chief = plan_.context.cluster.chief();
+  for (Task* t : leaving) {
+    if (t->plan.task == chief) {
+      spdlog::warn("no shrink: {} on {} is the chief, which writes the checkpoints",
+                   t->plan.task.text(), t->plan.place_text());
+      return false;
+    }
+  }
+  if (left < plan_.elastic_min_workers) {
+    spdlog::warn("no shrink: without {} the group would have {} worker(s), below "
+                 "elastic.min_workers {}",
+                 task.plan.place_text(), left, plan_.elastic_min_workers);
+    return false;
+  }
+  std::vector<std::string> names;
+  for (Task* t : leaving) {
+    t->away = true;
+    t->respawn_pending = false;
+    names.push_back(t->plan.task.text());
+    if (t->alive() && t->child) t->child->signal_group(SIGKILL);  // closes its session too
+  }
+  ++generation_;
+  spdlog::warn("{} is gone ({}): the group shrinks to {} worker(s) as generation {} of attempt {}",
+               task.plan.place_text(), reading.what, left, generation_, attempt_);
+  record_membership("shrink", host, names, reading.what);
+  double failed_at =
+      in_place_recovery_ ? in_place_recovery_->failed_at : common::monotonic_seconds();
+  int64_t reached = in_place_recovery_ ? in_place_recovery_->reached_step : reform_furthest_;
+  in_place_recovery_ = PendingInPlace{generation_, failed_at, reached, std::nullopt};
+  notify_survivors(task);
+  answer_held_reforms(true, "");
+  schedule_rejoin(host, kFirstRejoinSeconds);
+  write_state();
+  return true;
+}
+
+void Supervisor::schedule_rejoin(const std::string& host, double delay) {
+  auto& timer = rejoin_timers_[host];
+  if (!timer) timer = std::make_unique<boost::asio::steady_timer>(io_);
+  rejoin_delays_[host] = delay;
+  timer->expires_after(seconds(delay));
+  timer->async_wait([this, host](const boost::system::error_code& ec) {
+    if (!ec) guarded("rejoin timer", [&] { try_rejoin(host); });
+  });
+  spdlog::info("host {}: trying it again in {:g} s", host, delay);
+}
+
+// Starts every away task of host as a joiner. A host still unreachable fails their starts, and
+// the next try waits twice as long (up to kMostRejoinSeconds).
+void Supervisor::try_rejoin(const std::string& host) {
+  if (phase_ != Phase::kRunning || stop_requested_) return;
+  for (auto& t : tasks_) {
+    if (!t->away || t->plan.where != host || t->holds_group()) continue;
+    t->joining = true;
+    t->join_ready = nullptr;
+    try {
+      spawn_task(*t);
+    } catch (const std::exception& e) {
+      spdlog::warn("{}: cannot start it to join again: {}", t->plan.task.text(), e.what());
+      t->joining = false;
+    }
+  }
+}
+
+// An away task's process ended: a joiner whose host is still unreachable, or a member of a host
+// that was left (SIGKILLed). Neither fails the job.
+void Supervisor::on_away_end(Task& task, const EndReading& reading) {
+  bool was_joining = task.joining;
+  task.joining = false;
+  task.join_ready = nullptr;
+  if (!was_joining || phase_ != Phase::kRunning || stop_requested_) return;
+  const std::string& host = task.plan.where;
+  // Once per try of the host: its last joiner's end sets the next try.
+  for (auto& t : tasks_)
+    if (t->away && t->plan.where == host && t->joining) return;
+  double next = std::min(kMostRejoinSeconds, 2 * rejoin_delays_[host]);
+  spdlog::info("host {} does not host {} yet ({})", host, task.plan.task.text(), reading.what);
+  schedule_rejoin(host, next);
+}
+
+// A joiner is warm and asks to be let in (its spare request, named after its task). The group
+// grows once every joiner of its host has asked, or kJoinGatherSeconds after the first did.
+bool Supervisor::on_join_request(const std::string& name, int pid, ReformReplyFn& reply) {
+  Task* task = nullptr;
+  for (auto& t : tasks_)
+    if (t->plan.trains() && t->away && t->joining && t->plan.task.text() == name) task = t.get();
+  if (!task) return false;
+  if (task->pid != pid && task->pid != 0) {
+    spdlog::debug("{}: join request from pid {}, the joiner is {}", name, pid, task->pid);
+  }
+  task->join_ready = std::move(reply);
+  task->made_progress = false;
+  const std::string host = task->plan.where;
+  bool all_ready = true;
+  for (auto& t : tasks_)
+    if (t->away && t->joining && t->plan.where == host && !t->join_ready) all_ready = false;
+  if (all_ready) {
+    grow(host);
+  } else {
+    auto& timer = rejoin_timers_[host];
+    if (!timer) timer = std::make_unique<boost::asio::steady_timer>(io_);
+    timer->expires_after(seconds(kJoinGatherSeconds));
+    timer->async_wait([this, host](const boost::system::error_code& ec) {
+      if (!ec) guarded("join gather", [&] { grow(host); });
+    });
+  }
+  return true;
+}
+
+// The ready joiners of host become members as the next generation; the members are told by the
+// notice and their reform requests are answered with it.
+void Supervisor::grow(const std::string& host) {
+  if (phase_ != Phase::kRunning || stop_requested_) return;
+  std::vector<Task*> joining;
+  for (auto& t : tasks_)
+    if (t->away && t->joining && t->plan.where == host && t->join_ready) joining.push_back(t.get());
+  if (joining.empty()) return;
+  ++generation_;
+  std::vector<std::string> names;
+  for (Task* t : joining) {
+    t->away = false;
+    t->joining = false;
+    t->silent_ends = 0;
+    names.push_back(t->plan.task.text());
+  }
+  spdlog::info("host {} is back: the group grows to {} worker(s) as generation {} of attempt {}",
+               host, world_size(), generation_, attempt_);
+  record_membership("grow", host, names, "");
+  rejoin_delays_[host] = kFirstRejoinSeconds;
+  in_place_recovery_ =
+      PendingInPlace{generation_, common::monotonic_seconds(), reform_furthest_, std::nullopt};
+  std::string members = members_text();
+  for (Task* t : joining) {
+    std::function<void(const std::string&)> reply = std::move(t->join_ready);
+    t->join_ready = nullptr;
+    append_to_log(*t, common::attempt_header(attempt_, t->plan.task, t->pid,
+                                             common::utc_timestamp(), generation_) +
+                          " (joins again)\n");
+    reply(common::format_spare_assignment({true, t->plan.task.text(), generation_,
+                                           task_tf_config(plan_, t->plan, cluster_json_), "",
+                                           members}));
+  }
+  for (auto& other : tasks_) {  // the notice, to the members that were there
+    if (!member(*other) || !other->child || other->state != Task::State::kRunning ||
+        other->plan.progress_path.empty() ||
+        std::find(joining.begin(), joining.end(), other.get()) != joining.end())
+      continue;
+    if (!other->child->look(other->progress_path_now).record) continue;
+    other->child->queue_signal(SIGUSR1, generation_);
+  }
+  answer_held_reforms(true, "");
+  write_state();
+}
+
+}  // namespace dtrain::launcher
