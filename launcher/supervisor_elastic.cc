@@ -32,7 +32,9 @@ std::chrono::steady_clock::duration seconds(double s) {
 
 }  // namespace
 
-bool Supervisor::elastic() const { return plan_.elastic_min_workers > 0; }
+bool Supervisor::elastic() const {
+  return plan_.elastic_min_workers > 0;
+}
 
 bool Supervisor::member(const Task& task) const {
   return task.plan.trains() && !task.away;
@@ -78,8 +80,9 @@ void Supervisor::record_membership(const char* kind, const std::string& host,
 // shrank without it (and without the other tasks of its host).
 bool Supervisor::shrink(Task& task, const EndReading& reading) {
   if (!elastic() || !task.plan.remote() || !task.plan.trains() || task.away) return false;
-  bool host_gone = !reading.started || reading.place_lost ||
-                   (task.frozen_why && task.frozen_why->find("no word from it") != std::string::npos);
+  bool host_gone =
+      !reading.started || reading.place_lost ||
+      (task.frozen_why && task.frozen_why->find("no word from it") != std::string::npos);
   if (!host_gone) return false;
   const std::string& host = task.plan.where;
   std::vector<Task*> leaving;
@@ -95,9 +98,10 @@ bool Supervisor::shrink(Task& task, const EndReading& reading) {
     }
   }
   if (left < plan_.elastic_min_workers) {
-    spdlog::warn("no shrink: without {} the group would have {} worker(s), below "
-                 "elastic.min_workers {}",
-                 task.plan.place_text(), left, plan_.elastic_min_workers);
+    spdlog::warn(
+        "no shrink: without {} the group would have {} worker(s), below "
+        "elastic.min_workers {}",
+        task.plan.place_text(), left, plan_.elastic_min_workers);
     return false;
   }
   std::vector<std::string> names;

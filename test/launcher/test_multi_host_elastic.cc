@@ -1,0 +1,175 @@
+// Elastic membership across two hosts (docs/design.md#elastic-membership): the main job's model on
+// two network-namespace hosts with two workers each (netns_hosts.h), "elastic": {"min_workers":
+// 2}. The second host's link is cut in epoch 2: the launcher finds it, and the first host's two
+// workers train on, holding the missing workers' virtual shards. The link comes back: the second
+// host's workers join again and the group is four. The final model is the undisturbed run's, bit
+// for bit, and the ledger shows every example of each epoch used once. Skips with a WARN where
+// the machine refuses namespaces or sshd.
+#include <catch2/catch.hpp>
+#include <chrono>
+#include <fstream>
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common/json.h"
+#include "common/progress_record.h"
+#include "test/launcher/multi_host_job.h"
+#include "test/support/main_job.h"
+
+using namespace dtrain;
+using namespace dtrain::testing;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+constexpr int kEpochs = 2;
+constexpr int kSteps = 40;  ///< per epoch
+constexpr int kBatch = 64;  ///< per worker (main_job_train's)
+
+std::vector<common::JsonDocument> events(const std::string& run, const std::string& kind) {
+  std::vector<common::JsonDocument> out;
+  std::ifstream in(run + "/events.jsonl");
+  for (std::string line; std::getline(in, line);) {
+    common::JsonDocument e = common::JsonDocument::parse(line, "events.jsonl");
+    if (e.root().at("event").as_string() == kind) out.push_back(std::move(e));
+  }
+  return out;
+}
+
+int64_t step_of_worker_0(const std::string& run) {
+  std::optional<common::ProgressSample> r =
+      common::read_progress_record(run + "/progress/worker-0");
+  return r ? static_cast<int64_t>(r->global_step) : -1;
+}
+
+// Waits until worker 0 has stepped past `step`; false when seconds pass or the launcher ends.
+bool wait_for_step(const std::string& run, int64_t step, int launcher_pid, double seconds) {
+  auto deadline = Clock::now() + std::chrono::duration<double>(seconds);
+  while (Clock::now() < deadline && process_alive(launcher_pid)) {
+    if (step_of_worker_0(run) >= step) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  return false;
+}
+
+// Waits for the first event of kind; the seconds it took, or -1.
+double wait_for_event(const std::string& run, const std::string& kind, int launcher_pid,
+                      double seconds) {
+  auto started = Clock::now();
+  while (Clock::now() - started < std::chrono::duration<double>(seconds) &&
+         process_alive(launcher_pid)) {
+    if (!events(run, kind).empty())
+      return std::chrono::duration<double>(Clock::now() - started).count();
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return -1;
+}
+
+// The ledger's lines, one per (epoch, step, shard) computed, kept once each: a step redone after
+// a re-formation is computed again with the same examples (checked).
+std::map<std::tuple<int64_t, int64_t, int64_t>, std::vector<int64_t>> ledger(
+    const std::string& run) {
+  std::map<std::tuple<int64_t, int64_t, int64_t>, std::vector<int64_t>> out;
+  for (int w = 0; w < 4; ++w) {
+    std::ifstream in(run + "/ledger/worker-" + std::to_string(w) + ".jsonl");
+    for (std::string line; std::getline(in, line);) {
+      common::JsonDocument d = common::JsonDocument::parse(line, "ledger");
+      auto key = std::make_tuple(d.root().at("epoch").as_int(0, 1 << 20),
+                                 d.root().at("step").as_int(0, 1 << 30),
+                                 d.root().at("shard").as_int(0, 1 << 20));
+      std::vector<int64_t> ids;
+      for (const common::JsonNode& id : d.root().at("ids").as_array())
+        ids.push_back(id.as_int(0, int64_t{1} << 40));
+      auto [at, fresh] = out.emplace(key, ids);
+      if (!fresh) REQUIRE(at->second == ids);  // the same examples each time
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("elastic over ssh: a host cut off leaves the group, comes back, same model") {
+  NetnsHosts hosts(2);
+  SKIP_UNLESS_AVAILABLE(hosts);
+  TempDir dir;
+  std::string train = main_job_train(kEpochs, kSteps);
+  train.insert(train.rfind('}'), R"(, "ledger": true)");
+  std::string calm_job = write_job(dir, hosts, train);
+  ProcessOptions options;
+  options.timeout_seconds = 240;
+  std::string calm = dir.path() + "/calm";
+  BackgroundProcess reference(launch_argv(hosts, calm_job, calm), options);
+  auto undisturbed = reference.wait(240);
+  INFO(undisturbed.out << undisturbed.err);
+  REQUIRE(undisturbed.exit_code == 0);
+  std::string expected = read_all(calm + "/model/model.safetensors");
+  REQUIRE_FALSE(expected.empty());
+
+  // Worker 0 sleeps in each step (the others wait for it: the math is the same), so the run
+  // lasts long enough for a cut, a shrink and a growth.
+  std::string elastic_job = dir.path() + "/elastic.json";
+  {
+    std::string text = read_all(calm_job);
+    text.replace(text.find(R"("env": {)"), 8,
+                 R"("elastic": {"min_workers": 2}, "env": {"DTRAIN_TEST_SLOW_STEP_MS": "0:350", )");
+    std::ofstream(elastic_job) << text;
+  }
+  std::string run = dir.path() + "/elastic";
+  BackgroundProcess launcher(launch_argv(hosts, elastic_job, run), options);
+  REQUIRE(wait_for_step(run, kSteps + 2, launcher.pid(), 120));  // in epoch 2
+  hosts.cut_link(1);
+  double shrunk = wait_for_event(run, "shrink", launcher.pid(), 30);
+  INFO("shrink " << shrunk << " s after the cut");
+  REQUIRE(shrunk >= 0);
+  CHECK(shrunk < 10);
+  int64_t at_shrink = step_of_worker_0(run);
+  REQUIRE(wait_for_step(run, at_shrink + 2, launcher.pid(), 20));  // host 0 trains on alone
+  hosts.restore_link(1);
+  double grown = wait_for_event(run, "grow", launcher.pid(), 30);
+  INFO("grow " << grown << " s after the link came back");
+  CHECK(grown >= 0);
+  CHECK(grown < 10);
+  auto r = launcher.wait(240);
+  INFO(r.out << r.err);
+  REQUIRE_FALSE(r.timed_out);
+  CHECK(r.exit_code == 0);
+
+  std::vector<common::JsonDocument> shrink = events(run, "shrink");
+  REQUIRE(shrink.size() == 1);
+  CHECK(shrink[0].root().at("world_size").as_int(0, 99) == 2);
+  CHECK(shrink[0].root().at("host").as_string() == hosts.host(1));
+  std::vector<common::JsonDocument> grow = events(run, "grow");
+  REQUIRE(grow.size() == 1);
+  CHECK(grow[0].root().at("world_size").as_int(0, 99) == 4);
+  CHECK(events(run, "restart").empty());
+  CHECK(read_all(run + "/model/model.safetensors") == expected);
+
+  // The ledger: every (epoch, step, shard) computed, and in each epoch no example twice, as in the
+  // undisturbed run.
+  auto used = ledger(run);
+  CHECK(used == ledger(calm));
+  for (int epoch = 0; epoch < kEpochs; ++epoch) {
+    std::multiset<int64_t> seen;
+    for (int step = 0; step < kSteps; ++step) {
+      for (int shard = 0; shard < 4; ++shard) {
+        auto at = used.find({epoch, step, shard});
+        REQUIRE(at != used.end());
+        CHECK(at->second.size() == static_cast<size_t>(kBatch));
+        seen.insert(at->second.begin(), at->second.end());
+      }
+    }
+    CHECK(std::set<int64_t>(seen.begin(), seen.end()).size() == seen.size());
+  }
+  {
+    common::JsonDocument state =
+        common::JsonDocument::parse(read_all(run + "/state.json"), "state.json");
+    CHECK(state.root().at("world_size").as_int(0, 99) == 4);
+    CHECK(state.root().at("membership").as_array().size() == 2);
+  }
+  CHECK(processes_of_run(run).empty());
+}
