@@ -76,8 +76,9 @@ void Supervisor::start_attempt() {
   step_at_last_in_place_ = reached_step_;
   for (auto& task : tasks_) {
     task->silent_ends = 0;
-    task->away = task->joining =
-        false;  // every task starts again (docs/design.md#elastic-membership)
+    // An elastic job's tasks whose host is gone stay out; their host is tried again
+    // (docs/design.md#elastic-membership).
+    task->joining = false;
     task->join_ready = nullptr;
   }
   success_ = false;
@@ -86,6 +87,7 @@ void Supervisor::start_attempt() {
   port_retries_ = 0;
   attempt_started_ = common::monotonic_seconds();
   for (auto& task : tasks_) {
+    if (task->away) continue;
     try {
       spawn_task(*task);
     } catch (const common::ConfigError& e) {
@@ -98,7 +100,9 @@ void Supervisor::start_attempt() {
     }
   }
   phase_ = Phase::kRunning;
-  spdlog::info("attempt {}: {} task(s) running", attempt_, tasks_.size());
+  spdlog::info("attempt {}: {} task(s) running", attempt_,
+               std::count_if(tasks_.begin(), tasks_.end(), [](const auto& t) { return !t->away; }));
+  resume_rejoins();
   write_state();
   arm_watchdog();
   freeze_.reset();

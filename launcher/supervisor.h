@@ -210,6 +210,8 @@ class Supervisor {
   void on_away_end(Task& task, const EndReading& reading);
   bool on_join_request(const std::string& name, int pid, ReformReplyFn& reply);
   void grow(const std::string& host);
+  /// At an attempt's start: tries again each host whose tasks are away.
+  void resume_rejoins();
   // Spares (supervisor_spares.cc).
   Task* ready_spare();
   void promote(Task& spare, Task& task);

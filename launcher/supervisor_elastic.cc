@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <csignal>
+#include <set>
 
 #include "common/clock.h"
 #include "common/control_protocol.h"
@@ -152,6 +153,13 @@ void Supervisor::try_rejoin(const std::string& host) {
       t->joining = false;
     }
   }
+}
+
+void Supervisor::resume_rejoins() {
+  std::set<std::string> hosts;
+  for (auto& t : tasks_)
+    if (t->away) hosts.insert(t->plan.where);
+  for (const std::string& host : hosts) schedule_rejoin(host, kFirstRejoinSeconds);
 }
 
 // An away task's process ended: a joiner whose host is still unreachable, or a member of a host
