@@ -205,8 +205,11 @@ void parse_fields(const JsonNode& root, JobSpec& spec) {
     }
   }
   if (auto n = root.find("elastic")) {
-    n->check_keys({"min_workers"});
+    n->check_keys({"min_workers", "host_discovery", "discovery_interval_seconds"});
     spec.elastic_min_workers = static_cast<int>(n->at("min_workers").as_int(1, kMaxWorkers));
+    if (auto d = n->find("host_discovery")) spec.elastic_discovery = parse_argv(*d);
+    if (auto d = n->find("discovery_interval_seconds"))
+      spec.elastic_discovery_seconds = parse_seconds(*d, 0.1);
     if (spec.recovery != RecoveryMode::kInPlace) {
       n->fail(
           "an elastic job needs recovery in place: dtrain-worker (no \"command\" for now) and no "
@@ -301,6 +304,12 @@ std::string job_spec_to_json(const JobSpec& spec, const ClusterSpec& resolved) {
   if (spec.spares > 0) w.key("spares").value(spec.spares);
   if (spec.elastic_min_workers > 0) {
     w.key("elastic").begin_object().key("min_workers").value(spec.elastic_min_workers);
+    if (!spec.elastic_discovery.empty()) {
+      w.key("host_discovery").begin_array();
+      for (const auto& arg : spec.elastic_discovery) w.value(arg);
+      w.end_array();
+      w.key("discovery_interval_seconds").value(spec.elastic_discovery_seconds);
+    }
     w.end_object();
   }
   w.key("remote_shell").begin_array();

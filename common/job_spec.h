@@ -93,6 +93,10 @@ struct JobSpec {
   /// cannot be replaced (their host is unreachable) leave the group while at least m train, and
   /// join again when their host answers. 0: not elastic.
   int elastic_min_workers = 0;
+  /// elastic.host_discovery: a program that prints the hosts available now, one per line (as
+  /// Horovod's --host-discovery-script), run every elastic_discovery_seconds. Empty: none.
+  std::vector<std::string> elastic_discovery;
+  double elastic_discovery_seconds = 5;
 };
 
 inline constexpr int kMaxSpares = 64;

@@ -205,6 +205,14 @@ class Supervisor {
   void record_membership(const char* kind, const std::string& host,
                          const std::vector<std::string>& names, const std::string& why);
   bool shrink(Task& task, const EndReading& reading);
+  /// Every member of host leaves; false (nothing done) when that would leave fewer than
+  /// min_workers or the chief is there. cause: the task whose end started it (may be null).
+  bool shrink_host(const std::string& host, const std::string& why, const Task* cause);
+  // elastic.host_discovery: run every interval; its list says which hosts may be used.
+  void arm_discovery(double delay);
+  void run_discovery();
+  void on_discovery_end(const ChildEnd& end);
+  void apply_discovery();
   void schedule_rejoin(const std::string& host, double delay);
   void try_rejoin(const std::string& host);
   void on_away_end(Task& task, const EndReading& reading);
@@ -275,7 +283,16 @@ class Supervisor {
   /// delay of the last try.
   std::map<std::string, std::unique_ptr<boost::asio::steady_timer>> rejoin_timers_;
   std::map<std::string, double> rejoin_delays_;
-  std::vector<MembershipPoint> membership_;  ///< the world size over time (shrinks and growths)
+  std::vector<MembershipPoint> membership_;
+  std::unique_ptr<boost::asio::steady_timer> discovery_timer_;
+  std::unique_ptr<Child> discovery_;  ///< the host discovery program while it runs
+  bool discovery_running_ = false;
+  bool discovery_closed_ = false;          ///< its output has closed
+  std::optional<ChildEnd> discovery_end_;  ///< it has exited
+  std::string discovery_output_;
+  double discovery_started_ = 0;
+  std::optional<std::set<std::string>> discovered_;  ///< its last list; unset before one  ///< the
+                                                     ///< world size over time (shrinks and growths)
 };
 
 }  // namespace dtrain::launcher

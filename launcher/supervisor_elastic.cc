@@ -14,6 +14,7 @@
 #include "common/clock.h"
 #include "common/control_protocol.h"
 #include "common/json.h"
+#include "launcher/exit_status.h"
 #include "launcher/supervisor.h"
 #include "launcher/supervisor_task.h"
 #include "launcher/worker_env.h"
@@ -25,6 +26,8 @@ constexpr double kFirstRejoinSeconds = 1;
 constexpr double kMostRejoinSeconds = 30;
 /// How long the joiners of one host wait for each other before the group grows with those ready.
 constexpr double kJoinGatherSeconds = 5;
+/// Of elastic.host_discovery's output, what is read.
+constexpr size_t kMaxDiscoveryBytes = 1 << 20;
 
 std::chrono::steady_clock::duration seconds(double s) {
   return std::chrono::duration_cast<std::chrono::steady_clock::duration>(
@@ -85,16 +88,21 @@ bool Supervisor::shrink(Task& task, const EndReading& reading) {
       !reading.started || reading.place_lost ||
       (task.frozen_why && task.frozen_why->find("no word from it") != std::string::npos);
   if (!host_gone) return false;
-  const std::string& host = task.plan.where;
+  return shrink_host(task.plan.where, reading.what, &task);
+}
+
+bool Supervisor::shrink_host(const std::string& host, const std::string& why, const Task* cause) {
   std::vector<Task*> leaving;
   for (auto& t : tasks_)
     if (member(*t) && t->plan.remote() && t->plan.where == host) leaving.push_back(t.get());
+  if (leaving.empty()) return false;
   int left = world_size() - static_cast<int>(leaving.size());
   const common::TaskId chief = plan_.context.cluster.chief();
+  std::string place = leaving.front()->plan.place_text();
   for (Task* t : leaving) {
     if (t->plan.task == chief) {
       spdlog::warn("no shrink: {} on {} is the chief, which writes the checkpoints",
-                   t->plan.task.text(), t->plan.place_text());
+                   t->plan.task.text(), place);
       return false;
     }
   }
@@ -102,7 +110,7 @@ bool Supervisor::shrink(Task& task, const EndReading& reading) {
     spdlog::warn(
         "no shrink: without {} the group would have {} worker(s), below "
         "elastic.min_workers {}",
-        task.plan.place_text(), left, plan_.elastic_min_workers);
+        place, left, plan_.elastic_min_workers);
     return false;
   }
   std::vector<std::string> names;
@@ -114,13 +122,19 @@ bool Supervisor::shrink(Task& task, const EndReading& reading) {
   }
   ++generation_;
   spdlog::warn("{} is gone ({}): the group shrinks to {} worker(s) as generation {} of attempt {}",
-               task.plan.place_text(), reading.what, left, generation_, attempt_);
-  record_membership("shrink", host, names, reading.what);
+               place, why, left, generation_, attempt_);
+  record_membership("shrink", host, names, why);
   double failed_at =
       in_place_recovery_ ? in_place_recovery_->failed_at : common::monotonic_seconds();
   int64_t reached = in_place_recovery_ ? in_place_recovery_->reached_step : reform_furthest_;
   in_place_recovery_ = PendingInPlace{generation_, failed_at, reached, std::nullopt};
-  notify_survivors(task);
+  for (auto& other : tasks_) {  // the notice, to the members left
+    if (other.get() == cause || !member(*other) || !other->child ||
+        other->state != Task::State::kRunning || other->plan.progress_path.empty())
+      continue;
+    if (!other->child->look(other->progress_path_now).record) continue;
+    other->child->queue_signal(SIGUSR1, generation_);
+  }
   answer_held_reforms(true, "");
   schedule_rejoin(host, kFirstRejoinSeconds);
   write_state();
@@ -142,6 +156,10 @@ void Supervisor::schedule_rejoin(const std::string& host, double delay) {
 // the next try waits twice as long (up to kMostRejoinSeconds).
 void Supervisor::try_rejoin(const std::string& host) {
   if (phase_ != Phase::kRunning || stop_requested_) return;
+  if (discovered_ && !discovered_->count(host)) {  // not offered yet: ask again later
+    schedule_rejoin(host, rejoin_delays_[host]);
+    return;
+  }
   for (auto& t : tasks_) {
     if (!t->away || t->plan.where != host || t->holds_group()) continue;
     t->joining = true;
@@ -160,6 +178,111 @@ void Supervisor::resume_rejoins() {
   for (auto& t : tasks_)
     if (t->away) hosts.insert(t->plan.where);
   for (const std::string& host : hosts) schedule_rejoin(host, kFirstRejoinSeconds);
+  if (!plan_.spec().elastic_discovery.empty()) arm_discovery(0);
+}
+
+// elastic.host_discovery (docs/design.md#elastic-membership): its list, every interval.
+void Supervisor::arm_discovery(double delay) {
+  if (!discovery_timer_) discovery_timer_ = std::make_unique<boost::asio::steady_timer>(io_);
+  discovery_timer_->expires_after(seconds(delay));
+  discovery_timer_->async_wait([this](const boost::system::error_code& ec) {
+    if (!ec) guarded("host discovery", [this] { run_discovery(); });
+  });
+}
+
+void Supervisor::run_discovery() {
+  if (phase_ != Phase::kRunning || stop_requested_) return;
+  const double interval = plan_.spec().elastic_discovery_seconds;
+  arm_discovery(interval);
+  if (discovery_running_) {  // the last run has not ended: a program that hangs is stopped
+    if (common::monotonic_seconds() - discovery_started_ > std::max(10.0, 2 * interval)) {
+      spdlog::warn("elastic.host_discovery has run for {:.0f} s: SIGKILL",
+                   common::monotonic_seconds() - discovery_started_);
+      discovery_->signal_group(SIGKILL);
+    }
+    return;
+  }
+  SpawnRequest request;
+  request.argv = plan_.spec().elastic_discovery;
+  request.cwd = plan_.context.cwd;
+  ChildCallbacks callbacks;
+  callbacks.on_output = [this](std::string_view bytes) {
+    if (discovery_output_.size() < kMaxDiscoveryBytes) discovery_output_.append(bytes);
+  };
+  // Its end is read once it has exited and its output has closed (the two come apart).
+  callbacks.on_output_closed = [this] {
+    guarded("host discovery output", [&] {
+      discovery_closed_ = true;
+      if (discovery_end_) on_discovery_end(*discovery_end_);
+    });
+  };
+  callbacks.on_exit = [this](const ChildEnd& end) {
+    guarded("host discovery end", [&] {
+      discovery_end_ = end;
+      if (discovery_closed_) on_discovery_end(end);
+    });
+  };
+  discovery_closed_ = false;
+  discovery_end_.reset();
+  discovery_output_.clear();
+  discovery_started_ = common::monotonic_seconds();
+  discovery_.reset();
+  try {
+    discovery_ = spawner_.spawn(request, std::move(callbacks));
+    discovery_running_ = true;
+  } catch (const std::exception& e) {
+    spdlog::warn("elastic.host_discovery cannot be started: {}", e.what());
+  }
+}
+
+// Lines of host names ("host" or Horovod's "host:slots"); blank lines and # comments skipped.
+void Supervisor::on_discovery_end(const ChildEnd& end) {
+  discovery_running_ = false;  // its Child is released at the next run, not in its own callback
+  if (end.status.signaled || end.status.code != 0) {
+    spdlog::warn("elastic.host_discovery ended {}; its list is not used this time",
+                 describe(end.status));
+    return;
+  }
+  std::set<std::string> hosts;
+  size_t at = 0;
+  while (at < discovery_output_.size()) {
+    size_t eol = discovery_output_.find('\n', at);
+    std::string line = discovery_output_.substr(at, eol == std::string::npos ? eol : eol - at);
+    at = eol == std::string::npos ? discovery_output_.size() : eol + 1;
+    line.erase(0, line.find_first_not_of(" \t\r"));
+    line.erase(line.find_last_not_of(" \t\r") + 1);
+    if (line.empty() || line[0] == '#') continue;
+    size_t colon = line.rfind(':');
+    if (colon != std::string::npos && line.find(':') == colon && colon + 1 < line.size() &&
+        line.find_first_not_of("0123456789", colon + 1) == std::string::npos)
+      line.resize(colon);  // host:slots
+    hosts.insert(line);
+  }
+  if (discovered_ != hosts) spdlog::info("elastic.host_discovery lists {} host(s)", hosts.size());
+  discovered_ = std::move(hosts);
+  if (phase_ == Phase::kRunning && !stop_requested_) apply_discovery();
+}
+
+// A member host no longer listed leaves (as one that is gone); an away host listed again is
+// tried at once.
+void Supervisor::apply_discovery() {
+  std::set<std::string> member_hosts, away_hosts;
+  for (auto& t : tasks_) {
+    if (!t->plan.trains() || !t->plan.remote()) continue;
+    (t->away ? away_hosts : member_hosts).insert(t->plan.where);
+  }
+  for (const std::string& host : member_hosts)
+    if (!discovered_->count(host) && !away_hosts.count(host))
+      shrink_host(host, "not in elastic.host_discovery's list", nullptr);
+  for (const std::string& host : away_hosts) {
+    if (!discovered_->count(host)) continue;
+    bool trying = false;
+    for (auto& t : tasks_) trying = trying || (t->away && t->plan.where == host && t->joining);
+    if (!trying) {
+      rejoin_delays_[host] = kFirstRejoinSeconds;
+      try_rejoin(host);
+    }
+  }
 }
 
 // An away task's process ended: a joiner whose host is still unreachable, or a member of a host

@@ -167,6 +167,10 @@ void Supervisor::cancel_timers() noexcept {
     boost::system::error_code ignored;
     timer->cancel(ignored);
   }
+  if (discovery_timer_) {
+    boost::system::error_code ignored;
+    discovery_timer_->cancel(ignored);
+  }
   for (auto& [host, timer] : rejoin_timers_) {
     boost::system::error_code ignored;
     if (timer) timer->cancel(ignored);
@@ -177,6 +181,7 @@ void Supervisor::finish(const std::string& status, int exit_code, const std::str
   if (phase_ == Phase::kDone) return;
   phase_ = Phase::kDone;
   cancel_timers();
+  if (discovery_running_) discovery_->signal_group(SIGKILL);
   answer_held_reforms(false, "the job has ended: " + reason);
   std::vector<Recovery> recoveries = std::move(result_.recoveries);
   result_ = SupervisorResult{status, exit_code, reason, first_failure_, std::move(recoveries)};

@@ -1,12 +1,15 @@
 // Elastic membership across two hosts (docs/design.md#elastic-membership): the main job's model on
 // two network-namespace hosts with two workers each (netns_hosts.h), "elastic": {"min_workers":
-// 2}. The second host's link is cut in epoch 2: the launcher finds it, and the first host's two
-// workers train on, holding the missing workers' virtual shards. The link comes back: the second
-// host's workers join again and the group is four. The final model is the undisturbed run's, bit
+// 2} and a host discovery program (a file's list). In epoch 1 the list drops the second host:
+// its workers leave, and come back when the list names it again. In epoch 2 the second host's
+// link is cut: the launcher finds it, and the first host's two workers train on, holding the
+// missing workers' virtual shards. The link comes back: the second host's workers join again
+// and the group is four. The final model is the undisturbed run's, bit
 // for bit, and the ledger shows every example of each epoch used once. Skips with a WARN where
 // the machine refuses namespaces or sshd.
 #include <catch2/catch.hpp>
 #include <chrono>
+#include <cstdio>
 #include <fstream>
 #include <map>
 #include <optional>
@@ -56,13 +59,13 @@ bool wait_for_step(const std::string& run, int64_t step, int launcher_pid, doubl
   return false;
 }
 
-// Waits for the first event of kind; the seconds it took, or -1.
+// Waits until there are `count` events of kind; the seconds it took, or -1.
 double wait_for_event(const std::string& run, const std::string& kind, int launcher_pid,
-                      double seconds) {
+                      double seconds, size_t count = 1) {
   auto started = Clock::now();
   while (Clock::now() - started < std::chrono::duration<double>(seconds) &&
          process_alive(launcher_pid)) {
-    if (!events(run, kind).empty())
+    if (events(run, kind).size() >= count)
       return std::chrono::duration<double>(Clock::now() - started).count();
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
@@ -113,24 +116,40 @@ TEST_CASE("elastic over ssh: a host cut off leaves the group, comes back, same m
   // Worker 0 sleeps in each step (the others wait for it: the math is the same), so the run
   // lasts long enough for a cut, a shrink and a growth.
   std::string elastic_job = dir.path() + "/elastic.json";
+  std::string host_list = dir.path() + "/hosts";
+  auto offer = [&](const std::string& text) {
+    std::ofstream(host_list + ".new") << text;
+    std::rename((host_list + ".new").c_str(), host_list.c_str());
+  };
+  offer(hosts.host(0) + "\n" + hosts.host(1) + ":2\n");
   {
     std::string text = read_all(calm_job);
     text.replace(text.find(R"("env": {)"), 8,
-                 R"("elastic": {"min_workers": 2}, "env": {"DTRAIN_TEST_SLOW_STEP_MS": "0:350", )");
+                 R"("elastic": {"min_workers": 2, "host_discovery": ["cat", ")" + host_list +
+                     R"("], "discovery_interval_seconds": 0.5},
+                     "env": {"DTRAIN_TEST_SLOW_STEP_MS": "0:350", )");
     std::ofstream(elastic_job) << text;
   }
   std::string run = dir.path() + "/elastic";
   BackgroundProcess launcher(launch_argv(hosts, elastic_job, run), options);
-  REQUIRE(wait_for_step(run, kSteps + 2, launcher.pid(), 120));  // in epoch 2
+  // Epoch 1: the list drops host 1, then names it again.
+  REQUIRE(wait_for_step(run, 8, launcher.pid(), 120));
+  offer("# host 1 is being taken away\n" + hosts.host(0) + "\n");
+  REQUIRE(wait_for_event(run, "shrink", launcher.pid(), 20) >= 0);
+  REQUIRE(wait_for_step(run, step_of_worker_0(run) + 2, launcher.pid(), 20));
+  offer(hosts.host(0) + "\n" + hosts.host(1) + "\n");
+  REQUIRE(wait_for_event(run, "grow", launcher.pid(), 30) >= 0);
+  // Epoch 2: host 1's link is cut, then restored.
+  REQUIRE(wait_for_step(run, kSteps + 2, launcher.pid(), 120));
   hosts.cut_link(1);
-  double shrunk = wait_for_event(run, "shrink", launcher.pid(), 30);
+  double shrunk = wait_for_event(run, "shrink", launcher.pid(), 30, 2);
   INFO("shrink " << shrunk << " s after the cut");
   REQUIRE(shrunk >= 0);
   CHECK(shrunk < 10);
   int64_t at_shrink = step_of_worker_0(run);
   REQUIRE(wait_for_step(run, at_shrink + 2, launcher.pid(), 20));  // host 0 trains on alone
   hosts.restore_link(1);
-  double grown = wait_for_event(run, "grow", launcher.pid(), 30);
+  double grown = wait_for_event(run, "grow", launcher.pid(), 30, 2);
   INFO("grow " << grown << " s after the link came back");
   CHECK(grown >= 0);
   CHECK(grown < 10);
@@ -140,12 +159,15 @@ TEST_CASE("elastic over ssh: a host cut off leaves the group, comes back, same m
   CHECK(r.exit_code == 0);
 
   std::vector<common::JsonDocument> shrink = events(run, "shrink");
-  REQUIRE(shrink.size() == 1);
-  CHECK(shrink[0].root().at("world_size").as_int(0, 99) == 2);
-  CHECK(shrink[0].root().at("host").as_string() == hosts.host(1));
+  REQUIRE(shrink.size() == 2);
+  CHECK(shrink[0].root().at("why").as_string() == "not in elastic.host_discovery's list");
+  for (const common::JsonDocument& e : shrink) {
+    CHECK(e.root().at("world_size").as_int(0, 99) == 2);
+    CHECK(e.root().at("host").as_string() == hosts.host(1));
+  }
   std::vector<common::JsonDocument> grow = events(run, "grow");
-  REQUIRE(grow.size() == 1);
-  CHECK(grow[0].root().at("world_size").as_int(0, 99) == 4);
+  REQUIRE(grow.size() == 2);
+  for (const common::JsonDocument& e : grow) CHECK(e.root().at("world_size").as_int(0, 99) == 4);
   CHECK(events(run, "restart").empty());
   CHECK(read_all(run + "/model/model.safetensors") == expected);
 
@@ -169,7 +191,7 @@ TEST_CASE("elastic over ssh: a host cut off leaves the group, comes back, same m
     common::JsonDocument state =
         common::JsonDocument::parse(read_all(run + "/state.json"), "state.json");
     CHECK(state.root().at("world_size").as_int(0, 99) == 4);
-    CHECK(state.root().at("membership").as_array().size() == 2);
+    CHECK(state.root().at("membership").as_array().size() == 4);
   }
   CHECK(processes_of_run(run).empty());
 }
