@@ -185,6 +185,8 @@ TEST_CASE("elastic: a host lost leaves the group, which re-forms without it and 
   auto r = job.run(10);
   CHECK(r.status == "stopped");
   CHECK(job.supervisor->attempt() == 0);
+  CHECK(job.supervisor->book().restarts() == 0);  // leaving costs no restart budget
+  CHECK(job.supervisor->book().preemptions() == 0);
 
   // The shrink: host 2's tasks away, the survivors told to re-form as generation 1 of "0,1".
   REQUIRE_FALSE(state_after_shrink.empty());
@@ -257,6 +259,49 @@ TEST_CASE("elastic: a host lost leaves the group, which re-forms without it and 
   CHECK(points[0].at("world_size").as_int(0, 9) == 2);
   CHECK(points[1].at("world_size").as_int(0, 9) == 4);
   CHECK(points[1].at("generation").as_int(0, 9) == 2);
+}
+
+// The other two ways a host is gone: its workers never started there (the remote shell could not
+// reach it), or its agents went quiet while the others are heard (the freeze watch's "no word
+// from it", after 3 s).
+TEST_CASE("elastic: a host whose workers never started, or whose agents went quiet, is left") {
+  bool quiet = GENERATE(false, true);
+  INFO((quiet ? "quiet agents" : "never started"));
+  ElasticJob* h = nullptr;
+  std::function<void(FakeProcess&)> keep_talking = [&](FakeProcess& p) {
+    if (p.ended) return;
+    p.print(watch_event());
+    h->after(0.3, [&keep_talking, &p] { keep_talking(p); });
+  };
+  ElasticJob job(2, kTwoHosts, [&](FakeProcess& p) {
+    if (!p.env("DTRAIN_SPARE").empty()) return;  // a joiner: loading
+    bool second_host = p.request.remote->name == "198.51.100.2";
+    if (!second_host || quiet) p.print(started_event());
+    if (!second_host && quiet) keep_talking(p);
+    if (task_of(p) == "worker:3" && !quiet)
+      boost::asio::post(*p.io, [&] { h->lose_second_host(); });
+  });
+  h = &job;
+  std::function<void()> stop_after_shrink = [&] {
+    if (job.has_event("shrink")) return job.supervisor->stop(SIGTERM);
+    job.after(0.1, stop_after_shrink);
+  };
+  job.after(0.1, stop_after_shrink);
+  auto r = job.run(15);
+  CHECK(r.status == "stopped");
+  std::string events = job.events();
+  CHECK(events.find(R"("event":"shrink","attempt":0,"generation":1,"world_size":2,)"
+                    R"("host":"198.51.100.2","tasks":["worker:2","worker:3"],"members":"0,1",)") !=
+        std::string::npos);
+  if (quiet) {
+    CHECK(events.find(R"("why":"frozen: no word from it for )") != std::string::npos);
+  } else {
+    CHECK(events.find(R"("event":"start_failure","task":"worker:2")") != std::string::npos);
+    common::ReformReply reply = reform_reply(replies_to(job.process(0)).at(0));
+    CHECK(reply.generation == 1);
+    CHECK(reply.members == "0,1");
+  }
+  CHECK(job.state().find(R"("world_size":2,)") != std::string::npos);
 }
 
 // The tasks of a host left join together: one whose session outlives the try (the agent's
