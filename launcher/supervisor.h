@@ -82,6 +82,10 @@ struct SupervisorOptions {
   /// How long a reform request waits for a task's end to explain it before the group is torn
   /// down (docs/design.md#in-place-recovery).
   double reform_hold_seconds = 10;
+  /// Elastic (docs/design.md#elastic-membership): a host left is tried again after
+  /// rejoin_first_seconds, each failed try doubling the wait up to rejoin_most_seconds.
+  double rejoin_first_seconds = 1;
+  double rejoin_most_seconds = 30;
 };
 
 class Supervisor {
@@ -215,6 +219,7 @@ class Supervisor {
   void apply_discovery();
   void schedule_rejoin(const std::string& host, double delay);
   void try_rejoin(const std::string& host);
+  double next_rejoin_delay(const std::string& host);
   void on_away_end(Task& task, const EndReading& reading);
   bool on_join_request(const std::string& name, int pid, ReformReplyFn& reply);
   void grow(const std::string& host);

@@ -22,8 +22,6 @@
 namespace dtrain::launcher {
 namespace {
 
-constexpr double kFirstRejoinSeconds = 1;
-constexpr double kMostRejoinSeconds = 30;
 /// How long the joiners of one host wait for each other before the group grows with those ready.
 constexpr double kJoinGatherSeconds = 5;
 /// Of elastic.host_discovery's output, what is read.
@@ -136,7 +134,7 @@ bool Supervisor::shrink_host(const std::string& host, const std::string& why, co
     other->child->queue_signal(SIGUSR1, generation_);
   }
   answer_held_reforms(true, "");
-  schedule_rejoin(host, kFirstRejoinSeconds);
+  schedule_rejoin(host, options_.rejoin_first_seconds);
   write_state();
   return true;
 }
@@ -152,8 +150,10 @@ void Supervisor::schedule_rejoin(const std::string& host, double delay) {
   spdlog::info("host {}: trying it again in {:g} s", host, delay);
 }
 
-// Starts every away task of host as a joiner. A host still unreachable fails their starts, and
-// the next try waits twice as long (up to kMostRejoinSeconds).
+// Starts every away task of host as a joiner, together: while a session of the host left still
+// holds its group (its SIGKILL goes through an agent that may never answer, and the session is
+// closed from here seconds later), the try waits as long again. A host still unreachable fails
+// the joiners' starts, and the next try waits twice as long (up to rejoin_most_seconds).
 void Supervisor::try_rejoin(const std::string& host) {
   if (phase_ != Phase::kRunning || stop_requested_) return;
   if (discovered_ && !discovered_->count(host)) {  // not offered yet: ask again later
@@ -161,16 +161,29 @@ void Supervisor::try_rejoin(const std::string& host) {
     return;
   }
   for (auto& t : tasks_) {
-    if (!t->away || t->plan.where != host || t->holds_group()) continue;
+    if (t->away && t->plan.where == host && !t->joining && t->holds_group()) {
+      spdlog::info("host {}: {}'s last session has not ended yet", host, t->plan.task.text());
+      return schedule_rejoin(host, rejoin_delays_[host]);
+    }
+  }
+  bool started = false;
+  for (auto& t : tasks_) {
+    if (!t->away || t->plan.where != host || t->joining) continue;
     t->joining = true;
     t->join_ready = nullptr;
     try {
       spawn_task(*t);
+      started = true;
     } catch (const std::exception& e) {
       spdlog::warn("{}: cannot start it to join again: {}", t->plan.task.text(), e.what());
       t->joining = false;
     }
   }
+  if (!started) schedule_rejoin(host, next_rejoin_delay(host));
+}
+
+double Supervisor::next_rejoin_delay(const std::string& host) {
+  return std::min(options_.rejoin_most_seconds, 2 * rejoin_delays_[host]);
 }
 
 void Supervisor::resume_rejoins() {
@@ -296,9 +309,8 @@ void Supervisor::on_away_end(Task& task, const EndReading& reading) {
   // Once per try of the host: its last joiner's end sets the next try.
   for (auto& t : tasks_)
     if (t->away && t->plan.where == host && t->joining) return;
-  double next = std::min(kMostRejoinSeconds, 2 * rejoin_delays_[host]);
   spdlog::info("host {} does not host {} yet ({})", host, task.plan.task.text(), reading.what);
-  schedule_rejoin(host, next);
+  schedule_rejoin(host, next_rejoin_delay(host));
 }
 
 // A joiner is warm and asks to be let in (its spare request, named after its task). The group
@@ -349,7 +361,7 @@ void Supervisor::grow(const std::string& host) {
   spdlog::info("host {} is back: the group grows to {} worker(s) as generation {} of attempt {}",
                host, world_size(), generation_, attempt_);
   record_membership("grow", host, names, "");
-  rejoin_delays_[host] = kFirstRejoinSeconds;
+  rejoin_delays_[host] = options_.rejoin_first_seconds;
   in_place_recovery_ =
       PendingInPlace{generation_, common::monotonic_seconds(), reform_furthest_, std::nullopt};
   std::string members = members_text();
@@ -372,6 +384,14 @@ void Supervisor::grow(const std::string& host) {
     other->child->queue_signal(SIGUSR1, generation_);
   }
   answer_held_reforms(true, "");
+  // A task of host that did not join this time (its joiner failed while another's was warming
+  // up) gets a try of its own.
+  for (auto& t : tasks_) {
+    if (t->away && t->plan.where == host && !t->joining) {
+      schedule_rejoin(host, options_.rejoin_first_seconds);
+      break;
+    }
+  }
   write_state();
 }
 

@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "common/control_protocol.h"
+#include "common/errors.h"
 #include "test/support/temp_dir.h"
 
 using namespace dtrain::common;
@@ -215,4 +216,83 @@ TEST_CASE("spare requests and assignments round-trip; other lines are not assign
   CHECK_FALSE(no->ok);
   CHECK(no->error == "the job has ended");
   CHECK_FALSE(parse_spare_assignment(format_reform_reply({true, 1, ""})));
+}
+
+TEST_CASE("members: ring ranks format as \"0,2,3\" and parse back; empty text is everyone") {
+  CHECK(format_members({}).empty());
+  CHECK(format_members({0}) == "0");
+  CHECK(format_members({0, 2, 3}) == "0,2,3");
+  for (const std::vector<int>& members : std::vector<std::vector<int>>{
+           {0}, {7}, {0, 1}, {1, 3, 5, 7}, {0, 1, 2, 3, 4, 5, 6, 7}, {2, 6}}) {
+    INFO(format_members(members));
+    CHECK(parse_members(format_members(members), 8, "DTRAIN_MEMBERS") == members);
+  }
+  CHECK(parse_members("", 3, "DTRAIN_MEMBERS") == std::vector<int>{0, 1, 2});
+  CHECK(parse_members("1000", 1001, "x") == std::vector<int>{1000});
+}
+
+TEST_CASE("members: a malformed list is a ConfigError naming its source and the text") {
+  struct Bad {
+    const char* text;
+    const char* why;
+  };
+  for (Bad bad :
+       {Bad{"0,,2", "\"\" is not a rank"}, Bad{"0,a", "\"a\" is not a rank"},
+        Bad{"0,4", "rank 4 is outside the cluster"}, Bad{"2,1", "ranks out of order or repeated"},
+        Bad{"1,1", "ranks out of order or repeated"}, Bad{"-1,2", "rank -1 is outside the cluster"},
+        Bad{"99999999999999999999", "\"99999999999999999999\" is not a rank"},
+        Bad{"2147483648", "\"2147483648\" is not a rank"}, Bad{"0,1,", "\"\" is not a rank"},
+        Bad{",0", "\"\" is not a rank"}, Bad{" 1", "\" 1\" is not a rank"},
+        Bad{"+1", "\"+1\" is not a rank"}, Bad{"1.5", "\"1.5\" is not a rank"},
+        Bad{"0x1", "\"0x1\" is not a rank"}}) {
+    INFO(bad.text);
+    try {
+      parse_members(bad.text, 4, "DTRAIN_MEMBERS");
+      FAIL("accepted");
+    } catch (const ConfigError& e) {
+      std::string message = e.what();
+      INFO(message);
+      CHECK(message.rfind(std::string("DTRAIN_MEMBERS: \"") + bad.text + "\": ", 0) == 0);
+      CHECK(message.find(bad.why) != std::string::npos);
+      CHECK(message.find("below 4") != std::string::npos);
+    }
+  }
+}
+
+TEST_CASE("reform replies and spare assignments carry the members only when some are away") {
+  std::string everyone = format_reform_reply({true, 2, "", ""});
+  CHECK(everyone.find("members") == std::string::npos);
+  std::optional<ReformReply> back = parse_reform_reply(everyone);
+  REQUIRE(back);
+  CHECK(back->generation == 2);
+  CHECK(back->members.empty());
+  std::string some = format_reform_reply({true, 3, "", "0,2"});
+  CHECK(some.find(R"("members":"0,2")") != std::string::npos);
+  back = parse_reform_reply(some);
+  REQUIRE(back);
+  CHECK(back->ok);
+  CHECK(back->generation == 3);
+  CHECK(back->members == "0,2");
+  // A refusal has no members; members of another type make the reply malformed.
+  CHECK(format_reform_reply({false, 0, "no", "0,2"}).find("members") == std::string::npos);
+  CHECK_FALSE(parse_reform_reply(R"({"request":"reform","ok":true,"generation":1,"members":[0]})"));
+
+  SpareAssignment place{true, "worker:2", 4, R"({"cluster": {}})", "", "0,1,2"};
+  std::string line = format_spare_assignment(place);
+  CHECK(line.find(R"("members":"0,1,2")") != std::string::npos);
+  std::optional<SpareAssignment> assigned = parse_spare_assignment(line);
+  REQUIRE(assigned);
+  CHECK(assigned->task == "worker:2");
+  CHECK(assigned->generation == 4);
+  CHECK(assigned->tf_config == place.tf_config);
+  CHECK(assigned->members == "0,1,2");
+  place.members.clear();
+  line = format_spare_assignment(place);
+  CHECK(line.find("members") == std::string::npos);
+  assigned = parse_spare_assignment(line);
+  REQUIRE(assigned);
+  CHECK(assigned->members.empty());
+  CHECK_FALSE(parse_spare_assignment(
+      R"({"request":"spare","ok":true,"task":"worker:1","generation":1,"tf_config":"{}",)"
+      R"("members":7})"));
 }

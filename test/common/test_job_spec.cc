@@ -153,3 +153,16 @@ TEST_CASE("spares: none by default, a count for in place, kept through spec.json
   CHECK(spec.spares == 2);
   CHECK(parse_job_spec(job_spec_to_json(spec, resolve_cluster(spec)), "spec.json").spares == 2);
 }
+
+TEST_CASE("elastic: min_workers read, 0 when absent, kept through spec.json") {
+  CHECK(parse_job_spec(R"({"job": "j", "workers": 2, "train": {}})", "x").elastic_min_workers == 0);
+  JobSpec spec = parse_job_spec(
+      R"({"job": "j", "workers": 3, "train": {}, "elastic": {"min_workers": 2}})", "x");
+  CHECK(spec.elastic_min_workers == 2);
+  CHECK(spec.recovery == RecoveryMode::kInPlace);
+  std::string printed = job_spec_to_json(spec, resolve_cluster(spec));
+  CHECK(printed.find(R"("elastic":{"min_workers":2})") != std::string::npos);
+  CHECK(parse_job_spec(printed, "spec.json").elastic_min_workers == 2);
+  JobSpec plain = parse_job_spec(R"({"job": "j", "workers": 2, "train": {}})", "x");
+  CHECK(job_spec_to_json(plain, resolve_cluster(plain)).find("elastic") == std::string::npos);
+}

@@ -1,10 +1,29 @@
 // Lines the launcher reads from processes it does not trust: control-socket lines from workers
 // (common/control_protocol.h: messages, and the reform requests and replies of in-place
-// recovery) and an agent's stdout events and stdin requests (launcher/agent_protocol.h). What
-// parses formats back to a line that parses the same.
+// recovery, with an elastic group's members) and an agent's stdout events and stdin requests
+// (launcher/agent_protocol.h). What parses formats back to a line that parses the same.
+#include <string_view>
+#include <vector>
+
 #include "common/control_protocol.h"
 #include "launcher/agent_protocol.h"
 #include "test/fuzz/fuzz_support.h"
+
+namespace {
+
+// Elastic members' text ("0,2,3", common/control_protocol.h): refused cleanly, or read as ranks
+// that format to text which reads the same.
+void members_round_trip(std::string_view text) {
+  using namespace dtrain;
+  constexpr int kSize = 1024;
+  std::vector<int> members;
+  if (!fuzz::accepts([&] { members = common::parse_members(text, kSize, "fuzz"); })) return;
+  fuzz::require(!members.empty(), "members are never none");
+  std::vector<int> again = common::parse_members(common::format_members(members), kSize, "fuzz");
+  fuzz::require(again == members, "formatted members read the same");
+}
+
+}  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace dtrain;
@@ -31,6 +50,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     text.pop_back();
     auto again = common::parse_reform_reply(text);
     fuzz::require(again.has_value() && again->ok == reply->ok, "a formatted reform reply parses");
+    fuzz::require(!reply->ok || again->members == reply->members,
+                  "a reform reply keeps its members");
+    members_round_trip(reply->members);
   }
   if (auto request = common::parse_spare_request(line)) {
     std::string text = common::format_spare_request(*request);
@@ -44,7 +66,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     auto again = common::parse_spare_assignment(text);
     fuzz::require(again.has_value() && again->task == assignment->task,
                   "a formatted spare assignment parses");
+    fuzz::require(!assignment->ok || again->members == assignment->members,
+                  "a spare assignment keeps its members");
+    members_round_trip(assignment->members);
   }
+  members_round_trip(line);  // DTRAIN_MEMBERS as a worker reads it
   const launcher::AgentLine kind = launcher::classify_agent_line(line);
   if (kind.kind == launcher::AgentLine::Kind::kEvent) launcher::parse_agent_event(kind.payload);
   if (auto event = launcher::parse_agent_event(line);

@@ -107,3 +107,33 @@ TEST_CASE("state.json and Prometheus carry the generation and the recoveries in 
   CHECK(text.find("dtrain_generation{job=\"tiny\"} 2\n") != std::string::npos);
   CHECK(text.find("dtrain_in_place_recoveries_total{job=\"tiny\"} 3\n") != std::string::npos);
 }
+
+// Elastic membership (docs/design.md#elastic-membership): the world size now and its history.
+TEST_CASE("state.json and Prometheus carry an elastic group's world size; others have none") {
+  auto g = group({task("worker:0", -1, -1), task("worker:1", -1, -1)});
+  std::string plain = launcher::state_json(g);
+  CHECK(plain.find("world_size") == std::string::npos);
+  CHECK(plain.find("membership") == std::string::npos);
+  CHECK(launcher::prometheus_text(g).find("dtrain_world_size") == std::string::npos);
+
+  g.world_size = 3;
+  g.membership = {{"2026-11-26T04:00:00.000Z", 1, 2}, {"2026-11-26T04:00:05.000Z", 2, 3}};
+  std::string json = launcher::state_json(g);
+  common::JsonDocument doc = common::JsonDocument::parse(json, "state.json");
+  CHECK(doc.root().at("world_size").as_int(0, 99) == 3);
+  auto points = doc.root().at("membership").as_array();
+  REQUIRE(points.size() == 2);
+  CHECK(points[0].at("at").as_string() == "2026-11-26T04:00:00.000Z");
+  CHECK(points[0].at("generation").as_int(0, 99) == 1);
+  CHECK(points[0].at("world_size").as_int(0, 99) == 2);
+  CHECK(points[1].at("generation").as_int(0, 99) == 2);
+  CHECK(points[1].at("world_size").as_int(0, 99) == 3);
+  CHECK(doc.root().at("workers").as_array().size() == 2);
+  std::string text = launcher::prometheus_text(g);
+  CHECK(text.find("# TYPE dtrain_world_size gauge\n") != std::string::npos);
+  CHECK(text.find("dtrain_world_size{job=\"tiny\"} 3\n") != std::string::npos);
+
+  g.membership.clear();  // elastic, never resized: the size, an empty history
+  doc = common::JsonDocument::parse(launcher::state_json(g), "state.json");
+  CHECK(doc.root().at("membership").as_array().empty());
+}
