@@ -205,6 +205,9 @@ class Supervisor {
   void record_membership(const char* kind, const std::string& host,
                          const std::vector<std::string>& names, const std::string& why);
   bool shrink(Task& task, const EndReading& reading);
+  /// Under Slurm, the State of node where when Slurm is taking it away (drained, down, ...);
+  /// "" when it is not, or for a job that is not a Slurm job. Blocks on scontrol (5 s at most).
+  std::string slurm_node_leaving(const std::string& where) const;
   void schedule_rejoin(const std::string& host, double delay);
   void try_rejoin(const std::string& host);
   void on_away_end(Task& task, const EndReading& reading);

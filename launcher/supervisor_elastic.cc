@@ -1,8 +1,8 @@
 // See supervisor.h. Elastic membership (docs/design.md#elastic-membership): a training task whose
-// place cannot host it (its host is cut off, its replacement cannot start there) leaves the group
-// while at least elastic.min_workers train; the others re-form without it as the next
-// generation, holding its virtual shards. Its host is tried again with back-off; when a try
-// starts, the host's tasks come back as joiners (spares that can take only their own task's
+// place cannot host it (its host is cut off, its replacement cannot start there, Slurm drains its
+// node) leaves the group while at least elastic.min_workers train; the others re-form without it
+// as the next generation, holding its virtual shards. Its host is tried again with back-off; when
+// a try starts, the host's tasks come back as joiners (spares that can take only their own task's
 // place), and once they are warm the group grows back as the next generation. The workers' part
 // (which shards each member holds, the sums in virtual-shard order) is theirs.
 #include <spdlog/spdlog.h>
@@ -13,6 +13,7 @@
 #include "common/clock.h"
 #include "common/control_protocol.h"
 #include "common/json.h"
+#include "launcher/slurm.h"
 #include "launcher/supervisor.h"
 #include "launcher/supervisor_task.h"
 #include "launcher/worker_env.h"
@@ -24,6 +25,8 @@ constexpr double kFirstRejoinSeconds = 1;
 constexpr double kMostRejoinSeconds = 30;
 /// How long the joiners of one host wait for each other before the group grows with those ready.
 constexpr double kJoinGatherSeconds = 5;
+/// How long asking Slurm about a node (scontrol) may take.
+constexpr double kNodeStateSeconds = 5;
 
 std::chrono::steady_clock::duration seconds(double s) {
   return std::chrono::duration_cast<std::chrono::steady_clock::duration>(
@@ -80,11 +83,16 @@ void Supervisor::record_membership(const char* kind, const std::string& host,
 // shrank without it (and without the other tasks of its host).
 bool Supervisor::shrink(Task& task, const EndReading& reading) {
   if (!elastic() || !task.plan.remote() || !task.plan.trains() || task.away) return false;
+  const std::string& host = task.plan.where;
+  std::string why = reading.what;
   bool host_gone =
       !reading.started || reading.place_lost ||
       (task.frozen_why && task.frozen_why->find("no word from it") != std::string::npos);
-  if (!host_gone) return false;
-  const std::string& host = task.plan.where;
+  if (!host_gone) {
+    std::string state = slurm_node_leaving(host);
+    if (state.empty()) return false;
+    why = fmt::format("{}; Slurm has node {} {}", reading.what, host, state);
+  }
   std::vector<Task*> leaving;
   for (auto& t : tasks_)
     if (member(*t) && t->plan.remote() && t->plan.where == host) leaving.push_back(t.get());
@@ -113,8 +121,8 @@ bool Supervisor::shrink(Task& task, const EndReading& reading) {
   }
   ++generation_;
   spdlog::warn("{} is gone ({}): the group shrinks to {} worker(s) as generation {} of attempt {}",
-               task.plan.place_text(), reading.what, left, generation_, attempt_);
-  record_membership("shrink", host, names, reading.what);
+               task.plan.place_text(), why, left, generation_, attempt_);
+  record_membership("shrink", host, names, why);
   double failed_at =
       in_place_recovery_ ? in_place_recovery_->failed_at : common::monotonic_seconds();
   int64_t reached = in_place_recovery_ ? in_place_recovery_->reached_step : reform_furthest_;
@@ -124,6 +132,18 @@ bool Supervisor::shrink(Task& task, const EndReading& reading) {
   schedule_rejoin(host, kFirstRejoinSeconds);
   write_state();
   return true;
+}
+
+// A drained node still runs the job's new steps: without asking, a worker killed there would be
+// replaced there, and a host left would be joined again at once.
+std::string Supervisor::slurm_node_leaving(const std::string& where) const {
+  if (!plan_.context.slurm) return "";
+  try {
+    return launcher::slurm_node_leaving(where, kNodeStateSeconds);
+  } catch (const std::exception& e) {
+    spdlog::warn("cannot ask Slurm about node {}; taking it as usable: {}", where, e.what());
+    return "";
+  }
 }
 
 void Supervisor::schedule_rejoin(const std::string& host, double delay) {
@@ -137,10 +157,15 @@ void Supervisor::schedule_rejoin(const std::string& host, double delay) {
   spdlog::info("host {}: trying it again in {:g} s", host, delay);
 }
 
-// Starts every away task of host as a joiner. A host still unreachable fails their starts, and
-// the next try waits twice as long (up to kMostRejoinSeconds).
+// Starts every away task of host as a joiner. A host still unreachable fails their starts (a
+// Slurm node still leaving is not tried), and the next try waits twice as long (up to
+// kMostRejoinSeconds).
 void Supervisor::try_rejoin(const std::string& host) {
   if (phase_ != Phase::kRunning || stop_requested_) return;
+  if (std::string state = slurm_node_leaving(host); !state.empty()) {
+    spdlog::info("node {} is still {} in Slurm", host, state);
+    return schedule_rejoin(host, std::min(kMostRejoinSeconds, 2 * rejoin_delays_[host]));
+  }
   for (auto& t : tasks_) {
     if (!t->away || t->plan.where != host || t->holds_group()) continue;
     t->joining = true;
