@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <cmath>
 #include <cstring>
@@ -125,6 +126,30 @@ std::string format_address(const std::string& host, int port) {
                                              : fmt::format("{}:{}", host, port);
 }
 
+std::vector<std::string_view> lines_of(std::string_view text) {
+  std::vector<std::string_view> lines;
+  for (size_t start = 0; start < text.size();) {
+    size_t end = std::min(text.find('\n', start), text.size());
+    lines.push_back(text.substr(start, end - start));
+    start = end + 1;
+  }
+  return lines;
+}
+
+// `scontrol -o` words: "Key=value" separated by spaces (a value with spaces is cut at the first).
+std::map<std::string, std::string> fields_of(std::string_view line) {
+  std::map<std::string, std::string> fields;
+  for (size_t pos = 0; pos < line.size();) {
+    size_t space = std::min(line.find(' ', pos), line.size());
+    std::string_view token = line.substr(pos, space - pos);
+    pos = space + 1;
+    size_t equals = token.find('=');
+    if (equals != std::string_view::npos && equals > 0)
+      fields.emplace(token.substr(0, equals), token.substr(equals + 1));
+  }
+  return fields;
+}
+
 }  // namespace
 
 common::ClusterSpec SlurmAllocation::cluster() const {
@@ -169,25 +194,38 @@ std::vector<int> parse_per_node_counts(std::string_view text, size_t nodes,
 
 std::map<std::string, std::string> parse_node_addresses(std::string_view output) {
   std::map<std::string, std::string> addresses;
-  size_t start = 0;
-  while (start < output.size()) {
-    size_t end = output.find('\n', start);
-    if (end == std::string_view::npos) end = output.size();
-    std::string_view line = output.substr(start, end - start);
-    start = end + 1;
-    std::string name, addr;
-    size_t pos = 0;
-    while (pos < line.size()) {
-      size_t space = line.find(' ', pos);
-      if (space == std::string_view::npos) space = line.size();
-      std::string_view token = line.substr(pos, space - pos);
-      pos = space + 1;
-      if (token.rfind("NodeName=", 0) == 0) name = std::string(token.substr(9));
-      if (token.rfind("NodeAddr=", 0) == 0) addr = std::string(token.substr(9));
-    }
-    if (!name.empty()) addresses[name] = addr.empty() ? name : addr;
+  for (std::string_view line : lines_of(output)) {
+    std::map<std::string, std::string> fields = fields_of(line);
+    const std::string& name = fields["NodeName"];
+    if (!name.empty()) addresses[name] = fields["NodeAddr"].empty() ? name : fields["NodeAddr"];
   }
   return addresses;
+}
+
+std::string node_leaving_state(std::string_view output, const std::string& node) {
+  static constexpr std::string_view kLeaving[] = {
+      "DOWN",          "DRAIN",         "DRAINED",        "DRAINING",
+      "FAIL",          "FAILING",       "NOT_RESPONDING", "REBOOT_REQUESTED",
+      "REBOOT_ISSUED", "POWERING_DOWN", "POWERED_DOWN",   "POWER_DOWN"};
+  for (std::string_view line : lines_of(output)) {
+    std::map<std::string, std::string> fields = fields_of(line);
+    if (fields["NodeName"] != node) continue;
+    const std::string& state = fields["State"];
+    size_t start = 0;
+    while (start <= state.size()) {
+      size_t plus = std::min(state.find('+', start), state.size());
+      std::string_view flag = std::string_view(state).substr(start, plus - start);
+      // A suffix marks a flag: '*' not responding, '~' powered off, '#' powering up, ...
+      bool marked = !flag.empty() && (flag.back() == '*' || flag.back() == '~');
+      while (!flag.empty() && !std::isalpha(static_cast<unsigned char>(flag.back())))
+        flag.remove_suffix(1);
+      if (marked || std::find(std::begin(kLeaving), std::end(kLeaving), flag) != std::end(kLeaving))
+        return state;
+      start = plus + 1;
+    }
+    return "";
+  }
+  return "not listed";
 }
 
 int default_port_base(const std::string& job_id) {
@@ -322,6 +360,11 @@ std::string run_and_capture(const std::vector<std::string>& argv, double timeout
                                       stderr_text));
   }
   return stdout_text;
+}
+
+std::string slurm_node_leaving(const std::string& node, double timeout_seconds) {
+  return node_leaving_state(
+      run_and_capture({"scontrol", "-o", "show", "node", node}, timeout_seconds), node);
 }
 
 std::vector<std::string> srun_argv(const common::JobSpec& spec, const SlurmAllocation& allocation,

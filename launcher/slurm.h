@@ -44,6 +44,14 @@ std::vector<int> parse_per_node_counts(std::string_view text, size_t nodes,
 /// Node name -> NodeAddr from `scontrol -o show node` output (one node per line, key=value).
 std::map<std::string, std::string> parse_node_addresses(std::string_view scontrol_output);
 
+/// Why Slurm is taking a node away, from `scontrol -o show node <node>` output: "" when the
+/// node's State lets it host the job (IDLE, MIXED, ALLOCATED, ...), else the whole State text
+/// ("MIXED+DRAIN", "DOWN*", ...) when it is drained or draining, down, failing, not responding,
+/// or about to reboot or power down. A draining node still runs the job's new steps (srun does
+/// not refuse them), so only this tells an elastic job that the node's workers should not come
+/// back there. A node the output does not list counts as leaving ("not listed").
+std::string node_leaving_state(std::string_view scontrol_output, const std::string& node);
+
 /// The default first port of a job: 20000 + 64 * (job id mod 190), so concurrent jobs on shared
 /// nodes differ and every port stays below Linux's ephemeral range (32768).
 int default_port_base(const std::string& job_id);
@@ -64,6 +72,11 @@ SlurmAllocation read_slurm_allocation(const common::JobSpec& spec);
 /// kept for the error message. Throws ConfigError when the program is missing, IoError when it
 /// fails or times out.
 std::string run_and_capture(const std::vector<std::string>& argv, double timeout_seconds);
+
+/// node_leaving_state of `scontrol -o show node <node>`, asked with a time-out of
+/// timeout_seconds (blocking). Throws IoError or ConfigError (run_and_capture's) when scontrol
+/// cannot answer.
+std::string slurm_node_leaving(const std::string& node, double timeout_seconds);
 
 /// The argv that starts task as its own job step running `dtrain agent`: spec's srun, one task on
 /// the task's node with its CPUs (--exact, so steps side by side each get their own), its GPUs,

@@ -217,6 +217,9 @@ class Supervisor {
   void run_discovery();
   void on_discovery_end(const ChildEnd& end);
   void apply_discovery();
+  /// Under Slurm, the State of node where when Slurm is taking it away (drained, down, ...);
+  /// "" when it is not, or for a job that is not a Slurm job. Blocks on scontrol (5 s at most).
+  std::string slurm_node_leaving(const std::string& where) const;
   void schedule_rejoin(const std::string& host, double delay);
   void try_rejoin(const std::string& host);
   double next_rejoin_delay(const std::string& host);

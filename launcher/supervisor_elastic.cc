@@ -15,6 +15,7 @@
 #include "common/control_protocol.h"
 #include "common/json.h"
 #include "launcher/exit_status.h"
+#include "launcher/slurm.h"
 #include "launcher/supervisor.h"
 #include "launcher/supervisor_task.h"
 #include "launcher/worker_env.h"
@@ -26,6 +27,8 @@ namespace {
 constexpr double kJoinGatherSeconds = 5;
 /// Of elastic.host_discovery's output, what is read.
 constexpr size_t kMaxDiscoveryBytes = 1 << 20;
+/// How long asking Slurm about a node (scontrol) may take.
+constexpr double kNodeStateSeconds = 5;
 
 std::chrono::steady_clock::duration seconds(double s) {
   return std::chrono::duration_cast<std::chrono::steady_clock::duration>(
@@ -85,8 +88,13 @@ bool Supervisor::shrink(Task& task, const EndReading& reading) {
   bool host_gone =
       !reading.started || reading.place_lost ||
       (task.frozen_why && task.frozen_why->find("no word from it") != std::string::npos);
-  if (!host_gone) return false;
-  return shrink_host(task.plan.where, reading.what, &task);
+  std::string why = reading.what;
+  if (!host_gone) {  // a Slurm node being drained still runs new steps: ask Slurm
+    std::string state = slurm_node_leaving(task.plan.where);
+    if (state.empty()) return false;
+    why = fmt::format("{}; Slurm has node {} {}", reading.what, task.plan.where, state);
+  }
+  return shrink_host(task.plan.where, why, &task);
 }
 
 bool Supervisor::shrink_host(const std::string& host, const std::string& why, const Task* cause) {
@@ -139,6 +147,18 @@ bool Supervisor::shrink_host(const std::string& host, const std::string& why, co
   return true;
 }
 
+// A drained node still runs the job's new steps: without asking, a worker killed there would be
+// replaced there, and a host left would be joined again at once.
+std::string Supervisor::slurm_node_leaving(const std::string& where) const {
+  if (!plan_.context.slurm) return "";
+  try {
+    return launcher::slurm_node_leaving(where, kNodeStateSeconds);
+  } catch (const std::exception& e) {
+    spdlog::warn("cannot ask Slurm about node {}; taking it as usable: {}", where, e.what());
+    return "";
+  }
+}
+
 void Supervisor::schedule_rejoin(const std::string& host, double delay) {
   auto& timer = rejoin_timers_[host];
   if (!timer) timer = std::make_unique<boost::asio::steady_timer>(io_);
@@ -159,6 +179,10 @@ void Supervisor::try_rejoin(const std::string& host) {
   if (discovered_ && !discovered_->count(host)) {  // not offered yet: ask again later
     schedule_rejoin(host, rejoin_delays_[host]);
     return;
+  }
+  if (std::string state = slurm_node_leaving(host); !state.empty()) {
+    spdlog::info("node {} is still {} in Slurm", host, state);
+    return schedule_rejoin(host, next_rejoin_delay(host));
   }
   for (auto& t : tasks_) {
     if (t->away && t->plan.where == host && !t->joining && t->holds_group()) {
@@ -190,7 +214,7 @@ void Supervisor::resume_rejoins() {
   std::set<std::string> hosts;
   for (auto& t : tasks_)
     if (t->away) hosts.insert(t->plan.where);
-  for (const std::string& host : hosts) schedule_rejoin(host, kFirstRejoinSeconds);
+  for (const std::string& host : hosts) schedule_rejoin(host, options_.rejoin_first_seconds);
   if (!plan_.spec().elastic_discovery.empty()) arm_discovery(0);
 }
 
@@ -292,7 +316,7 @@ void Supervisor::apply_discovery() {
     bool trying = false;
     for (auto& t : tasks_) trying = trying || (t->away && t->plan.where == host && t->joining);
     if (!trying) {
-      rejoin_delays_[host] = kFirstRejoinSeconds;
+      rejoin_delays_[host] = options_.rejoin_first_seconds;
       try_rejoin(host);
     }
   }

@@ -125,6 +125,27 @@ TEST_CASE("slurm: node addresses come from scontrol's NodeAddr", "[slurm]") {
   CHECK(addresses.size() == 3);
 }
 
+TEST_CASE("slurm: a drained, down or failing node is leaving; an allocated one is not", "[slurm]") {
+  using dtrain::launcher::node_leaving_state;
+  auto node = [](const std::string& state) {
+    return "NodeName=n1 Arch=x86_64 State=" + state + " Reason=maintenance [root@t]\n" +
+           "NodeName=n2 State=IDLE+DRAIN\n";
+  };
+  for (const char* usable : {"IDLE", "MIXED", "ALLOCATED", "MIXED+COMPLETING", "IDLE+PLANNED"}) {
+    INFO(usable);
+    CHECK(node_leaving_state(node(usable), "n1").empty());
+  }
+  for (const char* leaving :
+       {"MIXED+DRAIN", "ALLOCATED+DRAIN", "DOWN", "DOWN*", "ALLOCATED*", "IDLE+FAIL",
+        "MIXED+REBOOT_REQUESTED", "IDLE+POWERING_DOWN", "IDLE~", "DOWN+DRAIN+NOT_RESPONDING"}) {
+    INFO(leaving);
+    CHECK(node_leaving_state(node(leaving), "n1") == leaving);
+  }
+  CHECK(node_leaving_state(node("MIXED"), "n2") == "IDLE+DRAIN");  // its own line
+  CHECK(node_leaving_state(node("MIXED"), "n3") == "not listed");
+  CHECK(node_leaving_state("", "n1") == "not listed");
+}
+
 TEST_CASE("slurm: the allocation's tasks become the workers, ports distinct per task", "[slurm]") {
   Strings scontrol;
   SlurmAllocation a = allocation_from(slurm_job(R"({"port_base": 30000})"), kTwoNodes, &scontrol);

@@ -3,7 +3,9 @@
 // main job's model and data train to success with every worker a job step on its node and no
 // secret on any command line; SIGKILL of one worker restarts the group as new steps, which
 // succeed; `scancel --signal=TERM` (preemption) makes the workers save and exit 143, the job is
-// requeued and resumes from the checkpoint to success; after scancel nothing of the job is left.
+// requeued and resumes from the checkpoint to success; an elastic job goes on without a drained
+// node's workers and takes them back once it is resumed, to the same model; after scancel nothing
+// of the job is left.
 // Skips with a WARN where the machine cannot run the test bed.
 #include <netinet/in.h>
 #include <signal.h>
@@ -95,6 +97,32 @@ std::string job_details(const SlurmCluster& cluster, const SlurmJob& job) {
   std::string text = "slurm output:\n" + job.output() + "\njob:";
   for (const auto& [key, value] : cluster.job_info(job.job_id)) text += " " + key + "=" + value;
   return text;
+}
+
+// The pids the agents reported for task (its `remote_start` events), oldest first.
+std::vector<int> started_pids(const std::string& run, const std::string& task) {
+  std::vector<int> pids;
+  std::string events = read_all(run + "/events.jsonl");
+  const std::string key = R"("event":"remote_start","task":")" + task + R"(","remote_pid":)";
+  for (size_t at = events.find(key); at != std::string::npos; at = events.find(key, at + 1))
+    pids.push_back(std::atoi(events.c_str() + at + key.size()));
+  return pids;
+}
+
+// The lines of run's events.jsonl of this kind.
+std::vector<std::string> events_of(const std::string& run, const std::string& kind) {
+  std::vector<std::string> lines;
+  std::ifstream in(run + "/events.jsonl");
+  for (std::string line; std::getline(in, line);)
+    if (line.find(R"("event":")" + kind + "\"") != std::string::npos) lines.push_back(line);
+  return lines;
+}
+
+// Seconds from since until run has an event of this kind; -1 after timeout_seconds.
+double seconds_until_event(const std::string& run, const std::string& kind,
+                           std::chrono::steady_clock::time_point since, double timeout_seconds) {
+  if (!wait_for([&] { return !events_of(run, kind).empty(); }, timeout_seconds)) return -1;
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - since).count();
 }
 
 }  // namespace
@@ -212,18 +240,10 @@ TEST_CASE("slurm: in place, a SIGKILLed worker is replaced by a new step on its 
   SKIP_UNLESS_SLURM(cluster);
   SlurmJob job(cluster, "slurm-in-place", main_job_train(2, 40));
   // Once the chief saved epoch 1's checkpoint, worker 3 dies inside epoch 2.
-  auto remote_pids = [&](const std::string& task) {
-    std::vector<int> pids;
-    std::string events = read_all(job.run + "/events.jsonl");
-    const std::string key = R"("event":"remote_start","task":")" + task + R"(","remote_pid":)";
-    for (size_t at = events.find(key); at != std::string::npos; at = events.find(key, at + 1))
-      pids.push_back(std::atoi(events.c_str() + at + key.size()));
-    return pids;
-  };
   REQUIRE(wait_for(
       [&] { return read_all(job.run + "/logs/worker-0.log").find("saved ") != std::string::npos; },
       180));
-  std::vector<int> victim = remote_pids("worker:3");
+  std::vector<int> victim = started_pids(job.run, "worker:3");
   REQUIRE(victim.size() == 1);
   ::kill(victim[0], SIGKILL);
   std::string state = cluster.wait_job_state(job.job_id, {"COMPLETED", "FAILED", "CANCELLED"}, 240);
@@ -236,13 +256,75 @@ TEST_CASE("slurm: in place, a SIGKILLed worker is replaced by a new step on its 
   CHECK(events.find(R"("event":"recovered","attempt":0,"path":"in_place")") != std::string::npos);
   CHECK(events.find(R"("event":"restart")") == std::string::npos);
   for (const char* task : {"worker:0", "worker:1", "worker:2"})
-    CHECK(remote_pids(task).size() == 1);
-  std::vector<int> worker_3 = remote_pids("worker:3");
+    CHECK(started_pids(job.run, task).size() == 1);
+  std::vector<int> worker_3 = started_pids(job.run, "worker:3");
   REQUIRE(worker_3.size() == 2);
   CHECK(worker_3[1] != worker_3[0]);
   std::string log = read_all(job.run + "/logs/worker-3.log");
   CHECK(log.find(", generation 1) started") != std::string::npos);
   CHECK(processes_of_run(job.run).empty());
+}
+
+// Elastic under Slurm (docs/design.md#elastic-membership): in epoch 2, n2 is drained and its two
+// workers are killed. A drained node still runs new steps, so the launcher asks Slurm: n2 is
+// leaving, its workers leave the group, and n1's two train on holding the missing workers'
+// virtual shards. n2 is resumed: its workers join again as the group of four. The model is the
+// undisturbed run's bit for bit.
+TEST_CASE("slurm: elastic, a drained node's workers leave, n1 trains on, n2 joins again",
+          "[slurm]") {
+  SlurmCluster cluster;
+  SKIP_UNLESS_SLURM(cluster);
+  const std::string body = R"("elastic": {"min_workers": 2}, )" + main_job_train(2, 40);
+  SlurmJob calm(cluster, "slurm-calm", body);
+  std::string state =
+      cluster.wait_job_state(calm.job_id, {"COMPLETED", "FAILED", "CANCELLED"}, 240);
+  INFO(job_details(cluster, calm));
+  REQUIRE(state == "COMPLETED");
+  std::string expected = read_all(calm.run + "/model/model.safetensors");
+  REQUIRE_FALSE(expected.empty());
+
+  SlurmJob job(cluster, "slurm-elastic", body);
+  REQUIRE(wait_for(
+      [&] { return read_all(job.run + "/logs/worker-0.log").find("saved ") != std::string::npos; },
+      180));  // epoch 1's checkpoint: epoch 2 began
+  REQUIRE(cluster.run({"scontrol", "update", "nodename=n2", "state=drain", "reason=dtrain-test"})
+              .exit_code == 0);
+  auto killed = std::chrono::steady_clock::now();
+  for (const char* task : {"worker:2", "worker:3"}) {
+    std::vector<int> victim = started_pids(job.run, task);
+    REQUIRE(victim.size() == 1);
+    ::kill(victim[0], SIGKILL);
+  }
+  double shrunk = seconds_until_event(job.run, "shrink", killed, 30);
+  // n1 trains on alone (the new generation stepped), then n2 comes back.
+  bool trained_on = seconds_until_event(job.run, "recovered", killed, 30) >= 0;
+  auto resumed = std::chrono::steady_clock::now();
+  ProcessResult resume = cluster.run({"scontrol", "update", "nodename=n2", "state=resume"});
+  double grown = seconds_until_event(job.run, "grow", resumed, 30);
+  state = cluster.wait_job_state(job.job_id, {"COMPLETED", "FAILED", "CANCELLED"}, 240);
+  INFO(job_details(cluster, job));
+  INFO(read_all(job.run + "/events.jsonl"));
+  INFO("shrink " << shrunk << " s after the kill, grow " << grown << " s after the resume");
+  REQUIRE(shrunk >= 0);
+  CHECK(shrunk < 5);
+  CHECK(trained_on);
+  CHECK(resume.exit_code == 0);
+  CHECK(grown >= 0);
+  CHECK(grown < 10);
+  CHECK(state == "COMPLETED");
+  std::vector<std::string> shrink = events_of(job.run, "shrink"), grow = events_of(job.run, "grow");
+  REQUIRE(shrink.size() == 1);
+  CHECK(shrink[0].find(R"("world_size":2,"host":"n2","tasks":["worker:2","worker:3"])") !=
+        std::string::npos);
+  CHECK(shrink[0].find("DRAIN") != std::string::npos);  // Slurm's word, in the why
+  REQUIRE(grow.size() == 1);
+  CHECK(grow[0].find(R"("world_size":4,"host":"n2")") != std::string::npos);
+  CHECK(events_of(job.run, "restart").empty());
+  CHECK(events_of(job.run, "in_place").empty());  // no replacement on the drained node
+  CHECK(read_all(job.run + "/model/model.safetensors") == expected);
+  CHECK(read_all(job.run + "/state.json").find(R"("world_size":4)") != std::string::npos);
+  CHECK(processes_of_run(job.run).empty());
+  CHECK(wait_for([&] { return cluster.job_processes().empty(); }, 10));
 }
 
 TEST_CASE(
