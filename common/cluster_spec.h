@@ -22,6 +22,9 @@ struct TaskId {
   std::string type;
   int index = 0;
   bool operator==(const TaskId& other) const { return type == other.type && index == other.index; }
+  bool operator<(const TaskId& other) const {
+    return type != other.type ? type < other.type : index < other.index;
+  }
   /// "worker:1", the form `dtrain tf-config --task` takes.
   std::string text() const;
 };

@@ -210,10 +210,12 @@ void parse_fields(const JsonNode& root, JobSpec& spec) {
     if (auto d = n->find("host_discovery")) spec.elastic_discovery = parse_argv(*d);
     if (auto d = n->find("discovery_interval_seconds"))
       spec.elastic_discovery_seconds = parse_seconds(*d, 0.1);
-    if (spec.recovery != RecoveryMode::kInPlace) {
+    // A command job restarts with the new membership (as torchrun's elastic agent does); a
+    // dtrain-worker job re-forms in place.
+    if (spec.recovery != RecoveryMode::kInPlace && spec.command.empty()) {
       n->fail(
-          "an elastic job needs recovery in place: dtrain-worker (no \"command\" for now) and no "
-          "\"recovery\": \"restart\"");
+          "an elastic dtrain-worker job re-forms its group in place: remove \"recovery\": "
+          "\"restart\"");
     }
   }
 }

@@ -166,9 +166,10 @@ void choose_recovery(LaunchPlan& plan) {
 void plan_elastic(LaunchPlan& plan) {
   const common::JobSpec& spec = plan.spec();
   if (spec.elastic_min_workers == 0) return;
-  if (!plan.in_place) {
+  if (!plan.in_place && spec.command.empty()) {
     throw common::ConfigError(fmt::format(
-        "{}: elastic: an elastic job re-forms its group in place, which this one cannot ({})",
+        "{}: elastic: an elastic dtrain-worker job re-forms its group in place, which this one "
+        "cannot ({})",
         spec.source, plan.recovery_note));
   }
   if (spec.elastic_min_workers > plan.training_tasks) {
@@ -199,6 +200,35 @@ void plan_spares(LaunchPlan& plan) {
 }
 
 }  // namespace
+
+LaunchPlan members_plan(const LaunchPlan& plan, const std::set<common::TaskId>& away) {
+  LaunchPlan view = plan;
+  std::vector<common::ClusterSpec::Job> jobs;
+  std::map<common::TaskId, common::TaskId> renamed;
+  for (const auto& [type, addresses] : plan.context.cluster.jobs()) {
+    std::vector<std::string> kept;
+    for (size_t i = 0; i < addresses.size(); ++i) {
+      common::TaskId id{type, static_cast<int>(i)};
+      if (away.count(id)) continue;
+      renamed.emplace(id, common::TaskId{type, static_cast<int>(kept.size())});
+      kept.push_back(addresses[i]);
+    }
+    if (!kept.empty()) jobs.emplace_back(type, std::move(kept));
+  }
+  view.context.cluster = common::ClusterSpec(std::move(jobs));
+  view.cluster_json = view.context.cluster.to_python_json();
+  view.tasks.clear();
+  for (const TaskPlan& t : plan.tasks) {
+    auto now = renamed.find(t.task);
+    if (now == renamed.end()) continue;
+    TaskPlan kept = t;
+    kept.task = now->second;
+    kept.rank = view.context.cluster.ring_rank(kept.task);
+    view.tasks.push_back(std::move(kept));
+  }
+  number_ranks(view);
+  return view;
+}
 
 std::string TaskPlan::place_text() const {
   switch (placement) {

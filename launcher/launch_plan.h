@@ -5,6 +5,7 @@
 #pragma once
 
 #include <optional>
+#include <set>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -117,6 +118,11 @@ struct LaunchPlan {
 /// threads and MASTER_PORT. Throws ConfigError for more local tasks than GPUs without
 /// gpu_sharing, IoError when no port can be had or the interface list cannot be read.
 LaunchPlan plan_launch(LaunchContext context);
+
+/// An elastic command job's plan for the tasks not away (docs/design.md#elastic-membership): the
+/// cluster without them, the others renumbered (TF_CONFIG index, RANK, LOCAL_RANK, WORLD_SIZE
+/// ...) in the same order; placement, logs and threads unchanged. The chief must stay.
+LaunchPlan members_plan(const LaunchPlan& plan, const std::set<common::TaskId>& away);
 
 /// True when host resolves to one of this machine's addresses (an interface address, loopback
 /// included; common/local_addresses.h), not merely because it is a loopback name or the host

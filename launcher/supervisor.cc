@@ -83,6 +83,19 @@ void Supervisor::start_attempt() {
   }
   success_ = false;
   attempt_made_progress_ = false;
+  if (elastic() && !plan_.in_place) {  // a command job starts with the members' cluster
+    std::set<common::TaskId> away;
+    for (auto& task : tasks_)
+      if (task->away) away.insert(task->plan.task);
+    members_plan_.reset();
+    members_index_.clear();
+    if (!away.empty()) {
+      members_plan_ = std::make_unique<LaunchPlan>(members_plan(plan_, away));
+      size_t i = 0;
+      for (auto& task : tasks_)
+        if (!task->away && !task->plan.spare()) members_index_[task->plan.task.text()] = i++;
+    }
+  }
   if (!ports_free_or_retry()) return;
   port_retries_ = 0;
   attempt_started_ = common::monotonic_seconds();
@@ -130,9 +143,13 @@ void Supervisor::spawn_task(Task& task) {
   task.log.reset(::open(log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644));
   if (!task.log.valid())
     throw common::IoError(fmt::format("cannot open {}: {}", log_path, std::strerror(errno)));
-  SpawnRequest request = make_spawn_request(plan_, task.plan,
-                                            {attempt_, master_port_, cluster_json_, generation_,
-                                             elastic() ? members_text() : "", task.joining});
+  // An elastic command job without some of its tasks: the members' cluster, renumbered.
+  const bool view = members_plan_ && !task.plan.spare();
+  SpawnRequest request = make_spawn_request(
+      view ? *members_plan_ : plan_,
+      view ? members_plan_->tasks.at(members_index_.at(task.plan.task.text())) : task.plan,
+      {attempt_, master_port_, view ? std::string_view() : std::string_view(cluster_json_),
+       generation_, elastic() ? members_text() : "", task.joining});
   task.progress_path_now = task.plan.progress_path;
   ChildCallbacks callbacks;
   // The record the child's events go to: a promoted spare's child moves to the task it replaces
@@ -291,7 +308,7 @@ void Supervisor::on_exit(Task& task, const ChildEnd& end) {
       spdlog::warn("{} {} ({}) on attempt {}", task.plan.task.text(), outcome_name(r.outcome),
                    r.what, attempt_);
       // In place, the others run on and a replacement joins them; else the whole group stops.
-      if (!recover_in_place(task, r, end)) {
+      if (!recover_in_place(task, r, end) && !leave_and_restart(task, r)) {
         if (fail_first(task, r.outcome, r.what, r.exit_code)) {
           first_failure_->never_started = !r.started;
           first_failure_->sigkill = r.started && killed_by_sigkill(end.status);

@@ -220,6 +220,13 @@ class Supervisor {
   /// Under Slurm, the State of node where when Slurm is taking it away (drained, down, ...);
   /// "" when it is not, or for a job that is not a Slurm job. Blocks on scontrol (5 s at most).
   std::string slurm_node_leaving(const std::string& where) const;
+  // Elastic command jobs: a membership change restarts the group (as torchrun's elastic agent).
+  bool leave_and_restart(Task& task, const EndReading& reading);
+  /// Marks host's members away (false when min_workers or the chief forbid it).
+  bool may_let_go(const std::string& host, std::vector<Task*>& leaving);
+  void probe_host(const std::string& host);
+  void on_probe_end(const std::string& host, const ChildEnd& end);
+  void restart_for_membership();
   void schedule_rejoin(const std::string& host, double delay);
   void try_rejoin(const std::string& host);
   double next_rejoin_delay(const std::string& host);
@@ -299,8 +306,20 @@ class Supervisor {
   std::optional<ChildEnd> discovery_end_;  ///< it has exited
   std::string discovery_output_;
   double discovery_started_ = 0;
-  std::optional<std::set<std::string>> discovered_;  ///< its last list; unset before one  ///< the
-                                                     ///< world size over time (shrinks and growths)
+  std::optional<std::set<std::string>> discovered_;  ///< its last list; unset before one
+  /// Elastic command jobs: the tasks not away, renumbered (launch_plan.h members_plan), and each
+  /// task's index there; null at full membership.
+  std::unique_ptr<LaunchPlan> members_plan_;
+  std::map<std::string, size_t> members_index_;
+  bool membership_restart_ = false;  ///< this teardown restarts with a new membership
+  struct Probe {
+    std::unique_ptr<Child> child;
+    std::unique_ptr<boost::asio::steady_timer> deadline;
+    bool running = false, closed = false;
+    std::optional<ChildEnd> end;
+  };
+  std::map<std::string, Probe> probes_;  ///< per host, the last probe  ///< the
+                                         ///< world size over time (shrinks and growths)
 };
 
 }  // namespace dtrain::launcher

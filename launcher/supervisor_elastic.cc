@@ -97,8 +97,10 @@ bool Supervisor::shrink(Task& task, const EndReading& reading) {
   return shrink_host(task.plan.where, why, &task);
 }
 
-bool Supervisor::shrink_host(const std::string& host, const std::string& why, const Task* cause) {
-  std::vector<Task*> leaving;
+// The members on host, when they may leave: at least min_workers stay, and the chief (which
+// restores and writes the checkpoints, and is MASTER_ADDR) is not among them.
+bool Supervisor::may_let_go(const std::string& host, std::vector<Task*>& leaving) {
+  leaving.clear();
   for (auto& t : tasks_)
     if (member(*t) && t->plan.remote() && t->plan.where == host) leaving.push_back(t.get());
   if (leaving.empty()) return false;
@@ -119,6 +121,14 @@ bool Supervisor::shrink_host(const std::string& host, const std::string& why, co
         place, left, plan_.elastic_min_workers);
     return false;
   }
+  return true;
+}
+
+bool Supervisor::shrink_host(const std::string& host, const std::string& why, const Task* cause) {
+  std::vector<Task*> leaving;
+  if (!may_let_go(host, leaving)) return false;
+  int left = world_size() - static_cast<int>(leaving.size());
+  std::string place = leaving.front()->plan.place_text();
   std::vector<std::string> names;
   for (Task* t : leaving) {
     t->away = true;
@@ -184,6 +194,7 @@ void Supervisor::try_rejoin(const std::string& host) {
     spdlog::info("node {} is still {} in Slurm", host, state);
     return schedule_rejoin(host, next_rejoin_delay(host));
   }
+  if (!plan_.in_place) return probe_host(host);  // a command job: is the host there at all?
   for (auto& t : tasks_) {
     if (t->away && t->plan.where == host && !t->joining && t->holds_group()) {
       spdlog::info("host {}: {}'s last session has not ended yet", host, t->plan.task.text());
@@ -308,12 +319,28 @@ void Supervisor::apply_discovery() {
     if (!t->plan.trains() || !t->plan.remote()) continue;
     (t->away ? away_hosts : member_hosts).insert(t->plan.where);
   }
-  for (const std::string& host : member_hosts)
-    if (!discovered_->count(host) && !away_hosts.count(host))
+  for (const std::string& host : member_hosts) {
+    if (discovered_->count(host) || away_hosts.count(host)) continue;
+    if (plan_.in_place) {
       shrink_host(host, "not in elastic.host_discovery's list", nullptr);
+      continue;
+    }
+    std::vector<Task*> leaving;  // a command job restarts without the host
+    if (!may_let_go(host, leaving)) continue;
+    std::vector<std::string> names;
+    for (Task* t : leaving) {
+      t->away = true;
+      names.push_back(t->plan.task.text());
+    }
+    record_membership("shrink", host, names, "not in elastic.host_discovery's list");
+    membership_restart_ = true;
+    return begin_teardown(fmt::format(
+        "{} is not in elastic.host_discovery's list: the group restarts with {} worker(s)",
+        leaving.front()->plan.place_text(), world_size()));
+  }
   for (const std::string& host : away_hosts) {
     if (!discovered_->count(host)) continue;
-    bool trying = false;
+    bool trying = probes_.count(host) && probes_[host].running;
     for (auto& t : tasks_) trying = trying || (t->away && t->plan.where == host && t->joining);
     if (!trying) {
       rejoin_delays_[host] = options_.rejoin_first_seconds;
@@ -417,6 +444,113 @@ void Supervisor::grow(const std::string& host) {
     }
   }
   write_state();
+}
+
+// A command job's training task whose host is gone: the group restarts without that host's tasks,
+// with the members' TF_CONFIG and torchrun variables (docs/design.md#elastic-membership). Not a
+// failure: the restart budget is not spent.
+bool Supervisor::leave_and_restart(Task& task, const EndReading& reading) {
+  if (!elastic() || plan_.in_place || phase_ != Phase::kRunning || stop_requested_ ||
+      !task.plan.trains() || !task.plan.remote() || task.away)
+    return false;
+  std::string why = reading.what;
+  if (reading.started && !reading.place_lost) {
+    std::string state = slurm_node_leaving(task.plan.where);
+    if (state.empty()) return false;
+    why = fmt::format("{}; Slurm has node {} {}", reading.what, task.plan.where, state);
+  }
+  std::vector<Task*> leaving;
+  if (!may_let_go(task.plan.where, leaving)) return false;
+  std::vector<std::string> names;
+  for (Task* t : leaving) {
+    t->away = true;
+    names.push_back(t->plan.task.text());
+  }
+  record_membership("shrink", task.plan.where, names, why);
+  membership_restart_ = true;
+  begin_teardown(fmt::format("{} is gone ({}): the group restarts with {} worker(s)",
+                             task.plan.place_text(), why, world_size()));
+  return true;
+}
+
+// The next attempt at once, with the members (the membership changed; no failure, no back-off).
+void Supervisor::restart_for_membership() {
+  membership_restart_ = false;
+  recovering_ = true;
+  recorder_.event("restart", [&](common::JsonWriter& w) {
+    w.key("attempt").value(attempt_ + 1).key("delay_seconds").value(0);
+    w.key("after").value("membership").key("restarts").value(book_.restarts());
+    w.key("preemptions").value(book_.preemptions()).key("reached_step").value(reached_step_);
+  });
+  spdlog::info("restarting the group with {} worker(s) (attempt {})", world_size(), attempt_ + 1);
+  ++attempt_;
+  start_attempt();
+}
+
+// `true` on the host through the job's remote shell or srun: exit 0 says it can start workers.
+void Supervisor::probe_host(const std::string& host) {
+  Task* first = nullptr;
+  for (auto& t : tasks_)
+    if (t->away && t->plan.where == host && !first) first = t.get();
+  if (!first) return;
+  Probe& probe = probes_[host];
+  if (probe.running) return;
+  probe.child.reset();  // the last one's, released here rather than in its own callback
+  probe.closed = false;
+  probe.end.reset();
+  ChildCallbacks callbacks;
+  callbacks.on_output = [](std::string_view) {};
+  callbacks.on_output_closed = [this, host] {
+    guarded("probe output", [&] {
+      Probe& p = probes_[host];
+      p.closed = true;
+      if (p.end) on_probe_end(host, *p.end);
+    });
+  };
+  callbacks.on_exit = [this, host](const ChildEnd& end) {
+    guarded("probe end", [&] {
+      Probe& p = probes_[host];
+      p.end = end;
+      if (p.closed) on_probe_end(host, end);
+    });
+  };
+  try {
+    probe.child = spawner_.spawn(make_probe_request(plan_, first->plan), std::move(callbacks));
+  } catch (const std::exception& e) {
+    spdlog::warn("host {}: cannot start the probe: {}", host, e.what());
+    return schedule_rejoin(host, next_rejoin_delay(host));
+  }
+  probe.running = true;
+  // A remote shell that neither connects nor gives up is given the start time-out.
+  if (!probe.deadline) probe.deadline = std::make_unique<boost::asio::steady_timer>(io_);
+  probe.deadline->expires_after(seconds(plan_.spec().restart.startup_seconds));
+  probe.deadline->async_wait([this, host](const boost::system::error_code& ec) {
+    if (ec) return;
+    Probe& p = probes_[host];
+    if (p.running && p.child) p.child->signal_group(SIGKILL);
+  });
+}
+
+void Supervisor::on_probe_end(const std::string& host, const ChildEnd& end) {
+  Probe& probe = probes_[host];
+  probe.running = false;
+  if (probe.deadline) probe.deadline->cancel();
+  if (phase_ != Phase::kRunning || stop_requested_) return;
+  if (end.status.signaled || end.status.code != 0) {
+    spdlog::info("host {} does not answer yet ({})", host, describe(end.status));
+    return schedule_rejoin(host, next_rejoin_delay(host));
+  }
+  std::vector<std::string> names;
+  for (auto& t : tasks_) {
+    if (!t->away || t->plan.where != host) continue;
+    t->away = false;
+    names.push_back(t->plan.task.text());
+  }
+  rejoin_delays_[host] = options_.rejoin_first_seconds;
+  record_membership("grow", host, names, "");
+  membership_restart_ = true;
+  begin_teardown(fmt::format("host {} answers again: the group restarts with {} worker(s)", host,
+                             world_size()));
 }
 
 }  // namespace dtrain::launcher

@@ -94,6 +94,7 @@ void Supervisor::teardown_complete() {
     return finish(common::kStatusStopped, common::kExitPreempted, "stopped by a signal");
   if (success_)
     return finish(common::kStatusSucceeded, common::kExitSuccess, "every training task finished");
+  if (membership_restart_) return restart_for_membership();
   DT_ENFORCE(first_failure_.has_value(), "a group stopped with neither success nor a failure");
   blame_disk_full();
   double ran = common::monotonic_seconds() - attempt_started_;
@@ -182,6 +183,8 @@ void Supervisor::finish(const std::string& status, int exit_code, const std::str
   phase_ = Phase::kDone;
   cancel_timers();
   if (discovery_running_) discovery_->signal_group(SIGKILL);
+  for (auto& [host, probe] : probes_)
+    if (probe.running && probe.child) probe.child->signal_group(SIGKILL);
   answer_held_reforms(false, "the job has ended: " + reason);
   std::vector<Recovery> recoveries = std::move(result_.recoveries);
   result_ = SupervisorResult{status, exit_code, reason, first_failure_, std::move(recoveries)};

@@ -73,7 +73,7 @@ Env worker_env(const LaunchPlan& plan, const TaskPlan& task, const AttemptParams
   };
   // Only the training tasks re-form; the evaluator reads checkpoints and never joins the ring.
   if (plan.in_place && task.trains()) env.emplace_back(kEnvRecovery.name, "in_place");
-  if (plan.elastic_min_workers > 0 && task.trains())
+  if (plan.elastic_min_workers > 0 && task.trains() && c.spec->command.empty())
     env.emplace_back(kEnvMembers.name, attempt.members);
   if (!task.progress_path.empty()) env.emplace_back(kEnvProgressFile.name, task.progress_path);
   if (task.omp_threads > 0) env.emplace_back(kEnvOmpThreads.name, std::to_string(task.omp_threads));
@@ -138,6 +138,28 @@ SpawnRequest make_spawn_request(const LaunchPlan& plan, const TaskPlan& task,
   request.argv = task.placement == Placement::kSlurmStep
                      ? srun_argv(plan.spec(), *c.slurm, task.slurm_index, c.dtrain_program)
                      : remote_shell_argv(plan, task);
+  return request;
+}
+
+SpawnRequest make_probe_request(const LaunchPlan& plan, const TaskPlan& task) {
+  const LaunchContext& c = plan.context;
+  SpawnRequest request;
+  request.cwd = c.cwd;
+  switch (task.placement) {
+    case Placement::kLocal:
+      break;
+    case Placement::kRemoteShell:
+      request.argv = plan.spec().remote_shell;
+      request.argv.insert(request.argv.end(), {"--", task.endpoint.host, "true"});
+      break;
+    case Placement::kSlurmStep: {  // the task's own step options, running `true`
+      request.argv = srun_argv(plan.spec(), *c.slurm, task.slurm_index, "true");
+      // The program's arguments follow it; the srun options (the job's own too) come before.
+      auto program = std::find(request.argv.rbegin(), request.argv.rend(), "true");
+      request.argv.resize(static_cast<size_t>(request.argv.rend() - program));
+      break;
+    }
+  }
   return request;
 }
 

@@ -35,6 +35,11 @@ struct AttemptParams {
 SpawnRequest make_spawn_request(const LaunchPlan& plan, const TaskPlan& task,
                                 const AttemptParams& attempt);
 
+/// A command that only shows whether task's host (or Slurm node) can start anything now: `true`
+/// through the job's remote shell or srun (docs/design.md#elastic-membership). Empty argv for a
+/// local task.
+SpawnRequest make_probe_request(const LaunchPlan& plan, const TaskPlan& task);
+
 /// The task's TF_CONFIG text, with cluster_json as the cluster ("" = the plan's): what a promoted
 /// spare is told to be.
 std::string task_tf_config(const LaunchPlan& plan, const TaskPlan& task,
