@@ -515,6 +515,7 @@ TEST_CASE(
              "train": {"device": "cuda"}, "elastic": {"min_workers": 1}})");
   });
   CHECK_THAT(not_in_place,
-             Catch::StartsWith("job.json: elastic: an elastic job re-forms its group in place") &&
+             Catch::StartsWith(
+                 "job.json: elastic: an elastic dtrain-worker job re-forms its group in place") &&
                  Catch::Contains("GPU workers on other hosts"));
 }
