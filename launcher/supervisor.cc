@@ -80,6 +80,7 @@ void Supervisor::start_attempt() {
     // (docs/design.md#elastic-membership).
     task->joining = false;
     task->join_ready = nullptr;
+    task->noticed = 0;
   }
   success_ = false;
   attempt_made_progress_ = false;

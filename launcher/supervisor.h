@@ -244,6 +244,7 @@ class Supervisor {
   bool watches_freezes() const;
   void arm_freeze_watch();
   void look_for_freezes();
+  void notice_late_members();
   void write_state();
   void update_live_view();
   const char* phase_name() const;

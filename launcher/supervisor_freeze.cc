@@ -25,6 +25,25 @@ bool Supervisor::watches_freezes() const {
   return false;
 }
 
+// A member whose record shows an older generation than the group's newest was started (or was
+// re-forming) before that generation was made, when it had no record to be told by: a
+// replacement started for generation 1 while a second failure made generation 2 would wait in a
+// rendezvous that can no longer form. It gets the notice now, once per generation.
+void Supervisor::notice_late_members() {
+  if (generation_ == 0) return;
+  for (auto& task : tasks_) {
+    if (!member(*task) || task->plan.progress_path.empty() || !task->child ||
+        task->state != Task::State::kRunning || task->noticed >= generation_)
+      continue;
+    std::optional<common::ProgressSample> r = task->child->look(task->progress_path_now).record;
+    if (!r || r->generation >= generation_) continue;
+    spdlog::info("{} is at generation {}; telling it the group re-forms as {}",
+                 task->plan.task.text(), r->generation, generation_);
+    task->child->queue_signal(SIGUSR1, generation_);
+    task->noticed = generation_;
+  }
+}
+
 void Supervisor::arm_freeze_watch() {
   if (!watches_freezes()) return;
   freeze_timer_.expires_after(
@@ -36,6 +55,7 @@ void Supervisor::arm_freeze_watch() {
 
 void Supervisor::look_for_freezes() {
   if (phase_ != Phase::kRunning) return;
+  notice_late_members();
   std::vector<Task*> members;
   std::vector<MemberObservation> looks;
   for (auto& task : tasks_) {

@@ -60,6 +60,8 @@ struct Supervisor::Task {
   /// Elastic (docs/design.md#elastic-membership): out of the group, its host gone; joining: a
   /// process of it runs as a joiner, and join_ready holds its request once it is warm.
   bool away = false;
+  /// The newest generation it was sent the notice of by notice_late_members (this attempt).
+  int noticed = 0;
   bool joining = false;
   std::function<void(const std::string& line)> join_ready;
   /// The progress record its process writes: the plan's, or a promoted spare's own.
