@@ -85,7 +85,9 @@ struct SupervisorOptions {
   /// Elastic (docs/design.md#elastic-membership): a host left is tried again after
   /// rejoin_first_seconds, each failed try doubling the wait up to rejoin_most_seconds.
   double rejoin_first_seconds = 1;
-  double rejoin_most_seconds = 30;
+  /// Low, so that a host is back within seconds of answering: a try of a host still cut off
+  /// costs one connection attempt.
+  double rejoin_most_seconds = 5;
 };
 
 class Supervisor {

@@ -27,6 +27,9 @@ namespace {
 constexpr double kJoinGatherSeconds = 5;
 /// Of elastic.host_discovery's output, what is read.
 constexpr size_t kMaxDiscoveryBytes = 1 << 20;
+/// A remote member's agent silent this long when the freeze watch's kill ends it: its host is cut
+/// off (the agent reports every 0.5 s).
+constexpr double kSilentSeconds = 2;
 /// How long asking Slurm about a node (scontrol) may take.
 constexpr double kNodeStateSeconds = 5;
 
@@ -85,8 +88,12 @@ void Supervisor::record_membership(const char* kind, const std::string& host,
 // shrank without it (and without the other tasks of its host).
 bool Supervisor::shrink(Task& task, const EndReading& reading) {
   if (!elastic() || !task.plan.remote() || !task.plan.trains() || task.away) return false;
+  // The freeze watch may blame a cut-off member for its stale record ("no CPU time ...") before
+  // its agent's silence passes 3 s; a silence of kSilentSeconds at its end says the same.
+  bool silent = task.frozen_why && task.child &&
+                task.child->look(task.progress_path_now).silent_seconds >= kSilentSeconds;
   bool host_gone =
-      !reading.started || reading.place_lost ||
+      !reading.started || reading.place_lost || silent ||
       (task.frozen_why && task.frozen_why->find("no word from it") != std::string::npos);
   std::string why = reading.what;
   if (!host_gone) {  // a Slurm node being drained still runs new steps: ask Slurm
