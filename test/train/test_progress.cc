@@ -83,3 +83,17 @@ TEST_CASE("a terminal gets redraws with a carriage return, not lines") {
   CHECK(count_of(text, "\n") == 2);
   CHECK(count_of(text, "\r") == 11);  // every step (0.1 s apart > 50 ms) and the end
 }
+
+TEST_CASE("an epoch entered mid-way counts ms/step over the steps run here") {
+  Captured out;
+  train::ProgressBar bar(out.file(), false);
+  bar.begin_epoch(2, 3, 60);  // resumed (or re-formed in place) at step 60
+  bar.update(111, 200, 5.1, {});
+  bar.end_epoch(200, 14.0, {});
+  std::string text = out.text();
+  CHECK(text.find("111/200 [================>.............] - 5s 100ms/step") != std::string::npos);
+  CHECK(text.find("200/200 [==============================] - 14s 100ms/step") !=
+        std::string::npos);
+  CHECK(train::format_progress(10, 70, 1.0, {}, 70) ==
+        "10/70 [====>.........................] - 1s 0ms/step");
+}

@@ -13,9 +13,11 @@
 namespace dtrain::train {
 
 /// "70/70 [==============================] - 1s 13ms/step - loss: 2.2843 - accuracy: 0.1598"
-/// followed by any extra " - name: value" pairs.
+/// followed by any extra " - name: value" pairs. ms/step is seconds over the steps after
+/// first_step (where this run entered the epoch: a resume, or a re-formation in place).
 std::string format_progress(int64_t step, int64_t steps, double seconds,
-                            const std::vector<std::pair<std::string, double>>& values);
+                            const std::vector<std::pair<std::string, double>>& values,
+                            int64_t first_step = 0);
 
 class ProgressBar {
  public:
@@ -29,7 +31,8 @@ class ProgressBar {
       : out_(out), interactive_(interactive), line_seconds_(line_seconds) {}
   static ProgressBar for_stdout(double line_seconds = kLineSeconds);
 
-  void begin_epoch(int epoch, int epochs);
+  /// first_step: the step this run starts the epoch at (0, or where it resumed).
+  void begin_epoch(int epoch, int epochs, int64_t first_step = 0);
   /// seconds: since the epoch began.
   void update(int64_t step, int64_t steps, double seconds,
               const std::vector<std::pair<std::string, double>>& values);
@@ -41,6 +44,7 @@ class ProgressBar {
   bool interactive_;
   double line_seconds_;
   double last_draw_ = -1;  ///< seconds of the last redraw or line in this epoch
+  int64_t first_step_ = 0;
 };
 
 }  // namespace dtrain::train

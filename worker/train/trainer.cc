@@ -382,7 +382,8 @@ EpochMetrics Trainer::fit_from_state() {
   }
   if (options_.chief) recover_epoch_metrics();
   for (int epoch = static_cast<int>(state_.epoch); epoch < config_.epochs; ++epoch) {
-    progress_.begin_epoch(epoch + 1, config_.epochs);
+    progress_.begin_epoch(epoch + 1, config_.epochs,
+                          epoch == state_.epoch ? state_.step : 0);  // ms/step of this run
     last = train_epoch(epoch);
     state_ = TrainingState{epoch + 1, 0, state_.global_step, optimizer_->iterations(), 0, 0, 0};
     last_epoch_metrics_ = metrics_json(last, true);

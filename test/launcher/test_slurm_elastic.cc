@@ -1,0 +1,77 @@
+// Elastic membership under Slurm (docs/design.md#elastic-membership): a node drained mid-run, its
+// workers killed; the job goes on on the other node and ends with the undisturbed run's model,
+// and the node joins again once resumed. Needs the private Slurm test bed (slurm_cluster.h).
+#include <signal.h>
+
+#include <catch2/catch.hpp>
+#include <chrono>
+#include <string>
+#include <vector>
+
+#include "test/launcher/slurm_job.h"
+#include "test/support/main_job.h"
+
+using namespace dtrain::testing;
+
+// Elastic under Slurm (docs/design.md#elastic-membership): in epoch 2, n2 is drained and its two
+// workers are killed. A drained node still runs new steps, so the launcher asks Slurm: n2 is
+// leaving, its workers leave the group, and n1's two train on holding the missing workers'
+// virtual shards. n2 is resumed: its workers join again as the group of four. The model is the
+// undisturbed run's bit for bit.
+TEST_CASE("slurm: elastic, a drained node's workers leave, n1 trains on, n2 joins again",
+          "[slurm]") {
+  SlurmCluster cluster;
+  SKIP_UNLESS_SLURM(cluster);
+  const std::string body = R"("elastic": {"min_workers": 2}, )" + main_job_train(2, 40);
+  SlurmJob calm(cluster, "slurm-calm", body);
+  std::string state =
+      cluster.wait_job_state(calm.job_id, {"COMPLETED", "FAILED", "CANCELLED"}, 240);
+  INFO(job_details(cluster, calm));
+  REQUIRE(state == "COMPLETED");
+  std::string expected = read_all(calm.run + "/model/model.safetensors");
+  REQUIRE_FALSE(expected.empty());
+
+  SlurmJob job(cluster, "slurm-elastic", body);
+  REQUIRE(wait_for(
+      [&] { return read_all(job.run + "/logs/worker-0.log").find("saved ") != std::string::npos; },
+      180));  // epoch 1's checkpoint: epoch 2 began
+  REQUIRE(cluster.run({"scontrol", "update", "nodename=n2", "state=drain", "reason=dtrain-test"})
+              .exit_code == 0);
+  auto killed = std::chrono::steady_clock::now();
+  for (const char* task : {"worker:2", "worker:3"}) {
+    std::vector<int> victim = started_pids(job.run, task);
+    REQUIRE(victim.size() == 1);
+    ::kill(victim[0], SIGKILL);
+  }
+  double shrunk = seconds_until_event(job.run, "shrink", killed, 30);
+  // n1 trains on alone (the new generation stepped), then n2 comes back.
+  bool trained_on = seconds_until_event(job.run, "recovered", killed, 30) >= 0;
+  auto resumed = std::chrono::steady_clock::now();
+  ProcessResult resume = cluster.run({"scontrol", "update", "nodename=n2", "state=resume"});
+  double grown = seconds_until_event(job.run, "grow", resumed, 30);
+  state = cluster.wait_job_state(job.job_id, {"COMPLETED", "FAILED", "CANCELLED"}, 240);
+  INFO(job_details(cluster, job));
+  INFO(read_all(job.run + "/events.jsonl"));
+  INFO("shrink " << shrunk << " s after the kill, grow " << grown << " s after the resume");
+  REQUIRE(shrunk >= 0);
+  CHECK(shrunk < 5);
+  CHECK(trained_on);
+  CHECK(resume.exit_code == 0);
+  CHECK(grown >= 0);
+  CHECK(grown < 10);
+  CHECK(state == "COMPLETED");
+  std::vector<std::string> shrink = events_of(job.run, "shrink"), grow = events_of(job.run, "grow");
+  REQUIRE(shrink.size() == 1);
+  CHECK(shrink[0].find(R"("world_size":2,"host":"n2","tasks":["worker:2","worker:3"])") !=
+        std::string::npos);
+  CHECK(shrink[0].find("DRAIN") != std::string::npos);  // Slurm's word, in the why
+  REQUIRE(grow.size() == 1);
+  CHECK(grow[0].find(R"("world_size":4,"host":"n2")") != std::string::npos);
+  CHECK(events_of(job.run, "restart").empty());
+  CHECK(events_of(job.run, "in_place").empty());  // no replacement on the drained node
+  CHECK(read_all(job.run + "/model/model.safetensors") == expected);
+  CHECK(read_all(job.run + "/state.json").find(R"("world_size":4)") != std::string::npos);
+  CHECK(processes_of_run(job.run).empty());
+  CHECK(wait_for([&] { return cluster.job_processes().empty(); }, 10));
+}
+
