@@ -110,10 +110,10 @@ inline std::vector<std::string> events_of(const std::string& run, const std::str
 
 // Seconds from since until run has an event of this kind; -1 after timeout_seconds.
 inline double seconds_until_event(const std::string& run, const std::string& kind,
-                           std::chrono::steady_clock::time_point since, double timeout_seconds) {
+                                  std::chrono::steady_clock::time_point since,
+                                  double timeout_seconds) {
   if (!wait_for([&] { return !events_of(run, kind).empty(); }, timeout_seconds)) return -1;
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - since).count();
 }
-
 
 }  // namespace dtrain::testing

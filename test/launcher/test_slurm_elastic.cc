@@ -74,4 +74,3 @@ TEST_CASE("slurm: elastic, a drained node's workers leave, n1 trains on, n2 join
   CHECK(processes_of_run(job.run).empty());
   CHECK(wait_for([&] { return cluster.job_processes().empty(); }, 10));
 }
-
