@@ -157,6 +157,7 @@ bool Supervisor::shrink_host(const std::string& host, const std::string& why, co
       continue;
     if (!other->child->look(other->progress_path_now).record) continue;
     other->child->queue_signal(SIGUSR1, generation_);
+    other->noticed = generation_;
   }
   answer_held_reforms(true, "");
   schedule_rejoin(host, options_.rejoin_first_seconds);
@@ -440,6 +441,7 @@ void Supervisor::grow(const std::string& host) {
       continue;
     if (!other->child->look(other->progress_path_now).record) continue;
     other->child->queue_signal(SIGUSR1, generation_);
+    other->noticed = generation_;
   }
   answer_held_reforms(true, "");
   // A task of host that did not join this time (its joiner failed while another's was warming

@@ -127,6 +127,7 @@ void Supervisor::notify_survivors(const Task& failed) {
       continue;
     if (!other->child->look(other->progress_path_now).record) continue;
     other->child->queue_signal(SIGUSR1, generation_);
+    other->noticed = generation_;
   }
 }
 
