@@ -369,9 +369,9 @@ void Supervisor::on_control_message(const common::ControlMessage& message) {
 
 bool Supervisor::group_succeeded() const {
   bool chief_only = plan_.spec().success == common::SuccessRule::kChiefOnly;
-  common::TaskId chief = plan_.context.cluster.chief();
+  const Task* chief = acting_chief();
   for (const auto& task : tasks_) {
-    if (!member(*task) || (chief_only && !(task->plan.task == chief))) continue;
+    if (!member(*task) || (chief_only && task.get() != chief)) continue;
     if (!task->status || classify(*task->status) != Outcome::kSuccess) return false;
   }
   return true;

@@ -208,6 +208,7 @@ class Supervisor {
   /// The members' ring ranks (common::format_members); "" when every training task is one.
   std::string members_text() const;
   int world_size() const;
+  const Task* acting_chief() const;
   void record_membership(const char* kind, const std::string& host,
                          const std::vector<std::string>& names, const std::string& why);
   bool shrink(Task& task, const EndReading& reading);

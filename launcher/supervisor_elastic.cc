@@ -62,6 +62,19 @@ std::string Supervisor::members_text() const {
   return all ? "" : common::format_members(members);
 }
 
+// The chief while it is a member; else the member first in ring order, which has the chief's
+// duties in an elastic dtrain-worker group (docs/design.md#elastic-membership).
+const Supervisor::Task* Supervisor::acting_chief() const {
+  const common::TaskId chief = plan_.context.cluster.chief();
+  const Task* first = nullptr;
+  for (const auto& task : tasks_) {
+    if (!member(*task)) continue;
+    if (task->plan.task == chief) return task.get();
+    if (!first || *task->plan.rank < *first->plan.rank) first = task.get();
+  }
+  return first;
+}
+
 int Supervisor::world_size() const {
   int n = 0;
   for (const auto& task : tasks_) n += member(*task) ? 1 : 0;
@@ -104,8 +117,9 @@ bool Supervisor::shrink(Task& task, const EndReading& reading) {
   return shrink_host(task.plan.where, why, &task);
 }
 
-// The members on host, when they may leave: at least min_workers stay, and the chief (which
-// restores and writes the checkpoints, and is MASTER_ADDR) is not among them.
+// The members on host, when they may leave: at least min_workers stay, and for a command job
+// the chief (MASTER_ADDR, and its program's own rank 0) is not among them. A dtrain-worker
+// group hands the chief's duties to its first member.
 bool Supervisor::may_let_go(const std::string& host, std::vector<Task*>& leaving) {
   leaving.clear();
   for (auto& t : tasks_)
@@ -115,8 +129,8 @@ bool Supervisor::may_let_go(const std::string& host, std::vector<Task*>& leaving
   const common::TaskId chief = plan_.context.cluster.chief();
   std::string place = leaving.front()->plan.place_text();
   for (Task* t : leaving) {
-    if (t->plan.task == chief) {
-      spdlog::warn("no shrink: {} on {} is the chief, which writes the checkpoints",
+    if (t->plan.task == chief && !plan_.in_place) {
+      spdlog::warn("no shrink: {} on {} is the chief, MASTER_ADDR of the program's group",
                    t->plan.task.text(), place);
       return false;
     }

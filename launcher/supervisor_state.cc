@@ -83,9 +83,9 @@ void Supervisor::write_state() {
 void Supervisor::update_live_view() {
   double now = common::monotonic_seconds();
   if (now - last_live_view_ < (console_.interactive() ? 0.2 : 10.0)) return;
-  common::TaskId chief = plan_.context.cluster.chief();
+  const Task* chief = acting_chief();
   for (const auto& task : tasks_) {
-    if (!(task->plan.task == chief) || !task->progress) continue;
+    if (task.get() != chief || !task->progress) continue;
     std::optional<int64_t> done = reported_step(*task->progress);
     if (!done) return;
     if (rate_origin_step_ < 0 || *done < rate_origin_step_)

@@ -1,8 +1,9 @@
 // Virtual shards at real dtrain-workers (docs/design.md#elastic-membership): a cluster of four
 // training tasks run by all four, by two (members 0 and 3: worker 0 holds shards 0-2) and by one
-// (worker 0 holds all four) ends with the same model and the same epoch metrics, bit for bit,
-// and each run's ledger names the same examples for every (epoch, step, shard). An elastic
-// worker refuses a transport that cannot hold shards, naming the setting.
+// (worker 0 holds all four), and without the chief (worker 1 has its duties) ends with the same
+// model and the same epoch metrics, bit for bit, and each run's ledger names the same examples for
+// every (epoch, step, shard). An elastic worker refuses a transport that cannot hold shards, naming
+// the setting.
 #include <catch2/catch.hpp>
 #include <fstream>
 #include <iterator>
@@ -105,7 +106,7 @@ TEST_CASE("elastic workers: any membership trains the full group's model, bit fo
   CHECK(full.ledger.size() == 2 * 8 * 4);  // epochs x steps x shards
   for (const auto& [name, members, ranks] :
        std::vector<std::tuple<std::string, std::string, std::vector<int>>>{
-           {"two", "0,3", {0, 3}}, {"one", "0", {0}}}) {
+           {"two", "0,3", {0, 3}}, {"one", "0", {0}}, {"no-chief", "1,3", {1, 3}}}) {
     INFO(name);
     Run r = run_members(dir, name, members, ranks);
     CHECK(r.model == full.model);

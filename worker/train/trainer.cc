@@ -205,7 +205,7 @@ Trainer::Trainer(const TrainConfig& config, nn::Backend& backend, comm::Communic
   }
   step_ = std::make_unique<TrainStep>(*model_, *optimizer_, backend_, comm_, step_options);
   if (options_.timeline) options_.timeline->mark("model");
-  if (options_.chief) prepare_backup_dir(config_, options_.run_dir);  // not at the first save
+  if (chief()) prepare_backup_dir(config_, options_.run_dir);  // not at the first save
   generation_ = options_.generation;
   share_state(false);
   if (options_.timeline) options_.timeline->mark("broadcast");
@@ -275,7 +275,7 @@ void Trainer::share_state(bool holding) {
   std::vector<TensorView> views = checkpoint_tensors();  // this member's state, on the host
   if (source < 0) {  // a fresh group: the chief's newest checkpoint, or the initial state
     source = 0;
-    if (options_.chief) {
+    if (chief()) {
       if (std::optional<TrainingState> t = load_checkpoint(views, epoch_metrics))
         header = header_of(*t);
     }
@@ -325,6 +325,7 @@ void Trainer::regroup(const comm::GroupBroken& broken) {
     try {
       generation_ = generation->generation;
       shards_ = generation->shards;
+      if (chief()) prepare_backup_dir(config_, options_.run_dir);  // perhaps a new chief
       const comm::Window window = gradient_window();
       model_->move_gradients(window.data, window.floats);
       int64_t held = state_.global_step;
@@ -355,7 +356,7 @@ void Trainer::report_restored() {
 }
 
 void Trainer::save_checkpoint(const EpochMetrics* finished) {
-  if (!options_.chief) return;
+  if (!chief()) return;
   state_.optimizer_iterations = optimizer_->iterations();
   double started = common::monotonic_seconds();
   std::string path = store_.save(state_, checkpoint_tensors(), config_.model_json,
@@ -376,11 +377,11 @@ EpochMetrics Trainer::fit() {
 
 EpochMetrics Trainer::fit_from_state() {
   EpochMetrics last;
-  if (options_.chief && config_.tensorboard.enabled && !tensorboard_) {
+  if (chief() && config_.tensorboard.enabled && !tensorboard_) {
     tensorboard_ =
         std::make_unique<TensorBoardLog>(config_.tensorboard, options_.run_dir, config_.validation);
   }
-  if (options_.chief) recover_epoch_metrics();
+  if (chief()) recover_epoch_metrics();
   for (int epoch = static_cast<int>(state_.epoch); epoch < config_.epochs; ++epoch) {
     progress_.begin_epoch(epoch + 1, config_.epochs,
                           epoch == state_.epoch ? state_.step : 0);  // ms/step of this run
@@ -388,7 +389,7 @@ EpochMetrics Trainer::fit_from_state() {
     state_ = TrainingState{epoch + 1, 0, state_.global_step, optimizer_->iterations(), 0, 0, 0};
     last_epoch_metrics_ = metrics_json(last, true);
     save_checkpoint(&last);
-    if (options_.chief) {  // a line in metrics.jsonl says the summaries were written too
+    if (chief()) {  // a line in metrics.jsonl says the summaries were written too
       write_summaries(last);
       write_metrics(last);
     }
@@ -399,7 +400,7 @@ EpochMetrics Trainer::fit_from_state() {
                       epoch + 1, steps_per_epoch_));
     }
   }
-  if (options_.chief) {
+  if (chief()) {
     std::vector<TensorView> weights = checkpoint_tensors();
     weights.resize(model_->parameter_infos().size());
     write_final_model(common::RunDir(options_.run_dir).model_dir(), weights, config_.model_json,
@@ -519,7 +520,8 @@ EpochMetrics Trainer::train_epoch(int epoch) {
     // The flag reduced one step ago: every worker reads the same value, so all stop here.
     bool stop = step_->stop_agreed(1);
     show_progress(epoch, step + 1, started, seen_here, stop || force_heartbeat_);
-    if (tensorboard_ && tensorboard_->wants_batch(state_.global_step)) write_batch_summary();
+    if (chief() && tensorboard_ && tensorboard_->wants_batch(state_.global_step))
+      write_batch_summary();
     bool periodic = config_.backup.save_every_steps > 0 &&
                     state_.global_step % config_.backup.save_every_steps == 0 &&
                     step + 1 < steps_per_epoch_;
@@ -610,6 +612,13 @@ void Trainer::write_batch_summary() {
   EpochTotals t = step_->totals();
   tensorboard_->log_batch(state_.global_step,
                           {{"loss", t.mean_loss()}, {"accuracy", t.accuracy()}});
+}
+
+// In an elastic group the chief's duties (restoring and writing checkpoints, metrics, summaries,
+// the final model) are the first member's: the chief's own task while it is a member, another
+// while its host is gone (docs/design.md#elastic-membership).
+bool Trainer::chief() const {
+  return options_.virtual_size > 0 ? comm_.rank() == 0 : options_.chief;
 }
 
 int Trainer::virtual_size() const {

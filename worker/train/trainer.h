@@ -169,6 +169,8 @@ class Trainer {
   void write_summaries(const EpochMetrics& m);
   /// batch_loss and batch_accuracy (the epoch's running means) now: reads the totals (a sync).
   void write_batch_summary();
+  /// Whether this worker has the chief's duties now.
+  bool chief() const;
   /// V: the virtual shards of the global batch (the group's size unless elastic).
   int virtual_size() const;
   /// The shards this member holds now.
