@@ -349,6 +349,9 @@ void Supervisor::apply_discovery() {
     }
     std::vector<Task*> leaving;  // a command job restarts without the host
     if (!may_let_go(host, leaving)) continue;
+    for (auto& t : tasks_)  // its evaluator too (see leave_and_restart)
+      if (!t->plan.trains() && t->plan.remote() && t->plan.where == host)
+        leaving.push_back(t.get());
     std::vector<std::string> names;
     for (Task* t : leaving) {
       t->away = true;
@@ -484,6 +487,11 @@ bool Supervisor::leave_and_restart(Task& task, const EndReading& reading) {
   }
   std::vector<Task*> leaving;
   if (!may_let_go(task.plan.where, leaving)) return false;
+  // An evaluator there leaves with the host (started there it could only fail, spending the
+  // restart budget) and comes back with it.
+  for (auto& t : tasks_)
+    if (!t->plan.trains() && t->plan.remote() && t->plan.where == task.plan.where)
+      leaving.push_back(t.get());
   std::vector<std::string> names;
   for (Task* t : leaving) {
     t->away = true;
@@ -544,9 +552,12 @@ void Supervisor::probe_host(const std::string& host) {
     return schedule_rejoin(host, next_rejoin_delay(host));
   }
   probe.running = true;
-  // A remote shell that neither connects nor gives up is given the start time-out.
+  // A remote shell that neither connects nor gives up is given the start time-out; 0 turns it
+  // off (docs/job-file.md), as it does for the workers' starts.
+  const double limit = plan_.spec().restart.startup_seconds;
+  if (limit <= 0) return;
   if (!probe.deadline) probe.deadline = std::make_unique<boost::asio::steady_timer>(io_);
-  probe.deadline->expires_after(seconds(plan_.spec().restart.startup_seconds));
+  probe.deadline->expires_after(seconds(limit));
   probe.deadline->async_wait([this, host](const boost::system::error_code& ec) {
     if (ec) return;
     Probe& p = probes_[host];

@@ -280,6 +280,31 @@ TEST_CASE("slurm: each worker is one srun step running dtrain agent; secrets sta
   }
 }
 
+// An elastic command job's probe of a node left (docs/design.md#elastic-membership): the task's
+// own step options, running `true` instead of dtrain agent.
+TEST_CASE("slurm: a probe of a node is the task's srun step running `true`", "[slurm]") {
+  JobSpec spec = parse_job_spec(
+      R"({"job": "mnist", "cluster": "slurm", "command": ["python3", "train.py"],
+          "slurm": {"srun": ["srun", "--mpi=none"]}})",
+      "job.json");
+  dtrain::launcher::LaunchContext c;
+  c.spec = &spec;
+  c.slurm = allocation_from(spec, kTwoNodes);
+  c.cluster = c.slurm->cluster();
+  c.run_dir = "/runs/mnist";
+  c.cwd = "/home/me";
+  c.token = "f00dfeed";
+  dtrain::launcher::LaunchPlan plan = dtrain::launcher::plan_launch(c);
+  dtrain::launcher::SpawnRequest r =
+      dtrain::launcher::make_probe_request(plan, plan.task({"worker", 3}));
+  CHECK(r.argv == Strings{"srun", "--mpi=none", "--nodes=1", "--ntasks=1", "--nodelist=n2",
+                          "--exact", "--cpus-per-task=2", "--job-name=mnist-worker-3", "--quiet",
+                          "--kill-on-bad-exit=1", "true"});
+  CHECK_FALSE(r.agent());
+  CHECK(r.env.empty());
+  CHECK(r.cwd == "/home/me");
+}
+
 TEST_CASE("slurm: slurm-script writes a requeueing sbatch script", "[slurm]") {
   JobSpec spec = slurm_job(R"({"nodes": 2, "tasks_per_node": 2, "time": "02:00:00",
                               "sbatch": ["--account=ml"]})");
