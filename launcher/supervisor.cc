@@ -224,6 +224,10 @@ void Supervisor::on_output_closed(Task& task) {
 
 void Supervisor::on_started(Task& task, int remote_pid) {
   if (task.state == Task::State::kStarting) task.state = Task::State::kRunning;
+  if (returning_.erase(task.plan.where)) {  // an elastic host back for good
+    false_returns_.erase(task.plan.where);
+    rejoin_delays_.erase(task.plan.where);
+  }
   recorder_.event("remote_start", [&](common::JsonWriter& w) {
     w.key("task").value(task.plan.task.text()).key("remote_pid").value(remote_pid);
   });

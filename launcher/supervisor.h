@@ -316,6 +316,9 @@ class Supervisor {
   std::unique_ptr<LaunchPlan> members_plan_;
   std::map<std::string, size_t> members_index_;
   bool membership_restart_ = false;  ///< this teardown restarts with a new membership
+  std::set<std::string> returning_;  ///< hosts that answered a probe, until a worker starts there
+  std::map<std::string, int> false_returns_;  ///< answers in a row with no worker started
+  std::set<std::string> given_up_;            ///< hosts not tried again
   struct Probe {
     std::unique_ptr<Child> child;
     std::unique_ptr<boost::asio::steady_timer> deadline;

@@ -30,6 +30,9 @@ constexpr size_t kMaxDiscoveryBytes = 1 << 20;
 /// A remote member's agent silent this long when the freeze watch's kill ends it: its host is cut
 /// off (the agent reports every 0.5 s).
 constexpr double kSilentSeconds = 2;
+/// A command job's host whose probe succeeds this many times in a row while its workers never
+/// start there is not tried again.
+constexpr int kMostFalseReturns = 3;
 /// How long asking Slurm about a node (scontrol) may take.
 constexpr double kNodeStateSeconds = 5;
 
@@ -207,7 +210,7 @@ void Supervisor::schedule_rejoin(const std::string& host, double delay) {
 // closed from here seconds later), the try waits as long again. A host still unreachable fails
 // the joiners' starts, and the next try waits twice as long (up to rejoin_most_seconds).
 void Supervisor::try_rejoin(const std::string& host) {
-  if (phase_ != Phase::kRunning || stop_requested_) return;
+  if (phase_ != Phase::kRunning || stop_requested_ || given_up_.count(host)) return;
   if (discovered_ && !discovered_->count(host)) {  // not offered yet: ask again later
     schedule_rejoin(host, rejoin_delays_[host]);
     return;
@@ -247,7 +250,12 @@ void Supervisor::resume_rejoins() {
   std::set<std::string> hosts;
   for (auto& t : tasks_)
     if (t->away) hosts.insert(t->plan.where);
-  for (const std::string& host : hosts) schedule_rejoin(host, options_.rejoin_first_seconds);
+  for (const std::string& host : hosts) {
+    if (given_up_.count(host)) continue;
+    auto delay = rejoin_delays_.find(host);  // a host that keeps failing keeps its back-off
+    schedule_rejoin(host,
+                    delay == rejoin_delays_.end() ? options_.rejoin_first_seconds : delay->second);
+  }
   if (!plan_.spec().elastic_discovery.empty()) arm_discovery(0);
 }
 
@@ -364,7 +372,11 @@ void Supervisor::apply_discovery() {
         leaving.front()->plan.place_text(), world_size()));
   }
   for (const std::string& host : away_hosts) {
-    if (!discovered_->count(host)) continue;
+    if (!discovered_->count(host)) {
+      given_up_.erase(host);  // listed again later, it is tried again
+      continue;
+    }
+    if (given_up_.count(host)) continue;
     bool trying = probes_.count(host) && probes_[host].running;
     for (auto& t : tasks_) trying = trying || (t->away && t->plan.where == host && t->joining);
     if (!trying) {
@@ -498,6 +510,15 @@ bool Supervisor::leave_and_restart(Task& task, const EndReading& reading) {
     names.push_back(t->plan.task.text());
   }
   record_membership("shrink", task.plan.where, names, why);
+  // A host that answers the probe but cannot start its workers would come and go forever.
+  if (returning_.count(task.plan.where) && !reading.started &&
+      ++false_returns_[task.plan.where] >= kMostFalseReturns) {
+    spdlog::warn(
+        "host {} answered {} times but its workers did not start there; it is not tried "
+        "again (until elastic.host_discovery lists it anew)",
+        task.plan.where, kMostFalseReturns);
+    given_up_.insert(task.plan.where);
+  }
   membership_restart_ = true;
   begin_teardown(fmt::format("{} is gone ({}): the group restarts with {} worker(s)",
                              task.plan.place_text(), why, world_size()));
@@ -580,7 +601,7 @@ void Supervisor::on_probe_end(const std::string& host, const ChildEnd& end) {
     t->away = false;
     names.push_back(t->plan.task.text());
   }
-  rejoin_delays_[host] = options_.rejoin_first_seconds;
+  returning_.insert(host);  // its back-off stays until its workers start there
   record_membership("grow", host, names, "");
   membership_restart_ = true;
   begin_teardown(fmt::format("host {} answers again: the group restarts with {} worker(s)", host,
