@@ -3,11 +3,15 @@
 #pragma once
 
 #include <chrono>
+#include <cstdint>
 #include <fstream>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "common/json.h"
+#include "common/progress_record.h"
 #include "test/support/netns_hosts.h"
 #include "test/support/processes.h"
 #include "test/support/subprocess.h"
@@ -41,6 +45,34 @@ inline std::vector<std::string> launch_argv(const NetnsHosts& hosts, const std::
        {binary("dtrain"), std::string("launch"), job, std::string("--run-dir"), run_dir})
     argv.push_back(arg);
   return argv;
+}
+
+/// The events of kind in run's events.jsonl, in order.
+inline std::vector<common::JsonDocument> events(const std::string& run, const std::string& kind) {
+  std::vector<common::JsonDocument> out;
+  std::ifstream in(run + "/events.jsonl");
+  for (std::string line; std::getline(in, line);) {
+    common::JsonDocument e = common::JsonDocument::parse(line, "events.jsonl");
+    if (e.root().at("event").as_string() == kind) out.push_back(std::move(e));
+  }
+  return out;
+}
+
+/// Worker 0's (local) global step from its progress record; -1 before it has one.
+inline int64_t step_of_worker_0(const std::string& run) {
+  std::optional<common::ProgressSample> r =
+      common::read_progress_record(run + "/progress/worker-0");
+  return r ? static_cast<int64_t>(r->global_step) : -1;
+}
+
+/// Waits until worker 0 has reached step; false when seconds pass or the launcher ends.
+inline bool wait_for_step(const std::string& run, int64_t step, int launcher_pid, double seconds) {
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+  while (std::chrono::steady_clock::now() < deadline && process_alive(launcher_pid)) {
+    if (step_of_worker_0(run) >= step) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  return false;
 }
 
 inline int wait_pid_file(const std::string& path, double seconds) {

@@ -33,32 +33,6 @@ constexpr int kEpochs = 2;
 constexpr int kSteps = 40;  ///< per epoch
 constexpr int kBatch = 64;  ///< per worker (main_job_train's)
 
-std::vector<common::JsonDocument> events(const std::string& run, const std::string& kind) {
-  std::vector<common::JsonDocument> out;
-  std::ifstream in(run + "/events.jsonl");
-  for (std::string line; std::getline(in, line);) {
-    common::JsonDocument e = common::JsonDocument::parse(line, "events.jsonl");
-    if (e.root().at("event").as_string() == kind) out.push_back(std::move(e));
-  }
-  return out;
-}
-
-int64_t step_of_worker_0(const std::string& run) {
-  std::optional<common::ProgressSample> r =
-      common::read_progress_record(run + "/progress/worker-0");
-  return r ? static_cast<int64_t>(r->global_step) : -1;
-}
-
-// Waits until worker 0 has stepped past `step`; false when seconds pass or the launcher ends.
-bool wait_for_step(const std::string& run, int64_t step, int launcher_pid, double seconds) {
-  auto deadline = Clock::now() + std::chrono::duration<double>(seconds);
-  while (Clock::now() < deadline && process_alive(launcher_pid)) {
-    if (step_of_worker_0(run) >= step) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
-  return false;
-}
-
 // Waits until there are `count` events of kind; the seconds it took, or -1.
 double wait_for_event(const std::string& run, const std::string& kind, int launcher_pid,
                       double seconds, size_t count = 1) {

@@ -28,16 +28,6 @@ namespace {
 
 constexpr int kSteps = 40;  ///< per epoch; 2 epochs, epoch checkpoints only
 
-std::vector<common::JsonDocument> events(const std::string& run, const std::string& kind) {
-  std::vector<common::JsonDocument> out;
-  std::ifstream in(run + "/events.jsonl");
-  for (std::string line; std::getline(in, line);) {
-    common::JsonDocument e = common::JsonDocument::parse(line, "events.jsonl");
-    if (e.root().at("event").as_string() == kind) out.push_back(std::move(e));
-  }
-  return out;
-}
-
 // Each training process of the run: the local workers' pids from state.json, the remote
 // workers' pids on their host from the latest remote_start event of each.
 std::map<std::string, int> worker_pids(const std::string& run) {
@@ -50,22 +40,6 @@ std::map<std::string, int> worker_pids(const std::string& run) {
     out[e.root().at("task").as_string()] =
         static_cast<int>(e.root().at("remote_pid").as_int(0, 1 << 30));
   return out;
-}
-
-// Worker 0's (local) global step from its progress record; -1 before it has one.
-int64_t step_of_worker_0(const std::string& run) {
-  std::optional<common::ProgressSample> r =
-      common::read_progress_record(run + "/progress/worker-0");
-  return r ? static_cast<int64_t>(r->global_step) : -1;
-}
-
-bool wait_for_step(const std::string& run, int64_t step, int launcher_pid, double seconds) {
-  auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
-  while (std::chrono::steady_clock::now() < deadline && process_alive(launcher_pid)) {
-    if (step_of_worker_0(run) >= step) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
-  return false;
 }
 
 }  // namespace
