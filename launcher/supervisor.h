@@ -182,7 +182,9 @@ class Supervisor {
   bool recover_in_place(Task& task, const EndReading& reading, const ChildEnd& end);
   bool others_train(const Task& task) const;
   void drain_then_respawn(Task& task);
-  void notify_survivors(const Task& failed);
+  /// The notice of generation_ (SIGUSR1 with its number) to every running member that runs
+  /// dtrain-worker's loop, but those skip names.
+  void notify_members(const std::function<bool(const Task&)>& skip);
   void respawn(Task& task);
   void hold_reform(common::ReformRequest request, ReformReplyFn reply);
   void answer_held_reforms(bool ok, const std::string& error);
@@ -302,14 +304,24 @@ class Supervisor {
   /// delay of the last try.
   std::map<std::string, std::unique_ptr<boost::asio::steady_timer>> rejoin_timers_;
   std::map<std::string, double> rejoin_delays_;
-  std::vector<MembershipPoint> membership_;
+  std::vector<MembershipPoint> membership_;  ///< the world size over time (shrinks and growths)
+  /// A short program the launcher runs for itself (the host discovery program, a host's probe):
+  /// its child (kept until the next run: never released in its own callback), its output, and
+  /// its end, read once it has exited and closed its output (the two come apart).
+  struct SideRun {
+    std::unique_ptr<Child> child;
+    std::unique_ptr<boost::asio::steady_timer> deadline;
+    bool running = false, closed = false;
+    std::optional<ChildEnd> end;
+    std::string output;
+  };
+  /// Starts request as run (not while it runs; false when it cannot start); done(end) once it
+  /// has ended. limit_seconds > 0: SIGKILL after that long. Keeps max_output bytes of output.
+  bool start_side_run(SideRun& run, const SpawnRequest& request, const std::string& what,
+                      double limit_seconds, size_t max_output,
+                      std::function<void(const ChildEnd&)> done);
   std::unique_ptr<boost::asio::steady_timer> discovery_timer_;
-  std::unique_ptr<Child> discovery_;  ///< the host discovery program while it runs
-  bool discovery_running_ = false;
-  bool discovery_closed_ = false;          ///< its output has closed
-  std::optional<ChildEnd> discovery_end_;  ///< it has exited
-  std::string discovery_output_;
-  double discovery_started_ = 0;
+  SideRun discovery_;                                ///< the host discovery program
   std::optional<std::set<std::string>> discovered_;  ///< its last list; unset before one
   /// Elastic command jobs: the tasks not away, renumbered (launch_plan.h members_plan), and each
   /// task's index there; null at full membership.
@@ -319,14 +331,7 @@ class Supervisor {
   std::set<std::string> returning_;  ///< hosts that answered a probe, until a worker starts there
   std::map<std::string, int> false_returns_;  ///< answers in a row with no worker started
   std::set<std::string> given_up_;            ///< hosts not tried again
-  struct Probe {
-    std::unique_ptr<Child> child;
-    std::unique_ptr<boost::asio::steady_timer> deadline;
-    bool running = false, closed = false;
-    std::optional<ChildEnd> end;
-  };
-  std::map<std::string, Probe> probes_;  ///< per host, the last probe  ///< the
-                                         ///< world size over time (shrinks and growths)
+  std::map<std::string, SideRun> probes_;     ///< per host, the last probe
 };
 
 }  // namespace dtrain::launcher

@@ -168,14 +168,7 @@ bool Supervisor::shrink_host(const std::string& host, const std::string& why, co
       in_place_recovery_ ? in_place_recovery_->failed_at : common::monotonic_seconds();
   int64_t reached = in_place_recovery_ ? in_place_recovery_->reached_step : reform_furthest_;
   in_place_recovery_ = PendingInPlace{generation_, failed_at, reached, std::nullopt};
-  for (auto& other : tasks_) {  // the notice, to the members left
-    if (other.get() == cause || !member(*other) || !other->child ||
-        other->state != Task::State::kRunning || other->plan.progress_path.empty())
-      continue;
-    if (!other->child->look(other->progress_path_now).record) continue;
-    other->child->queue_signal(SIGUSR1, generation_);
-    other->noticed = generation_;
-  }
+  notify_members([&](const Task& t) { return &t == cause; });  // the members left
   answer_held_reforms(true, "");
   schedule_rejoin(host, options_.rejoin_first_seconds);
   write_state();
@@ -268,54 +261,69 @@ void Supervisor::arm_discovery(double delay) {
   });
 }
 
+bool Supervisor::start_side_run(SideRun& run, const SpawnRequest& request, const std::string& what,
+                                double limit_seconds, size_t max_output,
+                                std::function<void(const ChildEnd&)> done) {
+  if (run.running) return false;
+  run.child.reset();  // the last one's, released here rather than in its own callback
+  run.closed = false;
+  run.end.reset();
+  run.output.clear();
+  SideRun* r = &run;
+  auto finish = [this, r, done = std::move(done)] {
+    r->running = false;
+    if (r->deadline) r->deadline->cancel();
+    done(*r->end);
+  };
+  ChildCallbacks callbacks;
+  callbacks.on_output = [r, max_output](std::string_view bytes) {
+    if (r->output.size() < max_output)
+      r->output.append(bytes.substr(0, max_output - r->output.size()));
+  };
+  callbacks.on_output_closed = [this, r, finish] {
+    guarded("side run output", [&] {
+      r->closed = true;
+      if (r->end) finish();
+    });
+  };
+  callbacks.on_exit = [this, r, finish](const ChildEnd& end) {
+    guarded("side run end", [&] {
+      r->end = end;
+      if (r->closed) finish();
+    });
+  };
+  try {
+    run.child = spawner_.spawn(request, std::move(callbacks));
+  } catch (const std::exception& e) {
+    spdlog::warn("{} cannot be started: {}", what, e.what());
+    return false;
+  }
+  run.running = true;
+  if (limit_seconds <= 0) return true;
+  if (!run.deadline) run.deadline = std::make_unique<boost::asio::steady_timer>(io_);
+  run.deadline->expires_after(seconds(limit_seconds));
+  run.deadline->async_wait([r, what, limit_seconds](const boost::system::error_code& ec) {
+    if (ec || !r->running || !r->child) return;
+    spdlog::warn("{} has run for {:g} s: SIGKILL", what, limit_seconds);
+    r->child->signal_group(SIGKILL);
+  });
+  return true;
+}
+
 void Supervisor::run_discovery() {
   if (phase_ != Phase::kRunning || stop_requested_) return;
   const double interval = plan_.spec().elastic_discovery_seconds;
   arm_discovery(interval);
-  if (discovery_running_) {  // the last run has not ended: a program that hangs is stopped
-    if (common::monotonic_seconds() - discovery_started_ > std::max(10.0, 2 * interval)) {
-      spdlog::warn("elastic.host_discovery has run for {:.0f} s: SIGKILL",
-                   common::monotonic_seconds() - discovery_started_);
-      discovery_->signal_group(SIGKILL);
-    }
-    return;
-  }
   SpawnRequest request;
   request.argv = plan_.spec().elastic_discovery;
   request.cwd = plan_.context.cwd;
-  ChildCallbacks callbacks;
-  callbacks.on_output = [this](std::string_view bytes) {
-    if (discovery_output_.size() < kMaxDiscoveryBytes) discovery_output_.append(bytes);
-  };
-  // Its end is read once it has exited and its output has closed (the two come apart).
-  callbacks.on_output_closed = [this] {
-    guarded("host discovery output", [&] {
-      discovery_closed_ = true;
-      if (discovery_end_) on_discovery_end(*discovery_end_);
-    });
-  };
-  callbacks.on_exit = [this](const ChildEnd& end) {
-    guarded("host discovery end", [&] {
-      discovery_end_ = end;
-      if (discovery_closed_) on_discovery_end(end);
-    });
-  };
-  discovery_closed_ = false;
-  discovery_end_.reset();
-  discovery_output_.clear();
-  discovery_started_ = common::monotonic_seconds();
-  discovery_.reset();
-  try {
-    discovery_ = spawner_.spawn(request, std::move(callbacks));
-    discovery_running_ = true;
-  } catch (const std::exception& e) {
-    spdlog::warn("elastic.host_discovery cannot be started: {}", e.what());
-  }
+  // A program that hangs is stopped after max(10 s, two intervals).
+  start_side_run(discovery_, request, "elastic.host_discovery", std::max(10.0, 2 * interval),
+                 kMaxDiscoveryBytes, [this](const ChildEnd& end) { on_discovery_end(end); });
 }
 
 // Lines of host names ("host" or Horovod's "host:slots"); blank lines and # comments skipped.
 void Supervisor::on_discovery_end(const ChildEnd& end) {
-  discovery_running_ = false;  // its Child is released at the next run, not in its own callback
   if (end.status.signaled || end.status.code != 0) {
     spdlog::warn("elastic.host_discovery ended {}; its list is not used this time",
                  describe(end.status));
@@ -323,10 +331,10 @@ void Supervisor::on_discovery_end(const ChildEnd& end) {
   }
   std::set<std::string> hosts;
   size_t at = 0;
-  while (at < discovery_output_.size()) {
-    size_t eol = discovery_output_.find('\n', at);
-    std::string line = discovery_output_.substr(at, eol == std::string::npos ? eol : eol - at);
-    at = eol == std::string::npos ? discovery_output_.size() : eol + 1;
+  while (at < discovery_.output.size()) {
+    size_t eol = discovery_.output.find('\n', at);
+    std::string line = discovery_.output.substr(at, eol == std::string::npos ? eol : eol - at);
+    at = eol == std::string::npos ? discovery_.output.size() : eol + 1;
     line.erase(0, line.find_first_not_of(" \t\r"));
     line.erase(line.find_last_not_of(" \t\r") + 1);
     if (line.empty() || line[0] == '#') continue;
@@ -463,15 +471,9 @@ void Supervisor::grow(const std::string& host) {
                                            task_tf_config(plan_, t->plan, cluster_json_), "",
                                            members}));
   }
-  for (auto& other : tasks_) {  // the notice, to the members that were there
-    if (!member(*other) || !other->child || other->state != Task::State::kRunning ||
-        other->plan.progress_path.empty() ||
-        std::find(joining.begin(), joining.end(), other.get()) != joining.end())
-      continue;
-    if (!other->child->look(other->progress_path_now).record) continue;
-    other->child->queue_signal(SIGUSR1, generation_);
-    other->noticed = generation_;
-  }
+  notify_members([&](const Task& t) {  // the members that were there
+    return std::find(joining.begin(), joining.end(), &t) != joining.end();
+  });
   answer_held_reforms(true, "");
   // A task of host that did not join this time (its joiner failed while another's was warming
   // up) gets a try of its own.
@@ -545,51 +547,15 @@ void Supervisor::probe_host(const std::string& host) {
   for (auto& t : tasks_)
     if (t->away && t->plan.where == host && !first) first = t.get();
   if (!first) return;
-  Probe& probe = probes_[host];
-  if (probe.running) return;
-  probe.child.reset();  // the last one's, released here rather than in its own callback
-  probe.closed = false;
-  probe.end.reset();
-  ChildCallbacks callbacks;
-  callbacks.on_output = [](std::string_view) {};
-  callbacks.on_output_closed = [this, host] {
-    guarded("probe output", [&] {
-      Probe& p = probes_[host];
-      p.closed = true;
-      if (p.end) on_probe_end(host, *p.end);
-    });
-  };
-  callbacks.on_exit = [this, host](const ChildEnd& end) {
-    guarded("probe end", [&] {
-      Probe& p = probes_[host];
-      p.end = end;
-      if (p.closed) on_probe_end(host, end);
-    });
-  };
-  try {
-    probe.child = spawner_.spawn(make_probe_request(plan_, first->plan), std::move(callbacks));
-  } catch (const std::exception& e) {
-    spdlog::warn("host {}: cannot start the probe: {}", host, e.what());
-    return schedule_rejoin(host, next_rejoin_delay(host));
-  }
-  probe.running = true;
   // A remote shell that neither connects nor gives up is given the start time-out; 0 turns it
   // off (docs/job-file.md), as it does for the workers' starts.
-  const double limit = plan_.spec().restart.startup_seconds;
-  if (limit <= 0) return;
-  if (!probe.deadline) probe.deadline = std::make_unique<boost::asio::steady_timer>(io_);
-  probe.deadline->expires_after(seconds(limit));
-  probe.deadline->async_wait([this, host](const boost::system::error_code& ec) {
-    if (ec) return;
-    Probe& p = probes_[host];
-    if (p.running && p.child) p.child->signal_group(SIGKILL);
-  });
+  bool started = start_side_run(probes_[host], make_probe_request(plan_, first->plan),
+                                "host " + host + "'s probe", plan_.spec().restart.startup_seconds,
+                                0, [this, host](const ChildEnd& end) { on_probe_end(host, end); });
+  if (!started && !probes_[host].running) schedule_rejoin(host, next_rejoin_delay(host));
 }
 
 void Supervisor::on_probe_end(const std::string& host, const ChildEnd& end) {
-  Probe& probe = probes_[host];
-  probe.running = false;
-  if (probe.deadline) probe.deadline->cancel();
   if (phase_ != Phase::kRunning || stop_requested_) return;
   if (end.status.signaled || end.status.code != 0) {
     spdlog::info("host {} does not answer yet ({})", host, describe(end.status));

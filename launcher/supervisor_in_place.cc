@@ -85,7 +85,7 @@ bool Supervisor::recover_in_place(Task& task, const EndReading& reading, const C
   int64_t reached = in_place_recovery_ ? in_place_recovery_->reached_step : reform_furthest_;
   in_place_recovery_ = PendingInPlace{generation_, failed_at, reached, std::nullopt};
   task.respawn_pending = true;
-  notify_survivors(task);
+  notify_members([&](const Task& t) { return &t == &task; });
   // What is left of the dead member's group (a grandchild holding its output) goes first; its
   // last output lines reach the log before the replacement's header.
   if (task.output_open)
@@ -120,10 +120,10 @@ void Supervisor::drain_then_respawn(Task& task) {
 // off by the network closes nothing, so without it a survivor would wait out its link time-out.
 // Only workers whose progress record shows they run dtrain-worker's loop get it (the worker
 // blocks SIGUSR1 before it writes one; before that, the signal would kill it).
-void Supervisor::notify_survivors(const Task& failed) {
+void Supervisor::notify_members(const std::function<bool(const Task&)>& skip) {
   for (auto& other : tasks_) {
-    if (other.get() == &failed || !member(*other) || !other->child ||
-        other->state != Task::State::kRunning || other->plan.progress_path.empty())
+    if (!member(*other) || !other->child || other->state != Task::State::kRunning ||
+        other->plan.progress_path.empty() || (skip && skip(*other)))
       continue;
     if (!other->child->look(other->progress_path_now).record) continue;
     other->child->queue_signal(SIGUSR1, generation_);

@@ -182,7 +182,7 @@ void Supervisor::finish(const std::string& status, int exit_code, const std::str
   if (phase_ == Phase::kDone) return;
   phase_ = Phase::kDone;
   cancel_timers();
-  if (discovery_running_) discovery_->signal_group(SIGKILL);
+  if (discovery_.running) discovery_.child->signal_group(SIGKILL);
   for (auto& [host, probe] : probes_)
     if (probe.running && probe.child) probe.child->signal_group(SIGKILL);
   answer_held_reforms(false, "the job has ended: " + reason);
