@@ -190,8 +190,14 @@ class Backend {
                             const float* g, float* m, float* v) = 0;
 };
 
-/// The oneDNN backend (dnnl_backend.cc), on its own host device.
-std::unique_ptr<Backend> make_dnnl_backend();
+/// The oneDNN backend (dnnl_backend.cc), on its own host device, computing its products in
+/// `mode` (kTf32 computes in float32 on the CPU). ConfigError when the CPU cannot compute in
+/// `mode` (cpu_supports).
+std::unique_ptr<Backend> make_dnnl_backend(MathMode mode = MathMode::kFloat32);
+/// Whether this CPU multiplies in `mode` natively (bf16: AVX512_BF16 or AMX, as oneDNN
+/// dispatches; fp16: never on the CPU for now), and the ISA oneDNN dispatches to, by name.
+bool cpu_supports(MathMode mode);
+std::string cpu_isa_name();
 /// The CUDA backend (cuda/cuda_backend.cu) on its own CUDA device (the first visible GPU),
 /// computing its products in `mode`. In a CPU-only build it throws ConfigError.
 std::unique_ptr<Backend> make_cuda_backend(MathMode mode = MathMode::kFloat32);

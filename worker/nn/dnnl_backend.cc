@@ -11,6 +11,8 @@
 #include <string>
 #include <vector>
 
+#include <fmt/format.h>
+
 #include "common/errors.h"
 #include "worker/nn/host_backend.h"
 
@@ -359,8 +361,30 @@ void DnnlBackend::adamw_update(const AdamWParams& p, int64_t step, size_t count,
 
 }  // namespace
 
-std::unique_ptr<Backend> make_dnnl_backend() {
+std::unique_ptr<Backend> make_dnnl_backend(MathMode mode) {
+  if (mode == MathMode::kTf32) mode = MathMode::kFloat32;
+  if (!cpu_supports(mode))
+    throw common::ConfigError(fmt::format("this CPU ({}) cannot compute in {}", cpu_isa_name(),
+                                          math_mode_name(mode)));
   return std::make_unique<DnnlBackend>();
+}
+
+bool cpu_supports(MathMode mode) {
+  return mode == MathMode::kFloat32 || mode == MathMode::kTf32;
+}
+
+std::string cpu_isa_name() {
+  switch (dnnl::get_effective_cpu_isa()) {
+    case dnnl::cpu_isa::avx512_core_amx: return "avx512_core_amx";
+    case dnnl::cpu_isa::avx512_core_bf16: return "avx512_core_bf16";
+    case dnnl::cpu_isa::avx512_core_vnni: return "avx512_core_vnni";
+    case dnnl::cpu_isa::avx512_core: return "avx512_core";
+    case dnnl::cpu_isa::avx2_vnni: return "avx2_vnni";
+    case dnnl::cpu_isa::avx2: return "avx2";
+    case dnnl::cpu_isa::avx: return "avx";
+    case dnnl::cpu_isa::sse41: return "sse41";
+    default: return "other";
+  }
 }
 
 }  // namespace dtrain::nn
