@@ -214,7 +214,30 @@ std::pair<std::string, std::string> read_train_config(const std::string& path) {
 // The backend for train.device: cuda, cpu, or auto (CUDA when this build has it and a GPU is
 // visible). Deciding creates no CUDA context; only the CUDA backend itself, which trains, does.
 // On a CPU machine or build the log names the CPU device only (why not CUDA is a debug line).
-std::unique_ptr<nn::Backend> choose_backend(const TrainConfig& config, const std::string& source) {
+// A mixed policy on a CPU without its 16-bit products (docs/design.md#mixed-precision): exit 2,
+// or float32 with a warning where train.dtype_policy_fallback says so; checkpoints and
+// model.json then record float32, the policy the model was trained under.
+void cpu_fallback(TrainConfig& config, const std::string& source) {
+  const char* policy = nn::math_mode_name(config.math);
+  std::string lack =
+      config.math == nn::MathMode::kBfloat16
+          ? fmt::format(
+                "this CPU has no bf16 products (oneDNN dispatches to {}; bf16 needs "
+                "AVX512_BF16 or AMX)",
+                nn::cpu_isa_name())
+          : std::string("oneDNN has no float16 products on the CPU (it is a GPU policy)");
+  if (!config.dtype_policy_fallback) {
+    throw ConfigError(
+        fmt::format("{}: train.dtype_policy: \"{}\": {}: set \"dtype_policy\": \"float32\", or "
+                    "\"dtype_policy_fallback\": \"float32\" to train in float32 on such CPUs",
+                    source, policy, lack));
+  }
+  spdlog::warn("train.dtype_policy \"{}\": {}; training in float32 (train.dtype_policy_fallback)",
+               policy, lack);
+  config.math = nn::MathMode::kFloat32;
+}
+
+std::unique_ptr<nn::Backend> choose_backend(TrainConfig& config, const std::string& source) {
   gpu::GpuInfo build = gpu::probe_build();
   bool gpu_usable = build.compiled && build.device_count > 0;
   bool cuda = false;
@@ -245,17 +268,14 @@ std::unique_ptr<nn::Backend> choose_backend(const TrainConfig& config, const std
     return backend;
   }
   if (automatic) spdlog::debug("train.device auto: not CUDA: {}", gpu::describe(build));
-  if (config.math == nn::MathMode::kBfloat16 || config.math == nn::MathMode::kFloat16) {
-    throw ConfigError(fmt::format(
-        "{}: train.dtype_policy: \"{}\" runs on GPUs only for now; this worker trains on the "
-        "CPU (oneDNN computes in float32): set \"dtype_policy\": \"float32\" or train on a "
-        "GPU",
-        source, nn::math_mode_name(config.math)));
-  }
-  if (config.math == nn::MathMode::kTf32)
+  if (config.math == nn::MathMode::kTf32) {
     spdlog::info("train.allow_tf32: no effect on the CPU (it computes in float32)");
-  spdlog::info("device: cpu (oneDNN)");
-  return nn::make_dnnl_backend();
+    config.math = nn::MathMode::kFloat32;
+  }
+  if (!nn::cpu_supports(config.math)) cpu_fallback(config, source);
+  std::unique_ptr<nn::Backend> backend = nn::make_dnnl_backend(config.math);
+  spdlog::info("device: {}", backend->name());
+  return backend;
 }
 
 // Sharded by file (train.data.shard_policy "file"), a worker decodes only its rank's share of the

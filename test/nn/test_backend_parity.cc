@@ -42,9 +42,13 @@ class Rng {
   std::mt19937 engine_;
 };
 
+/// The oneDNN backend and its oracle in one math mode: in mixed_bfloat16 the reference rounds
+/// each product's inputs to bf16 and sums exactly, so the same float32 bounds hold.
 struct Backends {
-  std::unique_ptr<Backend> dnnl = make_dnnl_backend();
-  std::unique_ptr<Backend> ref = make_reference_backend();
+  explicit Backends(MathMode mode = MathMode::kFloat32)
+      : dnnl(make_dnnl_backend(mode)), ref(make_reference_backend(mode)) {}
+  std::unique_ptr<Backend> dnnl;
+  std::unique_ptr<Backend> ref;
 };
 
 Floats abs_of(Floats v) {
@@ -368,6 +372,32 @@ TEST_CASE("oneDNN conv2d matches the reference on random shapes", "[parity]") {
   }
 }
 
+/// Shapes whose channels oneDNN blocks (8, 16, 32 in and out), the tutorial's first layer, and
+/// the fused ReLU forward against conv then ReLU.
+void check_blocked_convs(MathMode mode) {
+  Backends be(mode);
+  Rng rng(111);
+  const int shapes[][4] = {{1, 32, 28, 3}, {8, 8, 9, 3}, {16, 16, 7, 1}, {32, 16, 6, 3}};
+  for (const auto& shape : shapes) {
+    ConvShape s;
+    s.n = 4, s.c = shape[0], s.k = shape[1], s.h = s.w = shape[2], s.kh = s.kw = shape[3];
+    pad_axis(Padding::kKerasSame, s.h, s.kh, s.sh, &s.pad_top, &s.pad_bottom);
+    pad_axis(Padding::kKerasSame, s.w, s.kw, s.sw, &s.pad_left, &s.pad_right);
+    INFO(describe(s) << " in " << math_mode_name(mode));
+    const ConvData d = random_conv_data(s, rng);
+    check_conv_parity(be, s, d);
+    Floats fused(s.output_count()), apart(s.output_count());
+    be.dnnl->conv2d_relu_forward(s, d.x.data(), d.w.data(), d.b.data(), fused.data());
+    be.dnnl->conv2d_forward(s, d.x.data(), d.w.data(), d.b.data(), apart.data());
+    be.ref->relu_forward(apart.size(), apart.data(), apart.data());
+    check_equal("conv + relu", fused, apart);
+  }
+}
+
+TEST_CASE("oneDNN conv2d in blocked layouts matches the reference, ReLU fused", "[parity]") {
+  check_blocked_convs(MathMode::kFloat32);
+}
+
 TEST_CASE("oneDNN dense matches the reference with odd sizes", "[parity]") {
   Backends be;
   Rng rng(102);
@@ -453,5 +483,67 @@ TEST_CASE("oneDNN gives bit-identical results on repeat runs", "[parity]") {
     INFO("output " << i << " of " << a.size());
     CHECK(bit_identical(a[i], b[i]));
     CHECK(bit_identical(a[i], c[i]));
+  }
+}
+
+// mixed_bfloat16 (docs/design.md#mixed-precision): where the CPU has bf16 products, oneDNN's
+// results equal the reference that rounds every product's input to bf16, within float32's
+// bounds: the rounding happened, and only there. Where it has none, the backend is refused.
+TEST_CASE("oneDNN mixed_bfloat16 matches the bf16-rounding reference, or is refused", "[bf16]") {
+  if (!cpu_supports(MathMode::kBfloat16)) {
+    WARN("this CPU (" << cpu_isa_name() << ") has no bf16 products: checking the refusal");
+    CHECK_THROWS_WITH(make_dnnl_backend(MathMode::kBfloat16),
+                      Catch::Contains("cannot compute in mixed_bfloat16"));
+    return;
+  }
+  CHECK(make_dnnl_backend(MathMode::kBfloat16)->implementations().empty() == false);
+  Backends be(MathMode::kBfloat16);
+  Rng rng(121);
+  for (Padding mode : {Padding::kValid, Padding::kKerasSame}) {
+    for (int trial = 0; trial < 10; ++trial) {
+      const ConvShape s = random_conv_shape(rng, mode);
+      INFO(describe(s));
+      check_conv_parity(be, s, random_conv_data(s, rng));
+    }
+  }
+  check_blocked_convs(MathMode::kBfloat16);
+  const int shapes[][3] = {{3, 5, 7}, {1, 1, 1}, {7, 9, 65}, {64, 301, 10}};
+  for (const auto& shape : shapes) {
+    INFO("dense n=" << shape[0] << " in=" << shape[1] << " out=" << shape[2]);
+    check_dense_parity(be, shape[0], shape[1], shape[2], rng);
+  }
+  CHECK_THAT(be.dnnl->implementations(), Catch::Contains("bf16"));
+}
+
+// The backward pass may use the bf16 copy of the weights the forward made; an optimizer update
+// of those weights in between must not leave it stale.
+TEST_CASE("oneDNN mixed_bfloat16 rounds weights again after an update", "[bf16]") {
+  if (!cpu_supports(MathMode::kBfloat16)) return;  // the case above checks the refusal
+  Backends be(MathMode::kBfloat16);
+  Rng rng(122);
+  const int n = 4, in = 33, out = 5;
+  const Floats x = rng.floats(n * in, -1, 1), b = rng.floats(out, -1, 1);
+  const Floats dy = rng.floats(n * out, -1, 1), g = rng.floats(in * out, -1, 1);
+  Floats w = rng.floats(in * out, -1, 1), y(n * out), got(n * in), want(n * in);
+  be.dnnl->dense_forward(n, in, out, x.data(), w.data(), b.data(), y.data());
+  SgdParams sgd;
+  sgd.learning_rate = 0.5f;
+  be.dnnl->sgd_update(sgd, w.size(), w.data(), g.data(), nullptr);
+  be.dnnl->dense_backward_data(n, in, out, dy.data(), w.data(), got.data());
+  be.ref->dense_backward_data(n, in, out, dy.data(), w.data(), want.data());
+  Floats mag(n * in);
+  be.ref->dense_backward_data(n, in, out, abs_of(dy).data(), abs_of(w).data(), mag.data());
+  check_sums("dense dx after the update", got, want, mag, out);
+}
+
+TEST_CASE("oneDNN mixed_bfloat16 gives bit-identical results on repeat runs", "[bf16]") {
+  if (!cpu_supports(MathMode::kBfloat16)) return;
+  auto first = make_dnnl_backend(MathMode::kBfloat16);
+  const std::vector<Floats> a = run_everything(*first);
+  const std::vector<Floats> b = run_everything(*make_dnnl_backend(MathMode::kBfloat16));
+  REQUIRE(a.size() == b.size());
+  for (size_t i = 0; i < a.size(); ++i) {
+    INFO("output " << i << " of " << a.size());
+    CHECK(bit_identical(a[i], b[i]));
   }
 }

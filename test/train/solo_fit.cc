@@ -8,7 +8,7 @@ namespace dtrain::testing {
 
 std::vector<float> solo_fit(const train::TrainConfig& c, const std::string& run_dir,
                             const SoloFitOptions& options) {
-  auto backend = nn::make_dnnl_backend();
+  auto backend = nn::make_dnnl_backend(c.math);
   comm::SoloCommunicator solo;
   auto [train_data, test_data] =
       data::load_data(c.data, {c.model.height, c.model.width, c.model.channels});

@@ -13,6 +13,7 @@
 #include "test/support/temp_dir.h"
 #include "test/train/solo_fit.h"
 #include "worker/comm/ring_communicator.h"
+#include "worker/nn/backend.h"
 #include "worker/train/checkpoint.h"
 #include "worker/train/safetensors.h"
 #include "worker/train/trainer.h"
@@ -138,19 +139,74 @@ TEST_CASE("dtype_policy and allow_tf32 take Keras's and PyTorch's names into one
   CHECK_THROWS_WITH(math(R"(, "allow_tf32": "yes")"), Contains("train.allow_tf32"));
 }
 
-TEST_CASE("a mixed policy on the CPU is exit 2 naming train.dtype_policy, before any step") {
+// A CPU without bf16 products is this one with oneDNN held to AVX-512 without them
+// (ONEDNN_MAX_CPU_ISA, oneDNN's own dispatch limit): exit 2 naming the policy and the ISA, or
+// float32 with a warning under dtype_policy_fallback. mixed_float16 has no CPU products at all.
+TEST_CASE("a mixed policy on a CPU without its products: exit 2, or float32 with a warning") {
   testing::TempDir dir;
-  std::string job = dir.path() + "/job.json";
-  std::ofstream(job) << R"({"job": "mixed", "workers": 1, "train": )"
-                     << train_json(R"("sgd")", "", "[6, 6, 1]",
-                                   R"(, "device": "cpu", "dtype_policy": "mixed_bfloat16")")
-                     << "}";
-  auto r = testing::run_process(
-      {testing::binary("dtrain-worker"), "--config", job, "--run-dir", dir.path() + "/run"});
+  auto run = [&](const std::string& name, const std::string& extra) {
+    std::string job = dir.path() + "/" + name + ".json";
+    std::ofstream(job) << R"({"job": "mixed", "workers": 1, "train": )"
+                       << train_json(R"("sgd")", "", "[6, 6, 1]", R"(, "device": "cpu")" + extra)
+                       << "}";
+    testing::ProcessOptions options;
+    options.env["ONEDNN_MAX_CPU_ISA"] = "AVX512_CORE";
+    return testing::run_process(
+        {testing::binary("dtrain-worker"), "--config", job, "--run-dir", dir.path() + "/" + name},
+        options);
+  };
+  auto r = run("refused", R"(, "dtype_policy": "mixed_bfloat16")");
   INFO(r.err);
   CHECK(r.exit_code == 2);
-  CHECK_THAT(r.err, Contains("train.dtype_policy") && Contains("mixed_bfloat16"));
-  CHECK_FALSE(fs::exists(dir.path() + "/run/model"));
+  CHECK_THAT(r.err, Contains("train.dtype_policy") && Contains("mixed_bfloat16") &&
+                        Contains("no bf16 products") && Contains("dtype_policy_fallback"));
+  CHECK_FALSE(fs::exists(dir.path() + "/refused/model"));
+
+  r = run("half", R"(, "dtype_policy": "mixed_float16")");
+  CHECK(r.exit_code == 2);
+  CHECK_THAT(r.err, Contains("mixed_float16") && Contains("no float16 products"));
+
+  r = run("fallback", R"(, "dtype_policy": "mixed_bfloat16", "dtype_policy_fallback": "float32")");
+  INFO(r.err);
+  REQUIRE(r.exit_code == 0);
+  CHECK_THAT(r.err, Contains("training in float32 (train.dtype_policy_fallback)"));
+  // Trained in float32, so recorded as float32: nothing.
+  CHECK_THAT(common::read_file(dir.path() + "/fallback/model/model.json"),
+             !Contains("dtype_policy"));
+  CHECK_THROWS_WITH(
+      parse(train_json(R"("sgd")", "", "[6, 6, 1]", R"(, "dtype_policy_fallback": "bfloat16")")),
+      Contains("train.dtype_policy_fallback"));
+}
+
+// mixed_bfloat16 on a CPU with bf16 products: a run stopped mid-epoch and resumed ends with the
+// weights of one that never stopped, bit for bit; both differ from float32's (the products did
+// round), and the checkpoint records the policy. Without bf16 products, the backend is refused.
+TEST_CASE("mixed_bfloat16 on the CPU resumes bit-exactly and records its policy") {
+  train::TrainConfig c = parse(train_json(R"({"type": "sgd", "momentum": 0.9})", "", "[6, 6, 1]",
+                                          R"(, "dtype_policy": "mixed_bfloat16")"));
+  c.backup.delete_on_success = false;
+  if (!nn::cpu_supports(nn::MathMode::kBfloat16)) {
+    WARN("this CPU (" << nn::cpu_isa_name() << ") has no bf16 products: checking the refusal");
+    CHECK_THROWS_AS(nn::make_dnnl_backend(c.math), common::ConfigError);
+    return;
+  }
+  testing::TempDir dir;
+  std::vector<float> whole = testing::solo_fit(c, dir.path() + "/whole");
+  train::TrainConfig f32 = c;
+  f32.math = nn::MathMode::kFloat32;
+  std::vector<float> plain = testing::solo_fit(f32, dir.path() + "/float32");
+  REQUIRE(plain.size() == whole.size());
+  CHECK(std::memcmp(plain.data(), whole.data(), whole.size() * sizeof(float)) != 0);
+
+  std::string run = dir.path() + "/stopped";
+  CHECK_THROWS_AS(testing::solo_fit(c, run, {.stop_after = 5}), train::Preempted);
+  for (const auto& e : fs::directory_iterator(run + "/backup")) {
+    if (e.path().extension() != ".safetensors") continue;
+    CHECK(train::read_safetensors_metadata(e.path()).at("dtype_policy") == "mixed_bfloat16");
+  }
+  std::vector<float> resumed = testing::solo_fit(c, run);
+  REQUIRE(resumed.size() == whole.size());
+  CHECK(std::memcmp(resumed.data(), whole.data(), whole.size() * sizeof(float)) == 0);
 }
 
 TEST_CASE("checkpoints and the final model record a mixed policy; float32 records nothing") {

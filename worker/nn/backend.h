@@ -94,6 +94,9 @@ class Backend {
   virtual uint64_t scratch_generation() const { return 0; }
   /// How this backend's products compute (kFloat32 unless it was made for another mode).
   virtual MathMode math_mode() const { return MathMode::kFloat32; }
+  /// The kernels the library dispatched to so far, for the log ("convolution jit:avx512_core;
+  /// matmul brg:avx512_core_bf16"); empty where the backend does not say.
+  virtual std::string implementations() const { return {}; }
 
   /// y = conv(x, w) + b.  x: n,c,h,w  w: k,c,kh,kw  b: k  y: n,k,oh,ow
   virtual void conv2d_forward(const ConvShape& s, const float* x, const float* w, const float* b,
@@ -202,6 +205,8 @@ std::string cpu_isa_name();
 /// computing its products in `mode`. In a CPU-only build it throws ConfigError.
 std::unique_ptr<Backend> make_cuda_backend(MathMode mode = MathMode::kFloat32);
 /// The naive reference backend (reference_backend.cc): plain loops in double where it matters.
-std::unique_ptr<Backend> make_reference_backend();
+/// In kBfloat16 each product's inputs are rounded to bf16 first (the oracle for that mode);
+/// kTf32 computes in float32; kFloat16 is refused.
+std::unique_ptr<Backend> make_reference_backend(MathMode mode = MathMode::kFloat32);
 
 }  // namespace dtrain::nn

@@ -1,19 +1,22 @@
-// The CPU backend on oneDNN: convolution (forward, backward data, backward weights), max pooling
-// and ReLU as oneDNN primitives made once per shape and cached; dense layers on oneDNN's sgemm;
-// log-softmax as a primitive with the loss around it; optimizer updates as plain vectorisable
-// loops. Plain layouts (nchw, oihw) everywhere: oneDNN picks its jit gemm convolution for them.
-// The only file that includes oneDNN.
+// The CPU backend on oneDNN: convolutions in the layouts oneDNN prefers (dnnl_parts.h stages
+// them from and to the layers' plain NCHW buffers), dense layers as matmul primitives, max
+// pooling and ReLU as primitives, all made once per shape and cached; log-softmax as a primitive
+// with the loss around it; optimizer updates as plain loops split over OpenMP's threads. In
+// mixed_bfloat16 the products take bf16 copies of their inputs (docs/design.md#mixed-precision);
+// everything else stays float32. The dnnl_* files are the only ones that include oneDNN.
+#include <fmt/format.h>
+
 #include <cmath>
 #include <cstring>
 #include <dnnl.hpp>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
-#include <fmt/format.h>
-
 #include "common/errors.h"
+#include "worker/nn/dnnl_parts.h"
 #include "worker/nn/host_backend.h"
 
 namespace dtrain::nn {
@@ -22,6 +25,10 @@ namespace {
 using dnnl::memory;
 using Tag = memory::format_tag;
 using Dt = memory::data_type;
+using dnnl_parts::Conv;
+using dnnl_parts::Matmul;
+using dnnl_parts::MatmulShape;
+using dnnl_parts::Rounder;
 
 memory::desc plain(const memory::dims& dims, Tag tag) {
   return memory::desc(dims, Dt::f32, tag);
@@ -32,13 +39,6 @@ template <class Shape>
 std::string key_of(const Shape& s) {
   return std::string(reinterpret_cast<const char*>(&s), sizeof s);
 }
-
-struct ConvPrimitives {
-  dnnl::convolution_forward forward;
-  dnnl::convolution_backward_data backward_data;
-  dnnl::convolution_backward_weights backward_weights;
-  memory::desc src, weights, bias, dst;
-};
 
 struct PoolPrimitives {
   dnnl::pooling_forward forward;
@@ -59,48 +59,49 @@ struct LogSoftmaxPrimitives {
 
 class DnnlBackend : public HostBackend {
  public:
-  DnnlBackend() : engine_(dnnl::engine::kind::cpu, 0), stream_(engine_) {}
-  std::string name() const override { return "cpu (oneDNN)"; }
+  explicit DnnlBackend(MathMode mode)
+      : mode_(mode), engine_(dnnl::engine::kind::cpu, 0), stream_(engine_), rounder_(engine_) {}
+  std::string name() const override {
+    return bf16() ? fmt::format("cpu (oneDNN, mixed_bfloat16 on {})", cpu_isa_name())
+                  : std::string("cpu (oneDNN)");
+  }
+  MathMode math_mode() const override { return mode_; }
+  std::string implementations() const override;
 
   void conv2d_forward(const ConvShape& s, const float* x, const float* w, const float* b,
                       float* y) override {
-    ConvPrimitives& p = conv(s);
-    p.forward.execute(stream_, {{DNNL_ARG_SRC, mem(p.src, x)},
-                                {DNNL_ARG_WEIGHTS, mem(p.weights, w)},
-                                {DNNL_ARG_BIAS, mem(p.bias, b)},
-                                {DNNL_ARG_DST, mem(p.dst, y)}});
-    stream_.wait();
+    conv(s).forward(stream_, x, w, b, y, false);
   }
-
+  void conv2d_relu_forward(const ConvShape& s, const float* x, const float* w, const float* b,
+                           float* y) override {
+    conv(s).forward(stream_, x, w, b, y, true);
+  }
   void conv2d_backward_data(const ConvShape& s, const float* dy, const float* w,
                             float* dx) override {
-    ConvPrimitives& p = conv(s);
-    p.backward_data.execute(stream_, {{DNNL_ARG_DIFF_DST, mem(p.dst, dy)},
-                                      {DNNL_ARG_WEIGHTS, mem(p.weights, w)},
-                                      {DNNL_ARG_DIFF_SRC, mem(p.src, dx)}});
-    stream_.wait();
+    conv(s).backward_data(stream_, dy, w, dx);
   }
-
   void conv2d_backward_weights(const ConvShape& s, const float* x, const float* dy, float* dw,
                                float* db) override {
-    ConvPrimitives& p = conv(s);
-    p.backward_weights.execute(stream_, {{DNNL_ARG_SRC, mem(p.src, x)},
-                                         {DNNL_ARG_DIFF_DST, mem(p.dst, dy)},
-                                         {DNNL_ARG_DIFF_WEIGHTS, mem(p.weights, dw)},
-                                         {DNNL_ARG_DIFF_BIAS, mem(p.bias, db)}});
-    stream_.wait();
+    conv(s).backward_weights(stream_, x, dy, dw, db);
   }
 
   void dense_forward(int n, int in, int out, const float* x, const float* w, const float* b,
                      float* y) override {
-    for (int i = 0; i < n; ++i)
-      std::memcpy(y + static_cast<size_t>(i) * out, b, sizeof(float) * out);
-    gemm('N', 'N', n, out, in, x, in, w, out, 1.0f, y, out);
+    dense(n, in, out, x, w, b, y, false);
+  }
+  void dense_relu_forward(int n, int in, int out, const float* x, const float* w, const float* b,
+                          float* y) override {
+    dense(n, in, out, x, w, b, y, true);
   }
 
   void dense_backward_data(int n, int in, int out, const float* dy, const float* w,
                            float* dx) override {
-    gemm('N', 'T', n, in, out, dy, out, w, out, 0.0f, dx, in);
+    // dx (n x in) = dy (n x out) w^T, w^T a view of w (in x out).
+    MatmulShape shape{n, in, out, out, 1, 1, out, in, false, false, bf16()};
+    if (!bf16()) return matmul(shape).run(stream_, dy, w, nullptr, dx);
+    const uint16_t* dy16 = rounder_.round(dy, static_cast<size_t>(n) * out, stream_);
+    const uint16_t* w16 = rounder_.reuse(w, static_cast<size_t>(in) * out, stream_);
+    matmul(shape).run(stream_, dy16, w16, nullptr, dx);
   }
 
   void dense_backward_weights(int n, int in, int out, const float* x, const float* dy, float* dw,
@@ -114,8 +115,13 @@ class DnnlBackend : public HostBackend {
     DT_ENFORCE(0 <= row_begin && row_begin <= row_end && row_end <= in, "rows {}..{} of {}",
                row_begin, row_end, in);
     if (row_begin == row_end) return;
-    gemm('T', 'N', row_end - row_begin, out, n, x + row_begin, in, dy, out, 0.0f,
-         dw + static_cast<size_t>(row_begin) * out, out);
+    // dw rows (rows x out) = x^T rows (a view of x's columns) dy (n x out).
+    MatmulShape shape{row_end - row_begin, out, n, 1, in, out, 1, out, false, false, bf16()};
+    float* rows = dw + static_cast<size_t>(row_begin) * out;
+    if (!bf16()) return matmul(shape).run(stream_, x + row_begin, dy, nullptr, rows);
+    const uint16_t* x16 = rounder_.reuse(x, static_cast<size_t>(n) * in, stream_);
+    const uint16_t* dy16 = rounder_.round(dy, static_cast<size_t>(n) * out, stream_);
+    matmul(shape).run(stream_, x16 + row_begin, dy16, nullptr, rows);
   }
 
   void dense_backward_bias(int n, int out, const float* dy, float* db) override {
@@ -175,55 +181,67 @@ class DnnlBackend : public HostBackend {
                     float* m, float* v) override;
 
  private:
+  bool bf16() const { return mode_ == MathMode::kBfloat16; }
   memory mem(const memory::desc& md, const void* data) {
     return memory(md, engine_, const_cast<void*>(data));
   }
-
-  // Row-major C = A op B (+ beta C) with oneDNN's sgemm.
-  static void gemm(char ta, char tb, int m, int n, int k, const float* a, int lda, const float* b,
-                   int ldb, float beta, float* c, int ldc) {
-    dnnl_status_t rc = dnnl_sgemm(ta, tb, m, n, k, 1.0f, a, lda, b, ldb, beta, c, ldc);
-    DT_ENFORCE(rc == dnnl_success, "dnnl_sgemm failed with status {}", static_cast<int>(rc));
+  // y = x w + b (then relu); in bf16 on rounded copies of x and w that the backward pass reuses
+  // (the gradient is of the weights the forward used).
+  void dense(int n, int in, int out, const float* x, const float* w, const float* b, float* y,
+             bool relu) {
+    MatmulShape shape{n, out, in, in, 1, out, 1, out, true, relu, bf16()};
+    if (!bf16()) return matmul(shape).run(stream_, x, w, b, y);
+    const uint16_t* x16 = rounder_.round(x, static_cast<size_t>(n) * in, stream_);
+    const uint16_t* w16 = rounder_.round(w, static_cast<size_t>(in) * out, stream_);
+    matmul(shape).run(stream_, x16, w16, b, y);
+  }
+  // An optimizer update changed [w, w + count): rounded copies of it are stale.
+  void updated(const float* w, size_t count) {
+    if (bf16()) rounder_.drop(w, count);
   }
 
-  ConvPrimitives& conv(const ConvShape& s);
+  Conv& conv(const ConvShape& s);
+  Matmul& matmul(const MatmulShape& s);
   PoolPrimitives& pool(const PoolShape& s);
   ReluPrimitives& relu(size_t count);
   LogSoftmaxPrimitives& log_softmax(int n, int classes);
 
+  MathMode mode_;
   dnnl::engine engine_;
   dnnl::stream stream_;
-  std::map<std::string, std::unique_ptr<ConvPrimitives>> convs_;
+  Rounder rounder_;
+  std::map<std::string, std::unique_ptr<Conv>> convs_;
+  std::map<std::string, std::unique_ptr<Matmul>> matmuls_;
   std::map<std::string, std::unique_ptr<PoolPrimitives>> pools_;
   std::map<size_t, std::unique_ptr<ReluPrimitives>> relus_;
   std::map<std::pair<int, int>, std::unique_ptr<LogSoftmaxPrimitives>> log_softmaxes_;
   std::vector<float> log_probabilities_;
 };
 
-ConvPrimitives& DnnlBackend::conv(const ConvShape& s) {
+Conv& DnnlBackend::conv(const ConvShape& s) {
   auto& slot = convs_[key_of(s)];
-  if (slot) return *slot;
-  auto p = std::make_unique<ConvPrimitives>();
-  p->src = plain({s.n, s.c, s.h, s.w}, Tag::nchw);
-  p->weights = plain({s.k, s.c, s.kh, s.kw}, Tag::oihw);
-  p->bias = plain({s.k}, Tag::x);
-  p->dst = plain({s.n, s.k, s.oh(), s.ow()}, Tag::nchw);
-  memory::dims strides = {s.sh, s.sw}, pad_l = {s.pad_top, s.pad_left},
-               pad_r = {s.pad_bottom, s.pad_right};
-  auto algorithm = dnnl::algorithm::convolution_direct;
-  dnnl::convolution_forward::primitive_desc fwd(
-      {dnnl::prop_kind::forward_training, algorithm, p->src, p->weights, p->bias, p->dst, strides,
-       pad_l, pad_r},
-      engine_);
-  dnnl::convolution_backward_data::primitive_desc bwd_data(
-      {algorithm, p->src, p->weights, p->dst, strides, pad_l, pad_r}, engine_, fwd);
-  dnnl::convolution_backward_weights::primitive_desc bwd_weights(
-      {algorithm, p->src, p->weights, p->bias, p->dst, strides, pad_l, pad_r}, engine_, fwd);
-  p->forward = dnnl::convolution_forward(fwd);
-  p->backward_data = dnnl::convolution_backward_data(bwd_data);
-  p->backward_weights = dnnl::convolution_backward_weights(bwd_weights);
-  slot = std::move(p);
+  if (!slot) slot = std::make_unique<Conv>(s, mode_, engine_);
   return *slot;
+}
+
+Matmul& DnnlBackend::matmul(const MatmulShape& s) {
+  auto& slot = matmuls_[fmt::format("{} {} {} {} {} {} {} {} {} {} {}", s.m, s.n, s.k, s.a_row,
+                                    s.a_col, s.b_row, s.b_col, s.ldc, s.bias, s.relu, s.bf16)];
+  if (!slot) slot = std::make_unique<Matmul>(s, engine_);
+  return *slot;
+}
+
+std::string DnnlBackend::implementations() const {
+  std::set<std::string> conv, matmul;
+  for (const auto& [key, c] : convs_)
+    for (const std::string& name : c->implementations()) conv.insert(name);
+  for (const auto& [key, m] : matmuls_) matmul.insert(m->implementation());
+  auto join = [](const std::set<std::string>& names) {
+    std::string out;
+    for (const std::string& name : names) out += (out.empty() ? "" : ", ") + name;
+    return out.empty() ? std::string("none yet") : out;
+  };
+  return fmt::format("convolution {}; matmul {}", join(conv), join(matmul));
 }
 
 PoolPrimitives& DnnlBackend::pool(const PoolShape& s) {
@@ -307,12 +325,16 @@ void DnnlBackend::softmax_cross_entropy(int n, int classes, const float* logits,
 
 void DnnlBackend::sgd_update(const SgdParams& p, size_t count, float* w, const float* g,
                              float* velocity) {
+  updated(w, count);
   const float lr = p.learning_rate, mu = p.momentum;
+  const int64_t n = static_cast<int64_t>(count);
   if (mu == 0.0f) {
-    for (size_t i = 0; i < count; ++i) w[i] -= lr * g[i];
+#pragma omp parallel for simd schedule(static)
+    for (int64_t i = 0; i < n; ++i) w[i] -= lr * g[i];
     return;
   }
-  for (size_t i = 0; i < count; ++i) {
+#pragma omp parallel for simd schedule(static)
+  for (int64_t i = 0; i < n; ++i) {
     velocity[i] = mu * velocity[i] - lr * g[i];
     w[i] += p.nesterov ? mu * velocity[i] - lr * g[i] : velocity[i];
   }
@@ -325,7 +347,10 @@ void DnnlBackend::adam_update(const AdamParams& p, int64_t step, size_t count, f
   const float lr = static_cast<float>(p.learning_rate * std::sqrt(1.0 - std::pow(p.beta_2, t)) /
                                       (1.0 - std::pow(p.beta_1, t)));
   const float b1 = p.beta_1, b2 = p.beta_2, eps = p.epsilon;
-  for (size_t i = 0; i < count; ++i) {
+  updated(w, count);
+  const int64_t n = static_cast<int64_t>(count);
+#pragma omp parallel for simd schedule(static)
+  for (int64_t i = 0; i < n; ++i) {
     m[i] += (g[i] - m[i]) * (1.0f - b1);
     v[i] += (g[i] * g[i] - v[i]) * (1.0f - b2);
     w[i] -= lr * m[i] / (std::sqrt(v[i]) + eps);
@@ -335,7 +360,10 @@ void DnnlBackend::adam_update(const AdamParams& p, int64_t step, size_t count, f
 void DnnlBackend::rmsprop_update(const RmspropParams& p, size_t count, float* w, const float* g,
                                  float* velocity, float* momentum_slot, float* average_gradient) {
   const float lr = p.learning_rate, rho = p.rho, mu = p.momentum, eps = p.epsilon;
-  for (size_t i = 0; i < count; ++i) {
+  updated(w, count);
+  const int64_t n = static_cast<int64_t>(count);
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < n; ++i) {
     velocity[i] = rho * velocity[i] + (1.0f - rho) * g[i] * g[i];
     float denominator = velocity[i] + eps;
     if (p.centered) {
@@ -355,7 +383,9 @@ void DnnlBackend::rmsprop_update(const RmspropParams& p, size_t count, float* w,
 void DnnlBackend::adamw_update(const AdamWParams& p, int64_t step, size_t count, float* w,
                                const float* g, float* m, float* v) {
   const float decay = p.weight_decay, lr = p.learning_rate;
-  for (size_t i = 0; i < count; ++i) w[i] -= w[i] * decay * lr;
+  const int64_t n = static_cast<int64_t>(count);
+#pragma omp parallel for simd schedule(static)
+  for (int64_t i = 0; i < n; ++i) w[i] -= w[i] * decay * lr;
   adam_update({p.learning_rate, p.beta_1, p.beta_2, p.epsilon}, step, count, w, g, m, v);
 }
 
@@ -364,26 +394,46 @@ void DnnlBackend::adamw_update(const AdamWParams& p, int64_t step, size_t count,
 std::unique_ptr<Backend> make_dnnl_backend(MathMode mode) {
   if (mode == MathMode::kTf32) mode = MathMode::kFloat32;
   if (!cpu_supports(mode))
-    throw common::ConfigError(fmt::format("this CPU ({}) cannot compute in {}", cpu_isa_name(),
-                                          math_mode_name(mode)));
-  return std::make_unique<DnnlBackend>();
+    throw common::ConfigError(
+        fmt::format("this CPU ({}) cannot compute in {}", cpu_isa_name(), math_mode_name(mode)));
+  return std::make_unique<DnnlBackend>(mode);
 }
 
 bool cpu_supports(MathMode mode) {
-  return mode == MathMode::kFloat32 || mode == MathMode::kTf32;
+  switch (mode) {
+    case MathMode::kFloat32:
+    case MathMode::kTf32:
+      return true;
+    case MathMode::kBfloat16: {  // oneDNN emulates bf16 on plain AVX-512, slower than float32
+      dnnl::cpu_isa isa = dnnl::get_effective_cpu_isa();
+      return isa == dnnl::cpu_isa::avx512_core_bf16 || isa == dnnl::cpu_isa::avx512_core_amx;
+    }
+    case MathMode::kFloat16:  // no float16 products in this oneDNN on any CPU
+      return false;
+  }
+  return false;
 }
 
 std::string cpu_isa_name() {
   switch (dnnl::get_effective_cpu_isa()) {
-    case dnnl::cpu_isa::avx512_core_amx: return "avx512_core_amx";
-    case dnnl::cpu_isa::avx512_core_bf16: return "avx512_core_bf16";
-    case dnnl::cpu_isa::avx512_core_vnni: return "avx512_core_vnni";
-    case dnnl::cpu_isa::avx512_core: return "avx512_core";
-    case dnnl::cpu_isa::avx2_vnni: return "avx2_vnni";
-    case dnnl::cpu_isa::avx2: return "avx2";
-    case dnnl::cpu_isa::avx: return "avx";
-    case dnnl::cpu_isa::sse41: return "sse41";
-    default: return "other";
+    case dnnl::cpu_isa::avx512_core_amx:
+      return "avx512_core_amx";
+    case dnnl::cpu_isa::avx512_core_bf16:
+      return "avx512_core_bf16";
+    case dnnl::cpu_isa::avx512_core_vnni:
+      return "avx512_core_vnni";
+    case dnnl::cpu_isa::avx512_core:
+      return "avx512_core";
+    case dnnl::cpu_isa::avx2_vnni:
+      return "avx2_vnni";
+    case dnnl::cpu_isa::avx2:
+      return "avx2";
+    case dnnl::cpu_isa::avx:
+      return "avx";
+    case dnnl::cpu_isa::sse41:
+      return "sse41";
+    default:
+      return "other";
   }
 }
 

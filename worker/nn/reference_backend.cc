@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <memory>
 #include <string>
@@ -50,7 +51,7 @@ int input_pos(int o, int stride, int pad, int t) {
   return o * stride - pad + t;
 }
 
-class ReferenceBackend final : public HostBackend {
+class ReferenceBackend : public HostBackend {
  public:
   std::string name() const override { return "reference"; }
 
@@ -334,9 +335,71 @@ class ReferenceBackend final : public HostBackend {
   }
 };
 
+/// float32 to the nearest bf16 (ties to even), as a float: what a bf16 product's input holds.
+float round_to_bfloat16(float v) {
+  uint32_t bits;
+  std::memcpy(&bits, &v, sizeof bits);
+  if ((bits & 0x7fffffffu) > 0x7f800000u) return v;  // NaN stays NaN
+  bits = (bits + 0x7fffu + ((bits >> 16) & 1u)) & 0xffff0000u;
+  std::memcpy(&v, &bits, sizeof v);
+  return v;
+}
+
+/// mixed_bfloat16's products (backend.h MathMode): each input rounded to bf16 first, then the
+/// float32 reference's exact sums of their exact products.
+class RoundingReference final : public ReferenceBackend {
+ public:
+  std::string name() const override { return "reference (mixed_bfloat16)"; }
+  MathMode math_mode() const override { return MathMode::kBfloat16; }
+  void conv2d_forward(const ConvShape& s, const float* x, const float* w, const float* b,
+                      float* y) override {
+    ReferenceBackend::conv2d_forward(s, rounded(x, s.input_count()), rounded(w, s.weight_count()),
+                                     b, y);
+  }
+  void conv2d_backward_data(const ConvShape& s, const float* dy, const float* w,
+                            float* dx) override {
+    ReferenceBackend::conv2d_backward_data(s, rounded(dy, s.output_count()),
+                                           rounded(w, s.weight_count()), dx);
+  }
+  void conv2d_backward_weights(const ConvShape& s, const float* x, const float* dy, float* dw,
+                               float* db) override {
+    // The bias gradient sums the rounded dy too (oneDNN's primitive takes one dy for both).
+    ReferenceBackend::conv2d_backward_weights(s, rounded(x, s.input_count()),
+                                              rounded(dy, s.output_count()), dw, db);
+  }
+  void dense_forward(int n, int in, int out, const float* x, const float* w, const float* b,
+                     float* y) override {
+    ReferenceBackend::dense_forward(n, in, out, rounded(x, size(n, in)), rounded(w, size(in, out)),
+                                    b, y);
+  }
+  void dense_backward_data(int n, int in, int out, const float* dy, const float* w,
+                           float* dx) override {
+    ReferenceBackend::dense_backward_data(n, in, out, rounded(dy, size(n, out)),
+                                          rounded(w, size(in, out)), dx);
+  }
+  void dense_backward_weight_rows(int n, int in, int out, const float* x, const float* dy,
+                                  float* dw, int row_begin, int row_end) override {
+    ReferenceBackend::dense_backward_weight_rows(n, in, out, rounded(x, size(n, in)),
+                                                 rounded(dy, size(n, out)), dw, row_begin, row_end);
+  }
+
+ private:
+  static size_t size(int rows, int columns) { return static_cast<size_t>(rows) * columns; }
+  // A rounded copy of count floats, alive until the next call's copies replace it.
+  const float* rounded(const float* source, size_t count) {
+    copies_.emplace_back(source, source + count);
+    for (float& v : copies_.back()) v = round_to_bfloat16(v);
+    if (copies_.size() > 4) copies_.erase(copies_.begin());
+    return copies_.back().data();
+  }
+  std::vector<std::vector<float>> copies_;
+};
+
 }  // namespace
 
-std::unique_ptr<Backend> make_reference_backend() {
+std::unique_ptr<Backend> make_reference_backend(MathMode mode) {
+  if (mode == MathMode::kBfloat16) return std::make_unique<RoundingReference>();
+  DT_ENFORCE(mode != MathMode::kFloat16, "the reference backend has no mixed_float16");
   return std::make_unique<ReferenceBackend>();
 }
 

@@ -132,6 +132,8 @@ void parse_math(const common::JsonNode& root, TrainConfig& c) {
     policy = one_of(*n, {"float32", "mixed_bfloat16", "mixed_float16"});
   bool tf32 = false;
   if (auto n = root.find("allow_tf32")) tf32 = n->as_bool();
+  if (auto n = root.find("dtype_policy_fallback"))
+    c.dtype_policy_fallback = one_of(*n, {"none", "float32"}) == "float32";
   c.math = policy == "mixed_bfloat16"  ? nn::MathMode::kBfloat16
            : policy == "mixed_float16" ? nn::MathMode::kFloat16
            : tf32                      ? nn::MathMode::kTf32
@@ -141,7 +143,8 @@ void parse_math(const common::JsonNode& root, TrainConfig& c) {
 void parse_fields(const common::JsonNode& root, TrainConfig& c) {
   root.check_keys({"model", "loss", "optimizer", "data", "per_worker_batch_size", "epochs",
                    "steps_per_epoch", "validation", "seed", "device", "communication", "overlap",
-                   "cuda_graphs", "dtype_policy", "allow_tf32", "backup", "tensorboard", "ledger"});
+                   "cuda_graphs", "dtype_policy", "dtype_policy_fallback", "allow_tf32", "backup",
+                   "tensorboard", "ledger"});
   c.model = nn::parse_model_spec(root.at("model"));
   c.model_json = nn::model_json(root.at("model"), c.model);
   if (auto n = root.find("loss")) parse_loss(*n, c);

@@ -61,6 +61,9 @@ struct TrainConfig {
   /// train.dtype_policy ("float32", "mixed_bfloat16", "mixed_float16": Keras's names) with
   /// train.allow_tf32 (float32 on TF32 tensor cores; off by default, as in PyTorch).
   nn::MathMode math = nn::MathMode::kFloat32;
+  /// train.dtype_policy_fallback "float32": a mixed policy on a CPU without its 16-bit products
+  /// trains in float32 with a warning; "none" (the default): exit 2.
+  bool dtype_policy_fallback = false;
   BackupSpec backup;
   TensorBoardSpec tensorboard;
 };

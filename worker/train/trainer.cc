@@ -512,6 +512,8 @@ EpochMetrics Trainer::train_epoch(int epoch) {
       step_->stop_agreed(0);
       spdlog::debug("first step of this run done (CLOCK_MONOTONIC {:.6f})",
                     common::monotonic_seconds());
+      if (std::string kernels = backend_.implementations(); !kernels.empty())
+        spdlog::info("kernels ({}): {}", dtype_policy_name(config_), kernels);
       if (options_.timeline) {
         options_.timeline->mark("first step");
         spdlog::debug("start-up: {}", options_.timeline->summary());

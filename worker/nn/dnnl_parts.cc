@@ -1,0 +1,192 @@
+// See dnnl_parts.h.
+#include "worker/nn/dnnl_parts.h"
+
+#include <algorithm>
+#include <unordered_map>
+
+#include "common/errors.h"
+
+namespace dtrain::nn::dnnl_parts {
+namespace {
+
+using Tag = memory::format_tag;
+using Dt = memory::data_type;
+
+dnnl::reorder make_reorder(const dnnl::engine& e, const memory::desc& from,
+                           const memory::desc& to) {
+  return dnnl::reorder(dnnl::reorder::primitive_desc(e, from, e, to));
+}
+
+}  // namespace
+
+Staged::Staged(const memory::desc& plain, const memory::desc& wanted, const dnnl::engine& engine)
+    : engine_(engine), plain_(plain), same_(plain == wanted) {
+  if (same_) return;
+  inner_ = memory(wanted, engine);
+  to_inner_ = make_reorder(engine, plain, wanted);
+  to_plain_ = make_reorder(engine, wanted, plain);
+}
+
+memory Staged::in(const void* data, dnnl::stream& stream) {
+  memory user(plain_, engine_, const_cast<void*>(data));
+  if (same_) return user;
+  to_inner_.execute(stream, user, inner_);
+  return inner_;
+}
+
+memory Staged::out(void* data) {
+  return same_ ? memory(plain_, engine_, data) : inner_;
+}
+
+void Staged::store(void* data, dnnl::stream& stream) {
+  if (same_) return;
+  memory user(plain_, engine_, data);
+  to_plain_.execute(stream, inner_, user);
+}
+
+dnnl::reorder& Rounder::converter(size_t count) {
+  auto found = converters_.find(count);
+  if (found != converters_.end()) return found->second;
+  memory::dims dims = {static_cast<memory::dim>(count)};
+  return converters_[count] =
+             make_reorder(engine_, memory::desc(dims, Dt::f32, Tag::x),
+                          memory::desc(dims, Dt::bf16, Tag::x));
+}
+
+const uint16_t* Rounder::round(const float* source, size_t count, dnnl::stream& stream) {
+  Copy& copy = copies_[source];
+  copy.count = count;
+  copy.bits.resize(count);
+  memory::dims dims = {static_cast<memory::dim>(count)};
+  memory from(memory::desc(dims, Dt::f32, Tag::x), engine_, const_cast<float*>(source));
+  memory to(memory::desc(dims, Dt::bf16, Tag::x), engine_, copy.bits.data());
+  converter(count).execute(stream, from, to);
+  stream.wait();
+  return copy.bits.data();
+}
+
+const uint16_t* Rounder::reuse(const float* source, size_t count, dnnl::stream& stream) {
+  auto found = copies_.find(source);
+  if (found != copies_.end() && found->second.count == count) return found->second.bits.data();
+  return round(source, count, stream);
+}
+
+void Rounder::drop(const float* begin, size_t count) {
+  const float* end = begin + count;
+  for (auto it = copies_.begin(); it != copies_.end();) {
+    bool overlaps = it->first < end && begin < it->first + it->second.count;
+    it = overlaps ? copies_.erase(it) : std::next(it);
+  }
+}
+
+Conv::Conv(const ConvShape& s, MathMode mode, const dnnl::engine& engine) : engine_(engine) {
+  const Dt in = mode == MathMode::kBfloat16 ? Dt::bf16 : Dt::f32;
+  const memory::dims src_dims = {s.n, s.c, s.h, s.w}, weight_dims = {s.k, s.c, s.kh, s.kw},
+                     dst_dims = {s.n, s.k, s.oh(), s.ow()};
+  const memory::desc plain_src(src_dims, Dt::f32, Tag::nchw),
+      plain_weights(weight_dims, Dt::f32, Tag::oihw), plain_dst(dst_dims, Dt::f32, Tag::nchw);
+  bias_ = memory::desc({s.k}, Dt::f32, Tag::x);
+  // A few input channels stay plain: blocking them would pad each to 16 (oneDNN's first-layer
+  // kernels read NCHW directly). Everything else is left to oneDNN's choice.
+  const Tag src_tag = s.c % 8 == 0 ? Tag::any : Tag::nchw;
+  const memory::desc src(src_dims, in, src_tag), weights(weight_dims, in, Tag::any),
+      dst(dst_dims, Dt::f32, Tag::any), diff_dst(dst_dims, in, Tag::any),
+      diff_src(src_dims, Dt::f32, src_tag), diff_weights(weight_dims, Dt::f32, Tag::any);
+  const memory::dims strides = {s.sh, s.sw}, pad_l = {s.pad_top, s.pad_left},
+                     pad_r = {s.pad_bottom, s.pad_right};
+  const auto direct = dnnl::algorithm::convolution_direct;
+  auto make_forward = [&](bool relu) {
+    dnnl::primitive_attr attr;
+    if (relu) {
+      dnnl::post_ops ops;
+      ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_relu, 0.0f, 0.0f);
+      attr.set_post_ops(ops);
+    }
+    dnnl::convolution_forward::primitive_desc pd(
+        {dnnl::prop_kind::forward_training, direct, src, weights, bias_, dst, strides, pad_l,
+         pad_r},
+        attr, engine);
+    implementations_.push_back(pd.impl_info_str());
+    return std::make_pair(pd, Forward{dnnl::convolution_forward(pd),
+                                      Staged(plain_src, pd.src_desc(), engine),
+                                      Staged(plain_weights, pd.weights_desc(), engine),
+                                      Staged(plain_dst, pd.dst_desc(), engine)});
+  };
+  auto [hint, plain] = make_forward(false);
+  plain_ = std::move(plain);
+  relu_ = make_forward(true).second;
+  dnnl::convolution_backward_data::primitive_desc bd(
+      {direct, diff_src, weights, diff_dst, strides, pad_l, pad_r}, engine, hint);
+  backward_data_ = dnnl::convolution_backward_data(bd);
+  bd_diff_dst_ = Staged(plain_dst, bd.diff_dst_desc(), engine);
+  bd_weights_ = Staged(plain_weights, bd.weights_desc(), engine);
+  bd_diff_src_ = Staged(plain_src, bd.diff_src_desc(), engine);
+  dnnl::convolution_backward_weights::primitive_desc bw(
+      {direct, src, diff_weights, bias_, diff_dst, strides, pad_l, pad_r}, engine, hint);
+  backward_weights_ = dnnl::convolution_backward_weights(bw);
+  bw_src_ = Staged(plain_src, bw.src_desc(), engine);
+  bw_diff_dst_ = Staged(plain_dst, bw.diff_dst_desc(), engine);
+  bw_diff_weights_ = Staged(plain_weights, bw.diff_weights_desc(), engine);
+  implementations_.push_back(bd.impl_info_str());
+  implementations_.push_back(bw.impl_info_str());
+}
+
+void Conv::forward(dnnl::stream& st, const float* x, const float* w, const float* b, float* y,
+                   bool relu) {
+  Forward& f = relu ? relu_ : plain_;
+  f.primitive.execute(st, {{DNNL_ARG_SRC, f.src.in(x, st)},
+                           {DNNL_ARG_WEIGHTS, f.weights.in(w, st)},
+                           {DNNL_ARG_BIAS, memory(bias_, engine_, const_cast<float*>(b))},
+                           {DNNL_ARG_DST, f.dst.out(y)}});
+  f.dst.store(y, st);
+  st.wait();
+}
+
+void Conv::backward_data(dnnl::stream& st, const float* dy, const float* w, float* dx) {
+  backward_data_.execute(st, {{DNNL_ARG_DIFF_DST, bd_diff_dst_.in(dy, st)},
+                              {DNNL_ARG_WEIGHTS, bd_weights_.in(w, st)},
+                              {DNNL_ARG_DIFF_SRC, bd_diff_src_.out(dx)}});
+  bd_diff_src_.store(dx, st);
+  st.wait();
+}
+
+void Conv::backward_weights(dnnl::stream& st, const float* x, const float* dy, float* dw,
+                            float* db) {
+  backward_weights_.execute(st, {{DNNL_ARG_SRC, bw_src_.in(x, st)},
+                                 {DNNL_ARG_DIFF_DST, bw_diff_dst_.in(dy, st)},
+                                 {DNNL_ARG_DIFF_WEIGHTS, bw_diff_weights_.out(dw)},
+                                 {DNNL_ARG_DIFF_BIAS, memory(bias_, engine_, db)}});
+  bw_diff_weights_.store(dw, st);
+  st.wait();
+}
+
+Matmul::Matmul(const MatmulShape& s, const dnnl::engine& engine) : engine_(engine) {
+  const Dt in = s.bf16 ? Dt::bf16 : Dt::f32;
+  a_ = memory::desc({s.m, s.k}, in, memory::dims{s.a_row, s.a_col});
+  b_ = memory::desc({s.k, s.n}, in, memory::dims{s.b_row, s.b_col});
+  c_ = memory::desc({s.m, s.n}, Dt::f32, memory::dims{s.ldc, 1});
+  dnnl::primitive_attr attr;
+  if (s.relu) {
+    dnnl::post_ops ops;
+    ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_relu, 0.0f, 0.0f);
+    attr.set_post_ops(ops);
+  }
+  if (s.bias) bias_ = memory::desc({1, s.n}, Dt::f32, Tag::ab);
+  dnnl::matmul::primitive_desc pd(
+      s.bias ? dnnl::matmul::desc(a_, b_, bias_, c_) : dnnl::matmul::desc(a_, b_, c_), attr,
+      engine);
+  primitive_ = dnnl::matmul(pd);
+  implementation_ = pd.impl_info_str();
+}
+
+void Matmul::run(dnnl::stream& st, const void* a, const void* b, const float* bias, float* c) {
+  std::unordered_map<int, memory> args = {
+      {DNNL_ARG_SRC, memory(a_, engine_, const_cast<void*>(a))},
+      {DNNL_ARG_WEIGHTS, memory(b_, engine_, const_cast<void*>(b))},
+      {DNNL_ARG_DST, memory(c_, engine_, c)}};
+  if (bias) args[DNNL_ARG_BIAS] = memory(bias_, engine_, const_cast<float*>(bias));
+  primitive_.execute(st, args);
+  st.wait();
+}
+
+}  // namespace dtrain::nn::dnnl_parts

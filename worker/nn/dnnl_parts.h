@@ -1,0 +1,117 @@
+// The pieces the oneDNN backend builds its operations from: a tensor staged between the caller's
+// plain float32 buffer and the layout and type a primitive chose, the bf16 rounding of a buffer,
+// and the convolution and matrix-product primitives made once per shape. Internal to the CPU
+// backend (the dnnl_* files are the only ones that include oneDNN); no layer sees these types.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <dnnl.hpp>
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "worker/nn/backend.h"
+
+namespace dtrain::nn::dnnl_parts {
+
+using dnnl::memory;
+
+/// A tensor as a primitive wants it: the caller's own memory when the primitive takes the plain
+/// float32 layout, else the primitive's memory, filled from the caller's buffer (an input) or
+/// emptied into it (an output) by a reorder at each call.
+class Staged {
+ public:
+  Staged() = default;
+  Staged(const memory::desc& plain, const memory::desc& wanted, const dnnl::engine& engine);
+  /// The primitive's memory holding data (reordered now unless the layouts agree).
+  memory in(const void* data, dnnl::stream& stream);
+  /// The memory the primitive writes; store() moves it into data.
+  memory out(void* data);
+  void store(void* data, dnnl::stream& stream);
+
+ private:
+  dnnl::engine engine_;
+  memory::desc plain_;
+  bool same_ = true;
+  memory inner_;
+  dnnl::reorder to_inner_, to_plain_;
+};
+
+/// Float32 buffers rounded to bf16 (round to nearest even, oneDNN's reorder), each kept under
+/// the address of its source so that the backward pass can use the copy the forward made.
+class Rounder {
+ public:
+  explicit Rounder(const dnnl::engine& engine) : engine_(engine) {}
+  /// count floats at source rounded now, kept under source.
+  const uint16_t* round(const float* source, size_t count, dnnl::stream& stream);
+  /// The copy round() made of source when it had count floats and nothing dropped it since,
+  /// else round(source, count).
+  const uint16_t* reuse(const float* source, size_t count, dnnl::stream& stream);
+  /// Drops every copy of memory that overlaps [begin, begin + count) (its source changed).
+  void drop(const float* begin, size_t count);
+
+ private:
+  struct Copy {
+    size_t count = 0;
+    std::vector<uint16_t> bits;
+  };
+  dnnl::reorder& converter(size_t count);
+  dnnl::engine engine_;
+  std::map<const float*, Copy> copies_;
+  std::map<size_t, dnnl::reorder> converters_;
+};
+
+/// The primitives of one convolution shape, in one math mode (float32, or bf16 inputs with
+/// float32 outputs), each tensor in the layout oneDNN prefers (blocked channels), staged from
+/// and to the callers' plain NCHW / OIHW buffers.
+class Conv {
+ public:
+  Conv(const ConvShape& s, MathMode mode, const dnnl::engine& engine);
+  void forward(dnnl::stream& st, const float* x, const float* w, const float* b, float* y,
+               bool relu);
+  void backward_data(dnnl::stream& st, const float* dy, const float* w, float* dx);
+  void backward_weights(dnnl::stream& st, const float* x, const float* dy, float* dw, float* db);
+  /// The implementations oneDNN dispatched to ("jit:avx512_core", ...).
+  std::vector<std::string> implementations() const { return implementations_; }
+
+ private:
+  struct Forward {
+    dnnl::convolution_forward primitive;
+    Staged src, weights, dst;
+  };
+  dnnl::engine engine_;
+  memory::desc bias_;
+  Forward plain_, relu_;
+  dnnl::convolution_backward_data backward_data_;
+  Staged bd_diff_dst_, bd_weights_, bd_diff_src_;
+  dnnl::convolution_backward_weights backward_weights_;
+  Staged bw_src_, bw_diff_dst_, bw_diff_weights_;
+  std::vector<std::string> implementations_;
+};
+
+/// Row-major C = A B (+ bias row) (then ReLU) with A (m x k) and B (k x n) given by their
+/// strides, so transposes and row blocks are views; in float32, or on bf16 copies of A and B
+/// with float32 C. Made once per shape.
+struct MatmulShape {
+  int64_t m = 0, n = 0, k = 0;
+  int64_t a_row = 0, a_col = 0, b_row = 0, b_col = 0, ldc = 0;
+  bool bias = false, relu = false, bf16 = false;
+};
+class Matmul {
+ public:
+  Matmul(const MatmulShape& s, const dnnl::engine& engine);
+  /// a and b are float* or (bf16) uint16_t*; bias may be null unless the shape has one.
+  void run(dnnl::stream& st, const void* a, const void* b, const float* bias, float* c);
+  std::string implementation() const { return implementation_; }
+
+ private:
+  dnnl::engine engine_;
+  memory::desc a_, b_, c_, bias_;
+  dnnl::matmul primitive_;
+  std::string implementation_;
+};
+
+}  // namespace dtrain::nn::dnnl_parts
