@@ -2,18 +2,21 @@
 # The main job's accuracy over seeds: runs configs/fashion-mnist-2workers.json through
 # `dtrain launch` once per seed (only train.seed changed), and with --baseline also the same job
 # with the optimizer it had before issue 15 (SGD, constant 0.01, momentum 0.9), side by side.
-#   scripts/bench-accuracy.sh [--baseline] [--build DIR] [SEED...]     (seeds: 42 1 2)
+# --policy P trains under train.dtype_policy P (Keras's names: mixed_bfloat16, ...).
+#   scripts/bench-accuracy.sh [--baseline] [--policy P] [--build DIR] [SEED...]  (seeds: 42 1 2)
 # Prints one row per run: variant seed val_accuracy per epoch, final val_accuracy, seconds.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=build
 baseline=0
+policy=float32
 seeds=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --baseline) baseline=1 ;;
     --build) build=$2; shift ;;
-    -h|--help) sed -n '2,6p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    --policy) policy=$2; shift ;;
+    -h|--help) sed -n '2,7p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) seeds+=("$1") ;;
   esac
   shift
@@ -26,6 +29,7 @@ trap 'rm -rf "$work"' EXIT
 
 # variant name -> optimizer JSON ("" keeps the config's own)
 variants=("main-job|")
+[ "$policy" = float32 ] || variants=("$policy|")
 [ $baseline -eq 1 ] &&
   variants+=('constant-0.01|{"type": "sgd", "learning_rate": 0.01, "momentum": 0.9}')
 
@@ -35,9 +39,9 @@ for v in "${variants[@]}"; do
   optimizer=${v#*|}
   for seed in "${seeds[@]}"; do
     job=$work/$name-$seed.json
-    python3 - configs/fashion-mnist-2workers.json "$job" "$seed" "$optimizer" <<'PY'
+    python3 - configs/fashion-mnist-2workers.json "$job" "$seed" "$optimizer" "$policy" <<'PY'
 import json, sys
-source, target, seed, optimizer = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
+source, target, seed, optimizer, policy = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4], sys.argv[5]
 job = json.load(open(source))
 job["job"] = "accuracy"
 job.pop("cluster")
@@ -45,6 +49,7 @@ job["workers"] = 2  # free ports picked by the launcher
 job["train"]["seed"] = seed
 if optimizer:
     job["train"]["optimizer"] = json.loads(optimizer)
+job["train"]["dtype_policy"] = policy
 json.dump(job, open(target, "w"))
 PY
     started=$(date +%s.%N)
