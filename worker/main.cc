@@ -24,6 +24,7 @@
 #include "common/logging.h"
 #include "common/run_dir.h"
 #include "common/tf_config.h"
+#include "common/thread_name.h"
 #include "common/version.h"
 #include "worker/comm/comm_factory.h"
 #include "worker/comm/group_communicator.h"
@@ -137,6 +138,7 @@ void watch_signals() {
   sigaddset(&set, SIGUSR1);
   ::pthread_sigmask(SIG_BLOCK, &set, nullptr);
   std::thread([set] {
+    common::name_this_thread("dt-signals");
     while (true) {
       siginfo_t info{};
       int taken = ::sigwaitinfo(&set, &info);

@@ -12,6 +12,7 @@
 #include <utility>
 
 #include "common/errors.h"
+#include "common/thread_name.h"
 
 namespace dtrain::comm {
 
@@ -45,6 +46,7 @@ void ThreadedCommunicator::run_jobs() noexcept {
   // slice: on a host whose cores all compute, this is most of the overlap. Needs CAP_SYS_NICE
   // (root); without it the thread keeps the process's priority, which is only slower.
   ::setpriority(PRIO_PROCESS, static_cast<id_t>(::syscall(SYS_gettid)), -5);
+  common::name_this_thread("dt-comm");
   std::unique_lock<std::mutex> lock(mutex_);
   for (;;) {
     wake_thread_.wait(lock, [&] { return stopping_ || !queue_.empty(); });

@@ -8,6 +8,7 @@
 #include <numeric>
 
 #include "common/errors.h"
+#include "common/thread_name.h"
 
 namespace dtrain::data {
 namespace {
@@ -111,6 +112,7 @@ BatchStream::~BatchStream() {
 }
 
 void BatchStream::produce() noexcept {
+  common::name_this_thread("dt-batches");
   try {
     for (int64_t step = options_.first_step; step < options_.steps; ++step) {
       Batch batch = batch_at(step);

@@ -48,9 +48,8 @@ dnnl::reorder& Rounder::converter(size_t count) {
   auto found = converters_.find(count);
   if (found != converters_.end()) return found->second;
   memory::dims dims = {static_cast<memory::dim>(count)};
-  return converters_[count] =
-             make_reorder(engine_, memory::desc(dims, Dt::f32, Tag::x),
-                          memory::desc(dims, Dt::bf16, Tag::x));
+  return converters_[count] = make_reorder(engine_, memory::desc(dims, Dt::f32, Tag::x),
+                                           memory::desc(dims, Dt::bf16, Tag::x));
 }
 
 const uint16_t* Rounder::round(const float* source, size_t count, dnnl::stream& stream) {
@@ -102,15 +101,14 @@ Conv::Conv(const ConvShape& s, MathMode mode, const dnnl::engine& engine) : engi
       ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_relu, 0.0f, 0.0f);
       attr.set_post_ops(ops);
     }
-    dnnl::convolution_forward::primitive_desc pd(
-        {dnnl::prop_kind::forward_training, direct, src, weights, bias_, dst, strides, pad_l,
-         pad_r},
-        attr, engine);
+    dnnl::convolution_forward::primitive_desc pd({dnnl::prop_kind::forward_training, direct, src,
+                                                  weights, bias_, dst, strides, pad_l, pad_r},
+                                                 attr, engine);
     implementations_.push_back(pd.impl_info_str());
-    return std::make_pair(pd, Forward{dnnl::convolution_forward(pd),
-                                      Staged(plain_src, pd.src_desc(), engine),
-                                      Staged(plain_weights, pd.weights_desc(), engine),
-                                      Staged(plain_dst, pd.dst_desc(), engine)});
+    return std::make_pair(
+        pd, Forward{dnnl::convolution_forward(pd), Staged(plain_src, pd.src_desc(), engine),
+                    Staged(plain_weights, pd.weights_desc(), engine),
+                    Staged(plain_dst, pd.dst_desc(), engine)});
   };
   auto [hint, plain] = make_forward(false);
   plain_ = std::move(plain);

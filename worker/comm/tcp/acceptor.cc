@@ -14,6 +14,7 @@
 #include "common/clock.h"
 #include "common/cluster_spec.h"
 #include "common/errors.h"
+#include "common/thread_name.h"
 #include "worker/comm/handshake.h"
 
 namespace dtrain::comm {
@@ -82,7 +83,10 @@ Acceptor::Acceptor(const RingIdentity& id, const CommOptions& options)
   if (::pipe2(fds, O_CLOEXEC | O_NONBLOCK) != 0) throw common::IoError("acceptor: pipe failed");
   wake_read_.reset(fds[0]);
   wake_write_.reset(fds[1]);
-  thread_ = std::thread([this] { accept_loop(); });
+  thread_ = std::thread([this] {
+    common::name_this_thread("dt-accept");
+    accept_loop();
+  });
 }
 
 Acceptor::~Acceptor() {
