@@ -391,6 +391,18 @@ void check_blocked_convs(MathMode mode) {
     be.dnnl->conv2d_forward(s, d.x.data(), d.w.data(), d.b.data(), apart.data());
     be.ref->relu_forward(apart.size(), apart.data(), apart.data());
     check_equal("conv + relu", fused, apart);
+    // The weight gradient of ReLU's masked gradient, the mask applied while oneDNN's dy is
+    // written (dnnl_parts.h); y has zeros where the mask cuts.
+    Floats scratch(s.output_count()), got_w(s.weight_count()), want_w(s.weight_count());
+    Floats got_b(s.k), want_b(s.k), mag_w(s.weight_count()), mag_b(s.k);
+    be.dnnl->conv2d_relu_backward_weights(s, d.x.data(), fused.data(), d.dy.data(), got_w.data(),
+                                          got_b.data(), scratch.data());
+    be.ref->conv2d_relu_backward_weights(s, d.x.data(), fused.data(), d.dy.data(), want_w.data(),
+                                         want_b.data(), scratch.data());
+    be.ref->conv2d_backward_weights(s, abs_of(d.x).data(), abs_of(d.dy).data(), mag_w.data(),
+                                    mag_b.data());
+    check_sums("conv relu dw", got_w, want_w, mag_w, s.n * s.oh() * s.ow());
+    check_sums("conv relu db", got_b, want_b, mag_b, s.n * s.oh() * s.ow());
   }
 }
 
