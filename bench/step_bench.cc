@@ -20,6 +20,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/atomic_file.h"
@@ -194,6 +195,61 @@ void print_cpu_info() {
               nn::cpu_supports(nn::MathMode::kBfloat16) ? "supported" : "unsupported");
 }
 
+// The trainer's loop around TrainStep, on one fixed batch of random inputs: stage the next
+// batch, then enqueue this one, and read the stop flag one step late. Times the staging.
+class StepLoop {
+ public:
+  StepLoop(const train::TrainConfig& config, nn::Backend& backend, int batch, bool graphs)
+      : config_(config), batch_(batch) {
+    model_ = std::make_unique<nn::Sequential>(config.model, backend, batch);
+    model_->initialize(config.seed);
+    optimizer_ = std::make_unique<train::Optimizer>(config.optimizer, model_->parameters().size(),
+                                                    backend.device());
+    train::StepOptions options;
+    options.graphs = graphs;
+    step_ = std::make_unique<train::TrainStep>(*model_, *optimizer_, backend, solo_, options);
+    size_t per_example =
+        static_cast<size_t>(config.model.height) * config.model.width * config.model.channels;
+    stager_ = std::make_unique<train::InputStager>(backend.device(), per_example, batch);
+    images_.resize(per_example * static_cast<size_t>(batch));
+    labels_.resize(static_cast<size_t>(batch));
+    for (size_t i = 0; i < images_.size(); ++i) images_[i] = nn::unit_float(nn::random_key(1, i));
+    for (int i = 0; i < batch; ++i) labels_[static_cast<size_t>(i)] = i % model_->classes();
+    stager_->stage(0, images_.data(), labels_.data(), batch);
+  }
+
+  /// Steps [first, first + count), then waits for the last one.
+  void run(int64_t first, int count) {
+    for (int64_t s = first; s < first + count; ++s) {
+      int slot = static_cast<int>(s % train::InputStager::kSlots);
+      auto staged = Clock::now();
+      stager_->ready();
+      stager_->stage(static_cast<int>((s + 1) % train::InputStager::kSlots), images_.data(),
+                     labels_.data(), batch_);
+      staging_seconds_ += seconds_since(staged);
+      step_->run(stager_->images(slot), stager_->labels(slot), batch_, {config_.seed, 0, s}, slot);
+      step_->stop_agreed(1);
+    }
+    step_->stop_agreed(0);
+  }
+
+  train::TrainStep& step() { return *step_; }
+  /// Seconds in InputStager's ready() and stage() since the last call; resets them.
+  double take_staging_seconds() { return std::exchange(staging_seconds_, 0.0); }
+
+ private:
+  const train::TrainConfig& config_;
+  int batch_ = 0;
+  comm::SoloCommunicator solo_;
+  std::unique_ptr<nn::Sequential> model_;
+  std::unique_ptr<train::Optimizer> optimizer_;
+  std::unique_ptr<train::TrainStep> step_;
+  std::unique_ptr<train::InputStager> stager_;
+  std::vector<float> images_;
+  std::vector<int32_t> labels_;
+  double staging_seconds_ = 0;
+};
+
 int run(int argc, char** argv) {
   if (argc == 2 && std::string(argv[1]) == "--cpu-info") {
     print_cpu_info();
@@ -216,54 +272,24 @@ int run(int argc, char** argv) {
     return 0;
   }
   auto backend = cuda ? nn::make_cuda_backend(math) : nn::make_dnnl_backend(math);
-  // Profiled: every backend call timed (and on a GPU bracketed by synchronizations, which a
-  // captured graph cannot hold: eager steps).
+  // Profiled: every backend call timed (on a GPU bracketed by synchronizations, which a captured
+  // graph cannot hold: eager steps).
   std::unique_ptr<nn::ProfiledBackend> profiled;
   if (args.profile) profiled = std::make_unique<nn::ProfiledBackend>(*backend);
-  nn::Backend& used = profiled ? *profiled : *backend;
-  nn::Sequential model(config.model, used, batch);
-  model.initialize(config.seed);
-  train::Optimizer optimizer(config.optimizer, model.parameters().size(), used.device());
-  comm::SoloCommunicator solo;
-  train::StepOptions options;
-  options.graphs = args.graphs && !args.profile;
-  train::TrainStep step(model, optimizer, used, solo, options);
-  size_t per_example =
-      static_cast<size_t>(config.model.height) * config.model.width * config.model.channels;
-  train::InputStager stager(used.device(), per_example, batch);
-  std::vector<float> images(per_example * static_cast<size_t>(batch));
-  std::vector<int32_t> labels(static_cast<size_t>(batch));
-  for (size_t i = 0; i < images.size(); ++i) images[i] = nn::unit_float(nn::random_key(1, i));
-  for (int i = 0; i < batch; ++i) labels[static_cast<size_t>(i)] = i % model.classes();
-  // As the trainer does: stage the next batch, then enqueue this one; read the stop flag one
-  // step late.
-  double staging = 0;
-  auto one_step = [&](int64_t s) {
-    int slot = static_cast<int>(s % train::InputStager::kSlots);
-    auto staged = Clock::now();
-    stager.ready();
-    stager.stage(static_cast<int>((s + 1) % train::InputStager::kSlots), images.data(),
-                 labels.data(), batch);
-    staging += seconds_since(staged);
-    step.run(stager.images(slot), stager.labels(slot), batch, {config.seed, 0, s}, slot);
-    step.stop_agreed(1);
-  };
-  stager.stage(0, images.data(), labels.data(), batch);
-  for (int i = 0; i < 10; ++i) one_step(i);  // warm-up: primitives and graphs are made here
-  step.stop_agreed(0);
+  StepLoop loop(config, profiled ? *profiled : *backend, batch, args.graphs && !args.profile);
+  loop.run(0, 10);  // warm-up: primitives and graphs are made here
   if (profiled) profiled->reset();
-  staging = 0;
-  step.take_step_times();
+  loop.take_staging_seconds();
+  loop.step().take_step_times();
   auto t = Clock::now();
-  for (int i = 10; i < 10 + steps; ++i) one_step(i);
-  step.stop_agreed(0);
+  loop.run(10, steps);
   double elapsed = seconds_since(t), per_step = elapsed / steps;
   double gflops = step_flops(config.model, batch) / per_step / 1e9;
   std::printf("dtrain %d %.4f %.0f %.1f %.1f %s\n", batch, per_step * 1000, batch / per_step,
-              gflops, sgemm_peak_gflops(*backend), step.graphed() ? "graph" : "eager");
+              gflops, sgemm_peak_gflops(*backend), loop.step().graphed() ? "graph" : "eager");
   if (profiled) {
-    Phases phases{staging, std::nullopt, elapsed, steps};
-    if (auto times = step.take_step_times()) phases.wait_seconds = times->wait_seconds;
+    Phases phases{loop.take_staging_seconds(), std::nullopt, elapsed, steps};
+    if (auto times = loop.step().take_step_times()) phases.wait_seconds = times->wait_seconds;
     print_profile(phases, profiled->table(), profile_heading(*backend, math, batch));
   }
   return 0;
