@@ -66,12 +66,13 @@ torch() {  # PyTorch with OpenBLAS's OpenMP build, OMP_NUM_THREADS threads
 }
 
 cpu_info=$("$step_bench" --cpu-info)
-flags=$(grep -m1 '^flags' /proc/cpuinfo | tr ' ' '\n')
+flags=$( (lscpu 2>/dev/null | sed -n 's/^Flags:[[:space:]]*//p'; grep -m1 '^flags' /proc/cpuinfo) | tr ' ' '\n')
 have() { if grep -qx "$1" <<<"$flags"; then echo "$1"; else echo "no-$1"; fi; }
 echo "# scripts/bench-step.sh: tutorial CNN, SGD momentum 0.9, $steps timed steps after 10 warm-up; samples/s"
 bf16=$(sed -n 's/^mixed_bfloat16 //p' <<<"$cpu_info")
 echo "# CPU: $(sed -n 's/^cpu_model //p' <<<"$cpu_info"); oneDNN ISA: $(sed -n 's/^onednn_isa //p' <<<"$cpu_info"); lscpu flags: $(have avx512_bf16) $(have amx_bf16) $(have avx512f) $(have avx2); dtrain mixed_bfloat16: $bf16"
-echo "# $(torch --info)"
+alternative=$(update-alternatives --query libblas.so.3-x86_64-linux-gnu 2>/dev/null | sed -n 's/^Value: //p')
+echo "# $(torch --info) (LD_LIBRARY_PATH=$openmp_blas; the system's libblas.so.3 alternative: ${alternative:-unknown})"
 echo "threads batch dtrain_fp32 dtrain_bf16 pytorch_fp32 pytorch_bf16_autocast dtrain_fp32_vs_pytorch_fp32 dtrain_bf16_vs_pytorch_fp32 sgemm_peak_gflops"
 ratio() { if [ "$1" = n/a ] || [ "$2" = n/a ]; then echo n/a; else awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", a / b }'; fi; }
 for threads in 1 2; do
