@@ -1,16 +1,60 @@
 """The tutorial CNN's training step in PyTorch (CPU build), for comparison with bench/step_bench.
 
-Same model, loss, optimizer, batch and thread count as step_bench; prints one row in its format.
+Same model, loss, optimizer, batch and thread count as step_bench; prints one row in its format
+(impl batch ms_per_step samples_per_s) with the precision as a fifth column. Precision `float32`
+(default) or `autocast_bf16`: the forward pass and the loss under
+`torch.autocast("cpu", dtype=torch.bfloat16)` (fp32 weights and optimizer, PyTorch's mixed
+precision; the counterpart of dtrain's mixed_bfloat16).
+`step_torch.py --info` prints instead one line: the torch version and the BLAS library this
+process loaded (from /proc/self/maps: Debian's torch calls the system libblas.so.3, so
+LD_LIBRARY_PATH or the libblas.so.3 alternative decides which).
 Run by scripts/bench-step.sh; needs Debian's python3-torch. Asserts nothing.
+  step_torch.py BATCH THREADS STEPS [float32|autocast_bf16]
+  step_torch.py --info
 """
+import contextlib
 import sys
 import time
 
 import torch
 
 
+def loaded_blas():
+    """The BLAS shared objects mapped into this process, the library proper first."""
+    paths = set()
+    with open("/proc/self/maps") as maps:
+        for line in maps:
+            path = line.split()[-1]
+            name = path.rsplit("/", 1)[-1]
+            if "blas" in name or "mkl" in name:
+                paths.add(path)
+    # libopenblas*.so is the code; libblas.so.3 is the alternative's name for it.
+    return sorted(paths, key=lambda p: ("openblas" not in p.rsplit("/", 1)[-1], p))
+
+
+def info():
+    torch.ones(8, 8) @ torch.ones(8, 8)  # the BLAS is linked at load; this makes sure
+    blas = loaded_blas()
+    kind = "none found"
+    if blas:
+        first = blas[0]
+        kind = ("OpenBLAS OpenMP" if "openblas-openmp" in first
+                else "OpenBLAS pthread" if "openblas-pthread" in first
+                else "OpenBLAS serial" if "openblas-serial" in first
+                else "reference BLAS" if "/blas/" in first
+                else "other")
+    print(f"torch {torch.__version__}; BLAS {kind}: {blas[0] if blas else '-'}; "
+          f"oneDNN (mkldnn) {'on' if torch.backends.mkldnn.is_available() else 'off'}")
+
+
 def main():
+    if sys.argv[1:] == ["--info"]:
+        info()
+        return
     batch, threads, steps = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
+    precision = sys.argv[4] if len(sys.argv) > 4 else "float32"
+    if precision not in ("float32", "autocast_bf16"):
+        sys.exit(f"step_torch.py: precision {precision}: float32 or autocast_bf16")
     torch.set_num_threads(threads)
     torch.manual_seed(0)
     model = torch.nn.Sequential(
@@ -21,9 +65,15 @@ def main():
     images = torch.rand(batch, 1, 28, 28)
     labels = torch.arange(batch) % 10
 
+    def autocast():
+        if precision == "autocast_bf16":
+            return torch.autocast("cpu", dtype=torch.bfloat16)
+        return contextlib.nullcontext()
+
     def step():
         optimizer.zero_grad(set_to_none=True)
-        loss = loss_fn(model(images), labels)
+        with autocast():
+            loss = loss_fn(model(images), labels)
         loss.backward()
         optimizer.step()
 
@@ -33,7 +83,8 @@ def main():
     for _ in range(steps):
         step()
     per_step = (time.perf_counter() - start) / steps
-    print(f"pytorch-{torch.__version__} {batch} {per_step * 1000:.3f} {batch / per_step:.0f}")
+    print(f"pytorch-{torch.__version__} {batch} {per_step * 1000:.3f} {batch / per_step:.0f} "
+          f"{precision}")
 
 
 if __name__ == "__main__":

@@ -1,24 +1,95 @@
 #!/usr/bin/env bash
-# Training-step time of the tutorial CNN (configs/fashion-mnist-2workers.json's model): dtrain on
-# oneDNN beside PyTorch's CPU build (Debian's python3-torch, with OpenBLAS as the system BLAS:
-# Debian's torch is built with BLAS_INFO=generic and would otherwise use the reference BLAS),
-# batch 64 and 256, 1 and 2 threads, all in one run, with the machine's sgemm peak.
-#   scripts/bench-step.sh [STEPS]
+# Training-step speed of the tutorial CNN (configs/fashion-mnist-2workers.json's model) on the
+# CPU: dtrain on oneDNN in float32 and in mixed_bfloat16 beside PyTorch's CPU build (Debian's
+# python3-torch) in float32 and under torch.autocast("cpu", dtype=torch.bfloat16), batch 64 and
+# 256, 1 and 2 threads, all in one run, as samples/s, with the ratios dtrain/PyTorch (both against
+# PyTorch float32) and oneDNN's sgemm peak. "n/a" where the CPU cannot run dtrain's bf16
+# (oneDNN's bf16 needs AVX512_BF16 or AMX). The header names the CPU model, oneDNN's ISA, the
+# lscpu flags that matter (avx512_bf16, amx_bf16, avx512f, avx2), and PyTorch's version and the
+# BLAS it loaded. PyTorch runs at its best here: Debian builds it with BLAS_INFO=generic, so its
+# dense layers call the system libblas.so.3 (the reference BLAS unless an OpenBLAS is the
+# alternative); this script installs OpenBLAS's OpenMP build (libopenblas0-openmp) and puts it
+# first on LD_LIBRARY_PATH for the PyTorch runs only (the system's alternative is not changed),
+# so OpenBLAS and PyTorch share one OpenMP runtime and thread count.
+#   scripts/bench-step.sh [STEPS] [BUILD_DIR] [--profile | --profile-only]
+# STEPS (default 50) timed steps after 10 warm-up; BUILD_DIR (default build) holds
+# bench/step_bench. --profile adds, after the table, step_bench --profile's per-phase table of
+# one step (data staging, each layer's forward and backward, loss, optimizer, all-reduce wait,
+# other) at batch 64 and 256, 2 threads, float32 and mixed_bfloat16 (when the CPU has it);
+# --profile-only prints those tables alone.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-steps=${1:-50}
-bash scripts/build.sh build >/dev/null
-if ! /usr/bin/python3 -c "import torch" 2>/dev/null || ! dpkg -s libopenblas0-pthread >/dev/null 2>&1; then
-  echo "# installing python3-torch and libopenblas0-pthread for the comparison" >&2
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends python3-torch libopenblas0-pthread >/dev/null
+positional=() profile=table
+for arg in "$@"; do
+  case "$arg" in
+    --profile) profile=also ;;
+    --profile-only) profile=only ;;
+    -*) echo "usage: scripts/bench-step.sh [STEPS] [BUILD_DIR] [--profile | --profile-only]" >&2; exit 2 ;;
+    *) positional+=("$arg") ;;
+  esac
+done
+steps=${positional[0]:-50}
+build=${positional[1]:-build}
+job=configs/fashion-mnist-2workers.json
+bash scripts/build.sh "$build" >/dev/null
+step_bench=$build/bench/step_bench
+
+profile_tables() {
+  echo "# step_bench --profile: $steps timed steps after 10 warm-up, 2 threads"
+  local precisions=(float32)
+  if [ "$("$step_bench" --cpu-info | sed -n 's/^mixed_bfloat16 //p')" = supported ]; then
+    precisions+=(mixed_bfloat16)
+  else
+    echo "# mixed_bfloat16: not available on this CPU (step_bench --cpu-info): no profile"
+  fi
+  for precision in "${precisions[@]}"; do
+    for batch in 64 256; do
+      OMP_NUM_THREADS=2 "$step_bench" "$job" "$batch" "$steps" cpu eager "$precision" --profile
+      echo
+    done
+  done
+}
+if [ "$profile" = only ]; then
+  profile_tables
+  exit 0
 fi
-echo "# scripts/bench-step.sh: tutorial CNN, SGD momentum 0.9, $steps timed steps after 10 warm-up"
-echo "impl threads batch ms_per_step samples_per_s gflops sgemm_peak_gflops"
+
+openmp_blas=/usr/lib/x86_64-linux-gnu/openblas-openmp
+if ! /usr/bin/python3 -c "import torch" 2>/dev/null || [ ! -e "$openmp_blas/libblas.so.3" ] ||
+  ! dpkg -s libopenblas0-pthread >/dev/null 2>&1; then
+  echo "# installing python3-torch, libopenblas0-openmp and libopenblas0-pthread for the comparison" >&2
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends python3-torch \
+    libopenblas0-openmp libopenblas0-pthread >/dev/null
+fi
+torch() {  # PyTorch with OpenBLAS's OpenMP build, OMP_NUM_THREADS threads
+  LD_LIBRARY_PATH=$openmp_blas${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} /usr/bin/python3 bench/step_torch.py "$@"
+}
+
+cpu_info=$("$step_bench" --cpu-info)
+flags=$( (lscpu 2>/dev/null | sed -n 's/^Flags:[[:space:]]*//p'; grep -m1 '^flags' /proc/cpuinfo) | tr ' ' '\n')
+have() { if grep -qx "$1" <<<"$flags"; then echo "$1"; else echo "no-$1"; fi; }
+echo "# scripts/bench-step.sh: tutorial CNN, SGD momentum 0.9, $steps timed steps after 10 warm-up; samples/s"
+bf16=$(sed -n 's/^mixed_bfloat16 //p' <<<"$cpu_info")
+echo "# CPU: $(sed -n 's/^cpu_model //p' <<<"$cpu_info"); oneDNN ISA: $(sed -n 's/^onednn_isa //p' <<<"$cpu_info"); lscpu flags: $(have avx512_bf16) $(have amx_bf16) $(have avx512f) $(have avx2); dtrain mixed_bfloat16: $bf16"
+alternative=$(update-alternatives --query libblas.so.3-x86_64-linux-gnu 2>/dev/null | sed -n 's/^Value: //p')
+echo "# $(torch --info) (LD_LIBRARY_PATH=$openmp_blas; the system's libblas.so.3 alternative: ${alternative:-unknown})"
+echo "threads batch dtrain_fp32 dtrain_bf16 pytorch_fp32 pytorch_bf16_autocast dtrain_fp32_vs_pytorch_fp32 dtrain_bf16_vs_pytorch_fp32 sgemm_peak_gflops"
+ratio() { if [ "$1" = n/a ] || [ "$2" = n/a ]; then echo n/a; else awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", a / b }'; fi; }
 for threads in 1 2; do
   for batch in 64 256; do
-    read -r _ b ms sps gf peak _ < <(OMP_NUM_THREADS=$threads ./build/bench/step_bench configs/fashion-mnist-2workers.json "$batch" "$steps")
-    echo "dtrain $threads $b $ms $sps $gf $peak"
-    read -r impl b ms sps < <(OMP_NUM_THREADS=$threads /usr/bin/python3 bench/step_torch.py "$batch" "$threads" "$steps")
-    echo "$impl $threads $b $ms $sps - -"
+    export OMP_NUM_THREADS=$threads
+    read -r _ _ _ fp32 _ peak _ < <("$step_bench" "$job" "$batch" "$steps" cpu eager float32)
+    bf16_rate=n/a
+    if [ "$bf16" = supported ]; then
+      read -r _ _ _ bf16_rate _ _ _ < <("$step_bench" "$job" "$batch" "$steps" cpu eager mixed_bfloat16)
+    fi
+    read -r _ _ _ torch_fp32 _ < <(torch "$batch" "$threads" "$steps" float32)
+    read -r _ _ _ torch_bf16 _ < <(torch "$batch" "$threads" "$steps" autocast_bf16)
+    echo "$threads $batch $fp32 $bf16_rate $torch_fp32 $torch_bf16 $(ratio "$fp32" "$torch_fp32") $(ratio "$bf16_rate" "$torch_fp32") $peak"
   done
 done
+unset OMP_NUM_THREADS
+if [ "$profile" = also ]; then
+  echo
+  profile_tables
+fi

@@ -12,13 +12,93 @@
 #   all-reduce of the step): two workers with "recovery": "in_place" (whole steps) and "restart"
 #   (bucket by bucket), ring and shm, alternated three times each, median step time. Each run's
 #   input wait per step: the host's wait for the next batch from the input pipeline.
-#   scripts/bench-worker.sh [BUILD_DIR]
+#   First, "CPU speed": one worker ("workers": 1) training the job's model on Fashion-MNIST for
+#   two epochs of STEPS steps each (default 100; at most 234, an epoch of batch 256) with
+#   OMP_NUM_THREADS 1 and 2, per-worker batch 64 and 256, dtype_policy float32 and
+#   mixed_bfloat16 ("n/a" where the CPU or the worker cannot run bf16; a failed worker's error
+#   is printed under the table): the warm samples/s (the second epoch's, from the run's
+#   metrics.jsonl) beside BUILD_DIR/bench/step_bench's bare step for the same configuration,
+#   and worker/bare.
+#   scripts/bench-worker.sh [--cpu-speed-only] [--cpu-speed-steps STEPS] [BUILD_DIR]
+# --cpu-speed-only runs that first section alone (a quick rerun).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-build=${1:-build}
+build=build cpu_speed_only=false cpu_speed_steps=100
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --cpu-speed-only) cpu_speed_only=true ;;
+    --cpu-speed-steps) cpu_speed_steps=$2; shift ;;
+    -*) echo "usage: scripts/bench-worker.sh [--cpu-speed-only] [--cpu-speed-steps STEPS] [BUILD_DIR]" >&2; exit 2 ;;
+    *) build=$1 ;;
+  esac
+  shift
+done
 bash scripts/build.sh "$build" >/dev/null
 work=$(mktemp -d /tmp/dtrain-bench-worker-XXXXXX)
 trap 'rm -rf "$work"' EXIT
+
+# CPU speed: the worker's warm samples/s beside the bare training step (step_bench).
+/usr/bin/python3 - "$work" "$build" "$cpu_speed_steps" <<'PY'
+import json, os, re, subprocess, sys
+work, build, steps = sys.argv[1], sys.argv[2], int(sys.argv[3])
+config = "configs/fashion-mnist-2workers.json"
+base = json.load(open(config))
+del base["cluster"]
+info = dict(line.split(" ", 1) for line in subprocess.run(
+    [f"{build}/bench/step_bench", "--cpu-info"], check=True, capture_output=True,
+    text=True).stdout.splitlines())
+
+def bare_step(threads, batch, precision):
+    """step_bench's samples/s, or None where it prints n/a."""
+    out = subprocess.run([f"{build}/bench/step_bench", config, str(batch), str(steps), "cpu",
+                          "graphs", precision], check=True, capture_output=True, text=True,
+                         env=dict(os.environ, OMP_NUM_THREADS=str(threads))).stdout
+    row = [l for l in out.splitlines() if l.startswith("dtrain ")][0].split()
+    return None if row[3] == "n/a" else float(row[3])
+
+def worker(threads, batch, precision):
+    """One worker's second-epoch samples/s, or (None, why) when the run failed."""
+    name = f"cpu-{threads}-{batch}-{precision}"
+    job = json.loads(json.dumps(dict(base, job=name, workers=1)))
+    job["env"] = {"OMP_NUM_THREADS": str(threads)}
+    job["train"].update({"epochs": 2, "steps_per_epoch": steps, "validation": False,
+                         "per_worker_batch_size": batch, "dtype_policy": precision,
+                         "backup": {"dir": "backup", "save_freq": "epoch", "keep": 1,
+                                    "delete_on_success": True}})
+    path, run = f"{work}/{name}.json", f"{work}/{name}"
+    json.dump(job, open(path, "w"))
+    code = subprocess.run([f"{build}/launcher/dtrain", "launch", path, "--run-dir", run],
+                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL).returncode
+    if code != 0:
+        log = open(f"{run}/logs/worker-0.log", errors="replace").read().splitlines()
+        errors = [l for l in log if "error" in l.lower()] or log or [f"exit {code}"]
+        return None, re.sub(r"\s+", " ", errors[-1])[:400]
+    lines = [json.loads(l) for l in open(f"{run}/metrics.jsonl")]
+    return [m for m in lines if m["epoch"] == 2][0]["samples_per_second"], None
+
+print(f"# CPU speed: one worker (workers: 1), tutorial CNN, {config}'s model; worker = warm "
+      f"samples/s (epoch 2 of 2, {steps} steps each, from metrics.jsonl); bare = "
+      f"{build}/bench/step_bench ({steps} steps after 10 warm-up)")
+print(f"# CPU: {info.get('cpu_model')}; oneDNN ISA: {info.get('onednn_isa')}; "
+      f"mixed_bfloat16: {info.get('mixed_bfloat16')}")
+print("threads batch precision worker_samples_per_s bare_step_samples_per_s worker_vs_bare",
+      flush=True)
+notes = []
+for threads in (1, 2):
+    for batch in (64, 256):
+        for precision in ("float32", "mixed_bfloat16"):
+            bare = bare_step(threads, batch, precision)
+            rate, why = worker(threads, batch, precision) if bare else (None, None)
+            if why:
+                notes.append(f"# {threads} {batch} {precision}: the worker failed: {why}")
+            cells = [f"{rate:.0f}" if rate else "n/a", f"{bare:.0f}" if bare else "n/a",
+                     f"{rate / bare:.2f}" if rate and bare else "n/a"]
+            print(threads, batch, precision, *cells, flush=True)
+for note in notes:
+    print(note)
+PY
+$cpu_speed_only && exit 0
+echo
 python3 - "$work" "$build" <<'PY'
 import glob, json, os, re, signal, subprocess, sys, time
 work, build = sys.argv[1], sys.argv[2]

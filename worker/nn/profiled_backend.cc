@@ -1,0 +1,193 @@
+// ProfiledBackend: each method builds its label from the shape, forwards the call to the wrapped
+// backend's same method, and adds the call's steady-clock time to that label's row. Labels are
+// built outside the timed interval, so their cost shows as the caller's, not the operation's.
+#include "worker/nn/profiled_backend.h"
+
+#include <fmt/format.h>
+
+#include <chrono>
+#include <utility>
+
+namespace dtrain::nn {
+namespace {
+
+// "64x1x28x28 k32 3x3", with " s2x2" and " pad 1,1,1,1" (top, bottom, left, right) when not 1
+// and not 0.
+std::string conv_label(const char* op, const ConvShape& s) {
+  std::string label =
+      fmt::format("{} {}x{}x{}x{} k{} {}x{}", op, s.n, s.c, s.h, s.w, s.k, s.kh, s.kw);
+  if (s.sh != 1 || s.sw != 1) label += fmt::format(" s{}x{}", s.sh, s.sw);
+  if (s.pad_top || s.pad_bottom || s.pad_left || s.pad_right)
+    label += fmt::format(" pad {},{},{},{}", s.pad_top, s.pad_bottom, s.pad_left, s.pad_right);
+  return label;
+}
+
+// "64x32x26x26 2x2 s2x2".
+std::string pool_label(const char* op, const PoolShape& s) {
+  return fmt::format("{} {}x{}x{}x{} {}x{} s{}x{}", op, s.n, s.c, s.h, s.w, s.kh, s.kw, s.sh, s.sw);
+}
+
+// "64x21632->128".
+std::string dense_label(const char* op, int n, int in, int out) {
+  return fmt::format("{} {}x{}->{}", op, n, in, out);
+}
+
+std::string count_label(const char* op, size_t count) {
+  return fmt::format("{} {}", op, count);
+}
+
+}  // namespace
+
+ProfiledBackend::ProfiledBackend(Backend& backend)
+    : inner_(backend), synchronize_(backend.device().kind() != DeviceKind::kHost) {}
+
+void ProfiledBackend::reset() {
+  rows_.clear();
+  row_of_.clear();
+}
+
+template <class Op>
+void ProfiledBackend::timed(const std::string& label, Op&& op) {
+  using Clock = std::chrono::steady_clock;
+  if (synchronize_) inner_.device().synchronize();
+  Clock::time_point start = Clock::now();
+  std::forward<Op>(op)();
+  if (synchronize_) inner_.device().synchronize();
+  double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  auto [it, added] = row_of_.try_emplace(label, rows_.size());
+  if (added) rows_.push_back(OpTime{label, 0, 0});
+  OpTime& row = rows_[it->second];
+  row.calls += 1;
+  row.seconds += seconds;
+}
+
+void ProfiledBackend::conv2d_forward(const ConvShape& s, const float* x, const float* w,
+                                     const float* b, float* y) {
+  timed(conv_label("conv2d_forward", s), [&] { inner_.conv2d_forward(s, x, w, b, y); });
+}
+
+void ProfiledBackend::conv2d_relu_forward(const ConvShape& s, const float* x, const float* w,
+                                          const float* b, float* y) {
+  timed(conv_label("conv2d_relu_forward", s), [&] { inner_.conv2d_relu_forward(s, x, w, b, y); });
+}
+
+void ProfiledBackend::conv2d_relu_backward_weights(const ConvShape& s, const float* x,
+                                                   const float* y, const float* dy, float* dw,
+                                                   float* db, float* scratch) {
+  timed(conv_label("conv2d_relu_backward_weights", s),
+        [&] { inner_.conv2d_relu_backward_weights(s, x, y, dy, dw, db, scratch); });
+}
+
+void ProfiledBackend::conv2d_backward_data(const ConvShape& s, const float* dy, const float* w,
+                                           float* dx) {
+  timed(conv_label("conv2d_backward_data", s), [&] { inner_.conv2d_backward_data(s, dy, w, dx); });
+}
+
+void ProfiledBackend::conv2d_backward_weights(const ConvShape& s, const float* x, const float* dy,
+                                              float* dw, float* db) {
+  timed(conv_label("conv2d_backward_weights", s),
+        [&] { inner_.conv2d_backward_weights(s, x, dy, dw, db); });
+}
+
+void ProfiledBackend::dense_forward(int n, int in, int out, const float* x, const float* w,
+                                    const float* b, float* y) {
+  timed(dense_label("dense_forward", n, in, out),
+        [&] { inner_.dense_forward(n, in, out, x, w, b, y); });
+}
+
+void ProfiledBackend::dense_relu_forward(int n, int in, int out, const float* x, const float* w,
+                                         const float* b, float* y) {
+  timed(dense_label("dense_relu_forward", n, in, out),
+        [&] { inner_.dense_relu_forward(n, in, out, x, w, b, y); });
+}
+
+void ProfiledBackend::dense_backward_data(int n, int in, int out, const float* dy, const float* w,
+                                          float* dx) {
+  timed(dense_label("dense_backward_data", n, in, out),
+        [&] { inner_.dense_backward_data(n, in, out, dy, w, dx); });
+}
+
+void ProfiledBackend::dense_backward_weights(int n, int in, int out, const float* x,
+                                             const float* dy, float* dw, float* db) {
+  timed(dense_label("dense_backward_weights", n, in, out),
+        [&] { inner_.dense_backward_weights(n, in, out, x, dy, dw, db); });
+}
+
+void ProfiledBackend::dense_backward_weight_rows(int n, int in, int out, const float* x,
+                                                 const float* dy, float* dw, int row_begin,
+                                                 int row_end) {
+  timed(dense_label("dense_backward_weight_rows", n, in, out),
+        [&] { inner_.dense_backward_weight_rows(n, in, out, x, dy, dw, row_begin, row_end); });
+}
+
+void ProfiledBackend::dense_backward_bias(int n, int out, const float* dy, float* db) {
+  timed(fmt::format("dense_backward_bias {}x{}", n, out),
+        [&] { inner_.dense_backward_bias(n, out, dy, db); });
+}
+
+void ProfiledBackend::relu_forward(size_t count, const float* x, float* y) {
+  timed(count_label("relu_forward", count), [&] { inner_.relu_forward(count, x, y); });
+}
+
+void ProfiledBackend::relu_backward(size_t count, const float* y, const float* dy, float* dx) {
+  timed(count_label("relu_backward", count), [&] { inner_.relu_backward(count, y, dy, dx); });
+}
+
+size_t ProfiledBackend::maxpool_workspace_bytes(const PoolShape& s) {
+  return inner_.maxpool_workspace_bytes(s);
+}
+
+void ProfiledBackend::maxpool_forward(const PoolShape& s, const float* x, float* y,
+                                      void* workspace) {
+  timed(pool_label("maxpool_forward", s), [&] { inner_.maxpool_forward(s, x, y, workspace); });
+}
+
+void ProfiledBackend::maxpool_backward(const PoolShape& s, const float* dy, const void* workspace,
+                                       float* dx) {
+  timed(pool_label("maxpool_backward", s), [&] { inner_.maxpool_backward(s, dy, workspace, dx); });
+}
+
+void ProfiledBackend::softmax_cross_entropy(int n, int classes, const float* logits,
+                                            const int32_t* labels, float* dlogits, float* totals) {
+  timed(fmt::format("softmax_cross_entropy {}x{}", n, classes),
+        [&] { inner_.softmax_cross_entropy(n, classes, logits, labels, dlogits, totals); });
+}
+
+void ProfiledBackend::add(size_t count, const float* x, float* y) {
+  timed(count_label("add", count), [&] { inner_.add(count, x, y); });
+}
+
+void ProfiledBackend::dropout_forward(size_t count, float rate, uint64_t key, const float* x,
+                                      float* y, float* mask) {
+  timed(count_label("dropout_forward", count),
+        [&] { inner_.dropout_forward(count, rate, key, x, y, mask); });
+}
+
+void ProfiledBackend::multiply(size_t count, const float* a, const float* b, float* y) {
+  timed(count_label("multiply", count), [&] { inner_.multiply(count, a, b, y); });
+}
+
+void ProfiledBackend::sgd_update(const SgdParams& p, size_t count, float* w, const float* g,
+                                 float* velocity) {
+  timed(count_label("sgd_update", count), [&] { inner_.sgd_update(p, count, w, g, velocity); });
+}
+
+void ProfiledBackend::adam_update(const AdamParams& p, int64_t step, size_t count, float* w,
+                                  const float* g, float* m, float* v) {
+  timed(count_label("adam_update", count), [&] { inner_.adam_update(p, step, count, w, g, m, v); });
+}
+
+void ProfiledBackend::rmsprop_update(const RmspropParams& p, size_t count, float* w, const float* g,
+                                     float* velocity, float* momentum_slot,
+                                     float* average_gradient) {
+  timed(count_label("rmsprop_update", count),
+        [&] { inner_.rmsprop_update(p, count, w, g, velocity, momentum_slot, average_gradient); });
+}
+
+void ProfiledBackend::adamw_update(const AdamWParams& p, int64_t step, size_t count, float* w,
+                                   const float* g, float* m, float* v) {
+  timed(count_label("adamw_update", count),
+        [&] { inner_.adamw_update(p, step, count, w, g, m, v); });
+}
+
+}  // namespace dtrain::nn

@@ -1,0 +1,110 @@
+// A Backend decorator that times every call of the backend it wraps, on the host's steady clock,
+// and sums the times per label: the operation and its shape ("conv2d_relu_forward 64x1x28x28 k32
+// 3x3", "dense_forward 64x21632->128", "sgd_update 2769290"), so each layer's forward and
+// backward show separately. Every call is forwarded to the same method of the wrapped backend,
+// fused ones included, so the wrapped backend's own fusions still run. For benchmarks
+// (bench/step_bench --profile); it does not change what is computed, and it is not thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "worker/nn/backend.h"
+
+namespace dtrain::nn {
+
+/// One row of the profile: every call with this label since the last reset.
+struct OpTime {
+  std::string label;
+  int64_t calls = 0;
+  double seconds = 0;
+};
+
+class ProfiledBackend final : public Backend {
+ public:
+  /// Wraps backend, which must outlive this. On the host device a call has finished when it
+  /// returns, so its time is its own. On any other device (CUDA) calls only enqueue: then every
+  /// call is bracketed by device().synchronize(), before and after, so each time is the device's
+  /// time for that call alone. That serializes the device and so slows the whole step, and it
+  /// cannot run inside a graph capture: profile eager steps only.
+  explicit ProfiledBackend(Backend& backend);
+
+  /// The rows in the order their labels were first called (a step's order, after one step).
+  std::vector<OpTime> table() const { return rows_; }
+  /// Forgets every row.
+  void reset();
+  /// Whether calls are bracketed by device synchronizations (not the host device).
+  bool synchronizes() const { return synchronize_; }
+
+  /// The wrapped backend's name, device, scratch generation and math mode.
+  std::string name() const override { return inner_.name(); }
+  Device& device() override { return inner_.device(); }
+  uint64_t scratch_generation() const override { return inner_.scratch_generation(); }
+  MathMode math_mode() const override { return inner_.math_mode(); }
+  std::string implementations() const override { return inner_.implementations(); }
+
+  void conv2d_forward(const ConvShape& s, const float* x, const float* w, const float* b,
+                      float* y) override;
+  void conv2d_relu_forward(const ConvShape& s, const float* x, const float* w, const float* b,
+                           float* y) override;
+  void conv2d_relu_backward_weights(const ConvShape& s, const float* x, const float* y,
+                                    const float* dy, float* dw, float* db, float* scratch) override;
+  void conv2d_backward_data(const ConvShape& s, const float* dy, const float* w,
+                            float* dx) override;
+  void conv2d_backward_weights(const ConvShape& s, const float* x, const float* dy, float* dw,
+                               float* db) override;
+
+  void dense_forward(int n, int in, int out, const float* x, const float* w, const float* b,
+                     float* y) override;
+  void dense_relu_forward(int n, int in, int out, const float* x, const float* w, const float* b,
+                          float* y) override;
+  void dense_backward_data(int n, int in, int out, const float* dy, const float* w,
+                           float* dx) override;
+  void dense_backward_weights(int n, int in, int out, const float* x, const float* dy, float* dw,
+                              float* db) override;
+  /// Timed under one label per layer shape whatever the rows, so a kernel's gradient produced
+  /// in row blocks is one row of the profile with a call per block.
+  void dense_backward_weight_rows(int n, int in, int out, const float* x, const float* dy,
+                                  float* dw, int row_begin, int row_end) override;
+  void dense_backward_bias(int n, int out, const float* dy, float* db) override;
+
+  void relu_forward(size_t count, const float* x, float* y) override;
+  void relu_backward(size_t count, const float* y, const float* dy, float* dx) override;
+
+  /// A size query, forwarded untimed.
+  size_t maxpool_workspace_bytes(const PoolShape& s) override;
+  void maxpool_forward(const PoolShape& s, const float* x, float* y, void* workspace) override;
+  void maxpool_backward(const PoolShape& s, const float* dy, const void* workspace,
+                        float* dx) override;
+
+  void softmax_cross_entropy(int n, int classes, const float* logits, const int32_t* labels,
+                             float* dlogits, float* totals) override;
+
+  void add(size_t count, const float* x, float* y) override;
+  void dropout_forward(size_t count, float rate, uint64_t key, const float* x, float* y,
+                       float* mask) override;
+  void multiply(size_t count, const float* a, const float* b, float* y) override;
+
+  void sgd_update(const SgdParams& p, size_t count, float* w, const float* g,
+                  float* velocity) override;
+  void adam_update(const AdamParams& p, int64_t step, size_t count, float* w, const float* g,
+                   float* m, float* v) override;
+  void rmsprop_update(const RmspropParams& p, size_t count, float* w, const float* g,
+                      float* velocity, float* momentum_slot, float* average_gradient) override;
+  void adamw_update(const AdamWParams& p, int64_t step, size_t count, float* w, const float* g,
+                    float* m, float* v) override;
+
+ private:
+  /// Runs op (a call of inner_), timed, and adds its time to label's row.
+  template <class Op>
+  void timed(const std::string& label, Op&& op);
+
+  Backend& inner_;
+  bool synchronize_ = false;
+  std::vector<OpTime> rows_ = {};
+  std::unordered_map<std::string, size_t> row_of_ = {};  ///< label -> index in rows_
+};
+
+}  // namespace dtrain::nn
