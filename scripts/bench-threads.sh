@@ -4,7 +4,9 @@
 # has bf16 products, mixed_bfloat16. Samples /proc/PID/task/*/stat of each worker after 60 steps
 # and again 8 s later, and prints each thread's share of one core: the step (the main thread and
 # any OpenMP threads), dt-comm (the all-reduce thread), dt-batches (the input pipeline),
-# dt-accept and dt-signals. The step should hold its core: the others should be near zero.
+# dt-accept and dt-signals; and the share each spent runnable but waiting for a core (schedstat:
+# the others, or anything else on the machine, taking it). The step should hold its core: the
+# others should be near zero. Run it on a quiet machine: other load shows as waiting.
 #   scripts/bench-threads.sh [BUILD_DIR]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -23,10 +25,11 @@ def threads(pid):
         try:
             name = open(f"/proc/{pid}/task/{tid}/comm").read().strip()
             fields = open(f"/proc/{pid}/task/{tid}/stat").read().rsplit(")", 1)[1].split()
+            waited = int(open(f"/proc/{pid}/task/{tid}/schedstat").read().split()[1]) / 1e9
         except OSError:
             continue
         kind = "step (main)" if int(tid) == pid else ("step (OpenMP)" if name == "dtrain-worker" else name)
-        out[int(tid)] = (kind, (int(fields[11]) + int(fields[12])) / tick)
+        out[int(tid)] = (kind, (int(fields[11]) + int(fields[12])) / tick, waited)
     return out
 
 def step_of(run, worker):
@@ -39,6 +42,7 @@ def run(policy):
     job = json.load(open("configs/fashion-mnist-2workers.json"))
     del job["cluster"]
     job["job"] = f"threads-{policy}"
+    job["workers"] = 2
     job["train"].update({"epochs": 1, "steps_per_epoch": 400, "validation": False,
                          "dtype_policy": policy})
     job["train"]["backup"]["save_freq"] = 1000
@@ -65,19 +69,20 @@ def run(policy):
     after = {pid: threads(pid) for pid in pids}
     elapsed = time.monotonic() - t0
     assert p.wait(timeout=300) == 0, f"{policy} failed"
-    shares = {}
+    shares, waits = {}, {}
     for i, pid in enumerate(pids):
-        for tid, (kind, cpu) in after[pid].items():
-            used = cpu - before[pid].get(tid, (kind, 0.0))[1]
-            shares.setdefault(kind, [0.0] * len(pids))[i] += used / elapsed
+        for tid, (kind, cpu, waited) in after[pid].items():
+            _, cpu0, waited0 = before[pid].get(tid, (kind, 0.0, 0.0))
+            shares.setdefault(kind, [0.0] * len(pids))[i] += (cpu - cpu0) / elapsed
+            waits.setdefault(kind, [0.0] * len(pids))[i] += (waited - waited0) / elapsed
     for kind in sorted(shares):
-        values = shares[kind]
-        print(f"{policy:15s} {kind:15s} " + " ".join(f"{v:6.1%}" for v in values))
+        print(f"{policy:15s} {kind:15s} " + " ".join(f"{v:8.1%}" for v in shares[kind]) + "  " +
+              " ".join(f"{v:8.1%}" for v in waits[kind]))
 
 model = open("/proc/cpuinfo").read().split("model name")[1].split("\n")[0].strip(": \t")
 print(f"# scripts/bench-threads.sh: {model}, {os.cpu_count()} cores; share of one core per thread, "
       "summed over each worker's threads of that kind, 8 s of steady training")
-print("policy          thread          worker:0 worker:1")
+print("policy          thread          on a core (worker:0 worker:1)  waiting for one (worker:0 worker:1)")
 run("float32")
 flags = open("/proc/cpuinfo").read()
 if "avx512_bf16" in flags or "amx_bf16" in flags:

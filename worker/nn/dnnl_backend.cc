@@ -84,11 +84,6 @@ class DnnlBackend : public HostBackend {
                                float* db) override {
     conv(s).backward_weights(stream_, x, dy, dw, db);
   }
-  void conv2d_relu_backward_weights(const ConvShape& s, const float* x, const float* y,
-                                    const float* dy, float* dw, float* db,
-                                    float* scratch) override {
-    conv(s).backward_weights_relu(stream_, x, y, dy, dw, db, scratch);
-  }
 
   void dense_forward(int n, int in, int out, const float* x, const float* w, const float* b,
                      float* y) override {

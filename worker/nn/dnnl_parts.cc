@@ -2,9 +2,7 @@
 #include "worker/nn/dnnl_parts.h"
 
 #include <algorithm>
-#include <cstring>
 #include <unordered_map>
-#include <utility>
 
 #include "common/errors.h"
 
@@ -17,39 +15,6 @@ using Dt = memory::data_type;
 dnnl::reorder make_reorder(const dnnl::engine& e, const memory::desc& from,
                            const memory::desc& to) {
   return dnnl::reorder(dnnl::reorder::primitive_desc(e, from, e, to));
-}
-
-// bf16 of v, rounded to nearest even (as oneDNN's reorder rounds); NaN stays NaN.
-uint16_t bfloat16_bits(float v) {
-  uint32_t bits;
-  std::memcpy(&bits, &v, sizeof bits);
-  if ((bits & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((bits >> 16) | 0x40u);
-  return static_cast<uint16_t>((bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16);
-}
-
-// out = dy where y > 0, else 0, from plain NCHW into channels blocked by `block` (1: NCHW
-// itself), channels past C zero as oneDNN's padding wants.
-template <class T, class Convert>
-void pack_masked(const memory::dims& dims, int64_t block, const float* y, const float* dy, T* out,
-                 Convert convert) {
-  const int64_t n_count = dims[0], channels = dims[1], plane = dims[2] * dims[3];
-  const int64_t blocks = (channels + block - 1) / block;
-#pragma omp parallel for collapse(2) schedule(static)
-  for (int64_t n = 0; n < n_count; ++n) {
-    for (int64_t cb = 0; cb < blocks; ++cb) {
-      T* base = out + (n * blocks + cb) * plane * block;
-      for (int64_t c = 0; c < block; ++c) {
-        const int64_t channel = cb * block + c;
-        if (channel >= channels) {
-          for (int64_t i = 0; i < plane; ++i) base[i * block + c] = convert(0.0f);
-          continue;
-        }
-        const float* ys = y + (n * channels + channel) * plane;
-        const float* gs = dy + (n * channels + channel) * plane;
-        for (int64_t i = 0; i < plane; ++i) base[i * block + c] = convert(ys[i] > 0 ? gs[i] : 0.0f);
-      }
-    }
-  }
 }
 
 }  // namespace
@@ -162,11 +127,6 @@ Conv::Conv(const ConvShape& s, MathMode mode, const dnnl::engine& engine) : engi
   bw_diff_weights_ = Staged(plain_weights, bw.diff_weights_desc(), engine);
   implementations_.push_back(bd.impl_info_str());
   implementations_.push_back(bw.impl_info_str());
-  dst_dims_ = dst_dims;
-  for (auto [tag, block] : {std::pair{Tag::nchw, 1}, {Tag::nChw8c, 8}, {Tag::nChw16c, 16}}) {
-    if (bw.diff_dst_desc() == memory::desc(dst_dims, in, tag)) masked_block_ = block;
-  }
-  masked_bf16_ = in == Dt::bf16;
 }
 
 void Conv::forward(dnnl::stream& st, const float* x, const float* w, const float* b, float* y,
@@ -192,28 +152,6 @@ void Conv::backward_weights(dnnl::stream& st, const float* x, const float* dy, f
                             float* db) {
   backward_weights_.execute(st, {{DNNL_ARG_SRC, bw_src_.in(x, st)},
                                  {DNNL_ARG_DIFF_DST, bw_diff_dst_.in(dy, st)},
-                                 {DNNL_ARG_DIFF_WEIGHTS, bw_diff_weights_.out(dw)},
-                                 {DNNL_ARG_DIFF_BIAS, memory(bias_, engine_, db)}});
-  bw_diff_weights_.store(dw, st);
-  st.wait();
-}
-
-void Conv::backward_weights_relu(dnnl::stream& st, const float* x, const float* y, const float* dy,
-                                 float* dw, float* db, float* scratch) {
-  if (masked_block_ == 0) {
-    pack_masked(dst_dims_, 1, y, dy, scratch, [](float v) { return v; });
-    return backward_weights(st, x, scratch, dw, db);
-  }
-  memory dz = bw_diff_dst_.out(scratch);
-  if (masked_bf16_) {
-    pack_masked(dst_dims_, masked_block_, y, dy, static_cast<uint16_t*>(dz.get_data_handle()),
-                bfloat16_bits);
-  } else {
-    pack_masked(dst_dims_, masked_block_, y, dy, static_cast<float*>(dz.get_data_handle()),
-                [](float v) { return v; });
-  }
-  backward_weights_.execute(st, {{DNNL_ARG_SRC, bw_src_.in(x, st)},
-                                 {DNNL_ARG_DIFF_DST, dz},
                                  {DNNL_ARG_DIFF_WEIGHTS, bw_diff_weights_.out(dw)},
                                  {DNNL_ARG_DIFF_BIAS, memory(bias_, engine_, db)}});
   bw_diff_weights_.store(dw, st);

@@ -28,8 +28,7 @@ class Staged {
   Staged(const memory::desc& plain, const memory::desc& wanted, const dnnl::engine& engine);
   /// The primitive's memory holding data (reordered now unless the layouts agree).
   memory in(const void* data, dnnl::stream& stream);
-  /// The memory the primitive writes (or, for an input filled in place, reads); store() moves
-  /// it into data.
+  /// The memory the primitive writes; store() moves it into data.
   memory out(void* data);
   void store(void* data, dnnl::stream& stream);
 
@@ -75,12 +74,6 @@ class Conv {
                bool relu);
   void backward_data(dnnl::stream& st, const float* dy, const float* w, float* dx);
   void backward_weights(dnnl::stream& st, const float* x, const float* dy, float* dw, float* db);
-  /// backward_weights of dz = dy where y > 0 (ReLU's gradient): the mask is applied while dz is
-  /// written in the layout and type the primitive reads (one pass instead of a mask pass and a
-  /// reorder), when that layout is plain or has channels in blocks of 8 or 16; else dz goes
-  /// through scratch (output-count floats) first.
-  void backward_weights_relu(dnnl::stream& st, const float* x, const float* y, const float* dy,
-                             float* dw, float* db, float* scratch);
   /// The implementations oneDNN dispatched to ("jit:avx512_core", ...).
   std::vector<std::string> implementations() const { return implementations_; }
 
@@ -96,9 +89,6 @@ class Conv {
   Staged bd_diff_dst_, bd_weights_, bd_diff_src_;
   dnnl::convolution_backward_weights backward_weights_;
   Staged bw_src_, bw_diff_dst_, bw_diff_weights_;
-  memory::dims dst_dims_;
-  int masked_block_ = 0;  ///< the channel block of the weight gradient's dy (1: plain; 0: other)
-  bool masked_bf16_ = false;
   std::vector<std::string> implementations_;
 };
 
