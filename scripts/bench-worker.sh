@@ -18,17 +18,19 @@
 #   mixed_bfloat16 ("n/a" where the CPU or the worker cannot run bf16; a failed worker's error
 #   is printed under the table): the warm samples/s (the second epoch's, from the run's
 #   metrics.jsonl) beside BUILD_DIR/bench/step_bench's bare step for the same configuration,
-#   and worker/bare.
-#   scripts/bench-worker.sh [--cpu-speed-only] [--cpu-speed-steps STEPS] [BUILD_DIR]
+#   and worker/bare. --cpu-speed-repeat N alternates worker and bare step N times per row
+#   and prints the medians (default 1).
+#   scripts/bench-worker.sh [--cpu-speed-only] [--cpu-speed-steps STEPS] [--cpu-speed-repeat N] [BUILD_DIR]
 # --cpu-speed-only runs that first section alone (a quick rerun).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-build=build cpu_speed_only=false cpu_speed_steps=100
+build=build cpu_speed_only=false cpu_speed_steps=100 cpu_speed_repeat=1
 while [ $# -gt 0 ]; do
   case "$1" in
     --cpu-speed-only) cpu_speed_only=true ;;
     --cpu-speed-steps) cpu_speed_steps=$2; shift ;;
-    -*) echo "usage: scripts/bench-worker.sh [--cpu-speed-only] [--cpu-speed-steps STEPS] [BUILD_DIR]" >&2; exit 2 ;;
+    --cpu-speed-repeat) cpu_speed_repeat=$2; shift ;;
+    -*) echo "usage: scripts/bench-worker.sh [--cpu-speed-only] [--cpu-speed-steps STEPS] [--cpu-speed-repeat N] [BUILD_DIR]" >&2; exit 2 ;;
     *) build=$1 ;;
   esac
   shift
@@ -38,9 +40,9 @@ work=$(mktemp -d /tmp/dtrain-bench-worker-XXXXXX)
 trap 'rm -rf "$work"' EXIT
 
 # CPU speed: the worker's warm samples/s beside the bare training step (step_bench).
-/usr/bin/python3 - "$work" "$build" "$cpu_speed_steps" <<'PY'
+/usr/bin/python3 - "$work" "$build" "$cpu_speed_steps" "$cpu_speed_repeat" <<'PY'
 import json, os, re, subprocess, sys
-work, build, steps = sys.argv[1], sys.argv[2], int(sys.argv[3])
+work, build, steps, repeat = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
 config = "configs/fashion-mnist-2workers.json"
 base = json.load(open(config))
 del base["cluster"]
@@ -78,7 +80,8 @@ def worker(threads, batch, precision):
 
 print(f"# CPU speed: one worker (workers: 1), tutorial CNN, {config}'s model; worker = warm "
       f"samples/s (epoch 2 of 2, {steps} steps each, from metrics.jsonl); bare = "
-      f"{build}/bench/step_bench ({steps} steps after 10 warm-up)")
+      f"{build}/bench/step_bench ({steps} steps after 10 warm-up); median of {repeat} "
+      "alternated runs each")
 print(f"# CPU: {info.get('cpu_model')}; oneDNN ISA: {info.get('onednn_isa')}; "
       f"mixed_bfloat16: {info.get('mixed_bfloat16')}")
 print("threads batch precision worker_samples_per_s bare_step_samples_per_s worker_vs_bare",
@@ -87,8 +90,15 @@ notes = []
 for threads in (1, 2):
     for batch in (64, 256):
         for precision in ("float32", "mixed_bfloat16"):
-            bare = bare_step(threads, batch, precision)
-            rate, why = worker(threads, batch, precision) if bare else (None, None)
+            bares, rates, why = [], [], None
+            for _ in range(repeat):
+                bare = bare_step(threads, batch, precision)
+                rate, why = worker(threads, batch, precision) if bare else (None, None)
+                if not bare or why:
+                    break
+                bares.append(bare), rates.append(rate)
+            bare = sorted(bares)[len(bares) // 2] if bares else None
+            rate = sorted(rates)[len(rates) // 2] if rates else None
             if why:
                 notes.append(f"# {threads} {batch} {precision}: the worker failed: {why}")
             cells = [f"{rate:.0f}" if rate else "n/a", f"{bare:.0f}" if bare else "n/a",
