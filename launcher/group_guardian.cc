@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -27,10 +28,17 @@ bool any_alive(const std::set<pid_t>& groups) {
   return false;
 }
 
-// Keeps only the pipe: no terminal, no lock file, no sockets of the launcher.
+// Keeps only the pipe: no terminal, no lock file, no sockets of the launcher. close_range
+// (Linux 5.9) closes every other descriptor in two calls, whatever RLIMIT_NOFILE is; the loop
+// is for older kernels.
 void close_other_files(int keep_fd) {
   int null_fd = ::open("/dev/null", O_RDWR);
   for (int fd = 0; fd < 3; ++fd) ::dup2(null_fd, fd);
+  const unsigned keep = static_cast<unsigned>(keep_fd);
+  if (keep_fd >= 3 && (keep == 3 || ::syscall(SYS_close_range, 3u, keep - 1, 0u) == 0) &&
+      ::syscall(SYS_close_range, keep + 1, ~0u, 0u) == 0) {
+    return;
+  }
   for (int fd = 3; fd < 65536; ++fd) {
     if (fd != keep_fd) ::close(fd);
   }
