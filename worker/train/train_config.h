@@ -10,6 +10,7 @@
 #include "worker/data/dataset.h"
 #include "worker/nn/backend.h"
 #include "worker/nn/model_spec.h"
+#include "worker/train/loss_scale.h"
 #include "worker/train/optimizer.h"
 
 namespace dtrain::train {
@@ -61,6 +62,9 @@ struct TrainConfig {
   /// train.dtype_policy ("float32", "mixed_bfloat16", "mixed_float16": Keras's names) with
   /// train.allow_tf32 (float32 on TF32 tensor cores; off by default, as in PyTorch).
   nn::MathMode math = nn::MathMode::kFloat32;
+  /// train.loss_scale (Keras's LossScaleOptimizer): on, dynamic, under mixed_float16 unless the
+  /// key says otherwise; off under the other policies unless the key turns it on.
+  LossScaleSpec loss_scale = {};
   BackupSpec backup;
   TensorBoardSpec tensorboard;
 };
