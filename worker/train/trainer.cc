@@ -360,6 +360,21 @@ void Trainer::regroup(const comm::GroupBroken& broken) {
   }
 }
 
+// After an epoch, with a dynamic loss scale: where it stands, and the steps it skipped, if any
+// (the same on every worker, so the chief's line speaks for all).
+void Trainer::report_loss_scale() {
+  const LossScale& scale = step_->loss_scale();
+  if (!scale.dynamic() || !chief()) return;
+  int64_t skipped = step_->skipped_steps() - skipped_reported_;
+  skipped_reported_ = step_->skipped_steps();
+  if (skipped > 0) {
+    spdlog::info("loss scale {} after {} step(s) with a non-finite gradient, skipped",
+                 scale.scale(), skipped);
+  } else {
+    spdlog::debug("loss scale {}", scale.scale());
+  }
+}
+
 // Tells the launcher once where this worker resumes (0: a fresh start).
 void Trainer::report_restored() {
   if (!control_) return;
@@ -404,6 +419,7 @@ EpochMetrics Trainer::fit_from_state() {
     progress_.begin_epoch(epoch + 1, config_.epochs,
                           epoch == state_.epoch ? state_.step : 0);  // ms/step of this run
     last = train_epoch(epoch);
+    report_loss_scale();
     state_ = TrainingState{epoch + 1, 0, state_.global_step, optimizer_->iterations(), 0, 0, 0};
     last_epoch_metrics_ = metrics_json(last, true);
     save_checkpoint(&last);
