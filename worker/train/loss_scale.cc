@@ -62,7 +62,7 @@ bool LossScale::update(bool finite) {
 }
 
 void LossScale::set_state(const LossScaleState& state) {
-  bool initial = !spec_.enabled || state.scale <= 0 || !spec_.dynamic;
+  bool initial = !dynamic() || !(state.scale > 0) || !std::isfinite(state.scale);
   scale_ = !spec_.enabled ? 1.0f : initial ? spec_.initial_scale : state.scale;
   good_steps_ = initial ? 0 : state.good_steps;
 }

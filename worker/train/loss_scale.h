@@ -44,8 +44,9 @@ class LossScale {
   /// scale, restarts the count, and the step is skipped. A fixed scale applies every step.
   bool update(bool finite);
   LossScaleState state() const { return {scale_, good_steps_}; }
-  /// A checkpoint's state; scale 0 (none recorded, or scaling was off) is the initial state.
-  /// ConfigError-free: an implausible state is the caller's to refuse.
+  /// A checkpoint's (or the group's) state. Scale 0 (none recorded: scaling was off, or the
+  /// file predates it), a scale that is not a finite number > 0, or a fixed scale's spec, gives
+  /// the initial state.
   void set_state(const LossScaleState& state);
 
  private:
