@@ -1,8 +1,9 @@
 // Whole-model checks of the CUDA backend on a GPU: random convolution shapes and the elementwise
 // operations against the reference backend, a Sequential training step (TrainStep: staged
 // input, loss on the device, bucketed all-reduce in a world of one, optimizer) on the GPU against
-// the same steps on the reference, and a step replayed as a CUDA graph against the same step
-// launched op by op. Without a GPU every test says "no GPU" and checks nothing.
+// the same steps on the reference, a step replayed as a CUDA graph against the same step
+// launched op by op, and loss scaling (its kernels, and steps with a dynamic and a fixed scale
+// against unscaled ones). Without a GPU every test says "no GPU" and checks nothing.
 #include <algorithm>
 #include <catch2/catch.hpp>
 #include <cmath>
@@ -76,7 +77,8 @@ train::TrainConfig config_with(const std::string& optimizer) {
 
 // K steps of TrainStep on backend from the same initial weights and batches; the weights after.
 std::vector<float> train_steps(nn::Backend& backend, const train::TrainConfig& c, int steps,
-                               bool graphs, bool* graphed = nullptr) {
+                               bool graphs, bool* graphed = nullptr,
+                               const train::LossScaleSpec& loss_scale = {}) {
   nn::Sequential model(c.model, backend, c.per_worker_batch_size);
   model.initialize(7);
   train::Optimizer optimizer(c.optimizer, model.parameters().size(), backend.device());
@@ -84,6 +86,7 @@ std::vector<float> train_steps(nn::Backend& backend, const train::TrainConfig& c
   train::StepOptions options;
   options.graphs = graphs;
   options.min_bucket_floats = 100;  // several buckets
+  options.loss_scale = loss_scale;
   train::TrainStep step(model, optimizer, backend, solo, options);
   size_t per_example = model.input_dims().size(), n = c.per_worker_batch_size;
   train::InputStager stager(backend.device(), per_example, static_cast<int>(n));
@@ -276,4 +279,53 @@ TEST_CASE(
     check_close(gd.to_host(), dlogits, 1e-5f, "loss gradient");
     check_close(gt.to_host(), totals, 1e-5f, "loss sum, correct, examples");
   }
+}
+
+TEST_CASE("CUDA loss scaling equals the reference and flags a non-finite gradient") {
+  if (!have_gpu()) return;
+  auto gpu = nn::make_cuda_backend();
+  auto ref = nn::make_reference_backend();
+  std::mt19937 rng(31);
+  const size_t n = 100003;
+  auto x = random_vector(n, rng);
+  std::vector<float> scaled = x, unscaled = x;
+  ref->scale(n, 1024.0f, scaled.data());
+  float ref_flag = 0;
+  ref->unscale_gradients(n, 3.0f, unscaled.data(), &ref_flag);
+  auto gs = on(*gpu, x), gu = on(*gpu, x);
+  nn::Buffer<float> flag(gpu->device(), 1);
+  gpu->scale(n, 1024.0f, gs.data());
+  gpu->unscale_gradients(n, 3.0f, gu.data(), flag.data());
+  CHECK(gs.to_host() == scaled);
+  CHECK(gu.to_host() == unscaled);
+  CHECK(ref_flag == 0.0f);
+  CHECK(flag.to_host()[0] == 0.0f);
+
+  x[n / 2] = INFINITY;
+  x[n - 1] = NAN;
+  auto bad = on(*gpu, x);
+  gpu->unscale_gradients(n, 2.0f, bad.data(), flag.data());
+  CHECK(flag.to_host()[0] == 1.0f);
+  gpu->unscale_gradients(n, 2.0f, gu.data(), flag.data());  // finite: the flag stays raised
+  CHECK(flag.to_host()[0] == 1.0f);
+  gpu->unscale_gradients(n, 2.0f, gu.data(), nullptr);  // no check asked for
+}
+
+TEST_CASE("On the GPU a power-of-two loss scale gives the unscaled steps' bits") {
+  if (!have_gpu()) return;
+  train::TrainConfig c = config_with(R"({"type": "sgd", "learning_rate": 0.05, "momentum": 0.9})");
+  train::LossScaleSpec dynamic;
+  dynamic.enabled = true;
+  dynamic.initial_scale = 1024;
+  train::LossScaleSpec fixed = dynamic;
+  fixed.dynamic = false;
+  auto a = nn::make_cuda_backend();
+  std::vector<float> plain = train_steps(*a, c, 5, false);
+  auto b = nn::make_cuda_backend();
+  bool graphed = true;
+  CHECK(train_steps(*b, c, 5, true, &graphed, dynamic) == plain);
+  CHECK_FALSE(graphed);  // the host reads the finite flag mid-step
+  auto d = nn::make_cuda_backend();
+  CHECK(train_steps(*d, c, 5, true, &graphed, fixed) == plain);
+  CHECK(graphed);  // a fixed scale changes no argument and reads nothing back
 }

@@ -112,7 +112,8 @@ struct Worker {
 };
 
 Worker make_worker(const train::TrainConfig& c, Kind kind, std::unique_ptr<comm::Communicator> comm,
-                   int max_batch, bool overlap, bool whole_steps = false) {
+                   int max_batch, bool overlap, bool whole_steps = false,
+                   const train::LossScaleSpec& loss_scale = {}) {
   Worker w;
   w.backend = kind == Kind::kDnnl ? nn::make_dnnl_backend() : nn::make_reference_backend();
   w.model = std::make_unique<nn::Sequential>(c.model, *w.backend, max_batch);
@@ -124,6 +125,7 @@ Worker make_worker(const train::TrainConfig& c, Kind kind, std::unique_ptr<comm:
   options.overlap = overlap;
   options.min_bucket_floats = 64;  // three buckets: dense 10, dense 16, conv (+ a remainder)
   options.whole_steps = whole_steps;
+  options.loss_scale = loss_scale;
   w.step = std::make_unique<train::TrainStep>(*w.model, *w.optimizer, *w.backend, *w.comm, options);
   return w;
 }
@@ -728,5 +730,47 @@ TEST_CASE("With whole steps, a step cut short by a peer's death changes nothing"
       REQUIRE(partial[r].failed);
       CHECK(partial[r].after.w != partial[r].before.w);
     }
+  }
+}
+
+// Loss scaling (docs/design.md#loss-scaling) decides on the reduced gradients, which every worker
+// holds: when one worker's batch overflows under the scale, every worker skips that step.
+TEST_CASE("With loss scaling every ring worker skips the step one worker's batch overflows",
+          "[data_parallel]") {
+  train::TrainConfig c = config_with(kAdam);
+  constexpr int kWorkers = 2;
+  std::vector<Batch> batches;
+  for (int t = 0; t < 3; ++t) batches.push_back(make_batch(kWorkers * kBatch, t));
+  // Under the largest power-of-two scale [0, 1) images do not overflow; worker 1's images of
+  // step 1, a million times brighter, do.
+  for (size_t i = kBatch * kExampleFloats; i < batches[1].images.size(); ++i)
+    batches[1].images[i] *= 1e6f;
+  train::LossScaleSpec huge;
+  huge.enabled = true;
+  huge.initial_scale = 0x1p127f;
+  auto ring_of = [&](const train::LossScaleSpec& scale) {
+    auto links = testing::make_in_process_ring(kWorkers);
+    std::vector<Worker> ring;
+    for (int r = 0; r < kWorkers; ++r) {
+      ring.push_back(make_worker(
+          c, Kind::kReference,
+          std::make_unique<comm::ThreadedCommunicator>(std::make_unique<comm::RingCommunicator>(
+              std::move(links[static_cast<size_t>(r)]), r, kWorkers)),
+          kBatch, true, false, scale));
+    }
+    return ring;
+  };
+  RingRun scaled = run_ring(ring_of(huge), batches, Fault::kNone);
+  RingRun plain = run_ring(ring_of({}), {batches[0], batches[2]}, Fault::kNone);  // no step 1
+  for (size_t r = 0; r < kWorkers; ++r) {
+    INFO("rank " << r);
+    const std::vector<State>& s = scaled.states[r];  // before, then after steps 0, 1, 2
+    const std::vector<State>& p = plain.states[r];   // before, then after steps 0 and 2
+    REQUIRE(s.size() == 4);
+    REQUIRE(p.size() == 3);
+    CHECK((s[1].w == p[1].w && s[1].m == p[1].m && s[1].v == p[1].v && s[1].t == p[1].t));
+    CHECK((s[2].w == s[1].w && s[2].m == s[1].m && s[2].v == s[1].v));  // skipped
+    CHECK(s[2].t == 1);                                                 // not counted
+    CHECK((s[3].w == p[2].w && s[3].m == p[2].m && s[3].v == p[2].v && s[3].t == p[2].t));
   }
 }

@@ -73,7 +73,7 @@ enum class MathMode {
   kFloat32,   ///< fp32 FMA: the CPU and GPU agree to rounding
   kTf32,      ///< fp32 data on TF32 tensor cores (GPU only; the CPU computes in fp32)
   kBfloat16,  ///< Keras's "mixed_bfloat16"
-  kFloat16,   ///< Keras's "mixed_float16" (without loss scaling for now)
+  kFloat16,   ///< Keras's "mixed_float16" (TrainStep adds its loss scaling)
 };
 /// "float32", "tf32", "mixed_bfloat16", "mixed_float16".
 const char* math_mode_name(MathMode mode);
@@ -191,6 +191,13 @@ class Backend {
   /// _apply_weight_decay, with the step's unadjusted rate), then Adam's update as above.
   virtual void adamw_update(const AdamWParams& p, int64_t step, size_t count, float* w,
                             const float* g, float* m, float* v) = 0;
+
+  /// Loss scaling (docs/design.md#loss-scaling): x *= factor (the loss gradient times the scale).
+  virtual void scale(size_t count, float factor, float* x) = 0;
+  /// g /= scale (the reduced gradients back to the loss's). When nonfinite is not null, sets
+  /// *nonfinite = 1 if any result is infinite or NaN and leaves it as it was otherwise, so one
+  /// flag, zeroed by the caller, covers several ranges. Nothing is read back.
+  virtual void unscale_gradients(size_t count, float scale, float* g, float* nonfinite) = 0;
 };
 
 /// The oneDNN backend (dnnl_backend.cc), on its own host device, computing its products in

@@ -1,8 +1,9 @@
 // What the two host backends (oneDNN, reference) share: the host device they own and the
-// elementwise operations that need no library (add, dropout, multiply). Header-only and small;
-// the convolutions, dense layers and the loss stay in each backend.
+// elementwise operations that need no library (add, dropout, multiply, loss scaling).
+// Header-only and small; the convolutions, dense layers and the loss stay in each backend.
 #pragma once
 
+#include <cmath>
 #include <memory>
 
 #include "worker/nn/backend.h"
@@ -28,6 +29,17 @@ class HostBackend : public Backend {
   }
   void multiply(size_t count, const float* a, const float* b, float* y) override {
     for (size_t i = 0; i < count; ++i) y[i] = a[i] * b[i];
+  }
+  void scale(size_t count, float factor, float* x) override {
+    for (size_t i = 0; i < count; ++i) x[i] *= factor;
+  }
+  void unscale_gradients(size_t count, float scale, float* g, float* nonfinite) override {
+    bool finite = true;
+    for (size_t i = 0; i < count; ++i) {
+      g[i] /= scale;
+      finite = finite && std::isfinite(g[i]);
+    }
+    if (nonfinite != nullptr && !finite) *nonfinite = 1.0f;
   }
 
  private:

@@ -95,6 +95,8 @@ class ProfiledBackend final : public Backend {
                       float* velocity, float* momentum_slot, float* average_gradient) override;
   void adamw_update(const AdamWParams& p, int64_t step, size_t count, float* w, const float* g,
                     float* m, float* v) override;
+  void scale(size_t count, float factor, float* x) override;
+  void unscale_gradients(size_t count, float scale, float* g, float* nonfinite) override;
 
  private:
   /// Runs op (a call of inner_), timed, and adds its time to label's row.

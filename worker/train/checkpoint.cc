@@ -30,22 +30,32 @@ constexpr const char* kDtypePolicy = "dtype_policy";    ///< optional: absent me
 constexpr int64_t kMaxEpochs = int64_t{1} << 20;        ///< train.epochs' own limit
 constexpr int64_t kMaxSteps = int64_t{1} << 50;
 
+// Optional, together: a dynamic loss scale and its count (absent: none, the initial state).
+constexpr const char* kLossScale = "loss_scale";
+constexpr const char* kLossScaleGoodSteps = "loss_scale_good_steps";
+
 std::string number(double v) {
   return fmt::format("{:.17g}", v);
 }
 
 std::map<std::string, std::string> state_metadata(const TrainingState& s,
                                                   const std::string& architecture) {
-  return {{"format", kFormat},
-          {"format_version", kFormatVersion},
-          {"architecture", architecture},
-          {"epoch", std::to_string(s.epoch)},
-          {"step", std::to_string(s.step)},
-          {"global_step", std::to_string(s.global_step)},
-          {"optimizer_iterations", std::to_string(s.optimizer_iterations)},
-          {"epoch_loss_sum", number(s.epoch_loss_sum)},
-          {"epoch_correct", number(s.epoch_correct)},
-          {"epoch_seen", number(s.epoch_seen)}};
+  std::map<std::string, std::string> m = {
+      {"format", kFormat},
+      {"format_version", kFormatVersion},
+      {"architecture", architecture},
+      {"epoch", std::to_string(s.epoch)},
+      {"step", std::to_string(s.step)},
+      {"global_step", std::to_string(s.global_step)},
+      {"optimizer_iterations", std::to_string(s.optimizer_iterations)},
+      {"epoch_loss_sum", number(s.epoch_loss_sum)},
+      {"epoch_correct", number(s.epoch_correct)},
+      {"epoch_seen", number(s.epoch_seen)}};
+  if (s.loss_scale > 0) {
+    m[kLossScale] = number(s.loss_scale);
+    m[kLossScaleGoodSteps] = std::to_string(s.loss_scale_good_steps);
+  }
+  return m;
 }
 
 // Metadata value key of a checkpoint as an integer in [0, max]: the checksum only proves the file
@@ -106,6 +116,10 @@ TrainingState state_of(const std::map<std::string, std::string>& m, const std::s
   s.epoch_loss_sum = sum_of(m, "epoch_loss_sum", path);
   s.epoch_correct = sum_of(m, "epoch_correct", path);
   s.epoch_seen = sum_of(m, "epoch_seen", path);
+  if (m.count(kLossScale) != 0) {
+    s.loss_scale = sum_of(m, kLossScale, path);
+    s.loss_scale_good_steps = integer_of(m, kLossScaleGoodSteps, kMaxSteps, path);
+  }
   if (s.step > s.global_step) {
     throw common::IoError(fmt::format("{}: step {} of its epoch is past its global step {}", path,
                                       s.step, s.global_step));

@@ -23,6 +23,10 @@ struct TrainingState {
   int64_t optimizer_iterations = 0;
   double epoch_loss_sum = 0, epoch_correct = 0,
          epoch_seen = 0;  ///< the resumed epoch's running metrics
+  /// A dynamic loss scale (docs/design.md#loss-scaling) and its count of finite steps; 0 when
+  /// there is none (not recorded: a run without one, or a checkpoint from before loss scaling).
+  double loss_scale = 0;
+  int64_t loss_scale_good_steps = 0;
 };
 
 struct LoadedCheckpoint {

@@ -125,7 +125,8 @@ void parse_loss(const common::JsonNode& node, TrainConfig& c) {
   if (auto n = node.find("from_logits")) c.from_logits = n->as_bool();
 }
 
-// dtype_policy (Keras's policy names) and allow_tf32 into the backend's math mode.
+// dtype_policy (Keras's policy names) and allow_tf32 into the backend's math mode, and the loss
+// scale that goes with it (docs/train-config.md#loss_scale).
 void parse_math(const common::JsonNode& root, TrainConfig& c) {
   std::string policy = "float32";
   if (auto n = root.find("dtype_policy"))
@@ -138,13 +139,34 @@ void parse_math(const common::JsonNode& root, TrainConfig& c) {
            : policy == "mixed_float16" ? nn::MathMode::kFloat16
            : tf32                      ? nn::MathMode::kTf32
                                        : nn::MathMode::kFloat32;
+  if (auto n = root.find("loss_scale")) {
+    c.loss_scale = parse_loss_scale(*n);
+  } else if (c.math == nn::MathMode::kFloat16) {  // Keras wraps the optimizer in a dynamic one
+    c.loss_scale.enabled = true;
+  }
 }
 
 void parse_fields(const common::JsonNode& root, TrainConfig& c) {
-  root.check_keys({"model", "loss", "optimizer", "data", "per_worker_batch_size", "epochs",
-                   "steps_per_epoch", "validation", "seed", "device", "communication", "overlap",
-                   "cuda_graphs", "dtype_policy", "dtype_policy_fallback", "allow_tf32", "backup",
-                   "tensorboard", "ledger"});
+  root.check_keys({"model",
+                   "loss",
+                   "optimizer",
+                   "data",
+                   "per_worker_batch_size",
+                   "epochs",
+                   "steps_per_epoch",
+                   "validation",
+                   "seed",
+                   "device",
+                   "communication",
+                   "overlap",
+                   "cuda_graphs",
+                   "dtype_policy",
+                   "dtype_policy_fallback",
+                   "allow_tf32",
+                   "loss_scale",
+                   "backup",
+                   "tensorboard",
+                   "ledger"});
   c.model = nn::parse_model_spec(root.at("model"));
   c.model_json = nn::model_json(root.at("model"), c.model);
   if (auto n = root.find("loss")) parse_loss(*n, c);

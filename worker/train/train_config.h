@@ -10,6 +10,7 @@
 #include "worker/data/dataset.h"
 #include "worker/nn/backend.h"
 #include "worker/nn/model_spec.h"
+#include "worker/train/loss_scale.h"
 #include "worker/train/optimizer.h"
 
 namespace dtrain::train {
@@ -64,6 +65,9 @@ struct TrainConfig {
   /// train.dtype_policy_fallback "float32": a mixed policy on a CPU without its 16-bit products
   /// trains in float32 with a warning; "none" (the default): exit 2.
   bool dtype_policy_fallback = false;
+  /// train.loss_scale (Keras's LossScaleOptimizer): on, dynamic, under mixed_float16 unless the
+  /// key says otherwise; off under the other policies unless the key turns it on.
+  LossScaleSpec loss_scale = {};
   BackupSpec backup;
   TensorBoardSpec tensorboard;
 };

@@ -52,13 +52,18 @@ TrainStep::TrainStep(nn::Sequential& model, Optimizer& optimizer, nn::Backend& b
       stats_(device_, kStatsFloats),
       totals_(device_, kTotalsFloats),
       stop_flag_(device_, 1),
-      readback_(device_, kStatsFloats * static_cast<size_t>(options.slots)) {
+      readback_(device_, kStatsFloats * static_cast<size_t>(options.slots)),
+      loss_scale_(options.loss_scale),
+      nonfinite_(device_, 1),
+      nonfinite_host_(device_, 1) {
   DT_ENFORCE(options_.slots >= 1 && options_.slots <= nn::Device::kMarkers, "{} input slots",
              options_.slots);
   // A graph replays fixed kernel arguments: the step key (dropout) and Adam's step-dependent
-  // rate are arguments, so those run launch by launch.
+  // rate are arguments, so those run launch by launch; so does a dynamic loss scale, whose value
+  // is an argument and whose finite check the host reads in the middle of the step.
   graphable_ = options_.graphs && comm_.stream_ordered() && !model_.has_random_layers() &&
-               optimizer_.same_every_step() && device_.kind() == nn::DeviceKind::kCuda;
+               optimizer_.same_every_step() && device_.kind() == nn::DeviceKind::kCuda &&
+               !loss_scale_.dynamic();
   graphs_.resize(static_cast<size_t>(options_.slots));
   graph_inputs_.resize(static_cast<size_t>(options_.slots) * 2, nullptr);
   graph_generations_.resize(static_cast<size_t>(options_.slots), 0);
@@ -86,11 +91,13 @@ void TrainStep::finish(comm::ReduceTicket ticket) {
   times_.wait_seconds += waited;
 }
 
-void TrainStep::enqueue(const float* images, const int32_t* labels, int n, const nn::StepKey& key) {
+void TrainStep::enqueue(const float* images, const int32_t* labels, int n, const nn::StepKey& key,
+                        int slot) {
   device_.fill_zero(stats_.data(), stats_.bytes());
   const float* logits = model_.forward(images, n, key, true);
   backend_.softmax_cross_entropy(n, model_.classes(), logits, labels, model_.logits_gradient(),
                                  stats_.data());
+  scale_loss_gradient(n);
   device_.upload(stats_.data() + offsetof(StepStats, stop) / sizeof(float), stop_flag_.data(),
                  sizeof(float));
   std::vector<comm::ReduceTicket> tickets;
@@ -112,19 +119,18 @@ void TrainStep::enqueue(const float* images, const int32_t* labels, int n, const
   model_.backward(n, piece_done);
   while (tickets.size() < buckets_.size()) start_bucket(tickets.size());
   comm::ReduceTicket stats_ticket = start(stats_.data(), kStatsFloats, comm::ReduceOp::kSum);
-  auto apply = [&](size_t b) {
-    optimizer_.apply(backend_, model_.parameters(), model_.gradients(), buckets_[b].offset,
-                     buckets_[b].count);
-    applied_ = b + 1;
-  };
-  if (options_.whole_steps) {  // nothing changes until no collective of the step can fail
+  // Nothing changes until no collective of the step can fail (whole steps), or until every
+  // gradient is in and, with a dynamic loss scale, known finite.
+  if (options_.whole_steps || loss_scale_.enabled()) {
     for (size_t b = 0; b < buckets_.size(); ++b) finish(tickets[b]);
     finish(stats_ticket);
-    for (size_t b = 0; b < buckets_.size(); ++b) apply(b);
+    apply_all(slot);
   } else {
     for (size_t b = 0; b < buckets_.size(); ++b) {
       finish(tickets[b]);
-      apply(b);
+      optimizer_.apply(backend_, model_.parameters(), model_.gradients(), buckets_[b].offset,
+                       buckets_[b].count);
+      applied_ = b + 1;
     }
     finish(stats_ticket);
   }
@@ -183,7 +189,7 @@ void TrainStep::run_step(const float* images, const int32_t* labels, int n, cons
       graphs_[s].reset();
       device_.begin_capture();
       try {
-        enqueue(images, labels, n, key);
+        enqueue(images, labels, n, key, slot);
         device_.download_async(readback_.data() + kStatsFloats * s, stats_.data(), stats_.bytes());
       } catch (...) {
         try {
@@ -201,7 +207,7 @@ void TrainStep::run_step(const float* images, const int32_t* labels, int n, cons
     graphs_[s]->launch();
     graphed_ = true;
   } else {
-    enqueue(images, labels, n, key);
+    enqueue(images, labels, n, key, slot);
     device_.download_async(readback_.data() + kStatsFloats * static_cast<size_t>(slot),
                            stats_.data(), stats_.bytes());
   }
@@ -227,7 +233,7 @@ void TrainStep::run_shards(const comm::ShardPlan& shards, const ShardInput* inpu
   applied_ = 0;
   in_step_ = true;
   optimizer_.begin_step();
-  enqueue_shards(shards, inputs, key);
+  enqueue_shards(shards, inputs, key, slot);
   device_.download_async(readback_.data() + kStatsFloats * static_cast<size_t>(slot), stats_.data(),
                          stats_.bytes());
   device_.record_marker(slot);
@@ -243,7 +249,7 @@ void TrainStep::run_shards(const comm::ShardPlan& shards, const ShardInput* inpu
 // Each shard's forward, loss and backward as its own worker would run them (the same batch
 // size, the same step key, backward reporting its pieces), then the sums in virtual-shard order.
 void TrainStep::enqueue_shards(const comm::ShardPlan& shards, const ShardInput* inputs,
-                               const nn::StepKey& key) {
+                               const nn::StepKey& key, int slot) {
   const auto held = static_cast<size_t>(shards.held);
   const size_t floats = model_.gradients().size();
   shard_gradients_.resize(held - 1);
@@ -254,6 +260,7 @@ void TrainStep::enqueue_shards(const comm::ShardPlan& shards, const ShardInput* 
     const float* logits = model_.forward(inputs[j].images, inputs[j].n, key, true);
     backend_.softmax_cross_entropy(inputs[j].n, model_.classes(), logits, inputs[j].labels,
                                    model_.logits_gradient(), stats_.data());
+    scale_loss_gradient(inputs[j].n);
     model_.backward(inputs[j].n, piece_done);
     std::memcpy(shard_stats_.data() + j * kStatsFloats, stats_.data(), stats_.bytes());
     if (j + 1 < held) {
@@ -281,12 +288,48 @@ void TrainStep::enqueue_shards(const comm::ShardPlan& shards, const ShardInput* 
   for (size_t j = 0; j < held; ++j) pieces[j] = shard_stats_.data() + j * kStatsFloats;
   reduce(pieces.data(), kStatsFloats, comm::ReduceOp::kSum);
   std::memcpy(stats_.data(), shard_stats_.data(), stats_.bytes());
-  for (size_t b = 0; b < buckets_.size(); ++b) {  // nothing changed until every sum was in
+  apply_all(slot);  // nothing changed until every sum was in
+  backend_.add(kTotalsFloats, stats_.data(), totals_.data());
+}
+
+// Keras's LossScaleOptimizer scales the loss before its gradient; here the gradient of the mean
+// loss is scaled instead, the same numbers (by a power of two, exactly).
+void TrainStep::scale_loss_gradient(int n) {
+  if (!loss_scale_.enabled()) return;
+  backend_.scale(static_cast<size_t>(n) * static_cast<size_t>(model_.classes()),
+                 loss_scale_.scale(), model_.logits_gradient());
+}
+
+// Keras: a skipped step leaves the weights, the slots and the inner optimizer's iterations (Adam's
+// t, the schedule's step) as they were; only the loss scale changes. Every worker holds the same
+// reduced gradients, so every worker skips the same steps without asking the others.
+void TrainStep::apply_all(int slot) {
+  if (loss_scale_.enabled() && !loss_scale_.update(unscale_gradients(slot))) {
+    optimizer_.set_iterations(iterations_before_);
+    ++skipped_steps_;
+    return;
+  }
+  for (size_t b = 0; b < buckets_.size(); ++b) {
     optimizer_.apply(backend_, model_.parameters(), model_.gradients(), buckets_[b].offset,
                      buckets_[b].count);
     applied_ = b + 1;
   }
-  backend_.add(kTotalsFloats, stats_.data(), totals_.data());
+}
+
+bool TrainStep::unscale_gradients(int slot) {
+  float* flag = loss_scale_.dynamic() ? nonfinite_.data() : nullptr;
+  if (flag != nullptr) device_.fill_zero(flag, sizeof(float));
+  for (const GradientBucket& b : buckets_) {
+    backend_.unscale_gradients(b.count, loss_scale_.scale(), model_.gradients().data() + b.offset,
+                               flag);
+  }
+  if (flag == nullptr) return true;
+  // The host chooses whether the optimizer's kernels are enqueued, so on a GPU it waits here for
+  // the step so far (docs/design.md#loss-scaling); on the host the flag is already there.
+  device_.download_async(nonfinite_host_.data(), flag, sizeof(float));
+  device_.record_marker(slot);
+  device_.wait_marker(slot, options_.timeout_seconds);
+  return *nonfinite_host_.data() == 0.0f;
 }
 
 bool TrainStep::stop_agreed(int steps_ago) {

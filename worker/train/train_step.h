@@ -5,6 +5,8 @@
 // all-reduce finishes, epoch totals accumulated on the device, and an asynchronous read-back
 // of the reduced stop flag that the trainer reads one step later. On CUDA with a stream-ordered
 // communicator the whole step is captured once per input slot as a CUDA graph and replayed.
+// With loss scaling (mixed_float16, docs/design.md#loss-scaling) the loss gradient is scaled and
+// the reduced gradients unscaled and checked before the optimizer sees any of them.
 // It does not fetch batches, print, or checkpoint: the trainer does.
 #pragma once
 
@@ -17,6 +19,7 @@
 #include "worker/comm/communicator.h"
 #include "worker/comm/membership.h"
 #include "worker/nn/sequential.h"
+#include "worker/train/loss_scale.h"
 #include "worker/train/optimizer.h"
 
 namespace dtrain::train {
@@ -82,6 +85,11 @@ struct StepOptions {
   /// virtual shards of the global batch, whatever the group's size now; it fixes the buckets
   /// and the way backward produces the gradients. 0: the communicator's size.
   int virtual_size = 0;
+  /// Keras's LossScaleOptimizer (docs/design.md#loss-scaling): the trainer turns it on under
+  /// mixed_float16 or train.loss_scale; tests force it in any math mode. When on, the optimizer
+  /// applies a step only once every bucket's all-reduce has finished (as whole_steps do), and a
+  /// dynamic scale is not graphed.
+  LossScaleSpec loss_scale = {};
 };
 
 /// One virtual shard's batch, already on the device.
@@ -144,18 +152,31 @@ class TrainStep {
   /// back each step, which this does not do (no host sync is added to the step).
   std::optional<StepTimes> take_step_times();
   const std::vector<GradientBucket>& buckets() const { return buckets_; }
+  /// The loss scale and its state (a checkpoint saves and restores it between steps).
+  LossScale& loss_scale() { return loss_scale_; }
+  /// Steps skipped for a non-finite gradient since this TrainStep was made.
+  int64_t skipped_steps() const { return skipped_steps_; }
   /// True once a step runs as a replayed graph.
   bool graphed() const { return graphed_; }
 
  private:
   void run_step(const float* images, const int32_t* labels, int n, const nn::StepKey& key,
                 int slot);
-  void enqueue(const float* images, const int32_t* labels, int n, const nn::StepKey& key);
+  void enqueue(const float* images, const int32_t* labels, int n, const nn::StepKey& key, int slot);
   void enqueue_shards(const comm::ShardPlan& shards, const ShardInput* inputs,
-                      const nn::StepKey& key);
+                      const nn::StepKey& key, int slot);
   /// Whether the layers report each gradient piece (a group): with virtual shards, always when
   /// there are several, so a partial group computes exactly what the full one does.
   bool grouped() const;
+  /// Multiplies the loss gradient of n examples by the loss scale, when there is one.
+  void scale_loss_gradient(int n);
+  /// After every all-reduce of the step: the optimizer's update of every bucket, or, with loss
+  /// scaling, the gradients unscaled first and, for a dynamic scale, the update skipped (the
+  /// optimizer's count put back) when any is not finite.
+  void apply_all(int slot);
+  /// Unscales every bucket's gradients; with a dynamic scale, whether all are finite. On a device
+  /// other than the host this reads one flag back: the step's one host sync (slot's marker).
+  bool unscale_gradients(int slot);
   comm::ReduceTicket start(float* data, size_t count, comm::ReduceOp op);
   void finish(comm::ReduceTicket ticket);
 
@@ -191,6 +212,10 @@ class TrainStep {
   bool in_step_ = false;
   size_t applied_ = 0;             ///< buckets applied so far
   int64_t iterations_before_ = 0;  ///< the optimizer's count before begin_step
+  LossScale loss_scale_;
+  nn::Buffer<float> nonfinite_;             ///< 1 when an unscaled gradient is not finite
+  nn::PinnedBuffer<float> nonfinite_host_;  ///< its read-back
+  int64_t skipped_steps_ = 0;
 };
 
 }  // namespace dtrain::train

@@ -192,6 +192,12 @@ Trainer::Trainer(const TrainConfig& config, nn::Backend& backend, comm::Communic
   step_options.test_slow_step_seconds = test_slow_step_seconds(comm_.rank());
   step_options.whole_steps = options_.regroup && whole_steps_possible(backend_.device(), comm_);
   step_options.virtual_size = options_.virtual_size;
+  step_options.loss_scale = config_.loss_scale;
+  if (config_.loss_scale.enabled) {
+    spdlog::info("loss scaling: {} scale {} (docs/design.md#loss-scaling)",
+                 config_.loss_scale.dynamic ? "dynamic, initial" : "fixed",
+                 config_.loss_scale.initial_scale);
+  }
   if (!options_.ledger_path.empty()) {
     ledger_.reset(std::fopen(options_.ledger_path.c_str(), "a"));
     if (!ledger_) {
@@ -271,13 +277,16 @@ void Trainer::share_state(bool holding) {
     if (theirs > best) best = theirs, source = r;
   }
   ResumeHeader header;
+  LossScaleState loss_scale;  // none (the initial state) unless the source has one
   std::string epoch_metrics;
   std::vector<TensorView> views = checkpoint_tensors();  // this member's state, on the host
   if (source < 0) {  // a fresh group: the chief's newest checkpoint, or the initial state
     source = 0;
     if (chief()) {
-      if (std::optional<TrainingState> t = load_checkpoint(views, epoch_metrics))
+      if (std::optional<TrainingState> t = load_checkpoint(views, epoch_metrics)) {
         header = header_of(*t);
+        loss_scale = {static_cast<float>(t->loss_scale), t->loss_scale_good_steps};
+      }
     }
     if (options_.timeline) options_.timeline->mark("checkpoint read");
   } else if (comm_.rank() == source) {
@@ -287,6 +296,7 @@ void Trainer::share_state(bool holding) {
     t.epoch_loss_sum = totals.loss_sum, t.epoch_correct = totals.correct;
     t.epoch_seen = totals.seen;
     header = header_of(t);
+    loss_scale = step_->loss_scale().state();
     epoch_metrics = last_epoch_metrics_;
   }
   comm_.broadcast(&header, sizeof header, source);
@@ -298,6 +308,11 @@ void Trainer::share_state(bool holding) {
   epoch_metrics.resize(length);
   comm_.broadcast(epoch_metrics.data(), length, source);
   if (comm_.rank() != source || !holding) upload_tensors();
+  if (config_.loss_scale.enabled) {  // the same on every worker: all of them broadcast, or none
+    std::array<double, 2> scale = {loss_scale.scale, double(loss_scale.good_steps)};
+    comm_.broadcast(scale.data(), sizeof scale, source);
+    step_->loss_scale().set_state({float(scale[0]), int64_t(scale[1])});
+  }
   state_ = state_of(header);
   optimizer_->set_iterations(state_.optimizer_iterations);
   restored_epoch_metrics_ = epoch_metrics;
@@ -345,6 +360,21 @@ void Trainer::regroup(const comm::GroupBroken& broken) {
   }
 }
 
+// After an epoch, with a dynamic loss scale: where it stands, and the steps it skipped, if any
+// (the same on every worker, so the chief's line speaks for all).
+void Trainer::report_loss_scale() {
+  const LossScale& scale = step_->loss_scale();
+  if (!scale.dynamic() || !chief()) return;
+  int64_t skipped = step_->skipped_steps() - skipped_reported_;
+  skipped_reported_ = step_->skipped_steps();
+  if (skipped > 0) {
+    spdlog::info("loss scale {} after {} step(s) with a non-finite gradient, skipped",
+                 scale.scale(), skipped);
+  } else {
+    spdlog::debug("loss scale {}", scale.scale());
+  }
+}
+
 // Tells the launcher once where this worker resumes (0: a fresh start).
 void Trainer::report_restored() {
   if (!control_) return;
@@ -358,6 +388,9 @@ void Trainer::report_restored() {
 void Trainer::save_checkpoint(const EpochMetrics* finished) {
   if (!chief()) return;
   state_.optimizer_iterations = optimizer_->iterations();
+  const LossScale& scale = step_->loss_scale();
+  state_.loss_scale = scale.dynamic() ? scale.scale() : 0;
+  state_.loss_scale_good_steps = scale.dynamic() ? scale.good_steps() : 0;
   double started = common::monotonic_seconds();
   std::string path = store_.save(state_, checkpoint_tensors(), config_.model_json,
                                  finished ? metrics_json(*finished, true) : std::string());
@@ -386,6 +419,7 @@ EpochMetrics Trainer::fit_from_state() {
     progress_.begin_epoch(epoch + 1, config_.epochs,
                           epoch == state_.epoch ? state_.step : 0);  // ms/step of this run
     last = train_epoch(epoch);
+    report_loss_scale();
     state_ = TrainingState{epoch + 1, 0, state_.global_step, optimizer_->iterations(), 0, 0, 0};
     last_epoch_metrics_ = metrics_json(last, true);
     save_checkpoint(&last);

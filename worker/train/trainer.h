@@ -151,6 +151,8 @@ class Trainer {
   std::optional<TrainingState> load_checkpoint(std::vector<TensorView>& views,
                                                std::string& epoch_metrics);
   void report_restored();
+  /// The chief logs the loss scale after an epoch (docs/design.md#loss-scaling).
+  void report_loss_scale();
   /// Saves where training stands; at an epoch's end, with that epoch's metrics (finished), so a
   /// kill before they reach metrics.jsonl does not lose them (see recover_epoch_metrics).
   void save_checkpoint(const EpochMetrics* finished = nullptr);
@@ -200,6 +202,7 @@ class Trainer {
   int generation_ = 0;                  ///< the group's, for heartbeats
   comm::ShardPlan shards_;              ///< elastic: the shards held in this generation
   std::unique_ptr<std::FILE, int (*)(std::FILE*)> ledger_{nullptr, &std::fclose};
+  int64_t skipped_reported_ = 0;  ///< TrainStep::skipped_steps() at the last report_loss_scale
   int64_t resumed_step_ = 0;      ///< global step where this generation (or run) resumed
   bool force_heartbeat_ = false;  ///< the next heartbeat goes out whatever its age
   int64_t steps_per_epoch_ = 0;

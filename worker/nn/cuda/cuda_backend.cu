@@ -1,9 +1,9 @@
 // The CUDA backend: cuDNN convolution (forward, backward data, backward filter; algorithms picked
 // once per shape, deterministic ones for backward, workspace shared and grown), cuDNN pooling,
 // activation and log-softmax, cuBLAS for dense layers; its own kernels live in layer_kernels.cu
-// (padding, bias, loss) and elementwise_kernels.cu (add, dropout, optimizers). All on the CUDA
-// device's compute stream; every pointer is device memory, and nothing waits for the device, so
-// a whole step can be recorded as a CUDA graph. Every handle is an RAII object
+// (padding, bias, loss) and elementwise_kernels.cu (add, dropout, optimizers, loss scaling). All
+// on the CUDA device's compute stream; every pointer is device memory, and nothing waits for the
+// device, so a whole step can be recorded as a CUDA graph. Every handle is an RAII object
 // (worker/mem/cuda/cuda_handles.h). The only file that calls cuDNN/cuBLAS. Mixed precision
 // (docs/design.md#mixed-precision): products read 16-bit (or TF32) inputs and accumulate in fp32;
 // every buffer outside a call stays fp32.
@@ -170,6 +170,8 @@ class CudaBackend : public Backend {
                       float* velocity, float* momentum_slot, float* average_gradient) override;
   void adamw_update(const AdamWParams& p, int64_t step, size_t count, float* w, const float* g,
                     float* m, float* v) override;
+  void scale(size_t count, float factor, float* x) override;
+  void unscale_gradients(size_t count, float scale, float* g, float* nonfinite) override;
 
  private:
   ConvPlan& plan(const ConvShape& s);
@@ -637,6 +639,14 @@ void CudaBackend::dropout_forward(size_t count, float rate, uint64_t key, const 
 
 void CudaBackend::multiply(size_t count, const float* a, const float* b, float* y) {
   cuda::launch_multiply(count, a, b, y, stream_);
+}
+
+void CudaBackend::scale(size_t count, float factor, float* x) {
+  cuda::launch_scale(count, factor, x, stream_);
+}
+
+void CudaBackend::unscale_gradients(size_t count, float scale, float* g, float* nonfinite) {
+  cuda::launch_unscale(count, scale, g, nonfinite, stream_);
 }
 
 void CudaBackend::sgd_update(const SgdParams& p, size_t count, float* w, const float* g,

@@ -75,6 +75,20 @@ __global__ void rmsprop_kernel(float* w, const float* g, float* velocity, float*
   w[i] -= increment;
 }
 
+__global__ void scale_kernel(float* x, size_t n, float factor) {
+  size_t i = element_index();
+  if (i < n) x[i] *= factor;
+}
+
+// Every thread that finds a non-finite value stores the same 1: no atomics needed.
+__global__ void unscale_kernel(float* g, size_t n, float scale, float* nonfinite) {
+  size_t i = element_index();
+  if (i >= n) return;
+  float value = g[i] / scale;
+  g[i] = value;
+  if (nonfinite != nullptr && !isfinite(value)) *nonfinite = 1.0f;
+}
+
 }  // namespace
 
 void launch_add(size_t count, const float* x, float* y, cudaStream_t stream) {
@@ -128,6 +142,18 @@ void launch_adamw(float decay, float lr_t, const AdamWParams& p, size_t count, f
   if (count == 0) return;
   adam_kernel<<<blocks_for(count), kThreads, 0, stream>>>(w, g, m, v, count, decay, lr_t, p.beta_1,
                                                           p.beta_2, p.epsilon);
+  DT_CUDA_CHECK(cudaGetLastError());
+}
+
+void launch_scale(size_t count, float factor, float* x, cudaStream_t stream) {
+  if (count == 0) return;
+  scale_kernel<<<blocks_for(count), kThreads, 0, stream>>>(x, count, factor);
+  DT_CUDA_CHECK(cudaGetLastError());
+}
+
+void launch_unscale(size_t count, float scale, float* g, float* nonfinite, cudaStream_t stream) {
+  if (count == 0) return;
+  unscale_kernel<<<blocks_for(count), kThreads, 0, stream>>>(g, count, scale, nonfinite);
   DT_CUDA_CHECK(cudaGetLastError());
 }
 

@@ -1,7 +1,7 @@
-// Elementwise kernels of the CUDA backend: add, multiply, dropout and the optimizers (SGD, Adam,
-// RMSprop, AdamW), each enqueued on the given stream with nothing read back, so they can be
-// captured in a CUDA graph. The formulas are the Backend's (backend.h). Include only from CUDA
-// sources; the backend's parameter checks stay in cuda_backend.cu.
+// Elementwise kernels of the CUDA backend: add, multiply, dropout, the optimizers (SGD, Adam,
+// RMSprop, AdamW) and loss scaling, each enqueued on the given stream with nothing read back, so
+// they can be captured in a CUDA graph. The formulas are the Backend's (backend.h). Include only
+// from CUDA sources; the backend's parameter checks stay in cuda_backend.cu.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -27,5 +27,10 @@ void launch_rmsprop(const RmspropParams& p, size_t count, float* w, const float*
 /// decay: weight_decay x the step's rate; lr_t as for Adam.
 void launch_adamw(float decay, float lr_t, const AdamWParams& p, size_t count, float* w,
                   const float* g, float* m, float* v, cudaStream_t stream);
+
+/// x *= factor.
+void launch_scale(size_t count, float factor, float* x, cudaStream_t stream);
+/// g /= scale; *nonfinite = 1 where a result is not finite (nonfinite may be null: no check).
+void launch_unscale(size_t count, float scale, float* g, float* nonfinite, cudaStream_t stream);
 
 }  // namespace dtrain::nn::cuda

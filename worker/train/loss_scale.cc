@@ -1,0 +1,70 @@
+// See loss_scale.h.
+#include "worker/train/loss_scale.h"
+
+#include <fmt/format.h>
+
+#include <cmath>
+#include <limits>
+
+#include "common/errors.h"
+
+namespace dtrain::train {
+
+LossScaleSpec parse_loss_scale(const common::JsonNode& node) {
+  constexpr double kMaxScale = std::numeric_limits<float>::max();
+  LossScaleSpec s;
+  s.enabled = true;
+  if (node.is_string()) {
+    if (node.as_string() != "dynamic") {
+      node.fail(fmt::format("expected \"dynamic\", a number > 0 or an object, found {}",
+                            node.describe()));
+    }
+  } else if (node.is_object()) {
+    node.check_keys({"initial_scale", "dynamic_growth_steps"});
+    if (auto n = node.find("initial_scale"))
+      s.initial_scale = static_cast<float>(n->as_number(0, kMaxScale));
+    if (auto n = node.find("dynamic_growth_steps")) s.growth_steps = n->as_int(1, int64_t{1} << 40);
+  } else {
+    double scale = 0;
+    try {
+      scale = node.as_number(0, kMaxScale);
+    } catch (const common::ConfigError&) {
+      node.fail(fmt::format("expected \"dynamic\", a number > 0 or an object, found {}",
+                            node.describe()));
+    }
+    s.dynamic = false;
+    s.initial_scale = static_cast<float>(scale);
+  }
+  if (!(s.initial_scale > 0)) {
+    (node.is_object() ? node.at("initial_scale") : node)
+        .fail(fmt::format("the loss scale must be > 0 (it multiplies the loss), found {}",
+                          s.initial_scale));
+  }
+  return s;
+}
+
+LossScale::LossScale(const LossScaleSpec& spec) : spec_(spec) {
+  set_state({});
+}
+
+bool LossScale::update(bool finite) {
+  if (!dynamic()) return true;
+  if (!finite) {
+    scale_ /= 2;
+    good_steps_ = 0;
+    return false;
+  }
+  if (++good_steps_ >= spec_.growth_steps) {
+    good_steps_ = 0;
+    if (std::isfinite(scale_ * 2)) scale_ *= 2;
+  }
+  return true;
+}
+
+void LossScale::set_state(const LossScaleState& state) {
+  bool initial = !dynamic() || !(state.scale > 0) || !std::isfinite(state.scale);
+  scale_ = !spec_.enabled ? 1.0f : initial ? spec_.initial_scale : state.scale;
+  good_steps_ = initial ? 0 : state.good_steps;
+}
+
+}  // namespace dtrain::train
