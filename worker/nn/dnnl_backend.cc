@@ -1,8 +1,8 @@
 // The CPU backend on oneDNN: convolutions in the layouts oneDNN prefers (dnnl_parts.h stages
-// them from and to the layers' plain NCHW buffers), dense layers as matmul primitives, max
-// pooling and ReLU as primitives, all made once per shape and cached; log-softmax as a primitive
-// with the loss around it; optimizer updates as plain loops split over OpenMP's threads. In
-// mixed_bfloat16 the products take bf16 copies of their inputs (docs/design.md#mixed-precision);
+// them from and to the layers' plain NCHW buffers), dense layers on sgemm and matmul primitives,
+// max pooling and ReLU as primitives, all made once per shape and cached; log-softmax as a
+// primitive with the loss around it; optimizer updates as plain loops split over OpenMP's threads.
+// In mixed_bfloat16 the products take bf16 copies of their inputs (docs/design.md#mixed-precision);
 // everything else stays float32. The dnnl_* files are the only ones that include oneDNN.
 #include <fmt/format.h>
 
@@ -116,9 +116,11 @@ class DnnlBackend : public HostBackend {
                row_begin, row_end, in);
     if (row_begin == row_end) return;
     // dw rows (rows x out) = x^T rows (a view of x's columns) dy (n x out).
-    MatmulShape shape{row_end - row_begin, out, n, 1, in, out, 1, out, false, false, bf16()};
     float* rows = dw + static_cast<size_t>(row_begin) * out;
-    if (!bf16()) return matmul(shape).run(stream_, x + row_begin, dy, nullptr, rows);
+    if (!bf16())
+      return gemm('T', 'N', row_end - row_begin, out, n, x + row_begin, in, dy, out, 0.0f, rows,
+                  out);
+    MatmulShape shape{row_end - row_begin, out, n, 1, in, out, 1, out, false, false, true};
     const uint16_t* x16 = rounder_.reuse(x, static_cast<size_t>(n) * in, stream_);
     const uint16_t* dy16 = rounder_.round(dy, static_cast<size_t>(n) * out, stream_);
     matmul(shape).run(stream_, x16 + row_begin, dy16, nullptr, rows);
@@ -182,15 +184,32 @@ class DnnlBackend : public HostBackend {
 
  private:
   bool bf16() const { return mode_ == MathMode::kBfloat16; }
+  // Row-major C = A op B (+ beta C) with oneDNN's sgemm.
+  static void gemm(char ta, char tb, int m, int n, int k, const float* a, int lda, const float* b,
+                   int ldb, float beta, float* c, int ldc) {
+    dnnl_status_t rc = dnnl_sgemm(ta, tb, m, n, k, 1.0f, a, lda, b, ldb, beta, c, ldc);
+    DT_ENFORCE(rc == dnnl_success, "dnnl_sgemm failed with status {}", static_cast<int>(rc));
+  }
   memory mem(const memory::desc& md, const void* data) {
     return memory(md, engine_, const_cast<void*>(data));
   }
   // y = x w + b (then relu); in bf16 on rounded copies of x and w that the backward pass reuses
   // (the gradient is of the weights the forward used).
+  //
+  // In float32 the forward product and the weight gradient's go through oneDNN's sgemm, which
+  // beats its matmul primitive inside a training step (the matmul packs the 21632 x 128 weights
+  // again each call); the backward data product, with w transposed, is the other way round
+  // (docs/benchmarks.md, issue 29's profile).
   void dense(int n, int in, int out, const float* x, const float* w, const float* b, float* y,
              bool relu) {
-    MatmulShape shape{n, out, in, in, 1, out, 1, out, true, relu, bf16()};
-    if (!bf16()) return matmul(shape).run(stream_, x, w, b, y);
+    if (!bf16()) {
+      for (int i = 0; i < n; ++i)
+        std::memcpy(y + static_cast<size_t>(i) * out, b, sizeof(float) * out);
+      gemm('N', 'N', n, out, in, x, in, w, out, 1.0f, y, out);
+      if (relu) relu_forward(static_cast<size_t>(n) * out, y, y);
+      return;
+    }
+    MatmulShape shape{n, out, in, in, 1, out, 1, out, true, relu, true};
     const uint16_t* x16 = rounder_.round(x, static_cast<size_t>(n) * in, stream_);
     const uint16_t* w16 = rounder_.round(w, static_cast<size_t>(in) * out, stream_);
     matmul(shape).run(stream_, x16, w16, b, y);
