@@ -11,22 +11,25 @@
 # alternative); this script installs OpenBLAS's OpenMP build (libopenblas0-openmp) and puts it
 # first on LD_LIBRARY_PATH for the PyTorch runs only (the system's alternative is not changed),
 # so OpenBLAS and PyTorch share one OpenMP runtime and thread count.
-#   scripts/bench-step.sh [STEPS] [BUILD_DIR] [--profile | --profile-only]
+#   scripts/bench-step.sh [STEPS] [BUILD_DIR] [--repeat N] [--profile | --profile-only]
 # STEPS (default 50) timed steps after 10 warm-up; BUILD_DIR (default build) holds
 # bench/step_bench. --profile adds, after the table, step_bench --profile's per-phase table of
 # one step (data staging, each layer's forward and backward, loss, optimizer, all-reduce wait,
 # other) at batch 64 and 256, 2 threads, float32 and mixed_bfloat16 (when the CPU has it);
 # --profile-only prints those tables alone.
+# --repeat N (default 3) runs each cell N times, the columns alternated, and prints medians.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-positional=() profile=table
-for arg in "$@"; do
-  case "$arg" in
+positional=() profile=table repeat=3
+while [ $# -gt 0 ]; do
+  case "$1" in
     --profile) profile=also ;;
     --profile-only) profile=only ;;
-    -*) echo "usage: scripts/bench-step.sh [STEPS] [BUILD_DIR] [--profile | --profile-only]" >&2; exit 2 ;;
-    *) positional+=("$arg") ;;
+    --repeat) repeat=$2; shift ;;
+    -*) echo "usage: scripts/bench-step.sh [STEPS] [BUILD_DIR] [--repeat N] [--profile | --profile-only]" >&2; exit 2 ;;
+    *) positional+=("$1") ;;
   esac
+  shift
 done
 steps=${positional[0]:-50}
 build=${positional[1]:-build}
@@ -73,18 +76,28 @@ bf16=$(sed -n 's/^mixed_bfloat16 //p' <<<"$cpu_info")
 echo "# CPU: $(sed -n 's/^cpu_model //p' <<<"$cpu_info"); oneDNN ISA: $(sed -n 's/^onednn_isa //p' <<<"$cpu_info"); lscpu flags: $(have avx512_bf16) $(have amx_bf16) $(have avx512f) $(have avx2); dtrain mixed_bfloat16: $bf16"
 alternative=$(update-alternatives --query libblas.so.3-x86_64-linux-gnu 2>/dev/null | sed -n 's/^Value: //p')
 echo "# $(torch --info) (LD_LIBRARY_PATH=$openmp_blas; the system's libblas.so.3 alternative: ${alternative:-unknown})"
+echo "# each cell: the median of $repeat runs, the four columns' runs alternated"
 echo "threads batch dtrain_fp32 dtrain_bf16 pytorch_fp32 pytorch_bf16_autocast dtrain_fp32_vs_pytorch_fp32 dtrain_bf16_vs_pytorch_fp32 sgemm_peak_gflops"
+median() { if [ $# -eq 0 ]; then echo n/a; else printf '%s\n' "$@" | sort -g | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; fi; }
 ratio() { if [ "$1" = n/a ] || [ "$2" = n/a ]; then echo n/a; else awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", a / b }'; fi; }
 for threads in 1 2; do
   for batch in 64 256; do
     export OMP_NUM_THREADS=$threads
-    read -r _ _ _ fp32 _ peak _ < <("$step_bench" "$job" "$batch" "$steps" cpu eager float32)
-    bf16_rate=n/a
-    if [ "$bf16" = supported ]; then
-      read -r _ _ _ bf16_rate _ _ _ < <("$step_bench" "$job" "$batch" "$steps" cpu eager mixed_bfloat16)
-    fi
-    read -r _ _ _ torch_fp32 _ < <(torch "$batch" "$threads" "$steps" float32)
-    read -r _ _ _ torch_bf16 _ < <(torch "$batch" "$threads" "$steps" autocast_bf16)
+    fp32s=() bf16s=() torch_fp32s=() torch_bf16s=() peaks=()
+    for ((r = 0; r < repeat; ++r)); do
+      read -r _ _ _ fp32 _ peak _ < <("$step_bench" "$job" "$batch" "$steps" cpu eager float32)
+      fp32s+=("$fp32") peaks+=("$peak")
+      if [ "$bf16" = supported ]; then
+        read -r _ _ _ bf16_rate _ _ _ < <("$step_bench" "$job" "$batch" "$steps" cpu eager mixed_bfloat16)
+        bf16s+=("$bf16_rate")
+      fi
+      read -r _ _ _ torch_fp32 _ < <(torch "$batch" "$threads" "$steps" float32)
+      read -r _ _ _ torch_bf16 _ < <(torch "$batch" "$threads" "$steps" autocast_bf16)
+      torch_fp32s+=("$torch_fp32") torch_bf16s+=("$torch_bf16")
+    done
+    fp32=$(median "${fp32s[@]}") peak=$(median "${peaks[@]}")
+    bf16_rate=$(median "${bf16s[@]}")
+    torch_fp32=$(median "${torch_fp32s[@]}") torch_bf16=$(median "${torch_bf16s[@]}")
     echo "$threads $batch $fp32 $bf16_rate $torch_fp32 $torch_bf16 $(ratio "$fp32" "$torch_fp32") $(ratio "$bf16_rate" "$torch_fp32") $peak"
   done
 done
