@@ -15,7 +15,7 @@ bash scripts/build.sh "$build" >/dev/null
 work=$(mktemp -d /tmp/dtrain-bench-threads-XXXXXX)
 trap 'rm -rf "$work"' EXIT
 /usr/bin/python3 - "$work" "$build" <<'PY'
-import json, os, subprocess, sys, time
+import json, os, signal, subprocess, sys, time
 work, build = sys.argv[1], sys.argv[2]
 tick = os.sysconf("SC_CLK_TCK")
 
@@ -43,7 +43,7 @@ def run(policy):
     del job["cluster"]
     job["job"] = f"threads-{policy}"
     job["workers"] = 2
-    job["train"].update({"epochs": 1, "steps_per_epoch": 400, "validation": False,
+    job["train"].update({"epochs": 1, "steps_per_epoch": 5000, "validation": False,
                          "dtype_policy": policy})
     job["train"]["backup"]["save_freq"] = 1000
     path = f"{work}/{policy}.json"
@@ -68,7 +68,8 @@ def run(policy):
     time.sleep(8)
     after = {pid: threads(pid) for pid in pids}
     elapsed = time.monotonic() - t0
-    assert p.wait(timeout=300) == 0, f"{policy} failed"
+    p.send_signal(signal.SIGTERM)  # enough measured: the launcher stops the job
+    p.wait(timeout=120)
     shares, waits = {}, {}
     for i, pid in enumerate(pids):
         for tid, (kind, cpu, waited) in after[pid].items():
