@@ -3,9 +3,10 @@
 # Two builds, both with warnings as errors in dtrain's own code (-DDTRAIN_WERROR=ON): the default
 # one (CUDA backend compiled when the toolkit is found; GPU tests say "no GPU" and skip without
 # one) and the CPU-only one (-DDTRAIN_WITH_CUDA=OFF). The CPU-only build runs every test; the
-# default one runs all but the suites labelled "launcher_beds": multi-host, Slurm, daemon and
-# process-launch test beds whose subject is the launcher, compiled the same in both builds (CI's
-# time: on 2 cores the two builds and both runs of them would take over 20 minutes).
+# default one builds and runs all but the launcher's test beds (multi-host, Slurm, daemon and
+# process-launch suites, labelled "launcher_beds": launcher code, the same in both builds), which
+# only the CPU-only build has (CI's time: on 2 cores the two builds and both runs of them would
+# take over 20 minutes).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh --tests
