@@ -2,11 +2,11 @@
 # Sets up, checks the format, builds and runs the whole test suite; this is what CI runs (.ci/run).
 # Two builds, both with warnings as errors in dtrain's own code (-DDTRAIN_WERROR=ON): the default
 # one (CUDA backend compiled when the toolkit is found; GPU tests say "no GPU" and skip without
-# one) and the CPU-only one (-DDTRAIN_WITH_CUDA=OFF). The CPU-only build runs every test; the
-# default one builds and runs all but the launcher's test beds (multi-host, Slurm, daemon and
-# process-launch suites, labelled "launcher_beds": launcher code, the same in both builds), which
-# only the CPU-only build has (CI's time: on 2 cores the two builds and both runs of them would
-# take over 20 minutes).
+# one) and the CPU-only one (-DDTRAIN_WITH_CUDA=OFF). The CPU-only build has and runs every test;
+# the default one only the suites of code that differs with CUDA (worker, collectives, data,
+# layers, training, GPU): common, CLI, logs and launcher code, test beds included, is compiled the
+# same in both (CI's time: on 2 cores the two builds and both runs of every suite would take over
+# 20 minutes). "-LE launcher_beds" keeps the launcher's test beds out of any build that has them.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh --tests
