@@ -32,12 +32,6 @@ def threads(pid):
         out[int(tid)] = (kind, (int(fields[11]) + int(fields[12])) / tick, waited)
     return out
 
-def step_of(run, worker):
-    try:
-        return json.load(open(f"{run}/state.json"))["workers"][worker].get("step", 0) or 0
-    except (OSError, ValueError, KeyError, IndexError):
-        return 0
-
 def run(policy):
     job = json.load(open("configs/fashion-mnist-2workers.json"))
     del job["cluster"]

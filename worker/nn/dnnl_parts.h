@@ -8,8 +8,6 @@
 #include <cstdint>
 #include <dnnl.hpp>
 #include <map>
-#include <memory>
-#include <set>
 #include <string>
 #include <vector>
 
