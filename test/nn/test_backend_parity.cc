@@ -410,6 +410,51 @@ TEST_CASE("oneDNN conv2d in blocked layouts matches the reference, ReLU fused", 
   check_blocked_convs(MathMode::kFloat32);
 }
 
+/// Convolutions with few input channels run direct_conv.h's loops: rows shorter than a vector,
+/// exactly one, and longer ones with an overlapping last vector; padding, row strides, one image
+/// (fewer images than threads), ReLU fused forward and masked backward.
+void check_direct_convs(MathMode mode) {
+  Backends be(mode);
+  Rng rng(131);
+  // n, c, h, w, k, kh, kw, sh, padding
+  const int shapes[][9] = {{3, 1, 28, 28, 32, 3, 3, 1, 0}, {2, 3, 16, 16, 5, 3, 3, 1, 1},
+                           {1, 1, 40, 17, 3, 5, 5, 2, 1},  {4, 4, 9, 9, 2, 2, 2, 1, 0},
+                           {2, 2, 7, 35, 4, 4, 4, 3, 2},   {3, 3, 5, 5, 6, 1, 1, 1, 0}};
+  for (const auto& shape : shapes) {
+    ConvShape s;
+    s.n = shape[0], s.c = shape[1], s.h = shape[2], s.w = shape[3], s.k = shape[4];
+    s.kh = shape[5], s.kw = shape[6], s.sh = shape[7];
+    const Padding padding = shape[8] == 0   ? Padding::kValid
+                            : shape[8] == 1 ? Padding::kKerasSame
+                                            : Padding::kAsymmetric;
+    pad_axis(padding, s.h, s.kh, s.sh, &s.pad_top, &s.pad_bottom);
+    pad_axis(padding, s.w, s.kw, s.sw, &s.pad_left, &s.pad_right);
+    INFO(describe(s) << " in " << math_mode_name(mode));
+    const ConvData d = random_conv_data(s, rng);
+    check_conv_parity(be, s, d);
+    Floats fused(s.output_count()), apart(s.output_count()), scratch(s.output_count());
+    be.dnnl->conv2d_relu_forward(s, d.x.data(), d.w.data(), d.b.data(), fused.data());
+    be.dnnl->conv2d_forward(s, d.x.data(), d.w.data(), d.b.data(), apart.data());
+    be.ref->relu_forward(apart.size(), apart.data(), apart.data());
+    check_equal("direct conv + relu", fused, apart);
+    Floats got_w(s.weight_count()), want_w(s.weight_count()), mag_w(s.weight_count());
+    Floats got_b(s.k), want_b(s.k), mag_b(s.k);
+    be.dnnl->conv2d_relu_backward_weights(s, d.x.data(), fused.data(), d.dy.data(), got_w.data(),
+                                          got_b.data(), scratch.data());
+    be.ref->conv2d_relu_backward_weights(s, d.x.data(), fused.data(), d.dy.data(), want_w.data(),
+                                         want_b.data(), scratch.data());
+    be.ref->conv2d_backward_weights(s, abs_of(d.x).data(), abs_of(d.dy).data(), mag_w.data(),
+                                    mag_b.data());
+    check_sums("direct conv relu dw", got_w, want_w, mag_w, s.n * s.oh() * s.ow());
+    check_sums("direct conv relu db", got_b, want_b, mag_b, s.n * s.oh() * s.ow());
+  }
+  CHECK_THAT(be.dnnl->implementations(), Catch::Contains("direct:nchw"));
+}
+
+TEST_CASE("oneDNN backend's direct loops for few input channels match the reference", "[parity]") {
+  check_direct_convs(MathMode::kFloat32);
+}
+
 TEST_CASE("oneDNN dense matches the reference with odd sizes", "[parity]") {
   Backends be;
   Rng rng(102);
@@ -519,6 +564,7 @@ TEST_CASE("oneDNN mixed_bfloat16 matches the bf16-rounding reference, or is refu
     }
   }
   check_blocked_convs(MathMode::kBfloat16);
+  check_direct_convs(MathMode::kBfloat16);
   const int shapes[][3] = {{3, 5, 7}, {1, 1, 1}, {7, 9, 65}, {64, 301, 10}};
   for (const auto& shape : shapes) {
     INFO("dense n=" << shape[0] << " in=" << shape[1] << " out=" << shape[2]);

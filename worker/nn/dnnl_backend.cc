@@ -1,9 +1,11 @@
 // The CPU backend on oneDNN: convolutions in the layouts oneDNN prefers (dnnl_parts.h stages
-// them from and to the layers' plain NCHW buffers), dense layers on sgemm and matmul primitives,
-// max pooling and ReLU as primitives, all made once per shape and cached; log-softmax as a
-// primitive with the loss around it; optimizer updates as plain loops split over OpenMP's threads.
-// In mixed_bfloat16 the products take bf16 copies of their inputs (docs/design.md#mixed-precision);
-// everything else stays float32. The dnnl_* files are the only ones that include oneDNN.
+// them from and to the layers' plain NCHW buffers), except those with few input channels, which
+// run direct_conv.h's loops on the NCHW buffers (all but their input gradient); dense layers on
+// sgemm and matmul primitives; max pooling and ReLU as primitives, all made once per shape and
+// cached; log-softmax as a primitive with the loss around it; optimizer updates as plain loops
+// split over OpenMP's threads. In mixed_bfloat16 the products take bf16 copies of their inputs
+// (docs/design.md#mixed-precision); everything else stays float32. The dnnl_* files are the only
+// ones that include oneDNN.
 #include <fmt/format.h>
 
 #include <cmath>
@@ -16,6 +18,7 @@
 #include <vector>
 
 #include "common/errors.h"
+#include "worker/nn/direct_conv.h"
 #include "worker/nn/dnnl_parts.h"
 #include "worker/nn/host_backend.h"
 
@@ -68,13 +71,15 @@ class DnnlBackend : public HostBackend {
   MathMode math_mode() const override { return mode_; }
   std::string implementations() const override;
 
+  // A convolution with few input channels runs direct_conv.h's loops on the NCHW buffers, except
+  // for its input gradient; others run oneDNN's primitives in blocked layouts.
   void conv2d_forward(const ConvShape& s, const float* x, const float* w, const float* b,
                       float* y) override {
-    conv(s).forward(stream_, x, w, b, y, false);
+    conv_forward(s, x, w, b, y, false);
   }
   void conv2d_relu_forward(const ConvShape& s, const float* x, const float* w, const float* b,
                            float* y) override {
-    conv(s).forward(stream_, x, w, b, y, true);
+    conv_forward(s, x, w, b, y, true);
   }
   void conv2d_backward_data(const ConvShape& s, const float* dy, const float* w,
                             float* dx) override {
@@ -82,7 +87,14 @@ class DnnlBackend : public HostBackend {
   }
   void conv2d_backward_weights(const ConvShape& s, const float* x, const float* dy, float* dw,
                                float* db) override {
+    if (direct(s)) return direct_conv::backward_weights(s, x, nullptr, dy, dw, db, bf16());
     conv(s).backward_weights(stream_, x, dy, dw, db);
+  }
+  void conv2d_relu_backward_weights(const ConvShape& s, const float* x, const float* y,
+                                    const float* dy, float* dw, float* db,
+                                    float* scratch) override {
+    if (direct(s)) return direct_conv::backward_weights(s, x, y, dy, dw, db, bf16());
+    HostBackend::conv2d_relu_backward_weights(s, x, y, dy, dw, db, scratch);
   }
 
   void dense_forward(int n, int in, int out, const float* x, const float* w, const float* b,
@@ -214,6 +226,16 @@ class DnnlBackend : public HostBackend {
     const uint16_t* w16 = rounder_.round(w, static_cast<size_t>(in) * out, stream_);
     matmul(shape).run(stream_, x16, w16, b, y);
   }
+  void conv_forward(const ConvShape& s, const float* x, const float* w, const float* b, float* y,
+                    bool relu) {
+    if (direct(s)) return direct_conv::forward(s, x, w, b, y, relu, bf16());
+    conv(s).forward(stream_, x, w, b, y, relu);
+  }
+  bool direct(const ConvShape& s) {
+    if (!direct_conv::suits(s)) return false;
+    direct_used_ = true;
+    return true;
+  }
   // An optimizer update changed [w, w + count): rounded copies of it are stale.
   void updated(const float* w, size_t count) {
     if (bf16()) rounder_.drop(w, count);
@@ -235,6 +257,7 @@ class DnnlBackend : public HostBackend {
   std::map<size_t, std::unique_ptr<ReluPrimitives>> relus_;
   std::map<std::pair<int, int>, std::unique_ptr<LogSoftmaxPrimitives>> log_softmaxes_;
   std::vector<float> log_probabilities_;
+  bool direct_used_ = false;  // a convolution ran direct_conv.h's loops
 };
 
 Conv& DnnlBackend::conv(const ConvShape& s) {
@@ -252,6 +275,7 @@ Matmul& DnnlBackend::matmul(const MatmulShape& s) {
 
 std::string DnnlBackend::implementations() const {
   std::set<std::string> conv, matmul;
+  if (direct_used_) conv.insert("direct:nchw");
   for (const auto& [key, c] : convs_)
     for (const std::string& name : c->implementations()) conv.insert(name);
   for (const auto& [key, m] : matmuls_) matmul.insert(m->implementation());

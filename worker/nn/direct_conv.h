@@ -1,0 +1,30 @@
+// Convolutions with few input channels (a network's first layer: grey or RGB images) computed
+// directly on the layers' NCHW buffers, for the oneDNN backend. Such a layer does little
+// arithmetic per byte, so its cost is the passes over its large output: oneDNN's kernels want the
+// output blocked (nChw16c) and its gradient's ReLU mask as a pass of its own, three extra passes
+// over it per step; these loops make one (docs/design.md#the-first-convolution). Plain C++ loops
+// that the compiler vectorises along a row, split over OpenMP's threads; no backward-data (a
+// first layer needs none; the oneDNN backend keeps its primitive for that).
+#pragma once
+
+#include "worker/nn/backend.h"
+
+namespace dtrain::nn::direct_conv {
+
+/// Whether the direct loops take shape s: few enough input channels times kernel taps that the
+/// layer is bound by its output's passes (c * kh * kw <= 32), at column stride 1.
+bool suits(const ConvShape& s);
+
+/// y = conv(x, w) + b, then max(y, 0) when relu; NCHW x and y, OIHW w. With bf16 the products'
+/// inputs are x and w rounded to bf16 first (mixed_bfloat16); sums are float32.
+void forward(const ConvShape& s, const float* x, const float* w, const float* b, float* y,
+             bool relu, bool bf16);
+
+/// dw, db of dz = dy where y > 0 (mask = y, ReLU's forward output), or of dz = dy (mask null),
+/// the mask applied as dy is read. With bf16, x and dz are rounded to bf16 before their products
+/// and sums (the bias gradient sums the rounded dz, as oneDNN's primitive does). Per image the
+/// sums are float32, across images double; the result depends on the thread count only.
+void backward_weights(const ConvShape& s, const float* x, const float* mask, const float* dy,
+                      float* dw, float* db, bool bf16);
+
+}  // namespace dtrain::nn::direct_conv
