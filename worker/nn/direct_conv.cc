@@ -36,12 +36,12 @@ inline float bf16_value(float v) {
 /// Where one image's padded copy puts things, and each kernel tap's offset in it.
 struct Geometry {
   int oh = 0, ow = 0;
-  int row = 0;          ///< output columns computed per row: ow rounded up to 16
-  int padded_h = 0;     ///< rows of the padded copy
-  int padded_w = 0;     ///< its columns: enough for `row` outputs (stride 1 along a row)
-  size_t channel = 0;   ///< floats per channel of the padded copy
-  int taps = 0;         ///< c * kh * kw
-  std::vector<int> tap; ///< each tap's (c, i, j) offset in the padded copy
+  int row = 0;           ///< output columns computed per row: ow rounded up to 16
+  int padded_h = 0;      ///< rows of the padded copy
+  int padded_w = 0;      ///< its columns: enough for `row` outputs (stride 1 along a row)
+  size_t channel = 0;    ///< floats per channel of the padded copy
+  int taps = 0;          ///< c * kh * kw
+  std::vector<int> tap;  ///< each tap's (c, i, j) offset in the padded copy
 };
 
 Geometry geometry_of(const ConvShape& s) {
@@ -80,7 +80,9 @@ void pad_image(const ConvShape& s, const Geometry& g, const float* image, float*
 /// kept local: never an argument or a result, whose ABI differs per clone.
 typedef float Vec16 __attribute__((vector_size(64), aligned(4), may_alias));
 constexpr int kLanes = 16;
-inline const Vec16& at16(const float* p) { return *reinterpret_cast<const Vec16*>(p); }
+inline const Vec16& at16(const float* p) {
+  return *reinterpret_cast<const Vec16*>(p);
+}
 
 /// One image's k output planes: y = b + sum over taps of weight * shifted input (then ReLU).
 /// Rows of 16 or more columns are stored a vector at a time straight into y, the last vector
@@ -183,7 +185,9 @@ void weights_image(const ConvShape& s, const Geometry& g, const float* padded, c
 
 }  // namespace
 
-bool suits(const ConvShape& s) { return s.sw == 1 && s.c * s.kh * s.kw <= 32; }
+bool suits(const ConvShape& s) {
+  return s.sw == 1 && s.c * s.kh * s.kw <= 32;
+}
 
 void forward(const ConvShape& s, const float* x, const float* w, const float* b, float* y,
              bool relu, bool bf16) {
