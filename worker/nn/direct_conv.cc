@@ -12,16 +12,14 @@
 #include <cstring>
 #include <vector>
 
+#include "common/errors.h"
+
 namespace dtrain::nn::direct_conv {
 namespace {
 
-// The loops below are vectorised along a row; the build targets plain x86-64, so the hot ones
-// are compiled three times and the loader picks the widest the CPU runs.
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-#define DT_VECTOR_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
-#else
-#define DT_VECTOR_CLONES
-#endif
+/// The loops' bodies are compiled into each wrapper below for its vector width (the build
+/// itself targets plain x86-64); they must inline there, so they are always_inline.
+#define DT_INLINE inline __attribute__((always_inline))
 
 /// float32 to the nearest bf16 (ties to even), as a float; NaN stays NaN.
 inline float bf16_value(float v) {
@@ -88,9 +86,9 @@ inline const Vec16& at16(const float* p) {
 /// Rows of 16 or more columns are stored a vector at a time straight into y, the last vector
 /// overlapping the one before it where 16 does not divide the row; shorter rows go through
 /// row_sums (g.row floats).
-DT_VECTOR_CLONES
-void forward_image(const ConvShape& s, const Geometry& g, const float* padded, const float* w,
-                   const float* b, float* y, bool relu, float* __restrict row_sums) {
+DT_INLINE void forward_image(const ConvShape& s, const Geometry& g, const float* padded,
+                             const float* w, const float* b, float* y, bool relu,
+                             float* __restrict row_sums) {
   const int taps = g.taps, ow = g.ow;
   const int* tap = g.tap.data();
   const bool direct = ow >= kLanes;
@@ -128,9 +126,8 @@ inline double sum_of(const float* p, int count) {
 
 /// dz = dy where mask > 0 (or dy), rounded when bf16, for one plane of `plane` floats; returns
 /// its sum (the bias gradient's share).
-DT_VECTOR_CLONES
-double masked_plane(const float* dy, const float* mask, bool bf16, int plane,
-                    float* __restrict dz) {
+DT_INLINE double masked_plane(const float* dy, const float* mask, bool bf16, int plane,
+                              float* __restrict dz) {
   Vec16 sum{};
   int t = 0;
   for (; t + kLanes <= plane; t += kLanes) {
@@ -153,9 +150,9 @@ double masked_plane(const float* dy, const float* mask, bool bf16, int plane,
 /// One image's contribution to dw (k x taps) and db (k), in float32, added to its double
 /// totals. dz holds oh * ow + g.row floats (its tail is read as padding and dropped). Three taps
 /// (a kernel row, for 3x3) at a time share each load of dz and keep three sums in flight.
-DT_VECTOR_CLONES
-void weights_image(const ConvShape& s, const Geometry& g, const float* padded, const float* dy,
-                   const float* mask, bool bf16, float* __restrict dz, double* dw, double* db) {
+DT_INLINE void weights_image(const ConvShape& s, const Geometry& g, const float* padded,
+                             const float* dy, const float* mask, bool bf16, float* __restrict dz,
+                             double* dw, double* db) {
   const int ow = g.ow, plane = g.oh * g.ow;
   const size_t row_step = static_cast<size_t>(s.sh) * g.padded_w;
   for (int k = 0; k < s.k; ++k) {
@@ -183,14 +180,108 @@ void weights_image(const ConvShape& s, const Geometry& g, const float* padded, c
   }
 }
 
+/// The loops compiled for one vector width.
+struct Kernels {
+  void (*forward_image)(const ConvShape&, const Geometry&, const float*, const float*, const float*,
+                        float*, bool, float*);
+  void (*weights_image)(const ConvShape&, const Geometry&, const float*, const float*, const float*,
+                        bool, float*, double*, double*);
+};
+
+void forward_plain(const ConvShape& s, const Geometry& g, const float* padded, const float* w,
+                   const float* b, float* y, bool relu, float* row_sums) {
+  forward_image(s, g, padded, w, b, y, relu, row_sums);
+}
+void weights_plain(const ConvShape& s, const Geometry& g, const float* padded, const float* dy,
+                   const float* mask, bool bf16, float* dz, double* dw, double* db) {
+  weights_image(s, g, padded, dy, mask, bf16, dz, dw, db);
+}
+#if defined(__x86_64__) && defined(__GNUC__)
+__attribute__((target("avx2,fma"))) void forward_avx2(const ConvShape& s, const Geometry& g,
+                                                      const float* padded, const float* w,
+                                                      const float* b, float* y, bool relu,
+                                                      float* row_sums) {
+  forward_image(s, g, padded, w, b, y, relu, row_sums);
+}
+__attribute__((target("avx2,fma"))) void weights_avx2(const ConvShape& s, const Geometry& g,
+                                                      const float* padded, const float* dy,
+                                                      const float* mask, bool bf16, float* dz,
+                                                      double* dw, double* db) {
+  weights_image(s, g, padded, dy, mask, bf16, dz, dw, db);
+}
+__attribute__((target("avx512f"))) void forward_avx512(const ConvShape& s, const Geometry& g,
+                                                       const float* padded, const float* w,
+                                                       const float* b, float* y, bool relu,
+                                                       float* row_sums) {
+  forward_image(s, g, padded, w, b, y, relu, row_sums);
+}
+__attribute__((target("avx512f"))) void weights_avx512(const ConvShape& s, const Geometry& g,
+                                                       const float* padded, const float* dy,
+                                                       const float* mask, bool bf16, float* dz,
+                                                       double* dw, double* db) {
+  weights_image(s, g, padded, dy, mask, bf16, dz, dw, db);
+}
+#endif
+
+Kernels kernels_for(Vectors vectors) {
+  if (vectors == Vectors::kWidest) {
+    vectors = runs(Vectors::kAvx512) ? Vectors::kAvx512
+              : runs(Vectors::kAvx2) ? Vectors::kAvx2
+                                     : Vectors::kPlain;
+  }
+  DT_ENFORCE(runs(vectors), "this CPU cannot run the direct convolution's {} loops",
+             vectors_name(vectors));
+  switch (vectors) {
+#if defined(__x86_64__) && defined(__GNUC__)
+    case Vectors::kAvx512:
+      return {forward_avx512, weights_avx512};
+    case Vectors::kAvx2:
+      return {forward_avx2, weights_avx2};
+#endif
+    default:
+      return {forward_plain, weights_plain};
+  }
+}
+
 }  // namespace
+
+const char* vectors_name(Vectors vectors) {
+  switch (vectors) {
+    case Vectors::kWidest:
+      return "widest";
+    case Vectors::kAvx512:
+      return "avx512";
+    case Vectors::kAvx2:
+      return "avx2";
+    case Vectors::kPlain:
+      return "plain";
+  }
+  return "?";
+}
+
+bool runs(Vectors vectors) {
+  switch (vectors) {
+    case Vectors::kWidest:
+    case Vectors::kPlain:
+      return true;
+#if defined(__x86_64__) && defined(__GNUC__)
+    case Vectors::kAvx2:
+      return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    case Vectors::kAvx512:
+      return __builtin_cpu_supports("avx512f");
+#endif
+    default:
+      return false;
+  }
+}
 
 bool suits(const ConvShape& s) {
   return s.sw == 1 && s.c * s.kh * s.kw <= 32;
 }
 
 void forward(const ConvShape& s, const float* x, const float* w, const float* b, float* y,
-             bool relu, bool bf16) {
+             bool relu, bool bf16, Vectors vectors) {
+  const Kernels kernels = kernels_for(vectors);
   const Geometry g = geometry_of(s);
   std::vector<float> w16;
   if (bf16) {
@@ -206,13 +297,14 @@ void forward(const ConvShape& s, const float* x, const float* w, const float* b,
 #pragma omp for schedule(static)
     for (int n = 0; n < s.n; ++n) {
       pad_image(s, g, x + n * image, padded.data(), bf16);
-      forward_image(s, g, padded.data(), w, b, y + n * out_image, relu, row_sums.data());
+      kernels.forward_image(s, g, padded.data(), w, b, y + n * out_image, relu, row_sums.data());
     }
   }
 }
 
 void backward_weights(const ConvShape& s, const float* x, const float* mask, const float* dy,
-                      float* dw, float* db, bool bf16) {
+                      float* dw, float* db, bool bf16, Vectors vectors) {
+  const Kernels kernels = kernels_for(vectors);
   const Geometry g = geometry_of(s);
   const size_t image = static_cast<size_t>(s.c) * s.h * s.w;
   const size_t out_image = static_cast<size_t>(s.k) * g.oh * g.ow;
@@ -227,9 +319,10 @@ void backward_weights(const ConvShape& s, const float* x, const float* mask, con
 #pragma omp for schedule(static)
     for (int n = 0; n < s.n; ++n) {
       pad_image(s, g, x + n * image, padded.data(), bf16);
-      weights_image(s, g, padded.data(), dy + n * out_image, mask ? mask + n * out_image : nullptr,
-                    bf16, dz.data(), thread_dw.data() + thread * weights,
-                    thread_db.data() + static_cast<size_t>(thread) * s.k);
+      kernels.weights_image(s, g, padded.data(), dy + n * out_image,
+                            mask ? mask + n * out_image : nullptr, bf16, dz.data(),
+                            thread_dw.data() + thread * weights,
+                            thread_db.data() + static_cast<size_t>(thread) * s.k);
     }
   }
   // The threads' totals in thread order: the same result for the same thread count.
