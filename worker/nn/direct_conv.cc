@@ -224,11 +224,7 @@ __attribute__((target("avx512f"))) void weights_avx512(const ConvShape& s, const
 #endif
 
 Kernels kernels_for(Vectors vectors) {
-  if (vectors == Vectors::kWidest) {
-    vectors = runs(Vectors::kAvx512) ? Vectors::kAvx512
-              : runs(Vectors::kAvx2) ? Vectors::kAvx2
-                                     : Vectors::kPlain;
-  }
+  if (vectors == Vectors::kWidest) vectors = widest();
   DT_ENFORCE(runs(vectors), "this CPU cannot run the direct convolution's {} loops",
              vectors_name(vectors));
   switch (vectors) {
@@ -273,6 +269,12 @@ bool runs(Vectors vectors) {
     default:
       return false;
   }
+}
+
+Vectors widest() {
+  return runs(Vectors::kAvx512) ? Vectors::kAvx512
+         : runs(Vectors::kAvx2) ? Vectors::kAvx2
+                                : Vectors::kPlain;
 }
 
 bool suits(const ConvShape& s) {

@@ -1,10 +1,11 @@
 // Convolutions with few input channels (a network's first layer: grey or RGB images) computed
 // directly on the layers' NCHW buffers, for the oneDNN backend. Such a layer does little
-// arithmetic per byte, so its cost is the passes over its large output: oneDNN's kernels want the
-// output blocked (nChw16c) and its gradient's ReLU mask as a pass of its own, three extra passes
-// over it per step; these loops make one (docs/design.md#the-first-convolution). Plain C++ loops
-// that the compiler vectorises along a row, split over OpenMP's threads; no backward-data (a
-// first layer needs none; the oneDNN backend keeps its primitive for that).
+// arithmetic per byte, so its cost is the passes over its large output: through oneDNN, whose
+// kernels want it blocked (nChw16c) and whose ReLU mask is a pass of its own, five per step; here
+// two, the forward writing it once and the weight gradient reading it (and y) once
+// (docs/design.md#the-first-convolution). Plain C++ loops that the compiler vectorises along a
+// row, split over OpenMP's threads; no backward-data (a first layer needs none; the oneDNN
+// backend keeps its primitive for that).
 #pragma once
 
 #include "worker/nn/backend.h"
@@ -17,6 +18,8 @@ enum class Vectors { kWidest, kAvx512, kAvx2, kPlain };
 const char* vectors_name(Vectors vectors);
 /// Whether this CPU runs the loops compiled for `vectors`.
 bool runs(Vectors vectors);
+/// The width kWidest stands for on this CPU.
+Vectors widest();
 
 /// Whether the direct loops take shape s: few enough input channels times kernel taps that the
 /// layer is bound by its output's passes (c * kh * kw <= 32), at column stride 1.

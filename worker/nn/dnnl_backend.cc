@@ -275,7 +275,8 @@ Matmul& DnnlBackend::matmul(const MatmulShape& s) {
 
 std::string DnnlBackend::implementations() const {
   std::set<std::string> conv, matmul;
-  if (direct_used_) conv.insert("direct:nchw");
+  if (direct_used_)
+    conv.insert(fmt::format("direct:nchw:{}", direct_conv::vectors_name(direct_conv::widest())));
   for (const auto& [key, c] : convs_)
     for (const std::string& name : c->implementations()) conv.insert(name);
   for (const auto& [key, m] : matmuls_) matmul.insert(m->implementation());
