@@ -18,7 +18,8 @@
 #   mixed_bfloat16 ("n/a" where the CPU or the worker cannot run bf16; a failed worker's error
 #   is printed under the table): the warm samples/s (the second epoch's, from the run's
 #   metrics.jsonl) beside BUILD_DIR/bench/step_bench's bare step for the same configuration,
-#   and worker/bare. --cpu-speed-repeat N alternates worker and bare step N times per row
+#   worker/bare, and the share of the worker's epoch spent inside its step (metrics.jsonl's
+#   step_seconds / seconds: the rest is the worker's own work between steps). --cpu-speed-repeat N alternates worker and bare step N times per row
 #   and prints the medians (default 1).
 #   scripts/bench-worker.sh [--cpu-speed-only] [--cpu-speed-steps STEPS] [--cpu-speed-repeat N] [BUILD_DIR]
 # --cpu-speed-only runs that first section alone (a quick rerun).
@@ -76,7 +77,8 @@ def worker(threads, batch, precision):
         errors = [l for l in log if "error" in l.lower()] or log or [f"exit {code}"]
         return None, re.sub(r"\s+", " ", errors[-1])[:400]
     lines = [json.loads(l) for l in open(f"{run}/metrics.jsonl")]
-    return [m for m in lines if m["epoch"] == 2][0]["samples_per_second"], None
+    m = [m for m in lines if m["epoch"] == 2][0]
+    return (m["samples_per_second"], m["step_seconds"] / m["seconds"]), None
 
 print(f"# CPU speed: one worker (workers: 1), tutorial CNN, {config}'s model; worker = warm "
       f"samples/s (epoch 2 of 2, {steps} steps each, from metrics.jsonl); bare = "
@@ -84,25 +86,29 @@ print(f"# CPU speed: one worker (workers: 1), tutorial CNN, {config}'s model; wo
       "alternated runs each")
 print(f"# CPU: {info.get('cpu_model')}; oneDNN ISA: {info.get('onednn_isa')}; "
       f"mixed_bfloat16: {info.get('mixed_bfloat16')}")
-print("threads batch precision worker_samples_per_s bare_step_samples_per_s worker_vs_bare",
-      flush=True)
+print("# worker_in_step: of the worker's epoch, the share spent inside its training step (the rest"
+      " is its work between steps), measured in the same run, so the machine's drift between"
+      " runs does not enter it")
+print("threads batch precision worker_samples_per_s bare_step_samples_per_s worker_vs_bare "
+      "worker_in_step", flush=True)
 notes = []
 for threads in (1, 2):
     for batch in (64, 256):
         for precision in ("float32", "mixed_bfloat16"):
-            bares, rates, why = [], [], None
+            bares, rates, shares, why = [], [], [], None
             for _ in range(repeat):
                 bare = bare_step(threads, batch, precision)
-                rate, why = worker(threads, batch, precision) if bare else (None, None)
+                measured, why = worker(threads, batch, precision) if bare else (None, None)
                 if not bare or why:
                     break
-                bares.append(bare), rates.append(rate)
-            bare = sorted(bares)[len(bares) // 2] if bares else None
-            rate = sorted(rates)[len(rates) // 2] if rates else None
+                bares.append(bare), rates.append(measured[0]), shares.append(measured[1])
+            median = lambda values: sorted(values)[len(values) // 2] if values else None
+            bare, rate, share = median(bares), median(rates), median(shares)
             if why:
                 notes.append(f"# {threads} {batch} {precision}: the worker failed: {why}")
             cells = [f"{rate:.0f}" if rate else "n/a", f"{bare:.0f}" if bare else "n/a",
-                     f"{rate / bare:.2f}" if rate and bare else "n/a"]
+                     f"{rate / bare:.2f}" if rate and bare else "n/a",
+                     f"{share:.4f}" if share else "n/a"]
             print(threads, batch, precision, *cells, flush=True)
 for note in notes:
     print(note)

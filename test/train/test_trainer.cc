@@ -117,10 +117,15 @@ TEST_CASE("every layer type trains: synthetic data is learned and metrics.jsonl 
   for (std::string line; std::getline(metrics, line); ++lines) {
     auto doc = common::JsonDocument::parse(line, "metrics");
     CHECK(doc.root().at("epoch").as_int(1, 4) == lines + 1);
-    for (const char* key :
-         {"loss", "accuracy", "val_loss", "val_accuracy", "seconds", "samples_per_second"}) {
+    for (const char* key : {"loss", "accuracy", "val_loss", "val_accuracy", "seconds",
+                            "samples_per_second", "step_seconds"}) {
       CHECK(doc.root().find(key).has_value());
     }
+    // The steps' own time is part of the epoch's: more than none, no more than all.
+    const double seconds = doc.root().at("seconds").as_number(0, 1e9);
+    const double in_steps = doc.root().at("step_seconds").as_number(0, 1e9);
+    CHECK(in_steps > 0.0);
+    CHECK(in_steps <= seconds);
   }
   CHECK(lines == 4);
 }

@@ -87,6 +87,7 @@ std::string metrics_json(const EpochMetrics& m, bool with_steps) {
   w.key("seconds").value(m.seconds).key("samples_per_second").value(m.samples_per_second);
   w.key("allreduce_seconds").value(m.allreduce_seconds);
   w.key("input_wait_seconds").value(m.input_wait_seconds);
+  w.key("step_seconds").value(m.step_seconds);
   if (with_steps) w.key("steps").value(m.steps);
   return w.end_object().str();
 }
@@ -108,6 +109,7 @@ EpochMetrics metrics_of(const std::string& json, const std::string& source) {
   m.seconds = number("seconds"), m.samples_per_second = number("samples_per_second");
   m.allreduce_seconds = number("allreduce_seconds");
   if (root.find("input_wait_seconds")) m.input_wait_seconds = number("input_wait_seconds");
+  if (root.find("step_seconds")) m.step_seconds = number("step_seconds");
   m.steps = root.at("steps").as_int(0, int64_t{1} << 50);
   return m;
 }
@@ -489,7 +491,7 @@ EpochMetrics Trainer::train_epoch(int epoch) {
               : EpochTotals{});
   step_->reset_exposed_comm_seconds();
   last_shown_ = -1;
-  double started = common::monotonic_seconds(), seen_here = 0, input_wait = 0;
+  double started = common::monotonic_seconds(), seen_here = 0, input_wait = 0, in_steps = 0;
   auto stage = [&](int64_t step) {
     double asked = common::monotonic_seconds();
     data::Batch batch = stream.next();
@@ -527,6 +529,7 @@ EpochMetrics Trainer::train_epoch(int epoch) {
     else
       step_->run(stager_->images(slot), stager_->labels(slot), n, {config_.seed, epoch, step},
                  slot);
+    in_steps += common::monotonic_seconds() - step_started;
     if (ledger_) write_ledger(epoch, step, ledger_streams);
     seen_here += static_cast<double>(n) * virtual_size();
     n = next_n;
@@ -584,6 +587,7 @@ EpochMetrics Trainer::train_epoch(int epoch) {
   m.steps = steps_per_epoch_ - stream_options.first_step;
   m.allreduce_seconds = step_->exposed_comm_seconds();
   m.input_wait_seconds = input_wait;
+  m.step_seconds = in_steps;
   heartbeat(epoch + 1, steps_per_epoch_, steps_per_epoch_, m.loss, m.accuracy,
             m.samples_per_second);
   std::vector<std::pair<std::string, double>> values = {{"loss", m.loss}, {"accuracy", m.accuracy}};

@@ -48,6 +48,9 @@ struct EpochMetrics {
   /// Of seconds, the host waited for the input pipeline's next batch after the epoch's first
   /// (which waits for the pipeline to start): 0 while the pipeline keeps up.
   double input_wait_seconds = 0;
+  /// Of seconds, the host spent inside the training step's calls (on a GPU, enqueueing them):
+  /// the rest of seconds is the work between steps (docs/design.md#run-directory).
+  double step_seconds = 0;
   bool stop_agreed = false;  ///< the group agreed to stop at this epoch's end
 };
 
