@@ -1,12 +1,18 @@
 // Data order and batching: the PRNG's reference values, epoch_order as a pure permutation of
 // (seed, epoch), DATA sharding, and BatchStream (threaded next() against pure batch_at(),
-// wrap-around, resume, CHW conversion, clean stop mid-epoch). Datasets are built by hand with
-// label == example index, so a batch's labels say which examples it holds.
+// wrap-around, resume, CHW conversion, bytes to floats, the thread's scheduling policy, clean stop
+// mid-epoch). Datasets are built by hand with label == example index, so a batch's labels say
+// which examples it holds.
+#include <sched.h>
+
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <cstdint>
+#include <filesystem>
+#include <fstream>
 #include <numeric>
 #include <set>
+#include <string>
 #include <vector>
 
 #include "common/errors.h"
@@ -146,6 +152,40 @@ TEST_CASE("BatchStream converts HWC to CHW", "[batcher]") {
   const Batch plain = BatchStream(gray, options(0, 1, 1, 1)).batch_at(0);
   CHECK(std::equal(plain.images.begin(), plain.images.end(),
                    gray.images.begin() + plain.labels[0] * 6));
+}
+
+TEST_CASE("pixel bytes become v / 255 exactly, every value, in one and three channels",
+          "[batcher]") {
+  for (int channels : {1, 3}) {
+    Dataset data = indexed(1, 16, 16, channels);  // its float pixels are replaced by bytes
+    data.images.clear();
+    for (int i = 0; i < 256 * channels; ++i)
+      data.bytes.push_back(static_cast<uint8_t>((i * 7 + channels) % 256));
+    std::vector<float> chw(static_cast<size_t>(256) * channels);
+    copy_example_chw(data, 0, chw.data());
+    for (int c = 0; c < channels; ++c)
+      for (int pixel = 0; pixel < 256; ++pixel)
+        REQUIRE(chw[c * 256 + pixel] ==
+                static_cast<float>(data.bytes[pixel * channels + c]) / 255.0f);
+  }
+}
+
+// The producer must not take the consumer's core when a pop wakes it (batcher.cc).
+TEST_CASE("BatchStream's thread runs as SCHED_BATCH", "[batcher]") {
+  const Dataset data = indexed(100, 2, 2, 1);
+  BatchStream stream(data, options(0, 1, 4, 20));
+  stream.next();  // the thread has started, and set its policy first
+  int found = 0;
+  for (const auto& task : std::filesystem::directory_iterator("/proc/self/task")) {
+    std::ifstream comm(task.path() / "comm");
+    std::string name;
+    std::getline(comm, name);
+    if (name != "dt-batches") continue;
+    ++found;
+    CHECK(sched_getscheduler(static_cast<pid_t>(std::stol(task.path().filename().string()))) ==
+          SCHED_BATCH);
+  }
+  CHECK(found == 1);
 }
 
 TEST_CASE("BatchStream stops cleanly when dropped mid-epoch", "[batcher]") {

@@ -3,6 +3,7 @@
 #include "worker/data/batcher.h"
 
 #include <fmt/format.h>
+#include <sched.h>
 
 #include <algorithm>
 #include <numeric>
@@ -113,6 +114,12 @@ BatchStream::~BatchStream() {
 
 void BatchStream::produce() noexcept {
   common::name_this_thread("dt-batches");
+  // A batch is made a step or more before it is needed, so this thread must never take the
+  // training thread's core when it wakes: as SCHED_OTHER it did, after each next() woke it, for
+  // the 0.3 ms a batch of 256 takes (docs/benchmarks.md, "the worker beside the bare step"). As
+  // SCHED_BATCH it waits for a time slice instead. Unprivileged; on failure it keeps SCHED_OTHER.
+  sched_param no_priority{};
+  ::sched_setscheduler(0, SCHED_BATCH, &no_priority);
   try {
     for (int64_t step = options_.first_step; step < options_.steps; ++step) {
       Batch batch = batch_at(step);
