@@ -19,8 +19,9 @@
 #   is printed under the table): the warm samples/s (the second epoch's, from the run's
 #   metrics.jsonl) beside BUILD_DIR/bench/step_bench's bare step for the same configuration,
 #   worker/bare, and the share of the worker's epoch spent inside its step (metrics.jsonl's
-#   step_seconds / seconds: the rest is the worker's own work between steps). --cpu-speed-repeat N alternates worker and bare step N times per row
-#   and prints the medians (default 1).
+#   step_seconds / seconds: the rest is the worker's own work between steps).
+#   --cpu-speed-repeat N alternates worker and bare step N times per row and prints the medians
+#   (default 1).
 #   scripts/bench-worker.sh [--cpu-speed-only] [--cpu-speed-steps STEPS] [--cpu-speed-repeat N] [BUILD_DIR]
 # --cpu-speed-only runs that first section alone (a quick rerun).
 set -euo pipefail

@@ -116,7 +116,7 @@ void BatchStream::produce() noexcept {
   common::name_this_thread("dt-batches");
   // A batch is made a step or more before it is needed, so this thread must never take the
   // training thread's core when it wakes: as SCHED_OTHER it did, after each next() woke it, for
-  // the 0.3 ms a batch of 256 takes (docs/benchmarks.md, "the worker beside the bare step"). As
+  // the 0.3 ms a batch of 256 takes (docs/benchmarks.md, "the worker between its steps"). As
   // SCHED_BATCH it waits for a time slice instead. Unprivileged; on failure it keeps SCHED_OTHER.
   sched_param no_priority{};
   ::sched_setscheduler(0, SCHED_BATCH, &no_priority);
