@@ -22,7 +22,9 @@ TEST_CASE("slurm: elastic, a drained node's workers leave, n1 trains on, n2 join
           "[slurm]") {
   SlurmCluster cluster;
   SKIP_UNLESS_SLURM(cluster);
-  const std::string body = R"("elastic": {"min_workers": 2}, )" + main_job_train(2, 40);
+  // Epoch 2 must outlast the grow (n2 back in Slurm, then a retry of up to 4 s): at 40 steps the
+  // two survivors of a faster step finished first in one CI run.
+  const std::string body = R"("elastic": {"min_workers": 2}, )" + main_job_train(2, 120);
   SlurmJob calm(cluster, "slurm-calm", body);
   std::string state =
       cluster.wait_job_state(calm.job_id, {"COMPLETED", "FAILED", "CANCELLED"}, 240);
