@@ -373,6 +373,27 @@ TEST_CASE("oneDNN conv2d matches the reference on random shapes", "[parity]") {
   }
 }
 
+/// The fused ReLU forward against conv then ReLU, exactly; and the weight gradient of ReLU's
+/// masked gradient against the reference's (y, the fused output, has zeros where the mask cuts).
+void check_relu_fused(Backends& be, const ConvShape& s, const ConvData& d,
+                      const std::string& what) {
+  Floats fused(s.output_count()), apart(s.output_count());
+  be.dnnl->conv2d_relu_forward(s, d.x.data(), d.w.data(), d.b.data(), fused.data());
+  be.dnnl->conv2d_forward(s, d.x.data(), d.w.data(), d.b.data(), apart.data());
+  be.ref->relu_forward(apart.size(), apart.data(), apart.data());
+  check_equal(what + " + relu", fused, apart);
+  Floats scratch(s.output_count()), got_w(s.weight_count()), want_w(s.weight_count());
+  Floats got_b(s.k), want_b(s.k), mag_w(s.weight_count()), mag_b(s.k);
+  be.dnnl->conv2d_relu_backward_weights(s, d.x.data(), fused.data(), d.dy.data(), got_w.data(),
+                                        got_b.data(), scratch.data());
+  be.ref->conv2d_relu_backward_weights(s, d.x.data(), fused.data(), d.dy.data(), want_w.data(),
+                                       want_b.data(), scratch.data());
+  be.ref->conv2d_backward_weights(s, abs_of(d.x).data(), abs_of(d.dy).data(), mag_w.data(),
+                                  mag_b.data());
+  check_sums(what + " relu dw", got_w, want_w, mag_w, s.n * s.oh() * s.ow());
+  check_sums(what + " relu db", got_b, want_b, mag_b, s.n * s.oh() * s.ow());
+}
+
 /// Shapes whose channels oneDNN blocks (8, 16, 32 in and out), the tutorial's first layer, and
 /// the fused ReLU forward against conv then ReLU.
 void check_blocked_convs(MathMode mode) {
@@ -387,23 +408,7 @@ void check_blocked_convs(MathMode mode) {
     INFO(describe(s) << " in " << math_mode_name(mode));
     const ConvData d = random_conv_data(s, rng);
     check_conv_parity(be, s, d);
-    Floats fused(s.output_count()), apart(s.output_count());
-    be.dnnl->conv2d_relu_forward(s, d.x.data(), d.w.data(), d.b.data(), fused.data());
-    be.dnnl->conv2d_forward(s, d.x.data(), d.w.data(), d.b.data(), apart.data());
-    be.ref->relu_forward(apart.size(), apart.data(), apart.data());
-    check_equal("conv + relu", fused, apart);
-    // The weight gradient of ReLU's masked gradient, the mask applied while oneDNN's dy is
-    // written (dnnl_parts.h); y has zeros where the mask cuts.
-    Floats scratch(s.output_count()), got_w(s.weight_count()), want_w(s.weight_count());
-    Floats got_b(s.k), want_b(s.k), mag_w(s.weight_count()), mag_b(s.k);
-    be.dnnl->conv2d_relu_backward_weights(s, d.x.data(), fused.data(), d.dy.data(), got_w.data(),
-                                          got_b.data(), scratch.data());
-    be.ref->conv2d_relu_backward_weights(s, d.x.data(), fused.data(), d.dy.data(), want_w.data(),
-                                         want_b.data(), scratch.data());
-    be.ref->conv2d_backward_weights(s, abs_of(d.x).data(), abs_of(d.dy).data(), mag_w.data(),
-                                    mag_b.data());
-    check_sums("conv relu dw", got_w, want_w, mag_w, s.n * s.oh() * s.ow());
-    check_sums("conv relu db", got_b, want_b, mag_b, s.n * s.oh() * s.ow());
+    check_relu_fused(be, s, d, "conv");
   }
 }
 
@@ -433,21 +438,7 @@ void check_direct_convs(MathMode mode) {
     INFO(describe(s) << " in " << math_mode_name(mode));
     const ConvData d = random_conv_data(s, rng);
     check_conv_parity(be, s, d);
-    Floats fused(s.output_count()), apart(s.output_count()), scratch(s.output_count());
-    be.dnnl->conv2d_relu_forward(s, d.x.data(), d.w.data(), d.b.data(), fused.data());
-    be.dnnl->conv2d_forward(s, d.x.data(), d.w.data(), d.b.data(), apart.data());
-    be.ref->relu_forward(apart.size(), apart.data(), apart.data());
-    check_equal("direct conv + relu", fused, apart);
-    Floats got_w(s.weight_count()), want_w(s.weight_count()), mag_w(s.weight_count());
-    Floats got_b(s.k), want_b(s.k), mag_b(s.k);
-    be.dnnl->conv2d_relu_backward_weights(s, d.x.data(), fused.data(), d.dy.data(), got_w.data(),
-                                          got_b.data(), scratch.data());
-    be.ref->conv2d_relu_backward_weights(s, d.x.data(), fused.data(), d.dy.data(), want_w.data(),
-                                         want_b.data(), scratch.data());
-    be.ref->conv2d_backward_weights(s, abs_of(d.x).data(), abs_of(d.dy).data(), mag_w.data(),
-                                    mag_b.data());
-    check_sums("direct conv relu dw", got_w, want_w, mag_w, s.n * s.oh() * s.ow());
-    check_sums("direct conv relu db", got_b, want_b, mag_b, s.n * s.oh() * s.ow());
+    check_relu_fused(be, s, d, "direct conv");
   }
   CHECK_THAT(be.dnnl->implementations(), Catch::Contains("direct:nchw"));
 }

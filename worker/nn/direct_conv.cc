@@ -21,7 +21,8 @@ namespace {
 /// itself targets plain x86-64); they must inline there, so they are always_inline.
 #define DT_INLINE inline __attribute__((always_inline))
 
-/// float32 to the nearest bf16 (ties to even), as a float; NaN stays NaN.
+/// float32 to the nearest bf16 (ties to even), as a float; NaN stays NaN. The reference backend
+/// keeps its own copy on purpose: it is the oracle these loops are tested against.
 inline float bf16_value(float v) {
   uint32_t bits;
   std::memcpy(&bits, &v, sizeof bits);
