@@ -523,6 +523,7 @@ EpochMetrics Trainer::train_epoch(int epoch) {
       next_n = step + 1 < steps_per_epoch_ ? stage(step + 1) : 0;  // overlaps this step
     }
     if (options_.stop_requested && options_.stop_requested()) step_->request_stop();
+    if (ledger_) write_ledger(epoch, step, ledger_streams);
     double step_started = common::monotonic_seconds();
     if (sharded)
       step_->run_shards(held, inputs.data(), {config_.seed, epoch, step}, slot);
@@ -530,7 +531,6 @@ EpochMetrics Trainer::train_epoch(int epoch) {
       step_->run(stager_->images(slot), stager_->labels(slot), n, {config_.seed, epoch, step},
                  slot);
     in_steps += common::monotonic_seconds() - step_started;
-    if (ledger_) write_ledger(epoch, step, ledger_streams);
     seen_here += static_cast<double>(n) * virtual_size();
     n = next_n;
     state_ =
@@ -670,8 +670,9 @@ comm::ShardPlan Trainer::shards() const {
   return comm::ShardPlan{comm_.size(), comm_.rank(), 1};
 }
 
-// docs/design.md#elastic-membership, the ledger: written once the step has run here, so a step
-// cut short and done again is written once per run of it (its lines are the same).
+// docs/design.md#elastic-membership, the ledger: written before the step runs here, so a worker
+// killed once its part of the all-reduce was sent has its lines all the same; a step cut short
+// and done again is written once per run of it (its lines are the same).
 void Trainer::write_ledger(int epoch, int64_t step,
                            const std::vector<const data::BatchStream*>& streams) {
   const comm::ShardPlan held = shards();

@@ -94,8 +94,8 @@ struct TrainerOptions {
   /// holds at the start.
   int virtual_size = 0;
   comm::ShardPlan shards = {};
-  /// The ledger (train.ledger): each step's example ids of each shard this worker computed go
-  /// to this file, one JSON line per shard and step. Empty: none.
+  /// The ledger (train.ledger): each step's example ids of each shard this worker computes go
+  /// to this file, one JSON line per shard and step, as the step starts. Empty: none.
   std::string ledger_path = {};
   /// Polled after each step; true when this worker alone is preempted (in place): fit() throws
   /// LeftGroup then, having written no checkpoint; its peers re-form with a replacement.
