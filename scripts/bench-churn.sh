@@ -41,7 +41,8 @@ fi
 if [ ! -f "$build/CMakeCache.txt" ]; then
   configure=(-DCMAKE_BUILD_TYPE=RelWithDebInfo)
   command -v ninja >/dev/null 2>&1 && configure+=(-G Ninja)
-  command -v ccache >/dev/null 2>&1 && configure+=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
+  command -v ccache >/dev/null 2>&1 &&
+    configure+=("-DCMAKE_CXX_COMPILER_LAUNCHER=env;CCACHE_BASEDIR=$PWD;CCACHE_NOHASHDIR=1;ccache")
   cmake -S . -B "$build" "${configure[@]}" >&2
 fi
 timeout 3600 cmake --build "$build" --parallel "$(nproc)" --target dtrain dtrain-worker >&2

@@ -18,9 +18,10 @@ packages=(
 )
 # --tests: also what only tests use (PyTorch for the DDP and model-loading tests; ~1 minute) and
 # clang-format 14 for scripts/format.sh --check; PIL writes the PNG and JPEG files of the
-# image tests.
+# image tests; ccache, through which scripts/build.sh compiles, so that CI's second build reuses
+# the objects its first one compiled the same way (docs/testing.md).
 if [ "${1:-}" = "--tests" ]; then
-  packages+=(python3-torch python3-numpy python3-pil clang-format)
+  packages+=(python3-torch python3-numpy python3-pil clang-format ccache)
 fi
 
 missing=()
