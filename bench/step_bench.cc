@@ -207,6 +207,7 @@ class StepLoop {
                                                     backend.device());
     train::StepOptions options;
     options.graphs = graphs;
+    options.loss_scale = config.loss_scale;  // as the trainer's step: mixed_float16 scales
     step_ = std::make_unique<train::TrainStep>(*model_, *optimizer_, backend, solo_, options);
     size_t per_example =
         static_cast<size_t>(config.model.height) * config.model.width * config.model.channels;
@@ -262,6 +263,11 @@ int run(int argc, char** argv) {
       train::parse_train_config(doc.root().at("train").dump(), args.job_file);
   const int batch = args.batch, steps = args.steps;
   nn::MathMode math = args.precision.empty() ? config.math : math_mode_of(args.precision);
+  // A precision given here is the job's dtype_policy: mixed_float16 brings Keras's dynamic loss
+  // scale unless the job names one (train_config.cc, parse_math).
+  if (math == nn::MathMode::kFloat16 && config.math != nn::MathMode::kFloat16 &&
+      !config.loss_scale.enabled)
+    config.loss_scale.enabled = true;
   const bool cuda = args.device == "cuda";
   if (!cuda && !nn::cpu_supports(math)) {
     std::fprintf(stderr,

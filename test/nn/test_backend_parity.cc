@@ -565,6 +565,43 @@ TEST_CASE("oneDNN SGD and Adam updates match the reference", "[parity]") {
   }
 }
 
+TEST_CASE("host backends unscale gradients exactly and flag any infinity or NaN", "[parity]") {
+  // Sizes around the vector widths and OpenMP's split; each bad value alone, at the ends and
+  // inside; a scale that is not a power of two, so a multiply by its inverse would differ.
+  for (auto* make :
+       {+[] { return make_dnnl_backend(); }, +[] { return make_reference_backend(); }}) {
+    std::unique_ptr<Backend> b = make();
+    Rng rng(107);
+    for (size_t n : {size_t{1}, size_t{15}, size_t{16}, size_t{17}, size_t{1000}, size_t{4099}}) {
+      Floats g = rng.floats(n, -1e3, 1e3), expected = g;
+      for (float& v : expected) v /= 3.0f;
+      float flag = 0.0f;
+      b->unscale_gradients(n, 3.0f, g.data(), &flag);
+      INFO("n " << n);
+      CHECK(std::memcmp(g.data(), expected.data(), n * sizeof(float)) == 0);
+      CHECK(flag == 0.0f);
+      for (float bad : {INFINITY, -INFINITY, NAN}) {
+        for (size_t at : {size_t{0}, n / 2, n - 1}) {
+          Floats h = rng.floats(n, -1.0, 1.0);
+          h[at] = bad;
+          float raised = 0.0f;
+          b->unscale_gradients(n, 2.0f, h.data(), &raised);
+          INFO("bad " << bad << " at " << at);
+          CHECK(raised == 1.0f);
+          b->unscale_gradients(n, 2.0f, expected.data(), &raised);  // finite: it stays raised
+          CHECK(raised == 1.0f);
+          b->unscale_gradients(n, 2.0f, h.data(), nullptr);  // no check asked for
+        }
+      }
+      // Finite but overflowing once divided by a scale below one: flagged as well.
+      Floats big(n, 3e38f);
+      float overflow = 0.0f;
+      b->unscale_gradients(n, 0.5f, big.data(), &overflow);
+      CHECK(overflow == 1.0f);
+    }
+  }
+}
+
 TEST_CASE("oneDNN gives bit-identical results on repeat runs", "[parity]") {
   auto first = make_dnnl_backend();
   const std::vector<Floats> a = run_everything(*first);

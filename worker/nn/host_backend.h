@@ -3,7 +3,9 @@
 // Header-only and small; the convolutions, dense layers and the loss stay in each backend.
 #pragma once
 
+#include <cfloat>
 #include <cmath>
+#include <cstdint>
 #include <memory>
 
 #include "worker/nn/backend.h"
@@ -33,13 +35,18 @@ class HostBackend : public Backend {
   void scale(size_t count, float factor, float* x) override {
     for (size_t i = 0; i < count; ++i) x[i] *= factor;
   }
+  // One pass, vectorised and split over OpenMP's threads (a branch per element kept the compiler
+  // from vectorising it: 2.6 ms a step for the tutorial CNN's 2.8M gradients at two threads).
+  // |v| <= FLT_MAX is false for an infinity and for NaN alike.
   void unscale_gradients(size_t count, float scale, float* g, float* nonfinite) override {
-    bool finite = true;
-    for (size_t i = 0; i < count; ++i) {
+    const int64_t n = static_cast<int64_t>(count);
+    int bad = 0;
+#pragma omp parallel for simd schedule(static) reduction(| : bad)
+    for (int64_t i = 0; i < n; ++i) {
       g[i] /= scale;
-      finite = finite && std::isfinite(g[i]);
+      bad |= !(std::fabs(g[i]) <= FLT_MAX);
     }
-    if (nonfinite != nullptr && !finite) *nonfinite = 1.0f;
+    if (nonfinite != nullptr && bad) *nonfinite = 1.0f;
   }
 
  private:
