@@ -75,10 +75,18 @@ train::TrainConfig config_with(const std::string& optimizer) {
   return train::parse_train_config(text, "test");
 }
 
+// Where a loss scale stands after train_steps, and the optimizer's count (settled).
+struct ScaleOutcome {
+  train::LossScaleState state;
+  int64_t skipped = 0, iterations = 0;
+};
+
 // K steps of TrainStep on backend from the same initial weights and batches; the weights after.
+// Step nan_step's images are all NaN.
 std::vector<float> train_steps(nn::Backend& backend, const train::TrainConfig& c, int steps,
                                bool graphs, bool* graphed = nullptr,
-                               const train::LossScaleSpec& loss_scale = {}) {
+                               const train::LossScaleSpec& loss_scale = {}, int nan_step = -1,
+                               ScaleOutcome* outcome = nullptr) {
   nn::Sequential model(c.model, backend, c.per_worker_batch_size);
   model.initialize(7);
   train::Optimizer optimizer(c.optimizer, model.parameters().size(), backend.device());
@@ -93,6 +101,7 @@ std::vector<float> train_steps(nn::Backend& backend, const train::TrainConfig& c
   std::mt19937 rng(11);
   for (int s = 0; s < steps; ++s) {
     std::vector<float> images = random_vector(per_example * n, rng);
+    if (s == nan_step) std::fill(images.begin(), images.end(), NAN);
     std::vector<int32_t> labels(n);
     for (size_t i = 0; i < n; ++i) labels[i] = static_cast<int32_t>((i * 7 + s) % 10);
     int slot = s % train::InputStager::kSlots;
@@ -104,6 +113,9 @@ std::vector<float> train_steps(nn::Backend& backend, const train::TrainConfig& c
   train::EpochTotals totals = step.totals();
   CHECK(totals.seen == Approx(static_cast<double>(steps) * n));
   if (graphed) *graphed = step.graphed();
+  if (outcome) {
+    *outcome = {step.loss_scale().state(), step.skipped_steps(), optimizer.iterations()};
+  }
   return model.parameters().to_host();
 }
 
@@ -289,13 +301,15 @@ TEST_CASE("CUDA loss scaling equals the reference and flags a non-finite gradien
   const size_t n = 100003;
   auto x = random_vector(n, rng);
   std::vector<float> scaled = x, unscaled = x;
-  ref->scale(n, 1024.0f, scaled.data());
+  const float big = 1024.0f, three = 3.0f;
+  ref->scale(n, &big, scaled.data());
   float ref_flag = 0;
-  ref->unscale_gradients(n, 3.0f, unscaled.data(), &ref_flag);
+  ref->unscale_gradients(n, &three, unscaled.data(), &ref_flag);
   auto gs = on(*gpu, x), gu = on(*gpu, x);
   nn::Buffer<float> flag(gpu->device(), 1);
-  gpu->scale(n, 1024.0f, gs.data());
-  gpu->unscale_gradients(n, 3.0f, gu.data(), flag.data());
+  auto scales = on(*gpu, {1024.0f, 3.0f, 2.0f});  // the scale lives in device memory
+  gpu->scale(n, scales.data(), gs.data());
+  gpu->unscale_gradients(n, scales.data() + 1, gu.data(), flag.data());
   CHECK(gs.to_host() == scaled);
   CHECK(gu.to_host() == unscaled);
   CHECK(ref_flag == 0.0f);
@@ -304,11 +318,45 @@ TEST_CASE("CUDA loss scaling equals the reference and flags a non-finite gradien
   x[n / 2] = INFINITY;
   x[n - 1] = NAN;
   auto bad = on(*gpu, x);
-  gpu->unscale_gradients(n, 2.0f, bad.data(), flag.data());
+  gpu->unscale_gradients(n, scales.data() + 2, bad.data(), flag.data());
   CHECK(flag.to_host()[0] == 1.0f);
-  gpu->unscale_gradients(n, 2.0f, gu.data(), flag.data());  // finite: the flag stays raised
+  gpu->unscale_gradients(n, scales.data() + 2, gu.data(), flag.data());  // finite: stays raised
   CHECK(flag.to_host()[0] == 1.0f);
-  gpu->unscale_gradients(n, 2.0f, gu.data(), nullptr);  // no check asked for
+  gpu->unscale_gradients(n, scales.data() + 2, gu.data(), nullptr);  // no check asked for
+}
+
+TEST_CASE("CUDA applies the loss-scale rule and skips SGD and RMSprop as the host does") {
+  if (!have_gpu()) return;
+  auto gpu = nn::make_cuda_backend();
+  auto ref = nn::make_reference_backend();
+  std::vector<float> host_state = {0x1p125f, 0, 0, 0};
+  auto state = on(*gpu, host_state);
+  std::mt19937 rng(5);
+  for (int step = 0; step < 60; ++step) {
+    bool finite = rng() % 4 != 0;
+    host_state[nn::Backend::kNonfinite] = finite ? 0.0f : 1.0f;
+    state.from_host(&host_state[nn::Backend::kNonfinite], 1, nn::Backend::kNonfinite);
+    ref->update_loss_scale(host_state.data(), 3);
+    gpu->update_loss_scale(state.data(), 3);
+    INFO("step " << step);
+    REQUIRE(state.to_host() == host_state);
+  }
+  CHECK(host_state[nn::Backend::kSkipped] > 5);
+
+  const size_t n = 4099;
+  auto w0 = random_vector(n, rng), g = random_vector(n, rng), v0 = random_vector(n, rng);
+  auto raised = on(*gpu, {1.0f});
+  auto w = on(*gpu, w0), gg = on(*gpu, g), v = on(*gpu, v0), m = on(*gpu, v0), a = on(*gpu, w0);
+  gpu->sgd_update({0.1f, 0.9f, false, raised.data()}, n, w.data(), gg.data(), v.data());
+  gpu->rmsprop_update({0.01f, 0.9f, 0.5f, 1e-7f, true, raised.data()}, n, w.data(), gg.data(),
+                      v.data(), m.data(), a.data());
+  CHECK(w.to_host() == w0);
+  CHECK(v.to_host() == v0);
+  CHECK(m.to_host() == v0);
+  CHECK(a.to_host() == w0);
+  auto lowered = on(*gpu, {0.0f});
+  gpu->sgd_update({0.1f, 0.9f, false, lowered.data()}, n, w.data(), gg.data(), v.data());
+  CHECK(w.to_host() != w0);
 }
 
 TEST_CASE("On the GPU a power-of-two loss scale gives the unscaled steps' bits") {
@@ -324,8 +372,41 @@ TEST_CASE("On the GPU a power-of-two loss scale gives the unscaled steps' bits")
   auto b = nn::make_cuda_backend();
   bool graphed = true;
   CHECK(train_steps(*b, c, 5, true, &graphed, dynamic) == plain);
-  CHECK_FALSE(graphed);  // the host reads the finite flag mid-step
+  CHECK(graphed);  // SGD: the device decides a skip, so nothing is read back mid-step
   auto d = nn::make_cuda_backend();
   CHECK(train_steps(*d, c, 5, true, &graphed, fixed) == plain);
   CHECK(graphed);  // a fixed scale changes no argument and reads nothing back
+}
+
+TEST_CASE("On the GPU a step skipped inside a replayed graph changes nothing, as on the host") {
+  if (!have_gpu()) return;
+  train::LossScaleSpec dynamic;
+  dynamic.enabled = true;
+  dynamic.initial_scale = 1024;
+  dynamic.growth_steps = 2;
+  for (const char* optimizer : {R"({"type": "sgd", "learning_rate": 0.05, "momentum": 0.9})",
+                                R"({"type": "adam", "learning_rate": 0.01})"}) {
+    INFO(optimizer);
+    train::TrainConfig c = config_with(optimizer);
+    // Step 3 of 6 has NaN images: skipped; the scale doubles after steps 1 and 5 and halves at 3.
+    ScaleOutcome replayed, eager, host;
+    bool graphed = false;
+    auto a = nn::make_cuda_backend();
+    std::vector<float> w_graph = train_steps(*a, c, 6, true, &graphed, dynamic, 3, &replayed);
+    const bool sgd = std::string(optimizer).find("sgd") != std::string::npos;
+    CHECK(graphed == sgd);  // Adam's rate is an argument: the host decides its skips
+    auto b = nn::make_cuda_backend();
+    CHECK(train_steps(*b, c, 6, false, nullptr, dynamic, 3, &eager) == w_graph);
+    auto ref = nn::make_reference_backend();
+    std::vector<float> w_host = train_steps(*ref, c, 6, false, nullptr, dynamic, 3, &host);
+    // Adam's first steps move each weight by about its rate whatever the gradient's size, so
+    // near-zero gradients computed two ways differ by that much: its counts are compared alone.
+    if (sgd) check_close(w_graph, w_host, 1e-3f, "weights after a skipped step");
+    for (const ScaleOutcome* o : {&replayed, &eager, &host}) {
+      CHECK(o->skipped == 1);
+      CHECK(o->iterations == 5);  // the skipped step did not count (Keras)
+      CHECK(o->state.scale == 2048);
+      CHECK(o->state.good_steps == 0);
+    }
+  }
 }

@@ -18,6 +18,7 @@
 #include "test/support/mean_loss.h"
 #include "worker/nn/backend.h"
 #include "worker/nn/direct_conv.h"
+#include "worker/train/loss_scale.h"
 
 using namespace dtrain::nn;
 
@@ -576,7 +577,8 @@ TEST_CASE("host backends unscale gradients exactly and flag any infinity or NaN"
       Floats g = rng.floats(n, -1e3, 1e3), expected = g;
       for (float& v : expected) v /= 3.0f;
       float flag = 0.0f;
-      b->unscale_gradients(n, 3.0f, g.data(), &flag);
+      const float three = 3.0f, two = 2.0f, half = 0.5f;  // scales live in device memory
+      b->unscale_gradients(n, &three, g.data(), &flag);
       INFO("n " << n);
       CHECK(std::memcmp(g.data(), expected.data(), n * sizeof(float)) == 0);
       CHECK(flag == 0.0f);
@@ -585,19 +587,81 @@ TEST_CASE("host backends unscale gradients exactly and flag any infinity or NaN"
           Floats h = rng.floats(n, -1.0, 1.0);
           h[at] = bad;
           float raised = 0.0f;
-          b->unscale_gradients(n, 2.0f, h.data(), &raised);
+          b->unscale_gradients(n, &two, h.data(), &raised);
           INFO("bad " << bad << " at " << at);
           CHECK(raised == 1.0f);
-          b->unscale_gradients(n, 2.0f, expected.data(), &raised);  // finite: it stays raised
+          b->unscale_gradients(n, &two, expected.data(), &raised);  // finite: it stays raised
           CHECK(raised == 1.0f);
-          b->unscale_gradients(n, 2.0f, h.data(), nullptr);  // no check asked for
+          b->unscale_gradients(n, &two, h.data(), nullptr);  // no check asked for
         }
       }
       // Finite but overflowing once divided by a scale below one: flagged as well.
       Floats big(n, 3e38f);
       float overflow = 0.0f;
-      b->unscale_gradients(n, 0.5f, big.data(), &overflow);
+      b->unscale_gradients(n, &half, big.data(), &overflow);
       CHECK(overflow == 1.0f);
+    }
+  }
+}
+
+TEST_CASE("host backends apply Keras's loss-scale rule in device memory, as LossScale does",
+          "[parity]") {
+  // A random run of finite and non-finite steps, growth every 3, from a scale near the top (so
+  // a doubling that would overflow is refused), against the host's reference rule.
+  for (auto* make :
+       {+[] { return make_dnnl_backend(); }, +[] { return make_reference_backend(); }}) {
+    std::unique_ptr<Backend> b = make();
+    dtrain::train::LossScaleSpec spec;
+    spec.enabled = true, spec.growth_steps = 3;
+    dtrain::train::LossScale rule(spec);
+    rule.set_state({0x1p125f, 0});
+    Floats state = {0x1p125f, 0, 0, 0};
+    std::mt19937 rng(5);
+    int64_t skipped = 0;
+    for (int step = 0; step < 200; ++step) {
+      bool finite = rng() % 4 != 0;
+      state[Backend::kNonfinite] = finite ? 0.0f : 1.0f;
+      b->update_loss_scale(state.data(), spec.growth_steps);
+      skipped += rule.update(finite) ? 0 : 1;
+      INFO("step " << step << (finite ? " finite" : " not finite"));
+      REQUIRE(state[Backend::kLossScale] == rule.scale());
+      REQUIRE(state[Backend::kGoodSteps] == static_cast<float>(rule.good_steps()));
+      REQUIRE(state[Backend::kNonfinite] == 0.0f);  // cleared for the next step
+      REQUIRE(state[Backend::kSkipped] == static_cast<float>(skipped));
+    }
+    CHECK(skipped > 20);
+  }
+}
+
+TEST_CASE("host backends' SGD and RMSprop change nothing when the skip flag is raised",
+          "[parity]") {
+  for (auto* make :
+       {+[] { return make_dnnl_backend(); }, +[] { return make_reference_backend(); }}) {
+    std::unique_ptr<Backend> b = make();
+    Rng rng(9);
+    const size_t n = 1031;
+    const Floats w0 = rng.floats(n, -1, 1), g = rng.floats(n, -1, 1), v0 = rng.floats(n, 0, 1),
+                 m0 = rng.floats(n, -1, 1), a0 = rng.floats(n, -0.1, 0.1);
+    for (float raised : {1.0f, 0.0f}) {
+      INFO("skip flag " << raised);
+      SgdParams sgd{0.1f, 0.9f, true, &raised};
+      Floats w = w0, v = v0, w_plain = w0, v_plain = v0;
+      b->sgd_update(sgd, n, w.data(), g.data(), v.data());
+      sgd.skip = nullptr;
+      b->sgd_update(sgd, n, w_plain.data(), g.data(), v_plain.data());
+      CHECK(w == (raised != 0 ? w0 : w_plain));
+      CHECK(v == (raised != 0 ? v0 : v_plain));
+
+      RmspropParams rms{0.01f, 0.9f, 0.5f, 1e-7f, true, &raised};
+      Floats rw = w0, rv = v0, rm = m0, ra = a0;
+      Floats pw = w0, pv = v0, pm = m0, pa = a0;
+      b->rmsprop_update(rms, n, rw.data(), g.data(), rv.data(), rm.data(), ra.data());
+      rms.skip = nullptr;
+      b->rmsprop_update(rms, n, pw.data(), g.data(), pv.data(), pm.data(), pa.data());
+      CHECK(rw == (raised != 0 ? w0 : pw));
+      CHECK(rv == (raised != 0 ? v0 : pv));
+      CHECK(rm == (raised != 0 ? m0 : pm));
+      CHECK(ra == (raised != 0 ? a0 : pa));
     }
   }
 }

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <memory>
 #include <random>
 #include <string>
@@ -105,6 +106,12 @@ train::LossScaleSpec dynamic(float initial, int64_t growth_steps = 2000) {
   return s;
 }
 
+void write_file(const std::string& path, const std::string& bytes) {
+  std::ofstream out(path, std::ios::binary);
+  out << bytes;
+  REQUIRE(out.good());
+}
+
 bool same_bits(const std::vector<Floats>& a, const std::vector<Floats>& b) {
   if (a.size() != b.size()) return false;
   for (size_t i = 0; i < a.size(); ++i) {
@@ -158,7 +165,7 @@ TEST_CASE("a step whose scaled gradients overflow is skipped, and the scale halv
       REQUIRE(before.size() > 1);  // the slots are compared too
       // The largest scale alone does not overflow [0, 1) images' gradients; images a million
       // times brighter make the dense layers' weight gradients overflow under it.
-      solo.step->loss_scale().set_state({kHuge, 2});
+      solo.step->set_loss_scale_state({kHuge, 2});
       solo.run(2, 1e6f);
       CHECK(solo.step->skipped_steps() == 1);
       CHECK(same_bits(solo.state(), before));
@@ -175,6 +182,27 @@ TEST_CASE("a step whose scaled gradients overflow is skipped, and the scale halv
       CHECK(solo.step->loss_scale().good_steps() == 1);
       CHECK(!same_bits(solo.state(), before));
     }
+  }
+}
+
+TEST_CASE("where the device decides a skip, the host's count is right once settled") {
+  // SGD's update reads no count, so the host does not wait for the flag: it counts the step,
+  // and settling takes it back, as the trainer does before any checkpoint, report or broadcast.
+  Solo sgd(kOptimizers[0], true, dynamic(kHuge));
+  Solo adam(kOptimizers[1], true, dynamic(kHuge));
+  for (Solo* solo : {&sgd, &adam}) solo->run(0, 1e6f);
+  CHECK(sgd.optimizer->iterations() == 1);   // not settled yet
+  CHECK(adam.optimizer->iterations() == 0);  // the host read the flag in the step
+  for (Solo* solo : {&sgd, &adam}) {
+    solo->step->settle_loss_scale();
+    CHECK(solo->optimizer->iterations() == 0);
+    CHECK(solo->step->skipped_steps() == 1);
+    CHECK(solo->step->loss_scale().scale() == kHuge / 2);
+    solo->step->settle_loss_scale();  // settling twice takes nothing more back
+    CHECK(solo->optimizer->iterations() == 0);
+    solo->run(1);
+    solo->step->settle_loss_scale();
+    CHECK(solo->optimizer->iterations() == 1);
   }
 }
 
@@ -240,7 +268,10 @@ TEST_CASE("a checkpoint keeps the dynamic loss scale; one without it means none"
 
 TEST_CASE("a run with a dynamic loss scale stopped mid-epoch resumes bit-exactly") {
   // The scale doubles every 3 steps: a resume that forgot it would end with another scale.
-  train::TrainConfig c = parse(config_text(R"("adam")", R"(, "dtype_policy": "float32",
+  // Adam: the host decides each step; SGD: the device does, and the host settles.
+  const std::string optimizer = GENERATE(std::string(R"("adam")"), std::string(kOptimizers[0]));
+  INFO(optimizer);
+  train::TrainConfig c = parse(config_text(optimizer, R"(, "dtype_policy": "float32",
         "loss_scale": {"initial_scale": 1, "dynamic_growth_steps": 3})"));
   REQUIRE(c.loss_scale.enabled);
   c.backup.delete_on_success = false;
@@ -282,13 +313,16 @@ TEST_CASE("train.loss_scale takes Keras's options; mixed_float16 turns a dynamic
   CHECK(s.enabled);
   CHECK_FALSE(s.dynamic);
   CHECK(s.initial_scale == 128);
-  s = scale_of(R"(, "loss_scale": "dynamic")");
+  s = scale_of(R"(, "loss_scale": {"initial_scale": 1e30})");
   CHECK(s.enabled);
   CHECK(s.dynamic);
   s = scale_of(R"(, "loss_scale": {"initial_scale": 1024, "dynamic_growth_steps": 10})");
   CHECK(s.dynamic);
   CHECK(s.initial_scale == 1024);
   CHECK(s.growth_steps == 10);
+  // The count of finite steps is a float on the device: exact, and so allowed, up to 2^24.
+  s = scale_of(R"(, "loss_scale": {"dynamic_growth_steps": 16777216})");
+  CHECK(s.growth_steps == train::kMaxGrowthSteps);
 
   struct Bad {
     const char* value;
@@ -300,11 +334,60 @@ TEST_CASE("train.loss_scale takes Keras's options; mixed_float16 turns a dynamic
         Bad{"1e39", "train.loss_scale"}, Bad{"null", "train.loss_scale"},
         Bad{R"({"scale": 2})", "train.loss_scale"},
         Bad{R"({"initial_scale": 0})", "train.loss_scale.initial_scale"},
-        Bad{R"({"dynamic_growth_steps": 0})", "train.loss_scale.dynamic_growth_steps"}}) {
+        Bad{R"({"dynamic_growth_steps": 0})", "train.loss_scale.dynamic_growth_steps"},
+        Bad{R"({"dynamic_growth_steps": 16777217})", "train.loss_scale.dynamic_growth_steps"}}) {
     INFO(bad.value);
     std::string message = testing::config_error([&] {
       scale_of(std::string(R"(, "dtype_policy": "mixed_float16", "loss_scale": )") + bad.value);
     });
     CHECK_THAT(message, Contains("job.json: " + std::string(bad.path) + ":"));
+  }
+}
+
+TEST_CASE("a fit whose every step overflows counts no optimizer step in its checkpoints") {
+  // Images of 1e37 (float32 .npy, used as they are) overflow every scaled gradient: each step is
+  // skipped and halves the scale. SGD's skips are decided on the device, so the trainer must
+  // settle the host's count before it saves; Adam's the host reads each step.
+  testing::TempDir dir;
+  const int examples = 64;
+  auto npy = [](const std::string& descr, const std::string& shape, const std::string& data) {
+    std::string header =
+        "{'descr': '" + descr + "', 'fortran_order': False, 'shape': " + shape + ", }";
+    while ((10 + header.size() + 1) % 64 != 0) header.push_back(' ');
+    header.push_back('\n');
+    std::string out = std::string("\x93NUMPY") + '\x01' + '\x00';
+    out.push_back(static_cast<char>(header.size() & 0xff));
+    out.push_back(static_cast<char>(header.size() >> 8));
+    return out + header + data;
+  };
+  Floats images(static_cast<size_t>(examples) * kExampleFloats, 1e37f);
+  std::vector<int64_t> labels(examples);
+  for (int i = 0; i < examples; ++i) labels[static_cast<size_t>(i)] = i % 10;
+  const std::string x = dir.path() + "/x.npy", y = dir.path() + "/y.npy";
+  write_file(x, npy("<f4", "(64, 8, 8, 1)",
+                    std::string(reinterpret_cast<const char*>(images.data()),
+                                images.size() * sizeof(float))));
+  write_file(y, npy("<i8", "(64,)",
+                    std::string(reinterpret_cast<const char*>(labels.data()),
+                                labels.size() * sizeof(int64_t))));
+  for (const char* optimizer : kOptimizers) {
+    INFO(optimizer);
+    std::string text = config_text(optimizer, R"(, "loss_scale": "dynamic")");
+    const std::string synthetic = R"({"source": "synthetic", "examples": 256, "classes": 10})";
+    text.replace(text.find(synthetic), synthetic.size(),
+                 R"({"source": "npy", "train_images": ")" + x + R"(", "train_labels": ")" + y +
+                     R"(", "test_images": ")" + x + R"(", "test_labels": ")" + y + R"("})");
+    train::TrainConfig c = parse(text);
+    c.backup.delete_on_success = false;
+    const std::string run = dir.path() + (optimizer == kOptimizers[0] ? "/sgd" : "/adam");
+    testing::solo_fit(c, run);
+    for (auto [file, steps] : {std::pair{"ckpt-0000000004", 4}, std::pair{"ckpt-0000000008", 8}}) {
+      auto m = train::read_safetensors_metadata(run + "/backup/" + file + ".safetensors");
+      INFO(file);
+      CHECK(m["global_step"] == std::to_string(steps));
+      CHECK(m["optimizer_iterations"] == "0");
+      CHECK(m["loss_scale"] == std::to_string(32768 >> steps));
+      CHECK(m["loss_scale_good_steps"] == "0");
+    }
   }
 }

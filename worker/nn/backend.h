@@ -43,6 +43,9 @@ struct SgdParams {
   float learning_rate = 0.01f;
   float momentum = 0.0f;
   bool nesterov = false;
+  /// Device memory, or null: when *skip != 0 the update changes nothing (a step a dynamic loss
+  /// scale skips, decided on the device: docs/design.md#loss-scaling).
+  const float* skip = nullptr;
 };
 struct AdamParams {
   float learning_rate = 0.001f;
@@ -56,6 +59,7 @@ struct RmspropParams {
   float momentum = 0.0f;
   float epsilon = 1e-7f;
   bool centered = false;
+  const float* skip = nullptr;  ///< as SgdParams::skip
 };
 struct AdamWParams {
   float learning_rate = 0.001f;
@@ -192,12 +196,22 @@ class Backend {
   virtual void adamw_update(const AdamWParams& p, int64_t step, size_t count, float* w,
                             const float* g, float* m, float* v) = 0;
 
-  /// Loss scaling (docs/design.md#loss-scaling): x *= factor (the loss gradient times the scale).
-  virtual void scale(size_t count, float factor, float* x) = 0;
-  /// g /= scale (the reduced gradients back to the loss's). When nonfinite is not null, sets
+  /// Loss scaling (docs/design.md#loss-scaling). The scale lives in device memory, so a step
+  /// that reads it can be replayed while it changes. x *= *factor (the loss gradient times the
+  /// scale).
+  virtual void scale(size_t count, const float* factor, float* x) = 0;
+  /// g /= *scale (the reduced gradients back to the loss's). When nonfinite is not null, sets
   /// *nonfinite = 1 if any result is infinite or NaN and leaves it as it was otherwise, so one
   /// flag, zeroed by the caller, covers several ranges. Nothing is read back.
-  virtual void unscale_gradients(size_t count, float scale, float* g, float* nonfinite) = 0;
+  virtual void unscale_gradients(size_t count, const float* scale, float* g, float* nonfinite) = 0;
+  /// Keras's dynamic rule on a state in device memory, after a step's unscale and optimizer:
+  /// state[kLossScale] the scale, state[kGoodSteps] finite steps in a row, state[kNonfinite] the
+  /// step's flag (cleared here), state[kSkipped] steps skipped so far. Flag raised: the scale
+  /// halves, the count restarts and the skip count grows. Else the count grows, and at
+  /// growth_steps it restarts and the scale doubles unless that overflows. Nothing is read back.
+  virtual void update_loss_scale(float* state, int64_t growth_steps) = 0;
+  static constexpr size_t kLossScale = 0, kGoodSteps = 1, kNonfinite = 2, kSkipped = 3,
+                          kLossScaleFloats = 4;
 };
 
 /// The oneDNN backend (dnnl_backend.cc), on its own host device, computing its products in

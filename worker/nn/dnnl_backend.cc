@@ -369,6 +369,7 @@ void DnnlBackend::softmax_cross_entropy(int n, int classes, const float* logits,
 
 void DnnlBackend::sgd_update(const SgdParams& p, size_t count, float* w, const float* g,
                              float* velocity) {
+  if (skipped(p.skip)) return;
   updated(w, count);
   const float lr = p.learning_rate, mu = p.momentum;
   const int64_t n = static_cast<int64_t>(count);
@@ -403,6 +404,7 @@ void DnnlBackend::adam_update(const AdamParams& p, int64_t step, size_t count, f
 
 void DnnlBackend::rmsprop_update(const RmspropParams& p, size_t count, float* w, const float* g,
                                  float* velocity, float* momentum_slot, float* average_gradient) {
+  if (skipped(p.skip)) return;
   const float lr = p.learning_rate, rho = p.rho, mu = p.momentum, eps = p.epsilon;
   updated(w, count);
   const int64_t n = static_cast<int64_t>(count);

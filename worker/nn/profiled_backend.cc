@@ -190,13 +190,18 @@ void ProfiledBackend::adamw_update(const AdamWParams& p, int64_t step, size_t co
         [&] { inner_.adamw_update(p, step, count, w, g, m, v); });
 }
 
-void ProfiledBackend::scale(size_t count, float factor, float* x) {
+void ProfiledBackend::scale(size_t count, const float* factor, float* x) {
   timed(count_label("scale", count), [&] { inner_.scale(count, factor, x); });
 }
 
-void ProfiledBackend::unscale_gradients(size_t count, float scale, float* g, float* nonfinite) {
+void ProfiledBackend::unscale_gradients(size_t count, const float* scale, float* g,
+                                        float* nonfinite) {
   timed(count_label("unscale_gradients", count),
         [&] { inner_.unscale_gradients(count, scale, g, nonfinite); });
+}
+
+void ProfiledBackend::update_loss_scale(float* state, int64_t growth_steps) {
+  timed("update_loss_scale", [&] { inner_.update_loss_scale(state, growth_steps); });
 }
 
 }  // namespace dtrain::nn

@@ -95,8 +95,9 @@ class ProfiledBackend final : public Backend {
                       float* velocity, float* momentum_slot, float* average_gradient) override;
   void adamw_update(const AdamWParams& p, int64_t step, size_t count, float* w, const float* g,
                     float* m, float* v) override;
-  void scale(size_t count, float factor, float* x) override;
-  void unscale_gradients(size_t count, float scale, float* g, float* nonfinite) override;
+  void scale(size_t count, const float* factor, float* x) override;
+  void unscale_gradients(size_t count, const float* scale, float* g, float* nonfinite) override;
+  void update_loss_scale(float* state, int64_t growth_steps) override;
 
  private:
   /// Runs op (a call of inner_), timed, and adds its time to label's row.

@@ -230,6 +230,7 @@ class ReferenceBackend : public HostBackend {
 
   void sgd_update(const SgdParams& p, size_t count, float* w, const float* g,
                   float* velocity) override {
+    if (skipped(p.skip)) return;
     const double lr = p.learning_rate, momentum = p.momentum;
     if (p.momentum == 0.0f) {
       for (size_t i = 0; i < count; ++i) w[i] = static_cast<float>(w[i] - lr * g[i]);
@@ -262,6 +263,7 @@ class ReferenceBackend : public HostBackend {
 
   void rmsprop_update(const RmspropParams& p, size_t count, float* w, const float* g,
                       float* velocity, float* momentum_slot, float* average_gradient) override {
+    if (skipped(p.skip)) return;
     DT_ENFORCE(p.momentum <= 0.0f || momentum_slot != nullptr, "RMSprop momentum without a slot");
     DT_ENFORCE(!p.centered || average_gradient != nullptr, "centered RMSprop without a slot");
     const double lr = p.learning_rate, rho = p.rho, eps = p.epsilon;

@@ -23,7 +23,7 @@ LossScaleSpec parse_loss_scale(const common::JsonNode& node) {
     node.check_keys({"initial_scale", "dynamic_growth_steps"});
     if (auto n = node.find("initial_scale"))
       s.initial_scale = static_cast<float>(n->as_number(0, kMaxScale));
-    if (auto n = node.find("dynamic_growth_steps")) s.growth_steps = n->as_int(1, int64_t{1} << 40);
+    if (auto n = node.find("dynamic_growth_steps")) s.growth_steps = n->as_int(1, kMaxGrowthSteps);
   } else {
     double scale = 0;
     try {

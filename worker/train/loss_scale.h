@@ -1,7 +1,8 @@
 // Keras's LossScaleOptimizer for mixed_float16 (docs/design.md#loss-scaling): the loss scale and
 // its rule. Dynamic: starts at 2^15, halves on a step with a non-finite gradient (that step is
-// skipped) and doubles after dynamic_growth_steps finite steps in a row; or fixed. Host values
-// and arithmetic only: TrainStep scales, unscales and checks the gradients with the Backend.
+// skipped) and doubles after dynamic_growth_steps finite steps in a row; or fixed. This class is
+// the host's copy of the state and the rule's reference: TrainStep keeps the state in device
+// memory and applies the same rule there (Backend::update_loss_scale).
 #pragma once
 
 #include <cstdint>
@@ -9,6 +10,10 @@
 #include "common/json.h"
 
 namespace dtrain::train {
+
+/// The largest dynamic_growth_steps: the count of finite steps is kept as a float in device
+/// memory (Backend::update_loss_scale), exact up to 2^24.
+constexpr int64_t kMaxGrowthSteps = int64_t{1} << 24;
 
 /// train.loss_scale, with Keras's defaults.
 struct LossScaleSpec {
@@ -19,8 +24,8 @@ struct LossScaleSpec {
 };
 
 /// Parses train.loss_scale: "dynamic", a number > 0 (a fixed scale), or an object
-/// {"initial_scale": > 0, "dynamic_growth_steps": >= 1} (dynamic). The result is enabled.
-/// Throws ConfigError naming the JSON path.
+/// {"initial_scale": > 0, "dynamic_growth_steps": 1 to kMaxGrowthSteps} (dynamic). The result is
+/// enabled. Throws ConfigError naming the JSON path.
 LossScaleSpec parse_loss_scale(const common::JsonNode& node);
 
 /// Where a dynamic scale stands; what checkpoints keep (a fixed scale keeps nothing).
@@ -35,6 +40,7 @@ class LossScale {
   explicit LossScale(const LossScaleSpec& spec = {});
   bool enabled() const { return spec_.enabled; }
   bool dynamic() const { return spec_.enabled && spec_.dynamic; }
+  const LossScaleSpec& spec() const { return spec_; }
   /// What the loss gradient is multiplied by this step.
   float scale() const { return scale_; }
   int64_t good_steps() const { return good_steps_; }

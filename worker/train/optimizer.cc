@@ -159,9 +159,12 @@ bool Optimizer::same_every_step() const {
 }
 
 void Optimizer::apply(nn::Backend& backend, nn::Buffer<float>& parameters,
-                      const nn::Buffer<float>& gradients, size_t offset, size_t count) {
+                      const nn::Buffer<float>& gradients, size_t offset, size_t count,
+                      const float* skip) {
   DT_ENFORCE(offset + count <= parameters.size() && parameters.size() == gradients.size(),
              "optimizer range {}+{} of {} parameters", offset, count, parameters.size());
+  DT_ENFORCE(skip == nullptr || same_every_step(), "a device-side skip for {}",
+             optimizer_type_name(spec_.type));
   if (count == 0) return;
   float* w = parameters.data() + offset;
   const float* g = gradients.data() + offset;
@@ -169,18 +172,24 @@ void Optimizer::apply(nn::Backend& backend, nn::Buffer<float>& parameters,
     return slot.size() == 0 ? nullptr : slot.data() + offset;
   };
   switch (spec_.type) {
-    case OptimizerType::kSgd:
-      backend.sgd_update(spec_.sgd, count, w, g, at(first_));
+    case OptimizerType::kSgd: {
+      nn::SgdParams p = spec_.sgd;
+      p.skip = skip;
+      backend.sgd_update(p, count, w, g, at(first_));
       break;
+    }
     case OptimizerType::kAdam:
       backend.adam_update(spec_.adam, iterations_, count, w, g, at(first_), at(second_));
       break;
     case OptimizerType::kAdamW:
       backend.adamw_update(spec_.adamw, iterations_, count, w, g, at(first_), at(second_));
       break;
-    case OptimizerType::kRmsprop:
-      backend.rmsprop_update(spec_.rmsprop, count, w, g, at(first_), at(second_), at(third_));
+    case OptimizerType::kRmsprop: {
+      nn::RmspropParams p = spec_.rmsprop;
+      p.skip = skip;
+      backend.rmsprop_update(p, count, w, g, at(first_), at(second_), at(third_));
       break;
+    }
   }
 }
 

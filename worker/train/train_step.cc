@@ -54,16 +54,17 @@ TrainStep::TrainStep(nn::Sequential& model, Optimizer& optimizer, nn::Backend& b
       stop_flag_(device_, 1),
       readback_(device_, kStatsFloats * static_cast<size_t>(options.slots)),
       loss_scale_(options.loss_scale),
-      nonfinite_(device_, 1),
-      nonfinite_host_(device_, 1) {
+      scale_state_(device_, nn::Backend::kLossScaleFloats),
+      scale_state_host_(device_, nn::Backend::kLossScaleFloats) {
   DT_ENFORCE(options_.slots >= 1 && options_.slots <= nn::Device::kMarkers, "{} input slots",
              options_.slots);
   // A graph replays fixed kernel arguments: the step key (dropout) and Adam's step-dependent
-  // rate are arguments, so those run launch by launch; so does a dynamic loss scale, whose value
-  // is an argument and whose finite check the host reads in the middle of the step.
+  // rate are arguments, so those run launch by launch. The loss scale is read from device
+  // memory, and where the update is the same every step its skips are decided there too.
+  host_decides_ = loss_scale_.dynamic() && !optimizer_.same_every_step();
   graphable_ = options_.graphs && comm_.stream_ordered() && !model_.has_random_layers() &&
-               optimizer_.same_every_step() && device_.kind() == nn::DeviceKind::kCuda &&
-               !loss_scale_.dynamic();
+               optimizer_.same_every_step() && device_.kind() == nn::DeviceKind::kCuda;
+  upload_loss_scale();
   graphs_.resize(static_cast<size_t>(options_.slots));
   graph_inputs_.resize(static_cast<size_t>(options_.slots) * 2, nullptr);
   graph_generations_.resize(static_cast<size_t>(options_.slots), 0);
@@ -297,39 +298,90 @@ void TrainStep::enqueue_shards(const comm::ShardPlan& shards, const ShardInput* 
 void TrainStep::scale_loss_gradient(int n) {
   if (!loss_scale_.enabled()) return;
   backend_.scale(static_cast<size_t>(n) * static_cast<size_t>(model_.classes()),
-                 loss_scale_.scale(), model_.logits_gradient());
+                 scale_state_.data() + nn::Backend::kLossScale, model_.logits_gradient());
 }
 
 // Keras: a skipped step leaves the weights, the slots and the inner optimizer's iterations (Adam's
 // t, the schedule's step) as they were; only the loss scale changes. Every worker holds the same
 // reduced gradients, so every worker skips the same steps without asking the others.
 void TrainStep::apply_all(int slot) {
-  if (loss_scale_.enabled() && !loss_scale_.update(unscale_gradients(slot))) {
-    optimizer_.set_iterations(iterations_before_);
-    ++skipped_steps_;
-    return;
+  const float* skip = nullptr;
+  if (loss_scale_.enabled()) {
+    unscale_gradients();
+    if (loss_scale_.dynamic()) {
+      float* state = scale_state_.data();
+      if (!host_decides_) {
+        skip = state + nn::Backend::kNonfinite;  // the optimizer's kernels read the flag
+      } else if (!read_finite(slot)) {
+        optimizer_.set_iterations(iterations_before_);
+        ++skipped_settled_;
+        backend_.update_loss_scale(state, loss_scale_.spec().growth_steps);
+        return;
+      }
+    }
   }
   for (size_t b = 0; b < buckets_.size(); ++b) {
     optimizer_.apply(backend_, model_.parameters(), model_.gradients(), buckets_[b].offset,
-                     buckets_[b].count);
+                     buckets_[b].count, skip);
     applied_ = b + 1;
+  }
+  if (loss_scale_.dynamic()) {
+    backend_.update_loss_scale(scale_state_.data(), loss_scale_.spec().growth_steps);
   }
 }
 
-bool TrainStep::unscale_gradients(int slot) {
-  float* flag = loss_scale_.dynamic() ? nonfinite_.data() : nullptr;
+void TrainStep::unscale_gradients() {
+  float* state = scale_state_.data();
+  float* flag = loss_scale_.dynamic() ? state + nn::Backend::kNonfinite : nullptr;
   if (flag != nullptr) device_.fill_zero(flag, sizeof(float));
   for (const GradientBucket& b : buckets_) {
-    backend_.unscale_gradients(b.count, loss_scale_.scale(), model_.gradients().data() + b.offset,
-                               flag);
+    backend_.unscale_gradients(b.count, state + nn::Backend::kLossScale,
+                               model_.gradients().data() + b.offset, flag);
   }
-  if (flag == nullptr) return true;
-  // The host chooses whether the optimizer's kernels are enqueued, so on a GPU it waits here for
-  // the step so far (docs/design.md#loss-scaling); on the host the flag is already there.
-  device_.download_async(nonfinite_host_.data(), flag, sizeof(float));
+}
+
+// The host chooses whether the optimizer's kernels are enqueued, so on a GPU it waits here for
+// the step so far (docs/design.md#loss-scaling); on the host the flag is already there.
+bool TrainStep::read_finite(int slot) {
+  constexpr size_t kFlag = nn::Backend::kNonfinite;
+  device_.download_async(scale_state_host_.data() + kFlag, scale_state_.data() + kFlag,
+                         sizeof(float));
   device_.record_marker(slot);
   device_.wait_marker(slot, options_.timeout_seconds);
-  return *nonfinite_host_.data() == 0.0f;
+  return scale_state_host_.data()[kFlag] == 0.0f;
+}
+
+void TrainStep::settle_loss_scale() {
+  if (!loss_scale_.enabled()) return;
+  std::vector<float> state = scale_state_.to_host();
+  auto skipped = static_cast<int64_t>(state[nn::Backend::kSkipped]);
+  if (skipped > skipped_settled_) {  // skips the device decided: the host counted them as steps
+    optimizer_.set_iterations(optimizer_.iterations() - (skipped - skipped_settled_));
+    skipped_settled_ = skipped;
+  }
+  loss_scale_.set_state(
+      {state[nn::Backend::kLossScale], static_cast<int64_t>(state[nn::Backend::kGoodSteps])});
+}
+
+const LossScale& TrainStep::loss_scale() {
+  settle_loss_scale();
+  return loss_scale_;
+}
+
+int64_t TrainStep::skipped_steps() {
+  settle_loss_scale();
+  return skipped_settled_;
+}
+
+void TrainStep::set_loss_scale_state(const LossScaleState& state) {
+  settle_loss_scale();
+  loss_scale_.set_state(state);
+  upload_loss_scale();
+}
+
+void TrainStep::upload_loss_scale() {
+  scale_state_.from_host({loss_scale_.scale(), static_cast<float>(loss_scale_.good_steps()), 0.0f,
+                          static_cast<float>(skipped_settled_)});
 }
 
 bool TrainStep::stop_agreed(int steps_ago) {

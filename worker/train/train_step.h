@@ -87,8 +87,7 @@ struct StepOptions {
   int virtual_size = 0;
   /// Keras's LossScaleOptimizer (docs/design.md#loss-scaling): the trainer turns it on under
   /// mixed_float16 or train.loss_scale; tests force it in any math mode. When on, the optimizer
-  /// applies a step only once every bucket's all-reduce has finished (as whole_steps do), and a
-  /// dynamic scale is not graphed.
+  /// applies a step only once every bucket's all-reduce has finished (as whole_steps do).
   LossScaleSpec loss_scale = {};
 };
 
@@ -152,10 +151,18 @@ class TrainStep {
   /// back each step, which this does not do (no host sync is added to the step).
   std::optional<StepTimes> take_step_times();
   const std::vector<GradientBucket>& buckets() const { return buckets_; }
-  /// The loss scale and its state (a checkpoint saves and restores it between steps).
-  LossScale& loss_scale() { return loss_scale_; }
-  /// Steps skipped for a non-finite gradient since this TrainStep was made.
-  int64_t skipped_steps() const { return skipped_steps_; }
+  /// Brings the host's copy of the loss scale up to date from the device (a sync on a GPU): the
+  /// state, the steps skipped, and, where the device decided the skips, the optimizer's
+  /// iterations, which the host counted as if every step applied. Between steps only; the
+  /// trainer settles before it reads the optimizer's count for a checkpoint, a report or a
+  /// broadcast. Nothing to do without a loss scale.
+  void settle_loss_scale();
+  /// The loss scale and its state, settled first.
+  const LossScale& loss_scale();
+  /// A checkpoint's (or the group's) state, between steps.
+  void set_loss_scale_state(const LossScaleState& state);
+  /// Steps skipped for a non-finite gradient since this TrainStep was made, settled first.
+  int64_t skipped_steps();
   /// True once a step runs as a replayed graph.
   bool graphed() const { return graphed_; }
 
@@ -171,12 +178,18 @@ class TrainStep {
   /// Multiplies the loss gradient of n examples by the loss scale, when there is one.
   void scale_loss_gradient(int n);
   /// After every all-reduce of the step: the optimizer's update of every bucket, or, with loss
-  /// scaling, the gradients unscaled first and, for a dynamic scale, the update skipped (the
-  /// optimizer's count put back) when any is not finite.
+  /// scaling, the gradients unscaled first and, for a dynamic scale, the update skipped when any
+  /// is not finite (docs/design.md#loss-scaling): by the optimizer's kernels reading the flag,
+  /// or, where the host must know each step (host_decides_), by the host, which then puts the
+  /// optimizer's count back.
   void apply_all(int slot);
-  /// Unscales every bucket's gradients; with a dynamic scale, whether all are finite. On a device
-  /// other than the host this reads one flag back: the step's one host sync (slot's marker).
-  bool unscale_gradients(int slot);
+  /// Unscales every bucket's gradients by the scale in device memory, raising its flag where one
+  /// is not finite (a dynamic scale).
+  void unscale_gradients();
+  /// Reads the flag back (a sync on a GPU, on slot's marker): whether all were finite.
+  bool read_finite(int slot);
+  /// Writes the host's copy of the loss scale's state to the device (the flag cleared).
+  void upload_loss_scale();
   comm::ReduceTicket start(float* data, size_t count, comm::ReduceOp op);
   void finish(comm::ReduceTicket ticket);
 
@@ -212,10 +225,15 @@ class TrainStep {
   bool in_step_ = false;
   size_t applied_ = 0;             ///< buckets applied so far
   int64_t iterations_before_ = 0;  ///< the optimizer's count before begin_step
-  LossScale loss_scale_;
-  nn::Buffer<float> nonfinite_;             ///< 1 when an unscaled gradient is not finite
-  nn::PinnedBuffer<float> nonfinite_host_;  ///< its read-back
-  int64_t skipped_steps_ = 0;
+  LossScale loss_scale_;  ///< the spec, and the host's copy of the state (settle_loss_scale)
+  /// The state in device memory, Backend::kLossScaleFloats: scale, finite steps in a row, this
+  /// step's flag, steps skipped.
+  nn::Buffer<float> scale_state_;
+  nn::PinnedBuffer<float> scale_state_host_;  ///< its read-back
+  /// A dynamic scale whose skips the host must know each step: the optimizer's arguments
+  /// depend on its count (Adam's t, a schedule's rate). Otherwise the device decides alone.
+  bool host_decides_ = false;
+  int64_t skipped_settled_ = 0;  ///< skipped steps the optimizer's count already excludes
 };
 
 }  // namespace dtrain::train

@@ -292,6 +292,7 @@ void Trainer::share_state(bool holding) {
     }
     if (options_.timeline) options_.timeline->mark("checkpoint read");
   } else if (comm_.rank() == source) {
+    step_->settle_loss_scale();  // the optimizer's count, where the device decided skips
     TrainingState t = state_;
     t.optimizer_iterations = optimizer_->iterations();
     EpochTotals totals = step_->totals();
@@ -313,7 +314,7 @@ void Trainer::share_state(bool holding) {
   if (config_.loss_scale.enabled) {  // the same on every worker: all of them broadcast, or none
     std::array<double, 2> scale = {loss_scale.scale, double(loss_scale.good_steps)};
     comm_.broadcast(scale.data(), sizeof scale, source);
-    step_->loss_scale().set_state({float(scale[0]), int64_t(scale[1])});
+    step_->set_loss_scale_state({float(scale[0]), int64_t(scale[1])});
   }
   state_ = state_of(header);
   optimizer_->set_iterations(state_.optimizer_iterations);
@@ -389,8 +390,8 @@ void Trainer::report_restored() {
 
 void Trainer::save_checkpoint(const EpochMetrics* finished) {
   if (!chief()) return;
+  const LossScale& scale = step_->loss_scale();  // settled: the optimizer's count too
   state_.optimizer_iterations = optimizer_->iterations();
-  const LossScale& scale = step_->loss_scale();
   state_.loss_scale = scale.dynamic() ? scale.scale() : 0;
   state_.loss_scale_good_steps = scale.dynamic() ? scale.good_steps() : 0;
   double started = common::monotonic_seconds();
@@ -421,6 +422,7 @@ EpochMetrics Trainer::fit_from_state() {
     progress_.begin_epoch(epoch + 1, config_.epochs,
                           epoch == state_.epoch ? state_.step : 0);  // ms/step of this run
     last = train_epoch(epoch);
+    step_->settle_loss_scale();  // skips the device decided leave the host's count ahead
     report_loss_scale();
     state_ = TrainingState{epoch + 1, 0, state_.global_step, optimizer_->iterations(), 0, 0, 0};
     last_epoch_metrics_ = metrics_json(last, true);

@@ -170,8 +170,9 @@ class CudaBackend : public Backend {
                       float* velocity, float* momentum_slot, float* average_gradient) override;
   void adamw_update(const AdamWParams& p, int64_t step, size_t count, float* w, const float* g,
                     float* m, float* v) override;
-  void scale(size_t count, float factor, float* x) override;
-  void unscale_gradients(size_t count, float scale, float* g, float* nonfinite) override;
+  void scale(size_t count, const float* factor, float* x) override;
+  void unscale_gradients(size_t count, const float* scale, float* g, float* nonfinite) override;
+  void update_loss_scale(float* state, int64_t growth_steps) override;
 
  private:
   ConvPlan& plan(const ConvShape& s);
@@ -641,12 +642,16 @@ void CudaBackend::multiply(size_t count, const float* a, const float* b, float* 
   cuda::launch_multiply(count, a, b, y, stream_);
 }
 
-void CudaBackend::scale(size_t count, float factor, float* x) {
+void CudaBackend::scale(size_t count, const float* factor, float* x) {
   cuda::launch_scale(count, factor, x, stream_);
 }
 
-void CudaBackend::unscale_gradients(size_t count, float scale, float* g, float* nonfinite) {
+void CudaBackend::unscale_gradients(size_t count, const float* scale, float* g, float* nonfinite) {
   cuda::launch_unscale(count, scale, g, nonfinite, stream_);
+}
+
+void CudaBackend::update_loss_scale(float* state, int64_t growth_steps) {
+  cuda::launch_update_loss_scale(state, growth_steps, stream_);
 }
 
 void CudaBackend::sgd_update(const SgdParams& p, size_t count, float* w, const float* g,

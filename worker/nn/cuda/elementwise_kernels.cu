@@ -34,10 +34,11 @@ __global__ void dropout_kernel(const float* x, float* y, float* mask, size_t n, 
   y[i] = x[i] * keep;
 }
 
+// skip: a dynamic loss scale's flag in device memory (null: none); raised, nothing changes.
 __global__ void sgd_kernel(float* w, const float* g, float* v, size_t n, float lr, float mu,
-                           bool nesterov) {
+                           bool nesterov, const float* skip) {
   size_t i = element_index();
-  if (i >= n) return;
+  if (i >= n || (skip != nullptr && *skip != 0.0f)) return;
   if (v == nullptr) {
     w[i] -= lr * g[i];
     return;
@@ -58,9 +59,10 @@ __global__ void adam_kernel(float* w, const float* g, float* m, float* v, size_t
 }
 
 __global__ void rmsprop_kernel(float* w, const float* g, float* velocity, float* mom, float* avg,
-                               size_t n, float lr, float rho, float mu, float eps) {
+                               size_t n, float lr, float rho, float mu, float eps,
+                               const float* skip) {
   size_t i = element_index();
-  if (i >= n) return;
+  if (i >= n || (skip != nullptr && *skip != 0.0f)) return;
   velocity[i] = rho * velocity[i] + (1.0f - rho) * g[i] * g[i];
   float denominator = velocity[i] + eps;
   if (avg != nullptr) {
@@ -75,18 +77,33 @@ __global__ void rmsprop_kernel(float* w, const float* g, float* velocity, float*
   w[i] -= increment;
 }
 
-__global__ void scale_kernel(float* x, size_t n, float factor) {
+__global__ void scale_kernel(float* x, size_t n, const float* factor) {
   size_t i = element_index();
-  if (i < n) x[i] *= factor;
+  if (i < n) x[i] *= *factor;
 }
 
 // Every thread that finds a non-finite value stores the same 1: no atomics needed.
-__global__ void unscale_kernel(float* g, size_t n, float scale, float* nonfinite) {
+__global__ void unscale_kernel(float* g, size_t n, const float* scale, float* nonfinite) {
   size_t i = element_index();
   if (i >= n) return;
-  float value = g[i] / scale;
+  float value = g[i] / *scale;
   g[i] = value;
   if (nonfinite != nullptr && !isfinite(value)) *nonfinite = 1.0f;
+}
+
+// One thread: Keras's dynamic rule, as HostBackend::update_loss_scale.
+__global__ void update_loss_scale_kernel(float* state, float growth_steps) {
+  float& scale = state[Backend::kLossScale];
+  float& good = state[Backend::kGoodSteps];
+  if (state[Backend::kNonfinite] != 0.0f) {
+    scale /= 2;
+    good = 0;
+    state[Backend::kSkipped] += 1;
+  } else if ((good += 1) >= growth_steps) {
+    good = 0;
+    if (isfinite(scale * 2)) scale *= 2;
+  }
+  state[Backend::kNonfinite] = 0;
 }
 
 }  // namespace
@@ -114,8 +131,8 @@ void launch_sgd(const SgdParams& p, size_t count, float* w, const float* g, floa
                 cudaStream_t stream) {
   if (count == 0) return;
   sgd_kernel<<<blocks_for(count), kThreads, 0, stream>>>(
-      w, g, p.momentum == 0.0f ? nullptr : velocity, count, p.learning_rate, p.momentum,
-      p.nesterov);
+      w, g, p.momentum == 0.0f ? nullptr : velocity, count, p.learning_rate, p.momentum, p.nesterov,
+      p.skip);
   DT_CUDA_CHECK(cudaGetLastError());
 }
 
@@ -132,8 +149,8 @@ void launch_rmsprop(const RmspropParams& p, size_t count, float* w, const float*
   if (count == 0) return;
   rmsprop_kernel<<<blocks_for(count), kThreads, 0, stream>>>(
       w, g, velocity, p.momentum > 0.0f ? momentum_slot : nullptr,
-      p.centered ? average_gradient : nullptr, count, p.learning_rate, p.rho, p.momentum,
-      p.epsilon);
+      p.centered ? average_gradient : nullptr, count, p.learning_rate, p.rho, p.momentum, p.epsilon,
+      p.skip);
   DT_CUDA_CHECK(cudaGetLastError());
 }
 
@@ -145,15 +162,21 @@ void launch_adamw(float decay, float lr_t, const AdamWParams& p, size_t count, f
   DT_CUDA_CHECK(cudaGetLastError());
 }
 
-void launch_scale(size_t count, float factor, float* x, cudaStream_t stream) {
+void launch_scale(size_t count, const float* factor, float* x, cudaStream_t stream) {
   if (count == 0) return;
   scale_kernel<<<blocks_for(count), kThreads, 0, stream>>>(x, count, factor);
   DT_CUDA_CHECK(cudaGetLastError());
 }
 
-void launch_unscale(size_t count, float scale, float* g, float* nonfinite, cudaStream_t stream) {
+void launch_unscale(size_t count, const float* scale, float* g, float* nonfinite,
+                    cudaStream_t stream) {
   if (count == 0) return;
   unscale_kernel<<<blocks_for(count), kThreads, 0, stream>>>(g, count, scale, nonfinite);
+  DT_CUDA_CHECK(cudaGetLastError());
+}
+
+void launch_update_loss_scale(float* state, int64_t growth_steps, cudaStream_t stream) {
+  update_loss_scale_kernel<<<1, 1, 0, stream>>>(state, static_cast<float>(growth_steps));
   DT_CUDA_CHECK(cudaGetLastError());
 }
 

@@ -28,9 +28,13 @@ void launch_rmsprop(const RmspropParams& p, size_t count, float* w, const float*
 void launch_adamw(float decay, float lr_t, const AdamWParams& p, size_t count, float* w,
                   const float* g, float* m, float* v, cudaStream_t stream);
 
-/// x *= factor.
-void launch_scale(size_t count, float factor, float* x, cudaStream_t stream);
-/// g /= scale; *nonfinite = 1 where a result is not finite (nonfinite may be null: no check).
-void launch_unscale(size_t count, float scale, float* g, float* nonfinite, cudaStream_t stream);
+/// x *= *factor (device memory).
+void launch_scale(size_t count, const float* factor, float* x, cudaStream_t stream);
+/// g /= *scale (device memory); *nonfinite = 1 where a result is not finite (nonfinite may be
+/// null: no check).
+void launch_unscale(size_t count, const float* scale, float* g, float* nonfinite,
+                    cudaStream_t stream);
+/// Backend::update_loss_scale: one thread on the stream.
+void launch_update_loss_scale(float* state, int64_t growth_steps, cudaStream_t stream);
 
 }  // namespace dtrain::nn::cuda
