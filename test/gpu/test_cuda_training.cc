@@ -329,7 +329,7 @@ TEST_CASE("CUDA applies the loss-scale rule and skips SGD and RMSprop as the hos
   if (!have_gpu()) return;
   auto gpu = nn::make_cuda_backend();
   auto ref = nn::make_reference_backend();
-  std::vector<float> host_state = {0x1p125f, 0, 0, 0};
+  std::vector<float> host_state = {0x1p125f, 0, 0, 0, 0};
   auto state = on(*gpu, host_state);
   std::mt19937 rng(5);
   for (int step = 0; step < 60; ++step) {
@@ -347,16 +347,34 @@ TEST_CASE("CUDA applies the loss-scale rule and skips SGD and RMSprop as the hos
   auto w0 = random_vector(n, rng), g = random_vector(n, rng), v0 = random_vector(n, rng);
   auto raised = on(*gpu, {1.0f});
   auto w = on(*gpu, w0), gg = on(*gpu, g), v = on(*gpu, v0), m = on(*gpu, v0), a = on(*gpu, w0);
-  gpu->sgd_update({0.1f, 0.9f, false, raised.data()}, n, w.data(), gg.data(), v.data());
-  gpu->rmsprop_update({0.01f, 0.9f, 0.5f, 1e-7f, true, raised.data()}, n, w.data(), gg.data(),
+  gpu->sgd_update({0.1f, 0.9f, false, {raised.data()}}, n, w.data(), gg.data(), v.data());
+  gpu->rmsprop_update({0.01f, 0.9f, 0.5f, 1e-7f, true, {raised.data()}}, n, w.data(), gg.data(),
                       v.data(), m.data(), a.data());
   CHECK(w.to_host() == w0);
   CHECK(v.to_host() == v0);
   CHECK(m.to_host() == v0);
   CHECK(a.to_host() == w0);
   auto lowered = on(*gpu, {0.0f});
-  gpu->sgd_update({0.1f, 0.9f, false, lowered.data()}, n, w.data(), gg.data(), v.data());
+  gpu->sgd_update({0.1f, 0.9f, false, {lowered.data()}}, n, w.data(), gg.data(), v.data());
   CHECK(w.to_host() != w0);
+
+  // The step before skipped: the rate of a count one lower, and Adam's step - 1. (Adam's second
+  // moment is never negative.)
+  std::vector<float> second = v0;
+  for (float& x : second) x = std::fabs(x);
+  auto wa = on(*gpu, w0), ma = on(*gpu, v0), va = on(*gpu, second);
+  auto wb = on(*gpu, w0), mb = on(*gpu, v0), vb = on(*gpu, second);
+  gpu->adamw_update({0.01f, 0.004f, 0.9f, 0.999f, 1e-7f, {lowered.data(), raised.data(), 0.02f}}, 5,
+                    n, wa.data(), gg.data(), ma.data(), va.data());
+  gpu->adamw_update({0.02f, 0.004f, 0.9f, 0.999f, 1e-7f}, 4, n, wb.data(), gg.data(), mb.data(),
+                    vb.data());
+  CHECK(wa.to_host() == wb.to_host());
+  CHECK(va.to_host() == vb.to_host());
+  CHECK(wa.to_host() != w0);
+  gpu->sgd_update({0.1f, 0.9f, false, {lowered.data(), raised.data(), 0.05f}}, n, wa.data(),
+                  gg.data(), ma.data());
+  gpu->sgd_update({0.05f, 0.9f, false}, n, wb.data(), gg.data(), mb.data());
+  CHECK(wa.to_host() == wb.to_host());
 }
 
 TEST_CASE("On the GPU a power-of-two loss scale gives the unscaled steps' bits") {

@@ -9,6 +9,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <random>
 #include <sstream>
@@ -615,7 +616,7 @@ TEST_CASE("host backends apply Keras's loss-scale rule in device memory, as Loss
     spec.enabled = true, spec.growth_steps = 3;
     dtrain::train::LossScale rule(spec);
     rule.set_state({0x1p125f, 0});
-    Floats state = {0x1p125f, 0, 0, 0};
+    Floats state = {0x1p125f, 0, 0, 0, 0};
     std::mt19937 rng(5);
     int64_t skipped = 0;
     for (int step = 0; step < 200; ++step) {
@@ -627,41 +628,63 @@ TEST_CASE("host backends apply Keras's loss-scale rule in device memory, as Loss
       REQUIRE(state[Backend::kLossScale] == rule.scale());
       REQUIRE(state[Backend::kGoodSteps] == static_cast<float>(rule.good_steps()));
       REQUIRE(state[Backend::kNonfinite] == 0.0f);  // cleared for the next step
+      REQUIRE(state[Backend::kPreviousSkipped] == (finite ? 0.0f : 1.0f));  // kept for it
       REQUIRE(state[Backend::kSkipped] == static_cast<float>(skipped));
     }
     CHECK(skipped > 20);
   }
 }
 
-TEST_CASE("host backends' SGD and RMSprop change nothing when the skip flag is raised",
+TEST_CASE("host backends' updates follow a loss scale's gate: skipped, or one step back",
           "[parity]") {
+  // Each update three ways beside an ungated one: the skip flag raised (nothing changes); the
+  // flag of the step before raised (the update of a count one lower: its rate, Adam's step - 1);
+  // both flags present and lowered (the plain update, bit for bit).
   for (auto* make :
        {+[] { return make_dnnl_backend(); }, +[] { return make_reference_backend(); }}) {
     std::unique_ptr<Backend> b = make();
     Rng rng(9);
     const size_t n = 1031;
-    const Floats w0 = rng.floats(n, -1, 1), g = rng.floats(n, -1, 1), v0 = rng.floats(n, 0, 1),
-                 m0 = rng.floats(n, -1, 1), a0 = rng.floats(n, -0.1, 0.1);
-    for (float raised : {1.0f, 0.0f}) {
-      INFO("skip flag " << raised);
-      SgdParams sgd{0.1f, 0.9f, true, &raised};
-      Floats w = w0, v = v0, w_plain = w0, v_plain = v0;
-      b->sgd_update(sgd, n, w.data(), g.data(), v.data());
-      sgd.skip = nullptr;
-      b->sgd_update(sgd, n, w_plain.data(), g.data(), v_plain.data());
-      CHECK(w == (raised != 0 ? w0 : w_plain));
-      CHECK(v == (raised != 0 ? v0 : v_plain));
-
-      RmspropParams rms{0.01f, 0.9f, 0.5f, 1e-7f, true, &raised};
-      Floats rw = w0, rv = v0, rm = m0, ra = a0;
-      Floats pw = w0, pv = v0, pm = m0, pa = a0;
-      b->rmsprop_update(rms, n, rw.data(), g.data(), rv.data(), rm.data(), ra.data());
-      rms.skip = nullptr;
-      b->rmsprop_update(rms, n, pw.data(), g.data(), pv.data(), pm.data(), pa.data());
-      CHECK(rw == (raised != 0 ? w0 : pw));
-      CHECK(rv == (raised != 0 ? v0 : pv));
-      CHECK(rm == (raised != 0 ? m0 : pm));
-      CHECK(ra == (raised != 0 ? a0 : pa));
+    const Floats w0 = rng.floats(n, -1, 1), g = rng.floats(n, -1, 1), s1 = rng.floats(n, 0, 1),
+                 s2 = rng.floats(n, 0, 1), s3 = rng.floats(n, -0.1, 0.1);
+    const float up = 1.0f, down = 0.0f;
+    const float rate = 0.05f, rate_back = 0.04f;
+    const int64_t step = 7;
+    // One optimizer's update of copies of w0 and its slots: {w, slot, slot, slot}.
+    using Update = std::function<std::vector<Floats>(SkipGate, float, int64_t)>;
+    auto run = [&](auto&& apply) -> Update {
+      return [&, apply](SkipGate gate, float lr, int64_t t) {
+        std::vector<Floats> x = {w0, s1, s2, s3};
+        apply(gate, lr, t, x);
+        return x;
+      };
+    };
+    std::vector<std::pair<const char*, Update>> updates = {
+        {"sgd", run([&](SkipGate gate, float lr, int64_t, std::vector<Floats>& x) {
+           b->sgd_update({lr, 0.9f, true, gate}, n, x[0].data(), g.data(), x[1].data());
+         })},
+        {"adam", run([&](SkipGate gate, float lr, int64_t t, std::vector<Floats>& x) {
+           b->adam_update({lr, 0.9f, 0.999f, 1e-7f, gate}, t, n, x[0].data(), g.data(), x[1].data(),
+                          x[2].data());
+         })},
+        {"adamw", run([&](SkipGate gate, float lr, int64_t t, std::vector<Floats>& x) {
+           b->adamw_update({lr, 0.004f, 0.9f, 0.999f, 1e-7f, gate}, t, n, x[0].data(), g.data(),
+                           x[1].data(), x[2].data());
+         })},
+        {"rmsprop", run([&](SkipGate gate, float lr, int64_t, std::vector<Floats>& x) {
+           b->rmsprop_update({lr, 0.9f, 0.5f, 1e-7f, true, gate}, n, x[0].data(), g.data(),
+                             x[1].data(), x[2].data(), x[3].data());
+         })},
+    };
+    for (auto& [name, update] : updates) {
+      INFO(name);
+      const std::vector<Floats> plain = update({}, rate, step);
+      CHECK(plain[0] != w0);
+      CHECK(update({&up, &down, rate_back}, rate, step) == std::vector<Floats>{w0, s1, s2, s3});
+      CHECK(update({&up, &up, rate_back}, rate, step) == std::vector<Floats>{w0, s1, s2, s3});
+      CHECK(update({&down, &down, rate_back}, rate, step) == plain);
+      CHECK(update({&down, &up, rate_back}, rate, step) == update({}, rate_back, step - 1));
+      CHECK(update({&down, &up, rate_back}, rate, step) != plain);
     }
   }
 }

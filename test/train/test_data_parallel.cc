@@ -167,6 +167,7 @@ State state_of(Worker& w) {
   State s;
   s.w = w.model->parameters().to_host();
   s.g = w.model->gradients().to_host();
+  w.step->settle_loss_scale();  // a loss scale's skips, decided on the device, in the count
   s.t = w.optimizer->iterations();
   auto slots = w.optimizer->slots();
   if (!slots.empty()) s.m = slots[0].second->to_host();

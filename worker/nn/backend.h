@@ -38,20 +38,29 @@ struct PoolShape {
   size_t output_count() const { return static_cast<size_t>(n) * c * oh() * ow(); }
 };
 
+/// How a dynamic loss scale's decision reaches an optimizer update without the host
+/// (docs/design.md#loss-scaling). Both flags are device memory, or null (no gate).
+struct SkipGate {
+  const float* skip = nullptr;  ///< raised (!= 0): this update changes nothing
+  /// Raised: the step before this one was skipped, so the optimizer's count is one lower than
+  /// the host assumed: the update uses learning_rate_after_skip, and Adam step - 1.
+  const float* previous = nullptr;
+  float learning_rate_after_skip = 0.0f;
+};
+
 /// Keras's optimizer hyper-parameters, with Keras's defaults.
 struct SgdParams {
   float learning_rate = 0.01f;
   float momentum = 0.0f;
   bool nesterov = false;
-  /// Device memory, or null: when *skip != 0 the update changes nothing (a step a dynamic loss
-  /// scale skips, decided on the device: docs/design.md#loss-scaling).
-  const float* skip = nullptr;
+  SkipGate gate = {};
 };
 struct AdamParams {
   float learning_rate = 0.001f;
   float beta_1 = 0.9f;
   float beta_2 = 0.999f;
   float epsilon = 1e-7f;
+  SkipGate gate = {};
 };
 struct RmspropParams {
   float learning_rate = 0.001f;
@@ -59,7 +68,7 @@ struct RmspropParams {
   float momentum = 0.0f;
   float epsilon = 1e-7f;
   bool centered = false;
-  const float* skip = nullptr;  ///< as SgdParams::skip
+  SkipGate gate = {};
 };
 struct AdamWParams {
   float learning_rate = 0.001f;
@@ -67,6 +76,7 @@ struct AdamWParams {
   float beta_1 = 0.9f;
   float beta_2 = 0.999f;
   float epsilon = 1e-7f;
+  SkipGate gate = {};
 };
 
 /// How convolutions and matrix products compute (train.dtype_policy and train.allow_tf32,
@@ -206,12 +216,13 @@ class Backend {
   virtual void unscale_gradients(size_t count, const float* scale, float* g, float* nonfinite) = 0;
   /// Keras's dynamic rule on a state in device memory, after a step's unscale and optimizer:
   /// state[kLossScale] the scale, state[kGoodSteps] finite steps in a row, state[kNonfinite] the
-  /// step's flag (cleared here), state[kSkipped] steps skipped so far. Flag raised: the scale
-  /// halves, the count restarts and the skip count grows. Else the count grows, and at
-  /// growth_steps it restarts and the scale doubles unless that overflows. Nothing is read back.
+  /// step's flag (moved to state[kPreviousSkipped], then cleared), state[kSkipped] steps skipped
+  /// so far. Flag raised: the scale halves, the count restarts and the skip count grows. Else the
+  /// count grows, and at growth_steps it restarts and the scale doubles unless that overflows.
+  /// Nothing is read back.
   virtual void update_loss_scale(float* state, int64_t growth_steps) = 0;
   static constexpr size_t kLossScale = 0, kGoodSteps = 1, kNonfinite = 2, kSkipped = 3,
-                          kLossScaleFloats = 4;
+                          kPreviousSkipped = 4, kLossScaleFloats = 5;
 };
 
 /// The oneDNN backend (dnnl_backend.cc), on its own host device, computing its products in

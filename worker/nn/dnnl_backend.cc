@@ -367,9 +367,10 @@ void DnnlBackend::softmax_cross_entropy(int n, int classes, const float* logits,
   totals[2] += static_cast<float>(n);
 }
 
-void DnnlBackend::sgd_update(const SgdParams& p, size_t count, float* w, const float* g,
+void DnnlBackend::sgd_update(const SgdParams& gated_params, size_t count, float* w, const float* g,
                              float* velocity) {
-  if (skipped(p.skip)) return;
+  SgdParams p = gated_params;
+  if (!gated(p)) return;
   updated(w, count);
   const float lr = p.learning_rate, mu = p.momentum;
   const int64_t n = static_cast<int64_t>(count);
@@ -385,8 +386,10 @@ void DnnlBackend::sgd_update(const SgdParams& p, size_t count, float* w, const f
   }
 }
 
-void DnnlBackend::adam_update(const AdamParams& p, int64_t step, size_t count, float* w,
+void DnnlBackend::adam_update(const AdamParams& gated_params, int64_t step, size_t count, float* w,
                               const float* g, float* m, float* v) {
+  AdamParams p = gated_params;
+  if (!gated(p, &step)) return;
   DT_ENFORCE(step >= 1, "Adam step {} (counts from 1)", step);
   const double t = static_cast<double>(step);
   const float lr = static_cast<float>(p.learning_rate * std::sqrt(1.0 - std::pow(p.beta_2, t)) /
@@ -402,9 +405,11 @@ void DnnlBackend::adam_update(const AdamParams& p, int64_t step, size_t count, f
   }
 }
 
-void DnnlBackend::rmsprop_update(const RmspropParams& p, size_t count, float* w, const float* g,
-                                 float* velocity, float* momentum_slot, float* average_gradient) {
-  if (skipped(p.skip)) return;
+void DnnlBackend::rmsprop_update(const RmspropParams& gated_params, size_t count, float* w,
+                                 const float* g, float* velocity, float* momentum_slot,
+                                 float* average_gradient) {
+  RmspropParams p = gated_params;
+  if (!gated(p)) return;
   const float lr = p.learning_rate, rho = p.rho, mu = p.momentum, eps = p.epsilon;
   updated(w, count);
   const int64_t n = static_cast<int64_t>(count);
@@ -426,8 +431,10 @@ void DnnlBackend::rmsprop_update(const RmspropParams& p, size_t count, float* w,
   }
 }
 
-void DnnlBackend::adamw_update(const AdamWParams& p, int64_t step, size_t count, float* w,
-                               const float* g, float* m, float* v) {
+void DnnlBackend::adamw_update(const AdamWParams& gated_params, int64_t step, size_t count,
+                               float* w, const float* g, float* m, float* v) {
+  AdamWParams p = gated_params;
+  if (!gated(p, &step)) return;
   const float decay = p.weight_decay, lr = p.learning_rate;
   const int64_t n = static_cast<int64_t>(count);
 #pragma omp parallel for simd schedule(static)

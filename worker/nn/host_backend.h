@@ -61,11 +61,24 @@ class HostBackend : public Backend {
       good = 0;
       if (std::isfinite(scale * 2)) scale *= 2;
     }
+    state[kPreviousSkipped] = state[kNonfinite];
     state[kNonfinite] = 0;
   }
-  /// Whether an optimizer update with this skip flag is to be left out.
-  static bool skipped(const float* skip) {
-    return skip != nullptr && *skip != 0.0f;
+
+ protected:
+  static bool raised(const float* flag) {
+    return flag != nullptr && *flag != 0.0f;
+  }
+  /// The update as its gate has it (docs/design.md#loss-scaling): false when it is skipped; else
+  /// p's rate, and Adam's step, put back one step where the step before was skipped.
+  template <class Params>
+  static bool gated(Params& p, int64_t* step = nullptr) {
+    if (raised(p.gate.skip)) return false;
+    if (raised(p.gate.previous)) {
+      p.learning_rate = p.gate.learning_rate_after_skip;
+      if (step != nullptr) --*step;
+    }
+    return true;
   }
 
  private:

@@ -228,9 +228,10 @@ class ReferenceBackend : public HostBackend {
     totals[2] += static_cast<float>(n);
   }
 
-  void sgd_update(const SgdParams& p, size_t count, float* w, const float* g,
+  void sgd_update(const SgdParams& gated_params, size_t count, float* w, const float* g,
                   float* velocity) override {
-    if (skipped(p.skip)) return;
+    SgdParams p = gated_params;
+    if (!gated(p)) return;
     const double lr = p.learning_rate, momentum = p.momentum;
     if (p.momentum == 0.0f) {
       for (size_t i = 0; i < count; ++i) w[i] = static_cast<float>(w[i] - lr * g[i]);
@@ -245,8 +246,10 @@ class ReferenceBackend : public HostBackend {
     }
   }
 
-  void adam_update(const AdamParams& p, int64_t step, size_t count, float* w, const float* g,
-                   float* m, float* v) override {
+  void adam_update(const AdamParams& gated_params, int64_t step, size_t count, float* w,
+                   const float* g, float* m, float* v) override {
+    AdamParams p = gated_params;
+    if (!gated(p, &step)) return;
     DT_ENFORCE(step >= 1, "Adam step {} (steps count from 1)", step);
     const double b1 = p.beta_1, b2 = p.beta_2, eps = p.epsilon;
     const double t = static_cast<double>(step);
@@ -261,9 +264,10 @@ class ReferenceBackend : public HostBackend {
     }
   }
 
-  void rmsprop_update(const RmspropParams& p, size_t count, float* w, const float* g,
+  void rmsprop_update(const RmspropParams& gated_params, size_t count, float* w, const float* g,
                       float* velocity, float* momentum_slot, float* average_gradient) override {
-    if (skipped(p.skip)) return;
+    RmspropParams p = gated_params;
+    if (!gated(p)) return;
     DT_ENFORCE(p.momentum <= 0.0f || momentum_slot != nullptr, "RMSprop momentum without a slot");
     DT_ENFORCE(!p.centered || average_gradient != nullptr, "centered RMSprop without a slot");
     const double lr = p.learning_rate, rho = p.rho, eps = p.epsilon;
@@ -286,8 +290,10 @@ class ReferenceBackend : public HostBackend {
     }
   }
 
-  void adamw_update(const AdamWParams& p, int64_t step, size_t count, float* w, const float* g,
-                    float* m, float* v) override {
+  void adamw_update(const AdamWParams& gated_params, int64_t step, size_t count, float* w,
+                    const float* g, float* m, float* v) override {
+    AdamWParams p = gated_params;
+    if (!gated(p, &step)) return;
     const double decay = double{p.weight_decay} * p.learning_rate;
     for (size_t i = 0; i < count; ++i) w[i] = static_cast<float>(w[i] - w[i] * decay);
     adam_update({p.learning_rate, p.beta_1, p.beta_2, p.epsilon}, step, count, w, g, m, v);

@@ -160,11 +160,16 @@ bool Optimizer::same_every_step() const {
 
 void Optimizer::apply(nn::Backend& backend, nn::Buffer<float>& parameters,
                       const nn::Buffer<float>& gradients, size_t offset, size_t count,
-                      const float* skip) {
+                      const float* skip, const float* previous_skipped) {
   DT_ENFORCE(offset + count <= parameters.size() && parameters.size() == gradients.size(),
              "optimizer range {}+{} of {} parameters", offset, count, parameters.size());
-  DT_ENFORCE(skip == nullptr || same_every_step(), "a device-side skip for {}",
-             optimizer_type_name(spec_.type));
+  DT_ENFORCE(previous_skipped == nullptr || iterations_ >= 2,
+             "a gate on the step before the optimizer's step {}", iterations_);
+  // iterations_ counts this step; after a skip of the one before, the count before this step
+  // is iterations_ - 2, not iterations_ - 1 (docs/design.md#loss-scaling).
+  const nn::SkipGate gate{
+      skip, previous_skipped,
+      previous_skipped ? static_cast<float>(spec_.learning_rate.rate(iterations_ - 2)) : 0.0f};
   if (count == 0) return;
   float* w = parameters.data() + offset;
   const float* g = gradients.data() + offset;
@@ -174,19 +179,25 @@ void Optimizer::apply(nn::Backend& backend, nn::Buffer<float>& parameters,
   switch (spec_.type) {
     case OptimizerType::kSgd: {
       nn::SgdParams p = spec_.sgd;
-      p.skip = skip;
+      p.gate = gate;
       backend.sgd_update(p, count, w, g, at(first_));
       break;
     }
-    case OptimizerType::kAdam:
-      backend.adam_update(spec_.adam, iterations_, count, w, g, at(first_), at(second_));
+    case OptimizerType::kAdam: {
+      nn::AdamParams p = spec_.adam;
+      p.gate = gate;
+      backend.adam_update(p, iterations_, count, w, g, at(first_), at(second_));
       break;
-    case OptimizerType::kAdamW:
-      backend.adamw_update(spec_.adamw, iterations_, count, w, g, at(first_), at(second_));
+    }
+    case OptimizerType::kAdamW: {
+      nn::AdamWParams p = spec_.adamw;
+      p.gate = gate;
+      backend.adamw_update(p, iterations_, count, w, g, at(first_), at(second_));
       break;
+    }
     case OptimizerType::kRmsprop: {
       nn::RmspropParams p = spec_.rmsprop;
-      p.skip = skip;
+      p.gate = gate;
       backend.rmsprop_update(p, count, w, g, at(first_), at(second_), at(third_));
       break;
     }

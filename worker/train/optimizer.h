@@ -52,12 +52,13 @@ class Optimizer {
   void begin_step();
   /// Enqueues this step's update of parameters [offset, offset + count) from gradients. The
   /// update is elementwise, so applying ranges one by one equals applying the whole buffer.
-  /// skip (device memory, or null): raised, the update changes nothing (a dynamic loss scale's
-  /// skipped step, decided on the device); only where same_every_step(), since the count the
-  /// host keeps cannot then reach the update's arguments.
+  /// A dynamic loss scale's flags, in device memory or null (docs/design.md#loss-scaling):
+  /// skip raised, the update changes nothing; previous_skipped raised, the step before was
+  /// skipped without the host knowing yet, so the count is one lower than iterations() says and
+  /// the update uses that count's rate (and Adam's t).
   void apply(nn::Backend& backend, nn::Buffer<float>& parameters,
              const nn::Buffer<float>& gradients, size_t offset, size_t count,
-             const float* skip = nullptr);
+             const float* skip = nullptr, const float* previous_skipped = nullptr);
 
   /// True when an update's arguments do not change from step to step (SGD and RMSprop at a
   /// constant rate), so a recorded update may be replayed; Adam's rate depends on the step.

@@ -55,13 +55,12 @@ TrainStep::TrainStep(nn::Sequential& model, Optimizer& optimizer, nn::Backend& b
       readback_(device_, kStatsFloats * static_cast<size_t>(options.slots)),
       loss_scale_(options.loss_scale),
       scale_state_(device_, nn::Backend::kLossScaleFloats),
-      scale_state_host_(device_, nn::Backend::kLossScaleFloats) {
+      skipped_readback_(device_, static_cast<size_t>(options.slots)) {
   DT_ENFORCE(options_.slots >= 1 && options_.slots <= nn::Device::kMarkers, "{} input slots",
              options_.slots);
   // A graph replays fixed kernel arguments: the step key (dropout) and Adam's step-dependent
-  // rate are arguments, so those run launch by launch. The loss scale is read from device
-  // memory, and where the update is the same every step its skips are decided there too.
-  host_decides_ = loss_scale_.dynamic() && !optimizer_.same_every_step();
+  // rate are arguments, so those run launch by launch. The loss scale and its skips live in
+  // device memory (docs/design.md#loss-scaling).
   graphable_ = options_.graphs && comm_.stream_ordered() && !model_.has_random_layers() &&
                optimizer_.same_every_step() && device_.kind() == nn::DeviceKind::kCuda;
   upload_loss_scale();
@@ -167,6 +166,7 @@ bool TrainStep::abandon_step() {
     DT_ENFORCE(applied_ == 0, "a step cut short after it applied {} bucket(s)", applied_);
     optimizer_.set_iterations(iterations_before_);
   }
+  settle_loss_scale();  // the steps before the one cut short may hold skips the host counted
   in_step_ = false;
   applied_ = 0;
   steps_run_ = 0;
@@ -176,6 +176,7 @@ bool TrainStep::abandon_step() {
 void TrainStep::run_step(const float* images, const int32_t* labels, int n, const nn::StepKey& key,
                          int slot) {
   DT_ENFORCE(slot >= 0 && slot < options_.slots, "input slot {}", slot);
+  learn_skips();
   iterations_before_ = optimizer_.iterations();
   applied_ = 0;
   in_step_ = true;
@@ -230,6 +231,7 @@ void TrainStep::run_shards(const comm::ShardPlan& shards, const ShardInput* inpu
   DT_ENFORCE(shards.held >= 1 && slot >= 0 && slot < options_.slots, "{} shards, slot {}",
              shards.held, slot);
   double started = common::monotonic_seconds(), waited_before = times_.wait_seconds;
+  learn_skips();
   iterations_before_ = optimizer_.iterations();
   applied_ = 0;
   in_step_ = true;
@@ -303,30 +305,31 @@ void TrainStep::scale_loss_gradient(int n) {
 
 // Keras: a skipped step leaves the weights, the slots and the inner optimizer's iterations (Adam's
 // t, the schedule's step) as they were; only the loss scale changes. Every worker holds the same
-// reduced gradients, so every worker skips the same steps without asking the others.
+// reduced gradients, so every worker skips the same steps without asking the others. The device
+// decides (docs/design.md#loss-scaling): the update's kernels read the step's flag, and, where
+// the update depends on the count, the flag of the step before, whose outcome the host may not
+// know yet.
 void TrainStep::apply_all(int slot) {
-  const float* skip = nullptr;
+  const float *skip = nullptr, *previous = nullptr;
+  float* state = scale_state_.data();
   if (loss_scale_.enabled()) {
     unscale_gradients();
     if (loss_scale_.dynamic()) {
-      float* state = scale_state_.data();
-      if (!host_decides_) {
-        skip = state + nn::Backend::kNonfinite;  // the optimizer's kernels read the flag
-      } else if (!read_finite(slot)) {
-        optimizer_.set_iterations(iterations_before_);
-        ++skipped_settled_;
-        backend_.update_loss_scale(state, loss_scale_.spec().growth_steps);
-        return;
-      }
+      skip = state + nn::Backend::kNonfinite;
+      if (unsettled_ > 0 && !optimizer_.same_every_step())
+        previous = state + nn::Backend::kPreviousSkipped;
     }
   }
   for (size_t b = 0; b < buckets_.size(); ++b) {
     optimizer_.apply(backend_, model_.parameters(), model_.gradients(), buckets_[b].offset,
-                     buckets_[b].count, skip);
+                     buckets_[b].count, skip, previous);
     applied_ = b + 1;
   }
   if (loss_scale_.dynamic()) {
-    backend_.update_loss_scale(scale_state_.data(), loss_scale_.spec().growth_steps);
+    backend_.update_loss_scale(state, loss_scale_.spec().growth_steps);
+    device_.download_async(skipped_readback_.data() + slot, state + nn::Backend::kSkipped,
+                           sizeof(float));
+    ++unsettled_;
   }
 }
 
@@ -340,25 +343,33 @@ void TrainStep::unscale_gradients() {
   }
 }
 
-// The host chooses whether the optimizer's kernels are enqueued, so on a GPU it waits here for
-// the step so far (docs/design.md#loss-scaling); on the host the flag is already there.
-bool TrainStep::read_finite(int slot) {
-  constexpr size_t kFlag = nn::Backend::kNonfinite;
-  device_.download_async(scale_state_host_.data() + kFlag, scale_state_.data() + kFlag,
-                         sizeof(float));
-  device_.record_marker(slot);
+// An update whose arguments depend on the optimizer's count may be enqueued while one earlier
+// step's outcome is unknown (its kernels read that step's flag), not two: so before such a step
+// the host learns the outcome of the step before last from its read-back. The trainer has
+// already waited for that step (stop_agreed(1)), so this adds no sync there.
+void TrainStep::learn_skips() {
+  if (!loss_scale_.dynamic() || optimizer_.same_every_step() || unsettled_ < 2) return;
+  DT_ENFORCE(steps_run_ >= 2, "{} steps of unknown outcome after {} steps", unsettled_, steps_run_);
+  int slot = last_slots_[1];
   device_.wait_marker(slot, options_.timeout_seconds);
-  return scale_state_host_.data()[kFlag] == 0.0f;
+  count_skips(static_cast<int64_t>(skipped_readback_.data()[slot]));
+  // The last step's outcome stays unknown, unless it used the same slot (then that is what was
+  // read).
+  unsettled_ = last_slots_[0] == slot ? 0 : 1;
+}
+
+void TrainStep::count_skips(int64_t skipped) {
+  if (skipped > skipped_settled_) {  // the host counted those steps as applied
+    optimizer_.set_iterations(optimizer_.iterations() - (skipped - skipped_settled_));
+    skipped_settled_ = skipped;
+  }
 }
 
 void TrainStep::settle_loss_scale() {
   if (!loss_scale_.enabled()) return;
   std::vector<float> state = scale_state_.to_host();
-  auto skipped = static_cast<int64_t>(state[nn::Backend::kSkipped]);
-  if (skipped > skipped_settled_) {  // skips the device decided: the host counted them as steps
-    optimizer_.set_iterations(optimizer_.iterations() - (skipped - skipped_settled_));
-    skipped_settled_ = skipped;
-  }
+  count_skips(static_cast<int64_t>(state[nn::Backend::kSkipped]));
+  unsettled_ = 0;
   loss_scale_.set_state(
       {state[nn::Backend::kLossScale], static_cast<int64_t>(state[nn::Backend::kGoodSteps])});
 }
@@ -381,7 +392,8 @@ void TrainStep::set_loss_scale_state(const LossScaleState& state) {
 
 void TrainStep::upload_loss_scale() {
   scale_state_.from_host({loss_scale_.scale(), static_cast<float>(loss_scale_.good_steps()), 0.0f,
-                          static_cast<float>(skipped_settled_)});
+                          static_cast<float>(skipped_settled_), 0.0f});
+  unsettled_ = 0;
 }
 
 bool TrainStep::stop_agreed(int steps_ago) {

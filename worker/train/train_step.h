@@ -152,10 +152,10 @@ class TrainStep {
   std::optional<StepTimes> take_step_times();
   const std::vector<GradientBucket>& buckets() const { return buckets_; }
   /// Brings the host's copy of the loss scale up to date from the device (a sync on a GPU): the
-  /// state, the steps skipped, and, where the device decided the skips, the optimizer's
-  /// iterations, which the host counted as if every step applied. Between steps only; the
-  /// trainer settles before it reads the optimizer's count for a checkpoint, a report or a
-  /// broadcast. Nothing to do without a loss scale.
+  /// state, the steps skipped, and the optimizer's iterations, which the host counted as if
+  /// every step applied (the device decides skips: docs/design.md#loss-scaling). Between steps
+  /// only; the trainer settles before it reads the optimizer's count for a checkpoint, a report
+  /// or a broadcast. Nothing to do without a loss scale.
   void settle_loss_scale();
   /// The loss scale and its state, settled first.
   const LossScale& loss_scale();
@@ -178,16 +178,19 @@ class TrainStep {
   /// Multiplies the loss gradient of n examples by the loss scale, when there is one.
   void scale_loss_gradient(int n);
   /// After every all-reduce of the step: the optimizer's update of every bucket, or, with loss
-  /// scaling, the gradients unscaled first and, for a dynamic scale, the update skipped when any
-  /// is not finite (docs/design.md#loss-scaling): by the optimizer's kernels reading the flag,
-  /// or, where the host must know each step (host_decides_), by the host, which then puts the
-  /// optimizer's count back.
+  /// scaling, the gradients unscaled first and, for a dynamic scale, the update gated by the
+  /// device's flags (docs/design.md#loss-scaling) and the scale's rule applied.
   void apply_all(int slot);
   /// Unscales every bucket's gradients by the scale in device memory, raising its flag where one
   /// is not finite (a dynamic scale).
   void unscale_gradients();
-  /// Reads the flag back (a sync on a GPU, on slot's marker): whether all were finite.
-  bool read_finite(int slot);
+  /// Before a step whose update depends on the optimizer's count: the outcome of every step but
+  /// the last, from the read-back of the step before last (its marker, which the trainer has
+  /// usually waited for already).
+  void learn_skips();
+  /// Takes the skips among `skipped` (steps skipped so far) that the host does not know yet off
+  /// the optimizer's count.
+  void count_skips(int64_t skipped);
   /// Writes the host's copy of the loss scale's state to the device (the flag cleared).
   void upload_loss_scale();
   comm::ReduceTicket start(float* data, size_t count, comm::ReduceOp op);
@@ -227,13 +230,14 @@ class TrainStep {
   int64_t iterations_before_ = 0;  ///< the optimizer's count before begin_step
   LossScale loss_scale_;  ///< the spec, and the host's copy of the state (settle_loss_scale)
   /// The state in device memory, Backend::kLossScaleFloats: scale, finite steps in a row, this
-  /// step's flag, steps skipped.
+  /// step's flag, steps skipped, the step before's flag.
   nn::Buffer<float> scale_state_;
-  nn::PinnedBuffer<float> scale_state_host_;  ///< its read-back
-  /// A dynamic scale whose skips the host must know each step: the optimizer's arguments
-  /// depend on its count (Adam's t, a schedule's rate). Otherwise the device decides alone.
-  bool host_decides_ = false;
+  /// Per input slot: the steps skipped so far, read back after that slot's last step.
+  nn::PinnedBuffer<float> skipped_readback_;
   int64_t skipped_settled_ = 0;  ///< skipped steps the optimizer's count already excludes
+  /// Steps whose update was enqueued but whose outcome the host has not read: it counted them
+  /// as applied.
+  int64_t unsettled_ = 0;
 };
 
 }  // namespace dtrain::train

@@ -669,8 +669,13 @@ float adam_rate(float lr, float beta_1, float beta_2, int64_t step) {
 
 void CudaBackend::adam_update(const AdamParams& p, int64_t step, size_t count, float* w,
                               const float* g, float* m, float* v) {
-  cuda::launch_adam(adam_rate(p.learning_rate, p.beta_1, p.beta_2, step), p, count, w, g, m, v,
-                    stream_);
+  // After a skip the count is one lower: the rate of step - 1 (step >= 2 whenever the gate can
+  // say so, since the host counted the skipped step).
+  const bool gated = p.gate.previous != nullptr;
+  cuda::launch_adam(
+      adam_rate(p.learning_rate, p.beta_1, p.beta_2, step),
+      gated ? adam_rate(p.gate.learning_rate_after_skip, p.beta_1, p.beta_2, step - 1) : 0.0f, p,
+      count, w, g, m, v, stream_);
 }
 
 void CudaBackend::rmsprop_update(const RmspropParams& p, size_t count, float* w, const float* g,
@@ -680,9 +685,13 @@ void CudaBackend::rmsprop_update(const RmspropParams& p, size_t count, float* w,
 
 void CudaBackend::adamw_update(const AdamWParams& p, int64_t step, size_t count, float* w,
                                const float* g, float* m, float* v) {
+  const bool gated = p.gate.previous != nullptr;
+  const float after_skip = p.gate.learning_rate_after_skip;
   cuda::launch_adamw(p.weight_decay * p.learning_rate,
-                     adam_rate(p.learning_rate, p.beta_1, p.beta_2, step), p, count, w, g, m, v,
-                     stream_);
+                     adam_rate(p.learning_rate, p.beta_1, p.beta_2, step),
+                     gated ? p.weight_decay * after_skip : 0.0f,
+                     gated ? adam_rate(after_skip, p.beta_1, p.beta_2, step - 1) : 0.0f, p, count,
+                     w, g, m, v, stream_);
 }
 
 }  // namespace

@@ -34,11 +34,26 @@ __global__ void dropout_kernel(const float* x, float* y, float* mask, size_t n, 
   y[i] = x[i] * keep;
 }
 
-// skip: a dynamic loss scale's flag in device memory (null: none); raised, nothing changes.
-__global__ void sgd_kernel(float* w, const float* g, float* v, size_t n, float lr, float mu,
-                           bool nesterov, const float* skip) {
+// A dynamic loss scale's gate (SkipGate): the step's flag and the step before's, in device
+// memory (null: none). The rates come in two: the usual one and the one for a count one lower.
+struct Gate {
+  const float* skip;
+  const float* previous;
+};
+
+__device__ bool gate_skips(Gate gate) {
+  return gate.skip != nullptr && *gate.skip != 0.0f;
+}
+
+__device__ float gate_pick(Gate gate, float usual, float after_skip) {
+  return gate.previous != nullptr && *gate.previous != 0.0f ? after_skip : usual;
+}
+
+__global__ void sgd_kernel(float* w, const float* g, float* v, size_t n, float lr_usual,
+                           float lr_after_skip, float mu, bool nesterov, Gate gate) {
   size_t i = element_index();
-  if (i >= n || (skip != nullptr && *skip != 0.0f)) return;
+  if (i >= n || gate_skips(gate)) return;
+  const float lr = gate_pick(gate, lr_usual, lr_after_skip);
   if (v == nullptr) {
     w[i] -= lr * g[i];
     return;
@@ -48,10 +63,13 @@ __global__ void sgd_kernel(float* w, const float* g, float* v, size_t n, float l
 }
 
 // decay 0 is plain Adam; AdamW first decays the weight (w -= w * weight_decay * lr).
-__global__ void adam_kernel(float* w, const float* g, float* m, float* v, size_t n, float decay,
-                            float lr, float b1, float b2, float eps) {
+__global__ void adam_kernel(float* w, const float* g, float* m, float* v, size_t n,
+                            float decay_usual, float lr_usual, float decay_after_skip,
+                            float lr_after_skip, float b1, float b2, float eps, Gate gate) {
   size_t i = element_index();
-  if (i >= n) return;
+  if (i >= n || gate_skips(gate)) return;
+  const float decay = gate_pick(gate, decay_usual, decay_after_skip);
+  const float lr = gate_pick(gate, lr_usual, lr_after_skip);
   if (decay != 0.0f) w[i] -= w[i] * decay;
   m[i] += (g[i] - m[i]) * (1.0f - b1);
   v[i] += (g[i] * g[i] - v[i]) * (1.0f - b2);
@@ -59,10 +77,11 @@ __global__ void adam_kernel(float* w, const float* g, float* m, float* v, size_t
 }
 
 __global__ void rmsprop_kernel(float* w, const float* g, float* velocity, float* mom, float* avg,
-                               size_t n, float lr, float rho, float mu, float eps,
-                               const float* skip) {
+                               size_t n, float lr_usual, float lr_after_skip, float rho, float mu,
+                               float eps, Gate gate) {
   size_t i = element_index();
-  if (i >= n || (skip != nullptr && *skip != 0.0f)) return;
+  if (i >= n || gate_skips(gate)) return;
+  const float lr = gate_pick(gate, lr_usual, lr_after_skip);
   velocity[i] = rho * velocity[i] + (1.0f - rho) * g[i] * g[i];
   float denominator = velocity[i] + eps;
   if (avg != nullptr) {
@@ -103,6 +122,7 @@ __global__ void update_loss_scale_kernel(float* state, float growth_steps) {
     good = 0;
     if (isfinite(scale * 2)) scale *= 2;
   }
+  state[Backend::kPreviousSkipped] = state[Backend::kNonfinite];
   state[Backend::kNonfinite] = 0;
 }
 
@@ -131,16 +151,17 @@ void launch_sgd(const SgdParams& p, size_t count, float* w, const float* g, floa
                 cudaStream_t stream) {
   if (count == 0) return;
   sgd_kernel<<<blocks_for(count), kThreads, 0, stream>>>(
-      w, g, p.momentum == 0.0f ? nullptr : velocity, count, p.learning_rate, p.momentum, p.nesterov,
-      p.skip);
+      w, g, p.momentum == 0.0f ? nullptr : velocity, count, p.learning_rate,
+      p.gate.learning_rate_after_skip, p.momentum, p.nesterov, Gate{p.gate.skip, p.gate.previous});
   DT_CUDA_CHECK(cudaGetLastError());
 }
 
-void launch_adam(float lr_t, const AdamParams& p, size_t count, float* w, const float* g, float* m,
-                 float* v, cudaStream_t stream) {
+void launch_adam(float lr_t, float lr_t_after_skip, const AdamParams& p, size_t count, float* w,
+                 const float* g, float* m, float* v, cudaStream_t stream) {
   if (count == 0) return;
-  adam_kernel<<<blocks_for(count), kThreads, 0, stream>>>(w, g, m, v, count, 0.0f, lr_t, p.beta_1,
-                                                          p.beta_2, p.epsilon);
+  adam_kernel<<<blocks_for(count), kThreads, 0, stream>>>(
+      w, g, m, v, count, 0.0f, lr_t, 0.0f, lr_t_after_skip, p.beta_1, p.beta_2, p.epsilon,
+      Gate{p.gate.skip, p.gate.previous});
   DT_CUDA_CHECK(cudaGetLastError());
 }
 
@@ -149,16 +170,19 @@ void launch_rmsprop(const RmspropParams& p, size_t count, float* w, const float*
   if (count == 0) return;
   rmsprop_kernel<<<blocks_for(count), kThreads, 0, stream>>>(
       w, g, velocity, p.momentum > 0.0f ? momentum_slot : nullptr,
-      p.centered ? average_gradient : nullptr, count, p.learning_rate, p.rho, p.momentum, p.epsilon,
-      p.skip);
+      p.centered ? average_gradient : nullptr, count, p.learning_rate,
+      p.gate.learning_rate_after_skip, p.rho, p.momentum, p.epsilon,
+      Gate{p.gate.skip, p.gate.previous});
   DT_CUDA_CHECK(cudaGetLastError());
 }
 
-void launch_adamw(float decay, float lr_t, const AdamWParams& p, size_t count, float* w,
-                  const float* g, float* m, float* v, cudaStream_t stream) {
+void launch_adamw(float decay, float lr_t, float decay_after_skip, float lr_t_after_skip,
+                  const AdamWParams& p, size_t count, float* w, const float* g, float* m, float* v,
+                  cudaStream_t stream) {
   if (count == 0) return;
-  adam_kernel<<<blocks_for(count), kThreads, 0, stream>>>(w, g, m, v, count, decay, lr_t, p.beta_1,
-                                                          p.beta_2, p.epsilon);
+  adam_kernel<<<blocks_for(count), kThreads, 0, stream>>>(
+      w, g, m, v, count, decay, lr_t, decay_after_skip, lr_t_after_skip, p.beta_1, p.beta_2,
+      p.epsilon, Gate{p.gate.skip, p.gate.previous});
   DT_CUDA_CHECK(cudaGetLastError());
 }
 

@@ -19,14 +19,16 @@ void launch_dropout(size_t count, float rate, uint64_t key, const float* x, floa
                     cudaStream_t stream);
 void launch_sgd(const SgdParams& p, size_t count, float* w, const float* g, float* velocity,
                 cudaStream_t stream);
-/// lr_t: Adam's bias-corrected rate for the step (computed on the host).
-void launch_adam(float lr_t, const AdamParams& p, size_t count, float* w, const float* g, float* m,
-                 float* v, cudaStream_t stream);
+/// lr_t: Adam's bias-corrected rate for the step (computed on the host); lr_t_after_skip the
+/// one the step uses when p.gate says the step before was skipped.
+void launch_adam(float lr_t, float lr_t_after_skip, const AdamParams& p, size_t count, float* w,
+                 const float* g, float* m, float* v, cudaStream_t stream);
 void launch_rmsprop(const RmspropParams& p, size_t count, float* w, const float* g, float* velocity,
                     float* momentum_slot, float* average_gradient, cudaStream_t stream);
-/// decay: weight_decay x the step's rate; lr_t as for Adam.
-void launch_adamw(float decay, float lr_t, const AdamWParams& p, size_t count, float* w,
-                  const float* g, float* m, float* v, cudaStream_t stream);
+/// decay: weight_decay x the step's rate; lr_t as for Adam; each also after a skip.
+void launch_adamw(float decay, float lr_t, float decay_after_skip, float lr_t_after_skip,
+                  const AdamWParams& p, size_t count, float* w, const float* g, float* m, float* v,
+                  cudaStream_t stream);
 
 /// x *= *factor (device memory).
 void launch_scale(size_t count, const float* factor, float* x, cudaStream_t stream);
