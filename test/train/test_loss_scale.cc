@@ -376,12 +376,9 @@ TEST_CASE("train.loss_scale takes Keras's options; mixed_float16 turns a dynamic
   }
 }
 
-TEST_CASE("a fit whose every step overflows counts no optimizer step in its checkpoints") {
-  // Images of 1e37 (float32 .npy, used as they are) overflow every scaled gradient: each step is
-  // skipped and halves the scale. SGD's skips are decided on the device, so the trainer must
-  // settle the host's count before it saves; Adam's the host reads each step.
-  testing::TempDir dir;
-  const int examples = 64;
+// The job's config with data from .npy files written to dir: images (N x 8 x 8 x 1, float32,
+// used as they are) and labels i % 10, for the test split too.
+std::string npy_job(const std::string& dir, const Floats& images, const std::string& optimizer) {
   auto npy = [](const std::string& descr, const std::string& shape, const std::string& data) {
     std::string header =
         "{'descr': '" + descr + "', 'fortran_order': False, 'shape': " + shape + ", }";
@@ -392,34 +389,97 @@ TEST_CASE("a fit whose every step overflows counts no optimizer step in its chec
     out.push_back(static_cast<char>(header.size() >> 8));
     return out + header + data;
   };
-  Floats images(static_cast<size_t>(examples) * kExampleFloats, 1e37f);
+  const size_t examples = images.size() / kExampleFloats;
   std::vector<int64_t> labels(examples);
-  for (int i = 0; i < examples; ++i) labels[static_cast<size_t>(i)] = i % 10;
-  const std::string x = dir.path() + "/x.npy", y = dir.path() + "/y.npy";
-  write_file(x, npy("<f4", "(64, 8, 8, 1)",
+  for (size_t i = 0; i < examples; ++i) labels[i] = static_cast<int64_t>(i % 10);
+  const std::string x = dir + "/x.npy", y = dir + "/y.npy", n = std::to_string(examples);
+  write_file(x, npy("<f4", "(" + n + ", 8, 8, 1)",
                     std::string(reinterpret_cast<const char*>(images.data()),
                                 images.size() * sizeof(float))));
-  write_file(y, npy("<i8", "(64,)",
+  write_file(y, npy("<i8", "(" + n + ",)",
                     std::string(reinterpret_cast<const char*>(labels.data()),
                                 labels.size() * sizeof(int64_t))));
+  std::string text = config_text(optimizer, R"(, "loss_scale": "dynamic")");
+  const std::string synthetic = R"({"source": "synthetic", "examples": 256, "classes": 10})";
+  text.replace(text.find(synthetic), synthetic.size(),
+               R"({"source": "npy", "train_images": ")" + x + R"(", "train_labels": ")" + y +
+                   R"(", "test_images": ")" + x + R"(", "test_labels": ")" + y + R"("})");
+  return text;
+}
+
+TEST_CASE("a fit whose every step overflows counts no optimizer step in its checkpoints") {
+  // Images of 1e37 overflow every scaled gradient: each step is skipped and halves the scale.
+  // The device decides the skips, so the trainer must settle the host's count before it saves.
   for (const char* optimizer : kOptimizers) {
     INFO(optimizer);
-    std::string text = config_text(optimizer, R"(, "loss_scale": "dynamic")");
-    const std::string synthetic = R"({"source": "synthetic", "examples": 256, "classes": 10})";
-    text.replace(text.find(synthetic), synthetic.size(),
-                 R"({"source": "npy", "train_images": ")" + x + R"(", "train_labels": ")" + y +
-                     R"(", "test_images": ")" + x + R"(", "test_labels": ")" + y + R"("})");
-    train::TrainConfig c = parse(text);
+    testing::TempDir dir;
+    train::TrainConfig c =
+        parse(npy_job(dir.path(), Floats(64 * kExampleFloats, 1e37f), optimizer));
     c.backup.delete_on_success = false;
-    const std::string run = dir.path() + (optimizer == kOptimizers[0] ? "/sgd" : "/adam");
-    testing::solo_fit(c, run);
+    testing::solo_fit(c, dir.path() + "/run");
     for (auto [file, steps] : {std::pair{"ckpt-0000000004", 4}, std::pair{"ckpt-0000000008", 8}}) {
-      auto m = train::read_safetensors_metadata(run + "/backup/" + file + ".safetensors");
+      auto m =
+          train::read_safetensors_metadata(dir.path() + "/run/backup/" + file + ".safetensors");
       INFO(file);
       CHECK(m["global_step"] == std::to_string(steps));
       CHECK(m["optimizer_iterations"] == "0");
       CHECK(m["loss_scale"] == std::to_string(32768 >> steps));
       CHECK(m["loss_scale_good_steps"] == "0");
+    }
+    // Stopped mid-epoch: the step checkpoint counts no step either.
+    CHECK_THROWS_AS(testing::solo_fit(c, dir.path() + "/stopped", {.stop_after = 6}),
+                    train::Preempted);
+    int checkpoints = 0;
+    for (const auto& entry : fs::directory_iterator(dir.path() + "/stopped/backup")) {
+      if (entry.path().extension() != ".safetensors") continue;
+      auto m = train::read_safetensors_metadata(entry.path().string());
+      INFO(entry.path().filename().string());
+      CHECK(m["optimizer_iterations"] == "0");
+      CHECK(m["loss_scale"] == std::to_string(32768 >> std::stoi(m["global_step"])));
+      ++checkpoints;
+    }
+    CHECK(checkpoints >= 2);  // epoch 1's and the stop's
+  }
+}
+
+TEST_CASE("a run whose steps are skipped now and then resumes bit-exactly under a schedule") {
+  // Two bright examples of 64: a batch holding either overflows and is skipped, the others
+  // apply, so skips fall between applied steps. The run is stopped mid-epoch and resumed, and
+  // must end as the run that never stopped: the weights, the optimizer's count and the scale.
+  std::mt19937 rng(17);
+  std::uniform_real_distribution<float> pixel(0.0f, 1.0f);
+  Floats images(64 * kExampleFloats);
+  for (float& p : images) p = pixel(rng);
+  for (size_t example : {5, 40})
+    std::fill_n(images.begin() + static_cast<std::ptrdiff_t>(example * kExampleFloats),
+                kExampleFloats, 1e37f);
+  for (const char* optimizer :
+       {R"({"type": "sgd", "momentum": 0.9, "learning_rate": {"type": "cosine_decay",
+            "initial_learning_rate": 0.05}})",
+        R"({"type": "adam", "learning_rate": {"type": "cosine_decay",
+            "initial_learning_rate": 0.01}})"}) {
+    INFO(optimizer);
+    testing::TempDir dir;
+    train::TrainConfig c = parse(npy_job(dir.path(), images, optimizer));
+    c.epochs = 4;  // 16 steps
+    c.backup.delete_on_success = false;
+    std::vector<float> whole = testing::solo_fit(c, dir.path() + "/whole");
+    auto last = [&](const std::string& run) {
+      return train::read_safetensors_metadata(run + "/backup/ckpt-0000000016.safetensors");
+    };
+    auto w = last(dir.path() + "/whole");
+    const int applied = std::stoi(w["optimizer_iterations"]);
+    CHECK(applied > 2);   // steps applied
+    CHECK(applied < 14);  // and steps skipped
+    const std::string run = dir.path() + "/stopped";
+    CHECK_THROWS_AS(testing::solo_fit(c, run, {.stop_after = 6}), train::Preempted);
+    std::vector<float> resumed = testing::solo_fit(c, run);
+    REQUIRE(resumed.size() == whole.size());
+    CHECK(std::memcmp(resumed.data(), whole.data(), whole.size() * sizeof(float)) == 0);
+    auto r = last(run);
+    for (const char* key : {"optimizer_iterations", "loss_scale", "loss_scale_good_steps"}) {
+      INFO(key);
+      CHECK(r[key] == w[key]);
     }
   }
 }
