@@ -17,7 +17,11 @@
 # one step (data staging, each layer's forward and backward, loss, optimizer, all-reduce wait,
 # other) at batch 64 and 256, 2 threads, float32 and mixed_bfloat16 (when the CPU has it);
 # --profile-only prints those tables alone.
-# --repeat N (default 3) runs each cell N times, the columns alternated, and prints medians.
+# --repeat N (default 3) runs each cell N times, the columns alternated, and prints medians. The
+# paired_* columns are the median over the N rounds of each round's own ratio (dtrain against the
+# PyTorch fp32 run beside it): steadier than the ratio of medians on a machine whose speed drifts
+# between rounds, since both runs of a pair see the same phase. Each round's figures are printed
+# as a '#' line under its cell.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 positional=() profile=table repeat=3
@@ -77,16 +81,17 @@ echo "# CPU: $(sed -n 's/^cpu_model //p' <<<"$cpu_info"); oneDNN ISA: $(sed -n '
 alternative=$(update-alternatives --query libblas.so.3-x86_64-linux-gnu 2>/dev/null | sed -n 's/^Value: //p')
 echo "# $(torch --info) (LD_LIBRARY_PATH=$openmp_blas; the system's libblas.so.3 alternative: ${alternative:-unknown})"
 echo "# each cell: the median of $repeat runs, the four columns' runs alternated"
-echo "threads batch dtrain_fp32 dtrain_bf16 pytorch_fp32 pytorch_bf16_autocast dtrain_fp32_vs_pytorch_fp32 dtrain_bf16_vs_pytorch_fp32 sgemm_peak_gflops"
+echo "threads batch dtrain_fp32 dtrain_bf16 pytorch_fp32 pytorch_bf16_autocast dtrain_fp32_vs_pytorch_fp32 dtrain_bf16_vs_pytorch_fp32 sgemm_peak_gflops paired_fp32_vs_pytorch_fp32 paired_bf16_vs_pytorch_fp32"
 median() { if [ $# -eq 0 ]; then echo n/a; else printf '%s\n' "$@" | sort -g | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; fi; }
 ratio() { if [ "$1" = n/a ] || [ "$2" = n/a ]; then echo n/a; else awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", a / b }'; fi; }
 for threads in 1 2; do
   for batch in 64 256; do
     export OMP_NUM_THREADS=$threads
-    fp32s=() bf16s=() torch_fp32s=() torch_bf16s=() peaks=()
+    fp32s=() bf16s=() torch_fp32s=() torch_bf16s=() peaks=() paired_fp32=() paired_bf16=() rounds=()
     for ((r = 0; r < repeat; ++r)); do
       read -r _ _ _ fp32 _ peak _ < <("$step_bench" "$job" "$batch" "$steps" cpu eager float32)
       fp32s+=("$fp32") peaks+=("$peak")
+      bf16_rate=n/a
       if [ "$bf16" = supported ]; then
         read -r _ _ _ bf16_rate _ _ _ < <("$step_bench" "$job" "$batch" "$steps" cpu eager mixed_bfloat16)
         bf16s+=("$bf16_rate")
@@ -94,11 +99,15 @@ for threads in 1 2; do
       read -r _ _ _ torch_fp32 _ < <(torch "$batch" "$threads" "$steps" float32)
       read -r _ _ _ torch_bf16 _ < <(torch "$batch" "$threads" "$steps" autocast_bf16)
       torch_fp32s+=("$torch_fp32") torch_bf16s+=("$torch_bf16")
+      paired_fp32+=("$(ratio "$fp32" "$torch_fp32")")
+      [ "$bf16_rate" = n/a ] || paired_bf16+=("$(ratio "$bf16_rate" "$torch_fp32")")
+      rounds+=("# round $((r + 1)): $fp32 $bf16_rate $torch_fp32 $torch_bf16")
     done
     fp32=$(median "${fp32s[@]}") peak=$(median "${peaks[@]}")
     bf16_rate=$(median "${bf16s[@]}")
     torch_fp32=$(median "${torch_fp32s[@]}") torch_bf16=$(median "${torch_bf16s[@]}")
-    echo "$threads $batch $fp32 $bf16_rate $torch_fp32 $torch_bf16 $(ratio "$fp32" "$torch_fp32") $(ratio "$bf16_rate" "$torch_fp32") $peak"
+    echo "$threads $batch $fp32 $bf16_rate $torch_fp32 $torch_bf16 $(ratio "$fp32" "$torch_fp32") $(ratio "$bf16_rate" "$torch_fp32") $peak $(median "${paired_fp32[@]}") $(median "${paired_bf16[@]}")"
+    printf '%s\n' "${rounds[@]}"
   done
 done
 unset OMP_NUM_THREADS
