@@ -2,7 +2,8 @@
 // recovery): worker 1 is SIGKILLed in the middle of an epoch, with epoch checkpoints only. The
 // launcher replaces it in place: workers 0 and 2 are the same processes at the end, the group
 // re-formed as generation 1 and redid at most one step, and the final model is the undisturbed
-// run's, bit for bit (with a spare too, which ran a warm-up step before its promotion). The same
+// run's, bit for bit (with a spare too, which ran a warm-up step before its promotion, and with a
+// dynamic loss scale, whose power-of-two scale changes no bit). The same
 // job with "recovery": "restart" takes the old path: every worker restarts from the last epoch
 // checkpoint.
 #include <signal.h>
@@ -44,11 +45,15 @@ const char* kJob = R"({"job": "in-place", "workers": 3, RECOVERY
   "validation": true, "tensorboard": false,
   "backup": {"save_freq": "epoch", "keep": 2, "delete_on_success": false}}})";
 
-std::string job_text(const std::string& recovery, int spares = 0) {
+// loss_scale: Keras's dynamic loss scale (docs/design.md#loss-scaling) in fp32; its scale is a
+// power of two, so the weights are the unscaled run's, bit for bit.
+std::string job_text(const std::string& recovery, int spares = 0, bool loss_scale = false) {
   std::string text = kJob;
   std::string keys = recovery.empty() ? "" : "\"recovery\": \"" + recovery + "\",";
   if (spares > 0) keys += "\"spares\": " + std::to_string(spares) + ",";
   text.replace(text.find("RECOVERY"), 8, keys);
+  if (loss_scale)
+    text.replace(text.find("\"seed\": 11,"), 11, "\"seed\": 11, \"loss_scale\": \"dynamic\",");
   return text;
 }
 
@@ -133,12 +138,15 @@ TEST_CASE("a SIGKILLed worker is replaced in place: survivors kept, one step at 
   REQUIRE(reference.result.exit_code == 0);
   std::string expected = common::read_file(calm + "/model/model.safetensors");
 
-  // Without a spare a new process is started; with one, the spare takes worker 1's place.
-  int spares = GENERATE(0, 1);
-  INFO(spares << " spare(s)");
+  // Without a spare a new process is started; with one, the spare takes worker 1's place. With a
+  // dynamic loss scale its state travels with the re-formed group's, and the host's count of
+  // the optimizer's steps, which it learns from the device a step late, is broadcast settled.
+  auto [spares, loss_scale] = GENERATE(table<int, bool>({{0, false}, {1, false}, {0, true}}));
+  INFO(spares << " spare(s)" << (loss_scale ? ", dynamic loss scale" : ""));
   std::string job = base.path() + "/job.json";
-  std::ofstream(job) << job_text("", spares);
-  std::string dir = base.path() + "/killed-" + std::to_string(spares);
+  std::ofstream(job) << job_text("", spares, loss_scale);
+  std::string dir =
+      base.path() + "/killed-" + std::to_string(spares) + (loss_scale ? "-scaled" : "");
   Launched run = launch(job, dir, true, spares > 0);
   INFO(run.result.out << run.result.err);
   REQUIRE(run.result.exit_code == 0);
@@ -188,6 +196,7 @@ TEST_CASE("a SIGKILLed worker is replaced in place: survivors kept, one step at 
   std::string log0 = common::read_file(dir + "/logs/worker-0.log");
   CHECK(log0.find("re-formed as generation 1") != std::string::npos);
   CHECK(log0.find("==== dtrain: attempt 1") == std::string::npos);  // never restarted
+  CHECK((log0.find("loss scaling: dynamic") != std::string::npos) == loss_scale);
 }
 
 TEST_CASE("\"recovery\": \"restart\" restarts the whole group from the epoch checkpoint") {
