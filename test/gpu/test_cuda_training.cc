@@ -82,11 +82,13 @@ struct ScaleOutcome {
 };
 
 // K steps of TrainStep on backend from the same initial weights and batches; the weights after.
-// Step nan_step's images are all NaN.
+// Step nan_step's images are all NaN. From step stop_step on, this worker asks to stop (the
+// request rides in each step's statistics, copied from pinned memory by the step itself), and
+// each step's read-back must say so.
 std::vector<float> train_steps(nn::Backend& backend, const train::TrainConfig& c, int steps,
                                bool graphs, bool* graphed = nullptr,
                                const train::LossScaleSpec& loss_scale = {}, int nan_step = -1,
-                               ScaleOutcome* outcome = nullptr) {
+                               ScaleOutcome* outcome = nullptr, int stop_step = -1) {
   nn::Sequential model(c.model, backend, c.per_worker_batch_size);
   model.initialize(7);
   train::Optimizer optimizer(c.optimizer, model.parameters().size(), backend.device());
@@ -107,8 +109,10 @@ std::vector<float> train_steps(nn::Backend& backend, const train::TrainConfig& c
     int slot = s % train::InputStager::kSlots;
     stager.stage(slot, images.data(), labels.data(), static_cast<int>(n));
     stager.ready();
+    if (s == stop_step) step.request_stop();
     step.run(stager.images(slot), stager.labels(slot), static_cast<int>(n), {1, 0, s}, slot);
-    CHECK_FALSE(step.stop_agreed(0));
+    INFO("step " << s);
+    CHECK(step.stop_agreed(0) == (stop_step >= 0 && s >= stop_step));
   }
   train::EpochTotals totals = step.totals();
   CHECK(totals.seen == Approx(static_cast<double>(steps) * n));
@@ -199,6 +203,18 @@ TEST_CASE("A training step on the GPU equals the same steps on the reference bac
     CHECK(graphed == (c.optimizer.type ==
                       train::OptimizerType::kSgd));  // Adam's rate changes per step: no graph
   }
+}
+
+TEST_CASE("A stop asked for before a replayed step reaches that step's read-back") {
+  // The request is a float in pinned memory that each step copies into its statistics: in a
+  // recorded step the copy must read it when the graph runs, not when it was recorded (steps 1
+  // and 2 record; 4 and 5 replay).
+  if (!have_gpu()) return;
+  train::TrainConfig c = config_with(R"({"type": "sgd", "learning_rate": 0.05, "momentum": 0.9})");
+  auto gpu = nn::make_cuda_backend();
+  bool graphed = false;
+  train_steps(*gpu, c, 6, true, &graphed, {}, -1, nullptr, 4);
+  CHECK(graphed);
 }
 
 TEST_CASE("A step replayed as a CUDA graph equals the step launched op by op, bit for bit") {
