@@ -292,7 +292,7 @@ void Trainer::share_state(bool holding) {
     }
     if (options_.timeline) options_.timeline->mark("checkpoint read");
   } else if (comm_.rank() == source) {
-    step_->settle_loss_scale();  // the optimizer's count, where the device decided skips
+    step_->settle_loss_scale();  // the optimizer's count, less the skips not yet read
     TrainingState t = state_;
     t.optimizer_iterations = optimizer_->iterations();
     EpochTotals totals = step_->totals();
@@ -422,7 +422,7 @@ EpochMetrics Trainer::fit_from_state() {
     progress_.begin_epoch(epoch + 1, config_.epochs,
                           epoch == state_.epoch ? state_.step : 0);  // ms/step of this run
     last = train_epoch(epoch);
-    step_->settle_loss_scale();  // skips the device decided leave the host's count ahead
+    step_->settle_loss_scale();  // skips not yet read leave the host's count ahead
     report_loss_scale();
     state_ = TrainingState{epoch + 1, 0, state_.global_step, optimizer_->iterations(), 0, 0, 0};
     last_epoch_metrics_ = metrics_json(last, true);
