@@ -264,10 +264,8 @@ int run(int argc, char** argv) {
   const int batch = args.batch, steps = args.steps;
   nn::MathMode math = args.precision.empty() ? config.math : math_mode_of(args.precision);
   // A precision given here is the job's dtype_policy: mixed_float16 brings Keras's dynamic loss
-  // scale unless the job names one (train_config.cc, parse_math).
-  if (math == nn::MathMode::kFloat16 && config.math != nn::MathMode::kFloat16 &&
-      !config.loss_scale.enabled)
-    config.loss_scale.enabled = true;
+  // scale unless the job names one (train_config.cc, parse_math; a named one is already on).
+  if (math == nn::MathMode::kFloat16) config.loss_scale.enabled = true;
   const bool cuda = args.device == "cuda";
   if (!cuda && !nn::cpu_supports(math)) {
     std::fprintf(stderr,

@@ -63,6 +63,7 @@ TrainStep::TrainStep(nn::Sequential& model, Optimizer& optimizer, nn::Backend& b
   // device memory (docs/design.md#loss-scaling).
   graphable_ = options_.graphs && comm_.stream_ordered() && !model_.has_random_layers() &&
                optimizer_.same_every_step() && device_.kind() == nn::DeviceKind::kCuda;
+  count_in_arguments_ = loss_scale_.dynamic() && !optimizer_.same_every_step();
   upload_loss_scale();
   graphs_.resize(static_cast<size_t>(options_.slots));
   graph_inputs_.resize(static_cast<size_t>(options_.slots) * 2, nullptr);
@@ -316,8 +317,7 @@ void TrainStep::apply_all(int slot) {
     unscale_gradients();
     if (loss_scale_.dynamic()) {
       skip = state + nn::Backend::kNonfinite;
-      if (unsettled_ > 0 && !optimizer_.same_every_step())
-        previous = state + nn::Backend::kPreviousSkipped;
+      if (count_in_arguments_ && unsettled_ > 0) previous = state + nn::Backend::kPreviousSkipped;
     }
   }
   for (size_t b = 0; b < buckets_.size(); ++b) {
@@ -327,16 +327,18 @@ void TrainStep::apply_all(int slot) {
   }
   if (loss_scale_.dynamic()) {
     backend_.update_loss_scale(state, loss_scale_.spec().growth_steps);
-    device_.download_async(skipped_readback_.data() + slot, state + nn::Backend::kSkipped,
-                           sizeof(float));
+    if (count_in_arguments_) {  // learn_skips reads it
+      device_.download_async(skipped_readback_.data() + slot, state + nn::Backend::kSkipped,
+                             sizeof(float));
+    }
     ++unsettled_;
   }
 }
 
+// The flag is 0 here: update_loss_scale clears it after each step, upload_loss_scale writes 0.
 void TrainStep::unscale_gradients() {
   float* state = scale_state_.data();
   float* flag = loss_scale_.dynamic() ? state + nn::Backend::kNonfinite : nullptr;
-  if (flag != nullptr) device_.fill_zero(flag, sizeof(float));
   for (const GradientBucket& b : buckets_) {
     backend_.unscale_gradients(b.count, state + nn::Backend::kLossScale,
                                model_.gradients().data() + b.offset, flag);
@@ -348,7 +350,7 @@ void TrainStep::unscale_gradients() {
 // the host learns the outcome of the step before last from its read-back. The trainer has
 // already waited for that step (stop_agreed(1)), so this adds no sync there.
 void TrainStep::learn_skips() {
-  if (!loss_scale_.dynamic() || optimizer_.same_every_step() || unsettled_ < 2) return;
+  if (!count_in_arguments_ || unsettled_ < 2) return;
   DT_ENFORCE(steps_run_ >= 2, "{} steps of unknown outcome after {} steps", unsettled_, steps_run_);
   int slot = last_slots_[1];
   device_.wait_marker(slot, options_.timeout_seconds);

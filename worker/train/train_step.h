@@ -232,7 +232,11 @@ class TrainStep {
   /// The state in device memory, Backend::kLossScaleFloats: scale, finite steps in a row, this
   /// step's flag, steps skipped, the step before's flag.
   nn::Buffer<float> scale_state_;
-  /// Per input slot: the steps skipped so far, read back after that slot's last step.
+  /// A dynamic scale under an update whose arguments depend on the optimizer's count (Adam's
+  /// t, a schedule's rate): the gate's second flag and learn_skips are needed.
+  bool count_in_arguments_ = false;
+  /// Per input slot: the steps skipped so far, read back after that slot's last step (when
+  /// count_in_arguments_).
   nn::PinnedBuffer<float> skipped_readback_;
   int64_t skipped_settled_ = 0;  ///< skipped steps the optimizer's count already excludes
   /// Steps whose update was enqueued but whose outcome the host has not read: it counted them
