@@ -632,6 +632,16 @@ TEST_CASE("host backends apply Keras's loss-scale rule in device memory, as Loss
       REQUIRE(state[Backend::kSkipped] == static_cast<float>(skipped));
     }
     CHECK(skipped > 20);
+    // A long run of overflows: the scale halves down to 1 and stays there (tf.keras's floor),
+    // never to 0, on the device as in the rule; the steps are still skipped.
+    for (int step = 0; step < 140; ++step) {
+      state[Backend::kNonfinite] = 1.0f;
+      b->update_loss_scale(state.data(), spec.growth_steps);
+      REQUIRE(!rule.update(false));
+      REQUIRE(state[Backend::kLossScale] == rule.scale());
+    }
+    CHECK(rule.scale() == 1.0f);
+    CHECK(state[Backend::kSkipped] == static_cast<float>(skipped + 140));
   }
 }
 

@@ -79,11 +79,13 @@ struct Solo {
 
   // Step `step` on its batch: images in [0, brightness), labels from the step (host memory: the
   // host device).
-  void run(int step_number, float brightness = 1.0f) {
+  /// poisoned: one pixel is NaN, so the step's gradients are not finite at any scale.
+  void run(int step_number, float brightness = 1.0f, bool poisoned = false) {
     std::mt19937 rng(1000 + step_number);
     std::uniform_real_distribution<float> pixel(0.0f, brightness);
     Floats images(kBatch * kExampleFloats);
     for (float& p : images) p = pixel(rng);
+    if (poisoned) images[0] = NAN;
     std::vector<int32_t> labels(kBatch);
     for (int i = 0; i < kBatch; ++i) labels[i] = static_cast<int32_t>((i * 7 + step_number) % 10);
     step->run(images.data(), labels.data(), kBatch, {1, 0, step_number}, step_number % 2);
@@ -273,6 +275,29 @@ TEST_CASE("the loss scale doubles after dynamic_growth_steps finite steps in a r
   rule.set_state({});  // none recorded: the initial state
   CHECK(rule.state().scale == 2);
   CHECK(rule.state().good_steps == 0);
+  // tf.keras's floor: a skip halves the scale to no less than 1.
+  CHECK_FALSE(rule.update(false));
+  CHECK(rule.scale() == 1);
+  CHECK_FALSE(rule.update(false));
+  CHECK(rule.scale() == 1);
+  rule.set_state({0.25f, 0});
+  CHECK_FALSE(rule.update(false));
+  CHECK(rule.scale() == 1);
+}
+
+TEST_CASE("a scale that keeps overflowing stops halving at 1, on the device and in the host copy") {
+  // Before the floor, some 150 skips in a row took the device's scale to 0, which the host read
+  // back as "none recorded" and so checkpointed the initial scale instead.
+  for (bool dnnl : {false, true}) {
+    INFO((dnnl ? "oneDNN" : "reference"));
+    Solo solo(kOptimizers[0], dnnl, dynamic(4));
+    for (int s = 0; s < 6; ++s) solo.run(s, 1.0f, true);
+    solo.step->settle_loss_scale();
+    CHECK(solo.step->skipped_steps() == 6);
+    CHECK(solo.step->loss_scale().scale() == 1);
+    CHECK(solo.step->loss_scale().good_steps() == 0);
+    CHECK(solo.optimizer->iterations() == 0);
+  }
 }
 
 TEST_CASE("a checkpoint keeps the dynamic loss scale; one without it means none") {

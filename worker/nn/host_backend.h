@@ -3,6 +3,7 @@
 // Header-only and small; the convolutions, dense layers and the loss stay in each backend.
 #pragma once
 
+#include <algorithm>
 #include <cfloat>
 #include <cmath>
 #include <cstdint>
@@ -54,7 +55,7 @@ class HostBackend : public Backend {
     float& scale = state[kLossScale];
     float& good = state[kGoodSteps];
     if (state[kNonfinite] != 0.0f) {
-      scale /= 2;
+      scale = std::max(scale / 2, 1.0f);
       good = 0;
       state[kSkipped] += 1;
     } else if ((good += 1) >= static_cast<float>(growth_steps)) {

@@ -3,6 +3,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -50,7 +51,7 @@ LossScale::LossScale(const LossScaleSpec& spec) : spec_(spec) {
 bool LossScale::update(bool finite) {
   if (!dynamic()) return true;
   if (!finite) {
-    scale_ /= 2;
+    scale_ = std::max(scale_ / 2, 1.0f);  // tf.keras's floor: a scale never halves to 0
     good_steps_ = 0;
     return false;
   }

@@ -1,6 +1,7 @@
 // Keras's LossScaleOptimizer for mixed_float16 (docs/design.md#loss-scaling): the loss scale and
 // its rule. Dynamic: starts at 2^15, halves on a step with a non-finite gradient (that step is
-// skipped) and doubles after dynamic_growth_steps finite steps in a row; or fixed. This class is
+// skipped; never below 1, tf.keras's floor) and doubles after dynamic_growth_steps finite steps
+// in a row; or fixed. This class is
 // the host's copy of the state and the rule's reference: TrainStep keeps the state in device
 // memory and applies the same rule there (Backend::update_loss_scale).
 #pragma once
@@ -47,7 +48,9 @@ class LossScale {
   /// Keras's rule after a step whose unscaled gradients were all finite or not; returns whether
   /// the optimizer applies the step. Finite: counts the step, and on the growth_steps-th in a row
   /// doubles the scale (unless that overflows) and restarts the count. Not finite: halves the
-  /// scale, restarts the count, and the step is skipped. A fixed scale applies every step.
+  /// scale (to no less than 1, as tf.keras's LossScaleOptimizer does, so that a model whose
+  /// gradients never fit keeps a scale a checkpoint can hold, not 0), restarts the count, and the
+  /// step is skipped. A fixed scale applies every step.
   bool update(bool finite);
   LossScaleState state() const { return {scale_, good_steps_}; }
   /// A checkpoint's (or the group's) state. Scale 0 (none recorded: scaling was off, or the

@@ -115,7 +115,7 @@ __global__ void update_loss_scale_kernel(float* state, float growth_steps) {
   float& scale = state[Backend::kLossScale];
   float& good = state[Backend::kGoodSteps];
   if (state[Backend::kNonfinite] != 0.0f) {
-    scale /= 2;
+    scale = fmaxf(scale / 2, 1.0f);
     good = 0;
     state[Backend::kSkipped] += 1;
   } else if ((good += 1) >= growth_steps) {
