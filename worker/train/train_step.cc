@@ -138,14 +138,18 @@ void TrainStep::enqueue(const float* images, const int32_t* labels, int n, const
   backend_.add(kTotalsFloats, stats_.data(), totals_.data());
 }
 
+void TrainStep::test_slow_step() {
+  if (options_.test_slow_step_seconds > 0) {
+    std::this_thread::sleep_for(std::chrono::duration<double>(options_.test_slow_step_seconds));
+  }
+}
+
 // On the host everything has run when run_step returns: its wall time is the step's, and all
 // of it that was not spent in the all-reduce calls is compute.
 void TrainStep::run(const float* images, const int32_t* labels, int n, const nn::StepKey& key,
                     int slot) {
   double started = common::monotonic_seconds(), waited_before = times_.wait_seconds;
-  if (options_.test_slow_step_seconds > 0) {
-    std::this_thread::sleep_for(std::chrono::duration<double>(options_.test_slow_step_seconds));
-  }
+  test_slow_step();
   run_step(images, labels, n, key, slot);
   double elapsed = common::monotonic_seconds() - started;
   times_.compute_seconds += elapsed - (times_.wait_seconds - waited_before);
@@ -232,6 +236,7 @@ void TrainStep::run_shards(const comm::ShardPlan& shards, const ShardInput* inpu
   DT_ENFORCE(shards.held >= 1 && slot >= 0 && slot < options_.slots, "{} shards, slot {}",
              shards.held, slot);
   double started = common::monotonic_seconds(), waited_before = times_.wait_seconds;
+  test_slow_step();  // a member holding several shards is still the slow one
   learn_skips();
   iterations_before_ = optimizer_.iterations();
   applied_ = 0;

@@ -167,6 +167,8 @@ class TrainStep {
   bool graphed() const { return graphed_; }
 
  private:
+  /// Sleeps options_.test_slow_step_seconds (test only), whichever way the step runs.
+  void test_slow_step();
   void run_step(const float* images, const int32_t* labels, int n, const nn::StepKey& key,
                 int slot);
   void enqueue(const float* images, const int32_t* labels, int n, const nn::StepKey& key, int slot);
