@@ -19,6 +19,7 @@
 #include "test/support/mean_loss.h"
 #include "worker/nn/backend.h"
 #include "worker/nn/direct_conv.h"
+#include "worker/nn/streamed_update.h"
 #include "worker/train/loss_scale.h"
 
 using namespace dtrain::nn;
@@ -565,6 +566,76 @@ TEST_CASE("oneDNN SGD and Adam updates match the reference", "[parity]") {
       check_adam_parity(be, p, step, rng);
     }
   }
+}
+
+// Large updates stream their arrays out (streamed_update.h); the same update over the same
+// arrays in calls too small to stream uses plain stores. Both must give the same bits, for every
+// optimizer and variant, from a start that is not 16-byte aligned and with a ragged tail.
+TEST_CASE("oneDNN's streamed optimizer updates give the bits of plain stores", "[parity]") {
+  namespace su = streamed_update;
+  const int64_t n = su::kStreamAt + 3 * su::kBlock + 7, piece = 1000;
+  REQUIRE(piece < su::kStreamAt);
+  using Update =
+      std::function<void(Backend&, size_t, float*, const float*, float*, float*, float*)>;
+  SgdParams sgd{0.05f, 0.0f, false, {}}, momentum{0.05f, 0.9f, false, {}},
+      nesterov{0.05f, 0.9f, true, {}};
+  RmspropParams rms{0.01f, 0.9f, 0.0f, 1e-7f, false, {}}, rms_momentum = rms, rms_centered = rms,
+                                                          rms_both = rms;
+  rms_momentum.momentum = rms_both.momentum = 0.5f;
+  rms_centered.centered = rms_both.centered = true;
+  const std::vector<std::pair<std::string, Update>> updates = {
+      {"sgd", [&](Backend& b, size_t c, float* w, const float* g, float*, float*,
+                  float*) { b.sgd_update(sgd, c, w, g, nullptr); }},
+      {"sgd momentum", [&](Backend& b, size_t c, float* w, const float* g, float* s1, float*,
+                           float*) { b.sgd_update(momentum, c, w, g, s1); }},
+      {"sgd nesterov", [&](Backend& b, size_t c, float* w, const float* g, float* s1, float*,
+                           float*) { b.sgd_update(nesterov, c, w, g, s1); }},
+      {"adam", [&](Backend& b, size_t c, float* w, const float* g, float* s1, float* s2,
+                   float*) { b.adam_update(AdamParams{}, 3, c, w, g, s1, s2); }},
+      {"adamw", [&](Backend& b, size_t c, float* w, const float* g, float* s1, float* s2,
+                    float*) { b.adamw_update(AdamWParams{}, 3, c, w, g, s1, s2); }},
+      {"rmsprop", [&](Backend& b, size_t c, float* w, const float* g, float* s1, float* s2,
+                      float* s3) { b.rmsprop_update(rms, c, w, g, s1, s2, s3); }},
+      {"rmsprop momentum", [&](Backend& b, size_t c, float* w, const float* g, float* s1, float* s2,
+                               float* s3) { b.rmsprop_update(rms_momentum, c, w, g, s1, s2, s3); }},
+      {"rmsprop centered", [&](Backend& b, size_t c, float* w, const float* g, float* s1, float* s2,
+                               float* s3) { b.rmsprop_update(rms_centered, c, w, g, s1, s2, s3); }},
+      {"rmsprop centered momentum",
+       [&](Backend& b, size_t c, float* w, const float* g, float* s1, float* s2, float* s3) {
+         b.rmsprop_update(rms_both, c, w, g, s1, s2, s3);
+       }},
+  };
+  auto be = make_dnnl_backend();
+  Rng rng(171);
+  for (const auto& [name, update] : updates) {
+    INFO(name);
+    // Four arrays one float past a 64-byte boundary: the same phase in all, so they stream.
+    std::vector<Floats> streamed(4), plain(4);
+    for (Floats& a : streamed) a = rng.floats(n + 16, 0.01, 1);  // positive: slots stay valid
+    for (int a = 0; a < 4; ++a) plain[a] = streamed[a];
+    const Floats before = streamed[0];
+    const Floats g = rng.floats(n + 16, -1, 1);
+    auto run = [&](std::vector<Floats>& arrays, int64_t first, int64_t count) {
+      float* at[4];
+      for (int a = 0; a < 4; ++a) at[a] = arrays[a].data() + 1 + first;
+      update(*be, count, at[0], g.data() + 1 + first, at[1], at[2], at[3]);
+    };
+    float* w = streamed[0].data() + 1;
+    REQUIRE(reinterpret_cast<uintptr_t>(w) % 16 != 0);
+    CHECK(su::streams(n, w, streamed[1].data() + 1, streamed[2].data() + 1));
+    run(streamed, 0, n);
+    for (int64_t first = 0; first < n; first += piece)
+      run(plain, first, std::min(piece, n - first));
+    for (int a = 0; a < 4; ++a) {
+      INFO("array " << a);
+      CHECK(bit_identical(streamed[a], plain[a]));
+    }
+    CHECK_FALSE(bit_identical(streamed[0], before));
+  }
+  // Arrays at different phases fall back to plain stores.
+  Floats a(64), b(64);
+  CHECK_FALSE(su::streams(su::kStreamAt, a.data(), b.data() + 1));
+  CHECK_FALSE(su::streams(su::kStreamAt - 1, a.data(), b.data()));
 }
 
 TEST_CASE("host backends unscale gradients exactly and flag any infinity or NaN", "[parity]") {

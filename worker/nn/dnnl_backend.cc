@@ -21,6 +21,7 @@
 #include "worker/nn/direct_conv.h"
 #include "worker/nn/dnnl_parts.h"
 #include "worker/nn/host_backend.h"
+#include "worker/nn/streamed_update.h"
 
 namespace dtrain::nn {
 namespace {
@@ -367,6 +368,8 @@ void DnnlBackend::softmax_cross_entropy(int n, int classes, const float* logits,
   totals[2] += static_cast<float>(n);
 }
 
+// The updates are Keras's, element by element, through streamed_update::run (each lambda reads
+// its element's inputs before it sets the outputs, which may be those same elements).
 void DnnlBackend::sgd_update(const SgdParams& gated_params, size_t count, float* w, const float* g,
                              float* velocity) {
   SgdParams p = gated_params;
@@ -375,34 +378,71 @@ void DnnlBackend::sgd_update(const SgdParams& gated_params, size_t count, float*
   const float lr = p.learning_rate, mu = p.momentum;
   const int64_t n = static_cast<int64_t>(count);
   if (mu == 0.0f) {
-#pragma omp parallel for simd schedule(static)
-    for (int64_t i = 0; i < n; ++i) w[i] -= lr * g[i];
+    streamed_update::run(
+        n, [=](int64_t i, float& new_w) { new_w = w[i] - lr * g[i]; }, w);
     return;
   }
-#pragma omp parallel for simd schedule(static)
-  for (int64_t i = 0; i < n; ++i) {
-    velocity[i] = mu * velocity[i] - lr * g[i];
-    w[i] += p.nesterov ? mu * velocity[i] - lr * g[i] : velocity[i];
+  const bool nesterov = p.nesterov;
+  if (nesterov) {
+    streamed_update::run(
+        n,
+        [=](int64_t i, float& new_w, float& new_velocity) {
+          const float v = mu * velocity[i] - lr * g[i];
+          new_velocity = v;
+          new_w = w[i] + (mu * v - lr * g[i]);
+        },
+        w, velocity);
+    return;
   }
+  streamed_update::run(
+      n,
+      [=](int64_t i, float& new_w, float& new_velocity) {
+        const float v = mu * velocity[i] - lr * g[i];
+        new_velocity = v;
+        new_w = w[i] + v;
+      },
+      w, velocity);
 }
+
+namespace {
+
+/// Adam's rate at step t (Keras's lr_t: the bias corrections folded into it).
+float adam_rate(const AdamParams& p, int64_t step) {
+  DT_ENFORCE(step >= 1, "Adam step {} (counts from 1)", step);
+  const double t = static_cast<double>(step);
+  return static_cast<float>(p.learning_rate * std::sqrt(1.0 - std::pow(p.beta_2, t)) /
+                            (1.0 - std::pow(p.beta_1, t)));
+}
+
+/// Adam's update of n elements at rate lr; with decay (AdamW), each weight first loses
+/// weight * decay * learning_rate, as Keras's AdamW applies the decay before the Adam step.
+template <bool kDecay>
+void adam_elements(const AdamParams& p, float lr, float decay, int64_t n, float* w, const float* g,
+                   float* m, float* v) {
+  const float b1 = p.beta_1, b2 = p.beta_2, eps = p.epsilon, learning_rate = p.learning_rate;
+  streamed_update::run(
+      n,
+      [=](int64_t i, float& new_w, float& new_m, float& new_v) {
+        float weight = w[i];
+        if constexpr (kDecay) weight -= weight * decay * learning_rate;
+        const float mi = m[i] + (g[i] - m[i]) * (1.0f - b1);
+        const float vi = v[i] + (g[i] * g[i] - v[i]) * (1.0f - b2);
+        new_m = mi;
+        new_v = vi;
+        new_w = weight - lr * mi / (std::sqrt(vi) + eps);
+      },
+      w, m, v);
+}
+
+}  // namespace
 
 void DnnlBackend::adam_update(const AdamParams& gated_params, int64_t step, size_t count, float* w,
                               const float* g, float* m, float* v) {
   AdamParams p = gated_params;
   if (!gated(p, &step)) return;
-  DT_ENFORCE(step >= 1, "Adam step {} (counts from 1)", step);
-  const double t = static_cast<double>(step);
-  const float lr = static_cast<float>(p.learning_rate * std::sqrt(1.0 - std::pow(p.beta_2, t)) /
-                                      (1.0 - std::pow(p.beta_1, t)));
-  const float b1 = p.beta_1, b2 = p.beta_2, eps = p.epsilon;
+  const float lr = adam_rate(p, step);
   updated(w, count);
-  const int64_t n = static_cast<int64_t>(count);
-#pragma omp parallel for simd schedule(static)
-  for (int64_t i = 0; i < n; ++i) {
-    m[i] += (g[i] - m[i]) * (1.0f - b1);
-    v[i] += (g[i] * g[i] - v[i]) * (1.0f - b2);
-    w[i] -= lr * m[i] / (std::sqrt(v[i]) + eps);
-  }
+  adam_elements<false>(p, lr, 0.0f, static_cast<int64_t>(count), w, g, m, v);
 }
 
 void DnnlBackend::rmsprop_update(const RmspropParams& gated_params, size_t count, float* w,
@@ -413,21 +453,55 @@ void DnnlBackend::rmsprop_update(const RmspropParams& gated_params, size_t count
   const float lr = p.learning_rate, rho = p.rho, mu = p.momentum, eps = p.epsilon;
   updated(w, count);
   const int64_t n = static_cast<int64_t>(count);
-#pragma omp parallel for schedule(static)
-  for (int64_t i = 0; i < n; ++i) {
-    velocity[i] = rho * velocity[i] + (1.0f - rho) * g[i] * g[i];
-    float denominator = velocity[i] + eps;
-    if (p.centered) {
-      average_gradient[i] = rho * average_gradient[i] + (1.0f - rho) * g[i];
-      denominator = velocity[i] - average_gradient[i] * average_gradient[i] + eps;
+  // velocity, then (centered) the average gradient, then the increment, taken by the momentum
+  // slot (momentum > 0) or straight from the weight.
+  auto increment = [=](int64_t i, float& new_velocity, float* new_average) {
+    const float vi = rho * velocity[i] + (1.0f - rho) * g[i] * g[i];
+    float denominator = vi + eps;
+    if (new_average != nullptr) {
+      const float ai = rho * average_gradient[i] + (1.0f - rho) * g[i];
+      *new_average = ai;
+      denominator = vi - ai * ai + eps;
     }
-    float increment = lr * g[i] / std::sqrt(denominator);
-    if (mu > 0.0f) {
-      momentum_slot[i] = mu * momentum_slot[i] + increment;
-      w[i] -= momentum_slot[i];
-    } else {
-      w[i] -= increment;
-    }
+    new_velocity = vi;
+    return lr * g[i] / std::sqrt(denominator);
+  };
+  if (p.centered && mu > 0.0f) {
+    streamed_update::run(
+        n,
+        [=](int64_t i, float& new_w, float& new_velocity, float& new_momentum, float& new_average) {
+          const float step = increment(i, new_velocity, &new_average);
+          const float momentum = mu * momentum_slot[i] + step;
+          new_momentum = momentum;
+          new_w = w[i] - momentum;
+        },
+        w, velocity, momentum_slot, average_gradient);
+  } else if (p.centered) {
+    streamed_update::run(
+        n,
+        [=](int64_t i, float& new_w, float& new_velocity, float& new_average) {
+          const float step = increment(i, new_velocity, &new_average);
+          new_w = w[i] - step;
+        },
+        w, velocity, average_gradient);
+  } else if (mu > 0.0f) {
+    streamed_update::run(
+        n,
+        [=](int64_t i, float& new_w, float& new_velocity, float& new_momentum) {
+          const float step = increment(i, new_velocity, nullptr);
+          const float momentum = mu * momentum_slot[i] + step;
+          new_momentum = momentum;
+          new_w = w[i] - momentum;
+        },
+        w, velocity, momentum_slot);
+  } else {
+    streamed_update::run(
+        n,
+        [=](int64_t i, float& new_w, float& new_velocity) {
+          const float step = increment(i, new_velocity, nullptr);
+          new_w = w[i] - step;
+        },
+        w, velocity);
   }
 }
 
@@ -435,11 +509,10 @@ void DnnlBackend::adamw_update(const AdamWParams& gated_params, int64_t step, si
                                float* w, const float* g, float* m, float* v) {
   AdamWParams p = gated_params;
   if (!gated(p, &step)) return;
-  const float decay = p.weight_decay, lr = p.learning_rate;
-  const int64_t n = static_cast<int64_t>(count);
-#pragma omp parallel for simd schedule(static)
-  for (int64_t i = 0; i < n; ++i) w[i] -= w[i] * decay * lr;
-  adam_update({p.learning_rate, p.beta_1, p.beta_2, p.epsilon}, step, count, w, g, m, v);
+  const AdamParams adam{p.learning_rate, p.beta_1, p.beta_2, p.epsilon};
+  const float lr = adam_rate(adam, step);
+  updated(w, count);
+  adam_elements<true>(adam, lr, p.weight_decay, static_cast<int64_t>(count), w, g, m, v);
 }
 
 }  // namespace
