@@ -13,7 +13,7 @@
 #include <tuple>
 #include <utility>
 
-#if defined(__x86_64__) || defined(__i386__)
+#if defined(__x86_64__)  // SSE is part of x86-64
 #include <immintrin.h>
 #define DT_STREAMED_STORES 1
 #endif
@@ -86,8 +86,8 @@ void run(int64_t n, Update update, Out*... outs) {
   // Plain stores up to the first 16-byte boundary (where every array has one: streams()) and
   // past the last whole block.
   const void* any_out = std::get<0>(std::make_tuple(outs...));
-  const int64_t head = static_cast<int64_t>((16 - reinterpret_cast<uintptr_t>(any_out) % 16) %
-                                            16 / sizeof(float));
+  const int64_t head =
+      static_cast<int64_t>((16 - reinterpret_cast<uintptr_t>(any_out) % 16) % 16 / sizeof(float));
   const int64_t blocks = (n - head) / kBlock;
   for (int64_t i = 0; i < head; ++i) update(i, outs[i]...);
   detail::run_blocks(head, blocks, update, std::index_sequence_for<Out...>{}, outs...);

@@ -1,9 +1,9 @@
 // Keras's LossScaleOptimizer for mixed_float16 (docs/design.md#loss-scaling): the loss scale and
 // its rule. Dynamic: starts at 2^15, halves on a step with a non-finite gradient (that step is
 // skipped; never below 1, tf.keras's floor) and doubles after dynamic_growth_steps finite steps
-// in a row; or fixed. This class is
-// the host's copy of the state and the rule's reference: TrainStep keeps the state in device
-// memory and applies the same rule there (Backend::update_loss_scale).
+// in a row; or fixed. This class is the host's copy of the state and the rule's reference:
+// TrainStep keeps the state in device memory and applies the same rule there
+// (Backend::update_loss_scale).
 #pragma once
 
 #include <cstdint>
