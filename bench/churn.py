@@ -40,6 +40,7 @@ FIRST_STEP = re.compile(r"first step of this run done \(CLOCK_MONOTONIC ([\d.]+)
 POLL = 0.02
 GRACE = 20  # seconds a system gets after SIGTERM before SIGKILL
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+TORCH_MALLOC = "glibc.malloc.mmap_threshold=33554432:glibc.malloc.trim_threshold=4294967295"
 
 
 class Interrupted(Exception):
@@ -292,7 +293,11 @@ class Torchrun:
         self.threads = args.threads
 
     def start(self, folder, log):
-        env = dict(os.environ, OMP_NUM_THREADS=str(self.threads), PYTHONUNBUFFERED="1")
+        # glibc keeps freed blocks, as the jemalloc or tcmalloc of PyTorch's CPU tuning guide
+        # would: otherwise each step page-faults through the gradients it allocates anew
+        # (scripts/torch-at-best.sh).
+        env = dict(os.environ, OMP_NUM_THREADS=str(self.threads), PYTHONUNBUFFERED="1",
+                   GLIBC_TUNABLES=TORCH_MALLOC)
         command = [PYTHON, os.path.join(HERE, "torchrun311.py"), "--nnodes", "1",
                    "--nproc_per_node", "2", "--max_restarts", str(self.max_restarts),
                    "--monitor_interval", str(self.monitor), "--rdzv_backend", "c10d",

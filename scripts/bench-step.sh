@@ -6,14 +6,9 @@
 # PyTorch float32) and oneDNN's sgemm peak. "n/a" where the CPU cannot run dtrain's bf16
 # (oneDNN's bf16 needs AVX512_BF16 or AMX). The header names the CPU model, oneDNN's ISA, the
 # lscpu flags that matter (avx512_bf16, amx_bf16, avx512f, avx2), and PyTorch's version and the
-# BLAS it loaded. PyTorch runs at its best here: Debian builds it with BLAS_INFO=generic, so its
-# dense layers call the system libblas.so.3 (the reference BLAS unless an OpenBLAS is the
-# alternative); this script installs OpenBLAS's OpenMP build (libopenblas0-openmp) and puts it
-# first on LD_LIBRARY_PATH for the PyTorch runs only (the system's alternative is not changed),
-# so OpenBLAS and PyTorch share one OpenMP runtime and thread count. PyTorch also runs with glibc
-# malloc tunables that keep freed blocks (as the jemalloc or tcmalloc of PyTorch's tuning guide
-# would) and, on AVX-512 CPUs, with OpenBLAS's SkylakeX kernels where a calibration at the start
-# finds them faster than its own choice; the header says which.
+# BLAS it loaded. PyTorch runs at its best (scripts/torch-at-best.sh: OpenBLAS's OpenMP build,
+# glibc malloc tunables that keep freed blocks, and OpenBLAS's SkylakeX kernels where they are
+# faster); the header says which kernels.
 #   scripts/bench-step.sh [STEPS] [BUILD_DIR] [--repeat N] [--profile | --profile-only]
 # STEPS (default 50) timed steps after 10 warm-up; BUILD_DIR (default build) holds
 # bench/step_bench. --profile adds, after the table, step_bench --profile's per-phase table of
@@ -64,26 +59,9 @@ if [ "$profile" = only ]; then
   exit 0
 fi
 
-openmp_blas=/usr/lib/x86_64-linux-gnu/openblas-openmp
-if ! /usr/bin/python3 -c "import torch" 2>/dev/null || [ ! -e "$openmp_blas/libblas.so.3" ] ||
-  ! dpkg -s libopenblas0-pthread >/dev/null 2>&1; then
-  echo "# installing python3-torch, libopenblas0-openmp and libopenblas0-pthread for the comparison" >&2
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends python3-torch \
-    libopenblas0-openmp libopenblas0-pthread >/dev/null
-fi
-# PyTorch at its best (docs/benchmarks.md, issue 29's fifth session): its step allocates each
-# gradient anew, and glibc hands blocks this large back to the kernel and maps them again, so
-# every step page-faults through the 11 MB of the dense layer's gradients; PyTorch's CPU tuning
-# guide prescribes jemalloc or tcmalloc, which keep them, and these glibc tunables do the same.
-# And OpenBLAS 0.3.21 runs its AVX2 (Haswell) kernels on Zen 4 and 5, which it predates: where
-# the CPU has AVX-512 the script times its SkylakeX kernels against its own choice first and
-# keeps the faster.
-torch_malloc=glibc.malloc.mmap_threshold=33554432:glibc.malloc.trim_threshold=4294967295
-torch_core=
-torch() {  # PyTorch with OpenBLAS's OpenMP build, OMP_NUM_THREADS threads
-  env GLIBC_TUNABLES=$torch_malloc ${torch_core:+OPENBLAS_CORETYPE=$torch_core} \
-    LD_LIBRARY_PATH=$openmp_blas${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} /usr/bin/python3 bench/step_torch.py "$@"
-}
+. scripts/torch-at-best.sh
+torch_install
+torch() { torch_python bench/step_torch.py "$@"; }  # OMP_NUM_THREADS threads
 
 cpu_info=$("$step_bench" --cpu-info)
 flags=$( (lscpu 2>/dev/null | sed -n 's/^Flags:[[:space:]]*//p'; grep -m1 '^flags' /proc/cpuinfo) | tr ' ' '\n')
@@ -92,20 +70,9 @@ echo "# scripts/bench-step.sh: tutorial CNN, SGD momentum 0.9, $steps timed step
 bf16=$(sed -n 's/^mixed_bfloat16 //p' <<<"$cpu_info")
 echo "# CPU: $(sed -n 's/^cpu_model //p' <<<"$cpu_info"); oneDNN ISA: $(sed -n 's/^onednn_isa //p' <<<"$cpu_info"); lscpu flags: $(have avx512_bf16) $(have amx_bf16) $(have avx512f) $(have avx2); dtrain mixed_bfloat16: $bf16"
 alternative=$(update-alternatives --query libblas.so.3-x86_64-linux-gnu 2>/dev/null | sed -n 's/^Value: //p')
-echo "# $(torch --info) (LD_LIBRARY_PATH=$openmp_blas; the system's libblas.so.3 alternative: ${alternative:-unknown})"
-core_choice="OpenBLAS's own choice (no AVX-512 here)"
-if grep -qx avx512f <<<"$flags"; then
-  own=() skylakex=()
-  for _ in 1 2 3; do
-    own+=("$(OMP_NUM_THREADS=1 torch 64 1 "$steps" float32 | awk '{ print $4 }')")
-    skylakex+=("$(torch_core=SkylakeX OMP_NUM_THREADS=1 torch 64 1 "$steps" float32 | awk '{ print $4 }')")
-  done
-  own_rate=$(printf '%s\n' "${own[@]}" | sort -g | sed -n 2p)
-  skylakex_rate=$(printf '%s\n' "${skylakex[@]}" | sort -g | sed -n 2p)
-  if awk -v a="$skylakex_rate" -v b="$own_rate" 'BEGIN { exit !(a > b) }'; then torch_core=SkylakeX; fi
-  core_choice="${torch_core:-its own choice}: PyTorch fp32, 1 thread, batch 64, median of 3: own choice $own_rate, SkylakeX $skylakex_rate samples/s"
-fi
-echo "# PyTorch runs with GLIBC_TUNABLES=$torch_malloc (freed blocks kept, as jemalloc or tcmalloc would); OpenBLAS kernels: $core_choice"
+echo "# $(torch --info) (LD_LIBRARY_PATH=$torch_openmp_blas; the system's libblas.so.3 alternative: ${alternative:-unknown})"
+torch_calibrate "$steps"
+torch_header
 echo "# each cell: the median of $repeat runs, the four columns' runs alternated"
 echo "threads batch dtrain_fp32 dtrain_bf16 pytorch_fp32 pytorch_bf16_autocast dtrain_fp32_vs_pytorch_fp32 dtrain_bf16_vs_pytorch_fp32 sgemm_peak_gflops paired_fp32_vs_pytorch_fp32 paired_bf16_vs_pytorch_fp32"
 median() { if [ $# -eq 0 ]; then echo n/a; else printf '%s\n' "$@" | sort -g | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; fi; }

@@ -19,9 +19,14 @@
 #   is printed under the table): the warm samples/s (the second epoch's, from the run's
 #   metrics.jsonl) beside BUILD_DIR/bench/step_bench's bare step for the same configuration,
 #   worker/bare, and the share of the worker's epoch spent inside its step (metrics.jsonl's
-#   step_seconds / seconds: the rest is the worker's own work between steps).
-#   --cpu-speed-repeat N alternates worker and bare step N times per row and prints the medians
-#   (default 1).
+#   step_seconds / seconds: the rest is the worker's own work between steps). Beside them the same
+#   training in PyTorch at its best (bench/worker_torch.py, scripts/torch-at-best.sh): float32
+#   beside dtrain's float32 and torch.autocast bf16 beside its mixed_bfloat16, the same epochs,
+#   steps, batch and threads, and the worker against PyTorch float32 (the issue's aims: 2x in
+#   float32, 3x in bf16).
+#   --cpu-speed-repeat N alternates the six runs of a thread count and batch (bare step and
+#   worker in each policy, the two PyTorch runs) N times and prints the medians (default 1); the
+#   worker_vs_pytorch_fp32 column is the median of each round's own ratio.
 #   scripts/bench-worker.sh [--cpu-speed-only] [--cpu-speed-steps STEPS] [--cpu-speed-repeat N] [BUILD_DIR]
 # --cpu-speed-only runs that first section alone (a quick rerun).
 set -euo pipefail
@@ -38,13 +43,18 @@ while [ $# -gt 0 ]; do
   shift
 done
 bash scripts/build.sh "$build" >/dev/null
+. scripts/torch-at-best.sh
+torch_install
+torch_calibrate 50
 work=$(mktemp -d /tmp/dtrain-bench-worker-XXXXXX)
 trap 'rm -rf "$work"' EXIT
 
 # CPU speed: the worker's warm samples/s beside the bare training step (step_bench).
-/usr/bin/python3 - "$work" "$build" "$cpu_speed_steps" "$cpu_speed_repeat" <<'PY'
+/usr/bin/python3 - "$work" "$build" "$cpu_speed_steps" "$cpu_speed_repeat" "$torch_malloc" \
+  "$torch_core" "$torch_openmp_blas" "$(torch_header)" <<'PY'
 import json, os, re, subprocess, sys
 work, build, steps, repeat = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+torch_malloc, torch_core, torch_blas, torch_header = sys.argv[5:9]
 config = "configs/fashion-mnist-2workers.json"
 base = json.load(open(config))
 del base["cluster"]
@@ -81,6 +91,17 @@ def worker(threads, batch, precision):
     m = [m for m in lines if m["epoch"] == 2][0]
     return (m["samples_per_second"], m["step_seconds"] / m["seconds"]), None
 
+def pytorch(threads, batch, precision):
+    """bench/worker_torch.py's second-epoch samples/s, PyTorch at its best."""
+    env = dict(os.environ, OMP_NUM_THREADS=str(threads), GLIBC_TUNABLES=torch_malloc,
+               LD_LIBRARY_PATH=":".join(filter(None, [torch_blas, os.environ.get("LD_LIBRARY_PATH")])))
+    if torch_core:
+        env["OPENBLAS_CORETYPE"] = torch_core
+    out = subprocess.run(["/usr/bin/python3", "bench/worker_torch.py", str(batch), str(steps), "2",
+                          precision, "--data", base["train"]["data"]["dir"]], check=True,
+                         capture_output=True, text=True, env=env).stdout
+    return float([l for l in out.splitlines() if l.startswith("epoch 2 ")][0].split()[3])
+
 print(f"# CPU speed: one worker (workers: 1), tutorial CNN, {config}'s model; worker = warm "
       f"samples/s (epoch 2 of 2, {steps} steps each, from metrics.jsonl); bare = "
       f"{build}/bench/step_bench ({steps} steps after 10 warm-up); median of {repeat} "
@@ -90,26 +111,48 @@ print(f"# CPU: {info.get('cpu_model')}; oneDNN ISA: {info.get('onednn_isa')}; "
 print("# worker_in_step: of the worker's epoch, the share spent inside its training step (the rest"
       " is its work between steps), measured in the same run, so the machine's drift between"
       " runs does not enter it")
+print(f"# pytorch: bench/worker_torch.py, the same {steps}-step epochs (second epoch's samples/s), "
+      "float32 in the float32 rows, torch.autocast bf16 in the mixed_bfloat16 rows; "
+      "worker_vs_pytorch_fp32: the median of each round's worker / PyTorch float32")
+print(torch_header)
 print("threads batch precision worker_samples_per_s bare_step_samples_per_s worker_vs_bare "
-      "worker_in_step", flush=True)
+      "worker_in_step pytorch_samples_per_s worker_vs_pytorch_fp32", flush=True)
 notes = []
+median = lambda values: sorted(values)[len(values) // 2] if values else None
+policies = (("float32", "float32"), ("mixed_bfloat16", "autocast_bf16"))
 for threads in (1, 2):
     for batch in (64, 256):
-        for precision in ("float32", "mixed_bfloat16"):
-            bares, rates, shares, why = [], [], [], None
-            for _ in range(repeat):
+        runs = {p: {"bare": [], "rate": [], "share": [], "torch": [], "paired": [], "why": None}
+                for p, _ in policies}
+        for _ in range(repeat):
+            for precision, _ in policies:
+                r = runs[precision]
+                if r["why"] is not None:
+                    continue
                 bare = bare_step(threads, batch, precision)
                 measured, why = worker(threads, batch, precision) if bare else (None, None)
                 if not bare or why:
-                    break
-                bares.append(bare), rates.append(measured[0]), shares.append(measured[1])
-            median = lambda values: sorted(values)[len(values) // 2] if values else None
-            bare, rate, share = median(bares), median(rates), median(shares)
-            if why:
-                notes.append(f"# {threads} {batch} {precision}: the worker failed: {why}")
+                    r["why"] = why or ""
+                    continue
+                r["bare"].append(bare), r["rate"].append(measured[0])
+                r["share"].append(measured[1])
+            for precision, torch_precision in policies:
+                runs[precision]["torch"].append(pytorch(threads, batch, torch_precision))
+            fp32 = runs["float32"]["torch"][-1]
+            for precision, _ in policies:
+                r = runs[precision]
+                if r["why"] is None:
+                    r["paired"].append(r["rate"][-1] / fp32)
+        for precision, _ in policies:
+            r = runs[precision]
+            bare, rate, share = median(r["bare"]), median(r["rate"]), median(r["share"])
+            if r["why"]:
+                notes.append(f"# {threads} {batch} {precision}: the worker failed: {r['why']}")
+            paired = median(r["paired"]) if r["why"] is None else None
             cells = [f"{rate:.0f}" if rate else "n/a", f"{bare:.0f}" if bare else "n/a",
                      f"{rate / bare:.2f}" if rate and bare else "n/a",
-                     f"{share:.4f}" if share else "n/a"]
+                     f"{share:.4f}" if share else "n/a", f"{median(r['torch']):.0f}",
+                     f"{paired:.2f}" if paired else "n/a"]
             print(threads, batch, precision, *cells, flush=True)
 for note in notes:
     print(note)
