@@ -1,0 +1,306 @@
+// How fast a training step of a model could be on this CPU if everything but its dense layers'
+// matrix products, and its optimizer's pass over the parameters, were free: the bound that
+// scripts/bench-bound.sh sets beside PyTorch's step (docs/benchmarks.md, issue 29's sixth
+// session). For each dense layer at batch n, its three products (the forward x w, the input
+// gradient dy w^T, except for a first layer, and the weight gradient x^T dy) are timed on cold
+// caches in every form oneDNN offers here, with the operands already in whichever layout that
+// form wants, and the fastest form of each counts:
+//   float32: sgemm on x or x^T stored, dy w^T as sgemm, as W dy^T (dx^T) and as the matmul
+//            primitive (what dtrain's backend runs), x^T dy on x or x^T stored;
+//   bf16:    the matmul primitive on inputs already rounded to bf16, weights plain or in the
+//            blocked layout the primitive prefers (no packing in the call), float32 outputs.
+// The optimizer is the oneDNN backend's own SGD-momentum update (read w, g, v; write w, v) over
+// all the model's parameters, cold: a memory-bound pass any step that stores its gradients pays.
+// A convolution's least work, in a step that keeps each layer's output in memory, is taken as its
+// output's passes alone, at memory speed, its arithmetic free: written once by the forward, read
+// twice by the backward (the output for ReLU's mask, and its gradient), in float32 and, for bf16,
+// in 16-bit elements.
+// Prints one row: "bound BATCH fp32_products_ms bf16_products_ms sgd_ms conv_fp32_ms
+// conv_bf16_ms" (bf16 "n/a" where the CPU has no bf16 products). Threads come from OMP_NUM_THREADS. Asserts nothing.
+//   product_bound JOB_FILE BATCH [REPEATS]   (median of REPEATS timings per form, default 15)
+#include <dnnl.hpp>
+#include <omp.h>
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "common/atomic_file.h"
+#include "common/errors.h"
+#include "common/exit_codes.h"
+#include "common/json.h"
+#include "worker/nn/backend.h"
+#include "worker/nn/random.h"
+#include "worker/train/train_config.h"
+using namespace dtrain;
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using dnnl::memory;
+using Tag = memory::format_tag;
+using Type = memory::data_type;
+
+// Larger than any last-level cache these machines have: reading it evicts the operands (only
+// reading it: dirty lines would charge their write-back to the next timing).
+class ColdCache {
+ public:
+  ColdCache() : lines_(size_t{96} << 20, 1) {}
+  void evict() {
+    for (size_t i = 0; i < lines_.size(); i += 64) sink_ += lines_[i];
+  }
+
+ private:
+  std::vector<unsigned char> lines_;
+  volatile unsigned sink_ = 0;  // so the reads stay
+};
+
+// The median of repeats timings of f, each on cold caches, in ms.
+double median_ms(ColdCache& cold, int repeats, const std::function<void()>& f) {
+  f();  // warm-up: the library's own set-up
+  std::vector<double> times;
+  for (int r = 0; r < repeats; ++r) {
+    cold.evict();
+    auto t = Clock::now();
+    f();
+    times.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t).count());
+  }
+  std::sort(times.begin(), times.end());
+  return times[times.size() / 2];
+}
+
+std::vector<float> random_floats(size_t count, uint64_t seed) {
+  std::vector<float> v(count);
+  for (size_t i = 0; i < count; ++i) v[i] = 2.0f * nn::unit_float(nn::random_key(seed, i)) - 1.0f;
+  return v;
+}
+
+void sgemm(char ta, char tb, int m, int n, int k, const float* a, int lda, const float* b, int ldb,
+           float* c, int ldc) {
+  dnnl_status_t rc = dnnl_sgemm(ta, tb, m, n, k, 1.0f, a, lda, b, ldb, 0.0f, c, ldc);
+  DT_ENFORCE(rc == dnnl_success, "dnnl_sgemm failed with status {}", static_cast<int>(rc));
+}
+
+// C (m x n, float32, row-major) = A (m x k) B (k x n) as one oneDNN matmul primitive, A and B of
+// type `type` with the given strides (a view of a transposed operand has strides {1, rows}); B
+// in the blocked layout the primitive prefers when packed_b.
+class Product {
+ public:
+  Product(const dnnl::engine& engine, Type type, int m, int k, int n, memory::dims a_strides,
+          memory::dims b_strides, bool packed_b)
+      : engine_(engine), stream_(engine) {
+    memory::desc a({m, k}, type, a_strides);
+    memory::desc b = packed_b ? memory::desc({k, n}, type, Tag::any)
+                              : memory::desc({k, n}, type, b_strides);
+    memory::desc c({m, n}, Type::f32, Tag::ab);
+    dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a, b, c), engine_);
+    primitive_ = dnnl::matmul(pd);
+    a_ = filled(pd.src_desc(), 1), b_ = filled(pd.weights_desc(), 2), c_ = memory(c, engine_);
+  }
+  void run() {
+    primitive_.execute(stream_,
+                       {{DNNL_ARG_SRC, a_}, {DNNL_ARG_WEIGHTS, b_}, {DNNL_ARG_DST, c_}});
+    stream_.wait();
+  }
+
+ private:
+  // A memory of md's layout holding random values of its type (bf16: float32's upper halves).
+  memory filled(const memory::desc& md, uint64_t seed) {
+    memory m(md, engine_);
+    size_t bytes = md.get_size();
+    bool f32 = md.data_type() == Type::f32;
+    std::vector<float> values = random_floats(bytes / (f32 ? 4 : 2), seed);
+    auto* out = static_cast<unsigned char*>(m.get_data_handle());
+    if (f32) {
+      std::memcpy(out, values.data(), bytes);
+    } else {
+      for (size_t i = 0; i < bytes / 2; ++i) {
+        uint32_t bits;
+        std::memcpy(&bits, &values[i], 4);
+        uint16_t half = static_cast<uint16_t>(bits >> 16);
+        std::memcpy(out + 2 * i, &half, 2);
+      }
+    }
+    return m;
+  }
+  dnnl::engine engine_;
+  dnnl::stream stream_;
+  dnnl::matmul primitive_;
+  memory a_, b_, c_;
+};
+
+struct Dense {
+  int in = 0, out = 0;
+  bool first = false;  ///< the model's first layer: nobody needs its input gradient
+};
+
+// The model's dense layers and convolutions' outputs (elements per example), and how many
+// parameters it has in all.
+struct Shapes {
+  std::vector<Dense> dense;
+  std::vector<size_t> conv_outputs;
+  size_t parameters = 0;
+};
+
+Shapes shapes_of(const nn::ModelSpec& spec) {
+  Shapes shapes;
+  int c = spec.channels, h = spec.height, w = spec.width;
+  for (size_t i = 0; i < spec.layers.size(); ++i) {
+    const nn::LayerSpec& l = spec.layers[i];
+    if (l.type == nn::LayerType::kConv2d) {
+      int oh =
+          l.same_padding ? (h + l.stride_h - 1) / l.stride_h : (h - l.kernel_h) / l.stride_h + 1;
+      int ow =
+          l.same_padding ? (w + l.stride_w - 1) / l.stride_w : (w - l.kernel_w) / l.stride_w + 1;
+      shapes.parameters += static_cast<size_t>(l.filters) * c * l.kernel_h * l.kernel_w + l.filters;
+      shapes.conv_outputs.push_back(static_cast<size_t>(l.filters) * oh * ow);
+      c = l.filters, h = oh, w = ow;
+    } else if (l.type == nn::LayerType::kMaxPooling2d) {
+      h = (h - l.pool_h) / l.stride_h + 1, w = (w - l.pool_w) / l.stride_w + 1;
+    } else if (l.type == nn::LayerType::kFlatten) {
+      c = c * h * w, h = w = 1;
+    } else if (l.type == nn::LayerType::kDense) {
+      shapes.dense.push_back({c * h * w, l.units, i == 0});
+      shapes.parameters += static_cast<size_t>(c) * h * w * l.units + l.units;
+      c = l.units, h = w = 1;
+    }
+  }
+  return shapes;
+}
+
+// A convolution's output passes at memory speed, on OpenMP's threads: one write and two reads of
+// `bytes`, in ms.
+double conv_passes_ms(ColdCache& cold, int repeats, size_t bytes) {
+  const int64_t words = static_cast<int64_t>(bytes / 8 + 1);
+  std::vector<uint64_t> y(static_cast<size_t>(words)), dy(static_cast<size_t>(words));
+  volatile uint64_t sink = 0;
+  double write = median_ms(cold, repeats, [&] {
+#pragma omp parallel
+    {
+      int64_t threads = omp_get_num_threads(), t = omp_get_thread_num();
+      int64_t begin = words * t / threads, end = words * (t + 1) / threads;
+      std::memset(y.data() + begin, 1, static_cast<size_t>(end - begin) * 8);
+    }
+  });
+  double read = median_ms(cold, repeats, [&] {
+    uint64_t sum = 0;
+#pragma omp parallel for reduction(+ : sum)
+    for (int64_t i = 0; i < words; ++i) sum += y[static_cast<size_t>(i)] ^ dy[static_cast<size_t>(i)];
+    sink = sink + sum;
+  });
+  return write + read;
+}
+
+// The fastest float32 form of each product of one dense layer, summed, in ms.
+double fp32_products_ms(ColdCache& cold, int repeats, const dnnl::engine& engine, int n,
+                        const Dense& d) {
+  const int in = d.in, out = d.out;
+  std::vector<float> x = random_floats(static_cast<size_t>(n) * in, 1);
+  std::vector<float> xt = random_floats(static_cast<size_t>(n) * in, 2);
+  std::vector<float> w = random_floats(static_cast<size_t>(in) * out, 3);
+  std::vector<float> dy = random_floats(static_cast<size_t>(n) * out, 4);
+  std::vector<float> y(static_cast<size_t>(n) * out), dx(static_cast<size_t>(n) * in);
+  std::vector<float> dw(static_cast<size_t>(in) * out);
+  auto best = [&](std::vector<std::function<void()>> forms) {
+    double ms = 1e30;
+    for (auto& f : forms) ms = std::min(ms, median_ms(cold, repeats, f));
+    return ms;
+  };
+  double total = best({
+      [&] { sgemm('N', 'N', n, out, in, x.data(), in, w.data(), out, y.data(), out); },
+      [&] { sgemm('T', 'N', n, out, in, xt.data(), n, w.data(), out, y.data(), out); },
+  });
+  if (!d.first) {
+    Product primitive(engine, Type::f32, n, out, in, {out, 1}, {1, out}, false);
+    total += best({
+        [&] { sgemm('N', 'T', n, in, out, dy.data(), out, w.data(), out, dx.data(), in); },
+        [&] { sgemm('N', 'T', in, n, out, w.data(), out, dy.data(), out, dx.data(), n); },
+        [&] { primitive.run(); },
+    });
+  }
+  total += best({
+      [&] { sgemm('T', 'N', in, out, n, x.data(), in, dy.data(), out, dw.data(), out); },
+      [&] { sgemm('N', 'N', in, out, n, xt.data(), n, dy.data(), out, dw.data(), out); },
+  });
+  return total;
+}
+
+// The fastest bf16 form of each product of one dense layer, summed, in ms.
+double bf16_products_ms(ColdCache& cold, int repeats, const dnnl::engine& engine, int n,
+                        const Dense& d) {
+  const int in = d.in, out = d.out;
+  auto best = [&](std::vector<Product> forms) {
+    double ms = 1e30;
+    for (Product& p : forms) ms = std::min(ms, median_ms(cold, repeats, [&] { p.run(); }));
+    return ms;
+  };
+  const Type bf16 = Type::bf16;
+  std::vector<Product> forward;
+  forward.emplace_back(engine, bf16, n, in, out, memory::dims{in, 1}, memory::dims{out, 1}, false);
+  forward.emplace_back(engine, bf16, n, in, out, memory::dims{in, 1}, memory::dims{out, 1}, true);
+  double total = best(std::move(forward));
+  if (!d.first) {
+    std::vector<Product> data;  // dx = dy w^T: w^T a view of w, or packed
+    data.emplace_back(engine, bf16, n, out, in, memory::dims{out, 1}, memory::dims{1, out}, false);
+    data.emplace_back(engine, bf16, n, out, in, memory::dims{out, 1}, memory::dims{1, out}, true);
+    total += best(std::move(data));
+  }
+  std::vector<Product> weights;  // dw = x^T dy: x^T a view of x, or stored transposed
+  weights.emplace_back(engine, bf16, in, n, out, memory::dims{1, in}, memory::dims{out, 1}, false);
+  weights.emplace_back(engine, bf16, in, n, out, memory::dims{n, 1}, memory::dims{out, 1}, false);
+  total += best(std::move(weights));
+  return total;
+}
+
+int run(int argc, char** argv) {
+  if (argc < 3 || argc > 4)
+    throw common::ConfigError("usage: product_bound JOB_FILE BATCH [REPEATS]");
+  const std::string job_file = argv[1];
+  const int batch = std::stoi(argv[2]);
+  const int repeats = argc > 3 ? std::stoi(argv[3]) : 15;
+  if (batch < 1 || repeats < 1) throw common::ConfigError("product_bound: BATCH and REPEATS >= 1");
+  auto doc = common::JsonDocument::parse(common::read_file(job_file), job_file);
+  train::TrainConfig config = train::parse_train_config(doc.root().at("train").dump(), job_file);
+  dnnl::engine engine(dnnl::engine::kind::cpu, 0);
+  ColdCache cold;
+
+  double fp32 = 0, bf16 = 0;
+  const bool has_bf16 = nn::cpu_supports(nn::MathMode::kBfloat16);
+  Shapes shapes = shapes_of(config.model);
+  const size_t parameters = shapes.parameters;
+  for (const Dense& d : shapes.dense) {
+    fp32 += fp32_products_ms(cold, repeats, engine, batch, d);
+    if (has_bf16) bf16 += bf16_products_ms(cold, repeats, engine, batch, d);
+  }
+
+  // The optimizer's pass: SGD with momentum over every parameter, as the backend runs it.
+  auto backend = nn::make_dnnl_backend();
+  std::vector<float> w = random_floats(parameters, 5), g = random_floats(parameters, 6);
+  std::vector<float> v(parameters, 0.0f);
+  nn::SgdParams sgd;
+  sgd.learning_rate = 1e-6f, sgd.momentum = 0.9f;
+  double sgd_ms = median_ms(cold, repeats, [&] {
+    backend->sgd_update(sgd, parameters, w.data(), g.data(), v.data());
+  });
+  double conv_fp32 = 0, conv_bf16 = 0;
+  for (size_t per_example : shapes.conv_outputs) {
+    size_t elements = per_example * static_cast<size_t>(batch);
+    conv_fp32 += conv_passes_ms(cold, repeats, elements * 4);
+    conv_bf16 += conv_passes_ms(cold, repeats, elements * 2);
+  }
+  std::string bf16_cell = has_bf16 ? fmt::format("{:.3f}", bf16) : "n/a";
+  std::printf("bound %d %.3f %s %.3f %.3f %.3f\n", batch, fp32, bf16_cell.c_str(), sgd_ms,
+              conv_fp32, conv_bf16);
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  return common::run_main("product_bound", [&] { return run(argc, argv); });
+}
