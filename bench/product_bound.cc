@@ -16,17 +16,18 @@
 // twice by the backward (the output for ReLU's mask, and its gradient), in float32 and, for bf16,
 // in 16-bit elements.
 // Prints one row: "bound BATCH fp32_products_ms bf16_products_ms sgd_ms conv_fp32_ms
-// conv_bf16_ms" (bf16 "n/a" where the CPU has no bf16 products). Threads come from OMP_NUM_THREADS. Asserts nothing.
+// conv_bf16_ms" (bf16 "n/a" where the CPU has no bf16 products). Threads come from OMP_NUM_THREADS.
+// Asserts nothing.
 //   product_bound JOB_FILE BATCH [REPEATS]   (median of REPEATS timings per form, default 15)
-#include <dnnl.hpp>
-#include <omp.h>
 #include <fmt/format.h>
+#include <omp.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <dnnl.hpp>
 #include <functional>
 #include <string>
 #include <vector>
@@ -95,16 +96,15 @@ class Product {
           memory::dims b_strides, bool packed_b)
       : engine_(engine), stream_(engine) {
     memory::desc a({m, k}, type, a_strides);
-    memory::desc b = packed_b ? memory::desc({k, n}, type, Tag::any)
-                              : memory::desc({k, n}, type, b_strides);
+    memory::desc b =
+        packed_b ? memory::desc({k, n}, type, Tag::any) : memory::desc({k, n}, type, b_strides);
     memory::desc c({m, n}, Type::f32, Tag::ab);
     dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a, b, c), engine_);
     primitive_ = dnnl::matmul(pd);
     a_ = filled(pd.src_desc(), 1), b_ = filled(pd.weights_desc(), 2), c_ = memory(c, engine_);
   }
   void run() {
-    primitive_.execute(stream_,
-                       {{DNNL_ARG_SRC, a_}, {DNNL_ARG_WEIGHTS, b_}, {DNNL_ARG_DST, c_}});
+    primitive_.execute(stream_, {{DNNL_ARG_SRC, a_}, {DNNL_ARG_WEIGHTS, b_}, {DNNL_ARG_DST, c_}});
     stream_.wait();
   }
 
@@ -190,7 +190,8 @@ double conv_passes_ms(ColdCache& cold, int repeats, size_t bytes) {
   double read = median_ms(cold, repeats, [&] {
     uint64_t sum = 0;
 #pragma omp parallel for reduction(+ : sum)
-    for (int64_t i = 0; i < words; ++i) sum += y[static_cast<size_t>(i)] ^ dy[static_cast<size_t>(i)];
+    for (int64_t i = 0; i < words; ++i)
+      sum += y[static_cast<size_t>(i)] ^ dy[static_cast<size_t>(i)];
     sink = sink + sum;
   });
   return write + read;
@@ -284,9 +285,8 @@ int run(int argc, char** argv) {
   std::vector<float> v(parameters, 0.0f);
   nn::SgdParams sgd;
   sgd.learning_rate = 1e-6f, sgd.momentum = 0.9f;
-  double sgd_ms = median_ms(cold, repeats, [&] {
-    backend->sgd_update(sgd, parameters, w.data(), g.data(), v.data());
-  });
+  double sgd_ms = median_ms(
+      cold, repeats, [&] { backend->sgd_update(sgd, parameters, w.data(), g.data(), v.data()); });
   double conv_fp32 = 0, conv_bf16 = 0;
   for (size_t per_example : shapes.conv_outputs) {
     size_t elements = per_example * static_cast<size_t>(batch);

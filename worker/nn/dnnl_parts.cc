@@ -1,14 +1,19 @@
 // See dnnl_parts.h.
 #include "worker/nn/dnnl_parts.h"
 
+#include <immintrin.h>
+#include <omp.h>
+
 #include <algorithm>
 #include <unordered_map>
 
 #include "common/errors.h"
+#include "worker/nn/bf16_rounding.h"
 
-namespace dtrain::nn::dnnl_parts {
+namespace dtrain::nn {
 namespace {
 
+using dnnl::memory;
 using Tag = memory::format_tag;
 using Dt = memory::data_type;
 
@@ -17,7 +22,66 @@ dnnl::reorder make_reorder(const dnnl::engine& e, const memory::desc& from,
   return dnnl::reorder(dnnl::reorder::primitive_desc(e, from, e, to));
 }
 
+#if defined(__x86_64__) && defined(__GNUC__)
+// 32 floats per instruction; the threads take whole blocks of 32, the last thread the tail
+// through masks. Below a few blocks per thread the team costs more than it saves.
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16"))) void round_avx512_bf16(
+    const float* in, size_t count, uint16_t* out) {
+  const int64_t blocks = static_cast<int64_t>(count / 32);
+#pragma omp parallel if (blocks >= 1024)
+  {
+    const int64_t threads = omp_get_num_threads(), t = omp_get_thread_num();
+    const int64_t first = blocks * t / threads, last = blocks * (t + 1) / threads;
+    for (int64_t b = first; b < last; ++b) {
+      const float* from = in + b * 32;
+      __m512bh pair = _mm512_cvtne2ps_pbh(_mm512_loadu_ps(from + 16), _mm512_loadu_ps(from));
+      _mm512_storeu_si512(out + b * 32, reinterpret_cast<__m512i>(pair));
+    }
+  }
+  for (size_t i = static_cast<size_t>(blocks) * 32; i < count; i += 16) {
+    const size_t left = count - i;
+    const __mmask16 mask =
+        left >= 16 ? __mmask16{0xffff} : static_cast<__mmask16>((1u << left) - 1);
+    __m256bh half = _mm512_cvtneps_pbh(_mm512_maskz_loadu_ps(mask, in + i));
+    _mm256_mask_storeu_epi16(out + i, mask, reinterpret_cast<__m256i>(half));
+  }
+}
+#endif
+
 }  // namespace
+
+namespace bf16_rounding {
+
+bool vectorized() {
+#if defined(__x86_64__) && defined(__GNUC__)
+  static const bool has = __builtin_cpu_supports("avx512bf16");
+  return has;
+#else
+  return false;
+#endif
+}
+
+bool round_vectorized(const float* in, size_t count, uint16_t* out) {
+  if (!vectorized()) return false;
+#if defined(__x86_64__) && defined(__GNUC__)
+  round_avx512_bf16(in, count, out);
+#endif
+  return true;
+}
+
+void round_onednn(const float* in, size_t count, uint16_t* out) {
+  dnnl::engine engine(dnnl::engine::kind::cpu, 0);
+  dnnl::stream stream(engine);
+  memory::dims dims = {static_cast<memory::dim>(count)};
+  memory from(memory::desc(dims, Dt::f32, Tag::x), engine, const_cast<float*>(in));
+  memory to(memory::desc(dims, Dt::bf16, Tag::x), engine, out);
+  make_reorder(engine, from.get_desc(), to.get_desc()).execute(stream, from, to);
+  stream.wait();
+}
+
+}  // namespace bf16_rounding
+
+namespace dnnl_parts {
 
 Staged::Staged(const memory::desc& plain, const memory::desc& wanted, const dnnl::engine& engine)
     : engine_(engine), plain_(plain), same_(plain == wanted) {
@@ -55,18 +119,20 @@ dnnl::reorder& Rounder::converter(size_t count) {
 const uint16_t* Rounder::round(const float* source, size_t count, dnnl::stream& stream) {
   Copy& copy = copies_[source];
   copy.count = count;
-  copy.bits.resize(count);
+  // Not zero-filled: every element is written below.
+  if (copy.capacity < count) copy.bits.reset(new uint16_t[count]), copy.capacity = count;
+  if (bf16_rounding::round_vectorized(source, count, copy.bits.get())) return copy.bits.get();
   memory::dims dims = {static_cast<memory::dim>(count)};
   memory from(memory::desc(dims, Dt::f32, Tag::x), engine_, const_cast<float*>(source));
-  memory to(memory::desc(dims, Dt::bf16, Tag::x), engine_, copy.bits.data());
+  memory to(memory::desc(dims, Dt::bf16, Tag::x), engine_, copy.bits.get());
   converter(count).execute(stream, from, to);
   stream.wait();
-  return copy.bits.data();
+  return copy.bits.get();
 }
 
 const uint16_t* Rounder::reuse(const float* source, size_t count, dnnl::stream& stream) {
   auto found = copies_.find(source);
-  if (found != copies_.end() && found->second.count == count) return found->second.bits.data();
+  if (found != copies_.end() && found->second.count == count) return found->second.bits.get();
   return round(source, count, stream);
 }
 
@@ -187,4 +253,5 @@ void Matmul::run(dnnl::stream& st, const void* a, const void* b, const float* bi
   st.wait();
 }
 
-}  // namespace dtrain::nn::dnnl_parts
+}  // namespace dnnl_parts
+}  // namespace dtrain::nn

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <dnnl.hpp>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -38,8 +39,9 @@ class Staged {
   dnnl::reorder to_inner_, to_plain_;
 };
 
-/// Float32 buffers rounded to bf16 (round to nearest even, oneDNN's reorder), each kept under
-/// the address of its source so that the backward pass can use the copy the forward made.
+/// Float32 buffers rounded to bf16 (bf16_rounding.h: round to nearest even, subnormals to zero,
+/// as oneDNN's reorder does), each kept under the address of its source so that the backward
+/// pass can use the copy the forward made.
 class Rounder {
  public:
   explicit Rounder(const dnnl::engine& engine) : engine_(engine) {}
@@ -54,7 +56,8 @@ class Rounder {
  private:
   struct Copy {
     size_t count = 0;
-    std::vector<uint16_t> bits;
+    size_t capacity = 0;
+    std::unique_ptr<uint16_t[]> bits;
   };
   dnnl::reorder& converter(size_t count);
   dnnl::engine engine_;
