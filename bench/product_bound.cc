@@ -1,24 +1,25 @@
 // How fast a training step of a model could be on this CPU if everything but its dense layers'
-// matrix products, and its optimizer's pass over the parameters, were free: the bound that
-// scripts/bench-bound.sh sets beside PyTorch's step (docs/benchmarks.md, issue 29's sixth
-// session). For each dense layer at batch n, its three products (the forward x w, the input
-// gradient dy w^T, except for a first layer, and the weight gradient x^T dy) are timed on cold
-// caches in every form oneDNN offers here, with the operands already in whichever layout that
+// matrix products, its optimizer's pass over the parameters and its convolutions' output passes
+// were free: the bound that scripts/bench-bound.sh sets beside PyTorch's step (docs/benchmarks.md,
+// issue 29's sixth session). For each dense layer at batch n, its three products (the forward
+// x w, the input gradient dy w^T, except for a first layer, and the weight gradient x^T dy) are
+// timed in every form oneDNN offers here, with the operands already in whichever layout that
 // form wants, and the fastest form of each counts:
 //   float32: sgemm on x or x^T stored, dy w^T as sgemm, as W dy^T (dx^T) and as the matmul
 //            primitive (what dtrain's backend runs), x^T dy on x or x^T stored;
 //   bf16:    the matmul primitive on inputs already rounded to bf16, weights plain or in the
 //            blocked layout the primitive prefers (no packing in the call), float32 outputs.
 // The optimizer is the oneDNN backend's own SGD-momentum update (read w, g, v; write w, v) over
-// all the model's parameters, cold: a memory-bound pass any step that stores its gradients pays.
+// all the model's parameters: a memory-bound pass any step that stores its gradients pays.
 // A convolution's least work, in a step that keeps each layer's output in memory, is taken as its
 // output's passes alone, at memory speed, its arithmetic free: written once by the forward, read
 // twice by the backward (the output for ReLU's mask, and its gradient), in float32 and, for bf16,
-// in 16-bit elements.
+// in 16-bit elements. Every figure is the faster of two medians of REPEATS timings, on cold
+// caches and warm.
 // Prints one row: "bound BATCH fp32_products_ms bf16_products_ms sgd_ms conv_fp32_ms
-// conv_bf16_ms" (bf16 "n/a" where the CPU has no bf16 products). Threads come from OMP_NUM_THREADS.
-// Asserts nothing.
-//   product_bound JOB_FILE BATCH [REPEATS]   (median of REPEATS timings per form, default 15)
+// conv_bf16_ms" (bf16 "n/a" where the CPU has no bf16 products). Threads come from
+// OMP_NUM_THREADS. Asserts nothing.
+//   product_bound JOB_FILE BATCH [REPEATS]   (default 15)
 #include <fmt/format.h>
 #include <omp.h>
 
@@ -26,6 +27,7 @@
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <dnnl.hpp>
 #include <functional>
@@ -61,18 +63,27 @@ class ColdCache {
   volatile unsigned sink_ = 0;  // so the reads stay
 };
 
-// The median of repeats timings of f, each on cold caches, in ms.
+// The faster of two medians of repeats timings of f, in ms: on cold caches, and right after a
+// run (warm: operands a step has just used may still be in the cache). The bound must not
+// exceed what either can do.
 double median_ms(ColdCache& cold, int repeats, const std::function<void()>& f) {
   f();  // warm-up: the library's own set-up
-  std::vector<double> times;
-  for (int r = 0; r < repeats; ++r) {
-    cold.evict();
+  std::vector<double> cold_ms, warm_ms;
+  auto timed = [&] {
     auto t = Clock::now();
     f();
-    times.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t).count());
+    return std::chrono::duration<double, std::milli>(Clock::now() - t).count();
+  };
+  for (int r = 0; r < repeats; ++r) {
+    cold.evict();
+    cold_ms.push_back(timed());
+    warm_ms.push_back(timed());
   }
-  std::sort(times.begin(), times.end());
-  return times[times.size() / 2];
+  auto median = [](std::vector<double>& v) {
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+  };
+  return std::min(median(cold_ms), median(warm_ms));
 }
 
 std::vector<float> random_floats(size_t count, uint64_t seed) {

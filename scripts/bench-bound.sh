@@ -3,7 +3,7 @@
 # and 2, batch 64 and 256), PyTorch's float32 step at its best (scripts/torch-at-best.sh), dtrain's
 # step in float32 and mixed_bfloat16 (bench/step_bench), and the bound bench/product_bound sets:
 # the step's time if everything but its dense products (each in oneDNN's fastest form, operands
-# in whatever layout suits it, cold caches), its optimizer's pass (SGD with momentum, as the
+# in whatever layout suits it, cold or warm caches), its optimizer's pass (SGD with momentum, as the
 # backend runs it) and its convolution's output passes at memory speed (one write, two reads,
 # 16-bit in bf16; the arithmetic free) were free. As samples/s, and as ratios to PyTorch float32:
 # max_* is the highest ratio a layer-by-layer step doing those products and that update could
@@ -31,7 +31,7 @@ bash scripts/build.sh "$build" >/dev/null
 torch_install
 cpu_info=$("$build/bench/step_bench" --cpu-info)
 bf16=$(sed -n 's/^mixed_bfloat16 //p' <<<"$cpu_info")
-echo "# scripts/bench-bound.sh: tutorial CNN, SGD momentum 0.9; samples/s; $steps timed steps after 10 warm-up; bounds: bench/product_bound, median of 15 cold timings per form"
+echo "# scripts/bench-bound.sh: tutorial CNN, SGD momentum 0.9; samples/s; $steps timed steps after 10 warm-up; bounds: bench/product_bound, the faster of the medians of 15 cold and 15 warm timings per form"
 echo "# CPU: $(sed -n 's/^cpu_model //p' <<<"$cpu_info"); oneDNN ISA: $(sed -n 's/^onednn_isa //p' <<<"$cpu_info"); dtrain mixed_bfloat16: $bf16"
 torch_calibrate "$steps"
 torch_header
