@@ -7,8 +7,10 @@
 # backend runs it) and its convolution's output passes at memory speed (one write, two reads,
 # 16-bit in bf16; the arithmetic free) were free. As samples/s, and as ratios to PyTorch float32:
 # max_* is the highest ratio a layer-by-layer step doing those products and that update could
-# reach on this CPU, products_only_* the same with the update and the convolution free too. The
-# aims are 2x in float32 and 3x in bf16.
+# reach on this CPU; *_aim_needs is the share of the bound a step must reach for the aim (2x
+# PyTorch float32 in float32, 3x in bf16): above 1 no such step can; dtrain_*_of_bound is the
+# share dtrain reaches. Under each row, in ms: the products, the update and the convolution
+# passes, and the ratios with the update and the convolution free too (products only).
 #   scripts/bench-bound.sh [STEPS] [BUILD_DIR] [--repeat N]
 # STEPS (default 50) timed steps after 10 warm-up for the two steps; BUILD_DIR (default build);
 # --repeat N (default 3) alternates the four runs of a cell N times and prints medians.
@@ -36,7 +38,7 @@ echo "# CPU: $(sed -n 's/^cpu_model //p' <<<"$cpu_info"); oneDNN ISA: $(sed -n '
 torch_calibrate "$steps"
 torch_header
 echo "# each cell: the median of $repeat rounds, the four runs alternated; bound = batch / (dense products + optimizer pass + convolution passes), products_only = batch / dense products"
-echo "threads batch pytorch_fp32 dtrain_fp32 bound_fp32 dtrain_bf16 bound_bf16 dtrain_fp32_vs_pytorch max_fp32_vs_pytorch products_only_fp32_vs_pytorch dtrain_bf16_vs_pytorch max_bf16_vs_pytorch products_only_bf16_vs_pytorch"
+echo "threads batch pytorch_fp32 dtrain_fp32 bound_fp32 dtrain_bf16 bound_bf16 dtrain_fp32_vs_pytorch max_fp32_vs_pytorch dtrain_bf16_vs_pytorch max_bf16_vs_pytorch fp32_aim_needs bf16_aim_needs dtrain_fp32_of_bound dtrain_bf16_of_bound"
 median() { if [ $# -eq 0 ]; then echo n/a; else printf '%s\n' "$@" | sort -g | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; fi; }
 ratio() { if [ "$1" = n/a ] || [ "$2" = n/a ]; then echo n/a; else awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", a / b }'; fi; }
 rate() { if [ "$2" = n/a ]; then echo n/a; else awk -v b="$1" -v ms="$2" -v extra="${3:-0}" 'BEGIN { printf "%.0f", b / ((ms + extra) / 1000) }'; fi; }
@@ -63,7 +65,8 @@ for threads in 1 2; do
     bound_fp32=$(rate "$batch" "$p_fp32" "$(awk -v a="$sgd" -v b="$conv32" 'BEGIN { print a + b }')")
     bound_bf16=$(rate "$batch" "$p_bf16" "$(awk -v a="$sgd" -v b="$conv16" 'BEGIN { print a + b }')")
     only_fp32=$(rate "$batch" "$p_fp32") only_bf16=$(rate "$batch" "$p_bf16")
-    echo "$threads $batch $torch_fp32 $fp32 $bound_fp32 $bf16_rate $bound_bf16 $(ratio "$fp32" "$torch_fp32") $(ratio "$bound_fp32" "$torch_fp32") $(ratio "$only_fp32" "$torch_fp32") $(ratio "$bf16_rate" "$torch_fp32") $(ratio "$bound_bf16" "$torch_fp32") $(ratio "$only_bf16" "$torch_fp32")"
-    echo "# ms: fp32 products $p_fp32, bf16 products $p_bf16, optimizer pass $sgd, convolution passes fp32 $conv32, bf16 $conv16"
+    aim2=$(awk -v t="$torch_fp32" 'BEGIN { print 2 * t }') aim3=$(awk -v t="$torch_fp32" 'BEGIN { print 3 * t }')
+    echo "$threads $batch $torch_fp32 $fp32 $bound_fp32 $bf16_rate $bound_bf16 $(ratio "$fp32" "$torch_fp32") $(ratio "$bound_fp32" "$torch_fp32") $(ratio "$bf16_rate" "$torch_fp32") $(ratio "$bound_bf16" "$torch_fp32") $(ratio "$aim2" "$bound_fp32") $(ratio "$aim3" "$bound_bf16") $(ratio "$fp32" "$bound_fp32") $(ratio "$bf16_rate" "$bound_bf16")"
+    echo "# ms: fp32 products $p_fp32, bf16 products $p_bf16, optimizer pass $sgd, convolution passes fp32 $conv32, bf16 $conv16; products only: fp32 $(ratio "$only_fp32" "$torch_fp32")x, bf16 $(ratio "$only_bf16" "$torch_fp32")x PyTorch fp32"
   done
 done
