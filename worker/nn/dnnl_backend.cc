@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "common/errors.h"
+#include "worker/nn/bf16_rounding.h"
 #include "worker/nn/direct_conv.h"
 #include "worker/nn/dnnl_parts.h"
 #include "worker/nn/host_backend.h"
@@ -224,8 +225,27 @@ class DnnlBackend : public HostBackend {
     }
     MatmulShape shape{n, out, in, in, 1, out, 1, out, true, relu, true};
     const uint16_t* x16 = rounder_.round(x, static_cast<size_t>(n) * in, stream_);
+    if (const uint16_t* packed = pack(w, in, out, shape))
+      return matmul(shape).run(stream_, x16, packed, b, y);
     const uint16_t* w16 = rounder_.round(w, static_cast<size_t>(in) * out, stream_);
     matmul(shape).run(stream_, x16, w16, b, y);
+  }
+  // w (in x out) rounded in one pass into the blocked layout of the forward's product (so the
+  // primitive does not pack it at each call) and into the plain copy the backward's product
+  // reuses (docs/design.md#rounding-to-bf16): the blocked copy, with shape switched to its
+  // blocked form; null (shape unchanged) where the CPU or the shape does not allow it.
+  const uint16_t* pack(const float* w, int in, int out, MatmulShape& shape) {
+    if (!bf16_rounding::vectorized() || in % 64 != 0 || out % 64 != 0) return nullptr;
+    MatmulShape blocked = shape;
+    blocked.packed_b = true;
+    if (!matmul(blocked).b_blocked_64()) return nullptr;
+    const size_t count = static_cast<size_t>(in) * out;
+    std::vector<uint16_t>& copy = packed_[w];
+    copy.resize(count);
+    if (!bf16_rounding::pack_vectorized(w, in, out, copy.data(), rounder_.slot(w, count)))
+      return nullptr;
+    shape = blocked;
+    return copy.data();
   }
   void conv_forward(const ConvShape& s, const float* x, const float* w, const float* b, float* y,
                     bool relu) {
@@ -252,6 +272,9 @@ class DnnlBackend : public HostBackend {
   dnnl::engine engine_;
   dnnl::stream stream_;
   Rounder rounder_;
+  // A dense kernel's bf16 copy in its forward product's blocked layout, by the kernel's
+  // address; rewritten at each forward, read only there.
+  std::map<const float*, std::vector<uint16_t>> packed_;
   std::map<std::string, std::unique_ptr<Conv>> convs_;
   std::map<std::string, std::unique_ptr<Matmul>> matmuls_;
   std::map<std::string, std::unique_ptr<PoolPrimitives>> pools_;
@@ -268,8 +291,9 @@ Conv& DnnlBackend::conv(const ConvShape& s) {
 }
 
 Matmul& DnnlBackend::matmul(const MatmulShape& s) {
-  auto& slot = matmuls_[fmt::format("{} {} {} {} {} {} {} {} {} {} {}", s.m, s.n, s.k, s.a_row,
-                                    s.a_col, s.b_row, s.b_col, s.ldc, s.bias, s.relu, s.bf16)];
+  auto& slot =
+      matmuls_[fmt::format("{} {} {} {} {} {} {} {} {} {} {} {}", s.m, s.n, s.k, s.a_row, s.a_col,
+                           s.b_row, s.b_col, s.ldc, s.bias, s.relu, s.bf16, s.packed_b)];
   if (!slot) slot = std::make_unique<Matmul>(s, engine_);
   return *slot;
 }

@@ -46,6 +46,51 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16"))) void round_avx51
     _mm256_mask_storeu_epi16(out + i, mask, reinterpret_cast<__m256i>(half));
   }
 }
+
+// GCC 12's AVX-512 intrinsics start some results from _mm512_undefined_*, which
+// -Wmaybe-uninitialized reports once they inline (a known false positive).
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+// BA16a64b2a for B (k x n): blocks of 32 k by 64 n, 2048 elements each, k-blocks innermost;
+// inside a block, pairs of k (2a) for each n (64b), 16 pairs (16a). Element (k, n) lives at
+// (k / 32 + (n / 64) * (K / 32)) * 2048 + (k % 32 / 2) * 128 + (n % 64) * 2 + k % 2. With B = w,
+// two rows of w converted together and interleaved make 16 columns' pairs, one store; the same
+// conversion, not interleaved, is the two rows' plain copy.
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16"))) void pack_avx512_bf16(
+    const float* w, int64_t rows, int64_t cols, uint16_t* blocked, uint16_t* plain) {
+  alignas(64) static const uint16_t kInterleave[32] = {0,  16, 1,  17, 2,  18, 3,  19, 4,  20, 5,
+                                                       21, 6,  22, 7,  23, 8,  24, 9,  25, 10, 26,
+                                                       11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
+  const __m512i interleave = _mm512_load_si512(kInterleave);
+  const int64_t row_blocks = rows / 64;
+#pragma omp parallel for if (row_blocks >= 4)
+  for (int64_t rb = 0; rb < row_blocks; ++rb) {
+    for (int64_t kb = 2 * rb; kb < 2 * rb + 2; ++kb) {
+      for (int64_t nb = 0; nb < cols / 64; ++nb) {
+        uint16_t* block = blocked ? blocked + (kb + nb * (rows / 32)) * 2048 : nullptr;
+        for (int p = 0; p < 16; ++p) {
+          const int64_t at = (kb * 32 + 2 * p) * cols + nb * 64;
+          const float* even = w + at;
+          const float* odd = even + cols;
+          for (int c = 0; c < 4; ++c) {
+            __m512i both = reinterpret_cast<__m512i>(
+                _mm512_cvtne2ps_pbh(_mm512_loadu_ps(odd + 16 * c), _mm512_loadu_ps(even + 16 * c)));
+            if (blocked)
+              _mm512_storeu_si512(block + p * 128 + 32 * c,
+                                  _mm512_permutexvar_epi16(interleave, both));
+            if (plain) {
+              _mm256_storeu_si256(reinterpret_cast<__m256i*>(plain + at + 16 * c),
+                                  _mm512_castsi512_si256(both));
+              _mm256_storeu_si256(reinterpret_cast<__m256i*>(plain + at + cols + 16 * c),
+                                  _mm512_extracti64x4_epi64(both, 1));
+            }
+          }
+        }
+      }
+    }
+  }
+}
+#pragma GCC diagnostic pop
 #endif
 
 }  // namespace
@@ -76,6 +121,26 @@ void round_onednn(const float* in, size_t count, uint16_t* out) {
   memory from(memory::desc(dims, Dt::f32, Tag::x), engine, const_cast<float*>(in));
   memory to(memory::desc(dims, Dt::bf16, Tag::x), engine, out);
   make_reorder(engine, from.get_desc(), to.get_desc()).execute(stream, from, to);
+  stream.wait();
+}
+
+bool pack_vectorized(const float* w, int64_t rows, int64_t cols, uint16_t* blocked,
+                     uint16_t* plain) {
+  if (!vectorized() || rows % 64 != 0 || cols % 64 != 0) return false;
+#if defined(__x86_64__) && defined(__GNUC__)
+  pack_avx512_bf16(w, rows, cols, blocked, plain);
+#endif
+  return true;
+}
+
+void pack_onednn(const float* w, int64_t rows, int64_t cols, uint16_t* out) {
+  dnnl::engine engine(dnnl::engine::kind::cpu, 0);
+  dnnl::stream stream(engine);
+  memory::desc plain({rows, cols}, Dt::f32, Tag::ab);
+  memory::desc blocked({rows, cols}, Dt::bf16, Tag::BA16a64b2a);
+  memory from(plain, engine, const_cast<float*>(w));
+  memory to(blocked, engine, out);
+  make_reorder(engine, plain, blocked).execute(stream, from, to);
   stream.wait();
 }
 
@@ -116,18 +181,23 @@ dnnl::reorder& Rounder::converter(size_t count) {
                                            memory::desc(dims, Dt::bf16, Tag::x));
 }
 
-const uint16_t* Rounder::round(const float* source, size_t count, dnnl::stream& stream) {
+uint16_t* Rounder::slot(const float* source, size_t count) {
   Copy& copy = copies_[source];
   copy.count = count;
-  // Not zero-filled: every element is written below.
+  // Not zero-filled: the caller writes every element.
   if (copy.capacity < count) copy.bits.reset(new uint16_t[count]), copy.capacity = count;
-  if (bf16_rounding::round_vectorized(source, count, copy.bits.get())) return copy.bits.get();
+  return copy.bits.get();
+}
+
+const uint16_t* Rounder::round(const float* source, size_t count, dnnl::stream& stream) {
+  uint16_t* bits = slot(source, count);
+  if (bf16_rounding::round_vectorized(source, count, bits)) return bits;
   memory::dims dims = {static_cast<memory::dim>(count)};
   memory from(memory::desc(dims, Dt::f32, Tag::x), engine_, const_cast<float*>(source));
-  memory to(memory::desc(dims, Dt::bf16, Tag::x), engine_, copy.bits.get());
+  memory to(memory::desc(dims, Dt::bf16, Tag::x), engine_, bits);
   converter(count).execute(stream, from, to);
   stream.wait();
-  return copy.bits.get();
+  return bits;
 }
 
 const uint16_t* Rounder::reuse(const float* source, size_t count, dnnl::stream& stream) {
@@ -224,10 +294,11 @@ void Conv::backward_weights(dnnl::stream& st, const float* x, const float* dy, f
   st.wait();
 }
 
-Matmul::Matmul(const MatmulShape& s, const dnnl::engine& engine) : engine_(engine) {
+Matmul::Matmul(const MatmulShape& s, const dnnl::engine& engine) : engine_(engine), shape_(s) {
   const Dt in = s.bf16 ? Dt::bf16 : Dt::f32;
   a_ = memory::desc({s.m, s.k}, in, memory::dims{s.a_row, s.a_col});
-  b_ = memory::desc({s.k, s.n}, in, memory::dims{s.b_row, s.b_col});
+  b_ = s.packed_b ? memory::desc({s.k, s.n}, in, Tag::any)
+                  : memory::desc({s.k, s.n}, in, memory::dims{s.b_row, s.b_col});
   c_ = memory::desc({s.m, s.n}, Dt::f32, memory::dims{s.ldc, 1});
   dnnl::primitive_attr attr;
   if (s.relu) {
@@ -241,6 +312,12 @@ Matmul::Matmul(const MatmulShape& s, const dnnl::engine& engine) : engine_(engin
       engine);
   primitive_ = dnnl::matmul(pd);
   implementation_ = pd.impl_info_str();
+  if (s.packed_b) b_ = pd.weights_desc();
+}
+
+bool Matmul::b_blocked_64() const {
+  return shape_.packed_b && shape_.bf16 &&
+         b_ == memory::desc({shape_.k, shape_.n}, Dt::bf16, Tag::BA16a64b2a);
 }
 
 void Matmul::run(dnnl::stream& st, const void* a, const void* b, const float* bias, float* c) {

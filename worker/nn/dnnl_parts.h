@@ -50,6 +50,9 @@ class Rounder {
   /// The copy round() made of source when it had count floats and nothing dropped it since,
   /// else round(source, count).
   const uint16_t* reuse(const float* source, size_t count, dnnl::stream& stream);
+  /// Room for a copy of count floats at source that the caller fills now (a rounding made
+  /// elsewhere, bf16_rounding::pack_vectorized's plain output), kept as round() keeps its own.
+  uint16_t* slot(const float* source, size_t count);
   /// Drops every copy of memory that overlaps [begin, begin + count) (its source changed).
   void drop(const float* begin, size_t count);
 
@@ -100,6 +103,9 @@ struct MatmulShape {
   int64_t m = 0, n = 0, k = 0;
   int64_t a_row = 0, a_col = 0, b_row = 0, b_col = 0, ldc = 0;
   bool bias = false, relu = false, bf16 = false;
+  /// bf16 only: B in the blocked layout the primitive prefers (b_row and b_col unused), so that
+  /// it does not pack B at each call (bf16_rounding.h, pack_vectorized).
+  bool packed_b = false;
 };
 class Matmul {
  public:
@@ -107,9 +113,12 @@ class Matmul {
   /// a and b are float* or (bf16) uint16_t*; bias may be null unless the shape has one.
   void run(dnnl::stream& st, const void* a, const void* b, const float* bias, float* c);
   std::string implementation() const { return implementation_; }
+  /// Whether B is in the layout bf16_rounding::pack_vectorized writes (BA16a64b2a).
+  bool b_blocked_64() const;
 
  private:
   dnnl::engine engine_;
+  MatmulShape shape_;
   memory::desc a_, b_, c_, bias_;
   dnnl::matmul primitive_;
   std::string implementation_;
