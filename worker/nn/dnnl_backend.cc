@@ -242,8 +242,10 @@ class DnnlBackend : public HostBackend {
     const size_t count = static_cast<size_t>(in) * out;
     std::vector<uint16_t>& copy = packed_[w];
     copy.resize(count);
-    if (!bf16_rounding::pack_vectorized(w, in, out, copy.data(), rounder_.slot(w, count)))
+    if (!bf16_rounding::pack_vectorized(w, in, out, copy.data(), rounder_.slot(w, count))) {
+      rounder_.drop(w, count);  // the slot was not filled
       return nullptr;
+    }
     shape = blocked;
     return copy.data();
   }
