@@ -162,23 +162,15 @@ Shapes shapes_of(const nn::ModelSpec& spec) {
   int c = spec.channels, h = spec.height, w = spec.width;
   for (size_t i = 0; i < spec.layers.size(); ++i) {
     const nn::LayerSpec& l = spec.layers[i];
+    auto [oc, oh, ow] = nn::layer_output(l, c, h, w);
     if (l.type == nn::LayerType::kConv2d) {
-      int oh =
-          l.same_padding ? (h + l.stride_h - 1) / l.stride_h : (h - l.kernel_h) / l.stride_h + 1;
-      int ow =
-          l.same_padding ? (w + l.stride_w - 1) / l.stride_w : (w - l.kernel_w) / l.stride_w + 1;
-      shapes.parameters += static_cast<size_t>(l.filters) * c * l.kernel_h * l.kernel_w + l.filters;
-      shapes.conv_outputs.push_back(static_cast<size_t>(l.filters) * oh * ow);
-      c = l.filters, h = oh, w = ow;
-    } else if (l.type == nn::LayerType::kMaxPooling2d) {
-      h = (h - l.pool_h) / l.stride_h + 1, w = (w - l.pool_w) / l.stride_w + 1;
-    } else if (l.type == nn::LayerType::kFlatten) {
-      c = c * h * w, h = w = 1;
+      shapes.parameters += static_cast<size_t>(oc) * c * l.kernel_h * l.kernel_w + oc;
+      shapes.conv_outputs.push_back(static_cast<size_t>(oc) * oh * ow);
     } else if (l.type == nn::LayerType::kDense) {
       shapes.dense.push_back({c * h * w, l.units, i == 0});
       shapes.parameters += static_cast<size_t>(c) * h * w * l.units + l.units;
-      c = l.units, h = w = 1;
     }
+    c = oc, h = oh, w = ow;
   }
   return shapes;
 }

@@ -70,21 +70,12 @@ double step_flops(const nn::ModelSpec& spec, int batch) {
   for (size_t i = 0; i < spec.layers.size(); ++i) {
     const nn::LayerSpec& l = spec.layers[i];
     int passes = i == 0 ? 2 : 3;
-    if (l.type == nn::LayerType::kConv2d) {
-      int oh =
-          l.same_padding ? (h + l.stride_h - 1) / l.stride_h : (h - l.kernel_h) / l.stride_h + 1;
-      int ow =
-          l.same_padding ? (w + l.stride_w - 1) / l.stride_w : (w - l.kernel_w) / l.stride_w + 1;
-      flops += passes * 2.0 * batch * l.filters * c * l.kernel_h * l.kernel_w * oh * ow;
-      c = l.filters, h = oh, w = ow;
-    } else if (l.type == nn::LayerType::kMaxPooling2d) {
-      h = (h - l.pool_h) / l.stride_h + 1, w = (w - l.pool_w) / l.stride_w + 1;
-    } else if (l.type == nn::LayerType::kFlatten) {
-      c = c * h * w, h = w = 1;
-    } else if (l.type == nn::LayerType::kDense) {
+    auto [oc, oh, ow] = nn::layer_output(l, c, h, w);
+    if (l.type == nn::LayerType::kConv2d)
+      flops += passes * 2.0 * batch * oc * c * l.kernel_h * l.kernel_w * oh * ow;
+    else if (l.type == nn::LayerType::kDense)
       flops += passes * 2.0 * batch * c * h * w * l.units;
-      c = l.units, h = w = 1;
-    }
+    c = oc, h = oh, w = ow;
   }
   return flops;
 }

@@ -225,29 +225,33 @@ class DnnlBackend : public HostBackend {
     }
     MatmulShape shape{n, out, in, in, 1, out, 1, out, true, relu, true};
     const uint16_t* x16 = rounder_.round(x, static_cast<size_t>(n) * in, stream_);
-    if (const uint16_t* packed = pack(w, in, out, shape))
-      return matmul(shape).run(stream_, x16, packed, b, y);
+    if (Packed packed = pack(w, in, out, shape); packed.product)
+      return packed.product->run(stream_, x16, packed.weights, b, y);
     const uint16_t* w16 = rounder_.round(w, static_cast<size_t>(in) * out, stream_);
     matmul(shape).run(stream_, x16, w16, b, y);
   }
   // w (in x out) rounded in one pass into the blocked layout of the forward's product (so the
   // primitive does not pack it at each call) and into the plain copy the backward's product
-  // reuses (docs/design.md#rounding-to-bf16): the blocked copy, with shape switched to its
-  // blocked form; null (shape unchanged) where the CPU or the shape does not allow it.
-  const uint16_t* pack(const float* w, int in, int out, MatmulShape& shape) {
-    if (!bf16_rounding::vectorized() || in % 64 != 0 || out % 64 != 0) return nullptr;
+  // reuses (docs/design.md#rounding-to-bf16): the product made for the blocked layout, and the
+  // blocked copy; both null where the CPU or the shape does not allow it.
+  struct Packed {
+    Matmul* product = nullptr;
+    const uint16_t* weights = nullptr;
+  };
+  Packed pack(const float* w, int in, int out, const MatmulShape& shape) {
+    if (!bf16_rounding::vectorized() || in % 64 != 0 || out % 64 != 0) return {};
     MatmulShape blocked = shape;
     blocked.packed_b = true;
-    if (!matmul(blocked).b_blocked_64()) return nullptr;
+    Matmul& product = matmul(blocked);
+    if (!product.b_blocked_64()) return {};
     const size_t count = static_cast<size_t>(in) * out;
     std::vector<uint16_t>& copy = packed_[w];
     copy.resize(count);
     if (!bf16_rounding::pack_vectorized(w, in, out, copy.data(), rounder_.slot(w, count))) {
       rounder_.drop(w, count);  // the slot was not filled
-      return nullptr;
+      return {};
     }
-    shape = blocked;
-    return copy.data();
+    return {&product, copy.data()};
   }
   void conv_forward(const ConvShape& s, const float* x, const float* w, const float* b, float* y,
                     bool relu) {

@@ -52,10 +52,8 @@ class Conv2D : public Activated {
     }
   }
   static Dims output_of(const LayerSpec& l, Dims in) {
-    if (l.same_padding)
-      return {l.filters, (in.h + l.stride_h - 1) / l.stride_h,
-              (in.w + l.stride_w - 1) / l.stride_w};
-    return {l.filters, (in.h - l.kernel_h) / l.stride_h + 1, (in.w - l.kernel_w) / l.stride_w + 1};
+    auto [c, h, w] = layer_output(l, in.c, in.h, in.w);
+    return {c, h, w};
   }
   Dims output_dims() const override { return out_; }
   std::vector<ParamInfo> params() const override {

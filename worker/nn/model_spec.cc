@@ -158,6 +158,23 @@ const char* layer_type_name(LayerType type) {
   return "?";
 }
 
+std::array<int, 3> layer_output(const LayerSpec& l, int c, int h, int w) {
+  switch (l.type) {
+    case LayerType::kConv2d:
+      if (l.same_padding)
+        return {l.filters, (h + l.stride_h - 1) / l.stride_h, (w + l.stride_w - 1) / l.stride_w};
+      return {l.filters, (h - l.kernel_h) / l.stride_h + 1, (w - l.kernel_w) / l.stride_w + 1};
+    case LayerType::kMaxPooling2d:
+      return {c, (h - l.pool_h) / l.stride_h + 1, (w - l.pool_w) / l.stride_w + 1};
+    case LayerType::kFlatten:
+      return {c * h * w, 1, 1};
+    case LayerType::kDense:
+      return {l.units, 1, 1};
+    default:
+      return {c, h, w};
+  }
+}
+
 std::pair<int, int> same_padding(int in, int kernel, int stride) {
   int out = (in + stride - 1) / stride;
   int total = std::max((out - 1) * stride + kernel - in, 0);

@@ -2,6 +2,7 @@
 // checked (errors name the JSON path). Knows nothing of buffers or backends.
 #pragma once
 
+#include <array>
 #include <string>
 #include <vector>
 
@@ -47,6 +48,11 @@ ModelSpec parse_model_spec(const common::JsonNode& node);
 /// given, except that a 2-D input_shape is written as the [h, w, 1] it means (so readers of
 /// model.json always find three numbers).
 std::string model_json(const common::JsonNode& node, const ModelSpec& spec);
+
+/// One example's size {channels, height, width} after layer l, given its size before: conv2d
+/// (Keras "valid" or "same"), max pooling ("valid"), flatten and dense (n x 1 x 1); other layers
+/// keep it. No checks: make_layer rejects what does not fit.
+std::array<int, 3> layer_output(const LayerSpec& l, int c, int h, int w);
 
 /// Keras "same" padding for one dimension: {before, after}.
 std::pair<int, int> same_padding(int in, int kernel, int stride);
