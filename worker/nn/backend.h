@@ -233,6 +233,14 @@ std::unique_ptr<Backend> make_dnnl_backend(MathMode mode = MathMode::kFloat32);
 /// dispatches; fp16: never on the CPU for now), and the ISA oneDNN dispatches to, by name.
 bool cpu_supports(MathMode mode);
 std::string cpu_isa_name();
+/// The vector instruction sets of dtrain's own CPU kernels (the direct convolution, bf16
+/// rounding and packing).
+enum class VectorIsa { kAvx2, kAvx512, kAvx512Bf16 };
+/// Whether dtrain's own kernels may use `isa`: oneDNN dispatches to it or to a wider one. The
+/// CPU's own answer, capped as oneDNN is by ONEDNN_MAX_CPU_ISA, so that one setting runs the
+/// whole CPU backend as on a smaller CPU (docs/testing.md#a-smaller-cpu). Callers still check
+/// the CPU's own flags for what oneDNN's levels do not imply.
+bool own_kernels_may_use(VectorIsa isa);
 /// The CUDA backend (cuda/cuda_backend.cu) on its own CUDA device (the first visible GPU),
 /// computing its products in `mode`. In a CPU-only build it throws ConfigError.
 std::unique_ptr<Backend> make_cuda_backend(MathMode mode = MathMode::kFloat32);

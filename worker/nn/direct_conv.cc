@@ -263,9 +263,10 @@ bool runs(Vectors vectors) {
       return true;
 #if defined(__x86_64__) && defined(__GNUC__)
     case Vectors::kAvx2:
-      return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+      return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+             own_kernels_may_use(VectorIsa::kAvx2);
     case Vectors::kAvx512:
-      return __builtin_cpu_supports("avx512f");
+      return __builtin_cpu_supports("avx512f") && own_kernels_may_use(VectorIsa::kAvx512);
 #endif
     default:
       return false;

@@ -570,6 +570,33 @@ bool cpu_supports(MathMode mode) {
   return false;
 }
 
+bool own_kernels_may_use(VectorIsa isa) {
+  static const int level = [] {  // 0: below AVX2, 1: AVX2, 2: AVX-512, 3: with AVX512_BF16
+    switch (dnnl::get_effective_cpu_isa()) {
+      case dnnl::cpu_isa::avx512_core_amx:
+      case dnnl::cpu_isa::avx512_core_bf16:
+        return 3;
+      case dnnl::cpu_isa::avx512_core_vnni:
+      case dnnl::cpu_isa::avx512_core:
+        return 2;
+      case dnnl::cpu_isa::avx2_vnni:
+      case dnnl::cpu_isa::avx2:
+        return 1;
+      default:
+        return 0;
+    }
+  }();
+  switch (isa) {
+    case VectorIsa::kAvx2:
+      return level >= 1;
+    case VectorIsa::kAvx512:
+      return level >= 2;
+    case VectorIsa::kAvx512Bf16:
+      return level >= 3;
+  }
+  return false;
+}
+
 std::string cpu_isa_name() {
   switch (dnnl::get_effective_cpu_isa()) {
     case dnnl::cpu_isa::avx512_core_amx:

@@ -8,6 +8,7 @@
 #include <unordered_map>
 
 #include "common/errors.h"
+#include "worker/nn/backend.h"
 #include "worker/nn/bf16_rounding.h"
 
 namespace dtrain::nn {
@@ -99,7 +100,8 @@ namespace bf16_rounding {
 
 bool vectorized() {
 #if defined(__x86_64__) && defined(__GNUC__)
-  static const bool has = __builtin_cpu_supports("avx512bf16");
+  static const bool has =
+      __builtin_cpu_supports("avx512bf16") && own_kernels_may_use(VectorIsa::kAvx512Bf16);
   return has;
 #else
   return false;
