@@ -56,9 +56,15 @@ inline constexpr EnvVar kEnvUseAgentStore{"TORCHELASTIC_USE_AGENT_STORE", "False
 inline constexpr EnvVar kEnvLogLevel{"DTRAIN_LOG_LEVEL", "info", "trace|debug|info|warn|error"};
 inline constexpr EnvVar kEnvNoColor{"NO_COLOR", "", "any value turns colour off"};
 // Test only: "RANK:MS" makes dtrain-worker rank RANK sleep MS ms in each training step's compute
-// part (CPU), so that tests can make it the group's straggler.
+// part (CPU), so that tests can make it the group's straggler; "RANK:MS:cpu" spends them spinning
+// on the CPU instead (a step that a CPU quota can starve).
 inline constexpr EnvVar kEnvTestSlowStepMs{"DTRAIN_TEST_SLOW_STEP_MS", "",
                                            "test only: RANK:MS, slow one worker's steps"};
+// Test only: "RANK:STEP" makes dtrain-worker rank RANK, when started with the job (generation 0,
+// not a replacement), spin on the CPU for ever before its global step STEP: a worker stuck in a
+// loop, which the freeze watch must find (docs/design.md#frozen-workers).
+inline constexpr EnvVar kEnvTestSpinAtStep{"DTRAIN_TEST_SPIN_AT_STEP", "",
+                                           "test only: RANK:STEP, one worker spins for ever"};
 
 /// The variable's value, or nullopt when it is unset (an empty value counts as set).
 std::optional<std::string> get_env(const EnvVar& var);

@@ -161,7 +161,7 @@ RecoveryMode parse_recovery(const JsonNode& root, bool command_job) {
 void parse_fields(const JsonNode& root, JobSpec& spec) {
   root.check_keys({"job", "cluster", "workers", "restart", "train", "command", "env", "run_dir",
                    "hang_timeout_seconds", "remote_shell", "success", "gpu_sharing", "slurm",
-                   "master_port", "recovery", "spares", "elastic"});
+                   "master_port", "recovery", "spares", "elastic", "freeze_seconds"});
   JsonNode job = root.at("job");
   spec.job = job.as_string();
   if (!is_valid_job_name(spec.job)) {
@@ -185,6 +185,7 @@ void parse_fields(const JsonNode& root, JobSpec& spec) {
   if (auto n = root.find("run_dir")) spec.run_dir = n->as_nonempty_string();
   if (auto n = root.find("hang_timeout_seconds"))
     spec.hang_timeout_seconds = parse_seconds(*n, 0.001);
+  if (auto n = root.find("freeze_seconds")) spec.freeze_seconds = parse_seconds(*n, 0);
   if (auto n = root.find("remote_shell")) spec.remote_shell = parse_argv(*n);
   if (auto n = root.find("gpu_sharing")) spec.gpu_sharing = n->as_bool();
   if (auto n = root.find("master_port")) spec.master_port = static_cast<int>(n->as_int(1, 65535));
@@ -296,6 +297,7 @@ std::string job_spec_to_json(const JobSpec& spec, const ClusterSpec& resolved) {
   w.end_object();
   w.key("run_dir").value(spec.run_dir);
   if (spec.hang_timeout_seconds) w.key("hang_timeout_seconds").value(*spec.hang_timeout_seconds);
+  w.key("freeze_seconds").value(spec.freeze_seconds);
   w.key("success")
       .value(success_rule_name(spec.success))
       .key("gpu_sharing")

@@ -61,6 +61,9 @@ enum class RecoveryMode {
 /// "in_place" or "restart", as the job file spells it.
 const char* recovery_mode_name(RecoveryMode mode);
 
+/// The freeze watch's default floor: a shared machine's checkpoint or epoch end stays under it.
+inline constexpr double kDefaultFreezeSeconds = 10;
+
 struct JobSpec {
   std::string source;  ///< where it was read from, for messages
   std::string job;
@@ -77,6 +80,9 @@ struct JobSpec {
   std::vector<std::pair<std::string, std::string>> env;
   std::string run_dir;  ///< as written, or runs/<job>
   std::optional<double> hang_timeout_seconds;
+  /// The freeze watch's floor (docs/design.md#frozen-workers): a member is judged frozen only
+  /// after max(this, 20 median steps) of its own time without progress; 0 turns the watch off.
+  double freeze_seconds = kDefaultFreezeSeconds;
   std::vector<std::string> remote_shell{"ssh"};
   /// "all": the job succeeds when every training task exits 0; "chief": when the chief does.
   SuccessRule success = SuccessRule::kAllTasks;

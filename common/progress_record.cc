@@ -67,6 +67,10 @@ void ProgressRecordWriter::finished_step(int64_t global_step, double seconds) {
   store(record_->step_micros, static_cast<uint64_t>(seconds > 0 ? seconds * 1e6 : 0));
 }
 
+void ProgressRecordWriter::set_phase(ProgressPhase phase) {
+  if (record_) store(record_->phase, static_cast<uint64_t>(phase));
+}
+
 std::optional<ProgressSample> read_progress_record(const std::string& path) {
   UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW));
   if (!fd.valid()) return std::nullopt;
@@ -80,6 +84,10 @@ std::optional<ProgressSample> read_progress_record(const std::string& path) {
   s.ended = r.ended;
   s.global_step = r.global_step;
   s.step_seconds = static_cast<double>(r.step_micros) / 1e6;
+  // A phase this launcher does not know is some busy phase of a newer worker.
+  s.phase = r.phase <= static_cast<uint64_t>(ProgressPhase::kValidating)
+                ? static_cast<ProgressPhase>(r.phase)
+                : ProgressPhase::kSaving;
   return s;
 }
 

@@ -21,11 +21,21 @@ struct ProgressRecord {
   uint64_t ended;        ///< collectives ended (returned or failed); begun - ended = 1: inside one
   uint64_t global_step;  ///< steps finished
   uint64_t step_micros;  ///< the last step's wall time in microseconds (0 before one)
-  uint64_t reserved[2];
+  uint64_t phase;        ///< a ProgressPhase (0 in records written before it existed)
+  uint64_t reserved;
 };
 static_assert(sizeof(ProgressRecord) == 64, "the progress record is 64 bytes");
 
 inline constexpr uint32_t kProgressMagic = 0x52505444;  // "DTPR"
+
+/// What the worker does between its collectives. A busy phase may run long without a collective
+/// (a checkpoint on a slow disk, validation), and the launcher's freeze watch does not count it
+/// against the worker.
+enum class ProgressPhase : uint32_t {
+  kStepping = 0,    ///< training steps (and everything not named below)
+  kSaving = 1,      ///< writing a checkpoint, the final model or the epoch's files
+  kValidating = 2,  ///< evaluating the validation data
+};
 
 /// What the launcher reads of a record.
 struct ProgressSample {
@@ -33,7 +43,9 @@ struct ProgressSample {
   int generation = 0;
   uint64_t begun = 0, ended = 0, global_step = 0;
   double step_seconds = 0;
+  ProgressPhase phase = ProgressPhase::kStepping;
   bool in_collective() const { return begun > ended; }
+  bool busy() const { return phase != ProgressPhase::kStepping; }
 };
 
 /// The worker's side. Not thread-safe: one thread (the trainer's) writes.
@@ -50,9 +62,26 @@ class ProgressRecordWriter {
   void begin_collective();
   void end_collective();
   void finished_step(int64_t global_step, double seconds);
+  void set_phase(ProgressPhase phase);
 
  private:
   ProgressRecord* record_ = nullptr;
+};
+
+/// Marks a busy phase on a writer (may be null) for as long as it lives, then stepping again.
+class BusyPhase {
+ public:
+  BusyPhase(ProgressRecordWriter* writer, ProgressPhase phase) : writer_(writer) {
+    if (writer_) writer_->set_phase(phase);
+  }
+  ~BusyPhase() {
+    if (writer_) writer_->set_phase(ProgressPhase::kStepping);
+  }
+  BusyPhase(const BusyPhase&) = delete;
+  BusyPhase& operator=(const BusyPhase&) = delete;
+
+ private:
+  ProgressRecordWriter* writer_;
 };
 
 /// The record at path; nullopt when there is none (yet), it is short, or not a record.

@@ -151,12 +151,14 @@ std::string format_agent_watch_event(const ProcessSample& process,
   w.begin_object().key("event").value("watch");
   w.key("state").value(std::string_view(&process.state, 1));
   w.key("cpu_ticks").value(process.cpu_ticks);
+  w.key("run_ns").value(process.run_ns).key("wait_ns").value(process.wait_ns);
   if (record) {
     w.key("record").begin_object();
     w.key("pid").value(record->pid).key("generation").value(record->generation);
     w.key("begun").value(record->begun).key("ended").value(record->ended);
     w.key("global_step").value(record->global_step);
     w.key("step_micros").value(static_cast<uint64_t>(record->step_seconds * 1e6 + 0.5));
+    w.key("phase").value(static_cast<uint64_t>(record->phase));
     w.end_object();
   }
   return w.end_object().str();
@@ -197,8 +199,11 @@ std::optional<AgentEvent> parse_agent_event(std::string_view payload) {
       event.type = AgentEvent::Type::kWatch;
       std::string state = root.at("state").as_string();
       if (state.size() != 1) root.at("state").fail("expected one letter");
-      event.process = {state[0], static_cast<uint64_t>(root.at("cpu_ticks").as_int(0, INT64_MAX)),
-                       true};
+      event.process.state = state[0];
+      event.process.cpu_ticks = static_cast<uint64_t>(root.at("cpu_ticks").as_int(0, INT64_MAX));
+      if (auto run = root.find("run_ns")) event.process.run_ns = run->as_int(0, INT64_MAX);
+      if (auto wait = root.find("wait_ns")) event.process.wait_ns = wait->as_int(0, INT64_MAX);
+      event.process.readable = true;
       if (auto record = root.find("record")) {
         common::ProgressSample r;
         r.pid = static_cast<int>(record->at("pid").as_int(0, INT32_MAX));
@@ -207,6 +212,10 @@ std::optional<AgentEvent> parse_agent_event(std::string_view payload) {
         r.ended = static_cast<uint64_t>(record->at("ended").as_int(0, INT64_MAX));
         r.global_step = static_cast<uint64_t>(record->at("global_step").as_int(0, INT64_MAX));
         r.step_seconds = static_cast<double>(record->at("step_micros").as_int(0, INT64_MAX)) / 1e6;
+        if (auto phase = record->find("phase")) {
+          const int64_t p = phase->as_int(0, INT64_MAX);  // a newer agent's phase is busy
+          r.phase = p <= 2 ? static_cast<common::ProgressPhase>(p) : common::ProgressPhase::kSaving;
+        }
         event.record = r;
       }
     } else {

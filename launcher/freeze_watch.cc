@@ -1,6 +1,7 @@
 // See freeze_watch.h.
 #include "launcher/freeze_watch.h"
 
+#include <dirent.h>
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -25,6 +26,44 @@ double median(std::vector<double> values) {
   return values.empty() ? 0 : values[values.size() / 2];
 }
 
+uint64_t grown(uint64_t before, uint64_t after) {
+  return after > before ? after - before : 0;  // a thread that ended takes its sums with it
+}
+
+// The share of dt a member could have used for its own work: none while it says it is busy
+// (saving, validating) or waits in uninterruptible I/O, and of the rest the part its threads
+// spent on a CPU rather than waiting for one. A process that neither ran nor waited to run
+// (blocked, deadlocked) could have used all of it; one that is runnable (R) and did not run has
+// waited the whole time for a CPU (or a CPU quota), a wait the kernel adds to its counters only
+// once the thread runs again.
+double usable_share(double dt, const ProcessSample& before, const MemberObservation& m) {
+  if (m.record && m.record->busy()) return 0;
+  if (m.process.state == 'D') return 0;
+  if (!before.readable || !m.process.readable) return dt;
+  const double run = static_cast<double>(grown(before.run_ns, m.process.run_ns));
+  const double wait = static_cast<double>(grown(before.wait_ns, m.process.wait_ns));
+  if (run + wait > 0) return dt * run / (run + wait);
+  return m.process.state == 'R' && m.process.run_ns > 0 ? 0 : dt;
+}
+
+// Adds each thread's time on a CPU and waiting for one (/proc/<pid>/task/<tid>/schedstat: "run
+// wait slices", nanoseconds).
+void read_schedstats(int pid, ProcessSample& s) {
+  const std::string tasks = "/proc/" + std::to_string(pid) + "/task";
+  DIR* dir = ::opendir(tasks.c_str());
+  if (!dir) return;
+  while (const dirent* e = ::readdir(dir)) {
+    if (e->d_name[0] == '.') continue;
+    std::ifstream in(tasks + "/" + e->d_name + "/schedstat");
+    uint64_t run = 0, wait = 0;
+    if (in >> run >> wait) {
+      s.run_ns += run;
+      s.wait_ns += wait;
+    }
+  }
+  ::closedir(dir);
+}
+
 }  // namespace
 
 ProcessSample read_process(int pid) {
@@ -46,15 +85,51 @@ ProcessSample read_process(int pid) {
   } catch (const std::exception&) {
     return s;
   }
+  read_schedstats(pid, s);
   s.readable = true;
   return s;
+}
+
+FreezeWatch::FreezeWatch(FreezeSettings settings) : settings_(settings) {}
+
+void FreezeWatch::reset() {
+  last_advance_ = -1;
+  last_.clear();
+  cpu_at_advance_.clear();
+  usable_.clear();
+  ended_since_reset_.clear();
+  at_reset_taken_ = false;
+}
+
+void FreezeWatch::count_usable(double now, const std::vector<MemberObservation>& members) {
+  const size_t n = members.size();
+  const double dt = last_look_ >= 0 ? std::max(0.0, now - last_look_) : 0;
+  last_look_ = now;
+  const bool known = process_seen_.size() == n;
+  process_seen_.resize(n);
+  for (size_t i = 0; i < n; ++i) {
+    if (known) usable_[i] += usable_share(dt, process_seen_[i], members[i]);
+    process_seen_[i] = members[i].process;
+  }
+}
+
+std::optional<FreezeVerdict> FreezeWatch::warn_or_confirm(FreezeVerdict v) {
+  v.confirmed = v.stalled_seconds > kConfirmFactor * v.bound_seconds;
+  if (v.confirmed) {
+    reset();
+    warned_ = false;
+    return v;
+  }
+  if (warned_) return std::nullopt;
+  warned_ = true;
+  return v;
 }
 
 std::optional<FreezeVerdict> FreezeWatch::stopped_or_silent(
     double now, const std::vector<MemberObservation>& members) {
   const size_t n = members.size();
   if (stopped_since_.size() != n) stopped_since_.assign(n, -1);
-  const double limit = std::max(min_seconds_, bound_);
+  const double limit = std::max(settings_.floor_seconds, bound_);
   size_t longest = n;
   for (size_t i = 0; i < n; ++i) {
     if (!stopped(members[i].process.state)) {
@@ -96,21 +171,10 @@ std::optional<FreezeVerdict> FreezeWatch::stopped_or_silent(
   // Every member quiet at once is this launcher not reading, not their hosts.
   if (quietest == n || !someone_heard) return std::nullopt;
   v.member = quietest;
-  v.stalled_seconds = members[quietest].silent_seconds;
-  v.bound_seconds = kSilentSeconds;
+  v.stalled_seconds = now - changed_at_;
   v.why = fmt::format("no word from it for {:.1f} s (its host is cut off or gone)",
                       members[quietest].silent_seconds);
   return v;
-}
-
-FreezeWatch::FreezeWatch(double min_seconds, double step_multiple)
-    : min_seconds_(min_seconds), step_multiple_(step_multiple) {}
-
-void FreezeWatch::reset() {
-  last_advance_ = -1;
-  last_.clear();
-  cpu_at_advance_.clear();
-  ended_since_reset_.clear();
 }
 
 std::optional<FreezeVerdict> FreezeWatch::observe(double now,
@@ -120,40 +184,59 @@ std::optional<FreezeVerdict> FreezeWatch::observe(double now,
     reset();
     last_.resize(n);
     cpu_at_advance_.resize(n, 0);
+    usable_.assign(n, 0);
     ended_since_reset_.assign(n, false);
+  }
+  count_usable(now, members);
+  if (!at_reset_taken_) {
+    at_reset_.assign(n, std::nullopt);
+    for (size_t i = 0; i < n; ++i)
+      if (members[i].record)
+        at_reset_[i] = std::pair{members[i].record->pid, members[i].record->ended};
+    at_reset_taken_ = true;
   }
   // Whatever the records say (a group forming again, a member still loading): a process stopped
   // for longer than the bound, or a remote member whose agent went quiet while another member is
   // heard from, is what the group waits for.
-  if (std::optional<FreezeVerdict> v = stopped_or_silent(now, members)) {
-    reset();
-    return v;
+  std::optional<FreezeVerdict> v = stopped_or_silent(now, members);
+  if (!v) v = stalled(now, members);
+  if (!v) {
+    warned_ = false;  // the stall, if there was one, is over
+    return std::nullopt;
   }
+  return warn_or_confirm(std::move(*v));
+}
+
+std::optional<FreezeVerdict> FreezeWatch::stalled(double now,
+                                                  const std::vector<MemberObservation>& members) {
+  const size_t n = members.size();
   bool advanced = last_advance_ < 0;
   std::vector<double> step_times;
   for (size_t i = 0; i < n; ++i) {
     const std::optional<common::ProgressSample>& r = members[i].record;
     if (!r || r->global_step == 0) return std::nullopt;  // not training yet: nothing to judge
     if (!same(*r, last_[i])) advanced = true;
-    if (r->ended > last_[i].ended && last_[i].pid == r->pid) ended_since_reset_[i] = true;
+    const std::optional<std::pair<int, uint64_t>>& before = at_reset_[i];
+    if (before && before->first == r->pid ? r->ended > before->second : r->ended > 0)
+      ended_since_reset_[i] = true;
     if (r->step_seconds > 0) step_times.push_back(r->step_seconds);
   }
-  bound_ = std::max(min_seconds_, step_multiple_ * median(step_times));
+  bound_ = std::max(settings_.floor_seconds, settings_.step_multiple * median(step_times));
   if (advanced) {
     last_advance_ = now;
     for (size_t i = 0; i < n; ++i) {
       last_[i] = *members[i].record;
       cpu_at_advance_[i] = members[i].process.cpu_ticks;
+      usable_[i] = 0;
     }
     return std::nullopt;
   }
-  double stalled = now - last_advance_;
-  if (stalled <= bound_) return std::nullopt;
-  FreezeVerdict v;
-  v.stalled_seconds = stalled;
-  v.bound_seconds = bound_;
+  const double wall = now - last_advance_;
+  if (wall <= bound_) return std::nullopt;
   if (!std::all_of(ended_since_reset_.begin(), ended_since_reset_.end(), [](bool b) { return b; }))
     return std::nullopt;  // a group still forming after a reset is not frozen
+  FreezeVerdict v;
+  v.bound_seconds = bound_;
   // The others wait inside the collective the laggard has not begun.
   uint64_t most = 0;
   for (const MemberObservation& m : members) most = std::max(most, m.record->begun);
@@ -165,25 +248,29 @@ std::optional<FreezeVerdict> FreezeWatch::observe(double now,
     }
   }
   if (laggard < n) {
+    // Judged on the time it could have used: short of CPU, in I/O or busy it is not frozen.
+    v.stalled_seconds = usable_[laggard];
+    if (v.stalled_seconds <= bound_) return std::nullopt;
     const MemberObservation& m = members[laggard];
     bool busy = m.process.cpu_ticks > cpu_at_advance_[laggard];
     v.member = laggard;
     v.why = busy ? fmt::format(
-                       "busy outside the collectives for {:.1f} s while the others wait "
-                       "in collective {}",
-                       stalled, most)
+                       "busy outside the collectives for {:.1f} s of its own ({:.1f} s wall) "
+                       "while the others wait in collective {}",
+                       v.stalled_seconds, wall, most)
                  : fmt::format(
                        "no CPU time for {:.1f} s outside any collective while the others "
                        "wait in collective {} (deadlocked or blocked)",
-                       stalled, most);
+                       wall, most);
     return v;
   }
   bool all_inside = std::all_of(members.begin(), members.end(), [](const MemberObservation& m) {
     return m.record->in_collective();
   });
   if (!all_inside) return std::nullopt;  // nobody waits for anybody: not a member's freeze
-  v.why = fmt::format("every member has waited {:.1f} s inside collective {}: a link is down",
-                      stalled, most);
+  v.stalled_seconds = wall;
+  v.why = fmt::format("every member has waited {:.1f} s inside collective {}: a link is down", wall,
+                      most);
   return v;
 }
 

@@ -40,6 +40,7 @@ Supervisor::Supervisor(boost::asio::io_context& io, ProcessSpawner& spawner, Run
       port_timer_(io),
       reform_timer_(io),
       freeze_timer_(io),
+      freeze_(FreezeSettings{plan_.spec().freeze_seconds}),
       attempt_(options_.first_attempt),
       master_port_(plan_.master_port) {
   for (const TaskPlan& p : plan_.tasks) ports_.push_back(p.endpoint.port);

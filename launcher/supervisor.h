@@ -248,6 +248,7 @@ class Supervisor {
   // Frozen members (supervisor_freeze.cc, docs/design.md#frozen-workers).
   bool watches_freezes() const;
   void arm_freeze_watch();
+  void warn_of_stall(const FreezeVerdict& verdict, const Task* suspect);
   void look_for_freezes();
   void notice_late_members();
   void write_state();
@@ -262,12 +263,11 @@ class Supervisor {
   const SupervisorOptions options_;
   const LaunchPlan& plan_;
   RestartBook book_;
-  OomWatch oom_ = OomWatch::for_this_process();
-  FreezeWatch freeze_;  ///< the local dtrain-worker training tasks' progress  ///< this machine's
-                        ///< OOM kills, for local tasks
+  OomWatch oom_ = OomWatch::for_this_process();  ///< this machine's OOM kills, for local tasks
   std::vector<std::unique_ptr<Task>> tasks_;
   boost::asio::steady_timer backoff_timer_, grace_timer_, watchdog_timer_, port_timer_,
       reform_timer_, freeze_timer_;
+  FreezeWatch freeze_;  ///< the training tasks' progress (docs/design.md#frozen-workers)
   std::function<void(const SupervisorResult&)> on_done_;
   Phase phase_ = Phase::kStarting;
   int attempt_ = 0;

@@ -1,8 +1,9 @@
 // See supervisor.h. Frozen members (docs/design.md#frozen-workers): every half second while the
 // group runs, what each dtrain-worker training task's child shows of its progress record and
-// process (read here, or reported by its agent) goes to a FreezeWatch; a member it names is
-// SIGKILLed and its end takes the usual path (in place, or the whole group), blamed as frozen; a
-// group stuck with nobody to blame is torn down.
+// process (read here, or reported by its agent) goes to a FreezeWatch. Its first verdict on a
+// stall is a warning (event `stall`); one that persists names a member, which is SIGKILLed and
+// whose end takes the usual path (in place, or the whole group), blamed as frozen, or finds a
+// group stuck with nobody to blame, which is torn down. `freeze_seconds: 0` turns it off.
 #include <spdlog/spdlog.h>
 
 #include <csignal>
@@ -20,6 +21,7 @@ constexpr double kFreezeLookSeconds = 0.5;
 }  // namespace
 
 bool Supervisor::watches_freezes() const {
+  if (plan_.spec().freeze_seconds <= 0) return false;
   for (const auto& task : tasks_)
     if (task->plan.trains() && !task->plan.progress_path.empty()) return true;
   return false;
@@ -53,6 +55,25 @@ void Supervisor::arm_freeze_watch() {
   });
 }
 
+// A first verdict: said and recorded, nothing done; the watch confirms it only if it persists
+// (a member short of CPU, a slow disk or a debugger's pause usually move on before that).
+void Supervisor::warn_of_stall(const FreezeVerdict& verdict, const Task* suspect) {
+  const std::string who =
+      suspect ? fmt::format("{} ({})", suspect->plan.task.text(), suspect->plan.place_text())
+              : std::string("the group");
+  spdlog::warn(
+      "{} may be frozen: {}; {:.1f} s without progress (bound {:.1f} s); killed if it lasts "
+      "past {:.1f} s",
+      who, verdict.why, verdict.stalled_seconds, verdict.bound_seconds,
+      FreezeWatch::kConfirmFactor * verdict.bound_seconds);
+  recorder_.event("stall", [&](common::JsonWriter& w) {
+    if (suspect) w.key("task").value(suspect->plan.task.text()).key("pid").value(suspect->pid);
+    w.key("attempt").value(attempt_).key("why").value(verdict.why);
+    w.key("stalled_seconds").value(verdict.stalled_seconds);
+    w.key("bound_seconds").value(verdict.bound_seconds);
+  });
+}
+
 void Supervisor::look_for_freezes() {
   if (phase_ != Phase::kRunning) return;
   notice_late_members();
@@ -69,7 +90,10 @@ void Supervisor::look_for_freezes() {
   }
   std::optional<FreezeVerdict> verdict = freeze_.observe(common::monotonic_seconds(), looks);
   if (!verdict) return arm_freeze_watch();
-  freeze_.reset();
+  if (!verdict->confirmed) {
+    warn_of_stall(*verdict, verdict->member ? members[*verdict->member] : nullptr);
+    return arm_freeze_watch();
+  }
   if (!verdict->member) {  // every member waits inside one collective: a link is down
     Task& first = *members.front();
     std::string what = fmt::format("frozen group: {}", verdict->why);
@@ -92,7 +116,12 @@ void Supervisor::look_for_freezes() {
   recorder_.event("frozen", [&](common::JsonWriter& w) {
     w.key("task").value(frozen.plan.task.text()).key("attempt").value(attempt_);
     if (frozen.plan.remote()) w.key("place").value(frozen.plan.place_text());
-    w.key("pid").value(frozen.pid).key("why").value(verdict->why);
+    w.key("pid").value(frozen.pid);
+    // The worker's own pid, as it wrote it in its record (pid is the launcher's child: for a
+    // remote worker, the remote shell).
+    const std::optional<common::ProgressSample>& r = looks[*verdict->member].record;
+    if (r) w.key("worker_pid").value(r->pid);
+    w.key("why").value(verdict->why);
     w.key("stalled_seconds").value(verdict->stalled_seconds);
     w.key("bound_seconds").value(verdict->bound_seconds);
   });

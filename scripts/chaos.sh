@@ -3,9 +3,11 @@
 # undisturbed, then again under N faults sent to random training workers at random times, each a
 # SIGKILL, a SIGTERM (that worker alone is preempted) or a SIGSTOP (never continued: the freeze
 # watch must find it). Passes when both runs exit 0 with the same final model hash, all N faults
-# were sent while the job ran, and no process of either run is left.
+# were sent while the job ran, every `frozen` verdict named a worker this script stopped (a
+# healthy worker killed as frozen fails the run), and no process of either run is left.
 #
-#   scripts/chaos.sh [--faults N] [--epochs E] [--steps S] [--spares K] [--hosts] [--build DIR]
+#   scripts/chaos.sh [--faults N] [--epochs E] [--steps S] [--spares K] [--hosts] [--busy B]
+#                    [--build DIR]
 #
 #   --faults N   faults to send (default 100)
 #   --epochs E   epochs of the job (default: 20 of 469 steps alone, 8 of 200 steps with --hosts)
@@ -13,10 +15,12 @@
 #   --spares K   standby workers (default 0)
 #   --hosts      two hosts: network namespaces with sshd (dtrain-testbed), two workers on each,
 #                the launcher on the first; the second's workers start over ssh (needs root)
+#   --busy B     keep B competing CPU-bound processes spinning through both runs (default 0), so
+#                the workers are short of CPU as on a shared machine
 #   --build DIR  the build to use (default build)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-faults=100 epochs="" steps="" spares=0 hosts=0 build=build
+faults=100 epochs="" steps="" spares=0 hosts=0 busy=0 build=build
 while [ $# -gt 0 ]; do
   case "$1" in
     --faults) faults=$2; shift 2 ;;
@@ -24,12 +28,13 @@ while [ $# -gt 0 ]; do
     --steps) steps=$2; shift 2 ;;
     --spares) spares=$2; shift 2 ;;
     --hosts) hosts=1; shift ;;
+    --busy) busy=$2; shift 2 ;;
     --build) build=$2; shift 2 ;;
-    -h|--help) sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "chaos.sh: unknown argument \"$1\" (see --help)" >&2; exit 2 ;;
   esac
 done
-for n in "$faults" "$spares" ${epochs:+"$epochs"} ${steps:+"$steps"}; do
+for n in "$faults" "$spares" "$busy" ${epochs:+"$epochs"} ${steps:+"$steps"}; do
   [[ "$n" =~ ^[0-9]+$ ]] || { echo "chaos.sh: \"$n\" is not a number" >&2; exit 2; }
 done
 if [ "$hosts" = 1 ]; then epochs=${epochs:-8}; steps=${steps:-200}; else epochs=${epochs:-20}; fi
@@ -41,7 +46,9 @@ py=/usr/bin/python3
 work=$(mktemp -d /tmp/dtrain-chaos-XXXXXX)
 prefix=()
 testbed_pid=""
+spinners=()
 cleanup() {
+  [ ${#spinners[@]} -eq 0 ] || { kill "${spinners[@]}" 2>/dev/null || true; wait "${spinners[@]}" 2>/dev/null || true; }
   if [ -n "$testbed_pid" ]; then exec {bed_in}>&- 2>/dev/null || true; kill "$testbed_pid" 2>/dev/null || true; wait "$testbed_pid" 2>/dev/null || true; fi
 }
 trap cleanup EXIT
@@ -127,6 +134,13 @@ print(n)
 PY
 }
 
+# Competing CPU-bound processes, outside the runs (their environment does not name $work).
+for _ in $(seq 1 "$busy"); do
+  (exec "$py" -c 'while True: pass') &
+  spinners+=($!)
+done
+[ "$busy" -eq 0 ] || echo "== $busy competing CPU-bound process(es) spinning"
+
 start=$(date +%s.%N)
 echo "== undisturbed run ($epochs epochs${steps:+ of $steps steps})"
 "${prefix[@]}" "$dtrain" launch "$work/job.json" --run-dir "$work/calm" > "$work/calm.log" 2>&1 ||
@@ -141,12 +155,14 @@ chaos_start=$(date +%s.%N)
 launcher=$!
 declare -A sent_by=([KILL]=0 [TERM]=0 [STOP]=0)
 sent=0
+: > "$work/stopped.pids"  # every pid sent SIGSTOP: the only workers the freeze watch may name
 while [ $sent -lt "$faults" ] && kill -0 $launcher 2>/dev/null; do
   sleep "$(awk -v r=$RANDOM 'BEGIN { printf "%.2f", 0.5 + (r % 150) / 100 }')"
   mapfile -t pids < <(workers_of "$work/chaos")
   [ ${#pids[@]} -gt 0 ] || continue
   pid=${pids[$((RANDOM % ${#pids[@]}))]}
   sig=$(case $((RANDOM % 3)) in 0) echo KILL ;; 1) echo TERM ;; *) echo STOP ;; esac)
+  [ "$sig" = STOP ] && echo "$pid" >> "$work/stopped.pids"
   if kill -s "$sig" "$pid" 2>/dev/null; then
     sent=$((sent + 1)); sent_by[$sig]=$((sent_by[$sig] + 1))
     echo "fault $sent: SIG$sig to pid $pid"
@@ -158,16 +174,23 @@ chaos=$(sha256sum "$work/chaos/model/model.safetensors" 2>/dev/null | cut -d' ' 
 # Host 1's agents and what a teardown left get their seconds to go (keep-alive 10 s, then 2 s).
 for _ in $(seq 1 75); do [ "$(left_of)" -eq 0 ] && break; sleep 0.2; done
 left=$(left_of)
-summary=$("$py" - "$work/chaos/events.jsonl" <<'PY'
+summary=$("$py" - "$work/chaos/events.jsonl" "$work/stopped.pids" <<'PY'
 import json, sys
 events = [json.loads(l) for l in open(sys.argv[1])]
+stopped = set(open(sys.argv[2]).read().split())
+# A frozen verdict names the worker's own pid (worker_pid, from its progress record; pid is the
+# launcher's child, an ssh client for a remote worker). One this script did not stop was healthy.
+wrong = [e for e in events if e["event"] == "frozen" and "task" in e
+         and str(e.get("worker_pid", e.get("pid"))) not in stopped]
+open(sys.argv[2] + ".wrong", "w").write("".join(json.dumps(e) + "\n" for e in wrong))
 count = lambda kind: sum(1 for e in events if e["event"] == kind)
 rec = [e for e in events if e["event"] == "recovered"]
 in_place = [e for e in rec if e.get("path") == "in_place"]
 secs = sorted(e["seconds"] for e in in_place if "seconds" in e)
 median = secs[len(secs) // 2] if secs else 0
 redone = sum(e.get("steps_redone", 0) for e in rec)
-print(f"{count('in_place')} in-place replacements, {count('frozen')} frozen found, "
+print(f"{count('in_place')} in-place replacements, {count('frozen')} frozen found "
+      f"({len(wrong)} of them healthy, {count('stall')} stall warnings), "
       f"{count('restart')} whole-group restarts; {len(in_place)} recoveries in place "
       f"(median {median:.2f} s, max {max(secs) if secs else 0:.2f} s), {redone} steps redone in all")
 PY
@@ -178,7 +201,13 @@ echo "wall: undisturbed $calm_wall s, under faults $chaos_wall s; $left process(
 echo "models: undisturbed $calm"
 echo "        chaos       $chaos"
 tail -n 4 "$work/chaos.log"
-if [ "$status" -eq 0 ] && [ "$calm" = "$chaos" ] && [ "$left" -eq 0 ] && [ "$sent" -eq "$faults" ]; then
+healthy_killed=$(wc -l < "$work/stopped.pids.wrong")
+if [ "$healthy_killed" -gt 0 ]; then
+  echo "chaos: the freeze watch killed $healthy_killed worker(s) this script never stopped:"
+  cat "$work/stopped.pids.wrong"
+fi
+if [ "$status" -eq 0 ] && [ "$calm" = "$chaos" ] && [ "$left" -eq 0 ] && [ "$sent" -eq "$faults" ] &&
+  [ "$healthy_killed" -eq 0 ]; then
   echo "chaos: PASS ($(awk -v a="$start" -v b="$(date +%s.%N)" 'BEGIN { printf "%.0f", b - a }') s); work folder $work"
 else
   [ "$sent" -eq "$faults" ] || echo "chaos: only $sent of $faults faults were sent before the job ended: raise --epochs"

@@ -1,6 +1,8 @@
 // See train_step.h.
 #include "worker/train/train_step.h"
 
+#include <time.h>
+
 #include <chrono>
 #include <cstdint>
 #include <cstring>
@@ -139,8 +141,18 @@ void TrainStep::enqueue(const float* images, const int32_t* labels, int n, const
 }
 
 void TrainStep::test_slow_step() {
-  if (options_.test_slow_step_seconds > 0) {
+  if (options_.test_slow_step_seconds <= 0) return;
+  if (!options_.test_slow_step_on_cpu) {
     std::this_thread::sleep_for(std::chrono::duration<double>(options_.test_slow_step_seconds));
+    return;
+  }
+  auto cpu_seconds = [] {
+    timespec t{};
+    ::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+    return static_cast<double>(t.tv_sec) + static_cast<double>(t.tv_nsec) * 1e-9;
+  };
+  const double until = cpu_seconds() + options_.test_slow_step_seconds;
+  while (cpu_seconds() < until) {
   }
 }
 

@@ -73,8 +73,10 @@ struct StepOptions {
   int slots = 2;                       ///< input slots (one graph each)
   double timeout_seconds = 300;        ///< longest wait for a step's read-back
   /// Test only (DTRAIN_TEST_SLOW_STEP_MS): host seconds slept in each step's compute part, to
-  /// make this worker the group's straggler.
+  /// make this worker the group's straggler; or, with test_slow_step_on_cpu, seconds of this
+  /// thread's CPU time spent spinning (a step that needs the CPU, which a quota can starve).
   double test_slow_step_seconds = 0;
+  bool test_slow_step_on_cpu = false;
   /// Whole steps (in-place recovery, docs/design.md#in-place-recovery): the optimizer applies
   /// the buckets only once every all-reduce of the step has finished, so a step whose collective
   /// fails has changed nothing but the optimizer's count, which abandon_step() puts back. Costs
@@ -167,7 +169,7 @@ class TrainStep {
   bool graphed() const { return graphed_; }
 
  private:
-  /// Sleeps options_.test_slow_step_seconds (test only), whichever way the step runs.
+  /// Sleeps (or spins) options_.test_slow_step_seconds (test only), whichever way the step runs.
   void test_slow_step();
   void run_step(const float* images, const int32_t* labels, int n, const nn::StepKey& key,
                 int slot);

@@ -129,19 +129,43 @@ bool has_epoch_line(const std::string& path, int epoch) {
   return false;
 }
 
-// Test only: the seconds DTRAIN_TEST_SLOW_STEP_MS ("RANK:MS") has this rank sleep in each step.
-double test_slow_step_seconds(int rank) {
+// Test only: the seconds DTRAIN_TEST_SLOW_STEP_MS ("RANK:MS", or "RANK:MS:cpu" to spend them
+// on the CPU) has this rank sleep in each step.
+double test_slow_step_seconds(int rank, bool* on_cpu) {
   std::optional<std::string> value = common::get_env(common::kEnvTestSlowStepMs);
   if (!value) return 0;
   int slow_rank = -1;
   double ms = -1;
-  char tail = 0;
-  if (std::sscanf(value->c_str(), "%d:%lf%c", &slow_rank, &ms, &tail) != 2 || ms < 0 ||
-      ms > 60000) {
-    throw common::ConfigError(fmt::format("{}=\"{}\": expected RANK:MS, MS at most 60000",
-                                          common::kEnvTestSlowStepMs.name, *value));
+  char mode[8] = {};
+  int fields = std::sscanf(value->c_str(), "%d:%lf:%7s", &slow_rank, &ms, mode);
+  *on_cpu = fields == 3 && std::string(mode) == "cpu";
+  if (fields < 2 || (fields == 3 && !*on_cpu) || ms < 0 || ms > 60000) {
+    throw common::ConfigError(
+        fmt::format("{}=\"{}\": expected RANK:MS or RANK:MS:cpu, MS at most 60000",
+                    common::kEnvTestSlowStepMs.name, *value));
   }
   return slow_rank == rank ? ms / 1000 : 0;
+}
+
+// Test only: the global step before which DTRAIN_TEST_SPIN_AT_STEP ("RANK:STEP") has this rank
+// spin; -1 for none.
+int64_t test_spin_step(int rank) {
+  std::optional<std::string> value = common::get_env(common::kEnvTestSpinAtStep);
+  if (!value) return -1;
+  int spin_rank = -1;
+  long long step = -1;
+  char tail = 0;
+  if (std::sscanf(value->c_str(), "%d:%lld%c", &spin_rank, &step, &tail) != 2 || step < 1) {
+    throw common::ConfigError(fmt::format("{}=\"{}\": expected RANK:STEP, STEP at least 1",
+                                          common::kEnvTestSpinAtStep.name, *value));
+  }
+  return spin_rank == rank ? step : -1;
+}
+
+[[noreturn]] void spin_for_ever() {
+  spdlog::warn("{}: spinning for ever (test only)", common::kEnvTestSpinAtStep.name);
+  for (volatile uint64_t turns = 0;; turns = turns + 1) {
+  }
 }
 
 }  // namespace
@@ -191,7 +215,8 @@ Trainer::Trainer(const TrainConfig& config, nn::Backend& backend, comm::Communic
   step_options.overlap = config_.overlap;
   step_options.graphs = config_.cuda_graphs;
   step_options.slots = InputStager::kSlots;
-  step_options.test_slow_step_seconds = test_slow_step_seconds(comm_.rank());
+  step_options.test_slow_step_seconds =
+      test_slow_step_seconds(comm_.rank(), &step_options.test_slow_step_on_cpu);
   step_options.whole_steps = options_.regroup && whole_steps_possible(backend_.device(), comm_);
   step_options.virtual_size = options_.virtual_size;
   step_options.loss_scale = config_.loss_scale;
@@ -215,6 +240,7 @@ Trainer::Trainer(const TrainConfig& config, nn::Backend& backend, comm::Communic
   if (options_.timeline) options_.timeline->mark("model");
   if (chief()) prepare_backup_dir(config_, options_.run_dir);  // not at the first save
   generation_ = options_.generation;
+  if (generation_ == 0) test_spin_step_ = test_spin_step(comm_.rank());
   share_state(false);
   if (options_.timeline) options_.timeline->mark("broadcast");
   start_ = state_;
@@ -394,6 +420,7 @@ void Trainer::save_checkpoint(const EpochMetrics* finished) {
   state_.optimizer_iterations = optimizer_->iterations();
   state_.loss_scale = scale.dynamic() ? scale.scale() : 0;
   state_.loss_scale_good_steps = scale.dynamic() ? scale.good_steps() : 0;
+  common::BusyPhase busy(options_.record, common::ProgressPhase::kSaving);
   double started = common::monotonic_seconds();
   std::string path = store_.save(state_, checkpoint_tensors(), config_.model_json,
                                  finished ? metrics_json(*finished, true) : std::string());
@@ -428,6 +455,7 @@ EpochMetrics Trainer::fit_from_state() {
     last_epoch_metrics_ = metrics_json(last, true);
     save_checkpoint(&last);
     if (chief()) {  // a line in metrics.jsonl says the summaries were written too
+      common::BusyPhase busy(options_.record, common::ProgressPhase::kSaving);
       write_summaries(last);
       write_metrics(last);
     }
@@ -439,6 +467,7 @@ EpochMetrics Trainer::fit_from_state() {
     }
   }
   if (chief()) {
+    common::BusyPhase busy(options_.record, common::ProgressPhase::kSaving);
     std::vector<TensorView> weights = checkpoint_tensors();
     weights.resize(model_->parameter_infos().size());
     write_final_model(common::RunDir(options_.run_dir).model_dir(), weights, config_.model_json,
@@ -526,6 +555,7 @@ EpochMetrics Trainer::train_epoch(int epoch) {
     }
     if (options_.stop_requested && options_.stop_requested()) step_->request_stop();
     if (ledger_) write_ledger(epoch, step, ledger_streams);
+    if (state_.global_step + 1 == test_spin_step_) spin_for_ever();
     double step_started = common::monotonic_seconds();
     if (sharded)
       step_->run_shards(held, inputs.data(), {config_.seed, epoch, step}, slot);
@@ -606,6 +636,7 @@ EpochMetrics Trainer::train_epoch(int epoch) {
 }
 
 std::pair<double, double> Trainer::evaluate() {
+  common::BusyPhase busy(options_.record, common::ProgressPhase::kValidating);
   return evaluate_model(*model_, backend_, test_, config_.per_worker_batch_size, &comm_);
 }
 
@@ -629,6 +660,7 @@ void Trainer::recover_epoch_metrics() {
   }
   restored_epoch_metrics_.clear();
   if (has_epoch_line(path, m.epoch)) return;
+  common::BusyPhase busy(options_.record, common::ProgressPhase::kSaving);
   spdlog::warn("{} has no line for epoch {}; written now from its checkpoint", path, m.epoch);
   write_summaries(m);
   write_metrics(m);

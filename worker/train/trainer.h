@@ -199,7 +199,8 @@ class Trainer {
   ProgressBar progress_;
   CheckpointStore store_;
   TrainingState state_;  ///< where training stands now (what a checkpoint written now records)
-  TrainingState start_;  ///< where this run resumed
+  int64_t test_spin_step_ = -1;  ///< DTRAIN_TEST_SPIN_AT_STEP's step for this worker (test only)
+  TrainingState start_;          ///< where this run resumed
   std::string restored_epoch_metrics_;  ///< the restored checkpoint's, for recover_epoch_metrics
   std::string last_epoch_metrics_;      ///< the last finished epoch's (metrics_json with steps)
   int generation_ = 0;                  ///< the group's, for heartbeats
