@@ -168,6 +168,17 @@ TEST_CASE("a folder source's bad config and bad files are errors naming them", "
                     Contains("synthetic"));
   CHECK_THROWS_WITH(parse(R"({"source": "idx", "shard_policy": "rows"})"),
                     Contains("shard_policy"));
+  // Issue 43, item 11: "." is train_dir itself (every image again under one label), ".." its
+  // parent (outside the data set): refused when the config is read, as a path is.
+  for (const auto& [names, where] : {std::pair{R"([".", "cat"])", "class_names[0]"},
+                                     {R"(["cat", ".."])", "class_names[1]"},
+                                     {R"(["cat", "dog/.."])", "class_names[1]"}}) {
+    CHECK_THROWS_WITH(
+        folder_config("photos", std::string(R"(, "class_names": )") + names),
+        Contains(std::string(where) + ": \"") && Contains("is not the name of a folder"));
+  }
+  CHECK_THROWS_WITH(folder_config("photos", R"(, "class_names": ["cat", "dog", "cat"])"),
+                    Contains("class_names[2]: class \"cat\" is given twice"));
   Folders f;
   if (!f.ok) return;
   CHECK_THROWS_WITH(load_data(folder_config(f.dir.path() + "/mixed"), {6, 6, 1}, false),

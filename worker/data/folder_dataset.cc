@@ -27,7 +27,19 @@ std::vector<std::string> read_names(const JsonNode& node) {
   if (!node.is_array())
     node.fail(fmt::format("expected a list of names, found {}", node.describe()));
   std::vector<std::string> names;
-  for (const JsonNode& name : node.as_array()) names.push_back(name.as_nonempty_string());
+  for (const JsonNode& name : node.as_array()) {
+    names.push_back(name.as_nonempty_string());
+    const std::string& text = names.back();
+    // "." is train_dir itself and ".." its parent: a class name is one folder below it.
+    if (text == "." || text == ".." || text.find_first_of(std::string("/\0", 2)) != text.npos) {
+      name.fail(
+          fmt::format("\"{}\" is not the name of a folder in train_dir (\".\", \"..\" "
+                      "and names holding \"/\" are not)",
+                      text));
+    }
+    if (std::find(names.begin(), names.end() - 1, text) != names.end() - 1)
+      name.fail(fmt::format("class \"{}\" is given twice", text));
+  }
   return names;
 }
 

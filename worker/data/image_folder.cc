@@ -87,7 +87,7 @@ std::vector<std::string> class_images(const fs::path& class_dir) {
 void check_class_names(const std::string& dir, const std::vector<std::string>& names) {
   std::set<std::string> seen;
   for (const std::string& name : names) {
-    if (name.empty() || name.find('/') != std::string::npos)
+    if (name.empty() || name == "." || name == ".." || name.find('/') != std::string::npos)
       fail(dir, fmt::format("class name \"{}\" is not a folder name", name));
     if (!seen.insert(name).second) fail(dir, fmt::format("class \"{}\" is given twice", name));
     if (!is_folder(fs::path(dir) / name))

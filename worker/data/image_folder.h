@@ -34,7 +34,8 @@ struct ImageFolder {
 /// an error. Symbolic links to files and class folders are followed; links to folders below a class
 /// folder are not (no cycles). Errors are common::ConfigError naming the folder: not a folder,
 /// no class subfolders, a class folder with no image (named), a given class with no folder, a
-/// class name given twice, empty or holding a '/'. Blocks on the file system; reads no image.
+/// class name given twice, empty, "." or "..", or holding a '/'. Blocks on the file system; reads
+/// no image.
 ImageFolder scan_image_folder(const std::string& dir,
                               const std::vector<std::string>& class_names = {});
 
