@@ -44,6 +44,39 @@ bool image_name(std::string name) {
   return false;
 }
 
+// Whether text is well-formed UTF-8 (RFC 3629: no overlong forms, surrogates or code points past
+// U+10FFFF), as every JSON and safetensors reader requires of the names written to model.json.
+bool valid_utf8(const std::string& text) {
+  for (size_t i = 0; i < text.size();) {
+    const auto byte = [&](size_t at) { return static_cast<unsigned char>(text[at]); };
+    const unsigned char lead = byte(i);
+    const size_t length = lead < 0x80                    ? 1
+                          : lead >= 0xc2 && lead <= 0xdf ? 2
+                          : lead >= 0xe0 && lead <= 0xef ? 3
+                          : lead >= 0xf0 && lead <= 0xf4 ? 4
+                                                         : 0;
+    if (length == 0 || i + length > text.size()) return false;
+    for (size_t k = 1; k < length; ++k)
+      if ((byte(i + k) & 0xc0) != 0x80) return false;
+    const unsigned char second = length > 1 ? byte(i + 1) : 0x80;
+    if ((lead == 0xe0 && second < 0xa0) || (lead == 0xed && second > 0x9f) ||
+        (lead == 0xf0 && second < 0x90) || (lead == 0xf4 && second > 0x8f))
+      return false;
+    i += length;
+  }
+  return true;
+}
+
+// text with bytes outside printable ASCII written as \xNN, for a message about a bad name.
+std::string escaped(const std::string& text) {
+  std::string out;
+  for (char c : text) {
+    const auto value = static_cast<unsigned char>(c);
+    out += value >= 0x20 && value < 0x7f ? std::string(1, c) : fmt::format("\\x{:02x}", value);
+  }
+  return out;
+}
+
 bool is_folder(const fs::path& path) {
   std::error_code ignored;
   return fs::is_directory(path, ignored);  // follows symbolic links
@@ -59,6 +92,13 @@ std::vector<std::string> class_folders(const std::string& dir) {
   }
   if (error) fail(dir, fmt::format("cannot list the folder ({})", error.message()));
   std::sort(names.begin(), names.end());
+  for (const std::string& name : names) {  // the first in sorted order, whatever the listing's
+    if (!valid_utf8(name)) {
+      fail(dir, fmt::format("class folder \"{}\" has a name that is not UTF-8 (class names are "
+                            "written to model.json and the checkpoints as UTF-8): rename it",
+                            escaped(name)));
+    }
+  }
   return names;
 }
 
