@@ -156,6 +156,11 @@ TEST_CASE("load: one NHWC buffer, the same whatever the thread count", "[images]
   CHECK(one.labels == std::vector<int32_t>{0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1});
   const ImageArray four = load_images(folder, {ColorMode::kRgb, std::nullopt, 4});
   CHECK(four.pixels == one.pixels);
+  // The bound on the decoded total: exactly the pixels fit, one byte less does not.
+  CHECK(load_images(folder, {ColorMode::kRgb, std::nullopt, 2, 17 * 36}).count == 17);
+  CHECK_THAT(load_error(folder, {ColorMode::kRgb, std::nullopt, 2, 17 * 36 - 1}),
+             Contains(tmp.path() + ": 17 images of 3x4x3 take 612 bytes decoded, more than the "
+                                   "611 bytes"));
   CHECK(four.labels == one.labels);
 
   const ImageArray some =

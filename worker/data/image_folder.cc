@@ -216,8 +216,7 @@ ImageArray load_images(const ImageFolder& folder, const ImageLoadOptions& option
   out.channels = channel_count(options.color_mode);
   for (size_t index : chosen) out.labels.push_back(folder.files[index].label);
   if (chosen.empty()) return out;
-  // Without image_size the first image sets the size the others must have.
-  std::optional<Image> first;
+  // Without image_size the first image's header sets the size the others must have.
   if (options.image_size) {
     if (options.image_size->height <= 0 || options.image_size->width <= 0) {
       fail(folder.dir, fmt::format("image_size {}x{} is not positive", options.image_size->height,
@@ -226,20 +225,30 @@ ImageArray load_images(const ImageFolder& folder, const ImageLoadOptions& option
     out.height = options.image_size->height;
     out.width = options.image_size->width;
   } else {
-    first = decode_image_file(folder.files[chosen[0]].path, options.color_mode);
-    out.height = first->height;
-    out.width = first->width;
+    const ImageSize first = read_image_dimensions(folder.files[chosen[0]].path);
+    out.height = first.height;
+    out.width = first.width;
   }
-  const size_t slot = static_cast<size_t>(out.height) * static_cast<size_t>(out.width) *
-                      static_cast<size_t>(out.channels);
-  if (chosen.size() > std::numeric_limits<size_t>::max() / slot)
-    fail(folder.dir,
-         fmt::format("{} images of {} bytes do not fit in memory", chosen.size(), slot));
-  out.pixels.resize(slot * chosen.size());
-  if (first) std::memcpy(out.pixels.data(), first->pixels.data(), slot);
+  const uint64_t slot = static_cast<uint64_t>(out.height) * static_cast<uint64_t>(out.width) *
+                        static_cast<uint64_t>(out.channels);
   const std::string& first_path = folder.files[chosen[0]].path;
+  if (!options.image_size && slot > kMaxImageBytes) {
+    fail(first_path, fmt::format("image of {}x{}x{} is {} bytes, more than the {}-byte limit",
+                                 out.height, out.width, out.channels, slot, kMaxImageBytes));
+  }
+  uint64_t total = 0;
+  const bool overflow = __builtin_mul_overflow(slot, uint64_t{chosen.size()}, &total);
+  if (overflow || total > options.max_total_bytes) {
+    fail(folder.dir,
+         fmt::format("{} images of {}x{}x{} take {} bytes decoded, more than the {} bytes of "
+                     "memory there are for them (give a smaller image_size, or shard_policy "
+                     "\"file\" to share the files out among the workers)",
+                     chosen.size(), out.height, out.width, out.channels,
+                     overflow ? "more than 2^64" : std::to_string(total), options.max_total_bytes));
+  }
+  out.pixels.resize(static_cast<size_t>(total));
   const int threads = static_cast<int>(std::min<int64_t>(options.threads, out.count));
-  run_in_order(first ? 1 : 0, chosen.size(), threads, [&](size_t i) {
+  run_in_order(0, chosen.size(), threads, [&](size_t i) {
     const std::string& path = folder.files[chosen[i]].path;
     Image image = decode_image_file(path, options.color_mode, options.image_size);
     if (image.height != out.height || image.width != out.width) {
