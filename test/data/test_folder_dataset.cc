@@ -1,6 +1,10 @@
 // The "directory" source and what train.data adds to every file source (folder_dataset.h):
 // folders of PNG and JPEG files written by Debian's PIL, loaded through load_data as the worker
 // loads them; validation_split on folders and arrays; FILE sharding; the config's errors.
+#include <fmt/format.h>
+#include <unistd.h>
+#include <zlib.h>
+
 #include <catch2/catch.hpp>
 #include <filesystem>
 #include <fstream>
@@ -55,6 +59,24 @@ DataConfig parse(const std::string& json) {
 DataConfig folder_config(const std::string& dir, const std::string& extra = "") {
   return parse(R"({"source": "directory", "train_dir": ")" + dir +
                R"(", "color_mode": "grayscale")" + extra + "}");
+}
+
+// A PNG whose header says width x height, 8-bit gray, and whose pixel data is cut short: its
+// size can be read, and decoding it fails ("truncated").
+std::string png_header_only(uint32_t width, uint32_t height) {
+  auto be32 = [](uint32_t v) {
+    return std::string{static_cast<char>(v >> 24), static_cast<char>(v >> 16),
+                       static_cast<char>(v >> 8), static_cast<char>(v)};
+  };
+  const std::string ihdr = "IHDR" + be32(width) + be32(height) + std::string("\x08\0\0\0\0", 5);
+  const auto crc = static_cast<uint32_t>(
+      crc32(0, reinterpret_cast<const Bytef*>(ihdr.data()), static_cast<uInt>(ihdr.size())));
+  return std::string("\x89PNG\r\n\x1a\n", 8) + be32(13) + ihdr + be32(crc) + be32(1000) + "IDATxx";
+}
+
+void write_file(const std::string& path, const std::string& bytes) {
+  std::filesystem::create_directories(std::filesystem::path(path).parent_path());
+  std::ofstream(path, std::ios::binary) << bytes;
 }
 
 }  // namespace
@@ -168,6 +190,17 @@ TEST_CASE("a folder source's bad config and bad files are errors naming them", "
                     Contains("synthetic"));
   CHECK_THROWS_WITH(parse(R"({"source": "idx", "shard_policy": "rows"})"),
                     Contains("shard_policy"));
+  // Issue 43, item 11: "." is train_dir itself (every image again under one label), ".." its
+  // parent (outside the data set): refused when the config is read, as a path is.
+  for (const auto& [names, where] : {std::pair{R"([".", "cat"])", "class_names[0]"},
+                                     {R"(["cat", ".."])", "class_names[1]"},
+                                     {R"(["cat", "dog/.."])", "class_names[1]"}}) {
+    CHECK_THROWS_WITH(
+        folder_config("photos", std::string(R"(, "class_names": )") + names),
+        Contains(std::string(where) + ": \"") && Contains("is not the name of a folder"));
+  }
+  CHECK_THROWS_WITH(folder_config("photos", R"(, "class_names": ["cat", "dog", "cat"])"),
+                    Contains("class_names[2]: class \"cat\" is given twice"));
   Folders f;
   if (!f.ok) return;
   CHECK_THROWS_WITH(load_data(folder_config(f.dir.path() + "/mixed"), {6, 6, 1}, false),
@@ -187,4 +220,40 @@ TEST_CASE("a label at or above the model's classes names its source and example"
   CHECK_NOTHROW(check_labels_below(data, 13));
   CHECK_THROWS_WITH(check_labels_below(data, 10),
                     Contains("data.npz: y_train: label 12 (example 2) is outside the model's 10"));
+}
+
+TEST_CASE("an image folder's shape and size are checked before any image is decoded", "[folder]") {
+  // Issue 43, item 18: six 16000x16000 PNGs against input_shape [8, 8, 1] were all decoded
+  // (2.9 GB) before the shape was compared. Here decoding any file is another error: the first
+  // is cut short after its header, the others are not images at all.
+  testing::TempDir dir;
+  const std::string root = dir.path() + "/photos";
+  write_file(root + "/a/0.png", png_header_only(16000, 16000));
+  write_file(root + "/a/1.png", "not an image");
+  write_file(root + "/b/0.png", "not an image");
+  CHECK_THROWS_WITH(load_data(folder_config(root), {8, 8, 1}, false),
+                    Contains("data: images in " + root +
+                             " are 16000x16000x1 but model.input_shape is [8, 8, 1]") &&
+                        Contains(root + "/a/0.png, the first image; give image_size"));
+  CHECK_THROWS_WITH(load_data(parse(R"({"source": "directory", "train_dir": ")" + root + R"("})"),
+                              {16000, 16000, 1}, false),
+                    Contains("are 16000x16000x3 but model.input_shape is [16000, 16000, 1]"));
+  CHECK_THROWS_WITH(load_data(folder_config(root, R"(, "image_size": [4, 4])"), {8, 8, 1}, false),
+                    Contains("are 4x4x1 but model.input_shape is [8, 8, 1] (image_size"));
+
+  // 4096 files resized to 8192x8192 RGBA: 1 TiB decoded, refused before anything is allocated
+  // or decoded (the files are empty).
+  const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGESIZE);
+  if (static_cast<double>(pages) * static_cast<double>(page) >= 0x1p40) {
+    WARN("skipped: this machine has 1 TiB of memory or more");
+    return;
+  }
+  const std::string many = dir.path() + "/many";
+  for (int i = 0; i < 4096; ++i) write_file(fmt::format("{}/{}/{}.png", many, i % 2, i), "");
+  CHECK_THROWS_WITH(
+      load_data(parse(R"({"source": "directory", "train_dir": ")" + many +
+                      R"(", "color_mode": "rgba", "image_size": [8192, 8192]})"),
+                {8192, 8192, 4}, false),
+      Contains(many + ": 4096 images of 8192x8192x4 take 1099511627776 bytes decoded, more than "
+                      "the"));
 }

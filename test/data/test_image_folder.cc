@@ -107,6 +107,27 @@ TEST_CASE("scan errors name the folder and what is wrong", "[images]") {
   CHECK(scan_image_folder(root, {"cats"}).files.size() == 1);
 }
 
+TEST_CASE("a class folder whose name is not UTF-8 is refused, naming it", "[images]") {
+  // Issue 43, item 10: a Latin-1 folder name trained, and model.json then held invalid UTF-8.
+  TempDir tmp;
+  const std::string root = tmp.path();
+  touch(root + "/dog/1.png");
+  touch(root + "/caf\xe9/1.png");        // Latin-1 e-acute
+  touch(root + "/z\xed\xa0\x80/1.png");  // a UTF-16 surrogate, encoded
+  touch(root + "/y\xc0\xaf/1.png");      // an overlong '/'
+  CHECK_THAT(scan_error(root),
+             Contains(root + ": class folder \"caf\\xe9\" has a name that is not UTF-8"));
+  fs::remove_all(root + "/caf\xe9");
+  CHECK_THAT(scan_error(root), Contains("class folder \"y\\xc0\\xaf\""));
+  fs::remove_all(root + "/y\xc0\xaf");
+  CHECK_THAT(scan_error(root), Contains("class folder \"z\\xed\\xa0\\x80\""));
+  // Other UTF-8 is a name like any other, and class_names may leave a bad folder out.
+  touch(root + "/caf\xc3\xa9/1.png");
+  CHECK(scan_image_folder(root, {"caf\xc3\xa9", "dog"}).files.size() == 2);
+  fs::remove_all(root + "/z\xed\xa0\x80");
+  CHECK(scan_image_folder(root).class_names == std::vector<std::string>{"caf\xc3\xa9", "dog"});
+}
+
 TEST_CASE("load: one NHWC buffer, the same whatever the thread count", "[images]") {
   if (!dtrain::testing::have_pil()) return;
   TempDir tmp;
@@ -135,6 +156,11 @@ TEST_CASE("load: one NHWC buffer, the same whatever the thread count", "[images]
   CHECK(one.labels == std::vector<int32_t>{0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1});
   const ImageArray four = load_images(folder, {ColorMode::kRgb, std::nullopt, 4});
   CHECK(four.pixels == one.pixels);
+  // The bound on the decoded total: exactly the pixels fit, one byte less does not.
+  CHECK(load_images(folder, {ColorMode::kRgb, std::nullopt, 2, 17 * 36}).count == 17);
+  CHECK_THAT(load_error(folder, {ColorMode::kRgb, std::nullopt, 2, 17 * 36 - 1}),
+             Contains(tmp.path() + ": 17 images of 3x4x3 take 612 bytes decoded, more than the "
+                                   "611 bytes"));
   CHECK(four.labels == one.labels);
 
   const ImageArray some =

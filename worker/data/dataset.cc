@@ -271,7 +271,7 @@ std::pair<Dataset, Dataset> load_data(const DataConfig& config, const std::vecto
   check_input_shape(input_shape);
   if (config.source == "synthetic") return make_synthetic_splits(config, input_shape);
   if (config.source == "directory") {
-    std::pair<Dataset, Dataset> splits = load_folder_splits(config, need_test, shard);
+    std::pair<Dataset, Dataset> splits = load_folder_splits(config, input_shape, need_test, shard);
     check_matches_model(splits.first, input_shape, config.train_dir);
     if (splits.second.count > 0)
       check_matches_model(splits.second, input_shape,

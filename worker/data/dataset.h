@@ -26,9 +26,9 @@ struct Dataset {
   std::vector<uint8_t> bytes;  ///< count * height * width * channels, or empty
   std::vector<float> images;   ///< count * height * width * channels, or empty
   std::vector<int32_t> labels;
-  /// uint8 images where an .npy or .npz reader keeps them (a read-only mapping of the file, or
-  /// a member's inflated buffer), shared, not copied: the kernel pages a mapped data set larger
-  /// than memory in and out as the epochs read it. Null when bytes or images hold the pixels.
+  /// uint8 images where an .npy or .npz reader keeps them (the file's bytes, read whole into
+  /// memory and never mapped, or a member's inflated buffer), shared, not copied. Null when bytes
+  /// or images hold the pixels.
   std::shared_ptr<const uint8_t> shared_bytes;
   /// Where the labels came from, for messages ("data.npz: y_train", a file, a folder).
   std::string labels_source;

@@ -2,9 +2,11 @@
 #include "worker/data/folder_dataset.h"
 
 #include <fmt/format.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
+#include <fstream>
 #include <numeric>
 #include <optional>
 #include <thread>
@@ -27,7 +29,19 @@ std::vector<std::string> read_names(const JsonNode& node) {
   if (!node.is_array())
     node.fail(fmt::format("expected a list of names, found {}", node.describe()));
   std::vector<std::string> names;
-  for (const JsonNode& name : node.as_array()) names.push_back(name.as_nonempty_string());
+  for (const JsonNode& name : node.as_array()) {
+    names.push_back(name.as_nonempty_string());
+    const std::string& text = names.back();
+    // "." is train_dir itself and ".." its parent: a class name is one folder below it.
+    if (text == "." || text == ".." || text.find_first_of(std::string("/\0", 2)) != text.npos) {
+      name.fail(
+          fmt::format("\"{}\" is not the name of a folder in train_dir (\".\", \"..\" "
+                      "and names holding \"/\" are not)",
+                      text));
+    }
+    if (std::find(names.begin(), names.end() - 1, text) != names.end() - 1)
+      name.fail(fmt::format("class \"{}\" is given twice", text));
+  }
   return names;
 }
 
@@ -49,6 +63,43 @@ Dataset to_dataset(ImageArray images, const std::vector<std::string>& class_name
   data.class_names = class_names;
   data.labels_source = dir;
   return data;
+}
+
+// Memory the decoded images may take: the machine's, or its cgroup's limit when lower.
+uint64_t memory_for_images() {
+  const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGESIZE);
+  uint64_t bytes = pages > 0 && page > 0
+                       ? static_cast<uint64_t>(pages) * static_cast<uint64_t>(page)
+                       : UINT64_MAX;
+  uint64_t limit = 0;
+  std::ifstream cgroup("/sys/fs/cgroup/memory.max");  // cgroup v2; "max" when there is none
+  if (cgroup >> limit) bytes = std::min(bytes, limit);
+  return bytes;
+}
+
+// Before any image is decoded: the size the images of files will have (image_size, or the first
+// file's header) and color_mode's channels against the model's input_shape.
+void check_shape_first(const ImageFolder& folder, const std::vector<size_t>& files,
+                       const ImageLoadOptions& options, const std::vector<int>& input_shape) {
+  if (files.empty() || input_shape.size() != 3) return;
+  ImageSize size;
+  std::string from;
+  if (options.image_size) {
+    size = *options.image_size;
+    from = "image_size";
+  } else {
+    size = read_image_dimensions(folder.files[files[0]].path);
+    from = fmt::format("{}, the first image; give image_size to resize them all",
+                       folder.files[files[0]].path);
+  }
+  const int channels = channel_count(options.color_mode);
+  if (size.height == input_shape[0] && size.width == input_shape[1] && channels == input_shape[2])
+    return;
+  throw ConfigError(fmt::format(
+      "data: images in {} are {}x{}x{} but model.input_shape is [{}, {}, {}] ({}; color_mode "
+      "gives the channels)",
+      folder.dir, size.height, size.width, channels, input_shape[0], input_shape[1], input_shape[2],
+      from));
 }
 
 unsigned decode_threads() {
@@ -116,7 +167,8 @@ void parse_folder_keys(const JsonNode& node, DataConfig& config) {
     node.fail("\"source\": \"directory\" needs \"train_dir\"");
 }
 
-std::pair<Dataset, Dataset> load_folder_splits(const DataConfig& config, bool need_test,
+std::pair<Dataset, Dataset> load_folder_splits(const DataConfig& config,
+                                               const std::vector<int>& input_shape, bool need_test,
                                                FileShard shard) {
   ImageFolder folder = scan_image_folder(config.train_dir, config.class_names);
   if (folder.class_names.size() < 2) {
@@ -130,6 +182,7 @@ std::pair<Dataset, Dataset> load_folder_splits(const DataConfig& config, bool ne
   if (config.image_height > 0)
     options.image_size = ImageSize{config.image_height, config.image_width};
   options.threads = static_cast<int>(decode_threads());
+  options.max_total_bytes = memory_for_images();
 
   int64_t global = 0;
   if (config.shard_policy == "file") {
@@ -146,17 +199,24 @@ std::pair<Dataset, Dataset> load_folder_splits(const DataConfig& config, bool ne
       mine.push_back(train_files[i]);
     train_files = std::move(mine);
   }
+  check_shape_first(folder, train_files, options, input_shape);
   Dataset train =
       to_dataset(load_images(folder, options, train_files), folder.class_names, config.train_dir);
   train.global_count = global;
+  options.max_total_bytes -= std::min<uint64_t>(options.max_total_bytes, train.bytes.size());
   Dataset test;
   if (need_test) {
     if (!validation_files.empty()) {
+      check_shape_first(folder, validation_files, options, input_shape);
       test = to_dataset(load_images(folder, options, validation_files), folder.class_names,
                         config.train_dir);
     } else if (!config.test_dir.empty()) {
       ImageFolder test_folder = scan_image_folder(config.test_dir, folder.class_names);
-      test = to_dataset(load_images(test_folder, options), folder.class_names, config.test_dir);
+      std::vector<size_t> all(test_folder.files.size());
+      std::iota(all.begin(), all.end(), size_t{0});
+      check_shape_first(test_folder, all, options, input_shape);
+      test =
+          to_dataset(load_images(test_folder, options, all), folder.class_names, config.test_dir);
     } else {
       throw ConfigError(
           "data: validating a \"directory\" source needs \"test_dir\" or \"validation_split\"");

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <utility>
+#include <vector>
 
 #include "common/json.h"
 #include "worker/data/dataset.h"
@@ -23,8 +24,11 @@ void parse_folder_keys(const common::JsonNode& node, DataConfig& config);
 /// last files or config.test_dir's (only when need_test; else count 0). With shard_policy
 /// "file" the train split holds only shard.index's share of the files (global_count says how
 /// many there are in all). Images are decoded on up to 8 threads; ConfigError names the file or
-/// folder (image_folder.h).
-std::pair<Dataset, Dataset> load_folder_splits(const DataConfig& config, bool need_test,
+/// folder (image_folder.h). Before any image is decoded, the size they will have (image_size, or
+/// the first file's header) and color_mode's channels are checked against input_shape ([height,
+/// width, channels]), and their total against the machine's memory (or its cgroup's limit).
+std::pair<Dataset, Dataset> load_folder_splits(const DataConfig& config,
+                                               const std::vector<int>& input_shape, bool need_test,
                                                FileShard shard);
 
 /// train's examples shard.index, shard.index + shard.count, ... (shard_policy "file" on arrays:

@@ -287,6 +287,16 @@ Image decode_jpeg(const uint8_t* data, size_t size, const std::string& name, Col
   return image;
 }
 
+constexpr uint8_t kPngMagic[] = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n'};
+constexpr uint8_t kJpegMagic[] = {0xff, 0xd8, 0xff};
+
+[[noreturn]] void fail_format(const uint8_t* data, size_t size, const std::string& name) {
+  std::string start;
+  for (size_t i = 0; i < std::min<size_t>(size, 4); ++i) start += fmt::format(" {:02x}", data[i]);
+  fail(name, fmt::format("not a PNG or JPEG file (it starts with{})",
+                         size == 0 ? " nothing: it is empty" : start));
+}
+
 std::vector<uint8_t> read_file(const std::string& path) {
   // O_NONBLOCK: opening a FIFO with no writer would wait for one, forever.
   common::UniqueFd fd(::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC));
@@ -342,16 +352,11 @@ ColorMode parse_color_mode(const std::string& name) {
 
 Image decode_image_bytes(const uint8_t* data, size_t size, const std::string& name,
                          ColorMode mode) {
-  static const uint8_t kPng[] = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n'};
-  static const uint8_t kJpeg[] = {0xff, 0xd8, 0xff};
-  if (size >= sizeof kPng && std::memcmp(data, kPng, sizeof kPng) == 0)
+  if (size >= sizeof kPngMagic && std::memcmp(data, kPngMagic, sizeof kPngMagic) == 0)
     return decode_png(data, size, name, mode);
-  if (size >= sizeof kJpeg && std::memcmp(data, kJpeg, sizeof kJpeg) == 0)
+  if (size >= sizeof kJpegMagic && std::memcmp(data, kJpegMagic, sizeof kJpegMagic) == 0)
     return decode_jpeg(data, size, name, mode);
-  std::string start;
-  for (size_t i = 0; i < std::min<size_t>(size, 4); ++i) start += fmt::format(" {:02x}", data[i]);
-  fail(name, fmt::format("not a PNG or JPEG file (it starts with{})",
-                         size == 0 ? " nothing: it is empty" : start));
+  fail_format(data, size, name);
 }
 
 Image decode_image_file(const std::string& path, ColorMode mode, std::optional<ImageSize> size) {
@@ -363,6 +368,29 @@ Image decode_image_file(const std::string& path, ColorMode mode, std::optional<I
   } catch (const ConfigError& error) {
     fail(path, error.what());
   }
+}
+
+ImageSize read_image_dimensions(const std::string& path) {
+  const std::vector<uint8_t> bytes = read_file(path);
+  if (bytes.size() >= sizeof kPngMagic &&
+      std::memcmp(bytes.data(), kPngMagic, sizeof kPngMagic) == 0) {
+    PngInput input;
+    input.data = bytes.data();
+    input.size = bytes.size();
+    PngReader reader(&input);
+    if (!read_png_header(reader)) fail(path, fmt::format("bad PNG: {}", input.message));
+    return {static_cast<int>(png_get_image_height(reader.png(), reader.info())),
+            static_cast<int>(png_get_image_width(reader.png(), reader.info()))};
+  }
+  if (bytes.size() >= sizeof kJpegMagic &&
+      std::memcmp(bytes.data(), kJpegMagic, sizeof kJpegMagic) == 0) {
+    JpegReader reader;
+    if (!read_jpeg_header(reader, bytes.data(), bytes.size()))
+      fail(path, fmt::format("bad JPEG: {}", reader.errors().message));
+    return {static_cast<int>(reader.cinfo()->image_height),
+            static_cast<int>(reader.cinfo()->image_width)};
+  }
+  fail_format(bytes.data(), bytes.size(), path);
 }
 
 Image resize_bilinear(const Image& image, ImageSize size) {

@@ -65,6 +65,11 @@ Image decode_image_bytes(const uint8_t* data, size_t size, const std::string& na
 Image decode_image_file(const std::string& path, ColorMode mode,
                         std::optional<ImageSize> size = std::nullopt);
 
+/// The height and width in path's header (PNG's IHDR, JPEG's frame header), read without
+/// decoding the pixels: what decode_image_file would yield before any resize. Errors as
+/// decode_image_file's for the file and the header; the pixel data is not looked at.
+ImageSize read_image_dimensions(const std::string& path);
+
 /// tf.image.resize(method="bilinear", antialias=False) on uint8 pixels: source coordinate
 /// (out + 0.5) * in / out - 0.5, neighbours clamped to the edge, interpolated in float as TF's
 /// ResizeBilinear kernel, then rounded to the nearest integer (halves away from zero) where

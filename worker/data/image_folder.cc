@@ -44,6 +44,39 @@ bool image_name(std::string name) {
   return false;
 }
 
+// Whether text is well-formed UTF-8 (RFC 3629: no overlong forms, surrogates or code points past
+// U+10FFFF), as every JSON and safetensors reader requires of the names written to model.json.
+bool valid_utf8(const std::string& text) {
+  for (size_t i = 0; i < text.size();) {
+    const auto byte = [&](size_t at) { return static_cast<unsigned char>(text[at]); };
+    const unsigned char lead = byte(i);
+    const size_t length = lead < 0x80                    ? 1
+                          : lead >= 0xc2 && lead <= 0xdf ? 2
+                          : lead >= 0xe0 && lead <= 0xef ? 3
+                          : lead >= 0xf0 && lead <= 0xf4 ? 4
+                                                         : 0;
+    if (length == 0 || i + length > text.size()) return false;
+    for (size_t k = 1; k < length; ++k)
+      if ((byte(i + k) & 0xc0) != 0x80) return false;
+    const unsigned char second = length > 1 ? byte(i + 1) : 0x80;
+    if ((lead == 0xe0 && second < 0xa0) || (lead == 0xed && second > 0x9f) ||
+        (lead == 0xf0 && second < 0x90) || (lead == 0xf4 && second > 0x8f))
+      return false;
+    i += length;
+  }
+  return true;
+}
+
+// text with bytes outside printable ASCII written as \xNN, for a message about a bad name.
+std::string escaped(const std::string& text) {
+  std::string out;
+  for (char c : text) {
+    const auto value = static_cast<unsigned char>(c);
+    out += value >= 0x20 && value < 0x7f ? std::string(1, c) : fmt::format("\\x{:02x}", value);
+  }
+  return out;
+}
+
 bool is_folder(const fs::path& path) {
   std::error_code ignored;
   return fs::is_directory(path, ignored);  // follows symbolic links
@@ -59,6 +92,13 @@ std::vector<std::string> class_folders(const std::string& dir) {
   }
   if (error) fail(dir, fmt::format("cannot list the folder ({})", error.message()));
   std::sort(names.begin(), names.end());
+  for (const std::string& name : names) {  // the first in sorted order, whatever the listing's
+    if (!valid_utf8(name)) {
+      fail(dir, fmt::format("class folder \"{}\" has a name that is not UTF-8 (class names are "
+                            "written to model.json and the checkpoints as UTF-8): rename it",
+                            escaped(name)));
+    }
+  }
   return names;
 }
 
@@ -87,7 +127,7 @@ std::vector<std::string> class_images(const fs::path& class_dir) {
 void check_class_names(const std::string& dir, const std::vector<std::string>& names) {
   std::set<std::string> seen;
   for (const std::string& name : names) {
-    if (name.empty() || name.find('/') != std::string::npos)
+    if (name.empty() || name == "." || name == ".." || name.find('/') != std::string::npos)
       fail(dir, fmt::format("class name \"{}\" is not a folder name", name));
     if (!seen.insert(name).second) fail(dir, fmt::format("class \"{}\" is given twice", name));
     if (!is_folder(fs::path(dir) / name))
@@ -176,8 +216,7 @@ ImageArray load_images(const ImageFolder& folder, const ImageLoadOptions& option
   out.channels = channel_count(options.color_mode);
   for (size_t index : chosen) out.labels.push_back(folder.files[index].label);
   if (chosen.empty()) return out;
-  // Without image_size the first image sets the size the others must have.
-  std::optional<Image> first;
+  // Without image_size the first image's header sets the size the others must have.
   if (options.image_size) {
     if (options.image_size->height <= 0 || options.image_size->width <= 0) {
       fail(folder.dir, fmt::format("image_size {}x{} is not positive", options.image_size->height,
@@ -186,20 +225,30 @@ ImageArray load_images(const ImageFolder& folder, const ImageLoadOptions& option
     out.height = options.image_size->height;
     out.width = options.image_size->width;
   } else {
-    first = decode_image_file(folder.files[chosen[0]].path, options.color_mode);
-    out.height = first->height;
-    out.width = first->width;
+    const ImageSize first = read_image_dimensions(folder.files[chosen[0]].path);
+    out.height = first.height;
+    out.width = first.width;
   }
-  const size_t slot = static_cast<size_t>(out.height) * static_cast<size_t>(out.width) *
-                      static_cast<size_t>(out.channels);
-  if (chosen.size() > std::numeric_limits<size_t>::max() / slot)
-    fail(folder.dir,
-         fmt::format("{} images of {} bytes do not fit in memory", chosen.size(), slot));
-  out.pixels.resize(slot * chosen.size());
-  if (first) std::memcpy(out.pixels.data(), first->pixels.data(), slot);
+  const uint64_t slot = static_cast<uint64_t>(out.height) * static_cast<uint64_t>(out.width) *
+                        static_cast<uint64_t>(out.channels);
   const std::string& first_path = folder.files[chosen[0]].path;
+  if (!options.image_size && slot > kMaxImageBytes) {
+    fail(first_path, fmt::format("image of {}x{}x{} is {} bytes, more than the {}-byte limit",
+                                 out.height, out.width, out.channels, slot, kMaxImageBytes));
+  }
+  uint64_t total = 0;
+  const bool overflow = __builtin_mul_overflow(slot, uint64_t{chosen.size()}, &total);
+  if (overflow || total > options.max_total_bytes) {
+    fail(folder.dir,
+         fmt::format("{} images of {}x{}x{} take {} bytes decoded, more than the {} bytes of "
+                     "memory there are for them (give a smaller image_size, or shard_policy "
+                     "\"file\" to share the files out among the workers)",
+                     chosen.size(), out.height, out.width, out.channels,
+                     overflow ? "more than 2^64" : std::to_string(total), options.max_total_bytes));
+  }
+  out.pixels.resize(static_cast<size_t>(total));
   const int threads = static_cast<int>(std::min<int64_t>(options.threads, out.count));
-  run_in_order(first ? 1 : 0, chosen.size(), threads, [&](size_t i) {
+  run_in_order(0, chosen.size(), threads, [&](size_t i) {
     const std::string& path = folder.files[chosen[i]].path;
     Image image = decode_image_file(path, options.color_mode, options.image_size);
     if (image.height != out.height || image.width != out.width) {

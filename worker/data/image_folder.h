@@ -34,7 +34,8 @@ struct ImageFolder {
 /// an error. Symbolic links to files and class folders are followed; links to folders below a class
 /// folder are not (no cycles). Errors are common::ConfigError naming the folder: not a folder,
 /// no class subfolders, a class folder with no image (named), a given class with no folder, a
-/// class name given twice, empty or holding a '/'. Blocks on the file system; reads no image.
+/// class name given twice, empty, "." or "..", or holding a '/'. Blocks on the file system; reads
+/// no image.
 ImageFolder scan_image_folder(const std::string& dir,
                               const std::vector<std::string>& class_names = {});
 
@@ -42,6 +43,9 @@ struct ImageLoadOptions {
   ColorMode color_mode = ColorMode::kRgb;
   std::optional<ImageSize> image_size;  ///< resize every image to this; none: all must match
   int threads = 1;                      ///< decoding threads, at least 1
+  /// Most bytes the decoded images may take together (count x height x width x channels),
+  /// checked before any image is decoded; folder_dataset.h passes the machine's memory.
+  uint64_t max_total_bytes = UINT64_MAX;
 };
 
 /// Decoded images, N x H x W x C uint8, and their labels.
@@ -56,7 +60,9 @@ struct ImageArray {
 
 /// Decodes folder.files[indices[i]] into image i (all files when indices is not given), with
 /// decode_image_file (image_decode.h). Without options.image_size every image must have the size
-/// of the first one. options.threads threads take images in index order and write each to its own
+/// in the first one's header (read_image_dimensions: read before any image is decoded). ConfigError
+/// naming folder.dir when the images would take more than options.max_total_bytes, before any
+/// is decoded. options.threads threads take images in index order and write each to its own
 /// slot, so the result does not depend on the thread count; after an error no further image is
 /// started, and the error thrown is the one of the lowest failing index, whatever the timing:
 /// common::ConfigError naming the file (decode errors, or "image is HxW, expected HxW as <first

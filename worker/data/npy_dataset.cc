@@ -109,7 +109,7 @@ Dataset dataset_from_npy(const NpyArray& images, const std::string& images_where
   const int32_t largest = to_int32_labels(labels, labels_where, data.labels);
   const uint8_t* pixels = images.data.get();
   if (images.dtype == NpyDtype::kUint8) {
-    data.shared_bytes = images.data;  // the mapping (or inflated buffer) itself: no copy
+    data.shared_bytes = images.data;  // the file's bytes (or inflated buffer) themselves: no copy
   } else {
     data.images.resize(static_cast<size_t>(images.count));
     std::memcpy(data.images.data(), pixels, images.bytes);

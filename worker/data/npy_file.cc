@@ -1,12 +1,11 @@
 // See npy_file.h. The header dict is a Python literal; this parses only the subset NumPy writes
 // (string keys; string, True/False and integer-tuple values) and refuses the rest. Sizes are
-// checked against the bytes really present before anything is allocated or mapped further.
+// checked against the bytes really present before anything more is allocated.
 #include "worker/data/npy_file.h"
 
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -174,6 +173,15 @@ uint32_t little_endian(const uint8_t* bytes, int n) {
   return value;
 }
 
+constexpr const char* kChanged =
+    "changed while it was being read (is something writing it?); start again once it is written";
+
+struct stat stat_of(int fd, const std::string& path) {
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) fail(path, fmt::format("cannot stat ({})", std::strerror(errno)));
+  return st;
+}
+
 std::string read_exactly(ByteReader& in, size_t n, const std::string& where, const char* what) {
   std::string bytes(n, '\0');
   size_t got = in.read(reinterpret_cast<uint8_t*>(bytes.data()), n);
@@ -261,32 +269,37 @@ NpyHeader read_npy_header(ByteReader& in, uint64_t total_bytes, const std::strin
   return header;
 }
 
-MappedFile::MappedFile(const std::string& path) : path_(path) {
+FileBytes::FileBytes(const std::string& path) : path_(path) {
   // O_NONBLOCK: opening a FIFO with no writer would wait for one, forever.
   common::UniqueFd fd(::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC));
   if (!fd.valid()) fail(path, fmt::format("cannot open ({})", std::strerror(errno)));
-  struct stat st {};
-  if (::fstat(fd.get(), &st) != 0)
-    fail(path, fmt::format("cannot stat ({})", std::strerror(errno)));
-  if (!S_ISREG(st.st_mode)) {
+  const struct stat before = stat_of(fd.get(), path);
+  if (!S_ISREG(before.st_mode)) {
     fail(path, fmt::format("not a regular file ({}); data files must be",
-                           S_ISDIR(st.st_mode)    ? "a folder"
-                           : S_ISFIFO(st.st_mode) ? "a FIFO"
-                                                  : "a device or socket"));
+                           S_ISDIR(before.st_mode)    ? "a folder"
+                           : S_ISFIFO(before.st_mode) ? "a FIFO"
+                                                      : "a device or socket"));
   }
-  size_ = static_cast<uint64_t>(st.st_size);
-  if (size_ == 0) return;
-  void* map = ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, fd.get(), 0);
-  if (map == MAP_FAILED) fail(path, fmt::format("cannot map ({})", std::strerror(errno)));
-  data_ = static_cast<const uint8_t*>(map);
-}
-
-MappedFile::~MappedFile() {
-  if (data_ != nullptr) ::munmap(const_cast<uint8_t*>(data_), size_);
+  bytes_.resize(static_cast<size_t>(before.st_size));
+  for (size_t done = 0; done < bytes_.size();) {
+    const ssize_t got =
+        ::pread(fd.get(), bytes_.data() + done, bytes_.size() - done, static_cast<off_t>(done));
+    if (got < 0 && errno == EINTR) continue;
+    if (got < 0) fail(path, fmt::format("cannot read ({})", std::strerror(errno)));
+    if (got == 0)
+      fail(path, fmt::format("{} (it ended at byte {} of {})", kChanged, done, bytes_.size()));
+    done += static_cast<size_t>(got);
+  }
+  const struct stat after = stat_of(fd.get(), path);
+  if (after.st_size != before.st_size || after.st_ino != before.st_ino ||
+      after.st_mtim.tv_sec != before.st_mtim.tv_sec ||
+      after.st_mtim.tv_nsec != before.st_mtim.tv_nsec) {
+    fail(path, fmt::format("{} (its size or modification time differ after the read)", kChanged));
+  }
 }
 
 NpyArray read_npy(const std::string& path, const std::string& expected) {
-  auto file = std::make_shared<MappedFile>(path);
+  auto file = std::make_shared<FileBytes>(path);
   MemoryReader in(file->data(), file->size());
   NpyHeader header = read_npy_header(in, file->size(), path, expected);
   NpyArray array{header.descr, header.dtype, header.shape,

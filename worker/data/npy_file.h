@@ -1,5 +1,5 @@
-// Reads NumPy's .npy format (header versions 1.0, 2.0 and 3.0): a file mapped read-only, its
-// header dict checked against the bytes really there before anything is allocated. Only C-order
+// Reads NumPy's .npy format (header versions 1.0, 2.0 and 3.0): a file read whole into memory
+// of its own (never mapped), its header dict checked against the bytes really there. Only C-order
 // arrays of uint8, float32 and the integer dtypes, little-endian or single-byte; no big-endian,
 // no Fortran order (refused, not transposed), no structured or object arrays, no writing.
 // npz_file.h reads the same arrays out of zip archives.
@@ -20,7 +20,7 @@ int npy_itemsize(NpyDtype dtype);
 bool npy_is_integer(NpyDtype dtype);
 
 /// One checked array. data points at count * itemsize bytes in C order, little-endian, possibly
-/// unaligned (read elements with memcpy); it keeps alive what holds them (a mapped file or an
+/// unaligned (read elements with memcpy); it keeps alive what holds them (a file's bytes or an
 /// inflated buffer) and is shared by copies.
 struct NpyArray {
   std::string descr;  ///< as the header writes it, e.g. "<u1"
@@ -31,23 +31,25 @@ struct NpyArray {
   uint64_t bytes = 0;  ///< count * npy_itemsize(dtype)
 };
 
-/// A regular file mapped read-only for as long as the object lives (move-only). ConfigError
-/// "<path>: ..." for a missing file, a folder, FIFO or device. An empty file maps to nothing.
-class MappedFile {
+/// A regular file's bytes, read whole into memory this object owns (move-only; shared through
+/// shared_ptr). Never a mapping: a file rewritten while training runs (np.savez truncates first)
+/// would make a mapping's reads SIGBUS, or silently show the new data; these bytes are the file
+/// as it was read. ConfigError "<path>: ..." for a missing file, a folder, FIFO or device, and
+/// for a file that changed while it was read (its size, inode or modification time differ after
+/// the read, or it ended early). Blocks on file I/O.
+class FileBytes {
  public:
-  explicit MappedFile(const std::string& path);
-  ~MappedFile();
-  MappedFile(const MappedFile&) = delete;
-  MappedFile& operator=(const MappedFile&) = delete;
+  explicit FileBytes(const std::string& path);
+  FileBytes(const FileBytes&) = delete;
+  FileBytes& operator=(const FileBytes&) = delete;
 
-  const uint8_t* data() const { return data_; }
-  uint64_t size() const { return size_; }
+  const uint8_t* data() const { return bytes_.data(); }
+  uint64_t size() const { return bytes_.size(); }
   const std::string& path() const { return path_; }
 
  private:
   std::string path_;
-  const uint8_t* data_ = nullptr;
-  uint64_t size_ = 0;
+  std::vector<uint8_t> bytes_;
 };
 
 /// A stream of bytes an .npy header is parsed from: memory, or a deflated zip member.
@@ -82,7 +84,8 @@ inline constexpr uint64_t kMaxNpyHeaderBytes = uint64_t{1} << 16;
 NpyHeader read_npy_header(ByteReader& in, uint64_t total_bytes, const std::string& where,
                           const std::string& expected = kNpyAnyDtype);
 
-/// The array in the .npy file at path, its data left in the mapped file (not copied).
+/// The array in the .npy file at path, its data left in the file's bytes (FileBytes: read once,
+/// not copied again).
 /// expected: as for read_npy_header.
 NpyArray read_npy(const std::string& path, const std::string& expected = kNpyAnyDtype);
 

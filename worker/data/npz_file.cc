@@ -1,6 +1,6 @@
 // See npz_file.h. Layout from PKWARE's APPNOTE: the end-of-central-directory record (zip64's
 // locator and record when present) gives the central directory; each entry gives a member's
-// sizes, CRC-32 and local header. Every offset and size is checked against the mapped file
+// sizes, CRC-32 and local header. Every offset and size is checked against the file's bytes
 // before it is used; the CRC-32 of every member is checked when it is read.
 #include "worker/data/npz_file.h"
 
@@ -104,7 +104,7 @@ void check_crc(const std::string& where, uint32_t want, uint32_t have) {
 
 }  // namespace
 
-NpzFile::NpzFile(const std::string& path) : file_(std::make_shared<MappedFile>(path)) {
+NpzFile::NpzFile(const std::string& path) : file_(std::make_shared<FileBytes>(path)) {
   const uint8_t* base = file_->data();
   const uint64_t size = file_->size();
   if (size < kEndBytes) fail(path, fmt::format("not a zip archive: {} bytes", size));

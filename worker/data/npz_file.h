@@ -1,8 +1,8 @@
 // Reads arrays out of .npz files (np.savez, np.savez_compressed): zip archives of .npy members,
-// stored or deflated, with the zip64 records NumPy writes. The archive is mapped; a stored member's
-// data stays in the mapping (not copied), a deflated one is inflated by zlib into a buffer that
-// grows with what the stream really yields, up to the size its header promises. No encryption,
-// multi-disk archives, other compression methods, or writing.
+// stored or deflated, with the zip64 records NumPy writes. The archive is read whole into memory
+// (FileBytes, never mapped); a stored member's data stays there (not copied again), a deflated one
+// is inflated by zlib into a buffer that grows with what the stream really yields, up to the size
+// its header promises. No encryption, multi-disk archives, other compression methods, or writing.
 #pragma once
 
 #include <cstdint>
@@ -15,7 +15,8 @@
 namespace dtrain::data {
 
 /// An opened .npz archive. Its central directory is read and checked against the file's size
-/// when it is opened; members are read on demand. Copies share the mapping. Blocks on file I/O.
+/// when it is opened; members are read on demand. Copies share the file's bytes, which a stored
+/// member's array keeps alive. Blocks on file I/O.
 class NpzFile {
  public:
   /// ConfigError "<path>: ..." when the file is missing, not a regular file, or not a zip
@@ -43,7 +44,7 @@ class NpzFile {
   NpyArray read_deflated(const Member& member, const uint8_t* data, const std::string& where,
                          const std::string& expected) const;
 
-  std::shared_ptr<MappedFile> file_;
+  std::shared_ptr<FileBytes> file_;
   std::vector<Member> members_;
   uint64_t directory_offset_ = 0;  ///< members lie before it
 };
