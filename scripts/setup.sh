@@ -19,9 +19,10 @@ packages=(
 # --tests: also what only tests use (PyTorch for the DDP and model-loading tests; ~1 minute) and
 # clang-format 14 for scripts/format.sh --check; PIL writes the PNG and JPEG files of the
 # image tests; ccache, through which scripts/build.sh compiles, so that CI's second build reuses
-# the objects its first one compiled the same way (docs/testing.md).
+# the objects its first one compiled the same way (docs/testing.md); clang 14 and its OpenMP
+# headers for scripts/clang-check.sh.
 if [ "${1:-}" = "--tests" ]; then
-  packages+=(python3-torch python3-numpy python3-pil clang-format ccache)
+  packages+=(python3-torch python3-numpy python3-pil clang-format ccache clang-14 libomp-14-dev)
 fi
 
 missing=()
