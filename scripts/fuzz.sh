@@ -3,7 +3,8 @@
 # two at a time per core pair, starting from the seeds in test/fuzz/corpus/<target>/. New inputs
 # go to build-fuzz/corpus/<target>/, crashes to build-fuzz/crashes/<target>/; copy an input that
 # once crashed into test/fuzz/corpus/<target>/ so CI replays it for ever. Prints one line per
-# target (executions, coverage, crashes) and exits 1 if any target crashed.
+# target (executions, coverage, crashes) and exits 1 if any target crashed or did not run; a
+# step that fails (set-up, configure, build) is named with the end of its output.
 #   scripts/fuzz.sh [SECONDS] [TARGET...]     (targets: job_spec tf_config wire control_line
 #                                              line_splitter safetensors idx npy image)
 set -euo pipefail
@@ -14,20 +15,36 @@ targets=("$@")
 [ ${#targets[@]} -gt 0 ] || targets=(job_spec tf_config wire control_line line_splitter safetensors idx npy image)
 case "$seconds" in ''|*[!0-9]*) echo "fuzz.sh: SECONDS must be a whole number, got '$seconds'" >&2; exit 2 ;; esac
 
+# Runs a step quietly; when it fails, says which and shows the end of its output, then exits 1.
+step() {
+  local what=$1 log
+  shift
+  log=$(mktemp)
+  if ! "$@" >"$log" 2>&1; then
+    echo "fuzz.sh: failed: $what: $*" >&2
+    tail -n 40 "$log" | sed 's/^/  /' >&2
+    echo "fuzz.sh: (the last 40 lines of its output; the whole output is in $log)" >&2
+    exit 1
+  fi
+  rm -f "$log"
+}
+
 need=()
 command -v clang++-14 >/dev/null || need+=(clang-14)
 [ -e /usr/lib/llvm-14/lib/clang/14.0.6/lib/linux/libclang_rt.fuzzer-x86_64.a ] || need+=(libfuzzer-14-dev)
 [ -e /usr/lib/llvm-14/lib/clang/14.0.6/lib/linux/libclang_rt.asan-x86_64.a ] || need+=(libclang-common-14-dev)
 if [ ${#need[@]} -gt 0 ]; then
   echo "# installing ${need[*]}" >&2
-  bash scripts/setup.sh >/dev/null
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+  step "installing the build's packages" bash scripts/setup.sh
+  step "installing ${need[*]}" env DEBIAN_FRONTEND=noninteractive \
+    apt-get install -y -qq --no-install-recommends "${need[@]}"
 fi
 
 build=build-fuzz
-CC=clang-14 CXX=clang++-14 cmake -S . -B "$build" -G Ninja -DDTRAIN_WITH_CUDA=OFF -DDTRAIN_FUZZ=ON \
-  -DDTRAIN_SANITIZE=address,undefined -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAGS= >/dev/null
-ninja -C "$build" "${targets[@]/#/fuzz_}" >/dev/null
+step "configuring $build with clang 14" env CC=clang-14 CXX=clang++-14 \
+  cmake -S . -B "$build" -G Ninja -DDTRAIN_WITH_CUDA=OFF -DDTRAIN_FUZZ=ON \
+  -DDTRAIN_SANITIZE=address,undefined -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAGS=
+step "building ${targets[*]/#/fuzz_}" ninja -C "$build" "${targets[@]/#/fuzz_}"
 
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1
 # UBSan findings stop the run (halt_on_error) unless test/fuzz/ubsan.supp names them (code
@@ -65,6 +82,10 @@ for t in "${targets[@]}"; do
     failed=1
     find "$build/crashes/$t" -type f | sed 's/^/  crash: /'
     grep -m3 -E 'ERROR|runtime error|invariant broken|terminate' "$log" | sed 's/^/  /' || true
+  elif [ -z "$runs" ]; then  # it did not run to its end: say why instead of a row of zeros
+    failed=1
+    echo "  $t: no final statistics; the end of $log:"
+    tail -n 20 "$log" | sed 's/^/  /'
   fi
 done
 exit $failed

@@ -20,9 +20,11 @@ packages=(
 # clang-format 14 for scripts/format.sh --check; PIL writes the PNG and JPEG files of the
 # image tests; ccache, through which scripts/build.sh compiles, so that CI's second build reuses
 # the objects its first one compiled the same way (docs/testing.md); fuse3 and python3-fusepy for
-# the slow disk of the freeze watch's tests (test/support/slow_fs.py).
+# the slow disk of the freeze watch's tests (test/support/slow_fs.py); clang 14 and its OpenMP
+# headers for scripts/clang-check.sh.
 if [ "${1:-}" = "--tests" ]; then
-  packages+=(python3-torch python3-numpy python3-pil clang-format ccache python3-fusepy fuse3)
+  packages+=(python3-torch python3-numpy python3-pil clang-format ccache python3-fusepy fuse3
+             clang-14 libomp-14-dev)
 fi
 
 missing=()

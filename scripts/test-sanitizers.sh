@@ -28,12 +28,26 @@ tsan_suites=(test_comm test_tcp_ring test_shm test_hostile_peers test_interrupt 
              test_train test_worker test_launcher test_agent)
 
 # Configures and builds DIR with sanitizers LIST; further arguments are the targets (none: all).
+# A failed step is named, with the configure step's output (quiet when it succeeds), and kept for
+# the summary; the caller then skips that sanitizer's tests.
 build() {
-  local dir=$1 list=$2
+  local dir=$1 list=$2 log
   shift 2
-  cmake -S . -B "$dir" -G Ninja -DDTRAIN_WITH_CUDA=OFF -DDTRAIN_SANITIZE="$list" \
-    -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
-  ninja -C "$dir" -j "$jobs" "$@"
+  log=$(mktemp)
+  if ! cmake -S . -B "$dir" -G Ninja -DDTRAIN_WITH_CUDA=OFF -DDTRAIN_SANITIZE="$list" \
+    -DCMAKE_BUILD_TYPE=RelWithDebInfo >"$log" 2>&1; then
+    cat "$log" >&2
+    rm -f "$log"
+    echo "test-sanitizers.sh: failed: configuring $dir (-DDTRAIN_SANITIZE=$list), output above" >&2
+    results+=("$list: configuring $dir failed")
+    return 1
+  fi
+  rm -f "$log"
+  if ! ninja -C "$dir" -j "$jobs" "$@"; then
+    echo "test-sanitizers.sh: failed: building $dir (-DDTRAIN_SANITIZE=$list), output above" >&2
+    results+=("$list: building $dir failed (ninja -C $dir $*)")
+    return 1
+  fi
 }
 
 # Runs ctest in DIR with the remaining arguments; keeps the per-suite result lines for the summary.
@@ -56,21 +70,28 @@ run_ctest() {
 status=0
 if [ "$mode" != thread ]; then
   echo "== ASan + UBSan (build-asan/) =="
-  build build-asan address,undefined
-  # detect_leaks: leaks fail the process at exit. detect_stack_use_after_return: the communicators
-  # hand stack buffers to other threads. check_initialization_order/strict_init_order: globals.
-  export ASAN_OPTIONS=detect_leaks=1:detect_stack_use_after_return=1:check_initialization_order=1:strict_init_order=1
-  # UBSan reports are recoverable (gcc's default), so the suppressions for code that is not ours
-  # work; halt_on_error turns every other report into a failed process.
-  export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1:suppressions=$PWD/test/fuzz/ubsan.supp
-  run_ctest address build-asan || status=1
+  if build build-asan address,undefined; then
+    # detect_leaks: leaks fail the process at exit. detect_stack_use_after_return: the
+    # communicators hand stack buffers to other threads. check_initialization_order and
+    # strict_init_order: globals.
+    export ASAN_OPTIONS=detect_leaks=1:detect_stack_use_after_return=1:check_initialization_order=1:strict_init_order=1
+    # UBSan reports are recoverable (gcc's default), so the suppressions for code that is not ours
+    # work; halt_on_error turns every other report into a failed process.
+    export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1:suppressions=$PWD/test/fuzz/ubsan.supp
+    run_ctest address build-asan || status=1
+  else
+    status=1
+  fi
 fi
 if [ "$mode" != address ]; then
   echo "== TSan (build-tsan/): ${tsan_suites[*]} =="
-  build build-tsan thread "${tsan_suites[@]}"
-  export TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1:suppressions=$PWD/test/tsan.supp
-  regex="^($(IFS='|'; echo "${tsan_suites[*]}"))\$"
-  run_ctest thread build-tsan -R "$regex" || status=1
+  if build build-tsan thread "${tsan_suites[@]}"; then
+    export TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1:suppressions=$PWD/test/tsan.supp
+    regex="^($(IFS='|'; echo "${tsan_suites[*]}"))\$"
+    run_ctest thread build-tsan -R "$regex" || status=1
+  else
+    status=1
+  fi
 fi
 
 echo

@@ -25,6 +25,9 @@ ctest --test-dir build --output-on-failure --timeout 600 -j "$jobs" -LE launcher
 
 echo "== CPU-only build (build-cpu/) =="
 bash scripts/build.sh build-cpu -DDTRAIN_WITH_CUDA=OFF -DDTRAIN_WERROR=ON
+# The fuzz build (scripts/fuzz.sh) is clang's: its files that part from gcc's, compiled by clang.
+echo "== clang 14 compile check (scripts/clang-check.sh build-cpu) =="
+bash scripts/clang-check.sh build-cpu
 ctest --test-dir build-cpu --output-on-failure --timeout 600 -j "$jobs"
 
 # The suites that compute with oneDNN (its kernels, dtrain's own vector kernels, and the

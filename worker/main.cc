@@ -78,8 +78,18 @@ void end_by_sigterm() {
 // live group, set by train() once the group is made and cleared before it is destroyed, and the
 // logger, set once logging is set up. The signal thread never reaches spdlog's registry, whose
 // default logger main() replaces without synchronising with readers; until then it is silent.
+// The signal thread outlives main(): close() (main's last step) leaves it nothing to touch but
+// this object, which is never destroyed, so a SIGUSR1 during static destruction, after spdlog's
+// registry, sinks and the logger are gone, is taken and ignored (issue 43, item 19).
 class NoticeTarget {
  public:
+  /// From now on take() ignores every signal, silently. Waits for a take() under way to finish.
+  void close() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    closed_ = true;
+    group_ = nullptr;
+    log_.reset();
+  }
   void set_group(comm::GroupCommunicator* group) {
     std::lock_guard<std::mutex> lock(mutex_);
     group_ = group;
@@ -90,6 +100,7 @@ class NoticeTarget {
   }
   void take(const siginfo_t& info) {
     std::lock_guard<std::mutex> lock(mutex_);
+    if (closed_) return;
     if (info.si_code != SI_QUEUE) {
       if (log_) log_->info("SIGUSR1 from pid {} without a generation: ignored", info.si_pid);
       return;
@@ -110,10 +121,11 @@ class NoticeTarget {
 
  private:
   std::mutex mutex_;
+  bool closed_ = false;
   comm::GroupCommunicator* group_ = nullptr;
   std::shared_ptr<spdlog::logger> log_;
 };
-NoticeTarget g_notice;
+NoticeTarget& g_notice = *new NoticeTarget;  // never destroyed: the signal thread outlives main()
 
 // Registers group for the notice for as long as it lives (declared after it: cleared first).
 class NoticeRegistration {
@@ -154,6 +166,12 @@ void watch_signals() {
       }
     }
   }).detach();
+}
+
+// main()'s last step: from here the signal thread touches no logger, group or other object that
+// static destruction ends; SIGTERM keeps its meaning (it still ends the process, or sets a flag).
+void quiet_signals() {
+  g_notice.close();
 }
 
 // From here on SIGTERM does not kill: it asks the group to save and stop at the next step.
@@ -607,7 +625,7 @@ int run_worker(const WorkerOptions& options) {
 
 int main(int argc, char** argv) {
   dtrain::train::watch_signals();  // first: every later thread inherits SIGTERM, SIGUSR1 blocked
-  return dtrain::common::run_main("dtrain-worker", [&] {
+  const int code = dtrain::common::run_main("dtrain-worker", [&] {
     std::vector<std::string> args(argv + 1, argv + argc);
     try {
       return dtrain::train::run_worker(dtrain::train::parse_worker_options(args));
@@ -619,4 +637,6 @@ int main(int argc, char** argv) {
           "memory");
     }
   });
+  dtrain::train::quiet_signals();  // last: the signal thread runs on through static destruction
+  return code;
 }

@@ -108,6 +108,19 @@ TEST_CASE("the newest checkpoint that verifies is restored; damaged ones are ski
   CHECK_FALSE(store.load_latest(R"({"arch":2})"));  // another model: nothing to resume
 }
 
+TEST_CASE("checkpoints record the class names when there are some, as a JSON list") {
+  testing::TempDir dir;
+  CheckpointStore store(dir.path() + "/backup", 5);
+  std::string plain = save_one(store, 10, weights(1));
+  CHECK(read_safetensors_metadata(plain).count("class_names") == 0);
+  store.set_class_names({"boot", "coat \"long\""});
+  std::string named = save_one(store, 20, weights(2));
+  CHECK(read_safetensors_metadata(named)["class_names"] == R"(["boot","coat \"long\""])");
+  auto latest = store.load_latest(R"({"arch":1})");  // the checksum covers them
+  REQUIRE(latest);
+  CHECK(latest->path == named);
+}
+
 TEST_CASE(
     "a kill during a write leaves the run resumable: half-written temp files and the index don't "
     "matter") {

@@ -1,7 +1,8 @@
 // Users' own data through dtrain launch and dtrain-worker (issue 27): Fashion-MNIST as an npz
 // trains two workers to the IDX source's model bit for bit, and sharded by file; a folder of
-// PNGs trains with validation_split and names its classes in model.json; every kind of bad data
-// is exit 2 naming the file or key. The readers themselves are test/data's.
+// PNGs trains with validation_split and names its classes in model.json and its checkpoints;
+// every kind of bad data is exit 2 naming the file or key. The readers themselves are
+// test/data's.
 #include <catch2/catch.hpp>
 #include <filesystem>
 #include <fstream>
@@ -10,6 +11,7 @@
 #include "test/support/python.h"
 #include "test/support/subprocess.h"
 #include "test/support/temp_dir.h"
+#include "worker/train/safetensors.h"
 
 using namespace dtrain;
 using Catch::Matchers::Contains;
@@ -29,12 +31,14 @@ np.savez(out, x_train=idx('train-images-idx3', 16).reshape(-1, 28, 28),
          y_test=idx('t10k-labels-idx1', 8))
 )PY";
 
+// Launches a job of `workers` on data; more_train (`"key": value, ` text) adds train keys.
 std::string launch(const testing::TempDir& dir, const std::string& name, const std::string& data,
-                   int workers = 2) {
+                   int workers = 2, const std::string& more_train = "") {
   const std::string job = dir.path() + "/" + name + ".json", run = dir.path() + "/" + name;
   std::ofstream(job) << R"({"job": ")" << name << R"(", "workers": )" << workers
                      << R"(, "restart": {"max_restarts": 0},
-      "train": {"model": {"input_shape": [28, 28, 1], "layers": [{"type": "flatten"},
+      "train": {)" << more_train
+                     << R"("model": {"input_shape": [28, 28, 1], "layers": [{"type": "flatten"},
         {"type": "dense", "units": 32, "activation": "relu"}, {"type": "dense", "units": 10}]},
       "loss": {"type": "sparse_categorical_crossentropy", "from_logits": true},
       "optimizer": {"type": "sgd", "learning_rate": 0.05, "momentum": 0.9},
@@ -88,9 +92,18 @@ for c, name in enumerate(['boot', 'coat']):
   std::string run = launch(dir, "folder",
                            R"({"source": "directory", "train_dir": ")" + dir.path() +
                                R"(/imgs", "color_mode": "grayscale", "validation_split": 0.25,
-                               "shard_policy": "file", "seed": 3})");
+                               "shard_policy": "file", "seed": 3})",
+                           2, R"("backup": {"delete_on_success": false}, )");
   std::string model = common::read_file(run + "/model/model.json");
   CHECK_THAT(model, Contains(R"("class_names":["boot","coat"])"));
+  // The checkpoints record them too, as docs/train-config.md says (issue 43, item 23).
+  std::string checkpoint;
+  for (const auto& entry : std::filesystem::directory_iterator(run + "/backup"))
+    if (entry.path().extension() == ".safetensors") checkpoint = entry.path().string();
+  REQUIRE_FALSE(checkpoint.empty());
+  CHECK(train::read_safetensors_metadata(checkpoint)["class_names"] == R"(["boot","coat"])");
+  CHECK(train::read_safetensors_metadata(run + "/model/model.safetensors")["class_names"] ==
+        R"(["boot","coat"])");
   CHECK_THAT(common::read_file(run + "/metrics.jsonl"), Contains("input_wait_seconds"));
 }
 

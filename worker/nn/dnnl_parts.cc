@@ -24,20 +24,30 @@ dnnl::reorder make_reorder(const dnnl::engine& e, const memory::desc& from,
 }
 
 #if defined(__x86_64__) && defined(__GNUC__)
+// The ISA of the AVX-512 helpers below. No AVX-512 value crosses an OpenMP region's boundary:
+// clang outlines a region into a function of its own that does not inherit the enclosing
+// function's target attribute, and a 512-bit argument or result there is an ABI error; so each
+// region calls a helper with this attribute and passes it only pointers and counts.
+#define DT_TARGET_AVX512_BF16 __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16")))
+
+// Blocks [first, last) of 32 floats, one thread's share.
+DT_TARGET_AVX512_BF16 void round_blocks_avx512_bf16(const float* in, int64_t first, int64_t last,
+                                                    uint16_t* out) {
+  for (int64_t b = first; b < last; ++b) {
+    const float* from = in + b * 32;
+    __m512bh pair = _mm512_cvtne2ps_pbh(_mm512_loadu_ps(from + 16), _mm512_loadu_ps(from));
+    _mm512_storeu_si512(out + b * 32, reinterpret_cast<__m512i>(pair));
+  }
+}
+
 // 32 floats per instruction; the threads take whole blocks of 32, the last thread the tail
 // through masks. Below a few blocks per thread the team costs more than it saves.
-__attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16"))) void round_avx512_bf16(
-    const float* in, size_t count, uint16_t* out) {
+DT_TARGET_AVX512_BF16 void round_avx512_bf16(const float* in, size_t count, uint16_t* out) {
   const int64_t blocks = static_cast<int64_t>(count / 32);
 #pragma omp parallel if (blocks >= 1024)
   {
     const int64_t threads = omp_get_num_threads(), t = omp_get_thread_num();
-    const int64_t first = blocks * t / threads, last = blocks * (t + 1) / threads;
-    for (int64_t b = first; b < last; ++b) {
-      const float* from = in + b * 32;
-      __m512bh pair = _mm512_cvtne2ps_pbh(_mm512_loadu_ps(from + 16), _mm512_loadu_ps(from));
-      _mm512_storeu_si512(out + b * 32, reinterpret_cast<__m512i>(pair));
-    }
+    round_blocks_avx512_bf16(in, blocks * t / threads, blocks * (t + 1) / threads, out);
   }
   for (size_t i = static_cast<size_t>(blocks) * 32; i < count; i += 16) {
     const size_t left = count - i;
@@ -49,42 +59,43 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16"))) void round_avx51
 }
 
 // GCC 12's AVX-512 intrinsics start some results from _mm512_undefined_*, which
-// -Wmaybe-uninitialized reports once they inline (a known false positive).
+// -Wmaybe-uninitialized reports once they inline (a known false positive; clang has no such
+// warning).
 #pragma GCC diagnostic push
+#if !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 // BA16a64b2a for B (k x n): blocks of 32 k by 64 n, 2048 elements each, k-blocks innermost;
 // inside a block, pairs of k (2a) for each n (64b), 16 pairs (16a). Element (k, n) lives at
 // (k / 32 + (n / 64) * (K / 32)) * 2048 + (k % 32 / 2) * 128 + (n % 64) * 2 + k % 2. With B = w,
 // two rows of w converted together and interleaved make 16 columns' pairs, one store; the same
-// conversion, not interleaved, is the two rows' plain copy.
-__attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16"))) void pack_avx512_bf16(
-    const float* w, int64_t rows, int64_t cols, uint16_t* blocked, uint16_t* plain) {
+// conversion, not interleaved, is the two rows' plain copy. This packs the 64 rows of row block
+// rb (two k-blocks), one thread's share.
+DT_TARGET_AVX512_BF16 void pack_row_block_avx512_bf16(const float* w, int64_t rows, int64_t cols,
+                                                      int64_t rb, uint16_t* blocked,
+                                                      uint16_t* plain) {
   alignas(64) static const uint16_t kInterleave[32] = {0,  16, 1,  17, 2,  18, 3,  19, 4,  20, 5,
                                                        21, 6,  22, 7,  23, 8,  24, 9,  25, 10, 26,
                                                        11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
   const __m512i interleave = _mm512_load_si512(kInterleave);
-  const int64_t row_blocks = rows / 64;
-#pragma omp parallel for if (row_blocks >= 4)
-  for (int64_t rb = 0; rb < row_blocks; ++rb) {
-    for (int64_t kb = 2 * rb; kb < 2 * rb + 2; ++kb) {
-      for (int64_t nb = 0; nb < cols / 64; ++nb) {
-        uint16_t* block = blocked ? blocked + (kb + nb * (rows / 32)) * 2048 : nullptr;
-        for (int p = 0; p < 16; ++p) {
-          const int64_t at = (kb * 32 + 2 * p) * cols + nb * 64;
-          const float* even = w + at;
-          const float* odd = even + cols;
-          for (int c = 0; c < 4; ++c) {
-            __m512i both = reinterpret_cast<__m512i>(
-                _mm512_cvtne2ps_pbh(_mm512_loadu_ps(odd + 16 * c), _mm512_loadu_ps(even + 16 * c)));
-            if (blocked)
-              _mm512_storeu_si512(block + p * 128 + 32 * c,
-                                  _mm512_permutexvar_epi16(interleave, both));
-            if (plain) {
-              _mm256_storeu_si256(reinterpret_cast<__m256i*>(plain + at + 16 * c),
-                                  _mm512_castsi512_si256(both));
-              _mm256_storeu_si256(reinterpret_cast<__m256i*>(plain + at + cols + 16 * c),
-                                  _mm512_extracti64x4_epi64(both, 1));
-            }
+  for (int64_t kb = 2 * rb; kb < 2 * rb + 2; ++kb) {
+    for (int64_t nb = 0; nb < cols / 64; ++nb) {
+      uint16_t* block = blocked ? blocked + (kb + nb * (rows / 32)) * 2048 : nullptr;
+      for (int p = 0; p < 16; ++p) {
+        const int64_t at = (kb * 32 + 2 * p) * cols + nb * 64;
+        const float* even = w + at;
+        const float* odd = even + cols;
+        for (int c = 0; c < 4; ++c) {
+          __m512i both = reinterpret_cast<__m512i>(
+              _mm512_cvtne2ps_pbh(_mm512_loadu_ps(odd + 16 * c), _mm512_loadu_ps(even + 16 * c)));
+          if (blocked)
+            _mm512_storeu_si512(block + p * 128 + 32 * c,
+                                _mm512_permutexvar_epi16(interleave, both));
+          if (plain) {
+            _mm256_storeu_si256(reinterpret_cast<__m256i*>(plain + at + 16 * c),
+                                _mm512_castsi512_si256(both));
+            _mm256_storeu_si256(reinterpret_cast<__m256i*>(plain + at + cols + 16 * c),
+                                _mm512_extracti64x4_epi64(both, 1));
           }
         }
       }
@@ -92,6 +103,15 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16"))) void pack_avx512
   }
 }
 #pragma GCC diagnostic pop
+
+void pack_avx512_bf16(const float* w, int64_t rows, int64_t cols, uint16_t* blocked,
+                      uint16_t* plain) {
+  const int64_t row_blocks = rows / 64;
+#pragma omp parallel for if (row_blocks >= 4)
+  for (int64_t rb = 0; rb < row_blocks; ++rb)
+    pack_row_block_avx512_bf16(w, rows, cols, rb, blocked, plain);
+}
+#undef DT_TARGET_AVX512_BF16
 #endif
 
 }  // namespace

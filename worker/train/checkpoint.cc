@@ -27,6 +27,7 @@ constexpr const char* kFormatVersion = "2";
 constexpr const char* kIndex = "checkpoint.json";
 constexpr const char* kEpochMetrics = "epoch_metrics";  ///< optional metadata entry
 constexpr const char* kDtypePolicy = "dtype_policy";    ///< optional: absent means float32
+constexpr const char* kClassNames = "class_names";      ///< optional: a JSON list of strings
 constexpr int64_t kMaxEpochs = int64_t{1} << 20;        ///< train.epochs' own limit
 constexpr int64_t kMaxSteps = int64_t{1} << 50;
 
@@ -36,6 +37,15 @@ constexpr const char* kLossScaleGoodSteps = "loss_scale_good_steps";
 
 std::string number(double v) {
   return fmt::format("{:.17g}", v);
+}
+
+// The class names as a JSON list (label i is element i), as checkpoints, model.safetensors and
+// model.json record them.
+std::string class_names_json(const std::vector<std::string>& class_names) {
+  common::JsonWriter names;
+  names.begin_array();
+  for (const std::string& name : class_names) names.value(name);
+  return names.end_array().str();
 }
 
 std::map<std::string, std::string> state_metadata(const TrainingState& s,
@@ -168,6 +178,7 @@ std::string CheckpointStore::save(const TrainingState& state,
   std::map<std::string, std::string> metadata = state_metadata(state, architecture);
   if (!epoch_metrics.empty()) metadata[kEpochMetrics] = epoch_metrics;
   if (dtype_policy_ != "float32") metadata[kDtypePolicy] = dtype_policy_;
+  if (!class_names_.empty()) metadata[kClassNames] = class_names_json(class_names_);
   common::write_file_atomically(
       path, encode_safetensors(tensors, std::move(metadata), ChecksumScope::kIndexToo));
   std::vector<std::string> kept = prune(name, architecture);
@@ -314,11 +325,8 @@ void write_final_model(const std::string& model_dir, const std::vector<TensorVie
     extra += fmt::format("\"dtype_policy\":\"{}\",", dtype_policy);
   }
   if (!class_names.empty()) {
-    common::JsonWriter names;
-    names.begin_array();
-    for (const std::string& name : class_names) names.value(name);
-    std::string list = names.end_array().str();
-    metadata["class_names"] = list;
+    std::string list = class_names_json(class_names);
+    metadata[kClassNames] = list;
     extra += "\"class_names\":" + list + ",";
   }
   std::string model_json = "{" + extra + architecture_json.substr(1);

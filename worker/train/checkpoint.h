@@ -65,6 +65,11 @@ class CheckpointStore {
   const std::string& dir() const { return dir_; }
   /// The dtype policy (train.dtype_policy) later checkpoints record; "float32" records nothing.
   void set_dtype_policy(std::string policy) { dtype_policy_ = std::move(policy); }
+  /// The class names (label i is class_names[i]; the directory source's) later checkpoints record
+  /// as "class_names", a JSON list; empty records nothing.
+  void set_class_names(std::vector<std::string> class_names) {
+    class_names_ = std::move(class_names);
+  }
 
  private:
   std::vector<std::string> candidates() const;
@@ -72,6 +77,7 @@ class CheckpointStore {
   std::string dir_;
   int keep_;
   std::string dtype_policy_ = "float32";
+  std::vector<std::string> class_names_;
   mutable std::set<std::string> reported_;  ///< names already warned about, to warn once
 };
 

@@ -183,6 +183,7 @@ Trainer::Trainer(const TrainConfig& config, nn::Backend& backend, comm::Communic
       progress_(ProgressBar::for_stdout(options_.progress_line_seconds)),
       store_(options_.run_dir + "/" + config.backup.dir, config.backup.keep) {
   store_.set_dtype_policy(dtype_policy_name(config_));
+  store_.set_class_names(train_.class_names);
   // On the host, the gradients live in the communicator's window when it has one (shared
   // memory): peers then sum them in place instead of through copies.
   const comm::Window window = gradient_window();
