@@ -16,14 +16,17 @@ while [ $# -gt 0 ]; do
   esac
 done
 build=${1:-build-cpu}
-bash scripts/build.sh "$build" >/dev/null
+cmake --build "$build" --target dtrain dtrain-worker >/dev/null
 builds=(--build "now=$PWD/$build/launcher/dtrain")
 no_spin=""
 if [ -n "$before" ]; then
   # The other revision in a worktree of its own, built through the same ccache.
   old=/tmp/dtrain-bench-freeze-$(git rev-parse --short "$before")
   [ -d "$old" ] || git worktree add --detach "$old" "$before" >/dev/null
-  bash "$old/scripts/build.sh" "$old/build-cpu" -DDTRAIN_WITH_CUDA=OFF >/dev/null
+  [ -f "$old/build-cpu/CMakeCache.txt" ] || cmake -S "$old" -B "$old/build-cpu" -G Ninja \
+    "-DCMAKE_CXX_COMPILER_LAUNCHER=env;CCACHE_BASEDIR=$old;CCACHE_NOHASHDIR=1;ccache" \
+    -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDTRAIN_WITH_CUDA=OFF >/dev/null
+  cmake --build "$old/build-cpu" --target dtrain dtrain-worker >/dev/null
   builds+=(--build "before=$old/build-cpu/launcher/dtrain")
   grep -q DTRAIN_TEST_SPIN_AT_STEP "$old/common/env_vars.h" || no_spin=before
 fi
