@@ -118,6 +118,12 @@ class Supervisor {
   /// A request a remote worker's agent relayed (remote_child.h): a reform or spare request, as
   /// if it had come on the control socket; anything else is refused.
   void on_relayed_request(const std::string& request_json, ReformReplyFn reply);
+  /// Whether the process peer_pid may send a kind line ("message" for a heartbeat or progress, or
+  /// a request's kind) naming task on the control socket (ControlServer::SenderCheck): "" when it
+  /// is that task's running local process or in its process group, or when task is none of this
+  /// launch's (the handlers answer for those); else why not. A message for a task that is not
+  /// running is let through (it is ignored); a request is refused. docs/control.md.
+  std::string sender_refusal(const std::string& kind, const std::string& task, int peer_pid) const;
   /// A fault of the launcher's own (a write that failed, an exception in a handler): logs it,
   /// stops the group as a failure with no restart, and ends the job "failed" with reason
   /// "launcher: <what>". Every handler's exceptions end here; it throws nothing.

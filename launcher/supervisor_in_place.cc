@@ -4,6 +4,7 @@
 // workers do to re-form (undo, rendezvous, agreement) is theirs; this file only decides, spawns
 // and answers. Anything it cannot explain takes the whole-group path of supervisor_teardown.cc.
 #include <spdlog/spdlog.h>
+#include <unistd.h>
 
 #include <csignal>
 
@@ -180,6 +181,25 @@ void Supervisor::on_reform_request(const std::string& request_json, ReformReplyF
     }
     hold_reform(std::move(*request), std::move(reply));
   });
+}
+
+// Only the process the launcher started for a task speaks for it (docs/control.md): any other
+// process of this user could otherwise blame a healthy worker (issue 43).
+std::string Supervisor::sender_refusal(const std::string& kind, const std::string& task,
+                                       int peer_pid) const {
+  const Task* named = nullptr;
+  for (const auto& t : tasks_)
+    if (t->plan.task.text() == task) named = t.get();
+  if (!named) return "";
+  if (!named->child || !named->alive())
+    return kind == "message" ? "" : task + " has no running process";
+  if (named->plan.remote()) {
+    return fmt::format("{} runs on {}: it reports through its agent, not here", task,
+                       named->plan.place_text());
+  }
+  if (peer_pid > 0 && (peer_pid == named->pid || ::getpgid(peer_pid) == named->pid)) return "";
+  return fmt::format("pid {} is neither {}'s process (pid {}) nor in its process group", peer_pid,
+                     task, named->pid);
 }
 
 void Supervisor::on_relayed_request(const std::string& request_json, ReformReplyFn reply) {
