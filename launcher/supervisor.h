@@ -318,6 +318,10 @@ class Supervisor {
     std::unique_ptr<Child> child;
     std::unique_ptr<boost::asio::steady_timer> deadline;
     bool running = false, closed = false;
+    /// It printed more than its limit: the output kept is cut short (a failed run).
+    bool overflowed = false;
+    /// It ran past its limit and was abandoned: SIGKILLed, its output closed here.
+    bool abandoned = false;
     std::optional<ChildEnd> end;
     std::string output;
   };
