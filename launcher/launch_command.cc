@@ -171,6 +171,10 @@ int run_supervisor(const common::JobSpec& spec, PreparedRun& run,
   control.defer("reform", [&](const std::string& request, ControlServer::Reply reply) {
     supervisor->on_reform_request(request, std::move(reply));
   });
+  // A worker's SIGTERM from elsewhere: the job's stop, or its own preemption?
+  control.defer("sigterm", [&](const std::string& request, ControlServer::Reply reply) {
+    supervisor->on_sigterm_query(request, std::move(reply));
+  });
   // Only the process started for a task speaks for it (docs/control.md).
   control.check_senders([&](const std::string& kind, const std::string& task, int pid) {
     return supervisor->sender_refusal(kind, task, pid);

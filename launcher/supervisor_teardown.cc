@@ -148,6 +148,7 @@ void Supervisor::stop(int signal) {
                     [&](common::JsonWriter& w) { w.key("signal").value(signal_name(signal)); });
     if (stop_requested_) return;
     stop_requested_ = true;
+    answer_sigterm_queries(true);  // the workers' SIGTERMs were this stop's
     switch (phase_) {
       case Phase::kBackingOff:
         backoff_timer_.cancel();
@@ -186,6 +187,7 @@ void Supervisor::finish(const std::string& status, int exit_code, const std::str
   for (auto& [host, probe] : probes_)
     if (probe.running && probe.child) probe.child->signal_group(SIGKILL);
   answer_held_reforms(false, "the job has ended: " + reason);
+  answer_sigterm_queries(false);
   std::vector<Recovery> recoveries = std::move(result_.recoveries);
   result_ = SupervisorResult{status, exit_code, reason, first_failure_, std::move(recoveries)};
   if (status == common::kStatusSucceeded) result_.failure.reset();
