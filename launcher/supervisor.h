@@ -203,6 +203,9 @@ class Supervisor {
   void respawn(Task& task);
   void hold_reform(common::ReformRequest request, ReformReplyFn reply);
   void answer_held_reforms(bool ok, const std::string& error);
+  /// A task still running kill_drain_seconds after SIGKILL: logs and records it ("unkillable",
+  /// with why) and takes it as ended, so the teardown is bounded.
+  void give_up_unkillable(Task& task);
   /// Answers every held SIGTERM question (on_sigterm_query) with job_stop.
   void answer_sigterm_queries(bool job_stop);
   void reform_hold_expired();
