@@ -340,6 +340,58 @@ std::optional<SpareAssignment> ControlClient::request_promotion(const SpareReque
   return parse_spare_assignment(*line);
 }
 
+std::optional<bool> ControlClient::ask_about_sigterm(const SigtermQuery& query,
+                                                     double timeout_seconds) {
+  std::optional<std::string> line =
+      exchange(format_sigterm_query(query), timeout_seconds,
+               [](std::string_view l) { return parse_sigterm_answer(l).has_value(); });
+  if (!line) return std::nullopt;
+  return parse_sigterm_answer(*line);
+}
+
+std::string format_sigterm_query(const SigtermQuery& q) {
+  JsonWriter w;
+  w.begin_object().key("request").value("sigterm").key("task").value(q.task);
+  w.key("attempt").value(q.attempt).key("sender").value(q.sender);
+  return w.end_object().str() + "\n";
+}
+
+std::optional<SigtermQuery> parse_sigterm_query(std::string_view json) {
+  try {
+    JsonDocument doc = JsonDocument::parse(json, "sigterm query");
+    JsonNode root = doc.root();
+    if (root.at("request").as_string() != "sigterm") return std::nullopt;
+    SigtermQuery q;
+    q.task = root.at("task").as_string();
+    q.attempt = static_cast<int>(root.at("attempt").as_int(0, 1 << 30));
+    q.sender = static_cast<int>(root.at("sender").as_int(0, 1 << 30));
+    return q;
+  } catch (const ConfigError&) {
+    return std::nullopt;
+  }
+}
+
+std::string format_sigterm_answer(bool job_stop) {
+  JsonWriter w;
+  w.begin_object().key("request").value("sigterm").key("ok").value(true);
+  w.key("job_stop").value(job_stop);
+  return w.end_object().str() + "\n";
+}
+
+std::optional<bool> parse_sigterm_answer(std::string_view line) {
+  try {
+    JsonDocument doc = JsonDocument::parse(line, "sigterm answer");
+    JsonNode root = doc.root();
+    std::optional<JsonNode> request = root.find("request");
+    if (!request || !request->is_string() || request->as_string() != "sigterm") return std::nullopt;
+    std::optional<JsonNode> job_stop = root.find("job_stop");
+    if (!root.at("ok").as_bool() || !job_stop) return false;
+    return job_stop->as_bool();
+  } catch (const ConfigError&) {
+    return std::nullopt;
+  }
+}
+
 std::string format_spare_request(const SpareRequest& r) {
   JsonWriter w;
   w.begin_object().key("request").value("spare").key("spare").value(r.spare);

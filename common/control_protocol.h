@@ -115,6 +115,26 @@ std::string format_reform_reply(const ReformReply& reply);  ///< one line, with 
 /// A reply line; nullopt for any other line (other replies on the same connection).
 std::optional<ReformReply> parse_reform_reply(std::string_view line);
 
+/// A training worker in place that got a SIGTERM from a process other than its parent asks the
+/// launcher, before it leaves alone, whether the whole job is being stopped (systemctl stop, a
+/// kill of the process tree: docs/design.md#in-place-recovery):
+///   {"request": "sigterm", "task": "worker:1", "attempt": 0, "sender": 4242}
+/// The launcher answers once it knows (it waits a moment for a stop signal of its own):
+///   {"request": "sigterm", "ok": true, "job_stop": true}: save with the group and stop;
+///   {"request": "sigterm", "ok": true, "job_stop": false}: this worker alone is preempted.
+struct SigtermQuery {
+  std::string task;
+  int attempt = 0;
+  int sender = 0;  ///< the SIGTERM's sender (si_pid)
+};
+
+std::string format_sigterm_query(const SigtermQuery& query);  ///< one line, with newline
+/// The query in a parsed control line's JSON text; nullopt when it is not a well-formed one.
+std::optional<SigtermQuery> parse_sigterm_query(std::string_view json);
+std::string format_sigterm_answer(bool job_stop);  ///< one line, with newline
+/// An answer line's job_stop; nullopt for any other line.
+std::optional<bool> parse_sigterm_answer(std::string_view line);
+
 /// A heartbeat of task on attempt from pid.
 ControlMessage heartbeat_message(const std::string& task, int attempt, int pid);
 
@@ -156,6 +176,9 @@ class ControlClient {
   /// request_reform does.
   std::optional<SpareAssignment> request_promotion(const SpareRequest& request,
                                                    double timeout_seconds);
+  /// Asks whether a SIGTERM is the whole job's stop and waits up to timeout_seconds for the
+  /// answer, as request_reform does; nullopt when there is none.
+  std::optional<bool> ask_about_sigterm(const SigtermQuery& query, double timeout_seconds);
   /// True when DTRAIN_CONTROL names a socket (the client may still fail to reach it).
   bool enabled() const { return !path_.empty(); }
 

@@ -38,7 +38,8 @@ std::string make_private_folder() {
 }
 
 // The compact JSON of a line that is a request waiting for the launcher's answer: an object whose
-// "request" is "reform" or "spare" (common/control_protocol.h); nullopt for any other line.
+// "request" is "reform", "spare" or "sigterm" (common/control_protocol.h); nullopt for any other
+// line.
 std::optional<std::string> waiting_request(std::string_view line) {
   try {
     common::JsonDocument doc = common::JsonDocument::parse(line, "control line");
@@ -47,7 +48,7 @@ std::optional<std::string> waiting_request(std::string_view line) {
     std::optional<common::JsonNode> kind = root.find("request");
     if (!kind || !kind->is_string()) return std::nullopt;
     std::string name = kind->as_string();
-    if (name != "reform" && name != "spare") return std::nullopt;
+    if (name != "reform" && name != "spare" && name != "sigterm") return std::nullopt;
     return root.dump();
   } catch (const common::ConfigError&) {
     return std::nullopt;

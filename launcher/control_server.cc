@@ -22,6 +22,7 @@
 #include <functional>
 #include <list>
 #include <map>
+#include <optional>
 
 #include "common/errors.h"
 #include "common/json.h"
@@ -71,6 +72,7 @@ struct Shared {
   ControlServer::Handler messages;
   ControlServer::RequestHandler requests;
   std::map<std::string, ControlServer::DeferredRequestHandler> deferred;  ///< by request kind
+  ControlServer::SenderCheck senders;  ///< empty: every line of this user is taken
   ControlLimits limits;
   std::list<Connection*> open;  ///< every connection not yet closed, oldest first
   size_t live = 0;              ///< connections not yet released, closed or not
@@ -78,8 +80,9 @@ struct Shared {
 };
 
 struct Connection : std::enable_shared_from_this<Connection> {
-  Connection(Protocol::socket s, std::shared_ptr<Shared> sh)
-      : socket(std::move(s)),
+  Connection(Protocol::socket s, std::shared_ptr<Shared> sh, int pid)
+      : peer_pid(pid),
+        socket(std::move(s)),
         idle_timer(socket.get_executor()),
         buffer(sh->limits.max_line_bytes),
         shared(std::move(sh)) {
@@ -145,8 +148,14 @@ struct Connection : std::enable_shared_from_this<Connection> {
       try {
         common::JsonDocument doc = common::JsonDocument::parse(line, "request");
         std::string kind = doc.root().at("request").as_string();
-        if (auto deferred = shared->deferred.find(kind); deferred != shared->deferred.end())
+        if (auto deferred = shared->deferred.find(kind); deferred != shared->deferred.end()) {
+          std::string refusal = sender_refusal(kind, named_task(doc.root()));
+          if (!refusal.empty()) {
+            return reply(fmt::format("{{\"request\":{},\"ok\":false,\"error\":{}}}",
+                                     common::json_quote(kind), common::json_quote(refusal)));
+          }
           return defer(deferred->second, doc.root().dump());
+        }
         if (!shared->requests)
           throw std::runtime_error("unknown request " + common::json_quote(kind));
         return reply(shared->requests(doc.root().dump()));
@@ -154,9 +163,31 @@ struct Connection : std::enable_shared_from_this<Connection> {
         return reply(fmt::format("{{\"ok\":false,\"error\":{}}}", common::json_quote(e.what())));
       }
     }
-    if (auto message = common::parse_control_message(line)) return shared->messages(*message);
+    if (auto message = common::parse_control_message(line)) {
+      if (!sender_refusal("message", message->task).empty()) return;  // logged; no answer
+      return shared->messages(*message);
+    }
     shared->warnings.warn(fmt::format("dropped a malformed message ({} bytes)", line.size()));
     reply("{\"ok\":false,\"error\":\"malformed message\"}");
+  }
+
+  // The task a request speaks for: its "task", or a spare's "spare"; "" when it names none.
+  static std::string named_task(const common::JsonNode& request) {
+    for (const char* key : {"task", "spare"})
+      if (auto name = request.find(key); name && name->is_string()) return name->as_string();
+    return "";
+  }
+
+  // Why this connection's process may not send a kind line for task ("" when it may), logged.
+  std::string sender_refusal(const std::string& kind, const std::string& task) {
+    if (!shared->senders) return "";
+    std::string refusal = shared->senders(kind, task, peer_pid);
+    if (!refusal.empty()) {
+      shared->warnings.warn(fmt::format("refused a {} {} for {} from pid {}: {}", kind,
+                                        kind == "message" ? "line" : "request", task, peer_pid,
+                                        refusal));
+    }
+    return refusal;
   }
 
   void defer(const ControlServer::DeferredRequestHandler& handler, const std::string& request);
@@ -178,6 +209,7 @@ struct Connection : std::enable_shared_from_this<Connection> {
   }
 
   bool pending_request = false;  ///< a deferred request waits for its reply
+  int peer_pid = 0;              ///< SO_PEERCRED's, when it connected; 0 when unknown
   Protocol::socket socket;
   boost::asio::steady_timer idle_timer;
   boost::asio::streambuf buffer;
@@ -218,11 +250,13 @@ void Connection::defer(const ControlServer::DeferredRequestHandler& handler,
   handler(request, [pending](const std::string& line) { pending->send(line); });
 }
 
-// Only processes of this user may talk to the launcher.
-bool same_user(int fd) {
+// The process at the other end (SO_PEERCRED, as it was when it connected); nullopt when the
+// kernel does not say.
+std::optional<ucred> peer_of(int fd) {
   ucred peer{};
   socklen_t length = sizeof peer;
-  return ::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &peer, &length) == 0 && peer.uid == ::geteuid();
+  if (::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &peer, &length) != 0) return std::nullopt;
+  return peer;
 }
 
 }  // namespace
@@ -230,7 +264,7 @@ bool same_user(int fd) {
 struct ControlServer::Impl {
   Impl(boost::asio::io_context& io, std::string p, Handler h, RequestHandler r, ControlLimits l)
       : path(std::move(p)),
-        shared(std::make_shared<Shared>(Shared{std::move(h), std::move(r), {}, l, {}, 0, {}})),
+        shared(std::make_shared<Shared>(Shared{std::move(h), std::move(r), {}, {}, l, {}, 0, {}})),
         acceptor(io),
         pause(io) {}
 
@@ -238,12 +272,14 @@ struct ControlServer::Impl {
     acceptor.async_accept([this](const boost::system::error_code& ec, Protocol::socket socket) {
       if (ec == boost::asio::error::operation_aborted) return;
       if (ec) return pause_accepting(ec);
-      if (!same_user(socket.native_handle())) {
+      // Only processes of this user may talk to the launcher.
+      std::optional<ucred> peer = peer_of(socket.native_handle());
+      if (!peer || peer->uid != ::geteuid()) {
         shared->warnings.warn("refused a connection from another user");
       } else {
         set_cloexec(socket.native_handle());
         make_room();
-        std::make_shared<Connection>(std::move(socket), shared)->start();
+        std::make_shared<Connection>(std::move(socket), shared, peer->pid)->start();
       }
       accept();
     });
@@ -300,6 +336,7 @@ ControlServer::~ControlServer() {
   impl_->shared->messages = nullptr;
   impl_->shared->requests = nullptr;
   impl_->shared->deferred.clear();
+  impl_->shared->senders = nullptr;
   boost::system::error_code ignored;
   impl_->acceptor.close(ignored);
   impl_->pause.cancel();
@@ -308,6 +345,10 @@ ControlServer::~ControlServer() {
 
 void ControlServer::defer(const std::string& kind, DeferredRequestHandler handler) {
   impl_->shared->deferred[kind] = std::move(handler);
+}
+
+void ControlServer::check_senders(SenderCheck check) {
+  impl_->shared->senders = std::move(check);
 }
 
 std::string ControlServer::address() const {

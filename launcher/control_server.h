@@ -2,11 +2,13 @@
 // `dtrain status` / `dtrain stop` send requests ({"request": "status"}) that get one JSON line
 // back, at once or, for the kinds given to defer() (a worker's reform request), later. Only this
 // user may connect (socket 0600 in a 0700 run directory or this user's private /tmp/dtrain-<uid>,
-// and the peer's uid is checked). Malformed lines are answered with an error and dropped. What one
-// client can cost is bounded (ControlLimits): an overlong line, too many unread replies or a long
-// silence close its connection, the oldest idle connection makes room when all are taken, a closed
-// connection is released at once, warnings are logged at most once a second, and accept() failing
-// (out of descriptors) pauses accepting instead of spinning. Runs on the io_context's thread.
+// and the peer's uid is checked); a line that speaks for a task is refused unless the connection's
+// process may speak for it (check_senders). Malformed lines are answered with an error and dropped.
+// What one client can cost is bounded (ControlLimits): an overlong line, too many unread replies or
+// a long silence close its connection, the oldest idle connection makes room when all are taken, a
+// closed connection is released at once, warnings are logged at most once a second, and accept()
+// failing (out of descriptors) pauses accepting instead of spinning. Runs on the io_context's
+// thread.
 #pragma once
 
 #include <functional>
@@ -63,6 +65,17 @@ class ControlServer {
   /// once. The reply holds its connection weakly, so a closed connection is released at once
   /// and its reply dropped.
   void defer(const std::string& kind, DeferredRequestHandler handler);
+
+  /// Whether the process at the other end of a connection (SO_PEERCRED's pid, taken when it
+  /// connected) may send a line naming task ("worker:1", "spare:0"): "" when it may, else why not.
+  /// kind is the request's kind ("reform", "spare", ...) or "message" for a heartbeat or progress.
+  using SenderCheck =
+      std::function<std::string(const std::string& kind, const std::string& task, int peer_pid)>;
+  /// From now on, control messages (their "task") and deferred requests (their "task", or a
+  /// spare's "spare") are checked with check: a refused request is answered {"request": kind,
+  /// "ok": false, "error": ...} and a refused message dropped, each logged (docs/control.md).
+  /// Requests without a deferred handler (status, stop) are not checked.
+  void check_senders(SenderCheck check);
 
   /// "unix:<path>", the value of DTRAIN_CONTROL.
   std::string address() const;

@@ -171,6 +171,14 @@ int run_supervisor(const common::JobSpec& spec, PreparedRun& run,
   control.defer("reform", [&](const std::string& request, ControlServer::Reply reply) {
     supervisor->on_reform_request(request, std::move(reply));
   });
+  // A worker's SIGTERM from elsewhere: the job's stop, or its own preemption?
+  control.defer("sigterm", [&](const std::string& request, ControlServer::Reply reply) {
+    supervisor->on_sigterm_query(request, std::move(reply));
+  });
+  // Only the process started for a task speaks for it (docs/control.md).
+  control.check_senders([&](const std::string& kind, const std::string& task, int pid) {
+    return supervisor->sender_refusal(kind, task, pid);
+  });
   DT_ENFORCE_EQ(control.address(), run.plan.context.control_address,
                 "the control socket is not where the plan told the workers");
   supervisor = std::make_unique<Supervisor>(

@@ -13,7 +13,9 @@
 #include "common/job_spec.h"
 #include "common/tf_config.h"
 #include "launcher/commands.h"
+#include "launcher/launch_plan.h"
 #include "launcher/options.h"
+#include "launcher/run_preparation.h"
 #include "launcher/slurm.h"
 #include "launcher/train_check.h"
 
@@ -71,6 +73,11 @@ int validate_command(const Args& args) {
     return 0;
   }
   common::ClusterSpec cluster = job_cluster(spec);
+  // Every check `dtrain launch` makes while planning (elastic.min_workers against the job's
+  // training tasks, ...), so that what validate accepts, launch does too (issue 43).
+  LaunchContext context = make_launch_context(spec, run_root(spec));
+  context.cluster = cluster;
+  plan_launch(std::move(context));
   std::cout << fmt::format("{}: OK: job \"{}\", {} training task(s), chief {}, run directory {}\n",
                            job_file, spec.job, cluster.ring_size(), cluster.chief().text(),
                            spec.run_dir);

@@ -88,6 +88,9 @@ struct SupervisorOptions {
   /// Low, so that a host is back within seconds of answering: a try of a host still cut off
   /// costs one connection attempt.
   double rejoin_most_seconds = 5;
+  /// How long a worker's question about a SIGTERM from elsewhere waits for a stop of the
+  /// launcher's own before it is answered "this worker alone" (on_sigterm_query).
+  double sigterm_confirm_seconds = 1;
 };
 
 class Supervisor {
@@ -115,9 +118,21 @@ class Supervisor {
   /// A spare's request to be promoted (docs/design.md#in-place-recovery); held until a task
   /// fails (then answered with that task's place) or the job ends (answered ok:false).
   void on_spare_request(const std::string& request_json, ReformReplyFn reply);
+  /// A worker's {"request": "sigterm", ...}: it got a SIGTERM from a process other than its
+  /// parent (docs/design.md#in-place-recovery). Answered job_stop true at once when the launcher
+  /// is stopping, or as soon as it is told to within sigterm_confirm_seconds (a stop of the whole
+  /// job signals the launcher and the workers together); else job_stop false then (a preemption
+  /// of that worker alone).
+  void on_sigterm_query(const std::string& request_json, ReformReplyFn reply);
   /// A request a remote worker's agent relayed (remote_child.h): a reform or spare request, as
   /// if it had come on the control socket; anything else is refused.
   void on_relayed_request(const std::string& request_json, ReformReplyFn reply);
+  /// Whether the process peer_pid may send a kind line ("message" for a heartbeat or progress, or
+  /// a request's kind) naming task on the control socket (ControlServer::SenderCheck): "" when it
+  /// is that task's running local process or in its process group, or when task is none of this
+  /// launch's (the handlers answer for those); else why not. A message for a task that is not
+  /// running is let through (it is ignored); a request is refused. docs/control.md.
+  std::string sender_refusal(const std::string& kind, const std::string& task, int peer_pid) const;
   /// A fault of the launcher's own (a write that failed, an exception in a handler): logs it,
   /// stops the group as a failure with no restart, and ends the job "failed" with reason
   /// "launcher: <what>". Every handler's exceptions end here; it throws nothing.
@@ -188,6 +203,11 @@ class Supervisor {
   void respawn(Task& task);
   void hold_reform(common::ReformRequest request, ReformReplyFn reply);
   void answer_held_reforms(bool ok, const std::string& error);
+  /// A task still running kill_drain_seconds after SIGKILL: logs and records it ("unkillable",
+  /// with why) and takes it as ended, so the teardown is bounded.
+  void give_up_unkillable(Task& task);
+  /// Answers every held SIGTERM question (on_sigterm_query) with job_stop.
+  void answer_sigterm_queries(bool job_stop);
   void reform_hold_expired();
   void note_in_place_progress(const common::ControlMessage& message);
   Task* training_task(const std::string& name);
@@ -312,6 +332,10 @@ class Supervisor {
     std::unique_ptr<Child> child;
     std::unique_ptr<boost::asio::steady_timer> deadline;
     bool running = false, closed = false;
+    /// It printed more than its limit: the output kept is cut short (a failed run).
+    bool overflowed = false;
+    /// It ran past its limit and was abandoned: SIGKILLed, its output closed here.
+    bool abandoned = false;
     std::optional<ChildEnd> end;
     std::string output;
   };
@@ -332,6 +356,14 @@ class Supervisor {
   std::map<std::string, int> false_returns_;  ///< answers in a row with no worker started
   std::set<std::string> given_up_;            ///< hosts not tried again
   std::map<std::string, SideRun> probes_;     ///< per host, the last probe
+  /// SIGTERM questions waiting for a stop of the launcher's own, each with its time-out.
+  struct SigtermQuestion {
+    std::string task;
+    int sender = 0;
+    ReformReplyFn reply;
+    std::unique_ptr<boost::asio::steady_timer> timer;
+  };
+  std::vector<std::shared_ptr<SigtermQuestion>> sigterm_questions_;
 };
 
 }  // namespace dtrain::launcher

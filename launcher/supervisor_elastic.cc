@@ -267,6 +267,7 @@ bool Supervisor::start_side_run(SideRun& run, const SpawnRequest& request, const
   if (run.running) return false;
   run.child.reset();  // the last one's, released here rather than in its own callback
   run.closed = false;
+  run.overflowed = run.abandoned = false;
   run.end.reset();
   run.output.clear();
   SideRun* r = &run;
@@ -277,6 +278,7 @@ bool Supervisor::start_side_run(SideRun& run, const SpawnRequest& request, const
   };
   ChildCallbacks callbacks;
   callbacks.on_output = [r, max_output](std::string_view bytes) {
+    if (r->output.size() + bytes.size() > max_output) r->overflowed = max_output > 0;
     if (r->output.size() < max_output)
       r->output.append(bytes.substr(0, max_output - r->output.size()));
   };
@@ -302,11 +304,21 @@ bool Supervisor::start_side_run(SideRun& run, const SpawnRequest& request, const
   if (limit_seconds <= 0) return true;
   if (!run.deadline) run.deadline = std::make_unique<boost::asio::steady_timer>(io_);
   run.deadline->expires_after(seconds(limit_seconds));
-  run.deadline->async_wait([r, what, limit_seconds](const boost::system::error_code& ec) {
-    if (ec || !r->running || !r->child) return;
-    spdlog::warn("{} has run for {:g} s: SIGKILL", what, limit_seconds);
-    r->child->signal_group(SIGKILL);
-  });
+  // Past the limit it is killed and abandoned at once: a helper in another session may hold its
+  // output open, and neither its end nor the end of its output must hold up the next run
+  // (issue 43). Its process is still reaped; its output is dropped.
+  run.deadline->async_wait(
+      [this, r, what, limit_seconds, finish](const boost::system::error_code& ec) {
+        if (ec || !r->running || !r->child) return;
+        guarded("side run deadline", [&] {
+          spdlog::warn("{} has run for {:g} s: SIGKILL; its run is abandoned", what, limit_seconds);
+          r->child->signal_group(SIGKILL);
+          r->child.reset();  // closes the output pipe; no callback of it runs after this
+          r->abandoned = true;
+          r->end = ChildEnd(ExitStatus::killed(SIGKILL));
+          finish();
+        });
+      });
   return true;
 }
 
@@ -324,9 +336,16 @@ void Supervisor::run_discovery() {
 
 // Lines of host names ("host" or Horovod's "host:slots"); blank lines and # comments skipped.
 void Supervisor::on_discovery_end(const ChildEnd& end) {
+  if (discovery_.abandoned) return;  // said when it was abandoned
   if (end.status.signaled || end.status.code != 0) {
     spdlog::warn("elastic.host_discovery ended {}; its list is not used this time",
                  describe(end.status));
+    return;
+  }
+  if (discovery_.overflowed) {  // a list cut short would let healthy hosts go
+    spdlog::warn(
+        "elastic.host_discovery printed more than {} bytes; its list is not used this time",
+        kMaxDiscoveryBytes);
     return;
   }
   std::set<std::string> hosts;

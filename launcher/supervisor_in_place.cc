@@ -4,7 +4,9 @@
 // workers do to re-form (undo, rendezvous, agreement) is theirs; this file only decides, spawns
 // and answers. Anything it cannot explain takes the whole-group path of supervisor_teardown.cc.
 #include <spdlog/spdlog.h>
+#include <unistd.h>
 
+#include <algorithm>
 #include <csignal>
 
 #include "common/clock.h"
@@ -182,6 +184,72 @@ void Supervisor::on_reform_request(const std::string& request_json, ReformReplyF
   });
 }
 
+// A whole job's stop (systemctl stop, a kill of the process tree) signals the launcher and the
+// workers together; a worker that took its SIGTERM for its own preemption would leave without
+// saving (issue 43). It asks first, and the launcher waits a moment for its own stop.
+void Supervisor::on_sigterm_query(const std::string& request_json, ReformReplyFn reply) {
+  guarded("sigterm query", [&] {
+    std::optional<common::SigtermQuery> query = common::parse_sigterm_query(request_json);
+    if (!query || stop_requested_ || phase_ == Phase::kDone) {
+      bool job_stop = query && stop_requested_;
+      if (query)
+        spdlog::info(
+            "{}: SIGTERM from pid {}: {}", query->task, query->sender,
+            job_stop ? "the job is stopping; it saves with the group" : "the job has ended");
+      return reply(common::format_sigterm_answer(job_stop));
+    }
+    auto question = std::make_shared<SigtermQuestion>();
+    question->task = query->task;
+    question->sender = query->sender;
+    question->reply = std::move(reply);
+    question->timer = std::make_unique<boost::asio::steady_timer>(io_);
+    question->timer->expires_after(seconds(options_.sigterm_confirm_seconds));
+    std::weak_ptr<SigtermQuestion> weak = question;
+    question->timer->async_wait([this, weak](const boost::system::error_code& ec) {
+      std::shared_ptr<SigtermQuestion> q = weak.lock();
+      if (ec || !q) return;
+      guarded("sigterm question", [&] {
+        auto& held = sigterm_questions_;
+        held.erase(std::remove(held.begin(), held.end(), q), held.end());
+        spdlog::info("{}: SIGTERM from pid {} preempts it alone (the launcher is not stopping)",
+                     q->task, q->sender);
+        q->reply(common::format_sigterm_answer(false));
+      });
+    });
+    sigterm_questions_.push_back(std::move(question));
+  });
+}
+
+void Supervisor::answer_sigterm_queries(bool job_stop) {
+  std::vector<std::shared_ptr<SigtermQuestion>> held = std::move(sigterm_questions_);
+  sigterm_questions_.clear();
+  for (auto& q : held) {
+    q->timer->cancel();
+    spdlog::info("{}: SIGTERM from pid {}: {}", q->task, q->sender,
+                 job_stop ? "the job is stopping; it saves with the group" : "the job has ended");
+    q->reply(common::format_sigterm_answer(job_stop));
+  }
+}
+
+// Only the process the launcher started for a task speaks for it (docs/control.md): any other
+// process of this user could otherwise blame a healthy worker (issue 43).
+std::string Supervisor::sender_refusal(const std::string& kind, const std::string& task,
+                                       int peer_pid) const {
+  const Task* named = nullptr;
+  for (const auto& t : tasks_)
+    if (t->plan.task.text() == task) named = t.get();
+  if (!named) return "";
+  if (!named->child || !named->alive())
+    return kind == "message" ? "" : task + " has no running process";
+  if (named->plan.remote()) {
+    return fmt::format("{} runs on {}: it reports through its agent, not here", task,
+                       named->plan.place_text());
+  }
+  if (peer_pid > 0 && (peer_pid == named->pid || ::getpgid(peer_pid) == named->pid)) return "";
+  return fmt::format("pid {} is neither {}'s process (pid {}) nor in its process group", peer_pid,
+                     task, named->pid);
+}
+
 void Supervisor::on_relayed_request(const std::string& request_json, ReformReplyFn reply) {
   std::string kind;
   try {
@@ -191,6 +259,7 @@ void Supervisor::on_relayed_request(const std::string& request_json, ReformReply
   }
   if (kind == "reform") return on_reform_request(request_json, std::move(reply));
   if (kind == "spare") return on_spare_request(request_json, std::move(reply));
+  if (kind == "sigterm") return on_sigterm_query(request_json, std::move(reply));
   common::JsonWriter w;
   w.begin_object().key("ok").value(false);
   w.key("error").value("unknown request " + common::json_quote(kind)).end_object();

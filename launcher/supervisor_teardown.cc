@@ -5,6 +5,8 @@
 
 #include <algorithm>
 #include <csignal>
+#include <fstream>
+#include <string>
 
 #include "common/clock.h"
 #include "common/errors.h"
@@ -19,6 +21,44 @@ namespace {
 std::chrono::steady_clock::duration seconds(double s) {
   return std::chrono::duration_cast<std::chrono::steady_clock::duration>(
       std::chrono::duration<double>(std::max(0.0, s)));
+}
+
+std::string first_line_of(const std::string& path) {
+  std::ifstream in(path);
+  std::string line;
+  std::getline(in, line);
+  return line;
+}
+
+// Why pid outlives SIGKILL, as far as /proc and the cgroup freezer tell: a frozen cgroup (v1
+// freezer.state, v2 cgroup.freeze; `docker pause`), which holds the kill until it is thawed, or
+// the process's state (D: uninterruptible sleep, a hung disk or NFS mount).
+std::string why_unkillable(int pid) {
+  std::ifstream cgroups("/proc/" + std::to_string(pid) + "/cgroup");
+  for (std::string line; std::getline(cgroups, line);) {  // "id:controllers:path"
+    size_t first = line.find(':'), second = line.find(':', first + 1);
+    if (first == std::string::npos || second == std::string::npos) continue;
+    std::string controllers = line.substr(first + 1, second - first - 1);
+    std::string path = line.substr(second + 1);
+    if (controllers.find("freezer") != std::string::npos) {
+      std::string dir = "/sys/fs/cgroup/freezer" + path;
+      std::string state = first_line_of(dir + "/freezer.state");
+      if (state == "FROZEN" || state == "FREEZING")
+        return fmt::format("its cgroup {} is frozen (freezer.state {})", dir, state);
+    } else if (controllers.empty()) {  // cgroup v2
+      for (const char* root : {"/sys/fs/cgroup", "/sys/fs/cgroup/unified"}) {
+        std::string dir = root + path;
+        if (first_line_of(dir + "/cgroup.freeze") == "1")
+          return fmt::format("its cgroup {} is frozen (cgroup.freeze 1)", dir);
+      }
+    }
+  }
+  std::string state;
+  std::ifstream status("/proc/" + std::to_string(pid) + "/status");
+  for (std::string line; std::getline(status, line);)
+    if (line.rfind("State:", 0) == 0) state = line.substr(line.find_first_not_of(" \t", 6));
+  if (state.empty()) return "its end was not seen (it may be gone)";
+  return fmt::format("it is in state {}", state);
 }
 
 }  // namespace
@@ -64,6 +104,7 @@ void Supervisor::kill_now() {
       if (ec) return;
       guarded("drain timer", [this] {
         for (auto& task : tasks_) {
+          if (task->alive() && task->child) give_up_unkillable(*task);
           if (task->output_open)
             spdlog::warn("{}: output still open after SIGKILL; giving up on it",
                          task->plan.task.text());
@@ -74,6 +115,23 @@ void Supervisor::kill_now() {
     });
     if (phase_ != Phase::kTearingDown) begin_teardown("killed");
   });
+}
+
+// A worker still there kill_drain_seconds after SIGKILL cannot be killed now (issue 43): the
+// teardown names it and why, and goes on without it rather than wait for ever. It dies of the
+// SIGKILL it holds once it can (a frozen cgroup thawed).
+void Supervisor::give_up_unkillable(Task& task) {
+  std::string why =
+      task.plan.remote() ? "its remote session did not end" : why_unkillable(task.pid);
+  spdlog::error(
+      "{} (pid {}) cannot be killed: it is still there {:g} s after SIGKILL: {}; the launcher "
+      "goes on without it, and it ends by the SIGKILL it holds once it can run",
+      task.plan.task.text(), task.pid, options_.kill_drain_seconds, why);
+  recorder_.event("unkillable", [&](common::JsonWriter& w) {
+    w.key("task").value(task.plan.task.text()).key("pid").value(task.pid);
+    w.key("attempt").value(attempt_).key("why").value(why);
+  });
+  task.state = Task::State::kExited;
 }
 
 void Supervisor::maybe_teardown_complete() {
@@ -148,6 +206,7 @@ void Supervisor::stop(int signal) {
                     [&](common::JsonWriter& w) { w.key("signal").value(signal_name(signal)); });
     if (stop_requested_) return;
     stop_requested_ = true;
+    answer_sigterm_queries(true);  // the workers' SIGTERMs were this stop's
     switch (phase_) {
       case Phase::kBackingOff:
         backoff_timer_.cancel();
@@ -186,6 +245,7 @@ void Supervisor::finish(const std::string& status, int exit_code, const std::str
   for (auto& [host, probe] : probes_)
     if (probe.running && probe.child) probe.child->signal_group(SIGKILL);
   answer_held_reforms(false, "the job has ended: " + reason);
+  answer_sigterm_queries(false);
   std::vector<Recovery> recoveries = std::move(result_.recoveries);
   result_ = SupervisorResult{status, exit_code, reason, first_failure_, std::move(recoveries)};
   if (status == common::kStatusSucceeded) result_.failure.reset();

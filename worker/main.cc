@@ -63,6 +63,12 @@ std::atomic<bool> g_leave_alone{false};  ///< set when in place: see above
 std::atomic<bool> g_stop_requested{false};
 std::atomic<bool> g_leave_requested{false};
 std::atomic<int> g_leave_sender{0};
+// Set before g_leave_alone (and read only once it is): who asks the launcher whether a SIGTERM
+// from elsewhere is the whole job's stop (issue 43), and whether a question is under way.
+SigtermAsker g_sigterm_asker;
+std::atomic<bool> g_asking_launcher{false};
+// How long a worker waits for the launcher's answer (which comes within about a second).
+constexpr double kSigtermAnswerSeconds = 5;
 std::atomic<int> g_noticed_generation{0};  ///< the newest generation a notice named
 
 void end_by_sigterm() {
@@ -143,6 +149,23 @@ class NoticeRegistration {
   bool active_;
 };
 
+// A SIGTERM from elsewhere, in place: the launcher says whether the whole job is stopping (then
+// the group saves and stops together) or this worker alone is preempted. Asked on a thread of its
+// own, so notices keep coming; a SIGTERM while a question is under way joins it.
+void ask_about_sigterm(int sender) {
+  if (g_asking_launcher.exchange(true)) return;
+  std::thread([asker = g_sigterm_asker, sender] {
+    common::name_this_thread("dt-sigterm");
+    if (launcher_says_job_stop(asker, sender, kSigtermAnswerSeconds) || g_stop_requested) {
+      g_stop_requested = true;
+    } else {
+      g_leave_sender = sender;
+      g_leave_requested = true;
+    }
+    g_asking_launcher = false;
+  }).detach();
+}
+
 void watch_signals() {
   sigset_t set;
   sigemptyset(&set);
@@ -159,8 +182,7 @@ void watch_signals() {
       if (!g_catching_sigterm) end_by_sigterm();
       bool job_stop = info.si_code == SI_USER && sent_by_job_stopper(info.si_pid);
       if (g_leave_alone && !job_stop) {
-        g_leave_sender = info.si_pid;
-        g_leave_requested = true;
+        ask_about_sigterm(info.si_pid);
       } else {
         g_stop_requested = true;
       }
@@ -485,6 +507,8 @@ int train(const common::TfConfig& task, std::optional<int> promoted_generation,
         std::filesystem::path(trainer_options.ledger_path).parent_path(), ec);
   }
   if (in_place) {
+    g_sigterm_asker = {common::get_env(common::kEnvControl).value_or(""), task.task.text(),
+                       attempt};
     g_leave_alone = true;
     trainer_options.leave_requested = [] { return g_leave_requested.load(); };
     trainer_options.regroup = [&, group = group.get()](const std::string& what, int64_t whole_step,

@@ -7,6 +7,8 @@
 #include <sstream>
 #include <string>
 
+#include "common/control_protocol.h"
+
 namespace dtrain::train {
 namespace {
 
@@ -44,6 +46,14 @@ bool sent_by_job_stopper(int sender) {
     if (pid == sender) return name_of(pid) == "slurmstepd";
   }
   return false;
+}
+
+bool launcher_says_job_stop(const SigtermAsker& asker, int sender, double timeout_seconds) {
+  common::ControlClient client(asker.control_address);
+  if (!client.enabled()) return false;
+  std::optional<bool> job_stop =
+      client.ask_about_sigterm({asker.task, asker.attempt, sender}, timeout_seconds);
+  return job_stop.value_or(false);
 }
 
 }  // namespace dtrain::train

@@ -113,6 +113,27 @@ TEST_CASE("dtrain validate rejects every malformed job file with exit 2 and one 
   }
 }
 
+// Issue 43: validate took "elastic": {"min_workers": 500} in a two-worker job, which launch
+// refuses while planning; validate now plans as launch does and fails the same way.
+TEST_CASE("dtrain validate refuses what launch's planning refuses, with the same message") {
+  dtrain::testing::TempDir dir;
+  std::string path = dir.path() + "/job.json";
+  std::ofstream(path) << R"({"job": "e", "workers": 2, "command": ["true"],
+                             "elastic": {"min_workers": 500}})";
+  const std::string expected =
+      path + ": elastic.min_workers: 500 is more than the job's 2 training task(s)";
+  auto validate = run_process({binary("dtrain"), "validate", path});
+  INFO(validate.err);
+  CHECK(validate.exit_code == 2);
+  CHECK(validate.out.empty());
+  CHECK(one_line(validate.err));
+  CHECK(validate.err == "dtrain: error: " + expected + "\n");
+  auto launch = run_process({binary("dtrain"), "launch", path, "--run-dir", dir.path() + "/run"});
+  INFO(launch.err);
+  CHECK(launch.exit_code == 2);
+  CHECK(launch.err.find(expected) != std::string::npos);
+}
+
 TEST_CASE("dtrain-worker rejects every malformed TF_CONFIG with exit 2 and one line") {
   for (const auto& c : dtrain::testing::bad_tf_configs()) {
     INFO("case: " << c.name);

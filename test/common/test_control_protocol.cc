@@ -218,6 +218,26 @@ TEST_CASE("spare requests and assignments round-trip; other lines are not assign
   CHECK_FALSE(parse_spare_assignment(format_reform_reply({true, 1, ""})));
 }
 
+// The question a worker in place asks about a SIGTERM from elsewhere (issue 43), and its answer.
+TEST_CASE("sigterm queries and answers round-trip; other lines are not answers") {
+  std::optional<SigtermQuery> query =
+      parse_sigterm_query(format_sigterm_query({"worker:1", 3, 4242}));
+  REQUIRE(query);
+  CHECK(query->task == "worker:1");
+  CHECK(query->attempt == 3);
+  CHECK(query->sender == 4242);
+  CHECK_FALSE(parse_sigterm_query(R"({"request": "sigterm", "task": "worker:1"})"));
+  CHECK_FALSE(parse_sigterm_query(format_reform_request({"worker:1", 0, 0, -1, false, ""})));
+
+  CHECK(parse_sigterm_answer(format_sigterm_answer(true)) == std::optional<bool>(true));
+  CHECK(parse_sigterm_answer(format_sigterm_answer(false)) == std::optional<bool>(false));
+  // A refusal (the sender check: not the task's process) is no job stop.
+  CHECK(parse_sigterm_answer(R"({"request":"sigterm","ok":false,"error":"pid 7"})") ==
+        std::optional<bool>(false));
+  CHECK_FALSE(parse_sigterm_answer(format_reform_reply({true, 1, ""})));
+  CHECK_FALSE(parse_sigterm_answer(R"({"ok": true})"));
+}
+
 TEST_CASE("members: ring ranks format as \"0,2,3\" and parse back; empty text is everyone") {
   CHECK(format_members({}).empty());
   CHECK(format_members({0}) == "0");

@@ -471,6 +471,65 @@ TEST_CASE("elastic command: host discovery lets a host go and brings it back") {
   CHECK(job.supervisor->book().restarts() == 0);
 }
 
+// Issue 43: output over the limit (1 MiB) was cut and the partial list applied, letting a healthy
+// host go. Now such a run is a failed one: its list is not used.
+TEST_CASE("elastic command: host discovery output over 1 MiB is not used") {
+  CommandJob* h = nullptr;
+  int runs = 0;
+  CommandJobOptions o;
+  o.discovery = R"(, "host_discovery": ["/fake/hosts"], "discovery_interval_seconds": 0.1)";
+  CommandJob job(o, [&](FakeProcess& p) {
+    if (p.request.argv.at(0) == "/fake/hosts") {
+      std::string listing;  // the first MiB names only the first host; the second comes after it
+      while (listing.size() <= (1u << 20)) listing += "198.51.100.1\n";
+      p.print(listing + "198.51.100.2\n");
+      if (++runs == 4) boost::asio::post(*p.io, [&] { h->supervisor->stop(SIGTERM); });
+      return p.end(ExitStatus::exited(0));
+    }
+    if (!is_probe(p)) p.print(started_event());
+  });
+  h = &job;
+  auto r = job.run(10);
+  CHECK(r.status == "stopped");
+  CHECK(runs >= 4);
+  CHECK_FALSE(job.has_event("shrink"));
+  CHECK(job.workers_of(0).size() == 4);
+  CHECK(job.workers_of(1).empty());
+}
+
+// Issue 43: a discovery program whose helper (in another session, out of reach of the group kill)
+// held its output kept it "running" for the rest of the job, so discovery never ran again. Now at
+// the deadline (max(10 s, two intervals)) its run is abandoned and the schedule goes on.
+TEST_CASE("elastic command: a discovery run whose output stays open is abandoned at its deadline") {
+  CommandJob* h = nullptr;
+  std::vector<FakeProcess*> runs;
+  CommandJobOptions o;
+  o.discovery = R"(, "host_discovery": ["/fake/hosts"], "discovery_interval_seconds": 0.1)";
+  CommandJob job(o, [&](FakeProcess& p) {
+    if (p.request.argv.at(0) == "/fake/hosts") {
+      runs.push_back(&p);
+      if (runs.size() == 1) {  // exits 0 with a list that drops a host; its output stays open
+        p.print("198.51.100.1\n");
+        p.ended = true;  // signals no longer end it: only its output keeps it
+        boost::asio::post(*p.io, [&p] {
+          if (p.callbacks.on_exit) p.callbacks.on_exit(ExitStatus::exited(0));
+        });
+        return;
+      }
+      boost::asio::post(*p.io, [&] { h->supervisor->stop(SIGTERM); });
+      p.print("198.51.100.1\n198.51.100.2\n");
+      return p.end(ExitStatus::exited(0));
+    }
+    if (!is_probe(p)) p.print(started_event());
+  });
+  h = &job;
+  auto r = job.run(30);
+  CHECK(r.status == "stopped");
+  REQUIRE(runs.size() >= 2);
+  CHECK(runs[0]->signals == std::vector<int>{SIGKILL});
+  CHECK_FALSE(job.has_event("shrink"));  // the abandoned run's list was not used
+}
+
 // launch_plan.h members_plan: the cluster without the tasks away, the rest renumbered in order;
 // places, logs and hosts stay with each task.
 TEST_CASE("elastic command: members_plan renumbers the tasks left") {

@@ -13,6 +13,7 @@
 #include <fstream>
 #include <iterator>
 #include <map>
+#include <regex>
 #include <thread>
 
 #include "common/atomic_file.h"
@@ -251,4 +252,64 @@ TEST_CASE("a SIGSTOPped worker is found frozen, named, killed and replaced in pl
   CHECK(after.at("worker:2") == before.at("worker:2"));
   CHECK(common::read_file(dir + "/model/model.safetensors") ==
         common::read_file(calm + "/model/model.safetensors"));
+}
+
+// Issue 43: a stop of the whole job (systemctl stop with KillMode=control-group, kill -TERM of the
+// process tree) signals the launcher and every worker together. Each worker took its SIGTERM, not
+// from its parent, for a preemption of itself alone and left without saving. Now it asks the
+// launcher first, which waits a moment for its own stop: the group saves at the agreed step and
+// exits 143, as `dtrain stop` does. The workers are signalled before the launcher, the harder
+// order.
+TEST_CASE("a SIGTERM to every worker and the launcher at once saves at the agreed step") {
+  testing::TempDir base;
+  std::string job = base.path() + "/job.json";
+  std::ofstream(job) << job_text("");
+  std::string dir = base.path() + "/stopped";
+  testing::BackgroundProcess launcher({testing::binary("dtrain"), "launch", job, "--run-dir", dir});
+  for (int i = 0; i < 60000 && worker_1_step(dir) < kStepsPerEpoch + 10; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  REQUIRE(worker_1_step(dir) >= kStepsPerEpoch + 10);
+  for (const auto& [task, pid] : pids(dir)) ::kill(pid, SIGTERM);
+  launcher.signal(SIGTERM);
+  testing::ProcessResult result = launcher.wait(120);
+  INFO(result.out << result.err);
+  CHECK(result.exit_code == 143);
+  for (int i = 0; i < 3; ++i) {
+    std::string log = common::read_file(dir + "/logs/worker-" + std::to_string(i) + ".log");
+    INFO("worker " << i << ":\n" << log);
+    CHECK(log.find("preempted alone") == std::string::npos);
+    CHECK(log.find("preempted: stopped at epoch ") != std::string::npos);
+  }
+  // The chief saved a step checkpoint (not an epoch's: step 0), which the next launch resumes
+  // from.
+  std::string log0 = common::read_file(dir + "/logs/worker-0.log");
+  CHECK(std::regex_search(log0, std::regex(R"(saved .* \(epoch [0-9]+ step [1-9][0-9]*\))")));
+  std::string launcher_log = result.out + result.err;
+  CHECK(launcher_log.find("the job is stopping; it saves with the group") != std::string::npos);
+}
+
+// The other side of the rule above: a SIGTERM to one worker alone is confirmed with the launcher,
+// which is not stopping, so it preempts that worker alone; a replacement takes its place in place
+// and the job succeeds.
+TEST_CASE("a SIGTERM to one worker alone, confirmed with the launcher, preempts it alone") {
+  testing::TempDir base;
+  std::string job = base.path() + "/job.json";
+  std::ofstream(job) << job_text("");
+  std::string dir = base.path() + "/alone";
+  testing::BackgroundProcess launcher({testing::binary("dtrain"), "launch", job, "--run-dir", dir});
+  for (int i = 0; i < 60000 && worker_1_step(dir) < kStepsPerEpoch + 10; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  REQUIRE(worker_1_step(dir) >= kStepsPerEpoch + 10);
+  ::kill(pids(dir).at("worker:1"), SIGTERM);
+  testing::ProcessResult result = launcher.wait(300);
+  std::string said = result.out + result.err;
+  INFO(said);
+  CHECK(result.exit_code == 0);
+  std::string sender = "SIGTERM from pid " + std::to_string(::getpid());
+  CHECK(said.find("worker:1: " + sender + " preempts it alone") != std::string::npos);
+  CHECK(common::read_file(dir + "/logs/worker-1.log").find("preempted alone (" + sender) !=
+        std::string::npos);
+  std::vector<common::JsonDocument> in_place = events(dir, "in_place");
+  REQUIRE(in_place.size() == 1);
+  CHECK(in_place[0].root().at("task").as_string() == "worker:1");
 }
