@@ -92,13 +92,14 @@ ProcessSample read_process(int pid) {
 
 FreezeWatch::FreezeWatch(FreezeSettings settings) : settings_(settings) {}
 
-void FreezeWatch::reset() {
+void FreezeWatch::reset(bool fresh) {
   last_advance_ = -1;
   last_.clear();
   cpu_at_advance_.clear();
   usable_.clear();
   ended_since_reset_.clear();
-  at_reset_taken_ = false;
+  at_reset_.clear();
+  at_reset_taken_ = fresh;  // fresh: no old record to move past (at_reset_ stays empty)
 }
 
 void FreezeWatch::count_usable(double now, const std::vector<MemberObservation>& members) {
@@ -181,7 +182,7 @@ std::optional<FreezeVerdict> FreezeWatch::observe(double now,
                                                   const std::vector<MemberObservation>& members) {
   const size_t n = members.size();
   if (last_.size() != n) {
-    reset();
+    reset(at_reset_taken_ && at_reset_.empty());
     last_.resize(n);
     cpu_at_advance_.resize(n, 0);
     usable_.assign(n, 0);
@@ -216,7 +217,8 @@ std::optional<FreezeVerdict> FreezeWatch::stalled(double now,
     const std::optional<common::ProgressSample>& r = members[i].record;
     if (!r || r->global_step == 0) return std::nullopt;  // not training yet: nothing to judge
     if (!same(*r, last_[i])) advanced = true;
-    const std::optional<std::pair<int, uint64_t>>& before = at_reset_[i];
+    const std::optional<std::pair<int, uint64_t>> before =
+        i < at_reset_.size() ? at_reset_[i] : std::nullopt;
     if (before && before->first == r->pid ? r->ended > before->second : r->ended > 0)
       ended_since_reset_[i] = true;
     if (r->step_seconds > 0) step_times.push_back(r->step_seconds);

@@ -72,8 +72,10 @@ class FreezeWatch {
   explicit FreezeWatch(FreezeSettings settings = {});
 
   /// Forgets what it saw (a new attempt, a replacement started): no verdict until every member
-  /// has ended a collective since.
-  void reset();
+  /// has ended a collective since. fresh: every member is a new process (a new attempt), so any
+  /// record it shows is its own; otherwise the members' records at the next look are the old
+  /// ones to move past.
+  void reset(bool fresh = false);
   /// One look at the members (the same members in the same order each time). Returns at most one
   /// warning (confirmed false) per stall, once its verdict passes the bound, then the confirmed
   /// verdict once it passes kConfirmFactor x the bound; nullopt otherwise. Verdicts: a member

@@ -120,7 +120,7 @@ void Supervisor::start_attempt() {
   resume_rejoins();
   write_state();
   arm_watchdog();
-  freeze_.reset();
+  freeze_.reset(/*fresh=*/true);  // every member is a process of this attempt
   arm_freeze_watch();
 }
 

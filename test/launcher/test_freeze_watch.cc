@@ -408,3 +408,22 @@ TEST_CASE("a member frozen before the watch first saw the group step is still na
   REQUIRE(v->member);
   CHECK(*v->member == 1);
 }
+
+// A new attempt's members are all new processes: even when the watch's first look after the
+// reset finds them already deep in training and one frozen (a fast start), it judges them. After
+// a reset for a replacement, records seen at the first look are the old ones: no verdict until
+// each moved past them.
+TEST_CASE("after a fresh reset any record counts; after a replacement only progress past it") {
+  std::vector<MemberObservation> stuck = {member(10, 124, 123, 29), member(11, 121, 121, 29)};
+  FreezeWatch fresh(kTwoSeconds);
+  fresh.reset(/*fresh=*/true);
+  CHECK_FALSE(fresh.observe(0.5, stuck));
+  std::optional<FreezeVerdict> v = fresh.observe(3, stuck);
+  REQUIRE(v);
+  CHECK(*v->member == 1);
+
+  FreezeWatch replaced(kTwoSeconds);
+  replaced.reset();
+  CHECK_FALSE(replaced.observe(0.5, stuck));
+  CHECK_FALSE(replaced.observe(30, stuck));
+}
