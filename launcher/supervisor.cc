@@ -308,6 +308,8 @@ void Supervisor::on_exit(Task& task, const ChildEnd& end) {
       if (group_succeeded()) {
         success_ = true;
         begin_teardown("every training task finished");
+      } else if (in_place_recovery_ && task.plan.trains()) {
+        abandon_in_place(task);
       }
     } else {
       spdlog::warn("{} {} ({}) on attempt {}", task.plan.task.text(), outcome_name(r.outcome),

@@ -178,9 +178,16 @@ class Supervisor {
     double failed_at = 0;  ///< monotonic time of the first failed end it recovers from
     int64_t reached_step = 0;
     std::optional<int64_t> restored_step;
+    /// The failed end it recovers from (the first, when several): the failure the whole-group
+    /// path reports if the re-formation is given up.
+    std::optional<FailureReport> cause;
   };
   bool recover_in_place(Task& task, const EndReading& reading, const ChildEnd& end);
   bool others_train(const Task& task) const;
+  /// A member that has finished (exit 0): it takes part in no re-formation. Null when none.
+  const Task* finished_member() const;
+  /// A member finished while a re-formation was pending: it cannot form; the group restarts.
+  void abandon_in_place(const Task& finished);
   void drain_then_respawn(Task& task);
   /// The notice of generation_ (SIGUSR1 with its number) to every running member that runs
   /// dtrain-worker's loop, but those skip names.

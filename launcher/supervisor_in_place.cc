@@ -34,6 +34,13 @@ bool Supervisor::others_train(const Task& task) const {
   return false;
 }
 
+const Supervisor::Task* Supervisor::finished_member() const {
+  for (const auto& other : tasks_)
+    if (member(*other) && other->status && classify(*other->status) == Outcome::kSuccess)
+      return other.get();
+  return nullptr;
+}
+
 // The rule of docs/design.md#in-place-recovery, step 2: not a success, not a configuration
 // error, no stop asked for, another training task still running, and the restart budget not
 // spent (a replacement costs what a restart costs). True when a replacement is on its way.
@@ -44,6 +51,12 @@ bool Supervisor::recover_in_place(Task& task, const EndReading& reading, const C
   // Exit 143 is dtrain-worker's end after the group agreed to stop and the chief saved (a stop
   // from its parent): the others end the same way, and the group restarts from that checkpoint.
   if (!end.status.signaled && end.status.code == common::kExitPreempted) return false;
+  // A member that has finished joins no rendezvous: the next generation could never form.
+  if (const Task* finished = finished_member()) {
+    spdlog::warn("no recovery in place: {} has finished, so the group cannot re-form",
+                 finished->plan.task.text());
+    return false;
+  }
   if (shrink(task, reading)) return true;  // its host is gone: the others go on without it
   bool sigkill = reading.started && killed_by_sigkill(end.status);
   // The rule against crash loops, in place, is the task's own: the same task ending twice in a
@@ -83,7 +96,10 @@ bool Supervisor::recover_in_place(Task& task, const EndReading& reading, const C
       in_place_recovery_ ? in_place_recovery_->failed_at : common::monotonic_seconds();
   // Until the survivors' requests say what they held, the furthest step reported stands in.
   int64_t reached = in_place_recovery_ ? in_place_recovery_->reached_step : reform_furthest_;
-  in_place_recovery_ = PendingInPlace{generation_, failed_at, reached, std::nullopt};
+  std::optional<FailureReport> cause =
+      in_place_recovery_ ? in_place_recovery_->cause
+                         : failure_of(task, reading.outcome, reading.what, reading.exit_code);
+  in_place_recovery_ = PendingInPlace{generation_, failed_at, reached, std::nullopt, cause};
   task.respawn_pending = true;
   notify_members([&](const Task& t) { return &t == &task; });
   // What is left of the dead member's group (a grandchild holding its output) goes first; its
@@ -129,6 +145,24 @@ void Supervisor::notify_members(const std::function<bool(const Task&)>& skip) {
     other->child->queue_signal(SIGUSR1, generation_);
     other->noticed = generation_;
   }
+}
+
+// A member exited 0 while the group re-forms (the chief failed at its final save while the
+// others finished): the finished member never joins the new generation's rendezvous, so the
+// survivors would wait it out and the reform hold after it. The whole group restarts at once,
+// blamed on the failure the re-formation was for.
+void Supervisor::abandon_in_place(const Task& finished) {
+  const PendingInPlace& pending = *in_place_recovery_;
+  std::string why = fmt::format("{} finished while generation {} was forming",
+                                finished.plan.task.text(), pending.generation);
+  spdlog::warn("{}: it cannot form; restarting the group", why);
+  if (pending.cause)
+    first_failure_ = first_failure_ ? first_failure_ : pending.cause;
+  else  // an elastic re-formation has no failed end to blame
+    fail_first(finished, Outcome::kFailed, why, common::kExitFailure);
+  begin_teardown(pending.cause ? fmt::format("{} finished while {} was being replaced",
+                                             finished.plan.task.text(), pending.cause->task.text())
+                               : why);
 }
 
 void Supervisor::respawn(Task& task) {

@@ -602,3 +602,44 @@ TEST_CASE("in place: exit 143 (the group's agreed stop) takes the whole-group pa
   CHECK_FALSE(harness.has_event("in_place"));
   CHECK(harness.spawner.processes.size() == 6);
 }
+
+// Issue 43, item 3: a member that finishes (exit 0) joins no re-formation. When it ends while
+// a failed task is being replaced (the chief failed at its final save), the whole group
+// restarts at once, blamed on that failure; when it has ended before the failure, nothing is
+// replaced in place. Before, the replacement waited out its rendezvous and the reform hold.
+TEST_CASE("in place: a member that finished makes the whole group restart at once") {
+  for (bool finished_first : {false, true}) {
+    INFO("the member finished before the failure: " << finished_first);
+    Harness* h = nullptr;
+    Harness harness("", [&](FakeProcess& p) {
+      if (p.attempt() == 1) return p.end(ExitStatus::exited(0));
+      if (generation_of(p) == 1) {  // the replacement waits for a group that cannot form
+        boost::asio::post(*p.io, [&] { h->spawner.processes[1]->end(ExitStatus::exited(0)); });
+        return;
+      }
+      if (index_of(p) != 2) return;
+      boost::asio::post(*p.io, [&] {  // every worker of generation 0 runs
+        if (finished_first) h->spawner.processes[1]->end(ExitStatus::exited(0));
+        boost::asio::post(*h->spawner.processes[0]->io,
+                          [&] { h->spawner.processes[0]->end(ExitStatus::exited(1)); });
+      });
+    });
+    h = &harness;
+    auto r = harness.run(5);
+    CHECK(r.status == "succeeded");
+    CHECK(harness.supervisor->attempt() == 1);
+    REQUIRE(r.failure == std::nullopt);
+    std::string events = harness.events();
+    CHECK(events.find(R"("event":"restart","attempt":1,"delay_seconds")") != std::string::npos);
+    CHECK(events.find(R"("after":"failed")") != std::string::npos);
+    if (finished_first) {
+      CHECK_FALSE(harness.has_event("in_place"));
+      CHECK(harness.spawner.processes.size() == 6);
+    } else {
+      CHECK(events.find(R"("event":"in_place","task":"worker:0")") != std::string::npos);
+      CHECK(events.find(R"("reason":"worker:1 finished while worker:0 was being replaced")") !=
+            std::string::npos);
+      CHECK(harness.spawner.processes.size() == 7);
+    }
+  }
+}
