@@ -76,6 +76,8 @@ void Supervisor::start_attempt() {
   step_at_last_in_place_ = reached_step_;
   for (auto& task : tasks_) {
     task->silent_ends = 0;
+    task->respawn_pending = false;  // a lost host's replacement backing off when the group fell
+    if (task->respawn_timer) task->respawn_timer->cancel();
     // An elastic job's tasks whose host is gone stay out; their host is tried again
     // (docs/design.md#elastic-membership).
     task->joining = false;

@@ -193,6 +193,12 @@ class Supervisor {
   /// dtrain-worker's loop, but those skip names.
   void notify_members(const std::function<bool(const Task&)>& skip);
   void respawn(Task& task);
+  /// A replacement of the pending re-formation is on its way: its start backs off, or it runs,
+  /// has reported nothing yet and was spawned less than restart.startup_seconds ago.
+  bool replacement_starting() const;
+  /// The members wait in a re-formation (a pending one, or reform requests held): the hang
+  /// watchdog leaves them alone for at most startup_seconds + hang_timeout_seconds.
+  bool re_forming(double now) const;
   void hold_reform(common::ReformRequest request, ReformReplyFn reply);
   void answer_held_reforms(bool ok, const std::string& error);
   void reform_hold_expired();

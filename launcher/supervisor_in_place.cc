@@ -76,9 +76,12 @@ bool Supervisor::recover_in_place(Task& task, const EndReading& reading, const C
                 : " (a crash loop, not a transient failure)");
     return false;
   }
+  // A lost host's replacement is no start failure of a bad configuration (as the whole-group
+  // path reads it): it backs off exponentially within the budget, so an outage is ridden out.
   Decision decision =
       book_.decide_in_place({reading.outcome, true, common::monotonic_seconds() - task.spawned_at,
-                             sigkill, !reading.started});
+                             sigkill, !reading.started && !reading.place_lost},
+                            reading.place_lost);
   if (!decision.restart) {
     spdlog::warn("no recovery in place: {}", decision.reason);
     return false;
@@ -88,9 +91,15 @@ bool Supervisor::recover_in_place(Task& task, const EndReading& reading, const C
     w.key("task").value(task.plan.task.text()).key("attempt").value(attempt_);
     w.key("generation").value(generation_).key("outcome").value(outcome_name(reading.outcome));
     w.key("what").value(reading.what);
+    if (decision.delay_seconds > 0) w.key("delay_seconds").value(decision.delay_seconds);
   });
-  spdlog::info("{}: starting a replacement; the others re-form as generation {} of attempt {}",
-               task.plan.task.text(), generation_, attempt_);
+  spdlog::info(
+      "{}: starting a replacement{}; the others re-form as generation {} of attempt {}",
+      task.plan.task.text(),
+      decision.delay_seconds > 0
+          ? fmt::format(" in {:.2f} s ({} is lost)", decision.delay_seconds, task.plan.place_text())
+          : "",
+      generation_, attempt_);
   // A failure while the last one is still being recovered from extends that recovery.
   double failed_at =
       in_place_recovery_ ? in_place_recovery_->failed_at : common::monotonic_seconds();
@@ -101,6 +110,7 @@ bool Supervisor::recover_in_place(Task& task, const EndReading& reading, const C
                          : failure_of(task, reading.outcome, reading.what, reading.exit_code);
   in_place_recovery_ = PendingInPlace{generation_, failed_at, reached, std::nullopt, cause};
   task.respawn_pending = true;
+  task.respawn_at = common::monotonic_seconds() + decision.delay_seconds;
   notify_members([&](const Task& t) { return &t == &task; });
   // What is left of the dead member's group (a grandchild holding its output) goes first; its
   // last output lines reach the log before the replacement's header.
@@ -166,8 +176,19 @@ void Supervisor::abandon_in_place(const Task& finished) {
 }
 
 void Supervisor::respawn(Task& task) {
-  task.respawn_pending = false;
   if (task.drain_timer) task.drain_timer->cancel();
+  double wait = task.respawn_at - common::monotonic_seconds();
+  if (phase_ == Phase::kRunning && wait > 0) {  // a lost host's back-off: keep pending
+    if (!task.respawn_timer) task.respawn_timer = std::make_unique<boost::asio::steady_timer>(io_);
+    task.respawn_timer->expires_after(seconds(wait));
+    Task* t = &task;
+    task.respawn_timer->async_wait([this, t](const boost::system::error_code& ec) {
+      if (ec || !t->respawn_pending || t->output_open || phase_ != Phase::kRunning) return;
+      guarded("replacement back-off timer", [&] { respawn(*t); });
+    });
+    return;
+  }
+  task.respawn_pending = false;
   if (phase_ != Phase::kRunning) return;  // the group is going down meanwhile
   // A spare runs here and can take only a task of this machine's (its addresses are here).
   if (Task* spare = task.plan.remote() ? nullptr : ready_spare()) return promote(*spare, task);
@@ -183,6 +204,27 @@ void Supervisor::respawn(Task& task) {
       first_failure_->never_started = true;
     begin_teardown("a replacement could not be started");
   }
+}
+
+bool Supervisor::replacement_starting() const {
+  if (!in_place_recovery_) return false;
+  double now = common::monotonic_seconds();
+  for (const auto& t : tasks_) {
+    if (!member(*t)) continue;
+    if (t->respawn_pending) return true;
+    if (t->alive() && !t->made_progress && t->spawned_at >= in_place_recovery_->failed_at &&
+        now - t->spawned_at < plan_.spec().restart.startup_seconds)
+      return true;
+  }
+  return false;
+}
+
+bool Supervisor::re_forming(double now) const {
+  if (!held_reforms_.empty()) return true;  // bounded by reform_hold_seconds
+  if (!in_place_recovery_) return false;
+  const common::RestartPolicy& restart = plan_.spec().restart;
+  return now - in_place_recovery_->failed_at <
+         restart.startup_seconds + plan_.spec().hang_timeout_seconds.value_or(0);
 }
 
 Supervisor::Task* Supervisor::training_task(const std::string& name) {
@@ -211,6 +253,13 @@ void Supervisor::on_reform_request(const std::string& request_json, ReformReplyF
     if (request->generation > generation_) {
       return reply(refusal(fmt::format("generation {} was never formed (the group is at {})",
                                        request->generation, generation_)));
+    }
+    // Its rendezvous for the current generation timed out while a replacement is still on its
+    // way (a slow data load, a lost host's back-off): wait for it again, within startup_seconds.
+    if (replacement_starting()) {
+      spdlog::info("{}: generation {} is still forming (a replacement is starting); waiting again",
+                   request->task, generation_);
+      return reply(common::format_reform_reply({true, generation_, "", members_text()}));
     }
     hold_reform(std::move(*request), std::move(reply));
   });
