@@ -334,7 +334,10 @@ void Supervisor::note_in_place_progress(const common::ControlMessage& message) {
   std::optional<int64_t> step =
       message.type == common::ControlMessageType::kProgress ? reported_step(message) : std::nullopt;
   if (!pending.restored_step || !step || *step <= *pending.restored_step) return;
-  int64_t reached = pending.reached_step >= 0 ? pending.reached_step : reached_step_;
+  // What the survivors held counts; when nobody held the state restored (every worker was
+  // replaced, and the newest checkpoint restored), the furthest step reported does.
+  int64_t reached =
+      pending.reached_step >= *pending.restored_step ? pending.reached_step : reached_step_;
   Recovery r{attempt_,
              reached,
              *pending.restored_step,

@@ -773,3 +773,33 @@ TEST_CASE("in place: survivors wait again for a replacement still starting") {
     }
   }
 }
+
+// Issue 43, item 8: every worker killed at once, each replaced in place: the new generation
+// restores the newest checkpoint (step 400) after step 600 was reached. A fresh replacement's
+// request holds no state; the steps redone count from the furthest step reported.
+TEST_CASE("in place: steps redone after every worker was replaced count from the step reached") {
+  Harness* h = nullptr;
+  Harness harness("", [&](FakeProcess& p) {
+    if (generation_of(p) == 0 && index_of(p) == 2) {
+      boost::asio::post(*p.io, [&] {
+        h->control(R"({"type":"progress","task":"worker:0","attempt":0,"global_step":600})");
+        for (size_t i : {0, 1, 2}) h->spawner.processes[i]->end(ExitStatus::killed(SIGKILL));
+      });
+    }
+    if (generation_of(p) != 3) return;
+    boost::asio::post(*p.io, [&] {
+      h->reform("worker:0", 1, 0, false);  // a replacement whose first group broke: no state
+      h->control(R"({"type":"heartbeat","task":"worker:0","attempt":0,"generation":3,)"
+                 R"("restored_step":400})");
+      h->control(R"({"type":"progress","task":"worker:0","attempt":0,"generation":3,)"
+                 R"("global_step":401})");
+      h->supervisor->stop(SIGTERM);
+    });
+  });
+  h = &harness;
+  auto r = harness.run(5);
+  REQUIRE(r.recoveries.size() == 1);
+  CHECK(r.recoveries[0].in_place);
+  CHECK(r.recoveries[0].restored_step == 400);
+  CHECK(r.recoveries[0].steps_redone() == 200);
+}
