@@ -303,6 +303,13 @@ void Trainer::share_state(bool holding) {
     epoch_metrics = last_epoch_metrics_;
   }
   comm_.broadcast(&header, sizeof header, source);
+  // The resumed epoch's clock travels with the state, as its loss totals do: a new chief's
+  // metrics.jsonl line times the whole epoch, not only its own part of it.
+  std::array<double, 2> clock = {0, 0};
+  if (comm_.rank() == source && holding && state_.step > 0)
+    clock = {common::monotonic_seconds() - epoch_started_, epoch_samples_};
+  comm_.broadcast(clock.data(), sizeof clock, source);
+  carried_epoch_seconds_ = clock[0], carried_epoch_samples_ = clock[1];
   for (std::vector<float>& tensor : host_tensors_)
     comm_.broadcast(tensor.data(), tensor.size() * sizeof(float), source);
   uint64_t length = epoch_metrics.size();
@@ -494,6 +501,9 @@ EpochMetrics Trainer::train_epoch(int epoch) {
   step_->reset_exposed_comm_seconds();
   last_shown_ = -1;
   double started = common::monotonic_seconds(), seen_here = 0, input_wait = 0, in_steps = 0;
+  if (resumed) started -= carried_epoch_seconds_, seen_here = carried_epoch_samples_;
+  carried_epoch_seconds_ = carried_epoch_samples_ = 0;
+  epoch_started_ = started, epoch_samples_ = seen_here;
   auto stage = [&](int64_t step) {
     double asked = common::monotonic_seconds();
     data::Batch batch = stream.next();
@@ -534,6 +544,7 @@ EpochMetrics Trainer::train_epoch(int epoch) {
                  slot);
     in_steps += common::monotonic_seconds() - step_started;
     seen_here += static_cast<double>(n) * virtual_size();
+    epoch_samples_ = seen_here;
     n = next_n;
     state_ =
         TrainingState{epoch, step + 1, state_.global_step + 1, optimizer_->iterations(), 0, 0, 0};
