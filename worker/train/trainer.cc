@@ -265,6 +265,27 @@ std::optional<TrainingState> Trainer::load_checkpoint(std::vector<TensorView>& v
   return c->state;
 }
 
+// A kill at the very end (docs/design.md#checkpoint-format): the chief wrote model/ and deleted
+// every checkpoint (delete_on_success), then a worker died before the launcher recorded the
+// group's success. The restart of the same launch finishes with that model instead of training
+// every step again; a new launch (spec.json written again) or a lone worker trains as before.
+std::optional<TrainingState> Trainer::load_finished_model(std::vector<TensorView>& views) {
+  if (options_.attempt == 0 && options_.generation == 0) return std::nullopt;
+  common::RunDir run(options_.run_dir);
+  TrainingState done{config_.epochs, 0, config_.epochs * steps_per_epoch_, 0, 0, 0, 0};
+  std::optional<LoadedCheckpoint> model = train::load_finished_model(
+      run.model_dir() + "/model.safetensors", run.spec_json(), config_.model_json, done);
+  if (!model) return std::nullopt;
+  std::vector<TensorView> weights = views;
+  weights.resize(model_->parameter_infos().size());
+  restore_tensors(*model, weights);
+  spdlog::info(
+      "no checkpoint, but {} is this launch's finished model (global step {}): nothing "
+      "is left to train",
+      model->path, done.global_step);
+  return done;
+}
+
 // Positions compare by global step, then epoch, then step: at an epoch's end a member that has
 // finished the epoch's validation (next epoch, step 0) is ahead of one still in it.
 void Trainer::share_state(bool holding) {
@@ -288,6 +309,8 @@ void Trainer::share_state(bool holding) {
       if (std::optional<TrainingState> t = load_checkpoint(views, epoch_metrics)) {
         header = header_of(*t);
         loss_scale = {static_cast<float>(t->loss_scale), t->loss_scale_good_steps};
+      } else if (std::optional<TrainingState> done = load_finished_model(views)) {
+        header = header_of(*done);
       }
     }
     if (options_.timeline) options_.timeline->mark("checkpoint read");

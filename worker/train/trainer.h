@@ -153,6 +153,10 @@ class Trainer {
   /// epoch_metrics): what a fresh group resumes from. nullopt when there is none.
   std::optional<TrainingState> load_checkpoint(std::vector<TensorView>& views,
                                                std::string& epoch_metrics);
+  /// A restart of this launch that found no checkpoint: the chief's final model, when this
+  /// launch wrote it (its training ended; the checkpoints went with delete_on_success), read
+  /// into views' weights, and the finished state. nullopt otherwise.
+  std::optional<TrainingState> load_finished_model(std::vector<TensorView>& views);
   void report_restored();
   /// The chief logs the loss scale after an epoch (docs/design.md#loss-scaling).
   void report_loss_scale();
