@@ -21,6 +21,7 @@
 #include "common/progress_record.h"
 #include "test/support/subprocess.h"
 #include "test/support/temp_dir.h"
+#include "worker/train/safetensors.h"
 
 using namespace dtrain;
 namespace fs = std::filesystem;
@@ -287,4 +288,10 @@ TEST_CASE("a replaced chief's epoch line covers the whole epoch") {
     CHECK(seconds * rate == Approx(kStepsPerEpoch * 3 * 8).epsilon(1e-9));
   }
   CHECK(lines == 3);
+  // The epoch checkpoint's copy counts the whole epoch's steps (TensorBoard's steps_per_second).
+  std::map<std::string, std::string> meta =
+      train::read_safetensors_metadata(dir + "/backup/ckpt-0000000300.safetensors");
+  common::JsonDocument epoch_2 = common::JsonDocument::parse(meta.at("epoch_metrics"), "metrics");
+  CHECK(epoch_2.root().at("epoch").as_int(0, 9) == 2);
+  CHECK(epoch_2.root().at("steps").as_int(0, 1 << 20) == kStepsPerEpoch);
 }

@@ -328,11 +328,13 @@ void Trainer::share_state(bool holding) {
   comm_.broadcast(&header, sizeof header, source);
   // The resumed epoch's clock travels with the state, as its loss totals do: a new chief's
   // metrics.jsonl line times the whole epoch, not only its own part of it.
-  std::array<double, 2> clock = {0, 0};
+  std::array<double, 3> clock = {0, 0, -1};
   if (comm_.rank() == source && holding && state_.step > 0)
-    clock = {common::monotonic_seconds() - epoch_started_, epoch_samples_};
+    clock = {common::monotonic_seconds() - epoch_started_, epoch_samples_,
+             double(epoch_first_step_)};
   comm_.broadcast(clock.data(), sizeof clock, source);
   carried_epoch_seconds_ = clock[0], carried_epoch_samples_ = clock[1];
+  carried_first_step_ = static_cast<int64_t>(clock[2]);
   for (std::vector<float>& tensor : host_tensors_)
     comm_.broadcast(tensor.data(), tensor.size() * sizeof(float), source);
   uint64_t length = epoch_metrics.size();
@@ -524,8 +526,12 @@ EpochMetrics Trainer::train_epoch(int epoch) {
   step_->reset_exposed_comm_seconds();
   last_shown_ = -1;
   double started = common::monotonic_seconds(), seen_here = 0, input_wait = 0, in_steps = 0;
-  if (resumed) started -= carried_epoch_seconds_, seen_here = carried_epoch_samples_;
-  carried_epoch_seconds_ = carried_epoch_samples_ = 0;
+  epoch_first_step_ = stream_options.first_step;
+  if (resumed && carried_first_step_ >= 0) {
+    started -= carried_epoch_seconds_, seen_here = carried_epoch_samples_;
+    epoch_first_step_ = carried_first_step_;
+  }
+  carried_epoch_seconds_ = carried_epoch_samples_ = 0, carried_first_step_ = -1;
   epoch_started_ = started, epoch_samples_ = seen_here;
   auto stage = [&](int64_t step) {
     double asked = common::monotonic_seconds();
@@ -620,7 +626,7 @@ EpochMetrics Trainer::train_epoch(int epoch) {
   m.accuracy = t.accuracy();
   m.seconds = common::monotonic_seconds() - started;
   m.samples_per_second = seen_here / m.seconds;
-  m.steps = steps_per_epoch_ - stream_options.first_step;
+  m.steps = steps_per_epoch_ - epoch_first_step_;
   m.allreduce_seconds = step_->exposed_comm_seconds();
   m.input_wait_seconds = input_wait;
   m.step_seconds = in_steps;
