@@ -83,6 +83,7 @@ void Supervisor::start_attempt() {
     task->joining = false;
     task->join_ready = nullptr;
     task->noticed = 0;
+    task->reformed_to = 0;
   }
   success_ = false;
   attempt_made_progress_ = false;

@@ -186,8 +186,11 @@ class Supervisor {
   bool others_train(const Task& task) const;
   /// A member that has finished (exit 0): it takes part in no re-formation. Null when none.
   const Task* finished_member() const;
-  /// A member finished while a re-formation was pending: it cannot form; the group restarts.
+  /// A member finished while a re-formation was pending without taking part in it: the
+  /// generation cannot form; the group restarts.
   void abandon_in_place(const Task& finished);
+  /// The reply that tells task to join generation_ (noted as its reformed_to).
+  std::string join_reply(const std::string& task);
   void drain_then_respawn(Task& task);
   /// The notice of generation_ (SIGUSR1 with its number) to every running member that runs
   /// dtrain-worker's loop, but those skip names.

@@ -163,6 +163,10 @@ void Supervisor::notify_members(const std::function<bool(const Task&)>& skip) {
 // blamed on the failure the re-formation was for.
 void Supervisor::abandon_in_place(const Task& finished) {
   const PendingInPlace& pending = *in_place_recovery_;
+  // One that re-formed (it was told to join this generation, or started in it) finished with
+  // the group: the failure came at the very end, with nothing left to train.
+  if (finished.reformed_to >= pending.generation || finished.spawned_at >= pending.failed_at)
+    return;
   std::string why = fmt::format("{} finished while generation {} was forming",
                                 finished.plan.task.text(), pending.generation);
   spdlog::warn("{}: it cannot form; restarting the group", why);
@@ -227,6 +231,11 @@ bool Supervisor::re_forming(double now) const {
          restart.startup_seconds + plan_.spec().hang_timeout_seconds.value_or(0);
 }
 
+std::string Supervisor::join_reply(const std::string& task) {
+  if (Task* t = training_task(task)) t->reformed_to = generation_;
+  return common::format_reform_reply({true, generation_, "", members_text()});
+}
+
 Supervisor::Task* Supervisor::training_task(const std::string& name) {
   for (auto& task : tasks_)
     if (task->plan.trains() && task->plan.task.text() == name) return task.get();
@@ -248,8 +257,7 @@ void Supervisor::on_reform_request(const std::string& request_json, ReformReplyF
     reform_furthest_ =
         std::max(reform_furthest_, request->whole_step + (request->in_flight ? 1 : 0));
     if (in_place_recovery_) in_place_recovery_->reached_step = reform_furthest_;
-    if (request->generation < generation_)
-      return reply(common::format_reform_reply({true, generation_, "", members_text()}));
+    if (request->generation < generation_) return reply(join_reply(request->task));
     if (request->generation > generation_) {
       return reply(refusal(fmt::format("generation {} was never formed (the group is at {})",
                                        request->generation, generation_)));
@@ -259,7 +267,7 @@ void Supervisor::on_reform_request(const std::string& request_json, ReformReplyF
     if (replacement_starting()) {
       spdlog::info("{}: generation {} is still forming (a replacement is starting); waiting again",
                    request->task, generation_);
-      return reply(common::format_reform_reply({true, generation_, "", members_text()}));
+      return reply(join_reply(request->task));
     }
     hold_reform(std::move(*request), std::move(reply));
   });
@@ -306,9 +314,7 @@ void Supervisor::answer_held_reforms(bool ok, const std::string& error) {
   reform_timer_.cancel();
   std::vector<HeldReform> held = std::move(held_reforms_);
   held_reforms_.clear();
-  for (HeldReform& h : held)
-    h.reply(ok ? common::format_reform_reply({true, generation_, "", members_text()})
-               : refusal(error));
+  for (HeldReform& h : held) h.reply(ok ? join_reply(h.request.task) : refusal(error));
 }
 
 // No task ended to explain the broken group (a frozen worker, a cut link): the old path, a

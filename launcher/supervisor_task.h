@@ -66,6 +66,8 @@ struct Supervisor::Task {
   bool away = false;
   /// The newest generation it was sent the notice of by notice_late_members (this attempt).
   int noticed = 0;
+  /// The newest generation a reform reply told it to join (this attempt): it takes part.
+  int reformed_to = 0;
   bool joining = false;
   std::function<void(const std::string& line)> join_ready;
   /// The progress record its process writes: the plan's, or a promoted spare's own.

@@ -645,6 +645,32 @@ TEST_CASE("in place: a member that finished makes the whole group restart at onc
   }
 }
 
+// The other side of item 3: members that re-formed (told to join the new generation) and then
+// finished did so with the group (a failure at the very end, nothing left to train): the job
+// succeeds in place, with no restart.
+TEST_CASE("in place: members that re-formed and then finished end the job in place") {
+  Harness* h = nullptr;
+  Harness harness("", [&](FakeProcess& p) {
+    if (p.attempt() == 1) return p.end(ExitStatus::exited(0));
+    if (generation_of(p) == 0 && index_of(p) == 1)
+      return boost::asio::post(*p.io, [&p] { p.end(ExitStatus::exited(1)); });
+    if (generation_of(p) != 1) return;
+    boost::asio::post(*p.io, [&, replacement = &p] {
+      h->reform("worker:0", 0);
+      h->reform("worker:2", 0);
+      h->spawner.processes[0]->end(ExitStatus::exited(0));
+      h->spawner.processes[2]->end(ExitStatus::exited(0));
+      replacement->end(ExitStatus::exited(0));
+    });
+  });
+  h = &harness;
+  auto r = harness.run(5);
+  CHECK(r.status == "succeeded");
+  CHECK(harness.supervisor->attempt() == 0);
+  CHECK_FALSE(harness.has_event("restart"));
+  CHECK(harness.replies["worker:2"] == std::vector<std::string>{kOkGeneration1});
+}
+
 // Issue 43, item 17: survivors waiting for a slow replacement send no heartbeat; the hang
 // watchdog leaves the members of a pending re-formation alone, and watches them again once the
 // new generation has stepped.
