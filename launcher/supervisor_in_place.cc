@@ -78,10 +78,14 @@ bool Supervisor::recover_in_place(Task& task, const EndReading& reading, const C
   }
   // A lost host's replacement is no start failure of a bad configuration (as the whole-group
   // path reads it): it backs off exponentially within the budget, so an outage is ridden out.
+  // So does any replacement on a host lost in this launch (a member there found frozen, its
+  // host cut off): it starts where the last one could not be reached.
+  bool host_lost =
+      reading.place_lost || (task.plan.remote() && lost_places_.count(task.plan.where) > 0);
   Decision decision =
       book_.decide_in_place({reading.outcome, true, common::monotonic_seconds() - task.spawned_at,
                              sigkill, !reading.started && !reading.place_lost},
-                            reading.place_lost);
+                            host_lost);
   if (!decision.restart) {
     spdlog::warn("no recovery in place: {}", decision.reason);
     return false;
