@@ -63,8 +63,11 @@ Decision RestartBook::decide(const AttemptEnd& end) {
   return decision;
 }
 
-Decision RestartBook::decide_in_place(const AttemptEnd& end) {
-  return count(end);
+Decision RestartBook::decide_in_place(const AttemptEnd& end, bool place_lost) {
+  if (!place_lost || end.run_seconds >= policy_.healthy_seconds) lost_place_replacements_ = 0;
+  Decision decision = count(end);
+  if (decision.restart && place_lost) decision.delay_seconds = backoff(++lost_place_replacements_);
+  return decision;
 }
 
 Decision RestartBook::count(const AttemptEnd& end) {

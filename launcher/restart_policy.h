@@ -41,8 +41,11 @@ class RestartBook {
   /// recovery), end describing that task alone: counted like a restart (failures and crashes
   /// from max_restarts, preemptions from max_preemptions, the same rule for ends before any
   /// progress), but with no back-off, since the replacement starts at once, and no effect on
-  /// the back-off of a later whole-group restart.
-  Decision decide_in_place(const AttemptEnd& end);
+  /// the back-off of a later whole-group restart. place_lost: the task's host or node was lost
+  /// (end then describes a failure with progress, as decide's caller does): the replacement
+  /// there waits an exponential back-off of its own, as a restarted group would, which an end
+  /// that is not of a lost place, or a run of healthy_seconds, resets.
+  Decision decide_in_place(const AttemptEnd& end, bool place_lost = false);
 
   int restarts() const { return restarts_; }        ///< failure restarts so far
   int preemptions() const { return preemptions_; }  ///< preemption restarts so far
@@ -62,6 +65,7 @@ class RestartBook {
   int restarts_ = 0;
   int preemptions_ = 0;
   int consecutive_failures_ = 0;
+  int lost_place_replacements_ = 0;  ///< in place: replacements in a row on a lost place
   SilentEnd last_silent_end_ = SilentEnd::kNone;  ///< the previous attempt's, if it was silent
 };
 

@@ -77,11 +77,14 @@ void Supervisor::start_attempt() {
   step_at_last_in_place_ = reached_step_;
   for (auto& task : tasks_) {
     task->silent_ends = 0;
+    task->respawn_pending = false;  // a lost host's replacement backing off when the group fell
+    if (task->respawn_timer) task->respawn_timer->cancel();
     // An elastic job's tasks whose host is gone stay out; their host is tried again
     // (docs/design.md#elastic-membership).
     task->joining = false;
     task->join_ready = nullptr;
     task->noticed = 0;
+    task->reformed_to = 0;
   }
   success_ = false;
   attempt_made_progress_ = false;
@@ -309,6 +312,8 @@ void Supervisor::on_exit(Task& task, const ChildEnd& end) {
       if (group_succeeded()) {
         success_ = true;
         begin_teardown("every training task finished");
+      } else if (in_place_recovery_ && task.plan.trains()) {
+        abandon_in_place(task);
       }
     } else {
       spdlog::warn("{} {} ({}) on attempt {}", task.plan.task.text(), outcome_name(r.outcome),

@@ -193,14 +193,30 @@ class Supervisor {
     double failed_at = 0;  ///< monotonic time of the first failed end it recovers from
     int64_t reached_step = 0;
     std::optional<int64_t> restored_step;
+    /// The failed end it recovers from (the first, when several): the failure the whole-group
+    /// path reports if the re-formation is given up.
+    std::optional<FailureReport> cause;
   };
   bool recover_in_place(Task& task, const EndReading& reading, const ChildEnd& end);
   bool others_train(const Task& task) const;
+  /// A member that has finished (exit 0): it takes part in no re-formation. Null when none.
+  const Task* finished_member() const;
+  /// A member finished while a re-formation was pending without taking part in it: the
+  /// generation cannot form; the group restarts.
+  void abandon_in_place(const Task& finished);
+  /// The reply that tells task to join generation_ (noted as its reformed_to).
+  std::string join_reply(const std::string& task);
   void drain_then_respawn(Task& task);
   /// The notice of generation_ (SIGUSR1 with its number) to every running member that runs
   /// dtrain-worker's loop, but those skip names.
   void notify_members(const std::function<bool(const Task&)>& skip);
   void respawn(Task& task);
+  /// A replacement of the pending re-formation is on its way: its start backs off, or it runs,
+  /// has reported nothing yet and was spawned less than restart.startup_seconds ago.
+  bool replacement_starting() const;
+  /// The members wait in a re-formation (a pending one, or reform requests held): the hang
+  /// watchdog leaves them alone for at most startup_seconds + hang_timeout_seconds.
+  bool re_forming(double now) const;
   void hold_reform(common::ReformRequest request, ReformReplyFn reply);
   void answer_held_reforms(bool ok, const std::string& error);
   /// A task still running kill_drain_seconds after SIGKILL: logs and records it ("unkillable",

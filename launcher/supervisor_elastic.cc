@@ -167,7 +167,7 @@ bool Supervisor::shrink_host(const std::string& host, const std::string& why, co
   double failed_at =
       in_place_recovery_ ? in_place_recovery_->failed_at : common::monotonic_seconds();
   int64_t reached = in_place_recovery_ ? in_place_recovery_->reached_step : reform_furthest_;
-  in_place_recovery_ = PendingInPlace{generation_, failed_at, reached, std::nullopt};
+  in_place_recovery_ = PendingInPlace{generation_, failed_at, reached, std::nullopt, std::nullopt};
   notify_members([&](const Task& t) { return &t == cause; });  // the members left
   answer_held_reforms(true, "");
   schedule_rejoin(host, options_.rejoin_first_seconds);
@@ -477,8 +477,8 @@ void Supervisor::grow(const std::string& host) {
                host, world_size(), generation_, attempt_);
   record_membership("grow", host, names, "");
   rejoin_delays_[host] = options_.rejoin_first_seconds;
-  in_place_recovery_ =
-      PendingInPlace{generation_, common::monotonic_seconds(), reform_furthest_, std::nullopt};
+  in_place_recovery_ = PendingInPlace{generation_, common::monotonic_seconds(), reform_furthest_,
+                                      std::nullopt, std::nullopt};
   std::string members = members_text();
   for (Task* t : joining) {
     std::function<void(const std::string&)> reply = std::move(t->join_ready);

@@ -36,6 +36,13 @@ bool Supervisor::others_train(const Task& task) const {
   return false;
 }
 
+const Supervisor::Task* Supervisor::finished_member() const {
+  for (const auto& other : tasks_)
+    if (member(*other) && other->status && classify(*other->status) == Outcome::kSuccess)
+      return other.get();
+  return nullptr;
+}
+
 // The rule of docs/design.md#in-place-recovery, step 2: not a success, not a configuration
 // error, no stop asked for, another training task still running, and the restart budget not
 // spent (a replacement costs what a restart costs). True when a replacement is on its way.
@@ -46,6 +53,12 @@ bool Supervisor::recover_in_place(Task& task, const EndReading& reading, const C
   // Exit 143 is dtrain-worker's end after the group agreed to stop and the chief saved (a stop
   // from its parent): the others end the same way, and the group restarts from that checkpoint.
   if (!end.status.signaled && end.status.code == common::kExitPreempted) return false;
+  // A member that has finished joins no rendezvous: the next generation could never form.
+  if (const Task* finished = finished_member()) {
+    spdlog::warn("no recovery in place: {} has finished, so the group cannot re-form",
+                 finished->plan.task.text());
+    return false;
+  }
   if (shrink(task, reading)) return true;  // its host is gone: the others go on without it
   bool sigkill = reading.started && killed_by_sigkill(end.status);
   // The rule against crash loops, in place, is the task's own: the same task ending twice in a
@@ -65,9 +78,16 @@ bool Supervisor::recover_in_place(Task& task, const EndReading& reading, const C
                 : " (a crash loop, not a transient failure)");
     return false;
   }
+  // A lost host's replacement is no start failure of a bad configuration (as the whole-group
+  // path reads it): it backs off exponentially within the budget, so an outage is ridden out.
+  // So does any replacement on a host lost in this launch (a member there found frozen, its
+  // host cut off): it starts where the last one could not be reached.
+  bool host_lost =
+      reading.place_lost || (task.plan.remote() && lost_places_.count(task.plan.where) > 0);
   Decision decision =
       book_.decide_in_place({reading.outcome, true, common::monotonic_seconds() - task.spawned_at,
-                             sigkill, !reading.started});
+                             sigkill, !reading.started && !reading.place_lost},
+                            host_lost);
   if (!decision.restart) {
     spdlog::warn("no recovery in place: {}", decision.reason);
     return false;
@@ -77,16 +97,26 @@ bool Supervisor::recover_in_place(Task& task, const EndReading& reading, const C
     w.key("task").value(task.plan.task.text()).key("attempt").value(attempt_);
     w.key("generation").value(generation_).key("outcome").value(outcome_name(reading.outcome));
     w.key("what").value(reading.what);
+    if (decision.delay_seconds > 0) w.key("delay_seconds").value(decision.delay_seconds);
   });
-  spdlog::info("{}: starting a replacement; the others re-form as generation {} of attempt {}",
-               task.plan.task.text(), generation_, attempt_);
+  spdlog::info(
+      "{}: starting a replacement{}; the others re-form as generation {} of attempt {}",
+      task.plan.task.text(),
+      decision.delay_seconds > 0
+          ? fmt::format(" in {:.2f} s ({} is lost)", decision.delay_seconds, task.plan.place_text())
+          : "",
+      generation_, attempt_);
   // A failure while the last one is still being recovered from extends that recovery.
   double failed_at =
       in_place_recovery_ ? in_place_recovery_->failed_at : common::monotonic_seconds();
   // Until the survivors' requests say what they held, the furthest step reported stands in.
   int64_t reached = in_place_recovery_ ? in_place_recovery_->reached_step : reform_furthest_;
-  in_place_recovery_ = PendingInPlace{generation_, failed_at, reached, std::nullopt};
+  std::optional<FailureReport> cause =
+      in_place_recovery_ ? in_place_recovery_->cause
+                         : failure_of(task, reading.outcome, reading.what, reading.exit_code);
+  in_place_recovery_ = PendingInPlace{generation_, failed_at, reached, std::nullopt, cause};
   task.respawn_pending = true;
+  task.respawn_at = common::monotonic_seconds() + decision.delay_seconds;
   notify_members([&](const Task& t) { return &t == &task; });
   // What is left of the dead member's group (a grandchild holding its output) goes first; its
   // last output lines reach the log before the replacement's header.
@@ -133,9 +163,42 @@ void Supervisor::notify_members(const std::function<bool(const Task&)>& skip) {
   }
 }
 
+// A member exited 0 while the group re-forms (the chief failed at its final save while the
+// others finished): the finished member never joins the new generation's rendezvous, so the
+// survivors would wait it out and the reform hold after it. The whole group restarts at once,
+// blamed on the failure the re-formation was for.
+void Supervisor::abandon_in_place(const Task& finished) {
+  const PendingInPlace& pending = *in_place_recovery_;
+  // One that re-formed (it was told to join this generation, or started in it) finished with
+  // the group: the failure came at the very end, with nothing left to train.
+  if (finished.reformed_to >= pending.generation || finished.spawned_at >= pending.failed_at)
+    return;
+  std::string why = fmt::format("{} finished while generation {} was forming",
+                                finished.plan.task.text(), pending.generation);
+  spdlog::warn("{}: it cannot form; restarting the group", why);
+  if (pending.cause)
+    first_failure_ = first_failure_ ? first_failure_ : pending.cause;
+  else  // an elastic re-formation has no failed end to blame
+    fail_first(finished, Outcome::kFailed, why, common::kExitFailure);
+  begin_teardown(pending.cause ? fmt::format("{} finished while {} was being replaced",
+                                             finished.plan.task.text(), pending.cause->task.text())
+                               : why);
+}
+
 void Supervisor::respawn(Task& task) {
-  task.respawn_pending = false;
   if (task.drain_timer) task.drain_timer->cancel();
+  double wait = task.respawn_at - common::monotonic_seconds();
+  if (phase_ == Phase::kRunning && wait > 0) {  // a lost host's back-off: keep pending
+    if (!task.respawn_timer) task.respawn_timer = std::make_unique<boost::asio::steady_timer>(io_);
+    task.respawn_timer->expires_after(seconds(wait));
+    Task* t = &task;
+    task.respawn_timer->async_wait([this, t](const boost::system::error_code& ec) {
+      if (ec || !t->respawn_pending || t->output_open || phase_ != Phase::kRunning) return;
+      guarded("replacement back-off timer", [&] { respawn(*t); });
+    });
+    return;
+  }
+  task.respawn_pending = false;
   if (phase_ != Phase::kRunning) return;  // the group is going down meanwhile
   // A spare runs here and can take only a task of this machine's (its addresses are here).
   if (Task* spare = task.plan.remote() ? nullptr : ready_spare()) return promote(*spare, task);
@@ -151,6 +214,32 @@ void Supervisor::respawn(Task& task) {
       first_failure_->never_started = true;
     begin_teardown("a replacement could not be started");
   }
+}
+
+bool Supervisor::replacement_starting() const {
+  if (!in_place_recovery_) return false;
+  double now = common::monotonic_seconds();
+  for (const auto& t : tasks_) {
+    if (!member(*t)) continue;
+    if (t->respawn_pending) return true;
+    if (t->alive() && !t->made_progress && t->spawned_at >= in_place_recovery_->failed_at &&
+        now - t->spawned_at < plan_.spec().restart.startup_seconds)
+      return true;
+  }
+  return false;
+}
+
+bool Supervisor::re_forming(double now) const {
+  if (!held_reforms_.empty()) return true;  // bounded by reform_hold_seconds
+  if (!in_place_recovery_) return false;
+  const common::RestartPolicy& restart = plan_.spec().restart;
+  return now - in_place_recovery_->failed_at <
+         restart.startup_seconds + plan_.spec().hang_timeout_seconds.value_or(0);
+}
+
+std::string Supervisor::join_reply(const std::string& task) {
+  if (Task* t = training_task(task)) t->reformed_to = generation_;
+  return common::format_reform_reply({true, generation_, "", members_text()});
 }
 
 Supervisor::Task* Supervisor::training_task(const std::string& name) {
@@ -174,11 +263,17 @@ void Supervisor::on_reform_request(const std::string& request_json, ReformReplyF
     reform_furthest_ =
         std::max(reform_furthest_, request->whole_step + (request->in_flight ? 1 : 0));
     if (in_place_recovery_) in_place_recovery_->reached_step = reform_furthest_;
-    if (request->generation < generation_)
-      return reply(common::format_reform_reply({true, generation_, "", members_text()}));
+    if (request->generation < generation_) return reply(join_reply(request->task));
     if (request->generation > generation_) {
       return reply(refusal(fmt::format("generation {} was never formed (the group is at {})",
                                        request->generation, generation_)));
+    }
+    // Its rendezvous for the current generation timed out while a replacement is still on its
+    // way (a slow data load, a lost host's back-off): wait for it again, within startup_seconds.
+    if (replacement_starting()) {
+      spdlog::info("{}: generation {} is still forming (a replacement is starting); waiting again",
+                   request->task, generation_);
+      return reply(join_reply(request->task));
     }
     hold_reform(std::move(*request), std::move(reply));
   });
@@ -292,9 +387,7 @@ void Supervisor::answer_held_reforms(bool ok, const std::string& error) {
   reform_timer_.cancel();
   std::vector<HeldReform> held = std::move(held_reforms_);
   held_reforms_.clear();
-  for (HeldReform& h : held)
-    h.reply(ok ? common::format_reform_reply({true, generation_, "", members_text()})
-               : refusal(error));
+  for (HeldReform& h : held) h.reply(ok ? join_reply(h.request.task) : refusal(error));
 }
 
 // No task ended to explain the broken group (a frozen worker, a cut link): the old path, a
@@ -320,7 +413,10 @@ void Supervisor::note_in_place_progress(const common::ControlMessage& message) {
   std::optional<int64_t> step =
       message.type == common::ControlMessageType::kProgress ? reported_step(message) : std::nullopt;
   if (!pending.restored_step || !step || *step <= *pending.restored_step) return;
-  int64_t reached = pending.reached_step >= 0 ? pending.reached_step : reached_step_;
+  // What the survivors held counts; when nobody held the state restored (every worker was
+  // replaced, and the newest checkpoint restored), the furthest step reported does.
+  int64_t reached =
+      pending.reached_step >= *pending.restored_step ? pending.reached_step : reached_step_;
   Recovery r{attempt_,
              reached,
              *pending.restored_step,

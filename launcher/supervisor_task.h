@@ -46,6 +46,10 @@ struct Supervisor::Task {
   double spawned_at = 0;         ///< monotonic time of its latest spawn
   bool made_progress = false;    ///< a control message past restored_step since its latest spawn
   bool respawn_pending = false;  ///< replaced in place; spawned again once its output closes
+  /// In place, on a lost host: the replacement starts no earlier than this (monotonic time),
+  /// respawn_timer waking it (docs/design.md#in-place-recovery).
+  double respawn_at = 0;
+  std::unique_ptr<boost::asio::steady_timer> respawn_timer;
   /// Why the freeze watch SIGKILLed it (docs/design.md#frozen-workers); its end is blamed so.
   std::optional<std::string> frozen_why;
   /// Where its child's callbacks deliver (spawn_task); a promoted spare's moves with its child.
@@ -62,6 +66,8 @@ struct Supervisor::Task {
   bool away = false;
   /// The newest generation it was sent the notice of by notice_late_members (this attempt).
   int noticed = 0;
+  /// The newest generation a reform reply told it to join (this attempt): it takes part.
+  int reformed_to = 0;
   bool joining = false;
   std::function<void(const std::string& line)> join_ready;
   /// The progress record its process writes: the plan's, or a promoted spare's own.

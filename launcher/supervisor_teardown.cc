@@ -273,6 +273,13 @@ void Supervisor::check_watchdog() {
   if (phase_ != Phase::kRunning) return;
   double hang = *plan_.spec().hang_timeout_seconds;
   double now = common::monotonic_seconds();
+  // Members waiting in a re-formation send nothing (docs/design.md#in-place-recovery): their
+  // clocks start again, so a slow replacement is not blamed on a healthy survivor.
+  if (re_forming(now)) {
+    for (auto& task : tasks_)
+      if (member(*task)) task->last_progress = now;
+    return arm_watchdog();
+  }
   Task* silent = nullptr;
   for (auto& task : tasks_) {
     if (!task->alive() || !member(*task) || now - task->last_progress < hang) continue;

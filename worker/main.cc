@@ -471,8 +471,9 @@ int train(const common::TfConfig& task, std::optional<int> promoted_generation,
       if (!in_place || regroups >= kMaxStartRegroups) throw;
       spdlog::warn("the group broke before training ({}): asking for the next generation",
                    e.what());
+      // whole_step -1: it holds no state yet, so it says nothing of how far the group got.
       std::optional<common::ReformReply> reply = control.request_reform(
-          {task.task.text(), attempt, generation, 0, false, e.what()}, kReformReplySeconds);
+          {task.task.text(), attempt, generation, -1, false, e.what()}, kReformReplySeconds);
       if (!reply || !reply->ok) throw;
       generation = reply->generation;
       if (elastic) members = common::parse_members(reply->members, id.size, "reform reply");

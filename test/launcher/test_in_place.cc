@@ -38,18 +38,19 @@ std::string job_json(const std::string& extra, bool command, int max_restarts) {
 
 struct Harness : testing::SupervisorHarness {
   Harness(const std::string& extra, testing::FakeSpawner::Script script, bool command = false,
-          int max_restarts = 2)
+          int max_restarts = 2, std::function<void(common::RestartPolicy&)> restart = {})
       : SupervisorHarness(
             job_json(extra, command, max_restarts), std::move(script),
-            {{},
+            {std::move(restart),
              {},
              [](launcher::LaunchContext& c) { c.worker_program = "/fake/dtrain-worker"; },
              {},
              [](launcher::SupervisorOptions& o) { o.reform_hold_seconds = 0.3; }}) {}
   /// Sends worker task's reform request of generation; its replies land in replies[task].
-  void reform(const std::string& task, int generation) {
-    common::ReformRequest request{task, 0,    generation,
-                                  20,   true, "worker:1 (rank 1): connection closed"};
+  void reform(const std::string& task, int generation, int64_t whole_step = 20,
+              bool in_flight = true) {
+    common::ReformRequest request{task,       0,         generation,
+                                  whole_step, in_flight, "worker:1 (rank 1): connection closed"};
     std::string json = common::format_reform_request(request);
     supervisor->on_reform_request(
         json.substr(0, json.size() - 1),
@@ -601,4 +602,230 @@ TEST_CASE("in place: exit 143 (the group's agreed stop) takes the whole-group pa
   CHECK(harness.supervisor->attempt() == 1);
   CHECK_FALSE(harness.has_event("in_place"));
   CHECK(harness.spawner.processes.size() == 6);
+}
+
+// Issue 43, item 3: a member that finishes (exit 0) joins no re-formation. When it ends while
+// a failed task is being replaced (the chief failed at its final save), the whole group
+// restarts at once, blamed on that failure; when it has ended before the failure, nothing is
+// replaced in place. Before, the replacement waited out its rendezvous and the reform hold.
+TEST_CASE("in place: a member that finished makes the whole group restart at once") {
+  for (bool finished_first : {false, true}) {
+    INFO("the member finished before the failure: " << finished_first);
+    Harness* h = nullptr;
+    Harness harness("", [&](FakeProcess& p) {
+      if (p.attempt() == 1) return p.end(ExitStatus::exited(0));
+      if (generation_of(p) == 1) {  // the replacement waits for a group that cannot form
+        boost::asio::post(*p.io, [&] { h->spawner.processes[1]->end(ExitStatus::exited(0)); });
+        return;
+      }
+      if (index_of(p) != 2) return;
+      boost::asio::post(*p.io, [&] {  // every worker of generation 0 runs
+        if (finished_first) h->spawner.processes[1]->end(ExitStatus::exited(0));
+        boost::asio::post(*h->spawner.processes[0]->io,
+                          [&] { h->spawner.processes[0]->end(ExitStatus::exited(1)); });
+      });
+    });
+    h = &harness;
+    auto r = harness.run(5);
+    CHECK(r.status == "succeeded");
+    CHECK(harness.supervisor->attempt() == 1);
+    REQUIRE(r.failure == std::nullopt);
+    std::string events = harness.events();
+    CHECK(events.find(R"("event":"restart","attempt":1,"delay_seconds")") != std::string::npos);
+    CHECK(events.find(R"("after":"failed")") != std::string::npos);
+    if (finished_first) {
+      CHECK_FALSE(harness.has_event("in_place"));
+      CHECK(harness.spawner.processes.size() == 6);
+    } else {
+      CHECK(events.find(R"("event":"in_place","task":"worker:0")") != std::string::npos);
+      CHECK(events.find(R"("reason":"worker:1 finished while worker:0 was being replaced")") !=
+            std::string::npos);
+      CHECK(harness.spawner.processes.size() == 7);
+    }
+  }
+}
+
+// The other side of item 3: members that re-formed (told to join the new generation) and then
+// finished did so with the group (a failure at the very end, nothing left to train): the job
+// succeeds in place, with no restart.
+TEST_CASE("in place: members that re-formed and then finished end the job in place") {
+  Harness* h = nullptr;
+  Harness harness("", [&](FakeProcess& p) {
+    if (p.attempt() == 1) return p.end(ExitStatus::exited(0));
+    if (generation_of(p) == 0 && index_of(p) == 1)
+      return boost::asio::post(*p.io, [&p] { p.end(ExitStatus::exited(1)); });
+    if (generation_of(p) != 1) return;
+    boost::asio::post(*p.io, [&, replacement = &p] {
+      h->reform("worker:0", 0);
+      h->reform("worker:2", 0);
+      h->spawner.processes[0]->end(ExitStatus::exited(0));
+      h->spawner.processes[2]->end(ExitStatus::exited(0));
+      replacement->end(ExitStatus::exited(0));
+    });
+  });
+  h = &harness;
+  auto r = harness.run(5);
+  CHECK(r.status == "succeeded");
+  CHECK(harness.supervisor->attempt() == 0);
+  CHECK_FALSE(harness.has_event("restart"));
+  CHECK(harness.replies["worker:2"] == std::vector<std::string>{kOkGeneration1});
+}
+
+// Issue 43, item 17: survivors waiting for a slow replacement send no heartbeat; the hang
+// watchdog leaves the members of a pending re-formation alone, and watches them again once the
+// new generation has stepped.
+TEST_CASE("in place: the hang watchdog spares members waiting in a re-formation") {
+  Harness* h = nullptr;
+  std::shared_ptr<boost::asio::steady_timer> slow_start;
+  Harness harness(R"(, "hang_timeout_seconds": 0.5)",
+                  [&](FakeProcess& p) {
+                    if (p.attempt() == 1) return p.end(ExitStatus::exited(0));
+                    if (generation_of(p) == 0 && index_of(p) == 1)
+                      return p.end(ExitStatus::killed(SIGKILL));
+                    if (generation_of(p) != 1) return;
+                    // The replacement takes 1.5 s (three hang time-outs) to start; the group then
+                    // steps once and falls silent, a hang of the whole group.
+                    slow_start = std::make_shared<boost::asio::steady_timer>(
+                        *p.io, std::chrono::seconds(1) + std::chrono::milliseconds(500));
+                    slow_start->async_wait([&](const boost::system::error_code&) {
+                      CHECK_FALSE(h->has_event("hang"));
+                      for (const char* task : {"worker:0", "worker:1", "worker:2"}) {
+                        h->control(std::string(R"({"type":"heartbeat","task":")") + task +
+                                   R"(","attempt":0,"generation":1,"restored_step":0})");
+                        h->control(std::string(R"({"type":"progress","task":")") + task +
+                                   R"(","attempt":0,"generation":1,"global_step":1})");
+                      }
+                    });
+                  },
+                  false, 2, [](common::RestartPolicy& r) { r.startup_seconds = 5; });
+  h = &harness;
+  auto r = harness.run(10);
+  slow_start.reset();
+  CHECK(r.status == "succeeded");
+  CHECK(harness.supervisor->attempt() == 1);
+  std::string events = harness.events();
+  size_t recovered = events.find(R"("event":"recovered","attempt":0,"path":"in_place")");
+  size_t hang = events.find(R"("event":"hang")");
+  REQUIRE(recovered != std::string::npos);
+  REQUIRE(hang != std::string::npos);
+  CHECK(recovered < hang);
+}
+
+// Issue 43, item 16: a replacement on a host that was lost backs off exponentially, as the
+// whole-group path does, instead of spending the budget at once (or ending in place after two
+// start failures); the outage is ridden out in place.
+TEST_CASE("in place: replacements on a lost host back off and ride out the outage") {
+  testing::SupervisorHarness* h = nullptr;
+  auto agent = [](const std::string& json) {
+    return "\x1e"
+           "dtrain-agent " +
+           json + "\n";
+  };
+  testing::SupervisorHarness harness(
+      R"({"job": "fake", "cluster": {"worker": ["localhost:1", "192.0.2.1:2"]}, "train": {},
+          "restart": {"max_restarts": 5, "grace_seconds": 0.2, "startup_seconds": 0,
+                      "backoff_seconds": 0.02, "backoff_max_seconds": 1}})",
+      [&](FakeProcess& p) {
+        if (!p.request.agent()) return;  // worker:0 runs on
+        int generation = generation_of(p);
+        if (generation == 0) {  // trains, then its host is cut: the session ends unreported
+          p.print(agent(R"({"event":"started","pid":42})"));
+          return p.end(ExitStatus::exited(255));
+        }
+        if (generation < 4) {  // still cut: ssh cannot reach the host
+          p.print("ssh: connect to host 192.0.2.1 port 22: No route to host\r\n");
+          return p.end(ExitStatus::exited(255));
+        }
+        p.print(agent(R"({"event":"started","pid":43})"));  // the host is back
+        boost::asio::post(*p.io, [&] { h->supervisor->stop(SIGTERM); });
+      },
+      {{},
+       {},
+       [](launcher::LaunchContext& c) { c.worker_program = "/fake/dtrain-worker"; },
+       {},
+       [](launcher::SupervisorOptions& o) { o.reform_hold_seconds = 0.3; }});
+  h = &harness;
+  REQUIRE(harness.in_place);
+  auto r = harness.run(10);
+  CHECK(r.status == "stopped");
+  std::string events = harness.events();
+  CHECK(events.find(R"("event":"restart")") == std::string::npos);
+  CHECK(events.find("was lost earlier and is still unreachable") != std::string::npos);
+  std::vector<double> delays;
+  for (size_t at = events.find(R"("event":"in_place")"); at != std::string::npos;
+       at = events.find(R"("event":"in_place")", at + 1)) {
+    size_t key = events.find(R"("delay_seconds":)", at);
+    REQUIRE(key < events.find('\n', at));
+    delays.push_back(std::stod(events.substr(key + 16)));
+  }
+  REQUIRE(delays.size() == 4);
+  for (size_t i = 1; i < delays.size(); ++i) CHECK(delays[i] > delays[i - 1]);  // doubling
+  CHECK(harness.supervisor->book().restarts() == 4);
+  REQUIRE(harness.spawner.processes.size() == 6);
+  CHECK(generation_of(*harness.spawner.processes[5]) == 4);
+}
+
+// Issue 43, item 4: a survivor whose rendezvous for the new generation timed out while the
+// replacement is still starting (a slow data load) is told to wait for that generation again,
+// within restart.startup_seconds of the replacement's spawn; past it, its request is held as
+// before (and the group torn down when no failure explains it).
+TEST_CASE("in place: survivors wait again for a replacement still starting") {
+  for (double startup : {30.0, 0.0}) {
+    INFO("startup_seconds " << startup);
+    Harness* h = nullptr;
+    std::vector<std::string> replies_at_once;
+    Harness harness(
+        "",
+        [&](FakeProcess& p) {
+          if (generation_of(p) == 0 && index_of(p) == 1) return p.end(ExitStatus::killed(SIGKILL));
+          if (generation_of(p) != 1) return;
+          boost::asio::post(*p.io, [&] {  // the replacement loads its data meanwhile
+            h->reform("worker:0", 0);
+            h->reform("worker:0", 1);  // its rendezvous for generation 1 timed out
+            replies_at_once = h->replies["worker:0"];
+            h->supervisor->stop(SIGTERM);
+          });
+        },
+        false, 2, [startup](common::RestartPolicy& r) { r.startup_seconds = startup; });
+    h = &harness;
+    auto r = harness.run(5);
+    CHECK(r.status == "stopped");
+    if (startup > 0) {
+      CHECK(replies_at_once == std::vector<std::string>{kOkGeneration1, kOkGeneration1});
+    } else {
+      CHECK(replies_at_once == std::vector<std::string>{kOkGeneration1});
+      REQUIRE(harness.replies["worker:0"].size() == 2);
+      CHECK(harness.replies["worker:0"][1].find("being stopped") != std::string::npos);
+    }
+  }
+}
+
+// Issue 43, item 8: every worker killed at once, each replaced in place: the new generation
+// restores the newest checkpoint (step 400) after step 600 was reached. A fresh replacement's
+// request holds no state; the steps redone count from the furthest step reported.
+TEST_CASE("in place: steps redone after every worker was replaced count from the step reached") {
+  Harness* h = nullptr;
+  Harness harness("", [&](FakeProcess& p) {
+    if (generation_of(p) == 0 && index_of(p) == 2) {
+      boost::asio::post(*p.io, [&] {
+        h->control(R"({"type":"progress","task":"worker:0","attempt":0,"global_step":600})");
+        for (size_t i : {0, 1, 2}) h->spawner.processes[i]->end(ExitStatus::killed(SIGKILL));
+      });
+    }
+    if (generation_of(p) != 3) return;
+    boost::asio::post(*p.io, [&] {
+      h->reform("worker:0", 1, 0, false);  // a replacement whose first group broke: no state
+      h->control(R"({"type":"heartbeat","task":"worker:0","attempt":0,"generation":3,)"
+                 R"("restored_step":400})");
+      h->control(R"({"type":"progress","task":"worker:0","attempt":0,"generation":3,)"
+                 R"("global_step":401})");
+      h->supervisor->stop(SIGTERM);
+    });
+  });
+  h = &harness;
+  auto r = harness.run(5);
+  REQUIRE(r.recoveries.size() == 1);
+  CHECK(r.recoveries[0].in_place);
+  CHECK(r.recoveries[0].restored_step == 400);
+  CHECK(r.recoveries[0].steps_redone() == 200);
 }

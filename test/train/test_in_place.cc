@@ -22,6 +22,7 @@
 #include "common/progress_record.h"
 #include "test/support/subprocess.h"
 #include "test/support/temp_dir.h"
+#include "worker/train/safetensors.h"
 
 using namespace dtrain;
 namespace fs = std::filesystem;
@@ -312,4 +313,46 @@ TEST_CASE("a SIGTERM to one worker alone, confirmed with the launcher, preempts 
   std::vector<common::JsonDocument> in_place = events(dir, "in_place");
   REQUIRE(in_place.size() == 1);
   CHECK(in_place[0].root().at("task").as_string() == "worker:1");
+}
+
+// Issue 43, item 9: the chief SIGKILLed inside epoch 2 and replaced in place. The new chief's
+// metrics.jsonl line for that epoch times the whole epoch (its clock travels with the state, as
+// the loss totals do): its samples are the epoch's 150 steps of 3 x 8, not only the part the
+// new chief ran.
+TEST_CASE("a replaced chief's epoch line covers the whole epoch") {
+  testing::TempDir base;
+  std::string job = base.path() + "/job.json";
+  std::ofstream(job) << job_text("");
+  std::string dir = base.path() + "/chief-killed";
+  testing::BackgroundProcess launcher({testing::binary("dtrain"), "launch", job, "--run-dir", dir});
+  auto chief_step = [&] {
+    std::optional<common::ProgressSample> record =
+        common::read_progress_record(dir + "/progress/worker-0");
+    return record ? static_cast<int64_t>(record->global_step) : int64_t{-1};
+  };
+  for (int i = 0; i < 60000 && chief_step() < kStepsPerEpoch + 40; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  int64_t killed_after = chief_step();
+  ::kill(pids(dir).at("worker:0"), SIGKILL);
+  testing::ProcessResult result = launcher.wait(300);
+  INFO(result.out << result.err);
+  REQUIRE(result.exit_code == 0);
+  INFO("killed after step " << killed_after);
+  REQUIRE(events(dir, "in_place").size() == 1);
+  std::ifstream in(dir + "/metrics.jsonl");
+  int lines = 0;
+  for (std::string line; std::getline(in, line); ++lines) {
+    common::JsonDocument m = common::JsonDocument::parse(line, "metrics.jsonl");
+    INFO(line);
+    double seconds = m.root().at("seconds").as_number(0, 1e9);
+    double rate = m.root().at("samples_per_second").as_number(0, 1e12);
+    CHECK(seconds * rate == Approx(kStepsPerEpoch * 3 * 8).epsilon(1e-9));
+  }
+  CHECK(lines == 3);
+  // The epoch checkpoint's copy counts the whole epoch's steps (TensorBoard's steps_per_second).
+  std::map<std::string, std::string> meta =
+      train::read_safetensors_metadata(dir + "/backup/ckpt-0000000300.safetensors");
+  common::JsonDocument epoch_2 = common::JsonDocument::parse(meta.at("epoch_metrics"), "metrics");
+  CHECK(epoch_2.root().at("epoch").as_int(0, 9) == 2);
+  CHECK(epoch_2.root().at("steps").as_int(0, 1 << 20) == kStepsPerEpoch);
 }

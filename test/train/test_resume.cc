@@ -146,3 +146,56 @@ TEST_CASE("an evaluator task scores checkpoints and the final model into eval.js
   CHECK(doc.root().at("model").as_string() == "final");
   CHECK(doc.root().at("val_accuracy").as_number(0, 1) > 0.9);
 }
+
+// Issue 43, item 5: a kill at the very end. The chief wrote model/ and deleted every checkpoint
+// (delete_on_success); a worker killed before the launcher recorded the group's success makes
+// it restart. That restart of the launch (DTRAIN_ATTEMPT 1, as the launcher starts it) finds no
+// checkpoint, takes the model/ this launch wrote for finished training and trains nothing
+// again. After a new launch (spec.json written again) the same model is older than the launch,
+// and a start trains as before.
+TEST_CASE("a restart after the final model was written finishes without training again") {
+  testing::TempDir base;
+  std::string job = base.path() + "/job.json";
+  std::ofstream(job) << R"({"job": "end", "workers": 1,
+ "train": {"model": {"input_shape": [8, 8, 1], "layers": [{"type": "flatten"},
+   {"type": "dense", "units": 4}]},
+  "loss": {"type": "sparse_categorical_crossentropy", "from_logits": true},
+  "optimizer": {"type": "sgd", "learning_rate": 0.01},
+  "data": {"source": "synthetic", "examples": 256, "classes": 4},
+  "per_worker_batch_size": 8, "epochs": 2, "steps_per_epoch": 5, "seed": 3,
+  "backup": {"save_freq": "epoch", "keep": 2, "delete_on_success": true}}})";
+  std::string dir = base.path() + "/run";
+  testing::ProcessOptions options;
+  options.timeout_seconds = 120;
+  testing::ProcessResult launched =
+      testing::run_process({testing::binary("dtrain"), "launch", job, "--run-dir", dir}, options);
+  INFO(launched.out << launched.err);
+  REQUIRE(launched.exit_code == 0);
+  REQUIRE_FALSE(fs::exists(dir + "/backup"));
+  std::string model = common::read_file(dir + "/model/model.safetensors");
+  auto metrics_lines = [&] {
+    std::ifstream in(dir + "/metrics.jsonl");
+    int n = 0;
+    for (std::string line; std::getline(in, line);) ++n;
+    return n;
+  };
+  REQUIRE(metrics_lines() == 2);
+
+  options.env["DTRAIN_ATTEMPT"] = "1";
+  std::vector<std::string> worker = {testing::binary("dtrain-worker"), "--config", job, "--run-dir",
+                                     dir};
+  testing::ProcessResult restarted = testing::run_process(worker, options);
+  INFO(restarted.out << restarted.err);
+  REQUIRE(restarted.exit_code == 0);
+  CHECK((restarted.out + restarted.err).find("nothing is left to train") != std::string::npos);
+  CHECK(metrics_lines() == 2);  // no epoch trained again
+  CHECK(common::read_file(dir + "/model/model.safetensors") == model);
+
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));  // a later launch, a later time
+  common::write_file_atomically(dir + "/spec.json", common::read_file(dir + "/spec.json"));
+  testing::ProcessResult relaunched = testing::run_process(worker, options);
+  INFO(relaunched.out << relaunched.err);
+  REQUIRE(relaunched.exit_code == 0);
+  CHECK((relaunched.out + relaunched.err).find("nothing is left to train") == std::string::npos);
+  CHECK(metrics_lines() == 4);  // trained from the start, as before
+}

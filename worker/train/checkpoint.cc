@@ -282,6 +282,26 @@ void CheckpointStore::remove_all() {
   fs::remove(dir_, ec);  // fails, as it should, unless the folder is now empty
 }
 
+std::optional<LoadedCheckpoint> load_finished_model(const std::string& model_path,
+                                                    const std::string& launched_path,
+                                                    const std::string& architecture,
+                                                    const TrainingState& finished) {
+  std::error_code launched_ec, written_ec;
+  fs::file_time_type launched = fs::last_write_time(launched_path, launched_ec);
+  fs::file_time_type written = fs::last_write_time(model_path, written_ec);
+  if (launched_ec || written_ec || !(written > launched)) return std::nullopt;
+  try {
+    SafetensorsFile file = read_safetensors(model_path);
+    if (file.metadata["architecture"] != architecture) return std::nullopt;
+    auto policy = file.metadata.find(kDtypePolicy);
+    std::string dtype_policy = policy == file.metadata.end() ? "float32" : policy->second;
+    return LoadedCheckpoint{model_path, finished, std::move(file), "", std::move(dtype_policy)};
+  } catch (const common::IoError& e) {
+    spdlog::warn("not taking {} for finished training: {}", model_path, e.what());
+    return std::nullopt;
+  }
+}
+
 void restore_tensors(const LoadedCheckpoint& checkpoint, const std::vector<TensorView>& into) {
   for (const TensorView& v : into) {
     auto it = checkpoint.file.tensors.find(v.name);

@@ -89,4 +89,13 @@ void write_final_model(const std::string& model_dir, const std::vector<TensorVie
                        const std::string& dtype_policy = "float32",
                        const std::vector<std::string>& class_names = {});
 
+/// The final model at model_path (RUN_DIR/model/model.safetensors) as the checkpoint of finished
+/// training (docs/design.md#checkpoint-format): when it was written after launched_path (the
+/// launch's spec.json), so by this launch, whose training had therefore ended, and for
+/// architecture. Its weights, with state finished. nullopt otherwise (a damaged file is logged).
+std::optional<LoadedCheckpoint> load_finished_model(const std::string& model_path,
+                                                    const std::string& launched_path,
+                                                    const std::string& architecture,
+                                                    const TrainingState& finished);
+
 }  // namespace dtrain::train

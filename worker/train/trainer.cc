@@ -292,6 +292,27 @@ std::optional<TrainingState> Trainer::load_checkpoint(std::vector<TensorView>& v
   return c->state;
 }
 
+// A kill at the very end (docs/design.md#checkpoint-format): the chief wrote model/ and deleted
+// every checkpoint (delete_on_success), then a worker died before the launcher recorded the
+// group's success. The restart of the same launch finishes with that model instead of training
+// every step again; a new launch (spec.json written again) or a lone worker trains as before.
+std::optional<TrainingState> Trainer::load_finished_model(std::vector<TensorView>& views) {
+  if (options_.attempt == 0 && options_.generation == 0) return std::nullopt;
+  common::RunDir run(options_.run_dir);
+  TrainingState done{config_.epochs, 0, config_.epochs * steps_per_epoch_, 0, 0, 0, 0};
+  std::optional<LoadedCheckpoint> model = train::load_finished_model(
+      run.model_dir() + "/model.safetensors", run.spec_json(), config_.model_json, done);
+  if (!model) return std::nullopt;
+  std::vector<TensorView> weights = views;
+  weights.resize(model_->parameter_infos().size());
+  restore_tensors(*model, weights);
+  spdlog::info(
+      "no checkpoint, but {} is this launch's finished model (global step {}): nothing "
+      "is left to train",
+      model->path, done.global_step);
+  return done;
+}
+
 // Positions compare by global step, then epoch, then step: at an epoch's end a member that has
 // finished the epoch's validation (next epoch, step 0) is ahead of one still in it.
 void Trainer::share_state(bool holding) {
@@ -315,6 +336,8 @@ void Trainer::share_state(bool holding) {
       if (std::optional<TrainingState> t = load_checkpoint(views, epoch_metrics)) {
         header = header_of(*t);
         loss_scale = {static_cast<float>(t->loss_scale), t->loss_scale_good_steps};
+      } else if (std::optional<TrainingState> done = load_finished_model(views)) {
+        header = header_of(*done);
       }
     }
     if (options_.timeline) options_.timeline->mark("checkpoint read");
@@ -330,6 +353,15 @@ void Trainer::share_state(bool holding) {
     epoch_metrics = last_epoch_metrics_;
   }
   comm_.broadcast(&header, sizeof header, source);
+  // The resumed epoch's clock travels with the state, as its loss totals do: a new chief's
+  // metrics.jsonl line times the whole epoch, not only its own part of it.
+  std::array<double, 3> clock = {0, 0, -1};
+  if (comm_.rank() == source && holding && state_.step > 0)
+    clock = {common::monotonic_seconds() - epoch_started_, epoch_samples_,
+             double(epoch_first_step_)};
+  comm_.broadcast(clock.data(), sizeof clock, source);
+  carried_epoch_seconds_ = clock[0], carried_epoch_samples_ = clock[1];
+  carried_first_step_ = static_cast<int64_t>(clock[2]);
   for (std::vector<float>& tensor : host_tensors_)
     comm_.broadcast(tensor.data(), tensor.size() * sizeof(float), source);
   uint64_t length = epoch_metrics.size();
@@ -524,6 +556,13 @@ EpochMetrics Trainer::train_epoch(int epoch) {
   step_->reset_exposed_comm_seconds();
   last_shown_ = -1;
   double started = common::monotonic_seconds(), seen_here = 0, input_wait = 0, in_steps = 0;
+  epoch_first_step_ = stream_options.first_step;
+  if (resumed && carried_first_step_ >= 0) {
+    started -= carried_epoch_seconds_, seen_here = carried_epoch_samples_;
+    epoch_first_step_ = carried_first_step_;
+  }
+  carried_epoch_seconds_ = carried_epoch_samples_ = 0, carried_first_step_ = -1;
+  epoch_started_ = started, epoch_samples_ = seen_here;
   auto stage = [&](int64_t step) {
     double asked = common::monotonic_seconds();
     data::Batch batch = stream.next();
@@ -565,6 +604,7 @@ EpochMetrics Trainer::train_epoch(int epoch) {
                  slot);
     in_steps += common::monotonic_seconds() - step_started;
     seen_here += static_cast<double>(n) * virtual_size();
+    epoch_samples_ = seen_here;
     n = next_n;
     state_ =
         TrainingState{epoch, step + 1, state_.global_step + 1, optimizer_->iterations(), 0, 0, 0};
@@ -617,7 +657,7 @@ EpochMetrics Trainer::train_epoch(int epoch) {
   m.accuracy = t.accuracy();
   m.seconds = common::monotonic_seconds() - started;
   m.samples_per_second = seen_here / m.seconds;
-  m.steps = steps_per_epoch_ - stream_options.first_step;
+  m.steps = steps_per_epoch_ - epoch_first_step_;
   m.allreduce_seconds = step_->exposed_comm_seconds();
   m.input_wait_seconds = input_wait;
   m.step_seconds = in_steps;

@@ -153,6 +153,10 @@ class Trainer {
   /// epoch_metrics): what a fresh group resumes from. nullopt when there is none.
   std::optional<TrainingState> load_checkpoint(std::vector<TensorView>& views,
                                                std::string& epoch_metrics);
+  /// A restart of this launch that found no checkpoint: the chief's final model, when this
+  /// launch wrote it (its training ended; the checkpoints went with delete_on_success), read
+  /// into views' weights, and the finished state. nullopt otherwise.
+  std::optional<TrainingState> load_finished_model(std::vector<TensorView>& views);
   void report_restored();
   /// The chief logs the loss scale after an epoch (docs/design.md#loss-scaling).
   void report_loss_scale();
@@ -212,6 +216,16 @@ class Trainer {
   int64_t steps_per_epoch_ = 0;
   double last_heartbeat_ = -1;
   double last_shown_ = -1;  ///< when totals were last read back
+  /// The epoch in progress: when its clock began (monotonic, less any part run before a
+  /// re-formation), the samples of its steps done since and the step it began at, for its
+  /// seconds, samples_per_second and steps.
+  double epoch_started_ = 0, epoch_samples_ = 0;
+  int64_t epoch_first_step_ = 0;
+  /// What share_state carried of the resumed epoch's clock (docs/design.md#in-place-recovery):
+  /// its seconds and samples before this run of it and its first step (-1: none carried), so
+  /// its timings cover the whole epoch.
+  double carried_epoch_seconds_ = 0, carried_epoch_samples_ = 0;
+  int64_t carried_first_step_ = -1;
 };
 
 }  // namespace dtrain::train
