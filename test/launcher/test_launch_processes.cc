@@ -518,8 +518,8 @@ TEST_CASE("a stop with a worker frozen by the cgroup freezer is bounded and name
   int w1 = job.wait_pid("worker-1-0");
   FrozenCgroup frozen(w1);
   if (!frozen.frozen) {  // a test bed: under DTRAIN_REQUIRE_TESTBEDS=1 it must run
-    if (testing::test_beds_required())
-      FAIL(testing::test_bed_missing("cgroup freezer", frozen.why));
+    if (dtrain::testing::test_beds_required())
+      FAIL(dtrain::testing::test_bed_missing("cgroup freezer", frozen.why));
     WARN("skipped: cgroup freezer test bed unavailable: " << frozen.why);
     return;
   }
