@@ -31,7 +31,7 @@ const std::string kTwoHosts =
     R"(["198.51.100.1:1", "198.51.100.1:2", "198.51.100.2:1", "198.51.100.2:2"])";
 
 std::string job_json(int min_workers, const std::string& workers) {
-  return R"({"job": "elastic", "cluster": {"worker": )" + workers +
+  return R"({"job": "elastic", "freeze_seconds": 2, "cluster": {"worker": )" + workers +
          R"(}, "train": {}, "elastic": {"min_workers": )" + std::to_string(min_workers) +
          R"(}, "restart": {"max_restarts": 3, "grace_seconds": 0.2, "startup_seconds": 0,
              "max_preemptions": 5, "backoff_seconds": 0.01, "backoff_max_seconds": 0.05}})";
@@ -263,7 +263,7 @@ TEST_CASE("elastic: a host lost leaves the group, which re-forms without it and 
 
 // The other two ways a host is gone: its workers never started there (the remote shell could not
 // reach it), or its agents went quiet while the others are heard (the freeze watch's "no word
-// from it", after 3 s).
+// from it", confirmed at 1.5 x the jobs' freeze_seconds of 2).
 TEST_CASE("elastic: a host whose workers never started, or whose agents went quiet, is left") {
   bool quiet = GENERATE(false, true);
   INFO((quiet ? "quiet agents" : "never started"));
