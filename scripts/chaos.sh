@@ -174,27 +174,7 @@ chaos=$(sha256sum "$work/chaos/model/model.safetensors" 2>/dev/null | cut -d' ' 
 # Host 1's agents and what a teardown left get their seconds to go (keep-alive 10 s, then 2 s).
 for _ in $(seq 1 75); do [ "$(left_of)" -eq 0 ] && break; sleep 0.2; done
 left=$(left_of)
-summary=$("$py" - "$work/chaos/events.jsonl" "$work/stopped.pids" <<'PY'
-import json, sys
-events = [json.loads(l) for l in open(sys.argv[1])]
-stopped = set(open(sys.argv[2]).read().split())
-# A frozen verdict names the worker's own pid (worker_pid, from its progress record; pid is the
-# launcher's child, an ssh client for a remote worker). One this script did not stop was healthy.
-wrong = [e for e in events if e["event"] == "frozen" and "task" in e
-         and str(e.get("worker_pid", e.get("pid"))) not in stopped]
-open(sys.argv[2] + ".wrong", "w").write("".join(json.dumps(e) + "\n" for e in wrong))
-count = lambda kind: sum(1 for e in events if e["event"] == kind)
-rec = [e for e in events if e["event"] == "recovered"]
-in_place = [e for e in rec if e.get("path") == "in_place"]
-secs = sorted(e["seconds"] for e in in_place if "seconds" in e)
-median = secs[len(secs) // 2] if secs else 0
-redone = sum(e.get("steps_redone", 0) for e in rec)
-print(f"{count('in_place')} in-place replacements, {count('frozen')} frozen found "
-      f"({len(wrong)} of them healthy, {count('stall')} stall warnings), "
-      f"{count('restart')} whole-group restarts; {len(in_place)} recoveries in place "
-      f"(median {median:.2f} s, max {max(secs) if secs else 0:.2f} s), {redone} steps redone in all")
-PY
-)
+summary=$("$py" scripts/chaos_events.py "$work/chaos/events.jsonl" "$work/stopped.pids" || true)
 echo "launcher exit $status; faults: ${sent_by[KILL]} SIGKILL, ${sent_by[TERM]} SIGTERM, ${sent_by[STOP]} SIGSTOP"
 echo "events: $summary"
 echo "wall: undisturbed $calm_wall s, under faults $chaos_wall s; $left process(es) of the runs left"
