@@ -84,10 +84,7 @@ std::optional<ProgressSample> read_progress_record(const std::string& path) {
   s.ended = r.ended;
   s.global_step = r.global_step;
   s.step_seconds = static_cast<double>(r.step_micros) / 1e6;
-  // A phase this launcher does not know is some busy phase of a newer worker.
-  s.phase = r.phase <= static_cast<uint64_t>(ProgressPhase::kValidating)
-                ? static_cast<ProgressPhase>(r.phase)
-                : ProgressPhase::kSaving;
+  s.phase = progress_phase(r.phase);
   return s;
 }
 

@@ -37,6 +37,14 @@ enum class ProgressPhase : uint32_t {
   kValidating = 2,  ///< evaluating the validation data
 };
 
+/// A record's phase field as this launcher reads it: a value it does not know is some busy phase
+/// of a newer worker.
+inline ProgressPhase progress_phase(uint64_t value) {
+  return value <= static_cast<uint64_t>(ProgressPhase::kValidating)
+             ? static_cast<ProgressPhase>(value)
+             : ProgressPhase::kSaving;
+}
+
 /// What the launcher reads of a record.
 struct ProgressSample {
   int pid = 0;

@@ -212,10 +212,8 @@ std::optional<AgentEvent> parse_agent_event(std::string_view payload) {
         r.ended = static_cast<uint64_t>(record->at("ended").as_int(0, INT64_MAX));
         r.global_step = static_cast<uint64_t>(record->at("global_step").as_int(0, INT64_MAX));
         r.step_seconds = static_cast<double>(record->at("step_micros").as_int(0, INT64_MAX)) / 1e6;
-        if (auto phase = record->find("phase")) {
-          const int64_t p = phase->as_int(0, INT64_MAX);  // a newer agent's phase is busy
-          r.phase = p <= 2 ? static_cast<common::ProgressPhase>(p) : common::ProgressPhase::kSaving;
-        }
+        if (auto phase = record->find("phase"))
+          r.phase = common::progress_phase(static_cast<uint64_t>(phase->as_int(0, INT64_MAX)));
         event.record = r;
       }
     } else {

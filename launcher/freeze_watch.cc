@@ -182,7 +182,7 @@ std::optional<FreezeVerdict> FreezeWatch::observe(double now,
                                                   const std::vector<MemberObservation>& members) {
   const size_t n = members.size();
   if (last_.size() != n) {
-    reset(at_reset_taken_ && at_reset_.empty());
+    if (!last_.empty()) reset();  // other members without a reset: judge them afresh
     last_.resize(n);
     cpu_at_advance_.resize(n, 0);
     usable_.assign(n, 0);

@@ -193,6 +193,7 @@ void watch_signals() {
 // main()'s last step: from here the signal thread touches no logger, group or other object that
 // static destruction ends; SIGTERM keeps its meaning (it still ends the process, or sets a flag).
 void quiet_signals() {
+  g_leave_alone = false;  // a late SIGTERM sets a flag; it no longer reads g_sigterm_asker
   g_notice.close();
 }
 
