@@ -159,18 +159,20 @@ struct Shapes {
 
 Shapes shapes_of(const nn::ModelSpec& spec) {
   Shapes shapes;
-  int c = spec.channels, h = spec.height, w = spec.width;
-  for (size_t i = 0; i < spec.layers.size(); ++i) {
-    const nn::LayerSpec& l = spec.layers[i];
-    auto [oc, oh, ow] = nn::layer_output(l, c, h, w);
-    if (l.type == nn::LayerType::kConv2d) {
-      shapes.parameters += static_cast<size_t>(oc) * c * l.kernel_h * l.kernel_w + oc;
-      shapes.conv_outputs.push_back(static_cast<size_t>(oc) * oh * ow);
-    } else if (l.type == nn::LayerType::kDense) {
-      shapes.dense.push_back({c * h * w, l.units, i == 0});
-      shapes.parameters += static_cast<size_t>(c) * h * w * l.units + l.units;
+  for (size_t i = 0; i < spec.nodes.size(); ++i) {
+    const nn::NodeSpec& node = spec.nodes[i];
+    std::vector<nn::Dims> in = spec.input_dims_of(i);
+    nn::LayerCost cost = node.config->cost(in);
+    bool first = node.inputs == std::vector<size_t>{nn::NodeSpec::kModelInput};
+    if (cost.conv_output > 0) {
+      // kernel k*c*kh*kw: its forward's multiply-adds over the output's pixels; bias k
+      size_t pixels = static_cast<size_t>(node.out.h) * node.out.w;
+      shapes.parameters += static_cast<size_t>(cost.macs) / pixels + node.out.c;
+      shapes.conv_outputs.push_back(cost.conv_output);
+    } else if (cost.matmul_out > 0) {
+      shapes.dense.push_back({cost.matmul_in, cost.matmul_out, first});
+      shapes.parameters += static_cast<size_t>(cost.matmul_in) * cost.matmul_out + cost.matmul_out;
     }
-    c = oc, h = oh, w = ow;
   }
   return shapes;
 }

@@ -28,9 +28,9 @@
 #include "common/exit_codes.h"
 #include "common/json.h"
 #include "worker/comm/ring_communicator.h"
+#include "worker/nn/model.h"
 #include "worker/nn/profiled_backend.h"
 #include "worker/nn/random.h"
-#include "worker/nn/sequential.h"
 #include "worker/train/input_stager.h"
 #include "worker/train/optimizer.h"
 #include "worker/train/train_config.h"
@@ -66,16 +66,11 @@ double sgemm_peak_gflops(nn::Backend& backend) {
 // the first layer, whose input gradient nobody needs).
 double step_flops(const nn::ModelSpec& spec, int batch) {
   double flops = 0;
-  int c = spec.channels, h = spec.height, w = spec.width;
-  for (size_t i = 0; i < spec.layers.size(); ++i) {
-    const nn::LayerSpec& l = spec.layers[i];
-    int passes = i == 0 ? 2 : 3;
-    auto [oc, oh, ow] = nn::layer_output(l, c, h, w);
-    if (l.type == nn::LayerType::kConv2d)
-      flops += passes * 2.0 * batch * oc * c * l.kernel_h * l.kernel_w * oh * ow;
-    else if (l.type == nn::LayerType::kDense)
-      flops += passes * 2.0 * batch * c * h * w * l.units;
-    c = oc, h = oh, w = ow;
+  for (size_t i = 0; i < spec.nodes.size(); ++i) {
+    const nn::NodeSpec& node = spec.nodes[i];
+    bool first = node.inputs == std::vector<size_t>{nn::NodeSpec::kModelInput};
+    int passes = first ? 2 : 3;
+    flops += passes * 2.0 * batch * node.config->cost(spec.input_dims_of(i)).macs;
   }
   return flops;
 }
@@ -192,7 +187,7 @@ class StepLoop {
  public:
   StepLoop(const train::TrainConfig& config, nn::Backend& backend, int batch, bool graphs)
       : config_(config), batch_(batch) {
-    model_ = std::make_unique<nn::Sequential>(config.model, backend, batch);
+    model_ = std::make_unique<nn::Model>(config.model, backend, batch);
     model_->initialize(config.seed);
     optimizer_ = std::make_unique<train::Optimizer>(config.optimizer, model_->parameters().size(),
                                                     backend.device());
@@ -233,7 +228,7 @@ class StepLoop {
   const train::TrainConfig& config_;
   int batch_ = 0;
   comm::SoloCommunicator solo_;
-  std::unique_ptr<nn::Sequential> model_;
+  std::unique_ptr<nn::Model> model_;
   std::unique_ptr<train::Optimizer> optimizer_;
   std::unique_ptr<train::TrainStep> step_;
   std::unique_ptr<train::InputStager> stager_;

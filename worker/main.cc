@@ -605,10 +605,9 @@ int run_worker(const WorkerOptions& options) {
   const bool need_test = config.validation || task.task.type == common::kEvaluator;
   auto [train_data, test_data] =
       data::load_data(config.data, input_shape, need_test, file_shard(config, task, job, spare));
-  if (config.model.layers.back().type == nn::LayerType::kDense) {  // the model's classes
-    data::check_labels_below(train_data, config.model.layers.back().units);
-    data::check_labels_below(test_data, config.model.layers.back().units);
-  }
+  const int classes = static_cast<int>(config.model.output_dims().size());  // the output's units
+  data::check_labels_below(train_data, classes);
+  data::check_labels_below(test_data, classes);
   timeline.mark("data");
   std::string run_dir = run_dir_for(options, job);
   std::optional<int> generation;

@@ -1,5 +1,5 @@
 // Whole-model checks of the CUDA backend on a GPU: random convolution shapes and the elementwise
-// operations against the reference backend, a Sequential training step (TrainStep: staged
+// operations against the reference backend, a Model training step (TrainStep: staged
 // input, loss on the device, bucketed all-reduce in a world of one, optimizer) on the GPU against
 // the same steps on the reference, a step replayed as a CUDA graph against the same step
 // launched op by op, and loss scaling (its kernels, and steps with a dynamic and a fixed scale
@@ -14,7 +14,7 @@
 #include "worker/comm/ring_communicator.h"
 #include "worker/gpu/gpu_info.h"
 #include "worker/nn/backend.h"
-#include "worker/nn/sequential.h"
+#include "worker/nn/model.h"
 #include "worker/train/input_stager.h"
 #include "worker/train/optimizer.h"
 #include "worker/train/train_config.h"
@@ -89,7 +89,7 @@ std::vector<float> train_steps(nn::Backend& backend, const train::TrainConfig& c
                                bool graphs, bool* graphed = nullptr,
                                const train::LossScaleSpec& loss_scale = {}, int nan_step = -1,
                                ScaleOutcome* outcome = nullptr, int stop_step = -1) {
-  nn::Sequential model(c.model, backend, c.per_worker_batch_size);
+  nn::Model model(c.model, backend, c.per_worker_batch_size);
   model.initialize(7);
   train::Optimizer optimizer(c.optimizer, model.parameters().size(), backend.device());
   comm::SoloCommunicator solo;

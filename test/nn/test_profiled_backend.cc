@@ -8,8 +8,9 @@
 #include <string>
 #include <vector>
 
+#include "common/json.h"
+#include "worker/nn/model.h"
 #include "worker/nn/profiled_backend.h"
-#include "worker/nn/sequential.h"
 
 using namespace dtrain::nn;
 
@@ -19,21 +20,13 @@ using Floats = std::vector<float>;
 
 // conv2d 3 3x3 relu, max_pooling2d 2x2, flatten, dense 5 relu, dense 4 on 6x6x1 inputs.
 ModelSpec small_model() {
-  ModelSpec spec;
-  spec.height = 6, spec.width = 6, spec.channels = 1;
-  LayerSpec conv;
-  conv.type = LayerType::kConv2d, conv.filters = 3, conv.kernel_h = conv.kernel_w = 3;
-  conv.activation = Activation::kRelu;
-  LayerSpec pool;
-  pool.type = LayerType::kMaxPooling2d, pool.stride_h = pool.stride_w = 2;
-  LayerSpec flatten;
-  flatten.type = LayerType::kFlatten;
-  LayerSpec hidden;
-  hidden.type = LayerType::kDense, hidden.units = 5, hidden.activation = Activation::kRelu;
-  LayerSpec logits;
-  logits.type = LayerType::kDense, logits.units = 4;
-  spec.layers = {conv, pool, flatten, hidden, logits};
-  return spec;
+  dtrain::common::JsonDocument doc = dtrain::common::JsonDocument::parse(
+      R"({"input_shape": [6, 6, 1], "layers": [
+        {"type": "conv2d", "filters": 3, "kernel_size": 3, "activation": "relu"},
+        {"type": "max_pooling2d"}, {"type": "flatten"},
+        {"type": "dense", "units": 5, "activation": "relu"}, {"type": "dense", "units": 4}]})",
+      "model");
+  return parse_model_spec(doc.root());
 }
 
 struct StepResult {
@@ -43,7 +36,7 @@ struct StepResult {
 // One training step of the small model on backend: forward, loss, backward, SGD.
 StepResult train_step(Backend& backend) {
   const int n = 2;
-  Sequential model(small_model(), backend, n);
+  Model model(small_model(), backend, n);
   model.initialize(7);
   Floats images(n * 36);
   for (size_t i = 0; i < images.size(); ++i) images[i] = static_cast<float>((i * 37) % 11) - 5.0f;

@@ -25,7 +25,7 @@
 #include "worker/comm/ring_communicator.h"
 #include "worker/comm/threaded_communicator.h"
 #include "worker/nn/backend.h"
-#include "worker/nn/sequential.h"
+#include "worker/nn/model.h"
 #include "worker/train/optimizer.h"
 #include "worker/train/train_config.h"
 #include "worker/train/train_step.h"
@@ -105,7 +105,7 @@ class SumNotMean final : public Forwarding {
 // One worker; members are destroyed bottom-up, so the step goes before what it uses.
 struct Worker {
   std::unique_ptr<nn::Backend> backend;
-  std::unique_ptr<nn::Sequential> model;
+  std::unique_ptr<nn::Model> model;
   std::unique_ptr<train::Optimizer> optimizer;
   std::unique_ptr<comm::Communicator> comm;
   std::unique_ptr<train::TrainStep> step;
@@ -116,7 +116,7 @@ Worker make_worker(const train::TrainConfig& c, Kind kind, std::unique_ptr<comm:
                    const train::LossScaleSpec& loss_scale = {}) {
   Worker w;
   w.backend = kind == Kind::kDnnl ? nn::make_dnnl_backend() : nn::make_reference_backend();
-  w.model = std::make_unique<nn::Sequential>(c.model, *w.backend, max_batch);
+  w.model = std::make_unique<nn::Model>(c.model, *w.backend, max_batch);
   w.model->initialize(7);
   w.optimizer = std::make_unique<train::Optimizer>(c.optimizer, w.model->parameters().size(),
                                                    w.backend->device());

@@ -20,7 +20,7 @@
 #include "test/train/solo_fit.h"
 #include "worker/comm/ring_communicator.h"
 #include "worker/nn/backend.h"
-#include "worker/nn/sequential.h"
+#include "worker/nn/model.h"
 #include "worker/train/checkpoint.h"
 #include "worker/train/loss_scale.h"
 #include "worker/train/optimizer.h"
@@ -58,7 +58,7 @@ train::TrainConfig parse(const std::string& json) {
 // A worker of one on a host backend; members are destroyed bottom-up, the step first.
 struct Solo {
   std::unique_ptr<nn::Backend> backend;
-  std::unique_ptr<nn::Sequential> model;
+  std::unique_ptr<nn::Model> model;
   std::unique_ptr<train::Optimizer> optimizer;
   comm::SoloCommunicator comm;
   std::unique_ptr<train::TrainStep> step;
@@ -66,7 +66,7 @@ struct Solo {
   Solo(const std::string& optimizer_json, bool dnnl, const train::LossScaleSpec& scale) {
     train::TrainConfig c = parse(config_text(optimizer_json));
     backend = dnnl ? nn::make_dnnl_backend() : nn::make_reference_backend();
-    model = std::make_unique<nn::Sequential>(c.model, *backend, kBatch);
+    model = std::make_unique<nn::Model>(c.model, *backend, kBatch);
     model->initialize(7);
     optimizer = std::make_unique<train::Optimizer>(c.optimizer, model->parameters().size(),
                                                    backend->device());

@@ -109,12 +109,14 @@ TEST_CASE("a 2-D input_shape is [h, w, 1], and the recorded architecture says so
   CHECK_THROWS_WITH(parse(train_json(R"("sgd")", "", "[6]")), Contains("train.model.input_shape"));
 }
 
-TEST_CASE("layer types and train.device parse into enums") {
+TEST_CASE("a chain's layers keep their order and names; train.device parses into an enum") {
   train::TrainConfig c = parse(train_json(R"("sgd")", "", "[6, 6, 1]", R"(, "device": "cpu")"));
-  REQUIRE(c.model.layers.size() == 4);
-  CHECK(c.model.layers[0].type == nn::LayerType::kConv2d);
-  CHECK(c.model.layers[2].type == nn::LayerType::kDropout);
-  CHECK(std::string(nn::layer_type_name(c.model.layers[1].type)) == "flatten");
+  REQUIRE(c.model.nodes.size() == 4);
+  CHECK(c.model.nodes[0].type == "conv2d");
+  CHECK(c.model.nodes[1].type == "flatten");
+  CHECK(c.model.nodes[2].type == "dropout");
+  CHECK(c.model.nodes[2].param_prefix == "layers.2.dropout.");
+  CHECK(c.model.nodes[3].inputs == std::vector<size_t>{2});
   CHECK(c.device == train::DeviceChoice::kCpu);
   CHECK(parse(train_json(R"("sgd")")).device == train::DeviceChoice::kAuto);
   CHECK(parse(train_json(R"("sgd")", "", "[6, 6, 1]", R"(, "device": "cuda")")).device ==

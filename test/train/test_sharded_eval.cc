@@ -11,7 +11,7 @@
 #include "worker/comm/ring_communicator.h"
 #include "worker/data/dataset.h"
 #include "worker/nn/backend.h"
-#include "worker/nn/sequential.h"
+#include "worker/nn/model.h"
 #include "worker/train/evaluator.h"
 #include "worker/train/train_config.h"
 
@@ -43,7 +43,7 @@ std::vector<std::pair<double, double>> evaluate_on(int ranks, const data::Datase
     threads.emplace_back([&, r] {
       try {
         auto backend = nn::make_dnnl_backend();
-        nn::Sequential model(c.model, *backend, kBatch);
+        nn::Model model(c.model, *backend, kBatch);
         model.initialize(7);  // the same weights on every rank
         comm::RingCommunicator comm(std::move(links[static_cast<size_t>(r)]), r, ranks);
         results[static_cast<size_t>(r)] =

@@ -1,7 +1,9 @@
 // End to end through `dtrain launch` with two real dtrain-workers, worker 1 slowed by the
 // test-only DTRAIN_TEST_SLOW_STEP_MS: both report the group's samples/s, but worker 1 reports the
 // larger compute time per step and worker 0 the larger all-reduce wait; state.json names worker 1
-// the straggler and `dtrain status` prints the columns and the straggler line.
+// the straggler and `dtrain status` prints the columns and the straggler line. The sleep (300 ms a
+// step) is long beside anything a busy machine does to worker 0's few milliseconds of compute, so
+// the order of the figures holds under load (40 ms was within what a busy CI machine can take).
 #include <catch2/catch.hpp>
 #include <fstream>
 
@@ -15,14 +17,14 @@ using namespace dtrain;
 namespace {
 
 const char* kJob = R"({"job": "straggler", "workers": 2,
- "env": {"DTRAIN_TEST_SLOW_STEP_MS": "1:40"},
+ "env": {"DTRAIN_TEST_SLOW_STEP_MS": "1:300"},
  "train": {"model": {"input_shape": [8, 8, 1], "layers": [
    {"type": "flatten"}, {"type": "dense", "units": 16, "activation": "relu"},
    {"type": "dense", "units": 4}]},
   "loss": {"type": "sparse_categorical_crossentropy", "from_logits": true},
   "optimizer": "sgd",
   "data": {"source": "synthetic", "examples": 512, "classes": 4},
-  "per_worker_batch_size": 16, "epochs": 1, "steps_per_epoch": 24, "seed": 7,
+  "per_worker_batch_size": 16, "epochs": 1, "steps_per_epoch": 10, "seed": 7,
   "validation": false, "tensorboard": false}})";
 
 double seconds(const common::JsonNode& worker, const char* key) {
@@ -48,7 +50,7 @@ TEST_CASE("a slowed worker computes longest, its peer waits, and status names it
   double wait0 = seconds(workers[0], "wait_seconds_per_step");
   double wait1 = seconds(workers[1], "wait_seconds_per_step");
   INFO("compute " << compute0 << " " << compute1 << ", wait " << wait0 << " " << wait1);
-  CHECK(compute1 >= 0.035);  // the 40 ms sleep sits in its compute part
+  CHECK(compute1 >= 0.25);  // the 300 ms sleep sits in its compute part
   CHECK(compute1 > 2 * compute0);
   CHECK(wait0 > wait1);  // worker 0 waits for worker 1 in each step's all-reduce
   CHECK(wait0 >= 0.02);

@@ -3,114 +3,147 @@
 
 #include <fmt/format.h>
 
+#include <map>
+
 #include "common/errors.h"
-#include "worker/nn/backend.h"
 
 namespace dtrain::nn {
 namespace {
 
-// Keras accepts an int or a pair for sizes and strides.
-std::pair<int, int> int_or_pair(const common::JsonNode& node, int min, int max) {
-  if (!node.is_array()) {
-    int v = static_cast<int>(node.as_int(min, max));
-    return {v, v};
+constexpr const char* kInputName = "input";
+
+// A layer as listed, before the graph is ordered.
+struct Listed {
+  common::JsonNode node;
+  NodeSpec spec;
+  std::vector<std::string> input_names;
+  std::vector<common::JsonNode> input_nodes;  ///< where each input was named, for messages
+};
+
+Listed parse_listed(const common::JsonNode& node, size_t index) {
+  Listed l{node, {}, {}, {}};
+  common::JsonNode type = node.at("type");
+  l.spec.type = type.as_string();
+  const LayerKind* kind = find_layer_kind(l.spec.type);
+  if (!kind) {
+    std::string guess = closest_layer_type(l.spec.type);
+    type.fail(fmt::format("unknown layer type \"{}\" ({}expected {})", l.spec.type,
+                          guess.empty() ? "" : "did you mean \"" + guess + "\"? ",
+                          layer_type_list()));
   }
-  std::vector<common::JsonNode> items = node.as_array();
-  if (items.size() != 2)
-    node.fail(fmt::format("expected an integer or a pair, found {}", node.describe()));
-  return {static_cast<int>(items[0].as_int(min, max)), static_cast<int>(items[1].as_int(min, max))};
-}
-
-Activation parse_activation(const common::JsonNode& node) {
-  if (node.is_null()) return Activation::kLinear;
-  std::string name = node.as_string();
-  if (name == "linear") return Activation::kLinear;
-  if (name == "relu") return Activation::kRelu;
-  if (name == "softmax") return Activation::kSoftmax;
-  node.fail(
-      fmt::format("activation \"{}\" is not supported (expected relu, softmax or linear)", name));
-}
-
-constexpr std::pair<LayerType, const char*> kLayerTypes[] = {
-    {LayerType::kConv2d, "conv2d"},   {LayerType::kMaxPooling2d, "max_pooling2d"},
-    {LayerType::kFlatten, "flatten"}, {LayerType::kDense, "dense"},
-    {LayerType::kDropout, "dropout"}, {LayerType::kRelu, "relu"}};
-
-LayerType parse_layer_type(const common::JsonNode& node) {
-  std::string name = node.as_string();
-  for (const auto& [type, type_name] : kLayerTypes) {
-    if (name == type_name) return type;
+  l.spec.path = node.path();
+  if (auto n = node.find("name")) {
+    l.spec.name = n->as_nonempty_string();
+    if (l.spec.name == kInputName) n->fail("\"input\" names the model's input; choose another");
+    l.spec.param_prefix = l.spec.name + ".";
+  } else {
+    l.spec.name = fmt::format("layers.{}.{}", index, l.spec.type);
+    l.spec.param_prefix = l.spec.name + ".";
   }
-  node.fail(
-      fmt::format("unknown layer type \"{}\" (expected conv2d, max_pooling2d, flatten, dense, "
-                  "dropout or relu)",
-                  name));
-}
-
-void parse_conv2d(const common::JsonNode& node, LayerSpec& l) {
-  node.check_keys(
-      {"type", "filters", "kernel_size", "strides", "padding", "activation", "use_bias"});
-  l.filters = static_cast<int>(node.at("filters").as_int(1, 65536));
-  std::tie(l.kernel_h, l.kernel_w) = int_or_pair(node.at("kernel_size"), 1, 64);
-  if (auto n = node.find("strides")) std::tie(l.stride_h, l.stride_w) = int_or_pair(*n, 1, 64);
-  if (auto n = node.find("padding")) {
-    std::string padding = n->as_string();
-    if (padding != "valid" && padding != "same")
-      n->fail(fmt::format("expected \"valid\" or \"same\", found \"{}\"", padding));
-    l.same_padding = padding == "same";
+  if (auto n = node.find("inputs")) {
+    for (const common::JsonNode& input : n->as_array()) {
+      l.input_names.push_back(input.as_nonempty_string());
+      l.input_nodes.push_back(input);
+    }
+    if (l.input_names.empty()) n->fail("expected at least one input");
   }
-  if (auto n = node.find("use_bias"); n && !n->as_bool())
-    n->fail("use_bias false is not supported");
-}
-
-void parse_max_pooling2d(const common::JsonNode& node, LayerSpec& l) {
-  node.check_keys({"type", "pool_size", "strides", "padding"});
-  if (auto n = node.find("pool_size")) std::tie(l.pool_h, l.pool_w) = int_or_pair(*n, 1, 64);
-  std::tie(l.stride_h, l.stride_w) = std::pair{l.pool_h, l.pool_w};  // Keras: pool_size
-  if (auto n = node.find("strides"); n && !n->is_null())
-    std::tie(l.stride_h, l.stride_w) = int_or_pair(*n, 1, 64);
-  if (auto n = node.find("padding"); n && n->as_string() != "valid")
-    n->fail("only \"valid\" padding is supported for pooling");
-}
-
-LayerSpec parse_layer(const common::JsonNode& node) {
-  LayerSpec l;
-  l.type = parse_layer_type(node.at("type"));
-  switch (l.type) {
-    case LayerType::kConv2d:
-      parse_conv2d(node, l);
-      break;
-    case LayerType::kMaxPooling2d:
-      parse_max_pooling2d(node, l);
-      break;
-    case LayerType::kDense:
-      node.check_keys({"type", "units", "activation", "use_bias"});
-      l.units = static_cast<int>(node.at("units").as_int(1, 1 << 20));
-      if (auto n = node.find("use_bias"); n && !n->as_bool())
-        n->fail("use_bias false is not supported");
-      break;
-    case LayerType::kDropout:
-      node.check_keys({"type", "rate"});
-      l.rate = static_cast<float>(node.at("rate").as_number(0.0, 0.999));
-      break;
-    case LayerType::kFlatten:
-      node.check_keys({"type"});
-      break;
-    case LayerType::kRelu:
-      node.check_keys({"type"});
-      l.activation = Activation::kRelu;
-      break;
-  }
-  if (auto n = node.find("activation")) l.activation = parse_activation(*n);
-  if (l.activation == Activation::kSoftmax && l.type != LayerType::kDense)
-    node.at("activation").fail("softmax only on a dense layer");
+  l.spec.config = kind->parse(node);
   return l;
+}
+
+// Resolves every layer's inputs to listed indices (kModelInput for "input"); the layer before
+// when it names none.
+std::vector<std::vector<size_t>> resolve_inputs(const std::vector<Listed>& listed) {
+  std::map<std::string, size_t> by_name;
+  for (size_t i = 0; i < listed.size(); ++i) {
+    auto [it, fresh] = by_name.emplace(listed[i].spec.name, i);
+    if (!fresh) {
+      listed[i].node.at("name").fail(fmt::format(
+          "the name \"{}\" is taken by {}", listed[i].spec.name, listed[it->second].spec.path));
+    }
+  }
+  std::vector<std::vector<size_t>> inputs(listed.size());
+  for (size_t i = 0; i < listed.size(); ++i) {
+    if (listed[i].input_names.empty()) {
+      inputs[i] = {i == 0 ? NodeSpec::kModelInput : i - 1};
+      continue;
+    }
+    for (size_t k = 0; k < listed[i].input_names.size(); ++k) {
+      const std::string& name = listed[i].input_names[k];
+      if (name == kInputName) {
+        inputs[i].push_back(NodeSpec::kModelInput);
+        continue;
+      }
+      auto it = by_name.find(name);
+      if (it == by_name.end())
+        listed[i].input_nodes[k].fail(fmt::format("no layer is named \"{}\"", name));
+      inputs[i].push_back(it->second);
+    }
+  }
+  return inputs;
+}
+
+// The layers the output depends on, in a topological order (among those ready, the one listed
+// first goes first, so a chain keeps its order). ConfigError for a cycle or an unused layer.
+std::vector<size_t> order_graph(const std::vector<Listed>& listed,
+                                const std::vector<std::vector<size_t>>& inputs, size_t output) {
+  const size_t n = listed.size();
+  std::vector<bool> used(n, false);
+  std::vector<size_t> stack = {output};
+  while (!stack.empty()) {
+    size_t i = stack.back();
+    stack.pop_back();
+    if (used[i]) continue;
+    used[i] = true;
+    for (size_t in : inputs[i])
+      if (in != NodeSpec::kModelInput) stack.push_back(in);
+  }
+  for (size_t i = 0; i < n; ++i) {
+    if (!used[i]) {
+      throw common::ConfigError(fmt::format("{} (\"{}\"): the output does not use this layer",
+                                            listed[i].spec.path, listed[i].spec.name));
+    }
+  }
+  std::vector<size_t> waiting(n, 0);  // inputs not yet placed
+  std::vector<std::vector<size_t>> users(n);
+  for (size_t i = 0; i < n; ++i) {
+    for (size_t in : inputs[i]) {
+      if (in == NodeSpec::kModelInput) continue;
+      ++waiting[i];
+      users[in].push_back(i);
+    }
+  }
+  std::vector<size_t> order;
+  std::vector<bool> placed(n, false);
+  while (order.size() < n) {
+    size_t next = n;
+    for (size_t i = 0; i < n && next == n; ++i)
+      if (!placed[i] && waiting[i] == 0) next = i;
+    if (next == n) {
+      size_t stuck = 0;
+      while (placed[stuck]) ++stuck;
+      throw common::ConfigError(
+          fmt::format("{} (\"{}\"): its inputs lead back to it (the layers form a cycle)",
+                      listed[stuck].spec.path, listed[stuck].spec.name));
+    }
+    placed[next] = true;
+    order.push_back(next);
+    for (size_t user : users[next]) --waiting[user];
+  }
+  return order;
 }
 
 }  // namespace
 
+std::vector<Dims> ModelSpec::input_dims_of(size_t i) const {
+  std::vector<Dims> dims;
+  for (size_t in : nodes[i].inputs)
+    dims.push_back(in == NodeSpec::kModelInput ? input_dims() : nodes[in].out);
+  return dims;
+}
+
 ModelSpec parse_model_spec(const common::JsonNode& node) {
-  node.check_keys({"input_shape", "layers"});
+  node.check_keys({"input_shape", "layers", "output"});
   ModelSpec spec;
   std::vector<common::JsonNode> shape = node.at("input_shape").as_array();
   if (shape.size() != 2 && shape.size() != 3)
@@ -120,11 +153,46 @@ ModelSpec parse_model_spec(const common::JsonNode& node) {
   spec.channels = shape.size() == 3 ? static_cast<int>(shape[2].as_int(1, 1 << 14)) : 1;
   std::vector<common::JsonNode> layers = node.at("layers").as_array();
   if (layers.empty()) node.at("layers").fail("expected at least one layer");
-  for (const common::JsonNode& layer : layers) spec.layers.push_back(parse_layer(layer));
-  for (size_t i = 0; i + 1 < spec.layers.size(); ++i) {
-    if (spec.layers[i].activation == Activation::kSoftmax) {
-      layers[i].fail("softmax is only supported as the last layer's activation");
+  std::vector<Listed> listed;
+  for (size_t i = 0; i < layers.size(); ++i) listed.push_back(parse_listed(layers[i], i));
+  std::vector<std::vector<size_t>> inputs = resolve_inputs(listed);
+  size_t output = listed.size() - 1;
+  if (auto n = node.find("output")) {
+    std::string name = n->as_nonempty_string();
+    output = listed.size();
+    for (size_t i = 0; i < listed.size(); ++i)
+      if (listed[i].spec.name == name) output = i;
+    if (output == listed.size()) n->fail(fmt::format("no layer is named \"{}\"", name));
+  }
+  std::vector<size_t> order = order_graph(listed, inputs, output);
+  std::vector<size_t> place(listed.size());
+  for (size_t k = 0; k < order.size(); ++k) place[order[k]] = k;
+  for (size_t k = 0; k < order.size(); ++k) {
+    Listed& l = listed[order[k]];
+    NodeSpec node_spec = l.spec;
+    for (size_t in : inputs[order[k]])
+      node_spec.inputs.push_back(in == NodeSpec::kModelInput ? in : place[in]);
+    int arity = node_spec.config->arity();
+    if (arity > 0 && node_spec.inputs.size() != static_cast<size_t>(arity)) {
+      l.node.at("inputs").fail(fmt::format("{} takes {} input{}, found {}", node_spec.type, arity,
+                                           arity == 1 ? "" : "s", node_spec.inputs.size()));
     }
+    if (arity == 0 && node_spec.inputs.size() < 2) {
+      std::string where = l.node.find("inputs") ? l.node.at("inputs").path() : l.spec.path;
+      throw common::ConfigError(fmt::format("{}: {} takes two inputs or more, found {}", where,
+                                            node_spec.type, node_spec.inputs.size()));
+    }
+    spec.nodes.push_back(std::move(node_spec));
+    NodeSpec& placed = spec.nodes.back();
+    placed.out = placed.config->output_dims(spec.input_dims_of(k), placed.path);
+    if (k + 1 < order.size() && placed.config->activation() == Activation::kSoftmax)
+      l.node.at("activation").fail("softmax is only supported as the output's activation");
+  }
+  const NodeSpec& last = spec.nodes.back();
+  if (!last.out.flat()) {
+    throw common::ConfigError(
+        fmt::format("{}: the model must end in a flat output (a dense layer); it ends in {}x{}x{}",
+                    last.path, last.out.h, last.out.w, last.out.c));
   }
   return spec;
 }
@@ -134,7 +202,10 @@ std::string model_json(const common::JsonNode& node, const ModelSpec& spec) {
   common::JsonWriter w;  // checkpoints keep matching
   w.begin_object().key("input_shape").begin_array();
   w.value(spec.height).value(spec.width).value(spec.channels).end_array();
-  return w.key("layers").raw(node.at("layers").dump()).end_object().str();
+  for (const auto& [key, value] : node.as_object()) {
+    if (key != "input_shape") w.key(key).raw(value.dump());
+  }
+  return w.end_object().str();
 }
 
 const char* math_mode_name(MathMode mode) {
@@ -149,36 +220,6 @@ const char* math_mode_name(MathMode mode) {
       return "mixed_float16";
   }
   return "?";
-}
-
-const char* layer_type_name(LayerType type) {
-  for (const auto& [known, name] : kLayerTypes) {
-    if (known == type) return name;
-  }
-  return "?";
-}
-
-std::array<int, 3> layer_output(const LayerSpec& l, int c, int h, int w) {
-  switch (l.type) {
-    case LayerType::kConv2d:
-      if (l.same_padding)
-        return {l.filters, (h + l.stride_h - 1) / l.stride_h, (w + l.stride_w - 1) / l.stride_w};
-      return {l.filters, (h - l.kernel_h) / l.stride_h + 1, (w - l.kernel_w) / l.stride_w + 1};
-    case LayerType::kMaxPooling2d:
-      return {c, (h - l.pool_h) / l.stride_h + 1, (w - l.pool_w) / l.stride_w + 1};
-    case LayerType::kFlatten:
-      return {c * h * w, 1, 1};
-    case LayerType::kDense:
-      return {l.units, 1, 1};
-    default:
-      return {c, h, w};
-  }
-}
-
-std::pair<int, int> same_padding(int in, int kernel, int stride) {
-  int out = (in + stride - 1) / stride;
-  int total = std::max((out - 1) * stride + kernel - in, 0);
-  return {total / 2, total - total / 2};
 }
 
 }  // namespace dtrain::nn

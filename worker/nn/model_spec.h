@@ -1,44 +1,45 @@
-// The `train.model` object: input shape and layers with Keras's names and defaults, parsed and
-// checked (errors name the JSON path). Knows nothing of buffers or backends.
+// The `train.model` object: the model as a graph (docs/design.md#the-model-as-a-graph). One
+// input of shape input_shape, named "input"; layers, each naming the layers it takes ("inputs";
+// absent: the layer listed before it, or the input for the first); one output (the key
+// "output", else the last layer). A chain of layers without names or inputs is Keras's
+// Sequential. Parsed, ordered, and checked: every reference resolves, nothing is a cycle or
+// unused, and every shape fits (errors name the JSON path). Knows nothing of buffers or backends.
 #pragma once
 
-#include <array>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "common/json.h"
+#include "worker/nn/layer.h"
+#include "worker/nn/layer_registry.h"
 
 namespace dtrain::nn {
 
-enum class Activation { kLinear, kRelu, kSoftmax };
-
-/// train.model.layers[i].type, parsed once; code switches on it (no default, so -Wswitch names
-/// a kind a switch forgot).
-enum class LayerType { kConv2d, kMaxPooling2d, kFlatten, kDense, kDropout, kRelu };
-
-/// Keras's name of a layer type ("conv2d", "max_pooling2d", ...).
-const char* layer_type_name(LayerType type);
-
-struct LayerSpec {
-  LayerType type = LayerType::kDense;
-  // conv2d
-  int filters = 0;
-  int kernel_h = 1, kernel_w = 1;
-  int stride_h = 1, stride_w = 1;
-  bool same_padding = false;
-  // max_pooling2d
-  int pool_h = 2, pool_w = 2;
-  // dense
-  int units = 0;
-  // dropout
-  float rate = 0;
-  Activation activation = Activation::kLinear;
+/// One layer of the graph.
+struct NodeSpec {
+  std::string name;  ///< its "name", else "layers.<i>.<type>"
+  std::string type;  ///< "conv2d"
+  std::string path;  ///< where it was given, for messages: "model.layers[3]"
+  /// Each input: another node's index (always lower: nodes are in topological order), or
+  /// kModelInput.
+  std::vector<size_t> inputs;
+  static constexpr size_t kModelInput = static_cast<size_t>(-1);
+  /// Its tensors' names start with this: "<name>." ("layers.0.conv2d." in a chain without names,
+  /// as checkpoints have always named them).
+  std::string param_prefix;
+  std::shared_ptr<const LayerConfig> config;
+  Dims out;  ///< one example's output size
 };
 
 struct ModelSpec {
   /// input_shape [h, w, c] (channels last, as Keras); a 2-D [h, w] is read as [h, w, 1].
   int height = 0, width = 0, channels = 0;
-  std::vector<LayerSpec> layers;
+  std::vector<NodeSpec> nodes;  ///< in topological order; the output is the last
+  Dims input_dims() const { return {channels, height, width}; }
+  Dims output_dims() const { return nodes.back().out; }
+  /// Sizes of node i's inputs.
+  std::vector<Dims> input_dims_of(size_t i) const;
 };
 
 /// Parses train.model. Throws ConfigError "model.layers[2].units: ..." for anything wrong.
@@ -48,13 +49,5 @@ ModelSpec parse_model_spec(const common::JsonNode& node);
 /// given, except that a 2-D input_shape is written as the [h, w, 1] it means (so readers of
 /// model.json always find three numbers).
 std::string model_json(const common::JsonNode& node, const ModelSpec& spec);
-
-/// One example's size {channels, height, width} after layer l, given its size before: conv2d
-/// (Keras "valid" or "same"), max pooling ("valid"), flatten and dense (n x 1 x 1); other layers
-/// keep it. No checks: make_layer rejects what does not fit.
-std::array<int, 3> layer_output(const LayerSpec& l, int c, int h, int w);
-
-/// Keras "same" padding for one dimension: {before, after}.
-std::pair<int, int> same_padding(int in, int kernel, int stride);
 
 }  // namespace dtrain::nn

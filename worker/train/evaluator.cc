@@ -10,29 +10,34 @@
 #include "common/errors.h"
 #include "common/json.h"
 #include "common/run_dir.h"
-#include "worker/nn/sequential.h"
+#include "worker/nn/model.h"
 #include "worker/train/checkpoint.h"
 #include "worker/train/input_stager.h"
 
 namespace dtrain::train {
 namespace {
 
-// Copies the file's weights into the model; false when a weight is missing or misshapen.
-bool load_weights(nn::Sequential& model, const SafetensorsFile& file) {
-  std::vector<float> host(model.parameters().size());
-  for (const nn::ParamInfo& p : model.parameter_infos()) {
-    auto it = file.tensors.find(p.name);
-    if (it == file.tensors.end() || it->second.data.size() != p.count) return false;
-    std::copy(it->second.data.begin(), it->second.data.end(),
-              host.begin() + static_cast<long>(p.offset));
-  }
-  model.parameters().from_host(host);
-  return true;
+// Copies the file's weights (parameters and state) into the model; false when one is missing
+// or misshapen.
+bool load_weights(nn::Model& model, const SafetensorsFile& file) {
+  auto load = [&](nn::Buffer<float>& buffer, const std::vector<nn::ParamInfo>& infos) {
+    std::vector<float> host(buffer.size());
+    for (const nn::ParamInfo& p : infos) {
+      auto it = file.tensors.find(p.name);
+      if (it == file.tensors.end() || it->second.data.size() != p.count) return false;
+      std::copy(it->second.data.begin(), it->second.data.end(),
+                host.begin() + static_cast<long>(p.offset));
+    }
+    buffer.from_host(host);
+    return true;
+  };
+  return load(model.parameters(), model.parameter_infos()) &&
+         load(model.state(), model.state_infos());
 }
 
 }  // namespace
 
-std::pair<double, double> evaluate_model(nn::Sequential& model, nn::Backend& backend,
+std::pair<double, double> evaluate_model(nn::Model& model, nn::Backend& backend,
                                          const data::Dataset& test, int batch,
                                          comm::Communicator* comm) {
   const int64_t batches = (test.count + batch - 1) / batch;
@@ -79,7 +84,7 @@ int run_evaluator(const TrainConfig& config, nn::Backend& backend, const data::D
                   const EvaluatorOptions& options) {
   common::RunDir run(options.run_dir);
   CheckpointStore store(options.run_dir + "/" + config.backup.dir, config.backup.keep);
-  nn::Sequential model(config.model, backend, config.per_worker_batch_size);
+  nn::Model model(config.model, backend, config.per_worker_batch_size);
   std::string out = options.run_dir + "/eval.jsonl";
   std::string final_model = run.model_dir() + "/model.safetensors";
   int64_t last_step = -1;

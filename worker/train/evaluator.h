@@ -11,7 +11,7 @@
 #include "worker/comm/communicator.h"
 #include "worker/data/dataset.h"
 #include "worker/nn/backend.h"
-#include "worker/nn/sequential.h"
+#include "worker/nn/model.h"
 #include "worker/train/train_config.h"
 
 namespace dtrain::train {
@@ -29,7 +29,7 @@ struct EvaluatorOptions {
 /// 1/N of them) and the per-batch sums are all-reduced; every rank then adds them up in batch
 /// order, so the result is the same on every rank and equal to one rank evaluating every batch
 /// with the same backend. Per-batch sums stay on the device until one read at the end.
-std::pair<double, double> evaluate_model(nn::Sequential& model, nn::Backend& backend,
+std::pair<double, double> evaluate_model(nn::Model& model, nn::Backend& backend,
                                          const data::Dataset& test, int batch,
                                          comm::Communicator* comm = nullptr);
 

@@ -10,7 +10,7 @@
 #include "worker/comm/communicator.h"
 #include "worker/data/dataset.h"
 #include "worker/nn/backend.h"
-#include "worker/nn/sequential.h"
+#include "worker/nn/model.h"
 #include "worker/train/input_stager.h"
 #include "worker/train/optimizer.h"
 #include "worker/train/train_config.h"
@@ -19,7 +19,7 @@ namespace dtrain::train {
 
 /// Owned parts; the backend they were built on must outlive them.
 struct ModelParts {
-  std::unique_ptr<nn::Sequential> model;  ///< initialised from train.seed
+  std::unique_ptr<nn::Model> model;  ///< initialised from train.seed
   /// Slots zero; its schedule resolved for one step and one worker until the Trainer resolves
   /// it for its run (Optimizer::resolve_schedule).
   std::unique_ptr<Optimizer> optimizer;

@@ -170,7 +170,7 @@ void parse_fields(const common::JsonNode& root, TrainConfig& c) {
   c.model = nn::parse_model_spec(root.at("model"));
   c.model_json = nn::model_json(root.at("model"), c.model);
   if (auto n = root.find("loss")) parse_loss(*n, c);
-  bool softmax = c.model.layers.back().activation == nn::Activation::kSoftmax;
+  bool softmax = c.model.nodes.back().config->activation() == nn::Activation::kSoftmax;
   if (softmax == c.from_logits) {
     (root.find("loss") ? root.at("loss") : root)
         .fail(softmax ? "from_logits is true but the last layer already applies softmax"

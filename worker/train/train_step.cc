@@ -38,7 +38,7 @@ bool whole_steps_possible(nn::Device& device, const comm::Communicator& comm) {
   return device.kind() == nn::DeviceKind::kHost || !comm.stream_ordered();
 }
 
-TrainStep::TrainStep(nn::Sequential& model, Optimizer& optimizer, nn::Backend& backend,
+TrainStep::TrainStep(nn::Model& model, Optimizer& optimizer, nn::Backend& backend,
                      comm::Communicator& comm, StepOptions options)
     : model_(model),
       optimizer_(optimizer),

@@ -18,7 +18,7 @@
 
 #include "worker/comm/communicator.h"
 #include "worker/comm/membership.h"
-#include "worker/nn/sequential.h"
+#include "worker/nn/model.h"
 #include "worker/train/loss_scale.h"
 #include "worker/train/optimizer.h"
 
@@ -109,7 +109,7 @@ bool whole_steps_possible(nn::Device& device, const comm::Communicator& comm);
 /// Not copyable; single-threaded. model, optimizer, backend and comm must outlive it.
 class TrainStep {
  public:
-  TrainStep(nn::Sequential& model, Optimizer& optimizer, nn::Backend& backend,
+  TrainStep(nn::Model& model, Optimizer& optimizer, nn::Backend& backend,
             comm::Communicator& comm, StepOptions options);
   ~TrainStep();
   TrainStep(const TrainStep&) = delete;
@@ -200,7 +200,7 @@ class TrainStep {
   comm::ReduceTicket start(float* data, size_t count, comm::ReduceOp op);
   void finish(comm::ReduceTicket ticket);
 
-  nn::Sequential& model_;
+  nn::Model& model_;
   Optimizer& optimizer_;
   nn::Backend& backend_;
   nn::Device& device_;

@@ -194,6 +194,7 @@ Trainer::Trainer(const TrainConfig& config, nn::Backend& backend, comm::Communic
   }
   model_ = std::move(parts.model);
   optimizer_ = std::move(parts.optimizer);
+  tensors_ = std::make_unique<ModelTensors>(*model_, optimizer_->slots());
   stager_ = std::move(parts.stager);
   if (!window.empty()) {
     spdlog::info(model_->gradients_lent()
@@ -254,26 +255,12 @@ comm::Window Trainer::gradient_window() {
   return backend_.device().kind() == nn::DeviceKind::kHost ? comm_.window() : comm::Window{};
 }
 
-// Parameters, then each optimizer slot split into the same named tensors.
 std::vector<TensorView> Trainer::checkpoint_tensors() {
-  std::vector<std::pair<std::string, nn::Buffer<float>*>> buffers = {{"", &model_->parameters()}};
-  for (auto& [slot, buffer] : optimizer_->slots())
-    buffers.emplace_back("optimizer." + slot + ".", buffer);
-  host_tensors_.clear();
-  std::vector<TensorView> views;
-  for (auto& [prefix, buffer] : buffers) {
-    host_tensors_.push_back(buffer->to_host());
-    for (const nn::ParamInfo& p : model_->parameter_infos()) {
-      views.push_back({prefix + p.name, p.shape, host_tensors_.back().data() + p.offset, p.count});
-    }
-  }
-  return views;
+  return tensors_->download();
 }
 
 void Trainer::upload_tensors() {
-  model_->parameters().from_host(host_tensors_[0]);
-  size_t i = 1;
-  for (auto& [slot, buffer] : optimizer_->slots()) buffer->from_host(host_tensors_[i++]);
+  tensors_->upload();
 }
 
 std::optional<TrainingState> Trainer::load_checkpoint(std::vector<TensorView>& views,
@@ -304,7 +291,7 @@ std::optional<TrainingState> Trainer::load_finished_model(std::vector<TensorView
       run.model_dir() + "/model.safetensors", run.spec_json(), config_.model_json, done);
   if (!model) return std::nullopt;
   std::vector<TensorView> weights = views;
-  weights.resize(model_->parameter_infos().size());
+  weights.resize(tensors_->weight_count());
   restore_tensors(*model, weights);
   spdlog::info(
       "no checkpoint, but {} is this launch's finished model (global step {}): nothing "
@@ -362,7 +349,7 @@ void Trainer::share_state(bool holding) {
   comm_.broadcast(clock.data(), sizeof clock, source);
   carried_epoch_seconds_ = clock[0], carried_epoch_samples_ = clock[1];
   carried_first_step_ = static_cast<int64_t>(clock[2]);
-  for (std::vector<float>& tensor : host_tensors_)
+  for (std::vector<float>& tensor : tensors_->host())
     comm_.broadcast(tensor.data(), tensor.size() * sizeof(float), source);
   uint64_t length = epoch_metrics.size();
   comm_.broadcast(&length, sizeof length, source);
@@ -502,7 +489,7 @@ EpochMetrics Trainer::fit_from_state() {
   if (chief()) {
     common::BusyPhase busy(options_.record, common::ProgressPhase::kSaving);
     std::vector<TensorView> weights = checkpoint_tensors();
-    weights.resize(model_->parameter_infos().size());
+    weights.resize(tensors_->weight_count());
     write_final_model(common::RunDir(options_.run_dir).model_dir(), weights, config_.model_json,
                       dtype_policy_name(config_), train_.class_names);
     if (config_.backup.delete_on_success) store_.remove_all();

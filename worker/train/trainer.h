@@ -23,10 +23,11 @@
 #include "worker/data/batcher.h"
 #include "worker/data/dataset.h"
 #include "worker/nn/backend.h"
-#include "worker/nn/sequential.h"
+#include "worker/nn/model.h"
 #include "worker/train/checkpoint.h"
 #include "worker/train/input_stager.h"
 #include "worker/train/model_parts.h"
+#include "worker/train/model_tensors.h"
 #include "worker/train/optimizer.h"
 #include "worker/train/progress.h"
 #include "worker/train/tensorboard.h"
@@ -135,7 +136,7 @@ class Trainer {
   /// Mean loss and accuracy of the model on the test split (no dropout).
   std::pair<double, double> evaluate();
 
-  nn::Sequential& model() { return *model_; }
+  nn::Model& model() { return *model_; }
   TrainStep& step() { return *step_; }
 
  private:
@@ -168,9 +169,9 @@ class Trainer {
   void recover_epoch_metrics();
   /// The communicator's window, where the gradients live on a host device (none on a GPU).
   comm::Window gradient_window();
-  /// Host copies of the parameters and optimizer slots (downloaded now), as named views.
+  /// Host copies of the model's tensors (downloaded now), as named views (ModelTensors).
   std::vector<TensorView> checkpoint_tensors();
-  /// Uploads host_tensors_ (as checkpoint_tensors() laid them out) to the device.
+  /// Uploads the host copies (as checkpoint_tensors() laid them out) to the device.
   void upload_tensors();
   void show_progress(int epoch, int64_t step, double started, double seen_here, bool force);
   void write_metrics(const EpochMetrics& m);
@@ -194,12 +195,12 @@ class Trainer {
   data::Dataset train_, test_;
   TrainerOptions options_;
   common::ControlClient* control_;
-  std::unique_ptr<nn::Sequential> model_;
+  std::unique_ptr<nn::Model> model_;
   std::unique_ptr<Optimizer> optimizer_;
   std::unique_ptr<TrainStep> step_;
   std::unique_ptr<InputStager> stager_;
-  std::unique_ptr<TensorBoardLog> tensorboard_;   ///< the chief's, when train.tensorboard is on
-  std::vector<std::vector<float>> host_tensors_;  ///< parameters, then each optimizer slot
+  std::unique_ptr<TensorBoardLog> tensorboard_;  ///< the chief's, when train.tensorboard is on
+  std::unique_ptr<ModelTensors> tensors_;        ///< the model's and optimizer's, as one named set
   ProgressBar progress_;
   CheckpointStore store_;
   TrainingState state_;  ///< where training stands now (what a checkpoint written now records)

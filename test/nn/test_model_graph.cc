@@ -1,0 +1,219 @@
+// The model as a graph (worker/nn/model.h, model_spec.h): a chain written as a graph computes the
+// chain's bits; a residual graph's gradients, where an activation feeds two layers and the two
+// shares add up, match finite differences of its loss on the reference backend; layers listed
+// out of order are ordered; every mistake in a graph (a name that resolves to nothing, a cycle,
+// an unused layer, shapes that do not add, the wrong number of inputs) is a ConfigError naming
+// the JSON path of the layer.
+#include <algorithm>
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/errors.h"
+#include "common/json.h"
+#include "worker/nn/model.h"
+
+using namespace dtrain;
+using namespace dtrain::nn;
+using Catch::Matchers::Contains;
+using Catch::Matchers::StartsWith;
+
+namespace {
+
+ModelSpec spec_of(const std::string& json) {
+  common::JsonDocument doc = common::JsonDocument::parse(json, "model");
+  return parse_model_spec(doc.root().at("model"));
+}
+
+std::string error_of(const std::string& json) {
+  try {
+    spec_of(json);
+  } catch (const common::ConfigError& e) {
+    return e.what();
+  }
+  return "accepted";
+}
+
+const int kBatch = 3;
+
+std::vector<float> images(const Dims& d) {
+  std::vector<float> x(d.size() * kBatch);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>((i * 37) % 17) / 8.0f - 1.0f;
+  return x;
+}
+
+// The mean cross-entropy of the model on the fixed batch, and (when grads) its gradients.
+double loss_of(Model& model, Backend& backend, std::vector<float>* grads = nullptr) {
+  std::vector<float> x = images(model.input_dims());
+  std::vector<int32_t> labels = {1, 0, 2};
+  const float* logits = model.forward(x.data(), kBatch, StepKey{5, 0, 0}, true);
+  std::vector<float> totals(3, 0.0f);
+  backend.softmax_cross_entropy(kBatch, model.classes(), logits, labels.data(),
+                                grads ? model.logits_gradient() : nullptr, totals.data());
+  if (grads) {
+    model.backward(kBatch);
+    *grads = model.gradients().to_host();
+  }
+  return totals[0] / kBatch;
+}
+
+// A stem convolution feeding a residual block (two convolutions added to the stem's output: the
+// stem's activation feeds both the block and the addition), then flatten and dense.
+const char* kResidual = R"({"model": {"input_shape": [6, 6, 2], "layers": [
+  {"name": "stem", "type": "conv2d", "filters": 3, "kernel_size": 3, "padding": "same",
+   "activation": "relu"},
+  {"name": "a", "type": "conv2d", "filters": 3, "kernel_size": 3, "padding": "same",
+   "activation": "relu"},
+  {"name": "b", "type": "conv2d", "filters": 3, "kernel_size": 1},
+  {"name": "sum", "type": "add", "inputs": ["stem", "b"]},
+  {"name": "out", "type": "relu"},
+  {"type": "flatten"},
+  {"name": "logits", "type": "dense", "units": 3}]}})";
+
+}  // namespace
+
+TEST_CASE("a chain written as a graph computes the chain's bits", "[nn][graph]") {
+  const char* chain = R"({"model": {"input_shape": [6, 6, 1], "layers": [
+    {"type": "conv2d", "filters": 2, "kernel_size": 3, "activation": "relu"},
+    {"type": "flatten"}, {"type": "dropout", "rate": 0.25}, {"type": "dense", "units": 3}]}})";
+  // The same layers, each naming the one before, listed backwards, with the output named.
+  const char* graph = R"({"model": {"input_shape": [6, 6, 1], "output": "layers.0.dense",
+    "layers": [
+    {"type": "dense", "units": 3, "inputs": ["d"]},
+    {"name": "d", "type": "dropout", "rate": 0.25, "inputs": ["f"]},
+    {"name": "f", "type": "flatten", "inputs": ["c"]},
+    {"name": "c", "type": "conv2d", "filters": 2, "kernel_size": 3, "activation": "relu",
+     "inputs": ["input"]}]}})";
+  ModelSpec a = spec_of(chain), b = spec_of(graph);
+  REQUIRE(b.nodes.size() == 4);
+  CHECK(b.nodes[0].name == "c");  // ordered: each layer after its inputs
+  CHECK(b.nodes[3].name == "layers.0.dense");
+  CHECK(b.nodes[3].inputs == std::vector<size_t>{2});
+  CHECK(a.nodes[0].param_prefix == "layers.0.conv2d.");  // a chain's names, as checkpoints have
+
+  std::unique_ptr<Backend> backend = make_reference_backend();
+  Model ma(a, *backend, kBatch), mb(b, *backend, kBatch);
+  ma.initialize(9);
+  mb.initialize(9);
+  CHECK(ma.parameters().to_host() == mb.parameters().to_host());
+  std::vector<float> ga, gb;
+  CHECK(loss_of(ma, *backend, &ga) == loss_of(mb, *backend, &gb));
+  CHECK(ga == gb);
+  CHECK(mb.parameter_infos()[0].name == "c.kernel");
+  CHECK(mb.parameter_infos()[2].name == "layers.0.dense.kernel");
+}
+
+TEST_CASE("a residual graph's gradients match finite differences of its loss", "[nn][graph]") {
+  std::unique_ptr<Backend> backend = make_reference_backend();
+  Model model(spec_of(kResidual), *backend, kBatch);
+  model.initialize(3);
+  std::vector<std::string> names;
+  for (const ParamInfo& p : model.parameter_infos()) names.push_back(p.name);
+  CHECK(names == std::vector<std::string>{"stem.kernel", "stem.bias", "a.kernel", "a.bias",
+                                          "b.kernel", "b.bias", "logits.kernel", "logits.bias"});
+  std::vector<float> grads;
+  loss_of(model, *backend, &grads);
+  std::vector<float> params = model.parameters().to_host();
+  // Every stem parameter (its output feeds the block and the sum) and a sample of the others.
+  std::vector<size_t> checked;
+  for (size_t i = 0; i < 2 * 9 * 3 + 3; ++i) checked.push_back(i);
+  for (size_t i = 57; i < params.size(); i += 7) checked.push_back(i);
+  const float h = 1e-3f;
+  const double center = loss_of(model, *backend);
+  double worst = 0;
+  size_t kinks = 0;
+  for (size_t i : checked) {
+    std::vector<float> moved = params;
+    moved[i] = params[i] + h;
+    model.parameters().from_host(moved);
+    double up = loss_of(model, *backend);
+    moved[i] = params[i] - h;
+    model.parameters().from_host(moved);
+    double down = loss_of(model, *backend);
+    // A step that crosses a ReLU's kink has two different one-sided slopes: no derivative to
+    // compare there.
+    double forward = (up - center) / h, backward = (center - down) / h;
+    if (std::abs(forward - backward) >
+        0.1 * std::max({std::abs(forward), std::abs(backward), 1e-2})) {
+      ++kinks;
+      continue;
+    }
+    double numeric = (up - down) / (2 * h);
+    double error = std::abs(numeric - grads[i]) / std::max(1e-2, std::abs(numeric));
+    INFO("parameter " << i << ": backward " << grads[i] << ", finite difference " << numeric);
+    CHECK(error < 0.05);
+    worst = std::max(worst, error);
+  }
+  CHECK(kinks * 10 < checked.size());
+  model.parameters().from_host(params);
+  INFO("worst relative error " << worst);
+  CHECK(worst > 0);  // the check compared something
+}
+
+TEST_CASE("an activation added to itself gets both shares of its gradient", "[nn][graph]") {
+  // sum = relu(x) + relu(x): the same input twice, the second share added to the first.
+  const char* twice = R"({"model": {"input_shape": [2, 2, 1], "layers": [
+    {"type": "flatten"}, {"name": "h", "type": "dense", "units": 4, "activation": "relu"},
+    {"name": "sum", "type": "add", "inputs": ["h", "h"]},
+    {"name": "logits", "type": "dense", "units": 3}]}})";
+  const char* doubled = R"({"model": {"input_shape": [2, 2, 1], "layers": [
+    {"type": "flatten"}, {"name": "h", "type": "dense", "units": 4, "activation": "relu"},
+    {"name": "logits", "type": "dense", "units": 3}]}})";
+  std::unique_ptr<Backend> backend = make_reference_backend();
+  Model m2(spec_of(twice), *backend, kBatch), m1(spec_of(doubled), *backend, kBatch);
+  m2.initialize(4);
+  m1.initialize(4);
+  // logits' kernel halved in the doubled model: the same logits as the sum's.
+  std::vector<float> p2 = m2.parameters().to_host(), p1 = p2;
+  const size_t h_params = 4 * 4 + 4;
+  for (size_t i = h_params; i < h_params + 4 * 3; ++i) p1[i] = p2[i] * 2.0f;
+  m1.parameters().from_host(p1);
+  std::vector<float> g2, g1;
+  CHECK(loss_of(m2, *backend, &g2) == Approx(loss_of(m1, *backend, &g1)).epsilon(1e-6));
+  for (size_t i = 0; i < h_params; ++i) CHECK(g2[i] == Approx(g1[i]).margin(1e-6));
+}
+
+TEST_CASE("mistakes in a graph are ConfigErrors naming the layer", "[nn][graph]") {
+  auto with_layers = [](const std::string& layers, const std::string& more = "") {
+    return error_of(R"({"model": {"input_shape": [4, 4, 1], )" + more + R"("layers": [)" + layers +
+                    "]}}");
+  };
+  const std::string dense = R"({"name": "logits", "type": "dense", "units": 2})";
+  CHECK_THAT(with_layers(R"({"type": "flatten", "inputs": ["nope"]}, )" + dense),
+             StartsWith("model.layers[0].inputs[0]: no layer is named \"nope\""));
+  CHECK_THAT(with_layers(R"({"name": "f", "type": "flatten", "inputs": ["g"]},
+                            {"name": "g", "type": "relu", "inputs": ["f"]},
+                            {"type": "flatten", "inputs": ["g"]}, )" +
+                         dense),
+             Contains("form a cycle"));
+  CHECK_THAT(with_layers(std::string(R"({"name": "f", "type": "flatten"},
+                            {"name": "spare", "type": "relu", "inputs": ["input"]}, )") +
+                         R"({"name": "logits", "type": "dense", "units": 2, "inputs": ["f"]})"),
+             StartsWith("model.layers[1] (\"spare\"): the output does not use this layer"));
+  CHECK_THAT(with_layers(R"({"name": "c", "type": "conv2d", "filters": 2, "kernel_size": 3},
+                            {"name": "s", "type": "add", "inputs": ["c", "input"]},
+                            {"type": "flatten"}, )" +
+                         dense),
+             StartsWith("model.layers[1]: add needs inputs of one shape; input 0 is 2x2x2, "
+                        "input 1 is 4x4x1"));
+  CHECK_THAT(with_layers(R"({"name": "s", "type": "add", "inputs": ["input"]},
+                            {"type": "flatten"}, )" +
+                         dense),
+             StartsWith("model.layers[0].inputs: add takes two inputs or more, found 1"));
+  CHECK_THAT(with_layers(R"({"type": "flatten", "inputs": ["input", "input"]}, )" + dense),
+             StartsWith("model.layers[0].inputs: flatten takes 1 input, found 2"));
+  CHECK_THAT(with_layers(R"({"name": "x", "type": "flatten"}, {"name": "x", "type": "dense",
+                            "units": 2})"),
+             StartsWith("model.layers[1].name: the name \"x\" is taken by model.layers[0]"));
+  CHECK_THAT(with_layers(R"({"name": "input", "type": "flatten"}, )" + dense),
+             StartsWith("model.layers[0].name: \"input\" names the model's input"));
+  CHECK_THAT(with_layers(R"({"type": "flatten"}, )" + dense, R"("output": "logit", )"),
+             StartsWith("model.output: no layer is named \"logit\""));
+  CHECK_THAT(with_layers(R"({"type": "conv2d", "filters": 2, "kernel_size": 3})"),
+             StartsWith("model.layers[0]: the model must end in a flat output"));
+  CHECK_THAT(with_layers(R"({"type": "flaten"}, )" + dense),
+             StartsWith("model.layers[0].type: unknown layer type \"flaten\" (did you mean "
+                        "\"flatten\"? expected conv2d, "));
+}

@@ -1,0 +1,140 @@
+// What a layer of a Model is (docs/design.md#the-model-as-a-graph): its parsed keys (a
+// LayerConfig, which knows the shapes but no memory) and the built layer (a Layer: parameters and
+// non-trainable state as views into the model's flat buffers, forward and backward through a
+// Backend). A kind of layer lives in one file of worker/nn/layers/ and one line of
+// layer_registry.cc; nothing else knows its kind. Buffers belong to the Model; a layer keeps only
+// its own scratch (a ReLU's gradient, a pooling workspace, a dropout mask) in the device's memory.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "worker/nn/backend.h"
+
+namespace dtrain::nn {
+
+/// Size of one example's activation: channels x height x width (dense: units x 1 x 1).
+struct Dims {
+  int c = 1, h = 1, w = 1;
+  size_t size() const { return static_cast<size_t>(c) * h * w; }
+  bool flat() const { return h == 1 && w == 1; }
+  bool operator==(const Dims& o) const { return c == o.c && h == o.h && w == o.w; }
+  bool operator!=(const Dims& o) const { return !(*this == o); }
+};
+
+/// One named tensor inside a flat buffer (parameters, or non-trainable state).
+struct ParamInfo {
+  std::string name;            ///< "layers.0.conv2d.kernel" (the model's); "kernel" (a layer's)
+  std::vector<int64_t> shape;  ///< conv kernel k,c,kh,kw; dense kernel in,out; bias n
+  size_t offset = 0;           ///< in floats, into the flat buffer
+  size_t count = 0;
+};
+
+/// A range of a flat parameter or gradient buffer: [offset, offset + count), in floats.
+struct ParamRange {
+  size_t offset = 0;
+  size_t count = 0;
+};
+
+/// Gradients of a dense kernel larger than this are produced in pieces of about this many floats
+/// (whole rows), so the all-reduce of the first piece starts while the rest are computed.
+constexpr size_t kGradientPieceFloats = size_t{1} << 19;
+
+/// Where a draw comes from: randomness depends only on these and the layer's index.
+struct StepKey {
+  uint64_t seed = 0;
+  int64_t epoch = 0;
+  int64_t step = 0;
+};
+
+enum class Activation { kLinear, kRelu, kSoftmax };
+
+/// The work of one layer, per example, for benchmarks' bounds (bench/): multiply-adds of its
+/// forward pass, and its products' shapes.
+struct LayerCost {
+  double macs = 0;    ///< forward multiply-adds per example
+  int matmul_in = 0;  ///< a dense layer's in x out (0: none)
+  int matmul_out = 0;
+  size_t conv_output = 0;  ///< a convolution's output elements per example (0: none)
+};
+
+/// One call of forward: n examples, every pointer in the backend's device memory.
+struct ForwardArgs {
+  int n = 0;
+  const std::vector<const float*>& x;  ///< one per input, in the node's order
+  float* y;
+  const float* params;  ///< this layer's parameters (null when it has none)
+  float* state;         ///< this layer's non-trainable state (null when it has none)
+  const StepKey& key;
+  bool training;
+};
+
+/// One call of backward, after the forward of the same examples.
+struct BackwardArgs {
+  int n = 0;
+  const std::vector<const float*>& x;
+  const float* y;
+  const float* dy;
+  /// Where each input's gradient goes (overwritten), or null where nobody needs it (the model's
+  /// input). The model adds it to the input's gradient itself when that input fans out.
+  const std::vector<float*>& dx;
+  const float* params;
+  float* grads;  ///< this layer's gradients, overwritten
+};
+
+class Layer {
+ public:
+  virtual ~Layer() = default;
+  /// Parameter tensors relative to this layer's start in the flat parameter buffer, named
+  /// relative to the layer ("kernel", "bias"), in Keras's order of the layer's weights.
+  virtual std::vector<ParamInfo> params() const { return {}; }
+  /// Non-trainable state, relative to the layer's start in the model's flat state buffer
+  /// ("moving_mean"): checkpointed and shared with the parameters, never all-reduced as a
+  /// gradient.
+  virtual std::vector<ParamInfo> state() const { return {}; }
+  /// The pieces in which backward produces this layer's gradients, relative to the layer's start,
+  /// in the order it enqueues them; together they cover every parameter. Default: one piece.
+  virtual std::vector<ParamRange> gradient_pieces() const;
+  /// Keras's initialisation of this layer's parameters and state, into HOST memory.
+  virtual void initialize(float* /*params*/, float* /*state*/, uint64_t /*seed*/) const {}
+  /// True when the output is the input itself, reinterpreted (flatten): forward and backward are
+  /// never called, and the model gives the output no memory of its own.
+  virtual bool is_view() const { return false; }
+  virtual void forward(Backend& b, const ForwardArgs& a) = 0;
+  /// Writes this layer's gradients, calling gradients_enqueued(k) (when set) as soon as piece k
+  /// of gradient_pieces() is enqueued (when unset, a layer may produce its gradients in fewer,
+  /// larger operations), then each dx that is not null, so the gradients' all-reduce can start
+  /// before dx is computed.
+  virtual void backward(Backend& b, const BackwardArgs& a,
+                        const std::function<void(size_t piece)>& gradients_enqueued) = 0;
+};
+
+/// What a layer is built with besides its config and input sizes.
+struct LayerContext {
+  int index = 0;      ///< its node's place in the model (randomness and initialisation key on it)
+  int max_batch = 1;  ///< scratch is sized for this many examples
+  Backend& backend;
+};
+
+/// One layer's keys, parsed and checked: knows its kind's shape rules and builds the layer. No
+/// memory, no backend; shared by a ModelSpec's copies.
+class LayerConfig {
+ public:
+  virtual ~LayerConfig() = default;
+  /// How many inputs it takes: 1, or 0 for two or more (add, concatenate).
+  virtual int arity() const { return 1; }
+  /// The output size for these input sizes; ConfigError "<where>: ..." when they do not fit (a
+  /// kernel larger than its input, adding different shapes).
+  virtual Dims output_dims(const std::vector<Dims>& in, const std::string& where) const = 0;
+  virtual std::unique_ptr<Layer> make(const std::vector<Dims>& in, const LayerContext& c) const = 0;
+  /// The activation applied last (a softmax output means probabilities, for the loss's check).
+  virtual Activation activation() const { return Activation::kLinear; }
+  /// True when its forward draws randomness per step in training (dropout, augmentation).
+  virtual bool draws_randomness() const { return false; }
+  virtual LayerCost cost(const std::vector<Dims>& /*in*/) const { return {}; }
+};
+
+}  // namespace dtrain::nn

@@ -1,0 +1,73 @@
+// See layer_registry.h. A new kind adds one line to kKinds (its parse function is declared
+// with it) and one file to worker/nn/layers/.
+#include "worker/nn/layer_registry.h"
+
+#include <algorithm>
+#include <iterator>
+#include <vector>
+
+namespace dtrain::nn {
+
+namespace layers {
+std::unique_ptr<LayerConfig> parse_conv2d(const common::JsonNode& node);
+std::unique_ptr<LayerConfig> parse_max_pooling2d(const common::JsonNode& node);
+std::unique_ptr<LayerConfig> parse_flatten(const common::JsonNode& node);
+std::unique_ptr<LayerConfig> parse_dense(const common::JsonNode& node);
+std::unique_ptr<LayerConfig> parse_dropout(const common::JsonNode& node);
+std::unique_ptr<LayerConfig> parse_relu(const common::JsonNode& node);
+std::unique_ptr<LayerConfig> parse_add(const common::JsonNode& node);
+}  // namespace layers
+
+namespace {
+
+constexpr LayerKind kKinds[] = {
+    {"conv2d", "Conv2D", layers::parse_conv2d},
+    {"max_pooling2d", "MaxPooling2D", layers::parse_max_pooling2d},
+    {"flatten", "Flatten", layers::parse_flatten},
+    {"dense", "Dense", layers::parse_dense},
+    {"dropout", "Dropout", layers::parse_dropout},
+    {"relu", "ReLU", layers::parse_relu},
+    {"add", "Add", layers::parse_add},
+};
+
+}  // namespace
+
+const LayerKind* find_layer_kind(std::string_view type) {
+  for (const LayerKind& kind : kKinds) {
+    if (type == kind.type) return &kind;
+  }
+  return nullptr;
+}
+
+std::string closest_layer_type(std::string_view typo) {
+  // Levenshtein distance, two rows.
+  auto distance = [](std::string_view a, std::string_view b) {
+    std::vector<size_t> row(b.size() + 1), next(b.size() + 1);
+    for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+    for (size_t i = 1; i <= a.size(); ++i) {
+      next[0] = i;
+      for (size_t j = 1; j <= b.size(); ++j)
+        next[j] = std::min({row[j] + 1, next[j - 1] + 1, row[j - 1] + (a[i - 1] != b[j - 1])});
+      row.swap(next);
+    }
+    return row[b.size()];
+  };
+  std::string best;
+  size_t best_distance = 3;  // a typo: at most two edits
+  for (const LayerKind& kind : kKinds) {
+    size_t d = distance(typo, kind.type);
+    if (d < best_distance) best = kind.type, best_distance = d;
+  }
+  return best;
+}
+
+std::string layer_type_list() {
+  std::string list;
+  for (size_t i = 0; i < std::size(kKinds); ++i) {
+    if (i > 0) list += i + 1 == std::size(kKinds) ? " or " : ", ";
+    list += kKinds[i].type;
+  }
+  return list;
+}
+
+}  // namespace dtrain::nn

@@ -1,0 +1,127 @@
+// Keras's Conv2D: filters, kernel_size, strides, padding valid|same (TensorFlow's: the odd pixel
+// after), activation, with a bias. Kernel k,c,kh,kw (OIHW), glorot_uniform; bias zero.
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "worker/nn/layers/layer_keys.h"
+
+namespace dtrain::nn::layers {
+namespace {
+
+struct Conv2dKeys {
+  int filters = 0;
+  int kernel_h = 1, kernel_w = 1;
+  int stride_h = 1, stride_w = 1;
+  bool same_padding = false;
+  Activation activation = Activation::kLinear;
+};
+
+class Conv2D : public Activated {
+ public:
+  Conv2D(const Conv2dKeys& k, Dims in, Dims out, const LayerContext& c)
+      : Activated(k.activation, out, c) {
+    shape_.c = in.c, shape_.h = in.h, shape_.w = in.w, shape_.k = k.filters;
+    shape_.kh = k.kernel_h, shape_.kw = k.kernel_w, shape_.sh = k.stride_h, shape_.sw = k.stride_w;
+    if (k.same_padding) {
+      std::tie(shape_.pad_top, shape_.pad_bottom) = same_padding(in.h, k.kernel_h, k.stride_h);
+      std::tie(shape_.pad_left, shape_.pad_right) = same_padding(in.w, k.kernel_w, k.stride_w);
+    }
+  }
+  std::vector<ParamInfo> params() const override {
+    size_t kernel = shape_.weight_count();
+    return {{"kernel", {shape_.k, shape_.c, shape_.kh, shape_.kw}, 0, kernel},
+            {"bias", {shape_.k}, kernel, static_cast<size_t>(shape_.k)}};
+  }
+  void initialize(float* p, float*, uint64_t seed) const override {
+    int area = shape_.kh * shape_.kw;
+    size_t kernel = shape_.weight_count();
+    glorot_uniform(p, kernel, area * shape_.c, area * shape_.k, seed);
+    std::fill(p + kernel, p + kernel + shape_.k, 0.0f);
+  }
+  void forward(Backend& b, const ForwardArgs& a) override {
+    const float* bias = a.params + shape_.weight_count();
+    if (relu())
+      b.conv2d_relu_forward(at(a.n), a.x[0], a.params, bias, a.y);
+    else
+      b.conv2d_forward(at(a.n), a.x[0], a.params, bias, a.y);
+  }
+  void backward(Backend& b, const BackwardArgs& a,
+                const std::function<void(size_t)>& enqueued) override {
+    float* db = a.grads + shape_.weight_count();
+    if (relu() && !a.dx[0]) {  // nobody needs dx: no dz beyond the weight gradient
+      b.conv2d_relu_backward_weights(at(a.n), a.x[0], a.y, a.dy, a.grads, db, scratch());
+      if (enqueued) enqueued(0);
+      return;
+    }
+    const float* dz = deactivate(b, a.n, a.y, a.dy);
+    b.conv2d_backward_weights(at(a.n), a.x[0], dz, a.grads, db);
+    if (enqueued) enqueued(0);
+    if (a.dx[0]) b.conv2d_backward_data(at(a.n), dz, a.params, a.dx[0]);
+  }
+
+ private:
+  ConvShape at(int n) const {
+    ConvShape s = shape_;
+    s.n = n;
+    return s;
+  }
+  ConvShape shape_;
+};
+
+class Conv2dConfig : public LayerConfig {
+ public:
+  explicit Conv2dConfig(const Conv2dKeys& keys) : k_(keys) {}
+  Dims output_dims(const std::vector<Dims>& in, const std::string& where) const override {
+    const Dims& x = in[0];
+    if (k_.same_padding)
+      return {k_.filters, (x.h + k_.stride_h - 1) / k_.stride_h,
+              (x.w + k_.stride_w - 1) / k_.stride_w};
+    if (k_.kernel_h > x.h || k_.kernel_w > x.w) {
+      throw common::ConfigError(fmt::format("{}: a {}x{} kernel does not fit the {}x{} input",
+                                            where, k_.kernel_h, k_.kernel_w, x.h, x.w));
+    }
+    return {k_.filters, (x.h - k_.kernel_h) / k_.stride_h + 1,
+            (x.w - k_.kernel_w) / k_.stride_w + 1};
+  }
+  std::unique_ptr<Layer> make(const std::vector<Dims>& in, const LayerContext& c) const override {
+    return std::make_unique<Conv2D>(k_, in[0], output_dims(in, ""), c);
+  }
+  Activation activation() const override { return k_.activation; }
+  LayerCost cost(const std::vector<Dims>& in) const override {
+    Dims out = output_dims(in, "");
+    LayerCost cost;
+    cost.conv_output = out.size();
+    cost.macs = static_cast<double>(out.size()) * in[0].c * k_.kernel_h * k_.kernel_w;
+    return cost;
+  }
+
+ private:
+  Conv2dKeys k_;
+};
+
+}  // namespace
+
+std::unique_ptr<LayerConfig> parse_conv2d(const common::JsonNode& node) {
+  node.check_keys({"type", "name", "inputs", "filters", "kernel_size", "strides", "padding",
+                   "activation", "use_bias"});
+  Conv2dKeys k;
+  k.filters = static_cast<int>(node.at("filters").as_int(1, 65536));
+  std::tie(k.kernel_h, k.kernel_w) = int_or_pair(node.at("kernel_size"), 1, 64);
+  if (auto n = node.find("strides")) std::tie(k.stride_h, k.stride_w) = int_or_pair(*n, 1, 64);
+  if (auto n = node.find("padding")) {
+    std::string padding = n->as_string();
+    if (padding != "valid" && padding != "same")
+      n->fail(fmt::format("expected \"valid\" or \"same\", found \"{}\"", padding));
+    k.same_padding = padding == "same";
+  }
+  if (auto n = node.find("use_bias"); n && !n->as_bool())
+    n->fail("use_bias false is not supported");
+  if (auto n = node.find("activation")) {
+    k.activation = parse_activation(*n);
+    if (k.activation == Activation::kSoftmax) n->fail("softmax only on a dense layer");
+  }
+  return std::make_unique<Conv2dConfig>(k);
+}
+
+}  // namespace dtrain::nn::layers

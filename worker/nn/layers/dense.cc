@@ -1,0 +1,118 @@
+// Keras's Dense on flat input: units, activation, with a bias. Kernel in,out (Keras's),
+// glorot_uniform; bias zero. Backward produces a large kernel's gradient in pieces of whole rows,
+// last rows first, so its all-reduce starts while the rest is computed.
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "worker/nn/layers/layer_keys.h"
+
+namespace dtrain::nn::layers {
+namespace {
+
+struct DenseKeys {
+  int units = 0;
+  Activation activation = Activation::kLinear;
+};
+
+class Dense : public Activated {
+ public:
+  Dense(const DenseKeys& k, Dims in, const LayerContext& c)
+      : Activated(k.activation, {k.units, 1, 1}, c), in_(static_cast<int>(in.size())) {}
+  std::vector<ParamInfo> params() const override {
+    size_t kernel = static_cast<size_t>(in_) * out_.c;
+    return {{"kernel", {in_, out_.c}, 0, kernel},
+            {"bias", {out_.c}, kernel, static_cast<size_t>(out_.c)}};
+  }
+  // The bias, then the kernel in pieces of whole rows, last rows first.
+  std::vector<ParamRange> gradient_pieces() const override {
+    size_t kernel = static_cast<size_t>(in_) * out_.c;
+    std::vector<ParamRange> pieces = {{kernel, static_cast<size_t>(out_.c)}};
+    size_t rows_per_piece = std::max<size_t>(1, kGradientPieceFloats / out_.c);
+    for (size_t end = in_; end > 0;) {
+      size_t begin = end > rows_per_piece ? end - rows_per_piece : 0;
+      pieces.push_back({begin * out_.c, (end - begin) * out_.c});
+      end = begin;
+    }
+    return pieces;
+  }
+  void initialize(float* p, float*, uint64_t seed) const override {
+    size_t kernel = static_cast<size_t>(in_) * out_.c;
+    glorot_uniform(p, kernel, in_, out_.c, seed);
+    std::fill(p + kernel, p + kernel + out_.c, 0.0f);
+  }
+  void forward(Backend& b, const ForwardArgs& a) override {
+    const float* bias = a.params + static_cast<size_t>(in_) * out_.c;
+    if (relu())
+      b.dense_relu_forward(a.n, in_, out_.c, a.x[0], a.params, bias, a.y);
+    else
+      b.dense_forward(a.n, in_, out_.c, a.x[0], a.params, bias, a.y);
+  }
+  void backward(Backend& b, const BackwardArgs& a,
+                const std::function<void(size_t)>& enqueued) override {
+    const float* dz = deactivate(b, a.n, a.y, a.dy);
+    const float* x = a.x[0];
+    float* dx = a.dx[0];
+    // The bias, then the kernel from its last rows to its first: each piece extends the
+    // gradients produced so far downwards, so buckets stay contiguous.
+    b.dense_backward_bias(a.n, out_.c, dz, a.grads + static_cast<size_t>(in_) * out_.c);
+    if (!enqueued) {  // nobody waits for pieces: one product for the whole kernel
+      b.dense_backward_weight_rows(a.n, in_, out_.c, x, dz, a.grads, 0, in_);
+      if (dx) b.dense_backward_data(a.n, in_, out_.c, dz, a.params, dx);
+      return;
+    }
+    enqueued(0);
+    std::vector<ParamRange> pieces = gradient_pieces();
+    for (size_t k = 1; k < pieces.size(); ++k) {
+      int first = static_cast<int>(pieces[k].offset / out_.c);
+      int last = static_cast<int>((pieces[k].offset + pieces[k].count) / out_.c);
+      b.dense_backward_weight_rows(a.n, in_, out_.c, x, dz, a.grads, first, last);
+      enqueued(k);
+    }
+    if (dx) b.dense_backward_data(a.n, in_, out_.c, dz, a.params, dx);
+  }
+
+ private:
+  int in_;
+};
+
+class DenseConfig : public LayerConfig {
+ public:
+  explicit DenseConfig(const DenseKeys& keys) : k_(keys) {}
+  Dims output_dims(const std::vector<Dims>& in, const std::string& where) const override {
+    if (!in[0].flat()) {
+      throw common::ConfigError(
+          fmt::format("{}: dense needs flat input ({}x{}x{}); add a flatten layer before it", where,
+                      in[0].h, in[0].w, in[0].c));
+    }
+    return {k_.units, 1, 1};
+  }
+  std::unique_ptr<Layer> make(const std::vector<Dims>& in, const LayerContext& c) const override {
+    return std::make_unique<Dense>(k_, in[0], c);
+  }
+  Activation activation() const override { return k_.activation; }
+  LayerCost cost(const std::vector<Dims>& in) const override {
+    LayerCost cost;
+    cost.matmul_in = static_cast<int>(in[0].size());
+    cost.matmul_out = k_.units;
+    cost.macs = static_cast<double>(in[0].size()) * k_.units;
+    return cost;
+  }
+
+ private:
+  DenseKeys k_;
+};
+
+}  // namespace
+
+std::unique_ptr<LayerConfig> parse_dense(const common::JsonNode& node) {
+  node.check_keys({"type", "name", "inputs", "units", "activation", "use_bias"});
+  DenseKeys k;
+  k.units = static_cast<int>(node.at("units").as_int(1, 1 << 20));
+  if (auto n = node.find("use_bias"); n && !n->as_bool())
+    n->fail("use_bias false is not supported");
+  if (auto n = node.find("activation")) k.activation = parse_activation(*n);
+  return std::make_unique<DenseConfig>(k);
+}
+
+}  // namespace dtrain::nn::layers

@@ -1,0 +1,218 @@
+// See model.h.
+#include "worker/nn/model.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "common/errors.h"
+#include "worker/nn/random.h"
+
+namespace dtrain::nn {
+
+std::vector<ParamRange> Layer::gradient_pieces() const {
+  size_t count = 0;
+  for (const ParamInfo& p : params()) count += p.count;
+  if (count == 0) return {};
+  return {{0, count}};
+}
+
+Model::Model(const ModelSpec& spec, Backend& backend, int max_batch, float* gradient_memory,
+             size_t gradient_floats)
+    : spec_(spec), backend_(backend), max_batch_(max_batch) {
+  const size_t n = spec_.nodes.size();
+  DT_ENFORCE(n > 0, "a model without layers");
+  output_ = n - 1;
+  for (size_t i = 0; i < n; ++i) {
+    const NodeSpec& node = spec_.nodes[i];
+    layers_.push_back(
+        node.config->make(spec_.input_dims_of(i), {static_cast<int>(i), max_batch, backend}));
+    has_random_layers_ |= node.config->draws_randomness();
+  }
+  lay_out();
+  Device& device = backend.device();
+  parameters_ =
+      Buffer<float>(device, infos_.empty() ? 0 : infos_.back().offset + infos_.back().count);
+  if (!state_infos_.empty())
+    state_ = Buffer<float>(device, state_infos_.back().offset + state_infos_.back().count);
+  move_gradients(gradient_memory, gradient_floats);
+  plan_memory();
+}
+
+Model::~Model() = default;
+
+void Model::lay_out() {
+  size_t offset = 0, state_offset = 0;
+  for (size_t i = 0; i < layers_.size(); ++i) {
+    const std::string& prefix = spec_.nodes[i].param_prefix;
+    ParamRange range{offset, 0};
+    for (ParamInfo info : layers_[i]->params()) {
+      info.name = prefix + info.name;
+      info.offset += offset;
+      range.count += info.count;
+      infos_.push_back(std::move(info));
+    }
+    ranges_.push_back(range);
+    offset += range.count;
+    ParamRange state_range{state_offset, 0};
+    for (ParamInfo info : layers_[i]->state()) {
+      info.name = prefix + info.name;
+      info.offset += state_offset;
+      state_range.count += info.count;
+      state_infos_.push_back(std::move(info));
+    }
+    state_ranges_.push_back(state_range);
+    state_offset += state_range.count;
+  }
+  first_piece_.assign(layers_.size(), 0);
+  for (size_t i = layers_.size(); i-- > 0;) {
+    first_piece_[i] = pieces_.size();
+    for (const ParamRange& piece : layers_[i]->gradient_pieces())
+      pieces_.push_back({ranges_[i].offset + piece.offset, piece.count, i});
+  }
+}
+
+void Model::plan_memory() {
+  const size_t n = layers_.size();
+  Device& device = backend_.device();
+  root_.assign(n, kInput);
+  activations_.assign(n, nullptr);
+  deltas_.assign(n, nullptr);
+  for (size_t i = 0; i < n; ++i) {
+    if (layers_[i]->is_view()) {
+      size_t in = spec_.nodes[i].inputs[0];
+      root_[i] = in == NodeSpec::kModelInput ? kInput : root_[in];
+      if (root_[i] != kInput)
+        activations_[i] = activations_[root_[i]], deltas_[i] = deltas_[root_[i]];
+      continue;
+    }
+    root_[i] = i;
+    size_t count = spec_.nodes[i].out.size() * static_cast<size_t>(max_batch_);
+    storage_.emplace_back(device, count);
+    activations_[i] = storage_.back().data();
+    storage_.emplace_back(device, count);
+    deltas_[i] = storage_.back().data();
+  }
+  if (root_[output_] == kInput)
+    throw common::ConfigError(
+        fmt::format("{}: the model's output is its input; add a layer", spec_.nodes[output_].path));
+  // Backward runs the nodes last to first; the first to reach an input's gradient writes it, the
+  // others add theirs.
+  std::vector<bool> written(n, false);
+  size_t scratch = 0;
+  accumulates_.assign(n, {});
+  inputs_.assign(n, {});
+  input_deltas_.assign(n, {});
+  for (size_t i = n; i-- > 0;) {
+    const std::vector<size_t>& ins = spec_.nodes[i].inputs;
+    inputs_[i].assign(ins.size(), nullptr);
+    input_deltas_[i].assign(ins.size(), nullptr);
+    accumulates_[i].assign(ins.size(), false);
+    if (layers_[i]->is_view()) continue;
+    for (size_t s = 0; s < ins.size(); ++s) {
+      size_t r = ins[s] == NodeSpec::kModelInput ? kInput : root_[ins[s]];
+      if (r == kInput) continue;
+      if (written[r]) {
+        accumulates_[i][s] = true;
+        scratch = std::max(scratch, spec_.nodes[r].out.size() * static_cast<size_t>(max_batch_));
+      }
+      written[r] = true;
+    }
+  }
+  if (scratch > 0) scratch_ = Buffer<float>(device, scratch);
+}
+
+void Model::move_gradients(float* gradient_memory, size_t gradient_floats) {
+  Device& device = backend_.device();
+  size_t count = parameters_.size();
+  if (gradient_memory != nullptr && count <= gradient_floats) {
+    gradients_ = Buffer<float>(device, gradient_memory, count);
+    device.fill_zero(gradient_memory, count * sizeof(float));  // as fresh device memory is
+  } else if (gradients_.size() != count || !gradients_.owned()) {
+    gradients_ = Buffer<float>(device, count);
+  }
+}
+
+void Model::initialize(uint64_t seed) {
+  std::vector<float> host(parameters_.size(), 0.0f), state(state_.size(), 0.0f);
+  for (size_t i = 0; i < layers_.size(); ++i) {
+    layers_[i]->initialize(host.data() + ranges_[i].offset, state.data() + state_ranges_[i].offset,
+                           random_key(seed, 0x1a7e5, i));
+  }
+  parameters_.from_host(host);
+  state_.from_host(state);
+}
+
+const float* Model::forward(const float* images, int n, const StepKey& key, bool training) {
+  DT_ENFORCE(n > 0 && n <= max_batch_, "batch of {} for a model built for {}", n, max_batch_);
+  for (size_t i = 0; i < layers_.size(); ++i) {
+    if (layers_[i]->is_view()) continue;
+    const std::vector<size_t>& ins = spec_.nodes[i].inputs;
+    for (size_t s = 0; s < ins.size(); ++s) {
+      size_t r = ins[s] == NodeSpec::kModelInput ? kInput : root_[ins[s]];
+      inputs_[i][s] = r == kInput ? images : activations_[r];
+    }
+    ForwardArgs args{n,
+                     inputs_[i],
+                     const_cast<float*>(activations_[i]),
+                     ranges_[i].count ? parameters_.data() + ranges_[i].offset : nullptr,
+                     state_ranges_[i].count ? state_.data() + state_ranges_[i].offset : nullptr,
+                     key,
+                     training};
+    layers_[i]->forward(backend_, args);
+  }
+  return activations_[root_[output_]];
+}
+
+void Model::backward(int n, const std::function<void(size_t piece)>& gradients_enqueued) {
+  for (size_t i = layers_.size(); i-- > 0;) {
+    if (layers_[i]->is_view()) continue;
+    const std::vector<size_t>& ins = spec_.nodes[i].inputs;
+    for (size_t s = 0; s < ins.size(); ++s) {
+      size_t r = ins[s] == NodeSpec::kModelInput ? kInput : root_[ins[s]];
+      input_deltas_[i][s] = r == kInput          ? nullptr
+                            : accumulates_[i][s] ? scratch_.data()
+                                                 : deltas_[r];
+    }
+    // With several inputs adding into scratch, each must be added before the next is computed:
+    // such a node computes them one at a time.
+    size_t adding =
+        static_cast<size_t>(std::count(accumulates_[i].begin(), accumulates_[i].end(), true));
+    std::function<void(size_t)> enqueued;
+    if (gradients_enqueued && ranges_[i].count > 0)
+      enqueued = [&](size_t k) { gradients_enqueued(first_piece_[i] + k); };
+    float* grads = gradients_.data() + ranges_[i].offset;
+    const float* params = ranges_[i].count ? parameters_.data() + ranges_[i].offset : nullptr;
+    if (adding <= 1) {
+      BackwardArgs args{n,      inputs_[i], activations_[i], deltas_[i], input_deltas_[i],
+                        params, grads};
+      layers_[i]->backward(backend_, args, enqueued);
+      for (size_t s = 0; s < ins.size(); ++s) {
+        if (!accumulates_[i][s]) continue;
+        size_t r = root_[ins[s]];
+        backend_.add(spec_.nodes[r].out.size() * static_cast<size_t>(n), scratch_.data(),
+                     deltas_[r]);
+      }
+      continue;
+    }
+    // Several inputs to add: one backward per such input, for layers without parameters only
+    // (a second call would rewrite gradients whose all-reduce may have started).
+    DT_ENFORCE(ranges_[i].count == 0, "{}: a layer with parameters and inputs that fan out",
+               spec_.nodes[i].path);
+    std::vector<float*> one(ins.size(), nullptr);
+    for (size_t s = 0; s < ins.size(); ++s) {
+      if (!accumulates_[i][s] && input_deltas_[i][s] == nullptr) continue;
+      std::fill(one.begin(), one.end(), nullptr);
+      one[s] = input_deltas_[i][s];
+      BackwardArgs args{n, inputs_[i], activations_[i], deltas_[i], one, params, grads};
+      layers_[i]->backward(backend_, args, enqueued);
+      if (accumulates_[i][s]) {
+        size_t r = root_[ins[s]];
+        backend_.add(spec_.nodes[r].out.size() * static_cast<size_t>(n), scratch_.data(),
+                     deltas_[r]);
+      }
+    }
+  }
+}
+
+}  // namespace dtrain::nn

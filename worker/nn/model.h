@@ -1,0 +1,118 @@
+// A model as a graph of layers (docs/design.md#the-model-as-a-graph), built from a ModelSpec:
+// nodes in topological order, parameters and gradients each in ONE flat buffer on the backend's
+// device and non-trainable state in a third (layers hold offsets into them), activations and
+// their gradients on the device too, kept for the backward pass. Where an activation feeds
+// several layers its gradient is the sum of theirs, added in a fixed order (the last user
+// first). Views (flatten) share their input's memory. Nothing is read back to the host unless
+// asked. Single-threaded; not copyable.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "worker/nn/backend.h"
+#include "worker/nn/layer.h"
+#include "worker/nn/model_spec.h"
+
+namespace dtrain::nn {
+
+/// A piece of the flat gradient buffer that backward enqueues in one go, and its node.
+struct GradientPiece {
+  size_t offset = 0;
+  size_t count = 0;
+  size_t layer = 0;
+};
+
+class Model {
+ public:
+  /// Builds the layers for batches of up to max_batch examples. backend must outlive the model.
+  /// gradient_memory (floats of the backend's device that outlive the model; may be null) holds
+  /// the gradients when they fit in gradient_floats, instead of memory of the model's own.
+  Model(const ModelSpec& spec, Backend& backend, int max_batch, float* gradient_memory = nullptr,
+        size_t gradient_floats = 0);
+  ~Model();
+  Model(const Model&) = delete;
+  Model& operator=(const Model&) = delete;
+
+  /// Keras's initialisation of parameters and state, a pure function of seed (computed on the
+  /// host, then uploaded).
+  void initialize(uint64_t seed);
+
+  /// Enqueues n <= max_batch examples (NCHW images in device memory, which must stay unchanged
+  /// until backward() has been enqueued); returns the logits (n x classes, device memory), valid
+  /// until the next forward(). training: dropout and training-only layers act.
+  const float* forward(const float* images, int n, const StepKey& key, bool training);
+  /// Where the loss writes dlogits (n x classes, device memory) before backward().
+  float* logits_gradient() { return deltas_[root_[output_]]; }
+  /// Enqueues the backward pass of the last forward(): overwrites the gradient buffer. After
+  /// gradient piece k (of gradient_pieces()) is enqueued, calls gradients_enqueued(k), so its
+  /// all-reduce can start while the rest of backward runs.
+  void backward(int n, const std::function<void(size_t piece)>& gradients_enqueued = {});
+  /// The pieces of the flat gradient buffer in the order backward produces them: last node
+  /// first, each node's pieces in its own order; contiguous, each below the one before.
+  const std::vector<GradientPiece>& gradient_pieces() const { return pieces_; }
+
+  int classes() const { return static_cast<int>(spec_.output_dims().size()); }
+  Dims input_dims() const { return spec_.input_dims(); }
+  size_t layer_count() const { return layers_.size(); }
+  const ModelSpec& spec() const { return spec_; }
+  /// True when some layer draws randomness per step (dropout).
+  bool has_random_layers() const { return has_random_layers_; }
+
+  Buffer<float>& parameters() { return parameters_; }
+  const Buffer<float>& parameters() const { return parameters_; }
+  /// Non-trainable state (moving statistics); empty when no layer has any.
+  Buffer<float>& state() { return state_; }
+  Buffer<float>& gradients() { return gradients_; }
+  /// True when the gradients live in the constructor's (or move_gradients') gradient_memory.
+  bool gradients_lent() const { return !gradients_.owned(); }
+  /// Puts the gradients in gradient_memory as the constructor does (null, or too small: memory of
+  /// the model's own), leaving memory lent before: a new group's window after a re-formation
+  /// (docs/design.md#in-place-recovery). The gradients' values are not kept (backward rewrites
+  /// them every step).
+  void move_gradients(float* gradient_memory, size_t gradient_floats);
+  /// Node i's parameters in the flat buffers (count 0 for nodes without).
+  const std::vector<ParamRange>& layer_ranges() const { return ranges_; }
+  /// Every parameter tensor with its offset in the flat parameter buffer, in node order, named
+  /// "<node's prefix><tensor>".
+  const std::vector<ParamInfo>& parameter_infos() const { return infos_; }
+  /// Every state tensor with its offset in the flat state buffer, named the same way.
+  const std::vector<ParamInfo>& state_infos() const { return state_infos_; }
+
+ private:
+  /// Lays out the parameters, state and gradient pieces.
+  void lay_out();
+  /// Gives each node that is not a view its activation and gradient memory, and plans which
+  /// input gradients are added rather than written.
+  void plan_memory();
+
+  ModelSpec spec_;
+  Backend& backend_;
+  int max_batch_;
+  bool has_random_layers_ = false;
+  size_t output_ = 0;
+  std::vector<std::unique_ptr<Layer>> layers_;
+  std::vector<ParamRange> ranges_, state_ranges_;
+  std::vector<GradientPiece> pieces_;
+  std::vector<size_t> first_piece_;  ///< node i's first piece in pieces_
+  std::vector<ParamInfo> infos_, state_infos_;
+  Buffer<float> parameters_, state_, gradients_;
+  std::vector<Buffer<float>> storage_;  ///< activation and gradient memory (views have none)
+  /// Node i's output memory is node root_[i]'s (itself, or what a view reinterprets); the
+  /// model's input is kInput.
+  static constexpr size_t kInput = static_cast<size_t>(-1);
+  std::vector<size_t> root_;
+  std::vector<const float*> activations_;  ///< by node (a view's is its root's)
+  std::vector<float*> deltas_;             ///< gradient w.r.t. each node's output, by node
+  /// Per node, per input: true when the input's gradient already holds another user's share,
+  /// so this one is computed into scratch_ and added.
+  std::vector<std::vector<bool>> accumulates_;
+  Buffer<float> scratch_;
+  // Per node, the pointers its last forward was given (kept for backward, reused every step).
+  std::vector<std::vector<const float*>> inputs_;
+  std::vector<std::vector<float*>> input_deltas_;
+};
+
+}  // namespace dtrain::nn
