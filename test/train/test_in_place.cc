@@ -48,8 +48,22 @@ const char* kJob = R"({"job": "in-place", "workers": 3, RECOVERY
 
 // loss_scale: Keras's dynamic loss scale (docs/design.md#loss-scaling) in fp32; its scale is a
 // power of two, so the weights are the unscaled run's, bit for bit.
-std::string job_text(const std::string& recovery, int spares = 0, bool loss_scale = false) {
+// residual: a residual network with batch normalization instead of kJob's model (its moving
+// statistics are state that a survivor must send, and a spare's warm-up must put back).
+std::string job_text(const std::string& recovery, int spares = 0, bool loss_scale = false,
+                     bool residual = false) {
   std::string text = kJob;
+  if (residual) {
+    size_t begin = text.find("\"model\":"), end = text.find("\"loss\":");
+    text.replace(begin, end - begin, R"("model": {"input_shape": [8, 8, 1], "layers": [
+   {"name": "stem", "type": "conv2d", "filters": 4, "kernel_size": 3, "padding": "same"},
+   {"name": "bn0", "type": "batch_normalization"}, {"name": "r0", "type": "relu"},
+   {"name": "c1", "type": "conv2d", "filters": 4, "kernel_size": 3, "padding": "same"},
+   {"name": "bn1", "type": "batch_normalization", "momentum": 0.9},
+   {"name": "sum", "type": "add", "inputs": ["r0", "bn1"]}, {"type": "relu"},
+   {"type": "flatten"}, {"type": "dropout", "rate": 0.1}, {"type": "dense", "units": 4}]},
+  )");
+  }
   std::string keys = recovery.empty() ? "" : "\"recovery\": \"" + recovery + "\",";
   if (spares > 0) keys += "\"spares\": " + std::to_string(spares) + ",";
   text.replace(text.find("RECOVERY"), 8, keys);
@@ -198,6 +212,45 @@ TEST_CASE("a SIGKILLed worker is replaced in place: survivors kept, one step at 
   CHECK(log0.find("re-formed as generation 1") != std::string::npos);
   CHECK(log0.find("==== dtrain: attempt 1") == std::string::npos);  // never restarted
   CHECK((log0.find("loss scaling: dynamic") != std::string::npos) == loss_scale);
+}
+
+TEST_CASE("a residual network with batch normalization replaced in place ends with its bits") {
+  testing::TempDir base;
+  std::string calm_job = base.path() + "/calm.json", calm = base.path() + "/calm";
+  std::ofstream(calm_job) << job_text("", 0, false, true);
+  Launched reference = launch(calm_job, calm, false);
+  INFO(reference.result.err);
+  REQUIRE(reference.result.exit_code == 0);
+  std::string expected = common::read_file(calm + "/model/model.safetensors");
+  REQUIRE(expected.find("bn1.moving_variance") != std::string::npos);
+
+  // A spare takes worker 1's place: its warm-up step moved its moving statistics, which it put
+  // back, and a survivor sends it the group's.
+  std::string job = base.path() + "/job.json", dir = base.path() + "/killed";
+  std::ofstream(job) << job_text("", 1, false, true);
+  Launched run = launch(job, dir, true, true);
+  INFO(run.result.out << run.result.err);
+  REQUIRE(run.result.exit_code == 0);
+  CHECK(events(dir, "promoted").size() == 1);
+  std::vector<common::JsonDocument> recovered = events(dir, "recovered");
+  REQUIRE(recovered.size() == 1);
+  CHECK(recovered[0].root().at("path").as_string() == "in_place");
+  CHECK(common::read_file(dir + "/model/model.safetensors") == expected);
+  // Validation is sharded over the workers, each with its own moving statistics: the new
+  // worker 1's must be the group's for the figures to be the undisturbed run's.
+  auto figures = [](const std::string& run_dir) {
+    std::string out;
+    std::ifstream in(run_dir + "/metrics.jsonl");
+    for (std::string line; std::getline(in, line);) {
+      common::JsonDocument d = common::JsonDocument::parse(line, "metrics.jsonl");
+      for (const char* key : {"loss", "accuracy", "val_loss", "val_accuracy"})
+        out += d.root().at(key).dump() + " ";
+      out += "\n";
+    }
+    return out;
+  };
+  CHECK(figures(dir) == figures(calm));
+  CHECK(lines_of(dir + "/metrics.jsonl") == 3);
 }
 
 TEST_CASE("\"recovery\": \"restart\" restarts the whole group from the epoch checkpoint") {

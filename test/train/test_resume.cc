@@ -35,6 +35,25 @@ const char* kJob = R"({"job": "resume", "workers": 2, "recovery": "restart",
   "per_worker_batch_size": 32, "epochs": 3, "steps_per_epoch": 60, "seed": 5,
   "backup": {"save_freq": 10, "keep": 2}}})";
 
+// kJob with a residual network with batch normalization instead of its model: the moving
+// statistics are state that is not a weight, and must travel with the checkpoints.
+std::string residual_job() {
+  std::string text = kJob;
+  size_t begin = text.find("\"model\":"), end = text.find("\"loss\":");
+  text.replace(begin, end - begin, R"("model": {"input_shape": [28, 28, 1], "layers": [
+   {"name": "stem", "type": "conv2d", "filters": 8, "kernel_size": 3, "strides": 2,
+    "padding": "same"},
+   {"name": "bn0", "type": "batch_normalization"}, {"name": "r0", "type": "relu"},
+   {"name": "c1", "type": "conv2d", "filters": 8, "kernel_size": 3, "padding": "same"},
+   {"name": "bn1", "type": "batch_normalization"}, {"type": "relu"},
+   {"name": "c2", "type": "conv2d", "filters": 8, "kernel_size": 3, "padding": "same"},
+   {"name": "bn2", "type": "batch_normalization"},
+   {"name": "sum", "type": "add", "inputs": ["r0", "bn2"]}, {"type": "relu"},
+   {"type": "max_pooling2d"}, {"type": "flatten"}, {"type": "dense", "units": 4}]},
+  )");
+  return text;
+}
+
 struct Run {
   explicit Run(const std::string& base, const std::string& name) : dir(base + "/" + name) {}
   std::unique_ptr<testing::BackgroundProcess> start(const std::string& job) const {
@@ -120,6 +139,27 @@ TEST_CASE("killed and preempted runs resume to a byte-identical final model") {
   CHECK(preempted.log(0).find("preempted: stopped at epoch 1 step ") != std::string::npos);
   CHECK(preempted.log(0).find(": resuming at epoch 1 step ") != std::string::npos);
   CHECK(preempted.model() == expected);
+}
+
+TEST_CASE("a residual network with batch normalization resumes bit-exactly after a kill") {
+  testing::TempDir base;
+  std::string job = base.path() + "/job.json";
+  std::ofstream(job) << residual_job();
+  Run reference(base.path(), "reference");
+  auto r = reference.start(job)->wait(300);
+  INFO(r.err);
+  REQUIRE(r.exit_code == 0);
+  std::string expected = reference.model();
+  REQUIRE(expected.find("bn1.moving_mean") != std::string::npos);
+
+  Run killed(base.path(), "killed");
+  auto launcher = killed.start(job);
+  killed.interrupt_worker_1(SIGKILL);
+  r = launcher->wait(300);
+  INFO(r.err);
+  REQUIRE(r.exit_code == 0);
+  CHECK(killed.log(0).find(": resuming at epoch 1 step ") != std::string::npos);
+  CHECK(killed.model() == expected);
 }
 
 TEST_CASE("an evaluator task scores checkpoints and the final model into eval.jsonl") {

@@ -4,6 +4,7 @@
 // model and the same epoch metrics, bit for bit, and each run's ledger names the same examples for
 // every (epoch, step, shard). An elastic worker refuses a transport that cannot hold shards, naming
 // the setting.
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <fstream>
 #include <iterator>
@@ -20,13 +21,28 @@
 #include "common/tf_config.h"
 #include "test/support/subprocess.h"
 #include "test/support/temp_dir.h"
+#include "worker/train/safetensors.h"
 
 using namespace dtrain;
 
 namespace {
 
-// tiny-synthetic with the ledger, epoch checkpoints only, and communication as asked.
-std::string job_file(const testing::TempDir& dir, const std::string& communication) {
+// A residual network with batch normalization (three of them, one with Keras's momentum 0.9) for
+// the tiny job: batch statistics per virtual shard, moving statistics from the shards' mean.
+const char* kResidualModel = R"("model": {"input_shape": [8, 8, 1], "layers": [
+  {"name": "stem", "type": "conv2d", "filters": 4, "kernel_size": 3, "padding": "same"},
+  {"name": "bn0", "type": "batch_normalization"}, {"name": "r0", "type": "relu"},
+  {"name": "c1", "type": "conv2d", "filters": 4, "kernel_size": 3, "padding": "same"},
+  {"name": "bn1", "type": "batch_normalization"}, {"type": "relu"},
+  {"name": "c2", "type": "conv2d", "filters": 4, "kernel_size": 3, "padding": "same"},
+  {"name": "bn2", "type": "batch_normalization", "momentum": 0.9},
+  {"name": "sum", "type": "add", "inputs": ["r0", "bn2"]}, {"type": "relu"},
+  {"type": "flatten"}, {"type": "dense", "units": 4}]},)";
+
+// tiny-synthetic with the ledger, epoch checkpoints only, and communication as asked; with
+// residual, kResidualModel instead of its model.
+std::string job_file(const testing::TempDir& dir, const std::string& communication,
+                     bool residual = false) {
   std::string text =
       common::read_file(std::string(DTRAIN_SOURCE_DIR) + "/configs/tiny-synthetic.json");
   auto replace = [&](const std::string& from, const std::string& to) {
@@ -37,7 +53,12 @@ std::string job_file(const testing::TempDir& dir, const std::string& communicati
   replace("\"save_freq\": 4", "\"save_freq\": \"epoch\"");
   replace("\"seed\": 7,", "\"seed\": 7, \"ledger\": true,");
   replace("\"communication\": \"ring\"", "\"communication\": \"" + communication + "\"");
-  std::string path = dir.path() + "/job-" + communication + ".json";
+  if (residual) {
+    size_t begin = text.find("\"model\":"), end = text.find("\"loss\":");
+    REQUIRE((begin != std::string::npos && end != std::string::npos));
+    text.replace(begin, end - begin, kResidualModel);
+  }
+  std::string path = dir.path() + "/job-" + communication + (residual ? "-residual" : "") + ".json";
   common::write_file_atomically(path, text);
   return path;
 }
@@ -49,12 +70,12 @@ struct Run {
 
 // The four-task cluster run by the given ranks with DTRAIN_MEMBERS = members ("" = unset).
 Run run_members(const testing::TempDir& dir, const std::string& name, const std::string& members,
-                const std::vector<int>& ranks) {
+                const std::vector<int>& ranks, bool residual = false) {
   std::vector<std::string> addresses;
   for (int port : common::pick_free_ports(4))
     addresses.push_back("127.0.0.1:" + std::to_string(port));
   common::ClusterSpec cluster({{"worker", addresses}});
-  std::string job = job_file(dir, "auto"), run = dir.path() + "/" + name;
+  std::string job = job_file(dir, "auto", residual), run = dir.path() + "/" + name;
   std::vector<std::unique_ptr<testing::BackgroundProcess>> workers;
   for (int rank : ranks) {
     testing::ProcessOptions options;
@@ -112,6 +133,33 @@ TEST_CASE("elastic workers: any membership trains the full group's model, bit fo
     CHECK(r.model == full.model);
     CHECK(r.metrics == full.metrics);
     CHECK(r.ledger == full.ledger);
+  }
+}
+
+// Batch normalization under elastic membership (docs/design.md#batch-normalization): each virtual
+// shard normalizes by its own batch, and the moving statistics move by the shards' mean, summed in
+// shard order, so the final model (its moving statistics included) is the same bits whoever holds
+// the shards.
+TEST_CASE("elastic workers: a residual network with batch normalization, any membership") {
+  testing::TempDir dir;
+  Run full = run_members(dir, "full", "", {0, 1, 2, 3}, true);
+  REQUIRE_FALSE(full.model.empty());
+  // The moving statistics moved (from 0 and 1) and travel with the final model.
+  train::SafetensorsFile file = train::decode_safetensors(full.model, "model.safetensors");
+  for (const char* name : {"bn0.moving_mean", "bn2.moving_variance"}) {
+    INFO(name);
+    REQUIRE(file.tensors.count(name) == 1);
+    const std::vector<float>& v = file.tensors.at(name).data;
+    CHECK(v.size() == 4);
+    CHECK(std::none_of(v.begin(), v.end(), [](float x) { return x == 0.0f || x == 1.0f; }));
+  }
+  for (const auto& [name, members, ranks] :
+       std::vector<std::tuple<std::string, std::string, std::vector<int>>>{{"two", "0,3", {0, 3}},
+                                                                           {"one", "0", {0}}}) {
+    INFO(name);
+    Run r = run_members(dir, name, members, ranks, true);
+    CHECK(r.model == full.model);
+    CHECK(r.metrics == full.metrics);
   }
 }
 

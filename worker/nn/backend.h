@@ -38,6 +38,13 @@ struct PoolShape {
   size_t output_count() const { return static_cast<size_t>(n) * c * oh() * ow(); }
 };
 
+/// Batch normalization's shape: n examples of c channels of hw pixels each (NCHW), normalized
+/// per channel over n x hw values (Keras's BatchNormalization on the channels axis).
+struct NormShape {
+  int n = 1, c = 1, hw = 1;
+  size_t count() const { return static_cast<size_t>(n) * c * hw; }
+};
+
 /// How a dynamic loss scale's decision reaches an optimizer update without the host
 /// (docs/design.md#loss-scaling). Both flags are device memory, or null (no gate).
 struct SkipGate {
@@ -180,6 +187,40 @@ class Backend {
 
   /// y += x.
   virtual void add(size_t count, const float* x, float* y) = 0;
+
+  /// Batch normalization in training: each channel's mean and variance (biased, as Keras's
+  /// moments) over the batch, written to mean and var (c floats each), and
+  /// y = (x - mean) / sqrt(var + epsilon) * gamma + beta (gamma null: 1; beta null: 0).
+  /// Each channel is reduced in a fixed order, so the result does not depend on threads.
+  virtual void batchnorm_forward_training(const NormShape& /*s*/, float /*epsilon*/,
+                                          const float* /*x*/, const float* /*gamma*/,
+                                          const float* /*beta*/, float* /*y*/, float* /*mean*/,
+                                          float* /*var*/) {
+    unsupported("batchnorm_forward_training");
+  }
+  /// Batch normalization with given statistics (the moving ones): the same y.
+  virtual void batchnorm_forward_inference(const NormShape& /*s*/, float /*epsilon*/,
+                                           const float* /*x*/, const float* /*gamma*/,
+                                           const float* /*beta*/, const float* /*mean*/,
+                                           const float* /*var*/, float* /*y*/) {
+    unsupported("batchnorm_forward_inference");
+  }
+  /// The training forward's gradients, with xhat = (x - mean) / sqrt(var + epsilon) and sums
+  /// over each channel's n x hw values: dbeta = sum(dy), dgamma = sum(dy * xhat) (each null when
+  /// not wanted), dx = gamma / sqrt(var + epsilon) * (dy - mean(dy) - xhat * mean(dy * xhat))
+  /// (null: not wanted; gamma null: 1).
+  virtual void batchnorm_backward(const NormShape& /*s*/, float /*epsilon*/, const float* /*x*/,
+                                  const float* /*dy*/, const float* /*gamma*/,
+                                  const float* /*mean*/, const float* /*var*/, float* /*dx*/,
+                                  float* /*dgamma*/, float* /*dbeta*/) {
+    unsupported("batchnorm_backward");
+  }
+  /// Keras's moving average of statistics summed over `shards` batches: moving = moving *
+  /// momentum + (sum / shards) * (1 - momentum), for count values.
+  virtual void moving_average_update(size_t /*count*/, float /*momentum*/, int /*shards*/,
+                                     const float* /*sum*/, float* /*moving*/) {
+    unsupported("moving_average_update");
+  }
   /// Inverted dropout: mask[i] = (unit_float(mix64(key ^ i)) >= rate) / (1 - rate) (random.h),
   /// y = x * mask. y may be x.
   virtual void dropout_forward(size_t count, float rate, uint64_t key, const float* x, float* y,
@@ -223,6 +264,11 @@ class Backend {
   virtual void update_loss_scale(float* state, int64_t growth_steps) = 0;
   static constexpr size_t kLossScale = 0, kGoodSteps = 1, kNonfinite = 2, kSkipped = 3,
                           kPreviousSkipped = 4, kLossScaleFloats = 5;
+
+ protected:
+  /// An operation this backend does not have yet: EnforceError naming it (a model whose layers
+  /// need it is refused before it gets here: worker/nn/model.h).
+  [[noreturn]] void unsupported(const char* operation) const;
 };
 
 /// The oneDNN backend (dnnl_backend.cc), on its own host device, computing its products in

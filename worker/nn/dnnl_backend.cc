@@ -22,6 +22,7 @@
 #include "worker/nn/direct_conv.h"
 #include "worker/nn/dnnl_parts.h"
 #include "worker/nn/host_backend.h"
+#include "worker/nn/host_norm.h"
 #include "worker/nn/streamed_update.h"
 
 namespace dtrain::nn {
@@ -154,6 +155,21 @@ class DnnlBackend : public HostBackend {
     stream_.wait();
   }
 
+  void batchnorm_forward_training(const NormShape& s, float epsilon, const float* x,
+                                  const float* gamma, const float* beta, float* y, float* mean,
+                                  float* var) override {
+    host_batchnorm_forward_training(s, epsilon, x, gamma, beta, y, mean, var);
+  }
+  void batchnorm_forward_inference(const NormShape& s, float epsilon, const float* x,
+                                   const float* gamma, const float* beta, const float* mean,
+                                   const float* var, float* y) override {
+    host_batchnorm_forward_inference(s, epsilon, x, gamma, beta, mean, var, y);
+  }
+  void batchnorm_backward(const NormShape& s, float epsilon, const float* x, const float* dy,
+                          const float* gamma, const float* mean, const float* var, float* dx,
+                          float* dgamma, float* dbeta) override {
+    host_batchnorm_backward(s, epsilon, x, dy, gamma, mean, var, dx, dgamma, dbeta);
+  }
   void relu_backward(size_t count, const float* y, const float* dy, float* dx) override {
     ReluPrimitives& p = relu(count);
     p.backward.execute(stream_, {{DNNL_ARG_DST, mem(p.data, y)},

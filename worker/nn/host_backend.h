@@ -1,5 +1,6 @@
 // What the two host backends (oneDNN, reference) share: the host device they own and the
-// elementwise operations that need no library (add, dropout, multiply, loss scaling).
+// elementwise operations that need no library (add, dropout, multiply, loss scaling, moving
+// averages).
 // Header-only and small; the convolutions, dense layers and the loss stay in each backend.
 #pragma once
 
@@ -29,6 +30,11 @@ class HostBackend : public Backend {
       mask[i] = unit_float(mix64(key ^ i)) >= rate ? scale : 0.0f;
       y[i] = x[i] * mask[i];
     }
+  }
+  void moving_average_update(size_t count, float momentum, int shards, const float* sum,
+                             float* moving) override {
+    for (size_t i = 0; i < count; ++i)
+      moving[i] = moving[i] * momentum + sum[i] / static_cast<float>(shards) * (1.0f - momentum);
   }
   void multiply(size_t count, const float* a, const float* b, float* y) override {
     for (size_t i = 0; i < count; ++i) y[i] = a[i] * b[i];

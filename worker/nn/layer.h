@@ -70,6 +70,9 @@ struct ForwardArgs {
   float* state;         ///< this layer's non-trainable state (null when it has none)
   const StepKey& key;
   bool training;
+  /// Where a training forward writes this layer's batch statistics (statistics_count() floats);
+  /// null outside training.
+  float* statistics = nullptr;
 };
 
 /// One call of backward, after the forward of the same examples.
@@ -95,6 +98,14 @@ class Layer {
   /// ("moving_mean"): checkpointed and shared with the parameters, never all-reduced as a
   /// gradient.
   virtual std::vector<ParamInfo> state() const { return {}; }
+  /// Floats of batch statistics its training forward writes each step (BatchNormalization's
+  /// mean and variance). The step sums them over the virtual shards of the global batch, in
+  /// shard order, before update_state (docs/design.md#batch-normalization). 0: none.
+  virtual size_t statistics_count() const { return 0; }
+  /// After a training step's statistics were summed over `shards` batches: updates the state
+  /// from them (a moving average).
+  virtual void update_state(Backend& /*b*/, const float* /*summed*/, int /*shards*/,
+                            float* /*state*/) {}
   /// The pieces in which backward produces this layer's gradients, relative to the layer's start,
   /// in the order it enqueues them; together they cover every parameter. Default: one piece.
   virtual std::vector<ParamRange> gradient_pieces() const;

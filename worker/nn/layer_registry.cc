@@ -16,18 +16,20 @@ std::unique_ptr<LayerConfig> parse_dense(const common::JsonNode& node);
 std::unique_ptr<LayerConfig> parse_dropout(const common::JsonNode& node);
 std::unique_ptr<LayerConfig> parse_relu(const common::JsonNode& node);
 std::unique_ptr<LayerConfig> parse_add(const common::JsonNode& node);
+std::unique_ptr<LayerConfig> parse_batch_normalization(const common::JsonNode& node);
 }  // namespace layers
 
 namespace {
 
 constexpr LayerKind kKinds[] = {
-    {"conv2d", "Conv2D", layers::parse_conv2d},
-    {"max_pooling2d", "MaxPooling2D", layers::parse_max_pooling2d},
-    {"flatten", "Flatten", layers::parse_flatten},
-    {"dense", "Dense", layers::parse_dense},
-    {"dropout", "Dropout", layers::parse_dropout},
-    {"relu", "ReLU", layers::parse_relu},
-    {"add", "Add", layers::parse_add},
+    {"conv2d", "Conv2D", layers::parse_conv2d, true},
+    {"max_pooling2d", "MaxPooling2D", layers::parse_max_pooling2d, true},
+    {"flatten", "Flatten", layers::parse_flatten, true},
+    {"dense", "Dense", layers::parse_dense, true},
+    {"dropout", "Dropout", layers::parse_dropout, true},
+    {"relu", "ReLU", layers::parse_relu, true},
+    {"add", "Add", layers::parse_add, false},
+    {"batch_normalization", "BatchNormalization", layers::parse_batch_normalization, false},
 };
 
 }  // namespace

@@ -19,6 +19,9 @@ struct LayerKind {
   /// Parses the layer object's keys (its "type", "name" and "inputs" are the model's and are
   /// allowed); ConfigError naming the JSON path for anything wrong.
   std::unique_ptr<LayerConfig> (*parse)(const common::JsonNode& node);
+  /// True once its operations' parity with the reference passed on a GPU: a GPU job with a
+  /// kind that has not is refused (exit 2) rather than run untested.
+  bool gpu_tested;
 };
 
 /// The kind of this type name, or null.

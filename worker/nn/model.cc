@@ -6,6 +6,7 @@
 #include <algorithm>
 
 #include "common/errors.h"
+#include "worker/nn/layer_registry.h"
 #include "worker/nn/random.h"
 
 namespace dtrain::nn {
@@ -23,8 +24,16 @@ Model::Model(const ModelSpec& spec, Backend& backend, int max_batch, float* grad
   const size_t n = spec_.nodes.size();
   DT_ENFORCE(n > 0, "a model without layers");
   output_ = n - 1;
+  const bool gpu = backend.device().kind() == DeviceKind::kCuda;
   for (size_t i = 0; i < n; ++i) {
     const NodeSpec& node = spec_.nodes[i];
+    const LayerKind* kind = find_layer_kind(node.type);
+    if (gpu && !(kind && kind->gpu_tested)) {
+      throw common::ConfigError(fmt::format(
+          "{}: {} has not passed its parity test on a GPU yet, so it does not run on one "
+          "(train with \"device\": \"cpu\")",
+          node.path, node.type));
+    }
     layers_.push_back(
         node.config->make(spec_.input_dims_of(i), {static_cast<int>(i), max_batch, backend}));
     has_random_layers_ |= node.config->draws_randomness();
@@ -35,6 +44,12 @@ Model::Model(const ModelSpec& spec, Backend& backend, int max_batch, float* grad
       Buffer<float>(device, infos_.empty() ? 0 : infos_.back().offset + infos_.back().count);
   if (!state_infos_.empty())
     state_ = Buffer<float>(device, state_infos_.back().offset + state_infos_.back().count);
+  size_t statistics = 0;
+  for (size_t i = 0; i < layers_.size(); ++i) {
+    statistics_ranges_.push_back({statistics, layers_[i]->statistics_count()});
+    statistics += layers_[i]->statistics_count();
+  }
+  if (statistics > 0) statistics_ = Buffer<float>(device, statistics);
   move_gradients(gradient_memory, gradient_floats);
   plan_memory();
 }
@@ -158,10 +173,21 @@ const float* Model::forward(const float* images, int n, const StepKey& key, bool
                      ranges_[i].count ? parameters_.data() + ranges_[i].offset : nullptr,
                      state_ranges_[i].count ? state_.data() + state_ranges_[i].offset : nullptr,
                      key,
-                     training};
+                     training,
+                     training && statistics_ranges_[i].count
+                         ? statistics_.data() + statistics_ranges_[i].offset
+                         : nullptr};
     layers_[i]->forward(backend_, args);
   }
   return activations_[root_[output_]];
+}
+
+void Model::update_state(int shards) {
+  for (size_t i = 0; i < layers_.size(); ++i) {
+    if (statistics_ranges_[i].count == 0) continue;
+    layers_[i]->update_state(backend_, statistics_.data() + statistics_ranges_[i].offset, shards,
+                             state_.data() + state_ranges_[i].offset);
+  }
 }
 
 void Model::backward(int n, const std::function<void(size_t piece)>& gradients_enqueued) {

@@ -65,6 +65,13 @@ class Model {
   const Buffer<float>& parameters() const { return parameters_; }
   /// Non-trainable state (moving statistics); empty when no layer has any.
   Buffer<float>& state() { return state_; }
+  /// The batch statistics the last training forward wrote (Layer::statistics_count, in node
+  /// order); empty when no layer writes any. The step sums them over the virtual shards in place,
+  /// then calls update_state.
+  Buffer<float>& statistics() { return statistics_; }
+  /// Each layer's state from the statistics, summed over `shards` batches (one per virtual shard
+  /// of the global batch).
+  void update_state(int shards);
   Buffer<float>& gradients() { return gradients_; }
   /// True when the gradients live in the constructor's (or move_gradients') gradient_memory.
   bool gradients_lent() const { return !gradients_.owned(); }
@@ -94,11 +101,11 @@ class Model {
   bool has_random_layers_ = false;
   size_t output_ = 0;
   std::vector<std::unique_ptr<Layer>> layers_;
-  std::vector<ParamRange> ranges_, state_ranges_;
+  std::vector<ParamRange> ranges_, state_ranges_, statistics_ranges_;
   std::vector<GradientPiece> pieces_;
   std::vector<size_t> first_piece_;  ///< node i's first piece in pieces_
   std::vector<ParamInfo> infos_, state_infos_;
-  Buffer<float> parameters_, state_, gradients_;
+  Buffer<float> parameters_, state_, statistics_, gradients_;
   std::vector<Buffer<float>> storage_;  ///< activation and gradient memory (views have none)
   /// Node i's output memory is node root_[i]'s (itself, or what a view reinterprets); the
   /// model's input is kInput.

@@ -3,6 +3,7 @@
 
 #include <fmt/format.h>
 
+#include <cstdlib>
 #include <map>
 
 #include "common/errors.h"
@@ -206,6 +207,11 @@ std::string model_json(const common::JsonNode& node, const ModelSpec& spec) {
     if (key != "input_shape") w.key(key).raw(value.dump());
   }
   return w.end_object().str();
+}
+
+void Backend::unsupported(const char* operation) const {
+  DT_ENFORCE(false, "{} is not on the {} backend yet", operation, name());
+  std::abort();  // DT_ENFORCE(false, ...) always throws
 }
 
 const char* math_mode_name(MathMode mode) {

@@ -153,6 +153,35 @@ void ProfiledBackend::softmax_cross_entropy(int n, int classes, const float* log
         [&] { inner_.softmax_cross_entropy(n, classes, logits, labels, dlogits, totals); });
 }
 
+namespace {
+std::string norm_label(const char* op, const NormShape& s) {
+  return fmt::format("{} {}x{}x{}", op, s.n, s.c, s.hw);
+}
+}  // namespace
+
+void ProfiledBackend::batchnorm_forward_training(const NormShape& s, float epsilon, const float* x,
+                                                 const float* gamma, const float* beta, float* y,
+                                                 float* mean, float* var) {
+  timed(norm_label("batchnorm_forward_training", s),
+        [&] { inner_.batchnorm_forward_training(s, epsilon, x, gamma, beta, y, mean, var); });
+}
+void ProfiledBackend::batchnorm_forward_inference(const NormShape& s, float epsilon, const float* x,
+                                                  const float* gamma, const float* beta,
+                                                  const float* mean, const float* var, float* y) {
+  timed(norm_label("batchnorm_forward_inference", s),
+        [&] { inner_.batchnorm_forward_inference(s, epsilon, x, gamma, beta, mean, var, y); });
+}
+void ProfiledBackend::batchnorm_backward(const NormShape& s, float epsilon, const float* x,
+                                         const float* dy, const float* gamma, const float* mean,
+                                         const float* var, float* dx, float* dgamma, float* dbeta) {
+  timed(norm_label("batchnorm_backward", s),
+        [&] { inner_.batchnorm_backward(s, epsilon, x, dy, gamma, mean, var, dx, dgamma, dbeta); });
+}
+void ProfiledBackend::moving_average_update(size_t count, float momentum, int shards,
+                                            const float* sum, float* moving) {
+  timed(count_label("moving_average_update", count),
+        [&] { inner_.moving_average_update(count, momentum, shards, sum, moving); });
+}
 void ProfiledBackend::add(size_t count, const float* x, float* y) {
   timed(count_label("add", count), [&] { inner_.add(count, x, y); });
 }

@@ -83,6 +83,17 @@ class ProfiledBackend final : public Backend {
                              float* dlogits, float* totals) override;
 
   void add(size_t count, const float* x, float* y) override;
+  void batchnorm_forward_training(const NormShape& s, float epsilon, const float* x,
+                                  const float* gamma, const float* beta, float* y, float* mean,
+                                  float* var) override;
+  void batchnorm_forward_inference(const NormShape& s, float epsilon, const float* x,
+                                   const float* gamma, const float* beta, const float* mean,
+                                   const float* var, float* y) override;
+  void batchnorm_backward(const NormShape& s, float epsilon, const float* x, const float* dy,
+                          const float* gamma, const float* mean, const float* var, float* dx,
+                          float* dgamma, float* dbeta) override;
+  void moving_average_update(size_t count, float momentum, int shards, const float* sum,
+                             float* moving) override;
   void dropout_forward(size_t count, float rate, uint64_t key, const float* x, float* y,
                        float* mask) override;
   void multiply(size_t count, const float* a, const float* b, float* y) override;

@@ -51,6 +51,15 @@ int input_pos(int o, int stride, int pad, int t) {
   return o * stride - pad + t;
 }
 
+// Calls f(k) for every index k of channel ch, example by example.
+template <class F>
+void for_channel(const NormShape& s, int ch, F f) {
+  for (int i = 0; i < s.n; ++i) {
+    const size_t base = (size_t(i) * s.c + ch) * size_t(s.hw);
+    for (int p = 0; p < s.hw; ++p) f(base + p);
+  }
+}
+
 class ReferenceBackend : public HostBackend {
  public:
   std::string name() const override { return "reference"; }
@@ -169,6 +178,51 @@ class ReferenceBackend : public HostBackend {
 
   void relu_backward(size_t count, const float* y, const float* dy, float* dx) override {
     for (size_t i = 0; i < count; ++i) dx[i] = y[i] > 0.0f ? dy[i] : 0.0f;
+  }
+
+  // Batch normalization the plain way: statistics in double, xhat element by element.
+  void batchnorm_forward_training(const NormShape& s, float epsilon, const float* x,
+                                  const float* gamma, const float* beta, float* y, float* mean,
+                                  float* var) override {
+    for (int ch = 0; ch < s.c; ++ch) {
+      double sum = 0, squares = 0;
+      for_channel(s, ch, [&](size_t k) { sum += x[k]; });
+      const double mu = sum / (double(s.n) * s.hw);
+      for_channel(s, ch, [&](size_t k) { squares += (x[k] - mu) * (x[k] - mu); });
+      mean[ch] = static_cast<float>(mu);
+      var[ch] = static_cast<float>(squares / (double(s.n) * s.hw));
+    }
+    batchnorm_forward_inference(s, epsilon, x, gamma, beta, mean, var, y);
+  }
+  void batchnorm_forward_inference(const NormShape& s, float epsilon, const float* x,
+                                   const float* gamma, const float* beta, const float* mean,
+                                   const float* var, float* y) override {
+    for (int ch = 0; ch < s.c; ++ch) {
+      const double inv = 1.0 / std::sqrt(double(var[ch]) + epsilon);
+      const double g = gamma ? gamma[ch] : 1.0, b = beta ? beta[ch] : 0.0;
+      for_channel(s, ch, [&](size_t k) { y[k] = float((x[k] - double(mean[ch])) * inv * g + b); });
+    }
+  }
+  void batchnorm_backward(const NormShape& s, float epsilon, const float* x, const float* dy,
+                          const float* gamma, const float* mean, const float* var, float* dx,
+                          float* dgamma, float* dbeta) override {
+    const double m = double(s.n) * s.hw;
+    for (int ch = 0; ch < s.c; ++ch) {
+      const double inv = 1.0 / std::sqrt(double(var[ch]) + epsilon);
+      auto xhat = [&](size_t k) { return (x[k] - double(mean[ch])) * inv; };
+      double sum_dy = 0, sum_dy_xhat = 0;
+      for_channel(s, ch, [&](size_t k) {
+        sum_dy += dy[k];
+        sum_dy_xhat += dy[k] * xhat(k);
+      });
+      if (dbeta) dbeta[ch] = float(sum_dy);
+      if (dgamma) dgamma[ch] = float(sum_dy_xhat);
+      const double g = (gamma ? gamma[ch] : 1.0) * inv;
+      if (dx)
+        for_channel(s, ch, [&](size_t k) {
+          dx[k] = float(g * (dy[k] - sum_dy / m - xhat(k) * sum_dy_xhat / m));
+        });
+    }
   }
 
   size_t maxpool_workspace_bytes(const PoolShape& s) override {

@@ -13,8 +13,8 @@ namespace dtrain::train {
 ModelParts build_model_parts(const TrainConfig& config, nn::Backend& backend, int classes,
                              comm::Window window) {
   ModelParts parts;
-  parts.model = std::make_unique<nn::Model>(
-      config.model, backend, config.per_worker_batch_size, window.data, window.floats);
+  parts.model = std::make_unique<nn::Model>(config.model, backend, config.per_worker_batch_size,
+                                            window.data, window.floats);
   if (parts.model->classes() < classes) {
     throw common::ConfigError(
         fmt::format("model: the last layer has {} units but the data has {} classes",

@@ -3,6 +3,7 @@
 
 #include <time.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <cstring>
@@ -122,11 +123,17 @@ void TrainStep::enqueue(const float* images, const int32_t* labels, int n, const
   model_.backward(n, piece_done);
   while (tickets.size() < buckets_.size()) start_bucket(tickets.size());
   comm::ReduceTicket stats_ticket = start(stats_.data(), kStatsFloats, comm::ReduceOp::kSum);
+  // The layers' batch statistics (BatchNormalization's), summed over the shards in rank order.
+  nn::Buffer<float>& statistics = model_.statistics();
+  comm::ReduceTicket statistics_ticket;
+  if (statistics.size() > 0)
+    statistics_ticket = start(statistics.data(), statistics.size(), comm::ReduceOp::kSum);
   // Nothing changes until no collective of the step can fail (whole steps), or until every
   // gradient is in and, with a dynamic loss scale, known finite.
   if (options_.whole_steps || loss_scale_.enabled()) {
     for (size_t b = 0; b < buckets_.size(); ++b) finish(tickets[b]);
     finish(stats_ticket);
+    if (statistics.size() > 0) finish(statistics_ticket);
     apply_all(slot);
   } else {
     for (size_t b = 0; b < buckets_.size(); ++b) {
@@ -136,7 +143,9 @@ void TrainStep::enqueue(const float* images, const int32_t* labels, int n, const
       applied_ = b + 1;
     }
     finish(stats_ticket);
+    if (statistics.size() > 0) finish(statistics_ticket);
   }
+  if (statistics.size() > 0) model_.update_state(shard_count());
   backend_.add(kTotalsFloats, stats_.data(), totals_.data());
 }
 
@@ -237,8 +246,12 @@ void TrainStep::run_step(const float* images, const int32_t* labels, int n, cons
   ++steps_run_;
 }
 
+int TrainStep::shard_count() const {
+  return options_.virtual_size > 0 ? options_.virtual_size : comm_.size();
+}
+
 bool TrainStep::grouped() const {
-  return (options_.virtual_size > 0 ? options_.virtual_size : comm_.size()) > 1;
+  return shard_count() > 1;
 }
 
 void TrainStep::run_shards(const comm::ShardPlan& shards, const ShardInput* inputs,
@@ -276,6 +289,8 @@ void TrainStep::enqueue_shards(const comm::ShardPlan& shards, const ShardInput* 
   shard_gradients_.resize(held - 1);
   shard_stats_.assign(held * kStatsFloats, 0.0f);
   const std::function<void(size_t)> piece_done = [](size_t) {};
+  nn::Buffer<float>& statistics = model_.statistics();
+  shard_statistics_.assign(held * statistics.size(), 0.0f);
   for (size_t j = 0; j < held; ++j) {
     device_.fill_zero(stats_.data(), stats_.bytes());
     const float* logits = model_.forward(inputs[j].images, inputs[j].n, key, true);
@@ -284,6 +299,8 @@ void TrainStep::enqueue_shards(const comm::ShardPlan& shards, const ShardInput* 
     scale_loss_gradient(inputs[j].n);
     model_.backward(inputs[j].n, piece_done);
     std::memcpy(shard_stats_.data() + j * kStatsFloats, stats_.data(), stats_.bytes());
+    std::copy(statistics.data(), statistics.data() + statistics.size(),
+              shard_statistics_.begin() + static_cast<long>(j * statistics.size()));
     if (j + 1 < held) {
       shard_gradients_[j].resize(floats);
       std::memcpy(shard_gradients_[j].data(), model_.gradients().data(), floats * sizeof(float));
@@ -309,7 +326,14 @@ void TrainStep::enqueue_shards(const comm::ShardPlan& shards, const ShardInput* 
   for (size_t j = 0; j < held; ++j) pieces[j] = shard_stats_.data() + j * kStatsFloats;
   reduce(pieces.data(), kStatsFloats, comm::ReduceOp::kSum);
   std::memcpy(stats_.data(), shard_stats_.data(), stats_.bytes());
+  if (statistics.size() > 0) {
+    for (size_t j = 0; j < held; ++j) pieces[j] = shard_statistics_.data() + j * statistics.size();
+    reduce(pieces.data(), statistics.size(), comm::ReduceOp::kSum);
+    std::copy(shard_statistics_.begin(),
+              shard_statistics_.begin() + static_cast<long>(statistics.size()), statistics.data());
+  }
   apply_all(slot);  // nothing changed until every sum was in
+  if (statistics.size() > 0) model_.update_state(shard_count());
   backend_.add(kTotalsFloats, stats_.data(), totals_.data());
 }
 

@@ -109,8 +109,8 @@ bool whole_steps_possible(nn::Device& device, const comm::Communicator& comm);
 /// Not copyable; single-threaded. model, optimizer, backend and comm must outlive it.
 class TrainStep {
  public:
-  TrainStep(nn::Model& model, Optimizer& optimizer, nn::Backend& backend,
-            comm::Communicator& comm, StepOptions options);
+  TrainStep(nn::Model& model, Optimizer& optimizer, nn::Backend& backend, comm::Communicator& comm,
+            StepOptions options);
   ~TrainStep();
   TrainStep(const TrainStep&) = delete;
   TrainStep& operator=(const TrainStep&) = delete;
@@ -179,6 +179,8 @@ class TrainStep {
   /// Whether the layers report each gradient piece (a group): with virtual shards, always when
   /// there are several, so a partial group computes exactly what the full one does.
   bool grouped() const;
+  /// The virtual shards of the global batch (the group's size unless elastic).
+  int shard_count() const;
   /// Multiplies the loss gradient of n examples by the loss scale, when there is one.
   void scale_loss_gradient(int n);
   /// After every all-reduce of the step: the optimizer's update of every bucket, or, with loss
@@ -211,6 +213,7 @@ class TrainStep {
   /// model's), on the host.
   std::vector<std::vector<float>> shard_gradients_;
   std::vector<float> shard_stats_;
+  std::vector<float> shard_statistics_;  ///< run_shards: each held shard's layer statistics
   static constexpr size_t kStatsFloats = sizeof(StepStats) / sizeof(float);
   static constexpr size_t kTotalsFloats = 3;  ///< StepStats's loss_sum, correct, seen
 

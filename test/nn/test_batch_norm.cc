@@ -1,0 +1,223 @@
+// BatchNormalization (worker/nn/layers/batch_normalization.cc, backend.h's batchnorm_*): the
+// oneDNN backend's loops match the reference's (statistics, output, gradients) and do not depend
+// on the thread count; a graph with batch normalization has gradients that match finite
+// differences; training normalizes by the batch and inference by the moving statistics, which
+// move by Keras's rule from the statistics summed over shards; its keys take Keras's defaults
+// and refuse what is not supported.
+#include <omp.h>
+
+#include <algorithm>
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "common/errors.h"
+#include "common/json.h"
+#include "worker/nn/model.h"
+
+using namespace dtrain;
+using namespace dtrain::nn;
+using Catch::Matchers::StartsWith;
+
+namespace {
+
+using Floats = std::vector<float>;
+
+Floats random_floats(size_t count, uint32_t seed, float lo = -2, float hi = 3) {
+  std::mt19937 engine(seed);
+  std::uniform_real_distribution<float> d(lo, hi);
+  Floats out(count);
+  for (float& v : out) v = d(engine);
+  return out;
+}
+
+double worst_relative(const Floats& a, const Floats& b, double floor = 1e-3) {
+  REQUIRE(a.size() == b.size());
+  double worst = 0;
+  for (size_t i = 0; i < a.size(); ++i)
+    worst =
+        std::max(worst, std::abs(double(a[i]) - b[i]) / std::max(floor, std::abs(double(b[i]))));
+  return worst;
+}
+
+struct NormRun {
+  Floats y, mean, var, dx, dgamma, dbeta, y_inference;
+};
+
+NormRun run_norm(Backend& b, const NormShape& s, bool affine) {
+  Floats x = random_floats(s.count(), 1), dy = random_floats(s.count(), 2, -1, 1);
+  Floats gamma = random_floats(size_t(s.c), 3, 0.5, 1.5), beta = random_floats(size_t(s.c), 4);
+  const float* g = affine ? gamma.data() : nullptr;
+  const float* bt = affine ? beta.data() : nullptr;
+  NormRun r{Floats(s.count()),   Floats(size_t(s.c)), Floats(size_t(s.c)), Floats(s.count()),
+            Floats(size_t(s.c)), Floats(size_t(s.c)), Floats(s.count())};
+  b.batchnorm_forward_training(s, 1e-3f, x.data(), g, bt, r.y.data(), r.mean.data(), r.var.data());
+  b.batchnorm_backward(s, 1e-3f, x.data(), dy.data(), g, r.mean.data(), r.var.data(), r.dx.data(),
+                       r.dgamma.data(), r.dbeta.data());
+  Floats moving_mean = random_floats(size_t(s.c), 5, -0.5, 0.5);
+  Floats moving_var = random_floats(size_t(s.c), 6, 0.5, 2);
+  b.batchnorm_forward_inference(s, 1e-3f, x.data(), g, bt, moving_mean.data(), moving_var.data(),
+                                r.y_inference.data());
+  return r;
+}
+
+ModelSpec spec_of(const std::string& json) {
+  common::JsonDocument doc = common::JsonDocument::parse(json, "model");
+  return parse_model_spec(doc.root().at("model"));
+}
+
+const char* kNormModel = R"({"model": {"input_shape": [5, 5, 2], "layers": [
+  {"name": "conv", "type": "conv2d", "filters": 3, "kernel_size": 3, "padding": "same"},
+  {"name": "bn", "type": "batch_normalization"},
+  {"type": "relu"},
+  {"name": "sum", "type": "add", "inputs": ["relu_in", "layers.2.relu"]},
+  {"type": "flatten"},
+  {"name": "logits", "type": "dense", "units": 3}]}})";
+
+}  // namespace
+
+TEST_CASE("oneDNN's batch normalization matches the reference, whatever the threads",
+          "[parity][batch_norm]") {
+  std::unique_ptr<Backend> dnnl = make_dnnl_backend(), ref = make_reference_backend();
+  for (NormShape s : {NormShape{4, 3, 25}, NormShape{7, 5, 1}, NormShape{2, 16, 49}}) {
+    for (bool affine : {true, false}) {
+      INFO("shape " << s.n << "x" << s.c << "x" << s.hw << (affine ? " with" : " without")
+                    << " gamma and beta");
+      NormRun want = run_norm(*ref, s, affine), got = run_norm(*dnnl, s, affine);
+      // Both reduce in double; they differ by the last rounding of each float result.
+      CHECK(worst_relative(got.mean, want.mean) < 1e-6);
+      CHECK(worst_relative(got.var, want.var) < 1e-6);
+      // y = x * scale + shift in float (Keras's folding) against the reference's double: a few
+      // roundings of terms up to about 5, so an absolute error up to about 1e-6.
+      CHECK(worst_relative(got.y, want.y, 1.0) < 2e-6);
+      CHECK(worst_relative(got.y_inference, want.y_inference, 1.0) < 2e-6);
+      CHECK(worst_relative(got.dx, want.dx) < 1e-4);
+      CHECK(worst_relative(got.dgamma, want.dgamma) < 1e-5);
+      CHECK(worst_relative(got.dbeta, want.dbeta) < 1e-5);
+      // The mean of y is beta (0 without), its variance about gamma^2 (1 without).
+      for (int ch = 0; ch < s.c && s.n * s.hw > 1; ++ch) {
+        double sum = 0;
+        for (int i = 0; i < s.n; ++i)
+          for (int p = 0; p < s.hw; ++p) sum += got.y[(size_t(i) * s.c + ch) * s.hw + p];
+        double beta = affine ? random_floats(size_t(s.c), 4)[ch] : 0.0;
+        CHECK(sum / (s.n * s.hw) == Approx(beta).margin(1e-5));
+      }
+      int threads = omp_get_max_threads();
+      omp_set_num_threads(1);
+      NormRun one = run_norm(*dnnl, s, affine);
+      omp_set_num_threads(threads);
+      CHECK(one.y == got.y);
+      CHECK(one.dx == got.dx);
+      CHECK(one.dgamma == got.dgamma);
+    }
+  }
+}
+
+TEST_CASE("host backends move statistics by Keras's rule, from the shards' mean", "[batch_norm]") {
+  for (auto make : {make_reference_backend, make_dnnl_backend}) {
+    std::unique_ptr<Backend> b = make(MathMode::kFloat32);
+    Floats moving = {0.0f, 1.0f}, summed = {3.0f, 6.0f};  // two shards' means 1 and 2, sum 3
+    b->moving_average_update(2, 0.9f, 2, summed.data(), moving.data());
+    CHECK(moving[0] == 0.0f * 0.9f + 1.5f * (1.0f - 0.9f));
+    CHECK(moving[1] == 1.0f * 0.9f + 3.0f * (1.0f - 0.9f));
+  }
+}
+
+TEST_CASE("a graph with batch normalization: gradients match finite differences", "[batch_norm]") {
+  // conv, bn, relu, then the relu's output added to the conv's: bn's input fans out.
+  std::string json = kNormModel;
+  json.replace(json.find("relu_in"), 7, "conv");
+  std::unique_ptr<Backend> backend = make_reference_backend();
+  const int n = 4;
+  Model model(spec_of(json), *backend, n);
+  model.initialize(2);
+  std::vector<std::string> names;
+  for (const ParamInfo& p : model.parameter_infos()) names.push_back(p.name);
+  CHECK(names == std::vector<std::string>{"conv.kernel", "conv.bias", "bn.gamma", "bn.beta",
+                                          "logits.kernel", "logits.bias"});
+  REQUIRE(model.state_infos().size() == 2);
+  CHECK(model.state_infos()[0].name == "bn.moving_mean");
+  CHECK(model.state_infos()[1].name == "bn.moving_variance");
+  CHECK(model.state().to_host() == Floats{0, 0, 0, 1, 1, 1});
+  CHECK(model.statistics().size() == 6);
+
+  Floats x = random_floats(size_t(n) * 50, 11);
+  std::vector<int32_t> labels = {0, 2, 1, 2};
+  auto loss = [&](Floats* grads) {
+    const float* logits = model.forward(x.data(), n, StepKey{1, 0, 0}, true);
+    Floats totals(3, 0.0f);
+    backend->softmax_cross_entropy(n, 3, logits, labels.data(),
+                                   grads ? model.logits_gradient() : nullptr, totals.data());
+    if (grads) {
+      model.backward(n);
+      *grads = model.gradients().to_host();
+    }
+    return double(totals[0]) / n;
+  };
+  Floats grads;
+  loss(&grads);
+  // Parameters 0-56 are the convolution's, 57-62 gamma and beta: check all of those.
+  Floats params = model.parameters().to_host();
+  const float h = 1e-3f;
+  const double center = loss(nullptr);
+  size_t compared = 0;
+  for (size_t i = 0; i < 63; ++i) {
+    Floats moved = params;
+    moved[i] = params[i] + h;
+    model.parameters().from_host(moved);
+    double up = loss(nullptr);
+    moved[i] = params[i] - h;
+    model.parameters().from_host(moved);
+    double down = loss(nullptr);
+    double forward = (up - center) / h, backward = (center - down) / h;
+    if (std::abs(forward - backward) >
+        0.1 * std::max({std::abs(forward), std::abs(backward), 1e-2}))
+      continue;  // a ReLU's kink
+    double numeric = (up - down) / (2 * h);
+    INFO("parameter " << i << ": backward " << grads[i] << ", finite difference " << numeric);
+    CHECK(std::abs(numeric - grads[i]) / std::max(1e-2, std::abs(numeric)) < 0.05);
+    ++compared;
+  }
+  CHECK(compared > 55);
+}
+
+TEST_CASE("training normalizes by the batch, inference by the moving statistics", "[batch_norm]") {
+  const char* json = R"({"model": {"input_shape": [1, 1, 2], "layers": [
+    {"type": "flatten"}, {"type": "batch_normalization", "momentum": 0.5, "epsilon": 1e-9}]}})";
+  std::unique_ptr<Backend> backend = make_reference_backend();
+  Model model(spec_of(json), *backend, 4);
+  model.initialize(1);
+  // Feature 0: 1 3 5 7 (mean 4, variance 5); feature 1: 2 2 4 4 (mean 3, variance 1).
+  Floats x = {1, 2, 3, 2, 5, 4, 7, 4};
+  const float* y = model.forward(x.data(), 4, StepKey{}, true);
+  CHECK(y[0] == Approx(-3 / std::sqrt(5.0)));
+  CHECK(y[1] == Approx(-1.0));
+  CHECK(model.statistics().to_host() == Floats{4, 3, 5, 1});  // means, then variances
+  model.update_state(1);
+  CHECK(model.state().to_host() == Floats{2, 1.5, 3, 1});  // half the initial, half the batch's
+  y = model.forward(x.data(), 4, StepKey{}, false);
+  CHECK(y[0] == Approx((1 - 2) / std::sqrt(3.0)));
+  CHECK(y[1] == Approx(0.5));
+}
+
+TEST_CASE("batch_normalization takes Keras's keys and refuses what it cannot do", "[batch_norm]") {
+  auto error = [](const std::string& keys) {
+    try {
+      spec_of(R"({"model": {"input_shape": [2, 2, 1], "layers": [{"type": "batch_normalization")" +
+              keys + R"(}, {"type": "flatten"}, {"type": "dense", "units": 2}]}})");
+    } catch (const common::ConfigError& e) {
+      return std::string(e.what());
+    }
+    return std::string("accepted");
+  };
+  CHECK(error(R"(, "axis": -1, "momentum": 0.9, "epsilon": 0.001, "center": false)") == "accepted");
+  CHECK(error(R"(, "axis": [3])") == "accepted");
+  CHECK_THAT(error(R"(, "axis": 1)"), StartsWith("model.layers[0].axis: axis 1 is not supported"));
+  CHECK_THAT(error(R"(, "synchronized": true)"),
+             StartsWith("model.layers[0].synchronized: synchronized true"));
+  CHECK_THAT(error(R"(, "momentum": 2)"), StartsWith("model.layers[0].momentum:"));
+  CHECK_THAT(error(R"(, "renorm": true)"), StartsWith("model.layers[0]: unknown key \"renorm\""));
+}

@@ -1,0 +1,119 @@
+// Keras's BatchNormalization on the channels (axis -1 of NHWC: C of dtrain's NCHW; a flat input's
+// features): momentum 0.99, epsilon 1e-3, center (beta), scale (gamma). Training normalizes by
+// the batch's own mean and biased variance and hands them to the step as statistics; the step
+// sums them over the virtual shards in shard order and update_state moves the moving mean and
+// variance by Keras's rule, with the shards' mean (docs/design.md#batch-normalization).
+// Inference normalizes by the moving statistics. synchronized (one batch over every worker) is
+// not here yet.
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "worker/nn/layers/layer_keys.h"
+
+namespace dtrain::nn::layers {
+namespace {
+
+struct NormKeys {
+  float momentum = 0.99f;
+  float epsilon = 1e-3f;
+  bool center = true, scale = true;
+};
+
+class BatchNormalization : public Layer {
+ public:
+  BatchNormalization(const NormKeys& k, Dims in, const LayerContext& c)
+      : k_(k), in_(in), saved_(c.backend.device(), 2 * static_cast<size_t>(in.c)) {}
+  std::vector<ParamInfo> params() const override {
+    std::vector<ParamInfo> out;
+    const size_t c = channels();
+    if (k_.scale) out.push_back({"gamma", {in_.c}, 0, c});
+    if (k_.center) out.push_back({"beta", {in_.c}, k_.scale ? c : 0, c});
+    return out;
+  }
+  std::vector<ParamInfo> state() const override {
+    const size_t c = channels();
+    return {{"moving_mean", {in_.c}, 0, c}, {"moving_variance", {in_.c}, c, c}};
+  }
+  size_t statistics_count() const override { return 2 * channels(); }
+  void initialize(float* p, float* state, uint64_t) const override {
+    const size_t c = channels();
+    if (k_.scale) std::fill(p, p + c, 1.0f);
+    if (k_.center) std::fill(p + (k_.scale ? c : 0), p + (k_.scale ? 2 * c : c), 0.0f);
+    std::fill(state, state + c, 0.0f);
+    std::fill(state + c, state + 2 * c, 1.0f);
+  }
+  void forward(Backend& b, const ForwardArgs& a) override {
+    training_ = a.training;
+    if (!a.training) {
+      b.batchnorm_forward_inference(at(a.n), k_.epsilon, a.x[0], gamma(a.params), beta(a.params),
+                                    a.state, a.state + channels(), a.y);
+      return;
+    }
+    float* mean = saved_.data();
+    float* var = mean + channels();
+    b.batchnorm_forward_training(at(a.n), k_.epsilon, a.x[0], gamma(a.params), beta(a.params), a.y,
+                                 mean, var);
+    if (a.statistics) b.device().copy(a.statistics, mean, 2 * channels() * sizeof(float));
+  }
+  void backward(Backend& b, const BackwardArgs& a,
+                const std::function<void(size_t)>& enqueued) override {
+    DT_ENFORCE(training_, "batch normalization's backward after an inference forward");
+    const float* mean = saved_.data();
+    float* dgamma = k_.scale ? a.grads : nullptr;
+    float* dbeta = k_.center ? a.grads + (k_.scale ? channels() : 0) : nullptr;
+    b.batchnorm_backward(at(a.n), k_.epsilon, a.x[0], a.dy, gamma(a.params), mean,
+                         mean + channels(), a.dx[0], dgamma, dbeta);
+    if (enqueued && (k_.scale || k_.center)) enqueued(0);
+  }
+  void update_state(Backend& b, const float* summed, int shards, float* state) override {
+    b.moving_average_update(2 * channels(), k_.momentum, shards, summed, state);
+  }
+
+ private:
+  size_t channels() const { return static_cast<size_t>(in_.c); }
+  NormShape at(int n) const { return {n, in_.c, in_.h * in_.w}; }
+  const float* gamma(const float* p) const { return k_.scale ? p : nullptr; }
+  const float* beta(const float* p) const {
+    return k_.center ? p + (k_.scale ? channels() : 0) : nullptr;
+  }
+  NormKeys k_;
+  Dims in_;
+  Buffer<float> saved_;  ///< the last training batch's mean and variance, for backward
+  bool training_ = false;
+};
+
+class NormConfig : public LayerConfig {
+ public:
+  explicit NormConfig(const NormKeys& keys) : k_(keys) {}
+  Dims output_dims(const std::vector<Dims>& in, const std::string&) const override { return in[0]; }
+  std::unique_ptr<Layer> make(const std::vector<Dims>& in, const LayerContext& c) const override {
+    return std::make_unique<BatchNormalization>(k_, in[0], c);
+  }
+
+ private:
+  NormKeys k_;
+};
+
+}  // namespace
+
+std::unique_ptr<LayerConfig> parse_batch_normalization(const common::JsonNode& node) {
+  node.check_keys(
+      {"type", "name", "inputs", "axis", "momentum", "epsilon", "center", "scale", "synchronized"});
+  NormKeys k;
+  if (auto n = node.find("axis")) {
+    int64_t axis = n->is_array() && n->as_array().size() == 1 ? n->as_array()[0].as_int(-4, 3)
+                                                              : n->as_int(-4, 3);
+    if (axis != -1 && axis != 3)
+      n->fail(fmt::format("axis {} is not supported (the channels: -1, or 3 of NHWC)", axis));
+  }
+  if (auto n = node.find("momentum")) k.momentum = static_cast<float>(n->as_number(0.0, 1.0));
+  if (auto n = node.find("epsilon")) k.epsilon = static_cast<float>(n->as_number(1e-12, 1.0));
+  if (auto n = node.find("center")) k.center = n->as_bool();
+  if (auto n = node.find("scale")) k.scale = n->as_bool();
+  if (auto n = node.find("synchronized"); n && n->as_bool())
+    n->fail("synchronized true (statistics over the global batch) is not supported yet");
+  return std::make_unique<NormConfig>(k);
+}
+
+}  // namespace dtrain::nn::layers
