@@ -217,3 +217,60 @@ TEST_CASE("mistakes in a graph are ConfigErrors naming the layer", "[nn][graph]"
              StartsWith("model.layers[0].type: unknown layer type \"flaten\" (did you mean "
                         "\"flatten\"? expected conv2d, "));
 }
+
+TEST_CASE("layers without a bias, and global average pooling, train by their gradients",
+          "[nn][graph]") {
+  const char* json = R"({"model": {"input_shape": [4, 4, 2], "layers": [
+    {"name": "conv", "type": "conv2d", "filters": 3, "kernel_size": 3, "strides": 2,
+     "padding": "same", "use_bias": false, "activation": "relu"},
+    {"name": "gap", "type": "global_average_pooling2d"},
+    {"name": "logits", "type": "dense", "units": 3, "use_bias": false}]}})";
+  std::unique_ptr<Backend> backend = make_reference_backend();
+  ModelSpec spec = spec_of(json);
+  CHECK(spec.nodes[0].out == Dims{3, 2, 2});  // stride 2, "same": 4x4 to 2x2
+  CHECK(spec.nodes[1].out == Dims{3, 1, 1});
+  Model model(spec, *backend, kBatch);
+  model.initialize(6);
+  std::vector<std::string> names;
+  for (const ParamInfo& p : model.parameter_infos()) names.push_back(p.name);
+  CHECK(names == std::vector<std::string>{"conv.kernel", "logits.kernel"});
+  CHECK(model.parameters().size() == 3 * 2 * 9 + 3 * 3);
+  // Pooling is each channel's mean.
+  std::vector<float> x = images(model.input_dims());
+  model.forward(x.data(), kBatch, StepKey{}, false);
+  std::vector<float> grads;
+  loss_of(model, *backend, &grads);
+  std::vector<float> params = model.parameters().to_host();
+  const float h = 1e-3f;
+  const double center = loss_of(model, *backend);
+  size_t compared = 0;
+  for (size_t i = 0; i < params.size(); ++i) {
+    std::vector<float> moved = params;
+    moved[i] = params[i] + h;
+    model.parameters().from_host(moved);
+    double up = loss_of(model, *backend);
+    moved[i] = params[i] - h;
+    model.parameters().from_host(moved);
+    double down = loss_of(model, *backend);
+    double forward = (up - center) / h, backward = (center - down) / h;
+    if (std::abs(forward - backward) >
+        0.1 * std::max({std::abs(forward), std::abs(backward), 1e-2}))
+      continue;
+    double numeric = (up - down) / (2 * h);
+    INFO("parameter " << i << ": backward " << grads[i] << ", finite difference " << numeric);
+    CHECK(std::abs(numeric - grads[i]) / std::max(1e-2, std::abs(numeric)) < 0.05);
+    ++compared;
+  }
+  CHECK(compared * 10 > params.size() * 9);
+}
+
+TEST_CASE("global average pooling gives each channel's mean", "[nn][graph]") {
+  const char* json = R"({"model": {"input_shape": [2, 2, 2], "layers": [
+    {"type": "global_average_pooling2d"}]}})";
+  std::unique_ptr<Backend> backend = make_dnnl_backend();
+  Model model(spec_of(json), *backend, 1);
+  std::vector<float> x = {1, 2, 3, 6, -1, -1, -1, 7};  // NCHW: channel 0 then channel 1
+  const float* y = model.forward(x.data(), 1, StepKey{}, false);
+  CHECK(y[0] == 3.0f);
+  CHECK(y[1] == 1.0f);
+}

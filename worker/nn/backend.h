@@ -45,6 +45,13 @@ struct NormShape {
   size_t count() const { return static_cast<size_t>(n) * c * hw; }
 };
 
+/// Where one example's output pixels come from (remap2d): output pixel (r, q) reads input pixel
+/// (row0 + r * row_step, col0 + q * col_step), or is 0 where that is outside the input. A shift,
+/// a crop, zero padding and a flip (a step of -1) are each one map.
+struct PixelMap {
+  int32_t row0 = 0, col0 = 0, row_step = 1, col_step = 1;
+};
+
 /// How a dynamic loss scale's decision reaches an optimizer update without the host
 /// (docs/design.md#loss-scaling). Both flags are device memory, or null (no gate).
 struct SkipGate {
@@ -214,6 +221,18 @@ class Backend {
                                   const float* /*mean*/, const float* /*var*/, float* /*dx*/,
                                   float* /*dgamma*/, float* /*dbeta*/) {
     unsupported("batchnorm_backward");
+  }
+  /// y (n,c,oh,ow) from x (n,c,h,w), example i by maps[i] (host memory, n of them), every
+  /// channel alike. Data movement only: exact.
+  virtual void remap2d_forward(int /*n*/, int /*c*/, int /*h*/, int /*w*/, int /*oh*/, int /*ow*/,
+                               const PixelMap* /*maps*/, const float* /*x*/, float* /*y*/) {
+    unsupported("remap2d_forward");
+  }
+  /// Its transpose: dx (n,c,h,w) is 0 but where an output pixel read from, which gets that
+  /// pixel's dy (maps that read each input pixel at most once, as every map above does).
+  virtual void remap2d_backward(int /*n*/, int /*c*/, int /*h*/, int /*w*/, int /*oh*/, int /*ow*/,
+                                const PixelMap* /*maps*/, const float* /*dy*/, float* /*dx*/) {
+    unsupported("remap2d_backward");
   }
   /// Keras's moving average of statistics summed over `shards` batches: moving = moving *
   /// momentum + (sum / shards) * (1 - momentum), for count values.

@@ -31,6 +31,18 @@ class HostBackend : public Backend {
       y[i] = x[i] * mask[i];
     }
   }
+  void remap2d_forward(int n, int c, int h, int w, int oh, int ow, const PixelMap* maps,
+                       const float* x, float* y) override {
+    for_each_pixel(n, c, h, w, oh, ow, maps,
+                   [&](size_t out, const size_t* in) { y[out] = in ? x[*in] : 0.0f; });
+  }
+  void remap2d_backward(int n, int c, int h, int w, int oh, int ow, const PixelMap* maps,
+                        const float* dy, float* dx) override {
+    std::fill(dx, dx + static_cast<size_t>(n) * c * h * w, 0.0f);
+    for_each_pixel(n, c, h, w, oh, ow, maps, [&](size_t out, const size_t* in) {
+      if (in) dx[*in] += dy[out];
+    });
+  }
   void moving_average_update(size_t count, float momentum, int shards, const float* sum,
                              float* moving) override {
     for (size_t i = 0; i < count; ++i)
@@ -73,6 +85,31 @@ class HostBackend : public Backend {
   }
 
  protected:
+  /// Calls f(output index, &input index or null) for every output pixel of remap2d.
+  template <class F>
+  static void for_each_pixel(int n, int c, int h, int w, int oh, int ow, const PixelMap* maps,
+                             F f) {
+    for (int i = 0; i < n; ++i) {
+      const PixelMap& m = maps[i];
+      for (int ch = 0; ch < c; ++ch) {
+        const size_t in_plane = (static_cast<size_t>(i) * c + ch) * h * w;
+        const size_t out_plane = (static_cast<size_t>(i) * c + ch) * oh * ow;
+        for (int r = 0; r < oh; ++r) {
+          const int row = m.row0 + r * m.row_step;
+          for (int q = 0; q < ow; ++q) {
+            const int col = m.col0 + q * m.col_step;
+            const size_t out = out_plane + static_cast<size_t>(r) * ow + q;
+            if (row < 0 || row >= h || col < 0 || col >= w) {
+              f(out, nullptr);
+              continue;
+            }
+            const size_t in = in_plane + static_cast<size_t>(row) * w + col;
+            f(out, &in);
+          }
+        }
+      }
+    }
+  }
   static bool raised(const float* flag) {
     return flag != nullptr && *flag != 0.0f;
   }

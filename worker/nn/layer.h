@@ -48,6 +48,10 @@ struct StepKey {
   uint64_t seed = 0;
   int64_t epoch = 0;
   int64_t step = 0;
+  /// The virtual shard of the global batch this forward computes (TrainStep sets it), so that
+  /// per-example draws (augmentation) differ across the global batch and do not depend on who
+  /// holds the shard. Dropout does not use it (its masks keep their bits).
+  int64_t shard = 0;
 };
 
 enum class Activation { kLinear, kRelu, kSoftmax };

@@ -17,6 +17,10 @@ std::unique_ptr<LayerConfig> parse_dropout(const common::JsonNode& node);
 std::unique_ptr<LayerConfig> parse_relu(const common::JsonNode& node);
 std::unique_ptr<LayerConfig> parse_add(const common::JsonNode& node);
 std::unique_ptr<LayerConfig> parse_batch_normalization(const common::JsonNode& node);
+std::unique_ptr<LayerConfig> parse_global_average_pooling2d(const common::JsonNode& node);
+std::unique_ptr<LayerConfig> parse_zero_padding2d(const common::JsonNode& node);
+std::unique_ptr<LayerConfig> parse_random_crop(const common::JsonNode& node);
+std::unique_ptr<LayerConfig> parse_random_flip(const common::JsonNode& node);
 }  // namespace layers
 
 namespace {
@@ -30,6 +34,11 @@ constexpr LayerKind kKinds[] = {
     {"relu", "ReLU", layers::parse_relu, true},
     {"add", "Add", layers::parse_add, false},
     {"batch_normalization", "BatchNormalization", layers::parse_batch_normalization, false},
+    {"global_average_pooling2d", "GlobalAveragePooling2D", layers::parse_global_average_pooling2d,
+     false},
+    {"zero_padding2d", "ZeroPadding2D", layers::parse_zero_padding2d, false},
+    {"random_crop", "RandomCrop", layers::parse_random_crop, false},
+    {"random_flip", "RandomFlip", layers::parse_random_flip, false},
 };
 
 }  // namespace

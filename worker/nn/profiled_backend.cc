@@ -177,6 +177,16 @@ void ProfiledBackend::batchnorm_backward(const NormShape& s, float epsilon, cons
   timed(norm_label("batchnorm_backward", s),
         [&] { inner_.batchnorm_backward(s, epsilon, x, dy, gamma, mean, var, dx, dgamma, dbeta); });
 }
+void ProfiledBackend::remap2d_forward(int n, int c, int h, int w, int oh, int ow,
+                                      const PixelMap* maps, const float* x, float* y) {
+  timed(fmt::format("remap2d_forward {}x{}x{}x{}->{}x{}", n, c, h, w, oh, ow),
+        [&] { inner_.remap2d_forward(n, c, h, w, oh, ow, maps, x, y); });
+}
+void ProfiledBackend::remap2d_backward(int n, int c, int h, int w, int oh, int ow,
+                                       const PixelMap* maps, const float* dy, float* dx) {
+  timed(fmt::format("remap2d_backward {}x{}x{}x{}->{}x{}", n, c, h, w, oh, ow),
+        [&] { inner_.remap2d_backward(n, c, h, w, oh, ow, maps, dy, dx); });
+}
 void ProfiledBackend::moving_average_update(size_t count, float momentum, int shards,
                                             const float* sum, float* moving) {
   timed(count_label("moving_average_update", count),

@@ -94,6 +94,10 @@ class ProfiledBackend final : public Backend {
                           float* dgamma, float* dbeta) override;
   void moving_average_update(size_t count, float momentum, int shards, const float* sum,
                              float* moving) override;
+  void remap2d_forward(int n, int c, int h, int w, int oh, int ow, const PixelMap* maps,
+                       const float* x, float* y) override;
+  void remap2d_backward(int n, int c, int h, int w, int oh, int ow, const PixelMap* maps,
+                        const float* dy, float* dx) override;
   void dropout_forward(size_t count, float rate, uint64_t key, const float* x, float* y,
                        float* mask) override;
   void multiply(size_t count, const float* a, const float* b, float* y) override;

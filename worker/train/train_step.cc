@@ -98,7 +98,9 @@ void TrainStep::finish(comm::ReduceTicket ticket) {
 void TrainStep::enqueue(const float* images, const int32_t* labels, int n, const nn::StepKey& key,
                         int slot) {
   device_.fill_zero(stats_.data(), stats_.bytes());
-  const float* logits = model_.forward(images, n, key, true);
+  nn::StepKey shard_key = key;
+  shard_key.shard = comm_.rank();  // a whole group: each member holds its own shard
+  const float* logits = model_.forward(images, n, shard_key, true);
   backend_.softmax_cross_entropy(n, model_.classes(), logits, labels, model_.logits_gradient(),
                                  stats_.data());
   scale_loss_gradient(n);
@@ -293,7 +295,9 @@ void TrainStep::enqueue_shards(const comm::ShardPlan& shards, const ShardInput* 
   shard_statistics_.assign(held * statistics.size(), 0.0f);
   for (size_t j = 0; j < held; ++j) {
     device_.fill_zero(stats_.data(), stats_.bytes());
-    const float* logits = model_.forward(inputs[j].images, inputs[j].n, key, true);
+    nn::StepKey shard_key = key;
+    shard_key.shard = shards.shard(static_cast<int>(j));
+    const float* logits = model_.forward(inputs[j].images, inputs[j].n, shard_key, true);
     backend_.softmax_cross_entropy(inputs[j].n, model_.classes(), logits, inputs[j].labels,
                                    model_.logits_gradient(), stats_.data());
     scale_loss_gradient(inputs[j].n);

@@ -1,5 +1,6 @@
 // Keras's Conv2D: filters, kernel_size, strides, padding valid|same (TensorFlow's: the odd pixel
-// after), activation, with a bias. Kernel k,c,kh,kw (OIHW), glorot_uniform; bias zero.
+// after), activation, use_bias. Kernel k,c,kh,kw (OIHW), glorot_uniform; bias zero. Without a
+// bias the backend still gets one, zeros of the layer's own, and its gradient goes to scratch.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -14,13 +15,18 @@ struct Conv2dKeys {
   int kernel_h = 1, kernel_w = 1;
   int stride_h = 1, stride_w = 1;
   bool same_padding = false;
+  bool use_bias = true;
   Activation activation = Activation::kLinear;
 };
 
 class Conv2D : public Activated {
  public:
   Conv2D(const Conv2dKeys& k, Dims in, Dims out, const LayerContext& c)
-      : Activated(k.activation, out, c) {
+      : Activated(k.activation, out, c), use_bias_(k.use_bias) {
+    if (!use_bias_) {  // a zero bias to add, and somewhere for its gradient to go
+      no_bias_ = Buffer<float>(c.backend.device(), 2 * static_cast<size_t>(k.filters));
+      c.backend.device().fill_zero(no_bias_.data(), no_bias_.bytes());
+    }
     shape_.c = in.c, shape_.h = in.h, shape_.w = in.w, shape_.k = k.filters;
     shape_.kh = k.kernel_h, shape_.kw = k.kernel_w, shape_.sh = k.stride_h, shape_.sw = k.stride_w;
     if (k.same_padding) {
@@ -30,17 +36,19 @@ class Conv2D : public Activated {
   }
   std::vector<ParamInfo> params() const override {
     size_t kernel = shape_.weight_count();
-    return {{"kernel", {shape_.k, shape_.c, shape_.kh, shape_.kw}, 0, kernel},
-            {"bias", {shape_.k}, kernel, static_cast<size_t>(shape_.k)}};
+    std::vector<ParamInfo> out = {
+        {"kernel", {shape_.k, shape_.c, shape_.kh, shape_.kw}, 0, kernel}};
+    if (use_bias_) out.push_back({"bias", {shape_.k}, kernel, static_cast<size_t>(shape_.k)});
+    return out;
   }
   void initialize(float* p, float*, uint64_t seed) const override {
     int area = shape_.kh * shape_.kw;
     size_t kernel = shape_.weight_count();
     glorot_uniform(p, kernel, area * shape_.c, area * shape_.k, seed);
-    std::fill(p + kernel, p + kernel + shape_.k, 0.0f);
+    if (use_bias_) std::fill(p + kernel, p + kernel + shape_.k, 0.0f);
   }
   void forward(Backend& b, const ForwardArgs& a) override {
-    const float* bias = a.params + shape_.weight_count();
+    const float* bias = use_bias_ ? a.params + shape_.weight_count() : no_bias_.data();
     if (relu())
       b.conv2d_relu_forward(at(a.n), a.x[0], a.params, bias, a.y);
     else
@@ -48,7 +56,7 @@ class Conv2D : public Activated {
   }
   void backward(Backend& b, const BackwardArgs& a,
                 const std::function<void(size_t)>& enqueued) override {
-    float* db = a.grads + shape_.weight_count();
+    float* db = use_bias_ ? a.grads + shape_.weight_count() : no_bias_.data() + shape_.k;
     if (relu() && !a.dx[0]) {  // nobody needs dx: no dz beyond the weight gradient
       b.conv2d_relu_backward_weights(at(a.n), a.x[0], a.y, a.dy, a.grads, db, scratch());
       if (enqueued) enqueued(0);
@@ -67,6 +75,8 @@ class Conv2D : public Activated {
     return s;
   }
   ConvShape shape_;
+  bool use_bias_;
+  Buffer<float> no_bias_;  ///< without a bias: k zeros, then k floats of its unused gradient
 };
 
 class Conv2dConfig : public LayerConfig {
@@ -115,8 +125,7 @@ std::unique_ptr<LayerConfig> parse_conv2d(const common::JsonNode& node) {
       n->fail(fmt::format("expected \"valid\" or \"same\", found \"{}\"", padding));
     k.same_padding = padding == "same";
   }
-  if (auto n = node.find("use_bias"); n && !n->as_bool())
-    n->fail("use_bias false is not supported");
+  if (auto n = node.find("use_bias")) k.use_bias = n->as_bool();
   if (auto n = node.find("activation")) {
     k.activation = parse_activation(*n);
     if (k.activation == Activation::kSoftmax) n->fail("softmax only on a dense layer");

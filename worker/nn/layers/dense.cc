@@ -1,6 +1,7 @@
-// Keras's Dense on flat input: units, activation, with a bias. Kernel in,out (Keras's),
-// glorot_uniform; bias zero. Backward produces a large kernel's gradient in pieces of whole rows,
-// last rows first, so its all-reduce starts while the rest is computed.
+// Keras's Dense on flat input: units, activation, use_bias. Kernel in,out (Keras's),
+// glorot_uniform; bias zero (without one: zeros of the layer's own, its gradient to scratch).
+// Backward produces a large kernel's gradient in pieces of whole rows, last rows first, so its
+// all-reduce starts while the rest is computed.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -12,22 +13,32 @@ namespace {
 
 struct DenseKeys {
   int units = 0;
+  bool use_bias = true;
   Activation activation = Activation::kLinear;
 };
 
 class Dense : public Activated {
  public:
   Dense(const DenseKeys& k, Dims in, const LayerContext& c)
-      : Activated(k.activation, {k.units, 1, 1}, c), in_(static_cast<int>(in.size())) {}
+      : Activated(k.activation, {k.units, 1, 1}, c),
+        in_(static_cast<int>(in.size())),
+        use_bias_(k.use_bias) {
+    if (!use_bias_) {
+      no_bias_ = Buffer<float>(c.backend.device(), static_cast<size_t>(k.units));
+      c.backend.device().fill_zero(no_bias_.data(), no_bias_.bytes());
+    }
+  }
   std::vector<ParamInfo> params() const override {
     size_t kernel = static_cast<size_t>(in_) * out_.c;
-    return {{"kernel", {in_, out_.c}, 0, kernel},
-            {"bias", {out_.c}, kernel, static_cast<size_t>(out_.c)}};
+    std::vector<ParamInfo> out = {{"kernel", {in_, out_.c}, 0, kernel}};
+    if (use_bias_) out.push_back({"bias", {out_.c}, kernel, static_cast<size_t>(out_.c)});
+    return out;
   }
   // The bias, then the kernel in pieces of whole rows, last rows first.
   std::vector<ParamRange> gradient_pieces() const override {
     size_t kernel = static_cast<size_t>(in_) * out_.c;
-    std::vector<ParamRange> pieces = {{kernel, static_cast<size_t>(out_.c)}};
+    std::vector<ParamRange> pieces;
+    if (use_bias_) pieces.push_back({kernel, static_cast<size_t>(out_.c)});
     size_t rows_per_piece = std::max<size_t>(1, kGradientPieceFloats / out_.c);
     for (size_t end = in_; end > 0;) {
       size_t begin = end > rows_per_piece ? end - rows_per_piece : 0;
@@ -39,10 +50,10 @@ class Dense : public Activated {
   void initialize(float* p, float*, uint64_t seed) const override {
     size_t kernel = static_cast<size_t>(in_) * out_.c;
     glorot_uniform(p, kernel, in_, out_.c, seed);
-    std::fill(p + kernel, p + kernel + out_.c, 0.0f);
+    if (use_bias_) std::fill(p + kernel, p + kernel + out_.c, 0.0f);
   }
   void forward(Backend& b, const ForwardArgs& a) override {
-    const float* bias = a.params + static_cast<size_t>(in_) * out_.c;
+    const float* bias = use_bias_ ? a.params + static_cast<size_t>(in_) * out_.c : no_bias_.data();
     if (relu())
       b.dense_relu_forward(a.n, in_, out_.c, a.x[0], a.params, bias, a.y);
     else
@@ -55,15 +66,17 @@ class Dense : public Activated {
     float* dx = a.dx[0];
     // The bias, then the kernel from its last rows to its first: each piece extends the
     // gradients produced so far downwards, so buckets stay contiguous.
-    b.dense_backward_bias(a.n, out_.c, dz, a.grads + static_cast<size_t>(in_) * out_.c);
+    if (use_bias_)
+      b.dense_backward_bias(a.n, out_.c, dz, a.grads + static_cast<size_t>(in_) * out_.c);
     if (!enqueued) {  // nobody waits for pieces: one product for the whole kernel
       b.dense_backward_weight_rows(a.n, in_, out_.c, x, dz, a.grads, 0, in_);
       if (dx) b.dense_backward_data(a.n, in_, out_.c, dz, a.params, dx);
       return;
     }
-    enqueued(0);
+    const size_t first_rows = use_bias_ ? 1 : 0;  // piece 0 is the bias's
+    if (use_bias_) enqueued(0);
     std::vector<ParamRange> pieces = gradient_pieces();
-    for (size_t k = 1; k < pieces.size(); ++k) {
+    for (size_t k = first_rows; k < pieces.size(); ++k) {
       int first = static_cast<int>(pieces[k].offset / out_.c);
       int last = static_cast<int>((pieces[k].offset + pieces[k].count) / out_.c);
       b.dense_backward_weight_rows(a.n, in_, out_.c, x, dz, a.grads, first, last);
@@ -74,6 +87,8 @@ class Dense : public Activated {
 
  private:
   int in_;
+  bool use_bias_;
+  Buffer<float> no_bias_;  ///< without a bias: units zeros
 };
 
 class DenseConfig : public LayerConfig {
@@ -109,8 +124,7 @@ std::unique_ptr<LayerConfig> parse_dense(const common::JsonNode& node) {
   node.check_keys({"type", "name", "inputs", "units", "activation", "use_bias"});
   DenseKeys k;
   k.units = static_cast<int>(node.at("units").as_int(1, 1 << 20));
-  if (auto n = node.find("use_bias"); n && !n->as_bool())
-    n->fail("use_bias false is not supported");
+  if (auto n = node.find("use_bias")) k.use_bias = n->as_bool();
   if (auto n = node.find("activation")) k.activation = parse_activation(*n);
   return std::make_unique<DenseConfig>(k);
 }
