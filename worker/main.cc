@@ -304,6 +304,12 @@ std::unique_ptr<nn::Backend> choose_backend(TrainConfig& config, const std::stri
       break;
   }
   bool automatic = config.device == DeviceChoice::kAuto;
+  if (cuda && config.label_smoothing > 0) {  // docs/design.md#the-model-as-a-graph: GPU parity
+    throw ConfigError(fmt::format(
+        "{}: train.loss.label_smoothing has not passed its parity test on a GPU yet, so it does "
+        "not run on one (train with \"device\": \"cpu\")",
+        source));
+  }
   if (cuda) {
     std::unique_ptr<nn::Backend> backend = nn::make_cuda_backend(config.math);
     spdlog::info("device: {} on GPU {} ({}{})", backend->name(), backend->device().name(),

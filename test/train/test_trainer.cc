@@ -157,6 +157,8 @@ TEST_CASE("train config mistakes are ConfigErrors naming the JSON path") {
                  Catch::Contains(", relu"));
   CHECK(error("\"from_logits\": false", "\"from_logits\": true")
             .find("job.json: train.loss: from_logits is true") == 0);
+  CHECK(error("\"from_logits\": false", "\"from_logits\": false, \"label_smoothing\": 1.5")
+            .find("job.json: train.loss.label_smoothing:") == 0);
   CHECK(error("\"adam\"", "\"adagrad\"") ==
         "job.json: train.optimizer.type: unknown optimizer \"adagrad\" (expected sgd, adam, adamw "
         "or rmsprop)");

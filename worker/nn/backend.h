@@ -191,6 +191,16 @@ class Backend {
   /// number of rows whose (first) arg-max is the label, and to totals[2] n. Nothing is read back.
   virtual void softmax_cross_entropy(int n, int classes, const float* logits, const int32_t* labels,
                                      float* dlogits, float* totals) = 0;
+  /// The same against smoothed targets, as Keras's CategoricalCrossentropy(label_smoothing) on
+  /// one-hot labels: t = (1 - smoothing) * onehot + smoothing / classes, row loss -sum t log
+  /// softmax, dlogits = (softmax - t) / n; accuracy still against the label. smoothing 0 is
+  /// softmax_cross_entropy.
+  virtual void softmax_cross_entropy_smoothed(int n, int classes, float smoothing,
+                                              const float* logits, const int32_t* labels,
+                                              float* dlogits, float* totals) {
+    if (smoothing != 0.0f) unsupported("softmax_cross_entropy_smoothed");
+    softmax_cross_entropy(n, classes, logits, labels, dlogits, totals);
+  }
 
   /// y += x.
   virtual void add(size_t count, const float* x, float* y) = 0;

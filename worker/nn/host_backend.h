@@ -31,6 +31,37 @@ class HostBackend : public Backend {
       y[i] = x[i] * mask[i];
     }
   }
+  // In double, row by row: a handful of classes, once a step.
+  void softmax_cross_entropy_smoothed(int n, int classes, float smoothing, const float* logits,
+                                      const int32_t* labels, float* dlogits,
+                                      float* totals) override {
+    if (smoothing == 0.0f)
+      return softmax_cross_entropy(n, classes, logits, labels, dlogits, totals);
+    double loss_sum = 0;
+    int correct = 0;
+    const double off = double(smoothing) / classes, on = 1.0 - smoothing + off;
+    for (int i = 0; i < n; ++i) {
+      const float* row = logits + static_cast<size_t>(i) * classes;
+      const int best = static_cast<int>(std::max_element(row, row + classes) - row);
+      correct += best == labels[i];
+      double sum = 0, targets_dot = 0;
+      for (int k = 0; k < classes; ++k) {
+        sum += std::exp(double(row[k]) - row[best]);
+        targets_dot += (k == labels[i] ? on : off) * row[k];
+      }
+      const double lse = row[best] + std::log(sum);
+      loss_sum += lse - targets_dot;  // the targets sum to 1
+      if (!dlogits) continue;
+      for (int k = 0; k < classes; ++k) {
+        const double p = std::exp(double(row[k]) - lse);
+        dlogits[static_cast<size_t>(i) * classes + k] =
+            static_cast<float>((p - (k == labels[i] ? on : off)) / n);
+      }
+    }
+    totals[0] = static_cast<float>(totals[0] + loss_sum);
+    totals[1] += static_cast<float>(correct);
+    totals[2] += static_cast<float>(n);
+  }
   void remap2d_forward(int n, int c, int h, int w, int oh, int ow, const PixelMap* maps,
                        const float* x, float* y) override {
     for_each_pixel(n, c, h, w, oh, ow, maps,

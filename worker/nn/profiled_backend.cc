@@ -177,6 +177,13 @@ void ProfiledBackend::batchnorm_backward(const NormShape& s, float epsilon, cons
   timed(norm_label("batchnorm_backward", s),
         [&] { inner_.batchnorm_backward(s, epsilon, x, dy, gamma, mean, var, dx, dgamma, dbeta); });
 }
+void ProfiledBackend::softmax_cross_entropy_smoothed(int n, int classes, float smoothing,
+                                                     const float* logits, const int32_t* labels,
+                                                     float* dlogits, float* totals) {
+  timed(fmt::format("softmax_cross_entropy_smoothed {}x{}", n, classes), [&] {
+    inner_.softmax_cross_entropy_smoothed(n, classes, smoothing, logits, labels, dlogits, totals);
+  });
+}
 void ProfiledBackend::remap2d_forward(int n, int c, int h, int w, int oh, int ow,
                                       const PixelMap* maps, const float* x, float* y) {
   timed(fmt::format("remap2d_forward {}x{}x{}x{}->{}x{}", n, c, h, w, oh, ow),

@@ -39,7 +39,7 @@ bool load_weights(nn::Model& model, const SafetensorsFile& file) {
 
 std::pair<double, double> evaluate_model(nn::Model& model, nn::Backend& backend,
                                          const data::Dataset& test, int batch,
-                                         comm::Communicator* comm) {
+                                         comm::Communicator* comm, float label_smoothing) {
   const int64_t batches = (test.count + batch - 1) / batch;
   const int ranks = comm ? comm->size() : 1, rank = comm ? comm->rank() : 0;
   const int64_t first = batches * rank / ranks, last = batches * (rank + 1) / ranks;
@@ -64,8 +64,8 @@ std::pair<double, double> evaluate_model(nn::Model& model, nn::Backend& backend,
     stager.ready();
     int next = b + 1 < last ? stage(b + 1) : 0;
     const float* logits = model.forward(stager.images(slot), n, {}, false);
-    backend.softmax_cross_entropy(n, model.classes(), logits, stager.labels(slot), nullptr,
-                                  sums.data() + 3 * b);
+    backend.softmax_cross_entropy_smoothed(n, model.classes(), label_smoothing, logits,
+                                           stager.labels(slot), nullptr, sums.data() + 3 * b);
     n = next;
   }
   std::vector<float> host = sums.to_host();  // zeros for the other ranks' batches
@@ -94,7 +94,8 @@ int run_evaluator(const TrainConfig& config, nn::Backend& backend, const data::D
     if (std::filesystem::exists(final_model)) {
       SafetensorsFile file = read_safetensors(final_model);
       if (file.metadata["architecture"] == config.model_json && load_weights(model, file)) {
-        auto [loss, accuracy] = evaluate_model(model, backend, test, config.per_worker_batch_size);
+        auto [loss, accuracy] = evaluate_model(model, backend, test, config.per_worker_batch_size,
+                                               nullptr, config.label_smoothing);
         common::JsonWriter line;
         line.begin_object().key("model").value("final");
         line.key("val_loss").value(loss).key("val_accuracy").value(accuracy);
@@ -107,7 +108,8 @@ int run_evaluator(const TrainConfig& config, nn::Backend& backend, const data::D
     std::optional<LoadedCheckpoint> c = store.load_latest(config.model_json);
     if (c && c->state.global_step != last_step && load_weights(model, c->file)) {
       last_step = c->state.global_step;
-      auto [loss, accuracy] = evaluate_model(model, backend, test, config.per_worker_batch_size);
+      auto [loss, accuracy] = evaluate_model(model, backend, test, config.per_worker_batch_size,
+                                             nullptr, config.label_smoothing);
       common::JsonWriter line;
       line.begin_object().key("checkpoint").value(c->path).key("epoch").value(c->state.epoch);
       line.key("step").value(c->state.step).key("global_step").value(c->state.global_step);

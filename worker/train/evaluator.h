@@ -31,7 +31,8 @@ struct EvaluatorOptions {
 /// with the same backend. Per-batch sums stay on the device until one read at the end.
 std::pair<double, double> evaluate_model(nn::Model& model, nn::Backend& backend,
                                          const data::Dataset& test, int batch,
-                                         comm::Communicator* comm = nullptr);
+                                         comm::Communicator* comm = nullptr,
+                                         float label_smoothing = 0);
 
 /// Runs until the final model was evaluated or stop_requested() is true. Returns the number of
 /// lines it appended to eval.jsonl.

@@ -120,9 +120,11 @@ void parse_loss(const common::JsonNode& node, TrainConfig& c) {
   }
   if (!node.is_object())
     node.fail(fmt::format("expected a loss name or object, found {}", node.describe()));
-  node.check_keys({"type", "from_logits"});
+  node.check_keys({"type", "from_logits", "label_smoothing"});
   one_of(node.at("type"), {"sparse_categorical_crossentropy"});
   if (auto n = node.find("from_logits")) c.from_logits = n->as_bool();
+  if (auto n = node.find("label_smoothing"))
+    c.label_smoothing = static_cast<float>(n->as_number(0.0, 1.0));
 }
 
 // dtype_policy (Keras's policy names) and allow_tf32 into the backend's math mode, and the loss

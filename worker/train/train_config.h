@@ -41,6 +41,9 @@ struct TrainConfig {
   nn::ModelSpec model;
   std::string model_json;    ///< train.model as compact JSON: the architecture checkpoints record
   bool from_logits = false;  ///< Keras's default (also for the shorthand "loss": "<name>")
+  /// train.loss.label_smoothing: targets (1 - s) * onehot + s / classes (Keras's
+  /// CategoricalCrossentropy's), in training and in validation alike.
+  float label_smoothing = 0;
   OptimizerSpec optimizer;
   data::DataConfig data;
   int per_worker_batch_size = 32;  ///< Keras's default batch size

@@ -91,6 +91,8 @@ struct StepOptions {
   /// mixed_float16 or train.loss_scale; tests force it in any math mode. When on, the optimizer
   /// applies a step only once every bucket's all-reduce has finished (as whole_steps do).
   LossScaleSpec loss_scale = {};
+  /// train.loss.label_smoothing (0: none).
+  float label_smoothing = 0;
 };
 
 /// One virtual shard's batch, already on the device.

@@ -222,6 +222,7 @@ Trainer::Trainer(const TrainConfig& config, nn::Backend& backend, comm::Communic
   step_options.whole_steps = options_.regroup && whole_steps_possible(backend_.device(), comm_);
   step_options.virtual_size = options_.virtual_size;
   step_options.loss_scale = config_.loss_scale;
+  step_options.label_smoothing = config_.label_smoothing;
   if (config_.loss_scale.enabled) {
     spdlog::info("loss scaling: {} scale {} (docs/design.md#loss-scaling)",
                  config_.loss_scale.dynamic ? "dynamic, initial" : "fixed",
@@ -665,7 +666,8 @@ EpochMetrics Trainer::train_epoch(int epoch) {
 
 std::pair<double, double> Trainer::evaluate() {
   common::BusyPhase busy(options_.record, common::ProgressPhase::kValidating);
-  return evaluate_model(*model_, backend_, test_, config_.per_worker_batch_size, &comm_);
+  return evaluate_model(*model_, backend_, test_, config_.per_worker_batch_size, &comm_,
+                        config_.label_smoothing);
 }
 
 void Trainer::write_metrics(const EpochMetrics& m) {
