@@ -1,5 +1,5 @@
-// See layer_registry.h. A new kind adds one line to kKinds (its parse function is declared
-// with it) and one file to worker/nn/layers/.
+// See layer_registry.h. A new kind adds one line to kKinds (its parse and keras_keys functions
+// are declared with it) and one file to worker/nn/layers/.
 #include "worker/nn/layer_registry.h"
 
 #include <algorithm>
@@ -10,24 +10,32 @@ namespace dtrain::nn {
 
 namespace layers {
 std::unique_ptr<LayerConfig> parse_conv2d(const common::JsonNode& node);
+std::vector<KerasKeySpec> keras_keys_conv2d();
 std::unique_ptr<LayerConfig> parse_max_pooling2d(const common::JsonNode& node);
+std::vector<KerasKeySpec> keras_keys_max_pooling2d();
 std::unique_ptr<LayerConfig> parse_flatten(const common::JsonNode& node);
+std::vector<KerasKeySpec> keras_keys_flatten();
 std::unique_ptr<LayerConfig> parse_dense(const common::JsonNode& node);
+std::vector<KerasKeySpec> keras_keys_dense();
 std::unique_ptr<LayerConfig> parse_dropout(const common::JsonNode& node);
+std::vector<KerasKeySpec> keras_keys_dropout();
 std::unique_ptr<LayerConfig> parse_relu(const common::JsonNode& node);
+std::vector<KerasKeySpec> keras_keys_relu();
 std::unique_ptr<LayerConfig> parse_add(const common::JsonNode& node);
+std::vector<KerasKeySpec> keras_keys_add();
 }  // namespace layers
 
 namespace {
 
 constexpr LayerKind kKinds[] = {
-    {"conv2d", "Conv2D", layers::parse_conv2d},
-    {"max_pooling2d", "MaxPooling2D", layers::parse_max_pooling2d},
-    {"flatten", "Flatten", layers::parse_flatten},
-    {"dense", "Dense", layers::parse_dense},
-    {"dropout", "Dropout", layers::parse_dropout},
-    {"relu", "ReLU", layers::parse_relu},
-    {"add", "Add", layers::parse_add},
+    {"conv2d", "Conv2D", layers::parse_conv2d, layers::keras_keys_conv2d},
+    {"max_pooling2d", "MaxPooling2D", layers::parse_max_pooling2d,
+     layers::keras_keys_max_pooling2d},
+    {"flatten", "Flatten", layers::parse_flatten, layers::keras_keys_flatten},
+    {"dense", "Dense", layers::parse_dense, layers::keras_keys_dense},
+    {"dropout", "Dropout", layers::parse_dropout, layers::keras_keys_dropout},
+    {"relu", "ReLU", layers::parse_relu, layers::keras_keys_relu},
+    {"add", "Add", layers::parse_add, layers::keras_keys_add},
 };
 
 }  // namespace
@@ -59,6 +67,22 @@ std::string closest_layer_type(std::string_view typo) {
     if (d < best_distance) best = kind.type, best_distance = d;
   }
   return best;
+}
+
+const LayerKind* find_keras_class(std::string_view keras_class) {
+  for (const LayerKind& kind : kKinds) {
+    if (keras_class == kind.keras_class) return &kind;
+  }
+  return nullptr;
+}
+
+std::string keras_class_list() {
+  std::string list;
+  for (size_t i = 0; i < std::size(kKinds); ++i) {
+    if (i > 0) list += i + 1 == std::size(kKinds) ? " and " : ", ";
+    list += kKinds[i].keras_class;
+  }
+  return list;
 }
 
 std::string layer_type_list() {
