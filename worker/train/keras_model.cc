@@ -37,13 +37,11 @@ struct Entry {
 };
 
 // The message of an error about a JSON path inside entry_path, with that path made relative to
-// the layer: "config.layers[2].config.groups: ..." is "groups: ...".
+// the layer's config or, outside it, to the layer: "config.layers[2].config.groups: ..." is
+// "groups: ...", "config.layers[2].inbound_nodes: ..." "inbound_nodes: ...".
 std::string inside(const std::string& message, const std::string& entry_path) {
-  for (const std::string& prefix : {entry_path + ".config", entry_path}) {
-    if (message.compare(0, prefix.size(), prefix) != 0) continue;
-    std::string rest = message.substr(prefix.size());
-    if (rest.rfind('.', 0) == 0) return rest.substr(1);
-    if (rest.rfind(": ", 0) == 0) return rest.substr(2);
+  for (const std::string& prefix : {entry_path + ".config.", entry_path + ".", entry_path + ": "}) {
+    if (message.compare(0, prefix.size(), prefix) == 0) return message.substr(prefix.size());
   }
   return message;
 }
