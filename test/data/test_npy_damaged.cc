@@ -301,3 +301,35 @@ TEST_CASE("damaged .npz archives are refused, naming the file, the key and what 
   truncated.replace(60, 40, std::string(40, '\xff'));
   CHECK_THAT(error(truncated), Contains("a: bad deflate data"));
 }
+
+TEST_CASE("read_bytes gives any member's bytes as they are, stored or deflated", "[npy]") {
+  TempDir dir;
+  const std::string text = R"({"class_name": "Sequential", "config": {}})";
+  NpzFile archive(
+      write(dir, "model.keras",
+            zip({{"config.json", text, false, nullptr}, {"packed.json", text, true, nullptr}})));
+  CHECK(archive.read_bytes("config.json") == text);
+  CHECK(archive.read_bytes("packed.json") == text);
+  CHECK_THAT(config_error([&] { archive.read_bytes("none.json"); }),
+             Contains("model.keras: none.json: no such member in the archive"));
+  // What read() refuses, read_bytes refuses: a CRC that does not match, a deflated member that
+  // yields more than the directory says (it stops there) or less.
+  auto sized = [](size_t at, uint64_t value) {
+    return [=](std::string& entry) {
+      std::string v;
+      put(v, value, 4);
+      entry.replace(at, 4, v);
+    };
+  };
+  auto error = [&](const Member& member) {
+    const std::string path = write(dir, "bad.keras", zip({member}));
+    return config_error([&] { NpzFile(path).read_bytes(member.name); });
+  };
+  CHECK_THAT(error({"config.json", text, false, sized(16, 0x12345678)}),
+             Contains("bad.keras: config.json: CRC-32 mismatch"));
+  const std::string bomb = text + std::string(1 << 20, ' ');
+  CHECK_THAT(error({"config.json", bomb, true, sized(24, text.size())}),
+             Contains("config.json: the deflated member yields more than"));
+  CHECK_THAT(error({"config.json", text, true, sized(24, text.size() + 1)}),
+             Contains("config.json: the deflated member yields 42 bytes, the directory says 43"));
+}

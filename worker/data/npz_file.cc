@@ -216,6 +216,21 @@ NpyArray NpzFile::read(const std::string& key, const std::string& expected) cons
                      names.empty() ? "none" : fmt::format("{}", fmt::join(names, ", ")), more));
   }
   const Member& m = *it;
+  const uint8_t* data = member_data(m, where);
+  if (m.method == kDeflated) return read_deflated(m, data, where, expected);
+  if (m.compressed != m.uncompressed)
+    fail(where, fmt::format("bad zip archive: a stored member of {} bytes claims {}", m.compressed,
+                            m.uncompressed));
+  check_crc(where, m.crc, crc_of(data, m.compressed));
+  MemoryReader in(data, m.compressed);
+  NpyHeader header = read_npy_header(in, m.compressed, where, expected);
+  NpyArray array{header.descr, header.dtype, header.shape,
+                 header.count, nullptr,      header.data_bytes};
+  array.data = std::shared_ptr<const uint8_t>(file_, data + header.data_offset);
+  return array;
+}
+
+const uint8_t* NpzFile::member_data(const Member& m, const std::string& where) const {
   if (m.flags & 1) fail(where, "the member is encrypted");
   if (m.method != kStored && m.method != kDeflated)
     fail(where,
@@ -235,17 +250,42 @@ NpyArray NpzFile::read(const std::string& key, const std::string& expected) cons
       std::memcmp(base + at + kLocalBytes, m.name.data(), m.name.size()) != 0) {
     fail(where, "bad zip archive: the local header names another member");
   }
-  if (m.method == kDeflated) return read_deflated(m, base + start, where, expected);
-  if (m.compressed != m.uncompressed)
-    fail(where, fmt::format("bad zip archive: a stored member of {} bytes claims {}", m.compressed,
+  return base + start;
+}
+
+std::string NpzFile::read_bytes(const std::string& name) const {
+  const std::string where = fmt::format("{}: {}", path(), name);
+  auto it = std::find_if(members_.begin(), members_.end(),
+                         [&](const Member& m) { return m.name == name; });
+  if (it == members_.end()) fail(where, "no such member in the archive");
+  const Member& m = *it;
+  const uint8_t* data = member_data(m, where);
+  if (m.method == kStored) {
+    if (m.compressed != m.uncompressed)
+      fail(where, fmt::format("bad zip archive: a stored member of {} bytes claims {}",
+                              m.compressed, m.uncompressed));
+    check_crc(where, m.crc, crc_of(data, m.compressed));
+    return std::string(reinterpret_cast<const char*>(data), static_cast<size_t>(m.compressed));
+  }
+  // As read_deflated: the text grows with what the stream yields, up to what the directory says.
+  Inflater in(data, m.compressed, where);
+  std::string text;
+  uint64_t have = 0, next = std::min<uint64_t>(m.uncompressed, 1 << 16);
+  while (have < m.uncompressed) {
+    text.resize(static_cast<size_t>(next));
+    have += in.read(reinterpret_cast<uint8_t*>(text.data()) + have, text.size() - have);
+    if (have < text.size()) break;
+    next = std::min(m.uncompressed, next * 2);
+  }
+  if (have < m.uncompressed || !in.at_end()) {
+    fail(where, fmt::format("the deflated member yields {} bytes, the directory says {}",
+                            have < m.uncompressed ? std::to_string(have)
+                                                  : "more than " + std::to_string(have),
                             m.uncompressed));
-  check_crc(where, m.crc, crc_of(base + start, m.compressed));
-  MemoryReader in(base + start, m.compressed);
-  NpyHeader header = read_npy_header(in, m.compressed, where, expected);
-  NpyArray array{header.descr, header.dtype, header.shape,
-                 header.count, nullptr,      header.data_bytes};
-  array.data = std::shared_ptr<const uint8_t>(file_, base + start + header.data_offset);
-  return array;
+  }
+  check_crc(where, m.crc, in.crc());
+  text.resize(static_cast<size_t>(have));
+  return text;
 }
 
 NpyArray NpzFile::read_deflated(const Member& m, const uint8_t* data, const std::string& where,

@@ -2,7 +2,8 @@
 // stored or deflated, with the zip64 records NumPy writes. The archive is read whole into memory
 // (FileBytes, never mapped); a stored member's data stays there (not copied again), a deflated one
 // is inflated by zlib into a buffer that grows with what the stream really yields, up to the size
-// its header promises. No encryption, multi-disk archives, other compression methods, or writing.
+// its header promises. Also gives any member's bytes (a .keras archive's config.json). No
+// encryption, multi-disk archives, other compression methods, or writing.
 #pragma once
 
 #include <cstdint>
@@ -32,6 +33,9 @@ class NpzFile {
   /// CRC mismatch, a deflate stream that is bad or yields other than the header promises.
   /// expected: as for read_npy_header.
   NpyArray read(const std::string& key, const std::string& expected = kNpyAnyDtype) const;
+  /// The bytes of the member of this exact name, whatever they hold (a .keras archive's
+  /// config.json). ConfigError "<path>: <name>: ..." as read() for a missing or bad member.
+  std::string read_bytes(const std::string& name) const;
 
  private:
   struct Member {
@@ -41,6 +45,8 @@ class NpzFile {
     uint64_t compressed = 0, uncompressed = 0, local_offset = 0;
   };
   void read_directory(uint64_t offset, uint64_t size, uint64_t entries);
+  /// Where m's data starts in the file, its local header and bounds checked.
+  const uint8_t* member_data(const Member& m, const std::string& where) const;
   NpyArray read_deflated(const Member& member, const uint8_t* data, const std::string& where,
                          const std::string& expected) const;
 

@@ -1,5 +1,5 @@
-// See layer_registry.h. A new kind adds one line to kKinds (its parse function is declared
-// with it) and one file to worker/nn/layers/.
+// See layer_registry.h. A new kind adds one line to kKinds (its parse and keras_keys functions
+// are declared with it) and one file to worker/nn/layers/.
 #include "worker/nn/layer_registry.h"
 
 #include <algorithm>
@@ -10,35 +10,50 @@ namespace dtrain::nn {
 
 namespace layers {
 std::unique_ptr<LayerConfig> parse_conv2d(const common::JsonNode& node);
+std::vector<KerasKeySpec> keras_keys_conv2d();
 std::unique_ptr<LayerConfig> parse_max_pooling2d(const common::JsonNode& node);
+std::vector<KerasKeySpec> keras_keys_max_pooling2d();
 std::unique_ptr<LayerConfig> parse_flatten(const common::JsonNode& node);
+std::vector<KerasKeySpec> keras_keys_flatten();
 std::unique_ptr<LayerConfig> parse_dense(const common::JsonNode& node);
+std::vector<KerasKeySpec> keras_keys_dense();
 std::unique_ptr<LayerConfig> parse_dropout(const common::JsonNode& node);
+std::vector<KerasKeySpec> keras_keys_dropout();
 std::unique_ptr<LayerConfig> parse_relu(const common::JsonNode& node);
+std::vector<KerasKeySpec> keras_keys_relu();
 std::unique_ptr<LayerConfig> parse_add(const common::JsonNode& node);
+std::vector<KerasKeySpec> keras_keys_add();
 std::unique_ptr<LayerConfig> parse_batch_normalization(const common::JsonNode& node);
+std::vector<KerasKeySpec> keras_keys_batch_normalization();
 std::unique_ptr<LayerConfig> parse_global_average_pooling2d(const common::JsonNode& node);
+std::vector<KerasKeySpec> keras_keys_global_average_pooling2d();
 std::unique_ptr<LayerConfig> parse_zero_padding2d(const common::JsonNode& node);
+std::vector<KerasKeySpec> keras_keys_zero_padding2d();
 std::unique_ptr<LayerConfig> parse_random_crop(const common::JsonNode& node);
+std::vector<KerasKeySpec> keras_keys_random_crop();
 std::unique_ptr<LayerConfig> parse_random_flip(const common::JsonNode& node);
+std::vector<KerasKeySpec> keras_keys_random_flip();
 }  // namespace layers
 
 namespace {
 
 constexpr LayerKind kKinds[] = {
-    {"conv2d", "Conv2D", layers::parse_conv2d, true},
-    {"max_pooling2d", "MaxPooling2D", layers::parse_max_pooling2d, true},
-    {"flatten", "Flatten", layers::parse_flatten, true},
-    {"dense", "Dense", layers::parse_dense, true},
-    {"dropout", "Dropout", layers::parse_dropout, true},
-    {"relu", "ReLU", layers::parse_relu, true},
-    {"add", "Add", layers::parse_add, false},
-    {"batch_normalization", "BatchNormalization", layers::parse_batch_normalization, false},
+    {"conv2d", "Conv2D", layers::parse_conv2d, layers::keras_keys_conv2d, true},
+    {"max_pooling2d", "MaxPooling2D", layers::parse_max_pooling2d, layers::keras_keys_max_pooling2d,
+     true},
+    {"flatten", "Flatten", layers::parse_flatten, layers::keras_keys_flatten, true},
+    {"dense", "Dense", layers::parse_dense, layers::keras_keys_dense, true},
+    {"dropout", "Dropout", layers::parse_dropout, layers::keras_keys_dropout, true},
+    {"relu", "ReLU", layers::parse_relu, layers::keras_keys_relu, true},
+    {"add", "Add", layers::parse_add, layers::keras_keys_add, false},
+    {"batch_normalization", "BatchNormalization", layers::parse_batch_normalization,
+     layers::keras_keys_batch_normalization, false},
     {"global_average_pooling2d", "GlobalAveragePooling2D", layers::parse_global_average_pooling2d,
-     false},
-    {"zero_padding2d", "ZeroPadding2D", layers::parse_zero_padding2d, false},
-    {"random_crop", "RandomCrop", layers::parse_random_crop, false},
-    {"random_flip", "RandomFlip", layers::parse_random_flip, false},
+     layers::keras_keys_global_average_pooling2d, false},
+    {"zero_padding2d", "ZeroPadding2D", layers::parse_zero_padding2d,
+     layers::keras_keys_zero_padding2d, false},
+    {"random_crop", "RandomCrop", layers::parse_random_crop, layers::keras_keys_random_crop, false},
+    {"random_flip", "RandomFlip", layers::parse_random_flip, layers::keras_keys_random_flip, false},
 };
 
 }  // namespace
@@ -70,6 +85,22 @@ std::string closest_layer_type(std::string_view typo) {
     if (d < best_distance) best = kind.type, best_distance = d;
   }
   return best;
+}
+
+const LayerKind* find_keras_class(std::string_view keras_class) {
+  for (const LayerKind& kind : kKinds) {
+    if (keras_class == kind.keras_class) return &kind;
+  }
+  return nullptr;
+}
+
+std::string keras_class_list() {
+  std::string list;
+  for (size_t i = 0; i < std::size(kKinds); ++i) {
+    if (i > 0) list += i + 1 == std::size(kKinds) ? " and " : ", ";
+    list += kKinds[i].keras_class;
+  }
+  return list;
 }
 
 std::string layer_type_list() {

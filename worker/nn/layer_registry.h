@@ -1,17 +1,43 @@
 // The kinds of layer dtrain has, by the names a job file gives them ("conv2d") and the Keras
 // class each stands for ("Conv2D"). Each kind's keys, defaults, shape rules and construction live
 // in its own file of worker/nn/layers/; this table is the one list of them (the recipe for a new
-// kind: docs/design.md#adding-a-layer).
+// kind: docs/design.md#adding-a-layer), with how each kind's Keras config keys are read from
+// Keras's model files (worker/train/keras_model.*, which reads them; the kinds only say how).
 #pragma once
 
 #include <memory>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "common/json.h"
 #include "worker/nn/layer.h"
 
 namespace dtrain::nn {
+
+/// How a key of a Keras layer's config (beyond Layer's own: name, trainable, dtype,
+/// activity_regularizer) is taken when a Keras model file is read. A key a kind does not list
+/// is refused there, as is a value its KerasKey does not allow.
+enum class KerasKey {
+  kRead,           ///< passed under its own name to the kind's parse, which reads it
+  kActivation,     ///< passed on: "linear", "relu" or "softmax" (null: linear)
+  kNull,           ///< only null (regularizers, constraints, LoRA, quantization, ReLU's max)
+  kOne,            ///< only 1 or [1, 1] (dilation_rate, groups)
+  kZero,           ///< only 0 (ReLU's negative_slope, threshold)
+  kChannelsLast,   ///< only "channels_last" or null (data_format)
+  kGlorotUniform,  ///< only Keras's GlorotUniform (kernel_initializer), with any seed
+  kZeros,          ///< only Keras's Zeros (bias_initializer)
+  kSeed,           ///< any integer or null, not used: dtrain draws from train.seed
+  kOnes,           ///< only Keras's Ones (gamma_initializer, moving_variance_initializer)
+  kFalse,          ///< only false (BatchNormalization's renorm)
+  kUnusedNumber,   ///< any number, not used (renorm_momentum, with renorm false)
+};
+
+/// One Keras config key of a kind and how it is taken.
+struct KerasKeySpec {
+  const char* key;  ///< Keras's name: "dilation_rate"
+  KerasKey how;
+};
 
 struct LayerKind {
   const char* type;         ///< the job file's "type": "conv2d"
@@ -19,6 +45,8 @@ struct LayerKind {
   /// Parses the layer object's keys (its "type", "name" and "inputs" are the model's and are
   /// allowed); ConfigError naming the JSON path for anything wrong.
   std::unique_ptr<LayerConfig> (*parse)(const common::JsonNode& node);
+  /// The keys of keras_class's get_config() beyond Layer's own, each with how it is taken.
+  std::vector<KerasKeySpec> (*keras_keys)();
   /// True once its operations' parity with the reference passed on a GPU: a GPU job with a
   /// kind that has not is refused (exit 2) rather than run untested.
   bool gpu_tested;
@@ -30,5 +58,9 @@ const LayerKind* find_layer_kind(std::string_view type);
 std::string closest_layer_type(std::string_view typo);
 /// "conv2d, max_pooling2d, ... or relu", for messages.
 std::string layer_type_list();
+/// The kind that stands for this Keras class_name ("Conv2D"), or null.
+const LayerKind* find_keras_class(std::string_view keras_class);
+/// "Conv2D, MaxPooling2D, ... and Add", for messages.
+std::string keras_class_list();
 
 }  // namespace dtrain::nn

@@ -8,6 +8,7 @@
 
 #include "common/errors.h"
 #include "common/json.h"
+#include "worker/train/keras_model.h"
 
 namespace dtrain::train {
 namespace {
@@ -148,6 +149,26 @@ void parse_math(const common::JsonNode& root, TrainConfig& c) {
   }
 }
 
+// train.model: dtrain's graph, or {"keras": FILE}, a Keras model file translated into one
+// (keras_model.h; FILE relative to the working directory, as data paths are).
+void parse_model(const common::JsonNode& node, TrainConfig& c) {
+  if (!node.is_object() || !node.find("keras")) {
+    c.model = nn::parse_model_spec(node);
+    c.model_json = nn::model_json(node, c.model);
+    return;
+  }
+  node.check_keys({"keras"});
+  common::JsonNode file = node.at("keras");
+  std::string path = file.as_nonempty_string();
+  try {
+    KerasModel keras = read_keras_model(path);
+    c.model = std::move(keras.spec);
+    c.model_json = std::move(keras.model_json);
+  } catch (const common::ConfigError& e) {
+    file.fail(e.what());
+  }
+}
+
 void parse_fields(const common::JsonNode& root, TrainConfig& c) {
   root.check_keys({"model",
                    "loss",
@@ -169,8 +190,7 @@ void parse_fields(const common::JsonNode& root, TrainConfig& c) {
                    "backup",
                    "tensorboard",
                    "ledger"});
-  c.model = nn::parse_model_spec(root.at("model"));
-  c.model_json = nn::model_json(root.at("model"), c.model);
+  parse_model(root.at("model"), c);
   if (auto n = root.find("loss")) parse_loss(*n, c);
   bool softmax = c.model.nodes.back().config->activation() == nn::Activation::kSoftmax;
   if (softmax == c.from_logits) {

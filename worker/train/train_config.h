@@ -39,7 +39,9 @@ enum class DeviceChoice {
 
 struct TrainConfig {
   nn::ModelSpec model;
-  std::string model_json;    ///< train.model as compact JSON: the architecture checkpoints record
+  /// train.model as compact JSON (a Keras file's translation, for {"keras": FILE}): the
+  /// architecture checkpoints record.
+  std::string model_json;
   bool from_logits = false;  ///< Keras's default (also for the shorthand "loss": "<name>")
   /// train.loss.label_smoothing: targets (1 - s) * onehot + s / classes (Keras's
   /// CategoricalCrossentropy's), in training and in validation alike.

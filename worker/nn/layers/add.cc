@@ -52,4 +52,9 @@ std::unique_ptr<LayerConfig> parse_add(const common::JsonNode& node) {
   return std::make_unique<AddConfig>();
 }
 
+// Keras's Add has no config keys beyond Layer's own.
+std::vector<KerasKeySpec> keras_keys_add() {
+  return {};
+}
+
 }  // namespace dtrain::nn::layers

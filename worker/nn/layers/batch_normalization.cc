@@ -116,4 +116,26 @@ std::unique_ptr<LayerConfig> parse_batch_normalization(const common::JsonNode& n
   return std::make_unique<NormConfig>(k);
 }
 
+// Keras's BatchNormalization.get_config(): the initializers at Keras's defaults, no regularizers
+// or constraints, renorm off.
+std::vector<KerasKeySpec> keras_keys_batch_normalization() {
+  return {{"axis", KerasKey::kRead},
+          {"momentum", KerasKey::kRead},
+          {"epsilon", KerasKey::kRead},
+          {"center", KerasKey::kRead},
+          {"scale", KerasKey::kRead},
+          {"beta_initializer", KerasKey::kZeros},
+          {"gamma_initializer", KerasKey::kOnes},
+          {"moving_mean_initializer", KerasKey::kZeros},
+          {"moving_variance_initializer", KerasKey::kOnes},
+          {"beta_regularizer", KerasKey::kNull},
+          {"gamma_regularizer", KerasKey::kNull},
+          {"beta_constraint", KerasKey::kNull},
+          {"gamma_constraint", KerasKey::kNull},
+          {"synchronized", KerasKey::kRead},
+          {"renorm", KerasKey::kFalse},
+          {"renorm_clipping", KerasKey::kNull},
+          {"renorm_momentum", KerasKey::kUnusedNumber}};
+}
+
 }  // namespace dtrain::nn::layers

@@ -133,4 +133,26 @@ std::unique_ptr<LayerConfig> parse_conv2d(const common::JsonNode& node) {
   return std::make_unique<Conv2dConfig>(k);
 }
 
+// Keras's Conv2D.get_config() (keras/src/layers/convolutional/base_conv.py): data_format,
+// dilation_rate, groups, the initializers and the rest at the values this layer computes.
+std::vector<KerasKeySpec> keras_keys_conv2d() {
+  return {{"filters", KerasKey::kRead},
+          {"kernel_size", KerasKey::kRead},
+          {"strides", KerasKey::kRead},
+          {"padding", KerasKey::kRead},
+          {"data_format", KerasKey::kChannelsLast},
+          {"dilation_rate", KerasKey::kOne},
+          {"groups", KerasKey::kOne},
+          {"activation", KerasKey::kActivation},
+          {"use_bias", KerasKey::kRead},
+          {"kernel_initializer", KerasKey::kGlorotUniform},
+          {"bias_initializer", KerasKey::kZeros},
+          {"kernel_regularizer", KerasKey::kNull},
+          {"bias_regularizer", KerasKey::kNull},
+          {"kernel_constraint", KerasKey::kNull},
+          {"bias_constraint", KerasKey::kNull},
+          {"lora_rank", KerasKey::kNull},
+          {"lora_alpha", KerasKey::kNull}};
+}
+
 }  // namespace dtrain::nn::layers

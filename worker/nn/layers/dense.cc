@@ -129,4 +129,21 @@ std::unique_ptr<LayerConfig> parse_dense(const common::JsonNode& node) {
   return std::make_unique<DenseConfig>(k);
 }
 
+// Keras's Dense.get_config() (keras/src/layers/core/dense.py): the initializers and the rest
+// at the values this layer computes.
+std::vector<KerasKeySpec> keras_keys_dense() {
+  return {{"units", KerasKey::kRead},
+          {"activation", KerasKey::kActivation},
+          {"use_bias", KerasKey::kRead},
+          {"kernel_initializer", KerasKey::kGlorotUniform},
+          {"bias_initializer", KerasKey::kZeros},
+          {"kernel_regularizer", KerasKey::kNull},
+          {"bias_regularizer", KerasKey::kNull},
+          {"kernel_constraint", KerasKey::kNull},
+          {"bias_constraint", KerasKey::kNull},
+          {"quantization_config", KerasKey::kNull},
+          {"lora_rank", KerasKey::kNull},
+          {"lora_alpha", KerasKey::kNull}};
+}
+
 }  // namespace dtrain::nn::layers

@@ -34,4 +34,9 @@ std::unique_ptr<LayerConfig> parse_flatten(const common::JsonNode& node) {
   return std::make_unique<FlattenConfig>();
 }
 
+// Keras's Flatten.get_config() (keras/src/layers/reshaping/flatten.py).
+std::vector<KerasKeySpec> keras_keys_flatten() {
+  return {{"data_format", KerasKey::kChannelsLast}};
+}
+
 }  // namespace dtrain::nn::layers

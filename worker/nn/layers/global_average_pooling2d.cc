@@ -54,4 +54,9 @@ std::unique_ptr<LayerConfig> parse_global_average_pooling2d(const common::JsonNo
   return std::make_unique<PoolConfig>();
 }
 
+// Keras's GlobalAveragePooling2D.get_config() (base_global_pooling.py).
+std::vector<KerasKeySpec> keras_keys_global_average_pooling2d() {
+  return {{"data_format", KerasKey::kChannelsLast}, {"keepdims", KerasKey::kRead}};
+}
+
 }  // namespace dtrain::nn::layers

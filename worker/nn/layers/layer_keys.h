@@ -9,6 +9,7 @@
 #include "common/errors.h"
 #include "common/json.h"
 #include "worker/nn/layer.h"
+#include "worker/nn/layer_registry.h"
 
 namespace dtrain::nn::layers {
 

@@ -74,4 +74,12 @@ std::unique_ptr<LayerConfig> parse_max_pooling2d(const common::JsonNode& node) {
   return std::make_unique<PoolConfig>(k);
 }
 
+// Keras's MaxPooling2D.get_config() (keras/src/layers/pooling/base_pooling.py).
+std::vector<KerasKeySpec> keras_keys_max_pooling2d() {
+  return {{"pool_size", KerasKey::kRead},
+          {"padding", KerasKey::kRead},
+          {"strides", KerasKey::kRead},
+          {"data_format", KerasKey::kChannelsLast}};
+}
+
 }  // namespace dtrain::nn::layers

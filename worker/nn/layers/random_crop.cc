@@ -53,4 +53,13 @@ std::unique_ptr<LayerConfig> parse_random_crop(const common::JsonNode& node) {
                                       static_cast<int>(node.at("width").as_int(1, 1 << 14)));
 }
 
+// Keras's RandomCrop.get_config() (and its image preprocessing base's).
+std::vector<KerasKeySpec> keras_keys_random_crop() {
+  return {{"height", KerasKey::kRead},
+          {"width", KerasKey::kRead},
+          {"seed", KerasKey::kSeed},
+          {"data_format", KerasKey::kChannelsLast},
+          {"bounding_box_format", KerasKey::kNull}};
+}
+
 }  // namespace dtrain::nn::layers

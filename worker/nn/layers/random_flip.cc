@@ -58,4 +58,12 @@ std::unique_ptr<LayerConfig> parse_random_flip(const common::JsonNode& node) {
   return std::make_unique<FlipConfig>(mode != "vertical", mode != "horizontal");
 }
 
+// Keras's RandomFlip.get_config() (and its image preprocessing base's).
+std::vector<KerasKeySpec> keras_keys_random_flip() {
+  return {{"mode", KerasKey::kRead},
+          {"seed", KerasKey::kSeed},
+          {"data_format", KerasKey::kChannelsLast},
+          {"bounding_box_format", KerasKey::kNull}};
+}
+
 }  // namespace dtrain::nn::layers

@@ -62,4 +62,9 @@ std::unique_ptr<LayerConfig> parse_zero_padding2d(const common::JsonNode& node) 
   return std::make_unique<PaddingConfig>(p);
 }
 
+// Keras's ZeroPadding2D.get_config(): padding as ((top, bottom), (left, right)).
+std::vector<KerasKeySpec> keras_keys_zero_padding2d() {
+  return {{"padding", KerasKey::kRead}, {"data_format", KerasKey::kChannelsLast}};
+}
+
 }  // namespace dtrain::nn::layers

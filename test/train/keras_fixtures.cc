@@ -1,0 +1,276 @@
+// See keras_fixtures.h. Keras's side: keras/src/layers/layer.py (name, trainable, dtype first),
+// each class's get_config, keras/src/models/sequential.py and functional.py, and
+// keras/src/saving/serialization_lib.py; the zip as Python's zipfile writes stored members.
+#include "test/train/keras_fixtures.h"
+
+#include <map>
+#include <stdexcept>
+
+namespace dtrain::testing::keras {
+namespace {
+
+const char* kGlorot =
+    R"({"module": "keras.initializers", "class_name": "GlorotUniform", "config": {"seed": null, )"
+    R"("input_axes": null, "output_axes": null}, "registered_name": null})";
+const char* kZeros = R"({"module": "keras.initializers", "class_name": "Zeros", "config": {}, )"
+                     R"("registered_name": null})";
+
+std::string quoted(const std::string& text) {
+  return "\"" + text + "\"";
+}
+
+Obj base(const std::string& name) {
+  Obj o;
+  o.set("name", quoted(name)).set("trainable", "true").set("dtype", kPolicy);
+  return o;
+}
+
+Layer make(const char* class_name, Obj config, const std::string& out, bool build_config) {
+  Layer l;
+  l.class_name = class_name;
+  l.config = std::move(config);
+  l.output_shape = out;
+  l.build_config = build_config;
+  return l;
+}
+
+std::string envelope(const Layer& l, const std::string& build_input) {
+  std::string text = R"({"module": "keras.layers", "class_name": ")" + l.class_name +
+                     R"(", "config": )" + l.config.str() + R"(, "registered_name": null)";
+  if (l.build_config) text += R"(, "build_config": {"input_shape": )" + build_input + "}";
+  return text;
+}
+
+std::string tensor(const Layer& from) {
+  return R"({"class_name": "__keras_tensor__", "config": {"shape": )" + from.output_shape +
+         R"(, "dtype": "float32", "keras_history": [")" + from.name() + R"(", 0, 0]}})";
+}
+
+void put(std::string& out, uint64_t value, int bytes) {
+  for (int i = 0; i < bytes; ++i) out.push_back(static_cast<char>((value >> (8 * i)) & 0xff));
+}
+
+uint32_t crc32_of(const std::string& data) {
+  uint32_t crc = 0xffffffffu;
+  for (unsigned char byte : data) {
+    crc ^= byte;
+    for (int k = 0; k < 8; ++k) crc = (crc >> 1) ^ (0xedb88320u & (0u - (crc & 1u)));
+  }
+  return ~crc;
+}
+
+}  // namespace
+
+Obj& Obj::set(const std::string& key, const std::string& json) {
+  for (auto& [k, v] : members) {
+    if (k == key) {
+      v = json;
+      return *this;
+    }
+  }
+  members.emplace_back(key, json);
+  return *this;
+}
+
+Obj& Obj::erase(const std::string& key) {
+  for (auto it = members.begin(); it != members.end(); ++it) {
+    if (it->first == key) {
+      members.erase(it);
+      break;
+    }
+  }
+  return *this;
+}
+
+std::string Obj::str() const {
+  std::string text = "{";
+  for (const auto& [k, v] : members) text += (text.size() > 1 ? ", " : "") + quoted(k) + ": " + v;
+  return text + "}";
+}
+
+std::string Layer::name() const {
+  for (const auto& [k, v] : config.members) {
+    if (k == "name") return v.substr(1, v.size() - 2);
+  }
+  throw std::logic_error("a fixture layer without a name");
+}
+
+Layer input_layer(const std::string& name, const std::string& batch_shape) {
+  Obj c;
+  c.set("batch_shape", batch_shape).set("dtype", R"("float32")").set("sparse", "false");
+  c.set("ragged", "false").set("name", quoted(name)).set("optional", "false");
+  return make("InputLayer", c, batch_shape, false);
+}
+
+Layer conv2d(const std::string& name, int filters, const std::string& kernel,
+             const std::string& strides, const std::string& padding, const std::string& activation,
+             const std::string& out) {
+  Obj c = base(name);
+  c.set("filters", std::to_string(filters)).set("kernel_size", kernel).set("strides", strides);
+  c.set("padding", quoted(padding)).set("data_format", R"("channels_last")");
+  c.set("dilation_rate", "[1, 1]").set("groups", "1").set("activation", quoted(activation));
+  c.set("use_bias", "true").set("kernel_initializer", kGlorot).set("bias_initializer", kZeros);
+  c.set("kernel_regularizer", "null").set("bias_regularizer", "null");
+  c.set("activity_regularizer", "null").set("kernel_constraint", "null");
+  c.set("bias_constraint", "null");
+  return make("Conv2D", c, out, true);
+}
+
+Layer max_pooling2d(const std::string& name, const std::string& out) {
+  Obj c = base(name);
+  c.set("pool_size", "[2, 2]").set("padding", R"("valid")").set("strides", "[2, 2]");
+  c.set("data_format", R"("channels_last")");
+  return make("MaxPooling2D", c, out, false);
+}
+
+Layer flatten(const std::string& name, const std::string& out) {
+  Obj c = base(name);
+  c.set("data_format", R"("channels_last")");
+  return make("Flatten", c, out, true);
+}
+
+Layer dense(const std::string& name, int units, const std::string& activation,
+            const std::string& out) {
+  Obj c = base(name);
+  c.set("units", std::to_string(units)).set("activation", quoted(activation));
+  c.set("use_bias", "true").set("kernel_initializer", kGlorot).set("bias_initializer", kZeros);
+  c.set("kernel_regularizer", "null").set("bias_regularizer", "null");
+  c.set("kernel_constraint", "null").set("bias_constraint", "null");
+  c.set("quantization_config", "null");
+  return make("Dense", c, out, true);
+}
+
+Layer dropout(const std::string& name, const std::string& rate, const std::string& out) {
+  Obj c = base(name);
+  c.set("rate", rate).set("seed", "null").set("noise_shape", "null");
+  return make("Dropout", c, out, false);
+}
+
+Layer relu(const std::string& name, const std::string& out) {
+  Obj c = base(name);
+  c.set("max_value", "null").set("negative_slope", "0.0").set("threshold", "0.0");
+  return make("ReLU", c, out, false);
+}
+
+Layer add(const std::string& name, const std::string& out) {
+  Layer l = make("Add", base(name), out, true);
+  l.list_call = true;
+  return l;
+}
+
+Layer on(Layer layer, std::vector<std::string> inputs) {
+  layer.inputs = std::move(inputs);
+  return layer;
+}
+
+std::string sequential(const std::vector<Layer>& layers) {
+  std::string entries, input = layers.front().output_shape;
+  for (size_t i = 0; i < layers.size(); ++i) {
+    entries += (i ? ", " : "") + envelope(layers[i], i ? layers[i - 1].output_shape : "") + "}";
+  }
+  return R"({"module": "keras", "class_name": "Sequential", "config": {"name": "sequential", )"
+         R"("trainable": true, "dtype": )" +
+         std::string(kPolicy) + R"(, "layers": [)" + entries + R"(], "build_input_shape": )" +
+         input + R"(}, "registered_name": null, "build_config": {"input_shape": )" + input + "}}";
+}
+
+std::string functional(const std::vector<Layer>& layers, const std::string& input_layers,
+                       const std::string& output_layers) {
+  std::map<std::string, const Layer*> by_name;
+  for (const Layer& l : layers) by_name[l.name()] = &l;
+  std::string entries;
+  for (const Layer& l : layers) {
+    std::string shapes, tensors;
+    for (const std::string& input : l.inputs) {
+      const Layer& from = *by_name.at(input);
+      shapes += (shapes.empty() ? "" : ", ") + from.output_shape;
+      tensors += (tensors.empty() ? "" : ", ") + tensor(from);
+    }
+    if (l.list_call) shapes = "[" + shapes + "]", tensors = "[" + tensors + "]";
+    std::string nodes =
+        l.inputs.empty() ? "[]" : R"([{"args": [)" + tensors + R"(], "kwargs": {}}])";
+    entries += (entries.empty() ? "" : ", ") + envelope(l, shapes) + R"(, "name": ")" + l.name() +
+               R"(", "inbound_nodes": )" + nodes + "}";
+  }
+  return R"({"module": "keras.src.models.functional", "class_name": "Functional", "config": )"
+         R"({"name": "functional", "trainable": true, "layers": [)" +
+         entries + R"(], "input_layers": )" + input_layers + R"(, "output_layers": )" +
+         output_layers +
+         R"(}, "registered_name": "Functional", "build_config": {"input_shape": null}})";
+}
+
+std::vector<Layer> chain_layers() {
+  return {input_layer("input_layer", "[null, 8, 8, 1]"),
+          conv2d("conv2d", 4, "[3, 3]", "[1, 1]", "same", "relu", "[null, 8, 8, 4]"),
+          max_pooling2d("max_pooling2d", "[null, 4, 4, 4]"),
+          conv2d("conv2d_1", 6, "[3, 3]", "[1, 1]", "valid", "linear", "[null, 2, 2, 6]"),
+          relu("re_lu", "[null, 2, 2, 6]"),
+          dropout("dropout", "0.25", "[null, 2, 2, 6]"),
+          flatten("flatten", "[null, 24]"),
+          dense("dense", 16, "relu", "[null, 16]"),
+          dense("dense_1", 3, "softmax", "[null, 3]")};
+}
+
+std::vector<Layer> residual_layers() {
+  const std::string wide = "[null, 8, 8, 4]", narrow = "[null, 4, 4, 8]";
+  return {input_layer("input_layer", "[null, 8, 8, 1]"),
+          on(conv2d("conv2d", 4, "[3, 3]", "[1, 1]", "same", "relu", wide), {"input_layer"}),
+          on(conv2d("conv2d_1", 4, "[3, 3]", "[1, 1]", "same", "relu", wide), {"conv2d"}),
+          on(conv2d("conv2d_2", 4, "[3, 3]", "[1, 1]", "same", "linear", wide), {"conv2d_1"}),
+          on(add("add", wide), {"conv2d", "conv2d_2"}),
+          on(relu("re_lu", wide), {"add"}),
+          on(conv2d("conv2d_3", 8, "[3, 3]", "[2, 2]", "same", "relu", narrow), {"re_lu"}),
+          on(conv2d("conv2d_4", 8, "[3, 3]", "[1, 1]", "same", "linear", narrow), {"conv2d_3"}),
+          on(conv2d("conv2d_5", 8, "[1, 1]", "[2, 2]", "valid", "linear", narrow), {"re_lu"}),
+          on(add("add_1", narrow), {"conv2d_4", "conv2d_5"}),
+          on(relu("re_lu_1", narrow), {"add_1"}),
+          on(max_pooling2d("max_pooling2d", "[null, 2, 2, 8]"), {"re_lu_1"}),
+          on(dropout("dropout", "0.25", "[null, 2, 2, 8]"), {"max_pooling2d"}),
+          on(flatten("flatten", "[null, 32]"), {"dropout"}),
+          on(dense("dense", 3, "linear", "[null, 3]"), {"flatten"})};
+}
+
+std::string sequential_fixture() {
+  return sequential(chain_layers());
+}
+
+std::string functional_fixture() {
+  return functional(residual_layers(), R"(["input_layer", 0, 0])", R"(["dense", 0, 0])");
+}
+
+std::string zip_archive(const std::vector<std::pair<std::string, std::string>>& members) {
+  std::string zip, directory;
+  for (const auto& [name, data] : members) {
+    const uint32_t crc = crc32_of(data);
+    const uint64_t offset = zip.size();
+    put(zip, 0x04034b50, 4);  // local header: version 20, no flags, stored, 1980-01-01
+    put(zip, 20, 2), put(zip, 0, 2), put(zip, 0, 2), put(zip, 0, 2), put(zip, 0x21, 2);
+    put(zip, crc, 4), put(zip, data.size(), 4), put(zip, data.size(), 4);
+    put(zip, name.size(), 2), put(zip, 0, 2);
+    zip += name + data;
+    put(directory, 0x02014b50, 4);  // made by Unix 2.0, needs 2.0
+    put(directory, 0x0314, 2), put(directory, 20, 2), put(directory, 0, 2), put(directory, 0, 2);
+    put(directory, 0, 2), put(directory, 0x21, 2), put(directory, crc, 4);
+    put(directory, data.size(), 4), put(directory, data.size(), 4);
+    put(directory, name.size(), 2), put(directory, 0, 2), put(directory, 0, 2);
+    put(directory, 0, 2), put(directory, 0, 2), put(directory, 0600u << 16, 4);
+    put(directory, offset, 4);
+    directory += name;
+  }
+  const uint64_t directory_offset = zip.size();
+  zip += directory;
+  put(zip, 0x06054b50, 4), put(zip, 0, 2), put(zip, 0, 2);
+  put(zip, members.size(), 2), put(zip, members.size(), 2);
+  put(zip, directory.size(), 4), put(zip, directory_offset, 4), put(zip, 0, 2);
+  return zip;
+}
+
+std::string keras_archive(const std::string& config_json) {
+  const std::string hdf5_signature("\x89HDF\r\n\x1a\n", 8);
+  return zip_archive(
+      {{"metadata.json", R"({"keras_version": "3.12.0", "date_saved": "2026-08-21@16:09:11"})"},
+       {"config.json", config_json},
+       {"model.weights.h5", hdf5_signature + std::string(56, '\0')}});
+}
+
+}  // namespace dtrain::testing::keras

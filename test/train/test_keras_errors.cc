@@ -1,0 +1,228 @@
+// What dtrain refuses in a Keras 3 model file (worker/train/keras_model.h), one case per kind of
+// mistake, each a ConfigError whose message starts with the file, the layer, its class and the
+// key: a value dtrain does not compute, a key it does not know, a class it does not have, a
+// custom class, a keras_history naming no layer, a cycle, shapes that do not fit, more than one
+// input or output, a shared layer, an input without fixed sizes, Keras 2's format; and through
+// train.model.keras, with the job file's path in front.
+#include <catch2/catch.hpp>
+#include <string>
+#include <vector>
+
+#include "common/atomic_file.h"
+#include "common/errors.h"
+#include "test/support/temp_dir.h"
+#include "test/train/keras_fixtures.h"
+#include "worker/train/keras_model.h"
+#include "worker/train/train_config.h"
+
+using namespace dtrain;
+namespace kf = dtrain::testing::keras;
+using Catch::Matchers::StartsWith;
+
+namespace {
+
+std::string error_of(const std::string& json) {
+  try {
+    train::translate_keras_model(json, "model.json");
+  } catch (const common::ConfigError& e) {
+    return e.what();
+  }
+  return "accepted";
+}
+
+// The chain fixture with one key of layer i set: 0 input_layer, 1 conv2d, 2 max_pooling2d,
+// 3 conv2d_1, 4 re_lu, 5 dropout, 6 flatten, 7 dense, 8 dense_1.
+std::string chain_with(size_t i, const std::string& key, const std::string& json) {
+  std::vector<kf::Layer> layers = kf::chain_layers();
+  layers[i].config.set(key, json);
+  return kf::sequential(layers);
+}
+
+std::string replaced(std::string text, const std::string& from, const std::string& to) {
+  size_t at = text.find(from);
+  if (at == std::string::npos) throw std::logic_error("fixture lacks " + from);
+  return text.replace(at, from.size(), to);
+}
+
+const char* kHeNormal =
+    R"({"module": "keras.initializers", "class_name": "HeNormal", "config": {"seed": null}, )"
+    R"("registered_name": null})";
+
+}  // namespace
+
+TEST_CASE("a Keras key at a value dtrain does not compute is refused naming it", "[keras]") {
+  struct Case {
+    size_t layer;
+    const char* key;
+    std::string value;
+    std::string message;
+  };
+  const std::vector<Case> cases = {
+      {3, "data_format", R"("channels_first")",
+       R"(layer "conv2d_1" (Conv2D): data_format: "channels_first" is not supported (dtrain )"
+       R"(computes channels_last))"},
+      {1, "dilation_rate", "[2, 2]",
+       R"(layer "conv2d" (Conv2D): dilation_rate: [2,2] is not supported (dtrain computes 1))"},
+      {1, "groups", "2", R"(layer "conv2d" (Conv2D): groups: 2 is not supported)"},
+      {1, "activation", R"("softmax")",
+       R"(layer "conv2d" (Conv2D): activation: softmax only on a dense layer)"},
+      {1, "trainable", "false",
+       R"(layer "conv2d" (Conv2D): trainable: false is not supported (dtrain trains every )"},
+      {1, "dtype",
+       R"({"module": "keras", "class_name": "DTypePolicy", "config": {"name": "mixed_float16"}, )"
+       R"("registered_name": null})",
+       R"(layer "conv2d" (Conv2D): dtype: DTypePolicy "mixed_float16" is not supported (dtrain )"
+       R"(computes float32 here; mixed precision is train.dtype_policy))"},
+      {1, "lora_rank", "4",
+       R"(layer "conv2d" (Conv2D): lora_rank: 4 is not supported (dtrain )"
+       R"(supports only null))"},
+      {2, "padding", R"("same")",
+       R"(layer "max_pooling2d" (MaxPooling2D): padding: only "valid" padding is supported)"},
+      {4, "max_value", "6.0",
+       R"(layer "re_lu" (ReLU): max_value: 6.0 is not supported (dtrain supports only null))"},
+      {4, "negative_slope", "0.1",
+       R"(layer "re_lu" (ReLU): negative_slope: 0.1 is not supported (dtrain computes 0))"},
+      {5, "noise_shape", "[null, 1, 1, 6]",
+       R"(layer "dropout" (Dropout): noise_shape: [null,1,1,6] is not supported)"},
+      {6, "data_format", R"("channels_first")",
+       R"(layer "flatten" (Flatten): data_format: "channels_first" is not supported)"},
+      {7, "activation", R"("tanh")",
+       R"(layer "dense" (Dense): activation: "tanh" is not supported (dtrain computes linear, )"
+       R"(relu or softmax))"},
+      {7, "use_bias", "0", R"(layer "dense" (Dense): use_bias: expected true or false)"},
+      {7, "kernel_initializer", kHeNormal,
+       R"(layer "dense" (Dense): kernel_initializer: HeNormal is not supported (dtrain )"
+       R"(computes GlorotUniform))"},
+      {7, "bias_initializer", R"("ones")",
+       R"(layer "dense" (Dense): bias_initializer: "ones" is not supported (dtrain computes )"
+       R"(Zeros))"},
+      {7, "kernel_regularizer",
+       R"({"module": "keras.regularizers", "class_name": "L2", "config": {"l2": 0.01}, )"
+       R"("registered_name": null})",
+       R"(layer "dense" (Dense): kernel_regularizer: L2 is not supported (dtrain supports only )"
+       R"(null))"},
+      {7, "units", "0", R"(layer "dense" (Dense): units: expected an integer from 1)"},
+      {7, "kernel_sizes", "3",
+       R"(layer "dense" (Dense): kernel_sizes: not a key of Dense that dtrain knows (it knows: )"
+       R"(name, trainable, dtype, activity_regularizer, units, activation, )"},
+      {0, "batch_shape", "[32, 8, 8, 1]",
+       R"(layer "input_layer" (InputLayer): batch_shape[0]: a fixed batch size (32) is not )"},
+      {0, "batch_shape", "[null, null, null, 1]",
+       R"(layer "input_layer" (InputLayer): batch_shape[1]: a size that varies (null) is not )"},
+      {0, "sparse", "true", R"(layer "input_layer" (InputLayer): sparse: true is not supported)"},
+  };
+  for (const Case& c : cases) {
+    INFO(c.key << " = " << c.value);
+    CHECK_THAT(error_of(chain_with(c.layer, c.key, c.value)),
+               StartsWith("model.json: " + c.message));
+  }
+}
+
+TEST_CASE("a Keras class dtrain does not have, or a custom one, is refused naming it", "[keras]") {
+  std::vector<kf::Layer> layers = kf::chain_layers();
+  layers[4].class_name = "Activation";  // a later change adds it
+  layers[4].config = kf::Obj().set("name", R"("activation")").set("activation", R"("tanh")");
+  CHECK_THAT(error_of(kf::sequential(layers)),
+             StartsWith("model.json: layer \"activation\" (Activation): the class Activation is "
+                        "not supported (dtrain reads InputLayer, Conv2D, MaxPooling2D, Flatten, "
+                        "Dense, Dropout, ReLU, Add, BatchNormalization, "));
+  const std::string custom = replaced(kf::sequential_fixture(),
+                                      R"("module": "keras.layers", )"
+                                      R"("class_name": "Conv2D")",
+                                      R"("module": "my_layers", "class_name": "Conv2D")");
+  CHECK_THAT(error_of(custom), StartsWith("model.json: layer \"conv2d\" (Conv2D): module: "
+                                          "\"my_layers\" is not Keras's own"));
+  CHECK_THAT(error_of(replaced(kf::sequential_fixture(), R"("class_name": "Sequential")",
+                               R"("class_name": "Conv2D")")),
+             StartsWith("model.json: class_name: Conv2D is not a model dtrain reads "
+                        "(Sequential or Functional)"));
+  CHECK_THAT(error_of(R"({"class_name": "Sequential", "config": {"name": "s", "layers": []},
+                          "keras_version": "2.15.0", "backend": "tensorflow"})"),
+             StartsWith("model.json: keras_version: \"2.15.0\": this is Keras 2's format"));
+}
+
+TEST_CASE("a Keras graph dtrain cannot build is refused naming the layer", "[keras]") {
+  const std::string residual = kf::functional_fixture();
+  // keras_history naming no layer.
+  CHECK_THAT(error_of(replaced(residual, R"("keras_history": ["conv2d_1", 0, 0])",
+                               R"("keras_history": ["conv2d_9", 0, 0])")),
+             StartsWith("model.json: layer \"conv2d_2\" (Conv2D): inbound_nodes[0].args[0]: "
+                        "keras_history names \"conv2d_9\", which is no layer of the model"));
+  // A cycle: conv2d_1 takes conv2d_2, which takes conv2d_1.
+  std::vector<kf::Layer> layers = kf::residual_layers();
+  layers[2].inputs = {"conv2d_2"};
+  CHECK_THAT(error_of(kf::functional(layers, R"(["input_layer", 0, 0])", R"(["dense", 0, 0])")),
+             StartsWith("model.json: layer \"conv2d_1\" (Conv2D): its inputs lead back to it (the "
+                        "layers form a cycle)"));
+  // Shapes that do not fit: the projection without its strides adds 8x8 to 4x4.
+  layers = kf::residual_layers();
+  layers[8].config.set("strides", "[1, 1]");
+  CHECK_THAT(error_of(kf::functional(layers, R"(["input_layer", 0, 0])", R"(["dense", 0, 0])")),
+             StartsWith("model.json: layer \"add_1\" (Add): add needs inputs of one shape"));
+  // A kernel larger than its input (a 4x4 input pooled to 2x2, then a 3x3 valid convolution).
+  std::vector<kf::Layer> chain = kf::chain_layers();
+  chain[0] = kf::input_layer("input_layer", "[null, 4, 4, 1]");
+  CHECK_THAT(error_of(kf::sequential(chain)),
+             StartsWith("model.json: layer \"conv2d_1\" (Conv2D): a 3x3 kernel does not fit the "
+                        "2x2 input"));
+  // Two inputs, two outputs.
+  layers = kf::residual_layers();
+  layers.insert(layers.begin() + 1, kf::input_layer("input_layer_1", "[null, 8, 8, 1]"));
+  CHECK_THAT(error_of(kf::functional(layers, R"([["input_layer", 0, 0], ["input_layer_1", 0, 0]])",
+                                     R"(["dense", 0, 0])")),
+             StartsWith("model.json: config.input_layers: dtrain models have one input; this one "
+                        "has 2"));
+  CHECK_THAT(error_of(kf::functional(kf::residual_layers(), R"(["input_layer", 0, 0])",
+                                     R"([["dense", 0, 0], ["flatten", 0, 0]])")),
+             StartsWith("model.json: config.output_layers: dtrain models have one output; this "
+                        "one has 2"));
+  // A layer called twice (shared weights).
+  CHECK_THAT(error_of(replaced(residual, R"("name": "conv2d_2", "inbound_nodes": [)",
+                               R"("name": "conv2d_2", "inbound_nodes": [{"args": [], )"
+                               R"("kwargs": {}}, )")),
+             StartsWith("model.json: layer \"conv2d_2\" (Conv2D): inbound_nodes: the layer is "
+                        "called 2 times (shared weights)"));
+  // A Sequential never given its input's shape.
+  chain = kf::chain_layers();
+  chain.erase(chain.begin());
+  chain[0].build_config = false;  // never built
+  std::string unbuilt =
+      replaced(kf::sequential(chain), R"(, "build_input_shape": [null, 8, 8, 4])", "");
+  CHECK_THAT(error_of(unbuilt),
+             StartsWith("model.json: config: the model has no input shape (no InputLayer"));
+}
+
+TEST_CASE("train.model.keras reads the file and its mistakes name the job's key", "[keras]") {
+  testing::TempDir dir;
+  const std::string model = dir.path() + "/model.json";
+  auto job = [&](const std::string& model_object) {
+    return R"({"model": )" + model_object + R"(, "loss": {"type":
+        "sparse_categorical_crossentropy", "from_logits": true}, "data": {"source": "synthetic",
+        "examples": 16, "classes": 3}})";
+  };
+  const std::string keras = R"({"keras": ")" + model + R"("})";
+  common::write_file_atomically(model, kf::functional_fixture());
+  train::TrainConfig c = train::parse_train_config(job(keras), "job.json");
+  CHECK(c.model.nodes.size() == 14);
+  CHECK(c.model_json == train::translate_keras_model(kf::functional_fixture(), "x").model_json);
+  common::write_file_atomically(model, chain_with(3, "groups", "4"));
+  auto error = [&](const std::string& text) {
+    try {
+      train::parse_train_config(text, "job.json");
+    } catch (const common::ConfigError& e) {
+      return std::string(e.what());
+    }
+    return std::string("accepted");
+  };
+  CHECK_THAT(error(job(keras)),
+             StartsWith("job.json: train.model.keras: " + model +
+                        ": layer \"conv2d_1\" (Conv2D): groups: 4 is not supported"));
+  CHECK_THAT(error(job(R"({"keras": ")" + dir.path() + R"(/none.json"})")),
+             StartsWith("job.json: train.model.keras: " + dir.path() + "/none.json: cannot open"));
+  CHECK_THAT(error(job(R"({"keras": "model.json", "input_shape": [8, 8, 1]})")),
+             StartsWith("job.json: train.model: unknown key \"input_shape\""));
+  // A softmax output from Keras meets the loss's check as a job file's would.
+  common::write_file_atomically(model, kf::sequential_fixture());
+  CHECK_THAT(error(job(keras)), StartsWith("job.json: train.loss: from_logits is true but the "
+                                           "last layer already applies softmax"));
+}

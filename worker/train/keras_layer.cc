@@ -1,0 +1,219 @@
+// See keras_layer.h. Keras's side, read from keras-team/keras: Layer.get_config (name, trainable,
+// dtype; activity_regularizer when one is set), each class's get_config, dtype_policies/ (a
+// policy serialized as a DTypePolicy object; older Keras 3 wrote the name), initializers/
+// (GlorotUniform's seed, input_axes and output_axes), and InputLayer.get_config.
+#include "worker/train/keras_layer.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <initializer_list>
+#include <optional>
+#include <string_view>
+
+#include "common/errors.h"
+
+namespace dtrain::train::keras {
+namespace {
+
+using nn::KerasKey;
+
+// A value as a message shows it: a Keras object by its class_name, anything else as JSON
+// (shortened).
+std::string shown(const common::JsonNode& value) {
+  if (value.is_object()) {
+    if (auto c = value.find("class_name"); c && c->is_string()) return c->as_string();
+  }
+  std::string text = value.dump();
+  return text.size() > 60 ? text.substr(0, 57) + "..." : text;
+}
+
+// ConfigError "<path>: <value> is not supported (<why>)".
+[[noreturn]] void refuse(const common::JsonNode& value, const std::string& why) {
+  value.fail(fmt::format("{} is not supported ({})", shown(value), why));
+}
+
+bool written_as(const common::JsonNode& value, std::initializer_list<std::string_view> texts) {
+  const std::string text = value.dump();
+  return std::find(texts.begin(), texts.end(), text) != texts.end();
+}
+
+// kernel_initializer or bias_initializer: Keras's serialized object of class_name, or the name a
+// hand-written file may give ("glorot_uniform").
+void check_initializer(const common::JsonNode& value, std::string_view class_name,
+                       std::string_view alias) {
+  const std::string why = fmt::format("dtrain computes {}", class_name);
+  if (value.is_string()) {
+    const std::string name = value.as_string();
+    if (name != class_name && name != alias) refuse(value, why);
+    return;
+  }
+  if (!value.is_object()) refuse(value, why);
+  value.check_keys({"module", "class_name", "config", "registered_name"});
+  if (check_keras_class(value) != class_name) refuse(value, why);
+  std::optional<common::JsonNode> config = value.find("config");
+  if (!config) return;
+  if (class_name != "GlorotUniform") {
+    config->check_keys({});
+    return;
+  }
+  config->check_keys({"seed", "input_axes", "output_axes"});
+  // Any seed: dtrain's initialisation draws from train.seed (docs/train-config.md).
+  if (auto seed = config->find("seed"); seed && !seed->is_null())
+    seed->as_int(INT64_MIN, INT64_MAX);
+  for (const char* axes : {"input_axes", "output_axes"}) {
+    if (auto n = config->find(axes); n && !n->is_null())
+      refuse(*n, "dtrain computes the kernel's own fans: null");
+  }
+}
+
+// One key the kind lists; true when it is written on for the kind's parse.
+bool take(const common::JsonNode& value, KerasKey how) {
+  switch (how) {
+    case KerasKey::kRead:
+      return true;
+    case KerasKey::kActivation:
+      if (!value.is_null() && !written_as(value, {R"("linear")", R"("relu")", R"("softmax")"}))
+        refuse(value, "dtrain computes linear, relu or softmax");
+      return true;
+    case KerasKey::kNull:
+      if (!value.is_null()) refuse(value, "dtrain supports only null");
+      return false;
+    case KerasKey::kOne:
+      if (!written_as(value, {"1", "[1,1]"})) refuse(value, "dtrain computes 1");
+      return false;
+    case KerasKey::kZero:
+      if (!written_as(value, {"0", "0.0", "-0.0"})) refuse(value, "dtrain computes 0");
+      return false;
+    case KerasKey::kChannelsLast:
+      if (!value.is_null() && !written_as(value, {R"("channels_last")"}))
+        refuse(value, "dtrain computes channels_last");
+      return false;
+    case KerasKey::kGlorotUniform:
+      check_initializer(value, "GlorotUniform", "glorot_uniform");
+      return false;
+    case KerasKey::kZeros:
+      check_initializer(value, "Zeros", "zeros");
+      return false;
+    case KerasKey::kSeed:  // not used: dtrain draws from train.seed
+      if (!value.is_null()) value.as_int(INT64_MIN, INT64_MAX);
+      return false;
+    case KerasKey::kOnes:
+      check_initializer(value, "Ones", "ones");
+      return false;
+    case KerasKey::kFalse:
+      if (!written_as(value, {"false"})) refuse(value, "dtrain supports only false");
+      return false;
+    case KerasKey::kUnusedNumber:
+      value.as_number(-1e300, 1e300);
+      return false;
+  }
+  return false;
+}
+
+}  // namespace
+
+std::string check_keras_class(const common::JsonNode& envelope) {
+  std::string class_name = envelope.at("class_name").as_nonempty_string();
+  if (auto module = envelope.find("module")) {
+    std::string name = module->as_string();
+    if (name != "keras" && name.rfind("keras.", 0) != 0) {
+      module->fail(
+          fmt::format("\"{}\" is not Keras's own: {} is a custom class, which dtrain "
+                      "does not read",
+                      name, class_name));
+    }
+  }
+  if (auto registered = envelope.find("registered_name"); registered && !registered->is_null()) {
+    std::string name = registered->as_string();
+    if (name != class_name) {
+      registered->fail(
+          fmt::format("\"{}\" is a registered custom class, which dtrain does not read", name));
+    }
+  }
+  return class_name;
+}
+
+void check_dtype(const common::JsonNode& value) {
+  const char* why = "dtrain computes float32 here; mixed precision is train.dtype_policy";
+  if (value.is_null()) return;
+  if (value.is_string()) {
+    if (value.as_string() != "float32") refuse(value, why);
+    return;
+  }
+  if (!value.is_object()) refuse(value, why);
+  value.check_keys({"module", "class_name", "config", "registered_name"});
+  std::string class_name = check_keras_class(value);
+  if (class_name != "DTypePolicy" && class_name != "FloatDTypePolicy") refuse(value, why);
+  common::JsonNode config = value.at("config");
+  config.check_keys({"name"});
+  common::JsonNode name = config.at("name");
+  if (!written_as(name, {R"("float32")"}))
+    value.fail(fmt::format("{} {} is not supported ({})", class_name, shown(name), why));
+}
+
+void write_layer_keys(const common::JsonNode& config, const nn::LayerKind& kind,
+                      common::JsonWriter& w) {
+  const std::vector<nn::KerasKeySpec> keys = kind.keras_keys();
+  for (const auto& [key, value] : config.as_object()) {
+    if (key == "name") continue;
+    if (key == "trainable") {
+      if (!value.as_bool()) value.fail("false is not supported (dtrain trains every layer)");
+      continue;
+    }
+    if (key == "dtype") {
+      check_dtype(value);
+      continue;
+    }
+    if (key == "activity_regularizer") {
+      if (!value.is_null()) refuse(value, "dtrain supports only null");
+      continue;
+    }
+    auto it = std::find_if(keys.begin(), keys.end(),
+                           [&](const nn::KerasKeySpec& k) { return key == k.key; });
+    if (it == keys.end()) {
+      std::string known = "name, trainable, dtype, activity_regularizer";
+      for (const nn::KerasKeySpec& k : keys) known += fmt::format(", {}", k.key);
+      value.fail(
+          fmt::format("not a key of {} that dtrain knows (it knows: {})", kind.keras_class, known));
+    }
+    if (take(value, it->how)) w.key(key).raw(value.dump());
+  }
+}
+
+std::vector<int> input_layer_shape(const common::JsonNode& config) {
+  config.check_keys({"batch_shape", "dtype", "sparse", "ragged", "name", "optional"});
+  if (auto n = config.find("dtype")) check_dtype(*n);
+  for (const char* key : {"sparse", "ragged", "optional"}) {
+    if (auto n = config.find(key); n && n->as_bool())
+      n->fail("true is not supported (dtrain feeds one dense float32 input)");
+  }
+  return batch_shape(config.at("batch_shape"));
+}
+
+std::vector<int> batch_shape(const common::JsonNode& value) {
+  std::vector<common::JsonNode> dims = value.as_array();
+  if (dims.size() != 3 && dims.size() != 4) {
+    refuse(value, "dtrain takes images: [null, height, width, channels] or [null, height, width]");
+  }
+  if (!dims[0].is_null()) {
+    dims[0].fail(
+        fmt::format("a fixed batch size ({}) is not supported (dtrain's is "
+                    "train.per_worker_batch_size): give null",
+                    shown(dims[0])));
+  }
+  std::vector<int> shape;
+  for (size_t i = 1; i < dims.size(); ++i) {
+    if (dims[i].is_null()) {
+      dims[i].fail(
+          "a size that varies (null) is not supported (dtrain needs the height, width "
+          "and channels)");
+    }
+    shape.push_back(static_cast<int>(dims[i].as_int(1, 1 << 14)));
+  }
+  if (shape.size() == 2) shape.push_back(1);
+  return shape;
+}
+
+}  // namespace dtrain::train::keras
