@@ -158,6 +158,57 @@ Layer add(const std::string& name, const std::string& out) {
   return l;
 }
 
+Layer batch_normalization(const std::string& name, const std::string& out) {
+  Obj c = base(name);
+  c.set("axis", "-1").set("momentum", "0.99").set("epsilon", "0.001").set("center", "true");
+  c.set("scale", "true").set("beta_initializer", kZeros);
+  c.set("gamma_initializer", R"({"module": "keras.initializers", "class_name": "Ones", )"
+                             R"("config": {}, "registered_name": null})");
+  c.set("moving_mean_initializer", kZeros);
+  c.set("moving_variance_initializer",
+        R"({"module": "keras.initializers", "class_name": "Ones", "config": {}, )"
+        R"("registered_name": null})");
+  c.set("beta_regularizer", "null").set("gamma_regularizer", "null");
+  c.set("beta_constraint", "null").set("gamma_constraint", "null");
+  c.set("synchronized", "false").set("renorm", "false").set("renorm_clipping", "null");
+  c.set("renorm_momentum", "0.99");
+  return make("BatchNormalization", c, out, true);
+}
+
+Layer global_average_pooling2d(const std::string& name, const std::string& out) {
+  Obj c = base(name);
+  c.set("data_format", R"("channels_last")").set("keepdims", "false");
+  return make("GlobalAveragePooling2D", c, out, false);
+}
+
+Layer zero_padding2d(const std::string& name, int padding, const std::string& out) {
+  Obj c = base(name);
+  const std::string p = std::to_string(padding);
+  c.set("padding", "[[" + p + ", " + p + "], [" + p + ", " + p + "]]");
+  c.set("data_format", R"("channels_last")");
+  return make("ZeroPadding2D", c, out, false);
+}
+
+Layer random_crop(const std::string& name, int height, int width, const std::string& out) {
+  Obj c = base(name);
+  c.set("data_format", R"("channels_last")").set("height", std::to_string(height));
+  c.set("width", std::to_string(width)).set("seed", "null");
+  return make("RandomCrop", c, out, false);
+}
+
+Layer random_flip(const std::string& name, const std::string& mode, const std::string& out) {
+  Obj c = base(name);
+  c.set("data_format", R"("channels_last")").set("seed", "null").set("mode", quoted(mode));
+  return make("RandomFlip", c, out, false);
+}
+
+Layer conv2d_no_bias(const std::string& name, int filters, const std::string& kernel,
+                     const std::string& strides, const std::string& out) {
+  Layer l = conv2d(name, filters, kernel, strides, "same", "linear", out);
+  l.config.set("use_bias", "false");
+  return l;
+}
+
 Layer on(Layer layer, std::vector<std::string> inputs) {
   layer.inputs = std::move(inputs);
   return layer;
@@ -228,6 +279,27 @@ std::vector<Layer> residual_layers() {
           on(dropout("dropout", "0.25", "[null, 2, 2, 8]"), {"max_pooling2d"}),
           on(flatten("flatten", "[null, 32]"), {"dropout"}),
           on(dense("dense", 3, "linear", "[null, 3]"), {"flatten"})};
+}
+
+std::vector<Layer> resnet_layers() {
+  const std::string image = "[null, 8, 8, 1]", wide = "[null, 8, 8, 4]";
+  return {input_layer("input_layer", image),
+          on(zero_padding2d("zero_padding2d", 2, "[null, 12, 12, 1]"), {"input_layer"}),
+          on(random_crop("random_crop", 8, 8, image), {"zero_padding2d"}),
+          on(random_flip("random_flip", "horizontal", image), {"random_crop"}),
+          on(conv2d_no_bias("conv2d", 4, "[3, 3]", "[1, 1]", wide), {"random_flip"}),
+          on(batch_normalization("batch_normalization", wide), {"conv2d"}),
+          on(relu("re_lu", wide), {"batch_normalization"}),
+          on(conv2d_no_bias("conv2d_1", 4, "[3, 3]", "[1, 1]", wide), {"re_lu"}),
+          on(batch_normalization("batch_normalization_1", wide), {"conv2d_1"}),
+          on(add("add", wide), {"re_lu", "batch_normalization_1"}),
+          on(relu("re_lu_1", wide), {"add"}),
+          on(global_average_pooling2d("global_average_pooling2d", "[null, 4]"), {"re_lu_1"}),
+          on(dense("dense", 3, "linear", "[null, 3]"), {"global_average_pooling2d"})};
+}
+
+std::string resnet_fixture() {
+  return functional(resnet_layers(), R"(["input_layer", 0, 0])", R"(["dense", 0, 0])");
 }
 
 std::string sequential_fixture() {

@@ -51,6 +51,14 @@ Layer dropout(const std::string& name, const std::string& rate, const std::strin
 Layer relu(const std::string& name, const std::string& out);
 Layer add(const std::string& name, const std::string& out);
 /// layer, called on these (Functional).
+Layer batch_normalization(const std::string& name, const std::string& out);
+Layer global_average_pooling2d(const std::string& name, const std::string& out);
+Layer zero_padding2d(const std::string& name, int padding, const std::string& out);
+Layer random_crop(const std::string& name, int height, int width, const std::string& out);
+Layer random_flip(const std::string& name, const std::string& mode, const std::string& out);
+/// conv2d as above without a bias (use_bias false), as ResNets have before batch normalization.
+Layer conv2d_no_bias(const std::string& name, int filters, const std::string& kernel,
+                     const std::string& strides, const std::string& out);
 Layer on(Layer layer, std::vector<std::string> inputs);
 
 /// The model file: Sequential's entries, each built on the one before; or Functional's, each
@@ -69,6 +77,11 @@ std::vector<Layer> chain_layers();
 std::vector<Layer> residual_layers();
 std::string sequential_fixture();  ///< sequential(chain_layers())
 std::string functional_fixture();  ///< functional(residual_layers()), single-tensor in and out
+/// A ResNet block with augmentation in front: ZeroPadding2D, RandomCrop, RandomFlip, Conv2D
+/// without bias, BatchNormalization, ReLU, then conv-BN added to it, ReLU,
+/// GlobalAveragePooling2D, Dense; 8x8x1 in, 3 out.
+std::vector<Layer> resnet_layers();
+std::string resnet_fixture();  ///< functional(resnet_layers())
 
 /// A zip archive of stored members, as Python's zipfile writes (a .keras file: metadata.json,
 /// config.json, model.weights.h5).

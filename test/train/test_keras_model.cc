@@ -31,6 +31,15 @@ train::KerasModel translate(const std::string& json) {
   return train::translate_keras_model(json, "model.json");
 }
 
+std::string error_of(const std::string& json) {
+  try {
+    translate(json);
+  } catch (const common::ConfigError& e) {
+    return e.what();
+  }
+  return "accepted";
+}
+
 // Node i's inputs by name ("input": the model's).
 std::vector<std::string> inputs_of(const nn::ModelSpec& spec, size_t i) {
   std::vector<std::string> names;
@@ -144,6 +153,40 @@ TEST_CASE("a Keras Functional residual model with a projection shortcut becomes 
            {R"({"image": ["input_layer", 0, 0]})", R"({"logits": ["dense", 0, 0]})"}}) {
     CHECK(translate(kf::functional(kf::residual_layers(), in, out)).model_json == m.model_json);
   }
+}
+
+TEST_CASE("a Keras ResNet block with batch normalization and augmentation becomes a graph",
+          "[keras]") {
+  train::KerasModel m = translate(kf::resnet_fixture());
+  const nn::ModelSpec& s = m.spec;
+  const std::vector<std::pair<std::string, nn::Dims>> want = {
+      {"zero_padding2d", {1, 12, 12}},
+      {"random_crop", {1, 8, 8}},
+      {"random_flip", {1, 8, 8}},
+      {"conv2d", {4, 8, 8}},
+      {"batch_normalization", {4, 8, 8}},
+      {"relu", {4, 8, 8}},
+      {"conv2d", {4, 8, 8}},
+      {"batch_normalization", {4, 8, 8}},
+      {"add", {4, 8, 8}},
+      {"relu", {4, 8, 8}},
+      {"global_average_pooling2d", {4, 1, 1}},
+      {"dense", {3, 1, 1}}};
+  REQUIRE(s.nodes.size() == want.size());
+  for (size_t i = 0; i < want.size(); ++i) {
+    INFO(s.nodes[i].name);
+    CHECK(s.nodes[i].type == want[i].first);
+    CHECK(s.nodes[i].out == want[i].second);
+  }
+  CHECK(inputs_of(s, 8) == std::vector<std::string>{"re_lu", "batch_normalization_1"});
+  std::vector<float> logits = forward(s, 2);
+  CHECK(logits.size() == 6);
+  CHECK(all_finite(logits));
+  // A setting dtrain cannot honour is refused, naming the layer, its class and the key.
+  std::string renorm = kf::resnet_fixture();
+  renorm.replace(renorm.find(R"("renorm": false)"), 15, R"("renorm": true)");
+  CHECK_THAT(error_of(renorm), Catch::StartsWith("model.json: layer \"batch_normalization\" "
+                                                 "(BatchNormalization): renorm: true is not "));
 }
 
 TEST_CASE("Keras model files are read as JSON or as a .keras archive", "[keras]") {
