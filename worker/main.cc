@@ -304,11 +304,16 @@ std::unique_ptr<nn::Backend> choose_backend(TrainConfig& config, const std::stri
       break;
   }
   bool automatic = config.device == DeviceChoice::kAuto;
-  if (cuda && config.label_smoothing > 0) {  // docs/design.md#the-model-as-a-graph: GPU parity
+  // docs/design.md#the-model-as-a-graph: what has not passed a parity test on a GPU does not
+  // run on one.
+  const char* untested = config.label_smoothing > 0          ? "train.loss.label_smoothing"
+                         : config.optimizer.weight_decay > 0 ? "train.optimizer.weight_decay"
+                                                             : nullptr;
+  if (cuda && untested) {
     throw ConfigError(fmt::format(
-        "{}: train.loss.label_smoothing has not passed its parity test on a GPU yet, so it does "
-        "not run on one (train with \"device\": \"cpu\")",
-        source));
+        "{}: {} has not passed its parity test on a GPU yet, so it does not run on one (train "
+        "with \"device\": \"cpu\")",
+        source, untested));
   }
   if (cuda) {
     std::unique_ptr<nn::Backend> backend = nn::make_cuda_backend(config.math);

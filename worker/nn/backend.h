@@ -62,6 +62,14 @@ struct SkipGate {
   float learning_rate_after_skip = 0.0f;
 };
 
+/// Keras 3's weight decay on any optimizer, applied before its update: w = w - w * weight_decay *
+/// learning_rate (Keras's _apply_weight_decay, in that order of products).
+struct DecayParams {
+  float learning_rate = 0.01f;
+  float weight_decay = 0.0f;
+  SkipGate gate = {};
+};
+
 /// Keras's optimizer hyper-parameters, with Keras's defaults.
 struct SgdParams {
   float learning_rate = 0.01f;
@@ -271,6 +279,10 @@ class Backend {
   /// p.momentum > 0 and average_gradient only when p.centered (otherwise they may be null).
   virtual void rmsprop_update(const RmspropParams& p, size_t count, float* w, const float* g,
                               float* velocity, float* momentum_slot, float* average_gradient) = 0;
+  /// Keras 3's weight decay of count parameters (DecayParams), gated as the updates are.
+  virtual void decay_weights(const DecayParams& /*p*/, size_t /*count*/, float* /*w*/) {
+    unsupported("decay_weights");
+  }
   /// Keras AdamW, step t >= 1: the decoupled decay w -= w * weight_decay * lr first (Keras's
   /// _apply_weight_decay, with the step's unadjusted rate), then Adam's update as above.
   virtual void adamw_update(const AdamWParams& p, int64_t step, size_t count, float* w,

@@ -74,6 +74,12 @@ class HostBackend : public Backend {
       if (in) dx[*in] += dy[out];
     });
   }
+  void decay_weights(const DecayParams& gated_params, size_t count, float* w) override {
+    DecayParams p = gated_params;
+    if (!gated(p)) return;
+    const float wd = p.weight_decay, lr = p.learning_rate;
+    for (size_t i = 0; i < count; ++i) w[i] = w[i] - w[i] * wd * lr;
+  }
   void moving_average_update(size_t count, float momentum, int shards, const float* sum,
                              float* moving) override {
     for (size_t i = 0; i < count; ++i)

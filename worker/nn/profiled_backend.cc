@@ -184,6 +184,9 @@ void ProfiledBackend::softmax_cross_entropy_smoothed(int n, int classes, float s
     inner_.softmax_cross_entropy_smoothed(n, classes, smoothing, logits, labels, dlogits, totals);
   });
 }
+void ProfiledBackend::decay_weights(const DecayParams& p, size_t count, float* w) {
+  timed(count_label("decay_weights", count), [&] { inner_.decay_weights(p, count, w); });
+}
 void ProfiledBackend::remap2d_forward(int n, int c, int h, int w, int oh, int ow,
                                       const PixelMap* maps, const float* x, float* y) {
   timed(fmt::format("remap2d_forward {}x{}x{}x{}->{}x{}", n, c, h, w, oh, ow),

@@ -96,6 +96,7 @@ class ProfiledBackend final : public Backend {
                              float* moving) override;
   void remap2d_forward(int n, int c, int h, int w, int oh, int ow, const PixelMap* maps,
                        const float* x, float* y) override;
+  void decay_weights(const DecayParams& p, size_t count, float* w) override;
   void softmax_cross_entropy_smoothed(int n, int classes, float smoothing, const float* logits,
                                       const int32_t* labels, float* dlogits,
                                       float* totals) override;

@@ -3,6 +3,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 #include "common/errors.h"
 
 namespace dtrain::train {
@@ -22,6 +24,16 @@ OptimizerType parse_optimizer_type(const common::JsonNode& node) {
   node.fail(fmt::format("unknown optimizer \"{}\" (expected sgd, adam, adamw or rmsprop)", name));
 }
 
+// Keras 3's weight_decay (every optimizer but adamw, whose own it is) and the names it leaves out.
+void parse_decay(const common::JsonNode& node, OptimizerSpec& spec) {
+  if (auto n = node.find("weight_decay"); n && spec.type != OptimizerType::kAdamW)
+    spec.weight_decay = static_cast<float>(n->as_number(0, 1));
+  if (auto n = node.find("exclude_from_weight_decay")) {
+    for (const common::JsonNode& name : n->as_array())
+      spec.exclude_from_weight_decay.push_back(name.as_nonempty_string());
+  }
+}
+
 // The hyper-parameters of spec.type from an object node (each key checked).
 void parse_hyper_parameters(const common::JsonNode& node, OptimizerSpec& spec) {
   auto number = [&](const char* key, float& field, double min, double max) {
@@ -36,14 +48,15 @@ void parse_hyper_parameters(const common::JsonNode& node, OptimizerSpec& spec) {
   };
   switch (spec.type) {
     case OptimizerType::kSgd:
-      node.check_keys({"type", "learning_rate", "scale_learning_rate", "momentum", "nesterov"});
+      node.check_keys({"type", "learning_rate", "scale_learning_rate", "momentum", "nesterov",
+                       "weight_decay", "exclude_from_weight_decay"});
       rate(spec.sgd.learning_rate);
       number("momentum", spec.sgd.momentum, 0, 1);
       if (auto n = node.find("nesterov")) spec.sgd.nesterov = n->as_bool();
       break;
     case OptimizerType::kAdam:
-      node.check_keys(
-          {"type", "learning_rate", "scale_learning_rate", "beta_1", "beta_2", "epsilon"});
+      node.check_keys({"type", "learning_rate", "scale_learning_rate", "beta_1", "beta_2",
+                       "epsilon", "weight_decay", "exclude_from_weight_decay"});
       rate(spec.adam.learning_rate);
       number("beta_1", spec.adam.beta_1, 0, 0.999999);
       number("beta_2", spec.adam.beta_2, 0, 0.999999999);
@@ -51,7 +64,7 @@ void parse_hyper_parameters(const common::JsonNode& node, OptimizerSpec& spec) {
       break;
     case OptimizerType::kAdamW:
       node.check_keys({"type", "learning_rate", "scale_learning_rate", "weight_decay", "beta_1",
-                       "beta_2", "epsilon"});
+                       "beta_2", "epsilon", "exclude_from_weight_decay"});
       rate(spec.adamw.learning_rate);
       number("weight_decay", spec.adamw.weight_decay, 0, 1);
       number("beta_1", spec.adamw.beta_1, 0, 0.999999);
@@ -60,7 +73,7 @@ void parse_hyper_parameters(const common::JsonNode& node, OptimizerSpec& spec) {
       break;
     case OptimizerType::kRmsprop:
       node.check_keys({"type", "learning_rate", "scale_learning_rate", "rho", "momentum", "epsilon",
-                       "centered"});
+                       "centered", "weight_decay", "exclude_from_weight_decay"});
       rate(spec.rmsprop.learning_rate);
       number("rho", spec.rmsprop.rho, 0, 0.999999999);
       number("momentum", spec.rmsprop.momentum, 0, 0.999999);
@@ -68,6 +81,7 @@ void parse_hyper_parameters(const common::JsonNode& node, OptimizerSpec& spec) {
       if (auto n = node.find("centered")) spec.rmsprop.centered = n->as_bool();
       break;
   }
+  parse_decay(node, spec);
 }
 
 // Keras's default rate of each type (the schedule's constant when learning_rate is left out).
@@ -171,6 +185,8 @@ void Optimizer::apply(nn::Backend& backend, nn::Buffer<float>& parameters,
       skip, previous_skipped,
       previous_skipped ? static_cast<float>(spec_.learning_rate.rate(iterations_ - 2)) : 0.0f};
   if (count == 0) return;
+  if (spec_.type != OptimizerType::kAdamW && spec_.weight_decay > 0)
+    decay(backend, parameters.data(), offset, count, gate);
   float* w = parameters.data() + offset;
   const float* g = gradients.data() + offset;
   auto at = [&](nn::Buffer<float>& slot) {
@@ -189,10 +205,15 @@ void Optimizer::apply(nn::Backend& backend, nn::Buffer<float>& parameters,
       backend.adam_update(p, iterations_, count, w, g, at(first_), at(second_));
       break;
     }
-    case OptimizerType::kAdamW: {
-      nn::AdamWParams p = spec_.adamw;
-      p.gate = gate;
-      backend.adamw_update(p, iterations_, count, w, g, at(first_), at(second_));
+    case OptimizerType::kAdamW: {  // its decay is in its update: excluded pieces get none
+      for_each_piece(offset, count, [&](size_t begin, size_t end, bool decayed) {
+        nn::AdamWParams p = spec_.adamw;
+        p.gate = gate;
+        if (!decayed) p.weight_decay = 0;
+        backend.adamw_update(p, iterations_, end - begin, parameters.data() + begin,
+                             gradients.data() + begin, first_.data() + begin,
+                             second_.data() + begin);
+      });
       break;
     }
     case OptimizerType::kRmsprop: {
@@ -202,6 +223,44 @@ void Optimizer::apply(nn::Backend& backend, nn::Buffer<float>& parameters,
       break;
     }
   }
+}
+
+void Optimizer::set_parameters(const std::vector<nn::ParamInfo>& tensors) {
+  excluded_.clear();
+  for (const nn::ParamInfo& t : tensors) {
+    for (const std::string& name : spec_.exclude_from_weight_decay) {
+      if (t.name.find(name) == std::string::npos) continue;
+      excluded_.push_back({t.offset, t.count});
+      break;
+    }
+  }
+  std::sort(excluded_.begin(), excluded_.end(),
+            [](const nn::ParamRange& a, const nn::ParamRange& b) { return a.offset < b.offset; });
+}
+
+template <class F>
+void Optimizer::for_each_piece(size_t offset, size_t count, F f) const {
+  size_t at = offset;
+  const size_t end = offset + count;
+  for (const nn::ParamRange& r : excluded_) {
+    const size_t begin = std::max(r.offset, at), stop = std::min(r.offset + r.count, end);
+    if (begin >= stop) continue;
+    if (at < begin) f(at, begin, true);
+    f(begin, stop, false);
+    at = stop;
+  }
+  if (at < end) f(at, end, true);
+}
+
+void Optimizer::decay(nn::Backend& backend, float* parameters, size_t offset, size_t count,
+                      const nn::SkipGate& gate) {
+  nn::DecayParams p;
+  p.learning_rate = spec_.sgd.learning_rate;  // every type's rate is the step's (set_rate)
+  p.weight_decay = spec_.weight_decay;
+  p.gate = gate;
+  for_each_piece(offset, count, [&](size_t begin, size_t end, bool decayed) {
+    if (decayed) backend.decay_weights(p, end - begin, parameters + begin);
+  });
 }
 
 std::vector<std::pair<std::string, nn::Buffer<float>*>> Optimizer::slots() {

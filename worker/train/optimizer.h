@@ -2,8 +2,8 @@
 // flat parameter buffer, with their slots (velocity; moments; mean square, momentum and mean
 // gradient) in flat buffers of the same size on the model's device, so a checkpoint saves them in
 // one piece each. The arithmetic is the Backend's, applied range by range so each gradient bucket
-// is applied as soon as its all-reduce is done. Keras's weight_decay on other optimizers, and its
-// gradient clipping, are not implemented.
+// is applied as soon as its all-reduce is done. Keras 3's weight_decay on every optimizer (with
+// exclude_from_weight_decay by tensor name); gradient clipping is not implemented.
 #pragma once
 
 #include <string>
@@ -12,6 +12,7 @@
 
 #include "common/json.h"
 #include "worker/nn/backend.h"
+#include "worker/nn/layer.h"
 #include "worker/train/lr_schedule.h"
 
 namespace dtrain::train {
@@ -30,6 +31,12 @@ struct OptimizerSpec {
   nn::AdamWParams adamw;
   nn::RmspropParams rmsprop;
   LearningRateSchedule learning_rate;  ///< the rate per step (a constant by default)
+  /// Keras 3's weight_decay of sgd, adam and rmsprop (adamw's is adamw.weight_decay): w -= w *
+  /// weight_decay * rate before each update. 0: none.
+  float weight_decay = 0;
+  /// Keras's exclude_from_weight_decay(var_names=...): a tensor whose name contains one of these
+  /// is not decayed ("bias", "gamma", "beta").
+  std::vector<std::string> exclude_from_weight_decay;
 };
 
 /// Parses train.optimizer with Keras's defaults: an object {"type": ..., hyper-parameters}, or
@@ -67,6 +74,9 @@ class Optimizer {
   double learning_rate() const { return spec_.learning_rate.rate(iterations_); }
   int64_t iterations() const { return iterations_; }
   void set_iterations(int64_t n) { iterations_ = n; }
+  /// The model's parameter tensors, so weight decay can leave out the excluded ones. Without a
+  /// call every parameter is decayed.
+  void set_parameters(const std::vector<nn::ParamInfo>& tensors);
   /// Named slot buffers ("sgd.velocity"; "adam.m", "adam.v"; "adamw.m", "adamw.v";
   /// "rmsprop.velocity", "rmsprop.momentum", "rmsprop.average_gradient"), for checkpoints.
   std::vector<std::pair<std::string, nn::Buffer<float>*>> slots();
@@ -78,6 +88,14 @@ class Optimizer {
   LearningRateSchedule schedule_;  ///< as parsed
   int64_t iterations_ = 0;
   nn::Buffer<float> first_, second_, third_;
+  /// The parameter ranges weight decay leaves out (excluded tensors), in offset order.
+  std::vector<nn::ParamRange> excluded_;
+  /// Decays [offset, offset + count) but its excluded parts (sgd, adam, rmsprop).
+  void decay(nn::Backend& backend, float* parameters, size_t offset, size_t count,
+             const nn::SkipGate& gate);
+  /// Calls f(begin, end, decayed) for the pieces of [offset, offset + count) in order.
+  template <class F>
+  void for_each_piece(size_t offset, size_t count, F f) const;
 };
 
 }  // namespace dtrain::train
