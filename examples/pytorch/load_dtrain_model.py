@@ -5,10 +5,12 @@
 
 Reads RUN_DIR/model/model.json (the job's `train.model`) and RUN_DIR/model/model.safetensors
 (parsed here with struct, json and numpy: Debian has no `safetensors` package), builds the same
-architecture as a torch.nn.Sequential, and evaluates it on the whole IDX test split, with
-pixels scaled as dtrain scales them (byte / 255). Tensor layouts and their Keras mapping are in
-docs/model-format.md. It does not train, and does not read checkpoints' optimizer slots.
-A missing or damaged file, or a layer it does not know, ends it with exit code 2.
+architecture (a torch.nn.Sequential for a chain of layers, a GraphModel for a graph: named
+inputs, residual adds, fan-out, layers listed in any order), and evaluates it on the whole IDX
+test split, with pixels scaled as dtrain scales them (byte / 255). Tensor layouts and their
+Keras mapping are in docs/model-format.md. It does not train, and does not read checkpoints'
+optimizer slots. A missing or damaged file, a layer it does not know, or a graph dtrain would
+refuse (a cycle, an input that names no layer) ends it with exit code 2.
 """
 import argparse
 import gzip
@@ -20,6 +22,13 @@ import sys
 import zlib
 
 import numpy as np
+
+try:
+    import torch
+    from torch import nn
+except ImportError as e:  # main() says how to install it
+    torch = nn = None
+    TORCH_IMPORT_ERROR = e
 
 DEFAULT_DATA_DIR = "/usr/share/datasets/fashion-mnist"
 MAX_HEADER_BYTES = 100 << 20  # dtrain's limit and the safetensors package's
@@ -97,7 +106,178 @@ def check_checksum(path, metadata, data):
                          f"crc32:{crc:08x}): the file is damaged")
 
 
+# --- the graph -------------------------------------------------------------------------------
+
+INPUT = -1  # where a layer takes the model's input ("inputs": ["input"], or the first layer)
+KINDS = ("conv2d", "dense", "max_pooling2d", "flatten", "dropout", "relu", "add",
+         "batch_normalization", "global_average_pooling2d", "zero_padding2d", "random_crop",
+         "random_flip")
+
+
+class Graph:
+    """model.json's layers as dtrain reads them: each layer's name ("name", else
+    layers.<i>.<type>), its inputs ("inputs", else the layer listed before), the output
+    ("output", else the last layer), and an order in which each layer comes after its inputs.
+    Layers are known by their listed index i, as model.layers[i] in messages."""
+
+    def __init__(self, spec):
+        self.layers = spec["layers"]
+        if not isinstance(self.layers, list) or not self.layers:
+            raise ModelError("model.layers: expected a list of at least one layer")
+        self.names = self.layer_names()
+        self.inputs = [self.resolve(i, layer) for i, layer in enumerate(self.layers)]
+        self.output = self.output_index(spec.get("output"))
+        self.order = self.topological_order()
+
+    def where(self, i):
+        """model.layers[i], with its name where it has one: how messages name a layer."""
+        name = self.layers[i].get("name")
+        return f"model.layers[{i}]" + (f" ({name!r})" if name is not None else "")
+
+    def layer_names(self):
+        names = {}
+        for i, layer in enumerate(self.layers):
+            kind = layer.get("type")
+            if kind not in KINDS:
+                raise ModelError(f"model.layers[{i}]: unsupported layer type {kind!r}")
+            name = layer.get("name", f"layers.{i}.{kind}")
+            if not isinstance(name, str) or not name or name == "input":
+                raise ModelError(f"model.layers[{i}].name: expected a string other than "
+                                 f"\"input\" (the model's input), found {name!r}")
+            if name in names:
+                raise ModelError(f"model.layers[{i}].name: {name!r} is taken by "
+                                 f"model.layers[{names[name]}]")
+            names[name] = i
+        return list(names)
+
+    def resolve(self, i, layer):
+        """Layer i's inputs as listed indices (INPUT for the model's input)."""
+        listed = layer.get("inputs")
+        if listed is None:
+            resolved = [i - 1 if i else INPUT]
+        elif isinstance(listed, list) and listed and all(isinstance(n, str) for n in listed):
+            for name in listed:
+                if name != "input" and name not in self.names:
+                    raise ModelError(f"{self.where(i)}: inputs: no layer is named {name!r}")
+            resolved = [INPUT if name == "input" else self.names.index(name) for name in listed]
+        else:
+            raise ModelError(f"{self.where(i)}: inputs: expected a list of layer names, found "
+                             f"{listed!r}")
+        add = layer["type"] == "add"
+        if (len(resolved) < 2) if add else (len(resolved) != 1):
+            raise ModelError(f"{self.where(i)}: {layer['type']} takes "
+                             f"{'two inputs or more' if add else 'one input'}, found "
+                             f"{len(resolved)}")
+        return resolved
+
+    def output_index(self, name):
+        if name is None:
+            return len(self.layers) - 1
+        if name not in self.names:
+            raise ModelError(f"model.output: no layer is named {name!r}")
+        return self.names.index(name)
+
+    def topological_order(self):
+        """Among the layers whose inputs are placed, the one listed first (dtrain's order: a
+        chain keeps its own). A layer the output does not use, or a cycle, is refused."""
+        used, stack = set(), [self.output]
+        while stack:
+            i = stack.pop()
+            if i not in used:
+                used.add(i)
+                stack.extend(j for j in self.inputs[i] if j != INPUT)
+        for i in range(len(self.layers)):
+            if i not in used:
+                raise ModelError(f"{self.where(i)}: the output does not use this layer")
+        order, placed = [], set()
+        while len(order) < len(self.layers):
+            ready = [i for i in range(len(self.layers)) if i not in placed
+                     and all(j == INPUT or j in placed for j in self.inputs[i])]
+            if not ready:
+                raise ModelError(self.cycle_message(placed))
+            placed.add(ready[0])
+            order.append(ready[0])
+        return order
+
+    def cycle_message(self, placed):
+        """Names the layers of a cycle among those not placed (each waits for an input)."""
+        path = [next(i for i in range(len(self.layers)) if i not in placed)]
+        while path.count(path[-1]) < 2:
+            path.append(next(j for j in self.inputs[path[-1]] if j != INPUT and j not in placed))
+        cycle = path[path.index(path[-1]):]
+        return (f"{self.where(cycle[0])}: its inputs lead back to it (the layers form a cycle: "
+                f"{' <- '.join(self.names[i] for i in cycle)})")
+
+    def is_chain(self):
+        """Whether each layer takes the one before it in the order: a torch.nn.Sequential."""
+        return all(self.inputs[i] == [before]
+                   for before, i in zip([INPUT] + self.order, self.order))
+
+
 # --- the model -------------------------------------------------------------------------------
+
+Module = nn.Module if nn else object  # torch missing: main() says how to install it
+
+
+class Add(Module):
+    """Keras's Add: the sum of the inputs, in order (dtrain's order); a flat (N, C) and an
+    (N, C, 1, 1) input are the same values."""
+
+    def forward(self, *xs):
+        y = xs[0]
+        for x in xs[1:]:
+            y = y + x.reshape(y.shape)
+        return y
+
+
+class GlobalAveragePool2d(Module):
+    """Keras's GlobalAveragePooling2D: each channel's mean over H and W, flat (N, C)."""
+
+    def forward(self, x):
+        return x.mean(dim=(2, 3))
+
+
+class CentreCrop(Module):
+    """random_crop at inference: the height x width window at (top, left)."""
+
+    def __init__(self, top, left, height, width):
+        super().__init__()
+        self.top, self.left, self.height, self.width = top, left, height, width
+
+    def forward(self, x):
+        return x[:, :, self.top:self.top + self.height, self.left:self.left + self.width]
+
+    def extra_repr(self):
+        return f"top={self.top}, left={self.left}, height={self.height}, width={self.width}"
+
+
+class GraphModel(Module):
+    """Runs nodes in order, node k on the outputs of inputs[k] (node indices, INPUT for the
+    model's input), and returns the last node's output. An output is dropped after its last use,
+    so fan-out (one output feeding several nodes) costs no extra memory."""
+
+    def __init__(self, nodes, inputs, names):
+        super().__init__()
+        self.nodes = nn.ModuleList(nodes)
+        self.inputs, self.names = inputs, names
+        self.last_use = {j: k for k, ins in enumerate(inputs) for j in ins}
+
+    def with_nodes(self, nodes):
+        return GraphModel(nodes, self.inputs, self.names)
+
+    def forward(self, x):
+        values = {INPUT: x}
+        for k, (node, ins) in enumerate(zip(self.nodes, self.inputs)):
+            values[k] = node(*[values[j] for j in ins])
+            for j in set(ins):
+                if self.last_use[j] == k:
+                    del values[j]
+        return values[len(self.nodes) - 1]
+
+    def extra_repr(self):
+        return "\n".join(f"({k}) {name} <- "
+                         + ", ".join("input" if j == INPUT else self.names[j] for j in ins)
+                         for k, (name, ins) in enumerate(zip(self.names, self.inputs)))
 
 
 def pair(value, what):
@@ -109,6 +289,23 @@ def pair(value, what):
     raise ModelError(f"{what}: expected an integer or a pair, found {value!r}")
 
 
+def padding_sides(value, what):
+    """zero_padding2d's padding as (top, bottom, left, right): an int, [rows, columns] or
+    [[top, bottom], [left, right]] (dtrain's and Keras's forms)."""
+    if isinstance(value, int):
+        sides = (value,) * 4
+    elif isinstance(value, list) and len(value) == 2 and all(isinstance(v, int) for v in value):
+        sides = (value[0], value[0], value[1], value[1])
+    elif isinstance(value, list) and len(value) == 2:
+        sides = pair(value[0], what) + pair(value[1], what)
+    else:
+        sides = None
+    if sides is None or min(sides) < 0:
+        raise ModelError(f"{what}: expected an integer, [rows, columns] or [[top, bottom], "
+                         f"[left, right]] of sizes from 0, found {value!r}")
+    return sides
+
+
 def same_padding(size, kernel, stride):
     """Keras/TensorFlow "same": (before, after), the odd pixel after (bottom/right)."""
     out = (size + stride - 1) // stride
@@ -116,131 +313,226 @@ def same_padding(size, kernel, stride):
     return total // 2, total - total // 2
 
 
-class Builder:
-    """Turns model.json's layers into torch modules, tracking the (c, h, w) of one example."""
+def as_torch(array):
+    return torch.from_numpy(np.array(array, order="C"))  # a copy: the file's bytes are read-only
 
-    def __init__(self, nn, spec, tensors, path):
-        self.nn, self.tensors, self.path = nn, dict(tensors), path
+
+class Builder:
+    """Turns model.json's layers into torch modules, one list per layer, tracking the (c, h, w)
+    of one example at each layer's output and whether its tensor is flat, (N, c) not
+    (N, c, h, w)."""
+
+    def __init__(self, spec, tensors, path):
+        self.tensors, self.path = dict(tensors), path
         h, w, c = spec["input_shape"]
-        self.dims = (c, h, w)
-        self.modules = []
+        self.outputs = {INPUT: ((c, h, w), False)}  # listed index: (dims, flat)
         self.softmax = False
 
+    def node(self, graph, i):
+        """The modules of layer i (its inputs built before it)."""
+        layer = graph.layers[i]
+        self.inputs = [self.outputs[j] for j in graph.inputs[i]]
+        (self.dims, self.flat), self.modules = self.inputs[0], []
+        self.prefix = graph.names[i] + "."
+        getattr(self, layer["type"])(i, layer)
+        if self.softmax and i != graph.order[-1]:
+            raise ModelError(f"model.layers[{i}]: softmax is only supported last")
+        self.outputs[i] = (self.dims, self.flat)
+        return self.modules
+
     def take(self, name, shape):
-        """The tensor dtrain stores as name, checked against the shape the layer needs."""
+        """The tensor dtrain stores as this layer's name, checked against the shape the layer
+        needs, as a torch tensor."""
+        name = self.prefix + name
         if name not in self.tensors:
             raise ModelError(f"{self.path}: has no tensor {name} (shape {list(shape)})")
         t = self.tensors.pop(name)
         if tuple(t.shape) != tuple(shape):
             raise ModelError(f"{self.path}: tensor {name} has shape {list(t.shape)}, the model "
                              f"needs {list(shape)}")
-        return t
+        return as_torch(t)
 
     def keys(self, i, layer, allowed):
-        extra = set(layer) - set(allowed)
+        extra = set(layer) - set(allowed) - {"type", "name", "inputs"}
         if extra:
             raise ModelError(f"model.layers[{i}]: unsupported key(s) {sorted(extra)}")
 
+    def spatial(self):
+        """A layer on feature maps: a flat input becomes (N, c, 1, 1), as dtrain sees it."""
+        if self.flat:
+            self.modules.append(nn.Unflatten(1, self.dims))
+            self.flat = False
+
+    def use_bias(self, i, layer):
+        use_bias = layer.get("use_bias", True)
+        if not isinstance(use_bias, bool):
+            raise ModelError(f"model.layers[{i}].use_bias: expected true or false")
+        return use_bias
+
     def conv2d(self, i, layer):
-        import torch
-        self.keys(i, layer, {"type", "filters", "kernel_size", "strides", "padding",
-                             "activation", "use_bias"})
-        if layer.get("use_bias", True) is not True:
-            raise ModelError(f"model.layers[{i}]: use_bias false is not supported")
+        self.keys(i, layer, {"filters", "kernel_size", "strides", "padding", "activation",
+                             "use_bias"})
+        self.spatial()
         c, h, w = self.dims
-        k = layer["filters"]
+        k, bias = layer["filters"], self.use_bias(i, layer)
         kh, kw = pair(layer["kernel_size"], f"model.layers[{i}].kernel_size")
         sh, sw = pair(layer.get("strides", 1), f"model.layers[{i}].strides")
         padding = layer.get("padding", "valid")
         if padding == "same":
             (top, bottom), (left, right) = same_padding(h, kh, sh), same_padding(w, kw, sw)
             if top or bottom or left or right:  # explicit: torch's "same" pads the other side
-                self.modules.append(self.nn.ZeroPad2d((left, right, top, bottom)))
+                self.modules.append(nn.ZeroPad2d((left, right, top, bottom)))
             h, w = h + top + bottom, w + left + right
         elif padding != "valid":
             raise ModelError(f"model.layers[{i}].padding: unsupported {padding!r}")
-        conv = self.nn.Conv2d(c, k, (kh, kw), stride=(sh, sw))
+        conv = nn.Conv2d(c, k, (kh, kw), stride=(sh, sw), bias=bias)
         with torch.no_grad():  # dtrain's kernel is [out, in, kh, kw]: Conv2d's layout as it is
-            conv.weight.copy_(torch.from_numpy(self.take(f"layers.{i}.conv2d.kernel",
-                                                         (k, c, kh, kw)).copy()))
-            conv.bias.copy_(torch.from_numpy(self.take(f"layers.{i}.conv2d.bias", (k,)).copy()))
+            conv.weight.copy_(self.take("kernel", (k, c, kh, kw)))
+            if bias:
+                conv.bias.copy_(self.take("bias", (k,)))
         self.modules.append(conv)
         self.dims = (k, (h - kh) // sh + 1, (w - kw) // sw + 1)
         self.activation(i, layer)
 
     def dense(self, i, layer):
-        import torch
-        self.keys(i, layer, {"type", "units", "activation", "use_bias"})
-        if layer.get("use_bias", True) is not True:
-            raise ModelError(f"model.layers[{i}]: use_bias false is not supported")
+        self.keys(i, layer, {"units", "activation", "use_bias"})
         c, h, w = self.dims
         if h != 1 or w != 1:
             raise ModelError(f"model.layers[{i}]: dense needs flat input ({h}x{w}x{c})")
-        units = layer["units"]
-        linear = self.nn.Linear(c, units)
+        if not self.flat:  # a 1x1 feature map: dtrain counts it flat
+            self.modules.append(nn.Flatten())
+        units, bias = layer["units"], self.use_bias(i, layer)
+        linear = nn.Linear(c, units, bias=bias)
         with torch.no_grad():  # dtrain's kernel is [in, out] (Keras's); Linear.weight is [out, in]
-            kernel = self.take(f"layers.{i}.dense.kernel", (c, units))
-            linear.weight.copy_(torch.from_numpy(np.ascontiguousarray(kernel.T)))
-            bias = self.take(f"layers.{i}.dense.bias", (units,))
-            linear.bias.copy_(torch.from_numpy(bias.copy()))
+            linear.weight.copy_(self.take("kernel", (c, units)).T)
+            if bias:
+                linear.bias.copy_(self.take("bias", (units,)))
         self.modules.append(linear)
-        self.dims = (units, 1, 1)
+        self.dims, self.flat = (units, 1, 1), True
         self.activation(i, layer)
 
     def max_pooling2d(self, i, layer):
-        self.keys(i, layer, {"type", "pool_size", "strides", "padding"})
+        self.keys(i, layer, {"pool_size", "strides", "padding"})
         if layer.get("padding", "valid") != "valid":
             raise ModelError(f"model.layers[{i}].padding: only \"valid\" pooling is supported")
+        self.spatial()
         c, h, w = self.dims
         ph, pw = pair(layer.get("pool_size", 2), f"model.layers[{i}].pool_size")
         strides = layer.get("strides")  # Keras: strides default to pool_size
         sh, sw = (ph, pw) if strides is None else pair(strides, f"model.layers[{i}].strides")
-        self.modules.append(self.nn.MaxPool2d((ph, pw), stride=(sh, sw)))
+        self.modules.append(nn.MaxPool2d((ph, pw), stride=(sh, sw)))
         self.dims = (c, (h - ph) // sh + 1, (w - pw) // sw + 1)
 
     def flatten(self, i, layer):
-        self.keys(i, layer, {"type"})
-        self.modules.append(self.nn.Flatten())  # dtrain's activations are NCHW: (c, h, w) order
+        self.keys(i, layer, set())
+        self.modules.append(nn.Flatten())  # dtrain's activations are NCHW: (c, h, w) order
         c, h, w = self.dims
-        self.dims = (c * h * w, 1, 1)
+        self.dims, self.flat = (c * h * w, 1, 1), True
 
     def dropout(self, i, layer):
-        self.keys(i, layer, {"type", "rate"})
-        self.modules.append(self.nn.Dropout(layer["rate"]))  # identity in eval()
+        self.keys(i, layer, {"rate"})
+        self.modules.append(nn.Dropout(layer["rate"]))  # identity in eval()
 
     def relu(self, i, layer):
-        self.keys(i, layer, {"type"})
-        self.modules.append(self.nn.ReLU())
+        self.keys(i, layer, set())
+        self.modules.append(nn.ReLU())
+
+    def add(self, i, layer):
+        self.keys(i, layer, set())
+        for k, (dims, _) in enumerate(self.inputs):
+            if dims != self.dims:
+                raise ModelError(f"model.layers[{i}]: add needs inputs of one shape; input 0 is "
+                                 f"{self.dims} (c, h, w), input {k} is {dims}")
+        self.modules.append(Add())
+
+    def batch_normalization(self, i, layer):
+        """Keras's BatchNormalization at inference: (x - moving_mean) / sqrt(moving_variance +
+        epsilon) * gamma + beta, per channel. PyTorch's momentum is 1 - Keras's."""
+        self.keys(i, layer, {"axis", "momentum", "epsilon", "center", "scale", "synchronized"})
+        if layer.get("axis", -1) not in (-1, 3, [-1], [3]):
+            raise ModelError(f"model.layers[{i}].axis: only the channels (-1 or 3) are supported")
+        center, scale = layer.get("center", True), layer.get("scale", True)
+        c = self.dims[0]
+        norm = (nn.BatchNorm1d if self.flat else nn.BatchNorm2d)(
+            c, eps=layer.get("epsilon", 1e-3), momentum=round(1 - layer.get("momentum", 0.99), 12),
+            affine=bool(center or scale))
+        with torch.no_grad():
+            if scale:
+                norm.weight.copy_(self.take("gamma", (c,)))
+            elif norm.affine:  # Keras has no gamma then: one, not trained
+                norm.weight.requires_grad_(False)
+            if center:
+                norm.bias.copy_(self.take("beta", (c,)))
+            elif norm.affine:  # no beta: zero, not trained
+                norm.bias.requires_grad_(False)
+            norm.running_mean.copy_(self.take("moving_mean", (c,)))
+            norm.running_var.copy_(self.take("moving_variance", (c,)))
+        self.modules.append(norm)
+
+    def global_average_pooling2d(self, i, layer):
+        self.keys(i, layer, {"keepdims"})  # dtrain's output is flat either way
+        self.spatial()
+        self.modules.append(GlobalAveragePool2d())
+        self.dims, self.flat = (self.dims[0], 1, 1), True
+
+    def zero_padding2d(self, i, layer):
+        self.keys(i, layer, {"padding"})
+        top, bottom, left, right = padding_sides(layer.get("padding", 1),
+                                                 f"model.layers[{i}].padding")
+        self.spatial()
+        self.modules.append(nn.ZeroPad2d((left, right, top, bottom)))
+        c, h, w = self.dims
+        self.dims = (c, h + top + bottom, w + left + right)
+
+    def random_crop(self, i, layer):
+        """At inference, the centre: dtrain's offset ((h - height) // 2, (w - width) // 2)."""
+        self.keys(i, layer, {"height", "width"})
+        self.spatial()
+        c, h, w = self.dims
+        height, width = layer["height"], layer["width"]
+        if not 1 <= height <= h or not 1 <= width <= w:
+            raise ModelError(f"model.layers[{i}]: a {height}x{width} crop does not fit the "
+                             f"{h}x{w} input")
+        self.modules.append(CentreCrop((h - height) // 2, (w - width) // 2, height, width))
+        self.dims = (c, height, width)
+
+    def random_flip(self, i, layer):
+        self.keys(i, layer, {"mode"})
+        if layer.get("mode", "horizontal_and_vertical") not in (
+                "horizontal", "vertical", "horizontal_and_vertical"):
+            raise ModelError(f"model.layers[{i}].mode: unsupported {layer['mode']!r}")
+        self.modules.append(nn.Identity())  # inference does not flip
 
     def activation(self, i, layer):
         name = layer.get("activation") or "linear"
         if name == "relu":
-            self.modules.append(self.nn.ReLU())
+            self.modules.append(nn.ReLU())
         elif name == "softmax":
-            self.modules.append(self.nn.Softmax(dim=1))
+            self.modules.append(nn.Softmax(dim=1))
             self.softmax = True
         elif name != "linear":
             raise ModelError(f"model.layers[{i}].activation: unsupported {name!r}")
 
 
 def build_model(spec, tensors, path):
-    """torch.nn.Sequential of model.json's spec with the weights in tensors (eval mode), and
-    whether its last module is a softmax (evaluate drops it to get logits)."""
-    import torch.nn as nn
+    """The torch module of model.json's spec with the weights in tensors (eval mode): a
+    torch.nn.Sequential for a chain, else a GraphModel; and whether its output ends in a
+    softmax (evaluate drops it to get logits)."""
     try:
-        builder = Builder(nn, spec, tensors, path)
-        for i, layer in enumerate(spec["layers"]):
-            kind = layer.get("type")
-            if kind not in ("conv2d", "dense", "max_pooling2d", "flatten", "dropout", "relu"):
-                raise ModelError(f"model.layers[{i}]: unsupported layer type {kind!r}")
-            if builder.softmax:
-                raise ModelError(f"model.layers[{i}]: softmax is only supported last")
-            getattr(builder, kind)(i, layer)
+        graph = Graph(spec)
+        builder = Builder(spec, tensors, path)
+        nodes = [builder.node(graph, i) for i in graph.order]
     except (AttributeError, KeyError, TypeError, ValueError) as e:
         raise ModelError(f"model.json: not a dtrain model ({type(e).__name__}: {e})") from None
     if builder.tensors:
         raise ModelError(f"{path}: tensors the model does not use: {sorted(builder.tensors)}")
-    return nn.Sequential(*builder.modules).eval(), builder.softmax
+    if graph.is_chain():
+        return nn.Sequential(*[m for node in nodes for m in node]).eval(), builder.softmax
+    place = {i: k for k, i in enumerate(graph.order)}
+    inputs = [[INPUT if j == INPUT else place[j] for j in graph.inputs[i]] for i in graph.order]
+    modules = [node[0] if isinstance(node[0], Add) else nn.Sequential(*node) for node in nodes]
+    names = [graph.names[i] for i in graph.order]
+    return GraphModel(modules, inputs, names).eval(), builder.softmax
 
 
 def load_model(run_dir):
@@ -347,22 +639,37 @@ def load_test_split(run_dir, data_dir, input_shape):
 # --- evaluation ------------------------------------------------------------------------------
 
 
+def map_sequentials(model, change):
+    """The model with change(s) for each nn.Sequential s of it: the model itself for a chain,
+    each node of a GraphModel but its adds."""
+    if isinstance(model, nn.Sequential):
+        return change(model)
+    return model.with_nodes([change(node) if isinstance(node, nn.Sequential) else node
+                             for node in model.nodes])
+
+
+def logits_of(model, softmax):
+    """The model without its output's softmax (the last module of the last node)."""
+    if not softmax:
+        return model
+    last = model if isinstance(model, nn.Sequential) else model.nodes[-1]
+    return map_sequentials(model, lambda s: s[:-1] if s is last else s)
+
+
 def with_onednn_linear(model):
     """The model with each nn.Linear run by oneDNN (dense tensors in and out, the same math):
     Debian's torch multiplies with the reference BLAS, 20 times slower on the tutorial CNN."""
-    import torch
     if not torch.backends.mkldnn.is_available():
         return model
     from torch.utils.mkldnn import MkldnnLinear
-    return torch.nn.Sequential(*[MkldnnLinear(m, torch.float)
-                                 if isinstance(m, torch.nn.Linear) else m for m in model])
+    return map_sequentials(model, lambda s: nn.Sequential(
+        *[MkldnnLinear(m, torch.float) if isinstance(m, nn.Linear) else m for m in s]))
 
 
 def evaluate(model, softmax, images, labels, batch=1000):
     """Mean cross-entropy of the logits and accuracy (first maximum wins, as in dtrain)."""
-    import torch
     import torch.nn.functional as F
-    logits_model = with_onednn_linear(model[:-1] if softmax else model)
+    logits_model = with_onednn_linear(logits_of(model, softmax))
     loss, correct = 0.0, 0
     with torch.no_grad():
         for start in range(0, len(images), batch):
@@ -384,10 +691,9 @@ def main():
     parser.add_argument("--json", action="store_true",
                         help='print {"accuracy": ..., "loss": ..., "examples": ...} only')
     args = parser.parse_args()
-    try:
-        import torch  # noqa: F401 (only to fail early, with a hint)
-    except ImportError as e:
-        sys.exit(f"load_dtrain_model: needs PyTorch ({e}); on Debian: apt install python3-torch")
+    if torch is None:
+        sys.exit(f"load_dtrain_model: needs PyTorch ({TORCH_IMPORT_ERROR}); on Debian: "
+                 f"apt install python3-torch")
     try:
         model, input_shape, softmax = load_model(args.run_dir)
         images, labels = load_test_split(args.run_dir, args.data, input_shape)

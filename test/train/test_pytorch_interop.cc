@@ -1,8 +1,9 @@
-// The final model opens elsewhere: the tutorial CNN trained by a real `dtrain launch` on
-// Fashion-MNIST, loaded into PyTorch by examples/pytorch/load_dtrain_model.py, scores dtrain's own
-// val_accuracy on the same 10k test split; a damaged or unsupported model is refused with exit 2
-// naming the file or layer. Needs Debian's python3-torch (scripts/setup.sh --tests); without it
-// the cases say so and pass.
+// The final model opens elsewhere: the tutorial CNN and a small residual network with batch
+// normalization (a graph), each trained by a real `dtrain launch` on Fashion-MNIST, loaded into
+// PyTorch by examples/pytorch/load_dtrain_model.py, score dtrain's own val_accuracy on the same 10k
+// test split; a damaged or unsupported model, or a graph with a cycle or a name that names no
+// layer, is refused with exit 2 naming the file or layer. Needs Debian's python3-torch
+// (scripts/setup.sh --tests); without it the cases say so and pass.
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <filesystem>
@@ -41,6 +42,19 @@ testing::ProcessResult run_example(const std::vector<std::string>& args) {
   return testing::run_process(argv, options);
 }
 
+// Runs `dtrain launch` on the job file text in tmp and returns the run folder (tmp/run).
+std::string launch(const testing::TempDir& tmp, const std::string& job_text) {
+  std::string job = tmp.path() + "/job.json";
+  std::ofstream(job) << job_text;
+  testing::ProcessOptions options;
+  options.timeout_seconds = 180;
+  auto launched = testing::run_process(
+      {testing::binary("dtrain"), "launch", job, "--run-dir", tmp.path() + "/run"}, options);
+  INFO(launched.out << launched.err);
+  REQUIRE(launched.exit_code == 0);
+  return tmp.path() + "/run";
+}
+
 // One short two-worker run of the tutorial CNN (1 epoch of 60 steps, validated on the whole test
 // split), trained once for all cases; its folder lives until the program ends.
 const std::string& trained_run() {
@@ -48,16 +62,49 @@ const std::string& trained_run() {
   static std::string run;
   if (!run.empty()) return run;
   tmp = std::make_unique<testing::TempDir>();
-  std::string job = tmp->path() + "/job.json";
-  std::ofstream(job) << R"({"job": "interop", "workers": 2, )" << testing::main_job_train(1, 60)
-                     << "}";
-  testing::ProcessOptions options;
-  options.timeout_seconds = 180;
-  auto launched = testing::run_process(
-      {testing::binary("dtrain"), "launch", job, "--run-dir", tmp->path() + "/run"}, options);
-  INFO(launched.out << launched.err);
-  REQUIRE(launched.exit_code == 0);
-  run = tmp->path() + "/run";
+  run = launch(*tmp, R"({"job": "interop", "workers": 2, )" + testing::main_job_train(1, 60) + "}");
+  return run;
+}
+
+// A residual network with batch normalization, as a graph listed out of order (the block before
+// the stem it adds to, the output named, two layers without names), with pad, crop and flip in
+// front; every kind of layer the example loads but max pooling, flatten and dropout (the CNN's).
+// The padding is lopsided and the stem's "same" convolution has stride 2, so a centre crop or a
+// "same" pad on the wrong side changes the scores. Two workers, 600 steps of 32 (a few seconds).
+constexpr const char* kResNetJob = R"({"job": "interop-resnet", "workers": 2, "train": {
+  "model": {"input_shape": [28, 28, 1], "output": "logits", "layers": [
+    {"name": "block_conv1", "type": "conv2d", "filters": 16, "kernel_size": 3, "padding": "same",
+     "use_bias": false, "inputs": ["stem_relu"]},
+    {"name": "block_bn1", "type": "batch_normalization", "momentum": 0.9},
+    {"name": "block_relu", "type": "relu"},
+    {"name": "block_conv2", "type": "conv2d", "filters": 16, "kernel_size": 3, "padding": "same",
+     "use_bias": false},
+    {"name": "block_bn2", "type": "batch_normalization", "scale": false, "momentum": 0.9},
+    {"name": "sum", "type": "add", "inputs": ["stem_relu", "block_bn2"]},
+    {"type": "relu"},
+    {"name": "pool", "type": "global_average_pooling2d"},
+    {"type": "batch_normalization", "center": false, "scale": false, "momentum": 0.9},
+    {"name": "logits", "type": "dense", "units": 10},
+    {"name": "pad", "type": "zero_padding2d", "padding": [[2, 1], [1, 2]], "inputs": ["input"]},
+    {"name": "crop", "type": "random_crop", "height": 28, "width": 28},
+    {"name": "flip", "type": "random_flip", "mode": "horizontal"},
+    {"name": "stem_conv", "type": "conv2d", "filters": 16, "kernel_size": 3, "strides": 2,
+     "padding": "same", "use_bias": false},
+    {"name": "stem_bn", "type": "batch_normalization"},
+    {"name": "stem_relu", "type": "relu"}]},
+  "loss": {"type": "sparse_categorical_crossentropy", "from_logits": true},
+  "optimizer": {"type": "sgd", "learning_rate": 0.05, "momentum": 0.9},
+  "data": {"source": "idx", "dir": "/usr/share/datasets/fashion-mnist"},
+  "per_worker_batch_size": 32, "epochs": 1, "steps_per_epoch": 600, "validation": true,
+  "seed": 42}})";
+
+// kResNetJob's run, trained once; its folder lives until the program ends.
+const std::string& trained_resnet_run() {
+  static std::unique_ptr<testing::TempDir> tmp;
+  static std::string run;
+  if (!run.empty()) return run;
+  tmp = std::make_unique<testing::TempDir>();
+  run = launch(*tmp, kResNetJob);
   return run;
 }
 
@@ -71,30 +118,9 @@ common::JsonDocument last_metrics(const std::string& run) {
   return common::JsonDocument::parse(last, run + "/metrics.jsonl");
 }
 
-// A model folder of model.json with the given layers and a safetensors file of the given JSON
-// header and no data (by default no tensors).
-std::string write_model(const std::string& dir, const std::string& layers,
-                        std::string header = "{}") {
-  fs::create_directories(dir + "/model");
-  std::ofstream(dir + "/model/model.json")
-      << R"({"input_shape": [28, 28, 1], "layers": )" << layers << "}\n";
-  header.resize((header.size() + 7) / 8 * 8, ' ');  // padded to 8 bytes, as dtrain pads
-  REQUIRE(header.size() < 256);
-  std::string length(8, '\0');
-  length[0] = static_cast<char>(header.size());
-  std::ofstream(dir + "/model/model.safetensors", std::ios::binary) << length << header;
-  return dir;
-}
-
-}  // namespace
-
-TEST_CASE("PyTorch loads the tutorial CNN and scores dtrain's val_accuracy on the test split") {
-  if (!torch_available()) {
-    WARN("skipped: " << kPython << " cannot import torch and numpy (scripts/setup.sh --tests "
-                     << "installs python3-torch)");
-    return;
-  }
-  const std::string& run = trained_run();
+// Checks the example's scores of run against dtrain's last val_accuracy and val_loss there, on
+// the whole test split, and that they are those of a trained model.
+void check_scores(const std::string& run) {
   auto metrics = last_metrics(run);
   double val_accuracy = metrics.root().at("val_accuracy").as_number(0, 1);
   double val_loss = metrics.root().at("val_loss").as_number(0, 1e9);
@@ -109,6 +135,56 @@ TEST_CASE("PyTorch loads the tutorial CNN and scores dtrain's val_accuracy on th
   CHECK(std::abs(accuracy - val_accuracy) <= 0.002);
   CHECK(std::abs(got.root().at("loss").as_number(0, 1e9) - val_loss) <= 1e-3);
   CHECK(accuracy > 0.6);  // a trained model, not chance: equal by accident is ruled out
+}
+
+// A model folder of model.json (the given text) and a safetensors file of the given JSON header
+// and no data (by default no tensors).
+std::string write_model_json(const std::string& dir, const std::string& model,
+                             std::string header = "{}") {
+  fs::create_directories(dir + "/model");
+  std::ofstream(dir + "/model/model.json") << model << "\n";
+  header.resize((header.size() + 7) / 8 * 8, ' ');  // padded to 8 bytes, as dtrain pads
+  REQUIRE(header.size() < 256);
+  std::string length(8, '\0');
+  length[0] = static_cast<char>(header.size());
+  std::ofstream(dir + "/model/model.safetensors", std::ios::binary) << length << header;
+  return dir;
+}
+
+// A model folder as write_model_json's, of 28x28x1 inputs and the given layers.
+std::string write_model(const std::string& dir, const std::string& layers,
+                        std::string header = "{}") {
+  return write_model_json(dir, R"({"input_shape": [28, 28, 1], "layers": )" + layers + "}",
+                          std::move(header));
+}
+
+}  // namespace
+
+TEST_CASE("PyTorch loads the tutorial CNN and scores dtrain's val_accuracy on the test split") {
+  if (!torch_available()) {
+    WARN("skipped: " << kPython << " cannot import torch and numpy (scripts/setup.sh --tests "
+                     << "installs python3-torch)");
+    return;
+  }
+  check_scores(trained_run());
+}
+
+TEST_CASE("PyTorch loads a residual network with batch normalization, a graph, and scores it") {
+  if (!torch_available()) {
+    WARN("skipped: " << kPython << " cannot import torch and numpy");
+    return;
+  }
+  const std::string& run = trained_resnet_run();
+  check_scores(run);
+
+  // Batch normalization as PyTorch's: momentum 1 - Keras's (training only, so not in the
+  // scores), affine=False without gamma and beta, BatchNorm1d on the pooled (flat) features.
+  auto printed = run_example({run});
+  INFO(printed.out << printed.err);
+  REQUIRE(printed.exit_code == 0);
+  CHECK_THAT(printed.out, Catch::Contains("(11) sum <- stem_relu, block_bn2"));
+  CHECK_THAT(printed.out, Catch::Contains("BatchNorm2d(16, eps=0.001, momentum=0.01, affine=True"));
+  CHECK_THAT(printed.out, Catch::Contains("BatchNorm1d(16, eps=0.001, momentum=0.1, affine=False"));
 }
 
 TEST_CASE("a model trained under a mixed policy loads as its weights say (fp32), policy noted") {
@@ -218,5 +294,52 @@ TEST_CASE("a damaged or unsupported model is refused with exit 2, naming the fil
     CHECK(result.exit_code == 2);
     CHECK_THAT(result.err, Catch::Contains("model.safetensors: has no tensor "
                                            "layers.1.dense.kernel (shape [784, 10])"));
+  }
+}
+
+TEST_CASE("a graph with a cycle or a name that names no layer is refused with exit 2") {
+  if (!torch_available()) {
+    WARN("skipped: " << kPython << " cannot import torch and numpy");
+    return;
+  }
+  testing::TempDir tmp;
+
+  SECTION("a cycle, named by its layers") {
+    auto result = run_example({write_model(tmp.path(), R"([
+        {"name": "a", "type": "relu", "inputs": ["input"]},
+        {"name": "b", "type": "add", "inputs": ["a", "c"]},
+        {"name": "c", "type": "relu", "inputs": ["b"]},
+        {"type": "flatten", "inputs": ["c"]},
+        {"type": "dense", "units": 10}])")});
+    INFO(result.err);
+    CHECK(result.exit_code == 2);
+    CHECK_THAT(result.err, Catch::Contains("model.layers[1] ('b'): its inputs lead back to it "
+                                           "(the layers form a cycle: b <- c <- b)"));
+  }
+  SECTION("an input that names no layer") {
+    auto result = run_example({write_model(tmp.path(), R"([
+        {"name": "stem", "type": "flatten"},
+        {"name": "logits", "type": "dense", "units": 10, "inputs": ["stme"]}])")});
+    INFO(result.err);
+    CHECK(result.exit_code == 2);
+    CHECK_THAT(result.err, Catch::Contains("model.layers[1] ('logits'): inputs: no layer is "
+                                           "named 'stme'"));
+  }
+  SECTION("an output that names no layer") {
+    auto result = run_example({write_model_json(tmp.path(), R"({"input_shape": [28, 28, 1],
+        "layers": [{"type": "flatten"}, {"type": "dense", "units": 10}], "output": "logits"})")});
+    INFO(result.err);
+    CHECK(result.exit_code == 2);
+    CHECK_THAT(result.err, Catch::Contains("model.output: no layer is named 'logits'"));
+  }
+  SECTION("a layer the output does not use") {
+    auto result = run_example({write_model(tmp.path(), R"([
+        {"name": "unused", "type": "relu"},
+        {"type": "flatten", "inputs": ["input"]},
+        {"type": "dense", "units": 10}])")});
+    INFO(result.err);
+    CHECK(result.exit_code == 2);
+    CHECK_THAT(result.err, Catch::Contains("model.layers[0] ('unused'): the output does not use "
+                                           "this layer"));
   }
 }
