@@ -109,7 +109,7 @@ def check_checksum(path, metadata, data):
 # --- the graph -------------------------------------------------------------------------------
 
 INPUT = -1  # where a layer takes the model's input ("inputs": ["input"], or the first layer)
-KINDS = ("conv2d", "dense", "max_pooling2d", "flatten", "dropout", "relu", "add",
+KINDS = ("conv2d", "dense", "max_pooling2d", "flatten", "dropout", "relu", "activation", "add",
          "batch_normalization", "global_average_pooling2d", "zero_padding2d", "random_crop",
          "random_flip")
 
@@ -504,6 +504,7 @@ class Builder:
         self.modules.append(nn.Identity())  # inference does not flip
 
     def activation(self, i, layer):
+        """A conv2d's or dense's activation, or an activation layer's."""
         name = layer.get("activation") or "linear"
         if name == "relu":
             self.modules.append(nn.ReLU())

@@ -274,3 +274,24 @@ TEST_CASE("global average pooling gives each channel's mean", "[nn][graph]") {
   CHECK(y[0] == 3.0f);
   CHECK(y[1] == 1.0f);
 }
+
+TEST_CASE("an activation layer computes what a relu layer or none does", "[nn][graph]") {
+  auto logits_and_grads = [](const std::string& middle) {
+    std::unique_ptr<Backend> backend = make_reference_backend();
+    Model model(spec_of(R"({"model": {"input_shape": [3, 3, 1], "layers": [
+      {"type": "flatten"}, {"type": "dense", "units": 4}, )" +
+                        middle + R"(, {"type": "dense", "units": 3}]}})"),
+                *backend, kBatch);
+    model.initialize(5);
+    std::vector<float> grads;
+    double loss = loss_of(model, *backend, &grads);
+    return std::make_pair(loss, grads);
+  };
+  CHECK(logits_and_grads(R"({"type": "activation", "activation": "relu"})") ==
+        logits_and_grads(R"({"type": "relu"})"));
+  CHECK(logits_and_grads(R"({"type": "activation", "activation": "linear"})") ==
+        logits_and_grads(R"({"type": "dropout", "rate": 0})"));
+  CHECK_THAT(error_of(R"({"model": {"input_shape": [2, 2, 1], "layers": [{"type": "flatten"},
+    {"type": "activation", "activation": "softmax"}, {"type": "dense", "units": 2}]}})"),
+             StartsWith("model.layers[1].activation: softmax is only supported as the output's"));
+}

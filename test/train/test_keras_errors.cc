@@ -120,12 +120,18 @@ TEST_CASE("a Keras key at a value dtrain does not compute is refused naming it",
 
 TEST_CASE("a Keras class dtrain does not have, or a custom one, is refused naming it", "[keras]") {
   std::vector<kf::Layer> layers = kf::chain_layers();
-  layers[4].class_name = "Activation";  // a later change adds it
+  layers[4].class_name = "LayerNormalization";
+  layers[4].config = kf::Obj().set("name", R"("layer_normalization")").set("axis", "-1");
+  CHECK_THAT(error_of(kf::sequential(layers)),
+             StartsWith("model.json: layer \"layer_normalization\" (LayerNormalization): the "
+                        "class LayerNormalization is not supported (dtrain reads InputLayer, "
+                        "Conv2D, MaxPooling2D, Flatten, Dense, Dropout, ReLU, Add, Activation, "));
+  // Activation is read, but only with an activation dtrain computes.
+  layers[4].class_name = "Activation";
   layers[4].config = kf::Obj().set("name", R"("activation")").set("activation", R"("tanh")");
   CHECK_THAT(error_of(kf::sequential(layers)),
-             StartsWith("model.json: layer \"activation\" (Activation): the class Activation is "
-                        "not supported (dtrain reads InputLayer, Conv2D, MaxPooling2D, Flatten, "
-                        "Dense, Dropout, ReLU, Add, BatchNormalization, "));
+             StartsWith("model.json: layer \"activation\" (Activation): activation: \"tanh\" is "
+                        "not supported (dtrain computes linear, relu or softmax)"));
   const std::string custom = replaced(kf::sequential_fixture(),
                                       R"("module": "keras.layers", )"
                                       R"("class_name": "Conv2D")",

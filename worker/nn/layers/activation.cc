@@ -1,0 +1,58 @@
+// Keras's Activation layer: activation "relu", "linear" or "softmax" (softmax only as the model's
+// output, where the loss applies it, as on a dense layer). relu is max(x, 0); linear passes its
+// input on.
+#include "worker/nn/layers/layer_keys.h"
+
+namespace dtrain::nn::layers {
+namespace {
+
+class ActivationLayer : public Layer {
+ public:
+  ActivationLayer(Activation activation, Dims dims) : activation_(activation), dims_(dims) {}
+  void forward(Backend& b, const ForwardArgs& a) override {
+    const size_t count = dims_.size() * static_cast<size_t>(a.n);
+    if (activation_ == Activation::kRelu)
+      b.relu_forward(count, a.x[0], a.y);
+    else  // linear, or softmax, which the loss applies
+      b.device().copy(a.y, a.x[0], count * sizeof(float));
+  }
+  void backward(Backend& b, const BackwardArgs& a, const std::function<void(size_t)>&) override {
+    if (!a.dx[0]) return;
+    const size_t count = dims_.size() * static_cast<size_t>(a.n);
+    if (activation_ == Activation::kRelu)
+      b.relu_backward(count, a.y, a.dy, a.dx[0]);
+    else
+      b.device().copy(a.dx[0], a.dy, count * sizeof(float));
+  }
+
+ private:
+  Activation activation_;
+  Dims dims_;
+};
+
+class ActivationConfig : public LayerConfig {
+ public:
+  explicit ActivationConfig(Activation activation) : activation_(activation) {}
+  Dims output_dims(const std::vector<Dims>& in, const std::string&) const override { return in[0]; }
+  std::unique_ptr<Layer> make(const std::vector<Dims>& in, const LayerContext&) const override {
+    return std::make_unique<ActivationLayer>(activation_, in[0]);
+  }
+  Activation activation() const override { return activation_; }
+
+ private:
+  Activation activation_;
+};
+
+}  // namespace
+
+std::unique_ptr<LayerConfig> parse_activation_layer(const common::JsonNode& node) {
+  node.check_keys({"type", "name", "inputs", "activation"});
+  return std::make_unique<ActivationConfig>(parse_activation(node.at("activation")));
+}
+
+// Keras's Activation.get_config() (keras/src/layers/activations/activation.py).
+std::vector<KerasKeySpec> keras_keys_activation() {
+  return {{"activation", KerasKey::kActivation}};
+}
+
+}  // namespace dtrain::nn::layers
