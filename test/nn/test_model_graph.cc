@@ -295,3 +295,53 @@ TEST_CASE("an activation layer computes what a relu layer or none does", "[nn][g
     {"type": "activation", "activation": "softmax"}, {"type": "dense", "units": 2}]}})"),
              StartsWith("model.layers[1].activation: softmax is only supported as the output's"));
 }
+
+TEST_CASE("kernel initializers follow Keras's variance scaling", "[nn][graph]") {
+  // A 3x3 convolution of 16 channels to 32 filters: fan_in 144, fan_out 288.
+  auto kernel = [](const std::string& init) {
+    std::unique_ptr<Backend> backend = make_reference_backend();
+    Model model(spec_of(R"({"model": {"input_shape": [8, 8, 16], "layers": [
+      {"type": "conv2d", "filters": 32, "kernel_size": 3, "use_bias": false,
+       "kernel_initializer": )" +
+                        init + R"(}, {"type": "flatten"},
+      {"type": "dense", "units": 2}]}})"),
+                *backend, 1);
+    model.initialize(11);
+    std::vector<float> p = model.parameters().to_host();
+    return std::vector<float>(p.begin(), p.begin() + 32 * 16 * 9);
+  };
+  auto stddev = [](const std::vector<float>& w) {
+    double sum = 0, squares = 0;
+    for (float x : w) sum += x, squares += double(x) * x;
+    double mean = sum / w.size();
+    return std::sqrt(squares / w.size() - mean * mean);
+  };
+  const double fan_in = 144, fan_out = 288;
+  struct Case {
+    std::string init;
+    double want_stddev;  // of the values drawn
+    double bound;        // no value beyond
+  };
+  const double cut = 2 / 0.87962566103423978;  // a truncated normal's bound, in its stddevs
+  for (const Case& c :
+       std::vector<Case>{{R"("he_normal")", std::sqrt(2 / fan_in), cut * std::sqrt(2 / fan_in)},
+                         {R"({"class_name": "HeNormal", "config": {"seed": 3}})",
+                          std::sqrt(2 / fan_in), cut * std::sqrt(2 / fan_in)},
+                         {R"("he_uniform")", std::sqrt(2 / fan_in), std::sqrt(6 / fan_in)},
+                         {R"("glorot_normal")", std::sqrt(2 / (fan_in + fan_out)),
+                          cut * std::sqrt(2 / (fan_in + fan_out))},
+                         {R"("lecun_normal")", std::sqrt(1 / fan_in), cut * std::sqrt(1 / fan_in)},
+                         {R"("lecun_uniform")", std::sqrt(1 / fan_in), std::sqrt(3 / fan_in)},
+                         {R"("glorot_uniform")", std::sqrt(2 / (fan_in + fan_out)),
+                          std::sqrt(6 / (fan_in + fan_out))}}) {
+    INFO(c.init);
+    std::vector<float> w = kernel(c.init);
+    CHECK(stddev(w) == Approx(c.want_stddev).epsilon(0.05));
+    for (float x : w) REQUIRE(std::abs(x) <= c.bound * (1 + 1e-6));
+  }
+  CHECK(kernel(R"("he_normal")") != kernel(R"("he_uniform")"));
+  CHECK_THAT(error_of(R"({"model": {"input_shape": [2, 2, 1], "layers": [{"type": "flatten"},
+    {"type": "dense", "units": 2, "kernel_initializer": "orthogonal"}]}})"),
+             StartsWith("model.layers[1].kernel_initializer: initializer orthogonal is not "
+                        "supported (dtrain has glorot_uniform, "));
+}

@@ -44,9 +44,9 @@ std::string replaced(std::string text, const std::string& from, const std::strin
   return text.replace(at, from.size(), to);
 }
 
-const char* kHeNormal =
-    R"({"module": "keras.initializers", "class_name": "HeNormal", "config": {"seed": null}, )"
-    R"("registered_name": null})";
+const char* kOrthogonal =
+    R"({"module": "keras.initializers", "class_name": "Orthogonal", "config": {"seed": null, )"
+    R"("gain": 1.0}, "registered_name": null})";
 
 }  // namespace
 
@@ -90,9 +90,12 @@ TEST_CASE("a Keras key at a value dtrain does not compute is refused naming it",
        R"(layer "dense" (Dense): activation: "tanh" is not supported (dtrain computes linear, )"
        R"(relu or softmax))"},
       {7, "use_bias", "0", R"(layer "dense" (Dense): use_bias: expected true or false)"},
-      {7, "kernel_initializer", kHeNormal,
-       R"(layer "dense" (Dense): kernel_initializer: HeNormal is not supported (dtrain )"
-       R"(computes GlorotUniform))"},
+      {7, "kernel_initializer", kOrthogonal,
+       R"(layer "dense" (Dense): kernel_initializer.config: unknown key "gain")"},
+      {7, "kernel_initializer", R"("orthogonal")",
+       R"(layer "dense" (Dense): kernel_initializer: initializer orthogonal is not supported )"
+       R"((dtrain has glorot_uniform, glorot_normal, he_normal, he_uniform, lecun_normal, )"
+       R"(lecun_uniform))"},
       {7, "bias_initializer", R"("ones")",
        R"(layer "dense" (Dense): bias_initializer: "ones" is not supported (dtrain computes )"
        R"(Zeros))"},

@@ -31,6 +31,9 @@ enum class KerasKey {
   kOnes,           ///< only Keras's Ones (gamma_initializer, moving_variance_initializer)
   kFalse,          ///< only false (BatchNormalization's renorm)
   kUnusedNumber,   ///< any number, not used (renorm_momentum, with renorm false)
+  /// a kernel initializer: passed on as its class name ("HeNormal"), left out when it is the
+  /// default GlorotUniform; the kind's parse checks it (its seed is not used)
+  kInitializer,
 };
 
 /// One Keras config key of a kind and how it is taken.

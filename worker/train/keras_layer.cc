@@ -105,6 +105,8 @@ bool take(const common::JsonNode& value, KerasKey how) {
     case KerasKey::kFalse:
       if (!written_as(value, {"false"})) refuse(value, "dtrain supports only false");
       return false;
+    case KerasKey::kInitializer:  // handled by the caller
+      return true;
     case KerasKey::kUnusedNumber:
       value.as_number(-1e300, 1e300);
       return false;
@@ -177,6 +179,19 @@ void write_layer_keys(const common::JsonNode& config, const nn::LayerKind& kind,
       for (const nn::KerasKeySpec& k : keys) known += fmt::format(", {}", k.key);
       value.fail(
           fmt::format("not a key of {} that dtrain knows (it knows: {})", kind.keras_class, known));
+    }
+    if (it->how == nn::KerasKey::kInitializer) {  // checked by the kind, recorded by name
+      std::string name = value.is_string() ? value.as_string()
+                         : value.is_object() && value.find("class_name")
+                             ? value.at("class_name").as_string()
+                             : std::string();
+      bool plain = name == "GlorotUniform" || name == "glorot_uniform";  // the default...
+      if (auto init = value.is_object() ? value.find("config") : std::nullopt) {
+        for (const char* axes : {"input_axes", "output_axes"})  // ...unless it says more
+          if (auto n = init->find(axes); n && !n->is_null()) plain = false;
+      }
+      if (!plain) w.key(key).raw(value.dump());
+      continue;
     }
     if (take(value, it->how)) w.key(key).raw(value.dump());
   }

@@ -17,12 +17,13 @@ struct Conv2dKeys {
   bool same_padding = false;
   bool use_bias = true;
   Activation activation = Activation::kLinear;
+  Initializer init = Initializer::kGlorotUniform;
 };
 
 class Conv2D : public Activated {
  public:
   Conv2D(const Conv2dKeys& k, Dims in, Dims out, const LayerContext& c)
-      : Activated(k.activation, out, c), use_bias_(k.use_bias) {
+      : Activated(k.activation, out, c), use_bias_(k.use_bias), init_(k.init) {
     if (!use_bias_) {  // a zero bias to add, and somewhere for its gradient to go
       no_bias_ = Buffer<float>(c.backend.device(), 2 * static_cast<size_t>(k.filters));
       c.backend.device().fill_zero(no_bias_.data(), no_bias_.bytes());
@@ -44,7 +45,7 @@ class Conv2D : public Activated {
   void initialize(float* p, float*, uint64_t seed) const override {
     int area = shape_.kh * shape_.kw;
     size_t kernel = shape_.weight_count();
-    glorot_uniform(p, kernel, area * shape_.c, area * shape_.k, seed);
+    initialize_kernel(init_, p, kernel, area * shape_.c, area * shape_.k, seed);
     if (use_bias_) std::fill(p + kernel, p + kernel + shape_.k, 0.0f);
   }
   void forward(Backend& b, const ForwardArgs& a) override {
@@ -76,6 +77,7 @@ class Conv2D : public Activated {
   }
   ConvShape shape_;
   bool use_bias_;
+  Initializer init_;
   Buffer<float> no_bias_;  ///< without a bias: k zeros, then k floats of its unused gradient
 };
 
@@ -114,7 +116,7 @@ class Conv2dConfig : public LayerConfig {
 
 std::unique_ptr<LayerConfig> parse_conv2d(const common::JsonNode& node) {
   node.check_keys({"type", "name", "inputs", "filters", "kernel_size", "strides", "padding",
-                   "activation", "use_bias"});
+                   "activation", "use_bias", "kernel_initializer"});
   Conv2dKeys k;
   k.filters = static_cast<int>(node.at("filters").as_int(1, 65536));
   std::tie(k.kernel_h, k.kernel_w) = int_or_pair(node.at("kernel_size"), 1, 64);
@@ -126,6 +128,7 @@ std::unique_ptr<LayerConfig> parse_conv2d(const common::JsonNode& node) {
     k.same_padding = padding == "same";
   }
   if (auto n = node.find("use_bias")) k.use_bias = n->as_bool();
+  if (auto n = node.find("kernel_initializer")) k.init = parse_initializer(*n);
   if (auto n = node.find("activation")) {
     k.activation = parse_activation(*n);
     if (k.activation == Activation::kSoftmax) n->fail("softmax only on a dense layer");
@@ -145,7 +148,7 @@ std::vector<KerasKeySpec> keras_keys_conv2d() {
           {"groups", KerasKey::kOne},
           {"activation", KerasKey::kActivation},
           {"use_bias", KerasKey::kRead},
-          {"kernel_initializer", KerasKey::kGlorotUniform},
+          {"kernel_initializer", KerasKey::kInitializer},
           {"bias_initializer", KerasKey::kZeros},
           {"kernel_regularizer", KerasKey::kNull},
           {"bias_regularizer", KerasKey::kNull},

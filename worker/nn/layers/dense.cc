@@ -15,6 +15,7 @@ struct DenseKeys {
   int units = 0;
   bool use_bias = true;
   Activation activation = Activation::kLinear;
+  Initializer init = Initializer::kGlorotUniform;
 };
 
 class Dense : public Activated {
@@ -22,7 +23,8 @@ class Dense : public Activated {
   Dense(const DenseKeys& k, Dims in, const LayerContext& c)
       : Activated(k.activation, {k.units, 1, 1}, c),
         in_(static_cast<int>(in.size())),
-        use_bias_(k.use_bias) {
+        use_bias_(k.use_bias),
+        init_(k.init) {
     if (!use_bias_) {
       no_bias_ = Buffer<float>(c.backend.device(), static_cast<size_t>(k.units));
       c.backend.device().fill_zero(no_bias_.data(), no_bias_.bytes());
@@ -49,7 +51,7 @@ class Dense : public Activated {
   }
   void initialize(float* p, float*, uint64_t seed) const override {
     size_t kernel = static_cast<size_t>(in_) * out_.c;
-    glorot_uniform(p, kernel, in_, out_.c, seed);
+    initialize_kernel(init_, p, kernel, in_, out_.c, seed);
     if (use_bias_) std::fill(p + kernel, p + kernel + out_.c, 0.0f);
   }
   void forward(Backend& b, const ForwardArgs& a) override {
@@ -88,6 +90,7 @@ class Dense : public Activated {
  private:
   int in_;
   bool use_bias_;
+  Initializer init_;
   Buffer<float> no_bias_;  ///< without a bias: units zeros
 };
 
@@ -121,10 +124,12 @@ class DenseConfig : public LayerConfig {
 }  // namespace
 
 std::unique_ptr<LayerConfig> parse_dense(const common::JsonNode& node) {
-  node.check_keys({"type", "name", "inputs", "units", "activation", "use_bias"});
+  node.check_keys(
+      {"type", "name", "inputs", "units", "activation", "use_bias", "kernel_initializer"});
   DenseKeys k;
   k.units = static_cast<int>(node.at("units").as_int(1, 1 << 20));
   if (auto n = node.find("use_bias")) k.use_bias = n->as_bool();
+  if (auto n = node.find("kernel_initializer")) k.init = parse_initializer(*n);
   if (auto n = node.find("activation")) k.activation = parse_activation(*n);
   return std::make_unique<DenseConfig>(k);
 }
@@ -135,7 +140,7 @@ std::vector<KerasKeySpec> keras_keys_dense() {
   return {{"units", KerasKey::kRead},
           {"activation", KerasKey::kActivation},
           {"use_bias", KerasKey::kRead},
-          {"kernel_initializer", KerasKey::kGlorotUniform},
+          {"kernel_initializer", KerasKey::kInitializer},
           {"bias_initializer", KerasKey::kZeros},
           {"kernel_regularizer", KerasKey::kNull},
           {"bias_regularizer", KerasKey::kNull},

@@ -22,6 +22,24 @@ std::pair<int, int> same_padding(int in, int kernel, int stride);
 /// Keras's glorot_uniform of a kernel with these fans, a pure function of seed.
 void glorot_uniform(float* w, size_t count, int fan_in, int fan_out, uint64_t seed);
 
+/// Keras's kernel initializers (VarianceScaling's named forms).
+enum class Initializer {
+  kGlorotUniform,
+  kGlorotNormal,
+  kHeNormal,
+  kHeUniform,
+  kLecunNormal,
+  kLecunUniform
+};
+/// kernel_initializer: Keras's name ("he_normal") or its serialized object ({"class_name":
+/// "HeNormal", "config": {"seed": ...}}; the seed is not used: dtrain draws from train.seed).
+Initializer parse_initializer(const common::JsonNode& node);
+/// The kernel's initial values, a pure function of seed: uniform in +-sqrt(3 scale / n), or a
+/// normal of stddev sqrt(scale / n) / 0.87962566103423978 cut at two of its deviations (Keras's
+/// truncated normal), with scale and n as Keras's VarianceScaling has them for the initializer.
+void initialize_kernel(Initializer init, float* w, size_t count, int fan_in, int fan_out,
+                       uint64_t seed);
+
 /// A layer whose op may be followed by relu, fused into the op's forward; its gradient is applied
 /// before the op's backward, into scratch of the layer's own.
 class Activated : public Layer {
