@@ -110,6 +110,7 @@ def check_checksum(path, metadata, data):
 
 INPUT = -1  # where a layer takes the model's input ("inputs": ["input"], or the first layer)
 KINDS = ("conv2d", "dense", "max_pooling2d", "flatten", "dropout", "relu", "activation", "add",
+         "concatenate",
          "batch_normalization", "global_average_pooling2d", "zero_padding2d", "random_crop",
          "random_flip")
 
@@ -163,7 +164,7 @@ class Graph:
         else:
             raise ModelError(f"{self.where(i)}: inputs: expected a list of layer names, found "
                              f"{listed!r}")
-        add = layer["type"] == "add"
+        add = layer["type"] in ("add", "concatenate")  # two inputs or more
         if (len(resolved) < 2) if add else (len(resolved) != 1):
             raise ModelError(f"{self.where(i)}: {layer['type']} takes "
                              f"{'two inputs or more' if add else 'one input'}, found "
@@ -228,6 +229,17 @@ class Add(Module):
         for x in xs[1:]:
             y = y + x.reshape(y.shape)
         return y
+
+
+class Concatenate(Module):
+    """Keras's Concatenate on the channels (dtrain's NCHW axis 1); flat (N, C) inputs are
+    (N, C, 1, 1) among spatial ones, and stay flat among flat ones."""
+
+    def forward(self, *xs):
+        if all(x.dim() == 2 for x in xs):
+            return torch.cat(xs, dim=1)
+        shape = next(x for x in xs if x.dim() == 4).shape[2:]
+        return torch.cat([x.reshape(x.shape[0], -1, *shape) for x in xs], dim=1)
 
 
 class GlobalAveragePool2d(Module):
@@ -445,6 +457,19 @@ class Builder:
                                  f"{self.dims} (c, h, w), input {k} is {dims}")
         self.modules.append(Add())
 
+    def concatenate(self, i, layer):
+        self.keys(i, layer, {"axis"})
+        if layer.get("axis", -1) not in (-1, 3):
+            raise ModelError(f"model.layers[{i}].axis: unsupported {layer['axis']!r}")
+        _, h, w = self.dims
+        for k, (dims, _) in enumerate(self.inputs):
+            if dims[1:] != (h, w):
+                raise ModelError(f"model.layers[{i}]: concatenate needs inputs of one height and "
+                                 f"width; input 0 is {self.dims} (c, h, w), input {k} is {dims}")
+        self.dims = (sum(dims[0] for dims, _ in self.inputs), h, w)
+        self.flat = all(flat for _, flat in self.inputs)
+        self.modules.append(Concatenate())
+
     def batch_normalization(self, i, layer):
         """Keras's BatchNormalization at inference: (x - moving_mean) / sqrt(moving_variance +
         epsilon) * gamma + beta, per channel. PyTorch's momentum is 1 - Keras's."""
@@ -531,7 +556,8 @@ def build_model(spec, tensors, path):
         return nn.Sequential(*[m for node in nodes for m in node]).eval(), builder.softmax
     place = {i: k for k, i in enumerate(graph.order)}
     inputs = [[INPUT if j == INPUT else place[j] for j in graph.inputs[i]] for i in graph.order]
-    modules = [node[0] if isinstance(node[0], Add) else nn.Sequential(*node) for node in nodes]
+    modules = [node[0] if isinstance(node[0], (Add, Concatenate)) else nn.Sequential(*node)
+               for node in nodes]
     names = [graph.names[i] for i in graph.order]
     return GraphModel(modules, inputs, names).eval(), builder.softmax
 

@@ -345,3 +345,36 @@ TEST_CASE("kernel initializers follow Keras's variance scaling", "[nn][graph]") 
              StartsWith("model.layers[1].kernel_initializer: initializer orthogonal is not "
                         "supported (dtrain has glorot_uniform, "));
 }
+
+TEST_CASE("concatenate joins channels, and its gradients match finite differences", "[nn][graph]") {
+  // Two branches of 2 and 3 filters joined into 5 channels, then a dense layer.
+  const char* json = R"({"model": {"input_shape": [3, 3, 1], "layers": [
+    {"name": "a", "type": "conv2d", "filters": 2, "kernel_size": 3, "padding": "same"},
+    {"name": "b", "type": "conv2d", "filters": 3, "kernel_size": 1, "inputs": ["input"]},
+    {"name": "joined", "type": "concatenate", "inputs": ["a", "b"]},
+    {"type": "flatten"}, {"name": "logits", "type": "dense", "units": 3}]}})";
+  std::unique_ptr<Backend> backend = make_reference_backend();
+  ModelSpec spec = spec_of(json);
+  CHECK(spec.nodes[2].out == Dims{5, 3, 3});
+  Model model(spec, *backend, kBatch);
+  model.initialize(4);
+  std::vector<float> grads;
+  loss_of(model, *backend, &grads);
+  std::vector<float> params = model.parameters().to_host();
+  const float h = 1e-3f;
+  for (size_t i = 0; i < 2 * 9 + 2 + 3 + 3; ++i) {  // both branches' parameters
+    std::vector<float> moved = params;
+    moved[i] = params[i] + h;
+    model.parameters().from_host(moved);
+    double up = loss_of(model, *backend);
+    moved[i] = params[i] - h;
+    model.parameters().from_host(moved);
+    double numeric = (up - loss_of(model, *backend)) / (2 * h);
+    INFO("parameter " << i << ": backward " << grads[i] << ", finite difference " << numeric);
+    CHECK(std::abs(numeric - grads[i]) / std::max(1e-2, std::abs(numeric)) < 0.02);
+  }
+  CHECK_THAT(error_of(R"({"model": {"input_shape": [4, 4, 1], "layers": [
+    {"name": "a", "type": "max_pooling2d"}, {"name": "j", "type": "concatenate",
+     "inputs": ["a", "input"]}, {"type": "flatten"}, {"type": "dense", "units": 2}]}})"),
+             StartsWith("model.layers[1]: concatenate needs inputs of one height and width"));
+}

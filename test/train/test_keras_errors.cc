@@ -128,7 +128,7 @@ TEST_CASE("a Keras class dtrain does not have, or a custom one, is refused namin
   CHECK_THAT(error_of(kf::sequential(layers)),
              StartsWith("model.json: layer \"layer_normalization\" (LayerNormalization): the "
                         "class LayerNormalization is not supported (dtrain reads InputLayer, "
-                        "Conv2D, MaxPooling2D, Flatten, Dense, Dropout, ReLU, Add, Activation, "));
+                        "Conv2D, MaxPooling2D, Flatten, Dense, Dropout, ReLU, Add, Concatenate, "));
   // Activation is read, but only with an activation dtrain computes.
   layers[4].class_name = "Activation";
   layers[4].config = kf::Obj().set("name", R"("activation")").set("activation", R"("tanh")");

@@ -23,6 +23,8 @@ std::unique_ptr<LayerConfig> parse_relu(const common::JsonNode& node);
 std::vector<KerasKeySpec> keras_keys_relu();
 std::unique_ptr<LayerConfig> parse_add(const common::JsonNode& node);
 std::vector<KerasKeySpec> keras_keys_add();
+std::unique_ptr<LayerConfig> parse_concatenate(const common::JsonNode& node);
+std::vector<KerasKeySpec> keras_keys_concatenate();
 std::unique_ptr<LayerConfig> parse_activation_layer(const common::JsonNode& node);
 std::vector<KerasKeySpec> keras_keys_activation();
 std::unique_ptr<LayerConfig> parse_batch_normalization(const common::JsonNode& node);
@@ -48,6 +50,8 @@ constexpr LayerKind kKinds[] = {
     {"dropout", "Dropout", layers::parse_dropout, layers::keras_keys_dropout, true},
     {"relu", "ReLU", layers::parse_relu, layers::keras_keys_relu, true},
     {"add", "Add", layers::parse_add, layers::keras_keys_add, false},
+    {"concatenate", "Concatenate", layers::parse_concatenate, layers::keras_keys_concatenate,
+     false},
     {"activation", "Activation", layers::parse_activation_layer, layers::keras_keys_activation,
      false},
     {"batch_normalization", "BatchNormalization", layers::parse_batch_normalization,
