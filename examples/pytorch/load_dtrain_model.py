@@ -383,7 +383,7 @@ class Builder:
 
     def conv2d(self, i, layer):
         self.keys(i, layer, {"filters", "kernel_size", "strides", "padding", "activation",
-                             "use_bias"})
+                             "use_bias", "kernel_initializer"})
         self.spatial()
         c, h, w = self.dims
         k, bias = layer["filters"], self.use_bias(i, layer)
@@ -407,7 +407,7 @@ class Builder:
         self.activation(i, layer)
 
     def dense(self, i, layer):
-        self.keys(i, layer, {"units", "activation", "use_bias"})
+        self.keys(i, layer, {"units", "activation", "use_bias", "kernel_initializer"})
         c, h, w = self.dims
         if h != 1 or w != 1:
             raise ModelError(f"model.layers[{i}]: dense needs flat input ({h}x{w}x{c})")
