@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <array>
 
 #include "common/errors.h"
 #include "worker/nn/layer_registry.h"
@@ -38,46 +39,45 @@ Model::Model(const ModelSpec& spec, Backend& backend, int max_batch, float* grad
         node.config->make(spec_.input_dims_of(i), {static_cast<int>(i), max_batch, backend}));
     has_random_layers_ |= node.config->draws_randomness();
   }
-  lay_out();
+  const std::array<size_t, 3> floats = lay_out();  // parameters, state, statistics
   Device& device = backend.device();
-  parameters_ =
-      Buffer<float>(device, infos_.empty() ? 0 : infos_.back().offset + infos_.back().count);
-  if (!state_infos_.empty())
-    state_ = Buffer<float>(device, state_infos_.back().offset + state_infos_.back().count);
-  size_t statistics = 0;
-  for (size_t i = 0; i < layers_.size(); ++i) {
-    statistics_ranges_.push_back({statistics, layers_[i]->statistics_count()});
-    statistics += layers_[i]->statistics_count();
-  }
-  if (statistics > 0) statistics_ = Buffer<float>(device, statistics);
+  parameters_ = Buffer<float>(device, floats[0]);
+  if (floats[1] > 0) state_ = Buffer<float>(device, floats[1]);
+  if (floats[2] > 0) statistics_ = Buffer<float>(device, floats[2]);
   move_gradients(gradient_memory, gradient_floats);
   plan_memory();
 }
 
 Model::~Model() = default;
 
-void Model::lay_out() {
-  size_t offset = 0, state_offset = 0;
+namespace {
+
+// Places a layer's tensors at offset of one flat buffer, named by the layer's prefix; appends
+// them to all and returns their range.
+ParamRange place(const std::string& prefix, std::vector<ParamInfo> tensors, size_t offset,
+                 std::vector<ParamInfo>& all) {
+  ParamRange range{offset, 0};
+  for (ParamInfo& info : tensors) {
+    info.name = prefix + info.name;
+    info.offset += offset;
+    range.count += info.count;
+    all.push_back(std::move(info));
+  }
+  return range;
+}
+
+}  // namespace
+
+std::array<size_t, 3> Model::lay_out() {
+  std::array<size_t, 3> floats{0, 0, 0};
   for (size_t i = 0; i < layers_.size(); ++i) {
     const std::string& prefix = spec_.nodes[i].param_prefix;
-    ParamRange range{offset, 0};
-    for (ParamInfo info : layers_[i]->params()) {
-      info.name = prefix + info.name;
-      info.offset += offset;
-      range.count += info.count;
-      infos_.push_back(std::move(info));
-    }
-    ranges_.push_back(range);
-    offset += range.count;
-    ParamRange state_range{state_offset, 0};
-    for (ParamInfo info : layers_[i]->state()) {
-      info.name = prefix + info.name;
-      info.offset += state_offset;
-      state_range.count += info.count;
-      state_infos_.push_back(std::move(info));
-    }
-    state_ranges_.push_back(state_range);
-    state_offset += state_range.count;
+    ranges_.push_back(place(prefix, layers_[i]->params(), floats[0], infos_));
+    state_ranges_.push_back(place(prefix, layers_[i]->state(), floats[1], state_infos_));
+    statistics_ranges_.push_back({floats[2], layers_[i]->statistics_count()});
+    floats[0] += ranges_.back().count;
+    floats[1] += state_ranges_.back().count;
+    floats[2] += statistics_ranges_.back().count;
   }
   first_piece_.assign(layers_.size(), 0);
   for (size_t i = layers_.size(); i-- > 0;) {
@@ -85,6 +85,7 @@ void Model::lay_out() {
     for (const ParamRange& piece : layers_[i]->gradient_pieces())
       pieces_.push_back({ranges_[i].offset + piece.offset, piece.count, i});
   }
+  return floats;
 }
 
 void Model::plan_memory() {

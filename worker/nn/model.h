@@ -7,6 +7,7 @@
 // asked. Single-threaded; not copyable.
 #pragma once
 
+#include <array>
 #include <functional>
 #include <memory>
 #include <string>
@@ -89,8 +90,9 @@ class Model {
   const std::vector<ParamInfo>& state_infos() const { return state_infos_; }
 
  private:
-  /// Lays out the parameters, state and gradient pieces.
-  void lay_out();
+  /// Lays out the parameters, state, statistics and gradient pieces; returns the floats of the
+  /// first three.
+  std::array<size_t, 3> lay_out();
   /// Gives each node that is not a view its activation and gradient memory, and plans which
   /// input gradients are added rather than written.
   void plan_memory();
