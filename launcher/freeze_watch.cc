@@ -43,7 +43,11 @@ double usable_share(double dt, const ProcessSample& before, const MemberObservat
   const double run = static_cast<double>(grown(before.run_ns, m.process.run_ns));
   const double wait = static_cast<double>(grown(before.wait_ns, m.process.wait_ns));
   if (run + wait > 0) return dt * run / (run + wait);
-  return m.process.state == 'R' && m.process.run_ns > 0 ? 0 : dt;
+  // No schedstat movement: no thread was scheduled in the interval, or the kernel keeps no
+  // schedstat (both counters stay 0). Sleeping or blocked, it could have used all of it;
+  // runnable, it ran only if its CPU time grew, and otherwise waited for a CPU or its quota.
+  if (m.process.state != 'R') return dt;
+  return m.process.cpu_ticks > before.cpu_ticks ? dt : 0;
 }
 
 // Adds each thread's time on a CPU and waiting for one (/proc/<pid>/task/<tid>/schedstat: "run

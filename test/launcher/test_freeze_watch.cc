@@ -87,7 +87,9 @@ TEST_CASE("the member that never begins the collective the others wait in is nam
     CHECK_FALSE(watch.observe(
         now, {member(10, 103, 102, 20), member(11, 102, 102, 20), member(12, 103, 102, 20)}));
     std::optional<FreezeVerdict> v = watch.observe(
-        now + 3.1, {member(10, 103, 102, 20), member(11, 102, 102, 20, 0.01, 'R', busy ? 400 : 100),
+        // Not busy: blocked (S). A runnable member without CPU time waits for a CPU (below).
+        now + 3.1, {member(10, 103, 102, 20),
+                    member(11, 102, 102, 20, 0.01, busy ? 'R' : 'S', busy ? 400 : 100),
                     member(12, 103, 102, 20)});
     REQUIRE(v);
     CHECK(v->confirmed);  // past 1.5 x the bound at its first look: no warning to wait for
@@ -257,14 +259,18 @@ MemberObservation sched(MemberObservation m, double run_seconds, double wait_sec
 // Worker 1 lags outside the collectives for `looks` half-second looks while the others wait in
 // collective 103; each look, its threads run `run` and wait for a CPU `wait` seconds (summed over
 // threads), its state is `state` and its record's phase `phase`. The first verdict, if any.
+// schedstat false: a kernel without schedstat (both counters always 0); its CPU time still grows
+// by `run` a look.
 std::optional<FreezeVerdict> lag(int looks, double run, double wait, char state = 'R',
-                                 common::ProgressPhase phase = common::ProgressPhase::kStepping) {
+                                 common::ProgressPhase phase = common::ProgressPhase::kStepping,
+                                 bool schedstat = true) {
   double now = 0;
   FreezeWatch watch = trained(now);
   double ran = 1, waited = 0;  // seconds of CPU time it had before
   for (int i = 0; i <= looks; ++i, now += 0.5, ran += run, waited += wait) {
     MemberObservation laggard = sched(
         member(11, 102, 102, 20, 0.01, state, 100 + static_cast<uint64_t>(ran * 100)), ran, waited);
+    if (!schedstat) laggard = sched(laggard, 0, 0);
     laggard.record->phase = phase;
     std::optional<FreezeVerdict> v =
         watch.observe(now, {member(10, 103, 102, 20), laggard, member(12, 103, 102, 20)});
@@ -296,6 +302,22 @@ TEST_CASE("a member short of CPU is judged on the time it got, not on wall time"
   std::optional<FreezeVerdict> slow_spin = lag(40, 0.25, 0.25);
   REQUIRE(slow_spin);
   CHECK(*slow_spin->member == 1);
+}
+
+// Seen on CI's machine: a worker held to 1 ms of CPU a second by a cgroup quota was killed as
+// "no CPU time ... (deadlocked or blocked)" where the kernel keeps no schedstat. Runnable without
+// CPU time is waiting for a CPU there too; runnable with growing CPU time is still a spin.
+TEST_CASE("without schedstat, runnable and short of CPU is waiting; a spin is still found") {
+  CHECK_FALSE(lag(40, 0, 0, 'R', common::ProgressPhase::kStepping, false));
+  std::optional<FreezeVerdict> spinning =
+      lag(20, 0.5, 0, 'R', common::ProgressPhase::kStepping, false);
+  REQUIRE(spinning);
+  CHECK(*spinning->member == 1);
+  CHECK(spinning->why.find("busy outside the collectives") == 0);
+  std::optional<FreezeVerdict> blocked =
+      lag(40, 0, 0, 'S', common::ProgressPhase::kStepping, false);
+  REQUIRE(blocked);
+  CHECK(blocked->why.find("no CPU time") == 0);
 }
 
 TEST_CASE("a member in I/O (state D) or in a busy phase is not frozen") {
