@@ -274,7 +274,10 @@ std::optional<FreezeVerdict> FreezeWatch::stalled(double now,
     return m.record->in_collective();
   });
   if (!all_inside) return std::nullopt;  // nobody waits for anybody: not a member's freeze
-  v.stalled_seconds = wall;
+  // A collective stuck because a member inside it is short of CPU (a quota, a busy machine) or
+  // in I/O is slow, not cut: count only the time every member could have used.
+  v.stalled_seconds = *std::min_element(usable_.begin(), usable_.end());
+  if (v.stalled_seconds <= bound_) return std::nullopt;
   v.why = fmt::format("every member has waited {:.1f} s inside collective {}: a link is down", wall,
                       most);
   return v;

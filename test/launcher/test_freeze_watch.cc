@@ -449,3 +449,24 @@ TEST_CASE("after a fresh reset any record counts; after a replacement only progr
   CHECK_FALSE(replaced.observe(0.5, stuck));
   CHECK_FALSE(replaced.observe(30, stuck));
 }
+
+// Seen on CI's machine: a worker held by a cgroup quota inside the all-reduce stalled the whole
+// group, which was torn down as "a link is down". Inside one collective, a member short of CPU
+// makes the group slow, not cut; every member blocked is still a cut link.
+TEST_CASE("a collective stuck on a member short of CPU is not a cut link") {
+  auto inside = [](char state, uint64_t cpu) { return member(11, 103, 102, 20, 0.01, state, cpu); };
+  double now = 0;
+  FreezeWatch watch = trained(now);
+  for (int i = 0; i <= 20; ++i, now += 0.5) {  // runnable, no CPU time: waiting for its quota
+    CHECK_FALSE(
+        watch.observe(now, {member(10, 103, 102, 20), inside('R', 100), member(12, 103, 102, 20)}));
+  }
+  now = 0;
+  FreezeWatch cut = trained(now);
+  std::optional<FreezeVerdict> v;
+  for (int i = 0; i <= 20 && !v; ++i, now += 0.5)
+    v = cut.observe(now, {member(10, 103, 102, 20), inside('S', 100), member(12, 103, 102, 20)});
+  REQUIRE(v);
+  CHECK_FALSE(v->member);
+  CHECK(v->why.find("a link is down") != std::string::npos);
+}
