@@ -5,8 +5,10 @@
 // link is cut: the launcher finds it, and the first host's two workers train on, holding the
 // missing workers' virtual shards. The link comes back: the second host's workers join again
 // and the group is four. The final model is the undisturbed run's, bit
-// for bit, and the ledger shows every example of each epoch used once. Skips with a WARN where
-// the machine refuses namespaces or sshd.
+// for bit, and the ledger shows every example of each epoch used once. The same shrink and growth
+// with a small ResNet (batch normalization, whose moving statistics are taken per virtual shard;
+// a random flip drawn per shard) ends with its undisturbed run's model too. Skips with a WARN
+// where the machine refuses namespaces or sshd.
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <cstdio>
@@ -167,5 +169,58 @@ TEST_CASE("elastic over ssh: a host cut off leaves the group, comes back, same m
     CHECK(state.root().at("world_size").as_int(0, 99) == 4);
     CHECK(state.root().at("membership").as_array().size() == 4);
   }
+  CHECK(processes_of_run(run).empty());
+}
+
+TEST_CASE("elastic over ssh: a ResNet with batch normalization shrinks and grows, same model") {
+  NetnsHosts hosts(2);
+  SKIP_UNLESS_AVAILABLE(hosts);
+  TempDir dir;
+  constexpr int kResNetSteps = 24;
+  std::string calm_job = write_job(dir, hosts, resnet_job_train(2, kResNetSteps));
+  ProcessOptions options;
+  options.timeout_seconds = 240;
+  std::string calm = dir.path() + "/calm";
+  BackgroundProcess reference(launch_argv(hosts, calm_job, calm), options);
+  auto undisturbed = reference.wait(240);
+  INFO(undisturbed.out << undisturbed.err);
+  REQUIRE(undisturbed.exit_code == 0);
+  std::string expected = read_all(calm + "/model/model.safetensors");
+  REQUIRE_FALSE(expected.empty());
+
+  std::string elastic_job = dir.path() + "/elastic.json";
+  std::string host_list = dir.path() + "/hosts";
+  auto offer = [&](const std::string& text) {
+    std::ofstream(host_list + ".new") << text;
+    std::rename((host_list + ".new").c_str(), host_list.c_str());
+  };
+  offer(hosts.host(0) + "\n" + hosts.host(1) + "\n");
+  {
+    std::string text = read_all(calm_job);
+    text.replace(text.find(R"("env": {)"), 8,
+                 R"("elastic": {"min_workers": 2, "host_discovery": ["cat", ")" + host_list +
+                     R"("], "discovery_interval_seconds": 0.5},
+                     "env": {"DTRAIN_TEST_SLOW_STEP_MS": "0:350", )");
+    std::ofstream(elastic_job) << text;
+  }
+  std::string run = dir.path() + "/elastic";
+  BackgroundProcess launcher(launch_argv(hosts, elastic_job, run), options);
+  // In epoch 1 host 1 leaves: host 0's two workers hold all four shards, batch statistics and
+  // flips included, across the epoch's end; in epoch 2 host 1 comes back.
+  REQUIRE(wait_for_step(run, 6, launcher.pid(), 120));
+  offer(hosts.host(0) + "\n");
+  REQUIRE(wait_for_event(run, "shrink", launcher.pid(), 20) >= 0);
+  REQUIRE(wait_for_step(run, kResNetSteps + 2, launcher.pid(), 60));
+  offer(hosts.host(0) + "\n" + hosts.host(1) + "\n");
+  REQUIRE(wait_for_event(run, "grow", launcher.pid(), 30) >= 0);
+  auto r = launcher.wait(240);
+  INFO(r.out << r.err);
+  REQUIRE_FALSE(r.timed_out);
+  CHECK(r.exit_code == 0);
+  CHECK(events(run, "shrink").size() == 1);
+  CHECK(events(run, "grow").size() == 1);
+  CHECK(events(run, "restart").empty());
+  // The weights and the moving statistics (both in the final model) are the undisturbed run's.
+  CHECK(read_all(run + "/model/model.safetensors") == expected);
   CHECK(processes_of_run(run).empty());
 }
