@@ -8,8 +8,12 @@ precision; the counterpart of dtrain's mixed_bfloat16).
 `step_torch.py --info` prints instead one line: the torch version and the BLAS library this
 process loaded (from /proc/self/maps: Debian's torch calls the system libblas.so.3, so
 LD_LIBRARY_PATH or the libblas.so.3 alternative decides which).
+With --job FILE, the model is that dtrain job's instead (built by bench/resnet_torch.py from its
+`train.model`, a chain or a graph, weights drawn afresh) with its optimizer's momentum and
+nesterov, timed in PyTorch's default layout and in channels_last, and the faster is printed (its
+layout as a sixth column): PyTorch at its best on convolutional networks.
 Run by scripts/bench-step.sh; needs Debian's python3-torch. Asserts nothing.
-  step_torch.py BATCH THREADS STEPS [float32|autocast_bf16]
+  step_torch.py BATCH THREADS STEPS [float32|autocast_bf16] [--job FILE]
   step_torch.py --info
 """
 import contextlib
@@ -51,19 +55,56 @@ def main():
     if sys.argv[1:] == ["--info"]:
         info()
         return
-    batch, threads, steps = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
-    precision = sys.argv[4] if len(sys.argv) > 4 else "float32"
+    argv = sys.argv[1:]
+    job = None
+    if "--job" in argv:
+        at = argv.index("--job")
+        job = argv[at + 1]
+        del argv[at:at + 2]
+    batch, threads, steps = int(argv[0]), int(argv[1]), int(argv[2])
+    precision = argv[3] if len(argv) > 3 else "float32"
     if precision not in ("float32", "autocast_bf16"):
         sys.exit(f"step_torch.py: precision {precision}: float32 or autocast_bf16")
     torch.set_num_threads(threads)
     torch.manual_seed(0)
-    model = torch.nn.Sequential(
-        torch.nn.Conv2d(1, 32, 3), torch.nn.ReLU(), torch.nn.Flatten(),
-        torch.nn.Linear(32 * 26 * 26, 128), torch.nn.ReLU(), torch.nn.Linear(128, 10))
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    if job is None:
+        model = torch.nn.Sequential(
+            torch.nn.Conv2d(1, 32, 3), torch.nn.ReLU(), torch.nn.Flatten(),
+            torch.nn.Linear(32 * 26 * 26, 128), torch.nn.ReLU(), torch.nn.Linear(128, 10))
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+        per_step = time_steps(model, optimizer, (batch, 1, 28, 28), precision, steps,
+                              torch.contiguous_format)
+        layout = ""
+    else:
+        import json
+        import os
+        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+        import resnet_torch
+        with open(job, encoding="utf-8") as f:
+            train = json.load(f)["train"]
+        h, w, c = train["model"]["input_shape"]
+        best = None
+        for layout in (torch.contiguous_format, torch.channels_last):
+            model = resnet_torch.build(train["model"])
+            if layout == torch.channels_last:
+                model = model.to(memory_format=torch.channels_last)
+            spec = train["optimizer"]
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.01,
+                                        momentum=spec.get("momentum", 0),
+                                        nesterov=spec.get("nesterov", False))
+            t = time_steps(model, optimizer, (batch, c, h, w), precision, steps, layout)
+            if best is None or t < best[0]:
+                best = (t, " channels_last" if layout == torch.channels_last else " nchw")
+        per_step, layout = best
+    print(f"pytorch-{torch.__version__} {batch} {per_step * 1000:.3f} {batch / per_step:.0f} "
+          f"{precision}{layout}")
+
+
+def time_steps(model, optimizer, shape, precision, steps, layout):
+    """Seconds per training step (cross-entropy on logits, the optimizer's update), after 10."""
     loss_fn = torch.nn.CrossEntropyLoss()
-    images = torch.rand(batch, 1, 28, 28)
-    labels = torch.arange(batch) % 10
+    images = torch.rand(*shape).contiguous(memory_format=layout)
+    labels = torch.arange(shape[0]) % 10
 
     def autocast():
         if precision == "autocast_bf16":
@@ -82,10 +123,7 @@ def main():
     start = time.perf_counter()
     for _ in range(steps):
         step()
-    per_step = (time.perf_counter() - start) / steps
-    print(f"pytorch-{torch.__version__} {batch} {per_step * 1000:.3f} {batch / per_step:.0f} "
-          f"{precision}")
-
+    return (time.perf_counter() - start) / steps
 
 if __name__ == "__main__":
     main()

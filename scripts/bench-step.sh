@@ -9,7 +9,11 @@
 # BLAS it loaded. PyTorch runs at its best (scripts/torch-at-best.sh: OpenBLAS's OpenMP build,
 # glibc malloc tunables that keep freed blocks, and OpenBLAS's SkylakeX kernels where they are
 # faster); the header says which kernels.
-#   scripts/bench-step.sh [STEPS] [BUILD_DIR] [--repeat N] [--profile | --profile-only]
+#   scripts/bench-step.sh [STEPS] [BUILD_DIR] [--repeat N] [--job FILE] [--profile | --profile-only]
+# --job FILE times that job's model instead (e.g. configs/resnet-fashion-mnist.json, a graph with
+# batch normalization): PyTorch builds the same graph (bench/step_torch.py --job, with the job's
+# momentum and nesterov) and runs in its faster layout, NCHW or channels_last, named in the
+# round lines.
 # STEPS (default 50) timed steps after 10 warm-up; BUILD_DIR (default build) holds
 # bench/step_bench. --profile adds, after the table, step_bench --profile's per-phase table of
 # one step (data staging, each layer's forward and backward, loss, optimizer, all-reduce wait,
@@ -22,20 +26,21 @@
 # as a '#' line under its cell.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-positional=() profile=table repeat=3
+positional=() profile=table repeat=3 job=configs/fashion-mnist-2workers.json torch_job=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --profile) profile=also ;;
     --profile-only) profile=only ;;
     --repeat) repeat=$2; shift ;;
-    -*) echo "usage: scripts/bench-step.sh [STEPS] [BUILD_DIR] [--repeat N] [--profile | --profile-only]" >&2; exit 2 ;;
+    --job) job=$2; torch_job=(--job "$2"); shift ;;
+    -*) echo "usage: scripts/bench-step.sh [STEPS] [BUILD_DIR] [--repeat N] [--job FILE] [--profile | --profile-only]" >&2; exit 2 ;;
     *) positional+=("$1") ;;
   esac
   shift
 done
 steps=${positional[0]:-50}
 build=${positional[1]:-build}
-job=configs/fashion-mnist-2workers.json
+[ -f "$job" ] || { echo "bench-step: no job file $job" >&2; exit 2; }
 bash scripts/build.sh "$build" >/dev/null
 step_bench=$build/bench/step_bench
 
@@ -61,12 +66,16 @@ fi
 
 . scripts/torch-at-best.sh
 torch_install
-torch() { torch_python bench/step_torch.py "$@"; }  # OMP_NUM_THREADS threads
+torch() { torch_python bench/step_torch.py "$@" "${torch_job[@]}"; }  # OMP_NUM_THREADS threads
 
 cpu_info=$("$step_bench" --cpu-info)
 flags=$( (lscpu 2>/dev/null | sed -n 's/^Flags:[[:space:]]*//p'; grep -m1 '^flags' /proc/cpuinfo) | tr ' ' '\n')
 have() { if grep -qx "$1" <<<"$flags"; then echo "$1"; else echo "no-$1"; fi; }
-echo "# scripts/bench-step.sh: tutorial CNN, SGD momentum 0.9, $steps timed steps after 10 warm-up; samples/s"
+if [ ${#torch_job[@]} -eq 0 ]; then
+  echo "# scripts/bench-step.sh: tutorial CNN, SGD momentum 0.9, $steps timed steps after 10 warm-up; samples/s"
+else
+  echo "# scripts/bench-step.sh --job $job: its model and optimizer, $steps timed steps after 10 warm-up; samples/s"
+fi
 bf16=$(sed -n 's/^mixed_bfloat16 //p' <<<"$cpu_info")
 echo "# CPU: $(sed -n 's/^cpu_model //p' <<<"$cpu_info"); oneDNN ISA: $(sed -n 's/^onednn_isa //p' <<<"$cpu_info"); lscpu flags: $(have avx512_bf16) $(have amx_bf16) $(have avx512f) $(have avx2); dtrain mixed_bfloat16: $bf16"
 alternative=$(update-alternatives --query libblas.so.3-x86_64-linux-gnu 2>/dev/null | sed -n 's/^Value: //p')
@@ -89,12 +98,12 @@ for threads in 1 2; do
         read -r _ _ _ bf16_rate _ _ _ < <("$step_bench" "$job" "$batch" "$steps" cpu eager mixed_bfloat16)
         bf16s+=("$bf16_rate")
       fi
-      read -r _ _ _ torch_fp32 _ < <(torch "$batch" "$threads" "$steps" float32)
-      read -r _ _ _ torch_bf16 _ < <(torch "$batch" "$threads" "$steps" autocast_bf16)
+      read -r _ _ _ torch_fp32 _ torch_fp32_layout < <(torch "$batch" "$threads" "$steps" float32)
+      read -r _ _ _ torch_bf16 _ torch_bf16_layout < <(torch "$batch" "$threads" "$steps" autocast_bf16)
       torch_fp32s+=("$torch_fp32") torch_bf16s+=("$torch_bf16")
       paired_fp32+=("$(ratio "$fp32" "$torch_fp32")")
       [ "$bf16_rate" = n/a ] || paired_bf16+=("$(ratio "$bf16_rate" "$torch_fp32")")
-      rounds+=("# round $((r + 1)): $fp32 $bf16_rate $torch_fp32 $torch_bf16")
+      rounds+=("# round $((r + 1)): $fp32 $bf16_rate $torch_fp32${torch_fp32_layout:+ ($torch_fp32_layout)} $torch_bf16${torch_bf16_layout:+ ($torch_bf16_layout)}")
     done
     fp32=$(median "${fp32s[@]}") peak=$(median "${peaks[@]}")
     bf16_rate=$(median "${bf16s[@]}")
