@@ -22,6 +22,52 @@ void affine(const NormShape& s, int ch, const float* x, float scale, float shift
   }
 }
 
+// A sum in double over kLanes interleaved accumulators: value p of each block goes to lane
+// p % kLanes, in order, and the lanes are added in order at the end. The order is the code's,
+// whatever the thread count or the vector width the compiler chose, so the result is the same on
+// every machine; the lanes let the compiler keep them in vector registers.
+constexpr int kLanes = 8;
+struct Lanes {
+  double lane[kLanes] = {};
+
+  void add(const float* v, int count) {
+    int p = 0;
+    for (; p + kLanes <= count; p += kLanes) {
+#pragma omp simd
+      for (int k = 0; k < kLanes; ++k) lane[k] += v[p + k];
+    }
+    for (int k = 0; p < count; ++p, ++k) lane[k] += v[p];
+  }
+  void add_squared_deviations(const float* v, int count, double mu) {
+    int p = 0;
+    for (; p + kLanes <= count; p += kLanes) {
+#pragma omp simd
+      for (int k = 0; k < kLanes; ++k) {
+        double d = v[p + k] - mu;
+        lane[k] += d * d;
+      }
+    }
+    for (int k = 0; p < count; ++p, ++k) {
+      double d = v[p] - mu;
+      lane[k] += d * d;
+    }
+  }
+  /// dy * xhat, xhat = (x - mu) * inv
+  void add_products(const float* dy, const float* x, int count, double mu, double inv) {
+    int p = 0;
+    for (; p + kLanes <= count; p += kLanes) {
+#pragma omp simd
+      for (int k = 0; k < kLanes; ++k) lane[k] += dy[p + k] * ((x[p + k] - mu) * inv);
+    }
+    for (int k = 0; p < count; ++p, ++k) lane[k] += dy[p] * ((x[p] - mu) * inv);
+  }
+  double total() const {
+    double t = 0;
+    for (double v : lane) t += v;
+    return t;
+  }
+};
+
 // gamma / sqrt(var + epsilon) and beta - mean * that, as Keras's batch_normalization folds them.
 void folded(float epsilon, const float* gamma, const float* beta, float mean, float var, int ch,
             float* scale, float* shift) {
@@ -38,22 +84,13 @@ void host_batchnorm_forward_training(const NormShape& s, float epsilon, const fl
   const double m = static_cast<double>(s.n) * s.hw;
 #pragma omp parallel for schedule(static)
   for (int ch = 0; ch < s.c; ++ch) {
-    double sum = 0;
-    for (int i = 0; i < s.n; ++i) {
-      const float* xi = x + at(s, i, ch);
-      for (int p = 0; p < s.hw; ++p) sum += xi[p];
-    }
-    const double mu = sum / m;
-    double squares = 0;
-    for (int i = 0; i < s.n; ++i) {
-      const float* xi = x + at(s, i, ch);
-      for (int p = 0; p < s.hw; ++p) {
-        double d = xi[p] - mu;
-        squares += d * d;
-      }
-    }
+    Lanes sum;
+    for (int i = 0; i < s.n; ++i) sum.add(x + at(s, i, ch), s.hw);
+    const double mu = sum.total() / m;
+    Lanes squares;
+    for (int i = 0; i < s.n; ++i) squares.add_squared_deviations(x + at(s, i, ch), s.hw, mu);
     mean[ch] = static_cast<float>(mu);
-    var[ch] = static_cast<float>(squares / m);
+    var[ch] = static_cast<float>(squares.total() / m);
     float scale, shift;
     folded(epsilon, gamma, beta, mean[ch], var[ch], ch, &scale, &shift);
     affine(s, ch, x, scale, shift, y);
@@ -78,24 +115,22 @@ void host_batchnorm_backward(const NormShape& s, float epsilon, const float* x, 
 #pragma omp parallel for schedule(static)
   for (int ch = 0; ch < s.c; ++ch) {
     const double mu = mean[ch], inv = 1.0 / std::sqrt(static_cast<double>(var[ch]) + epsilon);
-    double sum_dy = 0, sum_dy_xhat = 0;
+    Lanes sum_dy, sum_dy_xhat;
     for (int i = 0; i < s.n; ++i) {
-      const float* xi = x + at(s, i, ch);
-      const float* dyi = dy + at(s, i, ch);
-      for (int p = 0; p < s.hw; ++p) {
-        sum_dy += dyi[p];
-        sum_dy_xhat += dyi[p] * ((xi[p] - mu) * inv);
-      }
+      sum_dy.add(dy + at(s, i, ch), s.hw);
+      sum_dy_xhat.add_products(dy + at(s, i, ch), x + at(s, i, ch), s.hw, mu, inv);
     }
-    if (dbeta) dbeta[ch] = static_cast<float>(sum_dy);
-    if (dgamma) dgamma[ch] = static_cast<float>(sum_dy_xhat);
+    const double total_dy = sum_dy.total(), total_dy_xhat = sum_dy_xhat.total();
+    if (dbeta) dbeta[ch] = static_cast<float>(total_dy);
+    if (dgamma) dgamma[ch] = static_cast<float>(total_dy_xhat);
     if (!dx) continue;
     const double g = (gamma ? gamma[ch] : 1.0) * inv;
-    const double mean_dy = sum_dy / m, mean_dy_xhat = sum_dy_xhat / m;
+    const double mean_dy = total_dy / m, mean_dy_xhat = total_dy_xhat / m;
     for (int i = 0; i < s.n; ++i) {
       const float* xi = x + at(s, i, ch);
       const float* dyi = dy + at(s, i, ch);
       float* dxi = dx + at(s, i, ch);
+#pragma omp simd
       for (int p = 0; p < s.hw; ++p) {
         double xhat = (xi[p] - mu) * inv;
         dxi[p] = static_cast<float>(g * (dyi[p] - mean_dy - xhat * mean_dy_xhat));
