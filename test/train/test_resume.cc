@@ -15,6 +15,7 @@
 #include "common/ports.h"
 #include "test/support/subprocess.h"
 #include "test/support/temp_dir.h"
+#include "worker/nn/backend.h"
 
 using namespace dtrain;
 namespace fs = std::filesystem;
@@ -142,9 +143,20 @@ TEST_CASE("killed and preempted runs resume to a byte-identical final model") {
 }
 
 TEST_CASE("a residual network with batch normalization resumes bit-exactly after a kill") {
+  // In float32, and in mixed_bfloat16 where the CPU computes in it (bf16 products; elsewhere the
+  // worker refuses the policy, test_backend_parity's case).
+  std::string policy = GENERATE(as<std::string>{}, "float32", "mixed_bfloat16");
+  INFO(policy);
+  if (policy == "mixed_bfloat16" && !nn::cpu_supports(nn::MathMode::kBfloat16)) {
+    WARN("this CPU (" << nn::cpu_isa_name() << ") has no bf16 products: float32 only");
+    return;
+  }
   testing::TempDir base;
   std::string job = base.path() + "/job.json";
-  std::ofstream(job) << residual_job();
+  std::string text = residual_job();
+  text.replace(text.find(R"("per_worker_batch_size")"), 0,
+               R"("dtype_policy": ")" + policy + R"(", )");
+  std::ofstream(job) << text;
   Run reference(base.path(), "reference");
   auto r = reference.start(job)->wait(300);
   INFO(r.err);
