@@ -17,6 +17,7 @@
 #include "common/errors.h"
 #include "common/json.h"
 #include "worker/nn/model.h"
+#include "worker/nn/profiled_backend.h"
 
 using namespace dtrain;
 using namespace dtrain::nn;
@@ -55,8 +56,8 @@ NormRun run_norm(Backend& b, const NormShape& s, bool affine) {
   NormRun r{Floats(s.count()),   Floats(size_t(s.c)), Floats(size_t(s.c)), Floats(s.count()),
             Floats(size_t(s.c)), Floats(size_t(s.c)), Floats(s.count())};
   b.batchnorm_forward_training(s, 1e-3f, x.data(), g, bt, r.y.data(), r.mean.data(), r.var.data());
-  b.batchnorm_backward(s, 1e-3f, x.data(), dy.data(), g, r.mean.data(), r.var.data(), r.dx.data(),
-                       r.dgamma.data(), r.dbeta.data());
+  b.batchnorm_backward(s, 1e-3f, x.data(), r.y.data(), dy.data(), g, r.mean.data(), r.var.data(),
+                       r.dx.data(), r.dgamma.data(), r.dbeta.data());
   Floats moving_mean = random_floats(size_t(s.c), 5, -0.5, 0.5);
   Floats moving_var = random_floats(size_t(s.c), 6, 0.5, 2);
   b.batchnorm_forward_inference(s, 1e-3f, x.data(), g, bt, moving_mean.data(), moving_var.data(),
@@ -112,6 +113,53 @@ TEST_CASE("oneDNN's batch normalization matches the reference, whatever the thre
       CHECK(one.y == got.y);
       CHECK(one.dx == got.dx);
       CHECK(one.dgamma == got.dgamma);
+    }
+  }
+}
+
+// A ReLU fused into batch normalization (docs/design.md#fusion) computes what the two layers
+// compute one after the other, bit for bit: the fused forward is max(y, 0) of the plain one, and
+// the fused backward is the plain backward of relu_backward's masked gradient.
+TEST_CASE("a ReLU fused into batch normalization gives the two layers' bits", "[batch_norm]") {
+  for (auto make : {make_reference_backend, make_dnnl_backend}) {
+    std::unique_ptr<Backend> b = make(MathMode::kFloat32);
+    for (NormShape s : {NormShape{4, 3, 25}, NormShape{7, 5, 1}, NormShape{2, 16, 49}}) {
+      INFO(b->name() << " shape " << s.n << "x" << s.c << "x" << s.hw);
+      Floats x = random_floats(s.count(), 1), dy = random_floats(s.count(), 2, -1, 1);
+      Floats gamma = random_floats(size_t(s.c), 3, 0.5, 1.5), beta = random_floats(size_t(s.c), 4);
+      Floats mean(size_t(s.c)), var(size_t(s.c));
+      // The two layers: y, relu(y), its gradient masked, then batch normalization's backward.
+      Floats y(s.count()), relu_y(s.count()), masked(s.count()), dx(s.count());
+      Floats dgamma(size_t(s.c)), dbeta(size_t(s.c));
+      b->batchnorm_forward_training(s, 1e-3f, x.data(), gamma.data(), beta.data(), y.data(),
+                                    mean.data(), var.data());
+      b->relu_forward(s.count(), y.data(), relu_y.data());
+      b->relu_backward(s.count(), relu_y.data(), dy.data(), masked.data());
+      b->batchnorm_backward(s, 1e-3f, x.data(), y.data(), masked.data(), gamma.data(), mean.data(),
+                            var.data(), dx.data(), dgamma.data(), dbeta.data());
+      // Fused.
+      NormShape fused = s;
+      fused.relu = true;
+      Floats fy(s.count()), fdx(s.count()), fdgamma(size_t(s.c)), fdbeta(size_t(s.c));
+      Floats fmean(size_t(s.c)), fvar(size_t(s.c));
+      b->batchnorm_forward_training(fused, 1e-3f, x.data(), gamma.data(), beta.data(), fy.data(),
+                                    fmean.data(), fvar.data());
+      b->batchnorm_backward(fused, 1e-3f, x.data(), fy.data(), dy.data(), gamma.data(),
+                            fmean.data(), fvar.data(), fdx.data(), fdgamma.data(), fdbeta.data());
+      CHECK(fy == relu_y);
+      CHECK(fmean == mean);
+      CHECK(fvar == var);
+      CHECK(fdx == dx);
+      CHECK(fdgamma == dgamma);
+      CHECK(fdbeta == dbeta);
+      CHECK(std::count(fy.begin(), fy.end(), 0.0f) > 0);  // the ReLU cut something
+      Floats iy(s.count()), irelu(s.count()), ify(s.count());
+      b->batchnorm_forward_inference(s, 1e-3f, x.data(), gamma.data(), beta.data(), mean.data(),
+                                     var.data(), iy.data());
+      b->relu_forward(s.count(), iy.data(), irelu.data());
+      b->batchnorm_forward_inference(fused, 1e-3f, x.data(), gamma.data(), beta.data(), mean.data(),
+                                     var.data(), ify.data());
+      CHECK(ify == irelu);
     }
   }
 }
@@ -182,6 +230,45 @@ TEST_CASE("a graph with batch normalization: gradients match finite differences"
     ++compared;
   }
   CHECK(compared > 55);
+}
+
+// The model fuses a ReLU into the batch normalization before it when that is its only user, in
+// training and in inference; a batch normalization with another user keeps its ReLU apart.
+TEST_CASE("a ReLU that is batch normalization's only user runs inside it", "[batch_norm]") {
+  std::unique_ptr<Backend> dnnl = make_dnnl_backend();
+  auto labels_of = [&](const std::string& json, bool training) {
+    ProfiledBackend profiled(*dnnl);
+    Model model(spec_of(json), profiled, 4);
+    model.initialize(3);
+    Floats x = random_floats(4 * 50, 12);
+    model.forward(x.data(), 4, StepKey{}, training);
+    if (training) model.backward(4);
+    std::vector<std::string> labels;
+    for (const OpTime& row : profiled.table())
+      labels.push_back(row.label.substr(0, row.label.find(' ')));
+    return labels;
+  };
+  const char* kFused = R"({"model": {"input_shape": [5, 5, 2], "layers": [
+    {"type": "conv2d", "filters": 3, "kernel_size": 3}, {"type": "batch_normalization"},
+    {"type": "relu"}, {"type": "flatten"}, {"type": "dense", "units": 3}]}})";
+  auto has = [](const std::vector<std::string>& labels, const char* label) {
+    return std::find(labels.begin(), labels.end(), label) != labels.end();
+  };
+  std::vector<std::string> training = labels_of(kFused, true);
+  CHECK(has(training, "batchnorm_forward_training+relu"));
+  CHECK(has(training, "batchnorm_backward+relu"));
+  CHECK_FALSE(has(training, "relu_forward"));
+  CHECK_FALSE(has(training, "relu_backward"));
+  std::vector<std::string> inference = labels_of(kFused, false);
+  CHECK(has(inference, "batchnorm_forward_inference+relu"));
+  CHECK_FALSE(has(inference, "relu_forward"));
+  // kNormModel: the add takes batch normalization's output too.
+  std::string shared = kNormModel;
+  shared.replace(shared.find("relu_in"), 7, "bn");
+  training = labels_of(shared, true);
+  CHECK(has(training, "batchnorm_forward_training"));
+  CHECK(has(training, "relu_forward"));
+  CHECK(has(training, "relu_backward"));
 }
 
 TEST_CASE("training normalizes by the batch, inference by the moving statistics", "[batch_norm]") {

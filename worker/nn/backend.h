@@ -42,6 +42,9 @@ struct PoolShape {
 /// per channel over n x hw values (Keras's BatchNormalization on the channels axis).
 struct NormShape {
   int n = 1, c = 1, hw = 1;
+  /// A ReLU fused after it: the output is max(y, 0), and backward's dy is the gradient of that
+  /// output (masked where it is 0) (docs/design.md#batch-normalization).
+  bool relu = false;
   size_t count() const { return static_cast<size_t>(n) * c * hw; }
 };
 
@@ -233,9 +236,10 @@ class Backend {
   /// The training forward's gradients, with xhat = (x - mean) / sqrt(var + epsilon) and sums
   /// over each channel's n x hw values: dbeta = sum(dy), dgamma = sum(dy * xhat) (each null when
   /// not wanted), dx = gamma / sqrt(var + epsilon) * (dy - mean(dy) - xhat * mean(dy * xhat))
-  /// (null: not wanted; gamma null: 1).
+  /// (null: not wanted; gamma null: 1). With s.relu, dy is first taken as 0 where the forward's
+  /// output y (read only then) is not positive, as relu_backward would.
   virtual void batchnorm_backward(const NormShape& /*s*/, float /*epsilon*/, const float* /*x*/,
-                                  const float* /*dy*/, const float* /*gamma*/,
+                                  const float* /*y*/, const float* /*dy*/, const float* /*gamma*/,
                                   const float* /*mean*/, const float* /*var*/, float* /*dx*/,
                                   float* /*dgamma*/, float* /*dbeta*/) {
     unsupported("batchnorm_backward");

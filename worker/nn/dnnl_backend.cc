@@ -165,10 +165,10 @@ class DnnlBackend : public HostBackend {
                                    const float* var, float* y) override {
     host_batchnorm_forward_inference(s, epsilon, x, gamma, beta, mean, var, y);
   }
-  void batchnorm_backward(const NormShape& s, float epsilon, const float* x, const float* dy,
-                          const float* gamma, const float* mean, const float* var, float* dx,
-                          float* dgamma, float* dbeta) override {
-    host_batchnorm_backward(s, epsilon, x, dy, gamma, mean, var, dx, dgamma, dbeta);
+  void batchnorm_backward(const NormShape& s, float epsilon, const float* x, const float* y,
+                          const float* dy, const float* gamma, const float* mean, const float* var,
+                          float* dx, float* dgamma, float* dbeta) override {
+    host_batchnorm_backward(s, epsilon, x, y, dy, gamma, mean, var, dx, dgamma, dbeta);
   }
   void relu_backward(size_t count, const float* y, const float* dy, float* dx) override {
     ReluPrimitives& p = relu(count);

@@ -12,13 +12,21 @@ inline size_t at(const NormShape& s, int i, int ch) {
   return (static_cast<size_t>(i) * s.c + ch) * static_cast<size_t>(s.hw);
 }
 
-// y = x * scale + shift over channel ch, for every example.
+// y = x * scale + shift over channel ch, for every example (with s.relu, max of that and 0).
 void affine(const NormShape& s, int ch, const float* x, float scale, float shift, float* y) {
   for (int i = 0; i < s.n; ++i) {
     const float* xi = x + at(s, i, ch);
     float* yi = y + at(s, i, ch);
+    if (s.relu) {
 #pragma omp simd
-    for (int p = 0; p < s.hw; ++p) yi[p] = xi[p] * scale + shift;
+      for (int p = 0; p < s.hw; ++p) {
+        float v = xi[p] * scale + shift;
+        yi[p] = v > 0.0f ? v : 0.0f;
+      }
+    } else {
+#pragma omp simd
+      for (int p = 0; p < s.hw; ++p) yi[p] = xi[p] * scale + shift;
+    }
   }
 }
 
@@ -51,6 +59,27 @@ struct Lanes {
       double d = v[p] - mu;
       lane[k] += d * d;
     }
+  }
+  /// dy where y > 0, else 0 (a fused ReLU's gradient)
+  void add_masked(const float* dy, const float* y, int count) {
+    int p = 0;
+    for (; p + kLanes <= count; p += kLanes) {
+#pragma omp simd
+      for (int k = 0; k < kLanes; ++k) lane[k] += y[p + k] > 0.0f ? dy[p + k] : 0.0f;
+    }
+    for (int k = 0; p < count; ++p, ++k) lane[k] += y[p] > 0.0f ? dy[p] : 0.0f;
+  }
+  /// (masked) dy * xhat, xhat = (x - mu) * inv
+  void add_masked_products(const float* dy, const float* y, const float* x, int count, double mu,
+                           double inv) {
+    int p = 0;
+    for (; p + kLanes <= count; p += kLanes) {
+#pragma omp simd
+      for (int k = 0; k < kLanes; ++k)
+        lane[k] += (y[p + k] > 0.0f ? dy[p + k] : 0.0f) * ((x[p + k] - mu) * inv);
+    }
+    for (int k = 0; p < count; ++p, ++k)
+      lane[k] += (y[p] > 0.0f ? dy[p] : 0.0f) * ((x[p] - mu) * inv);
   }
   /// dy * xhat, xhat = (x - mu) * inv
   void add_products(const float* dy, const float* x, int count, double mu, double inv) {
@@ -108,17 +137,23 @@ void host_batchnorm_forward_inference(const NormShape& s, float epsilon, const f
   }
 }
 
-void host_batchnorm_backward(const NormShape& s, float epsilon, const float* x, const float* dy,
-                             const float* gamma, const float* mean, const float* var, float* dx,
-                             float* dgamma, float* dbeta) {
+void host_batchnorm_backward(const NormShape& s, float epsilon, const float* x, const float* y,
+                             const float* dy, const float* gamma, const float* mean,
+                             const float* var, float* dx, float* dgamma, float* dbeta) {
   const double m = static_cast<double>(s.n) * s.hw;
 #pragma omp parallel for schedule(static)
   for (int ch = 0; ch < s.c; ++ch) {
     const double mu = mean[ch], inv = 1.0 / std::sqrt(static_cast<double>(var[ch]) + epsilon);
     Lanes sum_dy, sum_dy_xhat;
     for (int i = 0; i < s.n; ++i) {
-      sum_dy.add(dy + at(s, i, ch), s.hw);
-      sum_dy_xhat.add_products(dy + at(s, i, ch), x + at(s, i, ch), s.hw, mu, inv);
+      if (s.relu) {
+        sum_dy.add_masked(dy + at(s, i, ch), y + at(s, i, ch), s.hw);
+        sum_dy_xhat.add_masked_products(dy + at(s, i, ch), y + at(s, i, ch), x + at(s, i, ch), s.hw,
+                                        mu, inv);
+      } else {
+        sum_dy.add(dy + at(s, i, ch), s.hw);
+        sum_dy_xhat.add_products(dy + at(s, i, ch), x + at(s, i, ch), s.hw, mu, inv);
+      }
     }
     const double total_dy = sum_dy.total(), total_dy_xhat = sum_dy_xhat.total();
     if (dbeta) dbeta[ch] = static_cast<float>(total_dy);
@@ -130,10 +165,20 @@ void host_batchnorm_backward(const NormShape& s, float epsilon, const float* x, 
       const float* xi = x + at(s, i, ch);
       const float* dyi = dy + at(s, i, ch);
       float* dxi = dx + at(s, i, ch);
+      if (s.relu) {
+        const float* yi = y + at(s, i, ch);
 #pragma omp simd
-      for (int p = 0; p < s.hw; ++p) {
-        double xhat = (xi[p] - mu) * inv;
-        dxi[p] = static_cast<float>(g * (dyi[p] - mean_dy - xhat * mean_dy_xhat));
+        for (int p = 0; p < s.hw; ++p) {
+          double xhat = (xi[p] - mu) * inv;
+          float d = yi[p] > 0.0f ? dyi[p] : 0.0f;
+          dxi[p] = static_cast<float>(g * (d - mean_dy - xhat * mean_dy_xhat));
+        }
+      } else {
+#pragma omp simd
+        for (int p = 0; p < s.hw; ++p) {
+          double xhat = (xi[p] - mu) * inv;
+          dxi[p] = static_cast<float>(g * (dyi[p] - mean_dy - xhat * mean_dy_xhat));
+        }
       }
     }
   }

@@ -15,8 +15,8 @@ void host_batchnorm_forward_training(const NormShape& s, float epsilon, const fl
 void host_batchnorm_forward_inference(const NormShape& s, float epsilon, const float* x,
                                       const float* gamma, const float* beta, const float* mean,
                                       const float* var, float* y);
-void host_batchnorm_backward(const NormShape& s, float epsilon, const float* x, const float* dy,
-                             const float* gamma, const float* mean, const float* var, float* dx,
-                             float* dgamma, float* dbeta);
+void host_batchnorm_backward(const NormShape& s, float epsilon, const float* x, const float* y,
+                             const float* dy, const float* gamma, const float* mean,
+                             const float* var, float* dx, float* dgamma, float* dbeta);
 
 }  // namespace dtrain::nn

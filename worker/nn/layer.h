@@ -118,6 +118,13 @@ class Layer {
   /// True when the output is the input itself, reinterpreted (flatten): forward and backward are
   /// never called, and the model gives the output no memory of its own.
   virtual bool is_view() const { return false; }
+  /// True for a plain max(x, 0) of its one input (the ReLU layer, an Activation "relu"): a layer
+  /// that can take it in (fuse_relu) may then do its work.
+  virtual bool is_relu() const { return false; }
+  /// Asked when a ReLU is this layer's only user: true when the layer takes max(y, 0) into its own
+  /// forward and backward from now on (its y is then the ReLU's output, its dy that output's
+  /// gradient), and the model runs the ReLU as a view of it (docs/design.md#fusion).
+  virtual bool fuse_relu() { return false; }
   virtual void forward(Backend& b, const ForwardArgs& a) = 0;
   /// Writes this layer's gradients, calling gradients_enqueued(k) (when set) as soon as piece k
   /// of gradient_pieces() is enqueued (when unset, a layer may produce its gradients in fewer,

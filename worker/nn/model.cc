@@ -45,6 +45,7 @@ Model::Model(const ModelSpec& spec, Backend& backend, int max_batch, float* grad
   if (floats[1] > 0) state_ = Buffer<float>(device, floats[1]);
   if (floats[2] > 0) statistics_ = Buffer<float>(device, floats[2]);
   move_gradients(gradient_memory, gradient_floats);
+  fuse();
   plan_memory();
 }
 
@@ -88,6 +89,23 @@ std::array<size_t, 3> Model::lay_out() {
   return floats;
 }
 
+void Model::fuse() {
+  const size_t n = layers_.size();
+  view_.assign(n, false);
+  std::vector<int> users(n, 0);
+  for (size_t i = 0; i < n; ++i) {
+    view_[i] = layers_[i]->is_view();
+    for (size_t in : spec_.nodes[i].inputs)
+      if (in != NodeSpec::kModelInput) ++users[in];
+  }
+  for (size_t i = 0; i < n; ++i) {
+    if (!layers_[i]->is_relu() || spec_.nodes[i].inputs.size() != 1) continue;
+    size_t in = spec_.nodes[i].inputs[0];
+    if (in == NodeSpec::kModelInput || view_[in] || users[in] != 1 || in == output_) continue;
+    if (layers_[in]->fuse_relu()) view_[i] = true;
+  }
+}
+
 void Model::plan_memory() {
   const size_t n = layers_.size();
   Device& device = backend_.device();
@@ -95,7 +113,7 @@ void Model::plan_memory() {
   activations_.assign(n, nullptr);
   deltas_.assign(n, nullptr);
   for (size_t i = 0; i < n; ++i) {
-    if (layers_[i]->is_view()) {
+    if (view_[i]) {
       size_t in = spec_.nodes[i].inputs[0];
       root_[i] = in == NodeSpec::kModelInput ? kInput : root_[in];
       if (root_[i] != kInput)
@@ -124,7 +142,7 @@ void Model::plan_memory() {
     inputs_[i].assign(ins.size(), nullptr);
     input_deltas_[i].assign(ins.size(), nullptr);
     accumulates_[i].assign(ins.size(), false);
-    if (layers_[i]->is_view()) continue;
+    if (view_[i]) continue;
     for (size_t s = 0; s < ins.size(); ++s) {
       size_t r = ins[s] == NodeSpec::kModelInput ? kInput : root_[ins[s]];
       if (r == kInput) continue;
@@ -162,7 +180,7 @@ void Model::initialize(uint64_t seed) {
 const float* Model::forward(const float* images, int n, const StepKey& key, bool training) {
   DT_ENFORCE(n > 0 && n <= max_batch_, "batch of {} for a model built for {}", n, max_batch_);
   for (size_t i = 0; i < layers_.size(); ++i) {
-    if (layers_[i]->is_view()) continue;
+    if (view_[i]) continue;
     const std::vector<size_t>& ins = spec_.nodes[i].inputs;
     for (size_t s = 0; s < ins.size(); ++s) {
       size_t r = ins[s] == NodeSpec::kModelInput ? kInput : root_[ins[s]];
@@ -193,7 +211,7 @@ void Model::update_state(int shards) {
 
 void Model::backward(int n, const std::function<void(size_t piece)>& gradients_enqueued) {
   for (size_t i = layers_.size(); i-- > 0;) {
-    if (layers_[i]->is_view()) continue;
+    if (view_[i]) continue;
     const std::vector<size_t>& ins = spec_.nodes[i].inputs;
     for (size_t s = 0; s < ins.size(); ++s) {
       size_t r = ins[s] == NodeSpec::kModelInput ? kInput : root_[ins[s]];

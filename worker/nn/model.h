@@ -93,6 +93,9 @@ class Model {
   /// Lays out the parameters, state, statistics and gradient pieces; returns the floats of the
   /// first three.
   std::array<size_t, 3> lay_out();
+  /// Fuses each ReLU that is the only user of a layer that can take it in: the ReLU becomes a
+  /// view of that layer (docs/design.md#fusion).
+  void fuse();
   /// Gives each node that is not a view its activation and gradient memory, and plans which
   /// input gradients are added rather than written.
   void plan_memory();
@@ -103,6 +106,9 @@ class Model {
   bool has_random_layers_ = false;
   size_t output_ = 0;
   std::vector<std::unique_ptr<Layer>> layers_;
+  /// Node i is a view: its layer's is_view(), or a ReLU fused into its input's layer; its
+  /// forward and backward never run.
+  std::vector<bool> view_;
   std::vector<ParamRange> ranges_, state_ranges_, statistics_ranges_;
   std::vector<GradientPiece> pieces_;
   std::vector<size_t> first_piece_;  ///< node i's first piece in pieces_

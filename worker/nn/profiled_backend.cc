@@ -155,7 +155,7 @@ void ProfiledBackend::softmax_cross_entropy(int n, int classes, const float* log
 
 namespace {
 std::string norm_label(const char* op, const NormShape& s) {
-  return fmt::format("{} {}x{}x{}", op, s.n, s.c, s.hw);
+  return fmt::format("{}{} {}x{}x{}", op, s.relu ? "+relu" : "", s.n, s.c, s.hw);
 }
 }  // namespace
 
@@ -172,10 +172,12 @@ void ProfiledBackend::batchnorm_forward_inference(const NormShape& s, float epsi
         [&] { inner_.batchnorm_forward_inference(s, epsilon, x, gamma, beta, mean, var, y); });
 }
 void ProfiledBackend::batchnorm_backward(const NormShape& s, float epsilon, const float* x,
-                                         const float* dy, const float* gamma, const float* mean,
-                                         const float* var, float* dx, float* dgamma, float* dbeta) {
-  timed(norm_label("batchnorm_backward", s),
-        [&] { inner_.batchnorm_backward(s, epsilon, x, dy, gamma, mean, var, dx, dgamma, dbeta); });
+                                         const float* y, const float* dy, const float* gamma,
+                                         const float* mean, const float* var, float* dx,
+                                         float* dgamma, float* dbeta) {
+  timed(norm_label("batchnorm_backward", s), [&] {
+    inner_.batchnorm_backward(s, epsilon, x, y, dy, gamma, mean, var, dx, dgamma, dbeta);
+  });
 }
 void ProfiledBackend::softmax_cross_entropy_smoothed(int n, int classes, float smoothing,
                                                      const float* logits, const int32_t* labels,

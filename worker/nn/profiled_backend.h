@@ -89,9 +89,9 @@ class ProfiledBackend final : public Backend {
   void batchnorm_forward_inference(const NormShape& s, float epsilon, const float* x,
                                    const float* gamma, const float* beta, const float* mean,
                                    const float* var, float* y) override;
-  void batchnorm_backward(const NormShape& s, float epsilon, const float* x, const float* dy,
-                          const float* gamma, const float* mean, const float* var, float* dx,
-                          float* dgamma, float* dbeta) override;
+  void batchnorm_backward(const NormShape& s, float epsilon, const float* x, const float* y,
+                          const float* dy, const float* gamma, const float* mean, const float* var,
+                          float* dx, float* dgamma, float* dbeta) override;
   void moving_average_update(size_t count, float momentum, int shards, const float* sum,
                              float* moving) override;
   void remap2d_forward(int n, int c, int h, int w, int oh, int ow, const PixelMap* maps,

@@ -200,13 +200,23 @@ class ReferenceBackend : public HostBackend {
     for (int ch = 0; ch < s.c; ++ch) {
       const double inv = 1.0 / std::sqrt(double(var[ch]) + epsilon);
       const double g = gamma ? gamma[ch] : 1.0, b = beta ? beta[ch] : 0.0;
-      for_channel(s, ch, [&](size_t k) { y[k] = float((x[k] - double(mean[ch])) * inv * g + b); });
+      for_channel(s, ch, [&](size_t k) {
+        y[k] = float((x[k] - double(mean[ch])) * inv * g + b);
+        if (s.relu) y[k] = y[k] > 0.0f ? y[k] : 0.0f;
+      });
     }
   }
-  void batchnorm_backward(const NormShape& s, float epsilon, const float* x, const float* dy,
-                          const float* gamma, const float* mean, const float* var, float* dx,
-                          float* dgamma, float* dbeta) override {
+  void batchnorm_backward(const NormShape& s, float epsilon, const float* x, const float* y,
+                          const float* dy_out, const float* gamma, const float* mean,
+                          const float* var, float* dx, float* dgamma, float* dbeta) override {
     const double m = double(s.n) * s.hw;
+    std::vector<float> masked;
+    const float* dy = dy_out;
+    if (s.relu) {
+      masked.resize(s.count());
+      for (size_t k = 0; k < s.count(); ++k) masked[k] = y[k] > 0.0f ? dy_out[k] : 0.0f;
+      dy = masked.data();
+    }
     for (int ch = 0; ch < s.c; ++ch) {
       const double inv = 1.0 / std::sqrt(double(var[ch]) + epsilon);
       auto xhat = [&](size_t k) { return (x[k] - double(mean[ch])) * inv; };

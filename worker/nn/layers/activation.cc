@@ -9,6 +9,7 @@ namespace {
 class ActivationLayer : public Layer {
  public:
   ActivationLayer(Activation activation, Dims dims) : activation_(activation), dims_(dims) {}
+  bool is_relu() const override { return activation_ == Activation::kRelu; }
   void forward(Backend& b, const ForwardArgs& a) override {
     const size_t count = dims_.size() * static_cast<size_t>(a.n);
     if (activation_ == Activation::kRelu)

@@ -3,8 +3,8 @@
 // the batch's own mean and biased variance and hands them to the step as statistics; the step
 // sums them over the virtual shards in shard order and update_state moves the moving mean and
 // variance by Keras's rule, with the shards' mean (docs/design.md#batch-normalization).
-// Inference normalizes by the moving statistics. synchronized (one batch over every worker) is
-// not here yet.
+// Inference normalizes by the moving statistics. A ReLU that is its only user runs inside it
+// (fuse_relu). synchronized (one batch over every worker) is not here yet.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -36,6 +36,7 @@ class BatchNormalization : public Layer {
     return {{"moving_mean", {in_.c}, 0, c}, {"moving_variance", {in_.c}, c, c}};
   }
   size_t statistics_count() const override { return 2 * channels(); }
+  bool fuse_relu() override { return relu_ = true; }
   void initialize(float* p, float* state, uint64_t) const override {
     const size_t c = channels();
     if (k_.scale) std::fill(p, p + c, 1.0f);
@@ -62,7 +63,7 @@ class BatchNormalization : public Layer {
     const float* mean = saved_.data();
     float* dgamma = k_.scale ? a.grads : nullptr;
     float* dbeta = k_.center ? a.grads + (k_.scale ? channels() : 0) : nullptr;
-    b.batchnorm_backward(at(a.n), k_.epsilon, a.x[0], a.dy, gamma(a.params), mean,
+    b.batchnorm_backward(at(a.n), k_.epsilon, a.x[0], a.y, a.dy, gamma(a.params), mean,
                          mean + channels(), a.dx[0], dgamma, dbeta);
     if (enqueued && (k_.scale || k_.center)) enqueued(0);
   }
@@ -72,7 +73,7 @@ class BatchNormalization : public Layer {
 
  private:
   size_t channels() const { return static_cast<size_t>(in_.c); }
-  NormShape at(int n) const { return {n, in_.c, in_.h * in_.w}; }
+  NormShape at(int n) const { return {n, in_.c, in_.h * in_.w, relu_}; }
   const float* gamma(const float* p) const { return k_.scale ? p : nullptr; }
   const float* beta(const float* p) const {
     return k_.center ? p + (k_.scale ? channels() : 0) : nullptr;
@@ -81,6 +82,7 @@ class BatchNormalization : public Layer {
   Dims in_;
   Buffer<float> saved_;  ///< the last training batch's mean and variance, for backward
   bool training_ = false;
+  bool relu_ = false;  ///< a ReLU fused after it
 };
 
 class NormConfig : public LayerConfig {
