@@ -3,6 +3,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <vector>
 
 namespace dtrain::nn {
 namespace {
@@ -59,27 +60,6 @@ struct Lanes {
       double d = v[p] - mu;
       lane[k] += d * d;
     }
-  }
-  /// dy where y > 0, else 0 (a fused ReLU's gradient)
-  void add_masked(const float* dy, const float* y, int count) {
-    int p = 0;
-    for (; p + kLanes <= count; p += kLanes) {
-#pragma omp simd
-      for (int k = 0; k < kLanes; ++k) lane[k] += y[p + k] > 0.0f ? dy[p + k] : 0.0f;
-    }
-    for (int k = 0; p < count; ++p, ++k) lane[k] += y[p] > 0.0f ? dy[p] : 0.0f;
-  }
-  /// (masked) dy * xhat, xhat = (x - mu) * inv
-  void add_masked_products(const float* dy, const float* y, const float* x, int count, double mu,
-                           double inv) {
-    int p = 0;
-    for (; p + kLanes <= count; p += kLanes) {
-#pragma omp simd
-      for (int k = 0; k < kLanes; ++k)
-        lane[k] += (y[p + k] > 0.0f ? dy[p + k] : 0.0f) * ((x[p + k] - mu) * inv);
-    }
-    for (int k = 0; p < count; ++p, ++k)
-      lane[k] += (y[p] > 0.0f ? dy[p] : 0.0f) * ((x[p] - mu) * inv);
   }
   /// dy * xhat, xhat = (x - mu) * inv
   void add_products(const float* dy, const float* x, int count, double mu, double inv) {
@@ -145,15 +125,29 @@ void host_batchnorm_backward(const NormShape& s, float epsilon, const float* x, 
   for (int ch = 0; ch < s.c; ++ch) {
     const double mu = mean[ch], inv = 1.0 / std::sqrt(static_cast<double>(var[ch]) + epsilon);
     Lanes sum_dy, sum_dy_xhat;
-    for (int i = 0; i < s.n; ++i) {
-      if (s.relu) {
-        sum_dy.add_masked(dy + at(s, i, ch), y + at(s, i, ch), s.hw);
-        sum_dy_xhat.add_masked_products(dy + at(s, i, ch), y + at(s, i, ch), x + at(s, i, ch), s.hw,
-                                        mu, inv);
-      } else {
-        sum_dy.add(dy + at(s, i, ch), s.hw);
-        sum_dy_xhat.add_products(dy + at(s, i, ch), x + at(s, i, ch), s.hw, mu, inv);
+    // With a fused ReLU, the channel's dy masked where y is not positive, once, into a buffer of
+    // this thread's that the second pass reads again: a plain select the compiler vectorizes.
+    thread_local std::vector<float> masked;
+    if (s.relu) masked.resize(static_cast<size_t>(s.n) * s.hw);
+    auto dy_of = [&](int i) -> const float* {
+      return s.relu ? masked.data() + static_cast<size_t>(i) * s.hw : dy + at(s, i, ch);
+    };
+    if (s.relu) {
+      for (int i = 0; i < s.n; ++i) {
+        const float* dyi = dy + at(s, i, ch);
+        const float* yi = y + at(s, i, ch);
+        float* r = masked.data() + static_cast<size_t>(i) * s.hw;
+#pragma omp simd
+        for (int p = 0; p < s.hw; ++p) {
+          const float d = dyi[p], v = yi[p];  // both read, so the select needs no branch
+          r[p] = v > 0.0f ? d : 0.0f;
+        }
       }
+    }
+    for (int i = 0; i < s.n; ++i) {
+      const float* dyi = dy_of(i);
+      sum_dy.add(dyi, s.hw);
+      sum_dy_xhat.add_products(dyi, x + at(s, i, ch), s.hw, mu, inv);
     }
     const double total_dy = sum_dy.total(), total_dy_xhat = sum_dy_xhat.total();
     if (dbeta) dbeta[ch] = static_cast<float>(total_dy);
@@ -163,22 +157,12 @@ void host_batchnorm_backward(const NormShape& s, float epsilon, const float* x, 
     const double mean_dy = total_dy / m, mean_dy_xhat = total_dy_xhat / m;
     for (int i = 0; i < s.n; ++i) {
       const float* xi = x + at(s, i, ch);
-      const float* dyi = dy + at(s, i, ch);
+      const float* dyi = dy_of(i);
       float* dxi = dx + at(s, i, ch);
-      if (s.relu) {
-        const float* yi = y + at(s, i, ch);
 #pragma omp simd
-        for (int p = 0; p < s.hw; ++p) {
-          double xhat = (xi[p] - mu) * inv;
-          float d = yi[p] > 0.0f ? dyi[p] : 0.0f;
-          dxi[p] = static_cast<float>(g * (d - mean_dy - xhat * mean_dy_xhat));
-        }
-      } else {
-#pragma omp simd
-        for (int p = 0; p < s.hw; ++p) {
-          double xhat = (xi[p] - mu) * inv;
-          dxi[p] = static_cast<float>(g * (dyi[p] - mean_dy - xhat * mean_dy_xhat));
-        }
+      for (int p = 0; p < s.hw; ++p) {
+        double xhat = (xi[p] - mu) * inv;
+        dxi[p] = static_cast<float>(g * (dyi[p] - mean_dy - xhat * mean_dy_xhat));
       }
     }
   }
