@@ -7,7 +7,8 @@
 // pass, channels last from the archive, gives the logits dtrain's model gives from
 // model.safetensors (to 1e-4: the kernels' transposes and the features' reordering). A model
 // whose features Keras would order differently is refused before training; a failed write names
-// the file and leaves none. Needs python3-numpy and python3-h5py (scripts/setup.sh --tests).
+// the file and leaves none; dtrain reads the archive back as the same model. Needs
+// python3-numpy and python3-h5py (scripts/setup.sh --tests).
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <ctime>
@@ -242,6 +243,9 @@ TEST_CASE("a Keras Sequential's model.keras has Keras's layout and computes dtra
       "group vars name=sequential"};
   CHECK(strings(doc.root().at("h5")) == expected);
   check_logits(doc.root(), dtrain_logits(keras_json, run, images()));
+  // dtrain reads the archive back as a Keras model file: the same model.
+  CHECK(train::read_keras_model(run + "/model/model.keras").model_json ==
+        train::translate_keras_model(keras_json, "model.json").model_json);
 }
 
 TEST_CASE("a Keras Functional's model.keras names its layers in Keras's order",
