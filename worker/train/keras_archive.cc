@@ -15,6 +15,7 @@
 #include <cctype>
 #include <cstdint>
 #include <functional>
+#include <initializer_list>
 #include <map>
 #include <memory>
 #include <numeric>
@@ -39,19 +40,26 @@ constexpr const char* kKerasVersion = "3.16.0";  // the release whose saving_lib
 // but which no weight sees in flat order, and whatever a Dense or a pooling made flat).
 using FeatureOrder = std::shared_ptr<const std::vector<uint32_t>>;
 
-// Kinds that take feature maps and keep no flat order: an input with one is not Keras's model.
-bool is_spatial(const std::string& type) {
-  for (const char* t : {"conv2d", "max_pooling2d", "global_average_pooling2d", "zero_padding2d",
-                        "random_crop", "random_flip"}) {
+bool is_one_of(const std::string& type, std::initializer_list<const char*> types) {
+  for (const char* t : types) {
     if (type == t) return true;
   }
   return false;
 }
 
-// Kinds applied feature by feature: the flat order passes through them.
+// Kinds whose outputs are laid out as Keras's would be, whatever their shape: those that take
+// feature maps and keep no flat order (an input with one is not Keras's model), and reshape,
+// which reads and writes Keras's channels-last order of the values itself.
+bool keeps_keras_order(const std::string& type) {
+  return is_one_of(
+      type, {"conv2d", "max_pooling2d", "average_pooling2d", "global_average_pooling2d",
+             "zero_padding2d", "random_crop", "random_flip", "random_translation", "reshape"});
+}
+
+// Kinds applied feature by feature (a number per layer, or per feature as its weights): the
+// flat order passes through them.
 bool is_elementwise(const std::string& type) {
-  return type == "dropout" || type == "relu" || type == "activation" ||
-         type == "batch_normalization";
+  return is_one_of(type, {"dropout", "relu", "activation", "batch_normalization", "rescaling"});
 }
 
 std::string keras_class(const nn::NodeSpec& node) {
@@ -115,7 +123,7 @@ FeatureOrder output_order(const nn::ModelSpec& spec, size_t i,
   // of a map's values may be dtrain's (c, h, w), which Keras's weights would not see.
   const nn::Dims& in = dims[0];
   const nn::Dims& map = in.flat() ? node.out : in;
-  if (!is_spatial(node.type) && node.type != "concatenate" && in.size() == node.out.size() &&
+  if (!keeps_keras_order(node.type) && node.type != "concatenate" && in.size() == node.out.size() &&
       in.flat() != node.out.flat() && map.c > 1)
     refuse(node, "dtrain does not know in which order it lays out a feature map's values");
   return nullptr;
