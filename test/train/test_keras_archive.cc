@@ -7,8 +7,10 @@
 // pass, channels last from the archive, gives the logits dtrain's model gives from
 // model.safetensors (to 1e-4: the kernels' transposes and the features' reordering). A model
 // whose features Keras would order differently is refused before training; a failed write names
-// the file and leaves none; dtrain reads the archive back as the same model. Needs
+// the file and leaves none, as a failed HDF5 call names its object; dtrain reads the archive back
+// as the same model. Needs
 // python3-numpy and python3-h5py (scripts/setup.sh --tests).
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <ctime>
@@ -28,6 +30,7 @@
 #include "test/train/keras_fixtures.h"
 #include "worker/nn/backend.h"
 #include "worker/nn/model.h"
+#include "worker/train/hdf5_image.h"
 #include "worker/train/keras_archive.h"
 #include "worker/train/keras_model.h"
 #include "worker/train/model_tensors.h"
@@ -359,4 +362,19 @@ TEST_CASE("a model.keras that cannot be written is an error naming it, and no fi
     left.push_back(entry.path().filename().string());
   std::sort(left.begin(), left.end());
   CHECK(left == std::vector<std::string>{"model", "model.keras"});  // no temporary file
+}
+
+TEST_CASE("an HDF5 image's failed call names the file, the object and HDF5's reason",
+          "[keras][archive]") {
+  train::Hdf5Image h5("x.keras: model.weights.h5");
+  const float value = 1;
+  CHECK_THROWS_WITH(h5.add_dataset("missing/0", {1}, &value),
+                    Catch::StartsWith("x.keras: model.weights.h5: cannot create the dataset "
+                                      "missing/0 (HDF5: "));
+  h5.add_group("layers/dense/vars");  // with the groups above it
+  CHECK_THROWS_WITH(h5.add_group("layers/dense/vars"),
+                    Catch::Contains("cannot create the group layers/dense/vars"));
+  h5.add_dataset("layers/dense/vars/0", {1}, &value);
+  const std::string bytes = h5.finish();
+  CHECK(bytes.compare(0, 8, std::string("\x89HDF\r\n\x1a\n", 8)) == 0);
 }

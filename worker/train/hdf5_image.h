@@ -11,6 +11,8 @@
 
 namespace dtrain::train {
 
+/// Every call that fails throws IoError "<label>: <what failed> (HDF5: <its innermost message>)".
+/// Single-threaded (it turns HDF5's error printing off around its calls, a process-wide setting).
 class Hdf5Image {
  public:
   /// label names the file in messages ("run/model/model.keras: model.weights.h5").
@@ -30,7 +32,6 @@ class Hdf5Image {
   /// The file's bytes. Ends the image: nothing may be added after.
   std::string finish();
 
-  /// Each call throws IoError "<label>: <what failed> (HDF5: <its innermost message>)".
  private:
   std::string label_;
   int64_t file_ = -1;  ///< hid_t of the open file; -1 once finished
