@@ -8,8 +8,7 @@
 // model.safetensors (to 1e-4: the kernels' transposes and the features' reordering). A model
 // whose features Keras would order differently is refused before training; a failed write names
 // the file and leaves none, as a failed HDF5 call names its object; dtrain reads the archive back
-// as the same model. Needs
-// python3-numpy and python3-h5py (scripts/setup.sh --tests).
+// as the same model. Needs python3-numpy and python3-h5py (scripts/setup.sh --tests).
 #include <algorithm>
 #include <catch2/catch.hpp>
 #include <cmath>
