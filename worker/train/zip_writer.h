@@ -4,6 +4,7 @@
 // of 4 GiB or more, or more than 65535 members, is an error. Reading zips is data::NpzFile's.
 #pragma once
 
+#include <cstdint>
 #include <ctime>
 #include <string>
 #include <string_view>
