@@ -7,6 +7,15 @@ find_package(fmt REQUIRED)
 find_package(spdlog REQUIRED)
 find_package(ZLIB REQUIRED)
 find_package(OpenSSL REQUIRED)
+# HDF5 (worker/train/hdf5_image.cc, the only user): the weights of the Keras archive the final
+# model is also written as (Debian's serial libhdf5, libhdf5-dev). FindHDF5 finds the folders;
+# the target links libhdf5 alone, not the static link line of h5cc (curl, libpthread.a, ...).
+enable_language(C)  # FindHDF5 compiles a C test program
+find_package(HDF5 REQUIRED COMPONENTS C)
+find_library(DTRAIN_HDF5_LIBRARY NAMES hdf5_serial hdf5 HINTS ${HDF5_C_LIBRARY_DIRS} REQUIRED)
+add_library(dtrain_hdf5 INTERFACE)
+target_include_directories(dtrain_hdf5 SYSTEM INTERFACE ${HDF5_C_INCLUDE_DIRS})
+target_link_libraries(dtrain_hdf5 INTERFACE ${DTRAIN_HDF5_LIBRARY})
 # Image folders (worker/data/image_decode.cc, the only user): libpng 1.6 and libjpeg-turbo.
 find_package(PNG REQUIRED)
 find_package(JPEG REQUIRED)

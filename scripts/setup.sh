@@ -9,7 +9,7 @@ packages=(
   build-essential cmake ninja-build pkg-config git
   libboost-dev libboost-program-options-dev
   rapidjson-dev libspdlog-dev libfmt-dev catch2
-  zlib1g-dev libssl-dev libdnnl-dev libre2-dev
+  zlib1g-dev libssl-dev libdnnl-dev libre2-dev libhdf5-dev
   libpng-dev libjpeg62-turbo-dev
   dataset-fashion-mnist
   procps tmux python3
@@ -17,14 +17,15 @@ packages=(
   slurmctld slurmd slurm-client munge
 )
 # --tests: also what only tests use (PyTorch for the DDP and model-loading tests; ~1 minute) and
-# clang-format 14 for scripts/format.sh --check; PIL writes the PNG and JPEG files of the
+# clang-format 14 for scripts/format.sh --check; h5py reads the Keras archive's weights
+# (test/train/read_keras_archive.py); PIL writes the PNG and JPEG files of the
 # image tests; ccache, through which scripts/build.sh compiles, so that CI's second build reuses
 # the objects its first one compiled the same way (docs/testing.md); fuse3 and python3-fusepy for
 # the slow disk of the freeze watch's tests (test/support/slow_fs.py); clang 14 and its OpenMP
 # headers for scripts/clang-check.sh.
 if [ "${1:-}" = "--tests" ]; then
   packages+=(python3-torch python3-numpy python3-pil clang-format ccache python3-fusepy fuse3
-             clang-14 libomp-14-dev)
+             clang-14 libomp-14-dev python3-h5py)
 fi
 
 missing=()

@@ -18,6 +18,7 @@
 #include "common/errors.h"
 #include "common/json.h"
 #include "worker/data/npz_file.h"
+#include "worker/train/keras_archive.h"
 #include "worker/train/keras_layer.h"
 
 namespace dtrain::train {
@@ -345,6 +346,16 @@ std::string relabel(const std::string& message, const Graph& g) {
   return message;
 }
 
+// The model's envelope as read, but for compile_config: model.keras holds an uncompiled model.
+std::string envelope_without_compile_config(const JsonNode& root) {
+  common::JsonWriter w;
+  w.begin_object();
+  for (const auto& [key, value] : root.as_object()) {
+    if (key != "compile_config") w.key(key).raw(value.dump());
+  }
+  return w.end_object().str();
+}
+
 KerasModel translate(const JsonNode& root) {
   if (!root.is_object())
     root.fail(fmt::format("expected a Keras model, found {}", root.describe()));
@@ -378,6 +389,8 @@ KerasModel translate(const JsonNode& root) {
   } catch (const common::ConfigError& error) {
     throw common::ConfigError(relabel(error.what(), g));
   }
+  check_keras_layout(model.spec);  // before training, not at its end, when model.keras is written
+  model.keras_config = envelope_without_compile_config(root);
   return model;
 }
 

@@ -164,6 +164,7 @@ void parse_model(const common::JsonNode& node, TrainConfig& c) {
     KerasModel keras = read_keras_model(path);
     c.model = std::move(keras.spec);
     c.model_json = std::move(keras.model_json);
+    c.keras_config = std::move(keras.keras_config);
   } catch (const common::ConfigError& e) {
     file.fail(e.what());
   }

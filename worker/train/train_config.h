@@ -42,6 +42,9 @@ struct TrainConfig {
   /// train.model as compact JSON (a Keras file's translation, for {"keras": FILE}): the
   /// architecture checkpoints record.
   std::string model_json;
+  /// {"keras": FILE}: the Keras model's envelope (KerasModel::keras_config), which the chief
+  /// writes back as RUN_DIR/model/model.keras with the trained weights; "" otherwise.
+  std::string keras_config;
   bool from_logits = false;  ///< Keras's default (also for the shorthand "loss": "<name>")
   /// train.loss.label_smoothing: targets (1 - s) * onehot + s / classes (Keras's
   /// CategoricalCrossentropy's), in training and in validation alike.

@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <ctime>
 #include <fstream>
 #include <limits>
 #include <optional>
@@ -20,6 +21,7 @@
 #include "common/run_dir.h"
 #include "worker/data/batcher.h"
 #include "worker/train/evaluator.h"
+#include "worker/train/keras_archive.h"
 
 namespace dtrain::train {
 
@@ -491,8 +493,13 @@ EpochMetrics Trainer::fit_from_state() {
     common::BusyPhase busy(options_.record, common::ProgressPhase::kSaving);
     std::vector<TensorView> weights = checkpoint_tensors();
     weights.resize(tensors_->weight_count());
-    write_final_model(common::RunDir(options_.run_dir).model_dir(), weights, config_.model_json,
-                      dtype_policy_name(config_), train_.class_names);
+    const std::string model_dir = common::RunDir(options_.run_dir).model_dir();
+    write_final_model(model_dir, weights, config_.model_json, dtype_policy_name(config_),
+                      train_.class_names);
+    if (!config_.keras_config.empty()) {  // the model came from Keras: also in Keras's format
+      write_keras_archive(model_dir + "/model.keras", config_.keras_config, config_.model, weights,
+                          std::time(nullptr));
+    }
     if (config_.backup.delete_on_success) store_.remove_all();
   }
   return last;

@@ -1,0 +1,339 @@
+// See keras_archive.h. Keras's side, read from keras-team/keras 3.16: saving/saving_lib.py (the
+// zip's members; _save_state: a "vars" group per saveable with a "name" attribute, the model's
+// own at the root, each of model.layers under layers/<snake case of its class, made unique in
+// order>, datasets "0", "1", ... in the layer's trainable then non-trainable order),
+// utils/naming.py (to_snake_case), models/sequential.py (layers without the InputLayer),
+// ops/function.py (map_graph: a Functional's layers, its InputLayer among them, by depth from
+// the output, ties in the order a depth-first walk from the output first meets them), and each
+// layer's build() (Conv2D kernel [kh, kw, in, out] then bias, Dense kernel [in, out] then bias,
+// BatchNormalization gamma, beta, moving_mean, moving_variance, those it has).
+#include "worker/train/keras_archive.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cstdint>
+#include <functional>
+#include <initializer_list>
+#include <map>
+#include <memory>
+#include <numeric>
+#include <regex>
+#include <string>
+#include <vector>
+
+#include "common/atomic_file.h"
+#include "common/errors.h"
+#include "common/json.h"
+#include "worker/nn/layer_registry.h"
+#include "worker/train/hdf5_image.h"
+#include "worker/train/zip_writer.h"
+
+namespace dtrain::train {
+namespace {
+
+constexpr const char* kKerasVersion = "3.16.0";  // the release whose saving_lib this follows
+
+// Keras's order of a flat output's features where it differs from dtrain's: feature k in Keras
+// is dtrain's feature (*order)[k]. Null where they agree (feature maps, whose layouts differ
+// but which no weight sees in flat order, and whatever a Dense or a pooling made flat).
+using FeatureOrder = std::shared_ptr<const std::vector<uint32_t>>;
+
+bool is_one_of(const std::string& type, std::initializer_list<const char*> types) {
+  for (const char* t : types) {
+    if (type == t) return true;
+  }
+  return false;
+}
+
+// Kinds whose outputs are laid out as Keras's would be, whatever their shape: those that take
+// feature maps and keep no flat order (an input with one is not Keras's model), and reshape,
+// which reads and writes Keras's channels-last order of the values itself.
+bool keeps_keras_order(const std::string& type) {
+  return is_one_of(
+      type, {"conv2d", "max_pooling2d", "average_pooling2d", "global_average_pooling2d",
+             "zero_padding2d", "random_crop", "random_flip", "random_translation", "reshape"});
+}
+
+// Kinds applied feature by feature (a number per layer, or per feature as its weights): the
+// flat order passes through them.
+bool is_elementwise(const std::string& type) {
+  return is_one_of(type, {"dropout", "relu", "activation", "batch_normalization", "rescaling"});
+}
+
+std::string keras_class(const nn::NodeSpec& node) {
+  const nn::LayerKind* kind = nn::find_layer_kind(node.type);
+  DT_ENFORCE(kind, "layer type {}", node.type);
+  return kind->keras_class;
+}
+
+[[noreturn]] void refuse(const nn::NodeSpec& node, const std::string& why) {
+  throw common::ConfigError(
+      fmt::format("layer \"{}\" ({}): {}; dtrain cannot write it in "
+                  "Keras's channels-last layout (model.keras)",
+                  node.name, keras_class(node), why));
+}
+
+// Flattening a c x h x w map: Keras's (h, w, c) order in terms of dtrain's (c, h, w).
+FeatureOrder flatten_order(const nn::Dims& d) {
+  if (d.c == 1 || d.flat()) return nullptr;
+  auto order = std::make_shared<std::vector<uint32_t>>(d.size());
+  size_t k = 0;
+  for (int y = 0; y < d.h; ++y)
+    for (int x = 0; x < d.w; ++x)
+      for (int c = 0; c < d.c; ++c) (*order)[k++] = static_cast<uint32_t>((c * d.h + y) * d.w + x);
+  return order;
+}
+
+bool same(const FeatureOrder& a, const FeatureOrder& b) {
+  return a == b || (a && b && *a == *b);
+}
+
+// Concatenated flat inputs: each one's order, shifted past the features before it.
+FeatureOrder concatenated(const std::vector<FeatureOrder>& ins, const std::vector<nn::Dims>& dims) {
+  auto order = std::make_shared<std::vector<uint32_t>>();
+  uint32_t offset = 0;
+  for (size_t i = 0; i < ins.size(); ++i) {
+    for (uint32_t k = 0; k < dims[i].size(); ++k)
+      order->push_back(offset + (ins[i] ? (*ins[i])[k] : k));
+    offset += static_cast<uint32_t>(dims[i].size());
+  }
+  return order;
+}
+
+// Node i's output order from its inputs' (ins); throws for what Keras's model cannot match.
+FeatureOrder output_order(const nn::ModelSpec& spec, size_t i,
+                          const std::vector<FeatureOrder>& ins) {
+  const nn::NodeSpec& node = spec.nodes[i];
+  const std::vector<nn::Dims> dims = spec.input_dims_of(i);
+  const bool ordered = std::any_of(ins.begin(), ins.end(), [](auto& o) { return o != nullptr; });
+  if (node.type == "flatten") return ins[0] ? ins[0] : flatten_order(dims[0]);
+  if (node.type == "dense") return nullptr;  // its kernel's rows take Keras's order
+  if (is_elementwise(node.type)) return ins[0];
+  if (node.type == "add") {
+    for (const FeatureOrder& o : ins) {
+      if (!same(o, ins[0])) refuse(node, "it adds features that Keras orders differently");
+    }
+    return ins[0];
+  }
+  if (node.type == "concatenate" && ordered && node.out.flat()) return concatenated(ins, dims);
+  if (ordered) refuse(node, "it comes after a Flatten of a feature map");
+  // A kind not listed here that turns a map into features, or features into a map: its order
+  // of a map's values may be dtrain's (c, h, w), which Keras's weights would not see.
+  const nn::Dims& in = dims[0];
+  const nn::Dims& map = in.flat() ? node.out : in;
+  if (!keeps_keras_order(node.type) && node.type != "concatenate" && in.size() == node.out.size() &&
+      in.flat() != node.out.flat() && map.c > 1)
+    refuse(node, "dtrain does not know in which order it lays out a feature map's values");
+  return nullptr;
+}
+
+// Each node's input order (of its first input: what its weights see).
+std::vector<FeatureOrder> input_orders(const nn::ModelSpec& spec) {
+  std::vector<FeatureOrder> out(spec.nodes.size()), in(spec.nodes.size());
+  for (size_t i = 0; i < spec.nodes.size(); ++i) {
+    std::vector<FeatureOrder> ins;
+    for (size_t j : spec.nodes[i].inputs)
+      ins.push_back(j == nn::NodeSpec::kModelInput ? nullptr : out[j]);
+    in[i] = ins.empty() ? nullptr : ins[0];
+    out[i] = output_order(spec, i, ins);
+  }
+  return in;
+}
+
+// Keras's naming.to_snake_case: "GlobalAveragePooling2D" is "global_average_pooling2d".
+std::string snake_case(const std::string& class_name) {
+  static const std::regex word("(.)([A-Z][a-z]+)"), hump("([a-z])([A-Z])");
+  std::string s = std::regex_replace(std::regex_replace(class_name, word, "$1_$2"), hump, "$1_$2");
+  std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return std::tolower(c); });
+  return s;
+}
+
+// A Functional's layers in Keras's order (map_graph): node indices, nodes.size() for the
+// InputLayer. Each dtrain layer is called once, so a layer is its one node.
+std::vector<size_t> functional_order(const nn::ModelSpec& spec) {
+  const size_t input = spec.nodes.size();
+  auto parents = [&](size_t i) {
+    std::vector<size_t> p;
+    if (i == input) return p;
+    for (size_t j : spec.nodes[i].inputs) p.push_back(j == nn::NodeSpec::kModelInput ? input : j);
+    return p;
+  };
+  std::vector<int64_t> first_seen(input + 1, -1);
+  std::vector<size_t> finished;  // inputs before the layers that take them
+  int64_t seen = 0;
+  std::function<void(size_t)> walk = [&](size_t i) {
+    if (first_seen[i] >= 0) return;  // no cycles: seen means finished
+    first_seen[i] = seen++;
+    for (size_t j : parents(i)) walk(j);
+    finished.push_back(i);
+  };
+  walk(input - 1);  // the output
+  std::vector<int64_t> depth(input + 1, 0);
+  for (auto it = finished.rbegin(); it != finished.rend(); ++it) {
+    for (size_t j : parents(*it)) depth[j] = std::max(depth[j], depth[*it] + 1);
+  }
+  std::vector<size_t> order = finished;
+  std::sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+    return depth[a] != depth[b] ? depth[a] > depth[b] : first_seen[a] < first_seen[b];
+  });
+  return order;
+}
+
+// The model as Keras sees it when it saves: its name, and each of model.layers in order with
+// its class and name (node null for a Functional's InputLayer).
+struct KerasLayer {
+  const nn::NodeSpec* node;
+  size_t index;  ///< the node's index in spec.nodes
+  std::string class_name, name;
+};
+
+struct KerasView {
+  std::string model_name;
+  std::vector<KerasLayer> layers;
+};
+
+KerasView keras_view(const std::string& keras_config, const nn::ModelSpec& spec) {
+  common::JsonDocument doc = common::JsonDocument::parse(keras_config, "config.json");
+  const common::JsonNode root = doc.root();
+  const std::string model_class = root.at("class_name").as_string();
+  const common::JsonNode config = root.at("config");
+  KerasView view;
+  const bool functional = model_class == "Functional";
+  DT_ENFORCE(functional || model_class == "Sequential", "a Keras {} model", model_class);
+  auto name = config.find("name");
+  view.model_name = name && name->is_string() ? name->as_string() : snake_case(model_class);
+  std::string input_name = "input_layer";
+  for (const common::JsonNode& entry : config.at("layers").as_array()) {
+    if (entry.at("class_name").as_string() != "InputLayer") continue;
+    auto n = functional ? entry.find("name") : entry.at("config").find("name");
+    if (n && n->is_string()) input_name = n->as_string();
+  }
+  std::vector<size_t> order(spec.nodes.size());
+  std::iota(order.begin(), order.end(), 0);  // a Sequential's: as listed (a chain keeps it)
+  if (functional) order = functional_order(spec);
+  for (size_t i : order) {
+    if (i == spec.nodes.size()) {
+      view.layers.push_back({nullptr, i, "InputLayer", input_name});
+      continue;
+    }
+    const nn::NodeSpec& node = spec.nodes[i];
+    view.layers.push_back({&node, i, keras_class(node), node.name});
+  }
+  return view;
+}
+
+// One of a layer's variables in Keras's layout.
+struct Variable {
+  std::vector<int64_t> shape;
+  std::vector<float> values;
+};
+
+Variable convert(const KerasLayer& layer, const TensorView& t, const std::string& what,
+                 const FeatureOrder& order) {
+  const std::string& type = layer.node->type;
+  Variable v{t.shape, std::vector<float>(t.data, t.data + t.count)};
+  if (type == "conv2d" && what == "kernel") {  // [out, in, kh, kw] -> [kh, kw, in, out]
+    DT_ENFORCE_EQ(t.shape.size(), size_t{4}, "{}", t.name);
+    const int64_t o = t.shape[0], c = t.shape[1], kh = t.shape[2], kw = t.shape[3];
+    v.shape = {kh, kw, c, o};
+    for (int64_t a = 0; a < o; ++a)
+      for (int64_t b = 0; b < c; ++b)
+        for (int64_t y = 0; y < kh; ++y)
+          for (int64_t x = 0; x < kw; ++x)
+            v.values[((y * kw + x) * c + b) * o + a] = t.data[((a * c + b) * kh + y) * kw + x];
+  } else if (type == "dense" && what == "kernel" && order) {  // rows in Keras's feature order
+    DT_ENFORCE(t.shape.size() == 2 && static_cast<size_t>(t.shape[0]) == order->size(), "{}",
+               t.name);
+    const size_t units = static_cast<size_t>(t.shape[1]);
+    for (size_t k = 0; k < order->size(); ++k)
+      std::copy_n(t.data + (*order)[k] * units, units, v.values.begin() + k * units);
+  } else if (type == "batch_normalization" && order) {  // per feature, in Keras's order
+    DT_ENFORCE(t.count == order->size(), "{}", t.name);
+    for (size_t k = 0; k < order->size(); ++k) v.values[k] = t.data[(*order)[k]];
+  } else if (type != "conv2d" && type != "dense" && type != "batch_normalization") {
+    throw common::ConfigError(
+        fmt::format("layer \"{}\" ({}): dtrain does not know Keras's layout of its weights",
+                    layer.name, layer.class_name));
+  }
+  return v;
+}
+
+// A layer's tensors among weights (its parameters then its state: Keras's trainable then
+// non-trainable order), each with its name relative to the layer.
+std::vector<std::pair<const TensorView*, std::string>> tensors_of(
+    const nn::NodeSpec& node, const std::vector<TensorView>& weights) {
+  std::vector<std::pair<const TensorView*, std::string>> found;
+  for (const TensorView& t : weights) {
+    if (t.name.compare(0, node.param_prefix.size(), node.param_prefix) != 0) continue;
+    std::string rest = t.name.substr(node.param_prefix.size());
+    if (rest.find('.') == std::string::npos) found.emplace_back(&t, std::move(rest));
+  }
+  return found;
+}
+
+std::string weights_file(const std::string& label, const KerasView& view, const nn::ModelSpec& spec,
+                         const std::vector<TensorView>& weights) {
+  const std::vector<FeatureOrder> orders = input_orders(spec);
+  Hdf5Image h5(label);
+  h5.add_group("vars");  // the model's own (it has none), named
+  h5.set_attribute("vars", "name", view.model_name);
+  std::map<std::string, int> used;
+  for (const KerasLayer& layer : view.layers) {
+    std::string group = snake_case(layer.class_name);
+    auto [it, fresh] = used.emplace(group, 0);
+    if (!fresh) group += fmt::format("_{}", ++it->second);
+    group = "layers/" + group + "/vars";
+    h5.add_group(group);
+    const bool auto_name = !layer.node || layer.name.rfind("layers.", 0) == 0;
+    h5.set_attribute(group, "name",
+                     layer.node && auto_name ? group.substr(7, group.size() - 12) : layer.name);
+    if (!layer.node) continue;
+    int k = 0;
+    for (const auto& [tensor, what] : tensors_of(*layer.node, weights)) {
+      Variable v = convert(layer, *tensor, what, orders[layer.index]);
+      h5.add_dataset(fmt::format("{}/{}", group, k++), v.shape, v.values.data());
+    }
+  }
+  return h5.finish();
+}
+
+// metadata.json as Keras writes it (json.dumps's spacing).
+std::string metadata_json(std::time_t saved) {
+  std::tm t{};
+  localtime_r(&saved, &t);
+  char date[32];
+  std::strftime(date, sizeof date, "%Y-%m-%d@%H:%M:%S", &t);
+  return fmt::format(R"({{"keras_version": "{}", "date_saved": "{}"}})", kKerasVersion, date);
+}
+
+}  // namespace
+
+void check_keras_layout(const nn::ModelSpec& spec) {
+  input_orders(spec);
+}
+
+void write_keras_archive(const std::string& path, const std::string& keras_config,
+                         const nn::ModelSpec& spec, const std::vector<TensorView>& weights,
+                         std::time_t saved) {
+  std::string zip;
+  try {
+    KerasView view = keras_view(keras_config, spec);
+    std::string h5 = weights_file(path + ": model.weights.h5", view, spec, weights);
+    ZipWriter writer(saved);
+    writer.add("metadata.json", metadata_json(saved));
+    writer.add("config.json", keras_config);
+    writer.add("model.weights.h5", h5);
+    zip = writer.finish();
+  } catch (const common::ConfigError& e) {
+    throw common::ConfigError(fmt::format("{}: {}", path, e.what()));
+  }
+  try {
+    common::write_file_atomically(path, zip);
+  } catch (const common::IoError& e) {
+    throw common::IoError(fmt::format("{}: {}", path, e.what()));
+  }
+}
+
+}  // namespace dtrain::train
