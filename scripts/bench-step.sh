@@ -79,7 +79,7 @@ fi
 bf16=$(sed -n 's/^mixed_bfloat16 //p' <<<"$cpu_info")
 echo "# CPU: $(sed -n 's/^cpu_model //p' <<<"$cpu_info"); oneDNN ISA: $(sed -n 's/^onednn_isa //p' <<<"$cpu_info"); lscpu flags: $(have avx512_bf16) $(have amx_bf16) $(have avx512f) $(have avx2); dtrain mixed_bfloat16: $bf16"
 alternative=$(update-alternatives --query libblas.so.3-x86_64-linux-gnu 2>/dev/null | sed -n 's/^Value: //p')
-echo "# $(torch --info) (LD_LIBRARY_PATH=$torch_openmp_blas; the system's libblas.so.3 alternative: ${alternative:-unknown})"
+echo "# $(torch_python bench/step_torch.py --info) (LD_LIBRARY_PATH=$torch_openmp_blas; the system's libblas.so.3 alternative: ${alternative:-unknown})"
 torch_calibrate "$steps"
 torch_header
 echo "# each cell: the median of $repeat runs, the four columns' runs alternated"
