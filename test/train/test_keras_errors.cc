@@ -76,8 +76,9 @@ TEST_CASE("a Keras key at a value dtrain does not compute is refused naming it",
       {1, "lora_rank", "4",
        R"(layer "conv2d" (Conv2D): lora_rank: 4 is not supported (dtrain )"
        R"(supports only null))"},
-      {2, "padding", R"("same")",
-       R"(layer "max_pooling2d" (MaxPooling2D): padding: only "valid" padding is supported)"},
+      {2, "padding", R"("full")",
+       R"(layer "max_pooling2d" (MaxPooling2D): padding: expected "valid" or "same", found )"
+       R"("full")"},
       {4, "max_value", "6.0",
        R"(layer "re_lu" (ReLU): max_value: 6.0 is not supported (dtrain supports only null))"},
       {4, "negative_slope", "0.1",
@@ -86,9 +87,9 @@ TEST_CASE("a Keras key at a value dtrain does not compute is refused naming it",
        R"(layer "dropout" (Dropout): noise_shape: [null,1,1,6] is not supported)"},
       {6, "data_format", R"("channels_first")",
        R"(layer "flatten" (Flatten): data_format: "channels_first" is not supported)"},
-      {7, "activation", R"("tanh")",
-       R"(layer "dense" (Dense): activation: "tanh" is not supported (dtrain computes linear, )"
-       R"(relu or softmax))"},
+      {7, "activation", R"("elu")",
+       R"(layer "dense" (Dense): activation: "elu" is not supported (dtrain computes linear, )"
+       R"(relu, softmax, sigmoid, tanh, gelu or silu))"},
       {7, "use_bias", "0", R"(layer "dense" (Dense): use_bias: expected true or false)"},
       {7, "kernel_initializer", kOrthogonal,
        R"(layer "dense" (Dense): kernel_initializer.config: unknown key "gain")"},
@@ -100,10 +101,22 @@ TEST_CASE("a Keras key at a value dtrain does not compute is refused naming it",
        R"(layer "dense" (Dense): bias_initializer: "ones" is not supported (dtrain computes )"
        R"(Zeros))"},
       {7, "kernel_regularizer",
-       R"({"module": "keras.regularizers", "class_name": "L2", "config": {"l2": 0.01}, )"
+       R"({"module": "keras.regularizers", "class_name": "OrthogonalRegularizer", "config": )"
+       R"({"factor": 0.01, "mode": "rows"}, "registered_name": null})",
+       R"(layer "dense" (Dense): kernel_regularizer.class_name: regularizer )"
+       R"(OrthogonalRegularizer is not supported (dtrain has L1, L2 and L1L2))"},
+      {3, "bias_regularizer",
+       R"({"module": "keras.regularizers", "class_name": "L2", "config": {"l2": -0.5}, )"
        R"("registered_name": null})",
-       R"(layer "dense" (Dense): kernel_regularizer: L2 is not supported (dtrain supports only )"
-       R"(null))"},
+       R"(layer "conv2d_1" (Conv2D): bias_regularizer.config.l2: expected a number from 0 )"},
+      {3, "kernel_regularizer",
+       R"({"module": "keras.regularizers", "class_name": "L1", "config": {"l2": 0.5}, )"
+       R"("registered_name": null})",
+       R"(layer "conv2d_1" (Conv2D): kernel_regularizer.config: unknown key "l2")"},
+      {3, "kernel_regularizer",
+       R"({"module": "my_package", "class_name": "L2", "config": {"l2": 0.5}, )"
+       R"("registered_name": null})",
+       R"(layer "conv2d_1" (Conv2D): kernel_regularizer.module: "my_package" is not Keras's )"},
       {7, "units", "0", R"(layer "dense" (Dense): units: expected an integer from 1)"},
       {7, "kernel_sizes", "3",
        R"(layer "dense" (Dense): kernel_sizes: not a key of Dense that dtrain knows (it knows: )"
@@ -131,10 +144,11 @@ TEST_CASE("a Keras class dtrain does not have, or a custom one, is refused namin
                         "Conv2D, MaxPooling2D, Flatten, Dense, Dropout, ReLU, Add, Concatenate, "));
   // Activation is read, but only with an activation dtrain computes.
   layers[4].class_name = "Activation";
-  layers[4].config = kf::Obj().set("name", R"("activation")").set("activation", R"("tanh")");
+  layers[4].config = kf::Obj().set("name", R"("activation")").set("activation", R"("elu")");
   CHECK_THAT(error_of(kf::sequential(layers)),
-             StartsWith("model.json: layer \"activation\" (Activation): activation: \"tanh\" is "
-                        "not supported (dtrain computes linear, relu or softmax)"));
+             StartsWith("model.json: layer \"activation\" (Activation): activation: \"elu\" is "
+                        "not supported (dtrain computes linear, relu, softmax, sigmoid, tanh, "
+                        "gelu or silu)"));
   const std::string custom = replaced(kf::sequential_fixture(),
                                       R"("module": "keras.layers", )"
                                       R"("class_name": "Conv2D")",
