@@ -134,6 +134,64 @@ TEST_CASE("a Keras key at a value dtrain does not compute is refused naming it",
   }
 }
 
+TEST_CASE("issue 44's classes refuse a value dtrain does not compute, naming it", "[keras]") {
+  // InputLayer, Rescaling, RandomTranslation, AveragePooling2D, Reshape, Flatten, Dense.
+  auto layers = [] {
+    return std::vector<kf::Layer>{
+        kf::input_layer("input_layer", "[null, 8, 8, 1]"),
+        kf::rescaling("rescaling", "0.5", "0.0", "[null, 8, 8, 1]"),
+        kf::random_translation("random_translation", "0.1", "0.1", "[null, 8, 8, 1]"),
+        kf::average_pooling2d("average_pooling2d", "[2, 2]", "[2, 2]", "valid", "[null, 4, 4, 1]"),
+        kf::reshape("reshape", "[16]", "[null, 16]"),
+        kf::flatten("flatten", "[null, 16]"),
+        kf::dense("dense", 3, "linear", "[null, 3]")};
+  };
+  CHECK(error_of(kf::sequential(layers())) == "accepted");
+  struct Case {
+    size_t layer;
+    const char* key;
+    std::string value;
+    std::string message;
+  };
+  const std::vector<Case> cases = {
+      {1, "scale", "[0.5, 0.25]",
+       R"(layer "rescaling" (Rescaling): scale: expected a number (dtrain has no per-channel )"},
+      {2, "fill_mode", R"("mirror")",
+       R"(layer "random_translation" (RandomTranslation): fill_mode: expected "reflect", )"},
+      {2, "height_factor", "-1.5",
+       R"(layer "random_translation" (RandomTranslation): height_factor: expected a number )"
+       R"(from -1 to 1)"},
+      {2, "interpolation", R"("bicubic")",
+       R"(layer "random_translation" (RandomTranslation): interpolation: expected )"
+       R"("bilinear" or "nearest")"},
+      {2, "data_format", R"("channels_first")",
+       R"(layer "random_translation" (RandomTranslation): data_format: "channels_first" is not )"},
+      {3, "padding", R"("causal")",
+       R"(layer "average_pooling2d" (AveragePooling2D): padding: expected "valid" or "same")"},
+      {3, "data_format", R"("channels_first")",
+       R"(layer "average_pooling2d" (AveragePooling2D): data_format: "channels_first" is not )"},
+      {4, "target_shape", "[4, 4]",
+       R"(layer "reshape" (Reshape): target_shape: expected [units] or [height, width, )"},
+      {6, "activation", R"("hard_silu")",
+       R"(layer "dense" (Dense): activation: "hard_silu" is not supported)"},
+      {6, "bias_regularizer", R"("orthogonal_regularizer")",
+       R"(layer "dense" (Dense): bias_regularizer: regularizer orthogonal_regularizer is not )"
+       R"(supported (dtrain has L1, L2 and L1L2))"},
+  };
+  for (const Case& c : cases) {
+    INFO(c.key << " = " << c.value);
+    std::vector<kf::Layer> model = layers();
+    model[c.layer].config.set(c.key, c.value);
+    CHECK_THAT(error_of(kf::sequential(model)), StartsWith("model.json: " + c.message));
+  }
+  // A Reshape whose target does not hold its input, in the file's terms.
+  std::vector<kf::Layer> model = layers();
+  model[4].config.set("target_shape", "[15]");
+  CHECK_THAT(error_of(kf::sequential(model)),
+             StartsWith("model.json: layer \"reshape\" (Reshape): target_shape [15] does not "
+                        "hold the input's 16 values"));
+}
+
 TEST_CASE("a Keras class dtrain does not have, or a custom one, is refused naming it", "[keras]") {
   std::vector<kf::Layer> layers = kf::chain_layers();
   layers[4].class_name = "LayerNormalization";
