@@ -438,7 +438,8 @@ class Builder:
 
     def conv2d(self, i, layer):
         self.keys(i, layer, {"filters", "kernel_size", "strides", "padding", "activation",
-                             "use_bias", "kernel_initializer"})
+                             "use_bias", "kernel_initializer", "kernel_regularizer",
+                             "bias_regularizer"})  # regularizers: training only
         self.spatial()
         c, h, w = self.dims
         k, bias = layer["filters"], self.use_bias(i, layer)
@@ -462,7 +463,8 @@ class Builder:
         self.activation(i, layer)
 
     def dense(self, i, layer):
-        self.keys(i, layer, {"units", "activation", "use_bias", "kernel_initializer"})
+        self.keys(i, layer, {"units", "activation", "use_bias", "kernel_initializer",
+                             "kernel_regularizer", "bias_regularizer"})
         c, h, w = self.dims
         if h != 1 or w != 1:
             raise ModelError(f"model.layers[{i}]: dense needs flat input ({h}x{w}x{c})")
