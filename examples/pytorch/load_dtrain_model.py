@@ -112,7 +112,8 @@ INPUT = -1  # where a layer takes the model's input ("inputs": ["input"], or the
 KINDS = ("conv2d", "dense", "max_pooling2d", "flatten", "dropout", "relu", "activation", "add",
          "concatenate",
          "batch_normalization", "global_average_pooling2d", "zero_padding2d", "random_crop",
-         "random_flip")
+         "random_flip", "average_pooling2d", "rescaling", "reshape",
+         "random_translation")
 
 
 class Graph:
@@ -240,6 +241,60 @@ class Concatenate(Module):
             return torch.cat(xs, dim=1)
         shape = next(x for x in xs if x.dim() == 4).shape[2:]
         return torch.cat([x.reshape(x.shape[0], -1, *shape) for x in xs], dim=1)
+
+
+class SamePool2d(Module):
+    """TensorFlow's "same" pooling: explicit padding (the odd pixel at the bottom and right)
+    that takes no part: the maximum or the mean of each window's elements inside the input."""
+
+    def __init__(self, mode, kernel, stride, sides):
+        super().__init__()
+        self.mode, self.kernel, self.stride, self.sides = mode, kernel, stride, sides
+
+    def forward(self, x):
+        pad = torch.nn.functional.pad
+        if self.mode == "max":
+            return torch.nn.functional.max_pool2d(pad(x, self.sides, value=-math.inf),
+                                                  self.kernel, self.stride)
+        total = torch.nn.functional.avg_pool2d(pad(x, self.sides), self.kernel, self.stride)
+        inside = torch.nn.functional.avg_pool2d(pad(torch.ones_like(x[:1, :1]), self.sides),
+                                                self.kernel, self.stride)
+        return total / inside
+
+    def extra_repr(self):
+        return f"{self.mode}, kernel={self.kernel}, stride={self.stride}, sides={self.sides}"
+
+
+class Rescale(Module):
+    """Keras's Rescaling: x * scale + offset."""
+
+    def __init__(self, scale, offset):
+        super().__init__()
+        self.scale, self.offset = scale, offset
+
+    def forward(self, x):
+        return x * self.scale + self.offset
+
+    def extra_repr(self):
+        return f"scale={self.scale}, offset={self.offset}"
+
+
+class ChannelsLastReshape(Module):
+    """Keras's Reshape on dtrain's NCHW (or flat) tensors: the elements in channels-last order
+    reshaped to target, (h, w, c) laid out NCHW again, or (units,) flat."""
+
+    def __init__(self, target):
+        super().__init__()
+        self.target = tuple(target)
+
+    def forward(self, x):
+        if x.dim() == 4:
+            x = x.permute(0, 2, 3, 1)
+        x = x.reshape(x.shape[0], *self.target)
+        return x.permute(0, 3, 1, 2) if x.dim() == 4 else x
+
+    def extra_repr(self):
+        return f"target={self.target}"
 
 
 class GlobalAveragePool2d(Module):
@@ -383,7 +438,8 @@ class Builder:
 
     def conv2d(self, i, layer):
         self.keys(i, layer, {"filters", "kernel_size", "strides", "padding", "activation",
-                             "use_bias", "kernel_initializer"})
+                             "use_bias", "kernel_initializer", "kernel_regularizer",
+                             "bias_regularizer"})  # regularizers: training only
         self.spatial()
         c, h, w = self.dims
         k, bias = layer["filters"], self.use_bias(i, layer)
@@ -407,7 +463,8 @@ class Builder:
         self.activation(i, layer)
 
     def dense(self, i, layer):
-        self.keys(i, layer, {"units", "activation", "use_bias", "kernel_initializer"})
+        self.keys(i, layer, {"units", "activation", "use_bias", "kernel_initializer",
+                             "kernel_regularizer", "bias_regularizer"})
         c, h, w = self.dims
         if h != 1 or w != 1:
             raise ModelError(f"model.layers[{i}]: dense needs flat input ({h}x{w}x{c})")
@@ -423,17 +480,49 @@ class Builder:
         self.dims, self.flat = (units, 1, 1), True
         self.activation(i, layer)
 
-    def max_pooling2d(self, i, layer):
+    def max_pooling2d(self, i, layer, mode="max", default_pool=2):
         self.keys(i, layer, {"pool_size", "strides", "padding"})
-        if layer.get("padding", "valid") != "valid":
-            raise ModelError(f"model.layers[{i}].padding: only \"valid\" pooling is supported")
         self.spatial()
         c, h, w = self.dims
-        ph, pw = pair(layer.get("pool_size", 2), f"model.layers[{i}].pool_size")
+        if default_pool is None and "pool_size" not in layer:
+            raise ModelError(f"model.layers[{i}]: pool_size is required")
+        ph, pw = pair(layer.get("pool_size", default_pool), f"model.layers[{i}].pool_size")
         strides = layer.get("strides")  # Keras: strides default to pool_size
         sh, sw = (ph, pw) if strides is None else pair(strides, f"model.layers[{i}].strides")
-        self.modules.append(nn.MaxPool2d((ph, pw), stride=(sh, sw)))
+        padding = layer.get("padding", "valid")
+        if padding == "same":
+            (top, bottom), (left, right) = same_padding(h, ph, sh), same_padding(w, pw, sw)
+            self.modules.append(SamePool2d(mode, (ph, pw), (sh, sw), (left, right, top, bottom)))
+            self.dims = (c, (h + sh - 1) // sh, (w + sw - 1) // sw)
+            return
+        if padding != "valid":
+            raise ModelError(f"model.layers[{i}].padding: unsupported {padding!r}")
+        pool = nn.MaxPool2d if mode == "max" else nn.AvgPool2d
+        self.modules.append(pool((ph, pw), stride=(sh, sw)))
         self.dims = (c, (h - ph) // sh + 1, (w - pw) // sw + 1)
+
+    def rescaling(self, i, layer):
+        self.keys(i, layer, {"scale", "offset"})
+        self.modules.append(Rescale(float(layer["scale"]), float(layer.get("offset", 0.0))))
+
+    def reshape(self, i, layer):
+        self.keys(i, layer, {"target_shape"})
+        c, h, w = self.dims
+        target = list(layer["target_shape"])
+        if target.count(-1) == 1:
+            known = math.prod(v for v in target if v != -1)
+            target[target.index(-1)] = c * h * w // known
+        if len(target) not in (1, 3) or math.prod(target) != c * h * w:
+            raise ModelError(f"model.layers[{i}].target_shape: {layer['target_shape']} does not "
+                             f"hold the input's {c * h * w} values")
+        self.modules.append(ChannelsLastReshape(target))
+        if len(target) == 1:
+            self.dims, self.flat = (target[0], 1, 1), True
+        else:
+            self.dims, self.flat = (target[2], target[0], target[1]), False
+
+    def average_pooling2d(self, i, layer):
+        self.max_pooling2d(i, layer, mode="average", default_pool=None)
 
     def flatten(self, i, layer):
         self.keys(i, layer, set())
@@ -528,11 +617,18 @@ class Builder:
             raise ModelError(f"model.layers[{i}].mode: unsupported {layer['mode']!r}")
         self.modules.append(nn.Identity())  # inference does not flip
 
+    def random_translation(self, i, layer):
+        self.keys(i, layer, {"height_factor", "width_factor", "fill_mode", "interpolation",
+                             "fill_value"})
+        self.modules.append(nn.Identity())  # inference does not translate
+
     def activation(self, i, layer):
         """A conv2d's or dense's activation, or an activation layer's."""
         name = layer.get("activation") or "linear"
-        if name == "relu":
-            self.modules.append(nn.ReLU())
+        modules = {"relu": nn.ReLU, "sigmoid": nn.Sigmoid, "tanh": nn.Tanh, "gelu": nn.GELU,
+                   "silu": nn.SiLU, "swish": nn.SiLU}  # GELU: the erf form, Keras's default
+        if name in modules:
+            self.modules.append(modules[name]())
         elif name == "softmax":
             self.modules.append(nn.Softmax(dim=1))
             self.softmax = True

@@ -202,6 +202,43 @@ Layer random_flip(const std::string& name, const std::string& mode, const std::s
   return make("RandomFlip", c, out, false);
 }
 
+Layer average_pooling2d(const std::string& name, const std::string& pool,
+                        const std::string& strides, const std::string& padding,
+                        const std::string& out) {
+  Obj c = base(name);
+  c.set("pool_size", pool).set("padding", quoted(padding)).set("strides", strides);
+  c.set("data_format", R"("channels_last")");
+  return make("AveragePooling2D", c, out, false);
+}
+
+Layer activation(const std::string& name, const std::string& activation, const std::string& out) {
+  Obj c = base(name);
+  c.set("activation", quoted(activation));
+  return make("Activation", c, out, false);
+}
+
+Layer rescaling(const std::string& name, const std::string& scale, const std::string& offset,
+                const std::string& out) {
+  Obj c = base(name);
+  c.set("scale", scale).set("offset", offset);
+  return make("Rescaling", c, out, false);
+}
+
+Layer reshape(const std::string& name, const std::string& target_shape, const std::string& out) {
+  Obj c = base(name);
+  c.set("target_shape", target_shape);
+  return make("Reshape", c, out, false);
+}
+
+Layer random_translation(const std::string& name, const std::string& height_factor,
+                         const std::string& width_factor, const std::string& out) {
+  Obj c = base(name);
+  c.set("height_factor", height_factor).set("width_factor", width_factor);
+  c.set("fill_mode", R"("reflect")").set("interpolation", R"("bilinear")").set("seed", "null");
+  c.set("fill_value", "0.0").set("data_format", R"("channels_last")");
+  return make("RandomTranslation", c, out, false);
+}
+
 Layer conv2d_no_bias(const std::string& name, int filters, const std::string& kernel,
                      const std::string& strides, const std::string& out) {
   Layer l = conv2d(name, filters, kernel, strides, "same", "linear", out);

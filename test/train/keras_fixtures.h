@@ -56,6 +56,19 @@ Layer global_average_pooling2d(const std::string& name, const std::string& out);
 Layer zero_padding2d(const std::string& name, int padding, const std::string& out);
 Layer random_crop(const std::string& name, int height, int width, const std::string& out);
 Layer random_flip(const std::string& name, const std::string& mode, const std::string& out);
+/// AveragePooling2D with pool_size and strides as Keras's tuples ("[2, 2]"), padding "valid" or
+/// "same"; Activation with a Keras activation's name.
+Layer average_pooling2d(const std::string& name, const std::string& pool,
+                        const std::string& strides, const std::string& padding,
+                        const std::string& out);
+Layer activation(const std::string& name, const std::string& activation, const std::string& out);
+/// Rescaling (numbers as JSON), Reshape (target_shape "[4, 4, 1]"), RandomTranslation (factors
+/// as JSON; Keras's other defaults).
+Layer rescaling(const std::string& name, const std::string& scale, const std::string& offset,
+                const std::string& out);
+Layer reshape(const std::string& name, const std::string& target_shape, const std::string& out);
+Layer random_translation(const std::string& name, const std::string& height_factor,
+                         const std::string& width_factor, const std::string& out);
 /// conv2d as above without a bias (use_bias false), as ResNets have before batch normalization.
 Layer conv2d_no_bias(const std::string& name, int filters, const std::string& kernel,
                      const std::string& strides, const std::string& out);

@@ -76,8 +76,9 @@ TEST_CASE("a Keras key at a value dtrain does not compute is refused naming it",
       {1, "lora_rank", "4",
        R"(layer "conv2d" (Conv2D): lora_rank: 4 is not supported (dtrain )"
        R"(supports only null))"},
-      {2, "padding", R"("same")",
-       R"(layer "max_pooling2d" (MaxPooling2D): padding: only "valid" padding is supported)"},
+      {2, "padding", R"("full")",
+       R"(layer "max_pooling2d" (MaxPooling2D): padding: expected "valid" or "same", found )"
+       R"("full")"},
       {4, "max_value", "6.0",
        R"(layer "re_lu" (ReLU): max_value: 6.0 is not supported (dtrain supports only null))"},
       {4, "negative_slope", "0.1",
@@ -86,9 +87,9 @@ TEST_CASE("a Keras key at a value dtrain does not compute is refused naming it",
        R"(layer "dropout" (Dropout): noise_shape: [null,1,1,6] is not supported)"},
       {6, "data_format", R"("channels_first")",
        R"(layer "flatten" (Flatten): data_format: "channels_first" is not supported)"},
-      {7, "activation", R"("tanh")",
-       R"(layer "dense" (Dense): activation: "tanh" is not supported (dtrain computes linear, )"
-       R"(relu or softmax))"},
+      {7, "activation", R"("elu")",
+       R"(layer "dense" (Dense): activation: "elu" is not supported (dtrain computes linear, )"
+       R"(relu, softmax, sigmoid, tanh, gelu or silu))"},
       {7, "use_bias", "0", R"(layer "dense" (Dense): use_bias: expected true or false)"},
       {7, "kernel_initializer", kOrthogonal,
        R"(layer "dense" (Dense): kernel_initializer.config: unknown key "gain")"},
@@ -100,10 +101,22 @@ TEST_CASE("a Keras key at a value dtrain does not compute is refused naming it",
        R"(layer "dense" (Dense): bias_initializer: "ones" is not supported (dtrain computes )"
        R"(Zeros))"},
       {7, "kernel_regularizer",
-       R"({"module": "keras.regularizers", "class_name": "L2", "config": {"l2": 0.01}, )"
+       R"({"module": "keras.regularizers", "class_name": "OrthogonalRegularizer", "config": )"
+       R"({"factor": 0.01, "mode": "rows"}, "registered_name": null})",
+       R"(layer "dense" (Dense): kernel_regularizer.class_name: regularizer )"
+       R"(OrthogonalRegularizer is not supported (dtrain has L1, L2 and L1L2))"},
+      {3, "bias_regularizer",
+       R"({"module": "keras.regularizers", "class_name": "L2", "config": {"l2": -0.5}, )"
        R"("registered_name": null})",
-       R"(layer "dense" (Dense): kernel_regularizer: L2 is not supported (dtrain supports only )"
-       R"(null))"},
+       R"(layer "conv2d_1" (Conv2D): bias_regularizer.config.l2: expected a number from 0 )"},
+      {3, "kernel_regularizer",
+       R"({"module": "keras.regularizers", "class_name": "L1", "config": {"l2": 0.5}, )"
+       R"("registered_name": null})",
+       R"(layer "conv2d_1" (Conv2D): kernel_regularizer.config: unknown key "l2")"},
+      {3, "kernel_regularizer",
+       R"({"module": "my_package", "class_name": "L2", "config": {"l2": 0.5}, )"
+       R"("registered_name": null})",
+       R"(layer "conv2d_1" (Conv2D): kernel_regularizer.module: "my_package" is not Keras's )"},
       {7, "units", "0", R"(layer "dense" (Dense): units: expected an integer from 1)"},
       {7, "kernel_sizes", "3",
        R"(layer "dense" (Dense): kernel_sizes: not a key of Dense that dtrain knows (it knows: )"
@@ -121,6 +134,64 @@ TEST_CASE("a Keras key at a value dtrain does not compute is refused naming it",
   }
 }
 
+TEST_CASE("issue 44's classes refuse a value dtrain does not compute, naming it", "[keras]") {
+  // InputLayer, Rescaling, RandomTranslation, AveragePooling2D, Reshape, Flatten, Dense.
+  auto layers = [] {
+    return std::vector<kf::Layer>{
+        kf::input_layer("input_layer", "[null, 8, 8, 1]"),
+        kf::rescaling("rescaling", "0.5", "0.0", "[null, 8, 8, 1]"),
+        kf::random_translation("random_translation", "0.1", "0.1", "[null, 8, 8, 1]"),
+        kf::average_pooling2d("average_pooling2d", "[2, 2]", "[2, 2]", "valid", "[null, 4, 4, 1]"),
+        kf::reshape("reshape", "[16]", "[null, 16]"),
+        kf::flatten("flatten", "[null, 16]"),
+        kf::dense("dense", 3, "linear", "[null, 3]")};
+  };
+  CHECK(error_of(kf::sequential(layers())) == "accepted");
+  struct Case {
+    size_t layer;
+    const char* key;
+    std::string value;
+    std::string message;
+  };
+  const std::vector<Case> cases = {
+      {1, "scale", "[0.5, 0.25]",
+       R"(layer "rescaling" (Rescaling): scale: expected a number (dtrain has no per-channel )"},
+      {2, "fill_mode", R"("mirror")",
+       R"(layer "random_translation" (RandomTranslation): fill_mode: expected "reflect", )"},
+      {2, "height_factor", "-1.5",
+       R"(layer "random_translation" (RandomTranslation): height_factor: expected a number )"
+       R"(from -1 to 1)"},
+      {2, "interpolation", R"("bicubic")",
+       R"(layer "random_translation" (RandomTranslation): interpolation: expected )"
+       R"("bilinear" or "nearest")"},
+      {2, "data_format", R"("channels_first")",
+       R"(layer "random_translation" (RandomTranslation): data_format: "channels_first" is not )"},
+      {3, "padding", R"("causal")",
+       R"(layer "average_pooling2d" (AveragePooling2D): padding: expected "valid" or "same")"},
+      {3, "data_format", R"("channels_first")",
+       R"(layer "average_pooling2d" (AveragePooling2D): data_format: "channels_first" is not )"},
+      {4, "target_shape", "[4, 4]",
+       R"(layer "reshape" (Reshape): target_shape: expected [units] or [height, width, )"},
+      {6, "activation", R"("hard_silu")",
+       R"(layer "dense" (Dense): activation: "hard_silu" is not supported)"},
+      {6, "bias_regularizer", R"("orthogonal_regularizer")",
+       R"(layer "dense" (Dense): bias_regularizer: regularizer orthogonal_regularizer is not )"
+       R"(supported (dtrain has L1, L2 and L1L2))"},
+  };
+  for (const Case& c : cases) {
+    INFO(c.key << " = " << c.value);
+    std::vector<kf::Layer> model = layers();
+    model[c.layer].config.set(c.key, c.value);
+    CHECK_THAT(error_of(kf::sequential(model)), StartsWith("model.json: " + c.message));
+  }
+  // A Reshape whose target does not hold its input, in the file's terms.
+  std::vector<kf::Layer> model = layers();
+  model[4].config.set("target_shape", "[15]");
+  CHECK_THAT(error_of(kf::sequential(model)),
+             StartsWith("model.json: layer \"reshape\" (Reshape): target_shape [15] does not "
+                        "hold the input's 16 values"));
+}
+
 TEST_CASE("a Keras class dtrain does not have, or a custom one, is refused naming it", "[keras]") {
   std::vector<kf::Layer> layers = kf::chain_layers();
   layers[4].class_name = "LayerNormalization";
@@ -131,10 +202,11 @@ TEST_CASE("a Keras class dtrain does not have, or a custom one, is refused namin
                         "Conv2D, MaxPooling2D, Flatten, Dense, Dropout, ReLU, Add, Concatenate, "));
   // Activation is read, but only with an activation dtrain computes.
   layers[4].class_name = "Activation";
-  layers[4].config = kf::Obj().set("name", R"("activation")").set("activation", R"("tanh")");
+  layers[4].config = kf::Obj().set("name", R"("activation")").set("activation", R"("elu")");
   CHECK_THAT(error_of(kf::sequential(layers)),
-             StartsWith("model.json: layer \"activation\" (Activation): activation: \"tanh\" is "
-                        "not supported (dtrain computes linear, relu or softmax)"));
+             StartsWith("model.json: layer \"activation\" (Activation): activation: \"elu\" is "
+                        "not supported (dtrain computes linear, relu, softmax, sigmoid, tanh, "
+                        "gelu or silu)"));
   const std::string custom = replaced(kf::sequential_fixture(),
                                       R"("module": "keras.layers", )"
                                       R"("class_name": "Conv2D")",

@@ -4,6 +4,7 @@
 // the models built from them run forward; older spellings and absent keys (Keras's defaults)
 // read the same; no truncation or flipped byte of a file crashes the reader; dtrain-worker
 // trains on `"model": {"keras": FILE}`. The refusals are in test_keras_errors.cc.
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <filesystem>
@@ -308,4 +309,66 @@ TEST_CASE("the example residual model is a Keras Functional that dtrain-worker t
   // The run records the translation as its architecture.
   std::string recorded = common::read_file(dir.path() + "/run/model/model.json");
   CHECK(recorded.find(R"("name":"conv2d_5","type":"conv2d")") != std::string::npos);
+}
+
+TEST_CASE("Keras's pooling, activations, regularizers and clipping of issue 44 read and train",
+          "[keras][worker]") {
+  kf::Layer conv = kf::conv2d("conv2d", 4, "[3, 3]", "[1, 1]", "same", "gelu", "[null, 8, 8, 4]");
+  conv.config.set("kernel_regularizer",
+                  R"({"module": "keras.regularizers", "class_name": "L2", "config": )"
+                  R"({"l2": 0.001}, "registered_name": null})");
+  kf::Layer max = kf::max_pooling2d("max_pooling2d", "[null, 2, 2, 4]");
+  max.config.set("padding", R"("same")");
+  kf::Layer hidden = kf::dense("dense", 8, "tanh", "[null, 8]");
+  hidden.config.set("bias_regularizer",
+                    R"({"module": "keras.regularizers", "class_name": "L1L2", "config": )"
+                    R"({"l1": 0.01, "l2": 0.0}, "registered_name": null})");
+  const std::string json = kf::sequential(
+      {kf::input_layer("input_layer", "[null, 8, 8, 1]"),
+       kf::rescaling("rescaling", "0.5", "-0.25", "[null, 8, 8, 1]"),
+       kf::random_translation("random_translation", "0.2", "[-0.1, 0.3]", "[null, 8, 8, 1]"), conv,
+       kf::average_pooling2d("average_pooling2d", "[3, 3]", "[2, 2]", "same", "[null, 4, 4, 4]"),
+       max, kf::activation("activation", "silu", "[null, 2, 2, 4]"),
+       kf::reshape("reshape", "[4, 4, 1]", "[null, 4, 4, 1]"), kf::flatten("flatten", "[null, 16]"),
+       hidden, kf::dense("dense_1", 3, "sigmoid", "[null, 3]"),
+       kf::dense("dense_2", 3, "linear", "[null, 3]")});
+  train::KerasModel m = translate(json);
+  const nn::ModelSpec& s = m.spec;
+  const std::vector<std::string> types = {"rescaling",     "random_translation",
+                                          "conv2d",        "average_pooling2d",
+                                          "max_pooling2d", "activation",
+                                          "reshape",       "flatten",
+                                          "dense",         "dense",
+                                          "dense"};
+  const std::vector<nn::Dims> outs = {{1, 8, 8}, {1, 8, 8}, {4, 8, 8}, {4, 4, 4},
+                                      {4, 2, 2}, {4, 2, 2}, {1, 4, 4}, {16, 1, 1},
+                                      {8, 1, 1}, {3, 1, 1}, {3, 1, 1}};
+  REQUIRE(s.nodes.size() == types.size());
+  for (size_t i = 0; i < types.size(); ++i) {
+    INFO(i);
+    CHECK(s.nodes[i].type == types[i]);
+    CHECK(s.nodes[i].out == outs[i]);
+  }
+  CHECK(m.model_json.find(R"("kernel_regularizer":{"module":"keras.regularizers","class_name":)"
+                          R"("L2","config":{"l2":0.001},"registered_name":null})") !=
+        std::string::npos);
+  CHECK(all_finite(forward(s, 2)));
+
+  testing::TempDir dir;
+  common::write_file_atomically(dir.path() + "/model.json", json);
+  common::write_file_atomically(dir.path() + "/job.json", R"({"job": "keras", "train": {
+      "model": {"keras": "model.json"},
+      "loss": {"type": "sparse_categorical_crossentropy", "from_logits": true},
+      "optimizer": {"type": "adam", "learning_rate": 0.01, "global_clipnorm": 1.0},
+      "data": {"source": "synthetic", "examples": 64, "classes": 3},
+      "per_worker_batch_size": 16, "epochs": 2, "steps_per_epoch": 2, "device": "cpu"}})");
+  testing::ProcessOptions options;
+  options.cwd = dir.path();
+  auto r = testing::run_process(
+      {testing::binary("dtrain-worker"), "--config", "job.json", "--run-dir", dir.path() + "/run"},
+      options);
+  INFO(r.err);
+  REQUIRE(r.exit_code == 0);
+  const std::string metrics = common::read_file(dir.path() + "/run/metrics.jsonl");
+  CHECK(std::count(metrics.begin(), metrics.end(), '\n') == 2);  // a line per epoch
 }

@@ -28,12 +28,16 @@ struct ConvShape {
   size_t output_count() const { return static_cast<size_t>(n) * k * oh() * ow(); }
 };
 
-/// Max pooling without padding (Keras "valid").
+/// Max or average pooling. Padding is explicit (Keras "same" pads the odd pixel at the end) and
+/// never taken part in: a window's maximum or mean is over its elements inside the input
+/// (TensorFlow's "same"). Zero padding is Keras's "valid".
 struct PoolShape {
   int n = 1, c = 1, h = 1, w = 1;
   int kh = 2, kw = 2, sh = 2, sw = 2;
-  int oh() const { return (h - kh) / sh + 1; }
-  int ow() const { return (w - kw) / sw + 1; }
+  int pad_top = 0, pad_bottom = 0, pad_left = 0, pad_right = 0;
+  int oh() const { return (h + pad_top + pad_bottom - kh) / sh + 1; }
+  int ow() const { return (w + pad_left + pad_right - kw) / sw + 1; }
+  bool padded() const { return pad_top || pad_bottom || pad_left || pad_right; }
   size_t input_count() const { return static_cast<size_t>(n) * c * h * w; }
   size_t output_count() const { return static_cast<size_t>(n) * c * oh() * ow(); }
 };
@@ -53,6 +57,31 @@ struct NormShape {
 /// a crop, zero padding and a flip (a step of -1) are each one map.
 struct PixelMap {
   int32_t row0 = 0, col0 = 0, row_step = 1, col_step = 1;
+};
+
+/// Elementwise activations beyond ReLU, by Keras's names: sigmoid 1 / (1 + exp(-x)), tanh,
+/// gelu x * (1 + erf(x / sqrt 2)) / 2 (Keras's default, approximate=False), swish (Keras's silu)
+/// x * sigmoid(x).
+enum class Eltwise { kSigmoid, kTanh, kGelu, kSwish };
+/// "sigmoid", "tanh", "gelu", "swish".
+const char* eltwise_name(Eltwise f);
+
+/// One example's translation (translate2d): output pixel (r, q) reads the input at (r - dy,
+/// q - dx), in pixels, fractions included (Keras's RandomTranslation, an affine_transform).
+struct Shift2d {
+  float dy = 0, dx = 0;
+};
+/// Where a translation reads outside the input, Keras's fill modes (scipy's names in brackets):
+/// reflect (symmetric: d c b a | a b c d | d c b a), wrap, constant (fill_value), nearest (edge).
+enum class FillMode { kReflect, kWrap, kConstant, kNearest };
+/// n examples of c channels of h x w pixels, read bilinearly (or at the nearest pixel) and
+/// filled as `fill` says.
+struct TranslateShape {
+  int n = 1, c = 1, h = 1, w = 1;
+  bool bilinear = true;
+  FillMode fill = FillMode::kReflect;
+  float fill_value = 0;
+  size_t count() const { return static_cast<size_t>(n) * c * h * w; }
 };
 
 /// How a dynamic loss scale's decision reaches an optimizer update without the host
@@ -189,12 +218,49 @@ class Backend {
   /// dx = dy where y > 0, else 0 (y is the forward output); dx may be dy.
   virtual void relu_backward(size_t count, const float* y, const float* dy, float* dx) = 0;
 
+  /// y = f(x) elementwise; y may be x.
+  virtual void eltwise_forward(Eltwise /*f*/, size_t /*count*/, const float* /*x*/, float* /*y*/) {
+    unsupported("eltwise_forward");
+  }
+  /// dx = dy * f'(x), x the forward's input; dx may be dy.
+  virtual void eltwise_backward(Eltwise /*f*/, size_t /*count*/, const float* /*x*/,
+                                const float* /*dy*/, float* /*dx*/) {
+    unsupported("eltwise_backward");
+  }
+
   /// Bytes of the workspace max pooling keeps between forward and backward for shape s.
   virtual size_t maxpool_workspace_bytes(const PoolShape& s) = 0;
   virtual void maxpool_forward(const PoolShape& s, const float* x, float* y, void* workspace) = 0;
   /// dx (n,c,h,w) from dy (n,c,oh,ow) and the forward's workspace.
   virtual void maxpool_backward(const PoolShape& s, const float* dy, const void* workspace,
                                 float* dx) = 0;
+
+  /// y = x * scale + offset elementwise (Keras's Rescaling, in that order of operations); y may
+  /// be x.
+  virtual void scale_shift(size_t /*count*/, float /*scale*/, float /*offset*/, const float* /*x*/,
+                           float* /*y*/) {
+    unsupported("scale_shift");
+  }
+  /// n examples of m floats each: y[i m + j] = x[i m + index[j]], index (device memory, m of
+  /// them) a permutation of [0, m). Data movement only: exact.
+  virtual void permute_forward(int /*n*/, int /*m*/, const int32_t* /*index*/, const float* /*x*/,
+                               float* /*y*/) {
+    unsupported("permute_forward");
+  }
+  /// Its transpose (and inverse): dx[i m + index[j]] = dy[i m + j].
+  virtual void permute_backward(int /*n*/, int /*m*/, const int32_t* /*index*/, const float* /*dy*/,
+                                float* /*dx*/) {
+    unsupported("permute_backward");
+  }
+
+  /// Average pooling (PoolShape: each window's mean over its elements inside the input).
+  virtual void avgpool_forward(const PoolShape& /*s*/, const float* /*x*/, float* /*y*/) {
+    unsupported("avgpool_forward");
+  }
+  /// dx (n,c,h,w) from dy (n,c,oh,ow): each output's dy shared evenly by its window's inputs.
+  virtual void avgpool_backward(const PoolShape& /*s*/, const float* /*dy*/, float* /*dx*/) {
+    unsupported("avgpool_backward");
+  }
 
   /// Sparse categorical cross-entropy of logits (n, classes) against labels (device memory,
   /// each in [0, classes)). Writes the gradient of the MEAN loss, dlogits = (softmax - onehot) / n,
@@ -256,6 +322,19 @@ class Backend {
                                 const PixelMap* /*maps*/, const float* /*dy*/, float* /*dx*/) {
     unsupported("remap2d_backward");
   }
+  /// y (n,c,h,w) from x (n,c,h,w), example i translated by shifts[i] (host memory, n of them),
+  /// every channel alike: each output pixel a bilinear (or nearest) read of the input, with the
+  /// fill mode outside it.
+  virtual void translate2d_forward(const TranslateShape& /*s*/, const Shift2d* /*shifts*/,
+                                   const float* /*x*/, float* /*y*/) {
+    unsupported("translate2d_forward");
+  }
+  /// Its transpose: dx = the sum, over the output pixels, of dy times each input pixel's weight
+  /// in them (the fill value's share has no gradient).
+  virtual void translate2d_backward(const TranslateShape& /*s*/, const Shift2d* /*shifts*/,
+                                    const float* /*dy*/, float* /*dx*/) {
+    unsupported("translate2d_backward");
+  }
   /// Keras's moving average of statistics summed over `shards` batches: moving = moving *
   /// momentum + (sum / shards) * (1 - momentum), for count values.
   virtual void moving_average_update(size_t /*count*/, float /*momentum*/, int /*shards*/,
@@ -286,6 +365,29 @@ class Backend {
   /// Keras 3's weight decay of count parameters (DecayParams), gated as the updates are.
   virtual void decay_weights(const DecayParams& /*p*/, size_t /*count*/, float* /*w*/) {
     unsupported("decay_weights");
+  }
+  /// Keras's L1L2 regularizer of count weights (docs/design.md#regularizers-and-clipping): g +=
+  /// l1 * sign(w) + 2 * l2 * w, and ADDS its penalty l1 * sum|w| + l2 * sum w^2 to *penalty
+  /// (one float in device memory; the sums in a fixed order).
+  virtual void regularize(size_t /*count*/, float /*l1*/, float /*l2*/, const float* /*w*/,
+                          float* /*g*/, float* /*penalty*/) {
+    unsupported("regularize");
+  }
+  /// totals[0] += *penalty * totals[2]: a step's loss sum (StepStats) gains the penalty once per
+  /// example, as Keras's mean loss does once per batch.
+  virtual void add_penalty(const float* /*penalty*/, float* /*totals*/) {
+    unsupported("add_penalty");
+  }
+  /// ADDS sum g^2 (in a fixed order) to *sum (one float in device memory).
+  virtual void sum_squares(size_t /*count*/, const float* /*g*/, float* /*sum*/) {
+    unsupported("sum_squares");
+  }
+  /// Keras's gradient clipping by the norm sqrt(*sum) (sum_squares's): per tensor (clipnorm) g =
+  /// g * clip / max(norm, clip); over all (global_clipnorm) g *= clip * min(1 / norm, 1 / clip),
+  /// NaN when the norm is not finite.
+  virtual void clip_by_norm(size_t /*count*/, float /*clip*/, bool /*global*/, const float* /*sum*/,
+                            float* /*g*/) {
+    unsupported("clip_by_norm");
   }
   /// Keras AdamW, step t >= 1: the decoupled decay w -= w * weight_decay * lr first (Keras's
   /// _apply_weight_decay, with the step's unadjusted rate), then Adam's update as above.

@@ -2,10 +2,10 @@
 // them from and to the layers' plain NCHW buffers), except those with few input channels, which
 // run direct_conv.h's loops on the NCHW buffers (all but their input gradient); dense layers on
 // sgemm and matmul primitives; max pooling and ReLU as primitives, all made once per shape and
-// cached; log-softmax as a primitive with the loss around it; optimizer updates as plain loops
-// split over OpenMP's threads. In mixed_bfloat16 the products take bf16 copies of their inputs
-// (docs/design.md#mixed-precision); everything else stays float32. The dnnl_* files are the only
-// ones that include oneDNN.
+// cached (average pooling and the other activations too); log-softmax as a primitive with the loss
+// around it; optimizer updates as plain loops split over OpenMP's threads. In mixed_bfloat16 the
+// products take bf16 copies of their inputs (docs/design.md#mixed-precision); everything else stays
+// float32. The dnnl_* files are the only ones that include oneDNN.
 #include <fmt/format.h>
 
 #include <cmath>
@@ -182,6 +182,32 @@ class DnnlBackend : public HostBackend {
     return pool(s).workspace.get_size();
   }
 
+  void eltwise_forward(Eltwise f, size_t count, const float* x, float* y) override {
+    ReluPrimitives& p = eltwise(f, count);
+    p.forward.execute(stream_, {{DNNL_ARG_SRC, mem(p.data, x)}, {DNNL_ARG_DST, mem(p.data, y)}});
+    stream_.wait();
+  }
+  void eltwise_backward(Eltwise f, size_t count, const float* x, const float* dy,
+                        float* dx) override {
+    ReluPrimitives& p = eltwise(f, count);
+    p.backward.execute(stream_, {{DNNL_ARG_SRC, mem(p.data, x)},
+                                 {DNNL_ARG_DIFF_DST, mem(p.data, dy)},
+                                 {DNNL_ARG_DIFF_SRC, mem(p.data, dx)}});
+    stream_.wait();
+  }
+
+  void avgpool_forward(const PoolShape& s, const float* x, float* y) override {
+    PoolPrimitives& p = pool(s, dnnl::algorithm::pooling_avg_exclude_padding);
+    p.forward.execute(stream_, {{DNNL_ARG_SRC, mem(p.src, x)}, {DNNL_ARG_DST, mem(p.dst, y)}});
+    stream_.wait();
+  }
+  void avgpool_backward(const PoolShape& s, const float* dy, float* dx) override {
+    PoolPrimitives& p = pool(s, dnnl::algorithm::pooling_avg_exclude_padding);
+    p.backward.execute(stream_,
+                       {{DNNL_ARG_DIFF_DST, mem(p.dst, dy)}, {DNNL_ARG_DIFF_SRC, mem(p.src, dx)}});
+    stream_.wait();
+  }
+
   void maxpool_forward(const PoolShape& s, const float* x, float* y, void* workspace) override {
     PoolPrimitives& p = pool(s);
     p.forward.execute(stream_, {{DNNL_ARG_SRC, mem(p.src, x)},
@@ -286,8 +312,10 @@ class DnnlBackend : public HostBackend {
 
   Conv& conv(const ConvShape& s);
   Matmul& matmul(const MatmulShape& s);
-  PoolPrimitives& pool(const PoolShape& s);
+  PoolPrimitives& pool(const PoolShape& s,
+                       dnnl::algorithm algorithm = dnnl::algorithm::pooling_max);
   ReluPrimitives& relu(size_t count);
+  ReluPrimitives& eltwise(Eltwise f, size_t count);
   LogSoftmaxPrimitives& log_softmax(int n, int classes);
 
   MathMode mode_;
@@ -301,6 +329,7 @@ class DnnlBackend : public HostBackend {
   std::map<std::string, std::unique_ptr<Matmul>> matmuls_;
   std::map<std::string, std::unique_ptr<PoolPrimitives>> pools_;
   std::map<size_t, std::unique_ptr<ReluPrimitives>> relus_;
+  std::map<std::pair<Eltwise, size_t>, std::unique_ptr<ReluPrimitives>> eltwises_;
   std::map<std::pair<int, int>, std::unique_ptr<LogSoftmaxPrimitives>> log_softmaxes_;
   std::vector<float> log_probabilities_;
   bool direct_used_ = false;  // a convolution ran direct_conv.h's loops
@@ -335,22 +364,55 @@ std::string DnnlBackend::implementations() const {
   return fmt::format("convolution {}; matmul {}", join(conv), join(matmul));
 }
 
-PoolPrimitives& DnnlBackend::pool(const PoolShape& s) {
-  auto& slot = pools_[key_of(s)];
+// Padding (TensorFlow's "same") is never taken part in: oneDNN's max pooling reads it as the
+// lowest value, and pooling_avg_exclude_padding divides by the elements inside the input.
+PoolPrimitives& DnnlBackend::pool(const PoolShape& s, dnnl::algorithm algorithm) {
+  auto& slot = pools_[key_of(s) + (algorithm == dnnl::algorithm::pooling_max ? "max" : "avg")];
   if (slot) return *slot;
   auto p = std::make_unique<PoolPrimitives>();
   p->src = plain({s.n, s.c, s.h, s.w}, Tag::nchw);
   p->dst = plain({s.n, s.c, s.oh(), s.ow()}, Tag::nchw);
-  memory::dims strides = {s.sh, s.sw}, kernel = {s.kh, s.kw}, pad = {0, 0};
-  auto algorithm = dnnl::algorithm::pooling_max;
+  memory::dims strides = {s.sh, s.sw}, kernel = {s.kh, s.kw};
+  memory::dims pad_l = {s.pad_top, s.pad_left}, pad_r = {s.pad_bottom, s.pad_right};
   dnnl::pooling_forward::primitive_desc fwd(
-      {dnnl::prop_kind::forward_training, algorithm, p->src, p->dst, strides, kernel, pad, pad},
+      {dnnl::prop_kind::forward_training, algorithm, p->src, p->dst, strides, kernel, pad_l, pad_r},
       engine_);
-  dnnl::pooling_backward::primitive_desc bwd({algorithm, p->src, p->dst, strides, kernel, pad, pad},
-                                             engine_, fwd);
+  dnnl::pooling_backward::primitive_desc bwd(
+      {algorithm, p->src, p->dst, strides, kernel, pad_l, pad_r}, engine_, fwd);
   p->workspace = fwd.workspace_desc();
   p->forward = dnnl::pooling_forward(fwd);
   p->backward = dnnl::pooling_backward(bwd);
+  slot = std::move(p);
+  return *slot;
+}
+
+// Backward from the forward's input (the src variants: gelu and swish have no dst form).
+ReluPrimitives& DnnlBackend::eltwise(Eltwise f, size_t count) {
+  auto& slot = eltwises_[{f, count}];
+  if (slot) return *slot;
+  dnnl::algorithm algorithm = dnnl::algorithm::eltwise_logistic;
+  float alpha = 0.0f;
+  switch (f) {
+    case Eltwise::kSigmoid:
+      break;
+    case Eltwise::kTanh:
+      algorithm = dnnl::algorithm::eltwise_tanh;
+      break;
+    case Eltwise::kGelu:
+      algorithm = dnnl::algorithm::eltwise_gelu_erf;
+      break;
+    case Eltwise::kSwish:  // x * sigmoid(alpha x)
+      algorithm = dnnl::algorithm::eltwise_swish, alpha = 1.0f;
+      break;
+  }
+  auto p = std::make_unique<ReluPrimitives>();
+  p->data = plain({static_cast<memory::dim>(count)}, Tag::x);
+  dnnl::eltwise_forward::primitive_desc fwd(
+      {dnnl::prop_kind::forward_training, algorithm, p->data, alpha, 0.0f}, engine_);
+  dnnl::eltwise_backward::primitive_desc bwd({algorithm, p->data, p->data, alpha, 0.0f}, engine_,
+                                             fwd);
+  p->forward = dnnl::eltwise_forward(fwd);
+  p->backward = dnnl::eltwise_backward(bwd);
   slot = std::move(p);
   return *slot;
 }

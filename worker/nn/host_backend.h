@@ -1,6 +1,6 @@
 // What the two host backends (oneDNN, reference) share: the host device they own and the
 // elementwise operations that need no library (add, dropout, multiply, loss scaling, moving
-// averages).
+// averages, rescaling, permutations, regularizers and gradient clipping).
 // Header-only and small; the convolutions, dense layers and the loss stay in each backend.
 #pragma once
 
@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstdint>
 #include <memory>
+#include <vector>
 
 #include "worker/nn/backend.h"
 #include "worker/nn/random.h"
@@ -74,11 +75,79 @@ class HostBackend : public Backend {
       if (in) dx[*in] += dy[out];
     });
   }
+  void scale_shift(size_t count, float scale, float offset, const float* x, float* y) override {
+    for (size_t i = 0; i < count; ++i) y[i] = x[i] * scale + offset;
+  }
+  void permute_forward(int n, int m, const int32_t* index, const float* x, float* y) override {
+    for (size_t i = 0; i < static_cast<size_t>(n); ++i)
+      for (size_t j = 0; j < static_cast<size_t>(m); ++j) y[i * m + j] = x[i * m + index[j]];
+  }
+  void permute_backward(int n, int m, const int32_t* index, const float* dy, float* dx) override {
+    for (size_t i = 0; i < static_cast<size_t>(n); ++i)
+      for (size_t j = 0; j < static_cast<size_t>(m); ++j) dx[i * m + index[j]] = dy[i * m + j];
+  }
+  void translate2d_forward(const TranslateShape& s, const Shift2d* shifts, const float* x,
+                           float* y) override {
+    for_each_tap(s, shifts, [&](size_t out, size_t plane, const Tap& row, const Tap& col) {
+      float v = 0;
+      for (int a = 0; a < 2; ++a)
+        for (int b = 0; b < 2; ++b) {
+          const float weight = row.weight[a] * col.weight[b];
+          if (weight == 0.0f) continue;
+          const bool inside = row.at[a] >= 0 && col.at[b] >= 0;
+          v += weight * (inside ? x[plane + static_cast<size_t>(row.at[a]) * s.w + col.at[b]]
+                                : s.fill_value);
+        }
+      y[out] = v;
+    });
+  }
+  void translate2d_backward(const TranslateShape& s, const Shift2d* shifts, const float* dy,
+                            float* dx) override {
+    std::fill(dx, dx + s.count(), 0.0f);
+    for_each_tap(s, shifts, [&](size_t out, size_t plane, const Tap& row, const Tap& col) {
+      for (int a = 0; a < 2; ++a)
+        for (int b = 0; b < 2; ++b) {
+          const float weight = row.weight[a] * col.weight[b];
+          if (weight != 0.0f && row.at[a] >= 0 && col.at[b] >= 0)
+            dx[plane + static_cast<size_t>(row.at[a]) * s.w + col.at[b]] += weight * dy[out];
+        }
+    });
+  }
   void decay_weights(const DecayParams& gated_params, size_t count, float* w) override {
     DecayParams p = gated_params;
     if (!gated(p)) return;
     const float wd = p.weight_decay, lr = p.learning_rate;
     for (size_t i = 0; i < count; ++i) w[i] = w[i] - w[i] * wd * lr;
+  }
+  // The penalty and the squares in double, in index order: the same bits at any thread count.
+  void regularize(size_t count, float l1, float l2, const float* w, float* g,
+                  float* penalty) override {
+    double abs_sum = 0, square_sum = 0;
+    for (size_t i = 0; i < count; ++i) {
+      abs_sum += std::fabs(w[i]);
+      square_sum += double{w[i]} * w[i];
+      const float sign = w[i] > 0.0f ? 1.0f : w[i] < 0.0f ? -1.0f : 0.0f;
+      g[i] = g[i] + l1 * sign + 2.0f * l2 * w[i];
+    }
+    *penalty = static_cast<float>(*penalty + l1 * abs_sum + l2 * square_sum);
+  }
+  void add_penalty(const float* penalty, float* totals) override {
+    totals[0] += *penalty * totals[2];
+  }
+  void sum_squares(size_t count, const float* g, float* sum) override {
+    double total = 0;
+    for (size_t i = 0; i < count; ++i) total += double{g[i]} * g[i];
+    *sum = static_cast<float>(*sum + total);
+  }
+  void clip_by_norm(size_t count, float clip, bool global, const float* sum, float* g) override {
+    const float norm = std::sqrt(*sum);
+    if (global) {  // Keras's clip_by_global_norm: NaN for a norm that is not finite
+      const float scale = clip * std::min(1.0f / norm, 1.0f / clip) + (norm - norm);
+      for (size_t i = 0; i < count; ++i) g[i] *= scale;
+      return;
+    }
+    const float divisor = std::max(norm, clip);  // Keras's _clip_by_norm
+    for (size_t i = 0; i < count; ++i) g[i] = g[i] * clip / divisor;
   }
   void moving_average_update(size_t count, float momentum, int shards, const float* sum,
                              float* moving) override {
@@ -122,6 +191,63 @@ class HostBackend : public Backend {
   }
 
  protected:
+  /// Where one output row (or column) of translate2d reads: two input rows and their weights
+  /// (nearest: one of weight 1); a row of -1 is outside the input, the fill value (constant).
+  struct Tap {
+    int at[2] = {-1, -1};
+    float weight[2] = {0, 0};
+  };
+  /// Keras's fill modes on an index of an axis of `size` (-1: the fill value).
+  static int fixed_index(int i, int size, FillMode fill) {
+    switch (fill) {
+      case FillMode::kConstant:
+        return i >= 0 && i < size ? i : -1;
+      case FillMode::kNearest:
+        return std::min(std::max(i, 0), size - 1);
+      case FillMode::kWrap:
+        return ((i % size) + size) % size;
+      case FillMode::kReflect: {  // period 2 size, mirrored about each edge
+        const int m = ((i % (2 * size)) + 2 * size) % (2 * size);
+        return m < size ? m : 2 * size - 1 - m;
+      }
+    }
+    return -1;
+  }
+  /// The taps of output position o of an axis of `size` shifted by `shift`: the input at
+  /// o - shift (in float, as Keras's coordinates), bilinear or rounded to the nearest.
+  static Tap tap(int o, float shift, int size, const TranslateShape& s) {
+    const float coordinate = static_cast<float>(o) - shift;
+    const float low = std::floor(coordinate);
+    Tap t;
+    if (!s.bilinear) {
+      t.at[0] = fixed_index(static_cast<int>(std::floor(coordinate + 0.5f)), size, s.fill);
+      t.weight[0] = 1;
+      return t;
+    }
+    const float fraction = coordinate - low;
+    t.at[0] = fixed_index(static_cast<int>(low), size, s.fill);
+    t.at[1] = fixed_index(static_cast<int>(low) + 1, size, s.fill);
+    t.weight[0] = 1.0f - fraction;
+    t.weight[1] = fraction;
+    return t;
+  }
+  /// Calls f(output index, the input plane's start, row tap, column tap) for every output pixel
+  /// of translate2d.
+  template <class F>
+  static void for_each_tap(const TranslateShape& s, const Shift2d* shifts, F f) {
+    std::vector<Tap> rows(static_cast<size_t>(s.h)), cols(static_cast<size_t>(s.w));
+    for (int i = 0; i < s.n; ++i) {
+      for (int r = 0; r < s.h; ++r) rows[static_cast<size_t>(r)] = tap(r, shifts[i].dy, s.h, s);
+      for (int q = 0; q < s.w; ++q) cols[static_cast<size_t>(q)] = tap(q, shifts[i].dx, s.w, s);
+      for (int ch = 0; ch < s.c; ++ch) {
+        const size_t plane = (static_cast<size_t>(i) * s.c + ch) * s.h * s.w;
+        for (int r = 0; r < s.h; ++r)
+          for (int q = 0; q < s.w; ++q)
+            f(plane + static_cast<size_t>(r) * s.w + q, plane, rows[static_cast<size_t>(r)],
+              cols[static_cast<size_t>(q)]);
+      }
+    }
+  }
   /// Calls f(output index, &input index or null) for every output pixel of remap2d.
   template <class F>
   static void for_each_pixel(int n, int c, int h, int w, int oh, int ow, const PixelMap* maps,

@@ -31,6 +31,9 @@ struct ParamInfo {
   std::vector<int64_t> shape;  ///< conv kernel k,c,kh,kw; dense kernel in,out; bias n
   size_t offset = 0;           ///< in floats, into the flat buffer
   size_t count = 0;
+  /// Keras's L1L2 regularizer of a parameter (kernel_regularizer, bias_regularizer): the loss
+  /// gains l1 * sum|w| + l2 * sum w^2 (0, 0: none). The step applies it (worker/train).
+  float l1 = 0, l2 = 0;
 };
 
 /// A range of a flat parameter or gradient buffer: [offset, offset + count), in floats.
@@ -54,7 +57,8 @@ struct StepKey {
   int64_t shard = 0;
 };
 
-enum class Activation { kLinear, kRelu, kSoftmax };
+/// Keras's activations dtrain computes: the last four through Backend::eltwise_* (eltwise_of).
+enum class Activation { kLinear, kRelu, kSoftmax, kSigmoid, kTanh, kGelu, kSwish };
 
 /// The work of one layer, per example, for benchmarks' bounds (bench/): multiply-adds of its
 /// forward pass, and its products' shapes.
@@ -156,6 +160,9 @@ class LayerConfig {
   virtual Activation activation() const { return Activation::kLinear; }
   /// True when its forward draws randomness per step in training (dropout, augmentation).
   virtual bool draws_randomness() const { return false; }
+  /// False where these keys need operations whose parity has not passed on a GPU, in a kind
+  /// whose others have (a new activation or padding): the model refuses a GPU job with it.
+  virtual bool gpu_tested() const { return true; }
   virtual LayerCost cost(const std::vector<Dims>& /*in*/) const { return {}; }
 };
 

@@ -37,6 +37,14 @@ std::unique_ptr<LayerConfig> parse_random_crop(const common::JsonNode& node);
 std::vector<KerasKeySpec> keras_keys_random_crop();
 std::unique_ptr<LayerConfig> parse_random_flip(const common::JsonNode& node);
 std::vector<KerasKeySpec> keras_keys_random_flip();
+std::unique_ptr<LayerConfig> parse_average_pooling2d(const common::JsonNode& node);
+std::vector<KerasKeySpec> keras_keys_average_pooling2d();
+std::unique_ptr<LayerConfig> parse_rescaling(const common::JsonNode& node);
+std::vector<KerasKeySpec> keras_keys_rescaling();
+std::unique_ptr<LayerConfig> parse_reshape(const common::JsonNode& node);
+std::vector<KerasKeySpec> keras_keys_reshape();
+std::unique_ptr<LayerConfig> parse_random_translation(const common::JsonNode& node);
+std::vector<KerasKeySpec> keras_keys_random_translation();
 }  // namespace layers
 
 namespace {
@@ -62,6 +70,12 @@ constexpr LayerKind kKinds[] = {
      layers::keras_keys_zero_padding2d, false},
     {"random_crop", "RandomCrop", layers::parse_random_crop, layers::keras_keys_random_crop, false},
     {"random_flip", "RandomFlip", layers::parse_random_flip, layers::keras_keys_random_flip, false},
+    {"average_pooling2d", "AveragePooling2D", layers::parse_average_pooling2d,
+     layers::keras_keys_average_pooling2d, false},
+    {"rescaling", "Rescaling", layers::parse_rescaling, layers::keras_keys_rescaling, false},
+    {"reshape", "Reshape", layers::parse_reshape, layers::keras_keys_reshape, false},
+    {"random_translation", "RandomTranslation", layers::parse_random_translation,
+     layers::keras_keys_random_translation, false},
 };
 
 }  // namespace

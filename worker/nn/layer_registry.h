@@ -20,7 +20,7 @@ namespace dtrain::nn {
 /// is refused there, as is a value its KerasKey does not allow.
 enum class KerasKey {
   kRead,           ///< passed under its own name to the kind's parse, which reads it
-  kActivation,     ///< passed on: "linear", "relu" or "softmax" (null: linear)
+  kActivation,     ///< passed on: linear, relu, softmax, sigmoid, tanh, gelu, silu (null: linear)
   kNull,           ///< only null (regularizers, constraints, LoRA, quantization, ReLU's max)
   kOne,            ///< only 1 or [1, 1] (dilation_rate, groups)
   kZero,           ///< only 0 (ReLU's negative_slope, threshold)
@@ -34,6 +34,9 @@ enum class KerasKey {
   /// a kernel initializer: passed on as its class name ("HeNormal"), left out when it is the
   /// default GlorotUniform; the kind's parse checks it (its seed is not used)
   kInitializer,
+  /// a regularizer: passed on when not null (the kind's parse checks it), so a file without
+  /// one translates as it did before dtrain read them
+  kRegularizer,
 };
 
 /// One Keras config key of a kind and how it is taken.

@@ -228,4 +228,18 @@ const char* math_mode_name(MathMode mode) {
   return "?";
 }
 
+const char* eltwise_name(Eltwise f) {
+  switch (f) {
+    case Eltwise::kSigmoid:
+      return "sigmoid";
+    case Eltwise::kTanh:
+      return "tanh";
+    case Eltwise::kGelu:
+      return "gelu";
+    case Eltwise::kSwish:
+      return "swish";
+  }
+  return "?";
+}
+
 }  // namespace dtrain::nn

@@ -133,6 +133,25 @@ void ProfiledBackend::relu_backward(size_t count, const float* y, const float* d
   timed(count_label("relu_backward", count), [&] { inner_.relu_backward(count, y, dy, dx); });
 }
 
+void ProfiledBackend::eltwise_forward(Eltwise f, size_t count, const float* x, float* y) {
+  timed(count_label(fmt::format("{}_forward", eltwise_name(f)).c_str(), count),
+        [&] { inner_.eltwise_forward(f, count, x, y); });
+}
+
+void ProfiledBackend::eltwise_backward(Eltwise f, size_t count, const float* x, const float* dy,
+                                       float* dx) {
+  timed(count_label(fmt::format("{}_backward", eltwise_name(f)).c_str(), count),
+        [&] { inner_.eltwise_backward(f, count, x, dy, dx); });
+}
+
+void ProfiledBackend::avgpool_forward(const PoolShape& s, const float* x, float* y) {
+  timed(pool_label("avgpool_forward", s), [&] { inner_.avgpool_forward(s, x, y); });
+}
+
+void ProfiledBackend::avgpool_backward(const PoolShape& s, const float* dy, float* dx) {
+  timed(pool_label("avgpool_backward", s), [&] { inner_.avgpool_backward(s, dy, dx); });
+}
+
 size_t ProfiledBackend::maxpool_workspace_bytes(const PoolShape& s) {
   return inner_.maxpool_workspace_bytes(s);
 }
@@ -188,6 +207,45 @@ void ProfiledBackend::softmax_cross_entropy_smoothed(int n, int classes, float s
 }
 void ProfiledBackend::decay_weights(const DecayParams& p, size_t count, float* w) {
   timed(count_label("decay_weights", count), [&] { inner_.decay_weights(p, count, w); });
+}
+void ProfiledBackend::scale_shift(size_t count, float scale, float offset, const float* x,
+                                  float* y) {
+  timed(count_label("scale_shift", count), [&] { inner_.scale_shift(count, scale, offset, x, y); });
+}
+void ProfiledBackend::permute_forward(int n, int m, const int32_t* index, const float* x,
+                                      float* y) {
+  timed(fmt::format("permute_forward {}x{}", n, m),
+        [&] { inner_.permute_forward(n, m, index, x, y); });
+}
+void ProfiledBackend::permute_backward(int n, int m, const int32_t* index, const float* dy,
+                                       float* dx) {
+  timed(fmt::format("permute_backward {}x{}", n, m),
+        [&] { inner_.permute_backward(n, m, index, dy, dx); });
+}
+void ProfiledBackend::translate2d_forward(const TranslateShape& s, const Shift2d* shifts,
+                                          const float* x, float* y) {
+  timed(fmt::format("translate2d_forward {}x{}x{}x{}", s.n, s.c, s.h, s.w),
+        [&] { inner_.translate2d_forward(s, shifts, x, y); });
+}
+void ProfiledBackend::translate2d_backward(const TranslateShape& s, const Shift2d* shifts,
+                                           const float* dy, float* dx) {
+  timed(fmt::format("translate2d_backward {}x{}x{}x{}", s.n, s.c, s.h, s.w),
+        [&] { inner_.translate2d_backward(s, shifts, dy, dx); });
+}
+void ProfiledBackend::regularize(size_t count, float l1, float l2, const float* w, float* g,
+                                 float* penalty) {
+  timed(count_label("regularize", count), [&] { inner_.regularize(count, l1, l2, w, g, penalty); });
+}
+void ProfiledBackend::add_penalty(const float* penalty, float* totals) {
+  timed("add_penalty", [&] { inner_.add_penalty(penalty, totals); });
+}
+void ProfiledBackend::sum_squares(size_t count, const float* g, float* sum) {
+  timed(count_label("sum_squares", count), [&] { inner_.sum_squares(count, g, sum); });
+}
+void ProfiledBackend::clip_by_norm(size_t count, float clip, bool global, const float* sum,
+                                   float* g) {
+  timed(count_label("clip_by_norm", count),
+        [&] { inner_.clip_by_norm(count, clip, global, sum, g); });
 }
 void ProfiledBackend::remap2d_forward(int n, int c, int h, int w, int oh, int ow,
                                       const PixelMap* maps, const float* x, float* y) {

@@ -72,6 +72,11 @@ class ProfiledBackend final : public Backend {
 
   void relu_forward(size_t count, const float* x, float* y) override;
   void relu_backward(size_t count, const float* y, const float* dy, float* dx) override;
+  void eltwise_forward(Eltwise f, size_t count, const float* x, float* y) override;
+  void eltwise_backward(Eltwise f, size_t count, const float* x, const float* dy,
+                        float* dx) override;
+  void avgpool_forward(const PoolShape& s, const float* x, float* y) override;
+  void avgpool_backward(const PoolShape& s, const float* dy, float* dx) override;
 
   /// A size query, forwarded untimed.
   size_t maxpool_workspace_bytes(const PoolShape& s) override;
@@ -97,6 +102,18 @@ class ProfiledBackend final : public Backend {
   void remap2d_forward(int n, int c, int h, int w, int oh, int ow, const PixelMap* maps,
                        const float* x, float* y) override;
   void decay_weights(const DecayParams& p, size_t count, float* w) override;
+  void translate2d_forward(const TranslateShape& s, const Shift2d* shifts, const float* x,
+                           float* y) override;
+  void translate2d_backward(const TranslateShape& s, const Shift2d* shifts, const float* dy,
+                            float* dx) override;
+  void scale_shift(size_t count, float scale, float offset, const float* x, float* y) override;
+  void permute_forward(int n, int m, const int32_t* index, const float* x, float* y) override;
+  void permute_backward(int n, int m, const int32_t* index, const float* dy, float* dx) override;
+  void regularize(size_t count, float l1, float l2, const float* w, float* g,
+                  float* penalty) override;
+  void add_penalty(const float* penalty, float* totals) override;
+  void sum_squares(size_t count, const float* g, float* sum) override;
+  void clip_by_norm(size_t count, float clip, bool global, const float* sum, float* g) override;
   void softmax_cross_entropy_smoothed(int n, int classes, float smoothing, const float* logits,
                                       const int32_t* labels, float* dlogits,
                                       float* totals) override;

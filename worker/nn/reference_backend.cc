@@ -42,8 +42,56 @@ void check_pool_shape(const PoolShape& s) {
              s.w);
   DT_ENFORCE(s.kh > 0 && s.kw > 0 && s.sh > 0 && s.sw > 0, "pool window {}x{} stride {}x{}", s.kh,
              s.kw, s.sh, s.sw);
-  DT_ENFORCE(s.kh <= s.h && s.kw <= s.w, "pool window {}x{} exceeds input {}x{}", s.kh, s.kw, s.h,
-             s.w);
+  DT_ENFORCE(s.pad_top >= 0 && s.pad_bottom >= 0 && s.pad_left >= 0 && s.pad_right >= 0 &&
+                 s.pad_top < s.kh && s.pad_bottom < s.kh && s.pad_left < s.kw && s.pad_right < s.kw,
+             "pool padding {}/{} {}/{} for a {}x{} window", s.pad_top, s.pad_bottom, s.pad_left,
+             s.pad_right, s.kh, s.kw);
+  DT_ENFORCE(s.kh <= s.h + s.pad_top + s.pad_bottom && s.kw <= s.w + s.pad_left + s.pad_right,
+             "pool window {}x{} exceeds input {}x{}", s.kh, s.kw, s.h, s.w);
+}
+
+/// Calls f(plane index) for each element of output (oy, ox)'s window inside the input, in
+/// row-major order.
+template <class F>
+void for_window(const PoolShape& s, int oy, int ox, F f) {
+  for (int ky = 0; ky < s.kh; ++ky) {
+    const int iy = oy * s.sh - s.pad_top + ky;
+    if (iy < 0 || iy >= s.h) continue;
+    for (int kx = 0; kx < s.kw; ++kx) {
+      const int ix = ox * s.sw - s.pad_left + kx;
+      if (ix >= 0 && ix < s.w) f(iy * s.w + ix);
+    }
+  }
+}
+
+/// f(x) and f'(x) of an activation, in double.
+double eltwise_value(Eltwise f, double x) {
+  switch (f) {
+    case Eltwise::kSigmoid:
+      return 1.0 / (1.0 + std::exp(-x));
+    case Eltwise::kTanh:
+      return std::tanh(x);
+    case Eltwise::kGelu:
+      return 0.5 * x * (1.0 + std::erf(x / std::sqrt(2.0)));
+    case Eltwise::kSwish:
+      return x / (1.0 + std::exp(-x));
+  }
+  return 0.0;
+}
+double eltwise_slope(Eltwise f, double x) {
+  const double sigmoid = 1.0 / (1.0 + std::exp(-x));
+  switch (f) {
+    case Eltwise::kSigmoid:
+      return sigmoid * (1.0 - sigmoid);
+    case Eltwise::kTanh:
+      return 1.0 - std::tanh(x) * std::tanh(x);
+    case Eltwise::kGelu:
+      return 0.5 * (1.0 + std::erf(x / std::sqrt(2.0))) +
+             x * std::exp(-0.5 * x * x) / std::sqrt(2.0 * 3.14159265358979323846);
+    case Eltwise::kSwish:
+      return sigmoid + x * sigmoid * (1.0 - sigmoid);
+  }
+  return 0.0;
 }
 
 /// The input row (or column) that output position o and kernel tap t read, before bounds checks.
@@ -240,7 +288,8 @@ class ReferenceBackend : public HostBackend {
     return static_cast<size_t>(s.n) * s.c * s.oh() * s.ow() * sizeof(int32_t);
   }
 
-  /// Scans each window in row-major order and keeps the first maximum.
+  /// Scans each window's elements inside the input in row-major order and keeps the first
+  /// maximum.
   void maxpool_forward(const PoolShape& s, const float* x, float* y, void* workspace) override {
     check_pool_shape(s);
     auto* argmax = static_cast<int32_t*>(workspace);
@@ -250,16 +299,56 @@ class ReferenceBackend : public HostBackend {
       const float* xp = x + nc * plane;
       for (int oy = 0; oy < s.oh(); ++oy)
         for (int ox = 0; ox < s.ow(); ++ox, ++out) {
-          int best = oy * s.sh * s.w + ox * s.sw;
-          for (int ky = 0; ky < s.kh; ++ky)
-            for (int kx = 0; kx < s.kw; ++kx) {
-              int at = (oy * s.sh + ky) * s.w + (ox * s.sw + kx);
-              if (xp[at] > xp[best]) best = at;
-            }
+          int best = -1;
+          for_window(s, oy, ox, [&](int at) {
+            if (best < 0 || xp[at] > xp[best]) best = at;
+          });
+          DT_ENFORCE(best >= 0, "pool window ({}, {}) outside the input", oy, ox);
           y[out] = xp[best];
           argmax[out] = best;
         }
     }
+  }
+
+  void avgpool_forward(const PoolShape& s, const float* x, float* y) override {
+    check_pool_shape(s);
+    const size_t plane = static_cast<size_t>(s.h) * s.w;
+    size_t out = 0;
+    for (size_t nc = 0; nc < static_cast<size_t>(s.n) * s.c; ++nc) {
+      const float* xp = x + nc * plane;
+      for (int oy = 0; oy < s.oh(); ++oy)
+        for (int ox = 0; ox < s.ow(); ++ox, ++out) {
+          double sum = 0;
+          int count = 0;
+          for_window(s, oy, ox, [&](int at) { sum += xp[at], ++count; });
+          y[out] = static_cast<float>(sum / count);
+        }
+    }
+  }
+
+  void avgpool_backward(const PoolShape& s, const float* dy, float* dx) override {
+    check_pool_shape(s);
+    const size_t plane = static_cast<size_t>(s.h) * s.w;
+    std::vector<double> acc(static_cast<size_t>(s.n) * s.c * plane, 0.0);
+    size_t out = 0;
+    for (size_t nc = 0; nc < static_cast<size_t>(s.n) * s.c; ++nc)
+      for (int oy = 0; oy < s.oh(); ++oy)
+        for (int ox = 0; ox < s.ow(); ++ox, ++out) {
+          int count = 0;
+          for_window(s, oy, ox, [&](int) { ++count; });
+          const double share = double{dy[out]} / count;
+          for_window(s, oy, ox, [&](int at) { acc[nc * plane + at] += share; });
+        }
+    std::transform(acc.begin(), acc.end(), dx, [](double v) { return static_cast<float>(v); });
+  }
+
+  void eltwise_forward(Eltwise f, size_t count, const float* x, float* y) override {
+    for (size_t i = 0; i < count; ++i) y[i] = static_cast<float>(eltwise_value(f, x[i]));
+  }
+  void eltwise_backward(Eltwise f, size_t count, const float* x, const float* dy,
+                        float* dx) override {
+    for (size_t i = 0; i < count; ++i)
+      dx[i] = static_cast<float>(double{dy[i]} * eltwise_slope(f, x[i]));
   }
 
   void maxpool_backward(const PoolShape& s, const float* dy, const void* workspace,

@@ -12,6 +12,7 @@
 #include "common/run_dir.h"
 #include "worker/nn/model.h"
 #include "worker/train/checkpoint.h"
+#include "worker/train/gradient_rules.h"
 #include "worker/train/input_stager.h"
 
 namespace dtrain::train {
@@ -77,7 +78,8 @@ std::pair<double, double> evaluate_model(nn::Model& model, nn::Backend& backend,
     correct += host[static_cast<size_t>(3 * b + 1)];
   }
   double count = std::max<double>(static_cast<double>(test.count), 1.0);
-  return {loss / count, correct / count};
+  // Keras's val_loss includes the regularizers' penalty, as the training loss does.
+  return {loss / count + regularization_penalty(model), correct / count};
 }
 
 int run_evaluator(const TrainConfig& config, nn::Backend& backend, const data::Dataset& test,

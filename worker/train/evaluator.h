@@ -24,11 +24,12 @@ struct EvaluatorOptions {
   std::function<bool()> stop_requested;
 };
 
-/// Mean loss and accuracy of model on the whole test split, batch examples at a time (no
-/// dropout). With comm (size N), each rank evaluates its share of the batches (contiguous, about
-/// 1/N of them) and the per-batch sums are all-reduced; every rank then adds them up in batch
-/// order, so the result is the same on every rank and equal to one rank evaluating every batch
-/// with the same backend. Per-batch sums stay on the device until one read at the end.
+/// Mean loss (plus the regularizers' penalty, as Keras's) and accuracy of model on the whole
+/// test split, batch examples at a time (no dropout). With comm (size N), each rank evaluates its
+/// share of the batches (contiguous, about 1/N of them) and the per-batch sums are all-reduced;
+/// every rank then adds them up in batch order, so the result is the same on every rank and equal
+/// to one rank evaluating every batch with the same backend. Per-batch sums stay on the device
+/// until one read at the end.
 std::pair<double, double> evaluate_model(nn::Model& model, nn::Backend& backend,
                                          const data::Dataset& test, int batch,
                                          comm::Communicator* comm = nullptr,

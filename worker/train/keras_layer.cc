@@ -74,8 +74,10 @@ bool take(const common::JsonNode& value, KerasKey how) {
     case KerasKey::kRead:
       return true;
     case KerasKey::kActivation:
-      if (!value.is_null() && !written_as(value, {R"("linear")", R"("relu")", R"("softmax")"}))
-        refuse(value, "dtrain computes linear, relu or softmax");
+      if (!value.is_null() &&
+          !written_as(value, {R"("linear")", R"("relu")", R"("softmax")", R"("sigmoid")",
+                              R"("tanh")", R"("gelu")", R"("silu")", R"("swish")"}))
+        refuse(value, "dtrain computes linear, relu, softmax, sigmoid, tanh, gelu or silu");
       return true;
     case KerasKey::kNull:
       if (!value.is_null()) refuse(value, "dtrain supports only null");
@@ -107,6 +109,8 @@ bool take(const common::JsonNode& value, KerasKey how) {
       return false;
     case KerasKey::kInitializer:  // handled by the caller
       return true;
+    case KerasKey::kRegularizer:
+      return !value.is_null();
     case KerasKey::kUnusedNumber:
       value.as_number(-1e300, 1e300);
       return false;

@@ -34,6 +34,22 @@ void parse_decay(const common::JsonNode& node, OptimizerSpec& spec) {
   }
 }
 
+// Keras's clipnorm and global_clipnorm (null: none); Keras refuses both at once.
+void parse_clipping(const common::JsonNode& node, OptimizerSpec& spec) {
+  auto clip = [&](const char* key, float& field) {
+    if (auto n = node.find(key); n && !n->is_null()) {
+      field = static_cast<float>(n->as_number(0, 1e30));
+      if (field <= 0) n->fail("expected a norm above 0 (or null: no clipping)");
+    }
+  };
+  clip("clipnorm", spec.clipnorm);
+  clip("global_clipnorm", spec.global_clipnorm);
+  if (spec.clipnorm > 0 && spec.global_clipnorm > 0) {
+    node.at("global_clipnorm")
+        .fail("only one of clipnorm and global_clipnorm can be set (as in Keras)");
+  }
+}
+
 // The hyper-parameters of spec.type from an object node (each key checked).
 void parse_hyper_parameters(const common::JsonNode& node, OptimizerSpec& spec) {
   auto number = [&](const char* key, float& field, double min, double max) {
@@ -49,14 +65,15 @@ void parse_hyper_parameters(const common::JsonNode& node, OptimizerSpec& spec) {
   switch (spec.type) {
     case OptimizerType::kSgd:
       node.check_keys({"type", "learning_rate", "scale_learning_rate", "momentum", "nesterov",
-                       "weight_decay", "exclude_from_weight_decay"});
+                       "weight_decay", "exclude_from_weight_decay", "clipnorm", "global_clipnorm"});
       rate(spec.sgd.learning_rate);
       number("momentum", spec.sgd.momentum, 0, 1);
       if (auto n = node.find("nesterov")) spec.sgd.nesterov = n->as_bool();
       break;
     case OptimizerType::kAdam:
       node.check_keys({"type", "learning_rate", "scale_learning_rate", "beta_1", "beta_2",
-                       "epsilon", "weight_decay", "exclude_from_weight_decay"});
+                       "epsilon", "weight_decay", "exclude_from_weight_decay", "clipnorm",
+                       "global_clipnorm"});
       rate(spec.adam.learning_rate);
       number("beta_1", spec.adam.beta_1, 0, 0.999999);
       number("beta_2", spec.adam.beta_2, 0, 0.999999999);
@@ -64,7 +81,8 @@ void parse_hyper_parameters(const common::JsonNode& node, OptimizerSpec& spec) {
       break;
     case OptimizerType::kAdamW:
       node.check_keys({"type", "learning_rate", "scale_learning_rate", "weight_decay", "beta_1",
-                       "beta_2", "epsilon", "exclude_from_weight_decay"});
+                       "beta_2", "epsilon", "exclude_from_weight_decay", "clipnorm",
+                       "global_clipnorm"});
       rate(spec.adamw.learning_rate);
       number("weight_decay", spec.adamw.weight_decay, 0, 1);
       number("beta_1", spec.adamw.beta_1, 0, 0.999999);
@@ -73,7 +91,8 @@ void parse_hyper_parameters(const common::JsonNode& node, OptimizerSpec& spec) {
       break;
     case OptimizerType::kRmsprop:
       node.check_keys({"type", "learning_rate", "scale_learning_rate", "rho", "momentum", "epsilon",
-                       "centered", "weight_decay", "exclude_from_weight_decay"});
+                       "centered", "weight_decay", "exclude_from_weight_decay", "clipnorm",
+                       "global_clipnorm"});
       rate(spec.rmsprop.learning_rate);
       number("rho", spec.rmsprop.rho, 0, 0.999999999);
       number("momentum", spec.rmsprop.momentum, 0, 0.999999);
@@ -82,6 +101,7 @@ void parse_hyper_parameters(const common::JsonNode& node, OptimizerSpec& spec) {
       break;
   }
   parse_decay(node, spec);
+  parse_clipping(node, spec);
 }
 
 // Keras's default rate of each type (the schedule's constant when learning_rate is left out).

@@ -3,7 +3,8 @@
 // gradient) in flat buffers of the same size on the model's device, so a checkpoint saves them in
 // one piece each. The arithmetic is the Backend's, applied range by range so each gradient bucket
 // is applied as soon as its all-reduce is done. Keras 3's weight_decay on every optimizer (with
-// exclude_from_weight_decay by tensor name); gradient clipping is not implemented.
+// exclude_from_weight_decay by tensor name); clipnorm and global_clipnorm are parsed here and
+// applied by the step (gradient_rules.h), which sees the whole reduced gradient.
 #pragma once
 
 #include <string>
@@ -37,6 +38,10 @@ struct OptimizerSpec {
   /// Keras's exclude_from_weight_decay(var_names=...): a tensor whose name contains one of these
   /// is not decayed ("bias", "gamma", "beta").
   std::vector<std::string> exclude_from_weight_decay;
+  /// Keras's clipnorm (each gradient tensor to this norm) and global_clipnorm (all of them
+  /// together), on the step's reduced gradient (docs/design.md#regularizers-and-clipping). 0:
+  /// none; at most one is set.
+  float clipnorm = 0, global_clipnorm = 0;
 };
 
 /// Parses train.optimizer with Keras's defaults: an object {"type": ..., hyper-parameters}, or
@@ -73,6 +78,7 @@ class Optimizer {
   /// The rate the next step will use (what Keras logs as `learning_rate`).
   double learning_rate() const { return spec_.learning_rate.rate(iterations_); }
   int64_t iterations() const { return iterations_; }
+  const OptimizerSpec& spec() const { return spec_; }
   void set_iterations(int64_t n) { iterations_ = n; }
   /// The model's parameter tensors, so weight decay can leave out the excluded ones. Without a
   /// call every parameter is decayed.

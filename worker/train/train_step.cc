@@ -58,6 +58,7 @@ TrainStep::TrainStep(nn::Model& model, Optimizer& optimizer, nn::Backend& backen
       readback_(device_, kStatsFloats * static_cast<size_t>(options.slots)),
       loss_scale_(options.loss_scale),
       scale_state_(device_, nn::Backend::kLossScaleFloats),
+      rules_(optimizer.spec(), model.parameter_infos(), device_),
       skipped_readback_(device_, static_cast<size_t>(options.slots)) {
   DT_ENFORCE(options_.slots >= 1 && options_.slots <= nn::Device::kMarkers, "{} input slots",
              options_.slots);
@@ -74,6 +75,11 @@ TrainStep::TrainStep(nn::Model& model, Optimizer& optimizer, nn::Backend& backen
   graph_batches_.resize(static_cast<size_t>(options_.slots), 0);
   DT_ENFORCE(!options_.whole_steps || whole_steps_possible(device_, comm_),
              "whole steps on a GPU need a communicator staged through the host");
+  if (rules_.active() && device_.kind() == nn::DeviceKind::kCuda) {
+    throw common::ConfigError(
+        "train.optimizer: clipnorm and global_clipnorm have not passed their parity test on a "
+        "GPU yet, so they do not run on one (train with \"device\": \"cpu\")");
+  }
 }
 
 TrainStep::~TrainStep() = default;
@@ -132,7 +138,7 @@ void TrainStep::enqueue(const float* images, const int32_t* labels, int n, const
     statistics_ticket = start(statistics.data(), statistics.size(), comm::ReduceOp::kSum);
   // Nothing changes until no collective of the step can fail (whole steps), or until every
   // gradient is in and, with a dynamic loss scale, known finite.
-  if (options_.whole_steps || loss_scale_.enabled()) {
+  if (options_.whole_steps || loss_scale_.enabled() || rules_.active()) {
     for (size_t b = 0; b < buckets_.size(); ++b) finish(tickets[b]);
     finish(stats_ticket);
     if (statistics.size() > 0) finish(statistics_ticket);
@@ -366,6 +372,8 @@ void TrainStep::apply_all(int slot) {
       if (count_in_arguments_ && unsettled_ > 0) previous = state + nn::Backend::kPreviousSkipped;
     }
   }
+  // Regularizers and clipping on the reduced, unscaled gradient: once, the same on every worker.
+  rules_.apply(backend_, model_.parameters().data(), model_.gradients().data(), stats_.data());
   for (size_t b = 0; b < buckets_.size(); ++b) {
     optimizer_.apply(backend_, model_.parameters(), model_.gradients(), buckets_[b].offset,
                      buckets_[b].count, skip, previous);

@@ -6,7 +6,8 @@
 // of the reduced stop flag that the trainer reads one step later. On CUDA with a stream-ordered
 // communicator the whole step is captured once per input slot as a CUDA graph and replayed.
 // With loss scaling (mixed_float16, docs/design.md#loss-scaling) the loss gradient is scaled and
-// the reduced gradients unscaled and checked before the optimizer sees any of them.
+// the reduced gradients unscaled and checked before the optimizer sees any of them; then
+// regularizers and gradient clipping (gradient_rules.h).
 // It does not fetch batches, print, or checkpoint: the trainer does.
 #pragma once
 
@@ -19,6 +20,7 @@
 #include "worker/comm/communicator.h"
 #include "worker/comm/membership.h"
 #include "worker/nn/model.h"
+#include "worker/train/gradient_rules.h"
 #include "worker/train/loss_scale.h"
 #include "worker/train/optimizer.h"
 
@@ -241,6 +243,9 @@ class TrainStep {
   /// The state in device memory, Backend::kLossScaleFloats: scale, finite steps in a row, this
   /// step's flag, steps skipped, the step before's flag.
   nn::Buffer<float> scale_state_;
+  /// Regularizers and gradient clipping (docs/design.md#regularizers-and-clipping): when active,
+  /// every step applies whole, after all its all-reduces.
+  GradientRules rules_;
   /// A dynamic scale under an update whose arguments depend on the optimizer's count (Adam's
   /// t, a schedule's rate): the gate's second flag and learn_skips are needed.
   bool count_in_arguments_ = false;

@@ -1,6 +1,7 @@
-// Keras's Activation layer: activation "relu", "linear" or "softmax" (softmax only as the model's
-// output, where the loss applies it, as on a dense layer). relu is max(x, 0); linear passes its
-// input on.
+// Keras's Activation layer: activation "relu", "linear", "softmax" (softmax only as the model's
+// output, where the loss applies it, as on a dense layer), "sigmoid", "tanh", "gelu" or
+// "silu"/"swish" (layer_keys.h). relu is max(x, 0); linear passes its input on; the others are
+// the backend's eltwise operations, their gradient taken from the layer's input.
 #include "worker/nn/layers/layer_keys.h"
 
 namespace dtrain::nn::layers {
@@ -12,16 +13,22 @@ class ActivationLayer : public Layer {
   bool is_relu() const override { return activation_ == Activation::kRelu; }
   void forward(Backend& b, const ForwardArgs& a) override {
     const size_t count = dims_.size() * static_cast<size_t>(a.n);
+    Eltwise f;
     if (activation_ == Activation::kRelu)
       b.relu_forward(count, a.x[0], a.y);
+    else if (eltwise_of(activation_, &f))
+      b.eltwise_forward(f, count, a.x[0], a.y);
     else  // linear, or softmax, which the loss applies
       b.device().copy(a.y, a.x[0], count * sizeof(float));
   }
   void backward(Backend& b, const BackwardArgs& a, const std::function<void(size_t)>&) override {
     if (!a.dx[0]) return;
     const size_t count = dims_.size() * static_cast<size_t>(a.n);
+    Eltwise f;
     if (activation_ == Activation::kRelu)
       b.relu_backward(count, a.y, a.dy, a.dx[0]);
+    else if (eltwise_of(activation_, &f))
+      b.eltwise_backward(f, count, a.x[0], a.dy, a.dx[0]);
     else
       b.device().copy(a.dx[0], a.dy, count * sizeof(float));
   }

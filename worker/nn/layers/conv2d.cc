@@ -1,5 +1,6 @@
 // Keras's Conv2D: filters, kernel_size, strides, padding valid|same (TensorFlow's: the odd pixel
-// after), activation, use_bias. Kernel k,c,kh,kw (OIHW), glorot_uniform; bias zero. Without a
+// after), activation, use_bias, kernel_ and bias_regularizer (L1L2 factors on its tensors,
+// applied by the step). Kernel k,c,kh,kw (OIHW), glorot_uniform; bias zero. Without a
 // bias the backend still gets one, zeros of the layer's own, and its gradient goes to scratch.
 #include <fmt/format.h>
 
@@ -18,12 +19,21 @@ struct Conv2dKeys {
   bool use_bias = true;
   Activation activation = Activation::kLinear;
   Initializer init = Initializer::kGlorotUniform;
+  Regularizer kernel_regularizer, bias_regularizer;
+  bool regularized() const {
+    return kernel_regularizer.l1 > 0 || kernel_regularizer.l2 > 0 || bias_regularizer.l1 > 0 ||
+           bias_regularizer.l2 > 0;
+  }
 };
 
 class Conv2D : public Activated {
  public:
   Conv2D(const Conv2dKeys& k, Dims in, Dims out, const LayerContext& c)
-      : Activated(k.activation, out, c), use_bias_(k.use_bias), init_(k.init) {
+      : Activated(k.activation, out, c),
+        use_bias_(k.use_bias),
+        init_(k.init),
+        kernel_regularizer_(k.kernel_regularizer),
+        bias_regularizer_(k.bias_regularizer) {
     if (!use_bias_) {  // a zero bias to add, and somewhere for its gradient to go
       no_bias_ = Buffer<float>(c.backend.device(), 2 * static_cast<size_t>(k.filters));
       c.backend.device().fill_zero(no_bias_.data(), no_bias_.bytes());
@@ -37,9 +47,19 @@ class Conv2D : public Activated {
   }
   std::vector<ParamInfo> params() const override {
     size_t kernel = shape_.weight_count();
-    std::vector<ParamInfo> out = {
-        {"kernel", {shape_.k, shape_.c, shape_.kh, shape_.kw}, 0, kernel}};
-    if (use_bias_) out.push_back({"bias", {shape_.k}, kernel, static_cast<size_t>(shape_.k)});
+    std::vector<ParamInfo> out = {{"kernel",
+                                   {shape_.k, shape_.c, shape_.kh, shape_.kw},
+                                   0,
+                                   kernel,
+                                   kernel_regularizer_.l1,
+                                   kernel_regularizer_.l2}};
+    if (use_bias_)
+      out.push_back({"bias",
+                     {shape_.k},
+                     kernel,
+                     static_cast<size_t>(shape_.k),
+                     bias_regularizer_.l1,
+                     bias_regularizer_.l2});
     return out;
   }
   void initialize(float* p, float*, uint64_t seed) const override {
@@ -53,7 +73,8 @@ class Conv2D : public Activated {
     if (relu())
       b.conv2d_relu_forward(at(a.n), a.x[0], a.params, bias, a.y);
     else
-      b.conv2d_forward(at(a.n), a.x[0], a.params, bias, a.y);
+      b.conv2d_forward(at(a.n), a.x[0], a.params, bias, op_output(a.y));
+    activate(b, a.n, a.y);
   }
   void backward(Backend& b, const BackwardArgs& a,
                 const std::function<void(size_t)>& enqueued) override {
@@ -78,6 +99,7 @@ class Conv2D : public Activated {
   ConvShape shape_;
   bool use_bias_;
   Initializer init_;
+  Regularizer kernel_regularizer_, bias_regularizer_;
   Buffer<float> no_bias_;  ///< without a bias: k zeros, then k floats of its unused gradient
 };
 
@@ -100,6 +122,10 @@ class Conv2dConfig : public LayerConfig {
     return std::make_unique<Conv2D>(k_, in[0], output_dims(in, ""), c);
   }
   Activation activation() const override { return k_.activation; }
+  bool gpu_tested() const override {
+    Eltwise f;
+    return !eltwise_of(k_.activation, &f) && !k_.regularized();
+  }
   LayerCost cost(const std::vector<Dims>& in) const override {
     Dims out = output_dims(in, "");
     LayerCost cost;
@@ -116,7 +142,8 @@ class Conv2dConfig : public LayerConfig {
 
 std::unique_ptr<LayerConfig> parse_conv2d(const common::JsonNode& node) {
   node.check_keys({"type", "name", "inputs", "filters", "kernel_size", "strides", "padding",
-                   "activation", "use_bias", "kernel_initializer"});
+                   "activation", "use_bias", "kernel_initializer", "kernel_regularizer",
+                   "bias_regularizer"});
   Conv2dKeys k;
   k.filters = static_cast<int>(node.at("filters").as_int(1, 65536));
   std::tie(k.kernel_h, k.kernel_w) = int_or_pair(node.at("kernel_size"), 1, 64);
@@ -129,6 +156,8 @@ std::unique_ptr<LayerConfig> parse_conv2d(const common::JsonNode& node) {
   }
   if (auto n = node.find("use_bias")) k.use_bias = n->as_bool();
   if (auto n = node.find("kernel_initializer")) k.init = parse_initializer(*n);
+  if (auto n = node.find("kernel_regularizer")) k.kernel_regularizer = parse_regularizer(*n);
+  if (auto n = node.find("bias_regularizer")) k.bias_regularizer = parse_regularizer(*n);
   if (auto n = node.find("activation")) {
     k.activation = parse_activation(*n);
     if (k.activation == Activation::kSoftmax) n->fail("softmax only on a dense layer");
@@ -150,8 +179,8 @@ std::vector<KerasKeySpec> keras_keys_conv2d() {
           {"use_bias", KerasKey::kRead},
           {"kernel_initializer", KerasKey::kInitializer},
           {"bias_initializer", KerasKey::kZeros},
-          {"kernel_regularizer", KerasKey::kNull},
-          {"bias_regularizer", KerasKey::kNull},
+          {"kernel_regularizer", KerasKey::kRegularizer},
+          {"bias_regularizer", KerasKey::kRegularizer},
           {"kernel_constraint", KerasKey::kNull},
           {"bias_constraint", KerasKey::kNull},
           {"lora_rank", KerasKey::kNull},

@@ -1,4 +1,5 @@
-// Keras's Dense on flat input: units, activation, use_bias. Kernel in,out (Keras's),
+// Keras's Dense on flat input: units, activation (layer_keys.h's), use_bias, kernel_ and
+// bias_regularizer (L1L2 factors on its tensors, applied by the step). Kernel in,out (Keras's),
 // glorot_uniform; bias zero (without one: zeros of the layer's own, its gradient to scratch).
 // Backward produces a large kernel's gradient in pieces of whole rows, last rows first, so its
 // all-reduce starts while the rest is computed.
@@ -16,6 +17,11 @@ struct DenseKeys {
   bool use_bias = true;
   Activation activation = Activation::kLinear;
   Initializer init = Initializer::kGlorotUniform;
+  Regularizer kernel_regularizer, bias_regularizer;
+  bool regularized() const {
+    return kernel_regularizer.l1 > 0 || kernel_regularizer.l2 > 0 || bias_regularizer.l1 > 0 ||
+           bias_regularizer.l2 > 0;
+  }
 };
 
 class Dense : public Activated {
@@ -24,7 +30,9 @@ class Dense : public Activated {
       : Activated(k.activation, {k.units, 1, 1}, c),
         in_(static_cast<int>(in.size())),
         use_bias_(k.use_bias),
-        init_(k.init) {
+        init_(k.init),
+        kernel_regularizer_(k.kernel_regularizer),
+        bias_regularizer_(k.bias_regularizer) {
     if (!use_bias_) {
       no_bias_ = Buffer<float>(c.backend.device(), static_cast<size_t>(k.units));
       c.backend.device().fill_zero(no_bias_.data(), no_bias_.bytes());
@@ -32,8 +40,15 @@ class Dense : public Activated {
   }
   std::vector<ParamInfo> params() const override {
     size_t kernel = static_cast<size_t>(in_) * out_.c;
-    std::vector<ParamInfo> out = {{"kernel", {in_, out_.c}, 0, kernel}};
-    if (use_bias_) out.push_back({"bias", {out_.c}, kernel, static_cast<size_t>(out_.c)});
+    std::vector<ParamInfo> out = {
+        {"kernel", {in_, out_.c}, 0, kernel, kernel_regularizer_.l1, kernel_regularizer_.l2}};
+    if (use_bias_)
+      out.push_back({"bias",
+                     {out_.c},
+                     kernel,
+                     static_cast<size_t>(out_.c),
+                     bias_regularizer_.l1,
+                     bias_regularizer_.l2});
     return out;
   }
   // The bias, then the kernel in pieces of whole rows, last rows first.
@@ -59,7 +74,8 @@ class Dense : public Activated {
     if (relu())
       b.dense_relu_forward(a.n, in_, out_.c, a.x[0], a.params, bias, a.y);
     else
-      b.dense_forward(a.n, in_, out_.c, a.x[0], a.params, bias, a.y);
+      b.dense_forward(a.n, in_, out_.c, a.x[0], a.params, bias, op_output(a.y));
+    activate(b, a.n, a.y);
   }
   void backward(Backend& b, const BackwardArgs& a,
                 const std::function<void(size_t)>& enqueued) override {
@@ -91,6 +107,7 @@ class Dense : public Activated {
   int in_;
   bool use_bias_;
   Initializer init_;
+  Regularizer kernel_regularizer_, bias_regularizer_;
   Buffer<float> no_bias_;  ///< without a bias: units zeros
 };
 
@@ -109,6 +126,10 @@ class DenseConfig : public LayerConfig {
     return std::make_unique<Dense>(k_, in[0], c);
   }
   Activation activation() const override { return k_.activation; }
+  bool gpu_tested() const override {
+    Eltwise f;
+    return !eltwise_of(k_.activation, &f) && !k_.regularized();
+  }
   LayerCost cost(const std::vector<Dims>& in) const override {
     LayerCost cost;
     cost.matmul_in = static_cast<int>(in[0].size());
@@ -124,12 +145,14 @@ class DenseConfig : public LayerConfig {
 }  // namespace
 
 std::unique_ptr<LayerConfig> parse_dense(const common::JsonNode& node) {
-  node.check_keys(
-      {"type", "name", "inputs", "units", "activation", "use_bias", "kernel_initializer"});
+  node.check_keys({"type", "name", "inputs", "units", "activation", "use_bias",
+                   "kernel_initializer", "kernel_regularizer", "bias_regularizer"});
   DenseKeys k;
   k.units = static_cast<int>(node.at("units").as_int(1, 1 << 20));
   if (auto n = node.find("use_bias")) k.use_bias = n->as_bool();
   if (auto n = node.find("kernel_initializer")) k.init = parse_initializer(*n);
+  if (auto n = node.find("kernel_regularizer")) k.kernel_regularizer = parse_regularizer(*n);
+  if (auto n = node.find("bias_regularizer")) k.bias_regularizer = parse_regularizer(*n);
   if (auto n = node.find("activation")) k.activation = parse_activation(*n);
   return std::make_unique<DenseConfig>(k);
 }
@@ -142,8 +165,8 @@ std::vector<KerasKeySpec> keras_keys_dense() {
           {"use_bias", KerasKey::kRead},
           {"kernel_initializer", KerasKey::kInitializer},
           {"bias_initializer", KerasKey::kZeros},
-          {"kernel_regularizer", KerasKey::kNull},
-          {"bias_regularizer", KerasKey::kNull},
+          {"kernel_regularizer", KerasKey::kRegularizer},
+          {"bias_regularizer", KerasKey::kRegularizer},
           {"kernel_constraint", KerasKey::kNull},
           {"bias_constraint", KerasKey::kNull},
           {"quantization_config", KerasKey::kNull},

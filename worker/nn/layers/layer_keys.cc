@@ -6,7 +6,9 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <optional>
 #include <string>
+#include <tuple>
 
 #include "worker/nn/random.h"
 
@@ -29,14 +31,74 @@ Activation parse_activation(const common::JsonNode& node) {
   if (name == "linear") return Activation::kLinear;
   if (name == "relu") return Activation::kRelu;
   if (name == "softmax") return Activation::kSoftmax;
-  node.fail(
-      fmt::format("activation \"{}\" is not supported (expected relu, softmax or linear)", name));
+  if (name == "sigmoid") return Activation::kSigmoid;
+  if (name == "tanh") return Activation::kTanh;
+  if (name == "gelu") return Activation::kGelu;
+  if (name == "silu" || name == "swish") return Activation::kSwish;
+  node.fail(fmt::format(
+      "activation \"{}\" is not supported (expected linear, relu, softmax, sigmoid, tanh, gelu, "
+      "silu or swish)",
+      name));
+}
+
+bool eltwise_of(Activation activation, Eltwise* f) {
+  switch (activation) {
+    case Activation::kSigmoid:
+      return *f = Eltwise::kSigmoid, true;
+    case Activation::kTanh:
+      return *f = Eltwise::kTanh, true;
+    case Activation::kGelu:
+      return *f = Eltwise::kGelu, true;
+    case Activation::kSwish:
+      return *f = Eltwise::kSwish, true;
+    default:
+      return false;
+  }
 }
 
 std::pair<int, int> same_padding(int in, int kernel, int stride) {
   int out = (in + stride - 1) / stride;
   int total = std::max((out - 1) * stride + kernel - in, 0);
   return {total / 2, total - total / 2};
+}
+
+PoolKeys parse_pool_keys(const common::JsonNode& node, bool pool_size_required) {
+  PoolKeys k;
+  if (pool_size_required)
+    std::tie(k.pool_h, k.pool_w) = int_or_pair(node.at("pool_size"), 1, 64);
+  else if (auto n = node.find("pool_size"))
+    std::tie(k.pool_h, k.pool_w) = int_or_pair(*n, 1, 64);
+  std::tie(k.stride_h, k.stride_w) = std::pair{k.pool_h, k.pool_w};  // Keras: pool_size
+  if (auto n = node.find("strides"); n && !n->is_null())
+    std::tie(k.stride_h, k.stride_w) = int_or_pair(*n, 1, 64);
+  if (auto n = node.find("padding")) {
+    std::string padding = n->as_string();
+    if (padding != "valid" && padding != "same")
+      n->fail(fmt::format("expected \"valid\" or \"same\", found \"{}\"", padding));
+    k.same = padding == "same";
+  }
+  return k;
+}
+
+Dims pool_output_dims(const PoolKeys& k, const Dims& x, const std::string& where) {
+  if (k.same)
+    return {x.c, (x.h + k.stride_h - 1) / k.stride_h, (x.w + k.stride_w - 1) / k.stride_w};
+  if (k.pool_h > x.h || k.pool_w > x.w) {
+    throw common::ConfigError(fmt::format("{}: a {}x{} pool does not fit the {}x{} input", where,
+                                          k.pool_h, k.pool_w, x.h, x.w));
+  }
+  return {x.c, (x.h - k.pool_h) / k.stride_h + 1, (x.w - k.pool_w) / k.stride_w + 1};
+}
+
+PoolShape pool_shape(const PoolKeys& k, const Dims& in) {
+  PoolShape s;
+  s.c = in.c, s.h = in.h, s.w = in.w;
+  s.kh = k.pool_h, s.kw = k.pool_w, s.sh = k.stride_h, s.sw = k.stride_w;
+  if (k.same) {
+    std::tie(s.pad_top, s.pad_bottom) = same_padding(in.h, k.pool_h, k.stride_h);
+    std::tie(s.pad_left, s.pad_right) = same_padding(in.w, k.pool_w, k.stride_w);
+  }
+  return s;
 }
 
 void glorot_uniform(float* w, size_t count, int fan_in, int fan_out, uint64_t seed) {
@@ -71,6 +133,53 @@ float truncated_normal(uint64_t seed, size_t i) {
 }
 
 }  // namespace
+
+Regularizer parse_regularizer(const common::JsonNode& node) {
+  if (node.is_null()) return {};
+  std::string name;
+  std::optional<common::JsonNode> config;
+  if (node.is_string()) {
+    name = node.as_string();
+  } else {
+    if (!node.is_object())
+      node.fail(fmt::format("expected a regularizer's name or object, found {}", node.describe()));
+    node.check_keys({"module", "class_name", "config", "registered_name"});
+    if (auto module = node.find("module")) {
+      std::string m = module->as_string();
+      if (m != "keras" && m.rfind("keras.", 0) != 0)
+        module->fail(fmt::format("\"{}\" is not Keras's own: a custom regularizer", m));
+    }
+    if (auto r = node.find("registered_name");
+        r && !r->is_null() && r->as_string() != node.at("class_name").as_string())
+      r->fail("a registered custom regularizer is not supported");
+    name = node.at("class_name").as_string();
+    config = node.find("config");
+  }
+  Regularizer r;
+  bool l1 = false, l2 = false;
+  if (name == "L1" || name == "l1") {
+    r.l1 = 0.01f, l1 = true;
+  } else if (name == "L2" || name == "l2") {
+    r.l2 = 0.01f, l2 = true;
+  } else if (name == "L1L2" || name == "l1_l2" || name == "l1l2") {
+    l1 = l2 = true;  // Keras's L1L2(): 0 and 0
+  } else {
+    (node.is_string() ? node : node.at("class_name"))
+        .fail(fmt::format("regularizer {} is not supported (dtrain has L1, L2 and L1L2)", name));
+  }
+  if (config && !config->is_null()) {
+    if (l1 && l2)
+      config->check_keys({"l1", "l2"});
+    else
+      config->check_keys({l1 ? "l1" : "l2"});
+    // Keras's validate_float_arg: a non-negative finite number (null: L1's and L2's default).
+    if (auto n = config->find("l1"); n && !n->is_null())
+      r.l1 = static_cast<float>(n->as_number(0, 1e30));
+    if (auto n = config->find("l2"); n && !n->is_null())
+      r.l2 = static_cast<float>(n->as_number(0, 1e30));
+  }
+  return r;
+}
 
 Initializer parse_initializer(const common::JsonNode& node) {
   std::string name;
@@ -133,13 +242,25 @@ void initialize_kernel(Initializer init, float* w, size_t count, int fan_in, int
 
 Activated::Activated(Activation activation, Dims out, const LayerContext& c)
     : activation_(activation), out_(out) {
-  if (activation_ == Activation::kRelu)
-    delta_ = Buffer<float>(c.backend.device(), out.size() * static_cast<size_t>(c.max_batch));
+  eltwise_ = eltwise_of(activation, &f_);
+  const size_t floats = out.size() * static_cast<size_t>(c.max_batch);
+  if (activation_ == Activation::kRelu || eltwise_)
+    delta_ = Buffer<float>(c.backend.device(), floats);
+  if (eltwise_) pre_ = Buffer<float>(c.backend.device(), floats);
+}
+
+void Activated::activate(Backend& b, int n, float* y) {
+  if (eltwise_) b.eltwise_forward(f_, out_.size() * static_cast<size_t>(n), pre_.data(), y);
 }
 
 const float* Activated::deactivate(Backend& b, int n, const float* y, const float* dy) {
+  const size_t count = out_.size() * static_cast<size_t>(n);
+  if (eltwise_) {
+    b.eltwise_backward(f_, count, pre_.data(), dy, delta_.data());
+    return delta_.data();
+  }
   if (activation_ != Activation::kRelu) return dy;
-  b.relu_backward(out_.size() * static_cast<size_t>(n), y, dy, delta_.data());
+  b.relu_backward(count, y, dy, delta_.data());
   return delta_.data();
 }
 

@@ -1,9 +1,11 @@
-// What the layer kinds of worker/nn/layers/ share: Keras's ways of writing sizes and
-// activations, "same" padding, glorot_uniform, and a base for layers whose op a ReLU may follow
-// (fused into the op's forward, undone in backward with the layer's own scratch). Not a layer.
+// What the layer kinds of worker/nn/layers/ share: Keras's ways of writing sizes, activations,
+// pooling keys, regularizers and initializers, "same" padding, and a base for layers whose op an
+// activation may follow (ReLU fused into the op's forward, the others applied after it; undone
+// in backward with the layer's own scratch). Not a layer.
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <utility>
 
 #include "common/errors.h"
@@ -15,12 +17,42 @@ namespace dtrain::nn::layers {
 
 /// Keras's int or [int, int] for sizes and strides, each in [min, max].
 std::pair<int, int> int_or_pair(const common::JsonNode& node, int min, int max);
-/// "relu", "softmax", "linear" (or null: linear).
+/// Keras's names: "linear" (or null), "relu", "softmax", "sigmoid", "tanh", "gelu" (the erf
+/// form, Keras's default), "silu" or "swish".
 Activation parse_activation(const common::JsonNode& node);
+/// The backend's elementwise op of an activation computed by eltwise_forward; false for linear,
+/// relu and softmax.
+bool eltwise_of(Activation activation, Eltwise* f);
 /// Keras's "same" padding for one dimension: {before, after} (TensorFlow's: the odd one after).
 std::pair<int, int> same_padding(int in, int kernel, int stride);
+/// Keras's pooling keys (MaxPooling2D, AveragePooling2D): pool_size, strides (null or absent:
+/// pool_size), padding "valid" or "same" (TensorFlow's: the odd pixel after).
+struct PoolKeys {
+  int pool_h = 2, pool_w = 2;
+  int stride_h = 2, stride_w = 2;
+  bool same = false;
+};
+/// Reads pool_size (required when pool_size_required, else Keras's default 2), strides and
+/// padding; ConfigError naming the key's path for anything wrong.
+PoolKeys parse_pool_keys(const common::JsonNode& node, bool pool_size_required);
+/// The output size of pooling with these keys; ConfigError "<where>: ..." when a "valid" window
+/// does not fit.
+Dims pool_output_dims(const PoolKeys& k, const Dims& in, const std::string& where);
+/// The backend's shape of pooling one example of size in (n = 1).
+PoolShape pool_shape(const PoolKeys& k, const Dims& in);
+
 /// Keras's glorot_uniform of a kernel with these fans, a pure function of seed.
 void glorot_uniform(float* w, size_t count, int fan_in, int fan_out, uint64_t seed);
+
+/// Keras's L1, L2 and L1L2 regularizers as (l1, l2) factors.
+struct Regularizer {
+  float l1 = 0, l2 = 0;
+};
+/// kernel_regularizer or bias_regularizer: null (none), Keras's name ("l1", "l2", "l1_l2", or
+/// the class's) with its defaults, or its serialized object ({"class_name": "L2", "config":
+/// {"l2": 0.01}}); factors are non-negative and finite. Any other class (OrthogonalRegularizer,
+/// a custom one) is a ConfigError naming the key.
+Regularizer parse_regularizer(const common::JsonNode& node);
 
 /// Keras's kernel initializers (VarianceScaling's named forms).
 enum class Initializer {
@@ -40,12 +72,19 @@ Initializer parse_initializer(const common::JsonNode& node);
 void initialize_kernel(Initializer init, float* w, size_t count, int fan_in, int fan_out,
                        uint64_t seed);
 
-/// A layer whose op may be followed by relu, fused into the op's forward; its gradient is applied
-/// before the op's backward, into scratch of the layer's own.
+/// A layer whose op may be followed by an activation: relu fused into the op's forward, or an
+/// eltwise one (sigmoid, tanh, gelu, swish) applied to the op's output, which the layer keeps in
+/// scratch of its own for the backward; the activation's gradient is applied before the op's
+/// backward, into scratch of the layer's own.
 class Activated : public Layer {
  protected:
   Activated(Activation activation, Dims out, const LayerContext& c);
   bool relu() const { return activation_ == Activation::kRelu; }
+  /// Where the op writes its output for a forward into y: y itself, or (an eltwise activation)
+  /// the layer's scratch, which activate() then maps into y.
+  float* op_output(float* y) { return eltwise_ ? pre_.data() : y; }
+  /// y = f(op output) for an eltwise activation; nothing otherwise.
+  void activate(Backend& b, int n, float* y);
   /// dy through the activation: dy itself when linear (softmax is fused into the loss).
   const float* deactivate(Backend& b, int n, const float* y, const float* dy);
   float* scratch() { return delta_.data(); }
@@ -53,7 +92,10 @@ class Activated : public Layer {
   Dims out_;
 
  private:
+  bool eltwise_ = false;
+  Eltwise f_ = Eltwise::kSigmoid;
   Buffer<float> delta_;
+  Buffer<float> pre_;  ///< an eltwise activation's input, for its backward
 };
 
 }  // namespace dtrain::nn::layers

@@ -1,5 +1,6 @@
-// Keras's MaxPooling2D: pool_size (default 2), strides (default pool_size), padding "valid".
-// The forward keeps the workspace its backward needs, sized for the largest batch.
+// Keras's MaxPooling2D: pool_size (default 2), strides (default pool_size), padding "valid" or
+// "same" (TensorFlow's: the odd pixel after, and a window's maximum over its elements inside the
+// input). The forward keeps the workspace its backward needs, sized for the largest batch.
 #include <fmt/format.h>
 
 #include "common/errors.h"
@@ -8,16 +9,9 @@
 namespace dtrain::nn::layers {
 namespace {
 
-struct PoolKeys {
-  int pool_h = 2, pool_w = 2;
-  int stride_h = 2, stride_w = 2;
-};
-
 class MaxPool2D : public Layer {
  public:
-  MaxPool2D(const PoolKeys& k, Dims in, const LayerContext& c) {
-    shape_.c = in.c, shape_.h = in.h, shape_.w = in.w;
-    shape_.kh = k.pool_h, shape_.kw = k.pool_w, shape_.sh = k.stride_h, shape_.sw = k.stride_w;
+  MaxPool2D(const PoolKeys& k, Dims in, const LayerContext& c) : shape_(pool_shape(k, in)) {
     workspace_ = Buffer<unsigned char>(c.backend.device(),
                                        c.backend.maxpool_workspace_bytes(at(c.max_batch)));
   }
@@ -45,16 +39,12 @@ class PoolConfig : public LayerConfig {
  public:
   explicit PoolConfig(const PoolKeys& keys) : k_(keys) {}
   Dims output_dims(const std::vector<Dims>& in, const std::string& where) const override {
-    const Dims& x = in[0];
-    if (k_.pool_h > x.h || k_.pool_w > x.w) {
-      throw common::ConfigError(fmt::format("{}: a {}x{} pool does not fit the {}x{} input", where,
-                                            k_.pool_h, k_.pool_w, x.h, x.w));
-    }
-    return {x.c, (x.h - k_.pool_h) / k_.stride_h + 1, (x.w - k_.pool_w) / k_.stride_w + 1};
+    return pool_output_dims(k_, in[0], where);
   }
   std::unique_ptr<Layer> make(const std::vector<Dims>& in, const LayerContext& c) const override {
     return std::make_unique<MaxPool2D>(k_, in[0], c);
   }
+  bool gpu_tested() const override { return !k_.same; }  // the GPU's pooling has no padding yet
 
  private:
   PoolKeys k_;
@@ -64,14 +54,7 @@ class PoolConfig : public LayerConfig {
 
 std::unique_ptr<LayerConfig> parse_max_pooling2d(const common::JsonNode& node) {
   node.check_keys({"type", "name", "inputs", "pool_size", "strides", "padding"});
-  PoolKeys k;
-  if (auto n = node.find("pool_size")) std::tie(k.pool_h, k.pool_w) = int_or_pair(*n, 1, 64);
-  std::tie(k.stride_h, k.stride_w) = std::pair{k.pool_h, k.pool_w};  // Keras: pool_size
-  if (auto n = node.find("strides"); n && !n->is_null())
-    std::tie(k.stride_h, k.stride_w) = int_or_pair(*n, 1, 64);
-  if (auto n = node.find("padding"); n && n->as_string() != "valid")
-    n->fail("only \"valid\" padding is supported for pooling");
-  return std::make_unique<PoolConfig>(k);
+  return std::make_unique<PoolConfig>(parse_pool_keys(node, false));
 }
 
 // Keras's MaxPooling2D.get_config() (keras/src/layers/pooling/base_pooling.py).
