@@ -257,9 +257,9 @@ TEST_CASE("a damaged or unsupported model is refused with exit 2, naming the fil
     CHECK_THAT(result.err, Catch::Contains(tmp.path() + "/model/model.json: cannot read"));
   }
   SECTION("a layer type it does not know") {
-    auto result = run_example({write_model(tmp.path(), R"([{"type": "reshape"}])")});
+    auto result = run_example({write_model(tmp.path(), R"([{"type": "lstm"}])")});
     CHECK(result.exit_code == 2);
-    CHECK_THAT(result.err, Catch::Contains("model.layers[0]: unsupported layer type 'reshape'"));
+    CHECK_THAT(result.err, Catch::Contains("model.layers[0]: unsupported layer type 'lstm'"));
   }
   SECTION("safetensors metadata that is not an object of strings") {
     auto result = run_example({write_model(tmp.path(), "[]", R"({"__metadata__": [1]})")});
