@@ -70,6 +70,41 @@ std::map<std::tuple<int64_t, int64_t, int64_t>, std::vector<int64_t>> ledger(
   return out;
 }
 
+// Runs job undisturbed into dir/calm; its final model's bytes.
+std::string undisturbed_model(const TempDir& dir, const NetnsHosts& hosts, const std::string& job) {
+  ProcessOptions options;
+  options.timeout_seconds = 240;
+  std::string calm = dir.path() + "/calm";
+  BackgroundProcess reference(launch_argv(hosts, job, calm), options);
+  auto undisturbed = reference.wait(240);
+  INFO(undisturbed.out << undisturbed.err);
+  REQUIRE(undisturbed.exit_code == 0);
+  std::string expected = read_all(calm + "/model/model.safetensors");
+  REQUIRE_FALSE(expected.empty());
+  return expected;
+}
+
+// Writes the host list (text, replaced atomically) that the elastic job's discovery reads.
+void offer_hosts(const std::string& host_list, const std::string& text) {
+  std::ofstream(host_list + ".new") << text;
+  std::rename((host_list + ".new").c_str(), host_list.c_str());
+}
+
+// calm_job made elastic (min_workers 2, hosts from `cat host_list`) with worker 0 sleeping in
+// each step (the others wait for it: the math is the same), so the run lasts long enough for a
+// shrink and a growth; written to dir/elastic.json, whose path it returns.
+std::string write_elastic_job(const TempDir& dir, const std::string& calm_job,
+                              const std::string& host_list) {
+  std::string elastic_job = dir.path() + "/elastic.json";
+  std::string text = read_all(calm_job);
+  text.replace(text.find(R"("env": {)"), 8,
+               R"("elastic": {"min_workers": 2, "host_discovery": ["cat", ")" + host_list +
+                   R"("], "discovery_interval_seconds": 0.5},
+                   "env": {"DTRAIN_TEST_SLOW_STEP_MS": "0:350", )");
+  std::ofstream(elastic_job) << text;
+  return elastic_job;
+}
+
 }  // namespace
 
 TEST_CASE("elastic over ssh: a host cut off leaves the group, comes back, same model") {
@@ -79,33 +114,15 @@ TEST_CASE("elastic over ssh: a host cut off leaves the group, comes back, same m
   std::string train = main_job_train(kEpochs, kSteps);
   train.insert(train.rfind('}'), R"(, "ledger": true)");
   std::string calm_job = write_job(dir, hosts, train);
+  std::string calm = dir.path() + "/calm";
+  std::string expected = undisturbed_model(dir, hosts, calm_job);
+
+  std::string host_list = dir.path() + "/hosts";
+  auto offer = [&](const std::string& text) { offer_hosts(host_list, text); };
+  offer(hosts.host(0) + "\n" + hosts.host(1) + ":2\n");
+  std::string elastic_job = write_elastic_job(dir, calm_job, host_list);
   ProcessOptions options;
   options.timeout_seconds = 240;
-  std::string calm = dir.path() + "/calm";
-  BackgroundProcess reference(launch_argv(hosts, calm_job, calm), options);
-  auto undisturbed = reference.wait(240);
-  INFO(undisturbed.out << undisturbed.err);
-  REQUIRE(undisturbed.exit_code == 0);
-  std::string expected = read_all(calm + "/model/model.safetensors");
-  REQUIRE_FALSE(expected.empty());
-
-  // Worker 0 sleeps in each step (the others wait for it: the math is the same), so the run
-  // lasts long enough for a cut, a shrink and a growth.
-  std::string elastic_job = dir.path() + "/elastic.json";
-  std::string host_list = dir.path() + "/hosts";
-  auto offer = [&](const std::string& text) {
-    std::ofstream(host_list + ".new") << text;
-    std::rename((host_list + ".new").c_str(), host_list.c_str());
-  };
-  offer(hosts.host(0) + "\n" + hosts.host(1) + ":2\n");
-  {
-    std::string text = read_all(calm_job);
-    text.replace(text.find(R"("env": {)"), 8,
-                 R"("elastic": {"min_workers": 2, "host_discovery": ["cat", ")" + host_list +
-                     R"("], "discovery_interval_seconds": 0.5},
-                     "env": {"DTRAIN_TEST_SLOW_STEP_MS": "0:350", )");
-    std::ofstream(elastic_job) << text;
-  }
   std::string run = dir.path() + "/elastic";
   BackgroundProcess launcher(launch_argv(hosts, elastic_job, run), options);
   // Epoch 1: the list drops host 1, then names it again.
@@ -178,31 +195,14 @@ TEST_CASE("elastic over ssh: a ResNet with batch normalization shrinks and grows
   TempDir dir;
   constexpr int kResNetSteps = 24;
   std::string calm_job = write_job(dir, hosts, resnet_job_train(2, kResNetSteps));
+  std::string expected = undisturbed_model(dir, hosts, calm_job);
+
+  std::string host_list = dir.path() + "/hosts";
+  auto offer = [&](const std::string& text) { offer_hosts(host_list, text); };
+  offer(hosts.host(0) + "\n" + hosts.host(1) + "\n");
+  std::string elastic_job = write_elastic_job(dir, calm_job, host_list);
   ProcessOptions options;
   options.timeout_seconds = 240;
-  std::string calm = dir.path() + "/calm";
-  BackgroundProcess reference(launch_argv(hosts, calm_job, calm), options);
-  auto undisturbed = reference.wait(240);
-  INFO(undisturbed.out << undisturbed.err);
-  REQUIRE(undisturbed.exit_code == 0);
-  std::string expected = read_all(calm + "/model/model.safetensors");
-  REQUIRE_FALSE(expected.empty());
-
-  std::string elastic_job = dir.path() + "/elastic.json";
-  std::string host_list = dir.path() + "/hosts";
-  auto offer = [&](const std::string& text) {
-    std::ofstream(host_list + ".new") << text;
-    std::rename((host_list + ".new").c_str(), host_list.c_str());
-  };
-  offer(hosts.host(0) + "\n" + hosts.host(1) + "\n");
-  {
-    std::string text = read_all(calm_job);
-    text.replace(text.find(R"("env": {)"), 8,
-                 R"("elastic": {"min_workers": 2, "host_discovery": ["cat", ")" + host_list +
-                     R"("], "discovery_interval_seconds": 0.5},
-                     "env": {"DTRAIN_TEST_SLOW_STEP_MS": "0:350", )");
-    std::ofstream(elastic_job) << text;
-  }
   std::string run = dir.path() + "/elastic";
   BackgroundProcess launcher(launch_argv(hosts, elastic_job, run), options);
   // In epoch 1 host 1 leaves: host 0's two workers hold all four shards, batch statistics and
