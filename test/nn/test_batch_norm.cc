@@ -1,6 +1,6 @@
 // BatchNormalization (worker/nn/layers/batch_normalization.cc, backend.h's batchnorm_*): the
 // oneDNN backend's loops match the reference's (statistics, output, gradients) and do not depend
-// on the thread count; a graph with batch normalization has gradients that match finite
+// on the thread count or the vector width; a graph with batch normalization has gradients that match finite
 // differences; training normalizes by the batch and inference by the moving statistics, which
 // move by Keras's rule from the statistics summed over shards; its keys take Keras's defaults
 // and refuse what is not supported.
@@ -16,6 +16,7 @@
 
 #include "common/errors.h"
 #include "common/json.h"
+#include "worker/nn/host_norm.h"
 #include "worker/nn/model.h"
 #include "worker/nn/profiled_backend.h"
 
@@ -115,6 +116,55 @@ TEST_CASE("oneDNN's batch normalization matches the reference, whatever the thre
       CHECK(one.dgamma == got.dgamma);
     }
   }
+}
+
+// The oneDNN backend's batch normalization runs host_norm.h's loops at the CPU's widest vectors;
+// each width this CPU runs gives the plain loops' bits (the same sums in the same order, no
+// multiply and add fused), so two machines with different vectors train the same model. Row
+// lengths that leave a tail of each width, with and without the fused ReLU.
+TEST_CASE("batch normalization's loops give the same bits at every vector width", "[batch_norm]") {
+  using direct_conv::Vectors;
+  int widths = 0;
+  for (Vectors vectors : {Vectors::kAvx512, Vectors::kAvx2}) {
+    if (!direct_conv::runs(vectors)) {
+      WARN("this CPU does not run the " << direct_conv::vectors_name(vectors) << " loops");
+      continue;
+    }
+    ++widths;
+    for (NormShape s : {NormShape{3, 4, 49}, NormShape{2, 3, 37}, NormShape{5, 2, 1},
+                        NormShape{2, 16, 196}}) {
+      for (bool relu : {false, true}) {
+        s.relu = relu;
+        INFO(direct_conv::vectors_name(vectors) << " shape " << s.n << "x" << s.c << "x" << s.hw
+                                                << (relu ? " relu" : ""));
+        Floats x = random_floats(s.count(), 1), dy = random_floats(s.count(), 2, -1, 1);
+        Floats gamma = random_floats(size_t(s.c), 3, 0.5, 1.5);
+        Floats beta = random_floats(size_t(s.c), 4);
+        auto run = [&](Vectors v) {
+          NormRun r{Floats(s.count()),   Floats(size_t(s.c)), Floats(size_t(s.c)),
+                    Floats(s.count()),   Floats(size_t(s.c)), Floats(size_t(s.c)),
+                    Floats(s.count())};
+          host_batchnorm_forward_training(s, 1e-3f, x.data(), gamma.data(), beta.data(),
+                                          r.y.data(), r.mean.data(), r.var.data(), v);
+          host_batchnorm_backward(s, 1e-3f, x.data(), r.y.data(), dy.data(), gamma.data(),
+                                  r.mean.data(), r.var.data(), r.dx.data(), r.dgamma.data(),
+                                  r.dbeta.data(), v);
+          host_batchnorm_forward_inference(s, 1e-3f, x.data(), gamma.data(), beta.data(),
+                                           r.mean.data(), r.var.data(), r.y_inference.data(), v);
+          return r;
+        };
+        NormRun plain = run(Vectors::kPlain), wide = run(vectors);
+        CHECK(wide.mean == plain.mean);
+        CHECK(wide.var == plain.var);
+        CHECK(wide.y == plain.y);
+        CHECK(wide.y_inference == plain.y_inference);
+        CHECK(wide.dx == plain.dx);
+        CHECK(wide.dgamma == plain.dgamma);
+        CHECK(wide.dbeta == plain.dbeta);
+      }
+    }
+  }
+  if (widths == 0) WARN("only the plain loops run here: nothing to compare");
 }
 
 // A ReLU fused into batch normalization (docs/design.md#fusion) computes what the two layers
@@ -269,6 +319,66 @@ TEST_CASE("a ReLU that is batch normalization's only user runs inside it", "[bat
   CHECK(has(training, "batchnorm_forward_training"));
   CHECK(has(training, "relu_forward"));
   CHECK(has(training, "relu_backward"));
+}
+
+// A ReLU that is an add's only user (a residual block's end) runs inside the add
+// (docs/design.md#fusion): one pass for the sum and the ReLU, and the ReLU's mask written straight
+// into the first input's gradient. The model computes what it computes with the two layers apart
+// (here kept apart by an exact identity, a Rescaling by 1, between them), bit for bit.
+TEST_CASE("a ReLU that is an add's only user runs inside it, with the two layers' bits",
+          "[fusion]") {
+  const std::string fused = R"({"model": {"input_shape": [6, 6, 2], "layers": [
+    {"name": "a", "type": "conv2d", "filters": 4, "kernel_size": 3, "padding": "same"},
+    {"name": "b", "type": "conv2d", "filters": 4, "kernel_size": 3, "padding": "same"},
+    {"name": "sum", "type": "add", "inputs": ["a", "b"]},
+    {"name": "cut", "type": "relu", "inputs": ["sum"]},
+    {"name": "c", "type": "conv2d", "filters": 4, "kernel_size": 3, "padding": "same"},
+    {"name": "sum2", "type": "add", "inputs": ["cut", "c"]},
+    {"type": "flatten"},
+    {"name": "logits", "type": "dense", "units": 3}]}})";
+  std::string apart = fused;
+  apart.replace(apart.find(R"({"name": "cut", "type": "relu", "inputs": ["sum"]})"),
+                std::string(R"({"name": "cut", "type": "relu", "inputs": ["sum"]})").size(),
+                R"({"name": "same", "type": "rescaling", "scale": 1, "inputs": ["sum"]},
+                   {"name": "cut", "type": "relu", "inputs": ["same"]})");
+  for (auto make : {make_reference_backend, make_dnnl_backend}) {
+    std::unique_ptr<Backend> backend = make(MathMode::kFloat32);
+    const int n = 3;
+    Floats x = random_floats(size_t(n) * 72, 21), dlogits = random_floats(size_t(n) * 3, 22);
+    Floats first_params;
+    auto run = [&](const std::string& json, std::vector<std::string>* labels) {
+      ProfiledBackend profiled(*backend);
+      Model model(spec_of(json), profiled, n);
+      model.initialize(5);
+      if (first_params.empty())
+        first_params = model.parameters().to_host();
+      else
+        backend->device().upload(model.parameters().data(), first_params.data(),
+                                 first_params.size() * sizeof(float));
+      const float* logits = model.forward(x.data(), n, StepKey{}, true);
+      Floats out(logits, logits + size_t(n) * 3);
+      std::copy(dlogits.begin(), dlogits.end(), model.logits_gradient());
+      model.backward(n);
+      for (const OpTime& row : profiled.table())
+        labels->push_back(row.label.substr(0, row.label.find(' ')));
+      return std::make_pair(out, model.gradients().to_host());
+    };
+    std::vector<std::string> fused_labels, apart_labels;
+    auto [fused_logits, fused_grads] = run(fused, &fused_labels);
+    auto [apart_logits, apart_grads] = run(apart, &apart_labels);
+    INFO(backend->name());
+    CHECK(fused_logits == apart_logits);
+    CHECK(fused_grads == apart_grads);
+    auto count = [](const std::vector<std::string>& labels, const char* label) {
+      return std::count(labels.begin(), labels.end(), label);
+    };
+    CHECK(count(fused_labels, "add_forward+relu") == 1);
+    CHECK(count(fused_labels, "relu_forward") == 0);
+    CHECK(count(apart_labels, "relu_forward") == 1);
+    // The mask is relu_backward's in both, written by the add itself when fused.
+    CHECK(count(fused_labels, "relu_backward") == 1);
+    CHECK(count(apart_labels, "relu_backward") == 1);
+  }
 }
 
 TEST_CASE("training normalizes by the batch, inference by the moving statistics", "[batch_norm]") {

@@ -8,6 +8,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -184,6 +185,18 @@ class Backend {
     relu_backward(s.output_count(), y, dy, scratch);
     conv2d_backward_weights(s, x, scratch, dw, db);
   }
+  /// A layer's whole backward: conv2d_backward_weights(x, dy), then weights_done() (when set),
+  /// then conv2d_backward_data(dy, w) into dx unless dx is null; for an x unchanged since this
+  /// shape's last conv2d_forward (or conv2d_relu_forward) of x. A backend may reuse what that
+  /// forward made of x, and what the first product made of dy (the oneDNN backend: their blocked
+  /// copies, docs/design.md#convolution-layouts).
+  virtual void conv2d_backward(const ConvShape& s, const float* x, const float* dy, const float* w,
+                               float* dx, float* dw, float* db,
+                               const std::function<void()>& weights_done) {
+    conv2d_backward_weights(s, x, dy, dw, db);
+    if (weights_done) weights_done();
+    if (dx) conv2d_backward_data(s, dy, w, dx);
+  }
   /// dx from dy and w.
   virtual void conv2d_backward_data(const ConvShape& s, const float* dy, const float* w,
                                     float* dx) = 0;
@@ -281,6 +294,14 @@ class Backend {
 
   /// y += x.
   virtual void add(size_t count, const float* x, float* y) = 0;
+  /// y = x[0] + x[1] + ... + x[inputs - 1], added in that order, then max(y, 0) when relu (Keras's
+  /// Add with a ReLU fused after it, docs/design.md#fusion): the bits of a copy, the adds and
+  /// relu_forward, which the default runs; a backend may do it in one pass. y is none of x.
+  virtual void add_forward(size_t count, const float* const* x, int inputs, bool relu, float* y) {
+    device().copy(y, x[0], count * sizeof(float));
+    for (int i = 1; i < inputs; ++i) add(count, x[i], y);
+    if (relu) relu_forward(count, y, y);
+  }
 
   /// Batch normalization in training: each channel's mean and variance (biased, as Keras's
   /// moments) over the batch, written to mean and var (c floats each), and

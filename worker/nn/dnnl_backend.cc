@@ -93,6 +93,12 @@ class DnnlBackend : public HostBackend {
     if (direct(s)) return direct_conv::backward_weights(s, x, nullptr, dy, dw, db, bf16());
     conv(s).backward_weights(stream_, x, dy, dw, db);
   }
+  void conv2d_backward(const ConvShape& s, const float* x, const float* dy, const float* w,
+                       float* dx, float* dw, float* db,
+                       const std::function<void()>& weights_done) override {
+    if (direct(s)) return HostBackend::conv2d_backward(s, x, dy, w, dx, dw, db, weights_done);
+    conv(s).backward(stream_, x, dy, w, dx, dw, db, weights_done);
+  }
   void conv2d_relu_backward_weights(const ConvShape& s, const float* x, const float* y,
                                     const float* dy, float* dw, float* db,
                                     float* scratch) override {

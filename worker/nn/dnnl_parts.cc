@@ -185,6 +185,12 @@ memory Staged::in(const void* data, dnnl::stream& stream) {
   return inner_;
 }
 
+void Staged::fill(const void* data, memory& into, dnnl::stream& stream) {
+  if (same_) return;
+  memory user(plain_, engine_, const_cast<void*>(data));
+  to_inner_.execute(stream, user, into);
+}
+
 memory Staged::out(void* data) {
   return same_ ? memory(plain_, engine_, data) : inner_;
 }
@@ -270,7 +276,9 @@ Conv::Conv(const ConvShape& s, MathMode mode, const dnnl::engine& engine) : engi
   };
   auto [hint, plain] = make_forward(false);
   plain_ = std::move(plain);
-  relu_ = make_forward(true).second;
+  auto [relu_pd, relu] = make_forward(true);
+  relu_ = std::move(relu);
+  const memory::desc relu_src = relu_pd.src_desc();
   dnnl::convolution_backward_data::primitive_desc bd(
       {direct, diff_src, weights, diff_dst, strides, pad_l, pad_r}, engine, hint);
   backward_data_ = dnnl::convolution_backward_data(bd);
@@ -285,12 +293,25 @@ Conv::Conv(const ConvShape& s, MathMode mode, const dnnl::engine& engine) : engi
   bw_diff_weights_ = Staged(plain_weights, bw.diff_weights_desc(), engine);
   implementations_.push_back(bd.impl_info_str());
   implementations_.push_back(bw.impl_info_str());
+  keep_src_ = !plain_.src.same() && !relu_.src.same() && hint.src_desc() == bw.src_desc() &&
+              relu_src == bw.src_desc();
+  share_dy_ = bd.diff_dst_desc() == bw.diff_dst_desc();
+  kept_desc_ = bw.src_desc();
 }
 
 void Conv::forward(dnnl::stream& st, const float* x, const float* w, const float* b, float* y,
                    bool relu) {
   Forward& f = relu ? relu_ : plain_;
-  f.primitive.execute(st, {{DNNL_ARG_SRC, f.src.in(x, st)},
+  memory src;
+  if (keep_src_) {
+    memory& kept = kept_src_[x];
+    if (!kept) kept = memory(kept_desc_, engine_);
+    f.src.fill(x, kept, st);
+    src = kept;
+  } else {
+    src = f.src.in(x, st);
+  }
+  f.primitive.execute(st, {{DNNL_ARG_SRC, src},
                            {DNNL_ARG_WEIGHTS, f.weights.in(w, st)},
                            {DNNL_ARG_BIAS, memory(bias_, engine_, const_cast<float*>(b))},
                            {DNNL_ARG_DST, f.dst.out(y)}});
@@ -313,6 +334,26 @@ void Conv::backward_weights(dnnl::stream& st, const float* x, const float* dy, f
                                  {DNNL_ARG_DIFF_WEIGHTS, bw_diff_weights_.out(dw)},
                                  {DNNL_ARG_DIFF_BIAS, memory(bias_, engine_, db)}});
   bw_diff_weights_.store(dw, st);
+  st.wait();
+}
+
+void Conv::backward(dnnl::stream& st, const float* x, const float* dy, const float* w, float* dx,
+                    float* dw, float* db, const std::function<void()>& weights_done) {
+  auto kept = keep_src_ ? kept_src_.find(x) : kept_src_.end();
+  const memory src = kept != kept_src_.end() ? kept->second : bw_src_.in(x, st);
+  const memory diff_dst = bw_diff_dst_.in(dy, st);
+  backward_weights_.execute(st, {{DNNL_ARG_SRC, src},
+                                 {DNNL_ARG_DIFF_DST, diff_dst},
+                                 {DNNL_ARG_DIFF_WEIGHTS, bw_diff_weights_.out(dw)},
+                                 {DNNL_ARG_DIFF_BIAS, memory(bias_, engine_, db)}});
+  bw_diff_weights_.store(dw, st);
+  st.wait();
+  if (weights_done) weights_done();
+  if (!dx) return;
+  backward_data_.execute(st, {{DNNL_ARG_DIFF_DST, share_dy_ ? diff_dst : bd_diff_dst_.in(dy, st)},
+                              {DNNL_ARG_WEIGHTS, bd_weights_.in(w, st)},
+                              {DNNL_ARG_DIFF_SRC, bd_diff_src_.out(dx)}});
+  bd_diff_src_.store(dx, st);
   st.wait();
 }
 

@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <dnnl.hpp>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -27,6 +28,10 @@ class Staged {
   Staged(const memory::desc& plain, const memory::desc& wanted, const dnnl::engine& engine);
   /// The primitive's memory holding data (reordered now unless the layouts agree).
   memory in(const void* data, dnnl::stream& stream);
+  /// data reordered into `into` (memory of the wanted layout), or nothing when the layouts agree.
+  void fill(const void* data, memory& into, dnnl::stream& stream);
+  /// Whether the primitive takes the caller's layout itself (no reorder, no memory of its own).
+  bool same() const { return same_; }
   /// The memory the primitive writes; store() moves it into data.
   memory out(void* data);
   void store(void* data, dnnl::stream& stream);
@@ -70,7 +75,9 @@ class Rounder {
 
 /// The primitives of one convolution shape, in one math mode (float32, or bf16 inputs with
 /// float32 outputs), each tensor in the layout oneDNN prefers (blocked channels), staged from
-/// and to the callers' plain NCHW / OIHW buffers.
+/// and to the callers' plain NCHW / OIHW buffers. The forward keeps its blocked copy of each x it
+/// is given (one buffer per x address, reused every step), so that backward() need not make it
+/// again; backward() stages dy once for both of its products (docs/design.md#convolution-layouts).
 class Conv {
  public:
   Conv(const ConvShape& s, MathMode mode, const dnnl::engine& engine);
@@ -78,6 +85,9 @@ class Conv {
                bool relu);
   void backward_data(dnnl::stream& st, const float* dy, const float* w, float* dx);
   void backward_weights(dnnl::stream& st, const float* x, const float* dy, float* dw, float* db);
+  /// Backend::conv2d_backward: x unchanged since forward() was given it.
+  void backward(dnnl::stream& st, const float* x, const float* dy, const float* w, float* dx,
+                float* dw, float* db, const std::function<void()>& weights_done);
   /// The implementations oneDNN dispatched to ("jit:avx512_core", ...).
   std::vector<std::string> implementations() const { return implementations_; }
 
@@ -93,6 +103,13 @@ class Conv {
   Staged bd_diff_dst_, bd_weights_, bd_diff_src_;
   dnnl::convolution_backward_weights backward_weights_;
   Staged bw_src_, bw_diff_dst_, bw_diff_weights_;
+  /// True when both forwards and the weight gradient take x in one blocked layout, so the
+  /// forward's copy serves the backward; the copies, by x's address.
+  bool keep_src_ = false;
+  std::map<const float*, memory> kept_src_;
+  memory::desc kept_desc_;
+  /// True when both backward products take dy in one layout.
+  bool share_dy_ = false;
   std::vector<std::string> implementations_;
 };
 

@@ -24,6 +24,26 @@ class HostBackend : public Backend {
   void add(size_t count, const float* x, float* y) override {
     for (size_t i = 0; i < count; ++i) y[i] += x[i];
   }
+  /// Two inputs in one pass; more as the default does.
+  void add_forward(size_t count, const float* const* x, int inputs, bool relu,
+                   float* y) override {
+    if (inputs != 2) return Backend::add_forward(count, x, inputs, relu, y);
+    const float* a = x[0];
+    const float* b = x[1];
+    // Vectorised and split over OpenMP's threads (left to itself the compiler branched on the
+    // sign, one misprediction in two).
+    const int64_t n = static_cast<int64_t>(count);
+    if (relu) {
+#pragma omp parallel for simd schedule(static) if (n >= (int64_t{1} << 16))
+      for (int64_t i = 0; i < n; ++i) {
+        const float v = a[i] + b[i];
+        y[i] = v > 0.0f ? v : 0.0f;
+      }
+    } else {
+#pragma omp parallel for simd schedule(static) if (n >= (int64_t{1} << 16))
+      for (int64_t i = 0; i < n; ++i) y[i] = a[i] + b[i];
+    }
+  }
   void dropout_forward(size_t count, float rate, uint64_t key, const float* x, float* y,
                        float* mask) override {
     float scale = 1.0f / (1.0f - rate);

@@ -1,22 +1,28 @@
 // Batch normalization on the host for the oneDNN backend (backend.h's batchnorm_* contract):
 // channels split over OpenMP's threads, each channel reduced by one thread in a fixed order (double
 // sums in eight interleaved lanes, which the compiler vectorizes), so the results do not depend on
-// the thread count. The reference backend has its own plain loops (the oracle); these are not
-// shared with it.
+// the thread count, nor on the vector width the loops run at. The reference backend has its own
+// plain loops (the oracle); these are not shared with it.
 #pragma once
 
 #include "worker/nn/backend.h"
+#include "worker/nn/direct_conv.h"
 
 namespace dtrain::nn {
 
+/// vectors: the width the loops run at (direct_conv.h's Vectors: the widest this CPU runs, or
+/// one named by a test); every width gives the same bits.
 void host_batchnorm_forward_training(const NormShape& s, float epsilon, const float* x,
                                      const float* gamma, const float* beta, float* y, float* mean,
-                                     float* var);
+                                     float* var,
+                                     direct_conv::Vectors vectors = direct_conv::Vectors::kWidest);
 void host_batchnorm_forward_inference(const NormShape& s, float epsilon, const float* x,
                                       const float* gamma, const float* beta, const float* mean,
-                                      const float* var, float* y);
+                                      const float* var, float* y,
+                                      direct_conv::Vectors vectors = direct_conv::Vectors::kWidest);
 void host_batchnorm_backward(const NormShape& s, float epsilon, const float* x, const float* y,
                              const float* dy, const float* gamma, const float* mean,
-                             const float* var, float* dx, float* dgamma, float* dbeta);
+                             const float* var, float* dx, float* dgamma, float* dbeta,
+                             direct_conv::Vectors vectors = direct_conv::Vectors::kWidest);
 
 }  // namespace dtrain::nn

@@ -53,7 +53,10 @@ void ProfiledBackend::timed(const std::string& label, Op&& op) {
   Clock::time_point start = Clock::now();
   std::forward<Op>(op)();
   if (synchronize_) inner_.device().synchronize();
-  double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  record(label, std::chrono::duration<double>(Clock::now() - start).count());
+}
+
+void ProfiledBackend::record(const std::string& label, double seconds) {
   auto [it, added] = row_of_.try_emplace(label, rows_.size());
   if (added) rows_.push_back(OpTime{label, 0, 0});
   OpTime& row = rows_[it->second];
@@ -87,6 +90,28 @@ void ProfiledBackend::conv2d_backward_weights(const ConvShape& s, const float* x
                                               float* dw, float* db) {
   timed(conv_label("conv2d_backward_weights", s),
         [&] { inner_.conv2d_backward_weights(s, x, dy, dw, db); });
+}
+
+void ProfiledBackend::conv2d_backward(const ConvShape& s, const float* x, const float* dy,
+                                      const float* w, float* dx, float* dw, float* db,
+                                      const std::function<void()>& weights_done) {
+  using Clock = std::chrono::steady_clock;
+  const std::string weights = conv_label("conv2d_backward_weights", s),
+                    data = conv_label("conv2d_backward_data", s);
+  auto since = [](Clock::time_point start) {
+    return std::chrono::duration<double>(Clock::now() - start).count();
+  };
+  if (synchronize_) inner_.device().synchronize();
+  Clock::time_point start = Clock::now();
+  inner_.conv2d_backward(s, x, dy, w, dx, dw, db, [&] {
+    if (synchronize_) inner_.device().synchronize();
+    record(weights, since(start));
+    if (weights_done) weights_done();  // the caller's time, as a label's is
+    start = Clock::now();
+  });
+  if (!dx) return;
+  if (synchronize_) inner_.device().synchronize();
+  record(data, since(start));
 }
 
 void ProfiledBackend::dense_forward(int n, int in, int out, const float* x, const float* w,
@@ -262,6 +287,12 @@ void ProfiledBackend::moving_average_update(size_t count, float momentum, int sh
   timed(count_label("moving_average_update", count),
         [&] { inner_.moving_average_update(count, momentum, shards, sum, moving); });
 }
+void ProfiledBackend::add_forward(size_t count, const float* const* x, int inputs, bool relu,
+                                  float* y) {
+  timed(count_label(relu ? "add_forward+relu" : "add_forward", count),
+        [&] { inner_.add_forward(count, x, inputs, relu, y); });
+}
+
 void ProfiledBackend::add(size_t count, const float* x, float* y) {
   timed(count_label("add", count), [&] { inner_.add(count, x, y); });
 }

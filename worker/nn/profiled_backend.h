@@ -53,6 +53,11 @@ class ProfiledBackend final : public Backend {
                                     const float* dy, float* dw, float* db, float* scratch) override;
   void conv2d_backward_data(const ConvShape& s, const float* dy, const float* w,
                             float* dx) override;
+  /// Times its two products as the separate calls would: conv2d_backward_weights up to
+  /// weights_done, conv2d_backward_data after it.
+  void conv2d_backward(const ConvShape& s, const float* x, const float* dy, const float* w,
+                       float* dx, float* dw, float* db,
+                       const std::function<void()>& weights_done) override;
   void conv2d_backward_weights(const ConvShape& s, const float* x, const float* dy, float* dw,
                                float* db) override;
 
@@ -88,6 +93,7 @@ class ProfiledBackend final : public Backend {
                              float* dlogits, float* totals) override;
 
   void add(size_t count, const float* x, float* y) override;
+  void add_forward(size_t count, const float* const* x, int inputs, bool relu, float* y) override;
   void batchnorm_forward_training(const NormShape& s, float epsilon, const float* x,
                                   const float* gamma, const float* beta, float* y, float* mean,
                                   float* var) override;
@@ -139,6 +145,8 @@ class ProfiledBackend final : public Backend {
   /// Runs op (a call of inner_), timed, and adds its time to label's row.
   template <class Op>
   void timed(const std::string& label, Op&& op);
+  /// Adds seconds to label's row as one call.
+  void record(const std::string& label, double seconds);
 
   Backend& inner_;
   bool synchronize_ = false;

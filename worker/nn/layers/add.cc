@@ -1,5 +1,7 @@
 // Keras's Add: the elementwise sum of two or more inputs of one shape (a residual connection).
-// Its gradient is the output's, to every input.
+// Its gradient is the output's, to every input. A ReLU that is its only user runs inside it
+// (fuse_relu, docs/design.md#fusion): the output is max(sum, 0) and every input's gradient is the
+// output's masked where that is 0.
 #include <fmt/format.h>
 
 #include "common/errors.h"
@@ -11,20 +13,28 @@ namespace {
 class Add : public Layer {
  public:
   explicit Add(Dims dims) : dims_(dims) {}
+  bool fuse_relu() override { return relu_ = true; }
   void forward(Backend& b, const ForwardArgs& a) override {
     size_t count = dims_.size() * static_cast<size_t>(a.n);
-    b.device().copy(a.y, a.x[0], count * sizeof(float));
-    for (size_t i = 1; i < a.x.size(); ++i) b.add(count, a.x[i], a.y);
+    b.add_forward(count, a.x.data(), static_cast<int>(a.x.size()), relu_, a.y);
   }
   void backward(Backend& b, const BackwardArgs& a, const std::function<void(size_t)>&) override {
     size_t count = dims_.size() * static_cast<size_t>(a.n);
+    // The first input's gradient is the masked dy (with the ReLU), the others copies of it.
+    const float* gradient = a.dy;
     for (float* dx : a.dx) {
-      if (dx) b.device().copy(dx, a.dy, count * sizeof(float));
+      if (!dx) continue;
+      if (relu_ && gradient == a.dy)
+        b.relu_backward(count, a.y, a.dy, dx);
+      else
+        b.device().copy(dx, gradient, count * sizeof(float));
+      gradient = dx;
     }
   }
 
  private:
   Dims dims_;
+  bool relu_ = false;  ///< a ReLU fused after it
 };
 
 class AddConfig : public LayerConfig {

@@ -85,9 +85,10 @@ class Conv2D : public Activated {
       return;
     }
     const float* dz = deactivate(b, a.n, a.y, a.dy);
-    b.conv2d_backward_weights(at(a.n), a.x[0], dz, a.grads, db);
-    if (enqueued) enqueued(0);
-    if (a.dx[0]) b.conv2d_backward_data(at(a.n), dz, a.params, a.dx[0]);
+    // x is the one this layer's forward was given (the model keeps activations until backward).
+    b.conv2d_backward(at(a.n), a.x[0], dz, a.params, a.dx[0], a.grads, db, [&] {
+      if (enqueued) enqueued(0);
+    });
   }
 
  private:
