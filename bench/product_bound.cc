@@ -14,11 +14,14 @@
 // A convolution's least work, in a step that keeps each layer's output in memory, is taken as its
 // output's passes alone, at memory speed, its arithmetic free: written once by the forward, read
 // twice by the backward (the output for ReLU's mask, and its gradient), in float32 and, for bf16,
-// in 16-bit elements. Every figure is the faster of two medians of REPEATS timings, on cold
-// caches and warm.
+// in 16-bit elements. A convolution whose arithmetic is the step (a ResNet's) also has its three
+// products timed apart, as oneDNN's convolution primitives compute them with every tensor already
+// in the blocked layout each chose (no reorder), in float32 and on bf16 inputs; a convolution
+// dtrain's direct loops take (direct_conv.h: a first layer's few channels) has its passes alone.
+// Every figure is the faster of two medians of REPEATS timings, on cold caches and warm.
 // Prints one row: "bound BATCH fp32_products_ms bf16_products_ms sgd_ms conv_fp32_ms
-// conv_bf16_ms" (bf16 "n/a" where the CPU has no bf16 products). Threads come from
-// OMP_NUM_THREADS. Asserts nothing.
+// conv_bf16_ms conv_products_fp32_ms conv_products_bf16_ms" (bf16 "n/a" where the CPU has no
+// bf16 products). Threads come from OMP_NUM_THREADS. Asserts nothing.
 //   product_bound JOB_FILE BATCH [REPEATS]   (default 15)
 #include <fmt/format.h>
 #include <omp.h>
@@ -38,6 +41,7 @@
 #include "common/exit_codes.h"
 #include "common/json.h"
 #include "worker/nn/backend.h"
+#include "worker/nn/direct_conv.h"
 #include "worker/nn/random.h"
 #include "worker/train/train_config.h"
 using namespace dtrain;
@@ -97,6 +101,26 @@ void sgemm(char ta, char tb, int m, int n, int k, const float* a, int lda, const
   DT_ENFORCE(rc == dnnl_success, "dnnl_sgemm failed with status {}", static_cast<int>(rc));
 }
 
+// A memory of md's layout holding random values of its type (bf16: float32's upper halves).
+memory filled_memory(const dnnl::engine& engine, const memory::desc& md, uint64_t seed) {
+  memory m(md, engine);
+  size_t bytes = md.get_size();
+  bool f32 = md.data_type() == Type::f32;
+  std::vector<float> values = random_floats(bytes / (f32 ? 4 : 2), seed);
+  auto* out = static_cast<unsigned char*>(m.get_data_handle());
+  if (f32) {
+    std::memcpy(out, values.data(), bytes);
+  } else {
+    for (size_t i = 0; i < bytes / 2; ++i) {
+      uint32_t bits;
+      std::memcpy(&bits, &values[i], 4);
+      uint16_t half = static_cast<uint16_t>(bits >> 16);
+      std::memcpy(out + 2 * i, &half, 2);
+    }
+  }
+  return m;
+}
+
 // C (m x n, float32, row-major) = A (m x k) B (k x n) as one oneDNN matmul primitive, A and B of
 // type `type` with the given strides (a view of a transposed operand has strides {1, rows}); B
 // in the blocked layout the primitive prefers when packed_b.
@@ -119,25 +143,7 @@ class Product {
   }
 
  private:
-  // A memory of md's layout holding random values of its type (bf16: float32's upper halves).
-  memory filled(const memory::desc& md, uint64_t seed) {
-    memory m(md, engine_);
-    size_t bytes = md.get_size();
-    bool f32 = md.data_type() == Type::f32;
-    std::vector<float> values = random_floats(bytes / (f32 ? 4 : 2), seed);
-    auto* out = static_cast<unsigned char*>(m.get_data_handle());
-    if (f32) {
-      std::memcpy(out, values.data(), bytes);
-    } else {
-      for (size_t i = 0; i < bytes / 2; ++i) {
-        uint32_t bits;
-        std::memcpy(&bits, &values[i], 4);
-        uint16_t half = static_cast<uint16_t>(bits >> 16);
-        std::memcpy(out + 2 * i, &half, 2);
-      }
-    }
-    return m;
-  }
+  memory filled(const memory::desc& md, uint64_t seed) { return filled_memory(engine_, md, seed); }
   dnnl::engine engine_;
   dnnl::stream stream_;
   dnnl::matmul primitive_;
@@ -149,10 +155,16 @@ struct Dense {
   bool first = false;  ///< the model's first layer: nobody needs its input gradient
 };
 
-// The model's dense layers and convolutions' outputs (elements per example), and how many
-// parameters it has in all.
+struct Conv {
+  nn::ConvShape shape;  ///< one example's (n = 1)
+  bool first = false;
+};
+
+// The model's dense layers, its convolutions and their outputs (elements per example), and how
+// many parameters it has in all.
 struct Shapes {
   std::vector<Dense> dense;
+  std::vector<Conv> convs;
   std::vector<size_t> conv_outputs;
   size_t parameters = 0;
 };
@@ -169,6 +181,7 @@ Shapes shapes_of(const nn::ModelSpec& spec) {
       size_t pixels = static_cast<size_t>(node.out.h) * node.out.w;
       shapes.parameters += static_cast<size_t>(cost.macs) / pixels + node.out.c;
       shapes.conv_outputs.push_back(cost.conv_output);
+      shapes.convs.push_back({cost.conv, first});
     } else if (cost.matmul_out > 0) {
       shapes.dense.push_back({cost.matmul_in, cost.matmul_out, first});
       shapes.parameters += static_cast<size_t>(cost.matmul_in) * cost.matmul_out + cost.matmul_out;
@@ -199,6 +212,64 @@ double conv_passes_ms(ColdCache& cold, int repeats, size_t bytes) {
     sink = sink + sum;
   });
   return write + read;
+}
+
+// A convolution's products as oneDNN's primitives compute them, every tensor already in the
+// layout the primitive chose (no reorder in the timing), inputs of `type` (float32, or bf16 with
+// float32 outputs): the forward, the input gradient (unless first) and the weight gradient with
+// the bias's, summed, in ms.
+double conv_products_ms(ColdCache& cold, int repeats, const dnnl::engine& engine,
+                        const nn::ConvShape& s, bool first, Type type) {
+  dnnl::stream stream(engine);
+  const memory::dims src_dims = {s.n, s.c, s.h, s.w}, weight_dims = {s.k, s.c, s.kh, s.kw},
+                     dst_dims = {s.n, s.k, s.oh(), s.ow()};
+  const memory::desc src(src_dims, type, Tag::any), weights(weight_dims, type, Tag::any),
+      dst(dst_dims, Type::f32, Tag::any), diff_dst(dst_dims, type, Tag::any),
+      diff_src(src_dims, Type::f32, Tag::any), diff_weights(weight_dims, Type::f32, Tag::any),
+      bias({s.k}, Type::f32, Tag::x);
+  const memory::dims strides = {s.sh, s.sw}, pad_l = {s.pad_top, s.pad_left},
+                     pad_r = {s.pad_bottom, s.pad_right};
+  const auto direct = dnnl::algorithm::convolution_direct;
+  dnnl::convolution_forward::primitive_desc forward(
+      {dnnl::prop_kind::forward_training, direct, src, weights, bias, dst, strides, pad_l, pad_r},
+      engine);
+  dnnl::convolution_forward forward_primitive(forward);
+  memory x = filled_memory(engine, forward.src_desc(), 1);
+  memory w = filled_memory(engine, forward.weights_desc(), 2);
+  memory b = filled_memory(engine, bias, 3);
+  memory y(forward.dst_desc(), engine);
+  double ms = median_ms(cold, repeats, [&] {
+    forward_primitive.execute(
+        stream, {{DNNL_ARG_SRC, x}, {DNNL_ARG_WEIGHTS, w}, {DNNL_ARG_BIAS, b}, {DNNL_ARG_DST, y}});
+    stream.wait();
+  });
+  if (!first) {
+    dnnl::convolution_backward_data::primitive_desc data(
+        {direct, diff_src, weights, diff_dst, strides, pad_l, pad_r}, engine, forward);
+    dnnl::convolution_backward_data data_primitive(data);
+    memory dy = filled_memory(engine, data.diff_dst_desc(), 4);
+    memory wd = filled_memory(engine, data.weights_desc(), 5);
+    memory dx(data.diff_src_desc(), engine);
+    ms += median_ms(cold, repeats, [&] {
+      data_primitive.execute(
+          stream, {{DNNL_ARG_DIFF_DST, dy}, {DNNL_ARG_WEIGHTS, wd}, {DNNL_ARG_DIFF_SRC, dx}});
+      stream.wait();
+    });
+  }
+  dnnl::convolution_backward_weights::primitive_desc grads(
+      {direct, src, diff_weights, bias, diff_dst, strides, pad_l, pad_r}, engine, forward);
+  dnnl::convolution_backward_weights grads_primitive(grads);
+  memory xs = filled_memory(engine, grads.src_desc(), 6);
+  memory dy = filled_memory(engine, grads.diff_dst_desc(), 7);
+  memory dw(grads.diff_weights_desc(), engine), db(bias, engine);
+  ms += median_ms(cold, repeats, [&] {
+    grads_primitive.execute(stream, {{DNNL_ARG_SRC, xs},
+                                     {DNNL_ARG_DIFF_DST, dy},
+                                     {DNNL_ARG_DIFF_WEIGHTS, dw},
+                                     {DNNL_ARG_DIFF_BIAS, db}});
+    stream.wait();
+  });
+  return ms;
 }
 
 // The fastest float32 form of each product of one dense layer, summed, in ms.
@@ -297,9 +368,21 @@ int run(int argc, char** argv) {
     conv_fp32 += conv_passes_ms(cold, repeats, elements * 4);
     conv_bf16 += conv_passes_ms(cold, repeats, elements * 2);
   }
+  // The convolutions' own arithmetic, where dtrain runs oneDNN's primitives for them: a
+  // convolution its direct loops take (a first layer's few channels) counts its passes alone.
+  double conv_products_fp32 = 0, conv_products_bf16 = 0;
+  for (const Conv& c : shapes.convs) {
+    nn::ConvShape s = c.shape;
+    s.n = batch;
+    if (nn::direct_conv::suits(s)) continue;
+    conv_products_fp32 += conv_products_ms(cold, repeats, engine, s, c.first, Type::f32);
+    if (has_bf16)
+      conv_products_bf16 += conv_products_ms(cold, repeats, engine, s, c.first, Type::bf16);
+  }
   std::string bf16_cell = has_bf16 ? fmt::format("{:.3f}", bf16) : "n/a";
-  std::printf("bound %d %.3f %s %.3f %.3f %.3f\n", batch, fp32, bf16_cell.c_str(), sgd_ms,
-              conv_fp32, conv_bf16);
+  std::string conv_bf16_cell = has_bf16 ? fmt::format("{:.3f}", conv_products_bf16) : "n/a";
+  std::printf("bound %d %.3f %s %.3f %.3f %.3f %.3f %s\n", batch, fp32, bf16_cell.c_str(), sgd_ms,
+              conv_fp32, conv_bf16, conv_products_fp32, conv_bf16_cell.c_str());
   return 0;
 }
 

@@ -67,6 +67,7 @@ struct LayerCost {
   int matmul_in = 0;  ///< a dense layer's in x out (0: none)
   int matmul_out = 0;
   size_t conv_output = 0;  ///< a convolution's output elements per example (0: none)
+  ConvShape conv;          ///< a convolution's shape for one example (n = 1), when conv_output
 };
 
 /// One call of forward: n examples, every pointer in the backend's device memory.

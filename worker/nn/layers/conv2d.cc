@@ -26,6 +26,18 @@ struct Conv2dKeys {
   }
 };
 
+/// One example's convolution for these keys and input (n = 1).
+ConvShape conv_shape_of(const Conv2dKeys& k, Dims in) {
+  ConvShape s;
+  s.c = in.c, s.h = in.h, s.w = in.w, s.k = k.filters;
+  s.kh = k.kernel_h, s.kw = k.kernel_w, s.sh = k.stride_h, s.sw = k.stride_w;
+  if (k.same_padding) {
+    std::tie(s.pad_top, s.pad_bottom) = same_padding(in.h, k.kernel_h, k.stride_h);
+    std::tie(s.pad_left, s.pad_right) = same_padding(in.w, k.kernel_w, k.stride_w);
+  }
+  return s;
+}
+
 class Conv2D : public Activated {
  public:
   Conv2D(const Conv2dKeys& k, Dims in, Dims out, const LayerContext& c)
@@ -38,12 +50,7 @@ class Conv2D : public Activated {
       no_bias_ = Buffer<float>(c.backend.device(), 2 * static_cast<size_t>(k.filters));
       c.backend.device().fill_zero(no_bias_.data(), no_bias_.bytes());
     }
-    shape_.c = in.c, shape_.h = in.h, shape_.w = in.w, shape_.k = k.filters;
-    shape_.kh = k.kernel_h, shape_.kw = k.kernel_w, shape_.sh = k.stride_h, shape_.sw = k.stride_w;
-    if (k.same_padding) {
-      std::tie(shape_.pad_top, shape_.pad_bottom) = same_padding(in.h, k.kernel_h, k.stride_h);
-      std::tie(shape_.pad_left, shape_.pad_right) = same_padding(in.w, k.kernel_w, k.stride_w);
-    }
+    shape_ = conv_shape_of(k, in);
   }
   std::vector<ParamInfo> params() const override {
     size_t kernel = shape_.weight_count();
@@ -131,6 +138,7 @@ class Conv2dConfig : public LayerConfig {
     Dims out = output_dims(in, "");
     LayerCost cost;
     cost.conv_output = out.size();
+    cost.conv = conv_shape_of(k_, in[0]);
     cost.macs = static_cast<double>(out.size()) * in[0].c * k_.kernel_h * k_.kernel_w;
     return cost;
   }
