@@ -1,9 +1,9 @@
 // BatchNormalization (worker/nn/layers/batch_normalization.cc, backend.h's batchnorm_*): the
 // oneDNN backend's loops match the reference's (statistics, output, gradients) and do not depend
-// on the thread count or the vector width; a graph with batch normalization has gradients that match finite
-// differences; training normalizes by the batch and inference by the moving statistics, which
-// move by Keras's rule from the statistics summed over shards; its keys take Keras's defaults
-// and refuse what is not supported.
+// on the thread count or the vector width; a graph with batch normalization has gradients that
+// match finite differences; training normalizes by the batch and inference by the moving
+// statistics, which move by Keras's rule from the statistics summed over shards; its keys take
+// Keras's defaults and refuse what is not supported.
 #include <omp.h>
 
 #include <algorithm>
@@ -131,21 +131,21 @@ TEST_CASE("batch normalization's loops give the same bits at every vector width"
       continue;
     }
     ++widths;
-    for (NormShape s : {NormShape{3, 4, 49}, NormShape{2, 3, 37}, NormShape{5, 2, 1},
-                        NormShape{2, 16, 196}}) {
+    for (NormShape s :
+         {NormShape{3, 4, 49}, NormShape{2, 3, 37}, NormShape{5, 2, 1}, NormShape{2, 16, 196}}) {
       for (bool relu : {false, true}) {
         s.relu = relu;
-        INFO(direct_conv::vectors_name(vectors) << " shape " << s.n << "x" << s.c << "x" << s.hw
-                                                << (relu ? " relu" : ""));
+        INFO(direct_conv::vectors_name(vectors)
+             << " shape " << s.n << "x" << s.c << "x" << s.hw << (relu ? " relu" : ""));
         Floats x = random_floats(s.count(), 1), dy = random_floats(s.count(), 2, -1, 1);
         Floats gamma = random_floats(size_t(s.c), 3, 0.5, 1.5);
         Floats beta = random_floats(size_t(s.c), 4);
         auto run = [&](Vectors v) {
-          NormRun r{Floats(s.count()),   Floats(size_t(s.c)), Floats(size_t(s.c)),
-                    Floats(s.count()),   Floats(size_t(s.c)), Floats(size_t(s.c)),
+          NormRun r{Floats(s.count()), Floats(size_t(s.c)), Floats(size_t(s.c)),
+                    Floats(s.count()), Floats(size_t(s.c)), Floats(size_t(s.c)),
                     Floats(s.count())};
-          host_batchnorm_forward_training(s, 1e-3f, x.data(), gamma.data(), beta.data(),
-                                          r.y.data(), r.mean.data(), r.var.data(), v);
+          host_batchnorm_forward_training(s, 1e-3f, x.data(), gamma.data(), beta.data(), r.y.data(),
+                                          r.mean.data(), r.var.data(), v);
           host_batchnorm_backward(s, 1e-3f, x.data(), r.y.data(), dy.data(), gamma.data(),
                                   r.mean.data(), r.var.data(), r.dx.data(), r.dgamma.data(),
                                   r.dbeta.data(), v);

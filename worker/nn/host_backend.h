@@ -25,8 +25,7 @@ class HostBackend : public Backend {
     for (size_t i = 0; i < count; ++i) y[i] += x[i];
   }
   /// Two inputs in one pass; more as the default does.
-  void add_forward(size_t count, const float* const* x, int inputs, bool relu,
-                   float* y) override {
+  void add_forward(size_t count, const float* const* x, int inputs, bool relu, float* y) override {
     if (inputs != 2) return Backend::add_forward(count, x, inputs, relu, y);
     const float* a = x[0];
     const float* b = x[1];

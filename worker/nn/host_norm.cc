@@ -210,8 +210,12 @@ struct Kernels {
   void (*backward)(const Backward&, int, float*);
 };
 
-void forward_plain(const Forward& f, int ch) { forward_channel_body(f, ch); }
-void inference_plain(const Inference& f, int ch) { inference_channel_body(f, ch); }
+void forward_plain(const Forward& f, int ch) {
+  forward_channel_body(f, ch);
+}
+void inference_plain(const Inference& f, int ch) {
+  inference_channel_body(f, ch);
+}
 void backward_plain(const Backward& b, int ch, float* masked) {
   backward_channel_body(b, ch, masked);
 }
@@ -231,8 +235,7 @@ __attribute__((target("avx512f"))) void forward_avx512(const Forward& f, int ch)
 __attribute__((target("avx512f"))) void inference_avx512(const Inference& f, int ch) {
   inference_channel_body(f, ch);
 }
-__attribute__((target("avx512f"))) void backward_avx512(const Backward& b, int ch,
-                                                        float* masked) {
+__attribute__((target("avx512f"))) void backward_avx512(const Backward& b, int ch, float* masked) {
   backward_channel_body(b, ch, masked);
 }
 #endif
