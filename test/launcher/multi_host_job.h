@@ -2,6 +2,7 @@
 // on the first, the second reached over ssh; and the small waits they share.
 #pragma once
 
+#include <catch2/catch.hpp>
 #include <chrono>
 #include <cstdint>
 #include <fstream>
@@ -45,6 +46,22 @@ inline std::vector<std::string> launch_argv(const NetnsHosts& hosts, const std::
        {binary("dtrain"), std::string("launch"), job, std::string("--run-dir"), run_dir})
     argv.push_back(arg);
   return argv;
+}
+
+/// Runs job undisturbed into dir/calm; its final model's bytes (the model every disturbed run of
+/// the same job must end with).
+inline std::string undisturbed_model(const TempDir& dir, const NetnsHosts& hosts,
+                                     const std::string& job) {
+  ProcessOptions options;
+  options.timeout_seconds = 240;
+  std::string calm = dir.path() + "/calm";
+  BackgroundProcess reference(launch_argv(hosts, job, calm), options);
+  auto undisturbed = reference.wait(240);
+  INFO(undisturbed.out << undisturbed.err);
+  REQUIRE(undisturbed.exit_code == 0);
+  std::string expected = read_all(calm + "/model/model.safetensors");
+  REQUIRE_FALSE(expected.empty());
+  return expected;
 }
 
 /// The events of kind in run's events.jsonl, in order.

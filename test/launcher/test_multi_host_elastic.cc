@@ -70,20 +70,6 @@ std::map<std::tuple<int64_t, int64_t, int64_t>, std::vector<int64_t>> ledger(
   return out;
 }
 
-// Runs job undisturbed into dir/calm; its final model's bytes.
-std::string undisturbed_model(const TempDir& dir, const NetnsHosts& hosts, const std::string& job) {
-  ProcessOptions options;
-  options.timeout_seconds = 240;
-  std::string calm = dir.path() + "/calm";
-  BackgroundProcess reference(launch_argv(hosts, job, calm), options);
-  auto undisturbed = reference.wait(240);
-  INFO(undisturbed.out << undisturbed.err);
-  REQUIRE(undisturbed.exit_code == 0);
-  std::string expected = read_all(calm + "/model/model.safetensors");
-  REQUIRE_FALSE(expected.empty());
-  return expected;
-}
-
 // Writes the host list (text, replaced atomically) that the elastic job's discovery reads.
 void offer_hosts(const std::string& host_list, const std::string& text) {
   std::ofstream(host_list + ".new") << text;

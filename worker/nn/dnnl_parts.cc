@@ -320,40 +320,39 @@ void Conv::forward(dnnl::stream& st, const float* x, const float* w, const float
 }
 
 void Conv::backward_data(dnnl::stream& st, const float* dy, const float* w, float* dx) {
-  backward_data_.execute(st, {{DNNL_ARG_DIFF_DST, bd_diff_dst_.in(dy, st)},
-                              {DNNL_ARG_WEIGHTS, bd_weights_.in(w, st)},
-                              {DNNL_ARG_DIFF_SRC, bd_diff_src_.out(dx)}});
-  bd_diff_src_.store(dx, st);
-  st.wait();
+  run_backward_data(st, bd_diff_dst_.in(dy, st), w, dx);
 }
 
 void Conv::backward_weights(dnnl::stream& st, const float* x, const float* dy, float* dw,
                             float* db) {
-  backward_weights_.execute(st, {{DNNL_ARG_SRC, bw_src_.in(x, st)},
-                                 {DNNL_ARG_DIFF_DST, bw_diff_dst_.in(dy, st)},
-                                 {DNNL_ARG_DIFF_WEIGHTS, bw_diff_weights_.out(dw)},
-                                 {DNNL_ARG_DIFF_BIAS, memory(bias_, engine_, db)}});
-  bw_diff_weights_.store(dw, st);
-  st.wait();
+  run_backward_weights(st, bw_src_.in(x, st), bw_diff_dst_.in(dy, st), dw, db);
 }
 
 void Conv::backward(dnnl::stream& st, const float* x, const float* dy, const float* w, float* dx,
                     float* dw, float* db, const std::function<void()>& weights_done) {
   auto kept = keep_src_ ? kept_src_.find(x) : kept_src_.end();
-  const memory src = kept != kept_src_.end() ? kept->second : bw_src_.in(x, st);
   const memory diff_dst = bw_diff_dst_.in(dy, st);
+  run_backward_weights(st, kept != kept_src_.end() ? kept->second : bw_src_.in(x, st), diff_dst, dw,
+                       db);
+  if (weights_done) weights_done();
+  if (dx) run_backward_data(st, share_dy_ ? diff_dst : bd_diff_dst_.in(dy, st), w, dx);
+}
+
+void Conv::run_backward_data(dnnl::stream& st, const memory& diff_dst, const float* w, float* dx) {
+  backward_data_.execute(st, {{DNNL_ARG_DIFF_DST, diff_dst},
+                              {DNNL_ARG_WEIGHTS, bd_weights_.in(w, st)},
+                              {DNNL_ARG_DIFF_SRC, bd_diff_src_.out(dx)}});
+  bd_diff_src_.store(dx, st);
+  st.wait();
+}
+
+void Conv::run_backward_weights(dnnl::stream& st, const memory& src, const memory& diff_dst,
+                                float* dw, float* db) {
   backward_weights_.execute(st, {{DNNL_ARG_SRC, src},
                                  {DNNL_ARG_DIFF_DST, diff_dst},
                                  {DNNL_ARG_DIFF_WEIGHTS, bw_diff_weights_.out(dw)},
                                  {DNNL_ARG_DIFF_BIAS, memory(bias_, engine_, db)}});
   bw_diff_weights_.store(dw, st);
-  st.wait();
-  if (weights_done) weights_done();
-  if (!dx) return;
-  backward_data_.execute(st, {{DNNL_ARG_DIFF_DST, share_dy_ ? diff_dst : bd_diff_dst_.in(dy, st)},
-                              {DNNL_ARG_WEIGHTS, bd_weights_.in(w, st)},
-                              {DNNL_ARG_DIFF_SRC, bd_diff_src_.out(dx)}});
-  bd_diff_src_.store(dx, st);
   st.wait();
 }
 

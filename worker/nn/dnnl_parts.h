@@ -92,6 +92,10 @@ class Conv {
   std::vector<std::string> implementations() const { return implementations_; }
 
  private:
+  /// The two backward products on dy (and x) already in the primitives' layouts.
+  void run_backward_data(dnnl::stream& st, const memory& diff_dst, const float* w, float* dx);
+  void run_backward_weights(dnnl::stream& st, const memory& src, const memory& diff_dst, float* dw,
+                            float* db);
   struct Forward {
     dnnl::convolution_forward primitive;
     Staged src, weights, dst;
