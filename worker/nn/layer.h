@@ -16,12 +16,21 @@
 
 namespace dtrain::nn {
 
-/// Size of one example's activation: channels x height x width (dense: units x 1 x 1).
+/// Size of one example's activation: channels x height x width (dense: units x 1 x 1). A
+/// sequence (docs/design.md#sequences) is h positions of w features each, Keras's (T, D), stored
+/// row-major (position by position), with c 1: a language model's token ids are h positions of
+/// 1 (the id, a float), its embeddings and logits h positions of D and V.
 struct Dims {
   int c = 1, h = 1, w = 1;
+  bool sequence = false;
   size_t size() const { return static_cast<size_t>(c) * h * w; }
-  bool flat() const { return h == 1 && w == 1; }
-  bool operator==(const Dims& o) const { return c == o.c && h == o.h && w == o.w; }
+  bool flat() const { return !sequence && h == 1 && w == 1; }
+  /// Rows of a per-position operation over n examples (a dense layer on a sequence, the loss):
+  /// n x positions.
+  int positions() const { return sequence ? h : 1; }
+  bool operator==(const Dims& o) const {
+    return c == o.c && h == o.h && w == o.w && sequence == o.sequence;
+  }
   bool operator!=(const Dims& o) const { return !(*this == o); }
 };
 

@@ -55,7 +55,13 @@ class Model {
   /// first, each node's pieces in its own order; contiguous, each below the one before.
   const std::vector<GradientPiece>& gradient_pieces() const { return pieces_; }
 
-  int classes() const { return static_cast<int>(spec_.output_dims().size()); }
+  /// The loss's classes: the output's size, or a sequence's features (a language model's
+  /// vocabulary); it classifies positions() rows per example.
+  int classes() const {
+    const Dims out = spec_.output_dims();
+    return out.sequence ? out.w : static_cast<int>(out.size());
+  }
+  int positions() const { return spec_.output_dims().positions(); }
   Dims input_dims() const { return spec_.input_dims(); }
   size_t layer_count() const { return layers_.size(); }
   const ModelSpec& spec() const { return spec_; }

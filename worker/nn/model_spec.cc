@@ -147,11 +147,13 @@ ModelSpec parse_model_spec(const common::JsonNode& node) {
   node.check_keys({"input_shape", "layers", "output"});
   ModelSpec spec;
   std::vector<common::JsonNode> shape = node.at("input_shape").as_array();
-  if (shape.size() != 2 && shape.size() != 3)
-    node.at("input_shape").fail("expected [height, width, channels] or [height, width]");
+  if (shape.empty() || shape.size() > 3)
+    node.at("input_shape")
+        .fail("expected [height, width, channels], [height, width] or [sequence_length]");
   spec.height = static_cast<int>(shape[0].as_int(1, 1 << 14));
-  spec.width = static_cast<int>(shape[1].as_int(1, 1 << 14));
+  spec.width = shape.size() > 1 ? static_cast<int>(shape[1].as_int(1, 1 << 14)) : 1;
   spec.channels = shape.size() == 3 ? static_cast<int>(shape[2].as_int(1, 1 << 14)) : 1;
+  spec.sequence = shape.size() == 1;
   std::vector<common::JsonNode> layers = node.at("layers").as_array();
   if (layers.empty()) node.at("layers").fail("expected at least one layer");
   std::vector<Listed> listed;
@@ -190,16 +192,17 @@ ModelSpec parse_model_spec(const common::JsonNode& node) {
       l.node.at("activation").fail("softmax is only supported as the output's activation");
   }
   const NodeSpec& last = spec.nodes.back();
-  if (!last.out.flat()) {
-    throw common::ConfigError(
-        fmt::format("{}: the model must end in a flat output (a dense layer); it ends in {}x{}x{}",
-                    last.path, last.out.h, last.out.w, last.out.c));
+  if (!last.out.flat() && !last.out.sequence) {
+    throw common::ConfigError(fmt::format(
+        "{}: the model must end in a flat output (a dense layer) or a sequence (a dense layer on "
+        "each position); it ends in {}x{}x{}",
+        last.path, last.out.h, last.out.w, last.out.c));
   }
   return spec;
 }
 
 std::string model_json(const common::JsonNode& node, const ModelSpec& spec) {
-  if (node.at("input_shape").as_array().size() == 3) return node.dump();  // as given: old
+  if (node.at("input_shape").as_array().size() != 2) return node.dump();  // as given: old
   common::JsonWriter w;  // checkpoints keep matching
   w.begin_object().key("input_shape").begin_array();
   w.value(spec.height).value(spec.width).value(spec.channels).end_array();

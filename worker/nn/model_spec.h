@@ -33,10 +33,12 @@ struct NodeSpec {
 };
 
 struct ModelSpec {
-  /// input_shape [h, w, c] (channels last, as Keras); a 2-D [h, w] is read as [h, w, 1].
+  /// input_shape [h, w, c] (channels last, as Keras); a 2-D [h, w] is read as [h, w, 1]; a 1-D
+  /// [T] is a sequence of T token ids (height T, width and channels 1, sequence true).
   int height = 0, width = 0, channels = 0;
+  bool sequence = false;
   std::vector<NodeSpec> nodes;  ///< in topological order; the output is the last
-  Dims input_dims() const { return {channels, height, width}; }
+  Dims input_dims() const { return {channels, height, width, sequence}; }
   Dims output_dims() const { return nodes.back().out; }
   /// Sizes of node i's inputs.
   std::vector<Dims> input_dims_of(size_t i) const;
