@@ -611,12 +611,16 @@ int run_worker(const WorkerOptions& options) {
   std::unique_ptr<nn::Backend> backend = choose_backend(config, options.config_path);
   timeline.mark("backend");
   if (spare) std::this_thread::sleep_for(std::chrono::duration<double>(kSpareStartDelaySeconds));
+  // Keras's input shape: [h, w, c], or a language model's [T] (token ids).
   std::vector<int> input_shape = {config.model.height, config.model.width, config.model.channels};
+  if (config.model.sequence) input_shape = {config.model.height};
   // The test split is read only where it is used: validation at epoch ends, or an evaluator.
   const bool need_test = config.validation || task.task.type == common::kEvaluator;
   auto [train_data, test_data] =
       data::load_data(config.data, input_shape, need_test, file_shard(config, task, job, spare));
-  const int classes = static_cast<int>(config.model.output_dims().size());  // the output's units
+  const nn::Dims output =
+      config.model.output_dims();  // the output's units (a sequence's last axis)
+  const int classes = output.sequence ? output.w : static_cast<int>(output.size());
   data::check_labels_below(train_data, classes);
   data::check_labels_below(test_data, classes);
   timeline.mark("data");

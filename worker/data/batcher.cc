@@ -25,9 +25,11 @@ std::vector<int64_t> make_shard(const Dataset& data, const BatchStreamOptions& o
   DT_ENFORCE(options.first_step >= 0 && options.first_step <= options.steps, "steps {} .. {}",
              options.first_step, options.steps);
   DT_ENFORCE(options.timeout.count() > 0, "timeout {} ms", options.timeout.count());
-  DT_ENFORCE_EQ(data.pixel_count(),
-                static_cast<size_t>(data.count * data.height * data.width * data.channels));
-  DT_ENFORCE_EQ(data.labels.size(), static_cast<size_t>(data.count));
+  if (!data.is_text()) {
+    DT_ENFORCE_EQ(data.pixel_count(),
+                  static_cast<size_t>(data.count * data.height * data.width * data.channels));
+    DT_ENFORCE_EQ(data.labels.size(), static_cast<size_t>(data.count));
+  }
   if (data.count < options.worker_count) {
     throw common::ConfigError(fmt::format(
         "data: {} examples cannot be sharded among {} workers (each needs at least one)",
@@ -153,8 +155,26 @@ Batch BatchStream::next() {
                   options_.timeout.count(), next_step_, options_.epoch));
 }
 
+int64_t window_offset(const Dataset& data, uint64_t seed, int epoch, int64_t step,
+                      int64_t example) {
+  DT_ENFORCE(data.is_text() && data.token_count > data.height, "window_offset of {} tokens",
+             data.token_count);
+  const uint64_t of_step =
+      derive_seed(derive_seed(seed, static_cast<uint64_t>(epoch)), static_cast<uint64_t>(step));
+  SplitMix64 rng(derive_seed(of_step, static_cast<uint64_t>(example)));
+  return static_cast<int64_t>(rng.below(static_cast<uint64_t>(data.token_count - data.height)));
+}
+
 std::vector<int64_t> BatchStream::ids_at(int64_t step) const {
   DT_ENFORCE(step >= 0, "step {}", step);
+  if (dataset_.is_text()) {
+    std::vector<int64_t> offsets(static_cast<size_t>(options_.batch_size));
+    for (int64_t j = 0; j < options_.batch_size; ++j)
+      offsets[static_cast<size_t>(j)] =
+          window_offset(dataset_, options_.seed, options_.epoch, step,
+                        int64_t{options_.worker_index} * options_.batch_size + j);
+    return offsets;
+  }
   const auto count = static_cast<int64_t>(shard_.size());
   std::vector<int64_t> ids(static_cast<size_t>(options_.batch_size));
   for (int64_t j = 0; j < options_.batch_size; ++j)
@@ -171,6 +191,14 @@ Batch BatchStream::batch_at(int64_t step) const {
   Batch batch;
   batch.size = batch_size;
   batch.images.resize(static_cast<size_t>(batch_size * pixels));
+  if (dataset_.is_text()) {
+    const std::vector<int64_t> offsets = ids_at(step);
+    batch.labels.resize(static_cast<size_t>(batch_size * pixels));
+    for (int64_t j = 0; j < batch_size; ++j)
+      copy_window(dataset_, offsets[static_cast<size_t>(j)], batch.images.data() + j * pixels,
+                  batch.labels.data() + j * pixels);
+    return batch;
+  }
   batch.labels.resize(static_cast<size_t>(batch_size));
   for (int64_t j = 0; j < batch_size; ++j) {
     const int64_t example = shard_[static_cast<size_t>((step * batch_size + j) % count)];

@@ -53,7 +53,14 @@ int64_t shard_size(int64_t count, int index, int workers);
 /// shard, shard_size(count, 0, workers).
 int64_t default_steps(int64_t shard_size, int batch);
 
-/// One batch: images in NCHW (for one channel the same bytes as NHWC), labels in [0, classes).
+/// The first token of a text split's training window (text_data.h) for example `example` of the
+/// step's global batch (worker index x batch + j, the worker a virtual shard under elastic
+/// membership): uniform over every window that fits, a pure function of its arguments, so a
+/// resume, a recovery in place and any membership draw the same windows.
+int64_t window_offset(const Dataset& data, uint64_t seed, int epoch, int64_t step, int64_t example);
+
+/// One batch: images in NCHW (for one channel the same bytes as NHWC), labels in [0, classes);
+/// a text split's: each window's token ids as floats, and its positions' labels (T per example).
 struct Batch {
   int64_t size = 0;
   std::vector<float> images;
@@ -93,7 +100,8 @@ class BatchStream {
   Batch next();
   /// Step step's batch, computed here without the thread.
   Batch batch_at(int64_t step) const;
-  /// The dataset indices of step step's examples, in batch order (the ledger's record).
+  /// The dataset indices of step step's examples, in batch order (the ledger's record); a text
+  /// split's window offsets.
   std::vector<int64_t> ids_at(int64_t step) const;
 
   int64_t shard_size() const { return static_cast<int64_t>(shard_.size()); }

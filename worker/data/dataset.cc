@@ -16,6 +16,7 @@
 #include "worker/data/idx_file.h"
 #include "worker/data/npy_dataset.h"
 #include "worker/data/npz_file.h"
+#include "worker/data/text_data.h"
 
 namespace dtrain::data {
 namespace {
@@ -28,41 +29,66 @@ constexpr int64_t kMaxSyntheticExamples = 10000000;
 constexpr int64_t kMaxSyntheticFloats = int64_t{1} << 28;  ///< 1 GiB of images per split
 constexpr int kMaxClasses = 100000;
 
-// The sources each source-specific key of `train.data` belongs to (also_source may be empty).
+// The sources each source-specific key of `train.data` belongs to, separated by spaces.
 struct KeyOwner {
-  std::string_view key, source, also_source;
+  std::string_view key, sources;
 };
 constexpr KeyOwner kSourceKeys[] = {
-    {"dir", "idx", ""},
-    {"train_images", "idx", "npy"},
-    {"train_labels", "idx", "npy"},
-    {"test_images", "idx", "npy"},
-    {"test_labels", "idx", "npy"},
-    {"path", "npz", ""},
-    {"x_train", "npz", ""},
-    {"y_train", "npz", ""},
-    {"x_test", "npz", ""},
-    {"y_test", "npz", ""},
-    {"examples", "synthetic", ""},
-    {"classes", "synthetic", ""},
-    {"train_dir", "directory", ""},
-    {"test_dir", "directory", ""},
-    {"class_names", "directory", ""},
-    {"color_mode", "directory", ""},
-    {"image_size", "directory", ""},
-    {"seed", "directory", ""},
+    {"dir", "idx"},
+    {"train_images", "idx npy"},
+    {"train_labels", "idx npy"},
+    {"test_images", "idx npy"},
+    {"test_labels", "idx npy"},
+    {"path", "npz text tokens"},
+    {"x_train", "npz"},
+    {"y_train", "npz"},
+    {"x_test", "npz"},
+    {"y_test", "npz"},
+    {"examples", "synthetic"},
+    {"classes", "synthetic"},
+    {"train_dir", "directory"},
+    {"test_dir", "directory"},
+    {"class_names", "directory"},
+    {"color_mode", "directory"},
+    {"image_size", "directory"},
+    {"seed", "directory"},
+    {"sequence_length", "text tokens"},
+    {"vocabulary", "text"},
+    {"vocabulary_size", "tokens"},
+    {"validation_path", "tokens"},
 };
+
+bool owns(std::string_view sources, std::string_view source) {
+  while (!sources.empty()) {
+    size_t space = sources.find(' ');
+    if (sources.substr(0, space) == source) return true;
+    if (space == std::string_view::npos) break;
+    sources.remove_prefix(space + 1);
+  }
+  return false;
+}
+
+// "\"npz\"", "\"idx\" or \"npy\"", "\"npz\", \"text\" or \"tokens\"".
+std::string source_list(std::string_view sources) {
+  std::vector<std::string> names;
+  while (!sources.empty()) {
+    size_t space = sources.find(' ');
+    names.push_back(fmt::format("\"{}\"", sources.substr(0, space)));
+    if (space == std::string_view::npos) break;
+    sources.remove_prefix(space + 1);
+  }
+  std::string text = names.front();
+  for (size_t i = 1; i < names.size(); ++i)
+    text += (i + 1 == names.size() ? " or " : ", ") + names[i];
+  return text;
+}
 
 // Throws for the first key present in node that does not belong to source.
 void reject_other_keys(const JsonNode& node, const std::string& source) {
   for (const KeyOwner& owner : kSourceKeys) {
-    if (source == owner.source || source == owner.also_source) continue;
-    if (auto n = node.find(owner.key)) {
-      n->fail(owner.also_source.empty()
-                  ? fmt::format("only used with \"source\": \"{}\"", owner.source)
-                  : fmt::format("only used with \"source\": \"{}\" or \"{}\"", owner.source,
-                                owner.also_source));
-    }
+    if (owns(owner.sources, source)) continue;
+    if (auto n = node.find(owner.key))
+      n->fail(fmt::format("only used with \"source\": {}", source_list(owner.sources)));
   }
 }
 
@@ -93,6 +119,31 @@ void check_matches_model(const Dataset& data, const std::vector<int>& input_shap
   throw ConfigError(fmt::format("data: images are {} but model.input_shape is [{}] ({})",
                                 shape_text(data.height, data.width, data.channels),
                                 fmt::join(input_shape, ", "), images_path));
+}
+
+// The keys of "text" and "tokens" (reject_other_keys has refused the other source's).
+void parse_text_keys(const JsonNode& node, DataConfig& config) {
+  const std::string& source = config.source;
+  if (config.path.empty()) node.fail(fmt::format("\"source\": \"{}\" needs \"path\"", source));
+  if (auto n = node.find("sequence_length"))
+    config.sequence_length = static_cast<int>(n->as_int(1, 1 << 14));
+  if (auto n = node.find("vocabulary")) {
+    config.vocabulary = n->as_nonempty_string();
+    if (config.vocabulary != "characters" && config.vocabulary != "bytes")
+      n->fail(fmt::format("expected \"characters\" or \"bytes\", found \"{}\"", config.vocabulary));
+  }
+  if (source == "tokens") {
+    auto n = node.find("vocabulary_size");
+    if (!n) node.fail("\"source\": \"tokens\" needs \"vocabulary_size\" (every id is below it)");
+    config.vocabulary_size = static_cast<int>(n->as_int(2, 65536));
+    read_string(node, "validation_path", config.validation_path);
+  }
+  if (auto n = node.find("shard_policy"); n && config.shard_policy == "file")
+    n->fail("\"file\" shards files of examples: a text source has one corpus");
+  if (auto n = node.find("validation_split"); n && !config.validation_path.empty())
+    n->fail("give validation_path or validation_split, not both");
+  if (!node.find("validation_split") && config.validation_path.empty())
+    config.validation_split = 0.1;
 }
 
 std::pair<Dataset, Dataset> make_synthetic_splits(const DataConfig& config,
@@ -186,7 +237,11 @@ Dataset make_synthetic(int64_t examples, int classes, int height, int width, int
   SplitMix64 prototype_rng(derive_seed(seed, 0));
   for (float& value : prototypes) value = prototype_rng.unit_float();
 
-  Dataset data{examples, height, width, channels, classes, {}, {}, {}, {}, "synthetic data", {}, 0};
+  Dataset data;
+  data.count = examples;
+  data.height = height, data.width = width, data.channels = channels;
+  data.classes = classes;
+  data.labels_source = "synthetic data";
   data.images.resize(static_cast<size_t>(examples * pixels));
   data.labels.resize(static_cast<size_t>(examples));
   const uint64_t example_seed = derive_seed(seed, 1);
@@ -206,19 +261,27 @@ Dataset make_synthetic(int64_t examples, int classes, int height, int width, int
 }
 
 DataConfig parse_data_config(const JsonNode& node) {
-  node.check_keys({"source",      "dir",        "train_images", "train_labels", "test_images",
-                   "test_labels", "path",       "x_train",      "y_train",      "x_test",
-                   "y_test",      "examples",   "classes",      "train_dir",    "test_dir",
-                   "class_names", "color_mode", "image_size",   "seed",         "validation_split",
-                   "shard_policy"});
+  node.check_keys({"source",         "dir",
+                   "train_images",   "train_labels",
+                   "test_images",    "test_labels",
+                   "path",           "x_train",
+                   "y_train",        "x_test",
+                   "y_test",         "examples",
+                   "classes",        "train_dir",
+                   "test_dir",       "class_names",
+                   "color_mode",     "image_size",
+                   "seed",           "validation_split",
+                   "shard_policy",   "sequence_length",
+                   "vocabulary",     "vocabulary_size",
+                   "validation_path"});
   DataConfig config;
   if (auto n = node.find("source")) config.source = n->as_string();
   const std::string& source = config.source;
   if (source != "idx" && source != "npz" && source != "npy" && source != "directory" &&
-      source != "synthetic") {
+      source != "synthetic" && source != "text" && source != "tokens") {
     node.at("source").fail(
         fmt::format("unknown data source \"{}\" (expected \"idx\", \"npz\", \"npy\", "
-                    "\"directory\" or \"synthetic\")",
+                    "\"directory\", \"synthetic\", \"text\" or \"tokens\")",
                     source));
   }
   reject_other_keys(node, source);
@@ -237,6 +300,7 @@ DataConfig parse_data_config(const JsonNode& node) {
     read_string(node, key, *field);
   }
   parse_folder_keys(node, config);
+  if (source == "text" || source == "tokens") parse_text_keys(node, config);
   if (source == "npz" && config.path.empty()) node.fail("\"source\": \"npz\" needs \"path\"");
   if (source == "npy" && (config.train_images.empty() || config.train_labels.empty()))
     node.fail("\"source\": \"npy\" needs \"train_images\" and \"train_labels\"");
@@ -268,6 +332,24 @@ DataConfig resolve_idx_paths(const DataConfig& config) {
 
 std::pair<Dataset, Dataset> load_data(const DataConfig& config, const std::vector<int>& input_shape,
                                       bool need_test, FileShard shard) {
+  const bool text = config.source == "text" || config.source == "tokens";
+  if (text || input_shape.size() == 1) {
+    if (!text || input_shape.size() != 1) {
+      throw ConfigError(fmt::format(
+          text ? "data: \"source\": \"{}\" gives token ids: model.input_shape must be "
+                 "[sequence_length], not [{}]"
+               : "data: model.input_shape [{1}] is a sequence of token ids: the data source must "
+                 "be \"text\" or \"tokens\", not \"{0}\"",
+          config.source, fmt::join(input_shape, ", ")));
+    }
+    if (config.sequence_length != 0 && config.sequence_length != input_shape[0]) {
+      throw ConfigError(
+          fmt::format("data.sequence_length is {} but model.input_shape is [{}]: give one, or "
+                      "the same",
+                      config.sequence_length, input_shape[0]));
+    }
+    return load_text_splits(config, input_shape[0], need_test);
+  }
   check_input_shape(input_shape);
   if (config.source == "synthetic") return make_synthetic_splits(config, input_shape);
   if (config.source == "directory") {
@@ -329,6 +411,15 @@ void to_chw(const T* __restrict in, int64_t plane, int channels, float* __restri
 }  // namespace
 
 void check_labels_below(const Dataset& data, int classes) {
+  if (data.is_text()) {
+    if (data.classes > classes) {
+      throw ConfigError(fmt::format(
+          "{}: its vocabulary has {} tokens ({}) but the model's output has {} (its last layer's "
+          "units)",
+          data.labels_source, data.classes, data.vocabulary, classes));
+    }
+    return;
+  }
   for (size_t i = 0; i < data.labels.size(); ++i) {
     if (data.labels[i] >= classes) {
       throw ConfigError(fmt::format(
@@ -345,7 +436,33 @@ void copy_example_chw(const Dataset& data, int64_t example, float* out) {
   to_chw(data.images.data() + first, plane, data.channels, out);
 }
 
+void copy_window(const Dataset& data, int64_t offset, float* x, int32_t* labels) {
+  DT_ENFORCE(data.is_text() && offset >= 0 && offset + data.height < data.token_count,
+             "window at {} of {} tokens", offset, data.token_count);
+  const uint16_t* ids = data.tokens.get() + offset;
+  for (int t = 0; t < data.height; ++t) x[t] = static_cast<float>(ids[t]);
+  if (labels)
+    for (int t = 0; t < data.height; ++t) labels[t] = ids[t + 1];
+}
+
+void copy_labels(const Dataset& data, int64_t first, int n, int32_t* out) {
+  if (!data.is_text()) {
+    std::copy(data.labels.begin() + first, data.labels.begin() + first + n, out);
+    return;
+  }
+  std::vector<float> x(static_cast<size_t>(data.height));
+  for (int i = 0; i < n; ++i)
+    copy_window(data, (first + i) * data.height, x.data(),
+                out + static_cast<size_t>(i) * data.height);
+}
+
 void copy_nchw(const Dataset& data, int64_t first, int n, float* out) {
+  if (data.is_text()) {
+    for (int i = 0; i < n; ++i)
+      copy_window(data, (first + i) * data.height, out + static_cast<size_t>(i) * data.height,
+                  nullptr);
+    return;
+  }
   const size_t per_example = static_cast<size_t>(data.height) * data.width * data.channels;
   for (int i = 0; i < n; ++i)
     copy_example_chw(data, first + i, out + static_cast<size_t>(i) * per_example);

@@ -37,6 +37,20 @@ struct Dataset {
   /// Sharded by file (DataConfig::shard_policy "file"): the training examples of all workers,
   /// of which this Dataset holds its worker's share. 0: not sharded (count is all of them).
   int64_t global_count = 0;
+  /// A text split (sources "text" and "tokens", text_data.h): its token_count token ids, in
+  /// memory or mapped from the file, kept alive by the pointer. height is the sequence length T
+  /// (width and channels 1), classes the vocabulary's size, count the split's non-overlapping
+  /// windows ((token_count - 1) / T): example i is x = tokens[iT, iT + T), its labels the T
+  /// tokens one further. Null for images.
+  std::shared_ptr<const uint16_t> tokens = nullptr;
+  int64_t token_count = 0;
+  /// "characters" (symbols: each id's UTF-8 text), "bytes" or "tokens" (symbols empty).
+  std::string vocabulary = {};
+  std::vector<std::string> symbols = {};
+
+  bool is_text() const { return tokens != nullptr; }
+  /// Labels per example: a text window's T positions, else 1.
+  int positions() const { return is_text() ? height : 1; }
 
   bool has_bytes() const { return shared_bytes != nullptr || !bytes.empty(); }
   /// The bytes, wherever they are (null for float images).
@@ -76,7 +90,8 @@ Dataset make_synthetic(int64_t examples, int classes, int height, int width, int
 
 /// The `train.data` object. Paths left empty are found in dir when the data is loaded.
 struct DataConfig {
-  std::string source = "idx";  ///< "idx" | "npz" | "npy" | "synthetic"
+  std::string source = "idx";  ///< "idx" | "npz" | "npy" | "directory" | "synthetic" | "text" |
+                               ///< "tokens"
   std::string dir = "/usr/share/datasets/fashion-mnist";
   /// idx: optional (else found in dir); npy: the four .npy files (test ones when needed).
   std::string train_images, train_labels, test_images, test_labels;
@@ -97,6 +112,14 @@ struct DataConfig {
   /// files after a shuffle with split_seed, as image_dataset_from_directory). 0: none.
   double validation_split = 0;
   uint64_t split_seed = 0;
+  /// text and tokens (text_data.h): the windows' length (0: the model's input_shape [T]); text:
+  /// vocabulary "characters" or "bytes"; tokens: vocabulary_size (every id below it) and
+  /// validation_path (else validation_split, 0.1 by default for both, validates on the last
+  /// tokens).
+  int sequence_length = 0;
+  std::string vocabulary = "characters";
+  int vocabulary_size = 0;
+  std::string validation_path;
   /// tf.data's AutoShardPolicy: "data" (every worker holds all the training data and takes its
   /// share of each epoch's order) or "file" (directory only: each worker decodes only its files,
   /// i, i + workers, ..., and shuffles them alone).
@@ -139,7 +162,14 @@ void check_labels_below(const Dataset& data, int classes);
 /// channel. out holds height * width * channels floats.
 void copy_example_chw(const Dataset& data, int64_t example, float* out);
 
-/// Examples [first, first + n) as an NCHW batch.
+/// Examples [first, first + n) as an NCHW batch (a text split: each window's token ids).
 void copy_nchw(const Dataset& data, int64_t first, int n, float* out);
+
+/// The labels of examples [first, first + n): data.positions() per example.
+void copy_labels(const Dataset& data, int64_t first, int n, int32_t* out);
+
+/// A text split's window at token `offset`: its T ids (as floats) to x, the T ids one further to
+/// labels.
+void copy_window(const Dataset& data, int64_t offset, float* x, int32_t* labels);
 
 }  // namespace dtrain::data

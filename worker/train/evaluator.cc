@@ -45,7 +45,9 @@ std::pair<double, double> evaluate_model(nn::Model& model, nn::Backend& backend,
   const int ranks = comm ? comm->size() : 1, rank = comm ? comm->rank() : 0;
   const int64_t first = batches * rank / ranks, last = batches * (rank + 1) / ranks;
   size_t per_example = static_cast<size_t>(test.height) * test.width * test.channels;
-  InputStager stager(backend.device(), per_example, batch);
+  const int positions = test.positions();
+  InputStager stager(backend.device(), per_example, batch, positions);
+  std::vector<int32_t> labels(static_cast<size_t>(positions) * static_cast<size_t>(batch));
   // Batch b's loss sum, correct count and examples at 3b..3b+2: each batch sums from zero, so
   // its figures do not depend on which rank ran it or on the batches before it.
   nn::Buffer<float> sums(backend.device(), 3 * static_cast<size_t>(std::max<int64_t>(batches, 1)));
@@ -55,8 +57,8 @@ std::pair<double, double> evaluate_model(nn::Model& model, nn::Backend& backend,
     int64_t start = b * batch;
     int n = static_cast<int>(std::min<int64_t>(batch, test.count - start));
     data::copy_nchw(test, start, n, images.data());
-    stager.stage(static_cast<int>(b % InputStager::kSlots), images.data(),
-                 test.labels.data() + start, n);
+    data::copy_labels(test, start, n, labels.data());
+    stager.stage(static_cast<int>(b % InputStager::kSlots), images.data(), labels.data(), n);
     return n;
   };
   int n = first < last ? stage(first) : 0;
@@ -65,7 +67,7 @@ std::pair<double, double> evaluate_model(nn::Model& model, nn::Backend& backend,
     stager.ready();
     int next = b + 1 < last ? stage(b + 1) : 0;
     const float* logits = model.forward(stager.images(slot), n, {}, false);
-    backend.softmax_cross_entropy_smoothed(n, model.classes(), label_smoothing, logits,
+    backend.softmax_cross_entropy_smoothed(n * positions, model.classes(), label_smoothing, logits,
                                            stager.labels(slot), nullptr, sums.data() + 3 * b);
     n = next;
   }
@@ -77,7 +79,7 @@ std::pair<double, double> evaluate_model(nn::Model& model, nn::Backend& backend,
     loss += host[static_cast<size_t>(3 * b)];
     correct += host[static_cast<size_t>(3 * b + 1)];
   }
-  double count = std::max<double>(static_cast<double>(test.count), 1.0);
+  double count = std::max<double>(static_cast<double>(test.count) * positions, 1.0);
   // Keras's val_loss includes the regularizers' penalty, as the training loss does.
   return {loss / count + regularization_penalty(model), correct / count};
 }

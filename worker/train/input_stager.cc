@@ -7,14 +7,17 @@
 
 namespace dtrain::train {
 
-InputStager::InputStager(nn::Device& device, size_t example_floats, int batch)
-    : device_(device), example_floats_(example_floats), batch_(batch) {
+InputStager::InputStager(nn::Device& device, size_t example_floats, int batch, int example_labels)
+    : device_(device),
+      example_floats_(example_floats),
+      batch_(batch),
+      example_labels_(static_cast<size_t>(example_labels)) {
   size_t images = example_floats * static_cast<size_t>(batch);
+  size_t labels = example_labels_ * static_cast<size_t>(batch);
   for (int i = 0; i < kSlots; ++i) {
     slots_.push_back(Slot{nn::PinnedBuffer<float>(device, images),
-                          nn::PinnedBuffer<int32_t>(device, static_cast<size_t>(batch)),
-                          nn::Buffer<float>(device, images),
-                          nn::Buffer<int32_t>(device, static_cast<size_t>(batch))});
+                          nn::PinnedBuffer<int32_t>(device, labels),
+                          nn::Buffer<float>(device, images), nn::Buffer<int32_t>(device, labels)});
   }
 }
 
@@ -26,9 +29,10 @@ void InputStager::stage(int slot, const float* images, const int32_t* labels, in
   device_.wait_upload_sources();
   size_t floats = example_floats_ * static_cast<size_t>(n);
   std::copy(images, images + floats, s.pinned_images.data());
-  std::copy(labels, labels + n, s.pinned_labels.data());
+  size_t label_count = example_labels_ * static_cast<size_t>(n);
+  std::copy(labels, labels + label_count, s.pinned_labels.data());
   device_.upload_async(s.images.data(), s.pinned_images.data(), floats * sizeof(float));
-  device_.upload_async(s.labels.data(), s.pinned_labels.data(), sizeof(int32_t) * n);
+  device_.upload_async(s.labels.data(), s.pinned_labels.data(), sizeof(int32_t) * label_count);
 }
 
 }  // namespace dtrain::train

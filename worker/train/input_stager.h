@@ -15,8 +15,9 @@ namespace dtrain::train {
 class InputStager {
  public:
   static constexpr int kSlots = 2;
-  /// Room for batches of up to batch examples of example_floats floats each.
-  InputStager(nn::Device& device, size_t example_floats, int batch);
+  /// Room for batches of up to batch examples of example_floats floats and example_labels labels
+  /// each (a sequence's positions; 1 for a classifier).
+  InputStager(nn::Device& device, size_t example_floats, int batch, int example_labels = 1);
 
   /// Copies n examples into slot's pinned memory and enqueues their upload on the copy stream,
   /// after the compute work enqueued so far. Call it for step s + 1 BEFORE enqueueing step s's
@@ -39,6 +40,7 @@ class InputStager {
   nn::Device& device_;
   size_t example_floats_;
   int batch_;
+  size_t example_labels_;
   std::vector<Slot> slots_;
 };
 

@@ -24,8 +24,9 @@ ModelParts build_model_parts(const TrainConfig& config, nn::Backend& backend, in
   parts.optimizer = std::make_unique<Optimizer>(config.optimizer, parts.model->parameters().size(),
                                                 backend.device());
   parts.optimizer->set_parameters(parts.model->parameter_infos());
-  parts.stager = std::make_unique<InputStager>(backend.device(), parts.model->input_dims().size(),
-                                               config.per_worker_batch_size);
+  parts.stager =
+      std::make_unique<InputStager>(backend.device(), parts.model->input_dims().size(),
+                                    config.per_worker_batch_size, parts.model->positions());
   return parts;
 }
 

@@ -107,8 +107,8 @@ void TrainStep::enqueue(const float* images, const int32_t* labels, int n, const
   nn::StepKey shard_key = key;
   shard_key.shard = comm_.rank();  // a whole group: each member holds its own shard
   const float* logits = model_.forward(images, n, shard_key, true);
-  backend_.softmax_cross_entropy_smoothed(n, model_.classes(), options_.label_smoothing, logits,
-                                          labels, model_.logits_gradient(), stats_.data());
+  backend_.softmax_cross_entropy_smoothed(rows(n), model_.classes(), options_.label_smoothing,
+                                          logits, labels, model_.logits_gradient(), stats_.data());
   scale_loss_gradient(n);
   device_.upload(stats_.data() + offsetof(StepStats, stop) / sizeof(float), stop_flag_.data(),
                  sizeof(float));
@@ -304,9 +304,9 @@ void TrainStep::enqueue_shards(const comm::ShardPlan& shards, const ShardInput* 
     nn::StepKey shard_key = key;
     shard_key.shard = shards.shard(static_cast<int>(j));
     const float* logits = model_.forward(inputs[j].images, inputs[j].n, shard_key, true);
-    backend_.softmax_cross_entropy_smoothed(inputs[j].n, model_.classes(), options_.label_smoothing,
-                                            logits, inputs[j].labels, model_.logits_gradient(),
-                                            stats_.data());
+    backend_.softmax_cross_entropy_smoothed(rows(inputs[j].n), model_.classes(),
+                                            options_.label_smoothing, logits, inputs[j].labels,
+                                            model_.logits_gradient(), stats_.data());
     scale_loss_gradient(inputs[j].n);
     model_.backward(inputs[j].n, piece_done);
     std::memcpy(shard_stats_.data() + j * kStatsFloats, stats_.data(), stats_.bytes());
@@ -352,7 +352,7 @@ void TrainStep::enqueue_shards(const comm::ShardPlan& shards, const ShardInput* 
 // loss is scaled instead, the same numbers (by a power of two, exactly).
 void TrainStep::scale_loss_gradient(int n) {
   if (!loss_scale_.enabled()) return;
-  backend_.scale(static_cast<size_t>(n) * static_cast<size_t>(model_.classes()),
+  backend_.scale(static_cast<size_t>(rows(n)) * static_cast<size_t>(model_.classes()),
                  scale_state_.data() + nn::Backend::kLossScale, model_.logits_gradient());
 }
 

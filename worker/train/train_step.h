@@ -187,6 +187,9 @@ class TrainStep {
   int shard_count() const;
   /// Multiplies the loss gradient of n examples by the loss scale, when there is one.
   void scale_loss_gradient(int n);
+  /// The loss's rows for n examples: one per example, or per position of a sequence output (a
+  /// language model's tokens), so the loss and its figures are per token.
+  int rows(int n) const { return n * model_.positions(); }
   /// After every all-reduce of the step: the optimizer's update of every bucket, or, with loss
   /// scaling, the gradients unscaled first and, for a dynamic scale, the update gated by the
   /// device's flags (docs/design.md#loss-scaling) and the scale's rule applied.
