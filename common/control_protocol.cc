@@ -80,6 +80,7 @@ std::string format_control_message(const ControlMessage& m) {
   put_double("loss", m.loss);
   put_double("accuracy", m.accuracy);
   put_double("samples_per_second", m.samples_per_second);
+  put_double("tokens_per_second", m.tokens_per_second);
   if (m.global_step) w.key("global_step").value(*m.global_step);
   if (m.restored_step) w.key("restored_step").value(*m.restored_step);
   put_double("compute_seconds_per_step", m.compute_seconds_per_step);
@@ -107,7 +108,8 @@ std::optional<ControlMessage> parse_control_message(std::string_view line) {
     }
     for (auto [key, field] : {std::pair{"loss", &m.loss},
                               {"accuracy", &m.accuracy},
-                              {"samples_per_second", &m.samples_per_second}}) {
+                              {"samples_per_second", &m.samples_per_second},
+                              {"tokens_per_second", &m.tokens_per_second}}) {
       if (auto n = root.find(key); n && !n->is_null()) *field = n->as_number(-1e300, 1e300);
     }
     for (auto [key, field] :

@@ -31,6 +31,8 @@ struct ControlMessage {
   // progress (absent fields stay empty)
   std::optional<int> epoch, epochs, step, steps;
   std::optional<double> loss, accuracy, samples_per_second;
+  /// A language model's (docs/language-models.md): samples_per_second x its sequence length.
+  std::optional<double> tokens_per_second;
   /// In every progress message of dtrain-worker: steps done in the run, across epochs (the
   /// checkpoints' global step).
   std::optional<int64_t> global_step;

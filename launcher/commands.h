@@ -24,6 +24,7 @@ int stop_command(const Args& args);
 int agent_command(const Args& args);
 int slurm_script_command(const Args& args);
 int completion_command(const Args& args);
+int generate_command(const Args& args);
 
 /// Every subcommand, in the order `dtrain --help` lists them.
 const std::vector<Command>& all_commands();

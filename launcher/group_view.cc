@@ -217,10 +217,13 @@ std::string live_line(int attempt, const common::ControlMessage& p, double steps
   int64_t done = int64_t{*p.epoch - 1} * *p.steps + *p.step, total = int64_t{*p.epochs} * *p.steps;
   std::string eta =
       steps_per_second > 0 ? fmt::format("{:.0f}s", (total - done) / steps_per_second) : "?";
+  const std::string rate = p.tokens_per_second
+                               ? fmt::format("{:.0f} tokens/s", *p.tokens_per_second)
+                               : fmt::format("{:.0f} samples/s", p.samples_per_second.value_or(0));
   return fmt::format(
-      "attempt {}  epoch {}/{}  step {}/{}  loss {:.4f}  accuracy {:.4f}  {:.0f} samples/s  ETA {}",
-      attempt, *p.epoch, *p.epochs, *p.step, *p.steps, p.loss.value_or(0), p.accuracy.value_or(0),
-      p.samples_per_second.value_or(0), eta);
+      "attempt {}  epoch {}/{}  step {}/{}  loss {:.4f}  accuracy {:.4f}  {}  ETA {}", attempt,
+      *p.epoch, *p.epochs, *p.step, *p.steps, p.loss.value_or(0), p.accuracy.value_or(0), rate,
+      eta);
 }
 
 }  // namespace dtrain::launcher

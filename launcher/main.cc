@@ -16,6 +16,7 @@ const std::vector<Command>& all_commands() {
       {"status", "show a run's state and each worker's progress", status_command},
       {"stop", "stop a running launcher (workers save a checkpoint; --now kills them)",
        stop_command},
+      {"generate", "sample text from a run's final language model", generate_command},
       {"validate", "check a job file and print each task's TF_CONFIG", validate_command},
       {"tf-config", "print the TF_CONFIG of one task of a job file", tf_config_command},
       {"slurm-script", "print an sbatch script that runs a \"cluster\": \"slurm\" job",

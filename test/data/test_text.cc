@@ -37,8 +37,9 @@ std::string write(const TempDir& dir, const std::string& name, const std::string
 
 std::string tokens_file(const TempDir& dir, const std::string& name,
                         const std::vector<uint16_t>& ids) {
-  return write(dir, name,
-               std::string(reinterpret_cast<const char*>(ids.data()), ids.size() * sizeof(uint16_t)));
+  return write(
+      dir, name,
+      std::string(reinterpret_cast<const char*>(ids.data()), ids.size() * sizeof(uint16_t)));
 }
 
 DataConfig text_config(const std::string& path) {
@@ -49,12 +50,17 @@ DataConfig text_config(const std::string& path) {
   return c;
 }
 
-std::string shakespeare() { return std::string(DTRAIN_SOURCE_DIR) + "/data/tiny-shakespeare/input.txt"; }
+std::string shakespeare() {
+  return std::string(DTRAIN_SOURCE_DIR) + "/data/tiny-shakespeare/input.txt";
+}
 
 }  // namespace
 
 TEST_CASE("characters are numbered in code point order, multi-byte ones too", "[text]") {
-  CharacterVocabulary v = encode_characters("ba\xc3\xa9\xe4\xb8\xad" "a\n", "t.txt");
+  CharacterVocabulary v = encode_characters(
+      "ba\xc3\xa9\xe4\xb8\xad"
+      "a\n",
+      "t.txt");
   REQUIRE(v.symbols == std::vector<std::string>{"\n", "a", "b", "\xc3\xa9", "\xe4\xb8\xad"});
   REQUIRE(v.ids == std::vector<uint16_t>{2, 1, 3, 4, 1, 0});
 }
@@ -112,7 +118,8 @@ TEST_CASE("tokens files are mapped, with their own validation file or a split", 
   std::vector<uint16_t> ids(1000);
   for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<uint16_t>(i % 500);
   std::string train_bin = tokens_file(dir, "train.bin", ids);
-  std::string val_bin = tokens_file(dir, "val.bin", std::vector<uint16_t>(ids.begin(), ids.begin() + 65));
+  std::string val_bin =
+      tokens_file(dir, "val.bin", std::vector<uint16_t>(ids.begin(), ids.begin() + 65));
   DataConfig c = parse(R"({"source": "tokens", "path": ")" + train_bin +
                        R"(", "validation_path": ")" + val_bin + R"(", "vocabulary_size": 500})");
   auto [train, test] = load_data(c, {64});
@@ -146,11 +153,13 @@ TEST_CASE("bad text inputs exit 2 naming the file", "[text]") {
                         "window of sequence_length 8"));
   REQUIRE_THAT(config_error([&] { load_data(text_config(short_text), {64}); }),
                Contains("short.txt (its first 90%, training): 45 tokens"));
-  std::string latin1 = write(dir, "latin1.txt", std::string(40, 'a') + "\xe9" + std::string(40, 'b'));
+  std::string latin1 =
+      write(dir, "latin1.txt", std::string(40, 'a') + "\xe9" + std::string(40, 'b'));
   REQUIRE_THAT(config_error([&] { load_data(text_config(latin1), {4}); }),
                Contains("latin1.txt: byte 40 (0xe9) is not valid UTF-8"));
   std::string big = tokens_file(dir, "big.bin", {1, 2, 3, 70, 4, 5, 6, 7, 8, 9, 10, 11});
-  DataConfig tokens = parse(R"({"source": "tokens", "path": ")" + big + R"(", "vocabulary_size": 65})");
+  DataConfig tokens =
+      parse(R"({"source": "tokens", "path": ")" + big + R"(", "vocabulary_size": 65})");
   REQUIRE_THAT(config_error([&] { load_data(tokens, {2}); }),
                Contains("big.bin: token 3 is 70, not below vocabulary_size 65"));
   std::string odd = write(dir, "odd.bin", "abc");
@@ -158,34 +167,41 @@ TEST_CASE("bad text inputs exit 2 naming the file", "[text]") {
   REQUIRE_THAT(config_error([&] { load_data(tokens, {2}); }),
                Contains("odd.bin: 3 bytes is not a whole number of token ids"));
   tokens.path = write(dir, "empty.bin", "");
-  REQUIRE_THAT(config_error([&] { load_data(tokens, {2}); }), Contains("empty.bin: the file is empty"));
+  REQUIRE_THAT(config_error([&] { load_data(tokens, {2}); }),
+               Contains("empty.bin: the file is empty"));
   tokens.path = dir.path() + "/absent.bin";
   REQUIRE_THAT(config_error([&] { load_data(tokens, {2}); }), Contains("absent.bin: cannot open"));
 }
 
 TEST_CASE("text keys are checked where they are given", "[text]") {
   REQUIRE_THAT(config_error([] { parse(R"({"source": "text"})"); }), Contains("needs \"path\""));
-  REQUIRE_THAT(config_error([] { parse(R"({"source": "text", "path": "a", "vocabulary": "words"})"); }),
-               Contains("vocabulary: expected \"characters\" or \"bytes\""));
+  REQUIRE_THAT(
+      config_error([] { parse(R"({"source": "text", "path": "a", "vocabulary": "words"})"); }),
+      Contains("vocabulary: expected \"characters\" or \"bytes\""));
   REQUIRE_THAT(config_error([] { parse(R"({"source": "tokens", "path": "a"})"); }),
                Contains("needs \"vocabulary_size\""));
-  REQUIRE_THAT(config_error([] { parse(R"({"source": "text", "path": "a", "vocabulary_size": 9})"); }),
-               Contains("vocabulary_size: only used with \"source\": \"tokens\""));
-  REQUIRE_THAT(config_error([] { parse(R"({"source": "npz", "path": "a", "sequence_length": 9})"); }),
-               Contains("only used with \"source\": \"text\" or \"tokens\""));
+  REQUIRE_THAT(
+      config_error([] { parse(R"({"source": "text", "path": "a", "vocabulary_size": 9})"); }),
+      Contains("vocabulary_size: only used with \"source\": \"tokens\""));
+  REQUIRE_THAT(
+      config_error([] { parse(R"({"source": "npz", "path": "a", "sequence_length": 9})"); }),
+      Contains("only used with \"source\": \"text\" or \"tokens\""));
   REQUIRE_THAT(config_error([] { parse(R"({"source": "text", "path": "a", "x_train": "x"})"); }),
                Contains("only used with \"source\": \"npz\""));
   REQUIRE_THAT(config_error([] { parse(R"({"source": "idx", "path": "a"})"); }),
                Contains("only used with \"source\": \"npz\", \"text\" or \"tokens\""));
   REQUIRE(parse(R"({"source": "text", "path": "a"})").validation_split == 0.1);
-  REQUIRE(parse(R"({"source": "text", "path": "a", "validation_split": 0.25})").validation_split == 0.25);
+  REQUIRE(parse(R"({"source": "text", "path": "a", "validation_split": 0.25})").validation_split ==
+          0.25);
   TempDir dir;
   std::string path = write(dir, "t.txt", std::string(200, 'a') + "b");
   DataConfig c = text_config(path);
   c.sequence_length = 16;
   REQUIRE_THAT(config_error([&] { load_data(c, {8}); }),
                Contains("data.sequence_length is 16 but model.input_shape is [8]"));
-  REQUIRE_THAT(config_error([&] { load_data(c, {28, 28, 1}); }),
+  REQUIRE_THAT(config_error([&] {
+                 load_data(c, {28, 28, 1});
+               }),
                Contains("model.input_shape must be [sequence_length], not [28, 28, 1]"));
   DataConfig images;
   images.source = "synthetic";

@@ -99,10 +99,9 @@ std::pair<std::shared_ptr<const uint16_t>, int64_t> map_tokens(const std::string
   ::close(fd);
   if (mapped == MAP_FAILED)
     throw ConfigError(fmt::format("{}: cannot map: {}", path, std::strerror(error)));
-  std::shared_ptr<const uint16_t> ids(static_cast<const uint16_t*>(mapped),
-                                      [bytes](const uint16_t* p) {
-                                        ::munmap(const_cast<uint16_t*>(p), bytes);
-                                      });
+  std::shared_ptr<const uint16_t> ids(
+      static_cast<const uint16_t*>(mapped),
+      [bytes](const uint16_t* p) { ::munmap(const_cast<uint16_t*>(p), bytes); });
   const auto count = static_cast<int64_t>(bytes / 2);
   const uint16_t* begin = ids.get();
   const uint16_t* bad = std::find_if(begin, begin + count, [&](uint16_t id) {
@@ -122,12 +121,12 @@ std::pair<Dataset, Dataset> split_corpus(std::shared_ptr<const uint16_t> corpus,
                                          const std::string& path) {
   const auto train = static_cast<int64_t>(static_cast<double>(count) * (1 - fraction));
   const int64_t validation = count - train;
-  Dataset first = text_split(corpus, 0, train, sequence_length,
-                             fmt::format("{} (its first {:g}%, training)", path,
-                                         100 * (1 - fraction)));
-  Dataset last = text_split(corpus, train, validation, sequence_length,
-                            fmt::format("{} (its last {:g}%, validation_split {:g})", path,
-                                        100 * fraction, fraction));
+  Dataset first =
+      text_split(corpus, 0, train, sequence_length,
+                 fmt::format("{} (its first {:g}%, training)", path, 100 * (1 - fraction)));
+  Dataset last = text_split(
+      corpus, train, validation, sequence_length,
+      fmt::format("{} (its last {:g}%, validation_split {:g})", path, 100 * fraction, fraction));
   return {std::move(first), std::move(last)};
 }
 
@@ -217,8 +216,8 @@ std::pair<Dataset, Dataset> load_text_splits(const DataConfig& config, int seque
       splits.first = text_split(corpus, 0, count, sequence_length, config.path);
       if (need_test) {
         auto [validation, validation_count] = map_tokens(config.validation_path, classes);
-        splits.second = text_split(validation, 0, validation_count, sequence_length,
-                                   config.validation_path);
+        splits.second =
+            text_split(validation, 0, validation_count, sequence_length, config.validation_path);
       }
     }
   }

@@ -28,6 +28,7 @@ constexpr const char* kIndex = "checkpoint.json";
 constexpr const char* kEpochMetrics = "epoch_metrics";  ///< optional metadata entry
 constexpr const char* kDtypePolicy = "dtype_policy";    ///< optional: absent means float32
 constexpr const char* kClassNames = "class_names";      ///< optional: a JSON list of strings
+constexpr const char* kVocabulary = "vocabulary";       ///< optional: a text source's, as JSON
 constexpr int64_t kMaxEpochs = int64_t{1} << 20;        ///< train.epochs' own limit
 constexpr int64_t kMaxSteps = int64_t{1} << 50;
 
@@ -329,9 +330,25 @@ void restore_tensors(const LoadedCheckpoint& checkpoint, const std::vector<Tenso
   }
 }
 
+std::string vocabulary_json(const std::string& kind, const std::vector<std::string>& symbols,
+                            int size) {
+  if (kind.empty()) return {};
+  common::JsonWriter w;
+  w.begin_object().key("kind").value(kind);
+  if (kind == "characters") {
+    w.key("symbols").begin_array();
+    for (const std::string& s : symbols) w.value(s);
+    w.end_array();
+  } else if (kind == "tokens") {
+    w.key("size").value(size);
+  }
+  return w.end_object().str();
+}
+
 void write_final_model(const std::string& model_dir, const std::vector<TensorView>& weights,
                        const std::string& architecture_json, const std::string& dtype_policy,
-                       const std::vector<std::string>& class_names) {
+                       const std::vector<std::string>& class_names,
+                       const std::string& vocabulary_json) {
   std::error_code ec;
   fs::create_directories(model_dir, ec);
   if (ec) throw common::IoError(fmt::format("cannot create {}: {}", model_dir, ec.message()));
@@ -348,6 +365,10 @@ void write_final_model(const std::string& model_dir, const std::vector<TensorVie
     std::string list = class_names_json(class_names);
     metadata[kClassNames] = list;
     extra += "\"class_names\":" + list + ",";
+  }
+  if (!vocabulary_json.empty()) {
+    metadata[kVocabulary] = vocabulary_json;
+    extra += "\"vocabulary\":" + vocabulary_json + ",";
   }
   std::string model_json = "{" + extra + architecture_json.substr(1);
   common::write_file_atomically(model_dir + "/model.safetensors",

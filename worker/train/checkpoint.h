@@ -82,12 +82,20 @@ class CheckpointStore {
 };
 
 /// Writes RUN_DIR/model/model.safetensors (weights; metadata: architecture, dtype_policy unless
-/// it is float32, class_names unless empty) and model.json (the architecture, after
-/// "dtype_policy" unless it is float32 and "class_names" unless empty: docs/model-format.md).
+/// it is float32, class_names unless empty, vocabulary unless empty) and model.json (the
+/// architecture, after "dtype_policy" unless it is float32, "class_names" unless empty and
+/// "vocabulary" unless empty: docs/model-format.md).
 void write_final_model(const std::string& model_dir, const std::vector<TensorView>& weights,
                        const std::string& architecture_json,
                        const std::string& dtype_policy = "float32",
-                       const std::vector<std::string>& class_names = {});
+                       const std::vector<std::string>& class_names = {},
+                       const std::string& vocabulary_json = {});
+
+/// A text source's vocabulary as model.json and the final model's metadata record it, so that
+/// sampling and PyTorch can decode: {"kind": "characters", "symbols": [each id's text]},
+/// {"kind": "bytes"} or {"kind": "tokens", "size": V}; "" for images.
+std::string vocabulary_json(const std::string& kind, const std::vector<std::string>& symbols,
+                            int size);
 
 /// The final model at model_path (RUN_DIR/model/model.safetensors) as the checkpoint of finished
 /// training (docs/design.md#checkpoint-format): when it was written after launched_path (the

@@ -16,10 +16,7 @@
 #include "worker/train/input_stager.h"
 
 namespace dtrain::train {
-namespace {
 
-// Copies the file's weights (parameters and state) into the model; false when one is missing
-// or misshapen.
 bool load_weights(nn::Model& model, const SafetensorsFile& file) {
   auto load = [&](nn::Buffer<float>& buffer, const std::vector<nn::ParamInfo>& infos) {
     std::vector<float> host(buffer.size());
@@ -35,8 +32,6 @@ bool load_weights(nn::Model& model, const SafetensorsFile& file) {
   return load(model.parameters(), model.parameter_infos()) &&
          load(model.state(), model.state_infos());
 }
-
-}  // namespace
 
 std::pair<double, double> evaluate_model(nn::Model& model, nn::Backend& backend,
                                          const data::Dataset& test, int batch,

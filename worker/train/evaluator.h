@@ -12,9 +12,14 @@
 #include "worker/data/dataset.h"
 #include "worker/nn/backend.h"
 #include "worker/nn/model.h"
+#include "worker/train/safetensors.h"
 #include "worker/train/train_config.h"
 
 namespace dtrain::train {
+
+/// Copies the file's weights (parameters and state, by name) into the model; false when one is
+/// missing or misshapen.
+bool load_weights(nn::Model& model, const SafetensorsFile& file);
 
 struct EvaluatorOptions {
   std::string run_dir;

@@ -87,6 +87,7 @@ std::string metrics_json(const EpochMetrics& m, bool with_steps) {
     w.key("val_seconds").value(m.val_seconds);
   }
   w.key("seconds").value(m.seconds).key("samples_per_second").value(m.samples_per_second);
+  if (m.tokens_per_second > 0) w.key("tokens_per_second").value(m.tokens_per_second);
   w.key("allreduce_seconds").value(m.allreduce_seconds);
   w.key("input_wait_seconds").value(m.input_wait_seconds);
   w.key("step_seconds").value(m.step_seconds);
@@ -109,6 +110,7 @@ EpochMetrics metrics_of(const std::string& json, const std::string& source) {
     m.val_seconds = number("val_seconds");
   }
   m.seconds = number("seconds"), m.samples_per_second = number("samples_per_second");
+  if (root.find("tokens_per_second")) m.tokens_per_second = number("tokens_per_second");
   m.allreduce_seconds = number("allreduce_seconds");
   if (root.find("input_wait_seconds")) m.input_wait_seconds = number("input_wait_seconds");
   if (root.find("step_seconds")) m.step_seconds = number("step_seconds");
@@ -495,7 +497,8 @@ EpochMetrics Trainer::fit_from_state() {
     weights.resize(tensors_->weight_count());
     const std::string model_dir = common::RunDir(options_.run_dir).model_dir();
     write_final_model(model_dir, weights, config_.model_json, dtype_policy_name(config_),
-                      train_.class_names);
+                      train_.class_names,
+                      vocabulary_json(train_.vocabulary, train_.symbols, train_.classes));
     if (!config_.keras_config.empty()) {  // the model came from Keras: also in Keras's format
       write_keras_archive(model_dir + "/model.keras", config_.keras_config, config_.model, weights,
                           std::time(nullptr));
@@ -652,6 +655,7 @@ EpochMetrics Trainer::train_epoch(int epoch) {
   m.accuracy = t.accuracy();
   m.seconds = common::monotonic_seconds() - started;
   m.samples_per_second = seen_here / m.seconds;
+  if (train_.is_text()) m.tokens_per_second = m.samples_per_second * train_.positions();
   m.steps = steps_per_epoch_ - epoch_first_step_;
   m.allreduce_seconds = step_->exposed_comm_seconds();
   m.input_wait_seconds = input_wait;
@@ -716,6 +720,7 @@ void Trainer::write_summaries(const EpochMetrics& m) {
   logs.insert(logs.end(), {{"learning_rate", optimizer_->learning_rate()},
                            {"steps_per_second", static_cast<double>(m.steps) / m.seconds},
                            {"samples_per_second", m.samples_per_second}});
+  if (m.tokens_per_second > 0) logs.push_back({"tokens_per_second", m.tokens_per_second});
   tensorboard_->log_epoch(m.epoch - 1, logs);
 }
 
@@ -781,6 +786,7 @@ void Trainer::heartbeat(int epoch, int64_t step, int64_t steps, double loss, dou
   m.loss = loss;
   m.accuracy = accuracy;
   m.samples_per_second = rate;
+  if (train_.is_text()) m.tokens_per_second = rate * train_.positions();
   m.global_step = state_.global_step;
   if (generation_ > 0) m.generation = generation_;
   // This worker's own pace, averaged since the last report: in a synchronous group every worker

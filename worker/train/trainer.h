@@ -44,6 +44,8 @@ struct EpochMetrics {
   bool validated = false;
   double val_seconds = 0;  ///< the validation's own time (not part of seconds)
   double seconds = 0, samples_per_second = 0;
+  /// A language model's samples_per_second x its sequence length; 0 for images (not written).
+  double tokens_per_second = 0;
   int64_t steps = 0;  ///< steps this run trained in the epoch (fewer after a mid-epoch resume)
   double allreduce_seconds = 0;  ///< of seconds, the host waited for all-reduces (exposed)
   /// Of seconds, the host waited for the input pipeline's next batch after the epoch's first
