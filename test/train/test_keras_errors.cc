@@ -194,11 +194,11 @@ TEST_CASE("issue 44's classes refuse a value dtrain does not compute, naming it"
 
 TEST_CASE("a Keras class dtrain does not have, or a custom one, is refused naming it", "[keras]") {
   std::vector<kf::Layer> layers = kf::chain_layers();
-  layers[4].class_name = "LayerNormalization";
-  layers[4].config = kf::Obj().set("name", R"("layer_normalization")").set("axis", "-1");
+  layers[4].class_name = "GroupNormalization";
+  layers[4].config = kf::Obj().set("name", R"("group_normalization")").set("axis", "-1");
   CHECK_THAT(error_of(kf::sequential(layers)),
-             StartsWith("model.json: layer \"layer_normalization\" (LayerNormalization): the "
-                        "class LayerNormalization is not supported (dtrain reads InputLayer, "
+             StartsWith("model.json: layer \"group_normalization\" (GroupNormalization): the "
+                        "class GroupNormalization is not supported (dtrain reads InputLayer, "
                         "Conv2D, MaxPooling2D, Flatten, Dense, Dropout, ReLU, Add, Concatenate, "));
   // Activation is read, but only with an activation dtrain computes.
   layers[4].class_name = "Activation";

@@ -331,6 +331,39 @@ class Backend {
                                   float* /*dgamma*/, float* /*dbeta*/) {
     unsupported("batchnorm_backward");
   }
+  /// Keras's Embedding (docs/design.md#sequences): rows token ids (floats holding exact
+  /// integers) each pick a row of table (input_dim x output_dim): row r of y (rows x output_dim)
+  /// is table row ids[r]. An id that is not an integer in [0, input_dim) is never read through:
+  /// the host backends throw EnforceError naming it. Data movement only: exact.
+  virtual void embedding_forward(int /*rows*/, int /*input_dim*/, int /*output_dim*/,
+                                 const float* /*ids*/, const float* /*table*/, float* /*y*/) {
+    unsupported("embedding_forward");
+  }
+  /// Its gradient: dtable (input_dim x output_dim, overwritten) row k is the sum of dy's rows r
+  /// with ids[r] = k, added in token order (r ascending), so the bits do not depend on threads.
+  virtual void embedding_backward(int /*rows*/, int /*input_dim*/, int /*output_dim*/,
+                                  const float* /*ids*/, const float* /*dy*/, float* /*dtable*/) {
+    unsupported("embedding_backward");
+  }
+  /// Keras's LayerNormalization on the last axis: each of rows rows of `features` values is
+  /// normalized by its own mean and biased variance, y = (x - mean) * rstd * gamma + beta with
+  /// rstd = 1 / sqrt(var + epsilon) (gamma null: 1; beta null: 0); mean and rstd (rows floats
+  /// each) are written for the backward. Each row is reduced in a fixed order.
+  virtual void layernorm_forward(int /*rows*/, int /*features*/, float /*epsilon*/,
+                                 const float* /*x*/, const float* /*gamma*/, const float* /*beta*/,
+                                 float* /*y*/, float* /*mean*/, float* /*rstd*/) {
+    unsupported("layernorm_forward");
+  }
+  /// Its gradients from the forward's mean and rstd, with xhat = (x - mean) * rstd and g = dy *
+  /// gamma: dx = rstd * (g - mean(g) - xhat * mean(g * xhat)) over each row's features (null: not
+  /// wanted); dgamma = sum over rows of dy * xhat, dbeta = sum over rows of dy (each null when
+  /// not wanted), summed in row order.
+  virtual void layernorm_backward(int /*rows*/, int /*features*/, const float* /*x*/,
+                                  const float* /*dy*/, const float* /*gamma*/,
+                                  const float* /*mean*/, const float* /*rstd*/, float* /*dx*/,
+                                  float* /*dgamma*/, float* /*dbeta*/) {
+    unsupported("layernorm_backward");
+  }
   /// y (n,c,oh,ow) from x (n,c,h,w), example i by maps[i] (host memory, n of them), every
   /// channel alike. Data movement only: exact.
   virtual void remap2d_forward(int /*n*/, int /*c*/, int /*h*/, int /*w*/, int /*oh*/, int /*ow*/,

@@ -23,6 +23,7 @@
 #include "worker/nn/dnnl_parts.h"
 #include "worker/nn/host_backend.h"
 #include "worker/nn/host_norm.h"
+#include "worker/nn/host_sequence.h"
 #include "worker/nn/streamed_update.h"
 
 namespace dtrain::nn {
@@ -175,6 +176,23 @@ class DnnlBackend : public HostBackend {
                           const float* dy, const float* gamma, const float* mean, const float* var,
                           float* dx, float* dgamma, float* dbeta) override {
     host_batchnorm_backward(s, epsilon, x, y, dy, gamma, mean, var, dx, dgamma, dbeta);
+  }
+  void embedding_forward(int rows, int input_dim, int output_dim, const float* ids,
+                         const float* table, float* y) override {
+    host_embedding_forward(rows, input_dim, output_dim, ids, table, y);
+  }
+  void embedding_backward(int rows, int input_dim, int output_dim, const float* ids,
+                          const float* dy, float* dtable) override {
+    host_embedding_backward(rows, input_dim, output_dim, ids, dy, dtable);
+  }
+  void layernorm_forward(int rows, int features, float epsilon, const float* x, const float* gamma,
+                         const float* beta, float* y, float* mean, float* rstd) override {
+    host_layernorm_forward(rows, features, epsilon, x, gamma, beta, y, mean, rstd);
+  }
+  void layernorm_backward(int rows, int features, const float* x, const float* dy,
+                          const float* gamma, const float* mean, const float* rstd, float* dx,
+                          float* dgamma, float* dbeta) override {
+    host_layernorm_backward(rows, features, x, dy, gamma, mean, rstd, dx, dgamma, dbeta);
   }
   void relu_backward(size_t count, const float* y, const float* dy, float* dx) override {
     ReluPrimitives& p = relu(count);

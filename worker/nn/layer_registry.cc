@@ -45,6 +45,10 @@ std::unique_ptr<LayerConfig> parse_reshape(const common::JsonNode& node);
 std::vector<KerasKeySpec> keras_keys_reshape();
 std::unique_ptr<LayerConfig> parse_random_translation(const common::JsonNode& node);
 std::vector<KerasKeySpec> keras_keys_random_translation();
+std::unique_ptr<LayerConfig> parse_embedding(const common::JsonNode& node);
+std::vector<KerasKeySpec> keras_keys_embedding();
+std::unique_ptr<LayerConfig> parse_layer_normalization(const common::JsonNode& node);
+std::vector<KerasKeySpec> keras_keys_layer_normalization();
 }  // namespace layers
 
 namespace {
@@ -76,6 +80,9 @@ constexpr LayerKind kKinds[] = {
     {"reshape", "Reshape", layers::parse_reshape, layers::keras_keys_reshape, false},
     {"random_translation", "RandomTranslation", layers::parse_random_translation,
      layers::keras_keys_random_translation, false},
+    {"embedding", "Embedding", layers::parse_embedding, layers::keras_keys_embedding, false},
+    {"layer_normalization", "LayerNormalization", layers::parse_layer_normalization,
+     layers::keras_keys_layer_normalization, false},
 };
 
 }  // namespace

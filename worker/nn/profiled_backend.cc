@@ -223,6 +223,29 @@ void ProfiledBackend::batchnorm_backward(const NormShape& s, float epsilon, cons
     inner_.batchnorm_backward(s, epsilon, x, y, dy, gamma, mean, var, dx, dgamma, dbeta);
   });
 }
+void ProfiledBackend::embedding_forward(int rows, int input_dim, int output_dim, const float* ids,
+                                        const float* table, float* y) {
+  timed(fmt::format("embedding_forward {} of {}x{}", rows, input_dim, output_dim),
+        [&] { inner_.embedding_forward(rows, input_dim, output_dim, ids, table, y); });
+}
+void ProfiledBackend::embedding_backward(int rows, int input_dim, int output_dim, const float* ids,
+                                         const float* dy, float* dtable) {
+  timed(fmt::format("embedding_backward {} of {}x{}", rows, input_dim, output_dim),
+        [&] { inner_.embedding_backward(rows, input_dim, output_dim, ids, dy, dtable); });
+}
+void ProfiledBackend::layernorm_forward(int rows, int features, float epsilon, const float* x,
+                                        const float* gamma, const float* beta, float* y,
+                                        float* mean, float* rstd) {
+  timed(fmt::format("layernorm_forward {}x{}", rows, features),
+        [&] { inner_.layernorm_forward(rows, features, epsilon, x, gamma, beta, y, mean, rstd); });
+}
+void ProfiledBackend::layernorm_backward(int rows, int features, const float* x, const float* dy,
+                                         const float* gamma, const float* mean, const float* rstd,
+                                         float* dx, float* dgamma, float* dbeta) {
+  timed(fmt::format("layernorm_backward {}x{}", rows, features), [&] {
+    inner_.layernorm_backward(rows, features, x, dy, gamma, mean, rstd, dx, dgamma, dbeta);
+  });
+}
 void ProfiledBackend::softmax_cross_entropy_smoothed(int n, int classes, float smoothing,
                                                      const float* logits, const int32_t* labels,
                                                      float* dlogits, float* totals) {

@@ -103,6 +103,15 @@ class ProfiledBackend final : public Backend {
   void batchnorm_backward(const NormShape& s, float epsilon, const float* x, const float* y,
                           const float* dy, const float* gamma, const float* mean, const float* var,
                           float* dx, float* dgamma, float* dbeta) override;
+  void embedding_forward(int rows, int input_dim, int output_dim, const float* ids,
+                         const float* table, float* y) override;
+  void embedding_backward(int rows, int input_dim, int output_dim, const float* ids,
+                          const float* dy, float* dtable) override;
+  void layernorm_forward(int rows, int features, float epsilon, const float* x, const float* gamma,
+                         const float* beta, float* y, float* mean, float* rstd) override;
+  void layernorm_backward(int rows, int features, const float* x, const float* dy,
+                          const float* gamma, const float* mean, const float* rstd, float* dx,
+                          float* dgamma, float* dbeta) override;
   void moving_average_update(size_t count, float momentum, int shards, const float* sum,
                              float* moving) override;
   void remap2d_forward(int n, int c, int h, int w, int oh, int ow, const PixelMap* maps,

@@ -283,6 +283,72 @@ class ReferenceBackend : public HostBackend {
     }
   }
 
+  // The embedding: a copy per token, and its gradient added token by token.
+  void embedding_forward(int rows, int input_dim, int output_dim, const float* ids,
+                         const float* table, float* y) override {
+    for (int r = 0; r < rows; ++r) {
+      const int id = token_id(ids, r, input_dim);
+      for (int j = 0; j < output_dim; ++j) y[idx(r, output_dim, j)] = table[idx(id, output_dim, j)];
+    }
+  }
+  void embedding_backward(int rows, int input_dim, int output_dim, const float* ids,
+                          const float* dy, float* dtable) override {
+    std::fill(dtable, dtable + static_cast<size_t>(input_dim) * output_dim, 0.0f);
+    for (int r = 0; r < rows; ++r) {
+      const int id = token_id(ids, r, input_dim);
+      for (int j = 0; j < output_dim; ++j)
+        dtable[idx(id, output_dim, j)] += dy[idx(r, output_dim, j)];
+    }
+  }
+  // Layer normalization the plain way: each row's statistics in double, y element by element.
+  void layernorm_forward(int rows, int features, float epsilon, const float* x, const float* gamma,
+                         const float* beta, float* y, float* mean, float* rstd) override {
+    for (int r = 0; r < rows; ++r) {
+      double sum = 0, squares = 0;
+      for (int j = 0; j < features; ++j) sum += x[idx(r, features, j)];
+      const double mu = sum / features;
+      for (int j = 0; j < features; ++j)
+        squares += (x[idx(r, features, j)] - mu) * (x[idx(r, features, j)] - mu);
+      const double inv = 1.0 / std::sqrt(squares / features + epsilon);
+      mean[r] = static_cast<float>(mu);
+      rstd[r] = static_cast<float>(inv);
+      for (int j = 0; j < features; ++j) {
+        const double g = gamma ? gamma[j] : 1.0, b = beta ? beta[j] : 0.0;
+        y[idx(r, features, j)] = static_cast<float>((x[idx(r, features, j)] - mu) * inv * g + b);
+      }
+    }
+  }
+  void layernorm_backward(int rows, int features, const float* x, const float* dy,
+                          const float* gamma, const float* mean, const float* rstd, float* dx,
+                          float* dgamma, float* dbeta) override {
+    auto xhat = [&](int r, int j) {
+      return (x[idx(r, features, j)] - double(mean[r])) * double(rstd[r]);
+    };
+    for (int j = 0; j < features; ++j) {
+      double sum_dy = 0, sum_dy_xhat = 0;
+      for (int r = 0; r < rows; ++r) {
+        sum_dy += dy[idx(r, features, j)];
+        sum_dy_xhat += dy[idx(r, features, j)] * xhat(r, j);
+      }
+      if (dbeta) dbeta[j] = static_cast<float>(sum_dy);
+      if (dgamma) dgamma[j] = static_cast<float>(sum_dy_xhat);
+    }
+    if (!dx) return;
+    for (int r = 0; r < rows; ++r) {
+      double sum_g = 0, sum_g_xhat = 0;
+      for (int j = 0; j < features; ++j) {
+        const double g = double(dy[idx(r, features, j)]) * (gamma ? gamma[j] : 1.0);
+        sum_g += g;
+        sum_g_xhat += g * xhat(r, j);
+      }
+      for (int j = 0; j < features; ++j) {
+        const double g = double(dy[idx(r, features, j)]) * (gamma ? gamma[j] : 1.0);
+        dx[idx(r, features, j)] = static_cast<float>(
+            double(rstd[r]) * (g - sum_g / features - xhat(r, j) * sum_g_xhat / features));
+      }
+    }
+  }
+
   size_t maxpool_workspace_bytes(const PoolShape& s) override {
     check_pool_shape(s);
     return static_cast<size_t>(s.n) * s.c * s.oh() * s.ow() * sizeof(int32_t);
@@ -454,6 +520,14 @@ class ReferenceBackend : public HostBackend {
 
  private:
   static size_t idx(int row, int width, int col) { return static_cast<size_t>(row) * width + col; }
+  /// ids[r] as a row of a table of input_dim rows; EnforceError when it is none.
+  static int token_id(const float* ids, int r, int input_dim) {
+    const float id = ids[r];
+    DT_ENFORCE(id >= 0.0f && id < static_cast<float>(input_dim) && id == std::floor(id),
+               "embedding: token {} has id {}, which is not an integer in [0, {}) (input_dim)", r,
+               id, input_dim);
+    return static_cast<int>(id);
+  }
 
   static void check_dense(int n, int in, int out) {
     DT_ENFORCE(n > 0 && in > 0 && out > 0, "dense shape n={} in={} out={}", n, in, out);

@@ -201,20 +201,33 @@ void write_layer_keys(const common::JsonNode& config, const nn::LayerKind& kind,
   }
 }
 
+bool is_token_dtype(const common::JsonNode& value) {
+  if (value.is_object()) {  // a DTypePolicy named so
+    auto config = value.find("config");
+    auto name = config && config->is_object() ? config->find("name") : std::nullopt;
+    return name && is_token_dtype(*name);
+  }
+  return written_as(value, {R"("int32")", R"("int64")"});
+}
+
 std::vector<int> input_layer_shape(const common::JsonNode& config) {
   config.check_keys({"batch_shape", "dtype", "sparse", "ragged", "name", "optional"});
-  if (auto n = config.find("dtype")) check_dtype(*n);
   for (const char* key : {"sparse", "ragged", "optional"}) {
     if (auto n = config.find(key); n && n->as_bool())
       n->fail("true is not supported (dtrain feeds one dense float32 input)");
   }
-  return batch_shape(config.at("batch_shape"));
+  std::vector<int> shape = batch_shape(config.at("batch_shape"));
+  if (auto n = config.find("dtype"); n && !(shape.size() == 1 && is_token_dtype(*n)))
+    check_dtype(*n);
+  return shape;
 }
 
 std::vector<int> batch_shape(const common::JsonNode& value) {
   std::vector<common::JsonNode> dims = value.as_array();
-  if (dims.size() != 3 && dims.size() != 4) {
-    refuse(value, "dtrain takes images: [null, height, width, channels] or [null, height, width]");
+  if (dims.size() < 2 || dims.size() > 4) {
+    refuse(value,
+           "dtrain takes images, [null, height, width, channels] or [null, height, width], or "
+           "token ids, [null, sequence_length]");
   }
   if (!dims[0].is_null()) {
     dims[0].fail(
@@ -227,11 +240,11 @@ std::vector<int> batch_shape(const common::JsonNode& value) {
     if (dims[i].is_null()) {
       dims[i].fail(
           "a size that varies (null) is not supported (dtrain needs the height, width "
-          "and channels)");
+          "and channels, or the sequence length)");
     }
     shape.push_back(static_cast<int>(dims[i].as_int(1, 1 << 14)));
   }
-  if (shape.size() == 2) shape.push_back(1);
+  if (shape.size() == 2) shape.push_back(1);  // [h, w]; [T] stays: token ids
   return shape;
 }
 

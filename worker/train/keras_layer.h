@@ -31,10 +31,17 @@ void write_layer_keys(const common::JsonNode& config, const nn::LayerKind& kind,
                       common::JsonWriter& w);
 
 /// An InputLayer's config checked (float32, not sparse, ragged or optional, no fixed batch
-/// size): its batch_shape without the batch, [h, w, c] ([h, w] is read as [h, w, 1]).
+/// size): its batch_shape without the batch, [h, w, c] ([h, w] is read as [h, w, 1]), or [T]
+/// for [null, T]: a sequence of token ids (dtrain's input_shape [T]), whose dtype may also be
+/// int32 or int64 (the ids travel as floats).
 std::vector<int> input_layer_shape(const common::JsonNode& config);
 
-/// A batch_shape ([null, h, w, c] or [null, h, w]) as [h, w, c]: every size but the batch fixed.
+/// A batch_shape ([null, h, w, c] or [null, h, w]) as [h, w, c], or [null, T] as [T]: every
+/// size but the batch fixed.
 std::vector<int> batch_shape(const common::JsonNode& value);
+
+/// Whether a dtype is an integer one token ids may have: "int32" or "int64" (or a DTypePolicy
+/// of that name).
+bool is_token_dtype(const common::JsonNode& value);
 
 }  // namespace dtrain::train::keras

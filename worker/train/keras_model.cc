@@ -125,7 +125,7 @@ void check_model_keys(const JsonNode& config) {
 
 // The model as a graph of entries, before it is written as dtrain's.
 struct Graph {
-  std::vector<int> input_shape;                  ///< [h, w, c]
+  std::vector<int> input_shape;                  ///< [h, w, c], or [T] (token ids)
   std::string input_where;                       ///< where it was given, for messages
   std::vector<const Entry*> layers;              ///< in the file's order, the input left out
   std::vector<std::vector<std::string>> inputs;  ///< by layer: empty in a chain
@@ -205,7 +205,8 @@ std::string the_one(const JsonNode& node, const char* what) {
 
 // A serialized KerasTensor ({"class_name": "__keras_tensor__", "config": {"shape", "dtype",
 // "keras_history"}}): the layer whose output it is. Its shape is not read (dtrain infers it).
-std::string tensor_layer(const JsonNode& tensor) {
+// *ids is set when its dtype is an integer one (token ids: only the model's input may be).
+std::string tensor_layer(const JsonNode& tensor, bool* ids) {
   tensor.check_keys({"class_name", "config"});
   JsonNode class_name = tensor.at("class_name");
   if (class_name.as_string() != "__keras_tensor__")
@@ -213,7 +214,11 @@ std::string tensor_layer(const JsonNode& tensor) {
                                 class_name.describe()));
   JsonNode config = tensor.at("config");
   config.check_keys({"shape", "dtype", "keras_history"});
-  if (auto dtype = config.find("dtype")) keras::check_dtype(*dtype);
+  *ids = false;
+  if (auto dtype = config.find("dtype")) {
+    *ids = keras::is_token_dtype(*dtype);
+    if (!*ids) keras::check_dtype(*dtype);
+  }
   return history_layer(config.at("keras_history"));
 }
 
@@ -282,11 +287,15 @@ Graph read_functional(const JsonNode& config, const std::vector<Entry>& entries)
       }
       std::vector<std::string> names;
       for (const JsonNode& tensor : call_inputs(e)) {
-        std::string name = tensor_layer(tensor);
+        bool ids = false;
+        std::string name = tensor_layer(tensor, &ids);
         auto from = by_name.find(name);
         if (from == by_name.end())
           tensor.fail(
               fmt::format("keras_history names \"{}\", which is no layer of the model", name));
+        if (ids && from->second->kind)
+          tensor.at("config").at("dtype").fail(
+              "an integer tensor is not supported here (only the model's input holds token ids)");
         names.push_back(from->second->kind ? name : kInputName);
       }
       g.layers.push_back(&e);

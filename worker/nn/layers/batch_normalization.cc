@@ -88,7 +88,10 @@ class BatchNormalization : public Layer {
 class NormConfig : public LayerConfig {
  public:
   explicit NormConfig(const NormKeys& keys) : k_(keys) {}
-  Dims output_dims(const std::vector<Dims>& in, const std::string&) const override { return in[0]; }
+  Dims output_dims(const std::vector<Dims>& in, const std::string& where) const override {
+    refuse_sequence(in, where, "batch_normalization");
+    return in[0];
+  }
   std::unique_ptr<Layer> make(const std::vector<Dims>& in, const LayerContext& c) const override {
     return std::make_unique<BatchNormalization>(k_, in[0], c);
   }

@@ -44,6 +44,7 @@ class ConcatenateConfig : public LayerConfig {
  public:
   int arity() const override { return 0; }
   Dims output_dims(const std::vector<Dims>& in, const std::string& where) const override {
+    refuse_sequence(in, where, "concatenate");
     Dims out = in[0];
     for (size_t i = 1; i < in.size(); ++i) {
       if (in[i].h != in[0].h || in[i].w != in[0].w) {

@@ -115,6 +115,7 @@ class Conv2dConfig : public LayerConfig {
  public:
   explicit Conv2dConfig(const Conv2dKeys& keys) : k_(keys) {}
   Dims output_dims(const std::vector<Dims>& in, const std::string& where) const override {
+    refuse_sequence(in, where, "conv2d");
     const Dims& x = in[0];
     if (k_.same_padding)
       return {k_.filters, (x.h + k_.stride_h - 1) / k_.stride_h,

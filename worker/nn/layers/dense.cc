@@ -1,8 +1,9 @@
-// Keras's Dense on flat input: units, activation (layer_keys.h's), use_bias, kernel_ and
-// bias_regularizer (L1L2 factors on its tensors, applied by the step). Kernel in,out (Keras's),
-// glorot_uniform; bias zero (without one: zeros of the layer's own, its gradient to scratch).
-// Backward produces a large kernel's gradient in pieces of whole rows, last rows first, so its
-// all-reduce starts while the rest is computed.
+// Keras's Dense on flat input, or on a sequence's last axis (each of its positions, as Keras's on
+// a 3-D input: the products take n x positions rows): units, activation (layer_keys.h's),
+// use_bias, kernel_ and bias_regularizer (L1L2 factors on its tensors, applied by the step).
+// Kernel in,out (Keras's), glorot_uniform; bias zero (without one: zeros of the layer's own, its
+// gradient to scratch). Backward produces a large kernel's gradient in pieces of whole rows, last
+// rows first, so its all-reduce starts while the rest is computed.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -26,9 +27,11 @@ struct DenseKeys {
 
 class Dense : public Activated {
  public:
-  Dense(const DenseKeys& k, Dims in, const LayerContext& c)
-      : Activated(k.activation, {k.units, 1, 1}, c),
-        in_(static_cast<int>(in.size())),
+  Dense(const DenseKeys& k, Dims in, Dims out, const LayerContext& c)
+      : Activated(k.activation, out, c),
+        in_(in.sequence ? in.w : static_cast<int>(in.size())),
+        units_(k.units),
+        positions_(in.positions()),
         use_bias_(k.use_bias),
         init_(k.init),
         kernel_regularizer_(k.kernel_regularizer),
@@ -39,72 +42,76 @@ class Dense : public Activated {
     }
   }
   std::vector<ParamInfo> params() const override {
-    size_t kernel = static_cast<size_t>(in_) * out_.c;
+    size_t kernel = static_cast<size_t>(in_) * units_;
     std::vector<ParamInfo> out = {
-        {"kernel", {in_, out_.c}, 0, kernel, kernel_regularizer_.l1, kernel_regularizer_.l2}};
+        {"kernel", {in_, units_}, 0, kernel, kernel_regularizer_.l1, kernel_regularizer_.l2}};
     if (use_bias_)
       out.push_back({"bias",
-                     {out_.c},
+                     {units_},
                      kernel,
-                     static_cast<size_t>(out_.c),
+                     static_cast<size_t>(units_),
                      bias_regularizer_.l1,
                      bias_regularizer_.l2});
     return out;
   }
   // The bias, then the kernel in pieces of whole rows, last rows first.
   std::vector<ParamRange> gradient_pieces() const override {
-    size_t kernel = static_cast<size_t>(in_) * out_.c;
+    size_t kernel = static_cast<size_t>(in_) * units_;
     std::vector<ParamRange> pieces;
-    if (use_bias_) pieces.push_back({kernel, static_cast<size_t>(out_.c)});
-    size_t rows_per_piece = std::max<size_t>(1, kGradientPieceFloats / out_.c);
+    if (use_bias_) pieces.push_back({kernel, static_cast<size_t>(units_)});
+    size_t rows_per_piece = std::max<size_t>(1, kGradientPieceFloats / units_);
     for (size_t end = in_; end > 0;) {
       size_t begin = end > rows_per_piece ? end - rows_per_piece : 0;
-      pieces.push_back({begin * out_.c, (end - begin) * out_.c});
+      pieces.push_back({begin * units_, (end - begin) * units_});
       end = begin;
     }
     return pieces;
   }
   void initialize(float* p, float*, uint64_t seed) const override {
-    size_t kernel = static_cast<size_t>(in_) * out_.c;
-    initialize_kernel(init_, p, kernel, in_, out_.c, seed);
-    if (use_bias_) std::fill(p + kernel, p + kernel + out_.c, 0.0f);
+    size_t kernel = static_cast<size_t>(in_) * units_;
+    initialize_kernel(init_, p, kernel, in_, units_, seed);
+    if (use_bias_) std::fill(p + kernel, p + kernel + units_, 0.0f);
   }
   void forward(Backend& b, const ForwardArgs& a) override {
-    const float* bias = use_bias_ ? a.params + static_cast<size_t>(in_) * out_.c : no_bias_.data();
+    const int rows = a.n * positions_;
+    const float* bias = use_bias_ ? a.params + static_cast<size_t>(in_) * units_ : no_bias_.data();
     if (relu())
-      b.dense_relu_forward(a.n, in_, out_.c, a.x[0], a.params, bias, a.y);
+      b.dense_relu_forward(rows, in_, units_, a.x[0], a.params, bias, a.y);
     else
-      b.dense_forward(a.n, in_, out_.c, a.x[0], a.params, bias, op_output(a.y));
+      b.dense_forward(rows, in_, units_, a.x[0], a.params, bias, op_output(a.y));
     activate(b, a.n, a.y);
   }
   void backward(Backend& b, const BackwardArgs& a,
                 const std::function<void(size_t)>& enqueued) override {
     const float* dz = deactivate(b, a.n, a.y, a.dy);
+    const int rows = a.n * positions_;
     const float* x = a.x[0];
     float* dx = a.dx[0];
     // The bias, then the kernel from its last rows to its first: each piece extends the
     // gradients produced so far downwards, so buckets stay contiguous.
     if (use_bias_)
-      b.dense_backward_bias(a.n, out_.c, dz, a.grads + static_cast<size_t>(in_) * out_.c);
+      b.dense_backward_bias(rows, units_, dz, a.grads + static_cast<size_t>(in_) * units_);
     if (!enqueued) {  // nobody waits for pieces: one product for the whole kernel
-      b.dense_backward_weight_rows(a.n, in_, out_.c, x, dz, a.grads, 0, in_);
-      if (dx) b.dense_backward_data(a.n, in_, out_.c, dz, a.params, dx);
+      b.dense_backward_weight_rows(rows, in_, units_, x, dz, a.grads, 0, in_);
+      if (dx) b.dense_backward_data(rows, in_, units_, dz, a.params, dx);
       return;
     }
     const size_t first_rows = use_bias_ ? 1 : 0;  // piece 0 is the bias's
     if (use_bias_) enqueued(0);
     std::vector<ParamRange> pieces = gradient_pieces();
     for (size_t k = first_rows; k < pieces.size(); ++k) {
-      int first = static_cast<int>(pieces[k].offset / out_.c);
-      int last = static_cast<int>((pieces[k].offset + pieces[k].count) / out_.c);
-      b.dense_backward_weight_rows(a.n, in_, out_.c, x, dz, a.grads, first, last);
+      int first = static_cast<int>(pieces[k].offset / units_);
+      int last = static_cast<int>((pieces[k].offset + pieces[k].count) / units_);
+      b.dense_backward_weight_rows(rows, in_, units_, x, dz, a.grads, first, last);
       enqueued(k);
     }
-    if (dx) b.dense_backward_data(a.n, in_, out_.c, dz, a.params, dx);
+    if (dx) b.dense_backward_data(rows, in_, units_, dz, a.params, dx);
   }
 
  private:
-  int in_;
+  int in_;  ///< features of each row: a flat input's, or each position's
+  int units_;
+  int positions_;  ///< rows per example: a sequence's positions, else 1
   bool use_bias_;
   Initializer init_;
   Regularizer kernel_regularizer_, bias_regularizer_;
@@ -115,6 +122,7 @@ class DenseConfig : public LayerConfig {
  public:
   explicit DenseConfig(const DenseKeys& keys) : k_(keys) {}
   Dims output_dims(const std::vector<Dims>& in, const std::string& where) const override {
+    if (in[0].sequence) return {1, in[0].h, k_.units, true};  // each position
     if (!in[0].flat()) {
       throw common::ConfigError(
           fmt::format("{}: dense needs flat input ({}x{}x{}); add a flatten layer before it", where,
@@ -123,7 +131,7 @@ class DenseConfig : public LayerConfig {
     return {k_.units, 1, 1};
   }
   std::unique_ptr<Layer> make(const std::vector<Dims>& in, const LayerContext& c) const override {
-    return std::make_unique<Dense>(k_, in[0], c);
+    return std::make_unique<Dense>(k_, in[0], output_dims(in, ""), c);
   }
   Activation activation() const override { return k_.activation; }
   bool gpu_tested() const override {
@@ -132,9 +140,9 @@ class DenseConfig : public LayerConfig {
   }
   LayerCost cost(const std::vector<Dims>& in) const override {
     LayerCost cost;
-    cost.matmul_in = static_cast<int>(in[0].size());
+    cost.matmul_in = static_cast<int>(in[0].sequence ? in[0].w : in[0].size());
     cost.matmul_out = k_.units;
-    cost.macs = static_cast<double>(in[0].size()) * k_.units;
+    cost.macs = static_cast<double>(in[0].size()) * k_.units;  // every position's
     return cost;
   }
 

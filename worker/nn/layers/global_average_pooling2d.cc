@@ -33,7 +33,8 @@ class GlobalAveragePooling2D : public Layer {
 
 class PoolConfig : public LayerConfig {
  public:
-  Dims output_dims(const std::vector<Dims>& in, const std::string&) const override {
+  Dims output_dims(const std::vector<Dims>& in, const std::string& where) const override {
+    refuse_sequence(in, where, "global_average_pooling2d");
     return {in[0].c, 1, 1};
   }
   std::unique_ptr<Layer> make(const std::vector<Dims>& in, const LayerContext& c) const override {

@@ -14,6 +14,17 @@
 
 namespace dtrain::nn::layers {
 
+void refuse_sequence(const std::vector<Dims>& in, const std::string& where, const char* type) {
+  for (const Dims& d : in) {
+    if (!d.sequence) continue;
+    throw common::ConfigError(
+        fmt::format("{}: {} does not take a sequence ({} positions of {} features); it reads "
+                    "images or channels (sequences go through embedding, dense, "
+                    "layer_normalization, the elementwise layers and flatten)",
+                    where, type, d.h, d.w));
+  }
+}
+
 std::pair<int, int> int_or_pair(const common::JsonNode& node, int min, int max) {
   if (!node.is_array()) {
     int v = static_cast<int>(node.as_int(min, max));
@@ -81,6 +92,7 @@ PoolKeys parse_pool_keys(const common::JsonNode& node, bool pool_size_required) 
 }
 
 Dims pool_output_dims(const PoolKeys& k, const Dims& x, const std::string& where) {
+  refuse_sequence({x}, where, "pooling");
   if (k.same)
     return {x.c, (x.h + k.stride_h - 1) / k.stride_h, (x.w + k.stride_w - 1) / k.stride_w};
   if (k.pool_h > x.h || k.pool_w > x.w) {

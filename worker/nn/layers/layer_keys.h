@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "common/errors.h"
 #include "common/json.h"
@@ -15,6 +16,9 @@
 
 namespace dtrain::nn::layers {
 
+/// ConfigError "<where>: <type> does not take a sequence ..." when an input is one
+/// (docs/design.md#sequences): for the kinds that read their input as an image (or as channels).
+void refuse_sequence(const std::vector<Dims>& in, const std::string& where, const char* type);
 /// Keras's int or [int, int] for sizes and strides, each in [min, max].
 std::pair<int, int> int_or_pair(const common::JsonNode& node, int min, int max);
 /// Keras's names: "linear" (or null), "relu", "softmax", "sigmoid", "tanh", "gelu" (the erf

@@ -30,6 +30,7 @@ class CropConfig : public LayerConfig {
  public:
   CropConfig(int height, int width) : height_(height), width_(width) {}
   Dims output_dims(const std::vector<Dims>& in, const std::string& where) const override {
+    refuse_sequence(in, where, "random_crop");
     if (height_ > in[0].h || width_ > in[0].w) {
       throw common::ConfigError(fmt::format("{}: a {}x{} crop does not fit the {}x{} input", where,
                                             height_, width_, in[0].h, in[0].w));

@@ -32,7 +32,10 @@ class RandomFlip : public Remapped {
 class FlipConfig : public LayerConfig {
  public:
   FlipConfig(bool horizontal, bool vertical) : horizontal_(horizontal), vertical_(vertical) {}
-  Dims output_dims(const std::vector<Dims>& in, const std::string&) const override { return in[0]; }
+  Dims output_dims(const std::vector<Dims>& in, const std::string& where) const override {
+    refuse_sequence(in, where, "random_flip");
+    return in[0];
+  }
   std::unique_ptr<Layer> make(const std::vector<Dims>& in, const LayerContext& c) const override {
     return std::make_unique<RandomFlip>(in[0], horizontal_, vertical_, c.index);
   }

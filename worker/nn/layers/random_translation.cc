@@ -80,6 +80,7 @@ class TranslationConfig : public LayerConfig {
  public:
   explicit TranslationConfig(const TranslationKeys& k) : k_(k) {}
   Dims output_dims(const std::vector<Dims>& in, const std::string& where) const override {
+    refuse_sequence(in, where, "random_translation");
     if (in[0].flat())
       throw common::ConfigError(
           fmt::format("{}: random_translation needs an image, not a flat "

@@ -65,6 +65,7 @@ class ReshapeConfig : public LayerConfig {
  public:
   explicit ReshapeConfig(std::vector<int> target) : target_(std::move(target)) {}
   Dims output_dims(const std::vector<Dims>& in, const std::string& where) const override {
+    refuse_sequence(in, where, "reshape");
     const long long size = static_cast<long long>(in[0].size());
     long long known = 1;
     for (int v : target_)

@@ -25,7 +25,8 @@ class ZeroPadding2D : public Remapped {
 class PaddingConfig : public LayerConfig {
  public:
   explicit PaddingConfig(const Padding& p) : p_(p) {}
-  Dims output_dims(const std::vector<Dims>& in, const std::string&) const override {
+  Dims output_dims(const std::vector<Dims>& in, const std::string& where) const override {
+    refuse_sequence(in, where, "zero_padding2d");
     return {in[0].c, in[0].h + p_.top + p_.bottom, in[0].w + p_.left + p_.right};
   }
   std::unique_ptr<Layer> make(const std::vector<Dims>& in, const LayerContext&) const override {

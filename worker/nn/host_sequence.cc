@@ -1,0 +1,245 @@
+// See host_sequence.h. Layer normalization's loops are compiled for AVX-512, AVX2 and plain
+// x86-64 and picked at run time, as host_norm.cc's are; this file is compiled with
+// -ffp-contract=off, so every width computes the same operations in the same order and gives the
+// same bits (docs/design.md#sequences). The embedding's loops only copy and add in token order.
+#include "worker/nn/host_sequence.h"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <vector>
+
+#include "common/errors.h"
+#include "worker/nn/host_lanes.h"
+
+namespace dtrain::nn {
+namespace {
+
+using direct_conv::Vectors;
+
+/// One forward's arguments, for every row.
+struct Forward {
+  int features;
+  float epsilon;
+  const float* x;
+  const float* gamma;
+  const float* beta;
+  float* y;
+  float* mean;
+  float* rstd;
+};
+
+// Row r: its mean and biased variance in double, then y = x * scale + shift per feature with
+// scale = rstd * gamma and shift = beta - mean * scale, in float (Keras's folding).
+DT_INLINE void forward_row_body(const Forward& f, int r) {
+  const int n = f.features;
+  const float* x = f.x + static_cast<size_t>(r) * n;
+  float* y = f.y + static_cast<size_t>(r) * n;
+  Lanes sum;
+  sum.add(x, n);
+  const double mu = sum.total() / n;
+  Lanes squares;
+  squares.add_squared_deviations(x, n, mu);
+  const float mean = static_cast<float>(mu);
+  const float var = static_cast<float>(squares.total() / n);
+  const float rstd = 1.0f / std::sqrt(var + f.epsilon);
+  f.mean[r] = mean;
+  f.rstd[r] = rstd;
+  const float* gamma = f.gamma;
+  const float* beta = f.beta;
+#pragma omp simd
+  for (int j = 0; j < n; ++j) {
+    const float scale = gamma ? rstd * gamma[j] : rstd;
+    const float shift = (beta ? beta[j] : 0.0f) - mean * scale;
+    y[j] = x[j] * scale + shift;
+  }
+}
+
+/// One backward's arguments.
+struct Backward {
+  int rows, features;
+  const float* x;
+  const float* dy;
+  const float* gamma;
+  const float* mean;
+  const float* rstd;
+  float* dx;
+  float* dgamma;
+  float* dbeta;
+};
+
+// Row r's dx; g is the calling thread's buffer of `features` floats (dy * gamma).
+DT_INLINE void backward_row_body(const Backward& b, int r, float* g) {
+  const int n = b.features;
+  const size_t at = static_cast<size_t>(r) * n;
+  const float* x = b.x + at;
+  const float* dy = b.dy + at;
+  float* dx = b.dx + at;
+  const double mu = b.mean[r], inv = b.rstd[r];
+  const float* gamma = b.gamma;
+#pragma omp simd
+  for (int j = 0; j < n; ++j) g[j] = gamma ? dy[j] * gamma[j] : dy[j];
+  Lanes sum_g, sum_g_xhat;
+  sum_g.add(g, n);
+  sum_g_xhat.add_products(g, x, n, mu, inv);
+  const double mean_g = sum_g.total() / n, mean_g_xhat = sum_g_xhat.total() / n;
+#pragma omp simd
+  for (int j = 0; j < n; ++j) {
+    const double xhat = (x[j] - mu) * inv;
+    dx[j] = static_cast<float>(inv * (g[j] - mean_g - xhat * mean_g_xhat));
+  }
+}
+
+// Features [first, first + count) of dgamma and dbeta (count <= kColumns): each summed over the
+// rows in row order, in its own double.
+constexpr int kColumns = 16;
+DT_INLINE void columns_body(const Backward& b, int first, int count) {
+  double sum_dy[kColumns] = {}, sum_dy_xhat[kColumns] = {};
+  for (int r = 0; r < b.rows; ++r) {
+    const size_t at = static_cast<size_t>(r) * b.features + first;
+    const float* x = b.x + at;
+    const float* dy = b.dy + at;
+    const double mu = b.mean[r], inv = b.rstd[r];
+#pragma omp simd
+    for (int k = 0; k < count; ++k) {
+      sum_dy[k] += dy[k];
+      sum_dy_xhat[k] += dy[k] * ((x[k] - mu) * inv);
+    }
+  }
+  for (int k = 0; k < count; ++k) {
+    if (b.dbeta) b.dbeta[first + k] = static_cast<float>(sum_dy[k]);
+    if (b.dgamma) b.dgamma[first + k] = static_cast<float>(sum_dy_xhat[k]);
+  }
+}
+
+/// The loops compiled for one vector width.
+struct Kernels {
+  void (*forward)(const Forward&, int);
+  void (*backward)(const Backward&, int, float*);
+  void (*columns)(const Backward&, int, int);
+};
+
+void forward_plain(const Forward& f, int r) {
+  forward_row_body(f, r);
+}
+void backward_plain(const Backward& b, int r, float* g) {
+  backward_row_body(b, r, g);
+}
+void columns_plain(const Backward& b, int first, int count) {
+  columns_body(b, first, count);
+}
+#if defined(__x86_64__) && defined(__GNUC__)
+__attribute__((target("avx2"))) void forward_avx2(const Forward& f, int r) {
+  forward_row_body(f, r);
+}
+__attribute__((target("avx2"))) void backward_avx2(const Backward& b, int r, float* g) {
+  backward_row_body(b, r, g);
+}
+__attribute__((target("avx2"))) void columns_avx2(const Backward& b, int first, int count) {
+  columns_body(b, first, count);
+}
+__attribute__((target("avx512f"))) void forward_avx512(const Forward& f, int r) {
+  forward_row_body(f, r);
+}
+__attribute__((target("avx512f"))) void backward_avx512(const Backward& b, int r, float* g) {
+  backward_row_body(b, r, g);
+}
+__attribute__((target("avx512f"))) void columns_avx512(const Backward& b, int first, int count) {
+  columns_body(b, first, count);
+}
+#endif
+
+Kernels kernels_for(Vectors vectors) {
+  if (vectors == Vectors::kWidest) vectors = direct_conv::widest();
+  DT_ENFORCE(direct_conv::runs(vectors), "this CPU cannot run layer normalization's {} loops",
+             direct_conv::vectors_name(vectors));
+  switch (vectors) {
+#if defined(__x86_64__) && defined(__GNUC__)
+    case Vectors::kAvx512:
+      return {forward_avx512, backward_avx512, columns_avx512};
+    case Vectors::kAvx2:
+      return {forward_avx2, backward_avx2, columns_avx2};
+#endif
+    default:
+      return {forward_plain, backward_plain, columns_plain};
+  }
+}
+
+}  // namespace
+
+void host_check_token_ids(int rows, int input_dim, const float* ids) {
+  for (int r = 0; r < rows; ++r) {
+    const float id = ids[r];
+    // NaN fails the first test; an id past 2^24 is past every input_dim dtrain accepts.
+    DT_ENFORCE(id >= 0.0f && id < static_cast<float>(input_dim) && id == std::floor(id),
+               "embedding: token {} has id {}, which is not an integer in [0, {}) (input_dim)", r,
+               id, input_dim);
+  }
+}
+
+void host_embedding_forward(int rows, int input_dim, int output_dim, const float* ids,
+                            const float* table, float* y) {
+  host_check_token_ids(rows, input_dim, ids);
+  const size_t width = static_cast<size_t>(output_dim);
+#pragma omp parallel for schedule(static) if (static_cast <size_t>(rows) * width >= (1u << 14))
+  for (int r = 0; r < rows; ++r) {
+    const float* row = table + static_cast<size_t>(ids[r]) * width;
+    std::copy(row, row + width, y + static_cast<size_t>(r) * width);
+  }
+}
+
+// Each thread owns a range of the table's rows: it zeroes them, then walks every token in order
+// and adds those whose id falls in its range. A row's sum is therefore its tokens' dy rows added
+// in token order, whatever the threads.
+void host_embedding_backward(int rows, int input_dim, int output_dim, const float* ids,
+                             const float* dy, float* dtable) {
+  host_check_token_ids(rows, input_dim, ids);
+  const size_t width = static_cast<size_t>(output_dim);
+#pragma omp parallel if (static_cast <size_t>(input_dim) * width >= (1u << 14))
+  {
+    const int64_t threads = omp_get_num_threads(), t = omp_get_thread_num();
+    const int64_t begin = input_dim * t / threads, end = input_dim * (t + 1) / threads;
+    std::fill(dtable + begin * width, dtable + end * width, 0.0f);
+    for (int r = 0; r < rows; ++r) {
+      const int64_t id = static_cast<int64_t>(ids[r]);
+      if (id < begin || id >= end) continue;
+      float* out = dtable + id * width;
+      const float* in = dy + static_cast<size_t>(r) * width;
+#pragma omp simd
+      for (size_t j = 0; j < width; ++j) out[j] += in[j];
+    }
+  }
+}
+
+void host_layernorm_forward(int rows, int features, float epsilon, const float* x,
+                            const float* gamma, const float* beta, float* y, float* mean,
+                            float* rstd, Vectors vectors) {
+  const Kernels kernels = kernels_for(vectors);
+  const Forward f{features, epsilon, x, gamma, beta, y, mean, rstd};
+#pragma omp parallel for schedule(static)
+  for (int r = 0; r < rows; ++r) kernels.forward(f, r);
+}
+
+void host_layernorm_backward(int rows, int features, const float* x, const float* dy,
+                             const float* gamma, const float* mean, const float* rstd, float* dx,
+                             float* dgamma, float* dbeta, Vectors vectors) {
+  const Kernels kernels = kernels_for(vectors);
+  const Backward b{rows, features, x, dy, gamma, mean, rstd, dx, dgamma, dbeta};
+  if (dgamma || dbeta) {
+    const int blocks = (features + kColumns - 1) / kColumns;
+#pragma omp parallel for schedule(static)
+    for (int k = 0; k < blocks; ++k)
+      kernels.columns(b, k * kColumns, std::min(kColumns, features - k * kColumns));
+  }
+  if (!dx) return;
+#pragma omp parallel for schedule(static)
+  for (int r = 0; r < rows; ++r) {
+    thread_local std::vector<float> g;
+    g.resize(static_cast<size_t>(features));
+    kernels.backward(b, r, g.data());
+  }
+}
+
+}  // namespace dtrain::nn
