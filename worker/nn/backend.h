@@ -45,6 +45,15 @@ struct PoolShape {
 
 /// Batch normalization's shape: n examples of c channels of hw pixels each (NCHW), normalized
 /// per channel over n x hw values (Keras's BatchNormalization on the channels axis).
+/// Scaled dot-product attention (MultiHeadAttention's core, docs/design.md#attention): n
+/// examples of t positions, per head. q and k are (n, t, heads, key_dim) and v and y (n, t,
+/// heads, value_dim), row-major, as the projections write them; probs (n, heads, t, t).
+struct AttentionShape {
+  int n = 1, t = 1, heads = 1, key_dim = 1, value_dim = 1;
+  bool causal = false;  ///< position i attends to positions 0..i only
+  float scale = 1;      ///< the scores' factor: 1 / sqrt(key_dim)
+};
+
 struct NormShape {
   int n = 1, c = 1, hw = 1;
   /// A ReLU fused after it: the output is max(y, 0), and backward's dy is the gradient of that
@@ -363,6 +372,21 @@ class Backend {
                                   const float* /*mean*/, const float* /*rstd*/, float* /*dx*/,
                                   float* /*dgamma*/, float* /*dbeta*/) {
     unsupported("layernorm_backward");
+  }
+  /// Attention: probs[b, h, i, :] = softmax over the keys j position i sees of scale * q[b, i, h]
+  /// . k[b, j, h] (0 where masked), y[b, i, h] = sum_j probs[b, h, i, j] v[b, j, h]; probs is kept
+  /// for the backward. Each (example, head) reduced in a fixed order.
+  virtual void attention_forward(const AttentionShape& /*s*/, const float* /*q*/,
+                                 const float* /*k*/, const float* /*v*/, float* /*probs*/,
+                                 float* /*y*/) {
+    unsupported("attention_forward");
+  }
+  /// Its gradients from the forward's probs: dq, dk and dv (overwritten) from dy.
+  virtual void attention_backward(const AttentionShape& /*s*/, const float* /*q*/,
+                                  const float* /*k*/, const float* /*v*/, const float* /*probs*/,
+                                  const float* /*dy*/, float* /*dq*/, float* /*dk*/,
+                                  float* /*dv*/) {
+    unsupported("attention_backward");
   }
   /// y (n,c,oh,ow) from x (n,c,h,w), example i by maps[i] (host memory, n of them), every
   /// channel alike. Data movement only: exact.

@@ -21,6 +21,7 @@
 #include "worker/nn/bf16_rounding.h"
 #include "worker/nn/direct_conv.h"
 #include "worker/nn/dnnl_parts.h"
+#include "worker/nn/host_attention.h"
 #include "worker/nn/host_backend.h"
 #include "worker/nn/host_norm.h"
 #include "worker/nn/host_sequence.h"
@@ -193,6 +194,15 @@ class DnnlBackend : public HostBackend {
                           const float* gamma, const float* mean, const float* rstd, float* dx,
                           float* dgamma, float* dbeta) override {
     host_layernorm_backward(rows, features, x, dy, gamma, mean, rstd, dx, dgamma, dbeta);
+  }
+  void attention_forward(const AttentionShape& s, const float* q, const float* k, const float* v,
+                         float* probs, float* y) override {
+    host_attention_forward(s, q, k, v, probs, y);
+  }
+  void attention_backward(const AttentionShape& s, const float* q, const float* k, const float* v,
+                          const float* probs, const float* dy, float* dq, float* dk,
+                          float* dv) override {
+    host_attention_backward(s, q, k, v, probs, dy, dq, dk, dv);
   }
   void relu_backward(size_t count, const float* y, const float* dy, float* dx) override {
     ReluPrimitives& p = relu(count);

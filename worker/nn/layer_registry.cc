@@ -49,6 +49,12 @@ std::unique_ptr<LayerConfig> parse_embedding(const common::JsonNode& node);
 std::vector<KerasKeySpec> keras_keys_embedding();
 std::unique_ptr<LayerConfig> parse_layer_normalization(const common::JsonNode& node);
 std::vector<KerasKeySpec> keras_keys_layer_normalization();
+std::unique_ptr<LayerConfig> parse_multi_head_attention(const common::JsonNode& node);
+std::vector<KerasKeySpec> keras_keys_multi_head_attention();
+std::unique_ptr<LayerConfig> parse_position_embedding(const common::JsonNode& node);
+std::vector<KerasKeySpec> keras_keys_position_embedding();
+std::unique_ptr<LayerConfig> parse_token_and_position_embedding(const common::JsonNode& node);
+std::vector<KerasKeySpec> keras_keys_token_and_position_embedding();
 }  // namespace layers
 
 namespace {
@@ -83,6 +89,13 @@ constexpr LayerKind kKinds[] = {
     {"embedding", "Embedding", layers::parse_embedding, layers::keras_keys_embedding, false},
     {"layer_normalization", "LayerNormalization", layers::parse_layer_normalization,
      layers::keras_keys_layer_normalization, false},
+    {"multi_head_attention", "MultiHeadAttention", layers::parse_multi_head_attention,
+     layers::keras_keys_multi_head_attention, false},
+    {"position_embedding", "PositionEmbedding", layers::parse_position_embedding,
+     layers::keras_keys_position_embedding, false},
+    {"token_and_position_embedding", "TokenAndPositionEmbedding",
+     layers::parse_token_and_position_embedding, layers::keras_keys_token_and_position_embedding,
+     false},
 };
 
 }  // namespace

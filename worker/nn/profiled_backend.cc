@@ -223,6 +223,24 @@ void ProfiledBackend::batchnorm_backward(const NormShape& s, float epsilon, cons
     inner_.batchnorm_backward(s, epsilon, x, y, dy, gamma, mean, var, dx, dgamma, dbeta);
   });
 }
+namespace {
+std::string attention_label(const char* op, const AttentionShape& s) {
+  return fmt::format("{} {}x{} heads {}x{}/{}{}", op, s.n, s.t, s.heads, s.key_dim, s.value_dim,
+                     s.causal ? " causal" : "");
+}
+}  // namespace
+
+void ProfiledBackend::attention_forward(const AttentionShape& s, const float* q, const float* k,
+                                        const float* v, float* probs, float* y) {
+  timed(attention_label("attention_forward", s),
+        [&] { inner_.attention_forward(s, q, k, v, probs, y); });
+}
+void ProfiledBackend::attention_backward(const AttentionShape& s, const float* q, const float* k,
+                                         const float* v, const float* probs, const float* dy,
+                                         float* dq, float* dk, float* dv) {
+  timed(attention_label("attention_backward", s),
+        [&] { inner_.attention_backward(s, q, k, v, probs, dy, dq, dk, dv); });
+}
 void ProfiledBackend::embedding_forward(int rows, int input_dim, int output_dim, const float* ids,
                                         const float* table, float* y) {
   timed(fmt::format("embedding_forward {} of {}x{}", rows, input_dim, output_dim),

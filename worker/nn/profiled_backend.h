@@ -103,6 +103,11 @@ class ProfiledBackend final : public Backend {
   void batchnorm_backward(const NormShape& s, float epsilon, const float* x, const float* y,
                           const float* dy, const float* gamma, const float* mean, const float* var,
                           float* dx, float* dgamma, float* dbeta) override;
+  void attention_forward(const AttentionShape& s, const float* q, const float* k, const float* v,
+                         float* probs, float* y) override;
+  void attention_backward(const AttentionShape& s, const float* q, const float* k, const float* v,
+                          const float* probs, const float* dy, float* dq, float* dk,
+                          float* dv) override;
   void embedding_forward(int rows, int input_dim, int output_dim, const float* ids,
                          const float* table, float* y) override;
   void embedding_backward(int rows, int input_dim, int output_dim, const float* ids,

@@ -283,6 +283,81 @@ class ReferenceBackend : public HostBackend {
     }
   }
 
+  // Attention the textbook way: each score in double, each row's softmax, each product summed in
+  // double.
+  void attention_forward(const AttentionShape& s, const float* q, const float* k, const float* v,
+                         float* probs, float* y) override {
+    const size_t qr = static_cast<size_t>(s.heads) * s.key_dim,
+                 vr = static_cast<size_t>(s.heads) * s.value_dim;
+    for (int b = 0; b < s.n; ++b) {
+      for (int h = 0; h < s.heads; ++h) {
+        for (int i = 0; i < s.t; ++i) {
+          const float* qi = q + (static_cast<size_t>(b) * s.t + i) * qr + h * s.key_dim;
+          float* p = probs + ((static_cast<size_t>(b) * s.heads + h) * s.t + i) * s.t;
+          const int keys = s.causal ? i + 1 : s.t;
+          std::vector<double> score(static_cast<size_t>(keys));
+          double top = -INFINITY, total = 0;
+          for (int j = 0; j < keys; ++j) {
+            const float* kj = k + (static_cast<size_t>(b) * s.t + j) * qr + h * s.key_dim;
+            double dot = 0;
+            for (int c = 0; c < s.key_dim; ++c) dot += double(qi[c]) * kj[c];
+            score[j] = dot * s.scale;
+            top = std::max(top, score[j]);
+          }
+          for (int j = 0; j < keys; ++j) total += (score[j] = std::exp(score[j] - top));
+          for (int j = 0; j < s.t; ++j) p[j] = j < keys ? static_cast<float>(score[j] / total) : 0;
+          float* yi = y + (static_cast<size_t>(b) * s.t + i) * vr + h * s.value_dim;
+          for (int c = 0; c < s.value_dim; ++c) {
+            double sum = 0;
+            for (int j = 0; j < keys; ++j)
+              sum +=
+                  double(p[j]) * v[(static_cast<size_t>(b) * s.t + j) * vr + h * s.value_dim + c];
+            yi[c] = static_cast<float>(sum);
+          }
+        }
+      }
+    }
+  }
+  void attention_backward(const AttentionShape& s, const float* q, const float* k, const float* v,
+                          const float* probs, const float* dy, float* dq, float* dk,
+                          float* dv) override {
+    const size_t qr = static_cast<size_t>(s.heads) * s.key_dim,
+                 vr = static_cast<size_t>(s.heads) * s.value_dim;
+    auto at = [&](int b, int i, int h, size_t row, int dim) {
+      return (static_cast<size_t>(b) * s.t + i) * row + static_cast<size_t>(h) * dim;
+    };
+    std::fill(dq, dq + static_cast<size_t>(s.n) * s.t * qr, 0.0f);
+    std::fill(dk, dk + static_cast<size_t>(s.n) * s.t * qr, 0.0f);
+    std::fill(dv, dv + static_cast<size_t>(s.n) * s.t * vr, 0.0f);
+    for (int b = 0; b < s.n; ++b) {
+      for (int h = 0; h < s.heads; ++h) {
+        for (int i = 0; i < s.t; ++i) {
+          const float* p = probs + ((static_cast<size_t>(b) * s.heads + h) * s.t + i) * s.t;
+          const int keys = s.causal ? i + 1 : s.t;
+          std::vector<double> dp(static_cast<size_t>(keys));
+          double dot = 0;
+          for (int j = 0; j < keys; ++j) {
+            for (int c = 0; c < s.value_dim; ++c)
+              dp[j] += double(dy[at(b, i, h, vr, s.value_dim) + c]) *
+                       v[at(b, j, h, vr, s.value_dim) + c];
+            dot += p[j] * dp[j];
+          }
+          for (int j = 0; j < keys; ++j) {
+            const double ds = p[j] * (dp[j] - dot) * s.scale;
+            for (int c = 0; c < s.value_dim; ++c)
+              dv[at(b, j, h, vr, s.value_dim) + c] +=
+                  static_cast<float>(p[j] * double(dy[at(b, i, h, vr, s.value_dim) + c]));
+            for (int c = 0; c < s.key_dim; ++c) {
+              dq[at(b, i, h, qr, s.key_dim) + c] +=
+                  static_cast<float>(ds * k[at(b, j, h, qr, s.key_dim) + c]);
+              dk[at(b, j, h, qr, s.key_dim) + c] +=
+                  static_cast<float>(ds * q[at(b, i, h, qr, s.key_dim) + c]);
+            }
+          }
+        }
+      }
+    }
+  }
   // The embedding: a copy per token, and its gradient added token by token.
   void embedding_forward(int rows, int input_dim, int output_dim, const float* ids,
                          const float* table, float* y) override {

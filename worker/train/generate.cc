@@ -111,8 +111,8 @@ void generate_text(const GenerateOptions& options,
                    const std::function<void(const std::string&)>& emit) {
   if (options.tokens < 0) throw ConfigError("--tokens: expected 0 or more");
   if (!(options.temperature > 0) || !std::isfinite(options.temperature))
-    throw ConfigError(fmt::format("--temperature: expected a number above 0, not {}",
-                                  options.temperature));
+    throw ConfigError(
+        fmt::format("--temperature: expected a number above 0, not {}", options.temperature));
   if (options.top_k < 0) throw ConfigError("--top-k: expected 0 (every token) or more");
   const std::string path = common::RunDir(options.run_dir).model_dir() + "/model.safetensors";
   if (!std::filesystem::exists(path)) {

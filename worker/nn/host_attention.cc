@@ -1,0 +1,221 @@
+// See host_attention.h. For one (example, head): the scores of query i are built key by key over
+// the head's features, vectorized across the keys (each score sums its features in order, at any
+// width); the softmax runs in float with expf on each row; every product that follows is an
+// outer loop over rows in order with an inner loop across features or keys. This file is compiled
+// with -ffp-contract=off, so no width fuses a multiply and an add that another does not.
+#include "worker/nn/host_attention.h"
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "common/errors.h"
+
+namespace dtrain::nn {
+namespace {
+
+using direct_conv::Vectors;
+
+#define DT_INLINE inline __attribute__((always_inline))
+
+/// Strides of one (example, head)'s rows in the (n, t, heads, dim) tensors.
+struct Head {
+  const AttentionShape& s;
+  size_t b, h;
+  size_t q_row() const { return static_cast<size_t>(s.heads) * s.key_dim; }
+  size_t v_row() const { return static_cast<size_t>(s.heads) * s.value_dim; }
+  /// Offset of position i's features in q or k.
+  size_t qk(int i) const { return (b * s.t + i) * q_row() + h * s.key_dim; }
+  size_t vy(int i) const { return (b * s.t + i) * v_row() + h * s.value_dim; }
+  /// probs' (t x t) block of this pair.
+  size_t p() const { return (b * s.heads + h) * static_cast<size_t>(s.t) * s.t; }
+  /// Keys query i sees: all, or 0..i when causal.
+  int keys(int i) const { return s.causal ? i + 1 : s.t; }
+};
+
+// The head's rows of x (t rows of dim features at stride row) transposed into out (dim x t).
+DT_INLINE void transpose(const float* x, size_t row, int t, int dim, float* out) {
+  for (int j = 0; j < t; ++j)
+    for (int c = 0; c < dim; ++c) out[static_cast<size_t>(c) * t + j] = x[j * row + c];
+}
+
+DT_INLINE void forward_body(const AttentionShape& s, size_t pair, const float* q, const float* k,
+                            const float* v, float* probs, float* y, float* kt) {
+  const Head hd{s, pair / static_cast<size_t>(s.heads), pair % static_cast<size_t>(s.heads)};
+  const int t = s.t, kd = s.key_dim, vd = s.value_dim;
+  transpose(k + hd.qk(0), hd.q_row(), t, kd, kt);
+  for (int i = 0; i < t; ++i) {
+    const float* qi = q + hd.qk(i);
+    float* p = probs + hd.p() + static_cast<size_t>(i) * t;
+    const int keys = hd.keys(i);
+    std::fill(p, p + t, 0.0f);
+    for (int c = 0; c < kd; ++c) {
+      const float qc = qi[c];
+      const float* row = kt + static_cast<size_t>(c) * t;
+#pragma omp simd
+      for (int j = 0; j < keys; ++j) p[j] += qc * row[j];
+    }
+    float top = -INFINITY;
+    for (int j = 0; j < keys; ++j) top = std::max(top, p[j] * s.scale);
+    float total = 0;
+    for (int j = 0; j < keys; ++j) {
+      p[j] = expf(p[j] * s.scale - top);
+      total += p[j];
+    }
+    const float inverse = 1.0f / total;
+#pragma omp simd
+    for (int j = 0; j < keys; ++j) p[j] *= inverse;
+    float* yi = y + hd.vy(i);
+    std::fill(yi, yi + vd, 0.0f);
+    for (int j = 0; j < keys; ++j) {
+      const float pj = p[j];
+      const float* vj = v + hd.vy(j);
+#pragma omp simd
+      for (int c = 0; c < vd; ++c) yi[c] += pj * vj[c];
+    }
+  }
+}
+
+DT_INLINE void backward_body(const AttentionShape& s, size_t pair, const float* q, const float* k,
+                             const float* v, const float* probs, const float* dy, float* dq,
+                             float* dk, float* dv, float* vt, float* ds) {
+  const Head hd{s, pair / static_cast<size_t>(s.heads), pair % static_cast<size_t>(s.heads)};
+  const int t = s.t, kd = s.key_dim, vd = s.value_dim;
+  transpose(v + hd.vy(0), hd.v_row(), t, vd, vt);
+  for (int j = 0; j < t; ++j) {
+    std::fill(dk + hd.qk(j), dk + hd.qk(j) + kd, 0.0f);
+    std::fill(dv + hd.vy(j), dv + hd.vy(j) + vd, 0.0f);
+  }
+  for (int i = 0; i < t; ++i) {
+    const float* p = probs + hd.p() + static_cast<size_t>(i) * t;
+    const float* dyi = dy + hd.vy(i);
+    const int keys = hd.keys(i);
+    // dP[j] = dy_i . v_j, then dS = P (dP - sum P dP), scaled as the scores were.
+    std::fill(ds, ds + t, 0.0f);
+    for (int c = 0; c < vd; ++c) {
+      const float g = dyi[c];
+      const float* row = vt + static_cast<size_t>(c) * t;
+#pragma omp simd
+      for (int j = 0; j < keys; ++j) ds[j] += g * row[j];
+    }
+    float dot = 0;
+    for (int j = 0; j < keys; ++j) dot += p[j] * ds[j];
+#pragma omp simd
+    for (int j = 0; j < keys; ++j) ds[j] = p[j] * (ds[j] - dot) * s.scale;
+    // dv_j += P_ij dy_i; dq_i = sum_j dS_ij k_j; dk_j += dS_ij q_i.
+    const float* qi = q + hd.qk(i);
+    float* dqi = dq + hd.qk(i);
+    std::fill(dqi, dqi + kd, 0.0f);
+    for (int j = 0; j < keys; ++j) {
+      const float pj = p[j], dsj = ds[j];
+      float* dvj = dv + hd.vy(j);
+#pragma omp simd
+      for (int c = 0; c < vd; ++c) dvj[c] += pj * dyi[c];
+      const float* kj = k + hd.qk(j);
+      float* dkj = dk + hd.qk(j);
+#pragma omp simd
+      for (int c = 0; c < kd; ++c) {
+        dqi[c] += dsj * kj[c];
+        dkj[c] += dsj * qi[c];
+      }
+    }
+  }
+}
+
+struct Kernels {
+  void (*forward)(const AttentionShape&, size_t, const float*, const float*, const float*, float*,
+                  float*, float*);
+  void (*backward)(const AttentionShape&, size_t, const float*, const float*, const float*,
+                   const float*, const float*, float*, float*, float*, float*, float*);
+};
+
+void forward_plain(const AttentionShape& s, size_t pair, const float* q, const float* k,
+                   const float* v, float* probs, float* y, float* kt) {
+  forward_body(s, pair, q, k, v, probs, y, kt);
+}
+void backward_plain(const AttentionShape& s, size_t pair, const float* q, const float* k,
+                    const float* v, const float* probs, const float* dy, float* dq, float* dk,
+                    float* dv, float* vt, float* ds) {
+  backward_body(s, pair, q, k, v, probs, dy, dq, dk, dv, vt, ds);
+}
+#if defined(__x86_64__) && defined(__GNUC__)
+__attribute__((target("avx2"))) void forward_avx2(const AttentionShape& s, size_t pair,
+                                                  const float* q, const float* k, const float* v,
+                                                  float* probs, float* y, float* kt) {
+  forward_body(s, pair, q, k, v, probs, y, kt);
+}
+__attribute__((target("avx2"))) void backward_avx2(const AttentionShape& s, size_t pair,
+                                                   const float* q, const float* k, const float* v,
+                                                   const float* probs, const float* dy, float* dq,
+                                                   float* dk, float* dv, float* vt, float* ds) {
+  backward_body(s, pair, q, k, v, probs, dy, dq, dk, dv, vt, ds);
+}
+__attribute__((target("avx512f"))) void forward_avx512(const AttentionShape& s, size_t pair,
+                                                       const float* q, const float* k,
+                                                       const float* v, float* probs, float* y,
+                                                       float* kt) {
+  forward_body(s, pair, q, k, v, probs, y, kt);
+}
+__attribute__((target("avx512f"))) void backward_avx512(const AttentionShape& s, size_t pair,
+                                                        const float* q, const float* k,
+                                                        const float* v, const float* probs,
+                                                        const float* dy, float* dq, float* dk,
+                                                        float* dv, float* vt, float* ds) {
+  backward_body(s, pair, q, k, v, probs, dy, dq, dk, dv, vt, ds);
+}
+#endif
+
+Kernels kernels_for(Vectors vectors) {
+  if (vectors == Vectors::kWidest) vectors = direct_conv::widest();
+  DT_ENFORCE(direct_conv::runs(vectors), "this CPU cannot run attention's {} loops",
+             direct_conv::vectors_name(vectors));
+  switch (vectors) {
+#if defined(__x86_64__) && defined(__GNUC__)
+    case Vectors::kAvx512:
+      return {forward_avx512, backward_avx512};
+    case Vectors::kAvx2:
+      return {forward_avx2, backward_avx2};
+#endif
+    default:
+      return {forward_plain, backward_plain};
+  }
+}
+
+size_t pairs_of(const AttentionShape& s) {
+  DT_ENFORCE(s.n > 0 && s.t > 0 && s.heads > 0 && s.key_dim > 0 && s.value_dim > 0,
+             "attention of n {} t {} heads {} key_dim {} value_dim {}", s.n, s.t, s.heads,
+             s.key_dim, s.value_dim);
+  return static_cast<size_t>(s.n) * s.heads;
+}
+
+}  // namespace
+
+void host_attention_forward(const AttentionShape& s, const float* q, const float* k,
+                            const float* v, float* probs, float* y, Vectors vectors) {
+  const Kernels kernels = kernels_for(vectors);
+  const auto pairs = static_cast<int64_t>(pairs_of(s));
+#pragma omp parallel
+  {
+    std::vector<float> kt(static_cast<size_t>(s.key_dim) * s.t);
+#pragma omp for schedule(static)
+    for (int64_t pair = 0; pair < pairs; ++pair)
+      kernels.forward(s, static_cast<size_t>(pair), q, k, v, probs, y, kt.data());
+  }
+}
+
+void host_attention_backward(const AttentionShape& s, const float* q, const float* k,
+                             const float* v, const float* probs, const float* dy, float* dq,
+                             float* dk, float* dv, Vectors vectors) {
+  const Kernels kernels = kernels_for(vectors);
+  const auto pairs = static_cast<int64_t>(pairs_of(s));
+#pragma omp parallel
+  {
+    std::vector<float> vt(static_cast<size_t>(s.value_dim) * s.t), ds(static_cast<size_t>(s.t));
+#pragma omp for schedule(static)
+    for (int64_t pair = 0; pair < pairs; ++pair)
+      kernels.backward(s, static_cast<size_t>(pair), q, k, v, probs, dy, dq, dk, dv, vt.data(),
+                       ds.data());
+  }
+}
+
+}  // namespace dtrain::nn
