@@ -23,6 +23,7 @@
 #include "common/json.h"
 #include "common/progress_record.h"
 #include "test/launcher/multi_host_job.h"
+#include "test/support/language_model_job.h"
 #include "test/support/main_job.h"
 
 using namespace dtrain;
@@ -175,12 +176,18 @@ TEST_CASE("elastic over ssh: a host cut off leaves the group, comes back, same m
   CHECK(processes_of_run(run).empty());
 }
 
-TEST_CASE("elastic over ssh: a ResNet with batch normalization shrinks and grows, same model") {
+namespace {
+
+// The job `train` (two epochs of kShrinkGrowSteps steps) on two hosts of two workers, elastic:
+// in epoch 1 host 1 leaves, so host 0's two workers hold all four shards (batch statistics,
+// flips and text windows included) across the epoch's end; in epoch 2 host 1 comes back. The
+// final model is the undisturbed run's.
+constexpr int kShrinkGrowSteps = 24;
+void shrink_and_grow(const std::string& train) {
   NetnsHosts hosts(2);
   SKIP_UNLESS_AVAILABLE(hosts);
   TempDir dir;
-  constexpr int kResNetSteps = 24;
-  std::string calm_job = write_job(dir, hosts, resnet_job_train(2, kResNetSteps));
+  std::string calm_job = write_job(dir, hosts, train);
   std::string expected = undisturbed_model(dir, hosts, calm_job);
 
   std::string host_list = dir.path() + "/hosts";
@@ -191,12 +198,10 @@ TEST_CASE("elastic over ssh: a ResNet with batch normalization shrinks and grows
   options.timeout_seconds = 240;
   std::string run = dir.path() + "/elastic";
   BackgroundProcess launcher(launch_argv(hosts, elastic_job, run), options);
-  // In epoch 1 host 1 leaves: host 0's two workers hold all four shards, batch statistics and
-  // flips included, across the epoch's end; in epoch 2 host 1 comes back.
   REQUIRE(wait_for_step(run, 6, launcher.pid(), 120));
   offer(hosts.host(0) + "\n");
   REQUIRE(wait_for_event(run, "shrink", launcher.pid(), 20) >= 0);
-  REQUIRE(wait_for_step(run, kResNetSteps + 2, launcher.pid(), 60));
+  REQUIRE(wait_for_step(run, kShrinkGrowSteps + 2, launcher.pid(), 60));
   offer(hosts.host(0) + "\n" + hosts.host(1) + "\n");
   REQUIRE(wait_for_event(run, "grow", launcher.pid(), 30) >= 0);
   auto r = launcher.wait(240);
@@ -206,7 +211,17 @@ TEST_CASE("elastic over ssh: a ResNet with batch normalization shrinks and grows
   CHECK(events(run, "shrink").size() == 1);
   CHECK(events(run, "grow").size() == 1);
   CHECK(events(run, "restart").empty());
-  // The weights and the moving statistics (both in the final model) are the undisturbed run's.
+  // The weights and any moving statistics (both in the final model) are the undisturbed run's.
   CHECK(read_all(run + "/model/model.safetensors") == expected);
   CHECK(processes_of_run(run).empty());
+}
+
+}  // namespace
+
+TEST_CASE("elastic over ssh: a ResNet with batch normalization shrinks and grows, same model") {
+  shrink_and_grow(resnet_job_train(2, kShrinkGrowSteps));
+}
+
+TEST_CASE("elastic over ssh: a character GPT on text shrinks and grows, same model") {
+  shrink_and_grow(with_language_model(resnet_job_train(2, kShrinkGrowSteps)));
 }

@@ -20,6 +20,7 @@
 #include "common/errors.h"
 #include "common/json.h"
 #include "common/progress_record.h"
+#include "test/support/language_model_job.h"
 #include "test/support/subprocess.h"
 #include "test/support/temp_dir.h"
 #include "worker/train/safetensors.h"
@@ -250,6 +251,28 @@ TEST_CASE("a residual network with batch normalization replaced in place ends wi
     return out;
   };
   CHECK(figures(dir) == figures(calm));
+  CHECK(lines_of(dir + "/metrics.jsonl") == 3);
+}
+
+TEST_CASE("a character GPT replaced in place ends with its bits") {
+  testing::TempDir base;
+  std::string calm_job = base.path() + "/calm.json", calm = base.path() + "/calm";
+  std::ofstream(calm_job) << testing::with_language_model(job_text(""));
+  Launched reference = launch(calm_job, calm, false);
+  INFO(reference.result.err);
+  REQUIRE(reference.result.exit_code == 0);
+  std::string expected = common::read_file(calm + "/model/model.safetensors");
+  REQUIRE(expected.find("attention.query.kernel") != std::string::npos);
+
+  std::string job = base.path() + "/job.json", dir = base.path() + "/killed";
+  std::ofstream(job) << testing::with_language_model(job_text(""));
+  Launched run = launch(job, dir, true);
+  INFO(run.result.out << run.result.err);
+  REQUIRE(run.result.exit_code == 0);
+  std::vector<common::JsonDocument> recovered = events(dir, "recovered");
+  REQUIRE(recovered.size() == 1);
+  CHECK(recovered[0].root().at("path").as_string() == "in_place");
+  CHECK(common::read_file(dir + "/model/model.safetensors") == expected);
   CHECK(lines_of(dir + "/metrics.jsonl") == 3);
 }
 

@@ -13,6 +13,7 @@
 #include "common/atomic_file.h"
 #include "common/json.h"
 #include "common/ports.h"
+#include "test/support/language_model_job.h"
 #include "test/support/subprocess.h"
 #include "test/support/temp_dir.h"
 #include "worker/nn/backend.h"
@@ -163,6 +164,29 @@ TEST_CASE("a residual network with batch normalization resumes bit-exactly after
   REQUIRE(r.exit_code == 0);
   std::string expected = reference.model();
   REQUIRE(expected.find("bn1.moving_mean") != std::string::npos);
+
+  Run killed(base.path(), "killed");
+  auto launcher = killed.start(job);
+  killed.interrupt_worker_1(SIGKILL);
+  r = launcher->wait(300);
+  INFO(r.err);
+  REQUIRE(r.exit_code == 0);
+  CHECK(killed.log(0).find(": resuming at epoch 1 step ") != std::string::npos);
+  CHECK(killed.model() == expected);
+}
+
+TEST_CASE("a character GPT on text resumes bit-exactly after a kill") {
+  // Its training windows are drawn from (seed, epoch, step, example), its dropout from the step:
+  // the resumed run draws what the undisturbed one drew.
+  testing::TempDir base;
+  std::string job = base.path() + "/job.json";
+  std::ofstream(job) << testing::with_language_model(kJob);
+  Run reference(base.path(), "reference");
+  auto r = reference.start(job)->wait(300);
+  INFO(r.err);
+  REQUIRE(r.exit_code == 0);
+  std::string expected = reference.model();
+  REQUIRE(expected.find("attention.query.kernel") != std::string::npos);
 
   Run killed(base.path(), "killed");
   auto launcher = killed.start(job);

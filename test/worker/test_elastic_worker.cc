@@ -19,6 +19,7 @@
 #include "common/json.h"
 #include "common/ports.h"
 #include "common/tf_config.h"
+#include "test/support/language_model_job.h"
 #include "test/support/subprocess.h"
 #include "test/support/temp_dir.h"
 #include "worker/train/safetensors.h"
@@ -39,10 +40,14 @@ const char* kResidualModel = R"("model": {"input_shape": [8, 8, 1], "layers": [
   {"name": "sum", "type": "add", "inputs": ["r0", "bn2"]}, {"type": "relu"},
   {"type": "flatten"}, {"type": "dense", "units": 4}]},)";
 
-// tiny-synthetic with the ledger, epoch checkpoints only, and communication as asked; with
-// residual, kResidualModel instead of its model.
+/// The model a run trains: tiny-synthetic's, kResidualModel, or a character GPT on text
+/// (test/support/language_model_job.h).
+enum class Kind { kPlain, kResidual, kLanguage };
+
+// tiny-synthetic with the ledger, epoch checkpoints only, and communication as asked, with the
+// model of kind.
 std::string job_file(const testing::TempDir& dir, const std::string& communication,
-                     bool residual = false) {
+                     Kind kind = Kind::kPlain) {
   std::string text =
       common::read_file(std::string(DTRAIN_SOURCE_DIR) + "/configs/tiny-synthetic.json");
   auto replace = [&](const std::string& from, const std::string& to) {
@@ -53,12 +58,15 @@ std::string job_file(const testing::TempDir& dir, const std::string& communicati
   replace("\"save_freq\": 4", "\"save_freq\": \"epoch\"");
   replace("\"seed\": 7,", "\"seed\": 7, \"ledger\": true,");
   replace("\"communication\": \"ring\"", "\"communication\": \"" + communication + "\"");
-  if (residual) {
+  if (kind == Kind::kResidual) {
     size_t begin = text.find("\"model\":"), end = text.find("\"loss\":");
     REQUIRE((begin != std::string::npos && end != std::string::npos));
     text.replace(begin, end - begin, kResidualModel);
   }
-  std::string path = dir.path() + "/job-" + communication + (residual ? "-residual" : "") + ".json";
+  if (kind == Kind::kLanguage) text = testing::with_language_model(text);
+  const char* suffix[] = {"", "-residual", "-language"};
+  std::string path =
+      dir.path() + "/job-" + communication + suffix[static_cast<int>(kind)] + ".json";
   common::write_file_atomically(path, text);
   return path;
 }
@@ -70,12 +78,12 @@ struct Run {
 
 // The four-task cluster run by the given ranks with DTRAIN_MEMBERS = members ("" = unset).
 Run run_members(const testing::TempDir& dir, const std::string& name, const std::string& members,
-                const std::vector<int>& ranks, bool residual = false) {
+                const std::vector<int>& ranks, Kind kind = Kind::kPlain) {
   std::vector<std::string> addresses;
   for (int port : common::pick_free_ports(4))
     addresses.push_back("127.0.0.1:" + std::to_string(port));
   common::ClusterSpec cluster({{"worker", addresses}});
-  std::string job = job_file(dir, "auto", residual), run = dir.path() + "/" + name;
+  std::string job = job_file(dir, "auto", kind), run = dir.path() + "/" + name;
   std::vector<std::unique_ptr<testing::BackgroundProcess>> workers;
   for (int rank : ranks) {
     testing::ProcessOptions options;
@@ -142,7 +150,7 @@ TEST_CASE("elastic workers: any membership trains the full group's model, bit fo
 // the shards.
 TEST_CASE("elastic workers: a residual network with batch normalization, any membership") {
   testing::TempDir dir;
-  Run full = run_members(dir, "full", "", {0, 1, 2, 3}, true);
+  Run full = run_members(dir, "full", "", {0, 1, 2, 3}, Kind::kResidual);
   REQUIRE_FALSE(full.model.empty());
   // The moving statistics moved (from 0 and 1) and travel with the final model.
   train::SafetensorsFile file = train::decode_safetensors(full.model, "model.safetensors");
@@ -157,9 +165,26 @@ TEST_CASE("elastic workers: a residual network with batch normalization, any mem
        std::vector<std::tuple<std::string, std::string, std::vector<int>>>{{"two", "0,3", {0, 3}},
                                                                            {"one", "0", {0}}}) {
     INFO(name);
-    Run r = run_members(dir, name, members, ranks, true);
+    Run r = run_members(dir, name, members, ranks, Kind::kResidual);
     CHECK(r.model == full.model);
     CHECK(r.metrics == full.metrics);
+  }
+}
+
+// A language model: its training windows are drawn per (epoch, step, virtual shard, example), so
+// whoever holds a shard draws its windows.
+TEST_CASE("elastic workers: a character GPT on text, any membership") {
+  testing::TempDir dir;
+  Run full = run_members(dir, "full", "", {0, 1, 2, 3}, Kind::kLanguage);
+  REQUIRE_FALSE(full.model.empty());
+  for (const auto& [name, members, ranks] :
+       std::vector<std::tuple<std::string, std::string, std::vector<int>>>{{"two", "0,3", {0, 3}},
+                                                                           {"one", "0", {0}}}) {
+    INFO(name);
+    Run r = run_members(dir, name, members, ranks, Kind::kLanguage);
+    CHECK(r.model == full.model);
+    CHECK(r.metrics == full.metrics);
+    CHECK(r.ledger == full.ledger);
   }
 }
 
