@@ -14,6 +14,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -197,11 +198,17 @@ class StepLoop {
     step_ = std::make_unique<train::TrainStep>(*model_, *optimizer_, backend, solo_, options);
     size_t per_example =
         static_cast<size_t>(config.model.height) * config.model.width * config.model.channels;
-    stager_ = std::make_unique<train::InputStager>(backend.device(), per_example, batch);
+    const int positions = model_->positions();
+    stager_ = std::make_unique<train::InputStager>(backend.device(), per_example, batch, positions);
     images_.resize(per_example * static_cast<size_t>(batch));
-    labels_.resize(static_cast<size_t>(batch));
-    for (size_t i = 0; i < images_.size(); ++i) images_[i] = nn::unit_float(nn::random_key(1, i));
-    for (int i = 0; i < batch; ++i) labels_[static_cast<size_t>(i)] = i % model_->classes();
+    labels_.resize(static_cast<size_t>(batch) * positions);
+    // Pixels in [0, 1), or a language model's token ids (every one below the vocabulary).
+    for (size_t i = 0; i < images_.size(); ++i) {
+      const float u = nn::unit_float(nn::random_key(1, i));
+      images_[i] = config.model.sequence ? std::floor(u * static_cast<float>(model_->classes())) : u;
+    }
+    for (size_t i = 0; i < labels_.size(); ++i)
+      labels_[i] = static_cast<int32_t>(i % static_cast<size_t>(model_->classes()));
     stager_->stage(0, images_.data(), labels_.data(), batch);
   }
 
