@@ -19,6 +19,8 @@
 // in the blocked layout each chose (no reorder), in float32 and on bf16 inputs; a convolution
 // dtrain's direct loops take (direct_conv.h: a first layer's few channels) has its passes alone.
 // Every figure is the faster of two medians of REPEATS timings, on cold caches and warm.
+// A dense layer on a sequence multiplies batch x positions rows; an attention's scores and
+// weighted sums count as their six batched products (attention_products_ms).
 // Prints one row: "bound BATCH fp32_products_ms bf16_products_ms sgd_ms conv_fp32_ms
 // conv_bf16_ms conv_products_fp32_ms conv_products_bf16_ms" (bf16 "n/a" where the CPU has no
 // bf16 products). Threads come from OMP_NUM_THREADS. Asserts nothing.
@@ -153,6 +155,7 @@ class Product {
 struct Dense {
   int in = 0, out = 0;
   bool first = false;  ///< the model's first layer: nobody needs its input gradient
+  int rows = 1;        ///< rows per example: a sequence's positions
 };
 
 struct Conv {
@@ -164,6 +167,7 @@ struct Conv {
 // many parameters it has in all.
 struct Shapes {
   std::vector<Dense> dense;
+  std::vector<nn::AttentionShape> attention;  ///< one example's (n = 1)
   std::vector<Conv> convs;
   std::vector<size_t> conv_outputs;
   size_t parameters = 0;
@@ -183,9 +187,14 @@ Shapes shapes_of(const nn::ModelSpec& spec) {
       shapes.conv_outputs.push_back(cost.conv_output);
       shapes.convs.push_back({cost.conv, first});
     } else if (cost.matmul_out > 0) {
-      shapes.dense.push_back({cost.matmul_in, cost.matmul_out, first});
+      shapes.dense.push_back({cost.matmul_in, cost.matmul_out, first, cost.matmul_rows});
       shapes.parameters += static_cast<size_t>(cost.matmul_in) * cost.matmul_out + cost.matmul_out;
     }
+    for (const auto& [in_features, out_features, rows] : cost.more_matmuls) {
+      shapes.dense.push_back({in_features, out_features, first, rows});
+      shapes.parameters += static_cast<size_t>(in_features) * out_features + out_features;
+    }
+    if (cost.attention.heads > 0) shapes.attention.push_back(cost.attention);
   }
   return shapes;
 }
@@ -272,6 +281,41 @@ double conv_products_ms(ColdCache& cold, int repeats, const dnnl::engine& engine
   return ms;
 }
 
+// An attention's six batched products over n examples' heads (forward: the scores q k^T and the
+// weighted sum p v; backward: dp = dy v^T, dv = p^T dy, dq = ds k, dk = ds^T q), each one
+// oneDNN matmul over the n x heads pairs with operands of `type` already in place (transposes as
+// strided views), float32 outputs, summed, in ms. The mask, the softmax and the rest are free.
+double attention_products_ms(ColdCache& cold, int repeats, const dnnl::engine& engine, int n,
+                             const nn::AttentionShape& a, Type type) {
+  dnnl::stream stream(engine);
+  const memory::dim pairs = static_cast<memory::dim>(n) * a.heads, t = a.t, kd = a.key_dim,
+                    vd = a.value_dim;
+  // One product (pairs x m x k) (pairs x k x n); transposed_b: b stored as (pairs x n x k).
+  auto product_ms = [&](memory::dim m, memory::dim k, memory::dim cols, bool transposed_a,
+                        bool transposed_b) {
+    memory::desc a_md({pairs, m, k}, type,
+                      transposed_a ? memory::dims{m * k, 1, m} : memory::dims{m * k, k, 1});
+    memory::desc b_md(
+        {pairs, k, cols}, type,
+        transposed_b ? memory::dims{k * cols, 1, k} : memory::dims{k * cols, cols, 1});
+    memory::desc c_md({pairs, m, cols}, Type::f32, Tag::abc);
+    dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a_md, b_md, c_md), engine);
+    dnnl::matmul primitive(pd);
+    memory am = filled_memory(engine, a_md, 11), bm = filled_memory(engine, b_md, 12);
+    memory cm(c_md, engine);
+    return median_ms(cold, repeats, [&] {
+      primitive.execute(stream, {{DNNL_ARG_SRC, am}, {DNNL_ARG_WEIGHTS, bm}, {DNNL_ARG_DST, cm}});
+      stream.wait();
+    });
+  };
+  return product_ms(t, kd, t, false, true) +   // scores = q k^T
+         product_ms(t, t, vd, false, false) +  // y = p v
+         product_ms(t, vd, t, false, true) +   // dp = dy v^T
+         product_ms(t, t, vd, true, false) +   // dv = p^T dy
+         product_ms(t, t, kd, false, false) +  // dq = ds k
+         product_ms(t, t, kd, true, false);    // dk = ds^T q
+}
+
 // The fastest float32 form of each product of one dense layer, summed, in ms.
 double fp32_products_ms(ColdCache& cold, int repeats, const dnnl::engine& engine, int n,
                         const Dense& d) {
@@ -350,8 +394,12 @@ int run(int argc, char** argv) {
   Shapes shapes = shapes_of(config.model);
   const size_t parameters = shapes.parameters;
   for (const Dense& d : shapes.dense) {
-    fp32 += fp32_products_ms(cold, repeats, engine, batch, d);
-    if (has_bf16) bf16 += bf16_products_ms(cold, repeats, engine, batch, d);
+    fp32 += fp32_products_ms(cold, repeats, engine, batch * d.rows, d);
+    if (has_bf16) bf16 += bf16_products_ms(cold, repeats, engine, batch * d.rows, d);
+  }
+  for (const nn::AttentionShape& a : shapes.attention) {
+    fp32 += attention_products_ms(cold, repeats, engine, batch, a, Type::f32);
+    if (has_bf16) bf16 += attention_products_ms(cold, repeats, engine, batch, a, Type::bf16);
   }
 
   // The optimizer's pass: SGD with momentum over every parameter, as the backend runs it.

@@ -205,7 +205,8 @@ class StepLoop {
     // Pixels in [0, 1), or a language model's token ids (every one below the vocabulary).
     for (size_t i = 0; i < images_.size(); ++i) {
       const float u = nn::unit_float(nn::random_key(1, i));
-      images_[i] = config.model.sequence ? std::floor(u * static_cast<float>(model_->classes())) : u;
+      images_[i] =
+          config.model.sequence ? std::floor(u * static_cast<float>(model_->classes())) : u;
     }
     for (size_t i = 0; i < labels_.size(); ++i)
       labels_[i] = static_cast<int32_t>(i % static_cast<size_t>(model_->classes()));

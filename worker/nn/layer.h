@@ -6,6 +6,7 @@
 // its own scratch (a ReLU's gradient, a pooling workspace, a dropout mask) in the device's memory.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -75,6 +76,11 @@ struct LayerCost {
   double macs = 0;    ///< forward multiply-adds per example
   int matmul_in = 0;  ///< a dense layer's in x out (0: none)
   int matmul_out = 0;
+  int matmul_rows = 1;  ///< its product's rows per example (a sequence's positions)
+  /// More products of the same kind (attention's four projections), each {in, out, rows}.
+  std::vector<std::array<int, 3>> more_matmuls;
+  /// An attention's scores and weighted sum, for one example (n = 1; heads 0: none).
+  AttentionShape attention{1, 1, 0, 1, 1, false, 1};
   size_t conv_output = 0;  ///< a convolution's output elements per example (0: none)
   ConvShape conv;          ///< a convolution's shape for one example (n = 1), when conv_output
 };

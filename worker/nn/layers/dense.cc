@@ -142,6 +142,7 @@ class DenseConfig : public LayerConfig {
     LayerCost cost;
     cost.matmul_in = static_cast<int>(in[0].sequence ? in[0].w : in[0].size());
     cost.matmul_out = k_.units;
+    cost.matmul_rows = in[0].positions();
     cost.macs = static_cast<double>(in[0].size()) * k_.units;  // every position's
     return cost;
   }

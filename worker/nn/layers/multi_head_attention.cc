@@ -190,6 +190,10 @@ class MultiHeadAttentionConfig : public LayerConfig {
     LayerCost c;
     // The four projections, then the scores and the weighted sum (all keys, mask or not).
     c.macs = t * d * (2 * hk + 2 * hv) + t * t * (hk + hv);
+    const int rows = in[0].h, di = in[0].w, ik = static_cast<int>(hk), iv = static_cast<int>(hv);
+    c.more_matmuls = {{di, ik, rows}, {di, ik, rows}, {di, iv, rows}, {iv, di, rows}};
+    c.attention.t = in[0].h, c.attention.heads = k_.heads, c.attention.key_dim = k_.key_dim;
+    c.attention.value_dim = k_.value(), c.attention.causal = k_.causal;
     return c;
   }
 
