@@ -108,7 +108,7 @@ const char* kGptBlock = R"({"model": {"input_shape": [6], "layers": [
    "sequence_length": 8, "embedding_dim": 8},
   {"name": "norm1", "type": "layer_normalization", "inputs": ["embed"]},
   {"name": "attention", "type": "multi_head_attention", "num_heads": 2, "key_dim": 4,
-   "causal": true, "inputs": ["norm1"]},
+   "causal": true, "dropout": 0.2, "inputs": ["norm1"]},
   {"name": "res1", "type": "add", "inputs": ["embed", "attention"]},
   {"name": "norm2", "type": "layer_normalization", "inputs": ["res1"]},
   {"name": "up", "type": "dense", "units": 16, "activation": "gelu", "inputs": ["norm2"]},
@@ -152,6 +152,31 @@ TEST_CASE("oneDNN's attention matches the reference, at one thread and two", "[a
       }
     }
   }
+}
+
+TEST_CASE("attention dropout drops probabilities by the Dropout layer's rule, both ways",
+          "[attention]") {
+  std::unique_ptr<Backend> dnnl = make_dnnl_backend(), ref = make_reference_backend();
+  AttentionShape s = shape(2, 9, 2, 4, 3, true);
+  AttentionInputs in(s);
+  AttentionRun plain = run_attention(*ref, s, in);
+  s.dropout = 0.3f, s.stream = 12345;
+  AttentionRun want = run_attention(*ref, s, in);
+  AttentionRun got = run_attention(*dnnl, s, in);
+  CHECK(worst_relative(got.y, want.y, 1e-2) < 1e-5);
+  CHECK(worst_relative(got.dq, want.dq, 1e-2) < 1e-4);
+  CHECK(worst_relative(got.dk, want.dk, 1e-2) < 1e-4);
+  CHECK(worst_relative(got.dv, want.dv, 1e-2) < 1e-4);
+  CHECK(worst_relative(got.probs, plain.probs, 1e-2) < 1e-5);  // the undropped softmax
+  CHECK(got.y != plain.y);
+  int dropped = 0, kept = 0;
+  for (size_t index = 0; index < got.probs.size(); ++index) {
+    const float keep = attention_keep(s, index);
+    CHECK((keep == 0.0f || keep == 1.0f / 0.7f));
+    (keep == 0.0f ? dropped : kept) += 1;
+  }
+  CHECK(dropped > 0.2 * (dropped + kept));
+  CHECK(dropped < 0.4 * (dropped + kept));
 }
 
 TEST_CASE("attention's loops give the same bits at every vector width", "[attention]") {
@@ -297,9 +322,9 @@ TEST_CASE("attention and position keys: mistakes are ConfigErrors naming the key
   CHECK_THAT(error_of(model(R"({"type": "multi_head_attention", "key_dim": 4})")),
              Contains("num_heads"));
   CHECK_THAT(
-      error_of(model(
-          R"({"type": "multi_head_attention", "num_heads": 2, "key_dim": 4, "dropout": 0.1})")),
-      Contains("dropout: attention dropout is not supported yet"));
+      error_of(
+          model(R"({"type": "multi_head_attention", "num_heads": 2, "key_dim": 4, "dropout": 1})")),
+      Contains("dropout: expected a rate in [0, 1)"));
   CHECK_THAT(error_of(model(R"({"type": "position_embedding", "sequence_length": 4})")),
              Contains("6 positions, more than its sequence_length 4"));
   CHECK_THAT(

@@ -13,6 +13,7 @@
 #include <string>
 
 #include "worker/mem/device.h"
+#include "worker/nn/random.h"
 
 namespace dtrain::nn {
 
@@ -52,7 +53,19 @@ struct AttentionShape {
   int n = 1, t = 1, heads = 1, key_dim = 1, value_dim = 1;
   bool causal = false;  ///< position i attends to positions 0..i only
   float scale = 1;      ///< the scores' factor: 1 / sqrt(key_dim)
+  /// Keras's attention dropout, in training: each probability is kept with 1 - dropout (and
+  /// scaled by 1 / (1 - dropout)) or dropped, by attention_keep(); probs stays the undropped
+  /// softmax, and the backward draws the same mask again from `stream`.
+  float dropout = 0;
+  uint64_t stream = 0;
 };
+
+/// The dropout factor of probability `index` of probs ((pair x t + i) x t + j): 0, or
+/// 1 / (1 - dropout), a pure function of s.stream and index (the Dropout layer's rule).
+inline float attention_keep(const AttentionShape& s, size_t index) {
+  if (s.dropout <= 0) return 1.0f;
+  return unit_float(mix64(s.stream ^ index)) >= s.dropout ? 1.0f / (1.0f - s.dropout) : 0.0f;
+}
 
 struct NormShape {
   int n = 1, c = 1, hw = 1;

@@ -67,8 +67,9 @@ DT_INLINE void forward_body(const AttentionShape& s, size_t pair, const float* q
     for (int j = 0; j < keys; ++j) p[j] *= inverse;
     float* yi = y + hd.vy(i);
     std::fill(yi, yi + vd, 0.0f);
+    const size_t row = hd.p() + static_cast<size_t>(i) * t;
     for (int j = 0; j < keys; ++j) {
-      const float pj = p[j];
+      const float pj = s.dropout > 0 ? p[j] * attention_keep(s, row + j) : p[j];
       const float* vj = v + hd.vy(j);
 #pragma omp simd
       for (int c = 0; c < vd; ++c) yi[c] += pj * vj[c];
@@ -78,7 +79,7 @@ DT_INLINE void forward_body(const AttentionShape& s, size_t pair, const float* q
 
 DT_INLINE void backward_body(const AttentionShape& s, size_t pair, const float* q, const float* k,
                              const float* v, const float* probs, const float* dy, float* dq,
-                             float* dk, float* dv, float* vt, float* ds) {
+                             float* dk, float* dv, float* vt, float* ds, float* dropped) {
   const Head hd{s, pair / static_cast<size_t>(s.heads), pair % static_cast<size_t>(s.heads)};
   const int t = s.t, kd = s.key_dim, vd = s.value_dim;
   transpose(v + hd.vy(0), hd.v_row(), t, vd, vt);
@@ -98,16 +99,26 @@ DT_INLINE void backward_body(const AttentionShape& s, size_t pair, const float* 
 #pragma omp simd
       for (int j = 0; j < keys; ++j) ds[j] += g * row[j];
     }
+    // With dropout, dy met the dropped probabilities: dP = dPd x mask, and dv takes Pd.
+    const size_t row = hd.p() + static_cast<size_t>(i) * t;
+    if (s.dropout > 0) {
+      for (int j = 0; j < keys; ++j) {
+        const float keep = attention_keep(s, row + j);
+        dropped[j] = p[j] * keep;
+        ds[j] *= keep;
+      }
+    }
+    const float* pd = s.dropout > 0 ? dropped : p;
     float dot = 0;
     for (int j = 0; j < keys; ++j) dot += p[j] * ds[j];
 #pragma omp simd
     for (int j = 0; j < keys; ++j) ds[j] = p[j] * (ds[j] - dot) * s.scale;
-    // dv_j += P_ij dy_i; dq_i = sum_j dS_ij k_j; dk_j += dS_ij q_i.
+    // dv_j += Pd_ij dy_i; dq_i = sum_j dS_ij k_j; dk_j += dS_ij q_i.
     const float* qi = q + hd.qk(i);
     float* dqi = dq + hd.qk(i);
     std::fill(dqi, dqi + kd, 0.0f);
     for (int j = 0; j < keys; ++j) {
-      const float pj = p[j], dsj = ds[j];
+      const float pj = pd[j], dsj = ds[j];
       float* dvj = dv + hd.vy(j);
 #pragma omp simd
       for (int c = 0; c < vd; ++c) dvj[c] += pj * dyi[c];
@@ -126,7 +137,7 @@ struct Kernels {
   void (*forward)(const AttentionShape&, size_t, const float*, const float*, const float*, float*,
                   float*, float*);
   void (*backward)(const AttentionShape&, size_t, const float*, const float*, const float*,
-                   const float*, const float*, float*, float*, float*, float*, float*);
+                   const float*, const float*, float*, float*, float*, float*, float*, float*);
 };
 
 void forward_plain(const AttentionShape& s, size_t pair, const float* q, const float* k,
@@ -135,8 +146,8 @@ void forward_plain(const AttentionShape& s, size_t pair, const float* q, const f
 }
 void backward_plain(const AttentionShape& s, size_t pair, const float* q, const float* k,
                     const float* v, const float* probs, const float* dy, float* dq, float* dk,
-                    float* dv, float* vt, float* ds) {
-  backward_body(s, pair, q, k, v, probs, dy, dq, dk, dv, vt, ds);
+                    float* dv, float* vt, float* ds, float* dropped) {
+  backward_body(s, pair, q, k, v, probs, dy, dq, dk, dv, vt, ds, dropped);
 }
 #if defined(__x86_64__) && defined(__GNUC__)
 __attribute__((target("avx2"))) void forward_avx2(const AttentionShape& s, size_t pair,
@@ -147,8 +158,9 @@ __attribute__((target("avx2"))) void forward_avx2(const AttentionShape& s, size_
 __attribute__((target("avx2"))) void backward_avx2(const AttentionShape& s, size_t pair,
                                                    const float* q, const float* k, const float* v,
                                                    const float* probs, const float* dy, float* dq,
-                                                   float* dk, float* dv, float* vt, float* ds) {
-  backward_body(s, pair, q, k, v, probs, dy, dq, dk, dv, vt, ds);
+                                                   float* dk, float* dv, float* vt, float* ds,
+                                                   float* dropped) {
+  backward_body(s, pair, q, k, v, probs, dy, dq, dk, dv, vt, ds, dropped);
 }
 __attribute__((target("avx512f"))) void forward_avx512(const AttentionShape& s, size_t pair,
                                                        const float* q, const float* k,
@@ -160,8 +172,9 @@ __attribute__((target("avx512f"))) void backward_avx512(const AttentionShape& s,
                                                         const float* q, const float* k,
                                                         const float* v, const float* probs,
                                                         const float* dy, float* dq, float* dk,
-                                                        float* dv, float* vt, float* ds) {
-  backward_body(s, pair, q, k, v, probs, dy, dq, dk, dv, vt, ds);
+                                                        float* dv, float* vt, float* ds,
+                                                        float* dropped) {
+  backward_body(s, pair, q, k, v, probs, dy, dq, dk, dv, vt, ds, dropped);
 }
 #endif
 
@@ -210,11 +223,12 @@ void host_attention_backward(const AttentionShape& s, const float* q, const floa
   const auto pairs = static_cast<int64_t>(pairs_of(s));
 #pragma omp parallel
   {
-    std::vector<float> vt(static_cast<size_t>(s.value_dim) * s.t), ds(static_cast<size_t>(s.t));
+    std::vector<float> vt(static_cast<size_t>(s.value_dim) * s.t), ds(static_cast<size_t>(s.t)),
+        dropped(static_cast<size_t>(s.t));
 #pragma omp for schedule(static)
     for (int64_t pair = 0; pair < pairs; ++pair)
       kernels.backward(s, static_cast<size_t>(pair), q, k, v, probs, dy, dq, dk, dv, vt.data(),
-                       ds.data());
+                       ds.data(), dropped.data());
   }
 }
 

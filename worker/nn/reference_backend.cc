@@ -307,11 +307,12 @@ class ReferenceBackend : public HostBackend {
           for (int j = 0; j < keys; ++j) total += (score[j] = std::exp(score[j] - top));
           for (int j = 0; j < s.t; ++j) p[j] = j < keys ? static_cast<float>(score[j] / total) : 0;
           float* yi = y + (static_cast<size_t>(b) * s.t + i) * vr + h * s.value_dim;
+          const size_t row = ((static_cast<size_t>(b) * s.heads + h) * s.t + i) * s.t;
           for (int c = 0; c < s.value_dim; ++c) {
             double sum = 0;
             for (int j = 0; j < keys; ++j)
-              sum +=
-                  double(p[j]) * v[(static_cast<size_t>(b) * s.t + j) * vr + h * s.value_dim + c];
+              sum += double(p[j]) * attention_keep(s, row + j) *
+                     v[(static_cast<size_t>(b) * s.t + j) * vr + h * s.value_dim + c];
             yi[c] = static_cast<float>(sum);
           }
         }
@@ -335,18 +336,21 @@ class ReferenceBackend : public HostBackend {
           const float* p = probs + ((static_cast<size_t>(b) * s.heads + h) * s.t + i) * s.t;
           const int keys = s.causal ? i + 1 : s.t;
           std::vector<double> dp(static_cast<size_t>(keys));
+          const size_t row = ((static_cast<size_t>(b) * s.heads + h) * s.t + i) * s.t;
           double dot = 0;
           for (int j = 0; j < keys; ++j) {
             for (int c = 0; c < s.value_dim; ++c)
               dp[j] += double(dy[at(b, i, h, vr, s.value_dim) + c]) *
                        v[at(b, j, h, vr, s.value_dim) + c];
+            dp[j] *= attention_keep(s, row + j);  // through the dropout's mask
             dot += p[j] * dp[j];
           }
           for (int j = 0; j < keys; ++j) {
             const double ds = p[j] * (dp[j] - dot) * s.scale;
+            const double kept = double(p[j]) * attention_keep(s, row + j);
             for (int c = 0; c < s.value_dim; ++c)
               dv[at(b, j, h, vr, s.value_dim) + c] +=
-                  static_cast<float>(p[j] * double(dy[at(b, i, h, vr, s.value_dim) + c]));
+                  static_cast<float>(kept * double(dy[at(b, i, h, vr, s.value_dim) + c]));
             for (int c = 0; c < s.key_dim; ++c) {
               dq[at(b, i, h, qr, s.key_dim) + c] +=
                   static_cast<float>(ds * k[at(b, j, h, qr, s.key_dim) + c]);

@@ -5,9 +5,10 @@
 // key.* the same, value.* with value_dim, attention_output.kernel (heads, value_dim, D) and its
 // bias (D), in Keras's order, glorot_uniform with Keras's fans for kernels of three axes, zero
 // biases. Each projection is a dense product over the n x T positions (the kernels' row-major
-// layout is the product's); the attention between them is Backend::attention_*. dropout,
-// cross-attention (a key or value from another layer), output_shape, attention_axes,
-// sliding_window and use_gate are not here.
+// layout is the product's); the attention between them is Backend::attention_*. dropout drops
+// attention probabilities in training as the Dropout layer drops activations (its rule, this
+// layer's own stream). Cross-attention (a key or value from another layer), output_shape,
+// attention_axes, sliding_window and use_gate are not here.
 #include <fmt/format.h>
 
 #include <cmath>
@@ -22,6 +23,7 @@ namespace {
 struct AttentionKeys {
   int heads = 0, key_dim = 0, value_dim = 0;  ///< value_dim 0: key_dim
   bool use_bias = true, causal = false;
+  float dropout = 0;
   int value() const { return value_dim > 0 ? value_dim : key_dim; }
 };
 
@@ -29,6 +31,7 @@ class MultiHeadAttention : public Layer {
  public:
   MultiHeadAttention(const AttentionKeys& k, Dims in, const LayerContext& c)
       : k_(k),
+        index_(c.index),
         t_(in.h),
         d_(in.w),
         hk_(k.heads * k.key_dim),
@@ -92,7 +95,14 @@ class MultiHeadAttention : public Layer {
     b.dense_forward(rows, d_, hk_, x, w.wq, w.bq, q_.data());
     b.dense_forward(rows, d_, hk_, x, w.wk, w.bk, k_buf_.data());
     b.dense_forward(rows, d_, hv_, x, w.wv, w.bv, v_.data());
-    b.attention_forward(shape(a.n), q_.data(), k_buf_.data(), v_.data(), probs_.data(), o_.data());
+    last_ = shape(a.n);
+    if (a.training && k_.dropout > 0) {
+      // The Dropout layer's rule (dropout.cc), on this layer's own stream.
+      last_.dropout = k_.dropout;
+      last_.stream = random_key(a.key.seed, static_cast<uint64_t>(a.key.epoch),
+                                static_cast<uint64_t>(a.key.step), 1000 + index_);
+    }
+    b.attention_forward(last_, q_.data(), k_buf_.data(), v_.data(), probs_.data(), o_.data());
     b.dense_forward(rows, hv_, d_, o_.data(), w.wo, w.bo, a.y);
   }
 
@@ -104,7 +114,7 @@ class MultiHeadAttention : public Layer {
     const float* x = a.x[0];
     weight_gradient(b, rows, hv_, d_, o_.data(), a.dy, g.wo, g.bo);
     b.dense_backward_data(rows, hv_, d_, a.dy, w.wo, do_.data());
-    b.attention_backward(shape(a.n), q_.data(), k_buf_.data(), v_.data(), probs_.data(), do_.data(),
+    b.attention_backward(last_, q_.data(), k_buf_.data(), v_.data(), probs_.data(), do_.data(),
                          dq_.data(), dk_.data(), dv_.data());
     weight_gradient(b, rows, d_, hk_, x, dq_.data(), g.wq, g.bq);
     weight_gradient(b, rows, d_, hk_, x, dk_.data(), g.wk, g.bk);
@@ -161,6 +171,8 @@ class MultiHeadAttention : public Layer {
   }
 
   AttentionKeys k_;
+  int index_;
+  AttentionShape last_;  ///< the last forward's, dropout's stream included, for its backward
   int t_, d_, hk_, hv_;
   size_t rows_;
   // The last forward's projections, probabilities and attention output (for backward), and
@@ -185,6 +197,7 @@ class MultiHeadAttentionConfig : public LayerConfig {
     return std::make_unique<MultiHeadAttention>(k_, in[0], c);
   }
   bool gpu_tested() const override { return false; }
+  bool draws_randomness() const override { return k_.dropout > 0; }
   LayerCost cost(const std::vector<Dims>& in) const override {
     const double t = in[0].h, d = in[0].w, hk = k_.heads * k_.key_dim, hv = k_.heads * k_.value();
     LayerCost c;
@@ -216,8 +229,10 @@ std::unique_ptr<LayerConfig> parse_multi_head_attention(const common::JsonNode& 
   // The job file's "causal"; a Keras node's call argument use_causal_mask arrives as that key.
   for (const char* key : {"causal", "use_causal_mask"})
     if (auto n = node.find(key)) k.causal = n->as_bool();
-  if (auto n = node.find("dropout"); n && n->as_number(0, 1) != 0)
-    n->fail("attention dropout is not supported yet: 0");
+  if (auto n = node.find("dropout")) {
+    k.dropout = static_cast<float>(n->as_number(0, 1));
+    if (k.dropout >= 1) n->fail("expected a rate in [0, 1)");
+  }
   if (auto n = node.find("kernel_initializer"))
     if (parse_initializer(*n) != Initializer::kGlorotUniform)
       n->fail("multi_head_attention's kernels are glorot_uniform (Keras's default)");
