@@ -88,10 +88,9 @@ AttentionRun run_attention(Backend& b, const AttentionShape& s, const AttentionI
       s, in,
       [&](const AttentionShape& sh, const float* q, const float* k, const float* v, float* p,
           float* y) { b.attention_forward(sh, q, k, v, p, y); },
-      [&](const AttentionShape& sh, const float* q, const float* k, const float* v,
-          const float* p, const float* dy, float* dq, float* dk, float* dv) {
-        b.attention_backward(sh, q, k, v, p, dy, dq, dk, dv);
-      });
+      [&](const AttentionShape& sh, const float* q, const float* k, const float* v, const float* p,
+          const float* dy, float* dq, float* dk,
+          float* dv) { b.attention_backward(sh, q, k, v, p, dy, dq, dk, dv); });
 }
 
 AttentionShape shape(int n, int t, int heads, int key_dim, int value_dim, bool causal) {
@@ -148,7 +147,8 @@ TEST_CASE("oneDNN's attention matches the reference, at one thread and two", "[a
       if (causal) {  // position i sees nothing after it
         for (int b = 0; b < s.n * s.heads; ++b)
           for (int i = 0; i < s.t; ++i)
-            for (int j = i + 1; j < s.t; ++j) CHECK(two.probs[(size_t(b) * s.t + i) * s.t + j] == 0);
+            for (int j = i + 1; j < s.t; ++j)
+              CHECK(two.probs[(size_t(b) * s.t + i) * s.t + j] == 0);
       }
     }
   }
@@ -168,12 +168,11 @@ TEST_CASE("attention's loops give the same bits at every vector width", "[attent
       auto at = [&](Vectors v) {
         return run_attention(
             s, in,
+            [&](const AttentionShape& sh, const float* q, const float* k, const float* vv, float* p,
+                float* y) { host_attention_forward(sh, q, k, vv, p, y, v); },
             [&](const AttentionShape& sh, const float* q, const float* k, const float* vv,
-                float* p, float* y) { host_attention_forward(sh, q, k, vv, p, y, v); },
-            [&](const AttentionShape& sh, const float* q, const float* k, const float* vv,
-                const float* p, const float* dy, float* dq, float* dk, float* dv) {
-              host_attention_backward(sh, q, k, vv, p, dy, dq, dk, dv, v);
-            });
+                const float* p, const float* dy, float* dq, float* dk,
+                float* dv) { host_attention_backward(sh, q, k, vv, p, dy, dq, dk, dv, v); });
       };
       AttentionRun plain = at(Vectors::kPlain), wide = at(vectors);
       CHECK(wide.probs == plain.probs);
@@ -199,8 +198,8 @@ TEST_CASE("a GPT block: Keras's weights, and gradients that match finite differe
   }
   CHECK(std::vector<std::string>(names.begin(), names.begin() + 10) ==
         std::vector<std::string>{"embed.token_embedding.embeddings",
-                                 "embed.position_embedding.embeddings", "norm1.gamma",
-                                 "norm1.beta", "attention.query.kernel", "attention.query.bias",
+                                 "embed.position_embedding.embeddings", "norm1.gamma", "norm1.beta",
+                                 "attention.query.kernel", "attention.query.bias",
                                  "attention.key.kernel", "attention.key.bias",
                                  "attention.value.kernel", "attention.value.bias"});
   CHECK(shapes[1] == std::vector<int64_t>{8, 8});
@@ -289,8 +288,7 @@ TEST_CASE("a causal model's outputs at a position do not depend on later tokens"
   CHECK(Floats(first.begin() + 21, first.end()) != Floats(second.begin() + 21, second.end()));
 }
 
-TEST_CASE("attention and position keys: mistakes are ConfigErrors naming the key",
-          "[attention]") {
+TEST_CASE("attention and position keys: mistakes are ConfigErrors naming the key", "[attention]") {
   auto model = [](const std::string& layer, const std::string& input = "[6]") {
     return R"({"model": {"input_shape": )" + input +
            R"(, "layers": [{"type": "embedding", "input_dim": 7, "output_dim": 8}, )" + layer +
@@ -299,7 +297,8 @@ TEST_CASE("attention and position keys: mistakes are ConfigErrors naming the key
   CHECK_THAT(error_of(model(R"({"type": "multi_head_attention", "key_dim": 4})")),
              Contains("num_heads"));
   CHECK_THAT(
-      error_of(model(R"({"type": "multi_head_attention", "num_heads": 2, "key_dim": 4, "dropout": 0.1})")),
+      error_of(model(
+          R"({"type": "multi_head_attention", "num_heads": 2, "key_dim": 4, "dropout": 0.1})")),
       Contains("dropout: attention dropout is not supported yet"));
   CHECK_THAT(error_of(model(R"({"type": "position_embedding", "sequence_length": 4})")),
              Contains("6 positions, more than its sequence_length 4"));

@@ -190,8 +190,8 @@ size_t pairs_of(const AttentionShape& s) {
 
 }  // namespace
 
-void host_attention_forward(const AttentionShape& s, const float* q, const float* k,
-                            const float* v, float* probs, float* y, Vectors vectors) {
+void host_attention_forward(const AttentionShape& s, const float* q, const float* k, const float* v,
+                            float* probs, float* y, Vectors vectors) {
   const Kernels kernels = kernels_for(vectors);
   const auto pairs = static_cast<int64_t>(pairs_of(s));
 #pragma omp parallel

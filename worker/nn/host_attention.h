@@ -10,8 +10,8 @@
 
 namespace dtrain::nn {
 
-void host_attention_forward(const AttentionShape& s, const float* q, const float* k,
-                            const float* v, float* probs, float* y,
+void host_attention_forward(const AttentionShape& s, const float* q, const float* k, const float* v,
+                            float* probs, float* y,
                             direct_conv::Vectors vectors = direct_conv::Vectors::kWidest);
 void host_attention_backward(const AttentionShape& s, const float* q, const float* k,
                              const float* v, const float* probs, const float* dy, float* dq,

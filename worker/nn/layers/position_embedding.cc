@@ -1,9 +1,9 @@
 // keras_hub's PositionEmbedding (docs/design.md#sequences): a learned table "embeddings"
-// (sequence_length, D), glorot_uniform by default; its output, for a sequence of T <= sequence_length
-// positions of D features, is the table's first T rows, the same for every example (it reads
-// only its input's shape, and gives it no gradient). The table's gradient sums the examples' in
-// order. Keras adds it to the token embeddings with an Add layer; TokenAndPositionEmbedding
-// (token_and_position_embedding.cc) does both in one.
+// (sequence_length, D), glorot_uniform by default; its output, for a sequence of T <=
+// sequence_length positions of D features, is the table's first T rows, the same for every example
+// (it reads only its input's shape, and gives it no gradient). The table's gradient sums the
+// examples' in order. Keras adds it to the token embeddings with an Add layer;
+// TokenAndPositionEmbedding (token_and_position_embedding.cc) does both in one.
 #include <fmt/format.h>
 
 #include <string>

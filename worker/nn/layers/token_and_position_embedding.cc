@@ -64,9 +64,9 @@ class TokenAndPositionEmbeddingConfig : public LayerConfig {
           where));
     }
     if (x.h > k_.length) {
-      throw common::ConfigError(fmt::format(
-          "{}: its input has {} positions, more than its sequence_length {}", where, x.h,
-          k_.length));
+      throw common::ConfigError(
+          fmt::format("{}: its input has {} positions, more than its sequence_length {}", where,
+                      x.h, k_.length));
     }
     return {1, x.h, k_.dim, true};
   }
