@@ -92,8 +92,7 @@ class MultiHeadAttention : public Layer {
     b.dense_forward(rows, d_, hk_, x, w.wq, w.bq, q_.data());
     b.dense_forward(rows, d_, hk_, x, w.wk, w.bk, k_buf_.data());
     b.dense_forward(rows, d_, hv_, x, w.wv, w.bv, v_.data());
-    b.attention_forward(shape(a.n), q_.data(), k_buf_.data(), v_.data(), probs_.data(),
-                        o_.data());
+    b.attention_forward(shape(a.n), q_.data(), k_buf_.data(), v_.data(), probs_.data(), o_.data());
     b.dense_forward(rows, hv_, d_, o_.data(), w.wo, w.bo, a.y);
   }
 
@@ -105,8 +104,8 @@ class MultiHeadAttention : public Layer {
     const float* x = a.x[0];
     weight_gradient(b, rows, hv_, d_, o_.data(), a.dy, g.wo, g.bo);
     b.dense_backward_data(rows, hv_, d_, a.dy, w.wo, do_.data());
-    b.attention_backward(shape(a.n), q_.data(), k_buf_.data(), v_.data(), probs_.data(),
-                         do_.data(), dq_.data(), dk_.data(), dv_.data());
+    b.attention_backward(shape(a.n), q_.data(), k_buf_.data(), v_.data(), probs_.data(), do_.data(),
+                         dq_.data(), dk_.data(), dv_.data());
     weight_gradient(b, rows, d_, hk_, x, dq_.data(), g.wq, g.bq);
     weight_gradient(b, rows, d_, hk_, x, dk_.data(), g.wk, g.bk);
     weight_gradient(b, rows, d_, hv_, x, dv_.data(), g.wv, g.bv);
@@ -187,8 +186,7 @@ class MultiHeadAttentionConfig : public LayerConfig {
   }
   bool gpu_tested() const override { return false; }
   LayerCost cost(const std::vector<Dims>& in) const override {
-    const double t = in[0].h, d = in[0].w, hk = k_.heads * k_.key_dim,
-                 hv = k_.heads * k_.value();
+    const double t = in[0].h, d = in[0].w, hk = k_.heads * k_.key_dim, hv = k_.heads * k_.value();
     LayerCost c;
     // The four projections, then the scores and the weighted sum (all keys, mask or not).
     c.macs = t * d * (2 * hk + 2 * hv) + t * t * (hk + hv);
@@ -226,22 +224,30 @@ std::unique_ptr<LayerConfig> parse_multi_head_attention(const common::JsonNode& 
 
 // Keras's MultiHeadAttention.get_config() (keras/src/layers/attention/multi_head_attention.py).
 std::vector<KerasKeySpec> keras_keys_multi_head_attention() {
-  return {{"num_heads", KerasKey::kRead},
-          {"key_dim", KerasKey::kRead},
-          {"value_dim", KerasKey::kRead},
-          {"dropout", KerasKey::kRead},
-          {"use_bias", KerasKey::kRead},
-          {"use_gate", KerasKey::kFalse},
-          {"output_shape", KerasKey::kNull},
-          {"attention_axes", KerasKey::kNull},
-          {"sliding_window", KerasKey::kNull},
-          {"kernel_initializer", KerasKey::kGlorotUniform},
-          {"bias_initializer", KerasKey::kZeros},
-          {"kernel_regularizer", KerasKey::kNull},
-          {"bias_regularizer", KerasKey::kNull},
-          {"kernel_constraint", KerasKey::kNull},
-          {"bias_constraint", KerasKey::kNull},
-          {"seed", KerasKey::kSeed}};
+  return {{"num_heads", KerasKey::kRead},         {"key_dim", KerasKey::kRead},
+          {"value_dim", KerasKey::kRead},         {"dropout", KerasKey::kRead},
+          {"use_bias", KerasKey::kRead},          {"use_gate", KerasKey::kFalse},
+          {"output_shape", KerasKey::kNull},      {"attention_axes", KerasKey::kSequenceAxis},
+          {"sliding_window", KerasKey::kNull},    {"kernel_initializer", KerasKey::kGlorotUniform},
+          {"bias_initializer", KerasKey::kZeros}, {"kernel_regularizer", KerasKey::kNull},
+          {"bias_regularizer", KerasKey::kNull},  {"kernel_constraint", KerasKey::kNull},
+          {"bias_constraint", KerasKey::kNull},   {"seed", KerasKey::kSeed}};
+}
+
+// MultiHeadAttention.call(query, value, key=None, query_mask=None, value_mask=None,
+// key_mask=None, attention_mask=None, return_attention_scores=False, training=None,
+// use_causal_mask=False), after its query: self-attention only (value and key the query's
+// tensor), no masks but the causal one, which the parse reads as use_causal_mask.
+std::vector<KerasArgSpec> keras_call_multi_head_attention() {
+  return {{"value", KerasArg::kSameTensor},
+          {"key", KerasArg::kSameTensor},
+          {"query_mask", KerasArg::kNull},
+          {"value_mask", KerasArg::kNull},
+          {"key_mask", KerasArg::kNull},
+          {"attention_mask", KerasArg::kNull},
+          {"return_attention_scores", KerasArg::kFalse},
+          {"training", KerasArg::kNull},
+          {"use_causal_mask", KerasArg::kFlag}};
 }
 
 }  // namespace dtrain::nn::layers
