@@ -71,8 +71,7 @@ std::vector<double> epoch_losses(const std::string& run) {
 
 }  // namespace
 
-TEST_CASE("the Keras miniature GPT is configs/char-gpt-shakespeare.json's model",
-          "[keras][gpt]") {
+TEST_CASE("the Keras miniature GPT is configs/char-gpt-shakespeare.json's model", "[keras][gpt]") {
   const train::KerasModel keras = train::translate_keras_model(
       source_file("examples/keras/char_gpt.json"), "examples/keras/char_gpt.json");
   common::JsonDocument config = common::JsonDocument::parse(
@@ -90,9 +89,8 @@ TEST_CASE("the Keras miniature GPT is configs/char-gpt-shakespeare.json's model"
   }
   // Each attention layer's call (use_causal_mask=True) arrives as the layer's key.
   size_t causal = 0;
-  for (size_t at = 0; (at = keras.model_json.find(R"("use_causal_mask":true)", at)) !=
-                      std::string::npos;
-       ++at)
+  for (size_t at = 0;
+       (at = keras.model_json.find(R"("use_causal_mask":true)", at)) != std::string::npos; ++at)
     ++causal;
   CHECK(causal == 4);
 
@@ -104,8 +102,8 @@ TEST_CASE("the Keras miniature GPT is configs/char-gpt-shakespeare.json's model"
   for (const Param& p : params) count += p.count;
   // 65 x 128 + 64 x 128 tables; per block 4 x 128 x 128 attention, 2 x 128 x 512 MLP and two
   // gammas; a final gamma and the 128 x 65 head.
-  CHECK(count == 65 * 128 + 64 * 128 + 4 * (4 * 128 * 128 + 2 * 128 * 512 + 2 * 128) + 128 +
-                     128 * 65);
+  CHECK(count ==
+        65 * 128 + 64 * 128 + 4 * (4 * 128 * 128 + 2 * 128 * 512 + 2 * 128) + 128 + 128 * 65);
   CHECK(params[0].name == "embed.token_embedding.embeddings");
   CHECK(params[2].name == "b0_norm1.gamma");
   CHECK(params[3].name == "b0_attention.query.kernel");
@@ -142,12 +140,12 @@ TEST_CASE("dtrain-worker trains the Keras miniature GPT on tiny-shakespeare to a
       "optimizer": {"type": "adamw", "learning_rate": 0.002, "beta_2": 0.99,
                     "weight_decay": 0.1, "exclude_from_weight_decay": ["gamma"]},
       "data": {"source": "text", "path": ")" + kSource +
-                                                            R"(/data/tiny-shakespeare/input.txt"},
+                                                              R"(/data/tiny-shakespeare/input.txt"},
       "per_worker_batch_size": 8, "epochs": 3, "steps_per_epoch": 8, "seed": 1337,
       "device": "cpu"}})");
   testing::ProcessOptions options;
-  options.cwd = dir.path();  // the model file is relative to the working directory
-  options.timeout_seconds = 240;
+  options.cwd = dir.path();       // the model file is relative to the working directory
+  options.timeout_seconds = 480;  // about 100 s on 2 shared cores
   auto r = testing::run_process(
       {testing::binary("dtrain-worker"), "--config", "job.json", "--run-dir", dir.path() + "/run"},
       options);
