@@ -35,15 +35,26 @@ Layer make(const char* class_name, Obj config, const std::string& out, bool buil
 }
 
 std::string envelope(const Layer& l, const std::string& build_input) {
-  std::string text = R"({"module": "keras.layers", "class_name": ")" + l.class_name +
-                     R"(", "config": )" + l.config.str() + R"(, "registered_name": null)";
-  if (l.build_config) text += R"(, "build_config": {"input_shape": )" + build_input + "}";
+  const bool hub = l.class_name == "TokenAndPositionEmbedding";
+  std::string text = hub ? R"({"module": "keras_hub.src.layers.modeling.)"
+                           R"(token_and_position_embedding", "class_name": ")" +
+                               l.class_name + R"(", "config": )" + l.config.str() +
+                               R"(, "registered_name": "keras_hub>)" + l.class_name + "\""
+                         : R"({"module": "keras.layers", "class_name": ")" + l.class_name +
+                               R"(", "config": )" + l.config.str() + R"(, "registered_name": null)";
+  if (l.build_config && l.class_name == "MultiHeadAttention") {
+    text += R"(, "build_config": {"shapes_dict": {"query_shape": )" + build_input +
+            R"(, "value_shape": )" + build_input + "}}";
+  } else if (l.build_config) {
+    text += R"(, "build_config": {"input_shape": )" + build_input + "}";
+  }
   return text;
 }
 
 std::string tensor(const Layer& from) {
   return R"({"class_name": "__keras_tensor__", "config": {"shape": )" + from.output_shape +
-         R"(, "dtype": "float32", "keras_history": [")" + from.name() + R"(", 0, 0]}})";
+         R"(, "dtype": ")" + from.dtype + R"(", "keras_history": [")" + from.name() +
+         R"(", 0, 0]}})";
 }
 
 void put(std::string& out, uint64_t value, int bytes) {
@@ -275,8 +286,9 @@ std::string functional(const std::vector<Layer>& layers, const std::string& inpu
       tensors += (tensors.empty() ? "" : ", ") + tensor(from);
     }
     if (l.list_call) shapes = "[" + shapes + "]", tensors = "[" + tensors + "]";
+    for (const std::string& arg : l.more_args) tensors += ", " + tensor(*by_name.at(arg));
     std::string nodes =
-        l.inputs.empty() ? "[]" : R"([{"args": [)" + tensors + R"(], "kwargs": {}}])";
+        l.inputs.empty() ? "[]" : R"([{"args": [)" + tensors + R"(], "kwargs": )" + l.kwargs + "}]";
     entries += (entries.empty() ? "" : ", ") + envelope(l, shapes) + R"(, "name": ")" + l.name() +
                R"(", "inbound_nodes": )" + nodes + "}";
   }
@@ -285,6 +297,88 @@ std::string functional(const std::vector<Layer>& layers, const std::string& inpu
          entries + R"(], "input_layers": )" + input_layers + R"(, "output_layers": )" +
          output_layers +
          R"(}, "registered_name": "Functional", "build_config": {"input_shape": null}})";
+}
+
+Layer token_input(const std::string& name, int length) {
+  Layer l = input_layer(name, "[null, " + std::to_string(length) + "]");
+  l.config.set("dtype", R"("int32")");
+  l.dtype = "int32";
+  return l;
+}
+
+Layer token_and_position_embedding(const std::string& name, int vocabulary, int length, int dim,
+                                   const std::string& out) {
+  Obj c = base(name);
+  c.set("vocabulary_size", std::to_string(vocabulary));
+  c.set("sequence_length", std::to_string(length)).set("embedding_dim", std::to_string(dim));
+  c.set("embeddings_initializer",
+        R"({"module": "keras.initializers", "class_name": "RandomUniform", "config": )"
+        R"({"seed": null, "minval": -0.05, "maxval": 0.05}, "registered_name": null})");
+  c.set("tie_weights", "true").set("mask_zero", "false");
+  return make("TokenAndPositionEmbedding", c, out, true);
+}
+
+Layer layer_normalization(const std::string& name, const std::string& out) {
+  Obj c = base(name);
+  c.set("axis", "[2]").set("epsilon", "0.001").set("center", "false").set("scale", "true");
+  c.set("rms_scaling", "false").set("beta_initializer", kZeros);
+  c.set("gamma_initializer", R"({"module": "keras.initializers", "class_name": "Ones", )"
+                             R"("config": {}, "registered_name": null})");
+  c.set("beta_regularizer", "null").set("gamma_regularizer", "null");
+  c.set("beta_constraint", "null").set("gamma_constraint", "null");
+  return make("LayerNormalization", c, out, true);
+}
+
+Layer multi_head_attention(const std::string& name, int heads, int key_dim,
+                           const std::string& out) {
+  Obj c = base(name);
+  c.set("num_heads", std::to_string(heads)).set("key_dim", std::to_string(key_dim));
+  c.set("value_dim", std::to_string(key_dim)).set("dropout", "0.0").set("use_bias", "false");
+  c.set("use_gate", "false").set("output_shape", "null").set("attention_axes", "[1]");
+  c.set("sliding_window", "null").set("kernel_initializer", kGlorot);
+  c.set("bias_initializer", kZeros).set("kernel_regularizer", "null");
+  c.set("bias_regularizer", "null").set("activity_regularizer", "null");
+  c.set("kernel_constraint", "null").set("bias_constraint", "null").set("seed", "null");
+  return make("MultiHeadAttention", c, out, true);
+}
+
+Layer dense_no_bias(const std::string& name, int units, const std::string& activation,
+                    const std::string& out) {
+  Layer l = dense(name, units, activation, out);
+  l.config.set("use_bias", "false");
+  return l;
+}
+
+Layer self_attention(Layer layer, const std::string& x) {
+  layer.inputs = {x};
+  layer.more_args = {x};
+  layer.kwargs = R"({"use_causal_mask": true})";
+  return layer;
+}
+
+std::string tensor_of(const Layer& layer) {
+  return tensor(layer);
+}
+
+std::vector<Layer> gpt_layers() {
+  const std::string seq = "[null, 8, 16]";
+  return {token_input("input_layer", 8),
+          on(token_and_position_embedding("token_and_position_embedding", 11, 8, 16, seq),
+             {"input_layer"}),
+          on(layer_normalization("layer_normalization", seq), {"token_and_position_embedding"}),
+          self_attention(multi_head_attention("multi_head_attention", 2, 8, seq),
+                         "layer_normalization"),
+          on(add("add", seq), {"token_and_position_embedding", "multi_head_attention"}),
+          on(layer_normalization("layer_normalization_1", seq), {"add"}),
+          on(dense_no_bias("dense", 32, "gelu", "[null, 8, 32]"), {"layer_normalization_1"}),
+          on(dense_no_bias("dense_1", 16, "linear", seq), {"dense"}),
+          on(add("add_1", seq), {"add", "dense_1"}),
+          on(layer_normalization("layer_normalization_2", seq), {"add_1"}),
+          on(dense_no_bias("dense_2", 11, "linear", "[null, 8, 11]"), {"layer_normalization_2"})};
+}
+
+std::string gpt_fixture() {
+  return functional(gpt_layers(), R"(["input_layer", 0, 0])", R"(["dense_2", 0, 0])");
 }
 
 std::vector<Layer> chain_layers() {

@@ -33,6 +33,11 @@ struct Layer {
   bool build_config = true;         ///< false for classes built when made (pooling, ReLU, ...)
   std::vector<std::string> inputs;  ///< names of the layers it is called on (Functional)
   bool list_call = false;           ///< called on a list (Add): args [[t, t]]
+  /// Layers whose outputs are the call's further positional arguments (MultiHeadAttention's
+  /// value: args [query, value]), and the call's kwargs as JSON.
+  std::vector<std::string> more_args;
+  std::string kwargs = "{}";
+  std::string dtype = "float32";  ///< its output's dtype (an int32 InputLayer's: token ids)
   std::string name() const;
 };
 
@@ -73,6 +78,30 @@ Layer random_translation(const std::string& name, const std::string& height_fact
 Layer conv2d_no_bias(const std::string& name, int filters, const std::string& kernel,
                      const std::string& strides, const std::string& out);
 Layer on(Layer layer, std::vector<std::string> inputs);
+
+/// The sequence layers: an InputLayer of int32 token ids ([null, T]); keras_hub's
+/// TokenAndPositionEmbedding (module keras_hub.src.layers.modeling..., registered_name
+/// "keras_hub>TokenAndPositionEmbedding"); LayerNormalization on the last axis ([2]) without
+/// beta, as GPTs have; MultiHeadAttention without biases as built (attention_axes [1]), to be
+/// called as self-attention (self_attention); Dense without bias. out: "[null, 8, 16]".
+Layer token_input(const std::string& name, int length);
+Layer token_and_position_embedding(const std::string& name, int vocabulary, int length, int dim,
+                                   const std::string& out);
+Layer layer_normalization(const std::string& name, const std::string& out);
+Layer multi_head_attention(const std::string& name, int heads, int key_dim, const std::string& out);
+Layer dense_no_bias(const std::string& name, int units, const std::string& activation,
+                    const std::string& out);
+/// layer called on x as Keras's attention(x, x, use_causal_mask=True) writes it.
+Layer self_attention(Layer layer, const std::string& x);
+/// A KerasTensor of layer's output, as an inbound node holds it.
+std::string tensor_of(const Layer& layer);
+/// A miniature GPT on 8 token ids of 11: TokenAndPositionEmbedding (16), one block of
+/// LayerNormalization, causal MultiHeadAttention (2 heads of 8), Add, LayerNormalization, Dense
+/// (32, gelu), Dense (16), Add; LayerNormalization, Dense (11). Layer names: input_layer,
+/// token_and_position_embedding, layer_normalization, multi_head_attention, add,
+/// layer_normalization_1, dense, dense_1, add_1, layer_normalization_2, dense_2.
+std::vector<Layer> gpt_layers();
+std::string gpt_fixture();  ///< functional(gpt_layers())
 
 /// The model file: Sequential's entries, each built on the one before; or Functional's, each
 /// with its name and one inbound node calling it on its inputs (KerasTensors with their shapes).

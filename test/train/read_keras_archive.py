@@ -8,7 +8,8 @@ as the group's "name" attribute). With --inputs FILE (float32, channels last, sh
 model's input), it also runs the model forward in numpy, channels last as Keras does, from
 config.json and the archive's weights, each layer's found by its "name" attribute: conv,
 batch normalization at inference, add, relu, pooling, flatten, dense. Needs python3-numpy and
-python3-h5py. Usage: read_keras_archive.py MODEL.keras [--inputs FILE]. Exits 1 naming what is
+python3-h5py. With --values, also each dataset's values, flattened, by path. Usage:
+read_keras_archive.py MODEL.keras [--inputs FILE] [--values]. Exits 1 naming what is
 wrong (a bad CRC, a member missing, a layer without weights, a class it cannot run).
 """
 import argparse
@@ -205,6 +206,8 @@ def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("archive")
     parser.add_argument("--inputs")
+    parser.add_argument("--values", action="store_true",
+                        help="also every dataset's values, flattened, by its path")
     args = parser.parse_args()
     try:
         with zipfile.ZipFile(args.archive) as z:
@@ -217,6 +220,10 @@ def main():
             config = json.loads(z.read("config.json"))
             h5 = h5py.File(io.BytesIO(z.read("model.weights.h5")), "r")
         out = {"members": members, "metadata": metadata, "config": config, "h5": h5_tree(h5)}
+        if args.values:
+            out["values"] = {}
+            h5.visititems(lambda path, obj: out["values"].__setitem__(
+                path, np.array(obj).ravel().tolist()) if isinstance(obj, h5py.Dataset) else None)
         if args.inputs:
             shape = graph(config)[2]
             images = np.fromfile(args.inputs, dtype="<f4").reshape([-1] + list(shape[1:]))

@@ -8,7 +8,11 @@
 // model.safetensors (to 1e-4: the kernels' transposes and the features' reordering). A model
 // whose features Keras would order differently is refused before training; a failed write names
 // the file and leaves none, as a failed HDF5 call names its object; dtrain reads the archive back
-// as the same model. Needs python3-numpy and python3-h5py (scripts/setup.sh --tests).
+// as the same model. A miniature GPT's archive nests MultiHeadAttention's and
+// TokenAndPositionEmbedding's sublayers' variables where saving_lib puts them, each the trained
+// tensor. Needs python3-numpy and python3-h5py (scripts/setup.sh --tests).
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <catch2/catch.hpp>
 #include <cmath>
@@ -18,6 +22,7 @@
 #include <memory>
 #include <regex>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/atomic_file.h"
@@ -305,6 +310,128 @@ TEST_CASE("a Keras Functional's model.keras names its layers in Keras's order",
       "group vars name=functional"};
   CHECK(strings(doc.root().at("h5")) == expected);
   check_logits(doc.root(), dtrain_logits(keras_json, run, images()));
+}
+
+TEST_CASE("a Keras GPT's model.keras nests its sublayers' variables as saving_lib does",
+          "[keras][archive]") {
+  if (!h5py_available()) {
+    WARN("skipped: " << testing::kSystemPython
+                     << " lacks numpy or h5py (scripts/setup.sh --tests)");
+    return;
+  }
+  // The miniature GPT with biases in its attention and a beta in its first normalization.
+  std::vector<kf::Layer> layers = kf::gpt_layers();
+  layers[2].config.set("center", "true");
+  layers[3].config.set("use_bias", "true");
+  const std::string keras_json =
+      kf::functional(layers, R"(["input_layer", 0, 0])", R"(["dense_2", 0, 0])");
+  testing::TempDir dir;
+  std::string text;
+  for (int i = 0; i < 400; ++i) text += "abcdefghij\n"[(i * 7 + i / 11) % 11];
+  common::write_file_atomically(dir.path() + "/text.txt", text);
+  common::write_file_atomically(dir.path() + "/model.json", keras_json);
+  common::write_file_atomically(dir.path() + "/job.json", R"({"job": "keras-gpt", "train": {
+      "model": {"keras": "model.json"},
+      "loss": {"type": "sparse_categorical_crossentropy", "from_logits": true},
+      "optimizer": {"type": "adam", "learning_rate": 0.01},
+      "data": {"source": "text", "path": "text.txt"},
+      "per_worker_batch_size": 4, "epochs": 1, "steps_per_epoch": 2, "device": "cpu"}})");
+  testing::ProcessOptions options;
+  options.cwd = dir.path();
+  options.timeout_seconds = 120;
+  auto r = testing::run_process(
+      {testing::binary("dtrain-worker"), "--config", "job.json", "--run-dir", dir.path() + "/run"},
+      options);
+  INFO(r.out << r.err);
+  REQUIRE(r.exit_code == 0);
+  const std::string run = dir.path() + "/run";
+
+  std::vector<std::string> argv = {
+      testing::kSystemPython, std::string(DTRAIN_SOURCE_DIR) + "/test/train/read_keras_archive.py",
+      run + "/model/model.keras", "--values"};
+  auto py = testing::run_process(argv, options);
+  INFO(py.err);
+  REQUIRE(py.exit_code == 0);
+  common::JsonDocument doc = common::JsonDocument::parse(py.out, "read_keras_archive.py");
+  check_members(doc.root(), keras_json);
+  // MultiHeadAttention's EinsumDense projections under the properties saving_lib walks first
+  // (key_dense, output_dense, query_dense, value_dense), its Softmax and Dropout under their
+  // private attributes; TokenAndPositionEmbedding's two tables under their sublayers.
+  const std::string mha = "layers/multi_head_attention/",
+                    tape = "layers/token_and_position_embedding/";
+  std::vector<std::string> expected = {"dataset layers/dense/vars/0 [16,32] <f4",
+                                       "dataset layers/dense_1/vars/0 [32,16] <f4",
+                                       "dataset layers/dense_2/vars/0 [16,11] <f4",
+                                       "dataset layers/layer_normalization/vars/0 [16] <f4",
+                                       "dataset layers/layer_normalization/vars/1 [16] <f4",
+                                       "dataset layers/layer_normalization_1/vars/0 [16] <f4",
+                                       "dataset layers/layer_normalization_2/vars/0 [16] <f4",
+                                       "dataset " + mha + "key_dense/vars/0 [16,2,8] <f4",
+                                       "dataset " + mha + "key_dense/vars/1 [2,8] <f4",
+                                       "dataset " + mha + "output_dense/vars/0 [2,8,16] <f4",
+                                       "dataset " + mha + "output_dense/vars/1 [16] <f4",
+                                       "dataset " + mha + "query_dense/vars/0 [16,2,8] <f4",
+                                       "dataset " + mha + "query_dense/vars/1 [2,8] <f4",
+                                       "dataset " + mha + "value_dense/vars/0 [16,2,8] <f4",
+                                       "dataset " + mha + "value_dense/vars/1 [2,8] <f4",
+                                       "dataset " + tape + "position_embedding/vars/0 [8,16] <f4",
+                                       "dataset " + tape + "token_embedding/vars/0 [11,16] <f4",
+                                       "group layers",
+                                       "group vars name=functional"};
+  for (const char* layer : {"add", "add_1", "dense", "dense_1", "dense_2", "input_layer",
+                            "layer_normalization", "layer_normalization_1", "layer_normalization_2",
+                            "multi_head_attention", "token_and_position_embedding"}) {
+    expected.push_back(fmt::format("group layers/{}", layer));
+    expected.push_back(fmt::format("group layers/{}/vars name={}", layer, layer));
+  }
+  for (const auto& [attribute, name] :
+       std::vector<std::pair<std::string, std::string>>{{"_dropout_layer", "dropout"},
+                                                        {"_softmax", "softmax"},
+                                                        {"key_dense", "key"},
+                                                        {"output_dense", "attention_output"},
+                                                        {"query_dense", "query"},
+                                                        {"value_dense", "value"}}) {
+    expected.push_back("group " + mha + attribute);
+    expected.push_back("group " + mha + attribute + "/vars name=" + name);
+  }
+  for (const char* table : {"position_embedding", "token_embedding"}) {
+    expected.push_back("group " + tape + table);
+    expected.push_back("group " + tape + table + "/vars name=" + table);
+  }
+  std::sort(expected.begin(), expected.end());
+  CHECK(strings(doc.root().at("h5")) == expected);
+  // Each dataset holds the trained tensor of model.safetensors, in the same layout.
+  const std::vector<std::pair<std::string, std::string>> places = {
+      {tape + "token_embedding/vars/0", "token_and_position_embedding.token_embedding.embeddings"},
+      {tape + "position_embedding/vars/0",
+       "token_and_position_embedding.position_embedding.embeddings"},
+      {"layers/layer_normalization/vars/0", "layer_normalization.gamma"},
+      {"layers/layer_normalization/vars/1", "layer_normalization.beta"},
+      {mha + "query_dense/vars/0", "multi_head_attention.query.kernel"},
+      {mha + "query_dense/vars/1", "multi_head_attention.query.bias"},
+      {mha + "key_dense/vars/0", "multi_head_attention.key.kernel"},
+      {mha + "key_dense/vars/1", "multi_head_attention.key.bias"},
+      {mha + "value_dense/vars/0", "multi_head_attention.value.kernel"},
+      {mha + "value_dense/vars/1", "multi_head_attention.value.bias"},
+      {mha + "output_dense/vars/0", "multi_head_attention.attention_output.kernel"},
+      {mha + "output_dense/vars/1", "multi_head_attention.attention_output.bias"},
+      {"layers/layer_normalization_1/vars/0", "layer_normalization_1.gamma"},
+      {"layers/dense/vars/0", "dense.kernel"},
+      {"layers/dense_1/vars/0", "dense_1.kernel"},
+      {"layers/layer_normalization_2/vars/0", "layer_normalization_2.gamma"},
+      {"layers/dense_2/vars/0", "dense_2.kernel"}};
+  train::SafetensorsFile file = train::read_safetensors(run + "/model/model.safetensors");
+  CHECK(file.tensors.size() == places.size());
+  for (const auto& [path, name] : places) {
+    INFO(path << " " << name);
+    const std::vector<float>& want = file.tensors.at(name).data;
+    std::vector<common::JsonNode> got = doc.root().at("values").at(path).as_array();
+    REQUIRE(got.size() == want.size());
+    size_t differ = 0;
+    for (size_t i = 0; i < got.size(); ++i)
+      differ += static_cast<float>(got[i].as_number(-1e30, 1e30)) != want[i];
+    CHECK(differ == 0);
+  }
 }
 
 TEST_CASE("a Keras model whose features Keras orders differently is refused before training",

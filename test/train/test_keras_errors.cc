@@ -3,7 +3,8 @@
 // key: a value dtrain does not compute, a key it does not know, a class it does not have, a
 // custom class, a keras_history naming no layer, a cycle, shapes that do not fit, more than one
 // input or output, a shared layer, an input without fixed sizes, Keras 2's format; and through
-// train.model.keras, with the job file's path in front.
+// train.model.keras, with the job file's path in front. MultiHeadAttention's call arguments
+// beyond causal self-attention; keras_hub's classes from another package.
 #include <catch2/catch.hpp>
 #include <string>
 #include <vector>
@@ -306,4 +307,107 @@ TEST_CASE("train.model.keras reads the file and its mistakes name the job's key"
   common::write_file_atomically(model, kf::sequential_fixture());
   CHECK_THAT(error(job(keras)), StartsWith("job.json: train.loss: from_logits is true but the "
                                            "last layer already applies softmax"));
+}
+
+TEST_CASE("MultiHeadAttention's call is read as causal self-attention, anything else refused",
+          "[keras]") {
+  // gpt_layers()[3] is the attention, called as attention(x, x, use_causal_mask=True) on
+  // layer_normalization; [1] is the token_and_position_embedding, another tensor.
+  const std::vector<kf::Layer> gpt = kf::gpt_layers();
+  auto with = [&](const std::vector<std::string>& more_args, const std::string& kwargs) {
+    std::vector<kf::Layer> layers = gpt;
+    layers[3].more_args = more_args;
+    layers[3].kwargs = kwargs;
+    return kf::functional(layers, R"(["input_layer", 0, 0])", R"(["dense_2", 0, 0])");
+  };
+  const std::string x = "layer_normalization", other = "token_and_position_embedding";
+  const std::string other_tensor = kf::tensor_of(gpt[1]), x_tensor = kf::tensor_of(gpt[2]);
+  const std::string label =
+      "model.json: layer \"multi_head_attention\" (MultiHeadAttention): inbound_nodes[0].";
+  // Self-attention in every spelling Keras writes: key the same tensor, positional or keyword;
+  // the other arguments at their defaults.
+  for (const std::string& json :
+       {with({x, x}, R"({"use_causal_mask": true})"),
+        with({x}, R"({"key": )" + x_tensor + R"(, "use_causal_mask": true})"),
+        with({}, R"({"value": )" + x_tensor + R"(, "use_causal_mask": true})"),
+        with({x}, R"({"attention_mask": null, "return_attention_scores": false, )"
+                  R"("training": null, "use_causal_mask": true})")}) {
+    INFO(json);
+    CHECK(error_of(json) == "accepted");
+  }
+  CHECK(train::translate_keras_model(with({x}, "{}"), "m")
+            .model_json.find(
+                R"("name":"multi_head_attention","type":"multi_head_attention","inputs":)"
+                R"(["layer_normalization"],"num_heads":2,"key_dim":8,"value_dim":8,"dropout":0.0,)"
+                R"("use_bias":false})") != std::string::npos);
+  // Cross-attention: value or key from another tensor.
+  CHECK_THAT(error_of(with({other}, "{}")),
+             StartsWith(label + "args[1]: value: the output of \"token_and_position_embedding\" "
+                                "is not supported (dtrain's MultiHeadAttention is self-attention: "
+                                "its value is the tensor it is called on, "
+                                "\"layer_normalization\")"));
+  CHECK_THAT(error_of(with({x, other}, "{}")),
+             StartsWith(label + "args[2]: key: the output of \"token_and_position_embedding\""));
+  CHECK_THAT(error_of(with({x}, R"({"key": )" + other_tensor + "}")),
+             StartsWith(label + "kwargs.key: key: the output of \"token_and_position_embedding\""));
+  // Other arguments at values dtrain does not compute.
+  CHECK_THAT(error_of(with({x}, R"({"attention_mask": )" + other_tensor + "}")),
+             StartsWith(label + "kwargs.attention_mask: an object is not supported (dtrain "
+                                "supports only null)"));
+  CHECK_THAT(error_of(with({x}, R"({"return_attention_scores": true})")),
+             StartsWith(label + "kwargs.return_attention_scores: true is not supported (dtrain "
+                                "supports only false)"));
+  CHECK_THAT(error_of(with({x}, R"({"training": true})")),
+             StartsWith(label + "kwargs.training: true is not supported (dtrain supports only "
+                                "null)"));
+  CHECK_THAT(error_of(with({x}, R"({"use_causal_mask": "yes"})")),
+             StartsWith(label + "kwargs.use_causal_mask: \"yes\" is not supported (true or "
+                                "false)"));
+  CHECK_THAT(error_of(replaced(with({x}, R"({"marker": 1})"), R"(], "kwargs": {"marker": 1})",
+                               ", null, null, null, null, null, false, null, false, null], "
+                               R"("kwargs": {})")),
+             StartsWith(label + "args[10]: MultiHeadAttention's call takes at most 10 "
+                                "arguments"));
+  CHECK_THAT(error_of(with({x}, R"({"scores": null})")),
+             StartsWith(label + "kwargs.scores: not an argument of MultiHeadAttention's call "
+                                "that dtrain knows (it knows: value, key, query_mask, "
+                                "value_mask, key_mask, attention_mask, return_attention_scores, "
+                                "training, use_causal_mask)"));
+  CHECK_THAT(error_of(with({x}, R"({"value": )" + x_tensor + "}")),
+             StartsWith(label + "kwargs.value: given also as a positional argument"));
+  // Attention over another axis.
+  std::vector<kf::Layer> layers = gpt;
+  layers[3].config.set("attention_axes", "[2]");
+  CHECK_THAT(error_of(kf::functional(layers, R"(["input_layer", 0, 0])", R"(["dense_2", 0, 0])")),
+             StartsWith("model.json: layer \"multi_head_attention\" (MultiHeadAttention): "
+                        "attention_axes: [2] is not supported (dtrain attends over the "
+                        "sequence's axis: null or [1])"));
+}
+
+TEST_CASE("keras_hub's classes are read as keras_hub's, a custom module stays refused", "[keras]") {
+  const std::string gpt = kf::gpt_fixture();
+  const std::string hub_module =
+      R"("module": "keras_hub.src.layers.modeling.token_and_position_embedding")";
+  CHECK(error_of(gpt) == "accepted");
+  CHECK(error_of(replaced(gpt, hub_module, R"("module": "keras_hub.layers")")) == "accepted");
+  const std::string label =
+      "model.json: layer \"token_and_position_embedding\" (TokenAndPositionEmbedding): ";
+  CHECK_THAT(error_of(replaced(gpt, hub_module, R"("module": "my_layers")")),
+             StartsWith(label + "module: \"my_layers\" is not Keras's own: "
+                                "TokenAndPositionEmbedding is a custom class"));
+  CHECK_THAT(error_of(replaced(gpt, R"("registered_name": "keras_hub>TokenAndPositionEmbedding")",
+                               R"("registered_name": "mine>TokenAndPositionEmbedding")")),
+             StartsWith(label + "registered_name: \"mine>TokenAndPositionEmbedding\" is a "
+                                "registered custom class"));
+  CHECK_THAT(
+      error_of(replaced(replaced(gpt, hub_module, R"("module": "keras.layers")"),
+                        R"("registered_name": "keras_hub>TokenAndPositionEmbedding")",
+                        R"("registered_name": null)")),
+      StartsWith(label + "module: keras's TokenAndPositionEmbedding is not a class dtrain reads "
+                         "(it reads keras_hub's)"));
+  // Keras's own classes are not keras_hub's.
+  CHECK_THAT(error_of(replaced(gpt, R"("module": "keras.layers", "class_name": "Add")",
+                               R"("module": "keras_hub.layers", "class_name": "Add")")),
+             StartsWith("model.json: layer \"add\" (Add): module: keras_hub's Add is not a class "
+                        "dtrain reads (it reads keras's)"));
 }

@@ -51,6 +51,7 @@ std::unique_ptr<LayerConfig> parse_layer_normalization(const common::JsonNode& n
 std::vector<KerasKeySpec> keras_keys_layer_normalization();
 std::unique_ptr<LayerConfig> parse_multi_head_attention(const common::JsonNode& node);
 std::vector<KerasKeySpec> keras_keys_multi_head_attention();
+std::vector<KerasArgSpec> keras_call_multi_head_attention();
 std::unique_ptr<LayerConfig> parse_position_embedding(const common::JsonNode& node);
 std::vector<KerasKeySpec> keras_keys_position_embedding();
 std::unique_ptr<LayerConfig> parse_token_and_position_embedding(const common::JsonNode& node);
@@ -90,12 +91,13 @@ constexpr LayerKind kKinds[] = {
     {"layer_normalization", "LayerNormalization", layers::parse_layer_normalization,
      layers::keras_keys_layer_normalization, false},
     {"multi_head_attention", "MultiHeadAttention", layers::parse_multi_head_attention,
-     layers::keras_keys_multi_head_attention, false},
+     layers::keras_keys_multi_head_attention, false, "keras",
+     layers::keras_call_multi_head_attention},
     {"position_embedding", "PositionEmbedding", layers::parse_position_embedding,
-     layers::keras_keys_position_embedding, false},
+     layers::keras_keys_position_embedding, false, "keras_hub"},
     {"token_and_position_embedding", "TokenAndPositionEmbedding",
      layers::parse_token_and_position_embedding, layers::keras_keys_token_and_position_embedding,
-     false},
+     false, "keras_hub"},
 };
 
 }  // namespace

@@ -37,12 +37,31 @@ enum class KerasKey {
   /// a regularizer: passed on when not null (the kind's parse checks it), so a file without
   /// one translates as it did before dtrain read them
   kRegularizer,
+  /// only null or [1]: MultiHeadAttention's attention_axes, which Keras writes as the sequence's
+  /// axis once the layer is built
+  kSequenceAxis,
 };
 
 /// One Keras config key of a kind and how it is taken.
 struct KerasKeySpec {
   const char* key;  ///< Keras's name: "dilation_rate"
   KerasKey how;
+};
+
+/// How an argument of a Keras layer's call besides its inputs (the first) is taken when a
+/// Functional's inbound node ({"args": [...], "kwargs": {...}}) is read. One a kind does not
+/// list, or at a value its KerasArg does not allow, is refused there naming it.
+enum class KerasArg {
+  kSameTensor,  ///< a tensor, only the one the layer is called on (self-attention's value, key)
+  kNull,        ///< only null (masks, training)
+  kFalse,       ///< only false (return_attention_scores)
+  kFlag,        ///< true or false, passed under its own name to the kind's parse
+};
+
+/// One argument of a kind's Keras call and how it is taken.
+struct KerasArgSpec {
+  const char* name;  ///< the call's parameter: "use_causal_mask"
+  KerasArg how;
 };
 
 struct LayerKind {
@@ -56,6 +75,12 @@ struct LayerKind {
   /// True once its operations' parity with the reference passed on a GPU: a GPU job with a
   /// kind that has not is refused (exit 2) rather than run untested.
   bool gpu_tested;
+  /// Whose class keras_class is: "keras", or "keras_hub" (a file names it by the module
+  /// keras_hub.<...> and the registered_name "keras_hub>Class").
+  const char* keras_package = "keras";
+  /// The arguments of keras_class's call after its inputs, in the call's order (a positional
+  /// argument takes the next one). Null: the inputs only, with mask and training null.
+  std::vector<KerasArgSpec> (*keras_call)() = nullptr;
 };
 
 /// The kind of this type name, or null.

@@ -6,7 +6,10 @@
 // ops/function.py (map_graph: a Functional's layers, its InputLayer among them, by depth from
 // the output, ties in the order a depth-first walk from the output first meets them), and each
 // layer's build() (Conv2D kernel [kh, kw, in, out] then bias, Dense kernel [in, out] then bias,
-// BatchNormalization gamma, beta, moving_mean, moving_variance, those it has).
+// BatchNormalization gamma, beta, moving_mean, moving_variance, LayerNormalization gamma, beta,
+// those it has; Embedding's embeddings). Layers made of sublayers (MultiHeadAttention's
+// EinsumDense projections, keras_hub's TokenAndPositionEmbedding's two tables): saving_lib's
+// _walk_saveable, each sublayer under the attribute it meets first (var_groups below).
 #include "worker/train/keras_archive.h"
 
 #include <fmt/format.h>
@@ -59,7 +62,8 @@ bool keeps_keras_order(const std::string& type) {
 // Kinds applied feature by feature (a number per layer, or per feature as its weights): the
 // flat order passes through them.
 bool is_elementwise(const std::string& type) {
-  return is_one_of(type, {"dropout", "relu", "activation", "batch_normalization", "rescaling"});
+  return is_one_of(type, {"dropout", "relu", "activation", "batch_normalization", "rescaling",
+                          "layer_normalization"});
 }
 
 std::string keras_class(const nn::NodeSpec& node) {
@@ -230,10 +234,17 @@ struct Variable {
   std::vector<float> values;
 };
 
+// Kinds whose tensors dtrain keeps in Keras's shape and order already.
+bool keeps_keras_weights(const std::string& type) {
+  return is_one_of(type, {"embedding", "position_embedding", "token_and_position_embedding",
+                          "multi_head_attention"});
+}
+
 Variable convert(const KerasLayer& layer, const TensorView& t, const std::string& what,
                  const FeatureOrder& order) {
   const std::string& type = layer.node->type;
   Variable v{t.shape, std::vector<float>(t.data, t.data + t.count)};
+  const bool per_feature = type == "batch_normalization" || type == "layer_normalization";
   if (type == "conv2d" && what == "kernel") {  // [out, in, kh, kw] -> [kh, kw, in, out]
     DT_ENFORCE_EQ(t.shape.size(), size_t{4}, "{}", t.name);
     const int64_t o = t.shape[0], c = t.shape[1], kh = t.shape[2], kw = t.shape[3];
@@ -249,10 +260,10 @@ Variable convert(const KerasLayer& layer, const TensorView& t, const std::string
     const size_t units = static_cast<size_t>(t.shape[1]);
     for (size_t k = 0; k < order->size(); ++k)
       std::copy_n(t.data + (*order)[k] * units, units, v.values.begin() + k * units);
-  } else if (type == "batch_normalization" && order) {  // per feature, in Keras's order
+  } else if (per_feature && order) {  // per feature, in Keras's order
     DT_ENFORCE(t.count == order->size(), "{}", t.name);
     for (size_t k = 0; k < order->size(); ++k) v.values[k] = t.data[(*order)[k]];
-  } else if (type != "conv2d" && type != "dense" && type != "batch_normalization") {
+  } else if (type != "conv2d" && type != "dense" && !per_feature && !keeps_keras_weights(type)) {
     throw common::ConfigError(
         fmt::format("layer \"{}\" ({}): dtrain does not know Keras's layout of its weights",
                     layer.name, layer.class_name));
@@ -261,16 +272,66 @@ Variable convert(const KerasLayer& layer, const TensorView& t, const std::string
 }
 
 // A layer's tensors among weights (its parameters then its state: Keras's trainable then
-// non-trainable order), each with its name relative to the layer.
+// non-trainable order), each with its name relative to the layer ("kernel", "query.kernel"):
+// those whose longest matching prefix is the layer's (a layer "a" does not take "a.b.kernel"
+// of a layer "a.b").
 std::vector<std::pair<const TensorView*, std::string>> tensors_of(
-    const nn::NodeSpec& node, const std::vector<TensorView>& weights) {
+    const nn::ModelSpec& spec, size_t index, const std::vector<TensorView>& weights) {
+  const std::string& prefix = spec.nodes[index].param_prefix;
   std::vector<std::pair<const TensorView*, std::string>> found;
   for (const TensorView& t : weights) {
-    if (t.name.compare(0, node.param_prefix.size(), node.param_prefix) != 0) continue;
-    std::string rest = t.name.substr(node.param_prefix.size());
-    if (rest.find('.') == std::string::npos) found.emplace_back(&t, std::move(rest));
+    if (t.name.compare(0, prefix.size(), prefix) != 0) continue;
+    const bool longer = std::any_of(spec.nodes.begin(), spec.nodes.end(), [&](const auto& n) {
+      return n.param_prefix.size() > prefix.size() &&
+             t.name.compare(0, n.param_prefix.size(), n.param_prefix) == 0;
+    });
+    if (!longer) found.emplace_back(&t, t.name.substr(prefix.size()));
   }
   return found;
+}
+
+// One HDF5 group of a layer's variables, below layers/<group>: the path saving_lib's walk
+// reaches it by ("" the layer's own; a sublayer's attribute), its "name" attribute, and the
+// layer's tensors it holds (names relative to the layer) in Keras's order: those the layer
+// lacks (a bias without use_bias) are left out.
+struct VarGroup {
+  std::string path, name;
+  std::vector<std::string> vars;
+};
+
+// Where Keras's saving_lib puts a layer's variables. A layer with sublayers has an empty group
+// of its own and one per sublayer, under the attribute _walk_saveable meets it by first (public
+// attributes sorted, then private ones): MultiHeadAttention's EinsumDense projections (query,
+// key, value, attention_output, each kernel then bias) under their properties, its Softmax and
+// Dropout (no variables; auto-named, as the k-th of the model's attention layers builds them);
+// TokenAndPositionEmbedding's token_embedding (a ReversibleEmbedding with tied weights) and
+// position_embedding. Other kinds: their own group, their tensors in order. k: how many layers
+// of this one's class come before it in model.layers.
+std::vector<VarGroup> var_groups(const KerasLayer& layer, int k,
+                                 const std::vector<std::pair<const TensorView*, std::string>>& ts) {
+  const std::string& type = layer.node->type;
+  const std::string nth = k > 0 ? fmt::format("_{}", k) : "";
+  if (type == "multi_head_attention") {
+    auto projection = [](const char* attribute, const char* name) {
+      return VarGroup{
+          attribute, name, {std::string(name) + ".kernel", std::string(name) + ".bias"}};
+    };
+    return {{"", layer.name, {}},
+            projection("key_dense", "key"),
+            projection("output_dense", "attention_output"),
+            projection("query_dense", "query"),
+            projection("value_dense", "value"),
+            {"_dropout_layer", "dropout" + nth, {}},
+            {"_softmax", "softmax" + nth, {}}};
+  }
+  if (type == "token_and_position_embedding") {
+    return {{"", layer.name, {}},
+            {"position_embedding", "position_embedding", {"position_embedding.embeddings"}},
+            {"token_embedding", "token_embedding", {"token_embedding.embeddings"}}};
+  }
+  VarGroup own{"", layer.name, {}};
+  for (const auto& [tensor, what] : ts) own.vars.push_back(what);
+  return {own};
 }
 
 std::string weights_file(const std::string& label, const KerasView& view, const nn::ModelSpec& spec,
@@ -283,18 +344,35 @@ std::string weights_file(const std::string& label, const KerasView& view, const 
   for (const KerasLayer& layer : view.layers) {
     std::string group = snake_case(layer.class_name);
     auto [it, fresh] = used.emplace(group, 0);
-    if (!fresh) group += fmt::format("_{}", ++it->second);
-    group = "layers/" + group + "/vars";
-    h5.add_group(group);
+    const int k = fresh ? 0 : ++it->second;
+    if (k > 0) group += fmt::format("_{}", k);
+    group = "layers/" + group;
     const bool auto_name = !layer.node || layer.name.rfind("layers.", 0) == 0;
-    h5.set_attribute(group, "name",
-                     layer.node && auto_name ? group.substr(7, group.size() - 12) : layer.name);
-    if (!layer.node) continue;
-    int k = 0;
-    for (const auto& [tensor, what] : tensors_of(*layer.node, weights)) {
-      Variable v = convert(layer, *tensor, what, orders[layer.index]);
-      h5.add_dataset(fmt::format("{}/{}", group, k++), v.shape, v.values.data());
+    if (!layer.node) {
+      h5.add_group(group + "/vars");
+      h5.set_attribute(group + "/vars", "name", layer.name);
+      continue;
     }
+    KerasLayer named = layer;
+    if (auto_name) named.name = group.substr(7);
+    const auto ts = tensors_of(spec, layer.index, weights);
+    size_t written = 0;
+    for (const VarGroup& g : var_groups(named, k, ts)) {
+      const std::string vars = group + (g.path.empty() ? "" : "/" + g.path) + "/vars";
+      h5.add_group(vars);
+      h5.set_attribute(vars, "name", g.name);
+      int i = 0;
+      for (const std::string& what : g.vars) {
+        auto t =
+            std::find_if(ts.begin(), ts.end(), [&](const auto& p) { return p.second == what; });
+        if (t == ts.end()) continue;
+        Variable v = convert(named, *t->first, what, orders[layer.index]);
+        h5.add_dataset(fmt::format("{}/{}", vars, i++), v.shape, v.values.data());
+        ++written;
+      }
+    }
+    DT_ENFORCE_EQ(written, ts.size(), "layer {}: tensors without a place in Keras's layout",
+                  layer.name);
   }
   return h5.finish();
 }

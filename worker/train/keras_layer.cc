@@ -114,6 +114,10 @@ bool take(const common::JsonNode& value, KerasKey how) {
     case KerasKey::kUnusedNumber:
       value.as_number(-1e300, 1e300);
       return false;
+    case KerasKey::kSequenceAxis:
+      if (!value.is_null() && !written_as(value, {"[1]", "1"}))
+        refuse(value, "dtrain attends over the sequence's axis: null or [1]");
+      return false;
   }
   return false;
 }
@@ -124,7 +128,8 @@ std::string check_keras_class(const common::JsonNode& envelope) {
   std::string class_name = envelope.at("class_name").as_nonempty_string();
   if (auto module = envelope.find("module")) {
     std::string name = module->as_string();
-    if (name != "keras" && name.rfind("keras.", 0) != 0) {
+    if (name != "keras" && name.rfind("keras.", 0) != 0 && name != "keras_hub" &&
+        name.rfind("keras_hub.", 0) != 0) {
       module->fail(
           fmt::format("\"{}\" is not Keras's own: {} is a custom class, which dtrain "
                       "does not read",
@@ -133,12 +138,23 @@ std::string check_keras_class(const common::JsonNode& envelope) {
   }
   if (auto registered = envelope.find("registered_name"); registered && !registered->is_null()) {
     std::string name = registered->as_string();
-    if (name != class_name) {
+    if (name != class_name && name != "keras_hub>" + class_name) {
       registered->fail(
           fmt::format("\"{}\" is a registered custom class, which dtrain does not read", name));
     }
   }
   return class_name;
+}
+
+std::string keras_package(const common::JsonNode& envelope) {
+  auto module = envelope.find("module");
+  auto registered = envelope.find("registered_name");
+  const std::string from_module = module && module->is_string() ? module->as_string() : "";
+  const std::string from_registry =
+      registered && registered->is_string() ? registered->as_string() : "";
+  if (from_module.rfind("keras_hub", 0) == 0 || from_registry.rfind("keras_hub>", 0) == 0)
+    return "keras_hub";
+  return from_module.empty() ? "" : "keras";
 }
 
 void check_dtype(const common::JsonNode& value) {

@@ -14,9 +14,16 @@
 
 namespace dtrain::train::keras {
 
-/// Keras's own class: module "keras" or "keras.<...>", registered_name null or the class name
-/// (a registered custom class is refused). Returns class_name. Other keys are the caller's.
+/// Keras's own class, or keras_hub's: module "keras", "keras.<...>", "keras_hub" or
+/// "keras_hub.<...>", registered_name null, the class name or "keras_hub>" and the class name
+/// (any other registered custom class is refused). Returns class_name. Other keys are the
+/// caller's.
 std::string check_keras_class(const common::JsonNode& envelope);
+
+/// Whose class a checked envelope names (nn::LayerKind::keras_package): "keras_hub" when its
+/// module or registered_name is keras_hub's, "keras" when its module is Keras's, "" when it
+/// says neither (no module: a hand-written file).
+std::string keras_package(const common::JsonNode& envelope);
 
 /// A dtype (Layer's, a model's or a tensor's) that is float32: "float32", null, or a DTypePolicy
 /// (or FloatDTypePolicy) object named float32. Anything else is refused (mixed precision is

@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <map>
 #include <optional>
+#include <utility>
 #include <vector>
 
 #include "common/errors.h"
@@ -93,6 +94,12 @@ Entry read_entry(const JsonNode& node, size_t index, bool functional) {
       node.fail(fmt::format("the class {} is not supported (dtrain reads InputLayer, {})",
                             class_name, nn::keras_class_list()));
     }
+    if (const std::string package = keras::keras_package(node);
+        !package.empty() && package != e.kind->keras_package) {
+      node.at(node.find("module") ? "module" : "registered_name")
+          .fail(fmt::format("{}'s {} is not a class dtrain reads (it reads {}'s)", package,
+                            class_name, e.kind->keras_package));
+    }
   });
   return e;
 }
@@ -129,7 +136,9 @@ struct Graph {
   std::string input_where;                       ///< where it was given, for messages
   std::vector<const Entry*> layers;              ///< in the file's order, the input left out
   std::vector<std::vector<std::string>> inputs;  ///< by layer: empty in a chain
-  std::string output;                            ///< "" in a chain (the last layer)
+  /// by layer: arguments of its call passed to its kind's parse (name, JSON); empty in a chain
+  std::vector<std::vector<std::pair<std::string, std::string>>> call_keys;
+  std::string output;  ///< "" in a chain (the last layer)
 };
 
 Graph read_sequential(const JsonNode& config, const std::vector<Entry>& entries) {
@@ -141,6 +150,7 @@ Graph read_sequential(const JsonNode& config, const std::vector<Entry>& entries)
     if (e.kind) {
       g.layers.push_back(&e);
       g.inputs.emplace_back();
+      g.call_keys.emplace_back();
     } else if (i > 0) {
       within(e, [&] { e.node.fail("an InputLayer may only come first"); });
     } else {
@@ -222,8 +232,70 @@ std::string tensor_layer(const JsonNode& tensor, bool* ids) {
   return history_layer(config.at("keras_history"));
 }
 
-// The layers a Functional's layer is called on (its one inbound node), by Keras's names.
-std::vector<JsonNode> call_inputs(const Entry& e) {
+// What a Functional's layer is called on (its one inbound node) and with what.
+struct Call {
+  std::vector<JsonNode> inputs;  ///< the tensors of its first argument
+  /// Arguments that must be the first input's tensor (KerasArg::kSameTensor), with their names.
+  std::vector<std::pair<JsonNode, std::string>> same_tensors;
+  /// Arguments passed to the kind's parse (KerasArg::kFlag): name and JSON value.
+  std::vector<std::pair<std::string, std::string>> keys;
+};
+
+// One argument of the call after its inputs, as spec says it is taken. A positional one's path
+// ends in args[i], so its message names the argument; a keyword's path does.
+void take_argument(const JsonNode& value, const nn::KerasArgSpec& spec, bool positional,
+                   Call& call) {
+  const std::string named = positional ? fmt::format("{}: ", spec.name) : "";
+  const std::string shown = value.is_object() || value.is_array() ? value.describe() : value.dump();
+  switch (spec.how) {
+    case nn::KerasArg::kSameTensor:
+      if (!value.is_null()) call.same_tensors.emplace_back(value, spec.name);
+      return;
+    case nn::KerasArg::kNull:
+      if (!value.is_null())
+        value.fail(fmt::format("{}{} is not supported (dtrain supports only null)", named, shown));
+      return;
+    case nn::KerasArg::kFalse:
+      if (value.dump() != "false")
+        value.fail(fmt::format("{}{} is not supported (dtrain supports only false)", named, shown));
+      return;
+    case nn::KerasArg::kFlag:
+      if (value.dump() != "true" && value.dump() != "false")
+        value.fail(fmt::format("{}{} is not supported (true or false)", named, shown));
+      call.keys.emplace_back(spec.name, value.dump());
+      return;
+  }
+}
+
+// The arguments after the inputs of a kind that lists them (nn::LayerKind::keras_call).
+void read_arguments(const std::vector<JsonNode>& args, const std::optional<JsonNode>& kwargs,
+                    const nn::LayerKind& kind, Call& call) {
+  const std::vector<nn::KerasArgSpec> specs = kind.keras_call();
+  for (size_t i = 1; i < args.size(); ++i) {
+    if (i > specs.size()) {
+      args[i].fail(
+          fmt::format("{}'s call takes at most {} arguments", kind.keras_class, specs.size() + 1));
+    }
+    take_argument(args[i], specs[i - 1], true, call);
+  }
+  if (!kwargs) return;
+  for (const auto& [key, value] : kwargs->as_object()) {
+    auto it = std::find_if(specs.begin(), specs.end(),
+                           [&](const nn::KerasArgSpec& a) { return key == a.name; });
+    if (it == specs.end()) {
+      std::string known;
+      for (const nn::KerasArgSpec& a : specs)
+        known += fmt::format("{}{}", known.empty() ? "" : ", ", a.name);
+      value.fail(fmt::format("not an argument of {}'s call that dtrain knows (it knows: {})",
+                             kind.keras_class, known));
+    }
+    if (std::distance(specs.begin(), it) + 1 < static_cast<std::ptrdiff_t>(args.size()))
+      value.fail("given also as a positional argument");
+    take_argument(value, *it, false, call);
+  }
+}
+
+Call read_call(const Entry& e) {
   JsonNode nodes_node = e.node.at("inbound_nodes");
   std::vector<JsonNode> nodes = nodes_node.as_array();
   if (nodes.empty()) nodes_node.fail("the layer is never called (dtrain's layers are called once)");
@@ -233,22 +305,31 @@ std::vector<JsonNode> call_inputs(const Entry& e) {
                     "supported (dtrain's layers are called once)",
                     nodes.size()));
   }
-  const JsonNode& call = nodes[0];
-  if (call.is_array()) call.fail("this is Keras 2's form of a call; dtrain reads Keras 3's files");
-  call.check_keys({"args", "kwargs"});
-  if (auto kwargs = call.find("kwargs")) {
-    for (const auto& [key, value] : kwargs->as_object()) {
-      if ((key == "mask" || key == "training") && value.is_null()) continue;
-      value.fail(fmt::format("{} is not supported (dtrain passes only the inputs)", value.dump()));
+  const JsonNode& node = nodes[0];
+  if (node.is_array()) node.fail("this is Keras 2's form of a call; dtrain reads Keras 3's files");
+  node.check_keys({"args", "kwargs"});
+  JsonNode args_node = node.at("args");
+  std::vector<JsonNode> args = args_node.as_array();
+  std::optional<JsonNode> kwargs = node.find("kwargs");
+  Call call;
+  if (e.kind->keras_call) {
+    if (args.empty()) args_node.fail("expected the layer's inputs as its first argument");
+    read_arguments(args, kwargs, *e.kind, call);
+  } else {
+    if (kwargs) {
+      for (const auto& [key, value] : kwargs->as_object()) {
+        if ((key == "mask" || key == "training") && value.is_null()) continue;
+        value.fail(
+            fmt::format("{} is not supported (dtrain passes only the inputs)", value.dump()));
+      }
+    }
+    if (args.size() != 1) {
+      args_node.fail(fmt::format("expected one argument (a tensor, or a list of tensors), found {}",
+                                 args.size()));
     }
   }
-  JsonNode args_node = call.at("args");
-  std::vector<JsonNode> args = args_node.as_array();
-  if (args.size() != 1) {
-    args_node.fail(fmt::format("expected one argument (a tensor, or a list of tensors), found {}",
-                               args.size()));
-  }
-  return args[0].is_array() ? args[0].as_array() : std::vector<JsonNode>{args[0]};
+  call.inputs = args[0].is_array() ? args[0].as_array() : std::vector<JsonNode>{args[0]};
+  return call;
 }
 
 Graph read_functional(const JsonNode& config, const std::vector<Entry>& entries) {
@@ -285,8 +366,9 @@ Graph read_functional(const JsonNode& config, const std::vector<Entry>& entries)
         g.input_where = e.label + ": batch_shape";
         return;
       }
-      std::vector<std::string> names;
-      for (const JsonNode& tensor : call_inputs(e)) {
+      const Call call = read_call(e);
+      std::vector<std::string> names, keras_names;
+      for (const JsonNode& tensor : call.inputs) {
         bool ids = false;
         std::string name = tensor_layer(tensor, &ids);
         auto from = by_name.find(name);
@@ -297,9 +379,22 @@ Graph read_functional(const JsonNode& config, const std::vector<Entry>& entries)
           tensor.at("config").at("dtype").fail(
               "an integer tensor is not supported here (only the model's input holds token ids)");
         names.push_back(from->second->kind ? name : kInputName);
+        keras_names.push_back(name);
+      }
+      for (const auto& [tensor, argument] : call.same_tensors) {
+        bool ids = false;
+        const std::string name = tensor_layer(tensor, &ids);
+        if (keras_names.size() != 1 || name != keras_names[0]) {
+          tensor.fail(fmt::format(
+              "{}: the output of \"{}\" is not supported (dtrain's {} is self-attention: its "
+              "{} is the tensor it is called on, \"{}\")",
+              argument, name, e.kind->keras_class, argument,
+              keras_names.empty() ? "" : keras_names[0]));
+        }
       }
       g.layers.push_back(&e);
       g.inputs.push_back(std::move(names));
+      g.call_keys.push_back(call.keys);
     });
   }
   return g;
@@ -323,6 +418,7 @@ std::string write_graph(const Graph& g) {
         w.end_array();
       }
       keras::write_layer_keys(e.config, *e.kind, w);
+      for (const auto& [key, json] : g.call_keys[i]) w.key(key).raw(json);
       w.end_object();
     });
   }

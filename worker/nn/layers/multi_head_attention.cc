@@ -246,11 +246,27 @@ std::vector<KerasKeySpec> keras_keys_multi_head_attention() {
   return {{"num_heads", KerasKey::kRead},         {"key_dim", KerasKey::kRead},
           {"value_dim", KerasKey::kRead},         {"dropout", KerasKey::kRead},
           {"use_bias", KerasKey::kRead},          {"use_gate", KerasKey::kFalse},
-          {"output_shape", KerasKey::kNull},      {"attention_axes", KerasKey::kNull},
+          {"output_shape", KerasKey::kNull},      {"attention_axes", KerasKey::kSequenceAxis},
           {"sliding_window", KerasKey::kNull},    {"kernel_initializer", KerasKey::kGlorotUniform},
           {"bias_initializer", KerasKey::kZeros}, {"kernel_regularizer", KerasKey::kNull},
           {"bias_regularizer", KerasKey::kNull},  {"kernel_constraint", KerasKey::kNull},
           {"bias_constraint", KerasKey::kNull},   {"seed", KerasKey::kSeed}};
+}
+
+// MultiHeadAttention.call(query, value, key=None, query_mask=None, value_mask=None,
+// key_mask=None, attention_mask=None, return_attention_scores=False, training=None,
+// use_causal_mask=False), after its query: self-attention only (value and key the query's
+// tensor), no masks but the causal one, which the parse reads as use_causal_mask.
+std::vector<KerasArgSpec> keras_call_multi_head_attention() {
+  return {{"value", KerasArg::kSameTensor},
+          {"key", KerasArg::kSameTensor},
+          {"query_mask", KerasArg::kNull},
+          {"value_mask", KerasArg::kNull},
+          {"key_mask", KerasArg::kNull},
+          {"attention_mask", KerasArg::kNull},
+          {"return_attention_scores", KerasArg::kFalse},
+          {"training", KerasArg::kNull},
+          {"use_causal_mask", KerasArg::kFlag}};
 }
 
 }  // namespace dtrain::nn::layers
