@@ -106,7 +106,11 @@ TEST_CASE("a 2-D input_shape is [h, w, 1], and the recorded architecture says so
   CHECK(two.model.channels == 1);
   CHECK_THAT(two.model_json, Contains(R"("input_shape":[6,6,1])"));
   CHECK(three.model_json.find(R"("input_shape":[6,6,1])") != std::string::npos);
-  CHECK_THROWS_WITH(parse(train_json(R"("sgd")", "", "[6]")), Contains("train.model.input_shape"));
+  // [6] is a sequence of six token ids: the conv2d that follows refuses it, naming itself.
+  CHECK_THROWS_WITH(parse(train_json(R"("sgd")", "", "[6]")),
+                    Contains("conv2d") && Contains("sequence"));
+  CHECK_THROWS_WITH(parse(train_json(R"("sgd")", "", "[6, 6, 1, 1]")),
+                    Contains("train.model.input_shape"));
 }
 
 TEST_CASE("a chain's layers keep their order and names; train.device parses into an enum") {
