@@ -1,13 +1,16 @@
 #!/usr/bin/env python3
 """Loads the final model of a dtrain run into PyTorch and evaluates it on the test split.
 
-    load_dtrain_model.py RUN_DIR [--data DIR] [--json]
+    load_dtrain_model.py RUN_DIR [--data DIR] [--text FILE] [--validation-split F] [--json]
 
 Reads RUN_DIR/model/model.json (the job's `train.model`) and RUN_DIR/model/model.safetensors
 (parsed here with struct, json and numpy: Debian has no `safetensors` package), builds the same
 architecture (a torch.nn.Sequential for a chain of layers, a GraphModel for a graph: named
 inputs, residual adds, fan-out, layers listed in any order), and evaluates it on the whole IDX
-test split, with pixels scaled as dtrain scales them (byte / 255). Tensor layouts and their
+test split, with pixels scaled as dtrain scales them (byte / 255); a language model
+(input_shape [T]: token_and_position_embedding, layer_normalization, multi_head_attention,
+dense on each position) on every non-overlapping window of its text's validation split, as
+dtrain's val_loss (docs/language-models.md). Tensor layouts and their
 Keras mapping are in docs/model-format.md. It does not train, and does not read checkpoints'
 optimizer slots. A missing or damaged file, a layer it does not know, or a graph dtrain would
 refuse (a cycle, an input that names no layer) ends it with exit code 2.
