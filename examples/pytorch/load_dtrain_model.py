@@ -1,13 +1,16 @@
 #!/usr/bin/env python3
 """Loads the final model of a dtrain run into PyTorch and evaluates it on the test split.
 
-    load_dtrain_model.py RUN_DIR [--data DIR] [--json]
+    load_dtrain_model.py RUN_DIR [--data DIR] [--text FILE] [--validation-split F] [--json]
 
 Reads RUN_DIR/model/model.json (the job's `train.model`) and RUN_DIR/model/model.safetensors
 (parsed here with struct, json and numpy: Debian has no `safetensors` package), builds the same
 architecture (a torch.nn.Sequential for a chain of layers, a GraphModel for a graph: named
 inputs, residual adds, fan-out, layers listed in any order), and evaluates it on the whole IDX
-test split, with pixels scaled as dtrain scales them (byte / 255). Tensor layouts and their
+test split, with pixels scaled as dtrain scales them (byte / 255); a language model
+(input_shape [T]: token_and_position_embedding, layer_normalization, multi_head_attention,
+dense on each position) on every non-overlapping window of its text's validation split, as
+dtrain's val_loss (docs/language-models.md). Tensor layouts and their
 Keras mapping are in docs/model-format.md. It does not train, and does not read checkpoints'
 optimizer slots. A missing or damaged file, a layer it does not know, or a graph dtrain would
 refuse (a cycle, an input that names no layer) ends it with exit code 2.
@@ -113,7 +116,13 @@ KINDS = ("conv2d", "dense", "max_pooling2d", "flatten", "dropout", "relu", "acti
          "concatenate",
          "batch_normalization", "global_average_pooling2d", "zero_padding2d", "random_crop",
          "random_flip", "average_pooling2d", "rescaling", "reshape",
-         "random_translation")
+         "random_translation", "embedding", "position_embedding", "token_and_position_embedding",
+         "layer_normalization", "multi_head_attention")
+# The kinds that take a sequence (input_shape [T], positions x features), as dtrain's
+# output_dims do; every other kind refuses one.
+SEQUENCE_KINDS = ("embedding", "position_embedding", "token_and_position_embedding",
+                  "layer_normalization", "multi_head_attention", "dense", "add", "dropout",
+                  "activation", "relu", "rescaling", "flatten")
 
 
 class Graph:
@@ -297,6 +306,95 @@ class ChannelsLastReshape(Module):
         return f"target={self.target}"
 
 
+class TokenAndPositionEmbedding(Module):
+    """keras_hub's TokenAndPositionEmbedding: each id's row of the token table plus its
+    position's row of the position table."""
+
+    def __init__(self, vocabulary, length, dim):
+        super().__init__()
+        self.token = nn.Embedding(vocabulary, dim)
+        self.position = nn.Parameter(torch.empty(length, dim))
+
+    def forward(self, ids):
+        return self.token(ids) + self.position[:ids.shape[1]]
+
+
+class PositionEmbedding(Module):
+    """keras_hub's PositionEmbedding: the table's first T rows for every example (the input
+    gives only its shape)."""
+
+    def __init__(self, length, dim):
+        super().__init__()
+        self.table = nn.Parameter(torch.empty(length, dim))
+
+    def forward(self, x):
+        return self.table[:x.shape[1]].expand(x.shape[0], -1, -1)
+
+
+class LayerNorm(Module):
+    """Keras's LayerNormalization on the last axis: gamma without beta (center false) or beta
+    without gamma, which torch.nn.LayerNorm cannot leave out one at a time."""
+
+    def __init__(self, features, epsilon, scale, center):
+        super().__init__()
+        self.features, self.epsilon = features, epsilon
+        self.weight = nn.Parameter(torch.ones(features)) if scale else None
+        self.bias = nn.Parameter(torch.zeros(features)) if center else None
+
+    def forward(self, x):
+        return torch.nn.functional.layer_norm(x, (self.features,), self.weight, self.bias,
+                                              self.epsilon)
+
+    def extra_repr(self):
+        return (f"{self.features}, eps={self.epsilon}, gamma={self.weight is not None}, "
+                f"beta={self.bias is not None}")
+
+
+class SelfAttention(Module):
+    """Keras's MultiHeadAttention as self-attention, in its EinsumDense layouts: query, key and
+    value kernels (D, heads, key_dim or value_dim), biases (heads, dim), the output kernel
+    (heads, value_dim, D) and bias (D); scores q.k / sqrt(key_dim), a key after the query
+    masked out when causal."""
+
+    def __init__(self, dim, heads, key_dim, value_dim, use_bias, causal):
+        super().__init__()
+        self.heads, self.key_dim, self.value_dim, self.causal = heads, key_dim, value_dim, causal
+        empty = lambda *shape: nn.Parameter(torch.empty(*shape))  # noqa: E731
+        self.query_kernel, self.key_kernel = empty(dim, heads, key_dim), empty(dim, heads, key_dim)
+        self.value_kernel, self.output_kernel = empty(dim, heads, value_dim), empty(
+            heads, value_dim, dim)
+        self.use_bias = use_bias
+        if use_bias:
+            self.query_bias, self.key_bias = empty(heads, key_dim), empty(heads, key_dim)
+            self.value_bias, self.output_bias = empty(heads, value_dim), empty(dim)
+
+    def project(self, x, kernel, bias):
+        """(N, T, D) times a (D, heads, dim) kernel: (N, heads, T, dim)."""
+        n, t, d = x.shape
+        y = (x @ kernel.reshape(d, -1)).view(n, t, kernel.shape[1], kernel.shape[2])
+        if bias is not None:
+            y = y + bias
+        return y.transpose(1, 2)
+
+    def forward(self, x):
+        n, t, d = x.shape
+        bias = (lambda name: getattr(self, name)) if self.use_bias else (lambda name: None)
+        q = self.project(x, self.query_kernel, bias("query_bias"))
+        k = self.project(x, self.key_kernel, bias("key_bias"))
+        v = self.project(x, self.value_kernel, bias("value_bias"))
+        scores = (q @ k.transpose(-1, -2)) * (1.0 / math.sqrt(self.key_dim))
+        if self.causal:
+            later = torch.ones(t, t, dtype=torch.bool, device=x.device).triu(1)
+            scores = scores.masked_fill(later, -math.inf)
+        o = (scores.softmax(dim=-1) @ v).transpose(1, 2).reshape(n, t, -1)
+        y = o @ self.output_kernel.reshape(-1, d)
+        return y + self.output_bias if self.use_bias else y
+
+    def extra_repr(self):
+        return (f"heads={self.heads}, key_dim={self.key_dim}, value_dim={self.value_dim}, "
+                f"use_bias={self.use_bias}, causal={self.causal}")
+
+
 class GlobalAveragePool2d(Module):
     """Keras's GlobalAveragePooling2D: each channel's mean over H and W, flat (N, C)."""
 
@@ -391,20 +489,28 @@ class Builder:
 
     def __init__(self, spec, tensors, path):
         self.tensors, self.path = dict(tensors), path
-        h, w, c = spec["input_shape"]
-        self.outputs = {INPUT: ((c, h, w), False)}  # listed index: (dims, flat)
+        shape = spec["input_shape"]
+        if len(shape) == 1:  # [T]: a sequence of T token ids, dtrain's Dims{1, T, 1, sequence}
+            self.outputs = {INPUT: ((1, shape[0], 1), False, True)}
+        else:
+            h, w, c = shape
+            self.outputs = {INPUT: ((c, h, w), False, False)}  # listed index: (dims, flat, seq)
         self.softmax = False
+        self.named = []  # (dtrain's tensor name, the torch parameter it went into)
 
     def node(self, graph, i):
         """The modules of layer i (its inputs built before it)."""
         layer = graph.layers[i]
         self.inputs = [self.outputs[j] for j in graph.inputs[i]]
-        (self.dims, self.flat), self.modules = self.inputs[0], []
+        (self.dims, self.flat, self.sequence), self.modules = self.inputs[0], []
         self.prefix = graph.names[i] + "."
+        if self.sequence and layer["type"] not in SEQUENCE_KINDS:
+            raise ModelError(f"{graph.where(i)}: {layer['type']} does not take a sequence "
+                             f"(positions x features), as in dtrain")
         getattr(self, layer["type"])(i, layer)
         if self.softmax and i != graph.order[-1]:
             raise ModelError(f"model.layers[{i}]: softmax is only supported last")
-        self.outputs[i] = (self.dims, self.flat)
+        self.outputs[i] = (self.dims, self.flat, self.sequence)
         return self.modules
 
     def take(self, name, shape):
@@ -418,6 +524,14 @@ class Builder:
             raise ModelError(f"{self.path}: tensor {name} has shape {list(t.shape)}, the model "
                              f"needs {list(shape)}")
         return as_torch(t)
+
+    def load(self, parameter, name, shape, transform=None):
+        """Copies the tensor named name (take's checks), through transform, into parameter, and
+        notes the parameter under dtrain's name (bench/gpt_torch.py decays by it)."""
+        t = self.take(name, shape)
+        with torch.no_grad():
+            parameter.copy_(transform(t) if transform else t)
+        self.named.append((self.prefix + name, parameter))
 
     def keys(self, i, layer, allowed):
         extra = set(layer) - set(allowed) - {"type", "name", "inputs"}
@@ -454,10 +568,10 @@ class Builder:
         elif padding != "valid":
             raise ModelError(f"model.layers[{i}].padding: unsupported {padding!r}")
         conv = nn.Conv2d(c, k, (kh, kw), stride=(sh, sw), bias=bias)
-        with torch.no_grad():  # dtrain's kernel is [out, in, kh, kw]: Conv2d's layout as it is
-            conv.weight.copy_(self.take("kernel", (k, c, kh, kw)))
-            if bias:
-                conv.bias.copy_(self.take("bias", (k,)))
+        # dtrain's kernel is [out, in, kh, kw]: Conv2d's layout as it is
+        self.load(conv.weight, "kernel", (k, c, kh, kw))
+        if bias:
+            self.load(conv.bias, "bias", (k,))
         self.modules.append(conv)
         self.dims = (k, (h - kh) // sh + 1, (w - kw) // sw + 1)
         self.activation(i, layer)
@@ -466,18 +580,23 @@ class Builder:
         self.keys(i, layer, {"units", "activation", "use_bias", "kernel_initializer",
                              "kernel_regularizer", "bias_regularizer"})
         c, h, w = self.dims
-        if h != 1 or w != 1:
+        if self.sequence:  # Keras's Dense on (T, D): each position, Linear on the last axis
+            c = w
+        elif h != 1 or w != 1:
             raise ModelError(f"model.layers[{i}]: dense needs flat input ({h}x{w}x{c})")
-        if not self.flat:  # a 1x1 feature map: dtrain counts it flat
+        elif not self.flat:  # a 1x1 feature map: dtrain counts it flat
             self.modules.append(nn.Flatten())
         units, bias = layer["units"], self.use_bias(i, layer)
         linear = nn.Linear(c, units, bias=bias)
-        with torch.no_grad():  # dtrain's kernel is [in, out] (Keras's); Linear.weight is [out, in]
-            linear.weight.copy_(self.take("kernel", (c, units)).T)
-            if bias:
-                linear.bias.copy_(self.take("bias", (units,)))
+        # dtrain's kernel is [in, out] (Keras's); Linear.weight is [out, in]
+        self.load(linear.weight, "kernel", (c, units), lambda t: t.T)
+        if bias:
+            self.load(linear.bias, "bias", (units,))
         self.modules.append(linear)
-        self.dims, self.flat = (units, 1, 1), True
+        if self.sequence:
+            self.dims = (1, h, units)
+        else:
+            self.dims, self.flat = (units, 1, 1), True
         self.activation(i, layer)
 
     def max_pooling2d(self, i, layer, mode="max", default_pool=2):
@@ -526,9 +645,9 @@ class Builder:
 
     def flatten(self, i, layer):
         self.keys(i, layer, set())
-        self.modules.append(nn.Flatten())  # dtrain's activations are NCHW: (c, h, w) order
+        self.modules.append(nn.Flatten())  # NCHW: (c, h, w) order; a sequence's: position-major
         c, h, w = self.dims
-        self.dims, self.flat = (c * h * w, 1, 1), True
+        self.dims, self.flat, self.sequence = (c * h * w, 1, 1), True, False
 
     def dropout(self, i, layer):
         self.keys(i, layer, {"rate"})
@@ -540,8 +659,8 @@ class Builder:
 
     def add(self, i, layer):
         self.keys(i, layer, set())
-        for k, (dims, _) in enumerate(self.inputs):
-            if dims != self.dims:
+        for k, (dims, _, sequence) in enumerate(self.inputs):
+            if dims != self.dims or sequence != self.sequence:
                 raise ModelError(f"model.layers[{i}]: add needs inputs of one shape; input 0 is "
                                  f"{self.dims} (c, h, w), input {k} is {dims}")
         self.modules.append(Add())
@@ -551,12 +670,12 @@ class Builder:
         if layer.get("axis", -1) not in (-1, 3):
             raise ModelError(f"model.layers[{i}].axis: unsupported {layer['axis']!r}")
         _, h, w = self.dims
-        for k, (dims, _) in enumerate(self.inputs):
+        for k, (dims, _, _) in enumerate(self.inputs):
             if dims[1:] != (h, w):
                 raise ModelError(f"model.layers[{i}]: concatenate needs inputs of one height and "
                                  f"width; input 0 is {self.dims} (c, h, w), input {k} is {dims}")
-        self.dims = (sum(dims[0] for dims, _ in self.inputs), h, w)
-        self.flat = all(flat for _, flat in self.inputs)
+        self.dims = (sum(dims[0] for dims, _, _ in self.inputs), h, w)
+        self.flat = all(flat for _, flat, _ in self.inputs)
         self.modules.append(Concatenate())
 
     def batch_normalization(self, i, layer):
@@ -610,6 +729,105 @@ class Builder:
         self.modules.append(CentreCrop((h - height) // 2, (w - width) // 2, height, width))
         self.dims = (c, height, width)
 
+    def token_ids(self, i, kind):
+        """Checks that the layer's input is a sequence of token ids (input_shape [T])."""
+        c, _, w = self.dims
+        if not self.sequence or c != 1 or w != 1:
+            raise ModelError(f"model.layers[{i}]: {kind} takes a sequence of token ids "
+                             f"(input_shape [T])")
+
+    def refuse(self, i, layer, key, value, why):
+        """dtrain's refusal of a key it does not compute."""
+        if key in layer and layer[key] != value:
+            raise ModelError(f"model.layers[{i}].{key}: {layer[key]!r} is not supported ({why})")
+
+    def embedding(self, i, layer):
+        self.keys(i, layer, {"input_dim", "output_dim", "embeddings_initializer", "mask_zero"})
+        self.token_ids(i, "embedding")
+        self.refuse(i, layer, "mask_zero", False, "dtrain has no masks")
+        rows, dim = layer["input_dim"], layer["output_dim"]
+        table = nn.Embedding(rows, dim)
+        self.load(table.weight, "embeddings", (rows, dim))
+        self.modules.append(table)
+        self.dims = (1, self.dims[1], dim)
+
+    def token_and_position_embedding(self, i, layer):
+        self.keys(i, layer, {"vocabulary_size", "sequence_length", "embedding_dim",
+                             "embeddings_initializer", "tie_weights", "mask_zero"})
+        self.token_ids(i, "token_and_position_embedding")
+        self.refuse(i, layer, "mask_zero", False, "dtrain has no masks")
+        self.refuse(i, layer, "tie_weights", True, "dtrain keeps no reverse table")
+        rows, length, dim = layer["vocabulary_size"], layer["sequence_length"], layer[
+            "embedding_dim"]
+        t = self.dims[1]
+        if t > length:
+            raise ModelError(f"model.layers[{i}]: its input has {t} positions, more than its "
+                             f"sequence_length {length}")
+        module = TokenAndPositionEmbedding(rows, length, dim)
+        self.load(module.token.weight, "token_embedding.embeddings", (rows, dim))
+        self.load(module.position, "position_embedding.embeddings", (length, dim))
+        self.modules.append(module)
+        self.dims = (1, t, dim)
+
+    def position_embedding(self, i, layer):
+        self.keys(i, layer, {"sequence_length", "initializer"})
+        _, t, dim = self.dims
+        length = layer["sequence_length"]
+        if t > length:
+            raise ModelError(f"model.layers[{i}]: its input has {t} positions, more than its "
+                             f"sequence_length {length}")
+        module = PositionEmbedding(length, dim)
+        self.load(module.table, "embeddings", (length, dim))
+        self.modules.append(module)
+
+    def layer_normalization(self, i, layer):
+        """Each position (or a flat input) by its own mean and biased variance."""
+        self.keys(i, layer, {"axis", "epsilon", "center", "scale", "rms_scaling"})
+        self.refuse(i, layer, "rms_scaling", False, "Keras deprecates it")
+        c, h, w = self.dims
+        if not self.sequence and not self.flat:
+            if h != 1 or w != 1:
+                raise ModelError(f"model.layers[{i}]: layer_normalization takes a sequence or "
+                                 f"flat features, not a {h}x{w}x{c} image")
+            self.modules.append(nn.Flatten())
+            self.flat = True
+        axis = layer.get("axis", -1)
+        axis = axis[0] if isinstance(axis, list) and len(axis) == 1 else axis
+        if axis not in (-1, 2 if self.sequence else 1):
+            raise ModelError(f"model.layers[{i}].axis: {layer['axis']!r} is not supported "
+                             f"(dtrain normalizes the last axis)")
+        features = w if self.sequence else c
+        scale, center = layer.get("scale", True), layer.get("center", True)
+        norm = LayerNorm(features, layer.get("epsilon", 1e-3), scale, center)
+        if scale:
+            self.load(norm.weight, "gamma", (features,))
+        if center:
+            self.load(norm.bias, "beta", (features,))
+        self.modules.append(norm)
+
+    def multi_head_attention(self, i, layer):
+        self.keys(i, layer, {"num_heads", "key_dim", "value_dim", "use_bias", "causal",
+                             "use_causal_mask", "dropout", "kernel_initializer",
+                             "bias_initializer"})
+        if layer.get("dropout", 0) != 0:
+            raise ModelError(f"model.layers[{i}].dropout: attention dropout is not supported")
+        _, _, dim = self.dims
+        heads, key_dim = layer["num_heads"], layer["key_dim"]
+        value_dim = layer.get("value_dim") or key_dim
+        use_bias = self.use_bias(i, layer)
+        causal = bool(layer.get("use_causal_mask", layer.get("causal", False)))  # dtrain's order
+        attention = SelfAttention(dim, heads, key_dim, value_dim, use_bias, causal)
+        for part, kernel, width in (("query", attention.query_kernel, key_dim),
+                                    ("key", attention.key_kernel, key_dim),
+                                    ("value", attention.value_kernel, value_dim)):
+            self.load(kernel, f"{part}.kernel", (dim, heads, width))
+            if use_bias:
+                self.load(getattr(attention, f"{part}_bias"), f"{part}.bias", (heads, width))
+        self.load(attention.output_kernel, "attention_output.kernel", (heads, value_dim, dim))
+        if use_bias:
+            self.load(attention.output_bias, "attention_output.bias", (dim,))
+        self.modules.append(attention)
+
     def random_flip(self, i, layer):
         self.keys(i, layer, {"mode"})
         if layer.get("mode", "horizontal_and_vertical") not in (
@@ -630,7 +848,7 @@ class Builder:
         if name in modules:
             self.modules.append(modules[name]())
         elif name == "softmax":
-            self.modules.append(nn.Softmax(dim=1))
+            self.modules.append(nn.Softmax(dim=-1))  # the classes: a flat or sequence's last axis
             self.softmax = True
         elif name != "linear":
             raise ModelError(f"model.layers[{i}].activation: unsupported {name!r}")
@@ -649,17 +867,20 @@ def build_model(spec, tensors, path):
     if builder.tensors:
         raise ModelError(f"{path}: tensors the model does not use: {sorted(builder.tensors)}")
     if graph.is_chain():
-        return nn.Sequential(*[m for node in nodes for m in node]).eval(), builder.softmax
-    place = {i: k for k, i in enumerate(graph.order)}
-    inputs = [[INPUT if j == INPUT else place[j] for j in graph.inputs[i]] for i in graph.order]
-    modules = [node[0] if isinstance(node[0], (Add, Concatenate)) else nn.Sequential(*node)
-               for node in nodes]
-    names = [graph.names[i] for i in graph.order]
-    return GraphModel(modules, inputs, names).eval(), builder.softmax
+        model = nn.Sequential(*[m for node in nodes for m in node])
+    else:
+        place = {i: k for k, i in enumerate(graph.order)}
+        inputs = [[INPUT if j == INPUT else place[j] for j in graph.inputs[i]]
+                  for i in graph.order]
+        modules = [node[0] if isinstance(node[0], (Add, Concatenate)) else nn.Sequential(*node)
+                   for node in nodes]
+        model = GraphModel(modules, inputs, [graph.names[i] for i in graph.order])
+    model.dtrain_tensors = builder.named  # [(dtrain's tensor name, its torch parameter)]
+    return model.eval(), builder.softmax
 
 
 def load_model(run_dir):
-    """(model, input_shape [h, w, c], ends_with_softmax) of RUN_DIR/model."""
+    """(model, model.json's object, ends_with_softmax) of RUN_DIR/model."""
     model_dir = os.path.join(run_dir, "model")
     spec_path = os.path.join(model_dir, "model.json")
     try:
@@ -676,9 +897,10 @@ def load_model(run_dir):
             architecture = json.loads(metadata["architecture"])
         except json.JSONDecodeError as e:
             raise ModelError(f"{weights_path}: its architecture is not JSON: {e}") from None
-        # model.json may begin with the run's dtype_policy and class_names, which the weights'
-        # metadata keeps apart; the weights are fp32 whatever the policy.
-        plain = {k: v for k, v in spec.items() if k not in ("dtype_policy", "class_names")} \
+        # model.json may begin with the run's dtype_policy, class_names and vocabulary, which
+        # the weights' metadata keeps apart; the weights are fp32 whatever the policy.
+        plain = {k: v for k, v in spec.items()
+                 if k not in ("dtype_policy", "class_names", "vocabulary")} \
             if isinstance(spec, dict) else spec
         if architecture != plain:
             raise ModelError(f"{weights_path}: its architecture differs from {spec_path}")
@@ -688,7 +910,7 @@ def load_model(run_dir):
     if not isinstance(spec, dict) or "input_shape" not in spec or "layers" not in spec:
         raise ModelError(f"{spec_path}: expected {{\"input_shape\": ..., \"layers\": ...}}")
     model, softmax = build_model(spec, tensors, weights_path)
-    return model, spec["input_shape"], softmax
+    return model, spec, softmax
 
 
 # --- the test split --------------------------------------------------------------------------
@@ -759,6 +981,91 @@ def load_test_split(run_dir, data_dir, input_shape):
     return x.reshape(len(images), 1, h, w), labels.astype(np.int64)
 
 
+# --- a language model's validation split ---------------------------------------------------
+
+
+def run_data(run_dir):
+    """The run's spec.json `train.data` ({} when there is none)."""
+    try:
+        with open(os.path.join(run_dir, "spec.json"), encoding="utf-8") as f:
+            data = json.load(f).get("train", {}).get("data", {})
+    except (OSError, ValueError, AttributeError):
+        data = {}
+    return data if isinstance(data, dict) else {}
+
+
+def read_bytes(path):
+    try:
+        with open(path, "rb") as f:
+            return f.read()
+    except OSError as e:
+        raise ModelError(f"{path}: cannot read: {e.strerror}") from None
+
+
+def text_ids(path, vocabulary):
+    """The file's token ids under model.json's vocabulary: "characters" (the sorted set of the
+    file's characters, which must be the model's symbols: it is the file trained on), "bytes",
+    or "tokens" (a flat file of uint16 ids below its size)."""
+    kind = vocabulary.get("kind")
+    raw = read_bytes(path)
+    if kind == "bytes":
+        return np.frombuffer(raw, dtype=np.uint8).astype(np.int64)
+    if kind == "tokens":
+        if len(raw) % 2:
+            raise ModelError(f"{path}: {len(raw)} bytes is not a whole number of uint16 ids")
+        ids = np.frombuffer(raw, dtype="<u2").astype(np.int64)
+        if len(ids) and ids.max() >= vocabulary["size"]:
+            raise ModelError(f"{path}: an id is {ids.max()}, not below {vocabulary['size']}")
+        return ids
+    if kind != "characters":
+        raise ModelError(f"model.json: unknown vocabulary kind {kind!r}")
+    try:
+        text = raw.decode("utf-8")  # bytes, not open(): no newline translation, as dtrain
+    except UnicodeDecodeError as e:
+        raise ModelError(f"{path}: byte {e.start} is not valid UTF-8") from None
+    symbols = vocabulary["symbols"]
+    if sorted(set(text)) != symbols:
+        raise ModelError(f"{path}: its characters ({len(set(text))}) are not the model's "
+                         f"vocabulary ({len(symbols)}): not the text it was trained on")
+    codes = np.frombuffer(text.encode("utf-32-le"), dtype="<u4")
+    return np.searchsorted(np.array([ord(c) for c in symbols], dtype=np.uint32),
+                           codes).astype(np.int64)
+
+
+def load_text_validation(run_dir, spec, text=None, validation_split=None):
+    """dtrain's validation split of a language model's data as (x, y), each (windows, T) int64:
+    window i is x = t[iT, iT + T), y = t[iT + 1, iT + T + 1), every non-overlapping window of
+    the split's tokens t. The split: the last fraction of the text (its first
+    floor(n x (1 - fraction)) tokens train), or a tokens source's validation_path. The file and
+    fraction: --text and --validation-split, else the run's spec.json `train.data`."""
+    vocabulary = spec.get("vocabulary")
+    if not isinstance(vocabulary, dict):
+        raise ModelError(f"{run_dir}/model/model.json: no \"vocabulary\" (a language model "
+                         f"trained on a text or tokens source has one)")
+    data = {} if text else run_data(run_dir)
+    path = text or data.get("path")
+    if not path:
+        raise ModelError(f"{run_dir}/spec.json: no text or tokens source; pass --text FILE")
+    fraction = validation_split
+    if fraction is None:
+        fraction = None if data.get("validation_path") else data.get("validation_split", 0.1)
+    if fraction is None:
+        t = text_ids(data["validation_path"], vocabulary)
+    else:
+        if not 0 < fraction < 1:
+            raise ModelError(f"--validation-split: expected a fraction in (0, 1), not {fraction}")
+        ids = text_ids(path, vocabulary)
+        t = ids[int(float(len(ids)) * (1 - fraction)):]  # dtrain's split, in double
+    length = spec["input_shape"][0]
+    windows = (len(t) - 1) // length
+    if windows < 1:
+        raise ModelError(f"{path}: the validation split's {len(t)} tokens hold no window of "
+                         f"{length} (+ 1 for the last label)")
+    x = t[:windows * length].reshape(windows, length)
+    y = t[1:windows * length + 1].reshape(windows, length)
+    return x, y
+
+
 # --- evaluation ------------------------------------------------------------------------------
 
 
@@ -805,12 +1112,36 @@ def evaluate(model, softmax, images, labels, batch=1000):
     return {"accuracy": correct / n, "loss": loss / n, "examples": len(images)}
 
 
+def evaluate_text(model, softmax, x, y, batch=64):
+    """Mean cross-entropy over every position of every window (dtrain's val_loss) and the
+    share of positions whose first maximum is the label."""
+    import torch.nn.functional as F
+    logits_model = logits_of(model, softmax)
+    loss, correct = 0.0, 0
+    with torch.no_grad():
+        for start in range(0, len(x), batch):
+            ids = torch.from_numpy(x[start:start + batch])
+            labels = torch.from_numpy(y[start:start + batch]).reshape(-1)
+            logits = logits_model(ids).reshape(len(labels), -1)
+            loss += F.cross_entropy(logits.double(), labels, reduction="sum").item()
+            correct += int((logits.argmax(dim=1) == labels).sum())
+    positions = max(x.size, 1)
+    return {"accuracy": correct / positions, "loss": loss / positions, "examples": len(x),
+            "positions": int(x.size)}
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("run_dir", metavar="RUN_DIR", help="a dtrain run folder (has model/)")
     parser.add_argument("--data", metavar="DIR",
                         help="folder of t10k-images-idx3-ubyte[.gz] and t10k-labels-idx1-ubyte"
                              "[.gz] (default: the run's train.data, else " + DEFAULT_DATA_DIR + ")")
+    parser.add_argument("--text", metavar="FILE",
+                        help="a language model's text (or tokens) file, instead of the run's "
+                             "train.data path")
+    parser.add_argument("--validation-split", metavar="F", type=float,
+                        help="the fraction at the text's end that validates (default: the "
+                             "run's, else 0.1)")
     parser.add_argument("--json", action="store_true",
                         help='print {"accuracy": ..., "loss": ..., "examples": ...} only')
     args = parser.parse_args()
@@ -818,18 +1149,29 @@ def main():
         sys.exit(f"load_dtrain_model: needs PyTorch ({TORCH_IMPORT_ERROR}); on Debian: "
                  f"apt install python3-torch")
     try:
-        model, input_shape, softmax = load_model(args.run_dir)
-        images, labels = load_test_split(args.run_dir, args.data, input_shape)
+        model, spec, softmax = load_model(args.run_dir)
+        language = len(spec["input_shape"]) == 1
+        if language:
+            x, y = load_text_validation(args.run_dir, spec, args.text, args.validation_split)
+        else:
+            images, labels = load_test_split(args.run_dir, args.data, spec["input_shape"])
     except ModelError as e:
         print(f"load_dtrain_model: error: {e}", file=sys.stderr)
         sys.exit(2)
-    result = evaluate(model, softmax, images, labels)
+    if language:
+        result = evaluate_text(model, softmax, x, y)
+    else:
+        result = evaluate(model, softmax, images, labels)
     if args.json:
         print(json.dumps(result))
         return
     print(model)
-    print(f"test split: {result['examples']} examples, loss {result['loss']:.4f}, "
-          f"accuracy {result['accuracy']:.4f}")
+    if language:
+        print(f"validation split: {result['examples']} windows of {x.shape[1]} tokens, loss "
+              f"{result['loss']:.4f}, accuracy {result['accuracy']:.4f}")
+    else:
+        print(f"test split: {result['examples']} examples, loss {result['loss']:.4f}, "
+              f"accuracy {result['accuracy']:.4f}")
 
 
 if __name__ == "__main__":

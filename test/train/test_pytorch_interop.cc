@@ -1,7 +1,8 @@
 // The final model opens elsewhere: the tutorial CNN and a small residual network with batch
 // normalization (a graph), each trained by a real `dtrain launch` on Fashion-MNIST, loaded into
 // PyTorch by examples/pytorch/load_dtrain_model.py, score dtrain's own val_accuracy on the same 10k
-// test split; a damaged or unsupported model, or a graph with a cycle or a name that names no
+// test split, and the character GPT of configs/char-gpt-shakespeare.json scores dtrain's val_loss
+// on the text's validation windows; a damaged or unsupported model, or a graph with a cycle or a name that names no
 // layer, is refused with exit 2 naming the file or layer. Needs Debian's python3-torch
 // (scripts/setup.sh --tests); without it the cases say so and pass.
 #include <catch2/catch.hpp>
@@ -108,6 +109,28 @@ const std::string& trained_resnet_run() {
   return run;
 }
 
+// configs/char-gpt-shakespeare.json's model, loss, optimizer and data (its schedule too) for 20
+// steps of one epoch on its two workers, validated on every window of the text's last tenth; its
+// folder lives until the program ends. About a minute on 2 cores.
+const std::string& trained_gpt_run() {
+  static std::unique_ptr<testing::TempDir> tmp;
+  static std::string run;
+  if (!run.empty()) return run;
+  const std::string source = DTRAIN_SOURCE_DIR;
+  auto config = common::JsonDocument::parse(
+      common::read_file(source + "/configs/char-gpt-shakespeare.json"), "char-gpt-shakespeare");
+  const common::JsonNode train = config.root().at("train");
+  REQUIRE(train.at("data").at("path").as_string() == "data/tiny-shakespeare/input.txt");
+  tmp = std::make_unique<testing::TempDir>();
+  run = launch(*tmp, R"({"job": "interop-gpt", "workers": 2, "train": {"model": )" +
+                         train.at("model").dump() + R"(, "loss": )" + train.at("loss").dump() +
+                         R"(, "optimizer": )" + train.at("optimizer").dump() +
+                         R"(, "data": {"source": "text", "path": ")" + source +
+                         R"(/data/tiny-shakespeare/input.txt"}, "per_worker_batch_size": 6,
+      "epochs": 1, "steps_per_epoch": 20, "validation": true, "seed": 1337}})");
+  return run;
+}
+
 // The last line of RUN_DIR/metrics.jsonl.
 common::JsonDocument last_metrics(const std::string& run) {
   std::ifstream in(run + "/metrics.jsonl");
@@ -185,6 +208,43 @@ TEST_CASE("PyTorch loads a residual network with batch normalization, a graph, a
   CHECK_THAT(printed.out, Catch::Contains("(11) sum <- stem_relu, block_bn2"));
   CHECK_THAT(printed.out, Catch::Contains("BatchNorm2d(16, eps=0.001, momentum=0.01, affine=True"));
   CHECK_THAT(printed.out, Catch::Contains("BatchNorm1d(16, eps=0.001, momentum=0.1, affine=False"));
+}
+
+TEST_CASE("PyTorch loads the character GPT and scores dtrain's val_loss on the validation split") {
+  if (!torch_available()) {
+    WARN("skipped: " << kPython << " cannot import torch and numpy");
+    return;
+  }
+  const std::string& run = trained_gpt_run();
+  const double val_loss = last_metrics(run).root().at("val_loss").as_number(0, 1e9);
+  auto result = run_example({run, "--json"});
+  INFO(result.out << result.err);
+  REQUIRE(result.exit_code == 0);
+  auto got = common::JsonDocument::parse(result.out, "load_dtrain_model.py --json");
+  const double loss = got.root().at("loss").as_number(0, 1e9);
+  INFO("PyTorch val_loss " << loss << ", dtrain's " << val_loss);
+  // Every non-overlapping window of the last 10% of the text's 1,115,394 characters.
+  CHECK(got.root().at("examples").as_int(0, 1 << 30) == (1115394 - 1003854 - 1) / 64);
+  CHECK(std::abs(loss - val_loss) <= 1e-3);
+  CHECK(val_loss < 3.6);  // 20 steps from ln(65) = 4.17: trained, not equal by accident
+
+  // The same split from --text and --validation-split; another split is another loss.
+  const std::string text = std::string(DTRAIN_SOURCE_DIR) + "/data/tiny-shakespeare/input.txt";
+  auto same = run_example({run, "--json", "--text", text, "--validation-split", "0.1"});
+  CHECK(same.out == result.out);
+  auto other = run_example({run, "--json", "--text", text, "--validation-split", "0.2"});
+  REQUIRE(other.exit_code == 0);
+  CHECK(other.out != result.out);
+
+  // The attention in the printed modules; a text of other characters is refused.
+  auto printed = run_example({run});
+  CHECK_THAT(printed.out, Catch::Contains("SelfAttention(heads=4, key_dim=32, value_dim=32, "
+                                          "use_bias=False, causal=True)"));
+  testing::TempDir tmp;
+  std::ofstream(tmp.path() + "/other.txt") << "not shakespeare\n";
+  auto refused = run_example({run, "--text", tmp.path() + "/other.txt"});
+  CHECK(refused.exit_code == 2);
+  CHECK_THAT(refused.err, Catch::Contains("not the text it was trained on"));
 }
 
 TEST_CASE("a model trained under a mixed policy loads as its weights say (fp32), policy noted") {
