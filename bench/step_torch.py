@@ -11,7 +11,9 @@ LD_LIBRARY_PATH or the libblas.so.3 alternative decides which).
 With --job FILE, the model is that dtrain job's instead (built by bench/resnet_torch.py from its
 `train.model`, a chain or a graph, weights drawn afresh) with its optimizer's momentum and
 nesterov, timed in PyTorch's default layout and in channels_last, and the faster is printed (its
-layout as a sixth column): PyTorch at its best on convolutional networks.
+layout as a sixth column): PyTorch at its best on convolutional networks. A language model's job
+(input_shape [T]) is built by bench/gpt_torch.py and steps torch.optim.AdamW with the job's
+betas and decay, for-loop and foreach, the faster printed.
 Run by scripts/bench-step.sh; needs Debian's python3-torch. Asserts nothing.
   step_torch.py BATCH THREADS STEPS [float32|autocast_bf16] [--job FILE]
   step_torch.py --info
@@ -82,6 +84,11 @@ def main():
         import resnet_torch
         with open(job, encoding="utf-8") as f:
             train = json.load(f)["train"]
+        if len(train["model"]["input_shape"]) == 1:
+            per_step, layout = time_language_model(train, batch, precision, steps)
+            print(f"pytorch-{torch.__version__} {batch} {per_step * 1000:.3f} "
+                  f"{batch / per_step:.0f} {precision}{layout}")
+            return
         h, w, c = train["model"]["input_shape"]
         best = None
         for layout in (torch.contiguous_format, torch.channels_last):
@@ -100,11 +107,36 @@ def main():
           f"{precision}{layout}")
 
 
-def time_steps(model, optimizer, shape, precision, steps, layout):
+def time_language_model(train, batch, precision, steps):
+    """A language model's step (bench/gpt_torch.py builds it from the job's model): random ids,
+    cross-entropy over every position, torch.optim.AdamW with the job's betas and decay, timed
+    with its for-loop and its foreach implementation; the faster, and which, as the layout."""
+    import gpt_torch
+    t = train["model"]["input_shape"][0]
+    spec = train["optimizer"]
+    best = None
+    for foreach in (False, True):
+        torch.manual_seed(0)
+        model, _ = gpt_torch.build(train["model"])
+        optimizer = torch.optim.AdamW(
+            model.parameters(), lr=1e-3, betas=(spec.get("beta_1", 0.9), spec.get("beta_2", 0.999)),
+            weight_decay=spec.get("weight_decay", 0.004), foreach=foreach)
+        seconds = time_steps(model, optimizer, (batch, t), precision, steps,
+                             torch.contiguous_format, ids=True)
+        if best is None or seconds < best[0]:
+            best = (seconds, " adamw_foreach" if foreach else " adamw_for_loop")
+    return best
+
+
+def time_steps(model, optimizer, shape, precision, steps, layout, ids=False):
     """Seconds per training step (cross-entropy on logits, the optimizer's update), after 10."""
     loss_fn = torch.nn.CrossEntropyLoss()
-    images = torch.rand(*shape).contiguous(memory_format=layout)
-    labels = torch.arange(shape[0]) % 10
+    if ids:  # a language model: token ids in, a label per position
+        images = torch.randint(0, 64, shape)
+        labels = torch.randint(0, 64, shape).view(-1)
+    else:
+        images = torch.rand(*shape).contiguous(memory_format=layout)
+        labels = torch.arange(shape[0]) % 10
 
     def autocast():
         if precision == "autocast_bf16":
@@ -114,7 +146,8 @@ def time_steps(model, optimizer, shape, precision, steps, layout):
     def step():
         optimizer.zero_grad(set_to_none=True)
         with autocast():
-            loss = loss_fn(model(images), labels)
+            out = model(images)
+            loss = loss_fn(out.reshape(labels.shape[0], -1), labels)
         loss.backward()
         optimizer.step()
 
