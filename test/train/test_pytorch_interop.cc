@@ -2,9 +2,9 @@
 // normalization (a graph), each trained by a real `dtrain launch` on Fashion-MNIST, loaded into
 // PyTorch by examples/pytorch/load_dtrain_model.py, score dtrain's own val_accuracy on the same 10k
 // test split, and the character GPT of configs/char-gpt-shakespeare.json scores dtrain's val_loss
-// on the text's validation windows; a damaged or unsupported model, or a graph with a cycle or a name that names no
-// layer, is refused with exit 2 naming the file or layer. Needs Debian's python3-torch
-// (scripts/setup.sh --tests); without it the cases say so and pass.
+// on the text's validation windows; a damaged or unsupported model, or a graph with a cycle or a
+// name that names no layer, is refused with exit 2 naming the file or layer. Needs Debian's
+// python3-torch (scripts/setup.sh --tests); without it the cases say so and pass.
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <filesystem>

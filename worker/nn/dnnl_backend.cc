@@ -195,14 +195,23 @@ class DnnlBackend : public HostBackend {
                           float* dgamma, float* dbeta) override {
     host_layernorm_backward(rows, features, x, dy, gamma, mean, rstd, dx, dgamma, dbeta);
   }
+  // Attention's products by oneDNN's sgemm, one per pair inside the pairs' loop (one thread
+  // each: its bits do not depend on OMP_NUM_THREADS); the softmax and masks are host loops.
+  static void attention_product(bool ta, bool tb, int m, int n, int k, const float* a, int lda,
+                                const float* b, int ldb, float* c, int ldc) {
+    dnnl_status_t rc =
+        dnnl_sgemm(ta ? 'T' : 'N', tb ? 'T' : 'N', m, n, k, 1.0f, a, lda, b, ldb, 0.0f, c, ldc);
+    DT_ENFORCE(rc == dnnl_success, "attention's sgemm failed with status {}", static_cast<int>(rc));
+  }
   void attention_forward(const AttentionShape& s, const float* q, const float* k, const float* v,
                          float* probs, float* y) override {
-    host_attention_forward(s, q, k, v, probs, y);
+    host_attention_forward(s, q, k, v, probs, y, direct_conv::Vectors::kWidest, attention_product);
   }
   void attention_backward(const AttentionShape& s, const float* q, const float* k, const float* v,
                           const float* probs, const float* dy, float* dq, float* dk,
                           float* dv) override {
-    host_attention_backward(s, q, k, v, probs, dy, dq, dk, dv);
+    host_attention_backward(s, q, k, v, probs, dy, dq, dk, dv, direct_conv::Vectors::kWidest,
+                            attention_product);
   }
   void relu_backward(size_t count, const float* y, const float* dy, float* dx) override {
     ReluPrimitives& p = relu(count);

@@ -33,6 +33,23 @@ struct Head {
   int keys(int i) const { return s.causal ? i + 1 : s.t; }
 };
 
+// Row p's softmax over its first `keys` scores, scaled, in place; the rest of its t set to 0.
+DT_INLINE void softmax_row(float* p, int keys, int t, float scale) {
+  float top = -INFINITY;
+#pragma omp simd reduction(max : top)
+  for (int j = 0; j < keys; ++j) top = std::max(top, p[j]);
+  top *= scale;  // scale > 0: the largest scaled score (a maximum: any order gives it)
+  float total = 0;
+  for (int j = 0; j < keys; ++j) {
+    p[j] = expf(p[j] * scale - top);
+    total += p[j];
+  }
+  const float inverse = 1.0f / total;
+#pragma omp simd
+  for (int j = 0; j < keys; ++j) p[j] *= inverse;
+  std::fill(p + keys, p + t, 0.0f);
+}
+
 // The head's rows of x (t rows of dim features at stride row) transposed into out (dim x t).
 DT_INLINE void transpose(const float* x, size_t row, int t, int dim, float* out) {
   for (int j = 0; j < t; ++j)
@@ -55,16 +72,7 @@ DT_INLINE void forward_body(const AttentionShape& s, size_t pair, const float* q
 #pragma omp simd
       for (int j = 0; j < keys; ++j) p[j] += qc * row[j];
     }
-    float top = -INFINITY;
-    for (int j = 0; j < keys; ++j) top = std::max(top, p[j] * s.scale);
-    float total = 0;
-    for (int j = 0; j < keys; ++j) {
-      p[j] = expf(p[j] * s.scale - top);
-      total += p[j];
-    }
-    const float inverse = 1.0f / total;
-#pragma omp simd
-    for (int j = 0; j < keys; ++j) p[j] *= inverse;
+    softmax_row(p, keys, t, s.scale);
     float* yi = y + hd.vy(i);
     std::fill(yi, yi + vd, 0.0f);
     const size_t row = hd.p() + static_cast<size_t>(i) * t;
@@ -194,6 +202,58 @@ Kernels kernels_for(Vectors vectors) {
   }
 }
 
+// One pair's forward with its two products by `product`: the scores into its probs block (every
+// key; the causal mask is applied by the softmax, which leaves masked probabilities 0), each
+// row's softmax, then y = P v (P dropped, in `dropped`, with dropout).
+void product_forward(const AttentionShape& s, size_t pair, const float* q, const float* k,
+                     const float* v, float* probs, float* y, float* dropped,
+                     AttentionProduct product) {
+  const Head hd{s, pair / static_cast<size_t>(s.heads), pair % static_cast<size_t>(s.heads)};
+  const int t = s.t, q_row = static_cast<int>(hd.q_row()), v_row = static_cast<int>(hd.v_row());
+  float* p = probs + hd.p();
+  product(false, true, t, t, s.key_dim, q + hd.qk(0), q_row, k + hd.qk(0), q_row, p, t);
+  for (int i = 0; i < t; ++i) softmax_row(p + static_cast<size_t>(i) * t, hd.keys(i), t, s.scale);
+  const float* weights = p;
+  if (s.dropout > 0) {
+    for (size_t e = 0; e < static_cast<size_t>(t) * t; ++e)
+      dropped[e] = p[e] * attention_keep(s, hd.p() + e);
+    weights = dropped;
+  }
+  product(false, false, t, s.value_dim, t, weights, t, v + hd.vy(0), v_row, y + hd.vy(0), v_row);
+}
+
+// Its backward: dP = dy v^T, dv = P^T dy (both through the dropout's mask), dS = P (dP - sum P
+// dP) scaled, dq = dS k, dk = dS^T q.
+void product_backward(const AttentionShape& s, size_t pair, const float* q, const float* k,
+                      const float* v, const float* probs, const float* dy, float* dq, float* dk,
+                      float* dv, float* ds, float* dropped, AttentionProduct product) {
+  const Head hd{s, pair / static_cast<size_t>(s.heads), pair % static_cast<size_t>(s.heads)};
+  const int t = s.t, q_row = static_cast<int>(hd.q_row()), v_row = static_cast<int>(hd.v_row());
+  const float* p = probs + hd.p();
+  product(false, true, t, t, s.value_dim, dy + hd.vy(0), v_row, v + hd.vy(0), v_row, ds, t);
+  const float* weights = p;
+  if (s.dropout > 0) {
+    for (size_t e = 0; e < static_cast<size_t>(t) * t; ++e) {
+      const float keep = attention_keep(s, hd.p() + e);
+      dropped[e] = p[e] * keep;
+      ds[e] *= keep;
+    }
+    weights = dropped;
+  }
+  product(true, false, t, s.value_dim, t, weights, t, dy + hd.vy(0), v_row, dv + hd.vy(0), v_row);
+  for (int i = 0; i < t; ++i) {
+    const float* pi = p + static_cast<size_t>(i) * t;
+    float* row = ds + static_cast<size_t>(i) * t;
+    const int keys = hd.keys(i);
+    float dot = 0;
+    for (int j = 0; j < keys; ++j) dot += pi[j] * row[j];
+    for (int j = 0; j < keys; ++j) row[j] = pi[j] * (row[j] - dot) * s.scale;
+    std::fill(row + keys, row + t, 0.0f);
+  }
+  product(false, false, t, s.key_dim, t, ds, t, k + hd.qk(0), q_row, dq + hd.qk(0), q_row);
+  product(true, false, t, s.key_dim, t, ds, t, q + hd.qk(0), q_row, dk + hd.qk(0), q_row);
+}
+
 size_t pairs_of(const AttentionShape& s) {
   DT_ENFORCE(s.n > 0 && s.t > 0 && s.heads > 0 && s.key_dim > 0 && s.value_dim > 0,
              "attention of n {} t {} heads {} key_dim {} value_dim {}", s.n, s.t, s.heads,
@@ -204,9 +264,19 @@ size_t pairs_of(const AttentionShape& s) {
 }  // namespace
 
 void host_attention_forward(const AttentionShape& s, const float* q, const float* k, const float* v,
-                            float* probs, float* y, Vectors vectors) {
+                            float* probs, float* y, Vectors vectors, AttentionProduct product) {
   const Kernels kernels = kernels_for(vectors);
   const auto pairs = static_cast<int64_t>(pairs_of(s));
+  if (product) {
+#pragma omp parallel
+    {
+      std::vector<float> dropped(s.dropout > 0 ? static_cast<size_t>(s.t) * s.t : 0);
+#pragma omp for schedule(static)
+      for (int64_t pair = 0; pair < pairs; ++pair)
+        product_forward(s, static_cast<size_t>(pair), q, k, v, probs, y, dropped.data(), product);
+    }
+    return;
+  }
 #pragma omp parallel
   {
     std::vector<float> kt(static_cast<size_t>(s.key_dim) * s.t);
@@ -218,9 +288,21 @@ void host_attention_forward(const AttentionShape& s, const float* q, const float
 
 void host_attention_backward(const AttentionShape& s, const float* q, const float* k,
                              const float* v, const float* probs, const float* dy, float* dq,
-                             float* dk, float* dv, Vectors vectors) {
+                             float* dk, float* dv, Vectors vectors, AttentionProduct product) {
   const Kernels kernels = kernels_for(vectors);
   const auto pairs = static_cast<int64_t>(pairs_of(s));
+  if (product) {
+#pragma omp parallel
+    {
+      const size_t block = static_cast<size_t>(s.t) * s.t;
+      std::vector<float> ds(block), dropped(s.dropout > 0 ? block : 0);
+#pragma omp for schedule(static)
+      for (int64_t pair = 0; pair < pairs; ++pair)
+        product_backward(s, static_cast<size_t>(pair), q, k, v, probs, dy, dq, dk, dv, ds.data(),
+                         dropped.data(), product);
+    }
+    return;
+  }
 #pragma omp parallel
   {
     std::vector<float> vt(static_cast<size_t>(s.value_dim) * s.t), ds(static_cast<size_t>(s.t)),
