@@ -59,9 +59,9 @@ TEST_CASE("dtrain generate samples a trained language model, the same text for a
   CHECK(generate({run, "--prompt", "ROMEO:", "--tokens", "40", "--seed", "6"}).out != first.out);
   std::set<std::string> greedy;
   for (const char* seed : {"1", "2", "3"})
-    greedy.insert(generate({run, "--prompt", "ROMEO:", "--tokens", "40", "--top-k", "1", "--seed",
-                            seed})
-                      .out);
+    greedy.insert(
+        generate({run, "--prompt", "ROMEO:", "--tokens", "40", "--top-k", "1", "--seed", seed})
+            .out);
   CHECK(greedy.size() == 1);
 
   auto bad = generate({run, "--prompt", "caf\xc3\xa9"});
