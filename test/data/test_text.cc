@@ -1,6 +1,8 @@
 // The "text" and "tokens" data sources (worker/data/text_data.h): the characters' vocabulary,
 // the splits, windows and their labels, training windows drawn from (seed, epoch, step,
 // example), the bad inputs (each a ConfigError naming the file), and tiny-shakespeare itself.
+#include <sys/stat.h>
+
 #include <catch2/catch.hpp>
 #include <cstdint>
 #include <fstream>
@@ -171,6 +173,14 @@ TEST_CASE("bad text inputs exit 2 naming the file", "[text]") {
                Contains("empty.bin: the file is empty"));
   tokens.path = dir.path() + "/absent.bin";
   REQUIRE_THAT(config_error([&] { load_data(tokens, {2}); }), Contains("absent.bin: cannot open"));
+  // A folder or a FIFO is refused at once (a FIFO with no writer would be waited for forever).
+  tokens.path = dir.path();
+  REQUIRE_THAT(config_error([&] { load_data(tokens, {2}); }),
+               Contains("not a regular file (a folder)"));
+  const std::string fifo = dir.path() + "/fifo";
+  REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+  REQUIRE_THAT(config_error([&] { load_data(text_config(fifo), {2}); }),
+               Contains("fifo: not a regular file (a FIFO)"));
 }
 
 TEST_CASE("text keys are checked where they are given", "[text]") {

@@ -12,8 +12,6 @@
 #include <cerrno>
 #include <cmath>
 #include <cstring>
-#include <fstream>
-#include <iterator>
 #include <memory>
 
 #include "common/errors.h"
@@ -25,11 +23,44 @@ using common::ConfigError;
 
 constexpr size_t kMaxVocabulary = 65536;  ///< ids are uint16
 
+// path opened for reading, and its size: a regular file, or ConfigError (a FIFO, a device or a
+// folder may never end; O_NONBLOCK so that opening a FIFO with no writer does not wait).
+std::pair<int, size_t> open_regular(const std::string& path) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) throw ConfigError(fmt::format("{}: cannot open: {}", path, std::strerror(errno)));
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) {
+    int error = errno;
+    ::close(fd);
+    throw ConfigError(fmt::format("{}: cannot stat: {}", path, std::strerror(error)));
+  }
+  if (!S_ISREG(st.st_mode)) {
+    ::close(fd);
+    throw ConfigError(fmt::format("{}: not a regular file ({}); data files must be", path,
+                                  S_ISDIR(st.st_mode)    ? "a folder"
+                                  : S_ISFIFO(st.st_mode) ? "a FIFO"
+                                                         : "a device or socket"));
+  }
+  return {fd, static_cast<size_t>(st.st_size)};
+}
+
 std::string read_whole(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw ConfigError(fmt::format("{}: cannot open: {}", path, std::strerror(errno)));
-  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  if (in.bad()) throw ConfigError(fmt::format("{}: cannot read: {}", path, std::strerror(errno)));
+  auto [fd, size] = open_regular(path);
+  std::string bytes(size, '\0');
+  size_t done = 0;
+  while (done < size) {
+    ssize_t got = ::read(fd, bytes.data() + done, size - done);
+    if (got < 0 && errno == EINTR) continue;
+    if (got < 0) {
+      int error = errno;
+      ::close(fd);
+      throw ConfigError(fmt::format("{}: cannot read: {}", path, std::strerror(error)));
+    }
+    if (got == 0) break;  // shorter than fstat said: it shrank while read
+    done += static_cast<size_t>(got);
+  }
+  ::close(fd);
+  bytes.resize(done);
   return bytes;
 }
 
@@ -74,15 +105,8 @@ Dataset text_split(std::shared_ptr<const uint16_t> corpus, int64_t first, int64_
 // The file of uint16 ids at path, mapped; every id checked below vocabulary_size.
 std::pair<std::shared_ptr<const uint16_t>, int64_t> map_tokens(const std::string& path,
                                                                int vocabulary_size) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) throw ConfigError(fmt::format("{}: cannot open: {}", path, std::strerror(errno)));
-  struct stat st {};
-  if (::fstat(fd, &st) != 0) {
-    int error = errno;
-    ::close(fd);
-    throw ConfigError(fmt::format("{}: cannot stat: {}", path, std::strerror(error)));
-  }
-  const auto bytes = static_cast<size_t>(st.st_size);
+  const auto [fd, size] = open_regular(path);
+  const size_t bytes = size;  // a lambda below keeps it (C++17 captures no structured binding)
   if (bytes == 0) {
     ::close(fd);
     throw ConfigError(fmt::format("{}: the file is empty", path));

@@ -36,7 +36,6 @@ struct Head {
 // Row p's softmax over its first `keys` scores, scaled, in place; the rest of its t set to 0.
 DT_INLINE void softmax_row(float* p, int keys, int t, float scale) {
   float top = -INFINITY;
-#pragma omp simd reduction(max : top)
   for (int j = 0; j < keys; ++j) top = std::max(top, p[j]);
   top *= scale;  // scale > 0: the largest scaled score (a maximum: any order gives it)
   float total = 0;
