@@ -9,14 +9,13 @@
 #include <string>
 
 #include "worker/nn/layers/layer_keys.h"
-#include "worker/nn/random.h"
 
 namespace dtrain::nn::layers {
 namespace {
 
 struct EmbeddingKeys {
   int input_dim = 0, output_dim = 0;
-  float minval = -0.05f, maxval = 0.05f;  ///< Keras's RandomUniform defaults
+  UniformRange init;
 };
 
 class Embedding : public Layer {
@@ -26,8 +25,7 @@ class Embedding : public Layer {
     return {{"embeddings", {k_.input_dim, k_.output_dim}, 0, table()}};
   }
   void initialize(float* p, float*, uint64_t seed) const override {
-    const float range = k_.maxval - k_.minval;
-    for (size_t i = 0; i < table(); ++i) p[i] = k_.minval + range * unit_float(random_key(seed, i));
+    random_uniform(p, table(), k_.init, seed);
   }
   void forward(Backend& b, const ForwardArgs& a) override {
     b.embedding_forward(a.n * positions_, k_.input_dim, k_.output_dim, a.x[0], a.params, a.y);
@@ -69,41 +67,6 @@ class EmbeddingConfig : public LayerConfig {
   EmbeddingKeys k_;
 };
 
-// embeddings_initializer: Keras's "uniform" (or "random_uniform", "RandomUniform"), or its
-// serialized RandomUniform with minval < maxval and any seed (dtrain draws from train.seed).
-void parse_embeddings_initializer(const common::JsonNode& node, EmbeddingKeys& k) {
-  const char* why = "dtrain computes RandomUniform (Keras's \"uniform\", the default)";
-  if (node.is_string()) {
-    const std::string name = node.as_string();
-    if (name != "uniform" && name != "random_uniform" && name != "RandomUniform")
-      node.fail(fmt::format("\"{}\" is not supported ({})", name, why));
-    return;
-  }
-  if (!node.is_object())
-    node.fail(fmt::format("expected an initializer's name or object, found {}", node.describe()));
-  node.check_keys({"module", "class_name", "config", "registered_name"});
-  if (auto module = node.find("module")) {
-    const std::string m = module->as_string();
-    if (m != "keras" && m.rfind("keras.", 0) != 0)
-      module->fail(fmt::format("\"{}\" is not Keras's own: a custom initializer", m));
-  }
-  const common::JsonNode class_name = node.at("class_name");
-  if (class_name.as_string() != "RandomUniform")
-    class_name.fail(fmt::format("{} is not supported ({})", class_name.as_string(), why));
-  if (auto r = node.find("registered_name");
-      r && !r->is_null() && r->as_string() != "RandomUniform")
-    r->fail("a registered custom initializer is not supported");
-  auto config = node.find("config");
-  if (!config || config->is_null()) return;
-  config->check_keys({"minval", "maxval", "seed"});
-  if (auto seed = config->find("seed"); seed && !seed->is_null())
-    seed->as_int(INT64_MIN, INT64_MAX);
-  if (auto n = config->find("minval")) k.minval = static_cast<float>(n->as_number(-1e6, 1e6));
-  if (auto n = config->find("maxval")) k.maxval = static_cast<float>(n->as_number(-1e6, 1e6));
-  if (!(k.minval < k.maxval))
-    config->fail(fmt::format("minval {} is not below maxval {}", k.minval, k.maxval));
-}
-
 }  // namespace
 
 std::unique_ptr<LayerConfig> parse_embedding(const common::JsonNode& node) {
@@ -113,7 +76,7 @@ std::unique_ptr<LayerConfig> parse_embedding(const common::JsonNode& node) {
   // Ids travel as floats: every integer below 2^24 is exact.
   k.input_dim = static_cast<int>(node.at("input_dim").as_int(1, 1 << 24));
   k.output_dim = static_cast<int>(node.at("output_dim").as_int(1, 1 << 20));
-  if (auto n = node.find("embeddings_initializer")) parse_embeddings_initializer(*n, k);
+  if (auto n = node.find("embeddings_initializer")) k.init = parse_uniform_initializer(*n);
   if (auto n = node.find("mask_zero"); n && n->as_bool())
     n->fail("true is not supported (dtrain has no masks): false");
   return std::make_unique<EmbeddingConfig>(k);

@@ -276,4 +276,46 @@ const float* Activated::deactivate(Backend& b, int n, const float* y, const floa
   return delta_.data();
 }
 
+// embeddings_initializer: Keras's "uniform" (or "random_uniform", "RandomUniform"), or its
+// serialized RandomUniform with minval < maxval and any seed (dtrain draws from train.seed).
+UniformRange parse_uniform_initializer(const common::JsonNode& node) {
+  UniformRange k;
+  const char* why = "dtrain computes RandomUniform (Keras's \"uniform\", the default)";
+  if (node.is_string()) {
+    const std::string name = node.as_string();
+    if (name != "uniform" && name != "random_uniform" && name != "RandomUniform")
+      node.fail(fmt::format("\"{}\" is not supported ({})", name, why));
+    return k;
+  }
+  if (!node.is_object())
+    node.fail(fmt::format("expected an initializer's name or object, found {}", node.describe()));
+  node.check_keys({"module", "class_name", "config", "registered_name"});
+  if (auto module = node.find("module")) {
+    const std::string m = module->as_string();
+    if (m != "keras" && m.rfind("keras.", 0) != 0)
+      module->fail(fmt::format("\"{}\" is not Keras's own: a custom initializer", m));
+  }
+  const common::JsonNode class_name = node.at("class_name");
+  if (class_name.as_string() != "RandomUniform")
+    class_name.fail(fmt::format("{} is not supported ({})", class_name.as_string(), why));
+  if (auto r = node.find("registered_name");
+      r && !r->is_null() && r->as_string() != "RandomUniform")
+    r->fail("a registered custom initializer is not supported");
+  auto config = node.find("config");
+  if (!config || config->is_null()) return k;
+  config->check_keys({"minval", "maxval", "seed"});
+  if (auto seed = config->find("seed"); seed && !seed->is_null())
+    seed->as_int(INT64_MIN, INT64_MAX);
+  if (auto n = config->find("minval")) k.minval = static_cast<float>(n->as_number(-1e6, 1e6));
+  if (auto n = config->find("maxval")) k.maxval = static_cast<float>(n->as_number(-1e6, 1e6));
+  if (!(k.minval < k.maxval))
+    config->fail(fmt::format("minval {} is not below maxval {}", k.minval, k.maxval));
+  return k;
+}
+
+void random_uniform(float* w, size_t count, UniformRange range, uint64_t seed) {
+  const float width = range.maxval - range.minval;
+  for (size_t i = 0; i < count; ++i) w[i] = range.minval + width * unit_float(random_key(seed, i));
+}
+
 }  // namespace dtrain::nn::layers

@@ -70,6 +70,18 @@ enum class Initializer {
 /// kernel_initializer: Keras's name ("he_normal") or its serialized object ({"class_name":
 /// "HeNormal", "config": {"seed": ...}}; the seed is not used: dtrain draws from train.seed).
 Initializer parse_initializer(const common::JsonNode& node);
+
+/// Keras's RandomUniform, the embeddings' initializer: [minval, maxval), by default Keras's
+/// "uniform" (-0.05, 0.05).
+struct UniformRange {
+  float minval = -0.05f, maxval = 0.05f;
+};
+/// embeddings_initializer: "uniform" (or "random_uniform", "RandomUniform"), or Keras's
+/// serialized RandomUniform with minval < maxval and any seed (dtrain draws from train.seed);
+/// anything else a ConfigError naming the key.
+UniformRange parse_uniform_initializer(const common::JsonNode& node);
+/// count values uniform in the range, value i a pure function of (seed, i).
+void random_uniform(float* w, size_t count, UniformRange range, uint64_t seed);
 /// The kernel's initial values, a pure function of seed: uniform in +-sqrt(3 scale / n), or a
 /// normal of stddev sqrt(scale / n) / 0.87962566103423978 cut at two of its deviations (Keras's
 /// truncated normal), with scale and n as Keras's VarianceScaling has them for the initializer.

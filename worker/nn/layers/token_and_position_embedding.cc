@@ -12,14 +12,13 @@
 
 #include "worker/nn/layers/layer_keys.h"
 #include "worker/nn/layers/position_rows.h"
-#include "worker/nn/random.h"
 
 namespace dtrain::nn::layers {
 namespace {
 
 struct TokenPositionKeys {
   int vocabulary = 0, length = 0, dim = 0;
-  float minval = -0.05f, maxval = 0.05f;
+  UniformRange init;
 };
 
 class TokenAndPositionEmbedding : public Layer {
@@ -30,9 +29,7 @@ class TokenAndPositionEmbedding : public Layer {
             {"position_embedding.embeddings", {k_.length, k_.dim}, tokens(), positions()}};
   }
   void initialize(float* p, float*, uint64_t seed) const override {
-    const float range = k_.maxval - k_.minval;
-    for (size_t i = 0; i < tokens() + positions(); ++i)
-      p[i] = k_.minval + range * unit_float(random_key(seed, i));
+    random_uniform(p, tokens() + positions(), k_.init, seed);
   }
   void forward(Backend& b, const ForwardArgs& a) override {
     b.embedding_forward(a.n * t_, k_.vocabulary, k_.dim, a.x[0], a.params, a.y);
@@ -79,27 +76,6 @@ class TokenAndPositionEmbeddingConfig : public LayerConfig {
   TokenPositionKeys k_;
 };
 
-// "uniform" (Keras's RandomUniform, -0.05 to 0.05) by name, or its serialized object.
-void parse_uniform(const common::JsonNode& node, TokenPositionKeys& k) {
-  const char* why = "dtrain computes RandomUniform (Keras's \"uniform\", the default)";
-  if (node.is_string()) {
-    const std::string name = node.as_string();
-    if (name != "uniform" && name != "random_uniform" && name != "RandomUniform")
-      node.fail(fmt::format("\"{}\" is not supported ({})", name, why));
-    return;
-  }
-  node.check_keys({"module", "class_name", "config", "registered_name"});
-  if (node.at("class_name").as_string() != "RandomUniform")
-    node.at("class_name").fail(fmt::format("not supported ({})", why));
-  auto config = node.find("config");
-  if (!config || config->is_null()) return;
-  config->check_keys({"minval", "maxval", "seed"});
-  if (auto n = config->find("minval")) k.minval = static_cast<float>(n->as_number(-1e6, 1e6));
-  if (auto n = config->find("maxval")) k.maxval = static_cast<float>(n->as_number(-1e6, 1e6));
-  if (!(k.minval < k.maxval))
-    config->fail(fmt::format("minval {} is not below maxval {}", k.minval, k.maxval));
-}
-
 }  // namespace
 
 std::unique_ptr<LayerConfig> parse_token_and_position_embedding(const common::JsonNode& node) {
@@ -109,7 +85,7 @@ std::unique_ptr<LayerConfig> parse_token_and_position_embedding(const common::Js
   k.vocabulary = static_cast<int>(node.at("vocabulary_size").as_int(1, 1 << 24));
   k.length = static_cast<int>(node.at("sequence_length").as_int(1, 1 << 20));
   k.dim = static_cast<int>(node.at("embedding_dim").as_int(1, 1 << 20));
-  if (auto n = node.find("embeddings_initializer")) parse_uniform(*n, k);
+  if (auto n = node.find("embeddings_initializer")) k.init = parse_uniform_initializer(*n);
   if (auto n = node.find("tie_weights"); n && !n->as_bool())
     n->fail("false is not supported (it adds a reverse table dtrain does not keep): true");
   if (auto n = node.find("mask_zero"); n && n->as_bool())
