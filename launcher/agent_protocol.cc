@@ -152,6 +152,7 @@ std::string format_agent_watch_event(const ProcessSample& process,
   w.key("state").value(std::string_view(&process.state, 1));
   w.key("cpu_ticks").value(process.cpu_ticks);
   w.key("run_ns").value(process.run_ns).key("wait_ns").value(process.wait_ns);
+  w.key("runnable").value(process.runnable);
   if (record) {
     w.key("record").begin_object();
     w.key("pid").value(record->pid).key("generation").value(record->generation);
@@ -203,6 +204,8 @@ std::optional<AgentEvent> parse_agent_event(std::string_view payload) {
       event.process.cpu_ticks = static_cast<uint64_t>(root.at("cpu_ticks").as_int(0, INT64_MAX));
       if (auto run = root.find("run_ns")) event.process.run_ns = run->as_int(0, INT64_MAX);
       if (auto wait = root.find("wait_ns")) event.process.wait_ns = wait->as_int(0, INT64_MAX);
+      auto runnable = root.find("runnable");  // an older agent: the process's own letter
+      event.process.runnable = runnable ? runnable->as_bool() : event.process.state == 'R';
       event.process.readable = true;
       if (auto record = root.find("record")) {
         common::ProgressSample r;

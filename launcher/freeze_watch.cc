@@ -44,15 +44,24 @@ double usable_share(double dt, const ProcessSample& before, const MemberObservat
   const double wait = static_cast<double>(grown(before.wait_ns, m.process.wait_ns));
   if (run + wait > 0) return dt * run / (run + wait);
   // No schedstat movement: no thread was scheduled in the interval, or the kernel keeps no
-  // schedstat (both counters stay 0). Sleeping or blocked, it could have used all of it;
-  // runnable, it ran only if its CPU time grew, and otherwise waited for a CPU or its quota.
-  if (m.process.state != 'R') return dt;
+  // schedstat (both counters stay 0). Every thread sleeping or blocked, it could have used all
+  // of it; with a thread runnable (the main thread may sleep waiting for it), it ran only if its
+  // CPU time grew, and otherwise waited for a CPU or its quota.
+  if (!m.process.runnable) return dt;
   return m.process.cpu_ticks > before.cpu_ticks ? dt : 0;
 }
 
+// The state letter in a /proc stat line ("pid (comm) state ..."; comm may hold spaces and
+// parentheses: the letter follows the last ')'), or '?'.
+char state_letter(const std::string& text) {
+  size_t close = text.rfind(')');
+  if (close == std::string::npos || close + 2 >= text.size()) return '?';
+  return text[close + 2];
+}
+
 // Adds each thread's time on a CPU and waiting for one (/proc/<pid>/task/<tid>/schedstat: "run
-// wait slices", nanoseconds).
-void read_schedstats(int pid, ProcessSample& s) {
+// wait slices", nanoseconds), and notes whether any thread is runnable.
+void read_threads(int pid, ProcessSample& s) {
   const std::string tasks = "/proc/" + std::to_string(pid) + "/task";
   DIR* dir = ::opendir(tasks.c_str());
   if (!dir) return;
@@ -64,6 +73,9 @@ void read_schedstats(int pid, ProcessSample& s) {
       s.run_ns += run;
       s.wait_ns += wait;
     }
+    std::ifstream stat(tasks + "/" + e->d_name + "/stat");
+    std::string text;
+    if (std::getline(stat, text) && state_letter(text) == 'R') s.runnable = true;
   }
   ::closedir(dir);
 }
@@ -89,7 +101,8 @@ ProcessSample read_process(int pid) {
   } catch (const std::exception&) {
     return s;
   }
-  read_schedstats(pid, s);
+  read_threads(pid, s);
+  s.runnable = s.runnable || s.state == 'R';
   s.readable = true;
   return s;
 }

@@ -26,6 +26,9 @@ struct ProcessSample {
   /// nanoseconds runnable but waiting on a run queue (short of CPU). Both 0 where the kernel has
   /// no schedstat.
   uint64_t run_ns = 0, wait_ns = 0;
+  /// Some thread is runnable (state R in /proc/<pid>/task/<tid>/stat): the process may sleep in
+  /// its main thread while a thread it waits for is held off a CPU (a quota).
+  bool runnable = false;
   bool readable = false;  ///< false: no such process (or not ours to read)
 };
 

@@ -5,7 +5,8 @@
 // Healthy members are never named: one short of CPU (its run-queue wait), in I/O (state D), in
 // a busy phase (saving, validating), or stopped for less than the bound; a first verdict is a
 // warning and only one that persists is confirmed. read_process() on real processes: this one,
-// a child stopped with SIGSTOP, and a child kept waiting for the CPU. Times are simulated.
+// a child sleeping in its main thread while another thread spins, a child stopped with SIGSTOP,
+// and a child kept waiting for the CPU. Times are simulated.
 #include <sched.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -36,6 +37,7 @@ MemberObservation member(int pid, uint64_t begun, uint64_t ended, uint64_t step,
   s.step_seconds = step_seconds;
   m.record = s;
   m.process.state = state;
+  m.process.runnable = state == 'R';
   m.process.cpu_ticks = cpu;
   m.process.readable = true;
   return m;
@@ -158,6 +160,30 @@ TEST_CASE("read_process sees this process running and a SIGSTOPped child stopped
   ::kill(child, SIGKILL);
   ::waitpid(child, nullptr, 0);
   CHECK_FALSE(launcher::read_process(child).readable);
+}
+
+// A process whose main thread sleeps (joining a thread) while another thread spins is runnable:
+// the letter of /proc/<pid>/stat is the main thread's alone.
+TEST_CASE("read_process sees a thread runnable behind a sleeping main thread") {
+  pid_t child = ::fork();
+  if (child == 0) {
+    std::thread spinner([] {
+      for (volatile uint64_t spin = 0;; spin = spin + 1) {
+      }
+    });
+    spinner.join();
+    ::_exit(0);
+  }
+  REQUIRE(child > 0);
+  launcher::ProcessSample s;
+  for (int i = 0; i < 500 && !(s.state == 'S' && s.runnable); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    s = launcher::read_process(child);
+  }
+  ::kill(child, SIGKILL);
+  ::waitpid(child, nullptr, 0);
+  CHECK(s.state == 'S');
+  CHECK(s.runnable);
 }
 
 // A stopped process is named even while its group forms again (it would hold the rendezvous).
@@ -460,6 +486,20 @@ TEST_CASE("a collective stuck on a member short of CPU is not a cut link") {
   for (int i = 0; i <= 20; ++i, now += 0.5) {  // runnable, no CPU time: waiting for its quota
     CHECK_FALSE(
         watch.observe(now, {member(10, 103, 102, 20), inside('R', 100), member(12, 103, 102, 20)}));
+  }
+  // The main thread asleep (S) while a thread it waits for is runnable and held by the quota:
+  // half the looks see no thread scheduled at all (the quota's period is 1 s), the others 1 ms
+  // on a CPU against a second of waiting. Seen on CI's machine as "a link is down".
+  now = 0;
+  FreezeWatch held = trained(now);
+  double ran = 1, waited = 0;
+  for (int i = 0; i <= 20; ++i, now += 0.5) {
+    if (i % 2 == 0) ran += 0.001, waited += 1;
+    MemberObservation starved = inside('S', 100 + static_cast<uint64_t>(ran * 100));
+    starved.process.runnable = true;
+    starved.process.run_ns = static_cast<uint64_t>(ran * 1e9);
+    starved.process.wait_ns = static_cast<uint64_t>(waited * 1e9);
+    CHECK_FALSE(held.observe(now, {member(10, 103, 102, 20), starved, member(12, 103, 102, 20)}));
   }
   now = 0;
   FreezeWatch cut = trained(now);
