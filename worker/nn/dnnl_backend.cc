@@ -375,6 +375,8 @@ class DnnlBackend : public HostBackend {
   std::map<std::pair<Eltwise, size_t>, std::unique_ptr<ReluPrimitives>> eltwises_;
   std::map<std::pair<int, int>, std::unique_ptr<LogSoftmaxPrimitives>> log_softmaxes_;
   std::vector<float> log_probabilities_;
+  std::vector<float> row_losses_;  ///< softmax_cross_entropy's per row, summed in order
+  std::vector<uint8_t> row_hits_;
   bool direct_used_ = false;  // a convolution ran direct_conv.h's loops
 };
 
@@ -495,14 +497,24 @@ void DnnlBackend::softmax_cross_entropy(int n, int classes, const float* logits,
   p.forward.execute(stream_, {{DNNL_ARG_SRC, mem(p.data, logits)},
                               {DNNL_ARG_DST, mem(p.data, log_probabilities_.data())}});
   stream_.wait();
-  double loss = 0;
-  int hits = 0;
-  float scale = 1.0f / static_cast<float>(n);
   for (int i = 0; i < n; ++i) {
-    const float* lp = log_probabilities_.data() + static_cast<size_t>(i) * classes;
+    DT_ENFORCE(labels[i] >= 0 && labels[i] < classes, "label {} outside 0..{}", labels[i],
+               classes - 1);
+  }
+  // Rows split over the threads (a language model's has a row per token, its gradient an exp per
+  // logit); each row's loss and hit kept apart and summed afterwards in row order, so the totals
+  // are the same bits at any thread count.
+  row_losses_.resize(static_cast<size_t>(n));
+  row_hits_.resize(static_cast<size_t>(n));
+  const float scale = 1.0f / static_cast<float>(n);
+  const float* log_probabilities = log_probabilities_.data();
+  float* row_losses = row_losses_.data();
+  uint8_t* row_hits = row_hits_.data();
+#pragma omp parallel for schedule(static) if (static_cast <int64_t>(n) * classes >= (1 << 16))
+  for (int i = 0; i < n; ++i) {
+    const float* lp = log_probabilities + static_cast<size_t>(i) * classes;
     const float* row = logits + static_cast<size_t>(i) * classes;
-    int label = labels[i];
-    DT_ENFORCE(label >= 0 && label < classes, "label {} outside 0..{}", label, classes - 1);
+    const int label = labels[i];
     int best = 0;
     for (int j = 1; j < classes; ++j)
       if (row[j] > row[best]) best = j;
@@ -511,8 +523,14 @@ void DnnlBackend::softmax_cross_entropy(int n, int classes, const float* logits,
       for (int j = 0; j < classes; ++j) d[j] = std::exp(lp[j]) * scale;
       d[label] -= scale;
     }
-    loss -= lp[label];
-    hits += best == label ? 1 : 0;
+    row_losses[i] = lp[label];
+    row_hits[i] = best == label ? 1 : 0;
+  }
+  double loss = 0;
+  int hits = 0;
+  for (int i = 0; i < n; ++i) {
+    loss -= row_losses[i];
+    hits += row_hits[i];
   }
   totals[0] = static_cast<float>(totals[0] + loss);
   totals[1] += static_cast<float>(hits);

@@ -140,73 +140,12 @@ DT_INLINE void backward_body(const AttentionShape& s, size_t pair, const float* 
   }
 }
 
-struct Kernels {
-  void (*forward)(const AttentionShape&, size_t, const float*, const float*, const float*, float*,
-                  float*, float*);
-  void (*backward)(const AttentionShape&, size_t, const float*, const float*, const float*,
-                   const float*, const float*, float*, float*, float*, float*, float*, float*);
-};
-
-void forward_plain(const AttentionShape& s, size_t pair, const float* q, const float* k,
-                   const float* v, float* probs, float* y, float* kt) {
-  forward_body(s, pair, q, k, v, probs, y, kt);
-}
-void backward_plain(const AttentionShape& s, size_t pair, const float* q, const float* k,
-                    const float* v, const float* probs, const float* dy, float* dq, float* dk,
-                    float* dv, float* vt, float* ds, float* dropped) {
-  backward_body(s, pair, q, k, v, probs, dy, dq, dk, dv, vt, ds, dropped);
-}
-#if defined(__x86_64__) && defined(__GNUC__)
-__attribute__((target("avx2"))) void forward_avx2(const AttentionShape& s, size_t pair,
-                                                  const float* q, const float* k, const float* v,
-                                                  float* probs, float* y, float* kt) {
-  forward_body(s, pair, q, k, v, probs, y, kt);
-}
-__attribute__((target("avx2"))) void backward_avx2(const AttentionShape& s, size_t pair,
-                                                   const float* q, const float* k, const float* v,
-                                                   const float* probs, const float* dy, float* dq,
-                                                   float* dk, float* dv, float* vt, float* ds,
-                                                   float* dropped) {
-  backward_body(s, pair, q, k, v, probs, dy, dq, dk, dv, vt, ds, dropped);
-}
-__attribute__((target("avx512f"))) void forward_avx512(const AttentionShape& s, size_t pair,
-                                                       const float* q, const float* k,
-                                                       const float* v, float* probs, float* y,
-                                                       float* kt) {
-  forward_body(s, pair, q, k, v, probs, y, kt);
-}
-__attribute__((target("avx512f"))) void backward_avx512(const AttentionShape& s, size_t pair,
-                                                        const float* q, const float* k,
-                                                        const float* v, const float* probs,
-                                                        const float* dy, float* dq, float* dk,
-                                                        float* dv, float* vt, float* ds,
-                                                        float* dropped) {
-  backward_body(s, pair, q, k, v, probs, dy, dq, dk, dv, vt, ds, dropped);
-}
-#endif
-
-Kernels kernels_for(Vectors vectors) {
-  if (vectors == Vectors::kWidest) vectors = direct_conv::widest();
-  DT_ENFORCE(direct_conv::runs(vectors), "this CPU cannot run attention's {} loops",
-             direct_conv::vectors_name(vectors));
-  switch (vectors) {
-#if defined(__x86_64__) && defined(__GNUC__)
-    case Vectors::kAvx512:
-      return {forward_avx512, backward_avx512};
-    case Vectors::kAvx2:
-      return {forward_avx2, backward_avx2};
-#endif
-    default:
-      return {forward_plain, backward_plain};
-  }
-}
-
 // One pair's forward with its two products by `product`: the scores into its probs block (every
 // key; the causal mask is applied by the softmax, which leaves masked probabilities 0), each
 // row's softmax, then y = P v (P dropped, in `dropped`, with dropout).
-void product_forward(const AttentionShape& s, size_t pair, const float* q, const float* k,
-                     const float* v, float* probs, float* y, float* dropped,
-                     AttentionProduct product) {
+DT_INLINE void product_forward_body(const AttentionShape& s, size_t pair, const float* q,
+                                    const float* k, const float* v, float* probs, float* y,
+                                    float* dropped, AttentionProduct product) {
   const Head hd{s, pair / static_cast<size_t>(s.heads), pair % static_cast<size_t>(s.heads)};
   const int t = s.t, q_row = static_cast<int>(hd.q_row()), v_row = static_cast<int>(hd.v_row());
   float* p = probs + hd.p();
@@ -223,9 +162,10 @@ void product_forward(const AttentionShape& s, size_t pair, const float* q, const
 
 // Its backward: dP = dy v^T, dv = P^T dy (both through the dropout's mask), dS = P (dP - sum P
 // dP) scaled, dq = dS k, dk = dS^T q.
-void product_backward(const AttentionShape& s, size_t pair, const float* q, const float* k,
-                      const float* v, const float* probs, const float* dy, float* dq, float* dk,
-                      float* dv, float* ds, float* dropped, AttentionProduct product) {
+DT_INLINE void product_backward_body(const AttentionShape& s, size_t pair, const float* q,
+                                     const float* k, const float* v, const float* probs,
+                                     const float* dy, float* dq, float* dk, float* dv, float* ds,
+                                     float* dropped, AttentionProduct product) {
   const Head hd{s, pair / static_cast<size_t>(s.heads), pair % static_cast<size_t>(s.heads)};
   const int t = s.t, q_row = static_cast<int>(hd.q_row()), v_row = static_cast<int>(hd.v_row());
   const float* p = probs + hd.p();
@@ -253,6 +193,68 @@ void product_backward(const AttentionShape& s, size_t pair, const float* q, cons
   product(true, false, t, s.key_dim, t, ds, t, q + hd.qk(0), q_row, dk + hd.qk(0), q_row);
 }
 
+struct Kernels {
+  void (*forward)(const AttentionShape&, size_t, const float*, const float*, const float*, float*,
+                  float*, float*);
+  void (*backward)(const AttentionShape&, size_t, const float*, const float*, const float*,
+                   const float*, const float*, float*, float*, float*, float*, float*, float*);
+  void (*product_forward)(const AttentionShape&, size_t, const float*, const float*, const float*,
+                          float*, float*, float*, AttentionProduct);
+  void (*product_backward)(const AttentionShape&, size_t, const float*, const float*, const float*,
+                           const float*, const float*, float*, float*, float*, float*, float*,
+                           AttentionProduct);
+};
+
+// The four entry points compiled for one vector width (TARGET: a function attribute, or none).
+#define DT_ATTENTION_KERNELS(SUFFIX, TARGET)                                                       \
+  TARGET void forward_##SUFFIX(const AttentionShape& s, size_t pair, const float* q,               \
+                               const float* k, const float* v, float* probs, float* y,             \
+                               float* kt) {                                                        \
+    forward_body(s, pair, q, k, v, probs, y, kt);                                                  \
+  }                                                                                                \
+  TARGET void backward_##SUFFIX(const AttentionShape& s, size_t pair, const float* q,              \
+                                const float* k, const float* v, const float* probs,                \
+                                const float* dy, float* dq, float* dk, float* dv, float* vt,       \
+                                float* ds, float* dropped) {                                       \
+    backward_body(s, pair, q, k, v, probs, dy, dq, dk, dv, vt, ds, dropped);                       \
+  }                                                                                                \
+  TARGET void product_forward_##SUFFIX(const AttentionShape& s, size_t pair, const float* q,       \
+                                       const float* k, const float* v, float* probs, float* y,     \
+                                       float* dropped, AttentionProduct product) {                 \
+    product_forward_body(s, pair, q, k, v, probs, y, dropped, product);                            \
+  }                                                                                                \
+  TARGET void product_backward_##SUFFIX(const AttentionShape& s, size_t pair, const float* q,      \
+                                        const float* k, const float* v, const float* probs,        \
+                                        const float* dy, float* dq, float* dk, float* dv,          \
+                                        float* ds, float* dropped, AttentionProduct product) {     \
+    product_backward_body(s, pair, q, k, v, probs, dy, dq, dk, dv, ds, dropped, product);          \
+  }                                                                                                \
+  const Kernels kernels_##SUFFIX = {forward_##SUFFIX, backward_##SUFFIX, product_forward_##SUFFIX, \
+                                    product_backward_##SUFFIX};
+
+DT_ATTENTION_KERNELS(plain, )
+#if defined(__x86_64__) && defined(__GNUC__)
+DT_ATTENTION_KERNELS(avx2, __attribute__((target("avx2"))))
+DT_ATTENTION_KERNELS(avx512, __attribute__((target("avx512f"))))
+#endif
+#undef DT_ATTENTION_KERNELS
+
+Kernels kernels_for(Vectors vectors) {
+  if (vectors == Vectors::kWidest) vectors = direct_conv::widest();
+  DT_ENFORCE(direct_conv::runs(vectors), "this CPU cannot run attention's {} loops",
+             direct_conv::vectors_name(vectors));
+  switch (vectors) {
+#if defined(__x86_64__) && defined(__GNUC__)
+    case Vectors::kAvx512:
+      return kernels_avx512;
+    case Vectors::kAvx2:
+      return kernels_avx2;
+#endif
+    default:
+      return kernels_plain;
+  }
+}
+
 size_t pairs_of(const AttentionShape& s) {
   DT_ENFORCE(s.n > 0 && s.t > 0 && s.heads > 0 && s.key_dim > 0 && s.value_dim > 0,
              "attention of n {} t {} heads {} key_dim {} value_dim {}", s.n, s.t, s.heads,
@@ -272,7 +274,8 @@ void host_attention_forward(const AttentionShape& s, const float* q, const float
       std::vector<float> dropped(s.dropout > 0 ? static_cast<size_t>(s.t) * s.t : 0);
 #pragma omp for schedule(static)
       for (int64_t pair = 0; pair < pairs; ++pair)
-        product_forward(s, static_cast<size_t>(pair), q, k, v, probs, y, dropped.data(), product);
+        kernels.product_forward(s, static_cast<size_t>(pair), q, k, v, probs, y, dropped.data(),
+                                product);
     }
     return;
   }
@@ -297,8 +300,8 @@ void host_attention_backward(const AttentionShape& s, const float* q, const floa
       std::vector<float> ds(block), dropped(s.dropout > 0 ? block : 0);
 #pragma omp for schedule(static)
       for (int64_t pair = 0; pair < pairs; ++pair)
-        product_backward(s, static_cast<size_t>(pair), q, k, v, probs, dy, dq, dk, dv, ds.data(),
-                         dropped.data(), product);
+        kernels.product_backward(s, static_cast<size_t>(pair), q, k, v, probs, dy, dq, dk, dv,
+                                 ds.data(), dropped.data(), product);
     }
     return;
   }
