@@ -181,8 +181,10 @@ std::string format_dry_run(const LaunchPlan& plan, const DryRunFacts& facts) {
   }
   if (facts.succeeded && !facts.fresh) {
     out +=
-        "# the run already succeeded: a launch would change nothing (--fresh trains it again "
-        "from scratch)\n";
+        "# the run already succeeded: a launch would change nothing (a larger train.epochs "
+        "continues it; --fresh trains it again from scratch)\n";
+  } else if (!facts.start.empty()) {
+    out += fmt::format("# a launch {}\n", facts.start);
   }
   if (facts.fresh)
     out +=
@@ -213,8 +215,9 @@ std::string dry_run(const common::JobSpec& spec, bool fresh) {
   DryRunFacts facts;
   facts.attempt = next_attempt(run_dir);
   facts.in_use = run_dir_locked(run_dir);
-  facts.succeeded =
-      recorded_status(run_dir) == common::kStatusSucceeded && same_work_as_recorded(spec, run_dir);
+  const RunStart start = run_start(spec, run_dir, fresh);
+  facts.succeeded = start.kind == RunStart::Kind::kFinished;
+  facts.start = start.kind == RunStart::Kind::kRefused ? "would refuse: " + start.what : start.what;
   facts.fresh = fresh;
   return format_dry_run(plan, facts);
 }

@@ -32,6 +32,9 @@ struct DryRunFacts {
   bool in_use = false;     ///< a live launcher holds the run directory (a launch would refuse)
   bool succeeded = false;  ///< the run already succeeded (a launch would change nothing)
   bool fresh = false;      ///< --fresh: the run's results would be removed first
+  /// What a launch would do with the run's earlier work (RunStart::what): "continues the
+  /// finished run from epoch 3 to epoch 5 ...", "resumes from ...", "starts from scratch".
+  std::string start;
 };
 
 /// The report for every task of plan.

@@ -255,14 +255,17 @@ int launch_command(const Args& args) {
     return common::kExitSuccess;
   }
   common::RunDir existing(run_root(spec));
-  if (!options.fresh && recorded_status(existing) == common::kStatusSucceeded &&
-      same_work_as_recorded(spec, existing)) {
+  const RunStart start = run_start(spec, existing, options.fresh);
+  if (start.kind == RunStart::Kind::kFinished) {
     std::cerr << fmt::format(
         "dtrain: job \"{}\" already succeeded in {}: nothing to do (its model and metrics are "
-        "kept; `dtrain launch {} --fresh` trains it again from scratch)\n",
+        "kept; a larger train.epochs continues it; `dtrain launch {} --fresh` trains it again "
+        "from scratch)\n",
         spec.job, existing.root(), options.job_file);
     return common::kExitSuccess;
   }
+  if (start.kind == RunStart::Kind::kRefused)
+    throw common::ConfigError(fmt::format("{}: {}", options.job_file, start.what));
   ::signal(SIGPIPE, SIG_IGN);
   raise_open_file_limit();  // about two descriptors per worker
   // Bound before detaching, so that a port in use fails this command (exit 2), not the daemon.
@@ -270,8 +273,8 @@ int launch_command(const Args& args) {
   if (vm.count("metrics-port")) metrics_listener = listen_for_metrics(options.metrics_port);
   PreparedRun run = prepare_run(spec, options.fresh);
   if (options.detach && detach(run.run_dir)) return common::kExitSuccess;
-  spdlog::info("job \"{}\": {} task(s), run directory {}, attempt {}", spec.job,
-               run.plan.tasks.size(), run.plan.context.run_dir, run.first_attempt);
+  spdlog::info("job \"{}\": {} task(s), run directory {}, attempt {}; it {}", spec.job,
+               run.plan.tasks.size(), run.plan.context.run_dir, run.first_attempt, start.what);
   if (!run.plan.recovery_note.empty()) spdlog::info("{}", run.plan.recovery_note);
   return run_supervisor(spec, run, std::move(metrics_listener));
 }

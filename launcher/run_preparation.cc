@@ -15,6 +15,7 @@
 #include <deque>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <sstream>
 #include <thread>
 
@@ -253,6 +254,104 @@ bool same_work_as_recorded(const common::JobSpec& spec, const common::RunDir& ru
   } catch (const std::exception&) {
     return false;  // no readable record: not known to be the same
   }
+}
+
+namespace {
+
+// train without its epochs, and its epochs (0 when absent or unreadable).
+std::pair<std::string, int64_t> split_epochs(const common::JsonNode& train) {
+  common::JsonWriter w;
+  w.begin_object();
+  int64_t epochs = 0;
+  for (const auto& [key, value] : train.as_object()) {
+    if (key == "epochs") {
+      epochs = value.as_int(0, INT32_MAX);
+      continue;
+    }
+    w.key(key).raw(value.dump());
+  }
+  return {w.end_object().str(), epochs};
+}
+
+// The first key of train whose value differs between two train sections ("" when none).
+std::string first_difference(const common::JsonNode& recorded, const common::JsonNode& wanted) {
+  std::map<std::string, std::string> before, after;
+  for (const auto& [key, value] : recorded.as_object()) before[key] = value.dump();
+  for (const auto& [key, value] : wanted.as_object()) after[key] = value.dump();
+  for (const auto& [key, value] : after)
+    if (key != "epochs" && (!before.count(key) || before[key] != value)) return "train." + key;
+  for (const auto& [key, value] : before)
+    if (key != "epochs" && !after.count(key)) return "train." + key;
+  return "";
+}
+
+// The newest checkpoint's name in folder's checkpoint.json, "" when there is none.
+std::string newest_checkpoint(const std::string& folder) {
+  try {
+    common::JsonDocument index =
+        common::JsonDocument::parse(common::read_file(folder + "/checkpoint.json"), folder);
+    return index.root().at("latest").as_string();
+  } catch (const std::exception&) {
+    return "";
+  }
+}
+
+}  // namespace
+
+RunStart run_start(const common::JobSpec& spec, const common::RunDir& run_dir, bool fresh) {
+  using Kind = RunStart::Kind;
+  if (fresh) return {Kind::kFresh, "starts from scratch (--fresh)"};
+  const bool succeeded = recorded_status(run_dir) == common::kStatusSucceeded;
+  if (succeeded && same_work_as_recorded(spec, run_dir))
+    return {Kind::kFinished, "has nothing to do"};
+  if (!spec.train_json) return {Kind::kFresh, "runs its command"};
+  if (succeeded) {
+    try {
+      common::JsonDocument recorded_doc =
+          common::JsonDocument::parse(common::read_file(run_dir.spec_json()), "spec.json");
+      std::optional<common::JsonNode> recorded = recorded_doc.root().find("train");
+      common::JsonDocument wanted_doc = common::JsonDocument::parse(*spec.train_json, "train");
+      if (recorded && recorded->is_object() && wanted_doc.root().is_object()) {
+        const auto [recorded_rest, done] = split_epochs(*recorded);
+        const auto [wanted_rest, epochs] = split_epochs(wanted_doc.root());
+        const std::string state = run_dir.model_dir() + "/state";
+        if (epochs > done && done > 0) {
+          // The chief's model/ is on the chief's host: a local model/ without a state is a run
+          // that finished before final states were kept.
+          if (fs::exists(run_dir.model_dir()) && newest_checkpoint(state).empty() &&
+              newest_checkpoint(backup_folder(spec, run_dir)).empty()) {
+            return {Kind::kRefused,
+                    fmt::format("job \"{}\" finished {} epochs in {}, but {} holds no final state "
+                                "to continue from; `dtrain launch --fresh` trains it again from "
+                                "scratch",
+                                spec.job, done, run_dir.root(), state)};
+          }
+          std::string what = fmt::format(
+              "continues the finished run from epoch {} to epoch {} (its final state in {})", done,
+              epochs, state);
+          if (recorded_rest != wanted_rest) {
+            what += fmt::format(" under the job's new settings ({} changed, among others)",
+                                first_difference(*recorded, wanted_doc.root()));
+          }
+          return {Kind::kContinue, what};
+        }
+        const std::string changed =
+            epochs != done ? "train.epochs" : first_difference(*recorded, wanted_doc.root());
+        return {Kind::kRefused,
+                fmt::format("job \"{}\" already succeeded in {} after {} epochs, and its {} "
+                            "changed since: only a larger train.epochs continues a finished run; "
+                            "`dtrain launch --fresh` trains it again from scratch, or give it "
+                            "another run_dir",
+                            spec.job, run_dir.root(), done, changed)};
+      }
+    } catch (const std::exception&) {  // an unreadable record: launch as before
+    }
+  }
+  const std::string backup = backup_folder(spec, run_dir);
+  if (std::string newest = newest_checkpoint(backup); !newest.empty())
+    return {Kind::kResume,
+            fmt::format("resumes from its newest checkpoint, {}/{}", backup, newest)};
+  return {Kind::kFresh, "starts from scratch"};
 }
 
 std::string recorded_status(const common::RunDir& run_dir) {

@@ -31,6 +31,23 @@ PreparedRun prepare_run(const common::JobSpec& spec, bool fresh = false);
 /// say) is not the run that succeeded, and launching it goes on from its checkpoint.
 bool same_work_as_recorded(const common::JobSpec& spec, const common::RunDir& run_dir);
 
+/// What a launch of spec does with the work run_dir already holds
+/// (docs/design.md#continuing-a-finished-run), said by --dry-run and the launch's first line.
+struct RunStart {
+  enum class Kind {
+    kFresh,     ///< nothing to go on from (or --fresh): trains from scratch
+    kResume,    ///< an interrupted run: from its newest checkpoint
+    kContinue,  ///< a finished run whose train.epochs grew: from its final state
+    kFinished,  ///< the same work already succeeded: nothing to do
+    kRefused,   ///< a finished run whose training changed otherwise: exit 2
+  };
+  Kind kind = Kind::kFresh;
+  /// "continues the finished run from epoch 3 to epoch 5 (its final state in ...)", ...; for
+  /// kRefused, the whole error.
+  std::string what;
+};
+RunStart run_start(const common::JobSpec& spec, const common::RunDir& run_dir, bool fresh);
+
 /// The status a finished run recorded in its state.json ("succeeded", "failed", "stopped"), or
 /// "" when it has none or it is unreadable.
 std::string recorded_status(const common::RunDir& run_dir);

@@ -267,11 +267,83 @@ TEST_CASE("a restart after the final model was written finishes without training
   CHECK(metrics_lines() == 2);  // no epoch trained again
   CHECK(common::read_file(dir + "/model/model.safetensors") == model);
 
-  std::this_thread::sleep_for(std::chrono::milliseconds(20));  // a later launch, a later time
-  common::write_file_atomically(dir + "/spec.json", common::read_file(dir + "/spec.json"));
-  testing::ProcessResult relaunched = testing::run_process(worker, options);
-  INFO(relaunched.out << relaunched.err);
-  REQUIRE(relaunched.exit_code == 0);
-  CHECK((relaunched.out + relaunched.err).find("nothing is left to train") == std::string::npos);
-  CHECK(metrics_lines() == 4);  // trained from the start, as before
+  // The final state in model/state is what a later launch goes on from: with one more epoch, a
+  // lone worker trains that epoch alone.
+  REQUIRE(fs::exists(dir + "/model/state/checkpoint.json"));
+  std::string longer = common::read_file(job);
+  longer.replace(longer.find("\"epochs\": 2"), 11, "\"epochs\": 3");
+  common::write_file_atomically(job, longer);
+  options.env.erase("DTRAIN_ATTEMPT");
+  testing::ProcessResult continued = testing::run_process(worker, options);
+  INFO(continued.out << continued.err);
+  REQUIRE(continued.exit_code == 0);
+  CHECK((continued.out + continued.err).find("continuing the finished run") != std::string::npos);
+  CHECK(metrics_lines() == 3);  // epoch 3 alone
+}
+
+// Issue 46, must-show 1: a finished 2-epoch run launched again with "epochs": 3 continues from
+// its final state (weights, Adam's slots, the moving statistics of batch normalization, the
+// schedule's step, the data position) to the model of an uninterrupted 3-epoch run, bit for bit,
+// and metrics.jsonl holds epochs 1-3 once each. The dry run and the launch's first line say so;
+// a launch with fewer epochs, or other settings and the same epochs, is refused with exit 2.
+TEST_CASE("a finished run launched with more epochs continues to the longer run's model") {
+  testing::TempDir base;
+  std::string text = residual_job();
+  // decay_steps given: a schedule that follows train.epochs would change with the continuation.
+  const std::string warmup = "\"warmup_steps\": 30";
+  text.replace(text.find(warmup), warmup.size(), warmup + ", \"decay_steps\": 150");
+  auto job_with = [&](int epochs, const std::string& name) {
+    std::string t = text;
+    t.replace(t.find("\"epochs\": 3"), 11, "\"epochs\": " + std::to_string(epochs));
+    std::string path = base.path() + "/" + name;
+    std::ofstream(path) << t;
+    return path;
+  };
+  const std::string two = job_with(2, "two.json"), three = job_with(3, "three.json");
+  Run whole(base.path(), "whole"), continued(base.path(), "continued");
+  testing::ProcessResult w = whole.start(three)->wait(300);
+  INFO(w.out << w.err);
+  REQUIRE(w.exit_code == 0);
+
+  testing::ProcessResult first = continued.start(two)->wait(300);
+  INFO(first.out << first.err);
+  REQUIRE(first.exit_code == 0);
+  REQUIRE_FALSE(fs::exists(continued.dir + "/backup/checkpoint.json"));  // delete_on_success
+  auto dtrain = [&](std::vector<std::string> args) {
+    args.insert(args.begin(), testing::binary("dtrain"));
+    testing::ProcessOptions options;
+    options.timeout_seconds = 300;
+    return testing::run_process(args, options);
+  };
+  testing::ProcessResult dry = dtrain({"launch", three, "--run-dir", continued.dir, "--dry-run"});
+  INFO(dry.out << dry.err);
+  REQUIRE(dry.exit_code == 0);
+  CHECK(dry.out.find("# a launch continues the finished run from epoch 2 to epoch 3") !=
+        std::string::npos);
+  testing::ProcessResult fewer =
+      dtrain({"launch", job_with(1, "one.json"), "--run-dir", continued.dir});
+  CHECK(fewer.exit_code == 2);
+  CHECK((fewer.out + fewer.err).find("only a larger train.epochs continues a finished run") !=
+        std::string::npos);
+  std::string other = common::read_file(two);
+  other.replace(other.find("\"seed\": 5"), 9, "\"seed\": 6");  // 9: the text replaced
+  std::ofstream(base.path() + "/other.json") << other;
+  testing::ProcessResult changed =
+      dtrain({"launch", base.path() + "/other.json", "--run-dir", continued.dir});
+  CHECK(changed.exit_code == 2);
+  CHECK((changed.out + changed.err).find("train.seed changed") != std::string::npos);
+
+  testing::ProcessResult second = continued.start(three)->wait(300);
+  INFO(second.out << second.err);
+  REQUIRE(second.exit_code == 0);
+  CHECK((second.out + second.err).find("it continues the finished run from epoch 2 to epoch 3") !=
+        std::string::npos);
+  CHECK(continued.model() == whole.model());
+  std::vector<int64_t> epochs;
+  std::ifstream in(continued.dir + "/metrics.jsonl");
+  for (std::string line; std::getline(in, line);)
+    epochs.push_back(common::JsonDocument::parse(line, "metrics").root().at("epoch").as_int(1, 9));
+  CHECK(epochs == std::vector<int64_t>{1, 2, 3});
+  CHECK(common::read_file(continued.dir + "/model/state/checkpoint.json").find("0000000180") !=
+        std::string::npos);  // the final state moved on with the run
 }

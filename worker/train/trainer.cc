@@ -284,6 +284,50 @@ std::optional<TrainingState> Trainer::load_checkpoint(std::vector<TensorView>& v
   return c->state;
 }
 
+std::optional<TrainingState> Trainer::load_final_state(std::vector<TensorView>& views,
+                                                       std::string& epoch_metrics) {
+  CheckpointStore final_store(common::RunDir(options_.run_dir).model_dir() + "/state", 1);
+  std::optional<LoadedCheckpoint> c = final_store.load_latest(config_.model_json);
+  if (!c) return std::nullopt;
+  if (c->state.epoch > config_.epochs) {
+    throw common::ConfigError(fmt::format(
+        "{}: the finished run trained {} epochs, more than train.epochs {}; raise train.epochs "
+        "to continue it, or `dtrain launch --fresh` to train from scratch",
+        c->path, c->state.epoch, config_.epochs));
+  }
+  restore_tensors(*c, views);
+  epoch_metrics = c->epoch_metrics;
+  if (c->state.epoch < config_.epochs) {
+    spdlog::info("continuing the finished run from {}: epochs {}-{} of {}", c->path,
+                 c->state.epoch + 1, config_.epochs, config_.epochs);
+    const LearningRateSchedule& schedule = config_.optimizer.learning_rate;
+    if (!schedule.constant() && schedule.decay_steps == 0) {
+      spdlog::warn(
+          "the learning-rate schedule's decay_steps follows train.epochs: the finished run's {} "
+          "epochs followed a {}-epoch schedule, and the rest follows one of {} (set decay_steps "
+          "to keep one schedule across a continuation)",
+          c->state.epoch, c->state.epoch, config_.epochs);
+    }
+  } else {
+    spdlog::info("{} is the finished run's final state: nothing is left to train", c->path);
+  }
+  return c->state;
+}
+
+void Trainer::save_final_state(const std::string& model_dir) {
+  CheckpointStore final_store(model_dir + "/state", 1);
+  final_store.set_dtype_policy(dtype_policy_name(config_));
+  final_store.set_class_names(train_.class_names);
+  const LossScale& scale = step_->loss_scale();
+  TrainingState t = state_;
+  t.optimizer_iterations = optimizer_->iterations();
+  t.loss_scale = scale.dynamic() ? scale.scale() : 0;
+  t.loss_scale_good_steps = scale.dynamic() ? scale.good_steps() : 0;
+  std::string path =
+      final_store.save(t, checkpoint_tensors(), config_.model_json, last_epoch_metrics_);
+  spdlog::info("final state (for a later launch with more epochs) in {}", path);
+}
+
 // A kill at the very end (docs/design.md#checkpoint-format): the chief wrote model/ and deleted
 // every checkpoint (delete_on_success), then a worker died before the launcher recorded the
 // group's success. The restart of the same launch finishes with that model instead of training
@@ -325,7 +369,9 @@ void Trainer::share_state(bool holding) {
   if (source < 0) {  // a fresh group: the chief's newest checkpoint, or the initial state
     source = 0;
     if (chief()) {
-      if (std::optional<TrainingState> t = load_checkpoint(views, epoch_metrics)) {
+      std::optional<TrainingState> t = load_checkpoint(views, epoch_metrics);
+      if (!t) t = load_final_state(views, epoch_metrics);
+      if (t) {
         header = header_of(*t);
         loss_scale = {static_cast<float>(t->loss_scale), t->loss_scale_good_steps};
       } else if (std::optional<TrainingState> done = load_finished_model(views)) {
@@ -503,6 +549,7 @@ EpochMetrics Trainer::fit_from_state() {
       write_keras_archive(model_dir + "/model.keras", config_.keras_config, config_.model, weights,
                           std::time(nullptr));
     }
+    save_final_state(model_dir);  // before the checkpoints go: a kill between loses nothing
     if (config_.backup.delete_on_success) store_.remove_all();
   }
   return last;

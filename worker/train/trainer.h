@@ -156,6 +156,15 @@ class Trainer {
   /// epoch_metrics): what a fresh group resumes from. nullopt when there is none.
   std::optional<TrainingState> load_checkpoint(std::vector<TensorView>& views,
                                                std::string& epoch_metrics);
+  /// No checkpoint in the backup folder: the final state a finished run left in model/state
+  /// (docs/design.md#continuing-a-finished-run), read into views, when it is this model's. A
+  /// state short of train.epochs continues (Keras's initial_epoch); one at train.epochs has
+  /// nothing left to train; one past it is a ConfigError. nullopt when there is none.
+  std::optional<TrainingState> load_final_state(std::vector<TensorView>& views,
+                                                std::string& epoch_metrics);
+  /// The chief, at the end of training: the whole state (weights, optimizer slots, moving
+  /// statistics, counters) into model/state, so a later launch with more epochs continues.
+  void save_final_state(const std::string& model_dir);
   /// A restart of this launch that found no checkpoint: the chief's final model, when this
   /// launch wrote it (its training ended; the checkpoints went with delete_on_success), read
   /// into views' weights, and the finished state. nullopt otherwise.
