@@ -48,7 +48,8 @@ inline constexpr EnvVar kEnvRoleRank{"ROLE_RANK", "", "= RANK (one role)"};
 inline constexpr EnvVar kEnvRoleWorldSize{"ROLE_WORLD_SIZE", "", "= WORLD_SIZE (one role)"};
 inline constexpr EnvVar kEnvMasterAddr{"MASTER_ADDR", "", "the chief's host"};
 inline constexpr EnvVar kEnvMasterPort{"MASTER_PORT", "", "rank 0's TCPStore port"};
-inline constexpr EnvVar kEnvRestartCount{"TORCHELASTIC_RESTART_COUNT", "0", "= DTRAIN_ATTEMPT"};
+inline constexpr EnvVar kEnvRestartCount{"TORCHELASTIC_RESTART_COUNT", "0",
+                                         "group restarts in this launch"};
 inline constexpr EnvVar kEnvMaxRestarts{"TORCHELASTIC_MAX_RESTARTS", "", "restart.max_restarts"};
 inline constexpr EnvVar kEnvRunId{"TORCHELASTIC_RUN_ID", "", "the job name"};
 inline constexpr EnvVar kEnvUseAgentStore{"TORCHELASTIC_USE_AGENT_STORE", "False",

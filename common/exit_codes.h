@@ -10,6 +10,9 @@ inline constexpr int kExitSuccess = 0;
 inline constexpr int kExitFailure = 1;  ///< IoError or other runtime failure: restartable
 inline constexpr int kExitConfig = 2;   ///< ConfigError: a person must fix the input
 inline constexpr int kExitBug = 3;      ///< EnforceError: an internal invariant broke
+/// dtrain-worker: the loss or the weights became NaN or infinite (TerminateOnNaN). Not
+/// restarted: the same data would give the same NaN.
+inline constexpr int kExitNonFinite = 4;
 inline constexpr int kExitTensorFlowPreempted = 42;  ///< TensorFlow's code after a preemption
 /// A shell reports a child's death by signal N as exit code kExitSignalBase + N.
 inline constexpr int kExitSignalBase = 128;

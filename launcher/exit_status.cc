@@ -39,6 +39,8 @@ Outcome classify(const ExitStatus& status) {
       return Outcome::kSuccess;
     case common::kExitConfig:
       return Outcome::kConfigError;
+    case common::kExitNonFinite:
+      return Outcome::kNonFinite;
     case common::kExitPreempted:
     case common::kExitTensorFlowPreempted:
     case common::kExitInterrupted:
@@ -121,6 +123,8 @@ const char* outcome_name(Outcome outcome) {
       return "crashed";
     case Outcome::kFailed:
       return "failed";
+    case Outcome::kNonFinite:
+      return "non-finite loss or weights";
   }
   return "failed";
 }

@@ -26,6 +26,7 @@ enum class Outcome {
   kPreempted,    ///< 143, 42, 130, 137, or SIGTERM/SIGKILL/SIGINT/SIGHUP: restart, own budget
   kCrashed,      ///< SIGSEGV, SIGABRT, SIGBUS, SIGFPE, SIGILL (or 134/139 from a shell)
   kFailed,       ///< anything else
+  kNonFinite,    ///< exit 4: dtrain-worker's TerminateOnNaN; no restart
 };
 
 Outcome classify(const ExitStatus& status);

@@ -77,6 +77,10 @@ Decision RestartBook::count(const AttemptEnd& end) {
       return {false, 0, "every worker finished"};
     case Outcome::kConfigError:
       return {false, 0, "a worker reported a configuration error (exit 2); not restarting"};
+    case Outcome::kNonFinite:
+      return {false, 0,
+              "the loss or the weights became non-finite (exit 4, TerminateOnNaN); not "
+              "restarting: the same data would give the same NaN"};
     case Outcome::kPreempted: {
       if (end.start_failed) break;  // srun's end of a step that never started: a failure
       // A SIGKILL before any progress may be the OOM killer at every start, not a preemption;

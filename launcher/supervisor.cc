@@ -154,7 +154,8 @@ void Supervisor::spawn_task(Task& task) {
       view ? *members_plan_ : plan_,
       view ? members_plan_->tasks.at(members_index_.at(task.plan.task.text())) : task.plan,
       {attempt_, master_port_, view ? std::string_view() : std::string_view(cluster_json_),
-       generation_, elastic() ? members_text() : "", task.joining});
+       generation_, elastic() ? members_text() : "", task.joining,
+       attempt_ - options_.first_attempt});
   task.progress_path_now = task.plan.progress_path;
   ChildCallbacks callbacks;
   // The record the child's events go to: a promoted spare's child moves to the task it replaces

@@ -48,7 +48,8 @@ const Supervisor::Task* Supervisor::finished_member() const {
 // spent (a replacement costs what a restart costs). True when a replacement is on its way.
 bool Supervisor::recover_in_place(Task& task, const EndReading& reading, const ChildEnd& end) {
   if (!plan_.in_place || phase_ != Phase::kRunning || stop_requested_ || !task.plan.trains() ||
-      reading.outcome == Outcome::kConfigError || !others_train(task))
+      reading.outcome == Outcome::kConfigError || reading.outcome == Outcome::kNonFinite ||
+      !others_train(task))
     return false;
   // Exit 143 is dtrain-worker's end after the group agreed to stop and the chief saved (a stop
   // from its parent): the others end the same way, and the group restarts from that checkpoint.

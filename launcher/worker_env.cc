@@ -78,7 +78,7 @@ Env worker_env(const LaunchPlan& plan, const TaskPlan& task, const AttemptParams
   if (!task.progress_path.empty()) env.emplace_back(kEnvProgressFile.name, task.progress_path);
   if (task.omp_threads > 0) env.emplace_back(kEnvOmpThreads.name, std::to_string(task.omp_threads));
   if (!task.gpu.empty()) env.emplace_back(kEnvCudaDevices.name, task.gpu);
-  for (auto& kv : torch_env(plan, task, attempt.attempt, attempt.master_port))
+  for (auto& kv : torch_env(plan, task, attempt.restarts, attempt.master_port))
     env.push_back(std::move(kv));
   // A Python program's print() reaches the log at once, not when a pipe buffer fills.
   if (!c.spec->command.empty() && !user_sets(*c.spec, kEnvPythonUnbuffered.name))

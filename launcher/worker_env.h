@@ -29,6 +29,9 @@ struct AttemptParams {
   /// An elastic job's task joining again on a host that came back: it starts as a spare named
   /// after the task, loads and warms up, and asks to be let in.
   bool joining = false;
+  /// TORCHELASTIC_RESTART_COUNT: the group's restarts within this launch (torchrun's count; the
+  /// attempt goes on across launches of the run directory).
+  int restarts = 0;
 };
 
 /// The request that starts task for the given attempt and generation.

@@ -558,6 +558,9 @@ int train(const common::TfConfig& task, std::optional<int> promoted_generation,
   } catch (const Preempted& e) {
     spdlog::warn("preempted: {}", e.what());
     return common::kExitPreempted;
+  } catch (const NonFinite& e) {
+    spdlog::error("{}", e.what());
+    return common::kExitNonFinite;
   } catch (const LeftGroup& e) {
     spdlog::warn(
         "preempted alone (SIGTERM from pid {}): {}; a replacement takes this worker's share",

@@ -119,6 +119,24 @@ for save, name in ((np.savez, 'stored.npz'), (np.savez_compressed, 'deflated.npz
   }
 }
 
+// Issue 46, item 5: what Keras takes. x / 255.0 makes float64 images, cast to float32 as Keras
+// casts to floatx; float labels holding class indices are taken as those indices.
+TEST_CASE("float64 images and float labels holding class indices load as Keras casts them",
+          "[npy]") {
+  TempDir dir;
+  if (!numpy(dir, std::string(kArrays) + R"(
+np.savez('f8.npz', x_train=f4(6, 3, 4, 2).astype(np.float64), y_train=lab(6, np.float32),
+         x_test=f4(4, 3, 4, 2).astype(np.float64) / 3, y_test=lab(4, np.float64))
+)"))
+    return;
+  auto [train, test] = load_data(npz_config(dir, "f8.npz"), {3, 4, 2});
+  check_f4(train, 6, 3, 4, 2);
+  REQUIRE(test.images.size() == 4 * 3 * 4 * 2);
+  for (size_t i = 0; i < test.images.size(); ++i)
+    REQUIRE(test.images[i] == static_cast<float>(static_cast<double>(f4(i)) / 3));
+  for (int64_t i = 0; i < 4; ++i) REQUIRE(test.labels[static_cast<size_t>(i)] == i % 3);
+}
+
 TEST_CASE("the npy source reads one array per file, the test split only when needed", "[npy]") {
   TempDir dir;
   if (!numpy(dir, std::string(kArrays) + R"(
@@ -167,7 +185,8 @@ np.savez('a.npz', x_train=u8(6, 2, 3), y_train=lab(5, np.int64), x_test=u8(2, 2,
          y_test=lab(2, np.int64), f8=np.zeros((6, 2, 3)), one=np.zeros(6, np.uint8),
          neg=np.array([0, 1, -1, 2, 0, 1]), big=np.array([0, 1, 2, 2**40, 0, 1]),
          flat=u8(6, 6), fx=f4(6, 2, 3), y6=lab(6, np.int64), big_u8=lab(6, np.uint64),
-         fortran=np.asfortranarray(u8(6, 2, 3)), be=lab(6, '>i4'))
+         fortran=np.asfortranarray(u8(6, 2, 3)), be=lab(6, '>i4'),
+         i2=np.zeros((6, 2, 3), np.int16), halves=np.array([0, 0.5, 1, 2, 0, 1]))
 )"))
     return;
   const std::string file = dir.path() + "/a.npz";
@@ -180,10 +199,12 @@ np.savez('a.npz', x_train=u8(6, 2, 3), y_train=lab(5, np.int64), x_test=u8(2, 2,
   };
   CHECK_THAT(error("x_train", "y_train"),
              Contains(file + ": x_train has 6 images but " + file + ": y_train has 5 labels"));
-  CHECK_THAT(error("f8", "y6"),
-             Contains(file + ": f8: dtype '<f8' is not supported (images: uint8 or float32)"));
-  CHECK_THAT(error("x_test", "fx"),
-             Contains(file + ": fx: dtype '<f4' is not supported (labels: an integer type)"));
+  CHECK_THAT(error("i2", "y6"),
+             Contains(file + ": i2: dtype '<i2' is not supported (images: uint8, float32, or "
+                             "float64 (cast to float32))"));
+  CHECK_THAT(error("fx", "halves"),
+             Contains(file + ": halves: label 0.5 at index 1 is not a class index (a whole "
+                             "number from 0): float labels must hold class indices"));
   CHECK_THAT(error("nope", "y6"),
              Contains(file + ": nope: no such array in the archive (it has: x_train, y_train, "
                              "x_test, y_test, f8, one"));

@@ -536,3 +536,24 @@ TEST_CASE("a stop with a worker frozen by the cgroup freezer is bounded and name
                     std::to_string(w1)) != std::string::npos);
   CHECK(job.state_string("status") == "stopped");
 }
+
+// Issue 46, item 7: TORCHELASTIC_RESTART_COUNT counts the restarts of this launch, as torchrun's
+// does, while DTRAIN_ATTEMPT goes on across launches of the run directory: a failed run launched
+// again starts at count 0 on attempt 1, and a restart within that launch is count 1.
+TEST_CASE("TORCHELASTIC_RESTART_COUNT counts the restarts of this launch") {
+  Job job;
+  std::ofstream(job.path()) << R"({"job": "t", "workers": 1, "command": ["sh", "-c",
+    "echo RC=$TORCHELASTIC_RESTART_COUNT A=$DTRAIN_ATTEMPT; [ $DTRAIN_ATTEMPT -ge 2 ]"],
+    "restart": {"max_restarts": 0, "backoff_seconds": 0.05, "grace_seconds": 1}})";
+  CHECK(job.launch().exit_code == 1);  // attempt 0 fails, no restart
+  std::string text = dtrain::common::read_file(job.path());
+  text.replace(text.find("\"max_restarts\": 0"), 17, "\"max_restarts\": 1");
+  std::ofstream(job.path()) << text;
+  auto second = job.launch();  // attempt 1 fails, attempt 2 (a restart of this launch) succeeds
+  INFO(second.out << second.err);
+  CHECK(second.exit_code == 0);
+  const std::string log = job.log(0);
+  CHECK(log.find("RC=0 A=0") != std::string::npos);
+  CHECK(log.find("RC=0 A=1") != std::string::npos);
+  CHECK(log.find("RC=1 A=2") != std::string::npos);
+}

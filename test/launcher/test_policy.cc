@@ -146,6 +146,13 @@ TEST_CASE("preemptions have their own budget and no doubling") {
 TEST_CASE("configuration errors and two silent failures in a row stop the job") {
   RestartBook config(policy(), 1);
   CHECK_FALSE(config.decide({Outcome::kConfigError, true, 1}).restart);
+  // TerminateOnNaN's exit 4: the same data would give the same NaN, in place or restarted.
+  CHECK(classify(ExitStatus::exited(dtrain::common::kExitNonFinite)) == Outcome::kNonFinite);
+  RestartBook diverged(policy(), 1);
+  Decision nan = diverged.decide({Outcome::kNonFinite, true, 1});
+  CHECK_FALSE(nan.restart);
+  CHECK(nan.reason.find("non-finite") != std::string::npos);
+  CHECK_FALSE(diverged.decide_in_place({Outcome::kNonFinite, true, 1}).restart);
   RestartBook silent(policy(), 1);
   CHECK(silent.decide({Outcome::kFailed, false, 1}).restart);
   Decision second = silent.decide({Outcome::kFailed, false, 1});

@@ -251,7 +251,7 @@ TEST_CASE("a launcher signal during the back-off ends the job without another st
   Harness h(
       "",
       [&self](FakeProcess& p) {
-        p.end(ExitStatus::exited(4));
+        p.end(ExitStatus::exited(5));
         if (is(p, "1")) {
           // Runs after both exits and the teardown, i.e. while the supervisor waits to restart.
           auto timer =

@@ -117,7 +117,7 @@ d = sys.argv[1]
 x = np.zeros((20, 28, 28), np.uint8); y = np.arange(20) % 2
 np.savez(f'{d}/counts.npz', x_train=x, y_train=y[:19])
 np.savez(f'{d}/label.npz', x_train=x, y_train=np.where(np.arange(20) == 13, 12, y))
-np.savez(f'{d}/dtype.npz', x_train=x.astype(np.float64), y_train=y)
+np.savez(f'{d}/dtype.npz', x_train=x.astype(np.int32), y_train=y)
 for name in ('truncated', 'empty', 'mixed'):
     for c in ('a', 'b'):
         os.makedirs(f'{d}/{name}/{c}')
@@ -141,7 +141,7 @@ open(f'{d}/truncated/b/1.png', 'wb').write(whole[:len(whole) // 2])
       {R"({"source": "npz", "path": ")" + d + R"(/counts.npz"})", "x_train"},
       {R"({"source": "npz", "path": ")" + d + R"(/label.npz"})",
        d + "/label.npz: y_train: label 12 (example 13) is outside the model's 10 classes"},
-      {R"({"source": "npz", "path": ")" + d + R"(/dtype.npz"})", "x_train: dtype '<f8'"},
+      {R"({"source": "npz", "path": ")" + d + R"(/dtype.npz"})", "x_train: dtype '<i4'"},
       {R"({"source": "directory", "color_mode": "grayscale", "train_dir": ")" + d +
            R"(/truncated"})",
        d + "/truncated/b/1.png"},

@@ -6,6 +6,7 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <limits>
 #include <type_traits>
@@ -54,6 +55,29 @@ int32_t convert_labels(const NpyArray& labels, const std::string& where,
   return largest;
 }
 
+// Float labels (Keras takes y of any dtype and casts it): each a whole, non-negative class index
+// below 2^31 - 1, else exit 2 naming the first that is not.
+template <typename T>
+int32_t convert_float_labels(const NpyArray& labels, const std::string& where,
+                             std::vector<int32_t>& out) {
+  constexpr double kLargest = std::numeric_limits<int32_t>::max() - 1;
+  out.resize(static_cast<size_t>(labels.count));
+  int32_t largest = 0;
+  for (int64_t i = 0; i < labels.count; ++i) {
+    T value;
+    std::memcpy(&value, labels.data.get() + i * static_cast<int64_t>(sizeof(T)), sizeof(T));
+    const double v = static_cast<double>(value);
+    if (!(v >= 0 && v <= kLargest && v == std::floor(v))) {
+      fail(where, fmt::format("label {} at index {} is not a class index (a whole number from 0): "
+                              "float labels must hold class indices",
+                              v, i));
+    }
+    out[static_cast<size_t>(i)] = static_cast<int32_t>(v);
+    largest = std::max(largest, out[static_cast<size_t>(i)]);
+  }
+  return largest;
+}
+
 int32_t to_int32_labels(const NpyArray& labels, const std::string& where,
                         std::vector<int32_t>& out) {
   switch (labels.dtype) {
@@ -74,7 +98,9 @@ int32_t to_int32_labels(const NpyArray& labels, const std::string& where,
     case NpyDtype::kInt64:
       return convert_labels<int64_t>(labels, where, out);
     case NpyDtype::kFloat32:
-      break;
+      return convert_float_labels<float>(labels, where, out);
+    case NpyDtype::kFloat64:
+      return convert_float_labels<double>(labels, where, out);
   }
   fail(where, fmt::format("dtype '{}' is not supported ({})", labels.descr, kNpyLabelDtypes));
 }
@@ -83,12 +109,9 @@ int32_t to_int32_labels(const NpyArray& labels, const std::string& where,
 
 Dataset dataset_from_npy(const NpyArray& images, const std::string& images_where,
                          const NpyArray& labels, const std::string& labels_where, Split split) {
-  if (images.dtype != NpyDtype::kUint8 && images.dtype != NpyDtype::kFloat32)
+  if (npy_is_integer(images.dtype) && images.dtype != NpyDtype::kUint8)
     fail(images_where,
          fmt::format("dtype '{}' is not supported ({})", images.descr, kNpyImageDtypes));
-  if (!npy_is_integer(labels.dtype))
-    fail(labels_where,
-         fmt::format("dtype '{}' is not supported ({})", labels.descr, kNpyLabelDtypes));
   if (images.shape.size() != 3 && images.shape.size() != 4) {
     fail(images_where,
          fmt::format("images must have shape (N, H, W) or (N, H, W, C), not {}", shape_of(images)));
@@ -110,9 +133,16 @@ Dataset dataset_from_npy(const NpyArray& images, const std::string& images_where
   const uint8_t* pixels = images.data.get();
   if (images.dtype == NpyDtype::kUint8) {
     data.shared_bytes = images.data;  // the file's bytes (or inflated buffer) themselves: no copy
-  } else {
+  } else if (images.dtype == NpyDtype::kFloat32) {
     data.images.resize(static_cast<size_t>(images.count));
     std::memcpy(data.images.data(), pixels, images.bytes);
+  } else {  // float64 (x / 255.0 makes it): cast to float32, as Keras casts to floatx
+    data.images.resize(static_cast<size_t>(images.count));
+    for (int64_t i = 0; i < images.count; ++i) {
+      double value;
+      std::memcpy(&value, pixels + i * static_cast<int64_t>(sizeof value), sizeof value);
+      data.images[static_cast<size_t>(i)] = static_cast<float>(value);
+    }
   }
   const auto [low, high] = std::minmax_element(data.labels.begin(), data.labels.end());
   if (split == Split::kTrain && *low == *high) {

@@ -11,8 +11,10 @@
 namespace dtrain::data {
 
 /// What images and labels may be, for the reader's dtype messages.
-inline constexpr const char* kNpyImageDtypes = "images: uint8 or float32";
-inline constexpr const char* kNpyLabelDtypes = "labels: an integer type";
+inline constexpr const char* kNpyImageDtypes =
+    "images: uint8, float32, or float64 (cast to float32)";
+inline constexpr const char* kNpyLabelDtypes =
+    "labels: an integer type, or float32/float64 holding whole class indices";
 
 /// The Dataset of images and labels. images_where and labels_where name them in errors
 /// ("data.npz: x_train"). ConfigError for a wrong rank or dtype, no examples, counts that differ

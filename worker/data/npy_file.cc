@@ -41,7 +41,7 @@ constexpr DtypeName kDtypes[] = {
     {"|u1", NpyDtype::kUint8},  {"<u1", NpyDtype::kUint8},   {"|i1", NpyDtype::kInt8},
     {"<i1", NpyDtype::kInt8},   {"<u2", NpyDtype::kUint16},  {"<i2", NpyDtype::kInt16},
     {"<u4", NpyDtype::kUint32}, {"<i4", NpyDtype::kInt32},   {"<u8", NpyDtype::kUint64},
-    {"<i8", NpyDtype::kInt64},  {"<f4", NpyDtype::kFloat32},
+    {"<i8", NpyDtype::kInt64},  {"<f4", NpyDtype::kFloat32}, {"<f8", NpyDtype::kFloat64},
 };
 
 NpyDtype dtype_of(const std::string& descr, const std::string& where, const std::string& expected) {
@@ -205,13 +205,14 @@ int npy_itemsize(NpyDtype dtype) {
       return 4;
     case NpyDtype::kUint64:
     case NpyDtype::kInt64:
+    case NpyDtype::kFloat64:
       return 8;
   }
   return 0;
 }
 
 bool npy_is_integer(NpyDtype dtype) {
-  return dtype != NpyDtype::kFloat32;
+  return dtype != NpyDtype::kFloat32 && dtype != NpyDtype::kFloat64;
 }
 
 size_t MemoryReader::read(uint8_t* out, size_t n) {

@@ -12,7 +12,18 @@
 
 namespace dtrain::data {
 
-enum class NpyDtype { kUint8, kInt8, kUint16, kInt16, kUint32, kInt32, kUint64, kInt64, kFloat32 };
+enum class NpyDtype {
+  kUint8,
+  kInt8,
+  kUint16,
+  kInt16,
+  kUint32,
+  kInt32,
+  kUint64,
+  kInt64,
+  kFloat32,
+  kFloat64,
+};
 
 /// Bytes per element of dtype.
 int npy_itemsize(NpyDtype dtype);
@@ -71,7 +82,7 @@ struct NpyHeader {
 };
 
 /// What the reader takes, for messages about other dtypes.
-inline constexpr const char* kNpyAnyDtype = "uint8, float32 or an integer type";
+inline constexpr const char* kNpyAnyDtype = "uint8, float32, float64 or an integer type";
 
 /// Largest header dict accepted (NumPy itself refuses more than 10000 bytes by default).
 inline constexpr uint64_t kMaxNpyHeaderBytes = uint64_t{1} << 16;
@@ -80,7 +91,7 @@ inline constexpr uint64_t kMaxNpyHeaderBytes = uint64_t{1} << 16;
 /// that the data is exactly what the header promises. where names the array in errors ("f.npy"
 /// or "f.npz: x_train"): ConfigError "<where>: <what is wrong>". Reads no more than the header.
 /// expected says what the caller takes, for the message about a dtype it does not
-/// ("dtype '<f8' is not supported (images: uint8 or float32)").
+/// ("dtype '<c8' is not supported (images: uint8, float32, or float64 ...)").
 NpyHeader read_npy_header(ByteReader& in, uint64_t total_bytes, const std::string& where,
                           const std::string& expected = kNpyAnyDtype);
 

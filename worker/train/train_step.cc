@@ -56,6 +56,7 @@ TrainStep::TrainStep(nn::Model& model, Optimizer& optimizer, nn::Backend& backen
       totals_(device_, kTotalsFloats),
       stop_flag_(device_, 1),
       readback_(device_, kStatsFloats * static_cast<size_t>(options.slots)),
+      own_losses_(device_, static_cast<size_t>(options.slots)),
       loss_scale_(options.loss_scale),
       scale_state_(device_, nn::Backend::kLossScaleFloats),
       rules_(optimizer.spec(), model.parameter_infos(), device_),
@@ -109,6 +110,7 @@ void TrainStep::enqueue(const float* images, const int32_t* labels, int n, const
   const float* logits = model_.forward(images, n, shard_key, true);
   backend_.softmax_cross_entropy_smoothed(rows(n), model_.classes(), options_.label_smoothing,
                                           logits, labels, model_.logits_gradient(), stats_.data());
+  device_.download_async(own_losses_.data() + slot, stats_.data(), sizeof(float));  // before sums
   scale_loss_gradient(n);
   device_.upload(stats_.data() + offsetof(StepStats, stop) / sizeof(float), stop_flag_.data(),
                  sizeof(float));
@@ -319,6 +321,9 @@ void TrainStep::enqueue_shards(const comm::ShardPlan& shards, const ShardInput* 
   }
   // The stop request rides in the first shard's statistics, as each worker's rides in its own.
   shard_stats_[offsetof(StepStats, stop) / sizeof(float)] = *stop_flag_.data();
+  float own = 0;  // the shards' losses before the sum, host memory
+  for (size_t j = 0; j < held; ++j) own += shard_stats_[j * kStatsFloats];
+  own_losses_.data()[slot] = own;
   std::vector<float*> pieces(held);
   auto reduce = [&](float* const* buffers, size_t count, comm::ReduceOp op) {
     double asked = common::monotonic_seconds();
@@ -460,6 +465,13 @@ bool TrainStep::stop_agreed(int steps_ago) {
   StepStats stats{};
   std::memcpy(&stats, readback_.data() + kStatsFloats * static_cast<size_t>(slot), sizeof stats);
   return stats.stop > 0.0f;
+}
+
+TrainStep::StepLosses TrainStep::step_losses(int steps_ago) const {
+  DT_ENFORCE(steps_ago >= 0 && steps_ago <= 1, "losses of {} steps ago", steps_ago);
+  if (steps_run_ <= steps_ago) return {};
+  auto slot = static_cast<size_t>(last_slots_[static_cast<size_t>(steps_ago)]);
+  return {readback_.data()[kStatsFloats * slot], own_losses_.data()[slot]};
 }
 
 EpochTotals TrainStep::totals() {

@@ -134,6 +134,12 @@ class TrainStep {
   /// Waits for step `steps_ago` ago's read-back and says whether any worker had asked to stop
   /// by then (the same answer on every worker). 0: the last step run (a sync), 1: the one before.
   bool stop_agreed(int steps_ago);
+  /// The losses of step `steps_ago` ago (0 or 1, as stop_agreed, which has waited for it):
+  /// the group's sum, the same on every worker, and this worker's own part before the sum.
+  struct StepLosses {
+    double group = 0, own = 0;
+  };
+  StepLosses step_losses(int steps_ago) const;
   /// This worker's stop request: carried by every later step's stats all-reduce.
   void request_stop() { *stop_flag_.data() = 1.0f; }
   /// After a collective of run() failed (options.whole_steps): puts back the optimizer's
@@ -224,10 +230,11 @@ class TrainStep {
   static constexpr size_t kStatsFloats = sizeof(StepStats) / sizeof(float);
   static constexpr size_t kTotalsFloats = 3;  ///< StepStats's loss_sum, correct, seen
 
-  nn::Buffer<float> stats_;            ///< this step's StepStats
-  nn::Buffer<float> totals_;           ///< the epoch's reduced loss sum, correct, examples
-  nn::PinnedBuffer<float> stop_flag_;  ///< this worker's request, read by the upload each step
-  nn::PinnedBuffer<float> readback_;   ///< reduced StepStats of each input slot's last step
+  nn::Buffer<float> stats_;             ///< this step's StepStats
+  nn::Buffer<float> totals_;            ///< the epoch's reduced loss sum, correct, examples
+  nn::PinnedBuffer<float> stop_flag_;   ///< this worker's request, read by the upload each step
+  nn::PinnedBuffer<float> readback_;    ///< reduced StepStats of each input slot's last step
+  nn::PinnedBuffer<float> own_losses_;  ///< this worker's loss sum of each slot's last step
   int64_t steps_run_ = 0;
   std::array<int, 2> last_slots_{0, 0};  ///< input slots of the last two steps
   bool graphable_ = false, graphed_ = false;

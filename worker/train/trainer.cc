@@ -6,6 +6,7 @@
 
 #include <array>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <ctime>
@@ -314,6 +315,39 @@ std::optional<TrainingState> Trainer::load_final_state(std::vector<TensorView>& 
   return c->state;
 }
 
+void Trainer::check_finite_loss(int steps_ago, int64_t global_step) {
+  const TrainStep::StepLosses losses = step_->step_losses(steps_ago);
+  if (std::isfinite(losses.group)) return;
+  const uint8_t mine = std::isfinite(losses.own) ? 0 : 1;
+  std::vector<uint8_t> all = comm_.all_gather(&mine, 1);
+  std::string who;
+  for (int r = 0; r < comm_.size(); ++r)
+    if (all[static_cast<size_t>(r)]) who += fmt::format("{}worker {}", who.empty() ? "" : ", ", r);
+  const int64_t index = global_step - 1;
+  throw NonFinite(fmt::format(
+      "the loss became {} at epoch {} step {} (global step {}), in the batch of {} "
+      "(TerminateOnNaN): training stops without a checkpoint; the newest checkpoint holds the "
+      "last finite state",
+      std::isnan(losses.group) ? "nan" : "infinite", index / steps_per_epoch_ + 1,
+      index % steps_per_epoch_ + 1, global_step, who.empty() ? "no single worker" : who));
+}
+
+void Trainer::check_finite_weights(const char* before) {
+  std::vector<TensorView> tensors = checkpoint_tensors();
+  tensors.resize(tensors_->weight_count());
+  for (const TensorView& t : tensors) {
+    for (size_t i = 0; i < t.count; ++i) {
+      if (std::isfinite(t.data[i])) continue;
+      throw NonFinite(fmt::format(
+          "{} holds {} at element {} after global step {} (epoch {} step {}), found before {} "
+          "(TerminateOnNaN): training stops without writing it",
+          t.name, std::isnan(t.data[i]) ? "nan" : "an infinity", i, state_.global_step,
+          state_.step == 0 ? state_.epoch : state_.epoch + 1,
+          state_.step == 0 ? steps_per_epoch_ : state_.step, before));
+    }
+  }
+}
+
 void Trainer::save_final_state(const std::string& model_dir) {
   CheckpointStore final_store(model_dir + "/state", 1);
   final_store.set_dtype_policy(dtype_policy_name(config_));
@@ -524,6 +558,7 @@ EpochMetrics Trainer::fit_from_state() {
     report_loss_scale();
     state_ = TrainingState{epoch + 1, 0, state_.global_step, optimizer_->iterations(), 0, 0, 0};
     last_epoch_metrics_ = metrics_json(last, true);
+    check_finite_weights("the epoch's checkpoint");
     save_checkpoint(&last);
     if (chief()) {  // a line in metrics.jsonl says the summaries were written too
       common::BusyPhase busy(options_.record, common::ProgressPhase::kSaving);
@@ -676,6 +711,7 @@ EpochMetrics Trainer::train_epoch(int epoch) {
     }
     // The flag reduced one step ago: every worker reads the same value, so all stop here.
     bool stop = step_->stop_agreed(1);
+    check_finite_loss(1, state_.global_step - 1);
     show_progress(epoch, step + 1, started, seen_here, stop || force_heartbeat_);
     if (chief() && tensorboard_ && tensorboard_->wants_batch(state_.global_step))
       write_batch_summary();
@@ -683,6 +719,7 @@ EpochMetrics Trainer::train_epoch(int epoch) {
                     state_.global_step % config_.backup.save_every_steps == 0 &&
                     step + 1 < steps_per_epoch_;
     if (stop || periodic) {
+      check_finite_weights("a checkpoint");
       EpochTotals t = step_->totals();
       state_.epoch_loss_sum = t.loss_sum, state_.epoch_correct = t.correct;
       state_.epoch_seen = t.seen;
@@ -696,6 +733,7 @@ EpochMetrics Trainer::train_epoch(int epoch) {
   }
   EpochMetrics m;
   m.stop_agreed = step_->stop_agreed(0);  // waits for the epoch's last step
+  check_finite_loss(0, state_.global_step);
   EpochTotals t = step_->totals();
   m.epoch = epoch + 1;
   m.loss = t.mean_loss();

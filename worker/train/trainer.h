@@ -119,6 +119,15 @@ class LeftGroup : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+/// Thrown by fit() on every worker at the same point when the group's loss, or the model's
+/// weights, became NaN or infinite (Keras's TerminateOnNaN): no checkpoint is written, and the
+/// worker should exit kExitNonFinite, which the launcher does not restart (the same data would
+/// give the same NaN). docs/design.md#non-finite-losses.
+class NonFinite : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
 class Trainer {
  public:
   /// None of the references are owned; all must outlive the trainer. control may be null.
@@ -178,6 +187,13 @@ class Trainer {
   /// The chief, resuming from an epoch checkpoint: writes that epoch's metrics.jsonl line and
   /// TensorBoard points from the checkpoint when metrics.jsonl has no line for the epoch.
   void recover_epoch_metrics();
+  /// TerminateOnNaN on step `steps_ago` ago's losses (TrainStep::step_losses): every worker
+  /// reads the same group sum, so all throw NonFinite at the same step, naming the workers whose
+  /// own loss was not finite (an all-gather among them). global_step: that step's.
+  void check_finite_loss(int steps_ago, int64_t global_step);
+  /// Every worker holds the same weights, so all find the same: throws NonFinite naming the
+  /// first tensor with a NaN or an infinity, before `before` (a checkpoint, the final model).
+  void check_finite_weights(const char* before);
   /// The communicator's window, where the gradients live on a host device (none on a GPU).
   comm::Window gradient_window();
   /// Host copies of the model's tensors (downloaded now), as named views (ModelTensors).
