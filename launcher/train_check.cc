@@ -1,13 +1,56 @@
 // See train_check.h.
 #include "launcher/train_check.h"
 
+#include <fmt/format.h>
+
+#include "common/env_vars.h"
+#include "common/errors.h"
+#include "common/gpu_count.h"
+#include "launcher/launch_plan.h"
+#include "worker/nn/backend.h"
 #include "worker/train/train_config.h"
 
 namespace dtrain::launcher {
+namespace {
+
+// Every task on this host (no Slurm, no other host): the CPU here is the one that trains.
+bool runs_here(const common::JobSpec& spec) {
+  if (spec.slurm) return false;
+  if (spec.auto_workers > 0) return true;
+  for (const auto& [type, addresses] : spec.cluster.jobs())
+    for (const std::string& address : addresses)
+      if (!is_local_host(common::parse_host_port(address, "cluster").host)) return false;
+  return true;
+}
+
+// A mixed policy the CPU here cannot compute, for a job that trains on it (no GPU to take it):
+// the worker would refuse it at start-up (worker/main.cc), naming the run's spec.json.
+void check_cpu_policy(const common::JobSpec& spec, const train::TrainConfig& config) {
+  if (config.math != nn::MathMode::kBfloat16 && config.math != nn::MathMode::kFloat16) return;
+  if (config.dtype_policy_fallback || config.device == train::DeviceChoice::kCuda) return;
+  if (!runs_here(spec)) return;
+  if (config.device == train::DeviceChoice::kAuto &&
+      common::count_visible_gpus(common::get_env(common::kEnvCudaDevices)) > 0)
+    return;  // the worker decides between the GPU and the CPU
+  if (nn::cpu_supports(config.math)) return;
+  const std::string lack =
+      config.math == nn::MathMode::kBfloat16
+          ? fmt::format(
+                "this CPU has no bf16 products (oneDNN dispatches to {}; bf16 needs "
+                "AVX512_BF16 or AMX)",
+                nn::cpu_isa_name())
+          : std::string("oneDNN has no float16 products on the CPU (it is a GPU policy)");
+  throw common::ConfigError(
+      fmt::format("{}: train.dtype_policy: \"{}\": {}: set \"dtype_policy\": \"float32\", or "
+                  "\"dtype_policy_fallback\": \"float32\" to train in float32 on such CPUs",
+                  spec.source, nn::math_mode_name(config.math), lack));
+}
+
+}  // namespace
 
 void check_train_section(const common::JobSpec& spec) {
   if (!spec.command.empty() || !spec.train_json) return;
-  train::parse_train_config(*spec.train_json, spec.source);
+  check_cpu_policy(spec, train::parse_train_config(*spec.train_json, spec.source));
 }
 
 }  // namespace dtrain::launcher

@@ -1,14 +1,17 @@
 // The `train` section of a dtrain-worker job, checked by the worker's own parser before anything
 // starts, so `dtrain validate` and `dtrain launch` fail on the errors every worker would hit,
-// naming the user's job file instead of the run's spec.json. Parsing only: no data files read,
-// no device opened.
+// naming the user's job file instead of the run's spec.json: the parse, and a mixed policy this
+// host's CPU cannot compute when every task trains on it. No data files read, no device opened.
 #pragma once
 
 #include "common/job_spec.h"
 
 namespace dtrain::launcher {
 
-/// Parses spec.train_json as dtrain-worker will (train::parse_train_config). Throws ConfigError
+/// Parses spec.train_json as dtrain-worker will (train::parse_train_config), then refuses
+/// train.dtype_policy mixed_bfloat16 / mixed_float16 when every task runs on this host, no GPU is
+/// visible (or train.device is "cpu") and this CPU lacks the policy's products, unless
+/// dtype_policy_fallback allows float32 (the worker's own rule, worker/main.cc). Throws ConfigError
 /// "<spec.source>: train.<json path>: <what is wrong>", e.g. "job.json:
 /// train.model.layers[0].activation: ...". Does nothing for a `command` job, whose program owns
 /// its own configuration.

@@ -167,6 +167,24 @@ TEST_CASE("a mixed policy on a CPU without its products: exit 2, or float32 with
   CHECK_THAT(r.err, Contains("train.dtype_policy") && Contains("mixed_bfloat16") &&
                         Contains("no bf16 products") && Contains("dtype_policy_fallback"));
   CHECK_FALSE(fs::exists(dir.path() + "/refused/model"));
+  // Issue 46, item 6: `dtrain validate` and `dtrain launch` refuse it before any worker starts,
+  // naming the user's job file, not the run's spec.json.
+  const std::string job = dir.path() + "/refused.json";
+  for (const std::vector<std::string>& args :
+       {std::vector<std::string>{"validate", job},
+        std::vector<std::string>{"launch", job, "--run-dir", dir.path() + "/launched"}}) {
+    std::vector<std::string> argv = {testing::binary("dtrain")};
+    argv.insert(argv.end(), args.begin(), args.end());
+    testing::ProcessOptions options;
+    options.env["ONEDNN_MAX_CPU_ISA"] = "AVX512_CORE";
+    options.env["CUDA_VISIBLE_DEVICES"] = "";  // the CPU trains, whatever this host has
+    testing::ProcessResult said = testing::run_process(argv, options);
+    INFO(args[0] << ": " << said.out << said.err);
+    CHECK(said.exit_code == 2);
+    CHECK_THAT(said.err, Contains(job + ": train.dtype_policy: \"mixed_bfloat16\"") &&
+                             Contains("no bf16 products"));
+  }
+  CHECK_FALSE(fs::exists(dir.path() + "/launched"));
 
   r = run("half", R"(, "dtype_policy": "mixed_float16")");
   CHECK(r.exit_code == 2);
