@@ -148,10 +148,12 @@ void Supervisor::teardown_complete() {
     task->child.reset();
   }
   if (fault_) return finish(common::kStatusFailed, common::kExitFailure, "launcher: " + *fault_);
-  if (stop_requested_)
-    return finish(common::kStatusStopped, common::kExitPreempted, "stopped by a signal");
+  // Training that finished before a stop arrived (the evaluator still being stopped, say) has
+  // succeeded: its model is written, and a launch again would have nothing to do.
   if (success_)
     return finish(common::kStatusSucceeded, common::kExitSuccess, "every training task finished");
+  if (stop_requested_)
+    return finish(common::kStatusStopped, common::kExitPreempted, "stopped by a signal");
   if (membership_restart_) return restart_for_membership();
   DT_ENFORCE(first_failure_.has_value(), "a group stopped with neither success nor a failure");
   blame_disk_full();

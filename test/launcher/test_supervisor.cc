@@ -266,6 +266,30 @@ TEST_CASE("a launcher signal during the back-off ends the job without another st
   CHECK(h.spawner.processes.size() == 2);
 }
 
+// Issue 46, item 5: a SIGTERM to the launcher after every training task had exited 0 (here while
+// the evaluator is being stopped) was recorded as "stopped", and the next launch trained again.
+TEST_CASE("a stop that comes after training finished leaves a succeeded run") {
+  Harness* self = nullptr;
+  Harness h(R"(, "cluster": {"worker": ["localhost:1"], "evaluator": ["localhost:2"]})",
+            [&self](FakeProcess& p) {
+              if (p.env("TF_CONFIG").find("\"type\": \"worker\"") != std::string::npos) {
+                p.end(ExitStatus::exited(0));
+                return;
+              }
+              p.ignore_sigterm = true;  // the evaluator lingers in its grace period
+              auto timer =
+                  std::make_shared<boost::asio::steady_timer>(*p.io, std::chrono::milliseconds(20));
+              timer->async_wait([&self, &p, timer](auto) {
+                self->supervisor->stop(SIGTERM);
+                p.end(ExitStatus::killed(SIGTERM));
+              });
+            });
+  self = &h;
+  auto r = h.run();
+  CHECK(r.status == "succeeded");
+  CHECK(r.exit_code == 0);
+}
+
 TEST_CASE("an evaluator does not hold up success; it is stopped when training ends") {
   Harness h(R"(, "cluster": {"worker": ["localhost:1"], "evaluator": ["localhost:2"]})",
             [](FakeProcess& p) {
