@@ -347,3 +347,48 @@ TEST_CASE("a finished run launched with more epochs continues to the longer run'
   CHECK(common::read_file(continued.dir + "/model/state/checkpoint.json").find("0000000180") !=
         std::string::npos);  // the final state moved on with the run
 }
+
+// Issue 46, item 3: EarlyStopping's state (the best value, the wait, the best weights) travels
+// with the checkpoints. Monitoring the loss in "max" mode with patience 2, the uninterrupted run
+// stops after epoch 3 of 5 and restores epoch 1's weights. A worker SIGKILLed inside epoch 2
+// makes the group resume from a checkpoint taken after epoch 1 was judged; had the state not
+// travelled, epoch 2 would be judged first, and the run would stop after epoch 4 with epoch 2's
+// weights.
+TEST_CASE("EarlyStopping's state survives a kill: the same stop and the same model") {
+  testing::TempDir base;
+  std::string text = kJob;
+  text.replace(text.find("\"epochs\": 3"), 11, "\"epochs\": 5");
+  const std::string backup = "\"backup\": {\"save_freq\": 10, \"keep\": 2}";
+  text.replace(text.find(backup), backup.size(),
+               backup + R"(, "callbacks": [{"class_name": "EarlyStopping", "config": {
+                 "monitor": "loss", "mode": "max", "patience": 2, "restore_best_weights": true}}])");
+  const std::string job = base.path() + "/job.json";
+  std::ofstream(job) << text;
+  Run whole(base.path(), "whole"), killed(base.path(), "killed");
+  testing::ProcessResult w = whole.start(job)->wait(300);
+  INFO(w.out << w.err);
+  REQUIRE(w.exit_code == 0);
+  CHECK(whole.log(0).find("Epoch 3: early stopping") != std::string::npos);
+  CHECK(whole.log(0).find("Restoring model weights from the end of the best epoch: 1.") !=
+        std::string::npos);
+
+  auto launcher = killed.start(job);
+  const std::string inside_epoch_2 = killed.dir + "/backup/ckpt-0000000070.safetensors";
+  for (int i = 0; i < 30000 && !fs::exists(inside_epoch_2); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  REQUIRE(fs::exists(inside_epoch_2));
+  auto state = common::JsonDocument::parse(common::read_file(killed.dir + "/state.json"), "state");
+  ::kill(static_cast<int>(state.root().at("workers").as_array()[1].at("pid").as_int(1, 1 << 30)),
+         SIGKILL);
+  testing::ProcessResult k = launcher->wait(300);
+  INFO(k.out << k.err);
+  REQUIRE(k.exit_code == 0);
+  CHECK(killed.events().find("\"restart\"") != std::string::npos);
+  CHECK(killed.log(0).find("Epoch 3: early stopping") != std::string::npos);
+  CHECK(killed.model() == whole.model());
+  std::ifstream in(killed.dir + "/metrics.jsonl");
+  std::vector<int64_t> epochs;
+  for (std::string line; std::getline(in, line);)
+    epochs.push_back(common::JsonDocument::parse(line, "metrics").root().at("epoch").as_int(1, 9));
+  CHECK(epochs == std::vector<int64_t>{1, 2, 3});
+}

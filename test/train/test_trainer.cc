@@ -27,6 +27,7 @@
 #include "worker/train/trainer.h"
 
 using namespace dtrain;
+using Catch::Contains;
 namespace fs = std::filesystem;
 
 namespace {
@@ -440,4 +441,63 @@ TEST_CASE("dtrain-worker out of memory is exit 2 (a restart would not fit either
   INFO(r.err);
   CHECK(r.exit_code == 2);
   CHECK(r.err.find("out of memory") != std::string::npos);
+}
+
+// Issue 46, item 3: Keras's EarlyStopping. Monitoring the training loss in "max" mode, no epoch
+// after the first improves on it, so with patience 1 training stops after epoch 2 of 4, and
+// restore_best_weights gives back epoch 1's weights: those of a 1-epoch run, bit for bit.
+TEST_CASE("EarlyStopping stops after patience epochs and restores the best weights") {
+  const std::string early =
+      R"(, "callbacks": [{"class_name": "EarlyStopping", "config": {"monitor": "loss",
+         "mode": "max", "patience": 1, "restore_best_weights": true}}]})";
+  std::string text = kTrain;
+  text.replace(text.find("SEED"), 4, "42");
+  std::string stopping = text;
+  stopping.replace(stopping.rfind('}'), 1, early);
+  std::string one_epoch = text;
+  one_epoch.replace(one_epoch.find("\"epochs\": 4"), 11, "\"epochs\": 1");
+  testing::TempDir dir;
+  train::EpochMetrics last;
+  std::vector<float> stopped = testing::solo_fit(train::parse_train_config(stopping, "job.json"),
+                                                 dir.path() + "/a", {.last = &last});
+  CHECK(last.epoch == 2);
+  std::ifstream metrics(dir.path() + "/a/metrics.jsonl");
+  int lines = 0;
+  for (std::string line; std::getline(metrics, line);) ++lines;
+  CHECK(lines == 2);
+  std::vector<float> first =
+      testing::solo_fit(train::parse_train_config(one_epoch, "job.json"), dir.path() + "/b");
+  REQUIRE(stopped.size() == first.size());
+  CHECK(std::memcmp(stopped.data(), first.data(), first.size() * sizeof(float)) == 0);
+}
+
+TEST_CASE("train.callbacks takes Keras's EarlyStopping and TerminateOnNaN, and names the rest") {
+  auto parse = [](const std::string& callbacks, bool validation = true) {
+    std::string text = kTrain;
+    text.replace(text.find("SEED"), 4, "1");
+    if (!validation) text.replace(text.find("\"validation\": true"), 18, "\"validation\": false");
+    text.replace(text.rfind('}'), 1, ", \"callbacks\": " + callbacks + "}");
+    return train::parse_train_config(text, "job.json");
+  };
+  train::TrainConfig c = parse(R"([{"type": "EarlyStopping", "patience": 3, "min_delta": -0.01,
+    "baseline": 0.5, "start_from_epoch": 2}, {"class_name": "TerminateOnNaN", "config": {}}])");
+  REQUIRE(c.early_stopping);
+  CHECK(c.early_stopping->monitor == "val_loss");  // Keras's default
+  CHECK_FALSE(c.early_stopping->maximize);
+  CHECK(c.early_stopping->min_delta == Approx(0.01));
+  CHECK(c.early_stopping->patience == 3);
+  CHECK(*c.early_stopping->baseline == Approx(0.5));
+  CHECK(
+      parse(R"([{"type": "EarlyStopping", "monitor": "val_accuracy"}])").early_stopping->maximize);
+  CHECK_THROWS_WITH(parse(R"([{"type": "EarlyStopping"}])", false),
+                    Contains("job.json: train.callbacks[0]") && Contains("needs validation"));
+  CHECK_THROWS_WITH(parse(R"([{"type": "EarlyStopping", "monitor": "val_auc"}])"),
+                    Contains("train.callbacks[0].monitor") && Contains("val_auc"));
+  CHECK_THROWS_WITH(parse(R"([{"type": "EarlyStopping", "mode": "down"}])"),
+                    Contains("train.callbacks[0].mode"));
+  CHECK_THROWS_WITH(parse(R"([{"type": "EarlyStopping", "patience": 2, "patient": 3}])"),
+                    Contains("patient"));
+  CHECK_THROWS_WITH(
+      parse(R"([{"class_name": "ReduceLROnPlateau", "config": {}}])"),
+      Contains("train.callbacks[0]") && Contains("ReduceLROnPlateau") && Contains("not supported"));
 }

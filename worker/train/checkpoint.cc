@@ -312,6 +312,12 @@ void restore_tensors(const LoadedCheckpoint& checkpoint, const std::vector<Tenso
       std::fill_n(const_cast<float*>(v.data), v.count, 0.0f);
       continue;
     }
+    if (it == checkpoint.file.tensors.end() && v.name.rfind("callbacks.", 0) == 0) {
+      // A callback the run did not have when it saved: it starts fresh (its zeros).
+      spdlog::info("{}: no tensor {}; the callback starts afresh", checkpoint.path, v.name);
+      std::fill_n(const_cast<float*>(v.data), v.count, 0.0f);
+      continue;
+    }
     if (it == checkpoint.file.tensors.end()) {
       throw common::ConfigError(fmt::format(
           "{}: has no tensor {}, which the model needs (shape [{}]); remove the file to resume "

@@ -22,13 +22,22 @@ const std::vector<TensorView>& ModelTensors::download() {
     host_.push_back(buffer->to_host());
     add("optimizer." + slot + ".", model_.parameter_infos());
   }
+  for (const HostTensor& t : extras_) {
+    host_.push_back(*t.data);
+    views_.push_back({t.name, t.shape, host_.back().data(), host_.back().size()});
+  }
   return views_;
+}
+
+void ModelTensors::add_host_tensors(std::vector<HostTensor> tensors) {
+  for (HostTensor& t : tensors) extras_.push_back(std::move(t));
 }
 
 void ModelTensors::upload() {
   model_.parameters().from_host(host_[0]);
   model_.state().from_host(host_[1]);
   for (size_t i = 0; i < slots_.size(); ++i) slots_[i].second->from_host(host_[2 + i]);
+  for (size_t i = 0; i < extras_.size(); ++i) *extras_[i].data = host_[2 + slots_.size() + i];
 }
 
 size_t ModelTensors::weight_count() const {

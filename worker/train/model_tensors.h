@@ -14,6 +14,14 @@
 
 namespace dtrain::train {
 
+/// A tensor of the training state that is neither the model's nor the optimizer's (a callback's
+/// state), kept in host memory by its owner.
+struct HostTensor {
+  std::string name;  ///< "callbacks.early_stopping.state", ...
+  std::vector<int64_t> shape;
+  std::vector<float>* data = nullptr;
+};
+
 class ModelTensors {
  public:
   /// slots: the optimizer's (name, buffer) pairs, each laid out as the parameters; may be empty
@@ -28,6 +36,9 @@ class ModelTensors {
   std::vector<std::vector<float>>& host() { return host_; }
   /// Copies the host copies back into the buffers.
   void upload();
+  /// Host tensors carried after the optimizer slots ("callbacks.<name>..."): download copies
+  /// them, upload writes them back. Their owner must outlive this.
+  void add_host_tensors(std::vector<HostTensor> tensors);
   /// How many of download()'s views are the model's weights (parameters and state: what the
   /// final model holds); the rest are optimizer slots.
   size_t weight_count() const;
@@ -35,6 +46,7 @@ class ModelTensors {
  private:
   nn::Model& model_;
   std::vector<std::pair<std::string, nn::Buffer<float>*>> slots_;
+  std::vector<HostTensor> extras_;
   std::vector<std::vector<float>> host_;  ///< parameters, state, then each slot
   std::vector<TensorView> views_;
 };

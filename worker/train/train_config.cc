@@ -190,6 +190,7 @@ void parse_fields(const common::JsonNode& root, TrainConfig& c) {
                    "loss_scale",
                    "backup",
                    "tensorboard",
+                   "callbacks",
                    "ledger"});
   parse_model(root.at("model"), c);
   if (auto n = root.find("loss")) parse_loss(*n, c);
@@ -225,6 +226,7 @@ void parse_fields(const common::JsonNode& root, TrainConfig& c) {
   parse_math(root, c);
   if (auto n = root.find("backup")) c.backup = parse_backup(*n);
   if (auto n = root.find("tensorboard")) c.tensorboard = parse_tensorboard(*n, c.backup.dir);
+  if (auto n = root.find("callbacks")) c.early_stopping = parse_callbacks(*n, c.validation);
 }
 
 }  // namespace

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -10,6 +11,7 @@
 #include "worker/data/dataset.h"
 #include "worker/nn/backend.h"
 #include "worker/nn/model_spec.h"
+#include "worker/train/early_stopping.h"
 #include "worker/train/loss_scale.h"
 #include "worker/train/optimizer.h"
 
@@ -78,6 +80,8 @@ struct TrainConfig {
   LossScaleSpec loss_scale = {};
   BackupSpec backup;
   TensorBoardSpec tensorboard;
+  /// train.callbacks' EarlyStopping (docs/design.md#callbacks); TerminateOnNaN is always on.
+  std::optional<EarlyStoppingSpec> early_stopping;
 };
 
 /// Keras's name of the policy config.math computes under: TF32 is float32's ("float32",

@@ -200,6 +200,12 @@ Trainer::Trainer(const TrainConfig& config, nn::Backend& backend, comm::Communic
   model_ = std::move(parts.model);
   optimizer_ = std::move(parts.optimizer);
   tensors_ = std::make_unique<ModelTensors>(*model_, optimizer_->slots());
+  if (config_.early_stopping) {
+    std::vector<TensorView> weights = tensors_->download();
+    weights.resize(tensors_->weight_count());
+    early_stopping_ = std::make_unique<EarlyStopping>(*config_.early_stopping, weights);
+    tensors_->add_host_tensors(early_stopping_->tensors());
+  }
   stager_ = std::move(parts.stager);
   if (!window.empty()) {
     spdlog::info(model_->gradients_lent()
@@ -290,6 +296,17 @@ std::optional<TrainingState> Trainer::load_final_state(std::vector<TensorView>& 
   CheckpointStore final_store(common::RunDir(options_.run_dir).model_dir() + "/state", 1);
   std::optional<LoadedCheckpoint> c = final_store.load_latest(config_.model_json);
   if (!c) return std::nullopt;
+  // No more epochs to train: the state is this launch's own end only on a restart within it
+  // (the checkpoints gone with delete_on_success); a new start trains from scratch, as before
+  // (`dtrain launch` refuses such a start on a run that succeeded).
+  const bool restart = options_.attempt > 0 || options_.generation > 0;
+  if (c->state.epoch >= config_.epochs && !restart) {
+    spdlog::info(
+        "{} holds a finished run of {} epochs, which train.epochs {} does not continue: "
+        "training from scratch",
+        c->path, c->state.epoch, config_.epochs);
+    return std::nullopt;
+  }
   if (c->state.epoch > config_.epochs) {
     throw common::ConfigError(fmt::format(
         "{}: the finished run trained {} epochs, more than train.epochs {}; raise train.epochs "
@@ -297,6 +314,8 @@ std::optional<TrainingState> Trainer::load_final_state(std::vector<TensorView>& 
         c->path, c->state.epoch, config_.epochs));
   }
   restore_tensors(*c, views);
+  for (const TensorView& v : views)  // a new fit: its callbacks start afresh, as Keras's do
+    if (v.name.rfind("callbacks.", 0) == 0) std::fill_n(const_cast<float*>(v.data), v.count, 0.0f);
   epoch_metrics = c->epoch_metrics;
   if (c->state.epoch < config_.epochs) {
     spdlog::info("continuing the finished run from {}: epochs {}-{} of {}", c->path,
@@ -345,6 +364,31 @@ void Trainer::check_finite_weights(const char* before) {
           state_.step == 0 ? state_.epoch : state_.epoch + 1,
           state_.step == 0 ? steps_per_epoch_ : state_.step, before));
     }
+  }
+}
+
+bool Trainer::early_stop(const EpochMetrics& m) {
+  if (!early_stopping_) return false;
+  std::vector<std::pair<std::string, double>> metrics = {{"loss", m.loss},
+                                                         {"accuracy", m.accuracy}};
+  if (m.validated) {
+    metrics.emplace_back("val_loss", m.val_loss);
+    metrics.emplace_back("val_accuracy", m.val_accuracy);
+  }
+  std::vector<TensorView> weights = checkpoint_tensors();
+  weights.resize(tensors_->weight_count());
+  const bool stop = early_stopping_->on_epoch_end(m.epoch - 1, metrics, weights);
+  if (stop && chief()) spdlog::info("Epoch {}: early stopping", m.epoch);
+  return stop;
+}
+
+void Trainer::finish_early_stopping() {
+  std::vector<TensorView> views = checkpoint_tensors();
+  std::vector<TensorView> weights(views.begin(),
+                                  views.begin() + static_cast<long>(tensors_->weight_count()));
+  if (int best = early_stopping_->restore_best(weights); best > 0) {
+    if (chief()) spdlog::info("Restoring model weights from the end of the best epoch: {}.", best);
+    upload_tensors();
   }
 }
 
@@ -550,7 +594,9 @@ EpochMetrics Trainer::fit_from_state() {
         std::make_unique<TensorBoardLog>(config_.tensorboard, options_.run_dir, config_.validation);
   }
   if (chief()) recover_epoch_metrics();
-  for (int epoch = static_cast<int>(state_.epoch); epoch < config_.epochs; ++epoch) {
+  const bool stopped_before = early_stopping_ && early_stopping_->stopped();  // a resume after it
+  for (int epoch = static_cast<int>(state_.epoch); epoch < config_.epochs && !stopped_before;
+       ++epoch) {
     progress_.begin_epoch(epoch + 1, config_.epochs,
                           epoch == state_.epoch ? state_.step : 0);  // ms/step of this run
     last = train_epoch(epoch);
@@ -559,6 +605,7 @@ EpochMetrics Trainer::fit_from_state() {
     state_ = TrainingState{epoch + 1, 0, state_.global_step, optimizer_->iterations(), 0, 0, 0};
     last_epoch_metrics_ = metrics_json(last, true);
     check_finite_weights("the epoch's checkpoint");
+    const bool stop_early = early_stop(last);  // its state goes into the epoch's checkpoint
     save_checkpoint(&last);
     if (chief()) {  // a line in metrics.jsonl says the summaries were written too
       common::BusyPhase busy(options_.record, common::ProgressPhase::kSaving);
@@ -571,7 +618,9 @@ EpochMetrics Trainer::fit_from_state() {
           fmt::format("stopped at epoch {} step {}, its end (epoch checkpoint saved by the chief)",
                       epoch + 1, steps_per_epoch_));
     }
+    if (stop_early) break;
   }
+  if (early_stopping_) finish_early_stopping();
   if (chief()) {
     common::BusyPhase busy(options_.record, common::ProgressPhase::kSaving);
     std::vector<TensorView> weights = checkpoint_tensors();

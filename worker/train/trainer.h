@@ -25,6 +25,7 @@
 #include "worker/nn/backend.h"
 #include "worker/nn/model.h"
 #include "worker/train/checkpoint.h"
+#include "worker/train/early_stopping.h"
 #include "worker/train/input_stager.h"
 #include "worker/train/model_parts.h"
 #include "worker/train/model_tensors.h"
@@ -167,10 +168,15 @@ class Trainer {
                                                std::string& epoch_metrics);
   /// No checkpoint in the backup folder: the final state a finished run left in model/state
   /// (docs/design.md#continuing-a-finished-run), read into views, when it is this model's. A
-  /// state short of train.epochs continues (Keras's initial_epoch); one at train.epochs has
-  /// nothing left to train; one past it is a ConfigError. nullopt when there is none.
+  /// state short of train.epochs continues (Keras's initial_epoch). One at or past train.epochs
+  /// is taken only by a restart within a launch (attempt or generation above 0): at it, nothing
+  /// is left to train; past it, a ConfigError. nullopt when there is none, or not taken.
   std::optional<TrainingState> load_final_state(std::vector<TensorView>& views,
                                                 std::string& epoch_metrics);
+  /// EarlyStopping's judgement of the epoch just ended (every worker alike); true: stop after it.
+  bool early_stop(const EpochMetrics& m);
+  /// At the end of training: EarlyStopping's restore_best_weights, into the model.
+  void finish_early_stopping();
   /// The chief, at the end of training: the whole state (weights, optimizer slots, moving
   /// statistics, counters) into model/state, so a later launch with more epochs continues.
   void save_final_state(const std::string& model_dir);
@@ -226,8 +232,9 @@ class Trainer {
   std::unique_ptr<Optimizer> optimizer_;
   std::unique_ptr<TrainStep> step_;
   std::unique_ptr<InputStager> stager_;
-  std::unique_ptr<TensorBoardLog> tensorboard_;  ///< the chief's, when train.tensorboard is on
-  std::unique_ptr<ModelTensors> tensors_;        ///< the model's and optimizer's, as one named set
+  std::unique_ptr<TensorBoardLog> tensorboard_;    ///< the chief's, when train.tensorboard is on
+  std::unique_ptr<EarlyStopping> early_stopping_;  ///< train.callbacks' EarlyStopping, or none
+  std::unique_ptr<ModelTensors> tensors_;  ///< the model's and optimizer's, as one named set
   ProgressBar progress_;
   CheckpointStore store_;
   TrainingState state_;  ///< where training stands now (what a checkpoint written now records)
