@@ -445,11 +445,14 @@ TEST_CASE("dtrain-worker out of memory is exit 2 (a restart would not fit either
 
 // Issue 46, item 3: Keras's EarlyStopping. Monitoring the training loss in "max" mode, no epoch
 // after the first improves on it, so with patience 1 training stops after epoch 2 of 4, and
-// restore_best_weights gives back epoch 1's weights: those of a 1-epoch run, bit for bit.
+// restore_best_weights gives back epoch 1's weights: those of a 1-epoch run, bit for bit; a
+// ModelCheckpoint with save_best_only on the same rule keeps that model in model/best/.
 TEST_CASE("EarlyStopping stops after patience epochs and restores the best weights") {
   const std::string early =
       R"(, "callbacks": [{"class_name": "EarlyStopping", "config": {"monitor": "loss",
-         "mode": "max", "patience": 1, "restore_best_weights": true}}]})";
+         "mode": "max", "patience": 1, "restore_best_weights": true}},
+         {"type": "ModelCheckpoint", "filepath": "best.keras", "monitor": "loss", "mode": "max",
+          "save_best_only": true}]})";
   std::string text = kTrain;
   text.replace(text.find("SEED"), 4, "42");
   std::string stopping = text;
@@ -469,6 +472,10 @@ TEST_CASE("EarlyStopping stops after patience epochs and restores the best weigh
       testing::solo_fit(train::parse_train_config(one_epoch, "job.json"), dir.path() + "/b");
   REQUIRE(stopped.size() == first.size());
   CHECK(std::memcmp(stopped.data(), first.data(), first.size() * sizeof(float)) == 0);
+  // ModelCheckpoint(save_best_only) on the same rule kept epoch 1's model in model/best/.
+  CHECK(common::read_file(dir.path() + "/a/model/best/model.safetensors") ==
+        common::read_file(dir.path() + "/b/model/model.safetensors"));
+  CHECK(fs::exists(dir.path() + "/a/model/best/model.json"));
 }
 
 TEST_CASE("train.callbacks takes Keras's EarlyStopping and TerminateOnNaN, and names the rest") {
@@ -481,14 +488,23 @@ TEST_CASE("train.callbacks takes Keras's EarlyStopping and TerminateOnNaN, and n
   };
   train::TrainConfig c = parse(R"([{"type": "EarlyStopping", "patience": 3, "min_delta": -0.01,
     "baseline": 0.5, "start_from_epoch": 2}, {"class_name": "TerminateOnNaN", "config": {}}])");
-  REQUIRE(c.early_stopping);
-  CHECK(c.early_stopping->monitor == "val_loss");  // Keras's default
-  CHECK_FALSE(c.early_stopping->maximize);
-  CHECK(c.early_stopping->min_delta == Approx(0.01));
-  CHECK(c.early_stopping->patience == 3);
-  CHECK(*c.early_stopping->baseline == Approx(0.5));
-  CHECK(
-      parse(R"([{"type": "EarlyStopping", "monitor": "val_accuracy"}])").early_stopping->maximize);
+  REQUIRE(c.callbacks.early_stopping);
+  const train::EarlyStoppingSpec& e = *c.callbacks.early_stopping;
+  CHECK(e.watch.monitor == "val_loss");  // Keras's default
+  CHECK_FALSE(e.watch.maximize);
+  CHECK(e.watch.min_delta == Approx(0.01));
+  CHECK(e.patience == 3);
+  CHECK(*e.watch.baseline == Approx(0.5));
+  CHECK(parse(R"([{"type": "EarlyStopping", "monitor": "val_accuracy"}])")
+            .callbacks.early_stopping->watch.maximize);
+  train::TrainConfig best = parse(R"([{"class_name": "ModelCheckpoint", "config": {
+    "filepath": "best.keras", "monitor": "val_accuracy", "save_best_only": true,
+    "initial_value_threshold": 0.2}}])");
+  REQUIRE(best.callbacks.model_checkpoint);
+  CHECK(best.callbacks.model_checkpoint->watch.maximize);
+  CHECK(*best.callbacks.model_checkpoint->watch.baseline == Approx(0.2));
+  CHECK_THROWS_WITH(parse(R"([{"type": "ModelCheckpoint", "filepath": "m.keras"}])"),
+                    Contains("train.callbacks[0]") && Contains("save_best_only"));
   CHECK_THROWS_WITH(parse(R"([{"type": "EarlyStopping"}])", false),
                     Contains("job.json: train.callbacks[0]") && Contains("needs validation"));
   CHECK_THROWS_WITH(parse(R"([{"type": "EarlyStopping", "monitor": "val_auc"}])"),

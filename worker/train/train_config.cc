@@ -226,7 +226,7 @@ void parse_fields(const common::JsonNode& root, TrainConfig& c) {
   parse_math(root, c);
   if (auto n = root.find("backup")) c.backup = parse_backup(*n);
   if (auto n = root.find("tensorboard")) c.tensorboard = parse_tensorboard(*n, c.backup.dir);
-  if (auto n = root.find("callbacks")) c.early_stopping = parse_callbacks(*n, c.validation);
+  if (auto n = root.find("callbacks")) c.callbacks = parse_callbacks(*n, c.validation);
 }
 
 }  // namespace

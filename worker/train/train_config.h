@@ -11,7 +11,7 @@
 #include "worker/data/dataset.h"
 #include "worker/nn/backend.h"
 #include "worker/nn/model_spec.h"
-#include "worker/train/early_stopping.h"
+#include "worker/train/callbacks.h"
 #include "worker/train/loss_scale.h"
 #include "worker/train/optimizer.h"
 
@@ -80,8 +80,8 @@ struct TrainConfig {
   LossScaleSpec loss_scale = {};
   BackupSpec backup;
   TensorBoardSpec tensorboard;
-  /// train.callbacks' EarlyStopping (docs/design.md#callbacks); TerminateOnNaN is always on.
-  std::optional<EarlyStoppingSpec> early_stopping;
+  /// train.callbacks (docs/design.md#callbacks); TerminateOnNaN is always on.
+  CallbackSpecs callbacks;
 };
 
 /// Keras's name of the policy config.math computes under: TF32 is float32's ("float32",

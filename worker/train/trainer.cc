@@ -200,11 +200,15 @@ Trainer::Trainer(const TrainConfig& config, nn::Backend& backend, comm::Communic
   model_ = std::move(parts.model);
   optimizer_ = std::move(parts.optimizer);
   tensors_ = std::make_unique<ModelTensors>(*model_, optimizer_->slots());
-  if (config_.early_stopping) {
+  if (config_.callbacks.early_stopping) {
     std::vector<TensorView> weights = tensors_->download();
     weights.resize(tensors_->weight_count());
-    early_stopping_ = std::make_unique<EarlyStopping>(*config_.early_stopping, weights);
+    early_stopping_ = std::make_unique<EarlyStopping>(*config_.callbacks.early_stopping, weights);
     tensors_->add_host_tensors(early_stopping_->tensors());
+  }
+  if (config_.callbacks.model_checkpoint) {
+    model_checkpoint_ = std::make_unique<ModelCheckpoint>(*config_.callbacks.model_checkpoint);
+    tensors_->add_host_tensors(model_checkpoint_->tensors());
   }
   stager_ = std::move(parts.stager);
   if (!window.empty()) {
@@ -367,16 +371,37 @@ void Trainer::check_finite_weights(const char* before) {
   }
 }
 
-bool Trainer::early_stop(const EpochMetrics& m) {
-  if (!early_stopping_) return false;
-  std::vector<std::pair<std::string, double>> metrics = {{"loss", m.loss},
-                                                         {"accuracy", m.accuracy}};
+bool Trainer::judge_epoch(const EpochMetrics& m) {
+  if (!early_stopping_ && !model_checkpoint_) return false;
+  NamedMetrics metrics = {{"loss", m.loss}, {"accuracy", m.accuracy}};
   if (m.validated) {
     metrics.emplace_back("val_loss", m.val_loss);
     metrics.emplace_back("val_accuracy", m.val_accuracy);
   }
   std::vector<TensorView> weights = checkpoint_tensors();
   weights.resize(tensors_->weight_count());
+  std::optional<double> before;
+  if (model_checkpoint_ && model_checkpoint_->on_epoch_end(metrics, before) && chief()) {
+    common::BusyPhase busy(options_.record, common::ProgressPhase::kSaving);
+    const std::string best = common::RunDir(options_.run_dir).model_dir() + "/best";
+    write_final_model(best, weights, config_.model_json, dtype_policy_name(config_),
+                      train_.class_names,
+                      vocabulary_json(train_.vocabulary, train_.symbols, train_.classes));
+    if (!config_.keras_config.empty()) {
+      write_keras_archive(best + "/model.keras", config_.keras_config, config_.model, weights,
+                          std::time(nullptr));
+    }
+    const std::string& name = model_checkpoint_->monitor();
+    double value = 0;
+    for (const auto& [key, v] : metrics)
+      if (key == name) value = v;
+    spdlog::info(before ? fmt::format("Epoch {}: {} improved from {:.5f} to {:.5f}, saving model "
+                                      "to {}",
+                                      m.epoch, name, *before, value, best)
+                        : fmt::format("Epoch {}: {} is {:.5f}, saving model to {}", m.epoch, name,
+                                      value, best));
+  }
+  if (!early_stopping_) return false;
   const bool stop = early_stopping_->on_epoch_end(m.epoch - 1, metrics, weights);
   if (stop && chief()) spdlog::info("Epoch {}: early stopping", m.epoch);
   return stop;
@@ -605,7 +630,7 @@ EpochMetrics Trainer::fit_from_state() {
     state_ = TrainingState{epoch + 1, 0, state_.global_step, optimizer_->iterations(), 0, 0, 0};
     last_epoch_metrics_ = metrics_json(last, true);
     check_finite_weights("the epoch's checkpoint");
-    const bool stop_early = early_stop(last);  // its state goes into the epoch's checkpoint
+    const bool stop_early = judge_epoch(last);  // their state goes into the epoch's checkpoint
     save_checkpoint(&last);
     if (chief()) {  // a line in metrics.jsonl says the summaries were written too
       common::BusyPhase busy(options_.record, common::ProgressPhase::kSaving);

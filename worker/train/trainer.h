@@ -24,8 +24,8 @@
 #include "worker/data/dataset.h"
 #include "worker/nn/backend.h"
 #include "worker/nn/model.h"
+#include "worker/train/callbacks.h"
 #include "worker/train/checkpoint.h"
-#include "worker/train/early_stopping.h"
 #include "worker/train/input_stager.h"
 #include "worker/train/model_parts.h"
 #include "worker/train/model_tensors.h"
@@ -173,8 +173,9 @@ class Trainer {
   /// is left to train; past it, a ConfigError. nullopt when there is none, or not taken.
   std::optional<TrainingState> load_final_state(std::vector<TensorView>& views,
                                                 std::string& epoch_metrics);
-  /// EarlyStopping's judgement of the epoch just ended (every worker alike); true: stop after it.
-  bool early_stop(const EpochMetrics& m);
+  /// The callbacks' judgement of the epoch just ended (every worker alike): ModelCheckpoint's
+  /// best model (the chief writes it), then EarlyStopping's; true: stop after this epoch.
+  bool judge_epoch(const EpochMetrics& m);
   /// At the end of training: EarlyStopping's restore_best_weights, into the model.
   void finish_early_stopping();
   /// The chief, at the end of training: the whole state (weights, optimizer slots, moving
@@ -233,7 +234,8 @@ class Trainer {
   std::unique_ptr<TrainStep> step_;
   std::unique_ptr<InputStager> stager_;
   std::unique_ptr<TensorBoardLog> tensorboard_;    ///< the chief's, when train.tensorboard is on
-  std::unique_ptr<EarlyStopping> early_stopping_;  ///< train.callbacks' EarlyStopping, or none
+  std::unique_ptr<EarlyStopping> early_stopping_;  ///< train.callbacks', or none
+  std::unique_ptr<ModelCheckpoint> model_checkpoint_;  ///< train.callbacks', or none
   std::unique_ptr<ModelTensors> tensors_;  ///< the model's and optimizer's, as one named set
   ProgressBar progress_;
   CheckpointStore store_;

@@ -1,0 +1,230 @@
+// See callbacks.h. The decisions follow Keras 3's MonitorCallback, EarlyStopping and
+// ModelCheckpoint: the wait counts every judged epoch; an improvement (beyond min_delta, in the
+// mode's direction) records the best and, when it also beats the baseline, resets the wait;
+// training stops once the wait reaches patience, never after the first epoch. A double is kept
+// in two floats bit for bit, so a resumed run compares against exactly the same best.
+#include "worker/train/callbacks.h"
+
+#include <fmt/format.h>
+
+#include <cmath>
+#include <cstring>
+
+#include "common/errors.h"
+
+namespace dtrain::train {
+namespace {
+
+enum EarlySlot { kHasBest, kBestLow, kBestHigh, kWait, kBestEpoch, kStoppedEpoch, kHasWeights };
+constexpr size_t kEarlySlots = 7;
+constexpr size_t kCheckpointSlots = 3;  ///< has_best, best's two halves
+
+double read_double(const std::vector<float>& state, size_t at) {
+  double value = 0;
+  std::memcpy(&value, &state[at], sizeof value);
+  return value;
+}
+
+void write_double(std::vector<float>& state, size_t at, double value) {
+  std::memcpy(&state[at], &value, sizeof value);
+}
+
+const double* find_metric(const NamedMetrics& metrics, const std::string& name) {
+  for (const auto& [key, value] : metrics)
+    if (key == name) return &value;
+  DT_ENFORCE(false, "no {} among the epoch's metrics", name);
+  return nullptr;
+}
+
+// monitor, mode and min_delta (a ModelCheckpoint has no min_delta key, and initial_value_threshold
+// for EarlyStopping's baseline).
+MonitorSpec parse_monitor(const common::JsonNode& node, bool validation, const char* baseline_key) {
+  MonitorSpec s;
+  if (auto n = node.find("monitor")) s.monitor = n->as_string();
+  if (s.monitor != "loss" && s.monitor != "accuracy" && s.monitor != "val_loss" &&
+      s.monitor != "val_accuracy") {
+    node.at("monitor").fail(
+        fmt::format("\"{}\" is not a metric this run logs (loss, accuracy, val_loss, val_accuracy)",
+                    s.monitor));
+  }
+  if (s.monitor.rfind("val_", 0) == 0 && !validation) {
+    const std::string what = fmt::format(
+        "\"{}\" needs validation, and train.validation is false (monitor \"loss\", or turn "
+        "validation on)",
+        s.monitor);
+    if (auto n = node.find("monitor")) n->fail(what);
+    node.fail("monitor (Keras's default) " + what);
+  }
+  if (auto n = node.find("min_delta")) s.min_delta = std::fabs(n->as_number(-1e300, 1e300));
+  if (auto n = node.find("verbose")) n->as_int(0, 2);  // dtrain always says what it did
+  std::string mode = "auto";
+  if (auto n = node.find("mode")) mode = n->as_string();
+  if (mode != "auto" && mode != "min" && mode != "max")
+    node.at("mode").fail(fmt::format("\"{}\" is not auto, min or max", mode));
+  s.maximize = mode == "max" || (mode == "auto" && s.monitor.find("accuracy") != std::string::npos);
+  if (auto n = node.find(baseline_key); n && !n->is_null())
+    s.baseline = n->as_number(-1e300, 1e300);
+  return s;
+}
+
+// flat: {"type": "EarlyStopping", keys...}; else Keras's config object.
+EarlyStoppingSpec parse_early_stopping(const common::JsonNode& node, bool validation, bool flat) {
+  if (flat) {
+    node.check_keys({"type", "monitor", "min_delta", "patience", "verbose", "mode", "baseline",
+                     "restore_best_weights", "start_from_epoch"});
+  } else {
+    node.check_keys({"monitor", "min_delta", "patience", "verbose", "mode", "baseline",
+                     "restore_best_weights", "start_from_epoch"});
+  }
+  EarlyStoppingSpec s;
+  s.watch = parse_monitor(node, validation, "baseline");
+  if (auto n = node.find("patience")) s.patience = static_cast<int>(n->as_int(0, 1 << 20));
+  if (auto n = node.find("restore_best_weights")) s.restore_best_weights = n->as_bool();
+  if (auto n = node.find("start_from_epoch"))
+    s.start_from_epoch = static_cast<int>(n->as_int(0, 1 << 20));
+  return s;
+}
+
+ModelCheckpointSpec parse_model_checkpoint(const common::JsonNode& node, bool validation,
+                                           bool flat) {
+  if (flat) {
+    node.check_keys({"type", "filepath", "monitor", "verbose", "save_best_only",
+                     "save_weights_only", "mode", "save_freq", "initial_value_threshold"});
+  } else {
+    node.check_keys({"filepath", "monitor", "verbose", "save_best_only", "save_weights_only",
+                     "mode", "save_freq", "initial_value_threshold"});
+  }
+  if (auto n = node.find("filepath")) n->as_string();  // Keras's file; dtrain's is model/best/
+  if (auto n = node.find("save_weights_only")) n->as_bool();  // weights and model.json, always
+  const auto best_only = node.find("save_best_only");
+  if (!best_only || !best_only->as_bool()) {
+    (best_only ? *best_only : node)
+        .fail(
+            "ModelCheckpoint is taken with \"save_best_only\": true (RUN_DIR/model/best/); "
+            "every epoch's state is train.backup's");
+  }
+  if (auto n = node.find("save_freq"); n && !(n->is_string() && n->as_string() == "epoch"))
+    n->fail("only \"epoch\" is taken: the best is judged on the epoch's metrics");
+  ModelCheckpointSpec s;
+  s.watch = parse_monitor(node, validation, "initial_value_threshold");
+  return s;
+}
+
+}  // namespace
+
+bool MonitorSpec::improves(double value, double reference) const {
+  return maximize ? value - min_delta > reference : value + min_delta < reference;
+}
+
+CallbackSpecs parse_callbacks(const common::JsonNode& node, bool validation) {
+  if (!node.is_array()) node.fail(fmt::format("expected a list, found {}", node.describe()));
+  CallbackSpecs specs;
+  common::JsonDocument empty = common::JsonDocument::parse("{}", "callbacks");
+  for (const common::JsonNode& item : node.as_array()) {
+    if (!item.is_object())
+      item.fail(fmt::format("expected a callback object, found {}", item.describe()));
+    const bool keras = item.find("class_name").has_value();
+    const std::string name = (keras ? item.at("class_name") : item.at("type")).as_string();
+    std::optional<common::JsonNode> config;
+    if (keras) {
+      item.check_keys({"class_name", "config", "module", "registered_name"});
+      config = item.find("config");
+    }
+    const common::JsonNode& keys = keras ? (config ? *config : empty.root()) : item;
+    if (name == "EarlyStopping" || name == "early_stopping") {
+      if (specs.early_stopping) item.fail("a second EarlyStopping: give one");
+      specs.early_stopping = parse_early_stopping(keys, validation, !keras);
+    } else if (name == "ModelCheckpoint" || name == "model_checkpoint") {
+      if (specs.model_checkpoint) item.fail("a second ModelCheckpoint: give one");
+      specs.model_checkpoint = parse_model_checkpoint(keys, validation, !keras);
+    } else if (name == "TerminateOnNaN" || name == "terminate_on_nan") {
+      // Always on: every step's loss and each checkpoint's weights are checked.
+    } else {
+      item.fail(fmt::format(
+          "callback \"{}\" is not supported (EarlyStopping, ModelCheckpoint and TerminateOnNaN "
+          "are; ReduceLROnPlateau is not yet)",
+          name));
+    }
+  }
+  return specs;
+}
+
+EarlyStopping::EarlyStopping(EarlyStoppingSpec spec, const std::vector<TensorView>& weights)
+    : spec_(std::move(spec)), state_(kEarlySlots, 0.0f) {
+  for (const TensorView& w : weights) {
+    shapes_.push_back({w.name, w.shape, nullptr, w.count});
+    if (spec_.restore_best_weights) best_.emplace_back(w.count, 0.0f);
+  }
+}
+
+bool EarlyStopping::on_epoch_end(int epoch, const NamedMetrics& metrics,
+                                 const std::vector<TensorView>& weights) {
+  const double current = *find_metric(metrics, spec_.watch.monitor);
+  if (epoch < spec_.start_from_epoch) return false;
+  auto keep_weights = [&] {
+    for (size_t i = 0; i < best_.size(); ++i)
+      std::copy(weights[i].data, weights[i].data + weights[i].count, best_[i].begin());
+    state_[kHasWeights] = 1;
+  };
+  if (spec_.restore_best_weights && state_[kHasWeights] == 0) {  // the first judged epoch's
+    keep_weights();
+    state_[kBestEpoch] = static_cast<float>(epoch);
+  }
+  state_[kWait] += 1;
+  const bool has_best = state_[kHasBest] != 0;
+  const std::optional<double> best =
+      has_best ? std::optional<double>(read_double(state_, kBestLow)) : spec_.watch.baseline;
+  if (!best || spec_.watch.improves(current, *best)) {
+    state_[kHasBest] = 1;
+    write_double(state_, kBestLow, current);
+    state_[kBestEpoch] = static_cast<float>(epoch);
+    if (spec_.restore_best_weights) keep_weights();
+    if (!spec_.watch.baseline || spec_.watch.improves(current, *spec_.watch.baseline))
+      state_[kWait] = 0;
+    return false;
+  }
+  if (state_[kWait] >= static_cast<float>(spec_.patience) && epoch > 0) {
+    state_[kStoppedEpoch] = static_cast<float>(epoch + 1);
+    return true;
+  }
+  return false;
+}
+
+bool EarlyStopping::stopped() const {
+  return state_[kStoppedEpoch] > 0;
+}
+
+int EarlyStopping::restore_best(const std::vector<TensorView>& weights) const {
+  if (!spec_.restore_best_weights || state_[kHasWeights] == 0) return 0;
+  for (size_t i = 0; i < best_.size(); ++i)
+    std::copy(best_[i].begin(), best_[i].end(), const_cast<float*>(weights[i].data));
+  return static_cast<int>(state_[kBestEpoch]) + 1;
+}
+
+std::vector<HostTensor> EarlyStopping::tensors() {
+  std::vector<HostTensor> out = {
+      {"callbacks.early_stopping.state", {static_cast<int64_t>(kEarlySlots)}, &state_}};
+  for (size_t i = 0; i < best_.size(); ++i) {
+    out.push_back(
+        {"callbacks.early_stopping.best." + shapes_[i].name, shapes_[i].shape, &best_[i]});
+  }
+  return out;
+}
+
+ModelCheckpoint::ModelCheckpoint(ModelCheckpointSpec spec)
+    : spec_(std::move(spec)), state_(kCheckpointSlots, 0.0f) {}
+
+bool ModelCheckpoint::on_epoch_end(const NamedMetrics& metrics, std::optional<double>& before) {
+  const double current = *find_metric(metrics, spec_.watch.monitor);
+  before = state_[0] != 0 ? std::optional<double>(read_double(state_, 1)) : spec_.watch.baseline;
+  if (before && !spec_.watch.improves(current, *before)) return false;
+  state_[0] = 1;
+  write_double(state_, 1, current);
+  return true;
+}
+
+std::vector<HostTensor> ModelCheckpoint::tensors() {
+  return {{"callbacks.model_checkpoint.state", {static_cast<int64_t>(kCheckpointSlots)}, &state_}};
+}
+
+}  // namespace dtrain::train

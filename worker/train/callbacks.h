@@ -1,0 +1,98 @@
+// Keras's callbacks (train.callbacks; docs/design.md#callbacks): EarlyStopping and
+// ModelCheckpoint(save_best_only). At each epoch's end the monitored metric, the same on every
+// worker (the epoch's totals and the validation are reduced over the group), decides on every
+// worker alike. Each callback's state (the best value, the wait, ..., and EarlyStopping's copy
+// of the best weights) is a set of host tensors that ModelTensors carries with the model's, so
+// checkpoints, recovery in place and the final state keep it.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "common/json.h"
+#include "worker/train/model_tensors.h"
+#include "worker/train/safetensors.h"
+
+namespace dtrain::train {
+
+/// Keras's MonitorCallback: what is watched and which way is better.
+struct MonitorSpec {
+  std::string monitor = "val_loss";  ///< loss, accuracy, val_loss or val_accuracy
+  bool maximize = false;             ///< mode "max" (or "auto" for accuracy); else "min"
+  double min_delta = 0;              ///< an improvement must beat the best by more than this
+  std::optional<double> baseline;    ///< the value to beat first (ModelCheckpoint's
+                                     ///< initial_value_threshold)
+  /// value improves on reference (beyond min_delta, in the mode's direction).
+  bool improves(double value, double reference) const;
+};
+
+/// train.callbacks' EarlyStopping, with Keras's keys and defaults.
+struct EarlyStoppingSpec {
+  MonitorSpec watch;
+  int patience = 0;  ///< epochs without improvement before stopping
+  bool restore_best_weights = false;
+  int start_from_epoch = 0;  ///< epochs (0-based) before which nothing is judged
+};
+
+/// train.callbacks' ModelCheckpoint with save_best_only: the model of each epoch that improves
+/// on the best so far goes to RUN_DIR/model/best/.
+struct ModelCheckpointSpec {
+  MonitorSpec watch;
+};
+
+struct CallbackSpecs {
+  std::optional<EarlyStoppingSpec> early_stopping;
+  std::optional<ModelCheckpointSpec> model_checkpoint;
+};
+
+/// Parses train.callbacks: a list of {"class_name": NAME, "config": {...}} (Keras's serialized
+/// form) or {"type": NAME, keys...}. EarlyStopping and ModelCheckpoint (save_best_only) are taken;
+/// TerminateOnNaN is always on (dtrain checks every step) and takes no keys; any other callback
+/// is a ConfigError naming it. validation: train.validation, which a val_ monitor needs.
+CallbackSpecs parse_callbacks(const common::JsonNode& node, bool validation);
+
+/// The epoch's metrics by name (loss, accuracy, and val_loss, val_accuracy when validated).
+using NamedMetrics = std::vector<std::pair<std::string, double>>;
+
+class EarlyStopping {
+ public:
+  /// weights: the model's weight tensors (names and shapes), for the best copy.
+  EarlyStopping(EarlyStoppingSpec spec, const std::vector<TensorView>& weights);
+
+  /// Keras's on_epoch_end for epoch (0-based); weights: the current weights (views as `weights`
+  /// above), copied when they are the best. Returns true when training is to stop after it.
+  bool on_epoch_end(int epoch, const NamedMetrics& metrics, const std::vector<TensorView>& weights);
+  /// True once an epoch's end decided to stop (also after a resume from that epoch's checkpoint).
+  bool stopped() const;
+  /// With restore_best_weights, once a best was seen: copies it into weights (views of host
+  /// memory the caller uploads) and returns the best epoch (1-based); else 0.
+  int restore_best(const std::vector<TensorView>& weights) const;
+  /// Its state as host tensors, for ModelTensors.
+  std::vector<HostTensor> tensors();
+
+ private:
+  EarlyStoppingSpec spec_;
+  /// has_best, best (a double's bits in two floats), wait, best_epoch, stopped_epoch (1-based,
+  /// 0: none), has_best_weights: all zero for a fresh state, as a checkpoint without it loads.
+  std::vector<float> state_;
+  std::vector<std::vector<float>> best_;  ///< restore_best_weights: one per weight tensor
+  std::vector<TensorView> shapes_;        ///< the weights' names and shapes (no data)
+};
+
+class ModelCheckpoint {
+ public:
+  explicit ModelCheckpoint(ModelCheckpointSpec spec);
+  /// True when this epoch's monitored value is the best so far (the model is to be saved);
+  /// before: the best until now, for the message (nullopt: none yet).
+  bool on_epoch_end(const NamedMetrics& metrics, std::optional<double>& before);
+  const std::string& monitor() const { return spec_.watch.monitor; }
+  std::vector<HostTensor> tensors();
+
+ private:
+  ModelCheckpointSpec spec_;
+  std::vector<float> state_;  ///< has_best, best (a double's bits in two floats)
+};
+
+}  // namespace dtrain::train
