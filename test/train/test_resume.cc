@@ -392,3 +392,44 @@ TEST_CASE("EarlyStopping's state survives a kill: the same stop and the same mod
     epochs.push_back(common::JsonDocument::parse(line, "metrics").root().at("epoch").as_int(1, 9));
   CHECK(epochs == std::vector<int64_t>{1, 2, 3});
 }
+
+// Issue 46, item 3: ReduceLROnPlateau's reduced rate travels with its state. Monitoring the loss
+// in "max" mode with patience 1 and factor 0.5, the rate halves after epochs 2 and 3; a worker
+// SIGKILLed inside epoch 3 makes the group resume with the halved rate (epoch 2's reduction) and
+// end with the undisturbed run's model. Had the rate not been restored, epoch 3's rest would run
+// at the job's rate.
+TEST_CASE("ReduceLROnPlateau's rate survives a kill: the same reductions and the same model") {
+  testing::TempDir base;
+  std::string text = kJob;
+  const size_t opt = text.find("\"optimizer\":"), loss_end = text.find("\"data\":");
+  text.replace(opt, loss_end - opt, R"("optimizer": {"type": "adam", "learning_rate": 0.001},
+  )");
+  const std::string backup = "\"backup\": {\"save_freq\": 10, \"keep\": 2}";
+  text.replace(text.find(backup), backup.size(),
+               backup + R"(, "callbacks": [{"class_name": "ReduceLROnPlateau", "config": {
+                 "monitor": "loss", "mode": "max", "patience": 1, "factor": 0.5}}])");
+  const std::string job = base.path() + "/job.json";
+  std::ofstream(job) << text;
+  Run whole(base.path(), "whole"), killed(base.path(), "killed");
+  testing::ProcessResult w = whole.start(job)->wait(300);
+  INFO(w.out << w.err);
+  REQUIRE(w.exit_code == 0);
+  CHECK(whole.log(0).find("Epoch 2: ReduceLROnPlateau reducing learning rate to 0.0005.") !=
+        std::string::npos);
+  CHECK(whole.log(0).find("Epoch 3: ReduceLROnPlateau reducing learning rate to 0.00025.") !=
+        std::string::npos);
+
+  auto launcher = killed.start(job);
+  const std::string inside_epoch_3 = killed.dir + "/backup/ckpt-0000000130.safetensors";
+  for (int i = 0; i < 30000 && !fs::exists(inside_epoch_3); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  REQUIRE(fs::exists(inside_epoch_3));
+  auto state = common::JsonDocument::parse(common::read_file(killed.dir + "/state.json"), "state");
+  ::kill(static_cast<int>(state.root().at("workers").as_array()[1].at("pid").as_int(1, 1 << 30)),
+         SIGKILL);
+  testing::ProcessResult k = launcher->wait(300);
+  INFO(k.out << k.err);
+  REQUIRE(k.exit_code == 0);
+  CHECK(killed.events().find("\"restart\"") != std::string::npos);
+  CHECK(killed.model() == whole.model());
+}

@@ -478,7 +478,7 @@ TEST_CASE("EarlyStopping stops after patience epochs and restores the best weigh
   CHECK(fs::exists(dir.path() + "/a/model/best/model.json"));
 }
 
-TEST_CASE("train.callbacks takes Keras's EarlyStopping and TerminateOnNaN, and names the rest") {
+TEST_CASE("train.callbacks takes Keras's callbacks with their keys, and names the rest") {
   auto parse = [](const std::string& callbacks, bool validation = true) {
     std::string text = kTrain;
     text.replace(text.find("SEED"), 4, "1");
@@ -513,7 +513,27 @@ TEST_CASE("train.callbacks takes Keras's EarlyStopping and TerminateOnNaN, and n
                     Contains("train.callbacks[0].mode"));
   CHECK_THROWS_WITH(parse(R"([{"type": "EarlyStopping", "patience": 2, "patient": 3}])"),
                     Contains("patient"));
+  train::TrainConfig plateau = parse(R"([{"class_name": "ReduceLROnPlateau", "config": {
+    "monitor": "val_loss", "factor": 0.2, "patience": 5, "min_lr": 0.001, "cooldown": 1}}])");
+  REQUIRE(plateau.callbacks.reduce_lr);
+  CHECK(plateau.callbacks.reduce_lr->watch.min_delta == Approx(1e-4));  // Keras's default here
+  CHECK(plateau.callbacks.reduce_lr->factor == Approx(0.2));
+  CHECK(plateau.callbacks.reduce_lr->cooldown == 1);
+  CHECK_THROWS_WITH(parse(R"([{"type": "ReduceLROnPlateau", "factor": 1.5}])"),
+                    Contains("train.callbacks[0].factor") && Contains("below 1"));
   CHECK_THROWS_WITH(
-      parse(R"([{"class_name": "ReduceLROnPlateau", "config": {}}])"),
-      Contains("train.callbacks[0]") && Contains("ReduceLROnPlateau") && Contains("not supported"));
+      parse(R"([{"class_name": "CSVLogger", "config": {}}])"),
+      Contains("train.callbacks[0]") && Contains("CSVLogger") && Contains("not supported"));
+  // As Keras, only a constant rate can be reduced.
+  std::string scheduled = kTrain;
+  scheduled.replace(scheduled.find("SEED"), 4, "1");
+  const std::string adam = R"({"type": "adam", "learning_rate": 0.01})";
+  scheduled.replace(scheduled.find(adam), adam.size(),
+                    R"({"type": "adam", "learning_rate": {"type": "cosine_decay",
+                        "initial_learning_rate": 0.01, "decay_steps": 100}})");
+  scheduled.replace(scheduled.rfind('}'), 1,
+                    R"(, "callbacks": [{"type": "ReduceLROnPlateau", "monitor": "loss"}]})");
+  CHECK_THROWS_WITH(train::parse_train_config(scheduled, "job.json"),
+                    Contains("job.json: train.callbacks") && Contains("constant learning rate") &&
+                        Contains("cosine_decay"));
 }

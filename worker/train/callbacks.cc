@@ -7,6 +7,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -110,6 +111,27 @@ ModelCheckpointSpec parse_model_checkpoint(const common::JsonNode& node, bool va
   return s;
 }
 
+ReduceLrSpec parse_reduce_lr(const common::JsonNode& node, bool validation, bool flat) {
+  if (flat) {
+    node.check_keys({"type", "monitor", "factor", "patience", "verbose", "mode", "min_delta",
+                     "cooldown", "min_lr"});
+  } else {
+    node.check_keys(
+        {"monitor", "factor", "patience", "verbose", "mode", "min_delta", "cooldown", "min_lr"});
+  }
+  ReduceLrSpec s;
+  s.watch = parse_monitor(node, validation, "");
+  if (!node.find("min_delta")) s.watch.min_delta = 1e-4;  // Keras's default here
+  if (auto n = node.find("factor")) {
+    s.factor = n->as_number(0, 1e300);
+    if (!(s.factor < 1.0)) n->fail("must be below 1 (the rate is multiplied by it)");
+  }
+  if (auto n = node.find("patience")) s.patience = static_cast<int>(n->as_int(0, 1 << 20));
+  if (auto n = node.find("cooldown")) s.cooldown = static_cast<int>(n->as_int(0, 1 << 20));
+  if (auto n = node.find("min_lr")) s.min_lr = n->as_number(0, 1e300);
+  return s;
+}
+
 }  // namespace
 
 bool MonitorSpec::improves(double value, double reference) const {
@@ -137,12 +159,15 @@ CallbackSpecs parse_callbacks(const common::JsonNode& node, bool validation) {
     } else if (name == "ModelCheckpoint" || name == "model_checkpoint") {
       if (specs.model_checkpoint) item.fail("a second ModelCheckpoint: give one");
       specs.model_checkpoint = parse_model_checkpoint(keys, validation, !keras);
+    } else if (name == "ReduceLROnPlateau" || name == "reduce_lr_on_plateau") {
+      if (specs.reduce_lr) item.fail("a second ReduceLROnPlateau: give one");
+      specs.reduce_lr = parse_reduce_lr(keys, validation, !keras);
     } else if (name == "TerminateOnNaN" || name == "terminate_on_nan") {
       // Always on: every step's loss and each checkpoint's weights are checked.
     } else {
       item.fail(fmt::format(
-          "callback \"{}\" is not supported (EarlyStopping, ModelCheckpoint and TerminateOnNaN "
-          "are; ReduceLROnPlateau is not yet)",
+          "callback \"{}\" is not supported (EarlyStopping, ModelCheckpoint, ReduceLROnPlateau "
+          "and TerminateOnNaN are)",
           name));
     }
   }
@@ -225,6 +250,44 @@ bool ModelCheckpoint::on_epoch_end(const NamedMetrics& metrics, std::optional<do
 
 std::vector<HostTensor> ModelCheckpoint::tensors() {
   return {{"callbacks.model_checkpoint.state", {static_cast<int64_t>(kCheckpointSlots)}, &state_}};
+}
+
+ReduceLrOnPlateau::ReduceLrOnPlateau(ReduceLrSpec spec) : spec_(std::move(spec)), state_(8, 0.0f) {}
+
+// Keras's: in cooldown the counter runs down and the wait is reset; an improvement (beyond
+// min_delta) records the best and resets the wait; otherwise, out of cooldown, the wait grows and
+// at patience the rate is multiplied by factor (not below min_lr), the cooldown begins.
+std::optional<double> ReduceLrOnPlateau::on_epoch_end(const NamedMetrics& metrics, double rate) {
+  const double current = *find_metric(metrics, spec_.watch.monitor);
+  auto in_cooldown = [&] { return state_[4] > 0; };
+  if (in_cooldown()) {
+    state_[4] -= 1;
+    state_[3] = 0;
+  }
+  if (state_[0] == 0 || spec_.watch.improves(current, read_double(state_, 1))) {
+    state_[0] = 1;
+    write_double(state_, 1, current);
+    state_[3] = 0;
+    return std::nullopt;
+  }
+  if (in_cooldown()) return std::nullopt;
+  state_[3] += 1;
+  if (state_[3] < static_cast<float>(spec_.patience)) return std::nullopt;
+  if (!(rate > static_cast<double>(static_cast<float>(spec_.min_lr)))) return std::nullopt;
+  const double reduced = std::max(rate * spec_.factor, spec_.min_lr);
+  state_[5] = 1;
+  write_double(state_, 6, reduced);
+  state_[4] = static_cast<float>(spec_.cooldown);
+  state_[3] = 0;
+  return reduced;
+}
+
+std::optional<double> ReduceLrOnPlateau::rate() const {
+  return state_[5] != 0 ? std::optional<double>(read_double(state_, 6)) : std::nullopt;
+}
+
+std::vector<HostTensor> ReduceLrOnPlateau::tensors() {
+  return {{"callbacks.reduce_lr_on_plateau.state", {8}, &state_}};
 }
 
 }  // namespace dtrain::train

@@ -1,9 +1,9 @@
-// Keras's callbacks (train.callbacks; docs/design.md#callbacks): EarlyStopping and
-// ModelCheckpoint(save_best_only). At each epoch's end the monitored metric, the same on every
-// worker (the epoch's totals and the validation are reduced over the group), decides on every
-// worker alike. Each callback's state (the best value, the wait, ..., and EarlyStopping's copy
-// of the best weights) is a set of host tensors that ModelTensors carries with the model's, so
-// checkpoints, recovery in place and the final state keep it.
+// Keras's callbacks (train.callbacks; docs/design.md#callbacks): EarlyStopping,
+// ModelCheckpoint(save_best_only) and ReduceLROnPlateau. At each epoch's end the monitored metric,
+// the same on every worker (the epoch's totals and the validation are reduced over the group),
+// decides on every worker alike. Each callback's state (the best value, the wait, ..., and
+// EarlyStopping's copy of the best weights) is a set of host tensors that ModelTensors carries with
+// the model's, so checkpoints, recovery in place and the final state keep it.
 #pragma once
 
 #include <optional>
@@ -42,9 +42,19 @@ struct ModelCheckpointSpec {
   MonitorSpec watch;
 };
 
+/// train.callbacks' ReduceLROnPlateau, with Keras's keys and defaults (min_delta 1e-4).
+struct ReduceLrSpec {
+  MonitorSpec watch;
+  double factor = 0.1;  ///< the rate is multiplied by it (below 1)
+  int patience = 10;
+  int cooldown = 0;  ///< epochs after a reduction in which the wait does not count
+  double min_lr = 0;
+};
+
 struct CallbackSpecs {
   std::optional<EarlyStoppingSpec> early_stopping;
   std::optional<ModelCheckpointSpec> model_checkpoint;
+  std::optional<ReduceLrSpec> reduce_lr;
 };
 
 /// Parses train.callbacks: a list of {"class_name": NAME, "config": {...}} (Keras's serialized
@@ -93,6 +103,22 @@ class ModelCheckpoint {
  private:
   ModelCheckpointSpec spec_;
   std::vector<float> state_;  ///< has_best, best (a double's bits in two floats)
+};
+
+class ReduceLrOnPlateau {
+ public:
+  explicit ReduceLrOnPlateau(ReduceLrSpec spec);
+  /// Keras's on_epoch_end with the rate the optimizer uses now: the new rate when it is to be
+  /// reduced, else nullopt.
+  std::optional<double> on_epoch_end(const NamedMetrics& metrics, double rate);
+  /// The rate its last reduction set (the optimizer takes it again after a resume), or nullopt.
+  std::optional<double> rate() const;
+  std::vector<HostTensor> tensors();
+
+ private:
+  ReduceLrSpec spec_;
+  /// has_best, best (two floats), wait, cooldown_counter, has_rate, rate (two floats).
+  std::vector<float> state_;
 };
 
 }  // namespace dtrain::train

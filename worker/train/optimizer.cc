@@ -180,7 +180,15 @@ void Optimizer::begin_step() {
   ++iterations_;
 }
 
+void Optimizer::set_constant_rate(double rate) {
+  DT_ENFORCE(spec_.learning_rate.constant(), "a rate set on a {} schedule",
+             spec_.learning_rate.type);
+  spec_.learning_rate.initial = rate;
+  set_rate(static_cast<float>(rate));
+}
+
 bool Optimizer::same_every_step() const {
+  if (rate_may_change_) return false;
   switch (spec_.type) {
     case OptimizerType::kSgd:
     case OptimizerType::kRmsprop:

@@ -75,6 +75,11 @@ class Optimizer {
   /// True when an update's arguments do not change from step to step (SGD and RMSprop at a
   /// constant rate), so a recorded update may be replayed; Adam's rate depends on the step.
   bool same_every_step() const;
+  /// ReduceLROnPlateau's: the constant rate from now on (the schedule must be a constant).
+  void set_constant_rate(double rate);
+  /// The rate may be set between steps (set_constant_rate): a recorded update must not be
+  /// replayed with the old one, so same_every_step() answers false.
+  void allow_rate_changes() { rate_may_change_ = true; }
   /// The rate the next step will use (what Keras logs as `learning_rate`).
   double learning_rate() const { return spec_.learning_rate.rate(iterations_); }
   int64_t iterations() const { return iterations_; }
@@ -93,6 +98,7 @@ class Optimizer {
   OptimizerSpec spec_;             ///< its learning_rate resolved
   LearningRateSchedule schedule_;  ///< as parsed
   int64_t iterations_ = 0;
+  bool rate_may_change_ = false;
   nn::Buffer<float> first_, second_, third_;
   /// The parameter ranges weight decay leaves out (excluded tensors), in offset order.
   std::vector<nn::ParamRange> excluded_;

@@ -226,7 +226,15 @@ void parse_fields(const common::JsonNode& root, TrainConfig& c) {
   parse_math(root, c);
   if (auto n = root.find("backup")) c.backup = parse_backup(*n);
   if (auto n = root.find("tensorboard")) c.tensorboard = parse_tensorboard(*n, c.backup.dir);
-  if (auto n = root.find("callbacks")) c.callbacks = parse_callbacks(*n, c.validation);
+  if (auto n = root.find("callbacks")) {
+    c.callbacks = parse_callbacks(*n, c.validation);
+    if (c.callbacks.reduce_lr && !c.optimizer.learning_rate.constant()) {
+      n->fail(fmt::format(
+          "ReduceLROnPlateau needs a constant learning rate, and train.optimizer.learning_rate "
+          "is a {} schedule (Keras refuses it too)",
+          c.optimizer.learning_rate.type));
+    }
+  }
 }
 
 }  // namespace

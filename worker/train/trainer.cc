@@ -210,6 +210,11 @@ Trainer::Trainer(const TrainConfig& config, nn::Backend& backend, comm::Communic
     model_checkpoint_ = std::make_unique<ModelCheckpoint>(*config_.callbacks.model_checkpoint);
     tensors_->add_host_tensors(model_checkpoint_->tensors());
   }
+  if (config_.callbacks.reduce_lr) {
+    reduce_lr_ = std::make_unique<ReduceLrOnPlateau>(*config_.callbacks.reduce_lr);
+    tensors_->add_host_tensors(reduce_lr_->tensors());
+    optimizer_->allow_rate_changes();
+  }
   stager_ = std::move(parts.stager);
   if (!window.empty()) {
     spdlog::info(model_->gradients_lent()
@@ -372,7 +377,7 @@ void Trainer::check_finite_weights(const char* before) {
 }
 
 bool Trainer::judge_epoch(const EpochMetrics& m) {
-  if (!early_stopping_ && !model_checkpoint_) return false;
+  if (!early_stopping_ && !model_checkpoint_ && !reduce_lr_) return false;
   NamedMetrics metrics = {{"loss", m.loss}, {"accuracy", m.accuracy}};
   if (m.validated) {
     metrics.emplace_back("val_loss", m.val_loss);
@@ -400,6 +405,14 @@ bool Trainer::judge_epoch(const EpochMetrics& m) {
                                       m.epoch, name, *before, value, best)
                         : fmt::format("Epoch {}: {} is {:.5f}, saving model to {}", m.epoch, name,
                                       value, best));
+  }
+  if (reduce_lr_) {
+    if (std::optional<double> rate =
+            reduce_lr_->on_epoch_end(metrics, optimizer_->learning_rate())) {
+      optimizer_->set_constant_rate(*rate);
+      if (chief())
+        spdlog::info("Epoch {}: ReduceLROnPlateau reducing learning rate to {}.", m.epoch, *rate);
+    }
   }
   if (!early_stopping_) return false;
   const bool stop = early_stopping_->on_epoch_end(m.epoch - 1, metrics, weights);
@@ -511,6 +524,9 @@ void Trainer::share_state(bool holding) {
   epoch_metrics.resize(length);
   comm_.broadcast(epoch_metrics.data(), length, source);
   if (comm_.rank() != source || !holding) upload_tensors();
+  if (reduce_lr_) {  // the rate its last reduction set travels in its state
+    if (std::optional<double> rate = reduce_lr_->rate()) optimizer_->set_constant_rate(*rate);
+  }
   if (config_.loss_scale.enabled) {  // the same on every worker: all of them broadcast, or none
     std::array<double, 2> scale = {loss_scale.scale, double(loss_scale.good_steps)};
     comm_.broadcast(scale.data(), sizeof scale, source);

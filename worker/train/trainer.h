@@ -236,6 +236,7 @@ class Trainer {
   std::unique_ptr<TensorBoardLog> tensorboard_;    ///< the chief's, when train.tensorboard is on
   std::unique_ptr<EarlyStopping> early_stopping_;  ///< train.callbacks', or none
   std::unique_ptr<ModelCheckpoint> model_checkpoint_;  ///< train.callbacks', or none
+  std::unique_ptr<ReduceLrOnPlateau> reduce_lr_;       ///< train.callbacks', or none
   std::unique_ptr<ModelTensors> tensors_;  ///< the model's and optimizer's, as one named set
   ProgressBar progress_;
   CheckpointStore store_;
