@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <iostream>
+#include <set>
 
 #include "common/errors.h"
 #include "common/job_spec.h"
@@ -22,6 +23,22 @@
 namespace dtrain::launcher {
 namespace po = boost::program_options;
 namespace {
+
+// An elastic job whose training tasks all run in one place has no host to let go and take back:
+// a lost host ends the job, and a killed worker is only replaced, as in any job (issue 46).
+void warn_elastic_on_one_place(const std::string& job_file, const LaunchPlan& plan) {
+  if (plan.spec().elastic_min_workers <= 0) return;
+  std::set<std::string> places;
+  for (const TaskPlan& task : plan.tasks)
+    if (task.trains()) places.insert(task.where);
+  if (places.size() != 1) return;
+  std::cerr << fmt::format(
+      "{}: warning: \"elastic\": every training task runs on {}: elastic membership lets a host "
+      "go and takes it back, so with one place a lost host ends the job and a killed worker is "
+      "replaced as in any job (docs/multi-host.md, elastic membership; to try it on one machine, "
+      "make network-namespace hosts as test/support/netns_hosts.cc does)\n",
+      job_file, places.begin()->empty() ? "this machine" : *places.begin());
+}
 
 bool in_slurm_allocation() {
   const char* id = std::getenv("SLURM_JOB_ID");
@@ -77,7 +94,8 @@ int validate_command(const Args& args) {
   // training tasks, ...), so that what validate accepts, launch does too (issue 43).
   LaunchContext context = make_launch_context(spec, run_root(spec));
   context.cluster = cluster;
-  plan_launch(std::move(context));
+  const LaunchPlan plan = plan_launch(std::move(context));
+  warn_elastic_on_one_place(job_file, plan);
   std::cout << fmt::format("{}: OK: job \"{}\", {} training task(s), chief {}, run directory {}\n",
                            job_file, spec.job, cluster.ring_size(), cluster.chief().text(),
                            spec.run_dir);

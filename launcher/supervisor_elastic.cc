@@ -337,17 +337,15 @@ void Supervisor::run_discovery() {
 // Lines of host names ("host" or Horovod's "host:slots"); blank lines and # comments skipped.
 void Supervisor::on_discovery_end(const ChildEnd& end) {
   if (discovery_.abandoned) return;  // said when it was abandoned
-  if (end.status.signaled || end.status.code != 0) {
-    spdlog::warn("elastic.host_discovery ended {}; its list is not used this time",
-                 describe(end.status));
-    return;
-  }
-  if (discovery_.overflowed) {  // a list cut short would let healthy hosts go
-    spdlog::warn(
-        "elastic.host_discovery printed more than {} bytes; its list is not used this time",
-        kMaxDiscoveryBytes);
-    return;
-  }
+  // A run whose list cannot be trusted: an error event and a log line; the hosts stay as they are.
+  auto unused = [&](const std::string& what) {
+    spdlog::error("elastic.host_discovery {}; its list is not used this time", what);
+    recorder_.event("discovery_error", [&](common::JsonWriter& w) { w.key("what").value(what); });
+  };
+  if (end.status.signaled || end.status.code != 0)
+    return unused(fmt::format("ended {}", describe(end.status)));
+  if (discovery_.overflowed)  // a list cut short would let healthy hosts go
+    return unused(fmt::format("printed more than {} bytes", kMaxDiscoveryBytes));
   std::set<std::string> hosts;
   size_t at = 0;
   while (at < discovery_.output.size()) {
@@ -363,6 +361,8 @@ void Supervisor::on_discovery_end(const ChildEnd& end) {
       line.resize(colon);  // host:slots
     hosts.insert(line);
   }
+  // No host at all is a broken program (a typo, an empty inventory), not every host gone.
+  if (hosts.empty()) return unused("listed no host");
   if (discovered_ != hosts) spdlog::info("elastic.host_discovery lists {} host(s)", hosts.size());
   discovered_ = std::move(hosts);
   if (phase_ == Phase::kRunning && !stop_requested_) apply_discovery();

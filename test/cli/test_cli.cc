@@ -134,6 +134,28 @@ TEST_CASE("dtrain validate refuses what launch's planning refuses, with the same
   CHECK(launch.err.find(expected) != std::string::npos);
 }
 
+// Issue 46, item 8: "elastic" validated and launched on one host, and a SIGKILL gave an ordinary
+// replacement, with nothing said. validate now warns (and still passes); on two hosts it is
+// silent.
+TEST_CASE("dtrain validate warns of an elastic job whose workers all run on one machine") {
+  dtrain::testing::TempDir dir;
+  std::string path = dir.path() + "/job.json";
+  std::ofstream(path) << R"({"job": "e", "workers": 2, "command": ["true"],
+                             "elastic": {"min_workers": 1}})";
+  auto one = run_process({binary("dtrain"), "validate", path});
+  INFO(one.err);
+  CHECK(one.exit_code == 0);
+  CHECK(one.err.find(path + ": warning: \"elastic\": every training task runs on this machine") !=
+        std::string::npos);
+  std::ofstream(path, std::ios::trunc)
+      << R"({"job": "e", "command": ["true"], "elastic": {"min_workers": 1},
+            "cluster": {"worker": ["198.51.100.1:2222", "198.51.100.2:2222"]}})";
+  auto two = run_process({binary("dtrain"), "validate", path});
+  INFO(two.err);
+  CHECK(two.exit_code == 0);
+  CHECK(two.err.find("warning: \"elastic\"") == std::string::npos);
+}
+
 TEST_CASE("dtrain-worker rejects every malformed TF_CONFIG with exit 2 and one line") {
   for (const auto& c : dtrain::testing::bad_tf_configs()) {
     INFO("case: " << c.name);

@@ -497,6 +497,31 @@ TEST_CASE("elastic command: host discovery output over 1 MiB is not used") {
   CHECK(job.workers_of(1).empty());
 }
 
+// Issue 46, item 8: a discovery program that lists no host (a typo, an empty inventory) was only
+// logged; taken at its word it would let every host go. It is an error event, and its list is
+// not used: the group keeps its hosts.
+TEST_CASE("elastic command: host discovery that lists no host is an error event") {
+  CommandJob* h = nullptr;
+  int runs = 0;
+  CommandJobOptions o;
+  o.discovery = R"(, "host_discovery": ["/fake/hosts"], "discovery_interval_seconds": 0.1)";
+  CommandJob job(o, [&](FakeProcess& p) {
+    if (p.request.argv.at(0) == "/fake/hosts") {
+      p.print("# nothing here\n\n");
+      if (++runs == 3) boost::asio::post(*p.io, [&] { h->supervisor->stop(SIGTERM); });
+      return p.end(ExitStatus::exited(0));
+    }
+    if (!is_probe(p)) p.print(started_event());
+  });
+  h = &job;
+  auto r = job.run(10);
+  CHECK(r.status == "stopped");
+  CHECK(job.event_has(R"("event":"discovery_error","what":"listed no host")"));
+  CHECK_FALSE(job.has_event("shrink"));
+  CHECK(job.workers_of(0).size() == 4);
+  CHECK(job.workers_of(1).empty());
+}
+
 // Issue 43: a discovery program whose helper (in another session, out of reach of the group kill)
 // held its output kept it "running" for the rest of the job, so discovery never ran again. Now at
 // the deadline (max(10 s, two intervals)) its run is abandoned and the schedule goes on.
