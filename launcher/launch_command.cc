@@ -130,9 +130,9 @@ void print_summary(const common::JobSpec& spec, const common::RunDir& run_dir,
   }
   if (result.status == common::kStatusStopped) {
     std::cerr << fmt::format(
-        "dtrain: job \"{}\" stopped on attempt {}; `dtrain launch` again "
+        "dtrain: job \"{}\" stopped on attempt {} ({}); `dtrain launch` again "
         "resumes it\n",
-        spec.job, attempt);
+        spec.job, attempt, result.reason);
     return;
   }
   std::cerr << fmt::format("dtrain: job \"{}\" failed: {}\n", spec.job, result.reason);

@@ -93,6 +93,12 @@ struct SupervisorOptions {
   double sigterm_confirm_seconds = 1;
 };
 
+/// A worker still saving when the stop's grace period ends gets more time, up to this many
+/// times the grace and at least kSaveGraceFloorSeconds from the SIGTERM
+/// (Supervisor::grace_expired).
+inline constexpr double kSaveGraceFactor = 6;
+inline constexpr double kSaveGraceFloorSeconds = 60;
+
 class Supervisor {
  public:
   /// None of the references are owned; all must outlive the supervisor. guardian may be null.
@@ -231,6 +237,14 @@ class Supervisor {
   /// Keeps the attempt's first failure; true when this was it.
   bool fail_first(const Task& task, Outcome outcome, const std::string& what, int exit_code);
   void begin_teardown(const std::string& reason);
+  /// The grace period after SIGTERM is over: a worker whose record says it is saving (a
+  /// checkpoint on a slow disk) gets more time, up to kSaveGraceFactor x the grace and at least
+  /// kSaveGraceFloorSeconds in all; then SIGKILL (docs/design.md#supervisor-states).
+  void grace_expired();
+  /// A training task whose progress record says it is writing a checkpoint or a model, or null.
+  const Task* saving_task() const;
+  /// What a stop left (for the job's end line): the checkpoint the chief saved, or that none was.
+  std::string stop_outcome() const;
   void signal_all(int sig);
   void maybe_teardown_complete();
   void teardown_complete();
@@ -332,6 +346,8 @@ class Supervisor {
   bool attempt_made_progress_ = false;
   bool success_ = false;
   bool stop_requested_ = false;
+  double teardown_started_ = 0;  ///< monotonic seconds of the last teardown's SIGTERM
+  bool grace_extended_ = false;  ///< said, for this teardown, that a save holds the grace
   std::optional<FailureReport> first_failure_;
   std::optional<std::string> fault_;      ///< the launcher's own fault: no restart after it
   std::optional<std::string> log_error_;  ///< a log write failed; on_fault after the handler

@@ -74,13 +74,72 @@ void Supervisor::begin_teardown(const std::string& reason) {
     w.key("attempt").value(attempt_).key("reason").value(reason);
   });
   signal_all(SIGTERM);
+  teardown_started_ = common::monotonic_seconds();
+  grace_extended_ = false;
   grace_timer_.expires_after(seconds(plan_.spec().restart.grace_seconds));
   grace_timer_.async_wait([this](const boost::system::error_code& ec) {
     if (ec) return;
-    guarded("grace timer", [this] { kill_now(); });
+    guarded("grace timer", [this] { grace_expired(); });
   });
   write_state();
   maybe_teardown_complete();
+}
+
+const Supervisor::Task* Supervisor::saving_task() const {
+  for (const auto& task : tasks_) {
+    if (!task->plan.trains() || !task->child || task->plan.progress_path.empty() ||
+        task->state != Task::State::kRunning)
+      continue;
+    std::optional<common::ProgressSample> r = task->child->look(task->progress_path_now).record;
+    if (r && r->phase == common::ProgressPhase::kSaving) return task.get();
+  }
+  return nullptr;
+}
+
+void Supervisor::grace_expired() {
+  if (phase_ != Phase::kTearingDown) return kill_now();
+  const double grace = plan_.spec().restart.grace_seconds;
+  const double bound = std::max(kSaveGraceFloorSeconds, kSaveGraceFactor * grace);
+  const double waited = common::monotonic_seconds() - teardown_started_;
+  const Task* saving = waited < bound ? saving_task() : nullptr;
+  if (!saving) return kill_now();
+  if (!grace_extended_) {
+    grace_extended_ = true;
+    spdlog::info(
+        "{} is writing a checkpoint: the grace period ({:g} s) is extended while it saves, up to "
+        "{:g} s in all",
+        saving->plan.task.text(), grace, bound);
+    recorder_.event("grace_extended", [&](common::JsonWriter& w) {
+      w.key("task").value(saving->plan.task.text()).key("bound_seconds").value(bound);
+    });
+  }
+  grace_timer_.expires_after(seconds(std::min(0.25, bound - waited)));
+  grace_timer_.async_wait([this](const boost::system::error_code& ec) {
+    if (ec) return;
+    guarded("grace timer", [this] { grace_expired(); });
+  });
+}
+
+// A dtrain-worker chief that ends 143 after a stop saved a checkpoint at the step the group
+// agreed on (its record's last global step); one killed saved nothing at the stop.
+std::string Supervisor::stop_outcome() const {
+  if (!plan_.spec().command.empty()) return "stopped by a signal";
+  for (const auto& task : tasks_) {
+    if (!task->plan.trains() || task->plan.rank != 0) continue;
+    if (task->status && !task->status->signaled && task->status->code == common::kExitPreempted) {
+      std::optional<common::ProgressSample> r;
+      if (task->child) r = task->child->look(task->progress_path_now).record;
+      return r ? fmt::format("stopped by a signal; the chief saved a checkpoint at global step {}",
+                             r->global_step)
+               : std::string("stopped by a signal; the chief saved a checkpoint");
+    }
+    if (task->status && task->status->signaled)
+      return fmt::format(
+          "stopped by a signal; the chief was killed ({}) before it saved, so no checkpoint was "
+          "written at the stop: a launch again resumes from the newest earlier one",
+          signal_name(task->status->signal));
+  }
+  return "stopped by a signal";
 }
 
 // Sends sig to every group that may still hold a process: running workers, and exited ones
@@ -143,6 +202,7 @@ void Supervisor::maybe_teardown_complete() {
 
 void Supervisor::teardown_complete() {
   grace_timer_.cancel();
+  const std::string stopped = stop_requested_ ? stop_outcome() : "";  // reads the records
   for (auto& task : tasks_) {
     if (guardian_ && task->child) guardian_->forget(task->pid);
     task->child.reset();
@@ -152,8 +212,7 @@ void Supervisor::teardown_complete() {
   // succeeded: its model is written, and a launch again would have nothing to do.
   if (success_)
     return finish(common::kStatusSucceeded, common::kExitSuccess, "every training task finished");
-  if (stop_requested_)
-    return finish(common::kStatusStopped, common::kExitPreempted, "stopped by a signal");
+  if (stop_requested_) return finish(common::kStatusStopped, common::kExitPreempted, stopped);
   if (membership_restart_) return restart_for_membership();
   DT_ENFORCE(first_failure_.has_value(), "a group stopped with neither success nor a failure");
   blame_disk_full();

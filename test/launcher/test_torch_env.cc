@@ -25,10 +25,13 @@ struct Context {
   }
   launcher::LaunchPlan plan() const { return launcher::plan_launch(c); }
   // The env the task starts with, from the agent request when it goes to another host.
+  // attempt: of a launch that began at attempt 0, so its restarts (TORCHELASTIC_RESTART_COUNT)
+  // are as many.
   Env env_of(const common::TaskId& task, int attempt = 0) const {
     launcher::LaunchPlan p = plan();
-    launcher::SpawnRequest r =
-        launcher::make_spawn_request(p, p.task(task), {attempt, master_port});
+    launcher::AttemptParams params{attempt, master_port};
+    params.restarts = attempt;
+    launcher::SpawnRequest r = launcher::make_spawn_request(p, p.task(task), params);
     std::vector<std::pair<std::string, std::string>> env = r.env;
     if (r.agent()) {
       env =

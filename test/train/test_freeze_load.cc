@@ -285,3 +285,40 @@ TEST_CASE("a worker spinning outside the collectives is warned of, named, killed
   CHECK(events(dir, "in_place").size() == 1);
   CHECK(pids(dir).at("worker:0") == before.at("worker:0"));
 }
+
+// Issue 46, item 5: under load the chief did not finish its save within the grace period, was
+// SIGKILLed (a .tmp left) and the launch still read "stopped (stopped by a signal)". Here each
+// fsync of the chief's checkpoint waits 1.5 s, a save about 4.5 s, against a 1 s grace: the
+// launcher extends the grace while the chief's record says it is saving, the chief saves and
+// exits 143, and the launch says at which step the checkpoint was saved.
+TEST_CASE("a stop during a slow save waits for the save and says what was saved") {
+  bool fuse = fs::exists("/dev/fuse") && ::geteuid() == 0 &&
+              testing::run_process({"sh", "-c", "command -v fusermount3"}).exit_code == 0 &&
+              testing::run_process({testing::kSystemPython, "-c", "import fusepy"}).exit_code == 0;
+  if (!bed_available(fuse, "slow disk (FUSE)",
+                     "needs root, /dev/fuse, fusermount3 (fuse3) and python3-fusepy"))
+    return;
+  testing::TempDir base;
+  std::string dir = base.path() + "/run", backing = base.path() + "/backing";
+  fs::create_directories(dir + "/backup");
+  fs::create_directories(backing);
+  SlowDisk disk(backing, dir + "/backup", 1.5);
+  REQUIRE(disk.mounted());
+  std::string job = base.path() + "/job.json", text = job_text("", "");
+  text.replace(text.find("\"grace_seconds\": 10"), 19, "\"grace_seconds\": 1");
+  std::ofstream(job) << text;
+  testing::BackgroundProcess launcher({testing::binary("dtrain"), "launch", job, "--run-dir", dir});
+  wait_for_step(dir, 1, 5);
+  ::kill(launcher.pid(), SIGTERM);
+  testing::ProcessResult result = launcher.wait(300);
+  const std::string said = result.out + result.err;
+  INFO(said);
+  CHECK(result.exit_code == 143);
+  CHECK(said.find("is writing a checkpoint: the grace period (1 s) is extended") !=
+        std::string::npos);
+  CHECK(said.find("the chief saved a checkpoint at global step") != std::string::npos);
+  CHECK(events(dir, "grace_extended").size() == 1);
+  CHECK(fs::exists(backing + "/checkpoint.json"));
+  for (const auto& e : fs::directory_iterator(backing))
+    CHECK(e.path().extension() != ".tmp");  // nothing half-written
+}
