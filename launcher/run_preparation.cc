@@ -258,11 +258,11 @@ bool same_work_as_recorded(const common::JobSpec& spec, const common::RunDir& ru
 
 namespace {
 
-// train without its epochs, and its epochs (0 when absent or unreadable).
+// train without its epochs, and its epochs (1 when absent, the worker's default as Keras's fit).
 std::pair<std::string, int64_t> split_epochs(const common::JsonNode& train) {
   common::JsonWriter w;
   w.begin_object();
-  int64_t epochs = 0;
+  int64_t epochs = 1;
   for (const auto& [key, value] : train.as_object()) {
     if (key == "epochs") {
       epochs = value.as_int(0, INT32_MAX);

@@ -2,6 +2,8 @@
 // and what each worker is started with.
 #include <catch2/catch.hpp>
 #include <csignal>
+#include <filesystem>
+#include <fstream>
 
 #include "common/exit_codes.h"
 #include "common/job_spec.h"
@@ -10,7 +12,9 @@
 #include "launcher/exit_status.h"
 #include "launcher/line_splitter.h"
 #include "launcher/restart_policy.h"
+#include "launcher/run_preparation.h"
 #include "launcher/worker_env.h"
+#include "test/support/temp_dir.h"
 
 using namespace dtrain::launcher;
 
@@ -389,4 +393,45 @@ TEST_CASE("a remote dtrain-worker gets the job's text in its request; a local on
                                        "env": {"DTRAIN_CONFIG_TEXT": "x"}})",
                                    "x"),
                     Catch::Contains("DTRAIN_CONFIG_TEXT"));
+}
+
+// Issue 46, item 1: what a launch does with a run directory's work, from its spec.json,
+// state.json and checkpoint indexes alone (docs/design.md#continuing-a-finished-run). A train
+// section without "epochs" trained the default one epoch.
+TEST_CASE("run_start: nothing, continue, refuse, resume or fresh, from the run's records") {
+  dtrain::testing::TempDir dir;
+  const std::string root = dir.path() + "/run";
+  std::filesystem::create_directories(root + "/model/state");
+  dtrain::common::RunDir run(root);
+  auto job = [&](const std::string& train) {
+    return dtrain::common::parse_job_spec(
+        R"({"job": "j", "workers": 1, "run_dir": ")" + root + R"(", "train": )" + train + "}",
+        "job.json");
+  };
+  const std::string one = R"({"model": "m", "seed": 1})";
+  const std::string three = R"({"model": "m", "seed": 1, "epochs": 3})";
+  auto start = [&](const std::string& train) { return run_start(job(train), run, false); };
+  using Kind = RunStart::Kind;
+  CHECK(start(one).kind == Kind::kFresh);  // nothing recorded
+  std::ofstream(root + "/spec.json") << R"({"job": "j", "train": )" << one << "}";
+  std::ofstream(root + "/state.json") << R"({"status": "succeeded"})";
+  CHECK(start(one).kind == Kind::kFinished);
+  // No final state yet, and model/ here: an older run's, which cannot be continued.
+  CHECK(start(three).kind == Kind::kRefused);
+  std::ofstream(root + "/model/state/checkpoint.json")
+      << R"({"latest": "ckpt-0000000010.safetensors", "all": []})";
+  RunStart more = start(three);
+  CHECK(more.kind == Kind::kContinue);
+  CHECK(more.what.find("from epoch 1 to epoch 3") != std::string::npos);
+  RunStart other = start(R"({"model": "m", "seed": 2})");
+  CHECK(other.kind == Kind::kRefused);
+  CHECK(other.what.find("train.seed changed") != std::string::npos);
+  CHECK(run_start(job(three), run, true).kind == Kind::kFresh);  // --fresh
+  std::ofstream(root + "/state.json", std::ios::trunc) << R"({"status": "stopped"})";
+  std::filesystem::create_directories(root + "/backup");
+  std::ofstream(root + "/backup/checkpoint.json")
+      << R"({"latest": "ckpt-0000000004.safetensors", "all": []})";
+  RunStart resume = start(one);
+  CHECK(resume.kind == Kind::kResume);
+  CHECK(resume.what.find("ckpt-0000000004.safetensors") != std::string::npos);
 }
