@@ -1,10 +1,7 @@
 // See train_check.h.
 #include "launcher/train_check.h"
 
-#include <fmt/format.h>
-
 #include "common/env_vars.h"
-#include "common/errors.h"
 #include "common/gpu_count.h"
 #include "launcher/launch_plan.h"
 #include "worker/nn/backend.h"
@@ -32,18 +29,7 @@ void check_cpu_policy(const common::JobSpec& spec, const train::TrainConfig& con
   if (config.device == train::DeviceChoice::kAuto &&
       common::count_visible_gpus(common::get_env(common::kEnvCudaDevices)) > 0)
     return;  // the worker decides between the GPU and the CPU
-  if (nn::cpu_supports(config.math)) return;
-  const std::string lack =
-      config.math == nn::MathMode::kBfloat16
-          ? fmt::format(
-                "this CPU has no bf16 products (oneDNN dispatches to {}; bf16 needs "
-                "AVX512_BF16 or AMX)",
-                nn::cpu_isa_name())
-          : std::string("oneDNN has no float16 products on the CPU (it is a GPU policy)");
-  throw common::ConfigError(
-      fmt::format("{}: train.dtype_policy: \"{}\": {}: set \"dtype_policy\": \"float32\", or "
-                  "\"dtype_policy_fallback\": \"float32\" to train in float32 on such CPUs",
-                  spec.source, nn::math_mode_name(config.math), lack));
+  if (!nn::cpu_supports(config.math)) throw train::cpu_policy_error(config.math, spec.source);
 }
 
 }  // namespace

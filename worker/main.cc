@@ -261,22 +261,9 @@ std::pair<std::string, std::string> read_train_config(const std::string& path) {
 // or float32 with a warning where train.dtype_policy_fallback says so; checkpoints and
 // model.json then record float32, the policy the model was trained under.
 void cpu_fallback(TrainConfig& config, const std::string& source) {
-  const char* policy = nn::math_mode_name(config.math);
-  std::string lack =
-      config.math == nn::MathMode::kBfloat16
-          ? fmt::format(
-                "this CPU has no bf16 products (oneDNN dispatches to {}; bf16 needs "
-                "AVX512_BF16 or AMX)",
-                nn::cpu_isa_name())
-          : std::string("oneDNN has no float16 products on the CPU (it is a GPU policy)");
-  if (!config.dtype_policy_fallback) {
-    throw ConfigError(
-        fmt::format("{}: train.dtype_policy: \"{}\": {}: set \"dtype_policy\": \"float32\", or "
-                    "\"dtype_policy_fallback\": \"float32\" to train in float32 on such CPUs",
-                    source, policy, lack));
-  }
+  if (!config.dtype_policy_fallback) throw cpu_policy_error(config.math, source);
   spdlog::warn("train.dtype_policy \"{}\": {}; training in float32 (train.dtype_policy_fallback)",
-               policy, lack);
+               nn::math_mode_name(config.math), cpu_policy_lack(config.math));
   config.math = nn::MathMode::kFloat32;
 }
 

@@ -107,6 +107,15 @@ bool bed_available(bool ok, const std::string& bed, const std::string& why) {
   return false;
 }
 
+// The slow disk's test bed: root, /dev/fuse, fusermount3 and python3-fusepy.
+bool slow_disk_available() {
+  bool fuse = fs::exists("/dev/fuse") && ::geteuid() == 0 &&
+              testing::run_process({"sh", "-c", "command -v fusermount3"}).exit_code == 0 &&
+              testing::run_process({testing::kSystemPython, "-c", "import fusepy"}).exit_code == 0;
+  return bed_available(fuse, "slow disk (FUSE)",
+                       "needs root, /dev/fuse, fusermount3 (fuse3) and python3-fusepy");
+}
+
 // The slow disk (test/support/slow_fs.py) mounted on a folder for as long as it lives.
 class SlowDisk {
  public:
@@ -198,12 +207,7 @@ class CpuQuota {
 // the chief's checkpoints (file, folder, index) waits 2.5 s, a save 10 s in all, four times the
 // bound: the chief says it is saving, so nothing is even warned of.
 TEST_CASE("a chief whose checkpoints wait seconds on a slow disk is not killed") {
-  bool fuse = fs::exists("/dev/fuse") && ::geteuid() == 0 &&
-              testing::run_process({"sh", "-c", "command -v fusermount3"}).exit_code == 0 &&
-              testing::run_process({testing::kSystemPython, "-c", "import fusepy"}).exit_code == 0;
-  if (!bed_available(fuse, "slow disk (FUSE)",
-                     "needs root, /dev/fuse, fusermount3 (fuse3) and python3-fusepy"))
-    return;
+  if (!slow_disk_available()) return;
   testing::TempDir base;
   std::string dir = base.path() + "/run", backing = base.path() + "/backing";
   fs::create_directories(dir + "/backup");
@@ -292,12 +296,7 @@ TEST_CASE("a worker spinning outside the collectives is warned of, named, killed
 // launcher extends the grace while the chief's record says it is saving, the chief saves and
 // exits 143, and the launch says at which step the checkpoint was saved.
 TEST_CASE("a stop during a slow save waits for the save and says what was saved") {
-  bool fuse = fs::exists("/dev/fuse") && ::geteuid() == 0 &&
-              testing::run_process({"sh", "-c", "command -v fusermount3"}).exit_code == 0 &&
-              testing::run_process({testing::kSystemPython, "-c", "import fusepy"}).exit_code == 0;
-  if (!bed_available(fuse, "slow disk (FUSE)",
-                     "needs root, /dev/fuse, fusermount3 (fuse3) and python3-fusepy"))
-    return;
+  if (!slow_disk_available()) return;
   testing::TempDir base;
   std::string dir = base.path() + "/run", backing = base.path() + "/backing";
   fs::create_directories(dir + "/backup");

@@ -2,6 +2,7 @@
 // ("recovery": "restart"; test_in_place.cc has the default): an uninterrupted run, a run whose
 // worker is SIGKILLed mid-epoch, and a run whose worker is SIGTERMed end with byte-identical final
 // models, and the logs show the restart and the resume point.
+#include <fmt/format.h>
 #include <signal.h>
 
 #include <catch2/catch.hpp>
@@ -62,15 +63,26 @@ struct Run {
     return std::make_unique<testing::BackgroundProcess>(
         std::vector<std::string>{testing::binary("dtrain"), "launch", job, "--run-dir", dir});
   }
-  // Waits for the first step checkpoint; returns the pid of worker 1 of attempt 0.
-  int training_worker_1() const {
-    for (int i = 0; i < 3000 && !fs::exists(dir + "/backup/ckpt-0000000010.safetensors"); ++i) {
+  // Waits for the step checkpoint of global step `step` (the first one by default); returns the
+  // pid of worker 1 of attempt 0.
+  int training_worker_1(int step = 10) const {
+    const std::string checkpoint = fmt::format("{}/backup/ckpt-{:010d}.safetensors", dir, step);
+    for (int i = 0; i < 30000 && !fs::exists(checkpoint); ++i)
       std::this_thread::sleep_for(std::chrono::milliseconds(2));
-    }
+    REQUIRE(fs::exists(checkpoint));
     auto state = common::JsonDocument::parse(common::read_file(dir + "/state.json"), "state");
     return static_cast<int>(state.root().at("workers").as_array()[1].at("pid").as_int(1, 1 << 30));
   }
-  void interrupt_worker_1(int sig) const { ::kill(training_worker_1(), sig); }
+  void interrupt_worker_1(int sig, int step = 10) const { ::kill(training_worker_1(step), sig); }
+  // The epochs of metrics.jsonl's lines, in order.
+  std::vector<int64_t> metric_epochs() const {
+    std::vector<int64_t> epochs;
+    std::ifstream in(dir + "/metrics.jsonl");
+    for (std::string line; std::getline(in, line);)
+      epochs.push_back(
+          common::JsonDocument::parse(line, "metrics").root().at("epoch").as_int(1, 99));
+    return epochs;
+  }
   std::string model() const { return common::read_file(dir + "/model/model.safetensors"); }
   std::string log(int worker) const {
     return common::read_file(dir + "/logs/worker-" + std::to_string(worker) + ".log");
@@ -339,11 +351,7 @@ TEST_CASE("a finished run launched with more epochs continues to the longer run'
   CHECK((second.out + second.err).find("it continues the finished run from epoch 2 to epoch 3") !=
         std::string::npos);
   CHECK(continued.model() == whole.model());
-  std::vector<int64_t> epochs;
-  std::ifstream in(continued.dir + "/metrics.jsonl");
-  for (std::string line; std::getline(in, line);)
-    epochs.push_back(common::JsonDocument::parse(line, "metrics").root().at("epoch").as_int(1, 9));
-  CHECK(epochs == std::vector<int64_t>{1, 2, 3});
+  CHECK(continued.metric_epochs() == std::vector<int64_t>{1, 2, 3});
   CHECK(common::read_file(continued.dir + "/model/state/checkpoint.json").find("0000000180") !=
         std::string::npos);  // the final state moved on with the run
 }
@@ -373,24 +381,14 @@ TEST_CASE("EarlyStopping's state survives a kill: the same stop and the same mod
         std::string::npos);
 
   auto launcher = killed.start(job);
-  const std::string inside_epoch_2 = killed.dir + "/backup/ckpt-0000000070.safetensors";
-  for (int i = 0; i < 30000 && !fs::exists(inside_epoch_2); ++i)
-    std::this_thread::sleep_for(std::chrono::milliseconds(2));
-  REQUIRE(fs::exists(inside_epoch_2));
-  auto state = common::JsonDocument::parse(common::read_file(killed.dir + "/state.json"), "state");
-  ::kill(static_cast<int>(state.root().at("workers").as_array()[1].at("pid").as_int(1, 1 << 30)),
-         SIGKILL);
+  killed.interrupt_worker_1(SIGKILL, 70);  // inside epoch 2
   testing::ProcessResult k = launcher->wait(300);
   INFO(k.out << k.err);
   REQUIRE(k.exit_code == 0);
   CHECK(killed.events().find("\"restart\"") != std::string::npos);
   CHECK(killed.log(0).find("Epoch 3: early stopping") != std::string::npos);
   CHECK(killed.model() == whole.model());
-  std::ifstream in(killed.dir + "/metrics.jsonl");
-  std::vector<int64_t> epochs;
-  for (std::string line; std::getline(in, line);)
-    epochs.push_back(common::JsonDocument::parse(line, "metrics").root().at("epoch").as_int(1, 9));
-  CHECK(epochs == std::vector<int64_t>{1, 2, 3});
+  CHECK(killed.metric_epochs() == std::vector<int64_t>{1, 2, 3});
 }
 
 // Issue 46, item 3: ReduceLROnPlateau's reduced rate travels with its state. Monitoring the loss
@@ -420,13 +418,7 @@ TEST_CASE("ReduceLROnPlateau's rate survives a kill: the same reductions and the
         std::string::npos);
 
   auto launcher = killed.start(job);
-  const std::string inside_epoch_3 = killed.dir + "/backup/ckpt-0000000130.safetensors";
-  for (int i = 0; i < 30000 && !fs::exists(inside_epoch_3); ++i)
-    std::this_thread::sleep_for(std::chrono::milliseconds(2));
-  REQUIRE(fs::exists(inside_epoch_3));
-  auto state = common::JsonDocument::parse(common::read_file(killed.dir + "/state.json"), "state");
-  ::kill(static_cast<int>(state.root().at("workers").as_array()[1].at("pid").as_int(1, 1 << 30)),
-         SIGKILL);
+  killed.interrupt_worker_1(SIGKILL, 130);  // inside epoch 3
   testing::ProcessResult k = launcher->wait(300);
   INFO(k.out << k.err);
   REQUIRE(k.exit_code == 0);

@@ -262,6 +262,22 @@ std::string dtype_policy_name(const TrainConfig& config) {
   return config.math == nn::MathMode::kTf32 ? "float32" : nn::math_mode_name(config.math);
 }
 
+std::string cpu_policy_lack(nn::MathMode math) {
+  return math == nn::MathMode::kBfloat16
+             ? fmt::format(
+                   "this CPU has no bf16 products (oneDNN dispatches to {}; bf16 needs "
+                   "AVX512_BF16 or AMX)",
+                   nn::cpu_isa_name())
+             : std::string("oneDNN has no float16 products on the CPU (it is a GPU policy)");
+}
+
+common::ConfigError cpu_policy_error(nn::MathMode math, const std::string& source) {
+  return common::ConfigError(
+      fmt::format("{}: train.dtype_policy: \"{}\": {}: set \"dtype_policy\": \"float32\", or "
+                  "\"dtype_policy_fallback\": \"float32\" to train in float32 on such CPUs",
+                  source, nn::math_mode_name(math), cpu_policy_lack(math)));
+}
+
 void prepare_backup_dir(const TrainConfig& config, const std::string& run_dir) {
   std::string path = run_dir + "/" + config.backup.dir;
   std::error_code ec;

@@ -7,6 +7,7 @@
 #include <string>
 #include <string_view>
 
+#include "common/errors.h"
 #include "worker/comm/communication.h"
 #include "worker/data/dataset.h"
 #include "worker/nn/backend.h"
@@ -87,6 +88,13 @@ struct TrainConfig {
 /// Keras's name of the policy config.math computes under: TF32 is float32's ("float32",
 /// "mixed_bfloat16", "mixed_float16"), what checkpoints and model.json record.
 std::string dtype_policy_name(const TrainConfig& config);
+
+/// Why this CPU cannot compute the mixed policy math (no bf16 products, or float16 on any CPU),
+/// for the worker's refusal or fallback warning and the launcher's check before a launch.
+std::string cpu_policy_lack(nn::MathMode math);
+/// The error a mixed policy this CPU cannot compute is, without dtype_policy_fallback: exit 2
+/// naming source and train.dtype_policy.
+common::ConfigError cpu_policy_error(nn::MathMode math, const std::string& source);
 
 /// Parses the train object (JSON text). source names it in errors ("job.json: train.epochs: ...").
 TrainConfig parse_train_config(std::string_view json, const std::string& source);

@@ -360,7 +360,7 @@ void Trainer::check_finite_loss(int steps_ago, int64_t global_step) {
       index % steps_per_epoch_ + 1, global_step, who.empty() ? "no single worker" : who));
 }
 
-void Trainer::check_finite_weights(const char* before) {
+std::vector<TensorView> Trainer::finite_weights(const char* before) {
   std::vector<TensorView> tensors = checkpoint_tensors();
   tensors.resize(tensors_->weight_count());
   for (const TensorView& t : tensors) {
@@ -374,17 +374,16 @@ void Trainer::check_finite_weights(const char* before) {
           state_.step == 0 ? steps_per_epoch_ : state_.step, before));
     }
   }
+  return tensors;
 }
 
-bool Trainer::judge_epoch(const EpochMetrics& m) {
+bool Trainer::judge_epoch(const EpochMetrics& m, const std::vector<TensorView>& weights) {
   if (!early_stopping_ && !model_checkpoint_ && !reduce_lr_) return false;
   NamedMetrics metrics = {{"loss", m.loss}, {"accuracy", m.accuracy}};
   if (m.validated) {
     metrics.emplace_back("val_loss", m.val_loss);
     metrics.emplace_back("val_accuracy", m.val_accuracy);
   }
-  std::vector<TensorView> weights = checkpoint_tensors();
-  weights.resize(tensors_->weight_count());
   std::optional<double> before;
   if (model_checkpoint_ && model_checkpoint_->on_epoch_end(metrics, before) && chief()) {
     common::BusyPhase busy(options_.record, common::ProgressPhase::kSaving);
@@ -434,13 +433,9 @@ void Trainer::save_final_state(const std::string& model_dir) {
   CheckpointStore final_store(model_dir + "/state", 1);
   final_store.set_dtype_policy(dtype_policy_name(config_));
   final_store.set_class_names(train_.class_names);
-  const LossScale& scale = step_->loss_scale();
-  TrainingState t = state_;
-  t.optimizer_iterations = optimizer_->iterations();
-  t.loss_scale = scale.dynamic() ? scale.scale() : 0;
-  t.loss_scale_good_steps = scale.dynamic() ? scale.good_steps() : 0;
+  settle_state();
   std::string path =
-      final_store.save(t, checkpoint_tensors(), config_.model_json, last_epoch_metrics_);
+      final_store.save(state_, checkpoint_tensors(), config_.model_json, last_epoch_metrics_);
   spdlog::info("final state (for a later launch with more epochs) in {}", path);
 }
 
@@ -604,12 +599,16 @@ void Trainer::report_restored() {
   control_->send(m);
 }
 
-void Trainer::save_checkpoint(const EpochMetrics* finished) {
-  if (!chief()) return;
+void Trainer::settle_state() {
   const LossScale& scale = step_->loss_scale();  // settled: the optimizer's count too
   state_.optimizer_iterations = optimizer_->iterations();
   state_.loss_scale = scale.dynamic() ? scale.scale() : 0;
   state_.loss_scale_good_steps = scale.dynamic() ? scale.good_steps() : 0;
+}
+
+void Trainer::save_checkpoint(const EpochMetrics* finished) {
+  if (!chief()) return;
+  settle_state();
   common::BusyPhase busy(options_.record, common::ProgressPhase::kSaving);
   double started = common::monotonic_seconds();
   std::string path = store_.save(state_, checkpoint_tensors(), config_.model_json,
@@ -645,8 +644,8 @@ EpochMetrics Trainer::fit_from_state() {
     report_loss_scale();
     state_ = TrainingState{epoch + 1, 0, state_.global_step, optimizer_->iterations(), 0, 0, 0};
     last_epoch_metrics_ = metrics_json(last, true);
-    check_finite_weights("the epoch's checkpoint");
-    const bool stop_early = judge_epoch(last);  // their state goes into the epoch's checkpoint
+    // Their state goes into the epoch's checkpoint, downloaded again after them.
+    const bool stop_early = judge_epoch(last, finite_weights("the epoch's checkpoint"));
     save_checkpoint(&last);
     if (chief()) {  // a line in metrics.jsonl says the summaries were written too
       common::BusyPhase busy(options_.record, common::ProgressPhase::kSaving);
@@ -809,7 +808,7 @@ EpochMetrics Trainer::train_epoch(int epoch) {
                     state_.global_step % config_.backup.save_every_steps == 0 &&
                     step + 1 < steps_per_epoch_;
     if (stop || periodic) {
-      check_finite_weights("a checkpoint");
+      finite_weights("a checkpoint");
       EpochTotals t = step_->totals();
       state_.epoch_loss_sum = t.loss_sum, state_.epoch_correct = t.correct;
       state_.epoch_seen = t.seen;

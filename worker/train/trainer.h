@@ -173,9 +173,10 @@ class Trainer {
   /// is left to train; past it, a ConfigError. nullopt when there is none, or not taken.
   std::optional<TrainingState> load_final_state(std::vector<TensorView>& views,
                                                 std::string& epoch_metrics);
-  /// The callbacks' judgement of the epoch just ended (every worker alike): ModelCheckpoint's
-  /// best model (the chief writes it), then EarlyStopping's; true: stop after this epoch.
-  bool judge_epoch(const EpochMetrics& m);
+  /// The callbacks' judgement of the epoch just ended (every worker alike) on the model's
+  /// weights (views): ModelCheckpoint's best model (the chief writes it), ReduceLROnPlateau's
+  /// rate, then EarlyStopping's verdict; true: stop after this epoch.
+  bool judge_epoch(const EpochMetrics& m, const std::vector<TensorView>& weights);
   /// At the end of training: EarlyStopping's restore_best_weights, into the model.
   void finish_early_stopping();
   /// The chief, at the end of training: the whole state (weights, optimizer slots, moving
@@ -188,6 +189,8 @@ class Trainer {
   void report_restored();
   /// The chief logs the loss scale after an epoch (docs/design.md#loss-scaling).
   void report_loss_scale();
+  /// Brings state_'s optimizer count and loss scale up to date, as checkpoints record them.
+  void settle_state();
   /// Saves where training stands; at an epoch's end, with that epoch's metrics (finished), so a
   /// kill before they reach metrics.jsonl does not lose them (see recover_epoch_metrics).
   void save_checkpoint(const EpochMetrics* finished = nullptr);
@@ -200,7 +203,8 @@ class Trainer {
   void check_finite_loss(int steps_ago, int64_t global_step);
   /// Every worker holds the same weights, so all find the same: throws NonFinite naming the
   /// first tensor with a NaN or an infinity, before `before` (a checkpoint, the final model).
-  void check_finite_weights(const char* before);
+  /// Returns the weights' views (valid until the next download).
+  std::vector<TensorView> finite_weights(const char* before);
   /// The communicator's window, where the gradients live on a host device (none on a GPU).
   comm::Window gradient_window();
   /// Host copies of the model's tensors (downloaded now), as named views (ModelTensors).
