@@ -228,7 +228,8 @@ int launch_command(const Args& args) {
       "Starts every task of the job with its TF_CONFIG, keeps one log per worker in RUN_DIR/logs,\n"
       "shows them merged, and restarts the whole group when a worker fails or is preempted.\n"
       "Launching again on a stopped run directory resumes it; on one that succeeded it does\n"
-      "nothing unless --fresh is given.\n\nOptions");
+      "nothing, continues it when train.epochs grew, and refuses other changes unless --fresh\n"
+      "is given.\n\nOptions");
   desc.add_options()("run-dir", po::value(&options.run_dir),
                      "run directory (default: the job's run_dir)")(
       "detach", po::bool_switch(&options.detach),
