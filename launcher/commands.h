@@ -25,6 +25,8 @@ int agent_command(const Args& args);
 int slurm_script_command(const Args& args);
 int completion_command(const Args& args);
 int generate_command(const Args& args);
+int evaluate_command(const Args& args);
+int predict_command(const Args& args);
 
 /// Every subcommand, in the order `dtrain --help` lists them.
 const std::vector<Command>& all_commands();

@@ -38,7 +38,7 @@ _dtrain() {
   COMPREPLY=()
   (( COMP_CWORD > 0 )) && prev=${COMP_WORDS[COMP_CWORD - 1]}
   if (( COMP_CWORD == 1 )); then
-    _dtrain_add "$(compgen -W "launch logs status stop generate validate tf-config slurm-script completion agent --help --version" -- "$cur")"
+    _dtrain_add "$(compgen -W "launch logs status stop evaluate predict generate validate tf-config slurm-script completion agent --help --version" -- "$cur")"
     return 0
   fi
   case ${COMP_WORDS[1]} in
@@ -63,6 +63,18 @@ _dtrain() {
     stop)
       opts="-h --help --now --timeout"
       value_opts="--timeout"
+      dir_opts=""
+      operand=run
+      ;;
+    evaluate)
+      opts="-h --help --data --labels --json"
+      value_opts="--data --labels"
+      dir_opts=""
+      operand=run
+      ;;
+    predict)
+      opts="-h --help --input --output"
+      value_opts="--input --output"
       dir_opts=""
       operand=run
       ;;

@@ -230,6 +230,21 @@ std::pair<Dataset, Dataset> load_folder_splits(const DataConfig& config,
   return {std::move(train), std::move(test)};
 }
 
+Dataset load_image_list(const DataConfig& config, const ImageFolder& folder,
+                        const std::vector<std::string>& class_names,
+                        const std::vector<int>& input_shape) {
+  ImageLoadOptions options;
+  options.color_mode = parse_color_mode(config.color_mode);
+  if (config.image_height > 0)
+    options.image_size = ImageSize{config.image_height, config.image_width};
+  options.threads = static_cast<int>(decode_threads());
+  options.max_total_bytes = memory_for_images();
+  std::vector<size_t> all(folder.files.size());
+  std::iota(all.begin(), all.end(), size_t{0});
+  check_shape_first(folder, all, options, input_shape);
+  return to_dataset(load_images(folder, options, all), class_names, folder.dir);
+}
+
 Dataset keep_shard(Dataset train, FileShard shard) {
   train.own_bytes();
   DT_ENFORCE(shard.count >= 1 && shard.index >= 0 && shard.index < shard.count, "shard {} of {}",

@@ -10,6 +10,7 @@
 
 #include "common/json.h"
 #include "worker/data/dataset.h"
+#include "worker/data/image_folder.h"
 
 namespace dtrain::data {
 
@@ -30,6 +31,14 @@ void parse_folder_keys(const common::JsonNode& node, DataConfig& config);
 std::pair<Dataset, Dataset> load_folder_splits(const DataConfig& config,
                                                const std::vector<int>& input_shape, bool need_test,
                                                FileShard shard);
+
+/// The files of folder, decoded as the directory source decodes them (config's color_mode and
+/// image_size, on up to 8 threads, checked against input_shape before any is decoded), labelled
+/// with their files' labels and class_names; for `dtrain evaluate` and `dtrain predict`, which
+/// read a folder or file the run was not trained on.
+Dataset load_image_list(const DataConfig& config, const ImageFolder& folder,
+                        const std::vector<std::string>& class_names,
+                        const std::vector<int>& input_shape);
 
 /// train's examples shard.index, shard.index + shard.count, ... (shard_policy "file" on arrays:
 /// each worker keeps a fixed share, as it would keep its files), global_count set. ConfigError

@@ -107,29 +107,27 @@ int32_t to_int32_labels(const NpyArray& labels, const std::string& where,
 
 }  // namespace
 
-Dataset dataset_from_npy(const NpyArray& images, const std::string& images_where,
-                         const NpyArray& labels, const std::string& labels_where, Split split) {
+Dataset images_from_npy(const NpyArray& images, const std::string& images_where) {
   if (npy_is_integer(images.dtype) && images.dtype != NpyDtype::kUint8)
     fail(images_where,
          fmt::format("dtype '{}' is not supported ({})", images.descr, kNpyImageDtypes));
-  if (images.shape.size() != 3 && images.shape.size() != 4) {
-    fail(images_where,
-         fmt::format("images must have shape (N, H, W) or (N, H, W, C), not {}", shape_of(images)));
+  if (images.shape.size() < 2 || images.shape.size() > 4) {
+    fail(images_where, fmt::format("inputs must have shape (N, H, W), (N, H, W, C) or, for a "
+                                   "model of input_shape [F], (N, F); not {}",
+                                   shape_of(images)));
   }
-  if (labels.shape.size() != 1 && !(labels.shape.size() == 2 && labels.shape[1] == 1))
-    fail(labels_where,
-         fmt::format("labels must have shape (N,) or (N, 1), not {}", shape_of(labels)));
-  if (images.count == 0) fail(images_where, fmt::format("no images (shape {})", shape_of(images)));
-  if (images.shape[0] != labels.shape[0]) {
-    throw ConfigError(fmt::format("{} has {} images but {} has {} labels", images_where,
-                                  images.shape[0], labels_where, labels.shape[0]));
-  }
+  if (images.count == 0)
+    fail(images_where, fmt::format("no examples (shape {})", shape_of(images)));
   Dataset data;
   data.count = images.shape[0];
-  data.height = dimension(images, 1, images_where);
-  data.width = dimension(images, 2, images_where);
-  data.channels = images.shape.size() == 4 ? dimension(images, 3, images_where) : 1;
-  const int32_t largest = to_int32_labels(labels, labels_where, data.labels);
+  if (images.shape.size() == 2) {  // tabular: F features, a 1x1 image of F channels
+    data.height = data.width = 1;
+    data.channels = dimension(images, 1, images_where);
+  } else {
+    data.height = dimension(images, 1, images_where);
+    data.width = dimension(images, 2, images_where);
+    data.channels = images.shape.size() == 4 ? dimension(images, 3, images_where) : 1;
+  }
   const uint8_t* pixels = images.data.get();
   if (images.dtype == NpyDtype::kUint8) {
     data.shared_bytes = images.data;  // the file's bytes (or inflated buffer) themselves: no copy
@@ -144,6 +142,20 @@ Dataset dataset_from_npy(const NpyArray& images, const std::string& images_where
       data.images[static_cast<size_t>(i)] = static_cast<float>(value);
     }
   }
+  return data;
+}
+
+Dataset dataset_from_npy(const NpyArray& images, const std::string& images_where,
+                         const NpyArray& labels, const std::string& labels_where, Split split) {
+  Dataset data = images_from_npy(images, images_where);
+  if (labels.shape.size() != 1 && !(labels.shape.size() == 2 && labels.shape[1] == 1))
+    fail(labels_where,
+         fmt::format("labels must have shape (N,) or (N, 1), not {}", shape_of(labels)));
+  if (images.shape[0] != labels.shape[0]) {
+    throw ConfigError(fmt::format("{} has {} images but {} has {} labels", images_where,
+                                  images.shape[0], labels_where, labels.shape[0]));
+  }
+  const int32_t largest = to_int32_labels(labels, labels_where, data.labels);
   const auto [low, high] = std::minmax_element(data.labels.begin(), data.labels.end());
   if (split == Split::kTrain && *low == *high) {
     fail(labels_where,

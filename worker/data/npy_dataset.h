@@ -16,6 +16,11 @@ inline constexpr const char* kNpyImageDtypes =
 inline constexpr const char* kNpyLabelDtypes =
     "labels: an integer type, or float32/float64 holding whole class indices";
 
+/// The inputs alone (no labels, classes 0): (N, H, W) or (N, H, W, C) images, or (N, F) rows of
+/// F features (height and width 1, F channels: a model of input_shape [F]). ConfigError naming
+/// images_where for a wrong rank or dtype, or no examples.
+Dataset images_from_npy(const NpyArray& images, const std::string& images_where);
+
 /// The Dataset of images and labels. images_where and labels_where name them in errors
 /// ("data.npz: x_train"). ConfigError for a wrong rank or dtype, no examples, counts that differ
 /// (naming both), a label below 0 or too large for int32 (naming its index), and, for a training
