@@ -25,9 +25,10 @@ int evaluate_command(const Args& args) {
       "last epoch) or on PATH: an .npz archive (its x_test and y_test, or x and y), a folder of\n"
       "class folders of images, a folder holding IDX files (t10k-*), or an .npy or IDX images\n"
       "file with its labels in --labels.\n\nOptions");
-  desc.add_options()("data", po::value(&options.data), "what to evaluate on (default: the run's "
-                                                       "validation data)")(
-      "labels", po::value(&options.labels), "the labels of an .npy or IDX --data file")(
+  desc.add_options()("data", po::value(&options.data),
+                     "what to evaluate on (default: the run's "
+                     "validation data)")("labels", po::value(&options.labels),
+                                         "the labels of an .npy or IDX --data file")(
       "json", "print one JSON object")("help,h", "show this help");
   po::variables_map vm = parse_options(args, desc, {{"run", &target}}, "evaluate");
   if (vm.count("help")) {
@@ -46,7 +47,8 @@ int evaluate_command(const Args& args) {
     return 0;
   }
   std::string line = fmt::format("{} examples: loss: {:.4f}", result.examples, result.loss);
-  for (const auto& [name, value] : result.metrics) line += fmt::format(" - {}: {:.4f}", name, value);
+  for (const auto& [name, value] : result.metrics)
+    line += fmt::format(" - {}: {:.4f}", name, value);
   std::cout << result.data << "\n" << line << "\n";
   return 0;
 }

@@ -87,6 +87,25 @@ std::optional<Straggler> find_straggler(const std::vector<TaskSnapshot>& tasks) 
   return Straggler{slowest->second->task, slowest->first, rest};
 }
 
+std::optional<Straggler> StragglerWatch::look(const std::vector<TaskSnapshot>& tasks) {
+  std::optional<Straggler> now = find_straggler(tasks);
+  if (!now) {
+    candidate_.clear(), windows_ = 0, verdict_.reset();
+    return std::nullopt;
+  }
+  int64_t step = -1;
+  for (const TaskSnapshot& t : tasks)
+    if (t.task == now->task && t.progress && t.progress->global_step)
+      step = *t.progress->global_step;
+  if (now->task != candidate_) {
+    candidate_ = now->task, windows_ = 1, counted_step_ = step, verdict_.reset();
+  } else if (step > counted_step_) {
+    ++windows_, counted_step_ = step;
+  }
+  if (windows_ >= kStragglerWindows) verdict_ = now;  // the newest figures of a lasting verdict
+  return verdict_;
+}
+
 std::string state_json(const GroupSnapshot& g) {
   common::JsonWriter w;
   w.begin_object()
@@ -126,7 +145,7 @@ std::string state_json(const GroupSnapshot& g) {
   w.key("workers").begin_array();
   for (const TaskSnapshot& t : g.tasks) write_task(w, t);
   w.end_array();
-  if (std::optional<Straggler> s = find_straggler(g.tasks)) write_straggler(w, *s);
+  if (g.straggler) write_straggler(w, *g.straggler);
   if (g.failure) {
     w.key("failure")
         .begin_object()
@@ -189,7 +208,7 @@ std::string prometheus_text(const GroupSnapshot& g) {
          "Seconds per step the worker waited for all-reduces (mean since its last report).");
   metric("worker_straggler", "gauge",
          "1 for the worker whose compute time holds the group back, 0 for the others.");
-  std::optional<Straggler> straggler = find_straggler(g.tasks);
+  const std::optional<Straggler>& straggler = g.straggler;
   for (const TaskSnapshot& t : g.tasks) {
     if (!t.progress) continue;
     const common::ControlMessage& p = *t.progress;

@@ -38,6 +38,17 @@ struct MembershipPoint {
   int world_size = 0;
 };
 
+/// The worker the others wait for: the task whose last progress reports the most compute
+/// seconds per step, when that is over kStragglerRatio times the median of the others' and
+/// over it by at least kStragglerMinExcessSeconds (so that noise on sub-millisecond steps names
+/// nobody). Needs two tasks or more reporting compute_seconds_per_step.
+struct Straggler {
+  std::string task;
+  double compute_seconds_per_step = 0;
+  double others_median_seconds = 0;  ///< the median of the other tasks' compute seconds per step
+};
+inline constexpr double kStragglerRatio = 1.5;
+inline constexpr double kStragglerMinExcessSeconds = 0.001;
 struct GroupSnapshot {
   std::string job;
   std::string run_dir;
@@ -58,22 +69,31 @@ struct GroupSnapshot {
   /// Elastic jobs: the training tasks in the group now, and each shrink and growth.
   std::optional<int> world_size;
   std::vector<MembershipPoint> membership;
+  /// The supervisor's StragglerWatch's verdict.
+  std::optional<Straggler> straggler;
 };
 
-/// The worker the others wait for: the task whose last progress reports the most compute
-/// seconds per step, when that is over kStragglerRatio times the median of the others' and
-/// over it by at least kStragglerMinExcessSeconds (so that noise on sub-millisecond steps names
-/// nobody). Needs two tasks or more reporting compute_seconds_per_step.
-struct Straggler {
-  std::string task;
-  double compute_seconds_per_step = 0;
-  double others_median_seconds = 0;  ///< the median of the other tasks' compute seconds per step
-};
-inline constexpr double kStragglerRatio = 1.5;
-inline constexpr double kStragglerMinExcessSeconds = 0.001;
 std::optional<Straggler> find_straggler(const std::vector<TaskSnapshot>& tasks);
 
-/// state.json: one JSON object, no newline. Carries "straggler" when find_straggler names one.
+/// The verdict `dtrain status`, state.json and the metrics give: a straggler is named only once
+/// find_straggler has named the same task in kStragglerWindows windows in a row, a window being a
+/// report from that task with a newer global step than the last one counted (its progress
+/// messages average over their own windows). A window that names nobody or another task starts
+/// over, so a noisy moment between identical workers names nobody.
+inline constexpr int kStragglerWindows = 3;
+class StragglerWatch {
+ public:
+  /// Takes a new look at the tasks (the same report twice counts once) and returns the verdict.
+  std::optional<Straggler> look(const std::vector<TaskSnapshot>& tasks);
+
+ private:
+  std::string candidate_;
+  int64_t counted_step_ = -1;  ///< the candidate's global step at the last window counted
+  int windows_ = 0;
+  std::optional<Straggler> verdict_;
+};
+
+/// state.json: one JSON object, no newline. Carries "straggler" when group.straggler is set.
 std::string state_json(const GroupSnapshot& group);
 
 /// Restarts, preemptions, attempt, generation, recoveries in place, and per worker up, loss,

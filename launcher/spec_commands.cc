@@ -36,7 +36,7 @@ void warn_elastic_on_one_place(const std::string& job_file, const LaunchPlan& pl
       "{}: warning: \"elastic\": every training task runs on {}: elastic membership lets a host "
       "go and takes it back, so with one place a lost host ends the job and a killed worker is "
       "replaced as in any job (docs/multi-host.md, elastic membership; to try it on one machine, "
-      "make network-namespace hosts as test/support/netns_hosts.cc does)\n",
+      "make two network-namespace hosts with scripts/elastic-testbed.sh)\n",
       job_file, places.begin()->empty() ? "this machine" : *places.begin());
 }
 
@@ -71,7 +71,9 @@ int validate_command(const Args& args) {
   std::string job_file;
   po::options_description desc(
       "Usage: dtrain validate JOB_FILE\n\n"
-      "Checks a job file and prints the TF_CONFIG each task would get.\n\n"
+      "Checks a job file and prints the TF_CONFIG each task would get. Where every task runs on\n"
+      "this machine, it also opens the data as the workers will (an image folder is scanned,\n"
+      "not decoded) and checks it against the model and the loss.\n\n"
       "Options");
   desc.add_options()("help,h", "show this help");
   po::variables_map vm = parse_options(args, desc, {{"job-file", &job_file}}, "validate");
@@ -81,6 +83,7 @@ int validate_command(const Args& args) {
   }
   common::JobSpec spec = common::load_job_spec(job_file);
   check_train_section(spec);
+  const std::string data_line = check_train_data(spec);
   if (spec.slurm && !in_slurm_allocation()) {
     std::cout << fmt::format(
         "{}: OK: job \"{}\", a Slurm job: its workers are the tasks of the allocation it runs "
@@ -99,6 +102,7 @@ int validate_command(const Args& args) {
   std::cout << fmt::format("{}: OK: job \"{}\", {} training task(s), chief {}, run directory {}\n",
                            job_file, spec.job, cluster.ring_size(), cluster.chief().text(),
                            spec.run_dir);
+  if (!data_line.empty()) std::cout << data_line << "\n";
   if (spec.auto_workers > 0) {
     std::cout << "# \"workers\": ports below were free just now; `dtrain launch` picks its own\n";
     warn_ports_picked_at_launch(job_file, spec, cluster);

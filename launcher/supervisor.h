@@ -349,6 +349,8 @@ class Supervisor {
   double teardown_started_ = 0;  ///< monotonic seconds of the last teardown's SIGTERM
   bool grace_extended_ = false;  ///< said, for this teardown, that a save holds the grace
   std::optional<FailureReport> first_failure_;
+  /// Names a straggler only when one persists (group_view.h); updated by each snapshot().
+  mutable StragglerWatch straggler_watch_;
   std::optional<std::string> fault_;      ///< the launcher's own fault: no restart after it
   std::optional<std::string> log_error_;  ///< a log write failed; on_fault after the handler
   SupervisorResult result_;

@@ -67,6 +67,7 @@ GroupSnapshot Supervisor::snapshot() const {
     t.progress_age_seconds = now - task->last_progress;
     g.tasks.push_back(std::move(t));
   }
+  g.straggler = straggler_watch_.look(g.tasks);
   if (first_failure_)
     g.failure = FailureSnapshot{first_failure_->task.text(), first_failure_->attempt,
                                 first_failure_->what, first_failure_->outcome};

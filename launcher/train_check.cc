@@ -1,9 +1,14 @@
 // See train_check.h.
 #include "launcher/train_check.h"
 
+#include <fmt/format.h>
+
 #include "common/env_vars.h"
+#include "common/errors.h"
 #include "common/gpu_count.h"
 #include "launcher/launch_plan.h"
+#include "worker/data/dataset.h"
+#include "worker/data/image_folder.h"
 #include "worker/nn/backend.h"
 #include "worker/train/train_config.h"
 
@@ -37,6 +42,42 @@ void check_cpu_policy(const common::JobSpec& spec, const train::TrainConfig& con
 void check_train_section(const common::JobSpec& spec) {
   if (!spec.command.empty() || !spec.train_json) return;
   check_cpu_policy(spec, train::parse_train_config(*spec.train_json, spec.source));
+}
+
+std::string check_train_data(const common::JobSpec& spec) {
+  if (!spec.command.empty() || !spec.train_json || !runs_here(spec)) return "";
+  const train::TrainConfig config = train::parse_train_config(*spec.train_json, spec.source);
+  const data::DataConfig& d = config.data;
+  try {
+    if (d.source == "directory") {  // decoding every image is the workers' start-up, not this
+      data::ImageFolder folder = data::scan_image_folder(d.train_dir, d.class_names);
+      std::string line = fmt::format("# data: {} images in {} class folders of {}",
+                                     folder.files.size(), folder.class_names.size(), d.train_dir);
+      if (!d.test_dir.empty() && config.validation) {
+        data::ImageFolder test = data::scan_image_folder(d.test_dir, folder.class_names);
+        line += fmt::format(", {} in {}", test.files.size(), d.test_dir);
+      }
+      return line + " (scanned, not decoded)";
+    }
+    std::vector<int> input_shape = {config.model.height, config.model.width, config.model.channels};
+    if (config.model.sequence) input_shape = {config.model.height};
+    auto [train, test] = data::load_data(d, input_shape, config.validation);
+    const nn::Dims out = config.model.output_dims();
+    const int units = out.sequence ? out.w : static_cast<int>(out.size());
+    data::check_labels_below(train, units);
+    data::check_labels_below(test, units);
+    std::string what =
+        train.is_text() ? fmt::format("{} tokens", train.token_count)
+        : train.target_width > 0
+            ? fmt::format("{} examples, {} target value(s) each", train.count, train.target_width)
+            : fmt::format("{} examples of {} classes", train.count, train.classes);
+    std::string line = fmt::format("# data: {} ({}) to train", what, d.source);
+    if (config.validation)
+      line += fmt::format(", {} to validate", test.is_text() ? test.token_count : test.count);
+    return line;
+  } catch (const common::ConfigError& e) {
+    throw common::ConfigError(fmt::format("{}: train.data: {}", spec.source, e.what()));
+  }
 }
 
 }  // namespace dtrain::launcher

@@ -1,8 +1,10 @@
 // The `train` section of a dtrain-worker job, checked by the worker's own parser before anything
 // starts, so `dtrain validate` and `dtrain launch` fail on the errors every worker would hit,
 // naming the user's job file instead of the run's spec.json: the parse, and a mixed policy this
-// host's CPU cannot compute when every task trains on it. No data files read, no device opened.
+// host's CPU cannot compute when every task trains on it; and, for `dtrain validate`, the data.
 #pragma once
+
+#include <string>
 
 #include "common/job_spec.h"
 
@@ -16,5 +18,12 @@ namespace dtrain::launcher {
 /// train.model.layers[0].activation: ...". Does nothing for a `command` job, whose program owns
 /// its own configuration.
 void check_train_section(const common::JobSpec& spec);
+
+/// `dtrain validate`'s look at the data, where this machine reads what the workers will (every
+/// task here): the worker's readers open it (an image folder is scanned, not decoded), its shape
+/// is checked against the model, its labels against the model's outputs and the loss. Returns a
+/// line saying what it found ("" for a command job or one that trains elsewhere); ConfigError
+/// "<spec.source>: train.data: <the reader's words>" for what a worker would refuse.
+std::string check_train_data(const common::JobSpec& spec);
 
 }  // namespace dtrain::launcher

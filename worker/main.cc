@@ -293,7 +293,8 @@ std::unique_ptr<nn::Backend> choose_backend(TrainConfig& config, const std::stri
   bool automatic = config.device == DeviceChoice::kAuto;
   // docs/design.md#the-model-as-a-graph: what has not passed a parity test on a GPU does not
   // run on one.
-  const char* untested = config.label_smoothing > 0          ? "train.loss.label_smoothing"
+  const char* untested = config.label_smoothing > 0 ? "train.loss.label_smoothing"
+                         : config.loss != nn::Loss::kSparseCategorical ? "train.loss.type"
                          : config.optimizer.weight_decay > 0 ? "train.optimizer.weight_decay"
                                                              : nullptr;
   if (cuda && untested) {

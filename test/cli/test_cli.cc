@@ -3,6 +3,7 @@
 #include <catch2/catch.hpp>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 
 #include "test/support/bad_inputs.h"
 #include "test/support/subprocess.h"
@@ -12,8 +13,21 @@ using dtrain::testing::binary;
 using dtrain::testing::run_process;
 
 namespace {
-const std::string kTutorialConfig =
-    std::string(DTRAIN_SOURCE_DIR) + "/configs/fashion-mnist-2workers.json";
+// TensorFlow's multi-worker tutorial's cluster (localhost:12345 and localhost:23456) around the
+// main job's train object (configs/fashion-mnist-2workers.json lets the OS pick its ports).
+std::string tutorial_config() {
+  const std::string path = std::string(DTRAIN_BINARY_DIR) + "/tutorial-job.json";
+  std::ifstream main_job(std::string(DTRAIN_SOURCE_DIR) + "/configs/fashion-mnist-2workers.json");
+  std::string text((std::istreambuf_iterator<char>(main_job)), std::istreambuf_iterator<char>());
+  const std::string workers = "\"workers\": 2";
+  const size_t at = text.find(workers);
+  if (at != std::string::npos)
+    text.replace(at, workers.size(),
+                 "\"cluster\": {\"worker\": [\"localhost:12345\", \"localhost:23456\"]}");
+  std::ofstream(path) << text;
+  return path;
+}
+const std::string kTutorialConfig = tutorial_config();
 const std::string kTinyConfig = std::string(DTRAIN_SOURCE_DIR) + "/configs/tiny-synthetic.json";
 
 bool one_line(const std::string& text) {
@@ -207,7 +221,9 @@ TEST_CASE("validate and launch check the train section as the worker does, namin
         << R"({"job": "t", "workers": 2, )" << extra << R"("train": {)" << train << "}}";
     return path;
   };
-  std::string good = job_with(model + ", " + loss);
+  // Data of the model's shape: validate opens it as the workers will.
+  std::string good = job_with(model + ", " + loss +
+                              R"(, "data": {"source": "synthetic", "examples": 64, "classes": 2})");
   auto ok = run_process({binary("dtrain"), "validate", good});
   INFO(ok.err);
   CHECK(ok.exit_code == 0);

@@ -213,7 +213,9 @@ np.savez('a.npz', x_train=u8(6, 2, 3), y_train=lab(5, np.int64), x_test=u8(2, 2,
   CHECK_THAT(error("fx", "neg"), Contains(file + ": neg: label -1 at index 2 is negative"));
   CHECK_THAT(error("fx", "big"),
              Contains(file + ": big: label 1099511627776 at index 3 is too large for int32"));
-  CHECK_THAT(error("flat", "y6"), Contains(file + ": flat: images must have shape (N, H, W)"));
+  // (N, F) rows are tabular inputs: F features, which this model's input_shape does not take.
+  CHECK_THAT(error("flat", "y6"),
+             Contains("data: images are 6 features but model.input_shape is [2, 3, 1]"));
   CHECK_THAT(error("fortran", "y6"), Contains(file + ": fortran: bad .npy header: fortran_order"));
   CHECK_THAT(error("fx", "be"), Contains(file + ": be: dtype '>i4' is big-endian"));
   CHECK_THAT(

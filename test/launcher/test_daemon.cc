@@ -98,6 +98,8 @@ TEST_CASE("detach, status, graceful stop, and launching again resumes the run") 
   auto stopped = d.dtrain({"stop", d.run()});
   CHECK(stopped.exit_code == 0);
   CHECK(stopped.out.find(": stopped") != std::string::npos);
+  // It says what the stop left: the step of the checkpoint the chief saved (issue 46).
+  CHECK(stopped.out.find("the chief saved a checkpoint at global step ") != std::string::npos);
   std::string events = common::read_file(d.run() + "/events.jsonl");
   CHECK(events.find("\"task\":\"worker:0\"") != std::string::npos);
   CHECK(events.find("\"outcome\":\"preempted\",\"status\":\"exit code 143") != std::string::npos);

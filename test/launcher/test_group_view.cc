@@ -13,7 +13,7 @@ using launcher::TaskSnapshot;
 namespace {
 
 // A running task whose last progress reports compute and wait seconds per step (< 0: absent).
-TaskSnapshot task(const std::string& name, double compute, double wait) {
+TaskSnapshot task(const std::string& name, double compute, double wait, int64_t step = 100) {
   TaskSnapshot t;
   t.task = name;
   t.pid = 100;
@@ -24,6 +24,7 @@ TaskSnapshot task(const std::string& name, double compute, double wait) {
   p.samples_per_second = 640;  // the group's pace, the same for every worker
   if (compute >= 0) p.compute_seconds_per_step = compute;
   if (wait >= 0) p.wait_seconds_per_step = wait;
+  p.global_step = step;
   t.progress = p;
   return t;
 }
@@ -46,6 +47,7 @@ TEST_CASE("the straggler computes longest, over 1.5x the median of the others") 
   CHECK(s->task == "worker:1");
   CHECK(s->compute_seconds_per_step == 0.052);
   CHECK(s->others_median_seconds == 0.010);
+  g.straggler = s;  // the supervisor's StragglerWatch's verdict
 
   common::JsonDocument doc = common::JsonDocument::parse(launcher::state_json(g), "state");
   CHECK(doc.root().at("straggler").at("task").as_string() == "worker:1");
@@ -136,4 +138,28 @@ TEST_CASE("state.json and Prometheus carry an elastic group's world size; others
   g.membership.clear();  // elastic, never resized: the size, an empty history
   doc = common::JsonDocument::parse(launcher::state_json(g), "state.json");
   CHECK(doc.root().at("membership").as_array().empty());
+}
+
+TEST_CASE("a straggler is named only when the same task is the slowest in 3 windows in a row") {
+  launcher::StragglerWatch watch;
+  auto look = [&](double a, double b, int64_t step) {
+    auto s = watch.look(group({task("worker:0", a, 0, step), task("worker:1", b, 0, step)}).tasks);
+    return s ? s->task : std::string("nobody");
+  };
+  // A noisy moment between identical workers (1.9x once, issue 46): nobody.
+  CHECK(look(0.010, 0.019, 10) == "nobody");
+  CHECK(look(0.010, 0.010, 20) == "nobody");
+  // The same report seen again is one window, not two.
+  CHECK(look(0.010, 0.030, 30) == "nobody");
+  CHECK(look(0.010, 0.030, 30) == "nobody");
+  CHECK(look(0.010, 0.030, 30) == "nobody");
+  CHECK(look(0.010, 0.031, 40) == "nobody");
+  CHECK(look(0.010, 0.032, 50) == "worker:1");  // the third window in a row
+  CHECK(look(0.010, 0.033, 60) == "worker:1");
+  // Another task slowest: it starts over.
+  CHECK(look(0.040, 0.010, 70) == "nobody");
+  CHECK(look(0.040, 0.010, 80) == "nobody");
+  CHECK(look(0.040, 0.010, 90) == "worker:0");
+  // A window within the ratio ends the verdict.
+  CHECK(look(0.010, 0.011, 100) == "nobody");
 }

@@ -106,9 +106,10 @@ TEST_CASE("a 2-D input_shape is [h, w, 1], and the recorded architecture says so
   CHECK(two.model.channels == 1);
   CHECK_THAT(two.model_json, Contains(R"("input_shape":[6,6,1])"));
   CHECK(three.model_json.find(R"("input_shape":[6,6,1])") != std::string::npos);
-  // [6] is a sequence of six token ids: the conv2d that follows refuses it, naming itself.
+  // [6] before a conv2d is six features (only an embedding reads token ids): a 1x1 input of six
+  // channels, which its 3x3 kernel does not fit.
   CHECK_THROWS_WITH(parse(train_json(R"("sgd")", "", "[6]")),
-                    Contains("conv2d") && Contains("sequence"));
+                    Contains("train.model.layers[0]") && Contains("does not fit the 1x1 input"));
   CHECK_THROWS_WITH(parse(train_json(R"("sgd")", "", "[6, 6, 1, 1]")),
                     Contains("train.model.input_shape"));
 }
@@ -296,4 +297,51 @@ TEST_CASE("RMSprop and AdamW slots are checkpointed and a stopped run resumes bi
     REQUIRE(resumed.size() == whole.size());
     CHECK(std::memcmp(resumed.data(), whole.data(), whole.size() * sizeof(float)) == 0);
   }
+}
+
+TEST_CASE("train.metrics takes Keras's names that fit the loss, and names what does not") {
+  auto with = [](const std::string& loss, const std::string& metrics) {
+    return parse(train_json(R"("sgd")", loss, "[6, 6, 1]", R"(, "metrics": )" + metrics));
+  };
+  // The softmax output: the cross-entropies over classes.
+  train::TrainConfig c = with(R"("categorical_crossentropy")",
+                              R"(["acc", "categorical_accuracy", {"type":
+                                   "top_k_categorical_accuracy", "k": 2}])");
+  CHECK(c.companion == "accuracy");
+  REQUIRE(c.metrics.size() == 1);  // the accuracies are the companion
+  CHECK(c.metrics[0].name == "top_k_categorical_accuracy");
+  CHECK(c.metrics[0].k == 2);
+  CHECK(c.data.targets == "one_hot");
+  CHECK(train::logged_metrics(c) ==
+        std::vector<std::string>{"loss", "accuracy", "top_k_categorical_accuracy"});
+  c = with(R"("sparse_categorical_crossentropy")", R"(["sparse_top_k_categorical_accuracy"])");
+  CHECK(c.metrics.at(0).k == 5);  // Keras's default
+  CHECK(c.data.targets.empty());
+  auto refused = [&](const std::string& loss, const std::string& metrics) {
+    try {
+      with(loss, metrics);
+    } catch (const common::ConfigError& e) {
+      return std::string(e.what());
+    }
+    return std::string("accepted");
+  };
+  CHECK_THAT(refused(R"("sparse_categorical_crossentropy")", R"(["top_k_categorical_accuracy"])"),
+             Contains("job.json: train.metrics[0]: \"top_k_categorical_accuracy\": compares "
+                      "one-hot labels"));
+  CHECK_THAT(refused(R"("sparse_categorical_crossentropy")", R"(["categorical_accuracy"])"),
+             Contains("train.metrics[0]"));
+  CHECK_THAT(refused(R"("sparse_categorical_crossentropy")", R"(["mae"])"),
+             Contains("measures a regression"));
+  CHECK_THAT(refused(R"("sparse_categorical_crossentropy")", R"(["accuracy", "f1"])"),
+             Contains("train.metrics[1]: \"f1\": unknown metric"));
+  CHECK_THAT(refused(R"("categorical_crossentropy")",
+                     R"(["top_k_categorical_accuracy", "top_k_categorical_accuracy"])"),
+             Contains("given twice"));
+  CHECK_THAT(refused(R"("categorical_crossentropy")", R"([{"type": "accuracy", "k": 2}])"),
+             Contains("train.metrics[0].k: only a top-k accuracy has k"));
+  CHECK_THAT(refused(R"("mean_squared_error")", "[]"), Contains("a regression loss compares"));
+  CHECK_THAT(refused(R"({"type": "mean_squared_error", "from_logits": true})", "[]"),
+             Contains("from_logits"));
+  CHECK_THAT(refused(R"("binary_crossentropy")", "[]"),
+             Contains("binary_crossentropy scores each output on its own"));
 }

@@ -17,7 +17,9 @@
 #include "test/support/language_model_job.h"
 #include "test/support/subprocess.h"
 #include "test/support/temp_dir.h"
+#include "test/train/tfevents_reader.h"
 #include "worker/nn/backend.h"
+#include "worker/train/safetensors.h"
 
 using namespace dtrain;
 namespace fs = std::filesystem;
@@ -416,6 +418,14 @@ TEST_CASE("ReduceLROnPlateau's rate survives a kill: the same reductions and the
         std::string::npos);
   CHECK(whole.log(0).find("Epoch 3: ReduceLROnPlateau reducing learning rate to 0.00025.") !=
         std::string::npos);
+  // TensorBoard logs the rate each epoch trained with, as Keras's (which logs it before the
+  // callback reduces it): epoch 2 (step 1) trained at 0.001, epoch 3 at 0.0005.
+  testing::ScalarsByTag scalars =
+      testing::by_tag(testing::read_events(base.path() + "/whole/tensorboard/train"));
+  const std::map<int64_t, double>& rates = scalars.at("epoch_learning_rate");
+  CHECK(rates.at(0) == Approx(0.001));
+  CHECK(rates.at(1) == Approx(0.001));
+  CHECK(rates.at(2) == Approx(0.0005));
 
   auto launcher = killed.start(job);
   killed.interrupt_worker_1(SIGKILL, 130);  // inside epoch 3
@@ -424,4 +434,54 @@ TEST_CASE("ReduceLROnPlateau's rate survives a kill: the same reductions and the
   REQUIRE(k.exit_code == 0);
   CHECK(killed.events().find("\"restart\"") != std::string::npos);
   CHECK(killed.model() == whole.model());
+}
+
+TEST_CASE("a resumed epoch's record times the whole epoch, its part before the stop included") {
+  // A lone worker whose steps take 20 ms is stopped by SIGTERM inside its only epoch: the
+  // checkpoint it saves keeps the epoch's clock, and the run that resumes from it records the
+  // epoch's seconds from that clock on (issue 46: a stop at an epoch's last step recorded an epoch
+  // of no time and 0 samples/s).
+  testing::TempDir dir;
+  const std::string job = dir.path() + "/job.json", run = dir.path() + "/run";
+  std::ofstream(job) << R"({"train": {"model": {"input_shape": [8, 8, 1], "layers": [
+      {"type": "flatten"}, {"type": "dense", "units": 4}]},
+    "loss": {"type": "sparse_categorical_crossentropy", "from_logits": true},
+    "data": {"source": "synthetic", "examples": 512, "classes": 4},
+    "per_worker_batch_size": 8, "epochs": 1, "steps_per_epoch": 100, "seed": 2,
+    "tensorboard": false, "backup": {"delete_on_success": false}}})";
+  testing::ProcessOptions options;
+  options.env["TF_CONFIG"] = std::nullopt;
+  options.env["DTRAIN_TEST_SLOW_STEP_MS"] = "0:20";
+  const std::vector<std::string> argv = {testing::binary("dtrain-worker"), "--config", job,
+                                         "--run-dir", run};
+  {
+    testing::BackgroundProcess worker(argv, options);
+    for (int i = 0; i < 600 && worker.out_so_far().find("Epoch 1/1") == std::string::npos; ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));  // some steps, not all 100
+    worker.signal(SIGTERM);
+    auto stopped = worker.wait(120);
+    INFO(stopped.out << stopped.err);
+    REQUIRE(stopped.exit_code != 0);
+    REQUIRE(stopped.err.find("stopped at epoch 1 step ") != std::string::npos);
+  }
+  std::string checkpoint;
+  for (const auto& entry : fs::directory_iterator(run + "/backup"))
+    if (entry.path().extension() == ".safetensors") checkpoint = entry.path().string();
+  REQUIRE_FALSE(checkpoint.empty());
+  auto metadata = train::read_safetensors_metadata(checkpoint);
+  CHECK(metadata["epoch_first_step"] == "0");
+  const double before = std::stod(metadata["epoch_seconds"]);
+  CHECK(before > 0);
+  CHECK(std::stod(metadata["epoch_samples"]) == 8 * (std::stod(metadata["step"])));
+
+  auto resumed = testing::run_process(argv, options);
+  INFO(resumed.err);
+  REQUIRE(resumed.exit_code == 0);
+  common::JsonDocument line =
+      common::JsonDocument::parse(common::read_file(run + "/metrics.jsonl"), "metrics.jsonl");
+  CHECK(line.root().at("seconds").as_number(0, 1e9) >= before);
+  // Every example of the epoch was counted: 800 samples over the whole epoch's seconds.
+  const double rate = line.root().at("samples_per_second").as_number(0, 1e12);
+  CHECK(rate * line.root().at("seconds").as_number(0, 1e9) == Approx(800).epsilon(1e-6));
 }

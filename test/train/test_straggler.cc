@@ -1,9 +1,10 @@
 // End to end through `dtrain launch` with two real dtrain-workers, worker 1 slowed by the
 // test-only DTRAIN_TEST_SLOW_STEP_MS: both report the group's samples/s, but worker 1 reports the
 // larger compute time per step and worker 0 the larger all-reduce wait; state.json names worker 1
-// the straggler and `dtrain status` prints the columns and the straggler line. The sleep (300 ms a
-// step) is long beside anything a busy machine does to worker 0's few milliseconds of compute, so
-// the order of the figures holds under load (40 ms was within what a busy CI machine can take).
+// the straggler (it is, in 3 progress windows in a row: 20 steps give several) and `dtrain status`
+// prints the columns and the straggler line. The sleep (300 ms a step) is long beside anything a
+// busy machine does to worker 0's few milliseconds of compute, so the order of the figures holds
+// under load (40 ms was within what a busy CI machine can take).
 #include <catch2/catch.hpp>
 #include <fstream>
 
@@ -24,7 +25,7 @@ const char* kJob = R"({"job": "straggler", "workers": 2,
   "loss": {"type": "sparse_categorical_crossentropy", "from_logits": true},
   "optimizer": "sgd",
   "data": {"source": "synthetic", "examples": 512, "classes": 4},
-  "per_worker_batch_size": 16, "epochs": 1, "steps_per_epoch": 10, "seed": 7,
+  "per_worker_batch_size": 16, "epochs": 1, "steps_per_epoch": 20, "seed": 7,
   "validation": false, "tensorboard": false}})";
 
 double seconds(const common::JsonNode& worker, const char* key) {

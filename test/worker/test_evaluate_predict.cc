@@ -77,8 +77,7 @@ constexpr const char* kModel =
 
 }  // namespace
 
-TEST_CASE("dtrain evaluate and predict on an npz run give the run's val_accuracy",
-          "[evaluate]") {
+TEST_CASE("dtrain evaluate and predict on an npz run give the run's val_accuracy", "[evaluate]") {
   if (!testing::python_imports("numpy")) return;
   testing::TempDir dir;
   // Four classes of noisy stripes, float64 in [0, 1]; 600 to train, 150 to test.
@@ -101,9 +100,9 @@ np.save(sys.argv[1] + '/y.npy', yv)
   INFO(made.err);
   REQUIRE(made.exit_code == 0);
   const std::string run =
-      launch(dir, "npz", R"({"job": "npz", "workers": 2, "train": {)" + std::string(kModel) +
-                             R"(, "data": {"source": "npz", "path": ")" + dir.path() +
-                             R"(/data.npz"}}})");
+      launch(dir, "npz",
+             R"({"job": "npz", "workers": 2, "train": {)" + std::string(kModel) +
+                 R"(, "data": {"source": "npz", "path": ")" + dir.path() + R"(/data.npz"}}})");
   common::JsonDocument epoch = last_epoch(run);
   const double val_loss = epoch.root().at("val_loss").as_number(-1e300, 1e300);
   const double val_accuracy = epoch.root().at("val_accuracy").as_number(-1e300, 1e300);
@@ -114,8 +113,8 @@ np.save(sys.argv[1] + '/y.npy', yv)
   CHECK(own.root().at("loss").as_number(-1e300, 1e300) == Approx(val_loss).epsilon(1e-6));
   common::JsonDocument named = evaluate_json({run, "--data", dir.path() + "/data.npz"});
   CHECK(named.root().at("accuracy").as_number(-1e300, 1e300) == val_accuracy);
-  common::JsonDocument npy = evaluate_json(
-      {run, "--data", dir.path() + "/x.npy", "--labels", dir.path() + "/y.npy"});
+  common::JsonDocument npy =
+      evaluate_json({run, "--data", dir.path() + "/x.npy", "--labels", dir.path() + "/y.npy"});
   CHECK(npy.root().at("accuracy").as_number(-1e300, 1e300) == val_accuracy);
   common::JsonDocument other = evaluate_json({run, "--data", dir.path() + "/other.npz"});
   CHECK(other.root().at("examples").as_int(0, 1 << 30) == 50);
@@ -127,8 +126,8 @@ np.save(sys.argv[1] + '/y.npy', yv)
   CHECK_THAT(words.out, Contains(" - accuracy: "));
 
   // predict: probabilities whose arg-max scores the run's val_accuracy.
-  auto predicted = dtrain_run({"predict", run, "--input", dir.path() + "/data.npz", "--output",
-                               dir.path() + "/p.npy"});
+  auto predicted = dtrain_run(
+      {"predict", run, "--input", dir.path() + "/data.npz", "--output", dir.path() + "/p.npy"});
   INFO(predicted.out << predicted.err);
   REQUIRE(predicted.exit_code == 0);
   CHECK_THAT(predicted.out, Contains("150 examples x 4 outputs"));
@@ -139,7 +138,7 @@ assert p.shape == (150, 4) and p.dtype == np.float32, (p.shape, p.dtype)
 assert np.allclose(p.sum(1), 1, atol=1e-5)
 print(float((p.argmax(1) == y).mean()))
 )PY",
-                                         {dir.path() + "/p.npy", dir.path() + "/y.npy"});
+                                        {dir.path() + "/p.npy", dir.path() + "/y.npy"});
   CHECK(from_npy == Approx(val_accuracy).margin(1e-9));
   predicted = dtrain_run(
       {"predict", run, "--input", dir.path() + "/x.npy", "--output", dir.path() + "/p.csv"});
@@ -151,7 +150,7 @@ assert rows[0][:2] == ['input', 'predicted'] and len(rows[0]) == 6, rows[0]
 y = np.load(sys.argv[2])
 print(float(np.mean([r[1] == f'class_{y[int(r[0])]}' for r in rows[1:]])))
 )PY",
-                                         {dir.path() + "/p.csv", dir.path() + "/y.npy"});
+                                        {dir.path() + "/p.csv", dir.path() + "/y.npy"});
   CHECK(from_csv == Approx(val_accuracy).margin(1e-9));
 
   // Bad arguments: exit 2, naming what is wrong; no output file left behind.
@@ -161,12 +160,12 @@ print(float(np.mean([r[1] == f'class_{y[int(r[0])]}' for r in rows[1:]])))
   bad = dtrain_run({"evaluate", run, "--data", dir.path() + "/x.npy"});
   CHECK(bad.exit_code == 2);
   CHECK_THAT(bad.err, Contains("--labels"));
-  bad = dtrain_run({"predict", run, "--input", dir.path() + "/x.npy", "--output",
-                    dir.path() + "/p.txt"});
+  bad = dtrain_run(
+      {"predict", run, "--input", dir.path() + "/x.npy", "--output", dir.path() + "/p.txt"});
   CHECK(bad.exit_code == 2);
   CHECK_THAT(bad.err, Contains(".npy or .csv"));
-  bad = dtrain_run({"predict", run, "--input", dir.path() + "/y.npy", "--output",
-                    dir.path() + "/bad.npy"});
+  bad = dtrain_run(
+      {"predict", run, "--input", dir.path() + "/y.npy", "--output", dir.path() + "/bad.npy"});
   CHECK(bad.exit_code == 2);
   CHECK_FALSE(std::ifstream(dir.path() + "/bad.npy").good());
   bad = dtrain_run({"evaluate", dir.path() + "/no-such-run"});
@@ -191,20 +190,19 @@ for split, n in (('train', 60), ('test', 20)):
                                     dir.path()});
   INFO(made.err);
   REQUIRE(made.exit_code == 0);
-  const std::string run =
-      launch(dir, "folder",
-             R"({"job": "folder", "workers": 2, "train": {)" + std::string(kModel) +
-                 R"(, "data": {"source": "directory", "train_dir": ")" + dir.path() +
-                 R"(/train", "test_dir": ")" + dir.path() +
-                 R"(/test", "color_mode": "grayscale"}}})");
+  const std::string run = launch(
+      dir, "folder",
+      R"({"job": "folder", "workers": 2, "train": {)" + std::string(kModel) +
+          R"(, "data": {"source": "directory", "train_dir": ")" + dir.path() +
+          R"(/train", "test_dir": ")" + dir.path() + R"(/test", "color_mode": "grayscale"}}})");
   const double val_accuracy = last_epoch(run).root().at("val_accuracy").as_number(-1e300, 1e300);
   CHECK(evaluate_json({run}).root().at("accuracy").as_number(-1e300, 1e300) == val_accuracy);
   common::JsonDocument named = evaluate_json({run, "--data", dir.path() + "/test"});
   CHECK(named.root().at("accuracy").as_number(-1e300, 1e300) == val_accuracy);
   CHECK(named.root().at("examples").as_int(0, 1 << 30) == 80);
 
-  auto predicted = dtrain_run({"predict", run, "--input", dir.path() + "/test", "--output",
-                               dir.path() + "/p.csv"});
+  auto predicted = dtrain_run(
+      {"predict", run, "--input", dir.path() + "/test", "--output", dir.path() + "/p.csv"});
   INFO(predicted.out << predicted.err);
   REQUIRE(predicted.exit_code == 0);
   // Each line names its file, whose folder is its class.
@@ -215,7 +213,7 @@ assert rows[0] == ['input', 'predicted', 'boot', 'coat', 'dress', 'shirt'], rows
 assert len(rows) == 81
 print(sum(os.path.basename(os.path.dirname(r[0])) == r[1] for r in rows[1:]) / 80)
 )PY",
-                                         {dir.path() + "/p.csv"});
+                                        {dir.path() + "/p.csv"});
   CHECK(from_csv == Approx(val_accuracy).margin(1e-9));
   // One image file: one line.
   predicted = dtrain_run({"predict", run, "--input", dir.path() + "/test/coat/003.png", "--output",

@@ -28,7 +28,7 @@ std::vector<int64_t> make_shard(const Dataset& data, const BatchStreamOptions& o
   if (!data.is_text()) {
     DT_ENFORCE_EQ(data.pixel_count(),
                   static_cast<size_t>(data.count * data.height * data.width * data.channels));
-    DT_ENFORCE_EQ(data.labels.size(), static_cast<size_t>(data.count));
+    DT_ENFORCE_EQ(data.labels.size(), static_cast<size_t>(data.count * data.label_width()));
   }
   if (data.count < options.worker_count) {
     throw common::ConfigError(fmt::format(
@@ -199,11 +199,12 @@ Batch BatchStream::batch_at(int64_t step) const {
                   batch.labels.data() + j * pixels);
     return batch;
   }
-  batch.labels.resize(static_cast<size_t>(batch_size));
+  const int64_t width = dataset_.label_width();
+  batch.labels.resize(static_cast<size_t>(batch_size * width));
   for (int64_t j = 0; j < batch_size; ++j) {
     const int64_t example = shard_[static_cast<size_t>((step * batch_size + j) % count)];
     copy_example_chw(dataset_, example, batch.images.data() + j * pixels);
-    batch.labels[static_cast<size_t>(j)] = dataset_.labels[static_cast<size_t>(example)];
+    std::copy_n(dataset_.labels.begin() + example * width, width, batch.labels.begin() + j * width);
   }
   return batch;
 }

@@ -97,6 +97,7 @@ void read_string(const JsonNode& node, std::string_view key, std::string& out) {
 }
 
 std::string shape_text(int height, int width, int channels) {
+  if (height == 1 && width == 1) return fmt::format("{} features", channels);  // tabular
   return fmt::format("{}x{}x{}", height, width, channels);
 }
 
@@ -116,9 +117,12 @@ void check_matches_model(const Dataset& data, const std::vector<int>& input_shap
       data.channels == input_shape[2]) {
     return;
   }
-  throw ConfigError(fmt::format("data: images are {} but model.input_shape is [{}] ({})",
-                                shape_text(data.height, data.width, data.channels),
-                                fmt::join(input_shape, ", "), images_path));
+  const bool tabular = input_shape[0] == 1 && input_shape[1] == 1;
+  throw ConfigError(fmt::format(
+      "data: {} are {} but model.input_shape is [{}] ({})", tabular ? "inputs" : "images",
+      shape_text(data.height, data.width, data.channels),
+      tabular ? std::to_string(input_shape[2]) : fmt::format("{}", fmt::join(input_shape, ", ")),
+      images_path));
 }
 
 // The keys of "text" and "tokens" (reject_other_keys has refused the other source's).
@@ -174,7 +178,7 @@ Dataset load_npy_split(const DataConfig& config, const std::vector<int>& input_s
     const std::string& x = train ? config.x_train : config.x_test;
     const std::string& y = train ? config.y_train : config.y_test;
     images = archive.read(x, kNpyImageDtypes);
-    labels = archive.read(y, kNpyLabelDtypes);
+    labels = archive.read(y, config.targets.empty() ? kNpyLabelDtypes : kNpyAnyDtype);
     images_where = fmt::format("{}: {}", config.path, x);
     labels_where = fmt::format("{}: {}", config.path, y);
   } else {
@@ -186,9 +190,12 @@ Dataset load_npy_split(const DataConfig& config, const std::vector<int>& input_s
           "validates (\"validation\": true) or has an evaluator");
     }
     images = read_npy(images_where, kNpyImageDtypes);
-    labels = read_npy(labels_where, kNpyLabelDtypes);
+    labels = read_npy(labels_where, config.targets.empty() ? kNpyLabelDtypes : kNpyAnyDtype);
   }
-  Dataset data = dataset_from_npy(images, images_where, labels, labels_where, split);
+  Dataset data =
+      config.targets.empty()
+          ? dataset_from_npy(images, images_where, labels, labels_where, split)
+          : dataset_with_targets(images, images_where, labels, labels_where, config.targets);
   check_matches_model(data, input_shape, images_where);
   return data;
 }
@@ -198,6 +205,10 @@ std::pair<Dataset, Dataset> load_npy_splits(const DataConfig& config,
   Dataset train = load_npy_split(config, input_shape, Split::kTrain);
   Dataset test;
   if (need_test) test = load_npy_split(config, input_shape, Split::kTest);
+  if (need_test && test.target_width != train.target_width) {
+    throw ConfigError(fmt::format("{} has {} values per example but {} has {}", train.labels_source,
+                                  train.target_width, test.labels_source, test.target_width));
+  }
   train.classes = test.classes = std::max(train.classes, test.classes);
   return {std::move(train), std::move(test)};
 }
@@ -351,17 +362,16 @@ std::pair<Dataset, Dataset> load_data(const DataConfig& config, const std::vecto
     return load_text_splits(config, input_shape[0], need_test);
   }
   check_input_shape(input_shape);
-  if (config.source == "synthetic") return make_synthetic_splits(config, input_shape);
-  if (config.source == "directory") {
-    std::pair<Dataset, Dataset> splits = load_folder_splits(config, input_shape, need_test, shard);
+  std::pair<Dataset, Dataset> splits;
+  if (config.source == "synthetic") {
+    splits = make_synthetic_splits(config, input_shape);
+  } else if (config.source == "directory") {
+    splits = load_folder_splits(config, input_shape, need_test, shard);
     check_matches_model(splits.first, input_shape, config.train_dir);
     if (splits.second.count > 0)
       check_matches_model(splits.second, input_shape,
                           config.test_dir.empty() ? config.train_dir : config.test_dir);
-    return splits;
-  }
-  std::pair<Dataset, Dataset> splits;
-  if (config.validation_split > 0) {  // the last examples validate; no test split is read
+  } else if (config.validation_split > 0) {  // the last examples validate; no test split is read
     DataConfig whole = config;
     whole.validation_split = 0;
     whole.shard_policy = "data";
@@ -378,8 +388,40 @@ std::pair<Dataset, Dataset> load_data(const DataConfig& config, const std::vecto
     train.classes = test.classes = std::max(train.classes, test.classes);
     splits = {std::move(train), std::move(test)};
   }
-  if (config.shard_policy == "file") splits.first = keep_shard(std::move(splits.first), shard);
+  if (config.shard_policy == "file" && config.source != "directory" && config.source != "synthetic")
+    splits.first = keep_shard(std::move(splits.first), shard);
+  if (!config.targets.empty()) {
+    const int width = std::max(splits.first.classes, splits.second.classes);
+    to_targets(splits.first, config.targets, width);
+    to_targets(splits.second, config.targets, width);
+  }
   return splits;
+}
+
+void to_targets(Dataset& data, const std::string& kind, int width) {
+  if (data.target_width > 0 || data.is_text() || data.count == 0) return;
+  std::vector<int32_t> words;
+  if (kind == "one_hot") {
+    words.assign(static_cast<size_t>(data.count) * static_cast<size_t>(width), target_word(0));
+    for (int64_t i = 0; i < data.count; ++i)
+      words[static_cast<size_t>(i) * width +
+            static_cast<size_t>(data.labels[static_cast<size_t>(i)])] = target_word(1);
+    data.target_width = width;
+    data.classes = width;
+  } else {
+    DT_ENFORCE(kind == "values" || kind == "binary", "targets \"{}\"", kind);
+    for (size_t i = 0; i < data.labels.size(); ++i) {
+      if (kind == "binary" && data.labels[i] > 1) {
+        throw ConfigError(fmt::format(
+            "{}: label {} (example {}): binary_crossentropy takes 0/1 labels (two classes)",
+            data.labels_source, data.labels[i], i));
+      }
+      words.push_back(target_word(static_cast<float>(data.labels[i])));
+    }
+    data.target_width = 1;
+    data.classes = 1;
+  }
+  data.labels = std::move(words);
 }
 
 namespace {
@@ -420,6 +462,14 @@ void check_labels_below(const Dataset& data, int classes) {
     }
     return;
   }
+  if (data.target_width > 0) {
+    if (data.target_width != classes && data.count > 0) {
+      throw ConfigError(fmt::format(
+          "{}: {} value{} per example but the model's output has {} (its last layer's units)",
+          data.labels_source, data.target_width, data.target_width == 1 ? "" : "s", classes));
+    }
+    return;
+  }
   for (size_t i = 0; i < data.labels.size(); ++i) {
     if (data.labels[i] >= classes) {
       throw ConfigError(fmt::format(
@@ -447,7 +497,8 @@ void copy_window(const Dataset& data, int64_t offset, float* x, int32_t* labels)
 
 void copy_labels(const Dataset& data, int64_t first, int n, int32_t* out) {
   if (!data.is_text()) {
-    std::copy(data.labels.begin() + first, data.labels.begin() + first + n, out);
+    const int64_t width = data.label_width();
+    std::copy(data.labels.begin() + first * width, data.labels.begin() + (first + n) * width, out);
     return;
   }
   std::vector<float> x(static_cast<size_t>(data.height));

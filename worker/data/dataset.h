@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <cstring>
 #include <memory>
 #include <string>
 #include <utility>
@@ -47,10 +48,16 @@ struct Dataset {
   /// "characters" (symbols: each id's UTF-8 text), "bytes" or "tokens" (symbols empty).
   std::string vocabulary = {};
   std::vector<std::string> symbols = {};
+  /// Float targets (a loss other than sparse categorical cross-entropy, DataConfig::targets):
+  /// target_width floats per example, whose bits labels holds (target_word), so one int32 pipeline
+  /// carries class indices and targets alike. 0: labels are class indices.
+  int target_width = 0;
 
   bool is_text() const { return tokens != nullptr; }
   /// Labels per example: a text window's T positions, else 1.
   int positions() const { return is_text() ? height : 1; }
+  /// Label words per example: a text window's T, a target row's target_width, else 1.
+  int label_width() const { return is_text() ? height : target_width > 0 ? target_width : 1; }
 
   bool has_bytes() const { return shared_bytes != nullptr || !bytes.empty(); }
   /// The bytes, wherever they are (null for float images).
@@ -70,6 +77,18 @@ struct Dataset {
     shared_bytes.reset();
   }
 };
+
+/// A float target as a label word (its bits), and back.
+inline int32_t target_word(float value) {
+  int32_t word;
+  std::memcpy(&word, &value, sizeof word);
+  return word;
+}
+inline float target_value(int32_t word) {
+  float value;
+  std::memcpy(&value, &word, sizeof value);
+  return value;
+}
 
 /// Whether a split's labels must name at least 2 classes: a classifier cannot learn from one, but
 /// it can be measured on one (a test split of a single class is a valid, if narrow, test).
@@ -124,6 +143,11 @@ struct DataConfig {
   /// share of each epoch's order) or "file" (directory only: each worker decodes only its files,
   /// i, i + workers, ..., and shuffles them alone).
   std::string shard_policy = "data";
+  /// Set from train.loss, not a key: "" (class indices), "one_hot" (categorical_crossentropy:
+  /// rows of one value per class; class-index sources are turned into one-hot rows, as Keras's
+  /// label_mode "categorical") or "values" (binary_crossentropy, regression: each example's
+  /// values as floats; a class-index source gives its index). Arrays are read as they are.
+  std::string targets;
 };
 
 /// The share of the training files this worker loads under shard_policy "file".
@@ -154,6 +178,10 @@ inline constexpr uint64_t kSyntheticSeed = 0x5eedda7a;
 std::pair<Dataset, Dataset> load_data(const DataConfig& config, const std::vector<int>& input_shape,
                                       bool need_test = true, FileShard shard = {});
 
+/// A class-index split (not text) as float targets of kind ("one_hot": rows of `width`, a 1 at
+/// the label; "values": the label itself, width 1). Nothing for a split that holds targets.
+void to_targets(Dataset& data, const std::string& kind, int width);
+
 /// ConfigError naming data.labels_source, the first label at or above classes (the model's
 /// output units) and its example index.
 void check_labels_below(const Dataset& data, int classes);
@@ -165,7 +193,7 @@ void copy_example_chw(const Dataset& data, int64_t example, float* out);
 /// Examples [first, first + n) as an NCHW batch (a text split: each window's token ids).
 void copy_nchw(const Dataset& data, int64_t first, int n, float* out);
 
-/// The labels of examples [first, first + n): data.positions() per example.
+/// The labels of examples [first, first + n): data.label_width() per example.
 void copy_labels(const Dataset& data, int64_t first, int n, int32_t* out);
 
 /// A text split's window at token `offset`: its T ids (as floats) to x, the T ids one further to

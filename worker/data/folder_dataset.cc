@@ -261,11 +261,12 @@ Dataset keep_shard(Dataset train, FileShard shard) {
       std::copy_n(train.bytes.begin() + from * pixels, pixels, train.bytes.begin() + to * pixels);
     if (!train.images.empty())
       std::copy_n(train.images.begin() + from * pixels, pixels, train.images.begin() + to * pixels);
-    train.labels[to] = train.labels[from];
+    const size_t width = static_cast<size_t>(train.label_width());
+    std::copy_n(train.labels.begin() + from * width, width, train.labels.begin() + to * width);
   }
   if (!train.bytes.empty()) train.bytes.resize(static_cast<size_t>(kept) * pixels);
   if (!train.images.empty()) train.images.resize(static_cast<size_t>(kept) * pixels);
-  train.labels.resize(static_cast<size_t>(kept));
+  train.labels.resize(static_cast<size_t>(kept) * static_cast<size_t>(train.label_width()));
   train.global_count = train.count;
   train.count = kept;
   return train;
@@ -287,6 +288,7 @@ std::pair<Dataset, Dataset> split_last(Dataset train, double fraction) {
   validation.height = train.height, validation.width = train.width;
   validation.channels = train.channels, validation.classes = train.classes;
   validation.labels_source = train.labels_source;
+  validation.target_width = train.target_width;
   auto tail = [&](auto& from, auto& to, size_t per) {
     to.assign(from.begin() + static_cast<std::ptrdiff_t>(static_cast<size_t>(kept) * per),
               from.end());
@@ -294,7 +296,7 @@ std::pair<Dataset, Dataset> split_last(Dataset train, double fraction) {
   };
   if (!train.bytes.empty()) tail(train.bytes, validation.bytes, pixels);
   if (!train.images.empty()) tail(train.images, validation.images, pixels);
-  tail(train.labels, validation.labels, 1);
+  tail(train.labels, validation.labels, static_cast<size_t>(train.label_width()));
   train.count = kept;
   return {std::move(train), std::move(validation)};
 }

@@ -148,9 +148,13 @@ Dataset images_from_npy(const NpyArray& images, const std::string& images_where)
 Dataset dataset_from_npy(const NpyArray& images, const std::string& images_where,
                          const NpyArray& labels, const std::string& labels_where, Split split) {
   Dataset data = images_from_npy(images, images_where);
-  if (labels.shape.size() != 1 && !(labels.shape.size() == 2 && labels.shape[1] == 1))
+  if (labels.shape.size() != 1 && !(labels.shape.size() == 2 && labels.shape[1] == 1)) {
     fail(labels_where,
-         fmt::format("labels must have shape (N,) or (N, 1), not {}", shape_of(labels)));
+         fmt::format("labels must have shape (N,) or (N, 1), not {}{}", shape_of(labels),
+                     labels.shape.size() == 2 ? " (rows of one value per class are one-hot "
+                                                "labels: they go with categorical_crossentropy)"
+                                              : ""));
+  }
   if (images.shape[0] != labels.shape[0]) {
     throw ConfigError(fmt::format("{} has {} images but {} has {} labels", images_where,
                                   images.shape[0], labels_where, labels.shape[0]));
@@ -162,6 +166,81 @@ Dataset dataset_from_npy(const NpyArray& images, const std::string& images_where
          fmt::format("all labels are {}; a classifier needs at least 2 classes", *low));
   }
   data.classes = largest + 1;
+  data.labels_source = labels_where;
+  return data;
+}
+
+namespace {
+
+// Element i of a numeric array, as a double.
+double element(const NpyArray& a, int64_t i) {
+  const uint8_t* at = a.data.get() + i * static_cast<int64_t>(npy_itemsize(a.dtype));
+  auto read = [at](auto value) {
+    std::memcpy(&value, at, sizeof value);
+    return static_cast<double>(value);
+  };
+  switch (a.dtype) {
+    case NpyDtype::kUint8:
+      return read(uint8_t{});
+    case NpyDtype::kInt8:
+      return read(int8_t{});
+    case NpyDtype::kUint16:
+      return read(uint16_t{});
+    case NpyDtype::kInt16:
+      return read(int16_t{});
+    case NpyDtype::kUint32:
+      return read(uint32_t{});
+    case NpyDtype::kInt32:
+      return read(int32_t{});
+    case NpyDtype::kUint64:
+      return read(uint64_t{});
+    case NpyDtype::kInt64:
+      return read(int64_t{});
+    case NpyDtype::kFloat32:
+      return read(float{});
+    case NpyDtype::kFloat64:
+      return read(double{});
+  }
+  return 0;
+}
+
+}  // namespace
+
+Dataset dataset_with_targets(const NpyArray& images, const std::string& images_where,
+                             const NpyArray& labels, const std::string& labels_where,
+                             const std::string& kind) {
+  Dataset data = images_from_npy(images, images_where);
+  if (labels.shape.empty() || labels.shape.size() > 2)
+    fail(labels_where,
+         fmt::format("labels must have shape (N,) or (N, K), not {}", shape_of(labels)));
+  if (images.shape[0] != labels.shape[0]) {
+    throw ConfigError(fmt::format("{} has {} examples but {} has {} labels", images_where,
+                                  images.shape[0], labels_where, labels.shape[0]));
+  }
+  const int width = labels.shape.size() == 2 ? dimension(labels, 1, labels_where) : 1;
+  if (width < 1)
+    fail(labels_where, fmt::format("no values per example (shape {})", shape_of(labels)));
+  if (kind == "one_hot" && width == 1) {
+    fail(labels_where,
+         fmt::format("categorical_crossentropy takes one-hot labels of shape (N, classes), and "
+                     "these are {}: class indices go with sparse_categorical_crossentropy",
+                     shape_of(labels)));
+  }
+  const bool probabilities = kind == "one_hot" || kind == "binary";
+  data.labels.resize(static_cast<size_t>(labels.count));
+  for (int64_t i = 0; i < labels.count; ++i) {
+    const double v = element(labels, i);
+    if (!std::isfinite(v) || (probabilities && (v < 0 || v > 1))) {
+      fail(labels_where,
+           fmt::format("label {} of example {} is {}", i % width, i / width,
+                       std::isfinite(v)
+                           ? fmt::format("{}: a cross-entropy's targets are in [0, 1]", v)
+                           : fmt::format("{} (not a number)", v)));
+    }
+    data.labels[static_cast<size_t>(i)] = target_word(static_cast<float>(v));
+  }
+  data.target_width = width;
+  data.classes = width;
   data.labels_source = labels_where;
   return data;
 }

@@ -29,4 +29,13 @@ Dataset images_from_npy(const NpyArray& images, const std::string& images_where)
 Dataset dataset_from_npy(const NpyArray& images, const std::string& images_where,
                          const NpyArray& labels, const std::string& labels_where, Split split);
 
+/// The Dataset of inputs and float targets (DataConfig::targets, kind "one_hot", "binary" or
+/// "values"): labels of any numeric dtype, (N,) (one value each) or (N, K) (K each), kept as
+/// floats' bits (target_word), target_width and classes K. ConfigError naming labels_where:
+/// "one_hot" labels of shape (N,) (class indices: sparse_categorical_crossentropy's), a value
+/// that is not finite, a cross-entropy's target outside [0, 1], counts that differ.
+Dataset dataset_with_targets(const NpyArray& images, const std::string& images_where,
+                             const NpyArray& labels, const std::string& labels_where,
+                             const std::string& kind);
+
 }  // namespace dtrain::data

@@ -44,6 +44,28 @@ struct PoolShape {
   size_t output_count() const { return static_cast<size_t>(n) * c * oh() * ow(); }
 };
 
+/// Keras's losses (docs/design.md#losses). Sparse categorical cross-entropy scores class indices
+/// (Backend::softmax_cross_entropy); the others float targets (Backend::target_loss).
+enum class Loss {
+  kSparseCategorical,  ///< "sparse_categorical_crossentropy": one class index per row
+  kCategorical,        ///< "categorical_crossentropy": a one-hot (or soft) row per example
+  kBinary,             ///< "binary_crossentropy": a 0/1 target per output
+  kMeanSquared,        ///< "mean_squared_error"
+  kMeanAbsolute,       ///< "mean_absolute_error"
+};
+
+/// One batch of a float-target loss: n rows of `units` outputs and as many targets.
+struct TargetLossShape {
+  Loss loss = Loss::kCategorical;
+  int n = 1, units = 1;
+  /// binary_crossentropy's from_logits: the outputs are logits; else probabilities (the last
+  /// layer's sigmoid), clipped to [1e-7, 1 - 1e-7] as Keras clips them.
+  bool from_logits = true;
+  /// Cross-entropies' label_smoothing: targets t(1 - s) + s / units (categorical), t(1 - s) +
+  /// s / 2 (binary).
+  float smoothing = 0;
+};
+
 /// Batch normalization's shape: n examples of c channels of hw pixels each (NCHW), normalized
 /// per channel over n x hw values (Keras's BatchNormalization on the channels axis).
 /// Scaled dot-product attention (MultiHeadAttention's core, docs/design.md#attention): n
@@ -312,6 +334,20 @@ class Backend {
                                               float* dlogits, float* totals) {
     if (smoothing != 0.0f) unsupported("softmax_cross_entropy_smoothed");
     softmax_cross_entropy(n, classes, logits, labels, dlogits, totals);
+  }
+
+  /// A loss against float targets (TargetLossShape), as Keras computes it: each row's loss is the
+  /// mean over its units (categorical: -sum t log softmax(outputs), the softmax applied here as
+  /// for softmax_cross_entropy). targets holds n * units floats' bits (data::target_word), in
+  /// device memory. Writes the gradient of the MEAN row loss unless doutputs is null, and ADDS to
+  /// totals[0] the rows' loss, to totals[1] the rows' companion metric (categorical: argmax of the
+  /// outputs is argmax of the targets; binary: the share of units whose prediction, p > 0.5, is
+  /// the target's, t > 0.5; mean_squared_error: the mean absolute error; mean_absolute_error: the
+  /// mean squared error) and to totals[2] n. Rows in order, in double: the same bits at any
+  /// thread count.
+  virtual void target_loss(const TargetLossShape& /*s*/, const float* /*outputs*/,
+                           const int32_t* /*targets*/, float* /*doutputs*/, float* /*totals*/) {
+    unsupported("target_loss");
   }
 
   /// y += x.

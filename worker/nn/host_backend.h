@@ -8,9 +8,11 @@
 #include <cfloat>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <memory>
 #include <vector>
 
+#include "common/errors.h"
 #include "worker/nn/backend.h"
 #include "worker/nn/random.h"
 
@@ -55,6 +57,100 @@ class HostBackend : public Backend {
       y[i] = x[i] * mask[i];
     }
   }
+  void target_loss(const TargetLossShape& s, const float* outputs, const int32_t* targets,
+                   float* doutputs, float* totals) override {
+    const int k_units = s.units;
+    const double per_row = 1.0 / k_units, scale = 1.0 / (double(s.n) * k_units);
+    double loss_sum = 0, companion_sum = 0;
+    std::vector<double> t(static_cast<size_t>(k_units));
+    for (int i = 0; i < s.n; ++i) {
+      const float* o = outputs + static_cast<size_t>(i) * k_units;
+      float* d = doutputs ? doutputs + static_cast<size_t>(i) * k_units : nullptr;
+      for (int k = 0; k < k_units; ++k) {
+        float value;
+        std::memcpy(&value, targets + static_cast<size_t>(i) * k_units + k, sizeof value);
+        t[static_cast<size_t>(k)] = value;
+      }
+      double row_loss = 0, companion = 0;
+      switch (s.loss) {
+        case Loss::kCategorical: {
+          const double off = double(s.smoothing) / k_units;
+          int best = 0, wanted = 0;
+          double top = o[0], weight = 0, dot = 0;
+          for (int k = 1; k < k_units; ++k) {
+            if (o[k] > o[best]) best = k, top = o[k];
+            if (t[static_cast<size_t>(k)] > t[static_cast<size_t>(wanted)]) wanted = k;
+          }
+          double sum = 0;
+          for (int k = 0; k < k_units; ++k) {
+            double& tk = t[static_cast<size_t>(k)];
+            tk = tk * (1.0 - s.smoothing) + off;
+            sum += std::exp(double(o[k]) - top);
+            weight += tk;
+            dot += tk * o[k];
+          }
+          const double lse = top + std::log(sum);
+          row_loss = lse * weight - dot;
+          companion = best == wanted ? 1 : 0;
+          if (d) {
+            for (int k = 0; k < k_units; ++k)
+              d[k] = static_cast<float>(
+                  (std::exp(double(o[k]) - lse) * weight - t[static_cast<size_t>(k)]) / s.n);
+          }
+          break;
+        }
+        case Loss::kBinary: {
+          constexpr double kEpsilon = 1e-7;  // Keras's backend epsilon
+          for (int k = 0; k < k_units; ++k) {
+            const double target =
+                t[static_cast<size_t>(k)] * (1.0 - s.smoothing) + 0.5 * s.smoothing;
+            const double z = o[k];
+            double p, element, grad;
+            if (s.from_logits) {
+              p = 1.0 / (1.0 + std::exp(-z));
+              element = std::max(z, 0.0) - z * target + std::log1p(std::exp(-std::fabs(z)));
+              grad = p - target;
+            } else {
+              p = std::clamp(z, kEpsilon, 1.0 - kEpsilon);
+              element = -(target * std::log(p) + (1.0 - target) * std::log(1.0 - p));
+              grad = z > kEpsilon && z < 1.0 - kEpsilon ? (p - target) / (p * (1.0 - p)) : 0.0;
+            }
+            row_loss += element;
+            companion += (p > 0.5) == (t[static_cast<size_t>(k)] > 0.5) ? 1 : 0;
+            if (d) d[k] = static_cast<float>(grad * scale);
+          }
+          row_loss *= per_row;
+          companion *= per_row;
+          break;
+        }
+        case Loss::kMeanSquared:
+        case Loss::kMeanAbsolute: {
+          const bool squared = s.loss == Loss::kMeanSquared;
+          double squares = 0, absolutes = 0;
+          for (int k = 0; k < k_units; ++k) {
+            const double e = double(o[k]) - t[static_cast<size_t>(k)];
+            squares += e * e;
+            absolutes += std::fabs(e);
+            if (d) {
+              const double grad = squared ? 2 * e : (e > 0) - (e < 0);
+              d[k] = static_cast<float>(grad * scale);
+            }
+          }
+          row_loss = (squared ? squares : absolutes) * per_row;
+          companion = (squared ? absolutes : squares) * per_row;
+          break;
+        }
+        case Loss::kSparseCategorical:
+          DT_ENFORCE(false, "target_loss: sparse categorical cross-entropy takes class indices");
+      }
+      loss_sum += row_loss;
+      companion_sum += companion;
+    }
+    totals[0] = static_cast<float>(totals[0] + loss_sum);
+    totals[1] = static_cast<float>(totals[1] + companion_sum);
+    totals[2] += static_cast<float>(s.n);
+  }
+
   // In double, row by row: a handful of classes, once a step.
   void softmax_cross_entropy_smoothed(int n, int classes, float smoothing, const float* logits,
                                       const int32_t* labels, float* dlogits,

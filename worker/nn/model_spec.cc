@@ -3,6 +3,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <map>
 
@@ -166,6 +167,24 @@ ModelSpec parse_model_spec(const common::JsonNode& node) {
     for (size_t i = 0; i < listed.size(); ++i)
       if (listed[i].spec.name == name) output = i;
     if (output == listed.size()) n->fail(fmt::format("no layer is named \"{}\"", name));
+  }
+  // input_shape [n]: a sequence of n token ids when a layer reading the input embeds tokens,
+  // else n features (Keras's Input(shape=(n,)) before a Dense: tabular data), a 1x1 image of n
+  // channels.
+  if (spec.sequence) {
+    bool tokens = false;
+    for (size_t i = 0; i < listed.size(); ++i) {
+      const bool reads_input =
+          std::find(inputs[i].begin(), inputs[i].end(), NodeSpec::kModelInput) != inputs[i].end();
+      const std::string& type = listed[i].spec.type;
+      tokens = tokens ||
+               (reads_input && (type == "embedding" || type == "token_and_position_embedding"));
+    }
+    if (!tokens) {
+      spec.sequence = false;
+      spec.channels = spec.height;
+      spec.height = 1;
+    }
   }
   std::vector<size_t> order = order_graph(listed, inputs, output);
   std::vector<size_t> place(listed.size());

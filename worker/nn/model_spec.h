@@ -34,7 +34,8 @@ struct NodeSpec {
 
 struct ModelSpec {
   /// input_shape [h, w, c] (channels last, as Keras); a 2-D [h, w] is read as [h, w, 1]; a 1-D
-  /// [T] is a sequence of T token ids (height T, width and channels 1, sequence true).
+  /// [T] is a sequence of T token ids (height T, width and channels 1, sequence true) when an
+  /// embedding layer reads the input, else T features (height and width 1, channels T).
   int height = 0, width = 0, channels = 0;
   bool sequence = false;
   std::vector<NodeSpec> nodes;  ///< in topological order; the output is the last

@@ -264,6 +264,12 @@ void ProfiledBackend::layernorm_backward(int rows, int features, const float* x,
     inner_.layernorm_backward(rows, features, x, dy, gamma, mean, rstd, dx, dgamma, dbeta);
   });
 }
+void ProfiledBackend::target_loss(const TargetLossShape& s, const float* outputs,
+                                  const int32_t* targets, float* doutputs, float* totals) {
+  timed(fmt::format("target_loss {}x{}", s.n, s.units),
+        [&] { inner_.target_loss(s, outputs, targets, doutputs, totals); });
+}
+
 void ProfiledBackend::softmax_cross_entropy_smoothed(int n, int classes, float smoothing,
                                                      const float* logits, const int32_t* labels,
                                                      float* dlogits, float* totals) {

@@ -137,6 +137,8 @@ class ProfiledBackend final : public Backend {
   void softmax_cross_entropy_smoothed(int n, int classes, float smoothing, const float* logits,
                                       const int32_t* labels, float* dlogits,
                                       float* totals) override;
+  void target_loss(const TargetLossShape& s, const float* outputs, const int32_t* targets,
+                   float* doutputs, float* totals) override;
   void remap2d_backward(int n, int c, int h, int w, int oh, int ow, const PixelMap* maps,
                         const float* dy, float* dx) override;
   void dropout_forward(size_t count, float rate, uint64_t key, const float* x, float* y,

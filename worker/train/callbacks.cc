@@ -6,6 +6,7 @@
 #include "worker/train/callbacks.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <cmath>
@@ -39,14 +40,17 @@ const double* find_metric(const NamedMetrics& metrics, const std::string& name) 
 
 // monitor, mode and min_delta (a ModelCheckpoint has no min_delta key, and initial_value_threshold
 // for EarlyStopping's baseline).
-MonitorSpec parse_monitor(const common::JsonNode& node, bool validation, const char* baseline_key) {
+MonitorSpec parse_monitor(const common::JsonNode& node, bool validation,
+                          const std::vector<std::string>& logged, const char* baseline_key) {
   MonitorSpec s;
   if (auto n = node.find("monitor")) s.monitor = n->as_string();
-  if (s.monitor != "loss" && s.monitor != "accuracy" && s.monitor != "val_loss" &&
-      s.monitor != "val_accuracy") {
-    node.at("monitor").fail(
-        fmt::format("\"{}\" is not a metric this run logs (loss, accuracy, val_loss, val_accuracy)",
-                    s.monitor));
+  const bool listed = std::find(logged.begin(), logged.end(), s.monitor) != logged.end();
+  const bool validated_name =
+      std::find(logged.begin(), logged.end(),
+                s.monitor.substr(std::min<size_t>(4, s.monitor.size()))) != logged.end();
+  if (!listed && !(s.monitor.rfind("val_", 0) == 0 && !validation && validated_name)) {
+    node.at("monitor").fail(fmt::format("\"{}\" is not a metric this run logs ({})", s.monitor,
+                                        fmt::join(logged, ", ")));
   }
   if (s.monitor.rfind("val_", 0) == 0 && !validation) {
     const std::string what = fmt::format(
@@ -62,14 +66,17 @@ MonitorSpec parse_monitor(const common::JsonNode& node, bool validation, const c
   if (auto n = node.find("mode")) mode = n->as_string();
   if (mode != "auto" && mode != "min" && mode != "max")
     node.at("mode").fail(fmt::format("\"{}\" is not auto, min or max", mode));
-  s.maximize = mode == "max" || (mode == "auto" && s.monitor.find("accuracy") != std::string::npos);
+  // Keras's "auto": max for an accuracy (or acc) or auc, min for the rest.
+  s.maximize = mode == "max" || (mode == "auto" && (s.monitor.find("acc") != std::string::npos ||
+                                                    s.monitor.find("auc") != std::string::npos));
   if (auto n = node.find(baseline_key); n && !n->is_null())
     s.baseline = n->as_number(-1e300, 1e300);
   return s;
 }
 
 // flat: {"type": "EarlyStopping", keys...}; else Keras's config object.
-EarlyStoppingSpec parse_early_stopping(const common::JsonNode& node, bool validation, bool flat) {
+EarlyStoppingSpec parse_early_stopping(const common::JsonNode& node, bool validation,
+                                       const std::vector<std::string>& logged, bool flat) {
   if (flat) {
     node.check_keys({"type", "monitor", "min_delta", "patience", "verbose", "mode", "baseline",
                      "restore_best_weights", "start_from_epoch"});
@@ -78,7 +85,7 @@ EarlyStoppingSpec parse_early_stopping(const common::JsonNode& node, bool valida
                      "restore_best_weights", "start_from_epoch"});
   }
   EarlyStoppingSpec s;
-  s.watch = parse_monitor(node, validation, "baseline");
+  s.watch = parse_monitor(node, validation, logged, "baseline");
   if (auto n = node.find("patience")) s.patience = static_cast<int>(n->as_int(0, 1 << 20));
   if (auto n = node.find("restore_best_weights")) s.restore_best_weights = n->as_bool();
   if (auto n = node.find("start_from_epoch"))
@@ -87,7 +94,7 @@ EarlyStoppingSpec parse_early_stopping(const common::JsonNode& node, bool valida
 }
 
 ModelCheckpointSpec parse_model_checkpoint(const common::JsonNode& node, bool validation,
-                                           bool flat) {
+                                           const std::vector<std::string>& logged, bool flat) {
   if (flat) {
     node.check_keys({"type", "filepath", "monitor", "verbose", "save_best_only",
                      "save_weights_only", "mode", "save_freq", "initial_value_threshold"});
@@ -107,11 +114,12 @@ ModelCheckpointSpec parse_model_checkpoint(const common::JsonNode& node, bool va
   if (auto n = node.find("save_freq"); n && !(n->is_string() && n->as_string() == "epoch"))
     n->fail("only \"epoch\" is taken: the best is judged on the epoch's metrics");
   ModelCheckpointSpec s;
-  s.watch = parse_monitor(node, validation, "initial_value_threshold");
+  s.watch = parse_monitor(node, validation, logged, "initial_value_threshold");
   return s;
 }
 
-ReduceLrSpec parse_reduce_lr(const common::JsonNode& node, bool validation, bool flat) {
+ReduceLrSpec parse_reduce_lr(const common::JsonNode& node, bool validation,
+                             const std::vector<std::string>& logged, bool flat) {
   if (flat) {
     node.check_keys({"type", "monitor", "factor", "patience", "verbose", "mode", "min_delta",
                      "cooldown", "min_lr"});
@@ -120,7 +128,7 @@ ReduceLrSpec parse_reduce_lr(const common::JsonNode& node, bool validation, bool
         {"monitor", "factor", "patience", "verbose", "mode", "min_delta", "cooldown", "min_lr"});
   }
   ReduceLrSpec s;
-  s.watch = parse_monitor(node, validation, "");
+  s.watch = parse_monitor(node, validation, logged, "");
   if (!node.find("min_delta")) s.watch.min_delta = 1e-4;  // Keras's default here
   if (auto n = node.find("factor")) {
     s.factor = n->as_number(0, 1e300);
@@ -138,7 +146,8 @@ bool MonitorSpec::improves(double value, double reference) const {
   return maximize ? value - min_delta > reference : value + min_delta < reference;
 }
 
-CallbackSpecs parse_callbacks(const common::JsonNode& node, bool validation) {
+CallbackSpecs parse_callbacks(const common::JsonNode& node, bool validation,
+                              const std::vector<std::string>& logged) {
   if (!node.is_array()) node.fail(fmt::format("expected a list, found {}", node.describe()));
   CallbackSpecs specs;
   common::JsonDocument empty = common::JsonDocument::parse("{}", "callbacks");
@@ -155,13 +164,13 @@ CallbackSpecs parse_callbacks(const common::JsonNode& node, bool validation) {
     const common::JsonNode& keys = keras ? (config ? *config : empty.root()) : item;
     if (name == "EarlyStopping" || name == "early_stopping") {
       if (specs.early_stopping) item.fail("a second EarlyStopping: give one");
-      specs.early_stopping = parse_early_stopping(keys, validation, !keras);
+      specs.early_stopping = parse_early_stopping(keys, validation, logged, !keras);
     } else if (name == "ModelCheckpoint" || name == "model_checkpoint") {
       if (specs.model_checkpoint) item.fail("a second ModelCheckpoint: give one");
-      specs.model_checkpoint = parse_model_checkpoint(keys, validation, !keras);
+      specs.model_checkpoint = parse_model_checkpoint(keys, validation, logged, !keras);
     } else if (name == "ReduceLROnPlateau" || name == "reduce_lr_on_plateau") {
       if (specs.reduce_lr) item.fail("a second ReduceLROnPlateau: give one");
-      specs.reduce_lr = parse_reduce_lr(keys, validation, !keras);
+      specs.reduce_lr = parse_reduce_lr(keys, validation, logged, !keras);
     } else if (name == "TerminateOnNaN" || name == "terminate_on_nan") {
       // Always on: every step's loss and each checkpoint's weights are checked.
     } else {

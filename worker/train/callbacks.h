@@ -61,7 +61,8 @@ struct CallbackSpecs {
 /// form) or {"type": NAME, keys...}. EarlyStopping and ModelCheckpoint (save_best_only) are taken;
 /// TerminateOnNaN is always on (dtrain checks every step) and takes no keys; any other callback
 /// is a ConfigError naming it. validation: train.validation, which a val_ monitor needs.
-CallbackSpecs parse_callbacks(const common::JsonNode& node, bool validation);
+CallbackSpecs parse_callbacks(const common::JsonNode& node, bool validation,
+                              const std::vector<std::string>& logged);
 
 /// The epoch's metrics by name (loss, accuracy, and val_loss, val_accuracy when validated).
 using NamedMetrics = std::vector<std::pair<std::string, double>>;

@@ -62,6 +62,11 @@ std::map<std::string, std::string> state_metadata(const TrainingState& s,
       {"epoch_loss_sum", number(s.epoch_loss_sum)},
       {"epoch_correct", number(s.epoch_correct)},
       {"epoch_seen", number(s.epoch_seen)}};
+  if (s.epoch_first_step >= 0) {
+    m["epoch_seconds"] = number(s.epoch_seconds);
+    m["epoch_samples"] = number(s.epoch_samples);
+    m["epoch_first_step"] = std::to_string(s.epoch_first_step);
+  }
   if (s.loss_scale > 0) {
     m[kLossScale] = number(s.loss_scale);
     m[kLossScaleGoodSteps] = std::to_string(s.loss_scale_good_steps);
@@ -127,6 +132,11 @@ TrainingState state_of(const std::map<std::string, std::string>& m, const std::s
   s.epoch_loss_sum = sum_of(m, "epoch_loss_sum", path);
   s.epoch_correct = sum_of(m, "epoch_correct", path);
   s.epoch_seen = sum_of(m, "epoch_seen", path);
+  if (m.count("epoch_first_step") != 0) {
+    s.epoch_seconds = sum_of(m, "epoch_seconds", path);
+    s.epoch_samples = sum_of(m, "epoch_samples", path);
+    s.epoch_first_step = integer_of(m, "epoch_first_step", kMaxSteps, path);
+  }
   if (m.count(kLossScale) != 0) {
     s.loss_scale = sum_of(m, kLossScale, path);
     s.loss_scale_good_steps = integer_of(m, kLossScaleGoodSteps, kMaxSteps, path);

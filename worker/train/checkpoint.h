@@ -27,6 +27,12 @@ struct TrainingState {
   /// there is none (not recorded: a run without one, or a checkpoint from before loss scaling).
   double loss_scale = 0;
   int64_t loss_scale_good_steps = 0;
+  /// The resumed epoch's clock: seconds trained and samples seen in it so far, and the step it
+  /// was entered at (its metrics time the whole epoch, not only the part after a resume; a stop
+  /// at its last step would otherwise record an epoch of no time). -1: not recorded (a checkpoint
+  /// at an epoch's end, or from before the clock was kept).
+  double epoch_seconds = 0, epoch_samples = 0;
+  int64_t epoch_first_step = -1;
 };
 
 struct LoadedCheckpoint {

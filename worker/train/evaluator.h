@@ -7,11 +7,13 @@
 #include <functional>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "worker/comm/communicator.h"
 #include "worker/data/dataset.h"
 #include "worker/nn/backend.h"
 #include "worker/nn/model.h"
+#include "worker/train/loss.h"
 #include "worker/train/safetensors.h"
 #include "worker/train/train_config.h"
 
@@ -29,16 +31,29 @@ struct EvaluatorOptions {
   std::function<bool()> stop_requested;
 };
 
-/// Mean loss (plus the regularizers' penalty, as Keras's) and accuracy of model on the whole
-/// test split, batch examples at a time (no dropout). With comm (size N), each rank evaluates its
-/// share of the batches (contiguous, about 1/N of them) and the per-batch sums are all-reduced;
-/// every rank then adds them up in batch order, so the result is the same on every rank and equal
-/// to one rank evaluating every batch with the same backend. Per-batch sums stay on the device
-/// until one read at the end.
-std::pair<double, double> evaluate_model(nn::Model& model, nn::Backend& backend,
-                                         const data::Dataset& test, int batch,
-                                         comm::Communicator* comm = nullptr,
-                                         float label_smoothing = 0);
+/// What a validation pass gives: the mean loss, the loss's companion metric (accuracy for the
+/// cross-entropies) and each of train.metrics, in its order.
+struct Scores {
+  double loss = 0;
+  double companion = 0;
+  std::vector<double> metrics;
+};
+
+/// Mean loss (plus the regularizers' penalty, as Keras's), its companion and metrics of model on
+/// the whole test split, batch examples at a time (no dropout). With comm (size N), each rank
+/// evaluates its share of the batches (contiguous, about 1/N of them) and the per-batch sums are
+/// all-reduced; every rank then adds them up in batch order, so the result is the same on every
+/// rank and equal to one rank evaluating every batch with the same backend. The loss's sums stay
+/// on the device until one read at the end; metrics read each batch's outputs.
+Scores evaluate_model(nn::Model& model, nn::Backend& backend, const data::Dataset& test, int batch,
+                      comm::Communicator* comm = nullptr, const LossOptions& loss = {},
+                      const std::vector<MetricSpec>& metrics = {});
+
+/// scores by name, in Keras's order: prefix + "loss", prefix + the companion, prefix + each metric
+/// ("val_loss", "val_accuracy", ... with prefix "val_").
+std::vector<std::pair<std::string, double>> named_scores(const TrainConfig& config,
+                                                         const Scores& scores,
+                                                         const std::string& prefix);
 
 /// Runs until the final model was evaluated or stop_requested() is true. Returns the number of
 /// lines it appended to eval.jsonl.

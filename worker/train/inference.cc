@@ -70,8 +70,7 @@ LoadedRun load_run(const std::string& run_dir) {
   const TrainConfig& config = loaded.config;
   const std::string path = run.model_dir() + "/model.safetensors";
   if (!fs::exists(path)) {
-    throw ConfigError(
-        fmt::format("{}: no final model (a run writes it when training ends)", path));
+    throw ConfigError(fmt::format("{}: no final model (a run writes it when training ends)", path));
   }
   SafetensorsFile file = read_safetensors(path);
   if (file.metadata["architecture"] != config.model_json) {
@@ -82,8 +81,8 @@ LoadedRun load_run(const std::string& run_dir) {
   }
   nn::MathMode math = config.math == nn::MathMode::kTf32 ? nn::MathMode::kFloat32 : config.math;
   if (!nn::cpu_supports(math)) {
-    spdlog::warn("the run trained under \"{}\"; {}: computing in float32",
-                 nn::math_mode_name(math), cpu_policy_lack(math));
+    spdlog::warn("the run trained under \"{}\"; {}: computing in float32", nn::math_mode_name(math),
+                 cpu_policy_lack(math));
     math = nn::MathMode::kFloat32;
   }
   loaded.backend = nn::make_dnnl_backend(math);
@@ -137,13 +136,22 @@ std::string first_key(const data::NpzFile& archive, const std::vector<std::strin
 std::optional<data::Dataset> idx_folder(const std::string& dir) {
   auto find = [&](const std::string& name) -> std::string {
     for (const std::string& candidate : {name, name + ".gz"})
-      if (fs::is_regular_file(fs::path(dir) / candidate)) return (fs::path(dir) / candidate).string();
+      if (fs::is_regular_file(fs::path(dir) / candidate))
+        return (fs::path(dir) / candidate).string();
     return "";
   };
   const std::string images = find("t10k-images-idx3-ubyte"),
                     labels = find("t10k-labels-idx1-ubyte");
   if (images.empty() || labels.empty()) return std::nullopt;
   return data::load_idx_pair(images, labels, data::Split::kTest);
+}
+
+// Arrays of inputs and labels as the run's loss reads them: class indices or float targets.
+data::Dataset labelled(const data::NpyArray& x, const std::string& x_where, const data::NpyArray& y,
+                       const std::string& y_where, const TrainConfig& config) {
+  if (config.data.targets.empty())
+    return data::dataset_from_npy(x, x_where, y, y_where, data::Split::kTest);
+  return data::dataset_with_targets(x, x_where, y, y_where, config.data.targets);
 }
 
 data::Dataset evaluation_data(const LoadedRun& run, const EvaluateOptions& options,
@@ -159,8 +167,7 @@ data::Dataset evaluation_data(const LoadedRun& run, const EvaluateOptions& optio
           "test_labels): give --data");
     }
     data::Dataset test = data::load_data(config.data, run.input_shape, true).second;
-    if (test.count == 0)
-      throw ConfigError("the run has no validation data: give --data");
+    if (test.count == 0) throw ConfigError("the run has no validation data: give --data");
     what = config.data.validation_split > 0
                ? fmt::format("the run's validation data (the last {} of its training data)",
                              config.data.validation_split)
@@ -192,9 +199,8 @@ data::Dataset evaluation_data(const LoadedRun& run, const EvaluateOptions& optio
           "and y_test, or x and y); it has {}",
           path, config.data.x_test, config.data.y_test, fmt::join(archive.keys(), ", ")));
     }
-    return data::dataset_from_npy(archive.read(x, data::kNpyImageDtypes), path + ": " + x,
-                                  archive.read(y, data::kNpyLabelDtypes), path + ": " + y,
-                                  data::Split::kTest);
+    return labelled(archive.read(x, data::kNpyImageDtypes), path + ": " + x,
+                    archive.read(y, data::kNpyAnyDtype), path + ": " + y, config);
   }
   if (options.labels.empty()) {
     throw ConfigError(fmt::format(
@@ -203,9 +209,8 @@ data::Dataset evaluation_data(const LoadedRun& run, const EvaluateOptions& optio
         path));
   }
   if (ends_with(path, ".npy")) {
-    return data::dataset_from_npy(data::read_npy(path, data::kNpyImageDtypes), path,
-                                  data::read_npy(options.labels, data::kNpyLabelDtypes),
-                                  options.labels, data::Split::kTest);
+    return labelled(data::read_npy(path, data::kNpyImageDtypes), path,
+                    data::read_npy(options.labels, data::kNpyAnyDtype), options.labels, config);
   }
   return data::load_idx_pair(path, options.labels, data::Split::kTest);
 }
@@ -243,7 +248,8 @@ data::ImageFolder image_files(const std::string& path) {
 }
 
 Inputs prediction_inputs(const LoadedRun& run, const std::string& path) {
-  if (!fs::exists(path)) throw ConfigError(fmt::format("--input: {}: no such file or folder", path));
+  if (!fs::exists(path))
+    throw ConfigError(fmt::format("--input: {}: no such file or folder", path));
   if (run.config.model.sequence) {
     throw ConfigError(
         "--input: the run's model is a language model: `dtrain generate` samples from it");
@@ -284,8 +290,8 @@ Inputs prediction_inputs(const LoadedRun& run, const std::string& path) {
 
 // A .npy file (format 1.0) of a float32 array of shape (rows, columns).
 std::string npy_bytes(const std::vector<float>& values, int64_t rows, int columns) {
-  std::string header = fmt::format("{{'descr': '<f4', 'fortran_order': False, 'shape': ({}, {}), }}",
-                                   rows, columns);
+  std::string header =
+      fmt::format("{{'descr': '<f4', 'fortran_order': False, 'shape': ({}, {}), }}", rows, columns);
   // magic (6) + version (2) + length (2) + header + '\n', a multiple of 64 bytes.
   const size_t unpadded = 10 + header.size() + 1;
   header.append((64 - unpadded % 64) % 64, ' ');
@@ -307,19 +313,30 @@ std::string csv_field(const std::string& text) {
   return quoted + "\"";
 }
 
+// The CSV: a header, then per input its name, the predicted class (the cross-entropies over
+// classes: the arg-max; binary_crossentropy of one output: 1 above the threshold, else 0) and
+// each output. A regression's or a multi-label model's lines have no predicted class.
 std::string csv_bytes(const Inputs& inputs, const std::vector<float>& values, int columns,
-                      const std::vector<std::string>& class_names) {
-  auto column = [&](int k) {
+                      const std::vector<std::string>& class_names, const TrainConfig& config) {
+  auto name = [&](int k) {
     return static_cast<size_t>(k) < class_names.size() ? class_names[static_cast<size_t>(k)]
                                                        : fmt::format("class_{}", k);
   };
-  std::string out = "input,predicted";
-  for (int k = 0; k < columns; ++k) out += "," + csv_field(column(k));
+  const bool classes =
+      config.loss == nn::Loss::kSparseCategorical || config.loss == nn::Loss::kCategorical;
+  const bool binary = config.loss == nn::Loss::kBinary && columns == 1;
+  std::string out = "input";
+  if (classes || binary) out += ",predicted";
+  for (int k = 0; k < columns; ++k)
+    out += "," + csv_field(classes ? name(k) : fmt::format("output_{}", k));
   out += "\n";
+  const float threshold = config.from_logits ? 0.0f : 0.5f;  // a logit of 0 is p = 0.5
   for (size_t i = 0; i < inputs.names.size(); ++i) {
     const float* row = values.data() + i * static_cast<size_t>(columns);
-    const int best = static_cast<int>(std::max_element(row, row + columns) - row);
-    out += csv_field(inputs.names[i]) + "," + csv_field(column(best));
+    out += csv_field(inputs.names[i]);
+    if (classes)
+      out += "," + csv_field(name(static_cast<int>(std::max_element(row, row + columns) - row)));
+    if (binary) out += "," + csv_field(name(row[0] > threshold ? 1 : 0));
     for (int k = 0; k < columns; ++k) out += fmt::format(",{}", row[k]);
     out += "\n";
   }
@@ -344,29 +361,32 @@ Evaluation evaluate_run(const EvaluateOptions& options) {
   LoadedRun run = load_run(options.run_dir);
   Evaluation result;
   data::Dataset data = evaluation_data(run, options, result.data);
+  if (!run.config.data.targets.empty())  // a class-index file or folder, as the run's source
+    data::to_targets(data, run.config.data.targets, run.model->classes());
   if (!data.is_text()) check_fits(data, run, options.data.empty() ? result.data : options.data);
   data::check_labels_below(data, run.model->classes());
-  auto [loss, accuracy] =
+  const Scores scores =
       evaluate_model(*run.model, *run.backend, data, run.config.per_worker_batch_size, nullptr,
-                     run.config.label_smoothing);
+                     loss_options(run.config), run.config.metrics);
   result.examples = data.count;
-  result.loss = loss;
-  result.metrics.emplace_back("accuracy", accuracy);
+  result.loss = scores.loss;
+  result.metrics = named_scores(run.config, scores, "");
+  result.metrics.erase(result.metrics.begin());  // the loss
   return result;
 }
 
 Prediction predict_run(const PredictOptions& options) {
   const bool csv = ends_with(options.output, ".csv");
   if (!csv && !ends_with(options.output, ".npy"))
-    throw ConfigError(fmt::format("--output: {}: expected a name ending in .npy or .csv",
-                                  options.output));
+    throw ConfigError(
+        fmt::format("--output: {}: expected a name ending in .npy or .csv", options.output));
   LoadedRun run = load_run(options.run_dir);
   Inputs inputs = prediction_inputs(run, options.input);
   check_fits(inputs.data, run, options.input);
   nn::Model& model = *run.model;
   const int batch = run.config.per_worker_batch_size, columns = model.classes();
-  const size_t per_example = static_cast<size_t>(inputs.data.height) * inputs.data.width *
-                             inputs.data.channels;
+  const size_t per_example =
+      static_cast<size_t>(inputs.data.height) * inputs.data.width * inputs.data.channels;
   nn::Buffer<float> images(run.backend->device(), per_example * static_cast<size_t>(batch));
   std::vector<float> host(per_example * static_cast<size_t>(batch));
   std::vector<float> values(static_cast<size_t>(inputs.data.count) * static_cast<size_t>(columns));
@@ -382,7 +402,7 @@ Prediction predict_run(const PredictOptions& options) {
       run.config.model.nodes.back().config->activation() == nn::Activation::kSoftmax;
   if (softmax) softmax_rows(values, inputs.data.count, columns);
   common::write_file_atomically(
-      options.output, csv ? csv_bytes(inputs, values, columns, run.class_names)
+      options.output, csv ? csv_bytes(inputs, values, columns, run.class_names, run.config)
                           : npy_bytes(values, inputs.data.count, columns));
   return {inputs.data.count, columns};
 }

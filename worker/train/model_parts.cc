@@ -6,6 +6,7 @@
 #include "common/errors.h"
 #include "worker/comm/ring_communicator.h"
 #include "worker/data/batcher.h"
+#include "worker/train/loss.h"
 #include "worker/train/train_step.h"
 
 namespace dtrain::train {
@@ -24,9 +25,9 @@ ModelParts build_model_parts(const TrainConfig& config, nn::Backend& backend, in
   parts.optimizer = std::make_unique<Optimizer>(config.optimizer, parts.model->parameters().size(),
                                                 backend.device());
   parts.optimizer->set_parameters(parts.model->parameter_infos());
-  parts.stager =
-      std::make_unique<InputStager>(backend.device(), parts.model->input_dims().size(),
-                                    config.per_worker_batch_size, parts.model->positions());
+  parts.stager = std::make_unique<InputStager>(backend.device(), parts.model->input_dims().size(),
+                                               config.per_worker_batch_size,
+                                               label_words(loss_options(config), *parts.model));
   return parts;
 }
 

@@ -111,21 +111,152 @@ TensorBoardSpec parse_tensorboard(const common::JsonNode& node, const std::strin
   return t;
 }
 
-// {"type": "sparse_categorical_crossentropy", "from_logits": ...}, or Keras's shorthand, the
+// Keras's loss names (and its short ones for the errors) to the loss.
+nn::Loss loss_named(const common::JsonNode& node) {
+  const std::string name = one_of(
+      node, {"sparse_categorical_crossentropy", "categorical_crossentropy", "binary_crossentropy",
+             "mean_squared_error", "mse", "mean_absolute_error", "mae"});
+  if (name == "categorical_crossentropy") return nn::Loss::kCategorical;
+  if (name == "binary_crossentropy") return nn::Loss::kBinary;
+  if (name == "mean_squared_error" || name == "mse") return nn::Loss::kMeanSquared;
+  if (name == "mean_absolute_error" || name == "mae") return nn::Loss::kMeanAbsolute;
+  return nn::Loss::kSparseCategorical;
+}
+
+bool regression(nn::Loss loss) {
+  return loss == nn::Loss::kMeanSquared || loss == nn::Loss::kMeanAbsolute;
+}
+
+// {"type": <a Keras loss>, "from_logits": ..., "label_smoothing": ...}, or Keras's shorthand, the
 // name alone, which means what Keras's string does: from_logits false.
 void parse_loss(const common::JsonNode& node, TrainConfig& c) {
   if (node.is_string()) {
-    one_of(node, {"sparse_categorical_crossentropy"});
+    c.loss = loss_named(node);
     c.from_logits = false;
     return;
   }
   if (!node.is_object())
     node.fail(fmt::format("expected a loss name or object, found {}", node.describe()));
-  node.check_keys({"type", "from_logits", "label_smoothing"});
-  one_of(node.at("type"), {"sparse_categorical_crossentropy"});
+  c.loss = loss_named(node.at("type"));
+  if (regression(c.loss)) {
+    node.check_keys({"type"});
+  } else {
+    node.check_keys({"type", "from_logits", "label_smoothing"});
+  }
   if (auto n = node.find("from_logits")) c.from_logits = n->as_bool();
   if (auto n = node.find("label_smoothing"))
     c.label_smoothing = static_cast<float>(n->as_number(0.0, 1.0));
+}
+
+// The last layer's activation against the loss: what Keras would compute silently wrong is exit 2
+// naming train.loss.
+void check_loss_against_model(const common::JsonNode& root, const TrainConfig& c) {
+  const common::JsonNode& at = root.find("loss") ? root.at("loss") : root;
+  const nn::Activation last = c.model.nodes.back().config->activation();
+  const bool softmax = last == nn::Activation::kSoftmax, sigmoid = last == nn::Activation::kSigmoid;
+  const nn::Dims out = c.model.output_dims();
+  if (c.loss != nn::Loss::kSparseCategorical && out.sequence) {
+    at.fail(
+        "a model of a sequence's positions trains with sparse_categorical_crossentropy (each "
+        "position's next token)");
+  }
+  switch (c.loss) {
+    case nn::Loss::kSparseCategorical:
+    case nn::Loss::kCategorical:
+      if (softmax == c.from_logits) {
+        at.fail(softmax ? "from_logits is true but the last layer already applies softmax"
+                        : "from_logits is false but the last layer has no softmax activation: "
+                          "set \"from_logits\": true or add \"activation\": \"softmax\"");
+      }
+      break;
+    case nn::Loss::kBinary:
+      if (softmax) {
+        at.fail(
+            "binary_crossentropy scores each output on its own, and the last layer's softmax "
+            "ties them together: use \"activation\": \"sigmoid\" (or none with "
+            "\"from_logits\": true)");
+      }
+      if (sigmoid == c.from_logits) {
+        at.fail(sigmoid ? "from_logits is true but the last layer already applies sigmoid"
+                        : "from_logits is false but the last layer has no sigmoid activation: "
+                          "set \"from_logits\": true or add \"activation\": \"sigmoid\"");
+      }
+      break;
+    case nn::Loss::kMeanSquared:
+    case nn::Loss::kMeanAbsolute:
+      if (softmax) {
+        at.fail(
+            "a regression loss compares the last layer's values with the labels, and its "
+            "softmax makes them class probabilities: remove the softmax (regression) or use "
+            "a cross-entropy (classification)");
+      }
+      break;
+  }
+}
+
+// train.metrics: Keras's names. The companion (accuracy for the cross-entropies) is always
+// logged; what Keras would compute and dtrain cannot is exit 2 naming the metric.
+void parse_metrics(const common::JsonNode& node, TrainConfig& c) {
+  if (!node.is_array())
+    node.fail(fmt::format("expected a list of metric names, found {}", node.describe()));
+  const bool classes = !regression(c.loss);
+  const bool sparse = c.loss == nn::Loss::kSparseCategorical;
+  for (const common::JsonNode& item : node.as_array()) {
+    MetricSpec m;
+    if (item.is_object()) {
+      item.check_keys({"type", "k"});
+      if (auto k = item.find("k")) m.k = static_cast<int>(k->as_int(1, 1 << 20));
+    }
+    const common::JsonNode name_node = item.is_object() ? item.at("type") : item;
+    m.name = name_node.as_nonempty_string();
+    const std::string& n = m.name;
+    auto refuse = [&](const std::string& why) {
+      name_node.fail(fmt::format("\"{}\": {}", n, why));
+    };
+    const bool top_k =
+        n == "top_k_categorical_accuracy" || n == "sparse_top_k_categorical_accuracy";
+    if (auto k = item.is_object() ? item.find("k") : std::nullopt; k && !top_k)
+      k->fail("only a top-k accuracy has k");
+    if (n == "accuracy" || n == "acc" || n == "sparse_categorical_accuracy" ||
+        n == "categorical_accuracy" || n == "binary_accuracy") {
+      if (!classes) refuse("an accuracy needs a classification loss; this is a regression");
+      if (n == "sparse_categorical_accuracy" && !sparse)
+        refuse("compares class indices; this loss takes one-hot or 0/1 labels: use \"accuracy\"");
+      if (n == "categorical_accuracy" && c.loss != nn::Loss::kCategorical)
+        refuse("compares one-hot labels; use \"accuracy\", which fits this loss");
+      if (n == "binary_accuracy" && c.loss != nn::Loss::kBinary)
+        refuse("scores 0/1 labels; use \"accuracy\", which fits this loss");
+      continue;  // the companion: logged as "accuracy"
+    }
+    if (top_k) {
+      if (c.loss == nn::Loss::kBinary || !classes)
+        refuse(
+            "needs a categorical loss (sparse_categorical_crossentropy or "
+            "categorical_crossentropy)");
+      if ((n[0] == 's') != sparse)
+        refuse(sparse ? "compares one-hot labels; this loss takes class indices: use "
+                        "sparse_top_k_categorical_accuracy"
+                      : "compares class indices; this loss takes one-hot labels: use "
+                        "top_k_categorical_accuracy");
+      m.kind = MetricSpec::Kind::kTopK;
+    } else if (n == "mae" || n == "mean_absolute_error" || n == "mse" ||
+               n == "mean_squared_error") {
+      if (classes) refuse("measures a regression; this loss is a classification's");
+      const bool absolute = n == "mae" || n == "mean_absolute_error";
+      if (absolute == (c.companion == "mae")) continue;  // the companion
+      m.kind = absolute ? MetricSpec::Kind::kMeanAbsolute : MetricSpec::Kind::kMeanSquared;
+    } else if (n == "auc" || n == "AUC") {
+      refuse("not computed by dtrain yet (it needs the whole validation set's scores)");
+    } else {
+      refuse(
+          "unknown metric (expected accuracy, binary_accuracy, categorical_accuracy, "
+          "sparse_categorical_accuracy, top_k_categorical_accuracy, "
+          "sparse_top_k_categorical_accuracy, mae or mse)");
+    }
+    for (const MetricSpec& given : c.metrics)
+      if (given.name == n) refuse("given twice");
+    c.metrics.push_back(m);
+  }
 }
 
 // dtype_policy (Keras's policy names) and allow_tf32 into the backend's math mode, and the loss
@@ -171,38 +302,30 @@ void parse_model(const common::JsonNode& node, TrainConfig& c) {
 }
 
 void parse_fields(const common::JsonNode& root, TrainConfig& c) {
-  root.check_keys({"model",
-                   "loss",
-                   "optimizer",
-                   "data",
-                   "per_worker_batch_size",
-                   "epochs",
-                   "steps_per_epoch",
-                   "validation",
-                   "seed",
-                   "device",
-                   "communication",
-                   "overlap",
-                   "cuda_graphs",
-                   "dtype_policy",
-                   "dtype_policy_fallback",
-                   "allow_tf32",
-                   "loss_scale",
-                   "backup",
-                   "tensorboard",
-                   "callbacks",
-                   "ledger"});
+  root.check_keys({"model",        "loss",
+                   "metrics",      "optimizer",
+                   "data",         "per_worker_batch_size",
+                   "epochs",       "steps_per_epoch",
+                   "validation",   "seed",
+                   "device",       "communication",
+                   "overlap",      "cuda_graphs",
+                   "dtype_policy", "dtype_policy_fallback",
+                   "allow_tf32",   "loss_scale",
+                   "backup",       "tensorboard",
+                   "callbacks",    "ledger"});
   parse_model(root.at("model"), c);
   if (auto n = root.find("loss")) parse_loss(*n, c);
-  bool softmax = c.model.nodes.back().config->activation() == nn::Activation::kSoftmax;
-  if (softmax == c.from_logits) {
-    (root.find("loss") ? root.at("loss") : root)
-        .fail(softmax ? "from_logits is true but the last layer already applies softmax"
-                      : "from_logits is false but the last layer has no softmax activation: "
-                        "set \"from_logits\": true or add \"activation\": \"softmax\"");
-  }
+  check_loss_against_model(root, c);
+  c.companion = c.loss == nn::Loss::kMeanSquared    ? "mae"
+                : c.loss == nn::Loss::kMeanAbsolute ? "mse"
+                                                    : "accuracy";
+  if (auto n = root.find("metrics")) parse_metrics(*n, c);
   if (auto n = root.find("optimizer")) c.optimizer = parse_optimizer_spec(*n);
   if (auto n = root.find("data")) c.data = data::parse_data_config(*n);
+  c.data.targets = c.loss == nn::Loss::kSparseCategorical ? ""
+                   : c.loss == nn::Loss::kCategorical     ? "one_hot"
+                   : c.loss == nn::Loss::kBinary          ? "binary"
+                                                          : "values";
   if (auto n = root.find("per_worker_batch_size"))
     c.per_worker_batch_size = static_cast<int>(n->as_int(1, 1 << 20));
   if (auto n = root.find("epochs")) c.epochs = static_cast<int>(n->as_int(1, 1 << 20));
@@ -227,7 +350,7 @@ void parse_fields(const common::JsonNode& root, TrainConfig& c) {
   if (auto n = root.find("backup")) c.backup = parse_backup(*n);
   if (auto n = root.find("tensorboard")) c.tensorboard = parse_tensorboard(*n, c.backup.dir);
   if (auto n = root.find("callbacks")) {
-    c.callbacks = parse_callbacks(*n, c.validation);
+    c.callbacks = parse_callbacks(*n, c.validation, logged_metrics(c));
     if (c.callbacks.reduce_lr && !c.optimizer.learning_rate.constant()) {
       n->fail(fmt::format(
           "ReduceLROnPlateau needs a constant learning rate, and train.optimizer.learning_rate "
@@ -260,6 +383,16 @@ TrainConfig parse_train_config(std::string_view json, const std::string& source)
 
 std::string dtype_policy_name(const TrainConfig& config) {
   return config.math == nn::MathMode::kTf32 ? "float32" : nn::math_mode_name(config.math);
+}
+
+std::vector<std::string> logged_metrics(const TrainConfig& config) {
+  std::vector<std::string> names = {"loss", config.companion};
+  for (const MetricSpec& m : config.metrics) names.push_back(m.name);
+  if (config.validation) {
+    const size_t trained = names.size();
+    for (size_t i = 0; i < trained; ++i) names.push_back("val_" + names[i]);
+  }
+  return names;
 }
 
 std::string cpu_policy_lack(nn::MathMode math) {

@@ -6,6 +6,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "common/errors.h"
 #include "worker/comm/communication.h"
@@ -40,6 +41,13 @@ enum class DeviceChoice {
   kCuda,
 };
 
+/// One of train.metrics that validation computes beside the loss and its companion.
+struct MetricSpec {
+  std::string name;  ///< as logged: Keras's name as the job wrote it
+  enum class Kind { kTopK, kMeanAbsolute, kMeanSquared } kind = Kind::kTopK;
+  int k = 5;  ///< kTopK: a row counts when its label is among the k largest outputs
+};
+
 struct TrainConfig {
   nn::ModelSpec model;
   /// train.model as compact JSON (a Keras file's translation, for {"keras": FILE}): the
@@ -48,10 +56,20 @@ struct TrainConfig {
   /// {"keras": FILE}: the Keras model's envelope (KerasModel::keras_config), which the chief
   /// writes back as RUN_DIR/model/model.keras with the trained weights; "" otherwise.
   std::string keras_config;
+  /// train.loss's type (docs/design.md#losses): sparse categorical cross-entropy by default.
+  nn::Loss loss = nn::Loss::kSparseCategorical;
   bool from_logits = false;  ///< Keras's default (also for the shorthand "loss": "<name>")
   /// train.loss.label_smoothing: targets (1 - s) * onehot + s / classes (Keras's
   /// CategoricalCrossentropy's), in training and in validation alike.
   float label_smoothing = 0;
+  /// The metric every step computes beside the loss (the loss's companion, TargetLossShape):
+  /// "accuracy" for the cross-entropies, "mae" for mean_squared_error, "mse" for
+  /// mean_absolute_error. Logged as itself and, validated, as "val_" + itself.
+  std::string companion = "accuracy";
+  /// train.metrics beyond the companion, computed where the model is validated and by `dtrain
+  /// evaluate` (docs/design.md#losses): each a Keras name as written ("mae", "top_k_categorical_
+  /// accuracy", ...) and, for the top-k accuracies, k.
+  std::vector<MetricSpec> metrics;
   OptimizerSpec optimizer;
   data::DataConfig data;
   int per_worker_batch_size = 32;  ///< Keras's default batch size
@@ -84,6 +102,10 @@ struct TrainConfig {
   /// train.callbacks (docs/design.md#callbacks); TerminateOnNaN is always on.
   CallbackSpecs callbacks;
 };
+
+/// The metric names an epoch logs, in Keras's order: loss, the companion, the metrics; and with
+/// validation each again as "val_" + name.
+std::vector<std::string> logged_metrics(const TrainConfig& config);
 
 /// Keras's name of the policy config.math computes under: TF32 is float32's ("float32",
 /// "mixed_bfloat16", "mixed_float16"), what checkpoints and model.json record.

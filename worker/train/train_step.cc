@@ -108,8 +108,8 @@ void TrainStep::enqueue(const float* images, const int32_t* labels, int n, const
   nn::StepKey shard_key = key;
   shard_key.shard = comm_.rank();  // a whole group: each member holds its own shard
   const float* logits = model_.forward(images, n, shard_key, true);
-  backend_.softmax_cross_entropy_smoothed(rows(n), model_.classes(), options_.label_smoothing,
-                                          logits, labels, model_.logits_gradient(), stats_.data());
+  apply_loss(backend_, options_.loss, model_, n, logits, labels, model_.logits_gradient(),
+             stats_.data());
   device_.download_async(own_losses_.data() + slot, stats_.data(), sizeof(float));  // before sums
   scale_loss_gradient(n);
   device_.upload(stats_.data() + offsetof(StepStats, stop) / sizeof(float), stop_flag_.data(),
@@ -306,9 +306,8 @@ void TrainStep::enqueue_shards(const comm::ShardPlan& shards, const ShardInput* 
     nn::StepKey shard_key = key;
     shard_key.shard = shards.shard(static_cast<int>(j));
     const float* logits = model_.forward(inputs[j].images, inputs[j].n, shard_key, true);
-    backend_.softmax_cross_entropy_smoothed(rows(inputs[j].n), model_.classes(),
-                                            options_.label_smoothing, logits, inputs[j].labels,
-                                            model_.logits_gradient(), stats_.data());
+    apply_loss(backend_, options_.loss, model_, inputs[j].n, logits, inputs[j].labels,
+               model_.logits_gradient(), stats_.data());
     scale_loss_gradient(inputs[j].n);
     model_.backward(inputs[j].n, piece_done);
     std::memcpy(shard_stats_.data() + j * kStatsFloats, stats_.data(), stats_.bytes());

@@ -21,6 +21,7 @@
 #include "worker/comm/membership.h"
 #include "worker/nn/model.h"
 #include "worker/train/gradient_rules.h"
+#include "worker/train/loss.h"
 #include "worker/train/loss_scale.h"
 #include "worker/train/optimizer.h"
 
@@ -93,8 +94,8 @@ struct StepOptions {
   /// mixed_float16 or train.loss_scale; tests force it in any math mode. When on, the optimizer
   /// applies a step only once every bucket's all-reduce has finished (as whole_steps do).
   LossScaleSpec loss_scale = {};
-  /// train.loss.label_smoothing (0: none).
-  float label_smoothing = 0;
+  /// train.loss: its kind, from_logits and label_smoothing.
+  LossOptions loss = {};
 };
 
 /// One virtual shard's batch, already on the device.

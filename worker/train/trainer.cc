@@ -26,6 +26,15 @@
 
 namespace dtrain::train {
 
+std::vector<std::pair<std::string, double>> EpochMetrics::named() const {
+  std::vector<std::pair<std::string, double>> all = {{"loss", loss}, {companion, accuracy}};
+  if (!validated) return all;
+  all.emplace_back("val_loss", val_loss);
+  all.emplace_back("val_" + companion, val_accuracy);
+  for (const auto& [name, value] : val_metrics) all.emplace_back("val_" + name, value);
+  return all;
+}
+
 namespace {
 
 // derive_seed stream of worker r's epoch orders when the data is sharded by file: r plus this.
@@ -76,17 +85,9 @@ TrainingState state_of(const ResumeHeader& h) {
 // "steps", which the TensorBoard points need, for the copy kept in the epoch checkpoint.
 std::string metrics_json(const EpochMetrics& m, bool with_steps) {
   common::JsonWriter w;
-  w.begin_object()
-      .key("epoch")
-      .value(m.epoch)
-      .key("loss")
-      .value(m.loss)
-      .key("accuracy")
-      .value(m.accuracy);
-  if (m.validated) {
-    w.key("val_loss").value(m.val_loss).key("val_accuracy").value(m.val_accuracy);
-    w.key("val_seconds").value(m.val_seconds);
-  }
+  w.begin_object().key("epoch").value(m.epoch);
+  for (const auto& [name, value] : m.named()) w.key(name).value(value);
+  if (m.validated) w.key("val_seconds").value(m.val_seconds);
   w.key("seconds").value(m.seconds).key("samples_per_second").value(m.samples_per_second);
   if (m.tokens_per_second > 0) w.key("tokens_per_second").value(m.tokens_per_second);
   w.key("allreduce_seconds").value(m.allreduce_seconds);
@@ -97,17 +98,21 @@ std::string metrics_json(const EpochMetrics& m, bool with_steps) {
 }
 
 // metrics_json(m, true) read back; ConfigError when it is not that.
-EpochMetrics metrics_of(const std::string& json, const std::string& source) {
+EpochMetrics metrics_of(const std::string& json, const std::string& source,
+                        const TrainConfig& config) {
   common::JsonDocument doc = common::JsonDocument::parse(json, source);
   const common::JsonNode root = doc.root();
   constexpr double kMax = std::numeric_limits<double>::max();
   auto number = [&](const char* key) { return root.at(key).as_number(-kMax, kMax); };
   EpochMetrics m;
   m.epoch = static_cast<int>(root.at("epoch").as_int(1, 1 << 20));
-  m.loss = number("loss"), m.accuracy = number("accuracy");
+  m.companion = config.companion;
+  m.loss = number("loss"), m.accuracy = number(m.companion.c_str());
   if (root.find("val_loss")) {
     m.validated = true;
-    m.val_loss = number("val_loss"), m.val_accuracy = number("val_accuracy");
+    m.val_loss = number("val_loss"), m.val_accuracy = number(("val_" + m.companion).c_str());
+    for (const MetricSpec& metric : config.metrics)
+      m.val_metrics.emplace_back(metric.name, number(("val_" + metric.name).c_str()));
     m.val_seconds = number("val_seconds");
   }
   m.seconds = number("seconds"), m.samples_per_second = number("samples_per_second");
@@ -242,7 +247,7 @@ Trainer::Trainer(const TrainConfig& config, nn::Backend& backend, comm::Communic
   step_options.whole_steps = options_.regroup && whole_steps_possible(backend_.device(), comm_);
   step_options.virtual_size = options_.virtual_size;
   step_options.loss_scale = config_.loss_scale;
-  step_options.label_smoothing = config_.label_smoothing;
+  step_options.loss = loss_options(config_);
   if (config_.loss_scale.enabled) {
     spdlog::info("loss scaling: {} scale {} (docs/design.md#loss-scaling)",
                  config_.loss_scale.dynamic ? "dynamic, initial" : "fixed",
@@ -379,11 +384,7 @@ std::vector<TensorView> Trainer::finite_weights(const char* before) {
 
 bool Trainer::judge_epoch(const EpochMetrics& m, const std::vector<TensorView>& weights) {
   if (!early_stopping_ && !model_checkpoint_ && !reduce_lr_) return false;
-  NamedMetrics metrics = {{"loss", m.loss}, {"accuracy", m.accuracy}};
-  if (m.validated) {
-    metrics.emplace_back("val_loss", m.val_loss);
-    metrics.emplace_back("val_accuracy", m.val_accuracy);
-  }
+  NamedMetrics metrics = m.named();
   std::optional<double> before;
   if (model_checkpoint_ && model_checkpoint_->on_epoch_end(metrics, before) && chief()) {
     common::BusyPhase busy(options_.record, common::ProgressPhase::kSaving);
@@ -477,6 +478,7 @@ void Trainer::share_state(bool holding) {
   LossScaleState loss_scale;  // none (the initial state) unless the source has one
   std::string epoch_metrics;
   std::vector<TensorView> views = checkpoint_tensors();  // this member's state, on the host
+  std::array<double, 3> clock = {0, 0, -1};
   if (source < 0) {  // a fresh group: the chief's newest checkpoint, or the initial state
     source = 0;
     if (chief()) {
@@ -484,6 +486,8 @@ void Trainer::share_state(bool holding) {
       if (!t) t = load_final_state(views, epoch_metrics);
       if (t) {
         header = header_of(*t);
+        if (t->step > 0 && t->epoch_first_step >= 0)
+          clock = {t->epoch_seconds, t->epoch_samples, double(t->epoch_first_step)};
         loss_scale = {static_cast<float>(t->loss_scale), t->loss_scale_good_steps};
       } else if (std::optional<TrainingState> done = load_finished_model(views)) {
         header = header_of(*done);
@@ -504,7 +508,6 @@ void Trainer::share_state(bool holding) {
   comm_.broadcast(&header, sizeof header, source);
   // The resumed epoch's clock travels with the state, as its loss totals do: a new chief's
   // metrics.jsonl line times the whole epoch, not only its own part of it.
-  std::array<double, 3> clock = {0, 0, -1};
   if (comm_.rank() == source && holding && state_.step > 0)
     clock = {common::monotonic_seconds() - epoch_started_, epoch_samples_,
              double(epoch_first_step_)};
@@ -637,8 +640,13 @@ EpochMetrics Trainer::fit_from_state() {
   const bool stopped_before = early_stopping_ && early_stopping_->stopped();  // a resume after it
   for (int epoch = static_cast<int>(state_.epoch); epoch < config_.epochs && !stopped_before;
        ++epoch) {
+    // ms/step over the steps the epoch's clock times: from where it was entered, when its clock
+    // was carried through a resume (train_epoch), else this run's.
+    const bool resumed = epoch == state_.epoch && state_.step > 0;
     progress_.begin_epoch(epoch + 1, config_.epochs,
-                          epoch == state_.epoch ? state_.step : 0);  // ms/step of this run
+                          !resumed                   ? 0
+                          : carried_first_step_ >= 0 ? carried_first_step_
+                                                     : state_.step);
     last = train_epoch(epoch);
     step_->settle_loss_scale();  // skips not yet read leave the host's count ahead
     report_loss_scale();
@@ -687,7 +695,8 @@ void Trainer::show_progress(int epoch, int64_t step, double started, double seen
   EpochTotals totals = step_->totals();
   double elapsed = now - started;
   double loss = totals.mean_loss(), accuracy = totals.accuracy();
-  progress_.update(step, steps_per_epoch_, elapsed, {{"loss", loss}, {"accuracy", accuracy}});
+  progress_.update(step, steps_per_epoch_, elapsed,
+                   {{"loss", loss}, {config_.companion, accuracy}});
   heartbeat(epoch + 1, step, steps_per_epoch_, loss, accuracy, seen_here / std::max(elapsed, 1e-9));
 }
 
@@ -812,6 +821,9 @@ EpochMetrics Trainer::train_epoch(int epoch) {
       EpochTotals t = step_->totals();
       state_.epoch_loss_sum = t.loss_sum, state_.epoch_correct = t.correct;
       state_.epoch_seen = t.seen;
+      state_.epoch_seconds = common::monotonic_seconds() - started;
+      state_.epoch_samples = seen_here;
+      state_.epoch_first_step = epoch_first_step_;
       save_checkpoint();
     }
     if (stop) {
@@ -821,6 +833,7 @@ EpochMetrics Trainer::train_epoch(int epoch) {
     }
   }
   EpochMetrics m;
+  m.companion = config_.companion;
   m.stop_agreed = step_->stop_agreed(0);  // waits for the epoch's last step
   check_finite_loss(0, state_.global_step);
   EpochTotals t = step_->totals();
@@ -834,25 +847,27 @@ EpochMetrics Trainer::train_epoch(int epoch) {
   m.allreduce_seconds = step_->exposed_comm_seconds();
   m.input_wait_seconds = input_wait;
   m.step_seconds = in_steps;
+  m.learning_rate = optimizer_->learning_rate();  // before ReduceLROnPlateau may change it
   heartbeat(epoch + 1, steps_per_epoch_, steps_per_epoch_, m.loss, m.accuracy,
             m.samples_per_second);
-  std::vector<std::pair<std::string, double>> values = {{"loss", m.loss}, {"accuracy", m.accuracy}};
   if (config_.validation) {
     double validation_started = common::monotonic_seconds();
-    std::tie(m.val_loss, m.val_accuracy) = evaluate();
+    const Scores scores = evaluate();
+    m.val_loss = scores.loss;
+    m.val_accuracy = scores.companion;
+    for (size_t i = 0; i < config_.metrics.size(); ++i)
+      m.val_metrics.emplace_back(config_.metrics[i].name, scores.metrics[i]);
     m.val_seconds = common::monotonic_seconds() - validation_started;
     m.validated = true;
-    values.emplace_back("val_loss", m.val_loss);
-    values.emplace_back("val_accuracy", m.val_accuracy);
   }
-  progress_.end_epoch(steps_per_epoch_, m.seconds, values);
+  progress_.end_epoch(steps_per_epoch_, m.seconds, m.named());
   return m;
 }
 
-std::pair<double, double> Trainer::evaluate() {
+Scores Trainer::evaluate() {
   common::BusyPhase busy(options_.record, common::ProgressPhase::kValidating);
   return evaluate_model(*model_, backend_, test_, config_.per_worker_batch_size, &comm_,
-                        config_.label_smoothing);
+                        loss_options(config_), config_.metrics);
 }
 
 void Trainer::write_metrics(const EpochMetrics& m) {
@@ -868,7 +883,7 @@ void Trainer::recover_epoch_metrics() {
   std::string path = common::RunDir(options_.run_dir).metrics_jsonl();
   EpochMetrics m;
   try {
-    m = metrics_of(restored_epoch_metrics_, "the checkpoint's epoch_metrics");
+    m = metrics_of(restored_epoch_metrics_, "the checkpoint's epoch_metrics", config_);
   } catch (const common::ConfigError& e) {
     spdlog::warn("cannot recover the last epoch's metrics: {}", e.what());
     return;
@@ -885,13 +900,16 @@ void Trainer::recover_epoch_metrics() {
 // steps_per_second, and our samples_per_second; evaluation_*_vs_iterations after validating.
 void Trainer::write_summaries(const EpochMetrics& m) {
   if (!tensorboard_) return;
-  SummaryLogs logs = {{"loss", m.loss}, {"accuracy", m.accuracy}};
-  if (m.validated) {
-    tensorboard_->log_evaluation(optimizer_->iterations(),
-                                 {{"loss", m.val_loss}, {"accuracy", m.val_accuracy}});
-    logs.insert(logs.end(), {{"val_loss", m.val_loss}, {"val_accuracy", m.val_accuracy}});
+  SummaryLogs logs;
+  SummaryLogs evaluation;
+  for (const auto& [name, value] : m.named()) {
+    logs.push_back({name, value});
+    if (name.rfind("val_", 0) == 0) evaluation.push_back({name.substr(4), value});
   }
-  logs.insert(logs.end(), {{"learning_rate", optimizer_->learning_rate()},
+  if (m.validated) tensorboard_->log_evaluation(optimizer_->iterations(), evaluation);
+  // The rate the epoch trained with (Keras's ReduceLROnPlateau logs it before reducing it).
+  const double rate = m.learning_rate >= 0 ? m.learning_rate : optimizer_->learning_rate();
+  logs.insert(logs.end(), {{"learning_rate", rate},
                            {"steps_per_second", static_cast<double>(m.steps) / m.seconds},
                            {"samples_per_second", m.samples_per_second}});
   if (m.tokens_per_second > 0) logs.push_back({"tokens_per_second", m.tokens_per_second});
@@ -901,7 +919,7 @@ void Trainer::write_summaries(const EpochMetrics& m) {
 void Trainer::write_batch_summary() {
   EpochTotals t = step_->totals();
   tensorboard_->log_batch(state_.global_step,
-                          {{"loss", t.mean_loss()}, {"accuracy", t.accuracy()}});
+                          {{"loss", t.mean_loss()}, {config_.companion, t.accuracy()}});
 }
 
 // In an elastic group the chief's duties (restoring and writing checkpoints, metrics, summaries,

@@ -26,6 +26,7 @@
 #include "worker/nn/model.h"
 #include "worker/train/callbacks.h"
 #include "worker/train/checkpoint.h"
+#include "worker/train/evaluator.h"
 #include "worker/train/input_stager.h"
 #include "worker/train/model_parts.h"
 #include "worker/train/model_tensors.h"
@@ -40,9 +41,16 @@ namespace dtrain::train {
 
 struct EpochMetrics {
   int epoch = 0;  ///< 1-based, as printed
+  /// accuracy is the loss's companion metric, logged under `companion` (TrainConfig::companion);
+  /// val_metrics are train.metrics on the validation data, by name without "val_".
   double loss = 0, accuracy = 0;
   double val_loss = 0, val_accuracy = 0;
+  std::string companion = "accuracy";
+  std::vector<std::pair<std::string, double>> val_metrics;
   bool validated = false;
+  /// By name, as logged: loss, the companion, and when validated val_loss, val_<companion> and
+  /// each val_<metric>.
+  std::vector<std::pair<std::string, double>> named() const;
   double val_seconds = 0;  ///< the validation's own time (not part of seconds)
   double seconds = 0, samples_per_second = 0;
   /// A language model's samples_per_second x its sequence length; 0 for images (not written).
@@ -56,6 +64,9 @@ struct EpochMetrics {
   /// the rest of seconds is the work between steps (docs/design.md#run-directory).
   double step_seconds = 0;
   bool stop_agreed = false;  ///< the group agreed to stop at this epoch's end
+  /// The learning rate at the epoch's end, before a callback changed it; -1: not known (an epoch
+  /// recorded from a checkpoint's copy), TensorBoard then logs the optimizer's.
+  double learning_rate = -1;
 };
 
 /// What TrainerOptions::regroup joined: the generation, and in an elastic job the shards this
@@ -146,7 +157,7 @@ class Trainer {
   /// Where training resumed (epoch 0, step 0 for a fresh start).
   const TrainingState& resumed_from() const { return start_; }
   /// Mean loss and accuracy of the model on the test split (no dropout).
-  std::pair<double, double> evaluate();
+  Scores evaluate();
 
   nn::Model& model() { return *model_; }
   TrainStep& step() { return *step_; }
