@@ -44,7 +44,7 @@ import json, sys
 source, target, seed, optimizer, policy = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4], sys.argv[5]
 job = json.load(open(source))
 job["job"] = "accuracy"
-job.pop("cluster")
+job.pop("cluster", None)
 job["workers"] = 2  # free ports picked by the launcher
 job["train"]["seed"] = seed
 if optimizer:

@@ -73,7 +73,7 @@ if " speed " in parts:
 print(f"# data written in {time.monotonic() - started:.0f} s", flush=True)
 
 base = json.load(open("configs/fashion-mnist-2workers.json"))
-del base["cluster"]
+base.pop("cluster", None)
 def run(name, data, workers=2, shape=(28, 28, 1), extra=None, seed=None):
     job = json.loads(json.dumps(base))
     job.update(job=name, workers=workers)

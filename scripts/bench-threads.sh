@@ -34,7 +34,7 @@ def threads(pid):
 
 def run(policy):
     job = json.load(open("configs/fashion-mnist-2workers.json"))
-    del job["cluster"]
+    job.pop("cluster", None)
     job["job"] = f"threads-{policy}"
     job["workers"] = 2
     job["train"].update({"epochs": 1, "steps_per_epoch": 5000, "validation": False,

@@ -57,7 +57,7 @@ work, build, steps, repeat = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys
 torch_malloc, torch_core, torch_blas, torch_header = sys.argv[5:9]
 config = "configs/fashion-mnist-2workers.json"
 base = json.load(open(config))
-del base["cluster"]
+base.pop("cluster", None)
 info = dict(line.split(" ", 1) for line in subprocess.run(
     [f"{build}/bench/step_bench", "--cpu-info"], check=True, capture_output=True,
     text=True).stdout.splitlines())
@@ -166,7 +166,7 @@ base = json.load(open("configs/fashion-mnist-2workers.json"))
 base["train"].update({"epochs": 1, "steps_per_epoch": 200, "validation": False,
                       "backup": {"dir": "backup", "save_freq": 50, "keep": 2, "delete_on_success": False}})
 base["restart"] = {"max_restarts": 3, "backoff_seconds": 0.2, "grace_seconds": 10}
-del base["cluster"]
+base.pop("cluster", None)
 
 def launch(workers, name, kill_after_checkpoint=False, overlap=True, communication="ring",
            validation=False, env=None, recovery="restart"):

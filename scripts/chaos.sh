@@ -79,10 +79,11 @@ path, epochs, steps, spares, cluster, remote_shell = sys.argv[1:]
 job = json.load(open("configs/fashion-mnist-2workers.json"))
 job["job"] = "chaos"
 if cluster:
+    job.pop("workers", None)
     job["cluster"] = {"worker": json.loads(cluster)}
     job["remote_shell"] = json.loads(remote_shell)
 else:
-    del job["cluster"]
+    job.pop("cluster", None)
     job["workers"] = 2
 job["spares"] = int(spares)
 job["restart"] = {"max_restarts": 1000, "max_preemptions": 1000, "backoff_seconds": 0.2,

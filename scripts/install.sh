@@ -2,12 +2,24 @@
 # Builds dtrain (scripts/build.sh build) and installs `dtrain` and `dtrain-worker` side by side into
 # PREFIX/bin, plus dtrain's bash completion, with `cmake --install`; then `dtrain` works from any
 # folder. It does not run the set-up (scripts/setup.sh) or any test.
-#   scripts/install.sh [PREFIX]    PREFIX defaults to $DTRAIN_PREFIX, else /usr/local
+#   scripts/install.sh [PREFIX] [BUILD_DIR]
+# PREFIX defaults to $DTRAIN_PREFIX, else /usr/local. With BUILD_DIR it builds nothing and installs
+# the two programs already built there (scripts/demo.sh builds only them, in build-demo/).
 # Remove with: rm PREFIX/bin/dtrain PREFIX/bin/dtrain-worker PREFIX/share/bash-completion/completions/dtrain
 set -euo pipefail
 cd "$(dirname "$0")/.."
 prefix=${1:-${DTRAIN_PREFIX:-/usr/local}}
-bash scripts/build.sh build
+build=${2:-}
+if [ -z "$build" ]; then
+  build=build
+  bash scripts/build.sh build
+fi
+for program in launcher/dtrain worker/dtrain-worker; do
+  if [ ! -x "$build/$program" ]; then
+    echo "install: $build/$program is not built" >&2
+    exit 1
+  fi
+done
 
 SUDO=
 if ! mkdir -p "$prefix" 2>/dev/null || [ ! -w "$prefix" ]; then
@@ -18,7 +30,7 @@ if ! mkdir -p "$prefix" 2>/dev/null || [ ! -w "$prefix" ]; then
     exit 1
   fi
 fi
-$SUDO cmake --install build --prefix "$prefix"
+$SUDO cmake --install "$build" --prefix "$prefix"
 
 found=$(command -v dtrain || true)
 if [ "$found" != "$prefix/bin/dtrain" ]; then

@@ -1,10 +1,20 @@
 #!/usr/bin/env bash
 # Installs every build and run dependency of dtrain with apt on Debian 12; with --tests, also the
-# packages only tests and CI need (Debian's python3-torch, clang-format for the format check).
+# packages only tests and CI need (Debian's python3-torch, clang-format for the format check);
+# with --minimal, only what building dtrain and running it on this machine need (scripts/demo.sh).
 # Idempotent: when every package is present it only checks and returns in about a second.
 # It does not build anything; scripts/build.sh does that.
+#   scripts/setup.sh [--tests | --minimal]
 set -euo pipefail
 
+mode=${1:-}
+case "$mode" in
+  "" | --tests | --minimal) ;;
+  *) echo "setup: unknown argument '$mode' (expected --tests, --minimal or nothing)" >&2; exit 2 ;;
+esac
+
+# --minimal: the compiler, CMake, the libraries (catch2 too: CMake looks for it when it
+# configures), the Fashion-MNIST data, and python3 for the examples' small scripts.
 packages=(
   build-essential cmake ninja-build pkg-config git
   libboost-dev libboost-program-options-dev
@@ -12,10 +22,14 @@ packages=(
   zlib1g-dev libssl-dev libdnnl-dev libre2-dev libhdf5-dev
   libpng-dev libjpeg62-turbo-dev
   dataset-fashion-mnist
-  procps tmux python3
-  openssh-server openssh-client iproute2
-  slurmctld slurmd slurm-client munge
+  python3
 )
+# The default adds workers on other hosts (ssh) and the test beds of multi-host and Slurm runs
+# (sshd in network namespaces, a Slurm cluster with munge).
+if [ "$mode" != "--minimal" ]; then
+  packages+=(procps tmux openssh-server openssh-client iproute2
+             slurmctld slurmd slurm-client munge)
+fi
 # --tests: also what only tests use (PyTorch for the DDP and model-loading tests; ~1 minute) and
 # clang-format 14 for scripts/format.sh --check; h5py reads the Keras archive's weights
 # (test/train/read_keras_archive.py); PIL writes the PNG and JPEG files of the
@@ -23,7 +37,7 @@ packages=(
 # the objects its first one compiled the same way (docs/testing.md); fuse3 and python3-fusepy for
 # the slow disk of the freeze watch's tests (test/support/slow_fs.py); clang 14 and its OpenMP
 # headers for scripts/clang-check.sh.
-if [ "${1:-}" = "--tests" ]; then
+if [ "$mode" = "--tests" ]; then
   packages+=(python3-torch python3-numpy python3-pil clang-format ccache python3-fusepy fuse3
              clang-14 libomp-14-dev python3-h5py)
 fi
