@@ -1,5 +1,5 @@
 // The launch plan: where every task of a job runs and what it is started with, resolved once when
-// the run is prepared (docs/design.md#the-launch-plan) and never changed afterwards. Host names
+// the run is prepared (docs/design.md#launch-plan) and never changed afterwards. Host names
 // are resolved here, once per distinct host, and never on the supervisor's event loop.
 // Builds values only: it starts no process (picking MASTER_PORT binds a socket for a moment).
 #pragma once

@@ -1,4 +1,4 @@
-// Remote tasks behind the child seam (docs/design.md#remote-tasks): a spawner that wraps the
+// Remote tasks behind the child seam (docs/design.md#child-seam): a spawner that wraps the
 // local one and turns every request for `dtrain agent` (over the remote shell, or as a Slurm job
 // step) into a child that speaks the agent protocol. It reads the agent's marker lines, keeps the
 // session alive, times out a start the agent never reports, and tells how the worker ended (its

@@ -1,4 +1,4 @@
-// The supervisor: the group's state machine (docs/design.md#the-supervisor). It starts every task
+// The supervisor: the group's state machine (docs/design.md#supervisor). It starts every task
 // of the launch plan, watches them, and on the first failure stops the whole group (SIGTERM to
 // all at once, one shared grace period, then SIGKILL) and starts it again after a back-off, as
 // restart_policy decides; in place (docs/design.md#in-place-recovery), a failed training task is

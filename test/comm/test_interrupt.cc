@@ -21,6 +21,7 @@
 #include "common/ports.h"
 #include "worker/comm/comm_factory.h"
 #include "worker/comm/group_communicator.h"
+#include "worker/comm/ring_communicator.h"
 #include "worker/comm/tcp/tcp_socket.h"
 #include "worker/mem/device.h"
 
@@ -279,4 +280,25 @@ TEST_CASE("a superseded rendezvous gives up at once") {
   notice = true;
   REQUIRE(ready_within(forming, kPrompt));
   CHECK_THAT(forming.get(), Catch::Contains(kSuperseded));
+}
+
+TEST_CASE("a group of one hears the notice and re-forms, as a larger group does") {
+  // An elastic group that shrank to one member must grow again when its hosts come back: its
+  // solo communicator never waits for a peer, but the notice still breaks its next collective.
+  GroupCommunicator group([](int) { return std::make_unique<dtrain::comm::SoloCommunicator>(); },
+                          3);
+  std::vector<float> data = {1.0f, 2.0f};
+  group.all_reduce(data.data(), data.size(), dtrain::comm::ReduceOp::kSum);
+  CHECK(group.interrupt(4));
+  try {
+    group.all_reduce(data.data(), data.size(), dtrain::comm::ReduceOp::kSum);
+    FAIL("the collective after the notice went on");
+  } catch (const dtrain::comm::GroupBroken& e) {
+    CHECK_THAT(e.what(), Catch::Contains("generation 4"));
+  }
+  CHECK_THROWS_AS(group.barrier(), dtrain::comm::GroupBroken);  // and every later one
+  group.leave("re-forming");
+  group.join(4);
+  group.all_reduce(data.data(), data.size(), dtrain::comm::ReduceOp::kSum);  // a fresh one
+  CHECK(data == std::vector<float>{1.0f, 2.0f});
 }

@@ -1,7 +1,7 @@
 #!/usr/bin/python3
-# A slow disk for tests (docs/testing.md#a-slow-disk): a FUSE file system that passes every call
-# through to a backing folder and sleeps DELAY seconds in each fsync (of a file or a folder), as a
-# throttled or failing device makes a writer wait for its data to reach it. The writer waits in
+# A slow disk for tests (docs/testing.md#a-slow-disk-and-a-busy-machine): a FUSE file system that
+# passes every call through to a backing folder and sleeps DELAY seconds in each fsync (of a file
+# or a folder), as a throttled or failing device makes a writer wait for its data to reach it. The writer waits in
 # the kernel for the answer, as it would for a real device. It prints "ready" once mounted;
 # whoever mounted it unmounts it (fusermount3 -u -z), which ends it. Not a general-purpose
 # loopback: enough calls for a checkpoint's temporary file, fsync, rename and folder fsync.

@@ -47,24 +47,44 @@ void RingCommunicator::interrupt(const std::string& why) noexcept {
   link_->interrupt(why);
 }
 
+void SoloCommunicator::interrupt(const std::string& why) noexcept {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (interrupted_) return;  // the first why wins
+  try {
+    why_ = why;
+  } catch (...) {  // no memory for the words: the notice still counts
+  }
+  interrupted_ = true;
+}
+
+void SoloCommunicator::check_interrupted() {
+  if (!interrupted_.load()) return;
+  std::lock_guard<std::mutex> lock(mutex_);
+  throw common::IoError(why_.empty() ? std::string("interrupted") : why_);
+}
+
 void SoloCommunicator::all_reduce(float* data, size_t count, ReduceOp /*op*/) {
+  check_interrupted();
   // The sum of one rank is its data; the mean divides by 1.
   DT_ENFORCE(data != nullptr || count == 0, "all-reduce of {} floats from a null buffer", count);
 }
 
 void SoloCommunicator::all_reduce_shards(int virtual_size, int first, float* const* buffers,
                                          int held, size_t count, ReduceOp op) {
+  check_interrupted();
   std::vector<float> unused_scratch;  // nothing goes over a link
   virtual_ring_all_reduce(nullptr, 0, 1, virtual_size, first, buffers, held, count, op,
                           unused_scratch);
 }
 
 void SoloCommunicator::broadcast(void* data, size_t bytes, int root) {
+  check_interrupted();
   DT_ENFORCE(root == 0, "broadcast root {} in a world of one", root);
   DT_ENFORCE(data != nullptr || bytes == 0, "broadcast of {} bytes into a null buffer", bytes);
 }
 
 std::vector<uint8_t> SoloCommunicator::all_gather(const void* mine, size_t bytes) {
+  check_interrupted();
   DT_ENFORCE(mine != nullptr || bytes == 0, "all-gather of {} bytes from a null buffer", bytes);
   const auto* first = static_cast<const uint8_t*>(mine);
   return bytes == 0 ? std::vector<uint8_t>() : std::vector<uint8_t>(first, first + bytes);

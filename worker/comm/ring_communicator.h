@@ -4,9 +4,11 @@
 // the link is built and handed over already connected.
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -54,14 +56,22 @@ class SoloCommunicator final : public Communicator {
   void all_reduce_shards(int virtual_size, int first, float* const* buffers, int held, size_t count,
                          ReduceOp op) override;
   void broadcast(void* data, size_t bytes, int root) override;
-  void barrier() override {}
+  void barrier() override { check_interrupted(); }
   /// Nothing to reduce, so nothing that could block: a graph may record it.
   bool stream_ordered() const override { return true; }
   /// A copy of mine.
   std::vector<uint8_t> all_gather(const void* mine, size_t bytes) override;
   void abort(const std::string& message) noexcept override;
-  /// Nothing here ever waits for a peer, so there is nothing to interrupt.
-  void interrupt(const std::string& /*why*/) noexcept override {}
+  /// Nothing here waits for a peer, but a group of one must still hear the launcher's notice (a
+  /// group that shrank to one member grows again, docs/design.md#elastic-membership): after it,
+  /// every collective throws IoError naming why, and the trainer re-forms as any member does.
+  void interrupt(const std::string& why) noexcept override;
+
+ private:
+  void check_interrupted();
+  std::atomic<bool> interrupted_{false};
+  std::mutex mutex_;  ///< guards why_
+  std::string why_;
 };
 
 }  // namespace dtrain::comm

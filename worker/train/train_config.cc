@@ -260,7 +260,7 @@ void parse_metrics(const common::JsonNode& node, TrainConfig& c) {
 }
 
 // dtype_policy (Keras's policy names) and allow_tf32 into the backend's math mode, and the loss
-// scale that goes with it (docs/train-config.md#loss_scale).
+// scale that goes with it (docs/design.md#loss-scaling).
 void parse_math(const common::JsonNode& root, TrainConfig& c) {
   std::string policy = "float32";
   if (auto n = root.find("dtype_policy"))
