@@ -487,8 +487,10 @@ int train(const common::TfConfig& task, std::optional<int> promoted_generation,
     in_place = false;
   }
   // In place only: elsewhere nothing asks the launcher for the next generation, so a notice
-  // is ignored.
-  NoticeRegistration notice(in_place ? group.get() : nullptr);
+  // is ignored. So is one to a world of one that is not elastic: it has no group to re-form (an
+  // elastic group shrunk to one grows again, docs/design.md#elastic-membership).
+  const bool noticed = in_place && (elastic || id.size > 1);
+  NoticeRegistration notice(noticed ? group.get() : nullptr);
   timeline.mark("rendezvous");
   catch_sigterm();  // until here SIGTERM kills at once; from here it means "save and stop together"
   bool chief = task.cluster.is_chief(task.task);

@@ -107,22 +107,18 @@ bool is_image_file(const std::string& path) {
   return ends_with(path, ".png") || ends_with(path, ".jpg") || ends_with(path, ".jpeg");
 }
 
-std::string shape_words(const data::Dataset& d) {
-  if (d.height == 1 && d.width == 1) return fmt::format("{} features", d.channels);
-  return fmt::format("{}x{}x{}", d.height, d.width, d.channels);
-}
-
-// The model's input, in the words input_shape uses.
-std::string input_words(const nn::ModelSpec& spec) {
-  if (spec.height == 1 && spec.width == 1) return fmt::format("{} features", spec.channels);
-  return fmt::format("{}x{}x{}", spec.height, spec.width, spec.channels);
+// An input's shape in the words input_shape uses: "28x28x1", or "20 features" (tabular).
+std::string shape_words(int height, int width, int channels) {
+  if (height == 1 && width == 1) return fmt::format("{} features", channels);
+  return fmt::format("{}x{}x{}", height, width, channels);
 }
 
 void check_fits(const data::Dataset& d, const LoadedRun& run, const std::string& where) {
   const nn::ModelSpec& spec = run.config.model;
   if (d.height == spec.height && d.width == spec.width && d.channels == spec.channels) return;
   throw ConfigError(fmt::format("{}: the inputs are {} but the model takes {}", where,
-                                shape_words(d), input_words(spec)));
+                                shape_words(d.height, d.width, d.channels),
+                                shape_words(spec.height, spec.width, spec.channels)));
 }
 
 // The first of keys the archive has, or "" (none).
