@@ -358,6 +358,9 @@ class Supervisor {
   /// delay of the last try.
   std::map<std::string, std::unique_ptr<boost::asio::steady_timer>> rejoin_timers_;
   std::map<std::string, double> rejoin_delays_;
+  /// The delay the log last announced for each host: a try at the same delay again (a host still
+  /// unlisted, a session not ended yet) is a debug line, not one a second in the launcher's log.
+  std::map<std::string, double> rejoin_announced_;
   std::vector<MembershipPoint> membership_;  ///< the world size over time (shrinks and growths)
   /// A short program the launcher runs for itself (the host discovery program, a host's probe):
   /// its child (kept until the next run: never released in its own callback), its output, and

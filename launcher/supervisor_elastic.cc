@@ -195,7 +195,11 @@ void Supervisor::schedule_rejoin(const std::string& host, double delay) {
   timer->async_wait([this, host](const boost::system::error_code& ec) {
     if (!ec) guarded("rejoin timer", [&] { try_rejoin(host); });
   });
-  spdlog::info("host {}: trying it again in {:g} s", host, delay);
+  auto announced = rejoin_announced_.find(host);
+  const bool again = announced != rejoin_announced_.end() && announced->second == delay;
+  spdlog::log(again ? spdlog::level::debug : spdlog::level::info,
+              "host {}: trying it again in {:g} s", host, delay);
+  rejoin_announced_[host] = delay;
 }
 
 // Starts every away task of host as a joiner, together: while a session of the host left still
@@ -232,7 +236,8 @@ void Supervisor::try_rejoin(const std::string& host) {
       t->joining = false;
     }
   }
-  if (!started) schedule_rejoin(host, next_rejoin_delay(host));
+  if (!started) return schedule_rejoin(host, next_rejoin_delay(host));
+  rejoin_announced_.erase(host);  // its next absence is announced afresh
 }
 
 double Supervisor::next_rejoin_delay(const std::string& host) {
