@@ -90,7 +90,7 @@ std::optional<Straggler> find_straggler(const std::vector<TaskSnapshot>& tasks) 
 std::optional<Straggler> StragglerWatch::look(const std::vector<TaskSnapshot>& tasks) {
   std::optional<Straggler> now = find_straggler(tasks);
   if (!now) {
-    candidate_.clear(), windows_ = 0, verdict_.reset();
+    candidate_.clear(), windows_ = 0;
     return std::nullopt;
   }
   int64_t step = -1;
@@ -98,12 +98,12 @@ std::optional<Straggler> StragglerWatch::look(const std::vector<TaskSnapshot>& t
     if (t.task == now->task && t.progress && t.progress->global_step)
       step = *t.progress->global_step;
   if (now->task != candidate_) {
-    candidate_ = now->task, windows_ = 1, counted_step_ = step, verdict_.reset();
+    candidate_ = now->task, windows_ = 1, counted_step_ = step;
   } else if (step > counted_step_) {
     ++windows_, counted_step_ = step;
   }
-  if (windows_ >= kStragglerWindows) verdict_ = now;  // the newest figures of a lasting verdict
-  return verdict_;
+  // A lasting verdict, with the newest figures.
+  return windows_ >= kStragglerWindows ? now : std::nullopt;
 }
 
 std::string state_json(const GroupSnapshot& g) {

@@ -90,7 +90,6 @@ class StragglerWatch {
   std::string candidate_;
   int64_t counted_step_ = -1;  ///< the candidate's global step at the last window counted
   int windows_ = 0;
-  std::optional<Straggler> verdict_;
 };
 
 /// state.json: one JSON object, no newline. Carries "straggler" when group.straggler is set.

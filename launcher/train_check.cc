@@ -59,11 +59,8 @@ std::string check_train_data(const common::JobSpec& spec) {
       }
       return line + " (scanned, not decoded)";
     }
-    std::vector<int> input_shape = {config.model.height, config.model.width, config.model.channels};
-    if (config.model.sequence) input_shape = {config.model.height};
-    auto [train, test] = data::load_data(d, input_shape, config.validation);
-    const nn::Dims out = config.model.output_dims();
-    const int units = out.sequence ? out.w : static_cast<int>(out.size());
+    auto [train, test] = data::load_data(d, config.model.data_shape(), config.validation);
+    const int units = config.model.units();
     data::check_labels_below(train, units);
     data::check_labels_below(test, units);
     std::string what =

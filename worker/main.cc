@@ -605,15 +605,12 @@ int run_worker(const WorkerOptions& options) {
   timeline.mark("backend");
   if (spare) std::this_thread::sleep_for(std::chrono::duration<double>(kSpareStartDelaySeconds));
   // Keras's input shape: [h, w, c], or a language model's [T] (token ids).
-  std::vector<int> input_shape = {config.model.height, config.model.width, config.model.channels};
-  if (config.model.sequence) input_shape = {config.model.height};
+  const std::vector<int> input_shape = config.model.data_shape();
   // The test split is read only where it is used: validation at epoch ends, or an evaluator.
   const bool need_test = config.validation || task.task.type == common::kEvaluator;
   auto [train_data, test_data] =
       data::load_data(config.data, input_shape, need_test, file_shard(config, task, job, spare));
-  const nn::Dims output =
-      config.model.output_dims();  // the output's units (a sequence's last axis)
-  const int classes = output.sequence ? output.w : static_cast<int>(output.size());
+  const int classes = config.model.units();
   data::check_labels_below(train_data, classes);
   data::check_labels_below(test_data, classes);
   timeline.mark("data");

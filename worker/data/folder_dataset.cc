@@ -106,6 +106,18 @@ unsigned decode_threads() {
   return std::clamp(std::thread::hardware_concurrency(), 1u, kMaxDecodeThreads);
 }
 
+// How the directory source decodes: config's color_mode and image_size, on up to 8 threads, within
+// the machine's memory.
+ImageLoadOptions load_options(const DataConfig& config) {
+  ImageLoadOptions options;
+  options.color_mode = parse_color_mode(config.color_mode);
+  if (config.image_height > 0)
+    options.image_size = ImageSize{config.image_height, config.image_width};
+  options.threads = static_cast<int>(decode_threads());
+  options.max_total_bytes = memory_for_images();
+  return options;
+}
+
 // Indices [0, n) in ascending order, split into (train, validation): the validation part is the
 // last floor(fraction * n) of a shuffle with seed, each part then sorted (folder order).
 std::pair<std::vector<size_t>, std::vector<size_t>> split_files(size_t n, double fraction,
@@ -177,12 +189,7 @@ std::pair<Dataset, Dataset> load_folder_splits(const DataConfig& config,
   }
   auto [train_files, validation_files] = split_files(folder.files.size(), config.validation_split,
                                                      config.split_seed, config.train_dir);
-  ImageLoadOptions options;
-  options.color_mode = parse_color_mode(config.color_mode);
-  if (config.image_height > 0)
-    options.image_size = ImageSize{config.image_height, config.image_width};
-  options.threads = static_cast<int>(decode_threads());
-  options.max_total_bytes = memory_for_images();
+  ImageLoadOptions options = load_options(config);
 
   int64_t global = 0;
   if (config.shard_policy == "file") {
@@ -233,12 +240,7 @@ std::pair<Dataset, Dataset> load_folder_splits(const DataConfig& config,
 Dataset load_image_list(const DataConfig& config, const ImageFolder& folder,
                         const std::vector<std::string>& class_names,
                         const std::vector<int>& input_shape) {
-  ImageLoadOptions options;
-  options.color_mode = parse_color_mode(config.color_mode);
-  if (config.image_height > 0)
-    options.image_size = ImageSize{config.image_height, config.image_width};
-  options.threads = static_cast<int>(decode_threads());
-  options.max_total_bytes = memory_for_images();
+  ImageLoadOptions options = load_options(config);
   std::vector<size_t> all(folder.files.size());
   std::iota(all.begin(), all.end(), size_t{0});
   check_shape_first(folder, all, options, input_shape);

@@ -57,10 +57,7 @@ class Model {
 
   /// The loss's classes: the output's size, or a sequence's features (a language model's
   /// vocabulary); it classifies positions() rows per example.
-  int classes() const {
-    const Dims out = spec_.output_dims();
-    return out.sequence ? out.w : static_cast<int>(out.size());
-  }
+  int classes() const { return spec_.units(); }
   int positions() const { return spec_.output_dims().positions(); }
   Dims input_dims() const { return spec_.input_dims(); }
   size_t layer_count() const { return layers_.size(); }

@@ -41,6 +41,17 @@ struct ModelSpec {
   std::vector<NodeSpec> nodes;  ///< in topological order; the output is the last
   Dims input_dims() const { return {channels, height, width, sequence}; }
   Dims output_dims() const { return nodes.back().out; }
+  /// The input's shape as the data readers take it (data::load_data): [height, width, channels],
+  /// or [T] for a sequence of token ids.
+  std::vector<int> data_shape() const {
+    if (sequence) return {height};
+    return {height, width, channels};
+  }
+  /// The output's units: a sequence's last axis (its vocabulary), else the whole output.
+  int units() const {
+    const Dims out = output_dims();
+    return out.sequence ? out.w : static_cast<int>(out.size());
+  }
   /// Sizes of node i's inputs.
   std::vector<Dims> input_dims_of(size_t i) const;
 };

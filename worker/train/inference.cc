@@ -41,7 +41,6 @@ struct LoadedRun {
   std::unique_ptr<nn::Backend> backend;
   std::unique_ptr<nn::Model> model;
   std::vector<std::string> class_names;  ///< the directory source's, else empty
-  std::vector<int> input_shape;          ///< as load_data takes it
 };
 
 std::vector<std::string> read_class_names(const SafetensorsFile& file, const std::string& where) {
@@ -91,8 +90,6 @@ LoadedRun load_run(const std::string& run_dir) {
   if (!load_weights(*loaded.model, file))
     throw ConfigError(fmt::format("{}: its tensors do not fit its architecture", path));
   loaded.class_names = read_class_names(file, path);
-  loaded.input_shape = {config.model.height, config.model.width, config.model.channels};
-  if (config.model.sequence) loaded.input_shape = {config.model.height};
   return loaded;
 }
 
@@ -162,7 +159,7 @@ data::Dataset evaluation_data(const LoadedRun& run, const EvaluateOptions& optio
           "the run has no validation data (its npy source names no test_images and "
           "test_labels): give --data");
     }
-    data::Dataset test = data::load_data(config.data, run.input_shape, true).second;
+    data::Dataset test = data::load_data(config.data, run.config.model.data_shape(), true).second;
     if (test.count == 0) throw ConfigError("the run has no validation data: give --data");
     what = config.data.validation_split > 0
                ? fmt::format("the run's validation data (the last {} of its training data)",
@@ -183,7 +180,7 @@ data::Dataset evaluation_data(const LoadedRun& run, const EvaluateOptions& optio
     data::ImageFolder folder = data::scan_image_folder(path, run.class_names);
     return data::load_image_list(config.data, folder,
                                  run.class_names.empty() ? folder.class_names : run.class_names,
-                                 run.input_shape);
+                                 run.config.model.data_shape());
   }
   if (ends_with(path, ".npz")) {
     data::NpzFile archive(path);
@@ -253,7 +250,7 @@ Inputs prediction_inputs(const LoadedRun& run, const std::string& path) {
   Inputs inputs;
   if (fs::is_directory(path) || is_image_file(path)) {
     data::ImageFolder folder = image_files(path);
-    inputs.data = data::load_image_list(run.config.data, folder, {}, run.input_shape);
+    inputs.data = data::load_image_list(run.config.data, folder, {}, run.config.model.data_shape());
     for (const data::ImageFile& file : folder.files) inputs.names.push_back(file.path);
     return inputs;
   }
