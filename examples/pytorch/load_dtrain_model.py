@@ -487,11 +487,18 @@ class Builder:
     of one example at each layer's output and whether its tensor is flat, (N, c) not
     (N, c, h, w)."""
 
-    def __init__(self, spec, tensors, path):
+    def __init__(self, spec, tensors, path, graph):
         self.tensors, self.path = dict(tensors), path
         shape = spec["input_shape"]
-        if len(shape) == 1:  # [T]: a sequence of T token ids, dtrain's Dims{1, T, 1, sequence}
+        # [n] is a sequence of n token ids when an embedding reads the input, else n features
+        # (tabular rows, (N, n)), as dtrain reads it.
+        tokens = any(INPUT in graph.inputs[i] and layer["type"] in
+                     ("embedding", "token_and_position_embedding")
+                     for i, layer in enumerate(graph.layers))
+        if len(shape) == 1 and tokens:  # dtrain's Dims{1, T, 1, sequence}
             self.outputs = {INPUT: ((1, shape[0], 1), False, True)}
+        elif len(shape) == 1:  # features: a 1x1 image of n channels, flat
+            self.outputs = {INPUT: ((shape[0], 1, 1), True, False)}
         else:
             h, w, c = shape
             self.outputs = {INPUT: ((c, h, w), False, False)}  # listed index: (dims, flat, seq)
@@ -860,7 +867,7 @@ def build_model(spec, tensors, path):
     softmax (evaluate drops it to get logits)."""
     try:
         graph = Graph(spec)
-        builder = Builder(spec, tensors, path)
+        builder = Builder(spec, tensors, path, graph)
         nodes = [builder.node(graph, i) for i in graph.order]
     except (AttributeError, KeyError, TypeError, ValueError) as e:
         raise ModelError(f"model.json: not a dtrain model ({type(e).__name__}: {e})") from None

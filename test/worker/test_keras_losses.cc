@@ -131,6 +131,36 @@ TEST_CASE("Keras's data and losses train: tabular one-hot, regression and binary
   common::JsonDocument regression = evaluate(dir.path() + "/value");
   CHECK(number(regression, "mae") == Approx(number(value, "val_mae")).epsilon(1e-6));
 
+  // Both tabular models load into PyTorch (examples/pytorch/load_dtrain_model.py) and give
+  // dtrain predict's outputs.
+  if (testing::python_imports("numpy, torch")) {
+    for (const char* run : {"onehot", "value"}) {
+      const std::string out = dir.path() + "/" + run + ".npy";
+      auto predicted = dtrain_run({"predict", dir.path() + "/" + run, "--input",
+                                   dir.path() + "/" + run + ".npz", "--output", out});
+      REQUIRE(predicted.exit_code == 0);
+      auto compared =
+          testing::run_process({testing::kSystemPython, "-c", R"PY(
+import sys, numpy as np, torch
+sys.path.insert(0, sys.argv[1])
+import load_dtrain_model
+model = load_dtrain_model.load_model(sys.argv[2])
+model = model[0] if isinstance(model, tuple) else model
+x = torch.from_numpy(np.load(sys.argv[3])['x_test'].astype(np.float32))
+with torch.no_grad():
+    y = model(x).numpy()
+ours = np.load(sys.argv[4])
+assert y.shape == ours.shape, (y.shape, ours.shape)
+print(float(np.abs(y - ours).max()))
+)PY",
+                                std::string(DTRAIN_SOURCE_DIR) + "/examples/pytorch",
+                                dir.path() + "/" + run, dir.path() + "/" + run + ".npz", out});
+      INFO(run << ": " << compared.err);
+      REQUIRE(compared.exit_code == 0);
+      CHECK(std::stod(compared.out) < 1e-4);
+    }
+  }
+
   // Binary cross-entropy on a sigmoid.
   common::JsonDocument binary =
       train(dir, "binary",
