@@ -41,7 +41,9 @@ void check_cpu_policy(const common::JobSpec& spec, const train::TrainConfig& con
 
 void check_train_section(const common::JobSpec& spec) {
   if (!spec.command.empty() || !spec.train_json) return;
-  check_cpu_policy(spec, train::parse_train_config(*spec.train_json, spec.source));
+  const train::TrainConfig config = train::parse_train_config(*spec.train_json, spec.source);
+  check_cpu_policy(spec, config);
+  if (spec.elastic_min_workers > 0) train::check_elastic_model(config, spec.source);
 }
 
 std::string check_train_data(const common::JobSpec& spec) {

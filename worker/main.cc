@@ -415,6 +415,7 @@ void check_elastic(const TrainConfig& config, nn::Backend& backend,
         "job a member computes the shards of the missing ones: use \"data\"",
         config_path));
   }
+  train::check_elastic_model(config, config_path);
 }
 
 int train(const common::TfConfig& task, std::optional<int> promoted_generation,

@@ -50,7 +50,8 @@ const char* kJob = R"({"job": "in-place", "workers": 3, RECOVERY
 // loss_scale: Keras's dynamic loss scale (docs/design.md#loss-scaling) in fp32; its scale is a
 // power of two, so the weights are the unscaled run's, bit for bit.
 // residual: a residual network with batch normalization instead of kJob's model (its moving
-// statistics are state that a survivor must send, and a spare's warm-up must put back).
+// statistics are state that a survivor must send, and a spare's warm-up must put back; bn1 is
+// synchronized, its statistics summed over the group inside the step).
 std::string job_text(const std::string& recovery, int spares = 0, bool loss_scale = false,
                      bool residual = false) {
   std::string text = kJob;
@@ -60,7 +61,7 @@ std::string job_text(const std::string& recovery, int spares = 0, bool loss_scal
    {"name": "stem", "type": "conv2d", "filters": 4, "kernel_size": 3, "padding": "same"},
    {"name": "bn0", "type": "batch_normalization"}, {"name": "r0", "type": "relu"},
    {"name": "c1", "type": "conv2d", "filters": 4, "kernel_size": 3, "padding": "same"},
-   {"name": "bn1", "type": "batch_normalization", "momentum": 0.9},
+   {"name": "bn1", "type": "batch_normalization", "momentum": 0.9, "synchronized": true},
    {"name": "sum", "type": "add", "inputs": ["r0", "bn1"]}, {"type": "relu"},
    {"type": "flatten"}, {"type": "dropout", "rate": 0.1}, {"type": "dense", "units": 4}]},
   )");

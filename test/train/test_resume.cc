@@ -41,7 +41,8 @@ const char* kJob = R"({"job": "resume", "workers": 2, "recovery": "restart",
   "backup": {"save_freq": 10, "keep": 2}}})";
 
 // kJob with a residual network with batch normalization instead of its model: the moving
-// statistics are state that is not a weight, and must travel with the checkpoints.
+// statistics are state that is not a weight, and must travel with the checkpoints. bn2 is
+// synchronized (its statistics summed over the workers inside the step).
 std::string residual_job() {
   std::string text = kJob;
   size_t begin = text.find("\"model\":"), end = text.find("\"loss\":");
@@ -52,7 +53,7 @@ std::string residual_job() {
    {"name": "c1", "type": "conv2d", "filters": 8, "kernel_size": 3, "padding": "same"},
    {"name": "bn1", "type": "batch_normalization"}, {"type": "relu"},
    {"name": "c2", "type": "conv2d", "filters": 8, "kernel_size": 3, "padding": "same"},
-   {"name": "bn2", "type": "batch_normalization"},
+   {"name": "bn2", "type": "batch_normalization", "synchronized": true},
    {"name": "sum", "type": "add", "inputs": ["r0", "bn2"]}, {"type": "relu"},
    {"type": "max_pooling2d"}, {"type": "flatten"}, {"type": "dense", "units": 4}]},
   )");

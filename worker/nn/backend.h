@@ -389,6 +389,23 @@ class Backend {
                                   float* /*dgamma*/, float* /*dbeta*/) {
     unsupported("batchnorm_backward");
   }
+  /// Synchronized batch normalization's pieces (docs/design.md#synchronized-batch-normalization),
+  /// between which the layer sums over the group. Per channel, over its n x hw values in the
+  /// training forward's fixed order: sums = sum(x) (center null), or sum((x - center)^2).
+  virtual void batchnorm_sums(const NormShape& /*s*/, const float* /*x*/, const float* /*center*/,
+                              float* /*sums*/) {
+    unsupported("batchnorm_sums");
+  }
+  /// batchnorm_backward's dx from sums over a larger batch: totals holds sum(dy) (c floats) then
+  /// sum(dy * xhat) (c floats) over `count` values per channel (every worker's), where
+  /// batchnorm_backward takes this batch's own. With s.relu, dy is masked by y as there.
+  virtual void batchnorm_backward_data(const NormShape& /*s*/, float /*epsilon*/,
+                                       const float* /*x*/, const float* /*y*/, const float* /*dy*/,
+                                       const float* /*gamma*/, const float* /*mean*/,
+                                       const float* /*var*/, const float* /*totals*/,
+                                       double /*count*/, float* /*dx*/) {
+    unsupported("batchnorm_backward_data");
+  }
   /// Keras's Embedding (docs/design.md#sequences): rows token ids (floats holding exact
   /// integers) each pick a row of table (input_dim x output_dim): row r of y (rows x output_dim)
   /// is table row ids[r]. An id that is not an integer in [0, input_dim) is never read through:

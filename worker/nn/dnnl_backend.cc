@@ -178,6 +178,16 @@ class DnnlBackend : public HostBackend {
                           float* dx, float* dgamma, float* dbeta) override {
     host_batchnorm_backward(s, epsilon, x, y, dy, gamma, mean, var, dx, dgamma, dbeta);
   }
+  void batchnorm_sums(const NormShape& s, const float* x, const float* center,
+                      float* sums) override {
+    host_batchnorm_sums(s, x, center, sums);
+  }
+  void batchnorm_backward_data(const NormShape& s, float epsilon, const float* x, const float* y,
+                               const float* dy, const float* gamma, const float* mean,
+                               const float* var, const float* totals, double count,
+                               float* dx) override {
+    host_batchnorm_backward_data(s, epsilon, x, y, dy, gamma, mean, var, totals, count, dx);
+  }
   void embedding_forward(int rows, int input_dim, int output_dim, const float* ids,
                          const float* table, float* y) override {
     host_embedding_forward(rows, input_dim, output_dim, ids, table, y);

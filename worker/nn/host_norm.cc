@@ -96,6 +96,7 @@ DT_INLINE void inference_channel_body(const Inference& f, int ch) {
 }
 
 /// One backward's arguments; masked is the calling thread's buffer of n x hw floats (s.relu).
+/// totals and count: batchnorm_backward_data's sums over the whole batch (null, 0: this batch's).
 struct Backward {
   const NormShape& s;
   float epsilon;
@@ -108,44 +109,45 @@ struct Backward {
   float* dx;
   float* dgamma;
   float* dbeta;
+  const float* totals = nullptr;
+  double count = 0;
 };
 
-DT_INLINE void backward_channel_body(const Backward& b, int ch, float* masked) {
+/// Channel ch's dy, example by example: row i starts at first + i * stride.
+struct Rows {
+  const float* first;
+  size_t stride;
+  const float* row(int i) const { return first + static_cast<size_t>(i) * stride; }
+};
+
+/// Channel ch's dy; with a fused ReLU, masked where y is not positive, once, into the thread's
+/// buffer that the passes after read (a plain select the compiler vectorizes).
+DT_INLINE Rows channel_dy(const Backward& b, int ch, float* masked) {
   const NormShape& s = b.s;
-  const double m = static_cast<double>(s.n) * s.hw;
-  const double mu = b.mean[ch], inv = 1.0 / std::sqrt(static_cast<double>(b.var[ch]) + b.epsilon);
-  Lanes sum_dy, sum_dy_xhat;
-  // With a fused ReLU, the channel's dy masked where y is not positive, once, into the thread's
-  // buffer that the second pass reads again: a plain select the compiler vectorizes.
-  auto dy_of = [&](int i) -> const float* {
-    return s.relu ? masked + static_cast<size_t>(i) * s.hw : b.dy + at(s, i, ch);
-  };
-  if (s.relu) {
-    for (int i = 0; i < s.n; ++i) {
-      const float* dyi = b.dy + at(s, i, ch);
-      const float* yi = b.y + at(s, i, ch);
-      float* r = masked + static_cast<size_t>(i) * s.hw;
+  if (!s.relu) return {b.dy + at(s, 0, ch), static_cast<size_t>(s.c) * s.hw};
+  for (int i = 0; i < s.n; ++i) {
+    const float* dyi = b.dy + at(s, i, ch);
+    const float* yi = b.y + at(s, i, ch);
+    float* r = masked + static_cast<size_t>(i) * s.hw;
 #pragma omp simd
-      for (int p = 0; p < s.hw; ++p) {
-        const float d = dyi[p], v = yi[p];  // both read, so the select needs no branch
-        r[p] = v > 0.0f ? d : 0.0f;
-      }
+    for (int p = 0; p < s.hw; ++p) {
+      const float d = dyi[p], v = yi[p];  // both read, so the select needs no branch
+      r[p] = v > 0.0f ? d : 0.0f;
     }
   }
-  for (int i = 0; i < s.n; ++i) {
-    const float* dyi = dy_of(i);
-    sum_dy.add(dyi, s.hw);
-    sum_dy_xhat.add_products(dyi, b.x + at(s, i, ch), s.hw, mu, inv);
-  }
-  const double total_dy = sum_dy.total(), total_dy_xhat = sum_dy_xhat.total();
-  if (b.dbeta) b.dbeta[ch] = static_cast<float>(total_dy);
-  if (b.dgamma) b.dgamma[ch] = static_cast<float>(total_dy_xhat);
-  if (!b.dx) return;
+  return {masked, static_cast<size_t>(s.hw)};
+}
+
+/// dx of channel ch from the sums of dy and dy * xhat over m values.
+DT_INLINE void channel_dx(const Backward& b, int ch, Rows dy, double total_dy, double total_dy_xhat,
+                          double m) {
+  const NormShape& s = b.s;
+  const double mu = b.mean[ch], inv = 1.0 / std::sqrt(static_cast<double>(b.var[ch]) + b.epsilon);
   const double g = (b.gamma ? b.gamma[ch] : 1.0) * inv;
   const double mean_dy = total_dy / m, mean_dy_xhat = total_dy_xhat / m;
   for (int i = 0; i < s.n; ++i) {
     const float* xi = b.x + at(s, i, ch);
-    const float* dyi = dy_of(i);
+    const float* dyi = dy.row(i);
     float* dxi = b.dx + at(s, i, ch);
 #pragma omp simd
     for (int p = 0; p < s.hw; ++p) {
@@ -155,11 +157,52 @@ DT_INLINE void backward_channel_body(const Backward& b, int ch, float* masked) {
   }
 }
 
+DT_INLINE void backward_channel_body(const Backward& b, int ch, float* masked) {
+  const NormShape& s = b.s;
+  const double mu = b.mean[ch], inv = 1.0 / std::sqrt(static_cast<double>(b.var[ch]) + b.epsilon);
+  const Rows dy = channel_dy(b, ch, masked);
+  Lanes sum_dy, sum_dy_xhat;
+  for (int i = 0; i < s.n; ++i) {
+    sum_dy.add(dy.row(i), s.hw);
+    sum_dy_xhat.add_products(dy.row(i), b.x + at(s, i, ch), s.hw, mu, inv);
+  }
+  const double total_dy = sum_dy.total(), total_dy_xhat = sum_dy_xhat.total();
+  if (b.dbeta) b.dbeta[ch] = static_cast<float>(total_dy);
+  if (b.dgamma) b.dgamma[ch] = static_cast<float>(total_dy_xhat);
+  if (b.dx) channel_dx(b, ch, dy, total_dy, total_dy_xhat, static_cast<double>(s.n) * s.hw);
+}
+
+DT_INLINE void backward_data_channel_body(const Backward& b, int ch, float* masked) {
+  channel_dx(b, ch, channel_dy(b, ch, masked), b.totals[ch], b.totals[b.s.c + ch], b.count);
+}
+
+/// batchnorm_sums' arguments.
+struct Sums {
+  const NormShape& s;
+  const float* x;
+  const float* center;
+  float* sums;
+};
+
+DT_INLINE void sums_channel_body(const Sums& f, int ch) {
+  const NormShape& s = f.s;
+  Lanes lanes;
+  if (f.center) {
+    for (int i = 0; i < s.n; ++i)
+      lanes.add_squared_deviations(f.x + at(s, i, ch), s.hw, f.center[ch]);
+  } else {
+    for (int i = 0; i < s.n; ++i) lanes.add(f.x + at(s, i, ch), s.hw);
+  }
+  f.sums[ch] = static_cast<float>(lanes.total());
+}
+
 /// The channel loops compiled for one vector width.
 struct Kernels {
   void (*forward)(const Forward&, int);
   void (*inference)(const Inference&, int);
   void (*backward)(const Backward&, int, float*);
+  void (*backward_data)(const Backward&, int, float*);
+  void (*sums)(const Sums&, int);
 };
 
 void forward_plain(const Forward& f, int ch) {
@@ -171,6 +214,12 @@ void inference_plain(const Inference& f, int ch) {
 void backward_plain(const Backward& b, int ch, float* masked) {
   backward_channel_body(b, ch, masked);
 }
+void backward_data_plain(const Backward& b, int ch, float* masked) {
+  backward_data_channel_body(b, ch, masked);
+}
+void sums_plain(const Sums& f, int ch) {
+  sums_channel_body(f, ch);
+}
 #if defined(__x86_64__) && defined(__GNUC__)
 __attribute__((target("avx2"))) void forward_avx2(const Forward& f, int ch) {
   forward_channel_body(f, ch);
@@ -181,6 +230,12 @@ __attribute__((target("avx2"))) void inference_avx2(const Inference& f, int ch) 
 __attribute__((target("avx2"))) void backward_avx2(const Backward& b, int ch, float* masked) {
   backward_channel_body(b, ch, masked);
 }
+__attribute__((target("avx2"))) void backward_data_avx2(const Backward& b, int ch, float* masked) {
+  backward_data_channel_body(b, ch, masked);
+}
+__attribute__((target("avx2"))) void sums_avx2(const Sums& f, int ch) {
+  sums_channel_body(f, ch);
+}
 __attribute__((target("avx512f"))) void forward_avx512(const Forward& f, int ch) {
   forward_channel_body(f, ch);
 }
@@ -189,6 +244,13 @@ __attribute__((target("avx512f"))) void inference_avx512(const Inference& f, int
 }
 __attribute__((target("avx512f"))) void backward_avx512(const Backward& b, int ch, float* masked) {
   backward_channel_body(b, ch, masked);
+}
+__attribute__((target("avx512f"))) void backward_data_avx512(const Backward& b, int ch,
+                                                             float* masked) {
+  backward_data_channel_body(b, ch, masked);
+}
+__attribute__((target("avx512f"))) void sums_avx512(const Sums& f, int ch) {
+  sums_channel_body(f, ch);
 }
 #endif
 
@@ -199,12 +261,12 @@ Kernels kernels_for(Vectors vectors) {
   switch (vectors) {
 #if defined(__x86_64__) && defined(__GNUC__)
     case Vectors::kAvx512:
-      return {forward_avx512, inference_avx512, backward_avx512};
+      return {forward_avx512, inference_avx512, backward_avx512, backward_data_avx512, sums_avx512};
     case Vectors::kAvx2:
-      return {forward_avx2, inference_avx2, backward_avx2};
+      return {forward_avx2, inference_avx2, backward_avx2, backward_data_avx2, sums_avx2};
 #endif
     default:
-      return {forward_plain, inference_plain, backward_plain};
+      return {forward_plain, inference_plain, backward_plain, backward_data_plain, sums_plain};
   }
 }
 
@@ -239,6 +301,28 @@ void host_batchnorm_backward(const NormShape& s, float epsilon, const float* x, 
     thread_local std::vector<float> masked;
     if (s.relu) masked.resize(static_cast<size_t>(s.n) * s.hw);
     kernels.backward(b, ch, masked.data());
+  }
+}
+
+void host_batchnorm_sums(const NormShape& s, const float* x, const float* center, float* sums,
+                         Vectors vectors) {
+  const Kernels kernels = kernels_for(vectors);
+  const Sums f{s, x, center, sums};
+#pragma omp parallel for schedule(static)
+  for (int ch = 0; ch < s.c; ++ch) kernels.sums(f, ch);
+}
+
+void host_batchnorm_backward_data(const NormShape& s, float epsilon, const float* x, const float* y,
+                                  const float* dy, const float* gamma, const float* mean,
+                                  const float* var, const float* totals, double count, float* dx,
+                                  Vectors vectors) {
+  const Kernels kernels = kernels_for(vectors);
+  const Backward b{s, epsilon, x, y, dy, gamma, mean, var, dx, nullptr, nullptr, totals, count};
+#pragma omp parallel for schedule(static)
+  for (int ch = 0; ch < s.c; ++ch) {
+    thread_local std::vector<float> masked;
+    if (s.relu) masked.resize(static_cast<size_t>(s.n) * s.hw);
+    kernels.backward_data(b, ch, masked.data());
   }
 }
 

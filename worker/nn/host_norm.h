@@ -24,5 +24,13 @@ void host_batchnorm_backward(const NormShape& s, float epsilon, const float* x, 
                              const float* dy, const float* gamma, const float* mean,
                              const float* var, float* dx, float* dgamma, float* dbeta,
                              direct_conv::Vectors vectors = direct_conv::Vectors::kWidest);
+/// Synchronized batch normalization's pieces (backend.h's batchnorm_sums and
+/// batchnorm_backward_data): the same per-channel order, and the same bits at every width.
+void host_batchnorm_sums(const NormShape& s, const float* x, const float* center, float* sums,
+                         direct_conv::Vectors vectors = direct_conv::Vectors::kWidest);
+void host_batchnorm_backward_data(const NormShape& s, float epsilon, const float* x, const float* y,
+                                  const float* dy, const float* gamma, const float* mean,
+                                  const float* var, const float* totals, double count, float* dx,
+                                  direct_conv::Vectors vectors = direct_conv::Vectors::kWidest);
 
 }  // namespace dtrain::nn

@@ -85,6 +85,12 @@ struct LayerCost {
   ConvShape conv;          ///< a convolution's shape for one example (n = 1), when conv_output
 };
 
+/// Sums count floats of host memory in place over every worker's batch of the training step, in
+/// rank order, the same bits on every worker (an all-reduce the step provides:
+/// docs/design.md#synchronized-batch-normalization). Every worker calls it at the same points
+/// of its step, in the same order.
+using GroupSum = std::function<void(float* data, size_t count)>;
+
 /// One call of forward: n examples, every pointer in the backend's device memory.
 struct ForwardArgs {
   int n = 0;
@@ -97,6 +103,9 @@ struct ForwardArgs {
   /// Where a training forward writes this layer's batch statistics (statistics_count() floats);
   /// null outside training.
   float* statistics = nullptr;
+  /// In a training step of a group: sums over every worker's batch (null: this batch is the
+  /// whole batch: a worker alone, a test, or outside training).
+  const GroupSum* group = nullptr;
 };
 
 /// One call of backward, after the forward of the same examples.
@@ -110,6 +119,8 @@ struct BackwardArgs {
   const std::vector<float*>& dx;
   const float* params;
   float* grads;  ///< this layer's gradients, overwritten
+  /// The forward's GroupSum, for the backward of the same step (null when the forward had none).
+  const GroupSum* group = nullptr;
 };
 
 class Layer {
@@ -176,6 +187,10 @@ class LayerConfig {
   virtual Activation activation() const { return Activation::kLinear; }
   /// True when its forward draws randomness per step in training (dropout, augmentation).
   virtual bool draws_randomness() const { return false; }
+  /// True when its training forward takes statistics over every worker's batch (a GroupSum:
+  /// synchronized batch normalization), so each worker must run its forward and backward in step
+  /// with the others: a member holding several virtual shards cannot.
+  virtual bool sums_over_group() const { return false; }
   /// False where these keys need operations whose parity has not passed on a GPU, in a kind
   /// whose others have (a new activation or padding): the model refuses a GPU job with it.
   virtual bool gpu_tested() const { return true; }

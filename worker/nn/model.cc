@@ -179,6 +179,7 @@ void Model::initialize(uint64_t seed) {
 
 const float* Model::forward(const float* images, int n, const StepKey& key, bool training) {
   DT_ENFORCE(n > 0 && n <= max_batch_, "batch of {} for a model built for {}", n, max_batch_);
+  grouped_forward_ = training && group_sum_;
   for (size_t i = 0; i < layers_.size(); ++i) {
     if (view_[i]) continue;
     const std::vector<size_t>& ins = spec_.nodes[i].inputs;
@@ -195,7 +196,8 @@ const float* Model::forward(const float* images, int n, const StepKey& key, bool
                      training,
                      training && statistics_ranges_[i].count
                          ? statistics_.data() + statistics_ranges_[i].offset
-                         : nullptr};
+                         : nullptr,
+                     grouped_forward_ ? &group_sum_ : nullptr};
     layers_[i]->forward(backend_, args);
   }
   return activations_[root_[output_]];
@@ -210,6 +212,7 @@ void Model::update_state(int shards) {
 }
 
 void Model::backward(int n, const std::function<void(size_t piece)>& gradients_enqueued) {
+  const GroupSum* group = grouped_forward_ ? &group_sum_ : nullptr;
   for (size_t i = layers_.size(); i-- > 0;) {
     if (view_[i]) continue;
     const std::vector<size_t>& ins = spec_.nodes[i].inputs;
@@ -229,8 +232,8 @@ void Model::backward(int n, const std::function<void(size_t piece)>& gradients_e
     float* grads = gradients_.data() + ranges_[i].offset;
     const float* params = ranges_[i].count ? parameters_.data() + ranges_[i].offset : nullptr;
     if (adding <= 1) {
-      BackwardArgs args{n,      inputs_[i], activations_[i], deltas_[i], input_deltas_[i],
-                        params, grads};
+      BackwardArgs args{n,     inputs_[i], activations_[i], deltas_[i], input_deltas_[i], params,
+                        grads, group};
       layers_[i]->backward(backend_, args, enqueued);
       for (size_t s = 0; s < ins.size(); ++s) {
         if (!accumulates_[i][s]) continue;
@@ -249,7 +252,7 @@ void Model::backward(int n, const std::function<void(size_t piece)>& gradients_e
       if (!accumulates_[i][s] && input_deltas_[i][s] == nullptr) continue;
       std::fill(one.begin(), one.end(), nullptr);
       one[s] = input_deltas_[i][s];
-      BackwardArgs args{n, inputs_[i], activations_[i], deltas_[i], one, params, grads};
+      BackwardArgs args{n, inputs_[i], activations_[i], deltas_[i], one, params, grads, group};
       layers_[i]->backward(backend_, args, enqueued);
       if (accumulates_[i][s]) {
         size_t r = root_[ins[s]];

@@ -41,6 +41,10 @@ class Model {
   /// host, then uploaded).
   void initialize(uint64_t seed);
 
+  /// The sum over every worker's batch that training forwards hand the layers that take their
+  /// statistics over the group (synchronized batch normalization); unset: each batch alone.
+  /// TrainStep sets it; fn must outlive the model or be reset.
+  void set_group_sum(GroupSum fn) { group_sum_ = std::move(fn); }
   /// Enqueues n <= max_batch examples (NCHW images in device memory, which must stay unchanged
   /// until backward() has been enqueued); returns the logits (n x classes, device memory), valid
   /// until the next forward(). training: dropout and training-only layers act.
@@ -107,6 +111,8 @@ class Model {
   Backend& backend_;
   int max_batch_;
   bool has_random_layers_ = false;
+  GroupSum group_sum_;
+  bool grouped_forward_ = false;  ///< the last forward handed the layers group_sum_
   size_t output_ = 0;
   std::vector<std::unique_ptr<Layer>> layers_;
   /// Node i is a view: its layer's is_view(), or a ReLU fused into its input's layer; its

@@ -54,6 +54,13 @@ struct ModelSpec {
   }
   /// Sizes of node i's inputs.
   std::vector<Dims> input_dims_of(size_t i) const;
+  /// The first node whose training forward sums over every worker's batch
+  /// (LayerConfig::sums_over_group), or null.
+  const NodeSpec* first_group_node() const {
+    for (const NodeSpec& node : nodes)
+      if (node.config->sums_over_group()) return &node;
+    return nullptr;
+  }
 };
 
 /// Parses train.model. Throws ConfigError "model.layers[2].units: ..." for anything wrong.

@@ -223,6 +223,19 @@ void ProfiledBackend::batchnorm_backward(const NormShape& s, float epsilon, cons
     inner_.batchnorm_backward(s, epsilon, x, y, dy, gamma, mean, var, dx, dgamma, dbeta);
   });
 }
+void ProfiledBackend::batchnorm_sums(const NormShape& s, const float* x, const float* center,
+                                     float* sums) {
+  timed(norm_label(center ? "batchnorm_sums squares" : "batchnorm_sums", s),
+        [&] { inner_.batchnorm_sums(s, x, center, sums); });
+}
+void ProfiledBackend::batchnorm_backward_data(const NormShape& s, float epsilon, const float* x,
+                                              const float* y, const float* dy, const float* gamma,
+                                              const float* mean, const float* var,
+                                              const float* totals, double count, float* dx) {
+  timed(norm_label("batchnorm_backward_data", s), [&] {
+    inner_.batchnorm_backward_data(s, epsilon, x, y, dy, gamma, mean, var, totals, count, dx);
+  });
+}
 namespace {
 std::string attention_label(const char* op, const AttentionShape& s) {
   return fmt::format("{} {}x{} heads {}x{}/{}{}", op, s.n, s.t, s.heads, s.key_dim, s.value_dim,

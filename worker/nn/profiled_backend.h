@@ -103,6 +103,12 @@ class ProfiledBackend final : public Backend {
   void batchnorm_backward(const NormShape& s, float epsilon, const float* x, const float* y,
                           const float* dy, const float* gamma, const float* mean, const float* var,
                           float* dx, float* dgamma, float* dbeta) override;
+  void batchnorm_sums(const NormShape& s, const float* x, const float* center,
+                      float* sums) override;
+  void batchnorm_backward_data(const NormShape& s, float epsilon, const float* x, const float* y,
+                               const float* dy, const float* gamma, const float* mean,
+                               const float* var, const float* totals, double count,
+                               float* dx) override;
   void attention_forward(const AttentionShape& s, const float* q, const float* k, const float* v,
                          float* probs, float* y) override;
   void attention_backward(const AttentionShape& s, const float* q, const float* k, const float* v,

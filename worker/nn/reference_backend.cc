@@ -282,6 +282,34 @@ class ReferenceBackend : public HostBackend {
         });
     }
   }
+  void batchnorm_sums(const NormShape& s, const float* x, const float* center,
+                      float* sums) override {
+    for (int ch = 0; ch < s.c; ++ch) {
+      double sum = 0;
+      if (center)
+        for_channel(s, ch, [&](size_t k) {
+          sum += (x[k] - double(center[ch])) * (x[k] - double(center[ch]));
+        });
+      else
+        for_channel(s, ch, [&](size_t k) { sum += x[k]; });
+      sums[ch] = float(sum);
+    }
+  }
+  void batchnorm_backward_data(const NormShape& s, float epsilon, const float* x, const float* y,
+                               const float* dy_out, const float* gamma, const float* mean,
+                               const float* var, const float* totals, double count,
+                               float* dx) override {
+    for (int ch = 0; ch < s.c; ++ch) {
+      const double inv = 1.0 / std::sqrt(double(var[ch]) + epsilon);
+      const double g = (gamma ? gamma[ch] : 1.0) * inv;
+      const double mean_dy = totals[ch] / count, mean_dy_xhat = totals[s.c + ch] / count;
+      for_channel(s, ch, [&](size_t k) {
+        const double dy = s.relu && !(y[k] > 0.0f) ? 0.0 : double(dy_out[k]);
+        const double xhat = (x[k] - double(mean[ch])) * inv;
+        dx[k] = float(g * (dy - mean_dy - xhat * mean_dy_xhat));
+      });
+    }
+  }
 
   // Attention the textbook way: each score in double, each row's softmax, each product summed in
   // double.

@@ -81,9 +81,18 @@ TrainStep::TrainStep(nn::Model& model, Optimizer& optimizer, nn::Backend& backen
         "train.optimizer: clipnorm and global_clipnorm have not passed their parity test on a "
         "GPU yet, so they do not run on one (train with \"device\": \"cpu\")");
   }
+  // Synchronized batch normalization sums over the group inside forward and backward
+  // (docs/design.md#synchronized-batch-normalization): each sum is queued behind the gradient
+  // buckets already started, in the same order on every worker.
+  if (model_.spec().first_group_node()) {
+    model_.set_group_sum(
+        [this](float* data, size_t count) { finish(start(data, count, comm::ReduceOp::kSum)); });
+  }
 }
 
-TrainStep::~TrainStep() = default;
+TrainStep::~TrainStep() {
+  model_.set_group_sum({});
+}
 
 // A host communicator may reduce inside start (the default implementation waits for its peers
 // there): both calls count as waiting.
@@ -270,6 +279,9 @@ void TrainStep::run_shards(const comm::ShardPlan& shards, const ShardInput* inpu
              device_.name());
   DT_ENFORCE(shards.held >= 1 && slot >= 0 && slot < options_.slots, "{} shards, slot {}",
              shards.held, slot);
+  const nn::NodeSpec* grouped = model_.spec().first_group_node();
+  DT_ENFORCE(!grouped, "{}: synchronized batch normalization in a partial elastic group",
+             grouped ? grouped->path : "");
   double started = common::monotonic_seconds(), waited_before = times_.wait_seconds;
   test_slow_step();  // a member holding several shards is still the slow one
   learn_skips();

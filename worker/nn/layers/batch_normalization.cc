@@ -4,7 +4,9 @@
 // sums them over the virtual shards in shard order and update_state moves the moving mean and
 // variance by Keras's rule, with the shards' mean (docs/design.md#batch-normalization).
 // Inference normalizes by the moving statistics. A ReLU that is its only user runs inside it
-// (fuse_relu). synchronized (one batch over every worker) is not here yet.
+// (fuse_relu). synchronized: in a group's training step the statistics, and backward's sums, are
+// the whole global batch's, summed over the workers
+// (docs/design.md#synchronized-batch-normalization).
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -18,12 +20,16 @@ struct NormKeys {
   float momentum = 0.99f;
   float epsilon = 1e-3f;
   bool center = true, scale = true;
+  bool synchronized = false;
 };
 
 class BatchNormalization : public Layer {
  public:
   BatchNormalization(const NormKeys& k, Dims in, const LayerContext& c)
-      : k_(k), in_(in), saved_(c.backend.device(), 2 * static_cast<size_t>(in.c)) {}
+      : k_(k),
+        in_(in),
+        saved_(c.backend.device(), 2 * static_cast<size_t>(in.c)),
+        sums_(k.synchronized ? 2 * static_cast<size_t>(in.c) + 1 : 0) {}
   std::vector<ParamInfo> params() const override {
     std::vector<ParamInfo> out;
     const size_t c = channels();
@@ -53,6 +59,11 @@ class BatchNormalization : public Layer {
     }
     float* mean = saved_.data();
     float* var = mean + channels();
+    grouped_ = k_.synchronized && a.group;
+    if (grouped_) {
+      forward_grouped(b, a, mean, var);
+      return;
+    }
     b.batchnorm_forward_training(at(a.n), k_.epsilon, a.x[0], gamma(a.params), beta(a.params), a.y,
                                  mean, var);
     if (a.statistics) b.device().copy(a.statistics, mean, 2 * channels() * sizeof(float));
@@ -63,6 +74,11 @@ class BatchNormalization : public Layer {
     const float* mean = saved_.data();
     float* dgamma = k_.scale ? a.grads : nullptr;
     float* dbeta = k_.center ? a.grads + (k_.scale ? channels() : 0) : nullptr;
+    if (grouped_) {
+      DT_ENFORCE(a.group, "synchronized batch normalization's backward without its group");
+      backward_grouped(b, a, enqueued, dgamma, dbeta);
+      return;
+    }
     b.batchnorm_backward(at(a.n), k_.epsilon, a.x[0], a.y, a.dy, gamma(a.params), mean,
                          mean + channels(), a.dx[0], dgamma, dbeta);
     if (enqueued && (k_.scale || k_.center)) enqueued(0);
@@ -72,6 +88,43 @@ class BatchNormalization : public Layer {
   }
 
  private:
+  // The global batch's mean, then its variance about that mean (two passes, as the per-batch
+  // forward), each from every worker's per-channel sums; then the normalization by them.
+  void forward_grouped(Backend& b, const ForwardArgs& a, float* mean, float* var) {
+    DT_ENFORCE(b.device().kind() == DeviceKind::kHost,
+               "synchronized batch normalization runs on the host only");
+    const size_t c = channels();
+    float* sums = sums_.data();
+    b.batchnorm_sums(at(a.n), a.x[0], nullptr, sums);
+    sums[c] = static_cast<float>(a.n);  // the examples, exact as a float up to 2^24
+    (*a.group)(sums, c + 1);
+    count_ = static_cast<double>(sums[c]) * in_.h * in_.w;
+    for (size_t ch = 0; ch < c; ++ch) mean[ch] = static_cast<float>(sums[ch] / count_);
+    b.batchnorm_sums(at(a.n), a.x[0], mean, sums);
+    (*a.group)(sums, c);
+    for (size_t ch = 0; ch < c; ++ch) var[ch] = static_cast<float>(sums[ch] / count_);
+    b.batchnorm_forward_inference(at(a.n), k_.epsilon, a.x[0], gamma(a.params), beta(a.params),
+                                  mean, var, a.y);
+    if (a.statistics) b.device().copy(a.statistics, mean, 2 * c * sizeof(float));
+  }
+  // This batch's sums of dy and dy * xhat are its gradients (the step all-reduces those with the
+  // others); dx takes them summed over every worker's batch, as SyncBatchNorm's backward.
+  void backward_grouped(Backend& b, const BackwardArgs& a,
+                        const std::function<void(size_t)>& enqueued, float* dgamma, float* dbeta) {
+    const size_t c = channels();
+    const float* mean = saved_.data();
+    float* totals = sums_.data();
+    b.batchnorm_backward(at(a.n), k_.epsilon, a.x[0], a.y, a.dy, gamma(a.params), mean, mean + c,
+                         nullptr, totals + c, totals);
+    if (dgamma) std::copy(totals + c, totals + 2 * c, dgamma);
+    if (dbeta) std::copy(totals, totals + c, dbeta);
+    if (enqueued && (k_.scale || k_.center)) enqueued(0);
+    if (!a.dx[0]) return;
+    (*a.group)(totals, 2 * c);
+    b.batchnorm_backward_data(at(a.n), k_.epsilon, a.x[0], a.y, a.dy, gamma(a.params), mean,
+                              mean + c, totals, count_, a.dx[0]);
+  }
+
   size_t channels() const { return static_cast<size_t>(in_.c); }
   NormShape at(int n) const { return {n, in_.c, in_.h * in_.w, relu_}; }
   const float* gamma(const float* p) const { return k_.scale ? p : nullptr; }
@@ -81,8 +134,13 @@ class BatchNormalization : public Layer {
   NormKeys k_;
   Dims in_;
   Buffer<float> saved_;  ///< the last training batch's mean and variance, for backward
+  /// synchronized: the per-channel sums handed to the group (host memory), and the values per
+  /// channel of the last grouped forward's global batch.
+  std::vector<float> sums_;
+  double count_ = 0;
   bool training_ = false;
-  bool relu_ = false;  ///< a ReLU fused after it
+  bool grouped_ = false;  ///< the last training forward took the group's statistics
+  bool relu_ = false;     ///< a ReLU fused after it
 };
 
 class NormConfig : public LayerConfig {
@@ -95,6 +153,7 @@ class NormConfig : public LayerConfig {
   std::unique_ptr<Layer> make(const std::vector<Dims>& in, const LayerContext& c) const override {
     return std::make_unique<BatchNormalization>(k_, in[0], c);
   }
+  bool sums_over_group() const override { return k_.synchronized; }
 
  private:
   NormKeys k_;
@@ -116,8 +175,7 @@ std::unique_ptr<LayerConfig> parse_batch_normalization(const common::JsonNode& n
   if (auto n = node.find("epsilon")) k.epsilon = static_cast<float>(n->as_number(1e-12, 1.0));
   if (auto n = node.find("center")) k.center = n->as_bool();
   if (auto n = node.find("scale")) k.scale = n->as_bool();
-  if (auto n = node.find("synchronized"); n && n->as_bool())
-    n->fail("synchronized true (statistics over the global batch) is not supported yet");
+  if (auto n = node.find("synchronized")) k.synchronized = n->as_bool();
   return std::make_unique<NormConfig>(k);
 }
 
