@@ -10,10 +10,12 @@
 #include <memory>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/errors.h"
 #include "common/json.h"
+#include "worker/nn/host_eltwise.h"
 #include "worker/nn/model.h"
 
 using namespace dtrain;
@@ -150,6 +152,45 @@ TEST_CASE("sigmoid, tanh, gelu and swish compute Keras's values", "[nn][layers]"
       CHECK(y_ref[i] == Approx(keras(f, x[i])).epsilon(1e-6).margin(1e-7));
       CHECK(y_dnnl[i] == Approx(keras(f, x[i])).epsilon(1e-5).margin(1e-6));
     }
+  }
+}
+
+// GELU runs on host_eltwise.h's loops (Abramowitz and Stegun's erf, host_lanes.h's exponential):
+// each width this CPU runs gives the plain loops' bits, and the values are Keras's to a few
+// roundings across the whole range, the tails included (1 + erf is taken as erfc there).
+TEST_CASE("GELU's loops give Keras's values and the same bits at every vector width",
+          "[nn][layers]") {
+  using direct_conv::Vectors;
+  Floats x, dy;
+  for (int i = 0; i <= 4000; ++i) x.push_back(-12.0f + 24.0f * static_cast<float>(i) / 4000.0f);
+  x.push_back(-200.0f);
+  x.push_back(200.0f);
+  for (size_t i = 0; i < x.size(); ++i) dy.push_back(0.5f - static_cast<float>(i % 7) / 7.0f);
+  auto run = [&](Vectors v) {
+    std::pair<Floats, Floats> out{Floats(x.size()), Floats(x.size())};
+    host_gelu_forward(x.size(), x.data(), out.first.data(), v);
+    host_gelu_backward(x.size(), x.data(), dy.data(), out.second.data(), v);
+    return out;
+  };
+  const auto plain = run(Vectors::kPlain);
+  double worst_y = 0, worst_dx = 0;
+  for (size_t i = 0; i < x.size(); ++i) {
+    const double v = x[i], cdf = 0.5 * std::erfc(-v / std::sqrt(2.0));
+    const double y = v * cdf, slope = cdf + v * std::exp(-v * v / 2) / std::sqrt(2 * M_PI);
+    worst_y = std::max(worst_y, std::abs(plain.first[i] - y) / std::max(1.0, std::abs(y)));
+    worst_dx = std::max(worst_dx, std::abs(plain.second[i] - dy[i] * slope));
+  }
+  INFO("worst y " << worst_y << ", worst dx " << worst_dx);
+  CHECK(worst_y < 1e-6);
+  CHECK(worst_dx < 1e-6);
+  CHECK(plain.first[x.size() - 2] == 0.0f);  // gelu(-200): 0, not NaN
+  CHECK(plain.first.back() == 200.0f);
+  for (Vectors v : {Vectors::kAvx512, Vectors::kAvx2}) {
+    if (!direct_conv::runs(v)) continue;
+    INFO(direct_conv::vectors_name(v));
+    const auto wide = run(v);
+    CHECK(wide.first == plain.first);
+    CHECK(wide.second == plain.second);
   }
 }
 

@@ -7,16 +7,16 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <vector>
 
 #include "common/errors.h"
+#include "worker/nn/host_lanes.h"
 
 namespace dtrain::nn {
 namespace {
 
 using direct_conv::Vectors;
-
-#define DT_INLINE inline __attribute__((always_inline))
 
 /// Strides of one (example, head)'s rows in the (n, t, heads, dim) tensors.
 struct Head {
@@ -33,17 +33,45 @@ struct Head {
   int keys(int i) const { return s.causal ? i + 1 : s.t; }
 };
 
+// The sum of v[0..count) over kSumLanes interleaved float lanes, added in lane order at the
+// end: the code's order at every vector width.
+constexpr int kSumLanes = 16;
+DT_INLINE float lane_sum(const float* v, int count) {
+  float lane[kSumLanes] = {};
+  int j = 0;
+  for (; j + kSumLanes <= count; j += kSumLanes) {
+#pragma omp simd
+    for (int k = 0; k < kSumLanes; ++k) lane[k] += v[j + k];
+  }
+  for (int k = 0; j < count; ++j, ++k) lane[k] += v[j];
+  float total = 0;
+  for (float l : lane) total += l;
+  return total;
+}
+
+// The same sum of a[j] * b[j].
+DT_INLINE float lane_dot(const float* a, const float* b, int count) {
+  float lane[kSumLanes] = {};
+  int j = 0;
+  for (; j + kSumLanes <= count; j += kSumLanes) {
+#pragma omp simd
+    for (int k = 0; k < kSumLanes; ++k) lane[k] += a[j + k] * b[j + k];
+  }
+  for (int k = 0; j < count; ++j, ++k) lane[k] += a[j] * b[j];
+  float total = 0;
+  for (float l : lane) total += l;
+  return total;
+}
+
 // Row p's softmax over its first `keys` scores, scaled, in place; the rest of its t set to 0.
 DT_INLINE void softmax_row(float* p, int keys, int t, float scale) {
   float top = -INFINITY;
+#pragma omp simd reduction(max : top)
   for (int j = 0; j < keys; ++j) top = std::max(top, p[j]);
   top *= scale;  // scale > 0: the largest scaled score (a maximum: any order gives it)
-  float total = 0;
-  for (int j = 0; j < keys; ++j) {
-    p[j] = expf(p[j] * scale - top);
-    total += p[j];
-  }
-  const float inverse = 1.0f / total;
+#pragma omp simd
+  for (int j = 0; j < keys; ++j) p[j] = exp_nonpositive(p[j] * scale - top);
+  const float inverse = 1.0f / lane_sum(p, keys);
 #pragma omp simd
   for (int j = 0; j < keys; ++j) p[j] *= inverse;
   std::fill(p + keys, p + t, 0.0f);
@@ -116,8 +144,7 @@ DT_INLINE void backward_body(const AttentionShape& s, size_t pair, const float* 
       }
     }
     const float* pd = s.dropout > 0 ? dropped : p;
-    float dot = 0;
-    for (int j = 0; j < keys; ++j) dot += p[j] * ds[j];
+    const float dot = lane_dot(p, ds, keys);
 #pragma omp simd
     for (int j = 0; j < keys; ++j) ds[j] = p[j] * (ds[j] - dot) * s.scale;
     // dv_j += Pd_ij dy_i; dq_i = sum_j dS_ij k_j; dk_j += dS_ij q_i.
@@ -184,8 +211,8 @@ DT_INLINE void product_backward_body(const AttentionShape& s, size_t pair, const
     const float* pi = p + static_cast<size_t>(i) * t;
     float* row = ds + static_cast<size_t>(i) * t;
     const int keys = hd.keys(i);
-    float dot = 0;
-    for (int j = 0; j < keys; ++j) dot += pi[j] * row[j];
+    const float dot = lane_dot(pi, row, keys);
+#pragma omp simd
     for (int j = 0; j < keys; ++j) row[j] = pi[j] * (row[j] - dot) * s.scale;
     std::fill(row + keys, row + t, 0.0f);
   }

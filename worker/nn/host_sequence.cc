@@ -102,8 +102,7 @@ DT_INLINE void backward_row_body(const Backward& b, int r, float* g) {
     std::copy(dy, dy + n, g);
   }
   Lanes sum_g, sum_g_xhat;
-  sum_g.add(g, n);
-  sum_g_xhat.add_products(g, x, n, mu, inv);
+  sum_g.add_with_products(sum_g_xhat, g, x, n, mu, inv);
   const double mean_g = sum_g.total() / n, mean_g_xhat = sum_g_xhat.total() / n;
 #pragma omp simd
   for (int j = 0; j < n; ++j) {
@@ -113,8 +112,9 @@ DT_INLINE void backward_row_body(const Backward& b, int r, float* g) {
 }
 
 // Features [first, first + count) of dgamma and dbeta (count <= kColumns): each summed over the
-// rows in row order, in its own double.
-constexpr int kColumns = 16;
+// rows in row order, in its own double. Wide blocks, so each row's part is read as a few whole
+// cache lines in a row (16 columns, one line a row, ran at the latency of a line).
+constexpr int kColumns = 64;
 DT_INLINE void columns_body(const Backward& b, int first, int count) {
   double sum_dy[kColumns] = {}, sum_dy_xhat[kColumns] = {};
   for (int r = 0; r < b.rows; ++r) {
