@@ -10,6 +10,7 @@
 #include "worker/data/dataset.h"
 #include "worker/data/image_folder.h"
 #include "worker/nn/backend.h"
+#include "worker/train/preconditions.h"
 #include "worker/train/train_config.h"
 
 namespace dtrain::launcher {
@@ -43,7 +44,12 @@ void check_train_section(const common::JobSpec& spec) {
   if (!spec.command.empty() || !spec.train_json) return;
   const train::TrainConfig config = train::parse_train_config(*spec.train_json, spec.source);
   check_cpu_policy(spec, config);
-  if (spec.elastic_min_workers > 0) train::check_elastic_model(config, spec.source);
+  // The worker's own rules where the device is known before a launch
+  // (docs/design.md#preconditions): "cuda" trains on a GPU; with "auto" the worker decides when it
+  // starts.
+  const bool on_gpu = config.device == train::DeviceChoice::kCuda;
+  if (on_gpu) train::check_gpu_rule(config, spec.source);
+  if (spec.elastic_min_workers > 0) train::check_elastic(config, on_gpu, spec.source);
 }
 
 std::string check_train_data(const common::JobSpec& spec) {

@@ -1,7 +1,8 @@
 // The `train` section of a dtrain-worker job, checked by the worker's own parser before anything
 // starts, so `dtrain validate` and `dtrain launch` fail on the errors every worker would hit,
-// naming the user's job file instead of the run's spec.json: the parse, and a mixed policy this
-// host's CPU cannot compute when every task trains on it; and, for `dtrain validate`, the data.
+// naming the user's job file instead of the run's spec.json: the parse, a mixed policy this
+// host's CPU cannot compute when every task trains on it, the worker's start-up rules
+// (docs/design.md#preconditions); and, for `dtrain validate`, the data.
 #pragma once
 
 #include <string>
@@ -13,8 +14,9 @@ namespace dtrain::launcher {
 /// Parses spec.train_json as dtrain-worker will (train::parse_train_config), then refuses
 /// train.dtype_policy mixed_bfloat16 / mixed_float16 when every task runs on this host, no GPU is
 /// visible (or train.device is "cpu") and this CPU lacks the policy's products, unless
-/// dtype_policy_fallback allows float32 (the worker's own rule, worker/main.cc). Throws ConfigError
-/// "<spec.source>: train.<json path>: <what is wrong>", e.g. "job.json:
+/// dtype_policy_fallback allows float32 (the worker's own rule, worker/main.cc), and the rules of
+/// train/preconditions.h where the device is known (an elastic job; "device": "cuda"). Throws
+/// ConfigError "<spec.source>: train.<json path>: <what is wrong>", e.g. "job.json:
 /// train.model.layers[0].activation: ...". Does nothing for a `command` job, whose program owns
 /// its own configuration.
 void check_train_section(const common::JobSpec& spec);

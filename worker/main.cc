@@ -34,6 +34,7 @@
 #include "worker/signal_origin.h"
 #include "worker/train/evaluator.h"
 #include "worker/train/model_parts.h"
+#include "worker/train/preconditions.h"
 #include "worker/train/train_config.h"
 #include "worker/train/train_step.h"
 #include "worker/train/trainer.h"
@@ -291,18 +292,7 @@ std::unique_ptr<nn::Backend> choose_backend(TrainConfig& config, const std::stri
       break;
   }
   bool automatic = config.device == DeviceChoice::kAuto;
-  // docs/design.md#the-model-as-a-graph: what has not passed a parity test on a GPU does not
-  // run on one.
-  const char* untested = config.label_smoothing > 0 ? "train.loss.label_smoothing"
-                         : config.loss != nn::Loss::kSparseCategorical ? "train.loss.type"
-                         : config.optimizer.weight_decay > 0 ? "train.optimizer.weight_decay"
-                                                             : nullptr;
-  if (cuda && untested) {
-    throw ConfigError(fmt::format(
-        "{}: {} has not passed its parity test on a GPU yet, so it does not run on one (train "
-        "with \"device\": \"cpu\")",
-        source, untested));
-  }
+  if (cuda) check_gpu_rule(config, source);  // docs/design.md#preconditions
   if (cuda) {
     std::unique_ptr<nn::Backend> backend = nn::make_cuda_backend(config.math);
     spdlog::info("device: {} on GPU {} ({}{})", backend->name(), backend->device().name(),
@@ -391,33 +381,6 @@ std::optional<common::SpareAssignment> wait_for_promotion(const std::string& spa
 }
 
 // One training task: join the ring, train, and turn how it ended into an exit code.
-// Elastic jobs (docs/design.md#elastic-membership) sum virtual shards in the TCP ring's order
-// whichever member holds them: the ring it is, on host memory, with every example reachable by
-// every member.
-void check_elastic(const TrainConfig& config, nn::Backend& backend,
-                   const std::string& config_path) {
-  if (config.communication != comm::Communication::kAuto &&
-      config.communication != comm::Communication::kRing) {
-    throw ConfigError(fmt::format(
-        "{}: train.communication: \"{}\" cannot hold virtual shards; an elastic job (\"elastic\" "
-        "in the job file) trains over the TCP ring: set \"ring\" or \"auto\"",
-        config_path, comm::communication_name(config.communication)));
-  }
-  if (backend.device().kind() != nn::DeviceKind::kHost) {
-    throw ConfigError(fmt::format(
-        "{}: an elastic job (\"elastic\" in the job file) trains on CPUs only for now; set "
-        "train.device to \"cpu\"",
-        config_path));
-  }
-  if (config.data.shard_policy == "file") {
-    throw ConfigError(fmt::format(
-        "{}: train.data.shard_policy: \"file\" gives each worker only its files, but in an elastic "
-        "job a member computes the shards of the missing ones: use \"data\"",
-        config_path));
-  }
-  train::check_elastic_model(config, config_path);
-}
-
 int train(const common::TfConfig& task, std::optional<int> promoted_generation,
           const std::string& promoted_members, const std::string& job, const TrainConfig& config,
           nn::Backend& backend, data::Dataset train_data, data::Dataset test_data,
@@ -433,7 +396,7 @@ int train(const common::TfConfig& task, std::optional<int> promoted_generation,
   const bool elastic = members_text.has_value();
   std::vector<int> members =
       common::parse_members(members_text.value_or(""), id.size, common::kEnvMembers.name);
-  if (elastic) check_elastic(config, backend, config_path);
+  if (elastic) check_elastic(config, backend.device().kind() != nn::DeviceKind::kHost, config_path);
   auto shards_now = [&] { return comm::shard_plan(members, id.rank, id.size); };
   spdlog::info("task {}: rank {} of {}, attempt {}{}, {} training examples{}", task.task.text(),
                id.rank, id.size, attempt,

@@ -19,6 +19,7 @@
 #include "worker/nn/backend.h"
 #include "worker/nn/model.h"
 #include "worker/train/optimizer.h"
+#include "worker/train/preconditions.h"
 #include "worker/train/train_config.h"
 #include "worker/train/train_step.h"
 
@@ -143,9 +144,9 @@ TEST_CASE("synchronized batch normalization: two workers take one worker's step 
 
 TEST_CASE("synchronized batch normalization: an elastic job refuses it, naming the layer",
           "[sync_batch_norm]") {
-  CHECK_NOTHROW(train::check_elastic_model(config(false), "job.json"));
+  CHECK_NOTHROW(train::check_elastic(config(false), false, "job.json"));
   try {
-    train::check_elastic_model(config(true), "job.json");
+    train::check_elastic(config(true), false, "job.json");
     FAIL("accepted");
   } catch (const common::ConfigError& e) {
     CHECK_THAT(e.what(), Contains("job.json: train.model.layers[0].synchronized: true"));

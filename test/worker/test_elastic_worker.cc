@@ -204,37 +204,3 @@ TEST_CASE("elastic workers: shared memory cannot hold virtual shards (exit 2, th
   CHECK_THAT(r.err, Catch::Contains(job + ": train.communication: \"shm\" cannot hold virtual "
                                           "shards"));
 }
-
-// Synchronized batch normalization takes its statistics over every worker's batch inside the
-// step, which a member holding the shards of missing ones cannot do: the worker refuses it at
-// start, and `dtrain validate` refuses the job before a launch, with the same message.
-TEST_CASE("elastic workers: synchronized batch normalization is refused (exit 2, layer named)") {
-  testing::TempDir dir;
-  std::string text = common::read_file(job_file(dir, "auto", Kind::kResidual));
-  const std::string plain = R"("name": "bn1", "type": "batch_normalization")";
-  REQUIRE(text.find(plain) != std::string::npos);
-  text.replace(text.find(plain), plain.size(), plain + R"(, "synchronized": true)");
-  text.replace(text.find("\"workers\": 2,"), 13,
-               "\"workers\": 2, \"elastic\": {\"min_workers\": 1},");
-  std::string job = dir.path() + "/synchronized.json";
-  common::write_file_atomically(job, text);
-  const std::string message = job +
-                              ": train.model.layers[4].synchronized: true takes the "
-                              "statistics over every worker's batch in step";
-
-  common::ClusterSpec cluster({{"worker", {"127.0.0.1:1", "127.0.0.1:2"}}});
-  testing::ProcessOptions options;
-  options.timeout_seconds = 60;
-  options.env["TF_CONFIG"] = common::format_tf_config(cluster, {"worker", 0});
-  options.env["DTRAIN_MEMBERS"] = "0";
-  options.env["DTRAIN_CONTROL"] = std::nullopt;
-  testing::ProcessResult r = testing::run_process(
-      {testing::binary("dtrain-worker"), "--config", job, "--run-dir", dir.path() + "/run"},
-      options);
-  CHECK(r.exit_code == 2);
-  CHECK_THAT(r.err, Catch::Contains(message));
-
-  testing::ProcessResult v = testing::run_process({testing::binary("dtrain"), "validate", job});
-  CHECK(v.exit_code == 2);
-  CHECK_THAT(v.err, Catch::Contains(message));
-}

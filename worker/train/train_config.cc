@@ -411,16 +411,6 @@ common::ConfigError cpu_policy_error(nn::MathMode math, const std::string& sourc
                   source, nn::math_mode_name(math), cpu_policy_lack(math)));
 }
 
-void check_elastic_model(const TrainConfig& config, const std::string& source) {
-  if (const nn::NodeSpec* node = config.model.first_group_node()) {
-    throw common::ConfigError(fmt::format(
-        "{}: train.{}.synchronized: true takes the statistics over every worker's batch in step, "
-        "which an elastic job (\"elastic\" in the job file) cannot do when a member holds the "
-        "shards of missing ones: set \"synchronized\": false, or drop \"elastic\"",
-        source, node->path));
-  }
-}
-
 void prepare_backup_dir(const TrainConfig& config, const std::string& run_dir) {
   std::string path = run_dir + "/" + config.backup.dir;
   std::error_code ec;

@@ -118,12 +118,6 @@ std::string cpu_policy_lack(nn::MathMode math);
 /// naming source and train.dtype_policy.
 common::ConfigError cpu_policy_error(nn::MathMode math, const std::string& source);
 
-/// An elastic job's model must not take statistics over the group (synchronized batch
-/// normalization): a member holding several virtual shards cannot run their forwards in step
-/// with the others (docs/design.md#synchronized-batch-normalization). ConfigError naming source
-/// and the layer; the worker and `dtrain validate` both ask.
-void check_elastic_model(const TrainConfig& config, const std::string& source);
-
 /// Parses the train object (JSON text). source names it in errors ("job.json: train.epochs: ...").
 TrainConfig parse_train_config(std::string_view json, const std::string& source);
 
