@@ -19,7 +19,7 @@
 #include "common/errors.h"
 #include "common/unique_fd.h"
 #include "launcher/agent_protocol.h"
-#include "launcher/worker_env.h"
+#include "launcher/shell_quote.h"
 
 extern char** environ;
 
