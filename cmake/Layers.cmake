@@ -122,13 +122,18 @@ function(dtrain_check_layers)
                      -P ${PROJECT_SOURCE_DIR}/cmake/check_layers.cmake)
     set_tests_properties(layers_catch_violation PROPERTIES
       PASS_REGULAR_EXPRESSION
-      "worker/nn/nn_includes_train.cc \\(dtrain_nn\\) includes worker/train/trainer.h \\(dtrain_train\\)")
+      "worker/nn/nn_includes_train.cc \\(dtrain_nn\\) includes worker/train/trainer.h \\(dtrain_train\\)"
+      LABELS unit TIMEOUT 60)
+    set_tests_properties(layers PROPERTIES LABELS unit TIMEOUT 60)
+    set_property(GLOBAL APPEND PROPERTY DTRAIN_LABELLED_TESTS layers layers_catch_violation
+                 layers_catch_cycle)  # test/CMakeLists.txt's labels, set here
     # And a cycle: two launcher modules that include each other.
     add_test(NAME layers_catch_cycle
              COMMAND ${CMAKE_COMMAND} -DRULES=${rules_file} -DROOT=${PROJECT_SOURCE_DIR}
                      "-DPRETEND=test/layers/cycle_a.h=launcher/cycle_a.h,test/layers/cycle_b.cc=launcher/cycle_b.cc"
                      -P ${PROJECT_SOURCE_DIR}/cmake/check_layers.cmake)
     set_tests_properties(layers_catch_cycle PROPERTIES
-      PASS_REGULAR_EXPRESSION "include cycle: launcher/cycle_[ab] -> launcher/cycle_[ab] -> launcher/cycle_[ab]")
+      PASS_REGULAR_EXPRESSION "include cycle: launcher/cycle_[ab] -> launcher/cycle_[ab] -> launcher/cycle_[ab]"
+      LABELS unit TIMEOUT 60)
   endif()
 endfunction()
