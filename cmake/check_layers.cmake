@@ -1,9 +1,11 @@
-# cmake -DRULES=<build>/layers.cmake -DROOT=<source root> [-DPRETEND=<file>=<as path>]
+# cmake -DRULES=<build>/layers.cmake -DROOT=<source root> [-DPRETEND=<file>=<as path>[,...]]
 #       -P cmake/check_layers.cmake
 # Fails, listing every offending line, when a file of a layer (cmake/Layers.cmake) includes a
-# header of a layer its target does not link. Only quoted includes under a layer's folder are
-# checked; system and third-party headers are the link dependencies' business. PRETEND checks
-# one more file as if it lived at another path (the test that the check can fail).
+# header of a layer its target does not link, and, naming the cycle, when the modules of a layer
+# registered ACYCLIC (a module: a header and its .cc, by path without the extension) include each
+# other in a cycle. Only quoted includes under a layer's folder are checked; system and
+# third-party headers are the link dependencies' business. PRETEND checks more files as if they
+# lived at other paths (the tests that the check can fail).
 cmake_minimum_required(VERSION 3.25)
 include("${RULES}")
 
@@ -53,15 +55,19 @@ endforeach()
 list(REMOVE_DUPLICATES files)
 set(read_as)
 if(PRETEND)
-  string(REPLACE "=" ";" pretend "${PRETEND}")
-  list(GET pretend 0 real)
-  list(GET pretend 1 as)
-  list(APPEND files "${as}")
-  set(read_as_${as} "${real}")
+  string(REPLACE "," ";" pretends "${PRETEND}")
+  foreach(pair IN LISTS pretends)
+    string(REPLACE "=" ";" pretend "${pair}")
+    list(GET pretend 0 real)
+    list(GET pretend 1 as)
+    list(APPEND files "${as}")
+    set(read_as_${as} "${real}")
+  endforeach()
 endif()
 
 set(problems "")
 set(includes 0)
+set(acyclic_files)
 foreach(file IN LISTS files)
   owner_of(layer "${file}")
   if(layer STREQUAL "")
@@ -79,6 +85,10 @@ foreach(file IN LISTS files)
       continue()
     endif()
     math(EXPR includes "${includes} + 1")
+    if(used STREQUAL layer AND DTRAIN_LAYER_${layer}_ACYCLIC)
+      list(APPEND same_${file} "${header}")  # for the cycle check below
+      list(APPEND acyclic_files "${file}")
+    endif()
     if(NOT used IN_LIST DTRAIN_LAYER_${layer}_ALLOWED)
       list(JOIN DTRAIN_LAYER_${layer}_ALLOWED ", " may)
       string(APPEND problems "\n  ${file} (${layer}) includes ${header} (${used}), which "
@@ -87,9 +97,105 @@ foreach(file IN LISTS files)
   endforeach()
 endforeach()
 
+# The module of a file: its path without the extension, or, for a part of a class split over
+# files (launcher/supervisor_task.h, launcher/supervisor_teardown.cc), the module whose header it
+# includes and whose name begins its own, followed by "_".
+function(module_of out file)
+  string(REGEX REPLACE "\\.[^./]*$" "" stem "${file}")
+  get_filename_component(dir "${stem}" DIRECTORY)
+  get_filename_component(name "${stem}" NAME)
+  set(prefix "${name}")
+  while(prefix MATCHES "^(.+)_[^_]*$")
+    set(prefix "${CMAKE_MATCH_1}")
+    if("${dir}/${prefix}.h" IN_LIST same_${file})
+      set(${out} "${dir}/${prefix}" PARENT_SCOPE)
+      return()
+    endif()
+  endwhile()
+  set(${out} "${stem}" PARENT_SCOPE)
+endfunction()
+
+# The edges between modules of an ACYCLIC layer: one module includes a header of another.
+set(modules)
+list(REMOVE_DUPLICATES acyclic_files)
+foreach(file IN LISTS acyclic_files)
+  module_of(from "${file}")
+  foreach(header IN LISTS same_${file})
+    module_of(to "${header}")
+    if(from STREQUAL to)
+      continue()
+    endif()
+    if(NOT node_${from})
+      list(APPEND modules "${from}")
+      set(node_${from} TRUE)
+    endif()
+    if(NOT to IN_LIST uses_${from})
+      list(APPEND uses_${from} "${to}")
+      list(APPEND used_by_${to} "${from}")
+    endif()
+  endforeach()
+endforeach()
+
+# Include cycles between the modules of a layer (Kahn's algorithm): peel off the modules whose
+# includes are all peeled; what remains lies on a cycle or leads into one. One cycle is named.
+set(ready)
+foreach(module IN LISTS modules)
+  list(LENGTH uses_${module} pending_${module})
+endforeach()
+foreach(module IN LISTS modules)
+  foreach(to IN LISTS uses_${module})
+    if(NOT node_${to})  # includes nothing of its layer: peeled at once
+      math(EXPR pending_${module} "${pending_${module}} - 1")
+    endif()
+  endforeach()
+  if(pending_${module} EQUAL 0)
+    list(APPEND ready "${module}")
+  endif()
+endforeach()
+while(ready)
+  list(POP_FRONT ready module)
+  set(peeled_${module} TRUE)
+  foreach(from IN LISTS used_by_${module})
+    if(node_${from})
+      math(EXPR pending_${from} "${pending_${from}} - 1")
+      if(pending_${from} EQUAL 0)
+        list(APPEND ready "${from}")
+      endif()
+    endif()
+  endforeach()
+endwhile()
+foreach(module IN LISTS modules)
+  if(peeled_${module})
+    continue()
+  endif()
+  set(path "${module}")  # walk unpeeled modules until one repeats: that loop is a cycle
+  set(at "${module}")
+  while(TRUE)
+    foreach(to IN LISTS uses_${at})
+      if(node_${to} AND NOT peeled_${to})
+        set(at "${to}")
+        break()
+      endif()
+    endforeach()
+    list(FIND path "${at}" seen)
+    list(APPEND path "${at}")
+    if(NOT seen EQUAL -1)
+      list(SUBLIST path ${seen} -1 cycle)
+      break()
+    endif()
+  endwhile()
+  list(JOIN cycle " -> " cycle)
+  string(APPEND problems "\n  include cycle: ${cycle} (each module includes the next, by its .h "
+         "or its .cc; move what one needs of the other into a header of its own)")
+  break()
+endforeach()
+
 if(problems)
-  message(FATAL_ERROR "layering: an include crosses folders against the link graph "
-          "(cmake/Layers.cmake: link the layer in its CMakeLists.txt, or move the code):${problems}")
+  message(FATAL_ERROR "layering: an include crosses folders against the link graph, or the "
+          "modules of a layer include each other in a cycle (cmake/Layers.cmake: link the layer "
+          "in its CMakeLists.txt, or move the code):${problems}")
 endif()
 list(LENGTH files count)
-message(STATUS "layering: ${count} files, ${includes} includes of dtrain headers, all allowed")
+list(LENGTH modules acyclic)
+message(STATUS "layering: ${count} files, ${includes} includes of dtrain headers, all allowed; "
+        "${acyclic} modules that include others of their layer, no cycle")

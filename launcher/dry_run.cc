@@ -17,6 +17,7 @@
 #include "launcher/control_server.h"
 #include "launcher/process_start.h"
 #include "launcher/run_preparation.h"
+#include "launcher/shell_quote.h"
 #include "launcher/worker_env.h"
 
 namespace dtrain::launcher {

@@ -3,10 +3,12 @@
 #include "launcher/launch_plan.h"
 
 #include <fmt/format.h>
+#include <spdlog/spdlog.h>
 
 #include <algorithm>
 #include <cctype>
 #include <map>
+#include <set>
 
 #include "common/env_vars.h"
 #include "common/errors.h"
@@ -14,7 +16,6 @@
 #include "common/local_addresses.h"
 #include "common/ports.h"
 #include "common/run_dir.h"
-#include "launcher/torch_env.h"
 
 namespace dtrain::launcher {
 namespace {
@@ -228,6 +229,30 @@ LaunchPlan members_plan(const LaunchPlan& plan, const std::set<common::TaskId>& 
   }
   number_ranks(view);
   return view;
+}
+
+int choose_master_port(const LaunchPlan& plan) {
+  const common::JobSpec& spec = plan.spec();
+  if (spec.master_port) return *spec.master_port;
+  if (user_sets(spec, common::kEnvMasterPort.name)) return 0;  // the job's own value is used
+  std::set<int> taken;  // the ports the cluster's tasks listen on (any host)
+  for (const TaskPlan& t : plan.tasks) taken.insert(t.endpoint.port);
+  if (plan.master_local) {
+    // Ask for a few at once: one of them could be a task's (the OS does not know the cluster).
+    for (int port : common::pick_free_ports(static_cast<int>(taken.size()) + 1)) {
+      if (!taken.count(port)) return port;
+    }
+  }
+  int port = plan.task(plan.context.cluster.chief()).endpoint.port + 1;
+  while (port <= 65535 && taken.count(port)) ++port;
+  if (port > 65535) {
+    spdlog::warn(
+        "{}: no port above the chief's is left for MASTER_PORT, so it is not set (a PyTorch "
+        "program needs it: set \"master_port\" or MASTER_PORT in \"env\")",
+        spec.source);
+    return 0;
+  }
+  return port;
 }
 
 std::string TaskPlan::place_text() const {

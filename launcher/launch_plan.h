@@ -119,6 +119,14 @@ struct LaunchPlan {
 /// gpu_sharing, IoError when no port can be had or the interface list cannot be read.
 LaunchPlan plan_launch(LaunchContext context);
 
+/// The port rank 0's TCPStore listens on. The job's master_port when set; 0 (none: nothing to
+/// pick or check) when the job's `env` sets MASTER_PORT itself; else, for a chief on this
+/// machine, a port the OS reports free that no task of the cluster uses; else (a chief on
+/// another host or a Slurm node) the first port above the chief's own that no task uses, or 0
+/// with a warning when none is left (MASTER_PORT is then not set: only a program that reads it
+/// needs it). Uses the plan's placements; throws IoError when no free port can be had here.
+int choose_master_port(const LaunchPlan& plan);
+
 /// An elastic command job's plan for the tasks not away (docs/design.md#elastic-membership): the
 /// cluster without them, the others renumbered (TF_CONFIG index, RANK, LOCAL_RANK, WORLD_SIZE
 /// ...) in the same order; placement, logs and threads unchanged. The chief must stay.

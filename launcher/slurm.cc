@@ -19,7 +19,7 @@
 #include "common/errors.h"
 #include "common/unique_fd.h"
 #include "launcher/agent_protocol.h"
-#include "launcher/worker_env.h"
+#include "launcher/shell_quote.h"
 
 extern char** environ;
 
@@ -362,9 +362,8 @@ std::string run_and_capture(const std::vector<std::string>& argv, double timeout
   return stdout_text;
 }
 
-std::string slurm_node_leaving(const std::string& node, double timeout_seconds) {
-  return node_leaving_state(
-      run_and_capture({"scontrol", "-o", "show", "node", node}, timeout_seconds), node);
+std::vector<std::string> node_state_argv(const std::string& node) {
+  return {"scontrol", "-o", "show", "node", node};
 }
 
 std::vector<std::string> srun_argv(const common::JobSpec& spec, const SlurmAllocation& allocation,

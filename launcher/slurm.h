@@ -73,10 +73,9 @@ SlurmAllocation read_slurm_allocation(const common::JobSpec& spec);
 /// fails or times out.
 std::string run_and_capture(const std::vector<std::string>& argv, double timeout_seconds);
 
-/// node_leaving_state of `scontrol -o show node <node>`, asked with a time-out of
-/// timeout_seconds (blocking). Throws IoError or ConfigError (run_and_capture's) when scontrol
-/// cannot answer.
-std::string slurm_node_leaving(const std::string& node, double timeout_seconds);
+/// The command whose output node_leaving_state reads: `scontrol -o show node <node>`. The
+/// supervisor runs it as a side run on its event loop (docs/design.md#elastic-membership).
+std::vector<std::string> node_state_argv(const std::string& node);
 
 /// The argv that starts task as its own job step running `dtrain agent`: spec's srun, one task on
 /// the task's node with its CPUs (--exact, so steps side by side each get their own), its GPUs,

@@ -303,37 +303,40 @@ void Supervisor::on_exit(Task& task, const ChildEnd& end) {
     else
       w.key("exit_code").value(end.status.code);
   });
-  if (task.away) {
-    on_away_end(task, r);
-  } else if (task.plan.spare()) {
-    if (phase_ == Phase::kRunning || phase_ == Phase::kStarting) on_spare_end(task, r);
-  } else if (phase_ == Phase::kRunning || phase_ == Phase::kStarting) {
-    if (r.outcome == Outcome::kSuccess) {
-      spdlog::info("{} finished", task.plan.task.text());
-      if (group_succeeded()) {
-        success_ = true;
-        begin_teardown("every training task finished");
-      } else if (in_place_recovery_ && task.plan.trains()) {
-        abandon_in_place(task);
-      }
-    } else {
-      spdlog::warn("{} {} ({}) on attempt {}", task.plan.task.text(), outcome_name(r.outcome),
-                   r.what, attempt_);
-      // In place, the others run on and a replacement joins them; else the whole group stops.
-      if (!recover_in_place(task, r, end) && !leave_and_restart(task, r)) {
-        if (fail_first(task, r.outcome, r.what, r.exit_code)) {
-          first_failure_->never_started = !r.started;
-          first_failure_->sigkill = r.started && killed_by_sigkill(end.status);
-          first_failure_->place_lost = r.place_lost;
-        }
-        begin_teardown(fmt::format("{} {}", task.plan.task.text(), outcome_name(r.outcome)));
-      }
-    }
-  }
+  if (r.outcome != Outcome::kSuccess && !task.away && !task.plan.spare() &&
+      (phase_ == Phase::kRunning || phase_ == Phase::kStarting))
+    spdlog::warn("{} {} ({}) on attempt {}", task.plan.task.text(), outcome_name(r.outcome), r.what,
+                 attempt_);
+  decide_end(task, r, end);
   // At most ten writes a second for exits alone: a thousand tasks ending together must not cost a
   // thousand fsynced rewrites. Phase changes write at once (begin_teardown, finish).
   if (common::monotonic_seconds() - last_state_write_ >= kExitStateWriteInterval) write_state();
   maybe_teardown_complete();
+}
+
+void Supervisor::decide_end(Task& task, const EndReading& r, const ChildEnd& end) {
+  if (task.away) return on_away_end(task, r);
+  if (phase_ != Phase::kRunning && phase_ != Phase::kStarting) return;
+  if (task.plan.spare()) return on_spare_end(task, r);
+  if (r.outcome == Outcome::kSuccess) {
+    spdlog::info("{} finished", task.plan.task.text());
+    if (group_succeeded()) {
+      success_ = true;
+      begin_teardown("every training task finished");
+    } else if (in_place_recovery_ && task.plan.trains()) {
+      abandon_in_place(task);
+    }
+    return;
+  }
+  // In place, the others run on and a replacement joins them; else the whole group stops. Either
+  // may hold the end for Slurm's answer about its node (node_leaving), and decide it again then.
+  if (recover_in_place(task, r, end) || leave_and_restart(task, r, end)) return;
+  if (fail_first(task, r.outcome, r.what, r.exit_code)) {
+    first_failure_->never_started = !r.started;
+    first_failure_->sigkill = r.started && killed_by_sigkill(end.status);
+    first_failure_->place_lost = r.place_lost;
+  }
+  begin_teardown(fmt::format("{} {}", task.plan.task.text(), outcome_name(r.outcome)));
 }
 
 // A sign of life: any control message, or for a command job any output line. A progress
@@ -389,6 +392,7 @@ bool Supervisor::group_succeeded() const {
 }
 
 bool Supervisor::fail_first(const Task& task, Outcome outcome, const std::string& what, int code) {
+  settle_held_ends();  // an end that waits for Slurm's answer came first
   if (first_failure_) return false;
   first_failure_ = failure_of(task, outcome, what, code);
   return true;

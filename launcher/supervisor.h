@@ -91,6 +91,9 @@ struct SupervisorOptions {
   /// How long a worker's question about a SIGTERM from elsewhere waits for a stop of the
   /// launcher's own before it is answered "this worker alone" (on_sigterm_query).
   double sigterm_confirm_seconds = 1;
+  /// How long Slurm may take to say how a node is (`scontrol show node`, a side run); past it the
+  /// node is taken as usable (docs/design.md#elastic-membership).
+  double slurm_question_seconds = 5;
 };
 
 /// A worker still saving when the stop's grace period ends gets more time, up to this many
@@ -181,9 +184,16 @@ class Supervisor {
     std::string what;
     bool started = true;
     bool place_lost = false;
+    /// Under Slurm, once asked (ask_slurm): why Slurm is taking the task's node away, "" when it
+    /// is not (or could not say); unset before the question.
+    std::optional<std::string> node_leaving;
   };
   EndReading read_end(const Task& task, const ChildEnd& end);
   void on_exit(Task& task, const ChildEnd& end);
+  /// What the end means for the group (on_exit's decision, after its records): the away, spare,
+  /// success, in-place, leave and whole-group paths, in that order. Also run again for an end
+  /// held for Slurm's answer, with the answer in reading.
+  void decide_end(Task& task, const EndReading& reading, const ChildEnd& end);
   void on_signaled(Task& task, int sig, bool place_ending);
   void note_progress(Task& task, const common::ControlMessage* message);
 
@@ -263,7 +273,9 @@ class Supervisor {
   const Task* acting_chief() const;
   void record_membership(const char* kind, const std::string& host,
                          const std::vector<std::string>& names, const std::string& why);
-  bool shrink(Task& task, const EndReading& reading);
+  /// True when the group shrank without task's host, or when the decision waits for Slurm's
+  /// answer about its node (the end is held: hold_for_slurm).
+  bool shrink(Task& task, const EndReading& reading, const ChildEnd& end);
   /// Every member of host leaves; false (nothing done) when that would leave fewer than
   /// min_workers or the chief is there. cause: the task whose end started it (may be null).
   bool shrink_host(const std::string& host, const std::string& why, const Task* cause);
@@ -272,11 +284,27 @@ class Supervisor {
   void run_discovery();
   void on_discovery_end(const ChildEnd& end);
   void apply_discovery();
-  /// Under Slurm, the State of node where when Slurm is taking it away (drained, down, ...);
-  /// "" when it is not, or for a job that is not a Slurm job. Blocks on scontrol (5 s at most).
-  std::string slurm_node_leaving(const std::string& where) const;
+  // Slurm's word on a node (supervisor_slurm.cc): `scontrol show node` as a side run, never a
+  // wait on the loop (docs/design.md#elastic-membership).
+  /// Asks Slurm about node; then(state) runs on the loop once it answers, state being the node's
+  /// State when Slurm is taking it away (drained, down, ...), else "" (also when scontrol fails
+  /// or says nothing within slurm_question_seconds: the node is taken as usable). One question per
+  /// node at a time: a second caller waits for the same answer. Never calls then before it
+  /// returns.
+  void ask_slurm(const std::string& node, std::function<void(const std::string&)> then);
+  void on_node_answer(const std::string& node, const ChildEnd& end);
+  /// Runs what waits for node's answer (leaving: its State, "" usable).
+  void answer_node_question(const std::string& node, const std::string& leaving);
+  /// Slurm's word on the node of task's end: reading's once asked, "" for a job that is not a
+  /// Slurm job. nullopt: the question is on its way and the end is held; decide_end runs again
+  /// with the answer.
+  std::optional<std::string> node_leaving(Task& task, const EndReading& reading,
+                                          const ChildEnd& end);
+  /// The group stops while ends wait for Slurm: each is taken as a failure on a usable node (the
+  /// first of them is the attempt's first failure when none is yet), and none waits any more.
+  void settle_held_ends();
   // Elastic command jobs: a membership change restarts the group (as torchrun's elastic agent).
-  bool leave_and_restart(Task& task, const EndReading& reading);
+  bool leave_and_restart(Task& task, const EndReading& reading, const ChildEnd& end);
   /// Marks host's members away (false when min_workers or the chief forbid it).
   bool may_let_go(const std::string& host, std::vector<Task*>& leaving);
   void probe_host(const std::string& host);
@@ -284,6 +312,8 @@ class Supervisor {
   void restart_for_membership();
   void schedule_rejoin(const std::string& host, double delay);
   void try_rejoin(const std::string& host);
+  /// try_rejoin, past Slurm's answer about host (leaving: its State, "" usable).
+  void rejoin_unless_leaving(const std::string& host, const std::string& leaving);
   double next_rejoin_delay(const std::string& host);
   void on_away_end(Task& task, const EndReading& reading);
   bool on_join_request(const std::string& name, int pid, ReformReplyFn& reply);
@@ -393,6 +423,20 @@ class Supervisor {
   std::map<std::string, int> false_returns_;  ///< answers in a row with no worker started
   std::set<std::string> given_up_;            ///< hosts not tried again
   std::map<std::string, SideRun> probes_;     ///< per host, the last probe
+  /// Per Slurm node, the last `scontrol show node` and who waits for its answer.
+  struct NodeQuestion {
+    SideRun run;
+    std::vector<std::function<void(const std::string&)>> waiting;
+  };
+  std::map<std::string, NodeQuestion> node_questions_;
+  /// Failed ends whose decision waits for Slurm's answer about their node, in order of their ends.
+  struct HeldEnd {
+    Task* task = nullptr;
+    EndReading reading;
+    ChildEnd end;
+  };
+  std::vector<HeldEnd> held_ends_;
+  std::set<std::string> rejoin_asking_;  ///< hosts whose try waits for Slurm's answer
   /// SIGTERM questions waiting for a stop of the launcher's own, each with its time-out.
   struct SigtermQuestion {
     std::string task;

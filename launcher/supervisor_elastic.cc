@@ -15,7 +15,6 @@
 #include "common/control_protocol.h"
 #include "common/json.h"
 #include "launcher/exit_status.h"
-#include "launcher/slurm.h"
 #include "launcher/supervisor.h"
 #include "launcher/supervisor_task.h"
 #include "launcher/worker_env.h"
@@ -33,8 +32,6 @@ constexpr double kSilentSeconds = 2;
 /// A command job's host whose probe succeeds this many times in a row while its workers never
 /// start there is not tried again.
 constexpr int kMostFalseReturns = 3;
-/// How long asking Slurm about a node (scontrol) may take.
-constexpr double kNodeStateSeconds = 5;
 
 std::chrono::steady_clock::duration seconds(double s) {
   return std::chrono::duration_cast<std::chrono::steady_clock::duration>(
@@ -101,8 +98,8 @@ void Supervisor::record_membership(const char* kind, const std::string& host,
 }
 
 // The end of a task whose host is gone (docs/design.md#elastic-membership): true when the group
-// shrank without it (and without the other tasks of its host).
-bool Supervisor::shrink(Task& task, const EndReading& reading) {
+// shrank without it (and without the other tasks of its host), or when Slurm is being asked.
+bool Supervisor::shrink(Task& task, const EndReading& reading, const ChildEnd& end) {
   if (!elastic() || !task.plan.remote() || !task.plan.trains() || task.away) return false;
   // The freeze watch may blame a cut-off member for its stale record ("no CPU time ...") before
   // its agent's silence passes 3 s; a silence of kSilentSeconds at its end says the same.
@@ -113,9 +110,10 @@ bool Supervisor::shrink(Task& task, const EndReading& reading) {
       (task.frozen_why && task.frozen_why->find("no word from it") != std::string::npos);
   std::string why = reading.what;
   if (!host_gone) {  // a Slurm node being drained still runs new steps: ask Slurm
-    std::string state = slurm_node_leaving(task.plan.where);
-    if (state.empty()) return false;
-    why = fmt::format("{}; Slurm has node {} {}", reading.what, task.plan.where, state);
+    std::optional<std::string> state = node_leaving(task, reading, end);
+    if (!state) return true;  // held until Slurm answers
+    if (state->empty()) return false;
+    why = fmt::format("{}; Slurm has node {} {}", reading.what, task.plan.where, *state);
   }
   return shrink_host(task.plan.where, why, &task);
 }
@@ -175,18 +173,6 @@ bool Supervisor::shrink_host(const std::string& host, const std::string& why, co
   return true;
 }
 
-// A drained node still runs the job's new steps: without asking, a worker killed there would be
-// replaced there, and a host left would be joined again at once.
-std::string Supervisor::slurm_node_leaving(const std::string& where) const {
-  if (!plan_.context.slurm) return "";
-  try {
-    return launcher::slurm_node_leaving(where, kNodeStateSeconds);
-  } catch (const std::exception& e) {
-    spdlog::warn("cannot ask Slurm about node {}; taking it as usable: {}", where, e.what());
-    return "";
-  }
-}
-
 void Supervisor::schedule_rejoin(const std::string& host, double delay) {
   auto& timer = rejoin_timers_[host];
   if (!timer) timer = std::make_unique<boost::asio::steady_timer>(io_);
@@ -212,8 +198,20 @@ void Supervisor::try_rejoin(const std::string& host) {
     schedule_rejoin(host, rejoin_delays_[host]);
     return;
   }
-  if (std::string state = slurm_node_leaving(host); !state.empty()) {
-    spdlog::info("node {} is still {} in Slurm", host, state);
+  if (!plan_.context.slurm) return rejoin_unless_leaving(host, "");
+  // A drained node still runs the job's new steps: without asking, the host would be joined
+  // again at once. The try goes on when Slurm answers.
+  if (!rejoin_asking_.insert(host).second) return;  // asked already
+  ask_slurm(host, [this, host](const std::string& leaving) {
+    rejoin_asking_.erase(host);
+    rejoin_unless_leaving(host, leaving);
+  });
+}
+
+void Supervisor::rejoin_unless_leaving(const std::string& host, const std::string& leaving) {
+  if (phase_ != Phase::kRunning || stop_requested_ || given_up_.count(host)) return;
+  if (!leaving.empty()) {
+    spdlog::info("node {} is still {} in Slurm", host, leaving);
     return schedule_rejoin(host, next_rejoin_delay(host));
   }
   if (!plan_.in_place) return probe_host(host);  // a command job: is the host there at all?
@@ -409,7 +407,7 @@ void Supervisor::apply_discovery() {
       continue;
     }
     if (given_up_.count(host)) continue;
-    bool trying = probes_.count(host) && probes_[host].running;
+    bool trying = (probes_.count(host) && probes_[host].running) || rejoin_asking_.count(host);
     for (auto& t : tasks_) trying = trying || (t->away && t->plan.where == host && t->joining);
     if (!trying) {
       rejoin_delays_[host] = options_.rejoin_first_seconds;
@@ -513,15 +511,16 @@ void Supervisor::grow(const std::string& host) {
 // A command job's training task whose host is gone: the group restarts without that host's tasks,
 // with the members' TF_CONFIG and torchrun variables (docs/design.md#elastic-membership). Not a
 // failure: the restart budget is not spent.
-bool Supervisor::leave_and_restart(Task& task, const EndReading& reading) {
+bool Supervisor::leave_and_restart(Task& task, const EndReading& reading, const ChildEnd& end) {
   if (!elastic() || plan_.in_place || phase_ != Phase::kRunning || stop_requested_ ||
       !task.plan.trains() || !task.plan.remote() || task.away)
     return false;
   std::string why = reading.what;
   if (reading.started && !reading.place_lost) {
-    std::string state = slurm_node_leaving(task.plan.where);
-    if (state.empty()) return false;
-    why = fmt::format("{}; Slurm has node {} {}", reading.what, task.plan.where, state);
+    std::optional<std::string> state = node_leaving(task, reading, end);
+    if (!state) return true;  // held until Slurm answers
+    if (state->empty()) return false;
+    why = fmt::format("{}; Slurm has node {} {}", reading.what, task.plan.where, *state);
   }
   std::vector<Task*> leaving;
   if (!may_let_go(task.plan.where, leaving)) return false;

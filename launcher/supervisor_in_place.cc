@@ -60,7 +60,8 @@ bool Supervisor::recover_in_place(Task& task, const EndReading& reading, const C
                  finished->plan.task.text());
     return false;
   }
-  if (shrink(task, reading)) return true;  // its host is gone: the others go on without it
+  // Its host is gone (or Slurm is asked whether it is): the others go on without it.
+  if (shrink(task, reading, end)) return true;
   bool sigkill = reading.started && killed_by_sigkill(end.status);
   // The rule against crash loops, in place, is the task's own: the same task ending twice in a
   // row with no progress in between, neither its own report nor a step of the group past the
@@ -395,6 +396,13 @@ void Supervisor::answer_held_reforms(bool ok, const std::string& error) {
 // teardown blamed on the first worker that asked. begin_teardown refuses every held request.
 void Supervisor::reform_hold_expired() {
   if (held_reforms_.empty() || phase_ != Phase::kRunning) return;
+  if (!held_ends_.empty()) {  // an end explains it, and waits for Slurm's answer (5 s at most)
+    reform_timer_.expires_after(seconds(options_.reform_hold_seconds));
+    reform_timer_.async_wait([this](const boost::system::error_code& ec) {
+      if (!ec) guarded("reform timer", [this] { reform_hold_expired(); });
+    });
+    return;
+  }
   const common::ReformRequest& first = held_reforms_.front().request;
   std::string reason =
       fmt::format("{} lost its group ({}) but no task failed", first.task, first.what);

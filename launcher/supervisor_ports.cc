@@ -8,9 +8,9 @@
 #include "common/exit_codes.h"
 #include "common/ports.h"
 #include "common/run_dir.h"
+#include "launcher/launch_plan.h"
 #include "launcher/supervisor.h"
 #include "launcher/supervisor_task.h"
-#include "launcher/torch_env.h"
 #include "launcher/worker_env.h"
 
 namespace dtrain::launcher {

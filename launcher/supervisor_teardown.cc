@@ -65,6 +65,7 @@ std::string why_unkillable(int pid) {
 
 void Supervisor::begin_teardown(const std::string& reason) {
   if (phase_ == Phase::kTearingDown || phase_ == Phase::kDone) return;
+  settle_held_ends();  // no end waits for Slurm's answer once the group stops
   phase_ = Phase::kTearingDown;
   watchdog_timer_.cancel();
   freeze_timer_.cancel();
@@ -305,6 +306,8 @@ void Supervisor::finish(const std::string& status, int exit_code, const std::str
   if (discovery_.running) discovery_.child->signal_group(SIGKILL);
   for (auto& [host, probe] : probes_)
     if (probe.running && probe.child) probe.child->signal_group(SIGKILL);
+  for (auto& [node, question] : node_questions_)
+    if (question.run.running && question.run.child) question.run.child->signal_group(SIGKILL);
   answer_held_reforms(false, "the job has ended: " + reason);
   answer_sigterm_queries(false);
   std::vector<Recovery> recoveries = std::move(result_.recoveries);

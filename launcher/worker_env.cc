@@ -10,6 +10,7 @@
 #include "common/errors.h"
 #include "common/json.h"
 #include "launcher/agent_protocol.h"
+#include "launcher/shell_quote.h"
 #include "launcher/torch_env.h"
 
 namespace dtrain::launcher {
@@ -182,12 +183,6 @@ std::string cluster_json_with_ports(const LaunchPlan& plan, const std::vector<in
     jobs.emplace_back(type, std::move(moved));
   }
   return common::ClusterSpec(std::move(jobs)).to_python_json();
-}
-
-std::string shell_quote(const std::string& text) {
-  std::string out = "'";
-  for (char ch : text) out += ch == '\'' ? std::string("'\\''") : std::string(1, ch);
-  return out + "'";
 }
 
 std::string random_token() {

@@ -51,9 +51,6 @@ std::string task_tf_config(const LaunchPlan& plan, const TaskPlan& task,
 /// TF_CONFIG's cluster text with each task on ports[i] (plan order) instead of its planned port.
 std::string cluster_json_with_ports(const LaunchPlan& plan, const std::vector<int>& ports);
 
-/// Single-quoted for a POSIX shell: it's -> 'it'\''s'.
-std::string shell_quote(const std::string& text);
-
 /// 64 hex digits from the kernel's random source. Throws IoError.
 std::string random_token();
 

@@ -1,6 +1,7 @@
 // A Supervisor over the fake spawner (test/launcher/fake_spawner.h), reached through the agent
 // spawner as in the launcher, on a job parsed from text, in a temporary run directory. run()
-// drives the io_context until the job ends. Shared by the supervisor's unit tests.
+// drives the io_context until the job ends. Shared by the supervisor's unit tests. Programs a
+// test names as real programs (a fake scontrol first on PATH) run as real processes.
 #pragma once
 
 #include <boost/asio/io_context.hpp>
@@ -9,6 +10,7 @@
 #include <filesystem>
 #include <functional>
 #include <memory>
+#include <set>
 #include <string>
 
 #include "common/atomic_file.h"
@@ -32,8 +34,28 @@ struct SupervisorHarness {
     std::function<void(launcher::SupervisorOptions&)> options;
   };
 
+  /// Sends the real programs' requests to the real spawner, the rest to the fake.
+  class SplitSpawner : public launcher::ProcessSpawner {
+   public:
+    SplitSpawner(boost::asio::io_context& io, launcher::ProcessSpawner& fake,
+                 std::set<std::string> real)
+        : real_spawner_(launcher::make_local_spawner(io)), fake_(fake), real_(std::move(real)) {}
+    std::unique_ptr<launcher::Child> spawn(const launcher::SpawnRequest& request,
+                                           launcher::ChildCallbacks callbacks) override {
+      bool real = !request.agent() && !request.argv.empty() && real_.count(request.argv[0]);
+      return (real ? *real_spawner_ : fake_).spawn(request, std::move(callbacks));
+    }
+
+   private:
+    std::unique_ptr<launcher::ProcessSpawner> real_spawner_;
+    launcher::ProcessSpawner& fake_;
+    std::set<std::string> real_;
+  };
+
+  /// Local requests whose argv[0] is one of real_programs start real processes (the real
+  /// spawner), not the fake's script.
   SupervisorHarness(const std::string& job_json, FakeSpawner::Script script,
-                    const Setup& setup = {})
+                    const Setup& setup = {}, const std::set<std::string>& real_programs = {})
       : spec(common::parse_job_spec(job_json, "job.json")),
         spawner(io, std::move(script)),
         run_dir(dir.path()),
@@ -53,7 +75,12 @@ struct SupervisorHarness {
     in_place = plan.in_place;
     launcher::SupervisorOptions options{std::move(plan), 0, 1, 0.5};
     if (setup.options) setup.options(options);
-    agents = launcher::make_agent_spawner(io, spawner);
+    launcher::ProcessSpawner* inner = &spawner;
+    if (!real_programs.empty()) {
+      split = std::make_unique<SplitSpawner>(io, spawner, real_programs);
+      inner = split.get();
+    }
+    agents = launcher::make_agent_spawner(io, *inner);
     supervisor = std::make_unique<launcher::Supervisor>(io, *agents, *recorder, console, nullptr,
                                                         std::move(options));
   }
@@ -91,6 +118,7 @@ struct SupervisorHarness {
   std::FILE* console_file;
   launcher::Console console;
   std::unique_ptr<launcher::RunRecorder> recorder;
+  std::unique_ptr<SplitSpawner> split;  ///< set when real programs are named
   std::unique_ptr<launcher::ProcessSpawner> agents;
   std::unique_ptr<launcher::Supervisor> supervisor;
   launcher::SupervisorResult result;

@@ -13,6 +13,7 @@
 #include "launcher/line_splitter.h"
 #include "launcher/restart_policy.h"
 #include "launcher/run_preparation.h"
+#include "launcher/shell_quote.h"
 #include "launcher/worker_env.h"
 #include "test/support/temp_dir.h"
 
