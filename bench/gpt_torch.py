@@ -55,9 +55,8 @@ def glorot(shape, fan_in, fan_out):
 class FreshBuilder(loader.Builder):
     """The loader's builder, with each tensor drawn as its layer's initializer would."""
 
-    def __init__(self, spec, tensors, path):
-        super().__init__(spec, {}, path)
-        graph = loader.Graph(spec)
+    def __init__(self, spec, tensors, path, graph):
+        super().__init__(spec, {}, path, graph)
         self.by_name = {graph.names[i]: layer for i, layer in enumerate(graph.layers)}
 
     def take(self, name, shape):

@@ -48,10 +48,9 @@ import load_dtrain_model as loader  # noqa: E402
 class FreshBuilder(loader.Builder):
     """The loader's builder, with each tensor drawn as its layer's initializer would."""
 
-    def __init__(self, spec, tensors, path):
-        super().__init__(spec, {}, path)
+    def __init__(self, spec, tensors, path, graph):
+        super().__init__(spec, {}, path, graph)
         self.by_name = {}
-        graph = loader.Graph(spec)
         for i, layer in enumerate(graph.layers):
             self.by_name[graph.names[i]] = layer
 

@@ -181,22 +181,36 @@ void plan_elastic(LaunchPlan& plan) {
   plan.elastic_min_workers = spec.elastic_min_workers;
 }
 
-// Spares idle on this machine until promoted; each gets the threads a local worker gets.
+// `spares` spares idle on each place of the training tasks (this machine, and each ssh host) until
+// one of that place's tasks fails (docs/design.md#spares): a spare takes the place of a task of
+// its own place, where the task's address is. Places in rank order of first use; each spare gets
+// the threads a worker of its place gets. Slurm steps have none (a step is started by srun).
 void plan_spares(LaunchPlan& plan) {
   const LaunchContext& c = plan.context;
   if (!plan.in_place || c.spec->spares <= 0) return;
   common::RunDir run_dir(c.run_dir);
-  const TaskPlan* worker = nullptr;
-  for (const TaskPlan& t : plan.tasks)
-    if (t.trains() && !worker) worker = &t;
-  for (int i = 0; i < c.spec->spares; ++i) {
-    TaskPlan t;
-    t.task = common::TaskId{kSpareType, i};
-    t.placement = Placement::kLocal;
-    t.log_path = run_dir.log_file(t.task);
-    t.progress_path = run_dir.progress_file(t.task);
-    if (worker) t.omp_threads = worker->omp_threads;
-    plan.spares.push_back(std::move(t));
+  std::vector<const TaskPlan*> places;  // a training task of each place
+  for (const TaskPlan& t : plan.tasks) {
+    if (!t.trains() || t.placement == Placement::kSlurmStep) continue;
+    bool known = false;
+    for (const TaskPlan* p : places) known |= p->placement == t.placement && p->where == t.where;
+    if (!known) places.push_back(&t);
+  }
+  int index = 0;
+  for (const TaskPlan* worker : places) {
+    for (int i = 0; i < c.spec->spares; ++i) {
+      TaskPlan t;
+      t.task = common::TaskId{kSpareType, index++};
+      t.placement = worker->placement;
+      t.where = worker->where;
+      t.endpoint.host = worker->endpoint.host;  // what the remote shell is given; no port
+      t.listen_addresses = worker->listen_addresses;
+      t.log_path = run_dir.log_file(t.task);
+      t.progress_path =
+          t.remote() ? std::string(kAgentProgressPath) : run_dir.progress_file(t.task);
+      t.omp_threads = worker->omp_threads;
+      plan.spares.push_back(std::move(t));
+    }
   }
 }
 

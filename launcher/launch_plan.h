@@ -102,8 +102,9 @@ struct LaunchPlan {
   /// Why a job that asked for recovery in place restarts instead, for the launch's log: "recovery:
   /// restart (train.communication \"nccl\" can be NCCL, ...)"; "" otherwise.
   std::string recovery_note;
-  /// The job's spares (docs/design.md#in-place-recovery), tasks "spare:<i>" on this machine with
-  /// no rank and no address; none unless in place.
+  /// The job's spares (docs/design.md#spares), tasks "spare:<i>" with no rank and no address,
+  /// spares of them on each place of the training tasks (this machine, each ssh host); none
+  /// unless in place.
   std::vector<TaskPlan> spares;
   /// Elastic (docs/design.md#elastic-membership): the fewest training tasks the group may shrink
   /// to; 0: not elastic.

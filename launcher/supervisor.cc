@@ -229,6 +229,7 @@ void Supervisor::on_output_closed(Task& task) {
 
 void Supervisor::on_started(Task& task, int remote_pid) {
   if (task.state == Task::State::kStarting) task.state = Task::State::kRunning;
+  task.remote_pid = remote_pid;
   if (returning_.erase(task.plan.where)) {  // an elastic host back for good
     false_returns_.erase(task.plan.where);
     rejoin_delays_.erase(task.plan.where);

@@ -321,7 +321,8 @@ class Supervisor {
   /// At an attempt's start: tries again each host whose tasks are away.
   void resume_rejoins();
   // Spares (supervisor_spares.cc).
-  Task* ready_spare();
+  /// A spare waiting to be promoted on the place of `of` (this machine, or its host).
+  Task* ready_spare(const TaskPlan& of);
   void promote(Task& spare, Task& task);
   void on_spare_end(Task& spare, const EndReading& end);
   void answer_spares(const std::string& error);

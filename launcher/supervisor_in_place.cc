@@ -202,8 +202,8 @@ void Supervisor::respawn(Task& task) {
   }
   task.respawn_pending = false;
   if (phase_ != Phase::kRunning) return;  // the group is going down meanwhile
-  // A spare runs here and can take only a task of this machine's (its addresses are here).
-  if (Task* spare = task.plan.remote() ? nullptr : ready_spare()) return promote(*spare, task);
+  // A spare of the task's own place (its address is there), on this machine or its ssh host.
+  if (Task* spare = ready_spare(task.plan)) return promote(*spare, task);
   if (guardian_ && task.child) guardian_->forget(task.pid);
   task.child.reset();
   try {

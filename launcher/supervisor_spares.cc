@@ -27,10 +27,13 @@ std::chrono::steady_clock::duration seconds(double s) {
 
 }  // namespace
 
-Supervisor::Task* Supervisor::ready_spare() {
-  for (auto& task : tasks_)
-    if (task->plan.spare() && task->state == Task::State::kRunning && task->spare_waiting)
+Supervisor::Task* Supervisor::ready_spare(const TaskPlan& of) {
+  for (auto& task : tasks_) {
+    const TaskPlan& p = task->plan;
+    if (p.spare() && p.placement == of.placement && p.where == of.where &&
+        task->state == Task::State::kRunning && task->spare_waiting)
       return task.get();
+  }
   return nullptr;
 }
 
@@ -45,7 +48,9 @@ void Supervisor::on_spare_request(const std::string& request_json, ReformReplyFn
     Task* spare = nullptr;
     for (auto& task : tasks_)
       if (task->plan.spare() && task->plan.task.text() == request->spare) spare = task.get();
-    if (!spare || spare->pid != request->pid || !spare->alive())
+    // A remote spare names its pid on its host, which its agent reported when it started.
+    if (!spare || request->pid != (spare->plan.remote() ? spare->remote_pid : spare->pid) ||
+        !spare->alive())
       return refuse(request->spare + " (pid " + std::to_string(request->pid) +
                     ") is not a spare of this launch");
     if (phase_ == Phase::kTearingDown || phase_ == Phase::kDone) return refuse("the job is ending");
@@ -61,6 +66,7 @@ void Supervisor::on_spare_request(const std::string& request_json, ReformReplyFn
 void Supervisor::promote(Task& spare, Task& task) {
   if (guardian_ && task.child) guardian_->forget(task.pid);
   task.begin_run(std::move(spare.child), Task::State::kRunning, common::monotonic_seconds());
+  task.remote_pid = spare.remote_pid;
   task.route = std::move(spare.route);
   *task.route = &task;
   task.output_open = spare.output_open;

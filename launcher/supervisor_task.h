@@ -34,6 +34,7 @@ struct Supervisor::Task {
   State state = State::kIdle;
   std::unique_ptr<Child> child;
   int pid = 0;
+  int remote_pid = 0;        ///< a remote task's process on its host, as its agent reported it
   bool output_open = false;  ///< the group may still write (exit and end of output come apart)
   std::optional<ExitStatus> status;
   std::optional<uint64_t> oom_kills_at_spawn;  ///< the cgroup's OOM kill count (local tasks)

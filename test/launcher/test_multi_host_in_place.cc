@@ -3,7 +3,8 @@
 // over ssh through `dtrain agent`. A remote worker SIGKILLed mid-epoch is replaced by a new agent
 // session on its host, and one SIGSTOPped is found frozen through its agent's watch events and
 // replaced; the other three are the same processes at the end, at most one step is redone, and
-// the final model is the undisturbed run's, bit for bit. A cut link is found within 10 s and
+// the final model is the undisturbed run's, bit for bit; so it is when the spare on the killed
+// worker's host takes its place. A cut link is found within 10 s and
 // blamed on the host that was cut. Skips with a WARN where the machine refuses namespaces or sshd.
 #include <signal.h>
 
@@ -84,6 +85,41 @@ TEST_CASE("in place over ssh: a remote worker SIGKILLed or SIGSTOPped is replace
     CHECK(read_all(run + "/model/model.safetensors") == expected);
     CHECK(processes_of_run(run).empty());
   }
+
+  // With a spare on each host (docs/design.md#spares): host 1's spare, warm and waiting there,
+  // takes the SIGKILLed remote worker's place (no process start), and the model is the same.
+  std::string text = read_all(job);
+  const std::string train = "\"train\":";
+  REQUIRE(text.find(train) != std::string::npos);
+  text.replace(text.find(train), 0, "\"spares\": 1, ");
+  std::string spares_job = dir.path() + "/job-spares.json";
+  std::ofstream(spares_job) << text;
+  std::string run = dir.path() + "/run-spare";
+  BackgroundProcess launcher(launch_argv(hosts, spares_job, run), options);
+  REQUIRE(wait_for_step(run, kSteps + 10, launcher.pid(), 120));
+  // spare:0 is host 0's, spare:1 host 1's.
+  for (int waited = 0;
+       read_all(run + "/logs/spare-1.log").find("waiting to be promoted") == std::string::npos;
+       ++waited) {
+    INFO(read_all(run + "/logs/spare-1.log"));
+    REQUIRE(waited < 600);
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  std::map<std::string, int> before = worker_pids(run);
+  ::kill(before.at("worker:3"), SIGKILL);
+  auto r = launcher.wait(240);
+  INFO(r.out << r.err);
+  REQUIRE_FALSE(r.timed_out);
+  CHECK(r.exit_code == 0);
+  std::vector<common::JsonDocument> promoted = events(run, "promoted");
+  REQUIRE(promoted.size() == 1);
+  CHECK(promoted[0].root().at("spare").as_string() == "spare:1");
+  CHECK(promoted[0].root().at("task").as_string() == "worker:3");
+  std::vector<common::JsonDocument> recovered = events(run, "recovered");
+  REQUIRE(recovered.size() == 1);
+  CHECK(recovered[0].root().at("path").as_string() == "in_place");
+  CHECK(read_all(run + "/model/model.safetensors") == expected);
+  CHECK(processes_of_run(run).empty());
 }
 
 // No ssh option tells the launcher here: host 1's agents go silent, the group stalls, and the

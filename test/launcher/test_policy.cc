@@ -436,3 +436,31 @@ TEST_CASE("run_start: nothing, continue, refuse, resume or fresh, from the run's
   CHECK(resume.kind == Kind::kResume);
   CHECK(resume.what.find("ckpt-0000000004.safetensors") != std::string::npos);
 }
+
+// docs/design.md#spares: "spares": N standby workers on each place of the training tasks, this
+// machine and each ssh host, so a remote task is replaced by a spare where its address is.
+TEST_CASE("spares are planned on each place of the training workers") {
+  using namespace dtrain::common;
+  JobSpec spec = parse_job_spec(
+      R"({"job": "s", "cluster": {"worker": ["localhost:1", "localhost:2", "gpu7:2222",
+          "gpu7:2223"]}, "spares": 2, "train": {}, "remote_shell": ["ssh"]})",
+      "x");
+  LaunchContext c;
+  c.spec = &spec;
+  c.cluster = spec.cluster;
+  c.cwd = "/work";
+  c.run_dir = "/work/runs/s";
+  LaunchPlan plan = plan_launch(c);
+  REQUIRE(plan.in_place);
+  REQUIRE(plan.spares.size() == 4);
+  for (int i = 0; i < 4; ++i) {
+    const TaskPlan& spare = plan.spares[static_cast<size_t>(i)];
+    INFO(spare.task.text());
+    CHECK(spare.task.text() == "spare:" + std::to_string(i));
+    CHECK_FALSE(spare.trains());
+    CHECK(spare.remote() == (i >= 2));
+    CHECK(spare.where == (i >= 2 ? "gpu7" : ""));
+    CHECK(spare.progress_path == (i >= 2 ? std::string(kAgentProgressPath)
+                                         : "/work/runs/s/progress/spare-" + std::to_string(i)));
+  }
+}
