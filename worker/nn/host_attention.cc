@@ -63,11 +63,24 @@ DT_INLINE float lane_dot(const float* a, const float* b, int count) {
   return total;
 }
 
+// The largest of v[0..count), over kSumLanes lanes (a maximum: any order gives it).
+DT_INLINE float lane_max(const float* v, int count) {
+  float lane[kSumLanes];
+  std::fill(lane, lane + kSumLanes, -INFINITY);
+  int j = 0;
+  for (; j + kSumLanes <= count; j += kSumLanes) {
+#pragma omp simd
+    for (int k = 0; k < kSumLanes; ++k) lane[k] = lane[k] < v[j + k] ? v[j + k] : lane[k];
+  }
+  for (int k = 0; j < count; ++j, ++k) lane[k] = lane[k] < v[j] ? v[j] : lane[k];
+  float top = lane[0];
+  for (int k = 1; k < kSumLanes; ++k) top = top < lane[k] ? lane[k] : top;
+  return top;
+}
+
 // Row p's softmax over its first `keys` scores, scaled, in place; the rest of its t set to 0.
 DT_INLINE void softmax_row(float* p, int keys, int t, float scale) {
-  float top = -INFINITY;
-#pragma omp simd reduction(max : top)
-  for (int j = 0; j < keys; ++j) top = std::max(top, p[j]);
+  float top = lane_max(p, keys);
   top *= scale;  // scale > 0: the largest scaled score (a maximum: any order gives it)
 #pragma omp simd
   for (int j = 0; j < keys; ++j) p[j] = exp_nonpositive(p[j] * scale - top);
