@@ -42,6 +42,18 @@ struct FakeProcess {
     return "";
   }
   int attempt() const { return std::stoi(env("DTRAIN_ATTEMPT")); }
+  /// The lines the launcher answered its relayed requests with (agent_input's replies), in order.
+  std::vector<std::string> replies() const {
+    std::vector<std::string> out;
+    for (size_t at = 0; at < agent_input.size();) {
+      size_t end = agent_input.find('\n', at);
+      launcher::AgentCommand command =
+          launcher::parse_agent_command(std::string_view(agent_input).substr(at, end - at));
+      if (command.kind == launcher::AgentCommand::Kind::kReply) out.push_back(command.line);
+      at = end + 1;
+    }
+    return out;
+  }
   void print(const std::string& text) {
     boost::asio::post(*io, [this, text] {
       if (callbacks.on_output) callbacks.on_output(text);

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <boost/asio/io_context.hpp>
+#include <catch2/catch.hpp>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -14,6 +15,7 @@
 #include <string>
 
 #include "common/atomic_file.h"
+#include "common/control_protocol.h"
 #include "common/job_spec.h"
 #include "common/run_dir.h"
 #include "launcher/remote_child.h"
@@ -125,5 +127,12 @@ struct SupervisorHarness {
   bool done = false;
   bool in_place = false;  ///< the plan's
 };
+
+/// A reform reply's line, parsed (a test failure when it is not one).
+inline common::ReformReply reform_reply(const std::string& line) {
+  std::optional<common::ReformReply> reply = common::parse_reform_reply(line);
+  REQUIRE(reply);
+  return *reply;
+}
 
 }  // namespace dtrain::testing

@@ -22,6 +22,7 @@
 using namespace dtrain;
 using launcher::ExitStatus;
 using testing::FakeProcess;
+using testing::reform_reply;
 
 namespace {
 
@@ -76,20 +77,6 @@ bool has_env(const FakeProcess& p, const std::string& name) {
   for (const auto& kv : launcher::parse_agent_request(request).env)
     if (kv.first == name) return true;
   return false;
-}
-
-// The lines the launcher answered a process's relayed requests with, in order.
-std::vector<std::string> replies_to(const FakeProcess& p) {
-  std::vector<std::string> replies;
-  size_t at = 0;
-  while (at < p.agent_input.size()) {
-    size_t end = p.agent_input.find('\n', at);
-    std::string_view line(p.agent_input.data() + at, end - at);
-    launcher::AgentCommand command = launcher::parse_agent_command(line);
-    if (command.kind == launcher::AgentCommand::Kind::kReply) replies.push_back(command.line);
-    at = end + 1;
-  }
-  return replies;
 }
 
 // Each worker's state in a state.json text.
@@ -149,12 +136,6 @@ struct ElasticJob : testing::SupervisorHarness {
   }
 };
 
-common::ReformReply reform_reply(const std::string& line) {
-  std::optional<common::ReformReply> reply = common::parse_reform_reply(line);
-  REQUIRE(reply);
-  return *reply;
-}
-
 }  // namespace
 
 TEST_CASE("elastic: a host lost leaves the group, which re-forms without it and grows back") {
@@ -204,7 +185,7 @@ TEST_CASE("elastic: a host lost leaves the group, which re-forms without it and 
   CHECK(events.find(R"("event":"in_place")") == std::string::npos);
   for (size_t survivor : {0, 1}) {
     INFO("worker:" << survivor);
-    std::vector<std::string> replies = replies_to(job.process(survivor));
+    std::vector<std::string> replies = job.process(survivor).replies();
     REQUIRE(replies.size() >= 1);
     common::ReformReply first = reform_reply(replies[0]);
     CHECK(first.ok);
@@ -224,7 +205,7 @@ TEST_CASE("elastic: a host lost leaves the group, which re-forms without it and 
     CHECK(has_env(*joiner, "DTRAIN_MEMBERS"));
     CHECK(joiner->env("DTRAIN_MEMBERS") == "0,1");
     CHECK_FALSE(has_env(*joiner, "TF_CONFIG"));  // it learns its place with the assignment
-    std::vector<std::string> replies = replies_to(*joiner);
+    std::vector<std::string> replies = joiner->replies();
     REQUIRE(replies.size() == 1);
     std::optional<common::SpareAssignment> assignment = common::parse_spare_assignment(replies[0]);
     REQUIRE(assignment);
@@ -243,7 +224,7 @@ TEST_CASE("elastic: a host lost leaves the group, which re-forms without it and 
   CHECK(events.find(R"("event":"grow","attempt":0,"generation":2,"world_size":4,)"
                     R"("host":"198.51.100.2",)") != std::string::npos);
   CHECK(events.find(R"("members":"all")") != std::string::npos);
-  std::vector<std::string> replies = replies_to(job.process(0));
+  std::vector<std::string> replies = job.process(0).replies();
   REQUIRE(replies.size() == 2);
   common::ReformReply late = reform_reply(replies[1]);
   CHECK(late.ok);
@@ -297,7 +278,7 @@ TEST_CASE("elastic: a host whose workers never started, or whose agents went qui
     CHECK(events.find(R"("why":"frozen: no word from it for )") != std::string::npos);
   } else {
     CHECK(events.find(R"("event":"start_failure","task":"worker:2")") != std::string::npos);
-    common::ReformReply reply = reform_reply(replies_to(job.process(0)).at(0));
+    common::ReformReply reply = reform_reply(job.process(0).replies().at(0));
     CHECK(reply.generation == 1);
     CHECK(reply.members == "0,1");
   }
@@ -391,7 +372,7 @@ TEST_CASE("elastic: a loss that would leave fewer than min_workers takes the in-
   REQUIRE(job.spawner.processes.size() == 6);
   CHECK(task_of(job.process(4)) == "worker:2");
   CHECK(job.process(4).request.remote->name == "198.51.100.2");
-  common::ReformReply reply = reform_reply(replies_to(job.process(0)).at(0));
+  common::ReformReply reply = reform_reply(job.process(0).replies().at(0));
   CHECK(reply.ok);
   CHECK(reply.generation == 1);
   CHECK(reply.members.empty());  // everyone: nobody left
@@ -426,7 +407,7 @@ TEST_CASE("elastic: the chief's host lost shrinks the group to the other host") 
                           R"("tasks":["worker:0","worker:1"],"members":"2,3")") !=
         std::string::npos);
   CHECK_FALSE(job.has_event("in_place"));
-  common::ReformReply reply = reform_reply(replies_to(job.process(2)).at(0));
+  common::ReformReply reply = reform_reply(job.process(2).replies().at(0));
   CHECK(reply.ok);
   CHECK(reply.generation == 1);
   CHECK(reply.members == "2,3");

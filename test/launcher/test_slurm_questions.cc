@@ -30,6 +30,7 @@
 using namespace dtrain;
 using launcher::ExitStatus;
 using testing::FakeProcess;
+using testing::reform_reply;
 
 namespace {
 
@@ -91,24 +92,6 @@ std::string task_of(const FakeProcess& p) {
   if (std::string spare = p.env("DTRAIN_SPARE"); !spare.empty()) return spare;
   std::string tf = p.env("TF_CONFIG");
   return "worker:" + tf.substr(tf.find("\"index\": ") + 9, 1);
-}
-// The lines the launcher answered a process's relayed requests with, in order.
-std::vector<std::string> replies_to(const FakeProcess& p) {
-  std::vector<std::string> replies;
-  size_t at = 0;
-  while (at < p.agent_input.size()) {
-    size_t end = p.agent_input.find('\n', at);
-    std::string_view line(p.agent_input.data() + at, end - at);
-    launcher::AgentCommand command = launcher::parse_agent_command(line);
-    if (command.kind == launcher::AgentCommand::Kind::kReply) replies.push_back(command.line);
-    at = end + 1;
-  }
-  return replies;
-}
-common::ReformReply reform_reply(const std::string& line) {
-  std::optional<common::ReformReply> reply = common::parse_reform_reply(line);
-  REQUIRE(reply);
-  return *reply;
 }
 
 // Four Slurm steps on n1 and n2; scontrol's questions go to the real spawner.
@@ -211,8 +194,8 @@ TEST_CASE("slurm questions: a failed end waits for a slow scontrol; the loop goe
       heartbeat = true;
       order.push_back(left ? "heartbeat after the shrink" : "heartbeat");
     }
-    if (asked && !refused && replies_to(job.process(1)).size() >= 1 &&
-        !reform_reply(replies_to(job.process(1)).back()).ok) {
+    if (asked && !refused && job.process(1).replies().size() >= 1 &&
+        !reform_reply(job.process(1).replies().back()).ok) {
       refused = true;
       order.push_back(left ? "refusal after the shrink" : "refusal");
     }
@@ -243,14 +226,14 @@ TEST_CASE("slurm questions: a failed end waits for a slow scontrol; the loop goe
   // the decision; the impossible one was refused at once.
   for (size_t survivor : {0, 1}) {
     INFO("worker:" << survivor);
-    std::vector<std::string> replies = replies_to(job.process(survivor));
+    std::vector<std::string> replies = job.process(survivor).replies();
     REQUIRE(!replies.empty());
     std::string held = survivor == 0 ? replies.front() : replies.back();
     CHECK(reform_reply(held).ok);
     CHECK(reform_reply(held).generation == 1);
     CHECK(reform_reply(held).members == "0,1");
   }
-  CHECK(reform_reply(replies_to(job.process(1)).front()).error.find("never formed") !=
+  CHECK(reform_reply(job.process(1).replies().front()).error.find("never formed") !=
         std::string::npos);
 }
 
@@ -297,7 +280,7 @@ TEST_CASE("slurm questions: a node's try waits for a slow scontrol; the freeze w
       job.relay(job.process(0), 2, reform_request("worker:0", 0));  // late: answered at once
       job.progress(job.process(0), "worker:0", 77);
     }
-    if (asked && !answered && replies_to(job.process(0)).size() == 2) {
+    if (asked && !answered && job.process(0).replies().size() == 2) {
       answered = true;
       order.push_back(joined ? "reform after the joiners" : "reform");
     }
@@ -332,7 +315,7 @@ TEST_CASE("slurm questions: a node's try waits for a slow scontrol; the freeze w
   CHECK(events.find(R"("event":"frozen")") == std::string::npos);
   CHECK(events.find(R"("event":"grow","attempt":0,"generation":2,"world_size":4,"host":"n2",)") !=
         std::string::npos);
-  std::vector<std::string> replies = replies_to(job.process(0));
+  std::vector<std::string> replies = job.process(0).replies();
   REQUIRE(replies.size() >= 2);
   CHECK(reform_reply(replies[1]).ok);
   CHECK(reform_reply(replies[1]).generation == 1);

@@ -452,7 +452,7 @@ PoolPrimitives& DnnlBackend::pool(const PoolShape& s, dnnl::algorithm algorithm)
   return *slot;
 }
 
-// Backward from the forward's input (the src variants: gelu and swish have no dst form).
+// Backward from the forward's input (the src variants: swish has no dst form).
 ReluPrimitives& DnnlBackend::eltwise(Eltwise f, size_t count) {
   auto& slot = eltwises_[{f, count}];
   if (slot) return *slot;
@@ -464,8 +464,8 @@ ReluPrimitives& DnnlBackend::eltwise(Eltwise f, size_t count) {
     case Eltwise::kTanh:
       algorithm = dnnl::algorithm::eltwise_tanh;
       break;
-    case Eltwise::kGelu:
-      algorithm = dnnl::algorithm::eltwise_gelu_erf;
+    case Eltwise::kGelu:  // host_eltwise.h's loops (eltwise_forward, eltwise_backward)
+      DT_ENFORCE(false, "GELU has no oneDNN primitive here");
       break;
     case Eltwise::kSwish:  // x * sigmoid(alpha x)
       algorithm = dnnl::algorithm::eltwise_swish, alpha = 1.0f;

@@ -25,16 +25,12 @@ Model::Model(const ModelSpec& spec, Backend& backend, int max_batch, float* grad
   const size_t n = spec_.nodes.size();
   DT_ENFORCE(n > 0, "a model without layers");
   output_ = n - 1;
-  const bool gpu = backend.device().kind() == DeviceKind::kCuda;
+  if (backend.device().kind() == DeviceKind::kCuda) {
+    if (const NodeSpec* untested = spec_.first_gpu_untested())
+      throw common::ConfigError(gpu_untested_reason(*untested));
+  }
   for (size_t i = 0; i < n; ++i) {
     const NodeSpec& node = spec_.nodes[i];
-    const LayerKind* kind = find_layer_kind(node.type);
-    if (gpu && !(kind && kind->gpu_tested && node.config->gpu_tested())) {
-      throw common::ConfigError(fmt::format(
-          "{}: {}{} has not passed its parity test on a GPU yet, so it does not run on one "
-          "(train with \"device\": \"cpu\")",
-          node.path, node.type, kind && kind->gpu_tested ? " with these keys" : ""));
-    }
     layers_.push_back(
         node.config->make(spec_.input_dims_of(i), {static_cast<int>(i), max_batch, backend}));
     has_random_layers_ |= node.config->draws_randomness();

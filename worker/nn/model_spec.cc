@@ -264,4 +264,20 @@ const char* eltwise_name(Eltwise f) {
   return "?";
 }
 
+const NodeSpec* ModelSpec::first_gpu_untested() const {
+  for (const NodeSpec& node : nodes) {
+    const LayerKind* kind = find_layer_kind(node.type);
+    if (!(kind && kind->gpu_tested && node.config->gpu_tested())) return &node;
+  }
+  return nullptr;
+}
+
+std::string gpu_untested_reason(const NodeSpec& node) {
+  const LayerKind* kind = find_layer_kind(node.type);
+  return fmt::format(
+      "{}: {}{} has not passed its parity test on a GPU yet, so it does not run on one (train "
+      "with \"device\": \"cpu\")",
+      node.path, node.type, kind && kind->gpu_tested ? " with these keys" : "");
+}
+
 }  // namespace dtrain::nn

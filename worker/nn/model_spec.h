@@ -54,6 +54,9 @@ struct ModelSpec {
   }
   /// Sizes of node i's inputs.
   std::vector<Dims> input_dims_of(size_t i) const;
+  /// The first node whose kind, or whose keys, have not passed their parity test on a GPU (the
+  /// GPU rule, docs/design.md#the-model-as-a-graph), or null.
+  const NodeSpec* first_gpu_untested() const;
   /// The first node whose training forward sums over every worker's batch
   /// (LayerConfig::sums_over_group), or null.
   const NodeSpec* first_group_node() const {
@@ -62,6 +65,10 @@ struct ModelSpec {
     return nullptr;
   }
 };
+
+/// Why node may not run on a GPU: "<path>: <type>[ with these keys] has not passed its parity
+/// test on a GPU yet, ...", for the model's and the launcher's refusals.
+std::string gpu_untested_reason(const NodeSpec& node);
 
 /// Parses train.model. Throws ConfigError "model.layers[2].units: ..." for anything wrong.
 ModelSpec parse_model_spec(const common::JsonNode& node);

@@ -4,21 +4,14 @@
 #include <fmt/format.h>
 
 #include "common/errors.h"
-#include "worker/nn/layer_registry.h"
 
 namespace dtrain::train {
 
 using common::ConfigError;
 
 void check_gpu_rule(const TrainConfig& config, const std::string& source) {
-  for (const nn::NodeSpec& node : config.model.nodes) {
-    const nn::LayerKind* kind = nn::find_layer_kind(node.type);
-    if (kind && kind->gpu_tested && node.config->gpu_tested()) continue;
-    throw ConfigError(fmt::format(
-        "{}: train.{}: {}{} has not passed its parity test on a GPU yet, so it does not run on "
-        "one (train with \"device\": \"cpu\")",
-        source, node.path, node.type, kind && kind->gpu_tested ? " with these keys" : ""));
-  }
+  if (const nn::NodeSpec* node = config.model.first_gpu_untested())
+    throw ConfigError(fmt::format("{}: train.{}", source, nn::gpu_untested_reason(*node)));
   const char* untested = config.label_smoothing > 0 ? "train.loss.label_smoothing"
                          : config.loss != nn::Loss::kSparseCategorical ? "train.loss.type"
                          : config.optimizer.weight_decay > 0    ? "train.optimizer.weight_decay"

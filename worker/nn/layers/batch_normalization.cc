@@ -59,8 +59,7 @@ class BatchNormalization : public Layer {
     }
     float* mean = saved_.data();
     float* var = mean + channels();
-    grouped_ = k_.synchronized && a.group;
-    if (grouped_) {
+    if (k_.synchronized && a.group) {
       forward_grouped(b, a, mean, var);
       return;
     }
@@ -74,8 +73,7 @@ class BatchNormalization : public Layer {
     const float* mean = saved_.data();
     float* dgamma = k_.scale ? a.grads : nullptr;
     float* dbeta = k_.center ? a.grads + (k_.scale ? channels() : 0) : nullptr;
-    if (grouped_) {
-      DT_ENFORCE(a.group, "synchronized batch normalization's backward without its group");
+    if (k_.synchronized && a.group) {  // the model hands backward its forward's group
       backward_grouped(b, a, enqueued, dgamma, dbeta);
       return;
     }
@@ -139,8 +137,7 @@ class BatchNormalization : public Layer {
   std::vector<float> sums_;
   double count_ = 0;
   bool training_ = false;
-  bool grouped_ = false;  ///< the last training forward took the group's statistics
-  bool relu_ = false;     ///< a ReLU fused after it
+  bool relu_ = false;  ///< a ReLU fused after it
 };
 
 class NormConfig : public LayerConfig {
