@@ -163,6 +163,7 @@ std::optional<FreezeVerdict> FreezeWatch::stopped_or_silent(
   v.bound_seconds = limit;
   if (longest < n) {
     v.member = longest;
+    v.cause = FreezeCause::kStopped;
     v.stalled_seconds = now - stopped_since_[longest];
     v.why = fmt::format("stopped (process state {}: SIGSTOP or a debugger)",
                         members[longest].process.state);
@@ -189,6 +190,7 @@ std::optional<FreezeVerdict> FreezeWatch::stopped_or_silent(
   // Every member quiet at once is this launcher not reading, not their hosts.
   if (quietest == n || !someone_heard) return std::nullopt;
   v.member = quietest;
+  v.cause = FreezeCause::kSilent;
   v.stalled_seconds = now - changed_at_;
   v.why = fmt::format("no word from it for {:.1f} s (its host is cut off or gone)",
                       members[quietest].silent_seconds);
@@ -273,6 +275,7 @@ std::optional<FreezeVerdict> FreezeWatch::stalled(double now,
     const MemberObservation& m = members[laggard];
     bool busy = m.process.cpu_ticks > cpu_at_advance_[laggard];
     v.member = laggard;
+    v.cause = busy ? FreezeCause::kBusy : FreezeCause::kBlocked;
     v.why = busy ? fmt::format(
                        "busy outside the collectives for {:.1f} s of its own ({:.1f} s wall) "
                        "while the others wait in collective {}",
@@ -291,6 +294,7 @@ std::optional<FreezeVerdict> FreezeWatch::stalled(double now,
   // in I/O is slow, not cut: count only the time every member could have used.
   v.stalled_seconds = *std::min_element(usable_.begin(), usable_.end());
   if (v.stalled_seconds <= bound_) return std::nullopt;
+  v.cause = FreezeCause::kLinkDown;
   v.why = fmt::format("every member has waited {:.1f} s inside collective {}: a link is down", wall,
                       most);
   return v;

@@ -43,7 +43,17 @@ struct MemberObservation {
   double silent_seconds = 0;
 };
 
+/// What a verdict found: a typed value, so that what follows from it never reads its text.
+enum class FreezeCause {
+  kStopped,   ///< a member stopped (state T)
+  kSilent,    ///< a remote member's agent quiet while others are heard: its host is cut off
+  kBusy,      ///< a member busy outside the collectives while the others wait
+  kBlocked,   ///< a member using no CPU outside any collective while the others wait
+  kLinkDown,  ///< every member inside one collective: nobody to blame
+};
+
 struct FreezeVerdict {
+  FreezeCause cause = FreezeCause::kLinkDown;
   /// The member the others wait for; nullopt when the group is stuck with nobody to blame (every
   /// member inside the same collective: a link is down), which takes the whole-group path.
   std::optional<size_t> member;

@@ -7,7 +7,6 @@
 
 #include <algorithm>
 #include <boost/asio/io_context.hpp>
-#include <boost/asio/steady_timer.hpp>
 #include <csignal>
 #include <string>
 
@@ -21,11 +20,6 @@ namespace {
 /// How long a SIGKILL sent through the agent may take before the session is closed from here.
 constexpr double kHardKillSeconds = 2.0;
 
-std::chrono::steady_clock::duration seconds(double s) {
-  return std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-      std::chrono::duration<double>(s));
-}
-
 class RemoteChild : public Child {
   // A timer handler that does nothing once the child is gone or the wait was cancelled.
   template <class F>
@@ -37,13 +31,15 @@ class RemoteChild : public Child {
   }
 
  public:
-  RemoteChild(boost::asio::io_context& io, RemoteTarget target, ChildCallbacks outer)
+  RemoteChild(LoopClock& clock, RemoteTarget target, ChildCallbacks outer)
       : target_(std::move(target)),
         outer_(std::move(outer)),
-        keepalive_(io),
-        start_timer_(io),
-        hard_kill_(io),
-        splitter_([this](std::string_view line) { on_line(line); }, kMaxAgentLine) {}
+        clock_(clock),
+        keepalive_(clock.make_timer()),
+        start_timer_(clock.make_timer()),
+        hard_kill_(clock.make_timer()),
+        splitter_([this](std::string_view line) { on_line(line); }, kMaxAgentLine),
+        heard_at_(clock.now()) {}
 
   ~RemoteChild() override {
     *alive_ = false;
@@ -61,8 +57,8 @@ class RemoteChild : public Child {
     inner_ = local.spawn(request, std::move(mine));
     arm_keepalive();
     if (target_.start_seconds > 0) {
-      start_timer_.expires_after(seconds(target_.start_seconds));
-      start_timer_.async_wait(guard([this] { on_start_timeout(); }));
+      start_timer_->expires_after(target_.start_seconds);
+      start_timer_->async_wait(guard([this] { on_start_timeout(); }));
     }
   }
 
@@ -74,7 +70,7 @@ class RemoteChild : public Child {
   MemberObservation look(const std::string&) const override {
     MemberObservation seen = watched_;
     if (seen.record && seen.record->pid != remote_pid_) seen.record.reset();
-    seen.silent_seconds = std::max(0.0, common::monotonic_seconds() - heard_at_);
+    seen.silent_seconds = std::max(0.0, clock_.now() - heard_at_);
     return seen;
   }
 
@@ -88,8 +84,8 @@ class RemoteChild : public Child {
     inner_->write_agent(format_agent_signal_command(SIGKILL));
     if (hard_kill_armed_) return;
     hard_kill_armed_ = true;
-    hard_kill_.expires_after(seconds(kHardKillSeconds));
-    hard_kill_.async_wait(guard([this] {
+    hard_kill_->expires_after(kHardKillSeconds);
+    hard_kill_->async_wait(guard([this] {
       if (!ended_) inner_->signal_group(SIGKILL);
     }));
   }
@@ -100,8 +96,8 @@ class RemoteChild : public Child {
 
   // Each second a keep-alive ({"signal": 0}): the agent ends the worker when they stop coming.
   void arm_keepalive() {
-    keepalive_.expires_after(seconds(kAgentKeepaliveInterval));
-    keepalive_.async_wait(guard([this] {
+    keepalive_->expires_after(kAgentKeepaliveInterval);
+    keepalive_->async_wait(guard([this] {
       if (ended_) return;
       inner_->signal_group(0);
       arm_keepalive();
@@ -117,7 +113,7 @@ class RemoteChild : public Child {
   // One line of the session's stdout, or a piece of an overlong one: only a line's start may be
   // a marker (agent_protocol.h), and a worker line the agent escaped comes back as it was.
   void on_line(std::string_view line) {
-    heard_at_ = common::monotonic_seconds();
+    heard_at_ = clock_.now();
     bool at_line_start = at_line_start_;
     at_line_start_ = !line.empty() && (line.back() == '\n' || line.back() == '\r');
     AgentLine parsed =
@@ -164,7 +160,7 @@ class RemoteChild : public Child {
       case AgentEvent::Type::kStarted:
         remote_pid_ = event->pid;
         started_ = true;
-        start_timer_.cancel();
+        start_timer_->cancel();
         if (outer_.on_started) outer_.on_started(event->pid);
         return;
       case AgentEvent::Type::kExit:
@@ -181,9 +177,9 @@ class RemoteChild : public Child {
   // session's own end says.
   void on_session_end(const ExitStatus& session) {
     ended_ = true;
-    keepalive_.cancel();
-    start_timer_.cancel();
-    hard_kill_.cancel();
+    keepalive_->cancel();
+    start_timer_->cancel();
+    hard_kill_->cancel();
     if (outer_.on_exit) outer_.on_exit(describe_end(session));
   }
 
@@ -213,7 +209,8 @@ class RemoteChild : public Child {
 
   RemoteTarget target_;
   ChildCallbacks outer_;
-  boost::asio::steady_timer keepalive_, start_timer_, hard_kill_;
+  LoopClock& clock_;
+  std::unique_ptr<LoopTimer> keepalive_, start_timer_, hard_kill_;
   LineSplitter splitter_;
   std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
   std::optional<ExitStatus> reported_;  ///< the worker's end, as the agent reported it
@@ -221,7 +218,7 @@ class RemoteChild : public Child {
   bool at_line_start_ = true;           ///< the next splitter line starts a line of the stream
   MemberObservation watched_;           ///< the agent's last watch event
   int remote_pid_ = 0;                  ///< the worker's pid on its host
-  double heard_at_ = common::monotonic_seconds();  ///< the session's last line
+  double heard_at_;                     ///< the session's last line, on clock_
   bool started_ = false, ended_ = false, stopping_ = false, timed_out_ = false;
   bool hard_kill_armed_ = false;
   std::unique_ptr<Child> inner_;  ///< last: destroyed first
@@ -229,25 +226,29 @@ class RemoteChild : public Child {
 
 class AgentSpawner : public ProcessSpawner {
  public:
-  AgentSpawner(boost::asio::io_context& io, ProcessSpawner& local) : io_(io), local_(local) {}
+  AgentSpawner(boost::asio::io_context& io, ProcessSpawner& local, LoopClock* clock)
+      : own_clock_(clock ? nullptr : make_steady_clock(io)),
+        clock_(clock ? *clock : *own_clock_),
+        local_(local) {}
 
   std::unique_ptr<Child> spawn(const SpawnRequest& request, ChildCallbacks callbacks) override {
     if (!request.remote) return local_.spawn(request, std::move(callbacks));
-    auto child = std::make_unique<RemoteChild>(io_, *request.remote, std::move(callbacks));
+    auto child = std::make_unique<RemoteChild>(clock_, *request.remote, std::move(callbacks));
     child->start(local_, request);
     return child;
   }
 
  private:
-  boost::asio::io_context& io_;
+  std::unique_ptr<LoopClock> own_clock_;
+  LoopClock& clock_;
   ProcessSpawner& local_;
 };
 
 }  // namespace
 
 std::unique_ptr<ProcessSpawner> make_agent_spawner(boost::asio::io_context& io,
-                                                   ProcessSpawner& local) {
-  return std::make_unique<AgentSpawner>(io, local);
+                                                   ProcessSpawner& local, LoopClock* clock) {
+  return std::make_unique<AgentSpawner>(io, local, clock);
 }
 
 }  // namespace dtrain::launcher

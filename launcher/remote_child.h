@@ -8,6 +8,7 @@
 
 #include <memory>
 
+#include "launcher/loop_clock.h"
 #include "launcher/process_spawner.h"
 
 namespace boost::asio {
@@ -16,9 +17,11 @@ class io_context;
 
 namespace dtrain::launcher {
 
-/// Requests without `remote` go to local unchanged. local is not owned and must outlive the
-/// result; everything runs on io's thread.
+/// Requests without `remote` go to local unchanged. local (and clock, when given) is not owned
+/// and must outlive the result; everything runs on io's thread. clock: the loop's time
+/// (docs/design.md#time-on-the-loop); null, the steady clock.
 std::unique_ptr<ProcessSpawner> make_agent_spawner(boost::asio::io_context& io,
-                                                   ProcessSpawner& local);
+                                                   ProcessSpawner& local,
+                                                   LoopClock* clock = nullptr);
 
 }  // namespace dtrain::launcher

@@ -15,6 +15,7 @@
 #include "common/errors.h"
 #include "common/exit_codes.h"
 #include "common/run_dir.h"
+#include "launcher/recovery_policy.h"
 #include "launcher/supervisor_task.h"
 #include "launcher/worker_env.h"
 
@@ -34,12 +35,14 @@ Supervisor::Supervisor(boost::asio::io_context& io, ProcessSpawner& spawner, Run
       options_(std::move(options)),
       plan_(options_.plan),
       book_(plan_.spec().restart, options_.jitter_seed),
-      backoff_timer_(io),
-      grace_timer_(io),
-      watchdog_timer_(io),
-      port_timer_(io),
-      reform_timer_(io),
-      freeze_timer_(io),
+      own_clock_(options_.clock ? nullptr : make_steady_clock(io)),
+      clock_(options_.clock ? options_.clock : own_clock_.get()),
+      backoff_timer_(clock_->make_timer()),
+      grace_timer_(clock_->make_timer()),
+      watchdog_timer_(clock_->make_timer()),
+      port_timer_(clock_->make_timer()),
+      reform_timer_(clock_->make_timer()),
+      freeze_timer_(clock_->make_timer()),
       freeze_(FreezeSettings{plan_.spec().freeze_seconds}),
       attempt_(options_.first_attempt),
       master_port_(plan_.master_port) {
@@ -64,7 +67,7 @@ Supervisor::~Supervisor() = default;
 
 void Supervisor::start(std::function<void(const SupervisorResult&)> on_done) {
   on_done_ = std::move(on_done);
-  launcher_started_ = common::monotonic_seconds();
+  launcher_started_ = now();
   guarded("start", [this] { start_attempt(); });
 }
 
@@ -77,12 +80,13 @@ void Supervisor::start_attempt() {
   step_at_last_in_place_ = reached_step_;
   for (auto& task : tasks_) {
     task->silent_ends = 0;
-    task->respawn_pending = false;  // a lost host's replacement backing off when the group fell
+    // A lost host's replacement backing off when the group fell starts with the attempt.
+    if (task->state == Task::State::kReplacing) task->state = Task::State::kEnded;
     if (task->respawn_timer) task->respawn_timer->cancel();
     // An elastic job's tasks whose host is gone stay out; their host is tried again
-    // (docs/design.md#elastic-membership).
-    task->joining = false;
-    task->join_ready = nullptr;
+    // (docs/design.md#elastic-membership). Their joiners went with the teardown.
+    if (task->away()) task->state = Task::State::kAway;
+    task->held_reply = nullptr;
     task->noticed = 0;
     task->reformed_to = 0;
   }
@@ -91,21 +95,21 @@ void Supervisor::start_attempt() {
   if (elastic() && !plan_.in_place) {  // a command job starts with the members' cluster
     std::set<common::TaskId> away;
     for (auto& task : tasks_)
-      if (task->away) away.insert(task->plan.task);
+      if (task->away()) away.insert(task->plan.task);
     members_plan_.reset();
     members_index_.clear();
     if (!away.empty()) {
       members_plan_ = std::make_unique<LaunchPlan>(members_plan(plan_, away));
       size_t i = 0;
       for (auto& task : tasks_)
-        if (!task->away && !task->plan.spare()) members_index_[task->plan.task.text()] = i++;
+        if (!task->away() && !task->plan.spare()) members_index_[task->plan.task.text()] = i++;
     }
   }
   if (!ports_free_or_retry()) return;
   port_retries_ = 0;
-  attempt_started_ = common::monotonic_seconds();
+  attempt_started_ = now();
   for (auto& task : tasks_) {
-    if (task->away) continue;
+    if (task->away()) continue;
     try {
       spawn_task(*task);
     } catch (const common::ConfigError& e) {
@@ -118,8 +122,9 @@ void Supervisor::start_attempt() {
     }
   }
   phase_ = Phase::kRunning;
-  spdlog::info("attempt {}: {} task(s) running", attempt_,
-               std::count_if(tasks_.begin(), tasks_.end(), [](const auto& t) { return !t->away; }));
+  spdlog::info(
+      "attempt {}: {} task(s) running", attempt_,
+      std::count_if(tasks_.begin(), tasks_.end(), [](const auto& t) { return !t->away(); }));
   resume_rejoins();
   write_state();
   arm_watchdog();
@@ -150,12 +155,13 @@ void Supervisor::spawn_task(Task& task) {
     throw common::IoError(fmt::format("cannot open {}: {}", log_path, std::strerror(errno)));
   // An elastic command job without some of its tasks: the members' cluster, renumbered.
   const bool view = members_plan_ && !task.plan.spare();
+  // An away task started again joins the group (docs/design.md#elastic-membership).
+  const bool joiner = task.state == Task::State::kAway;
   SpawnRequest request = make_spawn_request(
       view ? *members_plan_ : plan_,
       view ? members_plan_->tasks.at(members_index_.at(task.plan.task.text())) : task.plan,
       {attempt_, master_port_, view ? std::string_view() : std::string_view(cluster_json_),
-       generation_, elastic() ? members_text() : "", task.joining,
-       attempt_ - options_.first_attempt});
+       generation_, elastic() ? members_text() : "", joiner, attempt_ - options_.first_attempt});
   task.progress_path_now = task.plan.progress_path;
   ChildCallbacks callbacks;
   // The record the child's events go to: a promoted spare's child moves to the task it replaces
@@ -186,8 +192,10 @@ void Supervisor::spawn_task(Task& task) {
   };
   if (!task.plan.remote()) task.oom_kills_at_spawn = oom_.kills();
   task.begin_run(spawner_.spawn(request, std::move(callbacks)),
-                 task.plan.remote() ? Task::State::kStarting : Task::State::kRunning,
-                 common::monotonic_seconds());
+                 joiner               ? Task::State::kJoining
+                 : task.plan.remote() ? Task::State::kStarting
+                                      : Task::State::kRunning,
+                 now(), generation_);
   task.output_open = true;
   if (guardian_) guardian_->watch(task.pid);
   append_to_log(task, common::attempt_header(attempt_, task.plan.task, task.pid,
@@ -223,7 +231,7 @@ void Supervisor::on_output_closed(Task& task) {
   }
   console_.flush();
   task.output_open = false;
-  if (task.respawn_pending) respawn(task);
+  if (task.state == Task::State::kReplacing) respawn(task);
   maybe_teardown_complete();
 }
 
@@ -269,10 +277,10 @@ Supervisor::EndReading Supervisor::read_end(const Task& task, const ChildEnd& en
   r.outcome = exited ? classify(end.status) : Outcome::kFailed;
   r.exit_code = exited ? job_exit_code(end.status) : common::kExitFailure;
   r.what = exited ? describe(end.status) : end.detail;
-  if (task.frozen_why) {  // the freeze watch's SIGKILL: a failure, not a preemption
+  if (task.frozen) {  // the freeze watch's SIGKILL: a failure, not a preemption
     r.outcome = Outcome::kFailed;
     r.exit_code = common::kExitFailure;
-    r.what = "frozen: " + *task.frozen_why;
+    r.what = "frozen: " + task.frozen->why;
   }
   if (end.cause == ChildEnd::Cause::kPlaceLost) lost_places_.insert(task.plan.where);
   r.place_lost = !exited && lost_places_.count(task.plan.where) > 0;
@@ -286,7 +294,8 @@ Supervisor::EndReading Supervisor::read_end(const Task& task, const ChildEnd& en
 }
 
 void Supervisor::on_exit(Task& task, const ChildEnd& end) {
-  task.state = Task::State::kExited;
+  // An away task's end is on_away_end's to read (whether it was a joiner).
+  if (!task.away()) task.state = Task::State::kEnded;
   task.status = end.status;
   EndReading r = read_end(task, end);
   if (end.cause != ChildEnd::Cause::kExited) {
@@ -304,34 +313,142 @@ void Supervisor::on_exit(Task& task, const ChildEnd& end) {
     else
       w.key("exit_code").value(end.status.code);
   });
-  if (r.outcome != Outcome::kSuccess && !task.away && !task.plan.spare() &&
+  if (r.outcome != Outcome::kSuccess && !task.away() && !task.plan.spare() &&
       (phase_ == Phase::kRunning || phase_ == Phase::kStarting))
     spdlog::warn("{} {} ({}) on attempt {}", task.plan.task.text(), outcome_name(r.outcome), r.what,
                  attempt_);
   decide_end(task, r, end);
   // At most ten writes a second for exits alone: a thousand tasks ending together must not cost a
   // thousand fsynced rewrites. Phase changes write at once (begin_teardown, finish).
-  if (common::monotonic_seconds() - last_state_write_ >= kExitStateWriteInterval) write_state();
+  if (now() - last_state_write_ >= kExitStateWriteInterval) write_state();
   maybe_teardown_complete();
 }
 
-void Supervisor::decide_end(Task& task, const EndReading& r, const ChildEnd& end) {
-  if (task.away) return on_away_end(task, r);
-  if (phase_ != Phase::kRunning && phase_ != Phase::kStarting) return;
-  if (task.plan.spare()) return on_spare_end(task, r);
-  if (r.outcome == Outcome::kSuccess) {
-    spdlog::info("{} finished", task.plan.task.text());
-    if (group_succeeded()) {
-      success_ = true;
-      begin_teardown("every training task finished");
-    } else if (in_place_recovery_ && task.plan.trains()) {
-      abandon_in_place(task);
-    }
-    return;
+// The facts of docs/design.md#the-recovery-policy, read from the records; budget is asked the
+// in-place question (a copy of the book: the decision says whether it counts).
+EndFacts Supervisor::end_facts(const Task& task, const EndReading& r, const ChildEnd& end,
+                               RestartBook& budget, Decision& in_place) const {
+  EndFacts f;
+  f.in_place = plan_.in_place;
+  f.elastic = elastic();
+  f.slurm = plan_.context.slurm.has_value();
+  f.phase = phase_ == Phase::kRunning    ? GroupPhase::kRunning
+            : phase_ == Phase::kStarting ? GroupPhase::kStarting
+                                         : GroupPhase::kEnding;
+  f.stopping = stop_requested_;
+  f.group_finished = r.outcome == Outcome::kSuccess && group_succeeded();
+  f.re_forming = in_place_recovery_.has_value();
+  f.member_finished = finished_member() != nullptr;
+  f.others_train = others_train(task);
+  f.role = task.plan.spare()    ? TaskRole::kSpare
+           : task.plan.trains() ? TaskRole::kTraining
+                                : TaskRole::kOther;
+  f.away = task.away();
+  f.host_can_leave = task.plan.remote();
+  if (f.elastic && f.host_can_leave && f.role == TaskRole::kTraining)
+    f.host_must_stay = host_must_stay(task.plan.where);
+  f.outcome = r.outcome;
+  f.started = r.started;
+  f.place_lost = r.place_lost;
+  f.saved_and_stopped = !end.status.signaled && end.status.code == common::kExitPreempted;
+  // The freeze watch may blame a cut-off member for its stale record before its agent's silence
+  // reaches kSilentSeconds; a silence that long at its end says the same.
+  f.host_silent =
+      task.frozen && (task.frozen->cause == FreezeCause::kSilent ||
+                      (task.child && task.child->look(task.progress_path_now).silent_seconds >=
+                                         FreezeWatch::kSilentSeconds));
+  f.node_leaving = r.node_leaving;
+  // The rule against crash loops, in place, is the task's own: the same task ending twice in a
+  // row with no progress in between, neither its own report nor a step of the group past the
+  // furthest one of the last failure. Other tasks ending meanwhile (several faults while the
+  // group is stalled) are no loop.
+  const bool group_moved = reached_step_ > step_at_last_in_place_;
+  f.silent_ends = task.made_progress || group_moved ? 0 : task.silent_ends + 1;
+  if (in_place_applies(f)) {
+    // A lost host's replacement is no start failure of a bad configuration (as the whole-group
+    // path reads it): it backs off exponentially within the budget, so an outage is ridden out.
+    // So does any replacement on a host lost in this launch (a member there found frozen, its
+    // host cut off): it starts where the last one could not be reached.
+    const bool host_lost =
+        r.place_lost || (task.plan.remote() && lost_places_.count(task.plan.where) > 0);
+    const bool sigkill = r.started && killed_by_sigkill(end.status);
+    in_place = budget.decide_in_place(
+        {r.outcome, true, now() - task.spawned_at, sigkill, !r.started && !r.place_lost},
+        host_lost);
+    f.budget_allows = in_place.restart;
+    f.budget_refusal = in_place.reason;
   }
-  // In place, the others run on and a replacement joins them; else the whole group stops. Either
-  // may hold the end for Slurm's answer about its node (node_leaving), and decide it again then.
-  if (recover_in_place(task, r, end) || leave_and_restart(task, r, end)) return;
+  return f;
+}
+
+// The policy's action, carried out (docs/design.md#the-recovery-policy). Also run again for an
+// end held for Slurm's answer, with the answer in r.
+void Supervisor::decide_end(Task& task, const EndReading& r, const ChildEnd& end) {
+  RestartBook budget = book_;
+  Decision in_place;
+  const EndFacts f = end_facts(task, r, end, budget, in_place);
+  const EndDecision d = launcher::decide_end(f);
+  spdlog::debug("{}: {} ({})", task.plan.task.text(), end_action_name(d.action),
+                outcome_name(r.outcome));
+  if (d.counts_silent_end) {
+    task.silent_ends = f.silent_ends;
+    step_at_last_in_place_ = reached_step_;
+  }
+  if (d.counted_in_place) book_ = budget;
+  if (d.host_kept) spdlog::warn("no shrink: {}", f.host_must_stay);
+  // Slurm's word, when it is why the host leaves.
+  const std::string why =
+      r.node_leaving && !r.node_leaving->empty()
+          ? fmt::format("{}; Slurm has node {} {}", r.what, task.plan.where, *r.node_leaving)
+          : r.what;
+  if (r.outcome == Outcome::kSuccess && f.phase != GroupPhase::kEnding && !f.away &&
+      f.role != TaskRole::kSpare)
+    spdlog::info("{} finished", task.plan.task.text());
+  switch (d.action) {
+    case EndAction::kNone:
+      return;
+    case EndAction::kAwayEnded:
+      return on_away_end(task, r);
+    case EndAction::kRestartSpare:
+      return on_spare_end(task, r);
+    case EndAction::kSucceed:
+      success_ = true;
+      return begin_teardown("every training task finished");
+    case EndAction::kAbandonReform:
+      return abandon_in_place(task);
+    case EndAction::kAskSlurm:
+      return hold_for_slurm(task, r, end);
+    case EndAction::kShrink:
+      shrink_host(task.plan.where, why, &task);
+      return;
+    case EndAction::kReplace:
+      return replace_in_place(task, r, in_place.delay_seconds);
+    case EndAction::kLeaveAndRestart:
+      return leave_and_restart(task, r, why);
+    case EndAction::kRestartGroup:
+      break;
+  }
+  switch (d.refusal) {
+    case InPlaceRefusal::kNone:
+      break;
+    case InPlaceRefusal::kMemberFinished:
+      spdlog::warn("no recovery in place: {} has finished, so the group cannot re-form",
+                   finished_member()->plan.task.text());
+      break;
+    case InPlaceRefusal::kCrashLoop:
+      spdlog::warn(
+          "no recovery in place: {} ended twice in a row before the group made progress{}; not "
+          "replacing it",
+          task.plan.task.text(),
+          r.started && killed_by_sigkill(end.status)
+              ? ", killed by SIGKILL (the kernel's OOM killer does this to a worker that needs "
+                "more memory than it may use)"
+              : " (a crash loop, not a transient failure)");
+      break;
+    case InPlaceRefusal::kBudget:
+      spdlog::warn("no recovery in place: {}", f.budget_refusal);
+      break;
+  }
   if (fail_first(task, r.outcome, r.what, r.exit_code)) {
     first_failure_->never_started = !r.started;
     first_failure_->sigkill = r.started && killed_by_sigkill(end.status);
@@ -343,7 +460,7 @@ void Supervisor::decide_end(Task& task, const EndReading& r, const ChildEnd& end
 // A sign of life: any control message, or for a command job any output line. A progress
 // message also says how far the group got, and the first one after a restart where it resumed.
 void Supervisor::note_progress(Task& task, const common::ControlMessage* message) {
-  task.last_progress = common::monotonic_seconds();
+  task.last_progress = now();
   // Where a restart resumed is said before its first step: a sign of life, not progress.
   if (!message || !message->restored_step) attempt_made_progress_ = task.made_progress = true;
   if (!message || !task.plan.trains()) return;
@@ -377,7 +494,7 @@ void Supervisor::on_control_message(const common::ControlMessage& message) {
       if (task->plan.task.text() != message.task || !task->alive()) continue;
       note_progress(*task, &message);
     }
-    if (common::monotonic_seconds() - last_state_write_ >= kStateWriteInterval) write_state();
+    if (now() - last_state_write_ >= kStateWriteInterval) write_state();
     update_live_view();
   });
 }

@@ -9,7 +9,6 @@
 #pragma once
 
 #include <boost/asio/io_context.hpp>
-#include <boost/asio/steady_timer.hpp>
 #include <functional>
 #include <map>
 #include <memory>
@@ -24,8 +23,10 @@
 #include "launcher/group_guardian.h"
 #include "launcher/group_view.h"
 #include "launcher/launch_plan.h"
+#include "launcher/loop_clock.h"
 #include "launcher/oom_watch.h"
 #include "launcher/process_spawner.h"
+#include "launcher/recovery_policy.h"
 #include "launcher/restart_policy.h"
 #include "launcher/run_records.h"
 
@@ -94,6 +95,8 @@ struct SupervisorOptions {
   /// How long Slurm may take to say how a node is (`scontrol show node`, a side run); past it the
   /// node is taken as usable (docs/design.md#elastic-membership).
   double slurm_question_seconds = 5;
+  /// The loop's time (docs/design.md#time-on-the-loop): not owned; null, the steady clock.
+  LoopClock* clock = nullptr;
 };
 
 /// A worker still saving when the stop's grace period ends gets more time, up to this many
@@ -190,9 +193,13 @@ class Supervisor {
   };
   EndReading read_end(const Task& task, const ChildEnd& end);
   void on_exit(Task& task, const ChildEnd& end);
-  /// What the end means for the group (on_exit's decision, after its records): the away, spare,
-  /// success, in-place, leave and whole-group paths, in that order. Also run again for an end
-  /// held for Slurm's answer, with the answer in reading.
+  /// The recovery policy's facts about task's end (recovery_policy.h). budget is asked the
+  /// in-place question, its answer left in in_place.
+  EndFacts end_facts(const Task& task, const EndReading& reading, const ChildEnd& end,
+                     RestartBook& budget, Decision& in_place) const;
+  /// What the end means for the group (on_exit's decision, after its records): the recovery
+  /// policy's action (docs/design.md#the-recovery-policy), carried out. Also run again for an
+  /// end held for Slurm's answer, with the answer in reading.
   void decide_end(Task& task, const EndReading& reading, const ChildEnd& end);
   void on_signaled(Task& task, int sig, bool place_ending);
   void note_progress(Task& task, const common::ControlMessage* message);
@@ -213,7 +220,7 @@ class Supervisor {
     /// path reports if the re-formation is given up.
     std::optional<FailureReport> cause;
   };
-  bool recover_in_place(Task& task, const EndReading& reading, const ChildEnd& end);
+  void replace_in_place(Task& task, const EndReading& reading, double delay_seconds);
   bool others_train(const Task& task) const;
   /// A member that has finished (exit 0): it takes part in no re-formation. Null when none.
   const Task* finished_member() const;
@@ -273,9 +280,8 @@ class Supervisor {
   const Task* acting_chief() const;
   void record_membership(const char* kind, const std::string& host,
                          const std::vector<std::string>& names, const std::string& why);
-  /// True when the group shrank without task's host, or when the decision waits for Slurm's
-  /// answer about its node (the end is held: hold_for_slurm).
-  bool shrink(Task& task, const EndReading& reading, const ChildEnd& end);
+  /// Why host's members may not leave the group, "" when they may.
+  std::string host_must_stay(const std::string& host) const;
   /// Every member of host leaves; false (nothing done) when that would leave fewer than
   /// min_workers or the chief is there. cause: the task whose end started it (may be null).
   bool shrink_host(const std::string& host, const std::string& why, const Task* cause);
@@ -295,16 +301,14 @@ class Supervisor {
   void on_node_answer(const std::string& node, const ChildEnd& end);
   /// Runs what waits for node's answer (leaving: its State, "" usable).
   void answer_node_question(const std::string& node, const std::string& leaving);
-  /// Slurm's word on the node of task's end: reading's once asked, "" for a job that is not a
-  /// Slurm job. nullopt: the question is on its way and the end is held; decide_end runs again
-  /// with the answer.
-  std::optional<std::string> node_leaving(Task& task, const EndReading& reading,
-                                          const ChildEnd& end);
+  /// Holds task's end until Slurm says whether its node is leaving; decide_end runs again with
+  /// the answer in the reading's node_leaving.
+  void hold_for_slurm(Task& task, const EndReading& reading, const ChildEnd& end);
   /// The group stops while ends wait for Slurm: each is taken as a failure on a usable node (the
   /// first of them is the attempt's first failure when none is yet), and none waits any more.
   void settle_held_ends();
   // Elastic command jobs: a membership change restarts the group (as torchrun's elastic agent).
-  bool leave_and_restart(Task& task, const EndReading& reading, const ChildEnd& end);
+  void leave_and_restart(Task& task, const EndReading& reading, const std::string& why);
   /// Marks host's members away (false when min_workers or the chief forbid it).
   bool may_let_go(const std::string& host, std::vector<Task*>& leaving);
   void probe_host(const std::string& host);
@@ -346,7 +350,10 @@ class Supervisor {
   RestartBook book_;
   OomWatch oom_ = OomWatch::for_this_process();  ///< this machine's OOM kills, for local tasks
   std::vector<std::unique_ptr<Task>> tasks_;
-  boost::asio::steady_timer backoff_timer_, grace_timer_, watchdog_timer_, port_timer_,
+  std::unique_ptr<LoopClock> own_clock_;  ///< the steady clock, when options_ gave none
+  LoopClock* clock_;
+  double now() const { return clock_->now(); }
+  std::unique_ptr<LoopTimer> backoff_timer_, grace_timer_, watchdog_timer_, port_timer_,
       reform_timer_, freeze_timer_;
   FreezeWatch freeze_;  ///< the training tasks' progress (docs/design.md#frozen-workers)
   std::function<void(const SupervisorResult&)> on_done_;
@@ -387,7 +394,7 @@ class Supervisor {
   SupervisorResult result_;
   /// Elastic: per host left, the timer of its next try (or of its joiners' gathering) and the
   /// delay of the last try.
-  std::map<std::string, std::unique_ptr<boost::asio::steady_timer>> rejoin_timers_;
+  std::map<std::string, std::unique_ptr<LoopTimer>> rejoin_timers_;
   std::map<std::string, double> rejoin_delays_;
   /// The delay the log last announced for each host: a try at the same delay again (a host still
   /// unlisted, a session not ended yet) is a debug line, not one a second in the launcher's log.
@@ -398,7 +405,7 @@ class Supervisor {
   /// its end, read once it has exited and closed its output (the two come apart).
   struct SideRun {
     std::unique_ptr<Child> child;
-    std::unique_ptr<boost::asio::steady_timer> deadline;
+    std::unique_ptr<LoopTimer> deadline;
     bool running = false, closed = false;
     /// It printed more than its limit: the output kept is cut short (a failed run).
     bool overflowed = false;
@@ -412,7 +419,7 @@ class Supervisor {
   bool start_side_run(SideRun& run, const SpawnRequest& request, const std::string& what,
                       double limit_seconds, size_t max_output,
                       std::function<void(const ChildEnd&)> done);
-  std::unique_ptr<boost::asio::steady_timer> discovery_timer_;
+  std::unique_ptr<LoopTimer> discovery_timer_;
   SideRun discovery_;                                ///< the host discovery program
   std::optional<std::set<std::string>> discovered_;  ///< its last list; unset before one
   /// Elastic command jobs: the tasks not away, renumbered (launch_plan.h members_plan), and each
@@ -443,7 +450,7 @@ class Supervisor {
     std::string task;
     int sender = 0;
     ReformReplyFn reply;
-    std::unique_ptr<boost::asio::steady_timer> timer;
+    std::unique_ptr<LoopTimer> timer;
   };
   std::vector<std::shared_ptr<SigtermQuestion>> sigterm_questions_;
 };

@@ -26,17 +26,9 @@ namespace {
 constexpr double kJoinGatherSeconds = 5;
 /// Of elastic.host_discovery's output, what is read.
 constexpr size_t kMaxDiscoveryBytes = 1 << 20;
-/// A remote member's agent silent this long when the freeze watch's kill ends it: its host is cut
-/// off (the agent reports every 0.5 s).
-constexpr double kSilentSeconds = 2;
 /// A command job's host whose probe succeeds this many times in a row while its workers never
 /// start there is not tried again.
 constexpr int kMostFalseReturns = 3;
-
-std::chrono::steady_clock::duration seconds(double s) {
-  return std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-      std::chrono::duration<double>(std::max(0.0, s)));
-}
 
 }  // namespace
 
@@ -45,7 +37,7 @@ bool Supervisor::elastic() const {
 }
 
 bool Supervisor::member(const Task& task) const {
-  return task.plan.trains() && !task.away;
+  return task.plan.trains() && !task.away();
 }
 
 std::string Supervisor::members_text() const {
@@ -97,52 +89,39 @@ void Supervisor::record_membership(const char* kind, const std::string& host,
   });
 }
 
-// The end of a task whose host is gone (docs/design.md#elastic-membership): true when the group
-// shrank without it (and without the other tasks of its host), or when Slurm is being asked.
-bool Supervisor::shrink(Task& task, const EndReading& reading, const ChildEnd& end) {
-  if (!elastic() || !task.plan.remote() || !task.plan.trains() || task.away) return false;
-  // The freeze watch may blame a cut-off member for its stale record ("no CPU time ...") before
-  // its agent's silence passes 3 s; a silence of kSilentSeconds at its end says the same.
-  bool silent = task.frozen_why && task.child &&
-                task.child->look(task.progress_path_now).silent_seconds >= kSilentSeconds;
-  bool host_gone =
-      !reading.started || reading.place_lost || silent ||
-      (task.frozen_why && task.frozen_why->find("no word from it") != std::string::npos);
-  std::string why = reading.what;
-  if (!host_gone) {  // a Slurm node being drained still runs new steps: ask Slurm
-    std::optional<std::string> state = node_leaving(task, reading, end);
-    if (!state) return true;  // held until Slurm answers
-    if (state->empty()) return false;
-    why = fmt::format("{}; Slurm has node {} {}", reading.what, task.plan.where, *state);
+// Why the members on host may not leave, "" when they may: at least min_workers stay, and for a
+// command job the chief (MASTER_ADDR, and its program's own rank 0) is not among them. A
+// dtrain-worker group hands the chief's duties to its first member.
+std::string Supervisor::host_must_stay(const std::string& host) const {
+  int leaving = 0;
+  const Task* first = nullptr;
+  const common::TaskId chief = plan_.context.cluster.chief();
+  for (const auto& t : tasks_) {
+    if (!member(*t) || !t->plan.remote() || t->plan.where != host) continue;
+    if (!first) first = t.get();
+    ++leaving;
+    if (t->plan.task == chief && !plan_.in_place)
+      return fmt::format("{} on {} is the chief, MASTER_ADDR of the program's group",
+                         t->plan.task.text(), t->plan.place_text());
   }
-  return shrink_host(task.plan.where, why, &task);
+  if (!first) return fmt::format("no member runs on {}", host);
+  const int left = world_size() - leaving;
+  if (left < plan_.elastic_min_workers)
+    return fmt::format("without {} the group would have {} worker(s), below elastic.min_workers {}",
+                       first->plan.place_text(), left, plan_.elastic_min_workers);
+  return "";
 }
 
-// The members on host, when they may leave: at least min_workers stay, and for a command job
-// the chief (MASTER_ADDR, and its program's own rank 0) is not among them. A dtrain-worker
-// group hands the chief's duties to its first member.
+// The members on host, when they may leave (host_must_stay); the reason is logged when not.
 bool Supervisor::may_let_go(const std::string& host, std::vector<Task*>& leaving) {
   leaving.clear();
-  for (auto& t : tasks_)
-    if (member(*t) && t->plan.remote() && t->plan.where == host) leaving.push_back(t.get());
-  if (leaving.empty()) return false;
-  int left = world_size() - static_cast<int>(leaving.size());
-  const common::TaskId chief = plan_.context.cluster.chief();
-  std::string place = leaving.front()->plan.place_text();
-  for (Task* t : leaving) {
-    if (t->plan.task == chief && !plan_.in_place) {
-      spdlog::warn("no shrink: {} on {} is the chief, MASTER_ADDR of the program's group",
-                   t->plan.task.text(), place);
-      return false;
-    }
-  }
-  if (left < plan_.elastic_min_workers) {
-    spdlog::warn(
-        "no shrink: without {} the group would have {} worker(s), below "
-        "elastic.min_workers {}",
-        place, left, plan_.elastic_min_workers);
+  const std::string stay = host_must_stay(host);
+  if (!stay.empty()) {
+    if (stay.rfind("no member", 0) != 0) spdlog::warn("no shrink: {}", stay);
     return false;
   }
+  for (auto& t : tasks_)
+    if (member(*t) && t->plan.remote() && t->plan.where == host) leaving.push_back(t.get());
   return true;
 }
 
@@ -153,17 +132,16 @@ bool Supervisor::shrink_host(const std::string& host, const std::string& why, co
   std::string place = leaving.front()->plan.place_text();
   std::vector<std::string> names;
   for (Task* t : leaving) {
-    t->away = true;
-    t->respawn_pending = false;
     names.push_back(t->plan.task.text());
-    if (t->alive() && t->child) t->child->signal_group(SIGKILL);  // closes its session too
+    const bool running = t->alive() && t->child;
+    t->state = running ? Task::State::kLeaving : Task::State::kAway;
+    if (running) t->child->signal_group(SIGKILL);  // closes its session too
   }
   ++generation_;
   spdlog::warn("{} is gone ({}): the group shrinks to {} worker(s) as generation {} of attempt {}",
                place, why, left, generation_, attempt_);
   record_membership("shrink", host, names, why);
-  double failed_at =
-      in_place_recovery_ ? in_place_recovery_->failed_at : common::monotonic_seconds();
+  double failed_at = in_place_recovery_ ? in_place_recovery_->failed_at : now();
   int64_t reached = in_place_recovery_ ? in_place_recovery_->reached_step : reform_furthest_;
   in_place_recovery_ = PendingInPlace{generation_, failed_at, reached, std::nullopt, std::nullopt};
   notify_members([&](const Task& t) { return &t == cause; });  // the members left
@@ -175,9 +153,9 @@ bool Supervisor::shrink_host(const std::string& host, const std::string& why, co
 
 void Supervisor::schedule_rejoin(const std::string& host, double delay) {
   auto& timer = rejoin_timers_[host];
-  if (!timer) timer = std::make_unique<boost::asio::steady_timer>(io_);
+  if (!timer) timer = clock_->make_timer();
   rejoin_delays_[host] = delay;
-  timer->expires_after(seconds(delay));
+  timer->expires_after(delay);
   timer->async_wait([this, host](const boost::system::error_code& ec) {
     if (!ec) guarded("rejoin timer", [&] { try_rejoin(host); });
   });
@@ -216,22 +194,19 @@ void Supervisor::rejoin_unless_leaving(const std::string& host, const std::strin
   }
   if (!plan_.in_place) return probe_host(host);  // a command job: is the host there at all?
   for (auto& t : tasks_) {
-    if (t->away && t->plan.where == host && !t->joining && t->holds_group()) {
+    if (t->away() && !t->joining() && t->plan.where == host && t->holds_group()) {
       spdlog::info("host {}: {}'s last session has not ended yet", host, t->plan.task.text());
       return schedule_rejoin(host, rejoin_delays_[host]);
     }
   }
   bool started = false;
   for (auto& t : tasks_) {
-    if (!t->away || t->plan.where != host || t->joining) continue;
-    t->joining = true;
-    t->join_ready = nullptr;
+    if (t->state != Task::State::kAway || t->plan.where != host) continue;
     try {
-      spawn_task(*t);
+      spawn_task(*t);  // a joiner (kJoining)
       started = true;
     } catch (const std::exception& e) {
       spdlog::warn("{}: cannot start it to join again: {}", t->plan.task.text(), e.what());
-      t->joining = false;
     }
   }
   if (!started) return schedule_rejoin(host, next_rejoin_delay(host));
@@ -245,7 +220,7 @@ double Supervisor::next_rejoin_delay(const std::string& host) {
 void Supervisor::resume_rejoins() {
   std::set<std::string> hosts;
   for (auto& t : tasks_)
-    if (t->away) hosts.insert(t->plan.where);
+    if (t->away()) hosts.insert(t->plan.where);
   for (const std::string& host : hosts) {
     if (given_up_.count(host)) continue;
     auto delay = rejoin_delays_.find(host);  // a host that keeps failing keeps its back-off
@@ -257,8 +232,8 @@ void Supervisor::resume_rejoins() {
 
 // elastic.host_discovery (docs/design.md#elastic-membership): its list, every interval.
 void Supervisor::arm_discovery(double delay) {
-  if (!discovery_timer_) discovery_timer_ = std::make_unique<boost::asio::steady_timer>(io_);
-  discovery_timer_->expires_after(seconds(delay));
+  if (!discovery_timer_) discovery_timer_ = clock_->make_timer();
+  discovery_timer_->expires_after(delay);
   discovery_timer_->async_wait([this](const boost::system::error_code& ec) {
     if (!ec) guarded("host discovery", [this] { run_discovery(); });
   });
@@ -305,8 +280,8 @@ bool Supervisor::start_side_run(SideRun& run, const SpawnRequest& request, const
   }
   run.running = true;
   if (limit_seconds <= 0) return true;
-  if (!run.deadline) run.deadline = std::make_unique<boost::asio::steady_timer>(io_);
-  run.deadline->expires_after(seconds(limit_seconds));
+  if (!run.deadline) run.deadline = clock_->make_timer();
+  run.deadline->expires_after(limit_seconds);
   // Past the limit it is killed and abandoned at once: a helper in another session may hold its
   // output open, and neither its end nor the end of its output must hold up the next run
   // (issue 43). Its process is still reaped; its output is dropped.
@@ -377,7 +352,7 @@ void Supervisor::apply_discovery() {
   std::set<std::string> member_hosts, away_hosts;
   for (auto& t : tasks_) {
     if (!t->plan.trains() || !t->plan.remote()) continue;
-    (t->away ? away_hosts : member_hosts).insert(t->plan.where);
+    (t->away() ? away_hosts : member_hosts).insert(t->plan.where);
   }
   for (const std::string& host : member_hosts) {
     if (discovered_->count(host) || away_hosts.count(host)) continue;
@@ -392,7 +367,7 @@ void Supervisor::apply_discovery() {
         leaving.push_back(t.get());
     std::vector<std::string> names;
     for (Task* t : leaving) {
-      t->away = true;
+      t->state = t->alive() ? Task::State::kLeaving : Task::State::kAway;
       names.push_back(t->plan.task.text());
     }
     record_membership("shrink", host, names, "not in elastic.host_discovery's list");
@@ -408,7 +383,7 @@ void Supervisor::apply_discovery() {
     }
     if (given_up_.count(host)) continue;
     bool trying = (probes_.count(host) && probes_[host].running) || rejoin_asking_.count(host);
-    for (auto& t : tasks_) trying = trying || (t->away && t->plan.where == host && t->joining);
+    for (auto& t : tasks_) trying = trying || (t->joining() && t->plan.where == host);
     if (!trying) {
       rejoin_delays_[host] = options_.rejoin_first_seconds;
       try_rejoin(host);
@@ -419,14 +394,14 @@ void Supervisor::apply_discovery() {
 // An away task's process ended: a joiner whose host is still unreachable, or a member of a host
 // that was left (SIGKILLed). Neither fails the job.
 void Supervisor::on_away_end(Task& task, const EndReading& reading) {
-  bool was_joining = task.joining;
-  task.joining = false;
-  task.join_ready = nullptr;
+  const bool was_joining = task.joining();
+  task.held_reply = nullptr;
+  task.state = Task::State::kAway;
   if (!was_joining || phase_ != Phase::kRunning || stop_requested_) return;
   const std::string& host = task.plan.where;
   // Once per try of the host: its last joiner's end sets the next try.
   for (auto& t : tasks_)
-    if (t->away && t->plan.where == host && t->joining) return;
+    if (t->joining() && t->plan.where == host) return;
   spdlog::info("host {} does not host {} yet ({})", host, task.plan.task.text(), reading.what);
   schedule_rejoin(host, next_rejoin_delay(host));
 }
@@ -436,23 +411,24 @@ void Supervisor::on_away_end(Task& task, const EndReading& reading) {
 bool Supervisor::on_join_request(const std::string& name, int pid, ReformReplyFn& reply) {
   Task* task = nullptr;
   for (auto& t : tasks_)
-    if (t->plan.trains() && t->away && t->joining && t->plan.task.text() == name) task = t.get();
+    if (t->plan.trains() && t->joining() && t->plan.task.text() == name) task = t.get();
   if (!task) return false;
   if (task->pid != pid && task->pid != 0) {
     spdlog::debug("{}: join request from pid {}, the joiner is {}", name, pid, task->pid);
   }
-  task->join_ready = std::move(reply);
+  task->held_reply = std::move(reply);
+  task->state = Task::State::kJoinReady;
   task->made_progress = false;
   const std::string host = task->plan.where;
   bool all_ready = true;
   for (auto& t : tasks_)
-    if (t->away && t->joining && t->plan.where == host && !t->join_ready) all_ready = false;
+    if (t->state == Task::State::kJoining && t->plan.where == host) all_ready = false;
   if (all_ready) {
     grow(host);
   } else {
     auto& timer = rejoin_timers_[host];
-    if (!timer) timer = std::make_unique<boost::asio::steady_timer>(io_);
-    timer->expires_after(seconds(kJoinGatherSeconds));
+    if (!timer) timer = clock_->make_timer();
+    timer->expires_after(kJoinGatherSeconds);
     timer->async_wait([this, host](const boost::system::error_code& ec) {
       if (!ec) guarded("join gather", [&] { grow(host); });
     });
@@ -466,13 +442,12 @@ void Supervisor::grow(const std::string& host) {
   if (phase_ != Phase::kRunning || stop_requested_) return;
   std::vector<Task*> joining;
   for (auto& t : tasks_)
-    if (t->away && t->joining && t->plan.where == host && t->join_ready) joining.push_back(t.get());
+    if (t->state == Task::State::kJoinReady && t->plan.where == host) joining.push_back(t.get());
   if (joining.empty()) return;
   ++generation_;
   std::vector<std::string> names;
   for (Task* t : joining) {
-    t->away = false;
-    t->joining = false;
+    t->state = Task::State::kRunning;
     t->silent_ends = 0;
     names.push_back(t->plan.task.text());
   }
@@ -480,12 +455,12 @@ void Supervisor::grow(const std::string& host) {
                host, world_size(), generation_, attempt_);
   record_membership("grow", host, names, "");
   rejoin_delays_[host] = options_.rejoin_first_seconds;
-  in_place_recovery_ = PendingInPlace{generation_, common::monotonic_seconds(), reform_furthest_,
-                                      std::nullopt, std::nullopt};
+  in_place_recovery_ =
+      PendingInPlace{generation_, now(), reform_furthest_, std::nullopt, std::nullopt};
   std::string members = members_text();
   for (Task* t : joining) {
-    std::function<void(const std::string&)> reply = std::move(t->join_ready);
-    t->join_ready = nullptr;
+    std::function<void(const std::string&)> reply = std::move(t->held_reply);
+    t->held_reply = nullptr;
     append_to_log(*t, common::attempt_header(attempt_, t->plan.task, t->pid,
                                              common::utc_timestamp(), generation_) +
                           " (joins again)\n");
@@ -500,7 +475,7 @@ void Supervisor::grow(const std::string& host) {
   // A task of host that did not join this time (its joiner failed while another's was warming
   // up) gets a try of its own.
   for (auto& t : tasks_) {
-    if (t->away && t->plan.where == host && !t->joining) {
+    if (t->away() && !t->joining() && t->plan.where == host) {
       schedule_rejoin(host, options_.rejoin_first_seconds);
       break;
     }
@@ -508,22 +483,12 @@ void Supervisor::grow(const std::string& host) {
   write_state();
 }
 
-// A command job's training task whose host is gone: the group restarts without that host's tasks,
-// with the members' TF_CONFIG and torchrun variables (docs/design.md#elastic-membership). Not a
-// failure: the restart budget is not spent.
-bool Supervisor::leave_and_restart(Task& task, const EndReading& reading, const ChildEnd& end) {
-  if (!elastic() || plan_.in_place || phase_ != Phase::kRunning || stop_requested_ ||
-      !task.plan.trains() || !task.plan.remote() || task.away)
-    return false;
-  std::string why = reading.what;
-  if (reading.started && !reading.place_lost) {
-    std::optional<std::string> state = node_leaving(task, reading, end);
-    if (!state) return true;  // held until Slurm answers
-    if (state->empty()) return false;
-    why = fmt::format("{}; Slurm has node {} {}", reading.what, task.plan.where, *state);
-  }
+// The policy's kLeaveAndRestart: a command job's training task whose host is gone. The group
+// restarts at once without that host's tasks, with the members' TF_CONFIG and torchrun variables
+// (docs/design.md#elastic-membership). Not a failure: the restart budget is not spent.
+void Supervisor::leave_and_restart(Task& task, const EndReading& reading, const std::string& why) {
   std::vector<Task*> leaving;
-  if (!may_let_go(task.plan.where, leaving)) return false;
+  if (!may_let_go(task.plan.where, leaving)) return;  // the policy looked: not reached
   // An evaluator there leaves with the host (started there it could only fail, spending the
   // restart budget) and comes back with it.
   for (auto& t : tasks_)
@@ -531,7 +496,7 @@ bool Supervisor::leave_and_restart(Task& task, const EndReading& reading, const 
       leaving.push_back(t.get());
   std::vector<std::string> names;
   for (Task* t : leaving) {
-    t->away = true;
+    t->state = t->alive() ? Task::State::kLeaving : Task::State::kAway;
     names.push_back(t->plan.task.text());
   }
   record_membership("shrink", task.plan.where, names, why);
@@ -547,7 +512,6 @@ bool Supervisor::leave_and_restart(Task& task, const EndReading& reading, const 
   membership_restart_ = true;
   begin_teardown(fmt::format("{} is gone ({}): the group restarts with {} worker(s)",
                              task.plan.place_text(), why, world_size()));
-  return true;
 }
 
 // The next attempt at once, with the members (the membership changed; no failure, no back-off).
@@ -568,7 +532,7 @@ void Supervisor::restart_for_membership() {
 void Supervisor::probe_host(const std::string& host) {
   Task* first = nullptr;
   for (auto& t : tasks_)
-    if (t->away && t->plan.where == host && !first) first = t.get();
+    if (t->away() && t->plan.where == host && !first) first = t.get();
   if (!first) return;
   // A remote shell that neither connects nor gives up is given the start time-out; 0 turns it
   // off (docs/job-file.md), as it does for the workers' starts.
@@ -586,8 +550,8 @@ void Supervisor::on_probe_end(const std::string& host, const ChildEnd& end) {
   }
   std::vector<std::string> names;
   for (auto& t : tasks_) {
-    if (!t->away || t->plan.where != host) continue;
-    t->away = false;
+    if (!t->away() || t->plan.where != host) continue;
+    t->state = Task::State::kEnded;  // it starts with the next attempt
     names.push_back(t->plan.task.text());
   }
   returning_.insert(host);  // its back-off stays until its workers start there

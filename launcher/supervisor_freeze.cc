@@ -10,6 +10,7 @@
 
 #include "common/clock.h"
 #include "common/exit_codes.h"
+#include "launcher/recovery_policy.h"
 #include "launcher/supervisor.h"
 #include "launcher/supervisor_task.h"
 
@@ -48,9 +49,8 @@ void Supervisor::notice_late_members() {
 
 void Supervisor::arm_freeze_watch() {
   if (!watches_freezes()) return;
-  freeze_timer_.expires_after(
-      std::chrono::milliseconds(static_cast<int>(kFreezeLookSeconds * 1000)));
-  freeze_timer_.async_wait([this](const boost::system::error_code& ec) {
+  freeze_timer_->expires_after(kFreezeLookSeconds);
+  freeze_timer_->async_wait([this](const boost::system::error_code& ec) {
     if (!ec) guarded("freeze watch", [this] { look_for_freezes(); });
   });
 }
@@ -81,20 +81,21 @@ void Supervisor::look_for_freezes() {
   std::vector<MemberObservation> looks;
   for (auto& task : tasks_) {
     if (!member(*task) || task->plan.progress_path.empty()) continue;
-    if (task->state != Task::State::kRunning || task->respawn_pending) {  // a member is missing
+    if (task->state != Task::State::kRunning) {  // a member is missing (replaced, starting)
       freeze_.reset();
       return arm_freeze_watch();
     }
     members.push_back(task.get());
     looks.push_back(task->child->look(task->progress_path_now));
   }
-  std::optional<FreezeVerdict> verdict = freeze_.observe(common::monotonic_seconds(), looks);
+  std::optional<FreezeVerdict> verdict = freeze_.observe(now(), looks);
   if (!verdict) return arm_freeze_watch();
   if (!verdict->confirmed) {
     warn_of_stall(*verdict, verdict->member ? members[*verdict->member] : nullptr);
     return arm_freeze_watch();
   }
-  if (!verdict->member) {  // every member waits inside one collective: a link is down
+  if (decide_freeze(verdict->member.has_value()) == FreezeAction::kTearDown) {
+    // Every member waits inside one collective: a link is down, and nobody is to blame.
     Task& first = *members.front();
     std::string what = fmt::format("frozen group: {}", verdict->why);
     spdlog::warn("{} (bound {:.1f} s)", what, verdict->bound_seconds);
@@ -107,7 +108,7 @@ void Supervisor::look_for_freezes() {
     return begin_teardown(what);
   }
   Task& frozen = *members[*verdict->member];
-  frozen.frozen_why = verdict->why;
+  frozen.frozen = *verdict;
   spdlog::warn(
       "{} ({}) is frozen: {}; the group made no progress for {:.1f} s (bound {:.1f} s): "
       "SIGKILL",

@@ -13,16 +13,12 @@
 #include "common/errors.h"
 #include "common/exit_codes.h"
 #include "common/json.h"
+#include "launcher/recovery_policy.h"
 #include "launcher/supervisor.h"
 #include "launcher/supervisor_task.h"
 
 namespace dtrain::launcher {
 namespace {
-
-std::chrono::steady_clock::duration seconds(double s) {
-  return std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-      std::chrono::duration<double>(std::max(0.0, s)));
-}
 
 std::string refusal(const std::string& error) {
   return common::format_reform_reply({false, 0, error, ""});
@@ -43,82 +39,32 @@ const Supervisor::Task* Supervisor::finished_member() const {
   return nullptr;
 }
 
-// The rule of docs/design.md#in-place-recovery, step 2: not a success, not a configuration
-// error, no stop asked for, another training task still running, and the restart budget not
-// spent (a replacement costs what a restart costs). True when a replacement is on its way.
-bool Supervisor::recover_in_place(Task& task, const EndReading& reading, const ChildEnd& end) {
-  if (!plan_.in_place || phase_ != Phase::kRunning || stop_requested_ || !task.plan.trains() ||
-      reading.outcome == Outcome::kConfigError || reading.outcome == Outcome::kNonFinite ||
-      !others_train(task))
-    return false;
-  // Exit 143 is dtrain-worker's end after the group agreed to stop and the chief saved (a stop
-  // from its parent): the others end the same way, and the group restarts from that checkpoint.
-  if (!end.status.signaled && end.status.code == common::kExitPreempted) return false;
-  // A member that has finished joins no rendezvous: the next generation could never form.
-  if (const Task* finished = finished_member()) {
-    spdlog::warn("no recovery in place: {} has finished, so the group cannot re-form",
-                 finished->plan.task.text());
-    return false;
-  }
-  // Its host is gone (or Slurm is asked whether it is): the others go on without it.
-  if (shrink(task, reading, end)) return true;
-  bool sigkill = reading.started && killed_by_sigkill(end.status);
-  // The rule against crash loops, in place, is the task's own: the same task ending twice in a
-  // row with no progress in between, neither its own report nor a step of the group past the
-  // furthest one of the last failure. Other tasks ending meanwhile (several faults while the
-  // group is stalled) are no loop. Start failures keep the book's rule (a host unreachable).
-  bool group_moved = reached_step_ > step_at_last_in_place_;
-  step_at_last_in_place_ = reached_step_;
-  task.silent_ends = task.made_progress || group_moved ? 0 : task.silent_ends + 1;
-  if (reading.started && task.silent_ends >= 2) {
-    spdlog::warn(
-        "no recovery in place: {} ended twice in a row before the group made progress{}; not "
-        "replacing it",
-        task.plan.task.text(),
-        sigkill ? ", killed by SIGKILL (the kernel's OOM killer does this to a worker that needs "
-                  "more memory than it may use)"
-                : " (a crash loop, not a transient failure)");
-    return false;
-  }
-  // A lost host's replacement is no start failure of a bad configuration (as the whole-group
-  // path reads it): it backs off exponentially within the budget, so an outage is ridden out.
-  // So does any replacement on a host lost in this launch (a member there found frozen, its
-  // host cut off): it starts where the last one could not be reached.
-  bool host_lost =
-      reading.place_lost || (task.plan.remote() && lost_places_.count(task.plan.where) > 0);
-  Decision decision =
-      book_.decide_in_place({reading.outcome, true, common::monotonic_seconds() - task.spawned_at,
-                             sigkill, !reading.started && !reading.place_lost},
-                            host_lost);
-  if (!decision.restart) {
-    spdlog::warn("no recovery in place: {}", decision.reason);
-    return false;
-  }
+// The policy's kReplace: the others re-form as the next generation, and a replacement (a spare,
+// or a new process once what is left of the old one is gone) joins them.
+void Supervisor::replace_in_place(Task& task, const EndReading& reading, double delay_seconds) {
   ++generation_;
   recorder_.event("in_place", [&](common::JsonWriter& w) {
     w.key("task").value(task.plan.task.text()).key("attempt").value(attempt_);
     w.key("generation").value(generation_).key("outcome").value(outcome_name(reading.outcome));
     w.key("what").value(reading.what);
-    if (decision.delay_seconds > 0) w.key("delay_seconds").value(decision.delay_seconds);
+    if (delay_seconds > 0) w.key("delay_seconds").value(delay_seconds);
   });
-  spdlog::info(
-      "{}: starting a replacement{}; the others re-form as generation {} of attempt {}",
-      task.plan.task.text(),
-      decision.delay_seconds > 0
-          ? fmt::format(" in {:.2f} s ({} is lost)", decision.delay_seconds, task.plan.place_text())
-          : "",
-      generation_, attempt_);
+  spdlog::info("{}: starting a replacement{}; the others re-form as generation {} of attempt {}",
+               task.plan.task.text(),
+               delay_seconds > 0
+                   ? fmt::format(" in {:.2f} s ({} is lost)", delay_seconds, task.plan.place_text())
+                   : "",
+               generation_, attempt_);
   // A failure while the last one is still being recovered from extends that recovery.
-  double failed_at =
-      in_place_recovery_ ? in_place_recovery_->failed_at : common::monotonic_seconds();
+  double failed_at = in_place_recovery_ ? in_place_recovery_->failed_at : now();
   // Until the survivors' requests say what they held, the furthest step reported stands in.
   int64_t reached = in_place_recovery_ ? in_place_recovery_->reached_step : reform_furthest_;
   std::optional<FailureReport> cause =
       in_place_recovery_ ? in_place_recovery_->cause
                          : failure_of(task, reading.outcome, reading.what, reading.exit_code);
   in_place_recovery_ = PendingInPlace{generation_, failed_at, reached, std::nullopt, cause};
-  task.respawn_pending = true;
-  task.respawn_at = common::monotonic_seconds() + decision.delay_seconds;
+  task.state = Task::State::kReplacing;
+  task.respawn_at = now() + delay_seconds;
   notify_members([&](const Task& t) { return &t == &task; });
   // What is left of the dead member's group (a grandchild holding its output) goes first; its
   // last output lines reach the log before the replacement's header.
@@ -128,18 +74,17 @@ bool Supervisor::recover_in_place(Task& task, const EndReading& reading, const C
     respawn(task);
   answer_held_reforms(true, "");
   write_state();
-  return true;
 }
 
 // SIGKILL to what is left of the group, then the replacement when its output closes, or after
 // kill_drain_seconds if something outside the group holds the pipe (as a teardown gives up).
 void Supervisor::drain_then_respawn(Task& task) {
   task.child->signal_group(SIGKILL);
-  if (!task.drain_timer) task.drain_timer = std::make_unique<boost::asio::steady_timer>(io_);
-  task.drain_timer->expires_after(seconds(options_.kill_drain_seconds));
+  if (!task.drain_timer) task.drain_timer = clock_->make_timer();
+  task.drain_timer->expires_after(options_.kill_drain_seconds);
   Task* t = &task;
   task.drain_timer->async_wait([this, t](const boost::system::error_code& ec) {
-    if (ec || !t->respawn_pending || phase_ != Phase::kRunning) return;
+    if (ec || t->state != Task::State::kReplacing || phase_ != Phase::kRunning) return;
     guarded("drain timer", [&] {
       spdlog::warn("{}: output still open after SIGKILL; starting its replacement anyway",
                    t->plan.task.text());
@@ -173,7 +118,7 @@ void Supervisor::abandon_in_place(const Task& finished) {
   const PendingInPlace& pending = *in_place_recovery_;
   // One that re-formed (it was told to join this generation, or started in it) finished with
   // the group: the failure came at the very end, with nothing left to train.
-  if (finished.reformed_to >= pending.generation || finished.spawned_at >= pending.failed_at)
+  if (finished.reformed_to >= pending.generation || finished.generation >= pending.generation)
     return;
   std::string why = fmt::format("{} finished while generation {} was forming",
                                 finished.plan.task.text(), pending.generation);
@@ -189,21 +134,30 @@ void Supervisor::abandon_in_place(const Task& finished) {
 
 void Supervisor::respawn(Task& task) {
   if (task.drain_timer) task.drain_timer->cancel();
-  double wait = task.respawn_at - common::monotonic_seconds();
-  if (phase_ == Phase::kRunning && wait > 0) {  // a lost host's back-off: keep pending
-    if (!task.respawn_timer) task.respawn_timer = std::make_unique<boost::asio::steady_timer>(io_);
-    task.respawn_timer->expires_after(seconds(wait));
-    Task* t = &task;
-    task.respawn_timer->async_wait([this, t](const boost::system::error_code& ec) {
-      if (ec || !t->respawn_pending || t->output_open || phase_ != Phase::kRunning) return;
-      guarded("replacement back-off timer", [&] { respawn(*t); });
-    });
-    return;
-  }
-  task.respawn_pending = false;
-  if (phase_ != Phase::kRunning) return;  // the group is going down meanwhile
+  const double wait = task.respawn_at - now();
   // A spare of the task's own place (its address is there), on this machine or its ssh host.
-  if (Task* spare = ready_spare(task.plan)) return promote(*spare, task);
+  Task* spare = ready_spare(task.plan);
+  switch (decide_replacement(phase_ == Phase::kRunning, wait > 0, spare != nullptr)) {
+    case ReplacementAction::kWait: {  // a lost host's back-off: keep pending
+      if (!task.respawn_timer) task.respawn_timer = clock_->make_timer();
+      task.respawn_timer->expires_after(wait);
+      Task* t = &task;
+      task.respawn_timer->async_wait([this, t](const boost::system::error_code& ec) {
+        if (ec || t->state != Task::State::kReplacing || t->output_open ||
+            phase_ != Phase::kRunning)
+          return;
+        guarded("replacement back-off timer", [&] { respawn(*t); });
+      });
+      return;
+    }
+    case ReplacementAction::kNone:  // the group is going down meanwhile
+      task.state = Task::State::kEnded;
+      return;
+    case ReplacementAction::kPromote:
+      return promote(*spare, task);
+    case ReplacementAction::kSpawn:
+      break;
+  }
   if (guardian_ && task.child) guardian_->forget(task.pid);
   task.child.reset();
   try {
@@ -220,11 +174,11 @@ void Supervisor::respawn(Task& task) {
 
 bool Supervisor::replacement_starting() const {
   if (!in_place_recovery_) return false;
-  double now = common::monotonic_seconds();
+  const double now = this->now();
   for (const auto& t : tasks_) {
     if (!member(*t)) continue;
-    if (t->respawn_pending) return true;
-    if (t->alive() && !t->made_progress && t->spawned_at >= in_place_recovery_->failed_at &&
+    if (t->state == Task::State::kReplacing) return true;
+    if (t->alive() && !t->made_progress && t->generation >= in_place_recovery_->generation &&
         now - t->spawned_at < plan_.spec().restart.startup_seconds)
       return true;
   }
@@ -299,8 +253,8 @@ void Supervisor::on_sigterm_query(const std::string& request_json, ReformReplyFn
     question->task = query->task;
     question->sender = query->sender;
     question->reply = std::move(reply);
-    question->timer = std::make_unique<boost::asio::steady_timer>(io_);
-    question->timer->expires_after(seconds(options_.sigterm_confirm_seconds));
+    question->timer = clock_->make_timer();
+    question->timer->expires_after(options_.sigterm_confirm_seconds);
     std::weak_ptr<SigtermQuestion> weak = question;
     question->timer->async_wait([this, weak](const boost::system::error_code& ec) {
       std::shared_ptr<SigtermQuestion> q = weak.lock();
@@ -376,8 +330,8 @@ void Supervisor::hold_reform(common::ReformRequest request, ReformReplyFn reply)
   }
   held_reforms_.push_back(HeldReform{std::move(request), std::move(reply)});
   if (held_reforms_.size() > 1) return;
-  reform_timer_.expires_after(seconds(options_.reform_hold_seconds));
-  reform_timer_.async_wait([this](const boost::system::error_code& ec) {
+  reform_timer_->expires_after(options_.reform_hold_seconds);
+  reform_timer_->async_wait([this](const boost::system::error_code& ec) {
     if (!ec) guarded("reform timer", [this] { reform_hold_expired(); });
   });
 }
@@ -386,7 +340,7 @@ void Supervisor::hold_reform(common::ReformRequest request, ReformReplyFn reply)
 // one when held), so each may re-form as generation_.
 void Supervisor::answer_held_reforms(bool ok, const std::string& error) {
   if (held_reforms_.empty()) return;
-  reform_timer_.cancel();
+  reform_timer_->cancel();
   std::vector<HeldReform> held = std::move(held_reforms_);
   held_reforms_.clear();
   for (HeldReform& h : held) h.reply(ok ? join_reply(h.request.task) : refusal(error));
@@ -397,8 +351,8 @@ void Supervisor::answer_held_reforms(bool ok, const std::string& error) {
 void Supervisor::reform_hold_expired() {
   if (held_reforms_.empty() || phase_ != Phase::kRunning) return;
   if (!held_ends_.empty()) {  // an end explains it, and waits for Slurm's answer (5 s at most)
-    reform_timer_.expires_after(seconds(options_.reform_hold_seconds));
-    reform_timer_.async_wait([this](const boost::system::error_code& ec) {
+    reform_timer_->expires_after(options_.reform_hold_seconds);
+    reform_timer_->async_wait([this](const boost::system::error_code& ec) {
       if (!ec) guarded("reform timer", [this] { reform_hold_expired(); });
     });
     return;
@@ -431,7 +385,7 @@ void Supervisor::note_in_place_progress(const common::ControlMessage& message) {
              *pending.restored_step,
              true,
              pending.generation,
-             common::monotonic_seconds() - pending.failed_at};
+             now() - pending.failed_at};
   in_place_recovery_.reset();
   reform_furthest_ = -1;
   result_.recoveries.push_back(r);

@@ -55,8 +55,8 @@ bool Supervisor::ports_free_or_retry() {
     // On the first start a busy port is the user's to fix; on a restart it may be our own
     // previous worker still letting go of it.
     if (attempt_ > options_.first_attempt && port_retries_++ < kPortRetries) {
-      port_timer_.expires_after(std::chrono::milliseconds(int(kPortRetrySeconds * 1000)));
-      port_timer_.async_wait([this](const boost::system::error_code& ec) {
+      port_timer_->expires_after(kPortRetrySeconds);
+      port_timer_->async_wait([this](const boost::system::error_code& ec) {
         if (!ec && phase_ == Phase::kStarting) guarded("port retry", [this] { start_attempt(); });
       });
       return false;

@@ -70,10 +70,7 @@ void Supervisor::answer_node_question(const std::string& node, const std::string
   for (auto& then : waiting) then(leaving);
 }
 
-std::optional<std::string> Supervisor::node_leaving(Task& task, const EndReading& reading,
-                                                    const ChildEnd& end) {
-  if (!plan_.context.slurm) return "";
-  if (reading.node_leaving) return reading.node_leaving;
+void Supervisor::hold_for_slurm(Task& task, const EndReading& reading, const ChildEnd& end) {
   spdlog::info("{}: asking Slurm whether node {} is leaving", task.plan.task.text(),
                task.plan.where);
   held_ends_.push_back(HeldEnd{&task, reading, end});
@@ -89,7 +86,6 @@ std::optional<std::string> Supervisor::node_leaving(Task& task, const EndReading
     write_state();
     maybe_teardown_complete();
   });
-  return std::nullopt;
 }
 
 void Supervisor::settle_held_ends() {

@@ -20,18 +20,13 @@ namespace {
 constexpr double kSpareRestartSeconds = 1;
 constexpr int kSpareQuickEndsAllowed = 3;  ///< then a spare that dies at every start is left
 
-std::chrono::steady_clock::duration seconds(double s) {
-  return std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-      std::chrono::duration<double>(std::max(0.0, s)));
-}
-
 }  // namespace
 
 Supervisor::Task* Supervisor::ready_spare(const TaskPlan& of) {
   for (auto& task : tasks_) {
     const TaskPlan& p = task->plan;
     if (p.spare() && p.placement == of.placement && p.where == of.where &&
-        task->state == Task::State::kRunning && task->spare_waiting)
+        task->state == Task::State::kSpareReady)
       return task.get();
   }
   return nullptr;
@@ -54,9 +49,10 @@ void Supervisor::on_spare_request(const std::string& request_json, ReformReplyFn
       return refuse(request->spare + " (pid " + std::to_string(request->pid) +
                     ") is not a spare of this launch");
     if (phase_ == Phase::kTearingDown || phase_ == Phase::kDone) return refuse("the job is ending");
-    if (spare->spare_waiting)  // its newer request replaces the older one
-      spare->spare_waiting(common::format_spare_assignment({false, "", 0, "", "replaced", ""}));
-    spare->spare_waiting = std::move(reply);
+    // Its newer request replaces the older one.
+    spare->answer_held(common::format_spare_assignment({false, "", 0, "", "replaced", ""}));
+    spare->held_reply = std::move(reply);
+    spare->state = Task::State::kSpareReady;
     spare->spare_quick_ends = 0;
     spdlog::debug("{} (pid {}) is ready", request->spare, request->pid);
   });
@@ -65,7 +61,7 @@ void Supervisor::on_spare_request(const std::string& request_json, ReformReplyFn
 // The spare's process becomes task's: no process start and no data load on the recovery's path.
 void Supervisor::promote(Task& spare, Task& task) {
   if (guardian_ && task.child) guardian_->forget(task.pid);
-  task.begin_run(std::move(spare.child), Task::State::kRunning, common::monotonic_seconds());
+  task.begin_run(std::move(spare.child), Task::State::kRunning, now(), generation_);
   task.remote_pid = spare.remote_pid;
   task.route = std::move(spare.route);
   *task.route = &task;
@@ -83,8 +79,8 @@ void Supervisor::promote(Task& spare, Task& task) {
   });
   spdlog::info("{} (pid {}) takes the place of {} in generation {}", name, task.pid,
                task.plan.task.text(), generation_);
-  std::function<void(const std::string&)> reply = std::move(spare.spare_waiting);
-  spare.spare_waiting = nullptr;
+  std::function<void(const std::string&)> reply = std::move(spare.held_reply);
+  spare.held_reply = nullptr;
   spare.state = Task::State::kIdle;
   spare.pid = 0;
   spare.output_open = false;
@@ -101,7 +97,7 @@ void Supervisor::promote(Task& spare, Task& task) {
 // A spare that ended while the group runs is started again a second later, unless it keeps
 // ending before it is ready (a spare never fails the job; it only stops being there).
 void Supervisor::on_spare_end(Task& spare, const EndReading& end) {
-  spare.spare_waiting = nullptr;
+  spare.held_reply = nullptr;
   if (stop_requested_) return;
   if (++spare.spare_quick_ends > kSpareQuickEndsAllowed) {
     spdlog::warn("{} ended {} times before it was ready ({}); no more spares of it",
@@ -109,8 +105,8 @@ void Supervisor::on_spare_end(Task& spare, const EndReading& end) {
     return;
   }
   spdlog::warn("{} ended ({}); starting it again", spare.plan.task.text(), end.what);
-  if (!spare.drain_timer) spare.drain_timer = std::make_unique<boost::asio::steady_timer>(io_);
-  spare.drain_timer->expires_after(seconds(kSpareRestartSeconds));
+  if (!spare.drain_timer) spare.drain_timer = clock_->make_timer();
+  spare.drain_timer->expires_after(kSpareRestartSeconds);
   Task* s = &spare;
   spare.drain_timer->async_wait([this, s](const boost::system::error_code& ec) {
     if (ec || phase_ != Phase::kRunning || s->alive() || s->output_open) return;
@@ -119,17 +115,9 @@ void Supervisor::on_spare_end(Task& spare, const EndReading& end) {
 }
 
 void Supervisor::answer_spares(const std::string& error) {
-  for (auto& task : tasks_) {
-    if (task->join_ready) {  // an elastic job's joiner
-      std::function<void(const std::string&)> reply = std::move(task->join_ready);
-      task->join_ready = nullptr;
-      reply(common::format_spare_assignment({false, "", 0, "", error, ""}));
-    }
-    if (!task->spare_waiting) continue;
-    std::function<void(const std::string&)> reply = std::move(task->spare_waiting);
-    task->spare_waiting = nullptr;
-    reply(common::format_spare_assignment({false, "", 0, "", error, ""}));
-  }
+  // Spares and an elastic job's joiners alike.
+  for (auto& task : tasks_)
+    task->answer_held(common::format_spare_assignment({false, "", 0, "", error, ""}));
 }
 
 }  // namespace dtrain::launcher

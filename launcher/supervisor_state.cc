@@ -28,7 +28,7 @@ const char* Supervisor::phase_name() const {
 }
 
 GroupSnapshot Supervisor::snapshot() const {
-  double now = common::monotonic_seconds();
+  const double now = this->now();
   GroupSnapshot g;
   g.job = plan_.spec().job;
   g.run_dir = plan_.context.run_dir;
@@ -75,14 +75,14 @@ GroupSnapshot Supervisor::snapshot() const {
 }
 
 void Supervisor::write_state() {
-  last_state_write_ = common::monotonic_seconds();
+  last_state_write_ = now();
   recorder_.write_state(state_json(snapshot()));  // a failure is kept by the recorder: guarded()
 }
 
 // One line for the whole group, from the chief's progress, with the ETA from the step rate seen
 // since this attempt's first report.
 void Supervisor::update_live_view() {
-  double now = common::monotonic_seconds();
+  const double now = this->now();
   if (now - last_live_view_ < (console_.interactive() ? 0.2 : 10.0)) return;
   const Task* chief = acting_chief();
   for (const auto& task : tasks_) {

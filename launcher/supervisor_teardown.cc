@@ -18,11 +18,6 @@
 namespace dtrain::launcher {
 namespace {
 
-std::chrono::steady_clock::duration seconds(double s) {
-  return std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-      std::chrono::duration<double>(std::max(0.0, s)));
-}
-
 std::string first_line_of(const std::string& path) {
   std::ifstream in(path);
   std::string line;
@@ -67,18 +62,18 @@ void Supervisor::begin_teardown(const std::string& reason) {
   if (phase_ == Phase::kTearingDown || phase_ == Phase::kDone) return;
   settle_held_ends();  // no end waits for Slurm's answer once the group stops
   phase_ = Phase::kTearingDown;
-  watchdog_timer_.cancel();
-  freeze_timer_.cancel();
+  watchdog_timer_->cancel();
+  freeze_timer_->cancel();
   answer_held_reforms(false, "the group is being stopped: " + reason);
   answer_spares("the job is ending: " + reason);
   recorder_.event("teardown", [&](common::JsonWriter& w) {
     w.key("attempt").value(attempt_).key("reason").value(reason);
   });
   signal_all(SIGTERM);
-  teardown_started_ = common::monotonic_seconds();
+  teardown_started_ = now();
   grace_extended_ = false;
-  grace_timer_.expires_after(seconds(plan_.spec().restart.grace_seconds));
-  grace_timer_.async_wait([this](const boost::system::error_code& ec) {
+  grace_timer_->expires_after(plan_.spec().restart.grace_seconds);
+  grace_timer_->async_wait([this](const boost::system::error_code& ec) {
     if (ec) return;
     guarded("grace timer", [this] { grace_expired(); });
   });
@@ -101,7 +96,7 @@ void Supervisor::grace_expired() {
   if (phase_ != Phase::kTearingDown) return kill_now();
   const double grace = plan_.spec().restart.grace_seconds;
   const double bound = std::max(kSaveGraceFloorSeconds, kSaveGraceFactor * grace);
-  const double waited = common::monotonic_seconds() - teardown_started_;
+  const double waited = now() - teardown_started_;
   const Task* saving = waited < bound ? saving_task() : nullptr;
   if (!saving) return kill_now();
   if (!grace_extended_) {
@@ -114,8 +109,8 @@ void Supervisor::grace_expired() {
       w.key("task").value(saving->plan.task.text()).key("bound_seconds").value(bound);
     });
   }
-  grace_timer_.expires_after(seconds(std::min(0.25, bound - waited)));
-  grace_timer_.async_wait([this](const boost::system::error_code& ec) {
+  grace_timer_->expires_after(std::min(0.25, bound - waited));
+  grace_timer_->async_wait([this](const boost::system::error_code& ec) {
     if (ec) return;
     guarded("grace timer", [this] { grace_expired(); });
   });
@@ -159,8 +154,8 @@ void Supervisor::kill_now() {
       return;
     signal_all(SIGKILL);
     // After SIGKILL, output closes at once unless something outside the group holds the pipe.
-    grace_timer_.expires_after(seconds(options_.kill_drain_seconds));
-    grace_timer_.async_wait([this](const boost::system::error_code& ec) {
+    grace_timer_->expires_after(options_.kill_drain_seconds);
+    grace_timer_->async_wait([this](const boost::system::error_code& ec) {
       if (ec) return;
       guarded("drain timer", [this] {
         for (auto& task : tasks_) {
@@ -191,7 +186,7 @@ void Supervisor::give_up_unkillable(Task& task) {
     w.key("task").value(task.plan.task.text()).key("pid").value(task.pid);
     w.key("attempt").value(attempt_).key("why").value(why);
   });
-  task.state = Task::State::kExited;
+  task.ended();
 }
 
 void Supervisor::maybe_teardown_complete() {
@@ -202,7 +197,7 @@ void Supervisor::maybe_teardown_complete() {
 }
 
 void Supervisor::teardown_complete() {
-  grace_timer_.cancel();
+  grace_timer_->cancel();
   const std::string stopped = stop_requested_ ? stop_outcome() : "";  // reads the records
   for (auto& task : tasks_) {
     if (guardian_ && task->child) guardian_->forget(task->pid);
@@ -217,7 +212,7 @@ void Supervisor::teardown_complete() {
   if (membership_restart_) return restart_for_membership();
   DT_ENFORCE(first_failure_.has_value(), "a group stopped with neither success nor a failure");
   blame_disk_full();
-  double ran = common::monotonic_seconds() - attempt_started_;
+  double ran = now() - attempt_started_;
   // A group that ran startup_seconds counts as started; one whose task never started did not
   // progress, whatever the others did. A lost host is no configuration problem: the group backs
   // off and tries again within the restart budget (docs/design.md#restart-policy).
@@ -252,8 +247,8 @@ void Supervisor::back_off(const Decision& decision) {
       "restarting the group in {:.2f} s (attempt {}; {} failure restart(s), {} preemption(s))",
       decision.delay_seconds, attempt_ + 1, book_.restarts(), book_.preemptions());
   write_state();
-  backoff_timer_.expires_after(seconds(decision.delay_seconds));
-  backoff_timer_.async_wait([this](const boost::system::error_code& ec) {
+  backoff_timer_->expires_after(decision.delay_seconds);
+  backoff_timer_->async_wait([this](const boost::system::error_code& ec) {
     if (ec || phase_ != Phase::kBackingOff) return;
     guarded("back-off timer", [this] {
       ++attempt_;
@@ -271,7 +266,7 @@ void Supervisor::stop(int signal) {
     answer_sigterm_queries(true);  // the workers' SIGTERMs were this stop's
     switch (phase_) {
       case Phase::kBackingOff:
-        backoff_timer_.cancel();
+        backoff_timer_->cancel();
         return finish(common::kStatusStopped, common::kExitPreempted, "stopped by a signal");
       case Phase::kStarting:
       case Phase::kRunning:
@@ -285,18 +280,11 @@ void Supervisor::stop(int signal) {
 
 void Supervisor::cancel_timers() noexcept {
   for (auto* timer : {&backoff_timer_, &grace_timer_, &watchdog_timer_, &port_timer_,
-                      &reform_timer_, &freeze_timer_}) {
-    boost::system::error_code ignored;
-    timer->cancel(ignored);
-  }
-  if (discovery_timer_) {
-    boost::system::error_code ignored;
-    discovery_timer_->cancel(ignored);
-  }
-  for (auto& [host, timer] : rejoin_timers_) {
-    boost::system::error_code ignored;
-    if (timer) timer->cancel(ignored);
-  }
+                      &reform_timer_, &freeze_timer_})
+    (*timer)->cancel();
+  if (discovery_timer_) discovery_timer_->cancel();
+  for (auto& [host, timer] : rejoin_timers_)
+    if (timer) timer->cancel();
 }
 
 void Supervisor::finish(const std::string& status, int exit_code, const std::string& reason) {
@@ -324,8 +312,8 @@ void Supervisor::finish(const std::string& status, int exit_code, const std::str
 void Supervisor::arm_watchdog() {
   std::optional<double> hang = plan_.spec().hang_timeout_seconds;
   if (!hang) return;
-  watchdog_timer_.expires_after(seconds(std::min(1.0, *hang / 4)));
-  watchdog_timer_.async_wait([this](const boost::system::error_code& ec) {
+  watchdog_timer_->expires_after(std::min(1.0, *hang / 4));
+  watchdog_timer_->async_wait([this](const boost::system::error_code& ec) {
     if (!ec) guarded("watchdog", [this] { check_watchdog(); });
   });
 }
@@ -336,7 +324,7 @@ void Supervisor::arm_watchdog() {
 void Supervisor::check_watchdog() {
   if (phase_ != Phase::kRunning) return;
   double hang = *plan_.spec().hang_timeout_seconds;
-  double now = common::monotonic_seconds();
+  const double now = this->now();
   // Members waiting in a re-formation send nothing (docs/design.md#in-place-recovery): their
   // clocks start again, so a slow replacement is not blamed on a healthy survivor.
   if (re_forming(now)) {

@@ -1,7 +1,9 @@
 // A ProcessSpawner for unit tests: no processes. Each spawn is handed to a script the test
 // writes (exit now, print, hang...), and signals behave like a default handler would: SIGTERM and
 // SIGKILL end the fake process, unless it ignores SIGTERM. Callbacks are posted to the io_context,
-// never run inside the call that caused them, as with real processes.
+// never run inside the call that caused them, as with real processes. A script's delays
+// (FakeProcess::after) run on the spawner's clock: the harness's simulated one
+// (test/launcher/sim_clock.h), so a script's timing and the supervisor's are one time line.
 #pragma once
 
 #include <boost/asio/io_context.hpp>
@@ -13,12 +15,14 @@
 #include <vector>
 
 #include "launcher/agent_protocol.h"
+#include "launcher/loop_clock.h"
 #include "launcher/process_spawner.h"
 
 namespace dtrain::testing {
 
 struct FakeProcess {
   boost::asio::io_context* io = nullptr;
+  launcher::LoopClock* clock = nullptr;  ///< the spawner's
   launcher::SpawnRequest request;
   launcher::ChildCallbacks callbacks;
   int pid = 0;
@@ -54,6 +58,17 @@ struct FakeProcess {
     }
     return out;
   }
+  /// Runs body on the loop seconds from now on the spawner's clock (while the process lives:
+  /// its timers go with it).
+  void after(double seconds, std::function<void()> body) {
+    std::shared_ptr<launcher::LoopTimer> timer = clock->make_timer();
+    timer->expires_after(seconds);
+    timer->async_wait([body = std::move(body)](const boost::system::error_code& ec) {
+      if (!ec) body();
+    });
+    timers.push_back(std::move(timer));
+  }
+  std::vector<std::shared_ptr<launcher::LoopTimer>> timers;
   void print(const std::string& text) {
     boost::asio::post(*io, [this, text] {
       if (callbacks.on_output) callbacks.on_output(text);
@@ -72,12 +87,16 @@ struct FakeProcess {
 class FakeSpawner : public launcher::ProcessSpawner {
  public:
   using Script = std::function<void(FakeProcess&)>;
-  FakeSpawner(boost::asio::io_context& io, Script script) : io_(io), script_(std::move(script)) {}
+  FakeSpawner(boost::asio::io_context& io, Script script)
+      : io_(io), script_(std::move(script)), steady_(launcher::make_steady_clock(io)) {}
+  /// The clock of the scripts' delays; the steady clock until set. Not owned.
+  void set_clock(launcher::LoopClock* clock) { clock_ = clock; }
 
   std::unique_ptr<launcher::Child> spawn(const launcher::SpawnRequest& request,
                                          launcher::ChildCallbacks callbacks) override {
     auto process = std::make_shared<FakeProcess>();
     process->io = &io_;
+    process->clock = clock_ ? clock_ : steady_.get();
     process->request = request;
     process->callbacks = std::move(callbacks);
     process->pid = next_pid_++;
@@ -109,6 +128,8 @@ class FakeSpawner : public launcher::ProcessSpawner {
 
   boost::asio::io_context& io_;
   Script script_;
+  std::unique_ptr<launcher::LoopClock> steady_;
+  launcher::LoopClock* clock_ = nullptr;
   int next_pid_ = 1000;
 };
 

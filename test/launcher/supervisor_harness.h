@@ -1,7 +1,10 @@
 // A Supervisor over the fake spawner (test/launcher/fake_spawner.h), reached through the agent
 // spawner as in the launcher, on a job parsed from text, in a temporary run directory. run()
-// drives the io_context until the job ends. Shared by the supervisor's unit tests. Programs a
-// test names as real programs (a fake scontrol first on PATH) run as real processes.
+// drives the io_context until the job ends. Shared by the supervisor's unit tests. Time is
+// simulated (test/launcher/sim_clock.h): the supervisor, the remote children and the scripts
+// share one clock that jumps from timer to timer, so a test asserts order and outcome, and its
+// result does not depend on how busy the machine is. Programs a test names as real programs (a
+// fake scontrol first on PATH) run as real processes, and the job then runs on real time.
 #pragma once
 
 #include <boost/asio/io_context.hpp>
@@ -21,6 +24,7 @@
 #include "launcher/remote_child.h"
 #include "launcher/supervisor.h"
 #include "test/launcher/fake_spawner.h"
+#include "test/launcher/sim_clock.h"
 #include "test/support/temp_dir.h"
 
 namespace dtrain::testing {
@@ -81,8 +85,15 @@ struct SupervisorHarness {
     if (!real_programs.empty()) {
       split = std::make_unique<SplitSpawner>(io, spawner, real_programs);
       inner = split.get();
+      steady = launcher::make_steady_clock(io);
+      clock = steady.get();
+    } else {
+      sim = std::make_unique<SimClock>(io);
+      clock = sim.get();
     }
-    agents = launcher::make_agent_spawner(io, *inner);
+    options.clock = clock;
+    spawner.set_clock(clock);
+    agents = launcher::make_agent_spawner(io, *inner, clock);
     supervisor = std::make_unique<launcher::Supervisor>(io, *agents, *recorder, console, nullptr,
                                                         std::move(options));
   }
@@ -90,16 +101,37 @@ struct SupervisorHarness {
   SupervisorHarness(const SupervisorHarness&) = delete;
   SupervisorHarness& operator=(const SupervisorHarness&) = delete;
 
+  /// Runs the job to its end, within seconds of the job's time (simulated, or real with real
+  /// programs); a job still running then fails the test.
   launcher::SupervisorResult run(double seconds = 20) {
     supervisor->start([this](const launcher::SupervisorResult& r) {
       result = r;
       done = true;
       io.stop();
     });
-    io.run_for(std::chrono::duration_cast<std::chrono::nanoseconds>(
-        std::chrono::duration<double>(seconds)));
+    if (sim) {
+      const double limit = sim->now() + seconds;
+      while (!done) {
+        io.restart();
+        if (io.poll() > 0) continue;
+        // Nothing to do now: time moves to the next timer.
+        if (sim->now() >= limit || !sim->advance()) break;
+      }
+    } else {
+      io.run_for(std::chrono::duration_cast<std::chrono::nanoseconds>(
+          std::chrono::duration<double>(seconds)));
+    }
     REQUIRE(done);
     return result;
+  }
+  /// Runs body on the loop seconds from now, on the job's clock.
+  void after(double seconds, std::function<void()> body) {
+    std::shared_ptr<launcher::LoopTimer> timer = clock->make_timer();
+    timer->expires_after(seconds);
+    timer->async_wait([body = std::move(body)](const boost::system::error_code& ec) {
+      if (!ec) body();
+    });
+    timers.push_back(std::move(timer));
   }
   int spawns_of_attempt(int attempt) const {
     int n = 0;
@@ -114,6 +146,10 @@ struct SupervisorHarness {
 
   TempDir dir;
   boost::asio::io_context io;
+  std::unique_ptr<SimClock> sim;                             ///< without real programs
+  std::unique_ptr<launcher::LoopClock> steady;               ///< with them
+  launcher::LoopClock* clock = nullptr;                      ///< the one in use
+  std::vector<std::shared_ptr<launcher::LoopTimer>> timers;  ///< after()'s
   common::JobSpec spec;
   FakeSpawner spawner;
   common::RunDir run_dir;

@@ -120,14 +120,6 @@ struct ElasticJob : testing::SupervisorHarness {
     process(2).end(ExitStatus::exited(255));
     process(3).end(ExitStatus::exited(255));
   }
-  void after(double seconds, std::function<void()> body) {
-    auto timer = std::make_shared<boost::asio::steady_timer>(
-        io, std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-                std::chrono::duration<double>(seconds)));
-    timer->async_wait([timer, body](const boost::system::error_code& ec) {
-      if (!ec) body();
-    });
-  }
   std::vector<const FakeProcess*> joiners() const {
     std::vector<const FakeProcess*> found;
     for (const auto& p : spawner.processes)
@@ -451,12 +443,12 @@ TEST_CASE("elastic: a local task never shrinks the group") {
 // long (up to rejoin_most_seconds), and the job runs on.
 TEST_CASE("elastic: joiners that cannot start are tried again later, and the job runs on") {
   ElasticJob* h = nullptr;
-  std::vector<std::chrono::steady_clock::time_point> tries;
+  std::vector<double> tries;  // on the job's simulated clock
   ElasticJob job(
       2, kTwoHosts,
       [&](FakeProcess& p) {
         if (std::string joiner = p.env("DTRAIN_SPARE"); !joiner.empty()) {
-          if (joiner == "worker:2") tries.push_back(std::chrono::steady_clock::now());
+          if (joiner == "worker:2") tries.push_back(h->clock->now());
           if (tries.size() == 4) {
             boost::asio::post(*p.io, [&] { h->supervisor->stop(SIGTERM); });
             return;
@@ -475,13 +467,11 @@ TEST_CASE("elastic: joiners that cannot start are tried again later, and the job
   CHECK_FALSE(r.failure);
   CHECK_FALSE(job.has_event("restart"));
   REQUIRE(tries.size() == 4);
-  auto gap = [&](size_t i) {
-    return std::chrono::duration<double>(tries[i] - tries[i - 1]).count();
-  };
-  CHECK(gap(1) >= 0.19);  // 2 x 0.1
-  CHECK(gap(2) >= 0.29);  // 4 x 0.1, at most 0.3
-  CHECK(gap(3) >= 0.29);
-  CHECK(gap(3) < 0.6);  // not 0.8
+  // The back-off between tries, exactly: doubling from 0.1 s, capped at 0.3 s.
+  auto gap = [&](size_t i) { return tries[i] - tries[i - 1]; };
+  CHECK(gap(1) == Approx(0.2));  // 2 x 0.1
+  CHECK(gap(2) == Approx(0.3));  // 4 x 0.1, at most 0.3
+  CHECK(gap(3) == Approx(0.3));  // not 0.8
   CHECK(job.joiners().size() == 8);
   CHECK(job.events().find(R"("event":"start_failure","task":"worker:2")") != std::string::npos);
   auto states = worker_states(job.state());

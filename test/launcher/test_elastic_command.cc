@@ -96,14 +96,6 @@ struct CommandJob : testing::SupervisorHarness {
       if (is_probe(*p)) found.push_back(p.get());
     return found;
   }
-  void after(double seconds, std::function<void()> body) {
-    auto timer = std::make_shared<boost::asio::steady_timer>(
-        io, std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-                std::chrono::duration<double>(seconds)));
-    timer->async_wait([timer, body](const boost::system::error_code& ec) {
-      if (!ec) body();
-    });
-  }
   bool event_has(const std::string& text) const { return events().find(text) != std::string::npos; }
 };
 

@@ -676,7 +676,6 @@ TEST_CASE("in place: members that re-formed and then finished end the job in pla
 // new generation has stepped.
 TEST_CASE("in place: the hang watchdog spares members waiting in a re-formation") {
   Harness* h = nullptr;
-  std::shared_ptr<boost::asio::steady_timer> slow_start;
   Harness harness(R"(, "hang_timeout_seconds": 0.5)",
                   [&](FakeProcess& p) {
                     if (p.attempt() == 1) return p.end(ExitStatus::exited(0));
@@ -685,9 +684,7 @@ TEST_CASE("in place: the hang watchdog spares members waiting in a re-formation"
                     if (generation_of(p) != 1) return;
                     // The replacement takes 1.5 s (three hang time-outs) to start; the group then
                     // steps once and falls silent, a hang of the whole group.
-                    slow_start = std::make_shared<boost::asio::steady_timer>(
-                        *p.io, std::chrono::seconds(1) + std::chrono::milliseconds(500));
-                    slow_start->async_wait([&](const boost::system::error_code&) {
+                    p.after(1.5, [&] {
                       CHECK_FALSE(h->has_event("hang"));
                       for (const char* task : {"worker:0", "worker:1", "worker:2"}) {
                         h->control(std::string(R"({"type":"heartbeat","task":")") + task +
@@ -700,7 +697,6 @@ TEST_CASE("in place: the hang watchdog spares members waiting in a re-formation"
                   false, 2, [](common::RestartPolicy& r) { r.startup_seconds = 5; });
   h = &harness;
   auto r = harness.run(10);
-  slow_start.reset();
   CHECK(r.status == "succeeded");
   CHECK(harness.supervisor->attempt() == 1);
   std::string events = harness.events();

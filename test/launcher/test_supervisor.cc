@@ -206,12 +206,7 @@ TEST_CASE("a remote worker its agent has not started within startup_seconds is a
             p.print(
                 "\x1e"
                 "dtrain-agent {\"event\":\"started\",\"pid\":42}\n");
-          boost::asio::steady_timer* later = new boost::asio::steady_timer(*p.io);
-          later->expires_after(std::chrono::milliseconds(400));  // outlives startup_seconds
-          later->async_wait([&p, later](const boost::system::error_code&) {
-            p.end(ExitStatus::exited(0));
-            delete later;
-          });
+          p.after(0.4, [&p] { p.end(ExitStatus::exited(0)); });  // outlives startup_seconds
         },
         quick);
     auto r = h.run();
@@ -254,9 +249,7 @@ TEST_CASE("a launcher signal during the back-off ends the job without another st
         p.end(ExitStatus::exited(5));
         if (is(p, "1")) {
           // Runs after both exits and the teardown, i.e. while the supervisor waits to restart.
-          auto timer =
-              std::make_shared<boost::asio::steady_timer>(*p.io, std::chrono::milliseconds(5));
-          timer->async_wait([&self, timer](auto) { self->supervisor->stop(SIGINT); });
+          p.after(0.005, [&self] { self->supervisor->stop(SIGINT); });
         }
       },
       [](auto& r) { r.backoff_seconds = r.backoff_max_seconds = 5; });
@@ -277,9 +270,7 @@ TEST_CASE("a stop that comes after training finished leaves a succeeded run") {
                 return;
               }
               p.ignore_sigterm = true;  // the evaluator lingers in its grace period
-              auto timer =
-                  std::make_shared<boost::asio::steady_timer>(*p.io, std::chrono::milliseconds(20));
-              timer->async_wait([&self, &p, timer](auto) {
+              p.after(0.02, [&self, &p] {
                 self->supervisor->stop(SIGTERM);
                 p.end(ExitStatus::killed(SIGTERM));
               });
@@ -524,14 +515,12 @@ TEST_CASE("the watchdog leaves a silent evaluator alone and names the worker sil
                 if (p.env("TF_CONFIG").find("\"type\": \"worker\"") == std::string::npos) return;
                 // The worker prints (a command job's sign of life) for 0.6 s, three time-outs
                 // of the evaluator's silence, then finishes.
-                auto tick = std::make_shared<boost::asio::steady_timer>(*p.io);
                 auto left = std::make_shared<int>(12);
                 auto step = std::make_shared<std::function<void()>>();
-                *step = [&p, tick, left, weak = std::weak_ptr<std::function<void()>>(step)] {
+                *step = [&p, left, weak = std::weak_ptr<std::function<void()>>(step)] {
                   p.print("step\n");
                   if (--*left == 0) return p.end(ExitStatus::exited(0));
-                  tick->expires_after(std::chrono::milliseconds(50));
-                  tick->async_wait([next = weak.lock()](auto) { (*next)(); });
+                  p.after(0.05, [next = weak.lock()] { (*next)(); });
                 };
                 (*step)();
               });
@@ -547,9 +536,7 @@ TEST_CASE("the watchdog leaves a silent evaluator alone and names the worker sil
           if (p.attempt() > 0) return p.end(ExitStatus::exited(0));
           if (is(p, "1")) return;  // frozen from the start
           // worker 0 reports for another 0.2 s, then waits in the all-reduce
-          auto beat =
-              std::make_shared<boost::asio::steady_timer>(*p.io, std::chrono::milliseconds(200));
-          beat->async_wait([&self, beat](auto) {
+          p.after(0.2, [&self] {
             self->supervisor->on_control_message(common::heartbeat_message("worker:0", 0, 1));
           });
         },
