@@ -235,17 +235,11 @@ RecoveryOptions recovery_options(const common::TfConfig& task, const std::string
   return options;
 }
 
-// One training task: join the ring, train, and turn how it ended into an exit code.
-int train(const common::TfConfig& task, RecoveryOptions recovery_options, const TrainConfig& config,
-          nn::Backend& backend, data::Dataset train_data, data::Dataset test_data,
-          const std::string& run_dir, const std::string& config_path, Timeline& timeline,
-          double progress_line_seconds, ModelParts warm) {
-  const bool elastic = recovery_options.members.has_value();
-  if (elastic) check_elastic(config, backend.device().kind() != nn::DeviceKind::kHost, config_path);
-  // Read by the launcher to find a frozen member (docs/design.md#frozen-workers).
-  common::ProgressRecordWriter record(common::get_env(common::kEnvProgressFile).value_or(""));
-  common::ControlClient control(common::get_env(common::kEnvControl).value_or(""));
-  auto make_communicator = [&](const comm::RingIdentity& ring) {
+// Makes a generation's communicator for the recovery client: the job's transport (the TCP ring
+// when elastic), given up at once when a notice names a newer generation.
+RecoveryClient::Factory communicator_factory(const TrainConfig& config, nn::Backend& backend,
+                                             bool elastic) {
+  return [&config, &backend, elastic](const comm::RingIdentity& ring) {
     comm::CommOptions options;
     // A notice of a newer generation ends a rendezvous that can no longer complete (a member of
     // this generation was replaced meanwhile) at once, instead of after its time-out.
@@ -253,60 +247,52 @@ int train(const common::TfConfig& task, RecoveryOptions recovery_options, const 
       return noticed_generation() > g;
     };
     return comm::make_training_communicator(
-        ring, options, backend.device(), elastic ? comm::Communication::kRing : config.communication);
+        ring, options, backend.device(),
+        elastic ? comm::Communication::kRing : config.communication);
   };
-  RecoveryClient recovery(std::move(recovery_options), make_communicator, control, &record);
+}
+
+void log_task(const common::TfConfig& task, const RecoveryClient& recovery, int attempt,
+              int64_t examples) {
   const comm::RingIdentity& id = recovery.ring();
-  const int attempt = comm::attempt_from_environment();
   std::optional<comm::ShardPlan> shards = recovery.shards();
-  spdlog::info("task {}: rank {} of {}, attempt {}{}, {} training examples{}", task.task.text(),
-               id.rank, id.size, attempt,
-               recovery.generation() > 0 ? fmt::format(" generation {}", recovery.generation())
-                                         : "",
-               train_data.count,
-               shards && !shards->full(static_cast<int>(recovery.members().size()))
-                   ? fmt::format("; {} of {} members, holding {} shards from {}",
-                                 recovery.members().size(), id.size, shards->held, shards->first)
-                   : "");
-  comm::Communicator* communicator = nullptr;
+  spdlog::info(
+      "task {}: rank {} of {}, attempt {}{}, {} training examples{}", task.task.text(), id.rank,
+      id.size, attempt,
+      recovery.generation() > 0 ? fmt::format(" generation {}", recovery.generation()) : "",
+      examples,
+      shards && !shards->full(static_cast<int>(recovery.members().size()))
+          ? fmt::format("; {} of {} members, holding {} shards from {}", recovery.members().size(),
+                        id.size, shards->held, shards->first)
+          : "");
+}
+
+// The starting generation's group. In place only where this worker can keep whole steps, which
+// host devices and GPUs staged through the host do.
+comm::Communicator& form_group(RecoveryClient& recovery, nn::Backend& backend,
+                               const std::string& config_path) {
+  comm::Communicator* group = nullptr;
   try {
-    communicator = &recovery.form();
+    group = &recovery.form();
   } catch (const ConfigError& e) {  // train.communication does not fit this worker: name it
     throw ConfigError(fmt::format("{}: {}", config_path, e.what()));
   }
-  if (recovery.in_place() && !train::whole_steps_possible(backend.device(), *communicator)) {
+  if (recovery.in_place() && !train::whole_steps_possible(backend.device(), *group)) {
     spdlog::warn(
         "recovery in place needs whole steps, which NCCL cannot keep: a failure ends "
         "this worker (set train.communication to \"ring\" for recovery in place)");
     recovery.give_up_in_place();
   }
-  // In place only: elsewhere nothing asks the launcher for the next generation, so a notice
-  // is ignored. So is one to a world of one that is not elastic: it has no group to re-form (an
-  // elastic group shrunk to one grows again, docs/design.md#elastic-membership).
-  const bool noticed = recovery.in_place() && (elastic || id.size > 1);
-  NoticeRegistration notice(noticed ? &recovery.group() : nullptr);
-  timeline.mark("rendezvous");
-  catch_sigterm();  // until here SIGTERM kills at once; from here it means "save and stop together"
-  bool chief = task.cluster.is_chief(task.task);
-  TrainerOptions trainer_options{
-      run_dir, chief, task.task.text(), attempt, [] { return stop_requested(); }, &timeline};
-  trainer_options.progress_line_seconds = progress_line_seconds;
-  trainer_options.record = &record;
-  trainer_options.recovery = &recovery;
-  if (config.ledger) {
-    trainer_options.ledger_path = common::RunDir(run_dir).ledger_file(task.task);
-    std::error_code ec;
-    std::filesystem::create_directories(
-        std::filesystem::path(trainer_options.ledger_path).parent_path(), ec);
-  }
-  if (recovery.in_place()) {
-    leave_alone_on_sigterm(
-        {common::get_env(common::kEnvControl).value_or(""), task.task.text(), attempt});
-    trainer_options.leave_requested = [] { return leave_requested(); };
-  }
+  return *group;
+}
+
+// Trains, and turns how training ended into an exit code.
+int fit(const TrainConfig& config, nn::Backend& backend, comm::Communicator& communicator,
+        data::Dataset train_data, data::Dataset test_data, const TrainerOptions& options,
+        common::ControlClient& control, ModelParts warm, const std::string& config_path) {
   try {
-    Trainer trainer(config, backend, *communicator, std::move(train_data), std::move(test_data),
-                    trainer_options, &control, std::move(warm));
+    Trainer trainer(config, backend, communicator, std::move(train_data), std::move(test_data),
+                    options, &control, std::move(warm));
     trainer.fit();
   } catch (const Preempted& e) {
     spdlog::warn("preempted: {}", e.what());
@@ -321,20 +307,64 @@ int train(const common::TfConfig& task, RecoveryOptions recovery_options, const 
     spdlog::default_logger()->flush();
     end_by_sigterm();
   } catch (const common::IoError& e) {
-    communicator->abort(e.what());
+    communicator.abort(e.what());
     throw;
   } catch (const std::bad_alloc&) {
-    communicator->abort("out of memory");
+    communicator.abort("out of memory");
     throw;
   } catch (const ConfigError& e) {
-    communicator->abort(e.what());
+    communicator.abort(e.what());
     std::string message = e.what();  // layer shape errors name "model..." in the train object
     if (message.rfind("model", 0) == 0)
       throw ConfigError(fmt::format("{}: train.{}", config_path, message));
     throw;
   }
-  spdlog::info("finished{}", chief ? "; model written to " + run_dir + "/model" : "");
+  spdlog::info("finished{}",
+               options.chief ? "; model written to " + options.run_dir + "/model" : "");
   return common::kExitSuccess;
+}
+
+// One training task: join the group through the recovery client, train, and turn how it ended
+// into an exit code.
+int train(const common::TfConfig& task, RecoveryOptions recovery_options, const TrainConfig& config,
+          nn::Backend& backend, data::Dataset train_data, data::Dataset test_data,
+          const std::string& run_dir, const std::string& config_path, Timeline& timeline,
+          double progress_line_seconds, ModelParts warm) {
+  const bool elastic = recovery_options.members.has_value();
+  if (elastic) check_elastic(config, backend.device().kind() != nn::DeviceKind::kHost, config_path);
+  // Read by the launcher to find a frozen member (docs/design.md#frozen-workers).
+  common::ProgressRecordWriter record(common::get_env(common::kEnvProgressFile).value_or(""));
+  common::ControlClient control(common::get_env(common::kEnvControl).value_or(""));
+  const int attempt = recovery_options.attempt;
+  RecoveryClient recovery(std::move(recovery_options),
+                          communicator_factory(config, backend, elastic), control, &record);
+  log_task(task, recovery, attempt, train_data.count);
+  comm::Communicator& group = form_group(recovery, backend, config_path);
+  // In place only: elsewhere nothing asks the launcher for the next generation, so a notice
+  // is ignored. So is one to a world of one that is not elastic: it has no group to re-form (an
+  // elastic group shrunk to one grows again, docs/design.md#elastic-membership).
+  const bool noticed = recovery.in_place() && (elastic || recovery.ring().size > 1);
+  NoticeRegistration notice(noticed ? &recovery.group() : nullptr);
+  timeline.mark("rendezvous");
+  catch_sigterm();  // until here SIGTERM kills at once; from here it means "save and stop together"
+  TrainerOptions options{run_dir, task.cluster.is_chief(task.task), task.task.text(),
+                         attempt, [] { return stop_requested(); },  &timeline};
+  options.progress_line_seconds = progress_line_seconds;
+  options.record = &record;
+  options.recovery = &recovery;
+  if (config.ledger) {
+    options.ledger_path = common::RunDir(run_dir).ledger_file(task.task);
+    std::error_code ec;
+    std::filesystem::create_directories(std::filesystem::path(options.ledger_path).parent_path(),
+                                        ec);
+  }
+  if (recovery.in_place()) {
+    leave_alone_on_sigterm(
+        {common::get_env(common::kEnvControl).value_or(""), task.task.text(), attempt});
+    options.leave_requested = [] { return leave_requested(); };
+  }
+  return fit(config, backend, group, std::move(train_data), std::move(test_data), options, control,
+             std::move(warm), config_path);
 }
 
 int run_worker(const WorkerOptions& options) {
@@ -403,8 +433,8 @@ int run_worker(const WorkerOptions& options) {
     if (!need_test) test_data = data::load_data(config.data, input_shape).second;  // a spare's
     catch_sigterm();  // from here SIGTERM means "evaluate the final model if it is there, then
                       // exit"
-    int evaluations = run_evaluator(config, *backend, test_data,
-                                    {run_dir, 0.5, [] { return stop_requested(); }});
+    int evaluations =
+        run_evaluator(config, *backend, test_data, {run_dir, 0.5, [] { return stop_requested(); }});
     spdlog::info("evaluator: {} evaluation(s) in {}/eval.jsonl", evaluations, run_dir);
     return common::kExitSuccess;
   }

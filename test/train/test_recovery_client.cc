@@ -5,11 +5,10 @@
 // for the next generation. And the join itself (share_whole_state), over an in-process ring of
 // two: the member that holds nothing receives exactly the holder's named set, a host tensor of a
 // new kind included, and its whole position.
+#include <fmt/format.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <unistd.h>
-
-#include <fmt/format.h>
 
 #include <catch2/catch.hpp>
 #include <cstring>
@@ -232,7 +231,8 @@ TEST_CASE("a group that breaks before it first forms asks for the next generatio
     return std::make_unique<comm::SoloCommunicator>();
   };
   {
-    FakeLauncher launcher(dir.path() + "/start.sock", common::format_reform_reply({true, 1, ""}) + "\n");
+    FakeLauncher launcher(dir.path() + "/start.sock",
+                          common::format_reform_reply({true, 1, ""}) + "\n");
     common::ControlClient control(launcher.address());
     train::RecoveryClient recovery(options, factory, control);
     CHECK(recovery.form().generation() == 1);
@@ -264,8 +264,7 @@ TEST_CASE("a join sends exactly the model's named set and the whole position") {
   for (const train::TensorView& v : holder.tensors.download()) sent_names.push_back(v.name);
   const std::vector<std::vector<float>> sent_values = holder.tensors.host();
   REQUIRE(sent_names.back() == "callbacks.new_kind.state");
-  REQUIRE(joiner.parts.model->parameters().to_host() !=
-          holder.parts.model->parameters().to_host());
+  REQUIRE(joiner.parts.model->parameters().to_host() != holder.parts.model->parameters().to_host());
 
   auto links = testing::make_in_process_ring(2);
   comm::RingCommunicator rank0(std::move(links[0]), 0, 2), rank1(std::move(links[1]), 1, 2);

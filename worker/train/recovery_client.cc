@@ -8,8 +8,7 @@
 namespace dtrain::train {
 
 RecoveryClient::RecoveryClient(RecoveryOptions options, Factory factory,
-                               common::ControlClient& control,
-                               common::ProgressRecordWriter* record)
+                               common::ControlClient& control, common::ProgressRecordWriter* record)
     : options_(std::move(options)),
       factory_(std::move(factory)),
       control_(control),

@@ -221,9 +221,8 @@ Trainer::Trainer(const TrainConfig& config, nn::Backend& backend, comm::Communic
   step_options.slots = InputStager::kSlots;
   step_options.test_slow_step_seconds =
       test_slow_step_seconds(comm_.rank(), &step_options.test_slow_step_on_cpu);
-  step_options.whole_steps =
-      options_.recovery && options_.recovery->in_place() &&
-      whole_steps_possible(backend_.device(), comm_);
+  step_options.whole_steps = options_.recovery && options_.recovery->in_place() &&
+                             whole_steps_possible(backend_.device(), comm_);
   step_options.virtual_size = elastic_size();
   step_options.loss_scale = config_.loss_scale;
   step_options.loss = loss_options(config_);

@@ -6,8 +6,8 @@
 #include <type_traits>
 #include <vector>
 
-#include "common/errors.h"
 #include "common/atomic_file.h"
+#include "common/errors.h"
 
 namespace dtrain::train {
 
