@@ -266,9 +266,9 @@ class Trainer {
   /// seconds, samples_per_second and steps.
   double epoch_started_ = 0, epoch_samples_ = 0;
   int64_t epoch_first_step_ = 0;
-  /// What share_state carried of the resumed epoch's clock (docs/design.md#in-place-recovery):
-  /// its seconds and samples before this run of it and its first step (-1: none carried), so
-  /// its timings cover the whole epoch.
+  /// What share_whole_state carried of the resumed epoch's clock
+  /// (docs/design.md#in-place-recovery): its seconds and samples before this run of it and its
+  /// first step (-1: none carried), so its timings cover the whole epoch.
   double carried_epoch_seconds_ = 0, carried_epoch_samples_ = 0;
   int64_t carried_first_step_ = -1;
 };
