@@ -1,15 +1,11 @@
 // dtrain-worker: reads TF_CONFIG and the training config, finds its place in the group, trains.
 // This is the table of contents; each step lives in its own file.
-#include <pthread.h>
 #include <spdlog/spdlog.h>
 
-#include <atomic>
 #include <chrono>
-#include <csignal>
 #include <filesystem>
 #include <iostream>
 #include <memory>
-#include <mutex>
 #include <new>
 #include <thread>
 #include <utility>
@@ -24,192 +20,27 @@
 #include "common/logging.h"
 #include "common/run_dir.h"
 #include "common/tf_config.h"
-#include "common/thread_name.h"
 #include "common/version.h"
 #include "worker/comm/comm_factory.h"
 #include "worker/comm/group_communicator.h"
 #include "worker/data/dataset.h"
 #include "worker/gpu/gpu_info.h"
 #include "worker/nn/backend.h"
-#include "worker/signal_origin.h"
 #include "worker/train/evaluator.h"
 #include "worker/train/model_parts.h"
 #include "worker/train/preconditions.h"
+#include "worker/train/recovery_client.h"
 #include "worker/train/train_config.h"
 #include "worker/train/train_step.h"
 #include "worker/train/trainer.h"
 #include "worker/worker_options.h"
+#include "worker/worker_signals.h"
 
 namespace dtrain::train {
 namespace {
 
-// SIGTERM (the launcher's teardown, or a preemption) never runs a handler on a working thread:
-// the JIT GEMM kernels of Debian's oneDNN 2.x point rsp into the heap while they run, so a signal
-// frame pushed on such a thread overwrites heap memory (oneDNN issue #4845, fixed upstream in
-// 3.x). SIGTERM stays blocked in every thread (they inherit main's mask, blocked before any thread
-// exists) and one thread takes it with sigwait: before catch_sigterm() it ends the process by
-// SIGTERM as the default action would; after, it sets the flag the training loop reads each step.
-// In place (docs/design.md#in-place-recovery), a SIGTERM that does not come from this worker's
-// parent (the launcher, or the agent that relays the launcher's stop) or from the slurmstepd of
-// that agent's step (which signals every process of the step) preempts this worker alone: it
-// finishes its step and leaves, and a replacement takes its share; from them it is the job's
-// stop, which the group agrees on and saves (worker/signal_origin.h).
-// SIGUSR1 is blocked and taken by the same thread, for the same reason: the launcher's notice
-// (docs/design.md#in-place-recovery), queued with sigqueue and the new generation G as its value,
-// interrupts the live group's collective (GroupCommunicator::interrupt(G)) when there is one,
-// since a peer cut off by the network closes nothing its peers could see. Any other SIGUSR1 (no
-// value, no group: a spare, a run not in place) is ignored and never kills.
-std::atomic<bool> g_catching_sigterm{false};
-std::atomic<bool> g_leave_alone{false};  ///< set when in place: see above
-std::atomic<bool> g_stop_requested{false};
-std::atomic<bool> g_leave_requested{false};
-std::atomic<int> g_leave_sender{0};
-// Set before g_leave_alone (and read only once it is): who asks the launcher whether a SIGTERM
-// from elsewhere is the whole job's stop (issue 43), and whether a question is under way.
-SigtermAsker g_sigterm_asker;
-std::atomic<bool> g_asking_launcher{false};
-// How long a worker waits for the launcher's answer (which comes within about a second).
-constexpr double kSigtermAnswerSeconds = 5;
-std::atomic<int> g_noticed_generation{0};  ///< the newest generation a notice named
-
-void end_by_sigterm() {
-  sigset_t set;
-  sigemptyset(&set);
-  sigaddset(&set, SIGTERM);
-  ::signal(SIGTERM, SIG_DFL);
-  ::pthread_sigmask(SIG_UNBLOCK, &set, nullptr);
-  ::raise(SIGTERM);  // the default action: the whole process ends, by SIGTERM
-}
-
-// What the signal thread does with SIGUSR1 (see above), with what it needs under one lock: the
-// live group, set by train() once the group is made and cleared before it is destroyed, and the
-// logger, set once logging is set up. The signal thread never reaches spdlog's registry, whose
-// default logger main() replaces without synchronising with readers; until then it is silent.
-// The signal thread outlives main(): close() (main's last step) leaves it nothing to touch but
-// this object, which is never destroyed, so a SIGUSR1 during static destruction, after spdlog's
-// registry, sinks and the logger are gone, is taken and ignored (issue 43, item 19).
-class NoticeTarget {
- public:
-  /// From now on take() ignores every signal, silently. Waits for a take() under way to finish.
-  void close() {
-    std::lock_guard<std::mutex> lock(mutex_);
-    closed_ = true;
-    group_ = nullptr;
-    log_.reset();
-  }
-  void set_group(comm::GroupCommunicator* group) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    group_ = group;
-  }
-  void set_log(std::shared_ptr<spdlog::logger> log) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    log_ = std::move(log);
-  }
-  void take(const siginfo_t& info) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    if (closed_) return;
-    if (info.si_code != SI_QUEUE) {
-      if (log_) log_->info("SIGUSR1 from pid {} without a generation: ignored", info.si_pid);
-      return;
-    }
-    const int generation = info.si_value.sival_int;
-    if (log_) log_->info("notice: the launcher re-forms the group as generation {}", generation);
-    // A rendezvous under way for an older generation gives up (CommOptions::superseded).
-    for (int seen = g_noticed_generation.load();
-         generation > seen && !g_noticed_generation.compare_exchange_weak(seen, generation);) {
-    }
-    if (group_ && group_->interrupt(generation)) return;  // the trainer logs the break
-    if (log_) {
-      log_->info(
-          "notice for generation {} ignored: {}", generation,
-          group_ ? "this worker is not in an older generation's group" : "no group here to leave");
-    }
-  }
-
- private:
-  std::mutex mutex_;
-  bool closed_ = false;
-  comm::GroupCommunicator* group_ = nullptr;
-  std::shared_ptr<spdlog::logger> log_;
-};
-NoticeTarget& g_notice = *new NoticeTarget;  // never destroyed: the signal thread outlives main()
-
-// Registers group for the notice for as long as it lives (declared after it: cleared first).
-class NoticeRegistration {
- public:
-  explicit NoticeRegistration(comm::GroupCommunicator* group) : active_(group != nullptr) {
-    if (active_) g_notice.set_group(group);
-  }
-  ~NoticeRegistration() {
-    if (active_) g_notice.set_group(nullptr);
-  }
-  NoticeRegistration(const NoticeRegistration&) = delete;
-  NoticeRegistration& operator=(const NoticeRegistration&) = delete;
-
- private:
-  bool active_;
-};
-
-// A SIGTERM from elsewhere, in place: the launcher says whether the whole job is stopping (then
-// the group saves and stops together) or this worker alone is preempted. Asked on a thread of its
-// own, so notices keep coming; a SIGTERM while a question is under way joins it.
-void ask_about_sigterm(int sender) {
-  if (g_asking_launcher.exchange(true)) return;
-  std::thread([asker = g_sigterm_asker, sender] {
-    common::name_this_thread("dt-sigterm");
-    if (launcher_says_job_stop(asker, sender, kSigtermAnswerSeconds) || g_stop_requested) {
-      g_stop_requested = true;
-    } else {
-      g_leave_sender = sender;
-      g_leave_requested = true;
-    }
-    g_asking_launcher = false;
-  }).detach();
-}
-
-void watch_signals() {
-  sigset_t set;
-  sigemptyset(&set);
-  sigaddset(&set, SIGTERM);
-  sigaddset(&set, SIGUSR1);
-  ::pthread_sigmask(SIG_BLOCK, &set, nullptr);
-  std::thread([set] {
-    common::name_this_thread("dt-signals");
-    while (true) {
-      siginfo_t info{};
-      int taken = ::sigwaitinfo(&set, &info);
-      if (taken == SIGUSR1) g_notice.take(info);
-      if (taken != SIGTERM) continue;
-      if (!g_catching_sigterm) end_by_sigterm();
-      bool job_stop = info.si_code == SI_USER && sent_by_job_stopper(info.si_pid);
-      if (g_leave_alone && !job_stop) {
-        ask_about_sigterm(info.si_pid);
-      } else {
-        g_stop_requested = true;
-      }
-    }
-  }).detach();
-}
-
-// main()'s last step: from here the signal thread touches no logger, group or other object that
-// static destruction ends; SIGTERM keeps its meaning (it still ends the process, or sets a flag).
-void quiet_signals() {
-  g_leave_alone = false;  // a late SIGTERM sets a flag; it no longer reads g_sigterm_asker
-  g_notice.close();
-}
-
-// From here on SIGTERM does not kill: it asks the group to save and stop at the next step.
-void catch_sigterm() {
-  g_catching_sigterm = true;
-}
-
 using common::ConfigError;
 
-// How long a worker whose group broke waits for the launcher's answer (which waits up to 10 s for
-// a failure to explain the break).
-constexpr double kReformReplySeconds = 30;
-// How many times a group that broke before it first formed asks for the next generation.
-constexpr int kMaxStartRegroups = 5;
 // How long a spare's request for promotion stays open before it asks again.
 constexpr double kSpareRequestSeconds = 60;
 // How long a spare waits before it loads its data and warms up. A new spare starts as the last one
@@ -380,134 +211,88 @@ std::optional<common::SpareAssignment> wait_for_promotion(const std::string& spa
   }
 }
 
-// One training task: join the ring, train, and turn how it ended into an exit code.
-int train(const common::TfConfig& task, std::optional<int> promoted_generation,
-          const std::string& promoted_members, const std::string& job, const TrainConfig& config,
-          nn::Backend& backend, data::Dataset train_data, data::Dataset test_data,
-          const std::string& run_dir, const std::string& config_path, Timeline& timeline,
-          double progress_line_seconds, ModelParts warm) {
-  int attempt = comm::attempt_from_environment();
-  comm::RingIdentity id = comm::ring_identity_from_environment(task, job);
-  if (promoted_generation) id.generation = static_cast<uint32_t>(*promoted_generation);
-  int generation = static_cast<int>(id.generation);
+// The recovery client's options (docs/design.md#the-workers-recovery-client): this worker's
+// place in the cluster and the generation it starts in (a promoted spare's, from its
+// assignment), an elastic job's members, and whether the launcher re-forms the group in place.
+RecoveryOptions recovery_options(const common::TfConfig& task, const std::string& job,
+                                 std::optional<int> promoted_generation,
+                                 const std::string& promoted_members) {
+  RecoveryOptions options;
+  options.task = task.task.text();
+  options.attempt = comm::attempt_from_environment();
+  options.ring = comm::ring_identity_from_environment(task, job);
+  if (promoted_generation) options.ring.generation = static_cast<uint32_t>(*promoted_generation);
   // Elastic (docs/design.md#elastic-membership): the generation's members, from the launcher.
-  std::optional<std::string> members_text = common::get_env(common::kEnvMembers);
-  if (promoted_generation && members_text) members_text = promoted_members;
-  const bool elastic = members_text.has_value();
-  std::vector<int> members =
-      common::parse_members(members_text.value_or(""), id.size, common::kEnvMembers.name);
-  if (elastic) check_elastic(config, backend.device().kind() != nn::DeviceKind::kHost, config_path);
-  auto shards_now = [&] { return comm::shard_plan(members, id.rank, id.size); };
-  spdlog::info("task {}: rank {} of {}, attempt {}{}, {} training examples{}", task.task.text(),
-               id.rank, id.size, attempt,
-               generation > 0 ? fmt::format(" generation {}", generation) : "", train_data.count,
-               elastic && !shards_now().full(static_cast<int>(members.size()))
-                   ? fmt::format("; {} of {} members, holding {} shards from {}", members.size(),
-                                 id.size, shards_now().held, shards_now().first)
-                   : "");
-  auto make_communicator = [&](int g) {
-    comm::RingIdentity member = elastic ? comm::members_ring(id, members) : id;
-    member.generation = static_cast<uint32_t>(g);
-    comm::CommOptions options;
-    // A notice of a newer generation ends a rendezvous that can no longer complete (a member of
-    // g was replaced meanwhile) at once, instead of after its time-out.
-    options.superseded = [g] { return g_noticed_generation.load() > g; };
-    return comm::make_training_communicator(
-        member, options, backend.device(),
-        elastic ? comm::Communication::kRing : config.communication);
-  };
+  std::optional<std::string> members = common::get_env(common::kEnvMembers);
+  if (promoted_generation && members) members = promoted_members;
+  if (members) {
+    options.members = common::parse_members(*members, options.ring.size, common::kEnvMembers.name);
+  }
   // In place (docs/design.md#in-place-recovery): the launcher answers reform requests, and this
   // worker keeps whole steps, which host devices and GPUs staged through the host do (checked
   // again once the group has formed).
-  bool in_place = common::get_env_or_default(common::kEnvRecovery) == "in_place";
-  // Read by the launcher to find a frozen member (docs/design.md#frozen-workers).
-  common::ProgressRecordWriter record(common::get_env(common::kEnvProgressFile).value_or(""));
-  common::ControlClient control(common::get_env(common::kEnvControl).value_or(""));
-  std::unique_ptr<comm::GroupCommunicator> group;
-  for (int regroups = 0; !group; ++regroups) {
-    try {
-      group = std::make_unique<comm::GroupCommunicator>(make_communicator, generation, &record);
-    } catch (const ConfigError& e) {  // train.communication does not fit this worker: name it
-      throw ConfigError(fmt::format("{}: {}", config_path, e.what()));
-    } catch (const comm::GroupBroken& e) {
-      // A member failed before the group first formed (killed while it loaded its data, say):
-      // in place the group forms again with its replacement, as it does after a step.
-      if (!in_place || regroups >= kMaxStartRegroups) throw;
-      spdlog::warn("the group broke before training ({}): asking for the next generation",
-                   e.what());
-      // whole_step -1: it holds no state yet, so it says nothing of how far the group got.
-      std::optional<common::ReformReply> reply = control.request_reform(
-          {task.task.text(), attempt, generation, -1, false, e.what()}, kReformReplySeconds);
-      if (!reply || !reply->ok) throw;
-      generation = reply->generation;
-      if (elastic) members = common::parse_members(reply->members, id.size, "reform reply");
-    }
+  options.in_place = common::get_env_or_default(common::kEnvRecovery) == "in_place";
+  return options;
+}
+
+// Makes a generation's communicator for the recovery client: the job's transport (the TCP ring
+// when elastic), given up at once when a notice names a newer generation.
+RecoveryClient::Factory communicator_factory(const TrainConfig& config, nn::Backend& backend,
+                                             bool elastic) {
+  return [&config, &backend, elastic](const comm::RingIdentity& ring) {
+    comm::CommOptions options;
+    // A notice of a newer generation ends a rendezvous that can no longer complete (a member of
+    // this generation was replaced meanwhile) at once, instead of after its time-out.
+    options.superseded = [g = static_cast<int>(ring.generation)] {
+      return noticed_generation() > g;
+    };
+    return comm::make_training_communicator(
+        ring, options, backend.device(),
+        elastic ? comm::Communication::kRing : config.communication);
+  };
+}
+
+void log_task(const common::TfConfig& task, const RecoveryClient& recovery, int attempt,
+              int64_t examples) {
+  const comm::RingIdentity& id = recovery.ring();
+  std::optional<comm::ShardPlan> shards = recovery.shards();
+  spdlog::info(
+      "task {}: rank {} of {}, attempt {}{}, {} training examples{}", task.task.text(), id.rank,
+      id.size, attempt,
+      recovery.generation() > 0 ? fmt::format(" generation {}", recovery.generation()) : "",
+      examples,
+      shards && !shards->full(static_cast<int>(recovery.members().size()))
+          ? fmt::format("; {} of {} members, holding {} shards from {}", recovery.members().size(),
+                        id.size, shards->held, shards->first)
+          : "");
+}
+
+// The starting generation's group. In place only where this worker can keep whole steps, which
+// host devices and GPUs staged through the host do.
+comm::Communicator& form_group(RecoveryClient& recovery, nn::Backend& backend,
+                               const std::string& config_path) {
+  comm::Communicator* group = nullptr;
+  try {
+    group = &recovery.form();
+  } catch (const ConfigError& e) {  // train.communication does not fit this worker: name it
+    throw ConfigError(fmt::format("{}: {}", config_path, e.what()));
   }
-  comm::Communicator* communicator = group.get();
-  if (in_place && !train::whole_steps_possible(backend.device(), *communicator)) {
+  if (recovery.in_place() && !train::whole_steps_possible(backend.device(), *group)) {
     spdlog::warn(
         "recovery in place needs whole steps, which NCCL cannot keep: a failure ends "
         "this worker (set train.communication to \"ring\" for recovery in place)");
-    in_place = false;
+    recovery.give_up_in_place();
   }
-  // In place only: elsewhere nothing asks the launcher for the next generation, so a notice
-  // is ignored. So is one to a world of one that is not elastic: it has no group to re-form (an
-  // elastic group shrunk to one grows again, docs/design.md#elastic-membership).
-  const bool noticed = in_place && (elastic || id.size > 1);
-  NoticeRegistration notice(noticed ? group.get() : nullptr);
-  timeline.mark("rendezvous");
-  catch_sigterm();  // until here SIGTERM kills at once; from here it means "save and stop together"
-  bool chief = task.cluster.is_chief(task.task);
-  TrainerOptions trainer_options{
-      run_dir, chief, task.task.text(), attempt, [] { return g_stop_requested.load(); }, &timeline};
-  trainer_options.progress_line_seconds = progress_line_seconds;
-  trainer_options.generation = generation;
-  trainer_options.record = &record;
-  if (elastic) {
-    trainer_options.virtual_size = id.size;
-    trainer_options.shards = shards_now();
-  }
-  if (config.ledger) {
-    trainer_options.ledger_path = common::RunDir(run_dir).ledger_file(task.task);
-    std::error_code ec;
-    std::filesystem::create_directories(
-        std::filesystem::path(trainer_options.ledger_path).parent_path(), ec);
-  }
-  if (in_place) {
-    g_sigterm_asker = {common::get_env(common::kEnvControl).value_or(""), task.task.text(),
-                       attempt};
-    g_leave_alone = true;
-    trainer_options.leave_requested = [] { return g_leave_requested.load(); };
-    trainer_options.regroup = [&, group = group.get()](const std::string& what, int64_t whole_step,
-                                                       bool in_flight) -> std::optional<Regrouped> {
-      group->leave(what);
-      common::ReformRequest request{task.task.text(), attempt,   group->generation(),
-                                    whole_step,       in_flight, what};
-      std::optional<common::ReformReply> reply =
-          control.request_reform(request, kReformReplySeconds);
-      if (!reply) {
-        spdlog::error("the launcher did not answer the reform request within {:.0f} s",
-                      kReformReplySeconds);
-        return std::nullopt;
-      }
-      if (!reply->ok) {
-        spdlog::error("no recovery in place: {}", reply->error);
-        return std::nullopt;
-      }
-      if (elastic) {
-        members = common::parse_members(reply->members, id.size, "reform reply");
-        spdlog::info("joining generation {} with members {}", reply->generation,
-                     common::format_members(members));
-      } else {
-        spdlog::info("joining generation {}", reply->generation);
-      }
-      group->join(reply->generation);
-      return Regrouped{reply->generation, elastic ? shards_now() : comm::ShardPlan{}};
-    };
-  }
+  return *group;
+}
+
+// Trains, and turns how training ended into an exit code.
+int fit(const TrainConfig& config, nn::Backend& backend, comm::Communicator& communicator,
+        data::Dataset train_data, data::Dataset test_data, const TrainerOptions& options,
+        common::ControlClient& control, ModelParts warm, const std::string& config_path) {
   try {
-    Trainer trainer(config, backend, *communicator, std::move(train_data), std::move(test_data),
-                    trainer_options, &control, std::move(warm));
+    Trainer trainer(config, backend, communicator, std::move(train_data), std::move(test_data),
+                    options, &control, std::move(warm));
     trainer.fit();
   } catch (const Preempted& e) {
     spdlog::warn("preempted: {}", e.what());
@@ -518,24 +303,68 @@ int train(const common::TfConfig& task, std::optional<int> promoted_generation,
   } catch (const LeftGroup& e) {
     spdlog::warn(
         "preempted alone (SIGTERM from pid {}): {}; a replacement takes this worker's share",
-        g_leave_sender.load(), e.what());
+        leave_sender(), e.what());
     spdlog::default_logger()->flush();
     end_by_sigterm();
   } catch (const common::IoError& e) {
-    communicator->abort(e.what());
+    communicator.abort(e.what());
     throw;
   } catch (const std::bad_alloc&) {
-    communicator->abort("out of memory");
+    communicator.abort("out of memory");
     throw;
   } catch (const ConfigError& e) {
-    communicator->abort(e.what());
+    communicator.abort(e.what());
     std::string message = e.what();  // layer shape errors name "model..." in the train object
     if (message.rfind("model", 0) == 0)
       throw ConfigError(fmt::format("{}: train.{}", config_path, message));
     throw;
   }
-  spdlog::info("finished{}", chief ? "; model written to " + run_dir + "/model" : "");
+  spdlog::info("finished{}",
+               options.chief ? "; model written to " + options.run_dir + "/model" : "");
   return common::kExitSuccess;
+}
+
+// One training task: join the group through the recovery client, train, and turn how it ended
+// into an exit code.
+int train(const common::TfConfig& task, RecoveryOptions recovery_options, const TrainConfig& config,
+          nn::Backend& backend, data::Dataset train_data, data::Dataset test_data,
+          const std::string& run_dir, const std::string& config_path, Timeline& timeline,
+          double progress_line_seconds, ModelParts warm) {
+  const bool elastic = recovery_options.members.has_value();
+  if (elastic) check_elastic(config, backend.device().kind() != nn::DeviceKind::kHost, config_path);
+  // Read by the launcher to find a frozen member (docs/design.md#frozen-workers).
+  common::ProgressRecordWriter record(common::get_env(common::kEnvProgressFile).value_or(""));
+  common::ControlClient control(common::get_env(common::kEnvControl).value_or(""));
+  const int attempt = recovery_options.attempt;
+  RecoveryClient recovery(std::move(recovery_options),
+                          communicator_factory(config, backend, elastic), control, &record);
+  log_task(task, recovery, attempt, train_data.count);
+  comm::Communicator& group = form_group(recovery, backend, config_path);
+  // In place only: elsewhere nothing asks the launcher for the next generation, so a notice
+  // is ignored. So is one to a world of one that is not elastic: it has no group to re-form (an
+  // elastic group shrunk to one grows again, docs/design.md#elastic-membership).
+  const bool noticed = recovery.in_place() && (elastic || recovery.ring().size > 1);
+  NoticeRegistration notice(noticed ? &recovery.group() : nullptr);
+  timeline.mark("rendezvous");
+  catch_sigterm();  // until here SIGTERM kills at once; from here it means "save and stop together"
+  TrainerOptions options{run_dir, task.cluster.is_chief(task.task), task.task.text(),
+                         attempt, [] { return stop_requested(); },  &timeline};
+  options.progress_line_seconds = progress_line_seconds;
+  options.record = &record;
+  options.recovery = &recovery;
+  if (config.ledger) {
+    options.ledger_path = common::RunDir(run_dir).ledger_file(task.task);
+    std::error_code ec;
+    std::filesystem::create_directories(std::filesystem::path(options.ledger_path).parent_path(),
+                                        ec);
+  }
+  if (recovery.in_place()) {
+    leave_alone_on_sigterm(
+        {common::get_env(common::kEnvControl).value_or(""), task.task.text(), attempt});
+    options.leave_requested = [] { return leave_requested(); };
+  }
+  return fit(config, backend, group, std::move(train_data), std::move(test_data), options, control,
+             std::move(warm), config_path);
 }
 
 int run_worker(const WorkerOptions& options) {
@@ -562,7 +391,7 @@ int run_worker(const WorkerOptions& options) {
                     common::get_env(common::kEnvRunDir).has_value();
   common::setup_logging(
       spare ? "" : common::worker_log_role(task.task.type, task.task.index, supervised));
-  g_notice.set_log(spdlog::default_logger());
+  log_signals_to(spdlog::default_logger());
   auto [train_json, job] = read_train_config(options.config_path);
   TrainConfig config = parse_train_config(train_json, options.config_path);
   std::unique_ptr<nn::Backend> backend = choose_backend(config, options.config_path);
@@ -604,13 +433,13 @@ int run_worker(const WorkerOptions& options) {
     if (!need_test) test_data = data::load_data(config.data, input_shape).second;  // a spare's
     catch_sigterm();  // from here SIGTERM means "evaluate the final model if it is there, then
                       // exit"
-    int evaluations = run_evaluator(config, *backend, test_data,
-                                    {run_dir, 0.5, [] { return g_stop_requested.load(); }});
+    int evaluations =
+        run_evaluator(config, *backend, test_data, {run_dir, 0.5, [] { return stop_requested(); }});
     spdlog::info("evaluator: {} evaluation(s) in {}/eval.jsonl", evaluations, run_dir);
     return common::kExitSuccess;
   }
-  return train(task, generation, promoted_members, job, config, *backend, std::move(train_data),
-               std::move(test_data), run_dir, options.config_path, timeline,
+  return train(task, recovery_options(task, job, generation, promoted_members), config, *backend,
+               std::move(train_data), std::move(test_data), run_dir, options.config_path, timeline,
                options.progress_line_seconds, std::move(warm));
 }
 

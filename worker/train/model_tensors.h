@@ -32,6 +32,8 @@ class ModelTensors {
   /// ("layers.0.conv2d.kernel"), state, then "optimizer.<slot>.<parameter>". Valid until the next
   /// download().
   const std::vector<TensorView>& download();
+  /// The views of the last download (to restore into), as download() returned them.
+  const std::vector<TensorView>& views() const { return views_; }
   /// The host copies of the last download, one per buffer (to broadcast or restore into).
   std::vector<std::vector<float>>& host() { return host_; }
   /// Copies the host copies back into the buffers.

@@ -51,34 +51,12 @@ void check_resumable(const LoadedCheckpoint& c, int epochs, int64_t steps_per_ep
   }
 }
 
-// What the chief broadcasts on start: where training resumes. Sent as these eight doubles, in
-// this order, so the bytes on the wire are what they always were.
-struct ResumeHeader {
-  double found = 0;  ///< 1 when the chief restored a checkpoint
-  double epoch = 0, step = 0, global_step = 0, optimizer_iterations = 0;
-  double epoch_loss_sum = 0, epoch_correct = 0, epoch_seen = 0;  ///< the epoch's totals so far
-};
-static_assert(sizeof(ResumeHeader) == 8 * sizeof(double), "ResumeHeader travels as 8 doubles");
-
-ResumeHeader header_of(const TrainingState& t) {
-  return {1,
-          double(t.epoch),
-          double(t.step),
-          double(t.global_step),
-          double(t.optimizer_iterations),
-          t.epoch_loss_sum,
-          t.epoch_correct,
-          t.epoch_seen};
-}
-
-TrainingState state_of(const ResumeHeader& h) {
-  return TrainingState{int64_t(h.epoch),
-                       int64_t(h.step),
-                       int64_t(h.global_step),
-                       int64_t(h.optimizer_iterations),
-                       h.epoch_loss_sum,
-                       h.epoch_correct,
-                       h.epoch_seen};
+// Where training resumes from a shared position: its epoch, step and running totals; the
+// epoch's clock and the loss scale are the trainer's to take apart, and a state's own clock and
+// loss scale are recorded again when it is saved.
+TrainingState resume_point(const TrainingState& t) {
+  return TrainingState{t.epoch,          t.step,          t.global_step, t.optimizer_iterations,
+                       t.epoch_loss_sum, t.epoch_correct, t.epoch_seen};
 }
 
 // An epoch's metrics as metrics.jsonl has them (docs/design.md#run-directory); with_steps adds
@@ -231,7 +209,6 @@ Trainer::Trainer(const TrainConfig& config, nn::Backend& backend, comm::Communic
   // Every worker runs the same number of steps (they all-reduce each one): size them by the
   // largest shard, worker 0's.
   // Sharded by file, train_ is this worker's share of global_count examples.
-  shards_ = options_.shards;
   int64_t shard = data::shard_size(train_.global_count > 0 ? train_.global_count : train_.count, 0,
                                    virtual_size());
   steps_per_epoch_ = config_.steps_per_epoch > 0
@@ -244,8 +221,9 @@ Trainer::Trainer(const TrainConfig& config, nn::Backend& backend, comm::Communic
   step_options.slots = InputStager::kSlots;
   step_options.test_slow_step_seconds =
       test_slow_step_seconds(comm_.rank(), &step_options.test_slow_step_on_cpu);
-  step_options.whole_steps = options_.regroup && whole_steps_possible(backend_.device(), comm_);
-  step_options.virtual_size = options_.virtual_size;
+  step_options.whole_steps = options_.recovery && options_.recovery->in_place() &&
+                             whole_steps_possible(backend_.device(), comm_);
+  step_options.virtual_size = elastic_size();
   step_options.loss_scale = config_.loss_scale;
   step_options.loss = loss_options(config_);
   if (config_.loss_scale.enabled) {
@@ -267,9 +245,8 @@ Trainer::Trainer(const TrainConfig& config, nn::Backend& backend, comm::Communic
   step_ = std::make_unique<TrainStep>(*model_, *optimizer_, backend_, comm_, step_options);
   if (options_.timeline) options_.timeline->mark("model");
   if (chief()) prepare_backup_dir(config_, options_.run_dir);  // not at the first save
-  generation_ = options_.generation;
-  if (generation_ == 0) test_spin_step_ = test_spin_step(comm_.rank());
-  share_state(false);
+  if (generation() == 0) test_spin_step_ = test_spin_step(comm_.rank());
+  take_state(share_whole_state(comm_, *tensors_, held_state(false)));
   if (options_.timeline) options_.timeline->mark("broadcast");
   start_ = state_;
   report_restored();
@@ -313,7 +290,7 @@ std::optional<TrainingState> Trainer::load_final_state(std::vector<TensorView>& 
   // No more epochs to train: the state is this launch's own end only on a restart within it
   // (the checkpoints gone with delete_on_success); a new start trains from scratch, as before
   // (`dtrain launch` refuses such a start on a run that succeeded).
-  const bool restart = options_.attempt > 0 || options_.generation > 0;
+  const bool restart = options_.attempt > 0 || generation() > 0;
   if (c->state.epoch >= config_.epochs && !restart) {
     spdlog::info(
         "{} holds a finished run of {} epochs, which train.epochs {} does not continue: "
@@ -445,7 +422,7 @@ void Trainer::save_final_state(const std::string& model_dir) {
 // group's success. The restart of the same launch finishes with that model instead of training
 // every step again; a new launch (spec.json written again) or a lone worker trains as before.
 std::optional<TrainingState> Trainer::load_finished_model(std::vector<TensorView>& views) {
-  if (options_.attempt == 0 && options_.generation == 0) return std::nullopt;
+  if (options_.attempt == 0 && generation() == 0) return std::nullopt;
   common::RunDir run(options_.run_dir);
   TrainingState done{config_.epochs, 0, config_.epochs * steps_per_epoch_, 0, 0, 0, 0};
   std::optional<LoadedCheckpoint> model = train::load_finished_model(
@@ -461,119 +438,107 @@ std::optional<TrainingState> Trainer::load_finished_model(std::vector<TensorView
   return done;
 }
 
-// Positions compare by global step, then epoch, then step: at an epoch's end a member that has
-// finished the epoch's validation (next epoch, step 0) is ahead of one still in it.
-void Trainer::share_state(bool holding) {
-  std::array<int64_t, 3> mine = {-1, -1, -1};
-  if (holding) mine = {state_.global_step, state_.epoch, state_.step};
-  std::vector<uint8_t> all = comm_.all_gather(mine.data(), sizeof mine);
-  std::array<int64_t, 3> best = {-1, -1, -1};
-  int source = -1;
-  for (int r = 0; r < comm_.size(); ++r) {
-    std::array<int64_t, 3> theirs{};
-    std::memcpy(theirs.data(), all.data() + static_cast<size_t>(r) * sizeof theirs, sizeof theirs);
-    if (theirs > best) best = theirs, source = r;
+HeldState Trainer::held_state(bool holding) {
+  HeldState held;
+  held.holding = holding;
+  held.global_step = state_.global_step, held.epoch = state_.epoch, held.step = state_.step;
+  held.position = [this] { return position(); };
+  held.stored = [this] { return stored_position(); };
+  return held;
+}
+
+// The whole state this member holds: state_ with the optimizer's count, the epoch's totals and
+// the loss scale as the step has them now, and the resumed epoch's clock (which travels with the
+// state, as its loss totals do: a new chief's metrics.jsonl line times the whole epoch, not only
+// its own part of it).
+Position Trainer::position() {
+  step_->settle_loss_scale();  // the optimizer's count, less the skips not yet read
+  Position p{state_, last_epoch_metrics_};
+  TrainingState& t = p.state;
+  t.optimizer_iterations = optimizer_->iterations();
+  EpochTotals totals = step_->totals();
+  t.epoch_loss_sum = totals.loss_sum, t.epoch_correct = totals.correct;
+  t.epoch_seen = totals.seen;
+  const LossScaleState scale = step_->loss_scale().state();
+  t.loss_scale = scale.scale, t.loss_scale_good_steps = scale.good_steps;
+  t.epoch_seconds = 0, t.epoch_samples = 0, t.epoch_first_step = -1;
+  if (state_.step > 0) {
+    t.epoch_seconds = common::monotonic_seconds() - epoch_started_;
+    t.epoch_samples = epoch_samples_, t.epoch_first_step = epoch_first_step_;
   }
-  ResumeHeader header;
-  LossScaleState loss_scale;  // none (the initial state) unless the source has one
-  std::string epoch_metrics;
-  std::vector<TensorView> views = checkpoint_tensors();  // this member's state, on the host
-  std::array<double, 3> clock = {0, 0, -1};
-  if (source < 0) {  // a fresh group: the chief's newest checkpoint, or the initial state
-    source = 0;
-    if (chief()) {
-      std::optional<TrainingState> t = load_checkpoint(views, epoch_metrics);
-      if (!t) t = load_final_state(views, epoch_metrics);
-      if (t) {
-        header = header_of(*t);
-        if (t->step > 0 && t->epoch_first_step >= 0)
-          clock = {t->epoch_seconds, t->epoch_samples, double(t->epoch_first_step)};
-        loss_scale = {static_cast<float>(t->loss_scale), t->loss_scale_good_steps};
-      } else if (std::optional<TrainingState> done = load_finished_model(views)) {
-        header = header_of(*done);
-      }
+  return p;
+}
+
+// A fresh group: the chief's newest checkpoint, else the final state a finished run left, else
+// this launch's finished model; none of them: the initial state.
+std::optional<Position> Trainer::stored_position() {
+  std::optional<Position> found;
+  std::vector<TensorView> views = tensors_->views();
+  if (chief()) {
+    Position p;
+    std::optional<TrainingState> t = load_checkpoint(views, p.epoch_metrics);
+    if (!t) t = load_final_state(views, p.epoch_metrics);
+    if (t) {
+      p.state = *t;
+      if (t->step == 0 || t->epoch_first_step < 0)  // no clock: the epoch is timed from here
+        p.state.epoch_seconds = 0, p.state.epoch_samples = 0, p.state.epoch_first_step = -1;
+      found = std::move(p);
+    } else if (std::optional<TrainingState> done = load_finished_model(views)) {
+      p.state = *done;
+      found = std::move(p);
     }
-    if (options_.timeline) options_.timeline->mark("checkpoint read");
-  } else if (comm_.rank() == source) {
-    step_->settle_loss_scale();  // the optimizer's count, less the skips not yet read
-    TrainingState t = state_;
-    t.optimizer_iterations = optimizer_->iterations();
-    EpochTotals totals = step_->totals();
-    t.epoch_loss_sum = totals.loss_sum, t.epoch_correct = totals.correct;
-    t.epoch_seen = totals.seen;
-    header = header_of(t);
-    loss_scale = step_->loss_scale().state();
-    epoch_metrics = last_epoch_metrics_;
   }
-  comm_.broadcast(&header, sizeof header, source);
-  // The resumed epoch's clock travels with the state, as its loss totals do: a new chief's
-  // metrics.jsonl line times the whole epoch, not only its own part of it.
-  if (comm_.rank() == source && holding && state_.step > 0)
-    clock = {common::monotonic_seconds() - epoch_started_, epoch_samples_,
-             double(epoch_first_step_)};
-  comm_.broadcast(clock.data(), sizeof clock, source);
-  carried_epoch_seconds_ = clock[0], carried_epoch_samples_ = clock[1];
-  carried_first_step_ = static_cast<int64_t>(clock[2]);
-  for (std::vector<float>& tensor : tensors_->host())
-    comm_.broadcast(tensor.data(), tensor.size() * sizeof(float), source);
-  uint64_t length = epoch_metrics.size();
-  comm_.broadcast(&length, sizeof length, source);
-  DT_ENFORCE(length <= common::kMaxJsonFileBytes, "epoch metrics of {} bytes", length);
-  epoch_metrics.resize(length);
-  comm_.broadcast(epoch_metrics.data(), length, source);
-  if (comm_.rank() != source || !holding) upload_tensors();
+  if (options_.timeline) options_.timeline->mark("checkpoint read");
+  return found;
+}
+
+void Trainer::take_state(const Position& shared) {
   if (reduce_lr_) {  // the rate its last reduction set travels in its state
     if (std::optional<double> rate = reduce_lr_->rate()) optimizer_->set_constant_rate(*rate);
   }
-  if (config_.loss_scale.enabled) {  // the same on every worker: all of them broadcast, or none
-    std::array<double, 2> scale = {loss_scale.scale, double(loss_scale.good_steps)};
-    comm_.broadcast(scale.data(), sizeof scale, source);
-    step_->set_loss_scale_state({float(scale[0]), int64_t(scale[1])});
-  }
-  state_ = state_of(header);
+  const TrainingState& t = shared.state;
+  if (config_.loss_scale.enabled)  // the same on every worker
+    step_->set_loss_scale_state({static_cast<float>(t.loss_scale), t.loss_scale_good_steps});
+  carried_epoch_seconds_ = t.epoch_seconds, carried_epoch_samples_ = t.epoch_samples;
+  carried_first_step_ = t.epoch_first_step;
+  state_ = resume_point(t);
   optimizer_->set_iterations(state_.optimizer_iterations);
-  restored_epoch_metrics_ = epoch_metrics;
-  if (!epoch_metrics.empty()) last_epoch_metrics_ = epoch_metrics;
+  restored_epoch_metrics_ = shared.epoch_metrics;
+  if (!shared.epoch_metrics.empty()) last_epoch_metrics_ = shared.epoch_metrics;
   resumed_step_ = state_.global_step;
 }
 
 void Trainer::regroup(const comm::GroupBroken& broken) {
-  if (!options_.regroup) throw broken;
+  if (!options_.recovery || !options_.recovery->in_place()) throw broken;
   bool cut_short = step_->abandon_step();
   double started = common::monotonic_seconds();
   std::string what = broken.what();
   spdlog::warn("the group broke ({}); {}holding the whole state of global step {}", what,
                cut_short ? "the step in flight changed nothing; " : "", state_.global_step);
+  const int64_t held = state_.global_step;
   for (;;) {
-    std::optional<Regrouped> generation;
     try {
-      generation = options_.regroup(what, state_.global_step, cut_short);
-    } catch (const comm::GroupBroken& again) {  // the next generation did not form
+      Position shared = options_.recovery->rejoin(what, cut_short, *tensors_, held_state(true));
+      take_state(shared);
+    } catch (const NoRecovery& e) {
+      spdlog::error("{}", e.what());
+      throw broken;
+    } catch (const comm::GroupBroken& again) {  // the next generation did not form, or broke
       what = again.what();
       spdlog::warn("re-forming failed ({}); asking again", what);
       continue;
     }
-    if (!generation) throw broken;
-    try {
-      generation_ = generation->generation;
-      shards_ = generation->shards;
-      if (chief()) prepare_backup_dir(config_, options_.run_dir);  // perhaps a new chief
-      const comm::Window window = gradient_window();
-      model_->move_gradients(window.data, window.floats);
-      int64_t held = state_.global_step;
-      share_state(true);
-      spdlog::info(
-          "re-formed as generation {} in {:.2f} s: resuming at epoch {} step {} "
-          "(global step {}; this worker held {})",
-          generation_, common::monotonic_seconds() - started, state_.epoch + 1, state_.step,
-          state_.global_step, held);
-      report_restored();
-      force_heartbeat_ = true;
-      return;
-    } catch (const comm::GroupBroken& again) {  // a member failed while the state was shared
-      what = again.what();
-      spdlog::warn("re-forming failed ({}); asking again", what);
-    }
+    if (chief()) prepare_backup_dir(config_, options_.run_dir);  // perhaps a new chief
+    const comm::Window window = gradient_window();
+    model_->move_gradients(window.data, window.floats);
+    spdlog::info(
+        "re-formed as generation {} in {:.2f} s: resuming at epoch {} step {} "
+        "(global step {}; this worker held {})",
+        generation(), common::monotonic_seconds() - started, state_.epoch + 1, state_.step,
+        state_.global_step, held);
+    report_restored();
+    force_heartbeat_ = true;
+    return;
   }
 }
 
@@ -598,7 +563,7 @@ void Trainer::report_restored() {
   common::ControlMessage m =
       common::heartbeat_message(options_.task, options_.attempt, static_cast<int>(::getpid()));
   m.restored_step = state_.global_step;
-  if (generation_ > 0) m.generation = generation_;
+  if (generation() > 0) m.generation = generation();
   control_->send(m);
 }
 
@@ -926,16 +891,27 @@ void Trainer::write_batch_summary() {
 // the final model) are the first member's: the chief's own task while it is a member, another
 // while its host is gone (docs/design.md#elastic-membership).
 bool Trainer::chief() const {
-  return options_.virtual_size > 0 ? comm_.rank() == 0 : options_.chief;
+  return elastic_size() > 0 ? comm_.rank() == 0 : options_.chief;
+}
+
+int Trainer::generation() const {
+  return options_.recovery ? options_.recovery->generation() : 0;
+}
+
+int Trainer::elastic_size() const {
+  std::optional<comm::ShardPlan> plan;
+  if (options_.recovery) plan = options_.recovery->shards();
+  return plan ? plan->virtual_size : 0;
 }
 
 int Trainer::virtual_size() const {
-  return options_.virtual_size > 0 ? options_.virtual_size : comm_.size();
+  return elastic_size() > 0 ? elastic_size() : comm_.size();
 }
 
 comm::ShardPlan Trainer::shards() const {
-  if (options_.virtual_size > 0) return shards_;
-  return comm::ShardPlan{comm_.size(), comm_.rank(), 1};
+  std::optional<comm::ShardPlan> plan;
+  if (options_.recovery) plan = options_.recovery->shards();
+  return plan ? *plan : comm::ShardPlan{comm_.size(), comm_.rank(), 1};
 }
 
 // docs/design.md#elastic-membership, the ledger: written before the step runs here, so a worker
@@ -948,7 +924,7 @@ void Trainer::write_ledger(int epoch, int64_t step,
     common::JsonWriter w;
     w.begin_object().key("epoch").value(epoch).key("step").value(step);
     w.key("shard").value(held.shard(static_cast<int>(j))).key("task").value(options_.task);
-    w.key("generation").value(generation_);
+    w.key("generation").value(generation());
     w.key("ids").begin_array();
     for (int64_t id : streams[j]->ids_at(step)) w.value(id);
     std::string line = w.end_array().end_object().str() + "\n";
@@ -980,7 +956,7 @@ void Trainer::heartbeat(int epoch, int64_t step, int64_t steps, double loss, dou
   m.samples_per_second = rate;
   if (train_.is_text()) m.tokens_per_second = rate * train_.positions();
   m.global_step = state_.global_step;
-  if (generation_ > 0) m.generation = generation_;
+  if (generation() > 0) m.generation = generation();
   // This worker's own pace, averaged since the last report: in a synchronous group every worker
   // shows the same samples/s, so only these tell which one the others wait for.
   if (std::optional<StepTimes> t = step_->take_step_times(); t && t->steps > 0) {

@@ -32,6 +32,7 @@
 #include "worker/train/model_tensors.h"
 #include "worker/train/optimizer.h"
 #include "worker/train/progress.h"
+#include "worker/train/recovery_client.h"
 #include "worker/train/tensorboard.h"
 #include "worker/train/timeline.h"
 #include "worker/train/train_config.h"
@@ -69,13 +70,6 @@ struct EpochMetrics {
   double learning_rate = -1;
 };
 
-/// What TrainerOptions::regroup joined: the generation, and in an elastic job the shards this
-/// member holds in it.
-struct Regrouped {
-  int generation = 0;
-  comm::ShardPlan shards = {};
-};
-
 struct TrainerOptions {
   std::string run_dir;  ///< metrics.jsonl, backup/ and model/ go here (chief only)
   bool chief = true;
@@ -89,26 +83,14 @@ struct TrainerOptions {
   /// When stdout is not a terminal: seconds between progress lines inside an epoch (<= 0: one
   /// line per epoch).
   double progress_line_seconds = ProgressBar::kLineSeconds;
-  /// The group's generation at the start (DTRAIN_GENERATION), sent with heartbeats.
-  int generation = 0;
   /// This worker's progress record (docs/design.md#frozen-workers): each finished step and its
   /// wall time go there. May be null.
   common::ProgressRecordWriter* record = nullptr;
-  /// In-place recovery (docs/design.md#in-place-recovery), host devices only: called when a
-  /// collective failed (comm::GroupBroken) with what failed, the global step of the whole state
-  /// this worker holds, and whether it abandoned a step in flight. It leaves the broken group,
-  /// asks the launcher and joins the next generation (the communicator is then that
-  /// generation's), returning it; nullopt when there is no recovery in place (fit rethrows).
-  /// It may throw GroupBroken when the new group fails to form (it is then asked again).
-  /// Unset: a broken group ends fit() with the error, as before.
-  std::function<std::optional<Regrouped>(const std::string& what, int64_t whole_step,
-                                         bool in_flight)>
-      regroup = nullptr;
-  /// Elastic jobs (docs/design.md#elastic-membership): the cluster's ring size V, the virtual
-  /// shards of the global batch (0: not elastic, the group's size), and the shards this member
-  /// holds at the start.
-  int virtual_size = 0;
-  comm::ShardPlan shards = {};
+  /// The worker's recovery client (docs/design.md#the-workers-recovery-client): the group's
+  /// generation (sent with heartbeats), an elastic member's shards, and in place the re-formation
+  /// of a broken group, which shares the whole state the trainer hands it. Null: generation 0,
+  /// not elastic, and a broken group ends fit() with the error. Must outlive the trainer.
+  Recovery* recovery = nullptr;
   /// The ledger (train.ledger): each step's example ids of each shard this worker computes go
   /// to this file, one JSON line per shard and step, as the step starts. Empty: none.
   std::string ledger_path = {};
@@ -166,13 +148,20 @@ class Trainer {
   /// fit()'s epochs from state_ on; a broken group escapes as comm::GroupBroken.
   EpochMetrics fit_from_state();
   EpochMetrics train_epoch(int epoch);
-  /// Re-forms the group after it broke (options_.regroup) and takes the newest whole state;
+  /// Re-forms the group after it broke (options_.recovery) and takes the newest whole state;
   /// rethrows when there is no recovery in place.
   void regroup(const comm::GroupBroken& broken);
-  /// Every member says which whole state it holds (holding: state_; else none), and the newest
-  /// one is broadcast to all; when nobody holds one, the chief's newest checkpoint (or the
-  /// initial state). docs/design.md#in-place-recovery, step 4.
-  void share_state(bool holding);
+  /// What this member offers share_whole_state (whole_state.h): the whole state it holds
+  /// (holding: state_ and the model's named set), or none; when no member holds one, the
+  /// chief's newest checkpoint, else the initial state. docs/design.md#in-place-recovery, step 4.
+  HeldState held_state(bool holding);
+  /// Takes the position share_whole_state shared (the named set is already the model's).
+  void take_state(const Position& shared);
+  /// The whole state this member holds, as it sends it (the named set downloaded).
+  Position position();
+  /// A fresh group's stored state (the chief's; nullopt elsewhere and when there is none), read
+  /// into the named set's host copies.
+  std::optional<Position> stored_position();
   /// The chief's newest good checkpoint, read into views (and its epoch_metrics into
   /// epoch_metrics): what a fresh group resumes from. nullopt when there is none.
   std::optional<TrainingState> load_checkpoint(std::vector<TensorView>& views,
@@ -230,6 +219,11 @@ class Trainer {
   void write_batch_summary();
   /// Whether this worker has the chief's duties now.
   bool chief() const;
+  /// The group's generation now (options_.recovery's; 0 without one).
+  int generation() const;
+  /// Elastic jobs: the cluster's ring size V, the virtual shards of the global batch; 0 when not
+  /// elastic.
+  int elastic_size() const;
   /// V: the virtual shards of the global batch (the group's size unless elastic).
   int virtual_size() const;
   /// The shards this member holds now.
@@ -260,8 +254,6 @@ class Trainer {
   TrainingState start_;          ///< where this run resumed
   std::string restored_epoch_metrics_;  ///< the restored checkpoint's, for recover_epoch_metrics
   std::string last_epoch_metrics_;      ///< the last finished epoch's (metrics_json with steps)
-  int generation_ = 0;                  ///< the group's, for heartbeats
-  comm::ShardPlan shards_;              ///< elastic: the shards held in this generation
   std::unique_ptr<std::FILE, int (*)(std::FILE*)> ledger_{nullptr, &std::fclose};
   int64_t skipped_reported_ = 0;  ///< TrainStep::skipped_steps() at the last report_loss_scale
   int64_t resumed_step_ = 0;      ///< global step where this generation (or run) resumed
@@ -274,9 +266,9 @@ class Trainer {
   /// seconds, samples_per_second and steps.
   double epoch_started_ = 0, epoch_samples_ = 0;
   int64_t epoch_first_step_ = 0;
-  /// What share_state carried of the resumed epoch's clock (docs/design.md#in-place-recovery):
-  /// its seconds and samples before this run of it and its first step (-1: none carried), so
-  /// its timings cover the whole epoch.
+  /// What share_whole_state carried of the resumed epoch's clock
+  /// (docs/design.md#in-place-recovery): its seconds and samples before this run of it and its
+  /// first step (-1: none carried), so its timings cover the whole epoch.
   double carried_epoch_seconds_ = 0, carried_epoch_samples_ = 0;
   int64_t carried_first_step_ = -1;
 };
