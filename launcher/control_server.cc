@@ -20,10 +20,12 @@
 #include <cstring>
 #include <deque>
 #include <functional>
+#include <limits>
 #include <list>
 #include <map>
 #include <optional>
 
+#include "common/clock.h"
 #include "common/errors.h"
 #include "common/json.h"
 #include "common/unique_fd.h"
@@ -31,14 +33,14 @@
 namespace dtrain::launcher {
 namespace {
 using Protocol = boost::asio::local::stream_protocol;
-using Clock = std::chrono::steady_clock;
 
 void set_cloexec(int fd) {
   ::fcntl(fd, F_SETFD, ::fcntl(fd, F_GETFD) | FD_CLOEXEC);
 }
 
 std::chrono::steady_clock::duration seconds(double s) {
-  return std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(s));
+  return std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+      std::chrono::duration<double>(s));
 }
 
 struct Connection;
@@ -47,9 +49,8 @@ struct PendingReply;
 // At most one warning a second, so a flood of junk cannot fill launcher.log (design.md, "Control
 // protocol"); the next warning let through says how many were held back.
 struct WarningLimiter {
-  void warn(const std::string& what) {
-    Clock::time_point now = Clock::now();
-    if (now - last < std::chrono::seconds(1)) {
+  void warn(const std::string& what, double now) {
+    if (now - last < 1.0) {
       ++held_back;
       return;
     }
@@ -62,7 +63,7 @@ struct WarningLimiter {
     last = now;
     held_back = 0;
   }
-  Clock::time_point last{};
+  double last = -std::numeric_limits<double>::infinity();  ///< when one was last logged
   size_t held_back = 0;
 };
 
@@ -77,6 +78,9 @@ struct Shared {
   std::list<Connection*> open;  ///< every connection not yet closed, oldest first
   size_t live = 0;              ///< connections not yet released, closed or not
   WarningLimiter warnings;
+  ControlServer::Clock clock;  ///< seconds; only differences mean anything
+
+  void warn(const std::string& what) { warnings.warn(what, clock()); }
 };
 
 struct Connection : std::enable_shared_from_this<Connection> {
@@ -103,7 +107,7 @@ struct Connection : std::enable_shared_from_this<Connection> {
   void close(const char* why) {
     if (closed) return;
     closed = true;
-    if (why) shared->warnings.warn(fmt::format("closed a connection: {}", why));
+    if (why) shared->warn(fmt::format("closed a connection: {}", why));
     shared->open.remove(this);
     boost::system::error_code ignored;
     socket.close(ignored);
@@ -114,7 +118,7 @@ struct Connection : std::enable_shared_from_this<Connection> {
   // timer's handler would hold a closed connection for idle_seconds.
   void touch() {
     if (closed) return;
-    last_active = Clock::now();
+    last_active = shared->clock();
     idle_timer.expires_after(seconds(shared->limits.idle_seconds));
     idle_timer.async_wait([self = shared_from_this()](const boost::system::error_code& ec) {
       if (!ec) self->close(nullptr);  // silent for too long: nothing to say about it
@@ -167,7 +171,7 @@ struct Connection : std::enable_shared_from_this<Connection> {
       if (!sender_refusal("message", message->task).empty()) return;  // logged; no answer
       return shared->messages(*message);
     }
-    shared->warnings.warn(fmt::format("dropped a malformed message ({} bytes)", line.size()));
+    shared->warn(fmt::format("dropped a malformed message ({} bytes)", line.size()));
     reply("{\"ok\":false,\"error\":\"malformed message\"}");
   }
 
@@ -183,9 +187,8 @@ struct Connection : std::enable_shared_from_this<Connection> {
     if (!shared->senders) return "";
     std::string refusal = shared->senders(kind, task, peer_pid);
     if (!refusal.empty()) {
-      shared->warnings.warn(fmt::format("refused a {} {} for {} from pid {}: {}", kind,
-                                        kind == "message" ? "line" : "request", task, peer_pid,
-                                        refusal));
+      shared->warn(fmt::format("refused a {} {} for {} from pid {}: {}", kind,
+                               kind == "message" ? "line" : "request", task, peer_pid, refusal));
     }
     return refusal;
   }
@@ -216,7 +219,7 @@ struct Connection : std::enable_shared_from_this<Connection> {
   std::shared_ptr<Shared> shared;
   std::deque<std::string> replies;  ///< front is being written
   size_t queued_bytes = 0;
-  Clock::time_point last_active;
+  double last_active = 0;  ///< the server's clock when the client last sent or took a line
   bool closed = false;
 };
 
@@ -262,9 +265,19 @@ std::optional<ucred> peer_of(int fd) {
 }  // namespace
 
 struct ControlServer::Impl {
-  Impl(boost::asio::io_context& io, std::string p, Handler h, RequestHandler r, ControlLimits l)
+  Impl(boost::asio::io_context& io, std::string p, Handler h, RequestHandler r, ControlLimits l,
+       Clock c)
       : path(std::move(p)),
-        shared(std::make_shared<Shared>(Shared{std::move(h), std::move(r), {}, {}, l, {}, 0, {}})),
+        shared(
+            std::make_shared<Shared>(Shared{std::move(h),
+                                            std::move(r),
+                                            {},
+                                            {},
+                                            l,
+                                            {},
+                                            0,
+                                            {},
+                                            c ? std::move(c) : Clock(common::monotonic_seconds)})),
         acceptor(io),
         pause(io) {}
 
@@ -275,7 +288,7 @@ struct ControlServer::Impl {
       // Only processes of this user may talk to the launcher.
       std::optional<ucred> peer = peer_of(socket.native_handle());
       if (!peer || peer->uid != ::geteuid()) {
-        shared->warnings.warn("refused a connection from another user");
+        shared->warn("refused a connection from another user");
       } else {
         set_cloexec(socket.native_handle());
         make_room();
@@ -287,10 +300,10 @@ struct ControlServer::Impl {
 
   // accept() fails again at once while its cause lasts (no descriptor left): wait, then retry.
   void pause_accepting(const boost::system::error_code& ec) {
-    if (Clock::now() - last_pause_logged > std::chrono::seconds(10)) {
+    if (shared->clock() - last_pause_logged > 10) {
       spdlog::warn("control socket: cannot accept a connection ({}); pausing {:.1f} s",
                    ec.message(), shared->limits.accept_pause_seconds);
-      last_pause_logged = Clock::now();
+      last_pause_logged = shared->clock();
     }
     pause.expires_after(seconds(shared->limits.accept_pause_seconds));
     pause.async_wait([this](const boost::system::error_code& timer_ec) {
@@ -311,13 +324,13 @@ struct ControlServer::Impl {
   std::shared_ptr<Shared> shared;
   Protocol::acceptor acceptor;
   boost::asio::steady_timer pause;
-  Clock::time_point last_pause_logged{};
+  double last_pause_logged = -std::numeric_limits<double>::infinity();
 };
 
 ControlServer::ControlServer(boost::asio::io_context& io, std::string path, Handler handler,
-                             RequestHandler requests, ControlLimits limits)
+                             RequestHandler requests, ControlLimits limits, Clock clock)
     : impl_(std::make_unique<Impl>(io, std::move(path), std::move(handler), std::move(requests),
-                                   limits)) {
+                                   limits, std::move(clock))) {
   std::string folder = impl_->path.substr(0, impl_->path.rfind('/'));
   if (folder == fallback_socket_dir()) make_private_dir(folder);
   ::unlink(impl_->path.c_str());

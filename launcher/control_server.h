@@ -51,10 +51,15 @@ class ControlServer {
   /// Takes a request to answer later (the parsed JSON object's text) and the way to answer it.
   using DeferredRequestHandler = std::function<void(const std::string& request_json, Reply reply)>;
 
+  /// Seconds on a monotonic clock; only differences mean anything.
+  using Clock = std::function<double()>;
+
   /// Listens on path (an old socket file there is replaced; the folder must exist), mode 0600.
-  /// Throws IoError naming the path.
+  /// Throws IoError naming the path. clock (empty: common::monotonic_seconds) is the time the
+  /// warnings' limit of one a second and "idle longest" are measured on, so a test can drive it;
+  /// the idle and accept-pause timers run on the io_context's steady clock regardless.
   ControlServer(boost::asio::io_context& io, std::string path, Handler handler,
-                RequestHandler requests = {}, ControlLimits limits = {});
+                RequestHandler requests = {}, ControlLimits limits = {}, Clock clock = {});
   ~ControlServer();
   ControlServer(const ControlServer&) = delete;
   ControlServer& operator=(const ControlServer&) = delete;

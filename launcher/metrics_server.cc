@@ -26,7 +26,7 @@ struct Exchange;
 using OpenExchanges = std::list<Exchange*>;  ///< not yet finished, oldest first
 
 // One client: its request (up to 8 KiB, ending in a blank line), one response, then closed; the
-// whole exchange gets kMetricsClientSeconds.
+// whole exchange gets client_seconds.
 struct Exchange : std::enable_shared_from_this<Exchange> {
   Exchange(tcp::socket s, const std::function<std::string()>& r, std::shared_ptr<OpenExchanges> all)
       : socket(std::move(s)),
@@ -38,9 +38,9 @@ struct Exchange : std::enable_shared_from_this<Exchange> {
   }
   ~Exchange() { finish(); }
 
-  void start() {
+  void start(double client_seconds) {
     timer.expires_after(std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-        std::chrono::duration<double>(kMetricsClientSeconds)));
+        std::chrono::duration<double>(client_seconds)));
     timer.async_wait([self = shared_from_this()](const boost::system::error_code& ec) {
       if (!ec) self->finish();
     });
@@ -86,8 +86,8 @@ struct Exchange : std::enable_shared_from_this<Exchange> {
 }  // namespace
 
 struct MetricsServer::Impl {
-  Impl(boost::asio::io_context& io, std::function<std::string()> r)
-      : acceptor(io), pause(io), render(std::move(r)) {}
+  Impl(boost::asio::io_context& io, std::function<std::string()> r, double seconds)
+      : acceptor(io), pause(io), render(std::move(r)), client_seconds(seconds) {}
   void accept() {
     acceptor.async_accept([this](const boost::system::error_code& ec, tcp::socket socket) {
       if (ec == boost::asio::error::operation_aborted) return;
@@ -96,7 +96,7 @@ struct MetricsServer::Impl {
       // A flood of connections must not take the launcher's descriptors (issue 25): the oldest
       // exchange gives way to the newest.
       if (open->size() >= kMaxMetricsConnections) open->front()->finish();
-      std::make_shared<Exchange>(std::move(socket), render, open)->start();
+      std::make_shared<Exchange>(std::move(socket), render, open)->start(client_seconds);
       accept();
     });
   }
@@ -110,6 +110,7 @@ struct MetricsServer::Impl {
   tcp::acceptor acceptor;
   boost::asio::steady_timer pause;
   std::function<std::string()> render;
+  double client_seconds;
   std::shared_ptr<OpenExchanges> open = std::make_shared<OpenExchanges>();
 };
 
@@ -133,8 +134,8 @@ common::UniqueFd listen_for_metrics(int port) {
 }
 
 MetricsServer::MetricsServer(boost::asio::io_context& io, common::UniqueFd listener,
-                             std::function<std::string()> render)
-    : impl_(std::make_unique<Impl>(io, std::move(render))) {
+                             std::function<std::string()> render, double client_seconds)
+    : impl_(std::make_unique<Impl>(io, std::move(render), client_seconds)) {
   boost::system::error_code ec;
   impl_->acceptor.assign(tcp::v4(), listener.get(), ec);
   if (ec) throw common::IoError(fmt::format("metrics server: {}", ec.message()));

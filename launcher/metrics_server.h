@@ -20,7 +20,8 @@ namespace dtrain::launcher {
 
 /// Clients served at once; a new one beyond this closes the oldest.
 inline constexpr size_t kMaxMetricsConnections = 16;
-/// Seconds a client has to send its request and take the response.
+/// Seconds a client has to send its request and take the response (the launcher's; a test may
+/// give the server another).
 inline constexpr double kMetricsClientSeconds = 2;
 
 /// A listening socket on 127.0.0.1:port, close-on-exec. Throws ConfigError naming the port when
@@ -29,9 +30,10 @@ common::UniqueFd listen_for_metrics(int port);
 
 class MetricsServer {
  public:
-  /// Serves on listener (from listen_for_metrics), which it takes.
+  /// Serves on listener (from listen_for_metrics), which it takes; each client gets
+  /// client_seconds for its whole exchange.
   MetricsServer(boost::asio::io_context& io, common::UniqueFd listener,
-                std::function<std::string()> render);
+                std::function<std::string()> render, double client_seconds = kMetricsClientSeconds);
   ~MetricsServer();
   MetricsServer(const MetricsServer&) = delete;
   MetricsServer& operator=(const MetricsServer&) = delete;

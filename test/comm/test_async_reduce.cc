@@ -1,7 +1,8 @@
 // The asynchronous gradient all-reduce: ThreadedCommunicator over RingCommunicator over the
 // in-process link (ranks as threads) against a second ring of plain RingCommunicators as the
-// oracle, bit for bit; draining before blocking collectives; abort, time-out and destruction; and
-// HostStagedCommunicator over the host device. Not the TCP link or a GPU: those have their own.
+// oracle, bit for bit; draining before blocking collectives; abort, time-out and destruction (on
+// the link's simulated time: order and outcome, no durations); and HostStagedCommunicator over the
+// host device. Not the TCP link or a GPU: those have their own.
 #include <atomic>
 #include <catch2/catch.hpp>
 #include <chrono>
@@ -25,6 +26,8 @@ using namespace dtrain::comm;
 using dtrain::common::EnforceError;
 using dtrain::common::IoError;
 using dtrain::testing::InProcessLink;
+using dtrain::testing::InProcessRing;
+using dtrain::testing::LinkTime;
 using dtrain::testing::make_in_process_ring;
 using Clock = std::chrono::steady_clock;
 
@@ -35,17 +38,21 @@ using PerRank = std::vector<Buckets>;
 
 const std::vector<size_t> kBucketSizes = {0, 1, 1009, 100000, 7};
 
-// A ring of communicators, and each rank's in-process link (owned inside them) for checks.
+// A ring of communicators, each rank's in-process link (owned inside them) for checks, and the
+// links' shared state (their time, who waits, time-outs), which outlives a destroyed communicator.
 struct World {
   std::vector<std::unique_ptr<Communicator>> comms;
   std::vector<InProcessLink*> links;
+  std::shared_ptr<InProcessRing> ring;
 };
 
 enum class Wrap { kPlain, kThreaded };
 
-World make_world(int size, Wrap wrap, std::chrono::milliseconds timeout = std::chrono::seconds(5)) {
+World make_world(int size, Wrap wrap, std::chrono::milliseconds timeout = std::chrono::seconds(5),
+                 LinkTime time = LinkTime::kWall) {
   World world;
-  auto links = make_in_process_ring(size, timeout);
+  world.ring = std::make_shared<InProcessRing>(size, time);
+  auto links = make_in_process_ring(world.ring, timeout);
   for (int rank = 0; rank < size; ++rank) {
     world.links.push_back(&dynamic_cast<InProcessLink&>(*links[rank]));
     std::unique_ptr<Communicator> comm =
@@ -143,10 +150,10 @@ void check_buckets(const PerRank& got, const PerRank& expected, const PerRank& i
   }
 }
 
-// Waits up to 5 s for done() to hold; false on the time-out, so a test fails instead of hanging.
+// Waits for done() to hold; false after a minute, a guard so that a test fails instead of hanging.
 template <typename Done>
 bool wait_for(Done done) {
-  const auto deadline = Clock::now() + std::chrono::seconds(5);
+  const auto deadline = Clock::now() + std::chrono::seconds(60);
   while (!done() && Clock::now() < deadline)
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   return done();
@@ -259,12 +266,12 @@ TEST_CASE("an abort mid-sequence fails the others' finishes with its message, th
     const std::string message = "rank " + std::to_string(failing) + " ran out of memory";
     PerRank data = make_inputs(size);
     std::vector<std::string> second(size), third(size), restart(size), aborter_restart(size);
-    std::vector<double> seconds(size, 0);
     std::atomic<int> others_ready{0};
     bool aborter_waited = false;
-    World world = make_world(size, Wrap::kThreaded, std::chrono::seconds(10));
+    // Simulated time that nobody moves: a receive ends on data or the abort, never on its
+    // time-out (one that would needs the guard and fails with another message).
+    World world = make_world(size, Wrap::kThreaded, std::chrono::seconds(10), LinkTime::kSimulated);
     run_ranks(world, [&](int rank, Communicator& comm) {
-      const auto begin = Clock::now();
       const ReduceTicket first = comm.start_all_reduce(data[rank][2].data(), 1009, ReduceOp::kSum);
       if (rank == failing) {
         comm.finish_all_reduce(first);
@@ -290,7 +297,6 @@ TEST_CASE("an abort mid-sequence fails the others' finishes with its message, th
       } catch (const IoError& e) {
         restart[rank] = e.what();
       }
-      seconds[rank] = std::chrono::duration<double>(Clock::now() - begin).count();
     });
     CHECK(aborter_waited);
     CHECK_THAT(aborter_restart[failing], Catch::Contains(message));
@@ -299,8 +305,9 @@ TEST_CASE("an abort mid-sequence fails the others' finishes with its message, th
       CHECK_THAT(second[rank], Catch::Contains(message));
       CHECK(third[rank] == second[rank]);
       CHECK(restart[rank] == second[rank]);
-      CHECK(seconds[rank] < 2.0);  // the abort travelled; nobody waited for the 10 s time-out
     }
+    for (int rank = 0; rank < size; ++rank)
+      CHECK(world.ring->timeouts_of(rank) == 0);  // the abort travelled; no wait timed out
   }
 }
 
@@ -332,39 +339,46 @@ TEST_CASE("an abort with jobs queued or in flight returns, and every peer hears 
 
 TEST_CASE("a peer that never starts makes finish throw the link's time-out, once") {
   PerRank data = make_inputs(2);
-  std::string first_error, second_error;
-  double seconds = 0;
-  World world = make_world(2, Wrap::kThreaded, std::chrono::milliseconds(200));
-  const auto begin = Clock::now();
+  const std::chrono::milliseconds timeout(200);
+  World world = make_world(2, Wrap::kThreaded, timeout, LinkTime::kSimulated);
   const ReduceTicket one =
       world.comms[0]->start_all_reduce(data[0][2].data(), 1009, ReduceOp::kSum);
   const ReduceTicket two =
       world.comms[0]->start_all_reduce(data[0][3].data(), 100000, ReduceOp::kSum);
-  first_error = error_of(*world.comms[0], one);
-  second_error = error_of(*world.comms[0], two);
+  // The first job is in flight: its first send is out and it waits for rank 1, which never
+  // comes; the time-out's worth of simulated time ends that wait.
+  REQUIRE(wait_for([&] { return world.ring->is_waiting(0); }));
+  CHECK(world.links[1]->unread_calls() == 1);
+  world.ring->advance(timeout);
+  const std::string first_error = error_of(*world.comms[0], one);
+  const std::string second_error = error_of(*world.comms[0], two);
   CHECK_THROWS_WITH(world.comms[0]->barrier(), Catch::Contains("timed out"));
-  seconds = std::chrono::duration<double>(Clock::now() - begin).count();
   CHECK_THAT(first_error, Catch::Contains("timed out") && Catch::Contains("from rank 1"));
   CHECK(second_error == first_error);
+  // Once: the second job and the barrier failed on the first job's time-out, without a wait.
+  CHECK(world.ring->timeouts_of(0) == 1);
   CHECK(world.links[1]->unread_calls() == 1);  // one send of the first job; nothing after it
-  CHECK(seconds < 2.0);
   CHECK_THROWS_AS(world.comms[0]->finish_all_reduce(ReduceTicket{3}), EnforceError);
 }
 
-TEST_CASE("destroying a threaded communicator with jobs queued returns within the time-out") {
+TEST_CASE("destroying a threaded communicator with jobs queued drops them and returns") {
   PerRank data = make_inputs(2);
-  World world = make_world(2, Wrap::kThreaded, std::chrono::milliseconds(200));
+  const std::chrono::milliseconds timeout(200);
+  World world = make_world(2, Wrap::kThreaded, timeout, LinkTime::kSimulated);
   for (size_t b = 1; b < 4; ++b)
     world.comms[0]->start_all_reduce(data[0][b].data(), data[0][b].size(), ReduceOp::kSum);
-  // Rank 1 never takes part: once rank 0's first job is in flight (its first send is out), it
-  // can only end by the link's time-out, and the two queued behind it must be dropped.
-  const bool in_flight = wait_for([&] { return world.links[1]->unread_calls() == 1; });
-  const auto begin = Clock::now();
-  world.comms[0].reset();
-  const double seconds = std::chrono::duration<double>(Clock::now() - begin).count();
+  // Rank 1 never takes part: once rank 0's first job is in flight (its first send is out and it
+  // waits), it can only end by the link's time-out, and the two queued behind it must be dropped.
+  const bool in_flight = wait_for([&] { return world.ring->is_waiting(0); });
+  std::thread destroyer([&] { world.comms[0].reset(); });
+  // The in-flight job's time-out. Whether it comes before the destructor takes the queue or
+  // after, the queued jobs are dropped unrun; a queued job that ran would wait again, and only
+  // the guard (kSimulatedTimeGuard) would end it.
+  world.ring->advance(timeout);
+  destroyer.join();
   CHECK(in_flight);
+  CHECK(world.ring->timeouts_of(0) == 1);      // the in-flight job's wait, and no other
   CHECK(world.links[1]->unread_calls() == 1);  // the queued jobs never touched the link
-  CHECK(seconds < 2.0);
 }
 
 TEST_CASE("HostStagedCommunicator reduces device buckets like the plain ring") {

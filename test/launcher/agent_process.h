@@ -217,14 +217,48 @@ inline std::vector<int> group_members(int pgid) {
   return members;
 }
 
-// Seconds until no live process is in group pgid, or -1 if some remain after limit seconds.
-inline double seconds_until_group_gone(int pgid, double limit) {
+// A guard against a hang, not a time limit: far above the seconds anything here takes.
+inline constexpr double kGuardSeconds = 60;
+
+// True once no live process is in group pgid; false if some remain after guard_seconds.
+inline bool group_gone(int pgid, double guard_seconds = kGuardSeconds) {
   double start = monotonic_seconds();
-  while (monotonic_seconds() - start < limit) {
-    if (group_members(pgid).empty()) return monotonic_seconds() - start;
+  while (!group_members(pgid).empty()) {
+    if (monotonic_seconds() - start > guard_seconds) return false;
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
-  return -1;
+  return true;
+}
+
+// How many members of group pgid run a command line that starts with command ("sleep 100").
+inline size_t group_members_running(int pgid, const std::string& command) {
+  size_t n = 0;
+  for (int pid : group_members(pgid)) n += cmdline(pid).rfind(command, 0) == 0;
+  return n;
+}
+
+// The agent's events in out's whole lines, in order.
+inline std::vector<launcher::AgentEvent> events_of(const std::string& out) {
+  std::vector<launcher::AgentEvent> events;
+  const std::string whole = out.substr(0, out.rfind('\n') + 1);  // npos + 1: none
+  for (const std::string& payload : lines_of(whole, AgentLine::Kind::kEvent)) {
+    auto event = launcher::parse_agent_event(payload);
+    REQUIRE(event);
+    events.push_back(*event);
+  }
+  return events;
+}
+
+// Events of type after the first one of type after; 0 while there is none.
+inline size_t count_after(const std::vector<launcher::AgentEvent>& events,
+                          launcher::AgentEvent::Type type, launcher::AgentEvent::Type after) {
+  size_t n = 0;
+  bool seen = false;
+  for (const launcher::AgentEvent& event : events) {
+    if (seen) n += event.type == type;
+    seen = seen || event.type == after;
+  }
+  return n;
 }
 
 // True when every marker byte in out starts a line and every marker line ends with '\n'.

@@ -8,7 +8,6 @@
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
-#include <chrono>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -108,12 +107,26 @@ inline std::vector<std::string> events_of(const std::string& run, const std::str
   return lines;
 }
 
-// Seconds from since until run has an event of this kind; -1 after timeout_seconds.
-inline double seconds_until_event(const std::string& run, const std::string& kind,
-                                  std::chrono::steady_clock::time_point since,
-                                  double timeout_seconds) {
-  if (!wait_for([&] { return !events_of(run, kind).empty(); }, timeout_seconds)) return -1;
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - since).count();
+// The kinds of run's events ("spawn", "shrink", ...), in the order events.jsonl has them.
+inline std::vector<std::string> event_kinds(const std::string& run) {
+  std::vector<std::string> kinds;
+  std::ifstream in(run + "/events.jsonl");
+  const std::string key = R"("event":")";
+  for (std::string line; std::getline(in, line);) {
+    size_t at = line.find(key);
+    if (at == std::string::npos) continue;
+    at += key.size();
+    kinds.push_back(line.substr(at, line.find('"', at) - at));
+  }
+  return kinds;
+}
+
+// The index in kinds of the first event of kind at or after from; kinds.size() when none.
+inline size_t first_event(const std::vector<std::string>& kinds, const std::string& kind,
+                          size_t from = 0) {
+  for (size_t i = from; i < kinds.size(); ++i)
+    if (kinds[i] == kind) return i;
+  return kinds.size();
 }
 
 }  // namespace dtrain::testing

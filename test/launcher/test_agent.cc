@@ -14,15 +14,15 @@
 #include <thread>
 
 #include "common/atomic_file.h"
-#include "common/clock.h"
 #include "common/control_protocol.h"
 #include "launcher/agent_output.h"
 #include "launcher/agent_protocol.h"
 #include "test/launcher/agent_process.h"
+#include "test/support/processes.h"
 #include "test/support/subprocess.h"
 #include "test/support/temp_dir.h"
 
-using dtrain::common::monotonic_seconds;
+using dtrain::launcher::AgentEvent;
 using dtrain::launcher::AgentLine;
 using dtrain::launcher::AgentOutput;
 using dtrain::launcher::AgentRequest;
@@ -31,12 +31,16 @@ using dtrain::launcher::kEventMarker;
 using dtrain::testing::process_alive;
 using dtrain::testing::agent::AgentProcess;
 using dtrain::testing::agent::cmdline;
+using dtrain::testing::agent::count_after;
+using dtrain::testing::agent::events_of;
+using dtrain::testing::agent::group_gone;
 using dtrain::testing::agent::group_members;
+using dtrain::testing::agent::group_members_running;
+using dtrain::testing::agent::kGuardSeconds;
 using dtrain::testing::agent::lines_of;
 using dtrain::testing::agent::markers_only_at_line_starts;
 using dtrain::testing::agent::read_as_launcher;
 using dtrain::testing::agent::request;
-using dtrain::testing::agent::seconds_until_group_gone;
 using dtrain::testing::agent::test_worker_request;
 using dtrain::testing::agent::worker_pid;
 namespace fs = std::filesystem;
@@ -133,10 +137,11 @@ TEST_CASE("agent: a signal command reaches the group; the exit code is the worke
     int worker = worker_pid(agent);
     REQUIRE(agent.read_until_contains("ready\n", 5));
     // sh does not wait for its background job to exec; a signal before that is lost to sh's trap
-    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    REQUIRE(dtrain::testing::wait_for(
+        [&] { return group_members_running(worker, "sleep 100") == 1; }, kGuardSeconds));
     agent.send(dtrain::launcher::format_agent_signal_command(SIGTERM));
-    CHECK(agent.wait(5) == 42);
-    CHECK(seconds_until_group_gone(worker, 1) >= 0);  // the background sleep got it too
+    CHECK(agent.wait(kGuardSeconds) == 42);
+    CHECK(group_gone(worker));  // the background sleep got it too
   }
   SECTION("a worker killed by SIGTERM: 143") {
     AgentProcess agent;
@@ -153,15 +158,19 @@ TEST_CASE("agent: a signal command reaches the group; the exit code is the worke
     int worker = worker_pid(agent);
     REQUIRE(agent.read_until_contains("line 0 of 1", 5));  // printed after SIGTERM is ignored
     agent.send("{\"signal\": 15}\nnot a command\n");
-    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    // The agent warns of the second line after it has sent the first one's SIGTERM, which the
+    // kernel drops at once for a process that ignores it.
+    REQUIRE(dtrain::testing::wait_for(
+        [&] { return agent.err().find("ignored a command") != std::string::npos; }, kGuardSeconds));
     CHECK(process_alive(worker));
     agent.send("{\"signal\": 9}\n");
-    CHECK(agent.wait(5) == 137);
-    CHECK(agent.err().find("ignored a command") != std::string::npos);
+    CHECK(agent.wait(kGuardSeconds) == 137);  // SIGKILL ended it, not the SIGTERM before
+    CHECK(lines_of(agent.out(), AgentLine::Kind::kEvent).back() ==
+          R"({"event":"exit","signal":9})");
   }
 }
 
-TEST_CASE("agent: the end of stdin ends the whole process group within 2 s", "[agent]") {
+TEST_CASE("agent: the end of stdin ends the whole process group", "[agent]") {
   SECTION("a worker and a grandchild that ignore SIGTERM") {
     AgentProcess agent;
     agent.send(test_worker_request({"--grandchild", "--hang", "--ignore-sigterm"}));
@@ -169,24 +178,24 @@ TEST_CASE("agent: the end of stdin ends the whole process group within 2 s", "[a
     REQUIRE(agent.read_until_contains("grandchild pid=", 5));
     REQUIRE(group_members(worker).size() == 2);
     agent.close_stdin();
-    double gone = seconds_until_group_gone(worker, 3);
-    CHECK(gone >= 1.0);  // SIGTERM was ignored: SIGKILL did it
-    CHECK(gone >= 0);
-    CHECK(gone < 2.0);
-    CHECK(agent.wait(2) == 137);
+    CHECK(group_gone(worker));
+    CHECK(agent.wait(kGuardSeconds) == 137);  // SIGTERM was ignored: SIGKILL did it
+    std::vector<AgentEvent> events = events_of(agent.out());
+    REQUIRE_FALSE(events.empty());
+    CHECK(events.back().type == AgentEvent::Type::kExit);
+    CHECK(events.back().status.signal == SIGKILL);
   }
   SECTION("a shell with a background job") {
     AgentProcess agent;
     agent.send(request({"sh", "-c", "sleep 100 & echo started; sleep 100"}));
     int worker = worker_pid(agent);
     REQUIRE(agent.read_until_contains("started\n", 5));
-    std::this_thread::sleep_for(std::chrono::milliseconds(200));  // the background job exec'd
+    REQUIRE(dtrain::testing::wait_for(  // both sleeps exec'd: sh and two sleeps in the group
+        [&] { return group_members_running(worker, "sleep 100") == 2; }, kGuardSeconds));
     REQUIRE(group_members(worker).size() == 3);
     agent.close_stdin();
-    double gone = seconds_until_group_gone(worker, 3);
-    CHECK(gone >= 0);
-    CHECK(gone < 2.0);
-    CHECK(agent.wait(2) == 143);
+    CHECK(group_gone(worker));
+    CHECK(agent.wait(kGuardSeconds) == 143);  // SIGTERM was enough
   }
 }
 
@@ -220,19 +229,30 @@ TEST_CASE(
     CHECK(parsed->signal == SIGTERM);
   }
   SECTION("a worker that ignores it is SIGKILLed after the grace; the end of stdin cuts it short") {
-    AgentProcess agent({"--signal-grace", "30"});
+    // A grace of an hour, far beyond the guard: the group can end within the guard only because
+    // the end of stdin brought the SIGKILL forward.
+    AgentProcess agent({"--signal-grace", "3600"});
     agent.send(test_worker_request({"--hang", "--ignore-sigterm", "--lines", "1"}));
     int worker = worker_pid(agent);
     REQUIRE(agent.read_until_contains("line 0 of 1", 5));
     ::kill(agent.pid(), SIGTERM);
-    REQUIRE(agent.read_until_contains("signaled", 5));
-    std::this_thread::sleep_for(std::chrono::milliseconds(500));
-    CHECK(process_alive(worker));  // still within the 30 s grace
-    agent.close_stdin();           // the session closed: SIGKILL within 2 s after all
-    double gone = seconds_until_group_gone(worker, 3);
-    CHECK(gone >= 0);
-    CHECK(gone < 2.0);
-    CHECK(agent.wait(2) == 137);
+    // Two watch events after the signaled one: the agent's loop checked its deadlines at least
+    // once after it passed SIGTERM on, and the worker was still running at the second.
+    auto two_watches = [](const std::string& out) {
+      return count_after(events_of(out), AgentEvent::Type::kWatch, AgentEvent::Type::kSignaled) >=
+             2;
+    };
+    REQUIRE(agent.read_until(two_watches, kGuardSeconds));
+    CHECK(process_alive(worker));  // still within the grace
+    for (const AgentEvent& event : events_of(agent.out()))
+      CHECK(event.type != AgentEvent::Type::kExit);
+    agent.close_stdin();  // the session closed: SIGKILL kill_after_seconds later after all
+    CHECK(group_gone(worker));
+    CHECK(agent.wait(kGuardSeconds) == 137);
+    std::vector<AgentEvent> events = events_of(agent.out());
+    REQUIRE_FALSE(events.empty());
+    CHECK(events.back().type == AgentEvent::Type::kExit);
+    CHECK(events.back().status.signal == SIGKILL);
   }
 }
 
@@ -249,11 +269,8 @@ TEST_CASE("agent: SIGKILL of the agent kills the worker (parent-death signal)", 
   fs::path folder = fs::path(environ.substr(at, environ.find('\0', at) - at)).parent_path();
   REQUIRE(folder.filename().string().rfind("dtrain-agent-", 0) == 0);
   ::kill(agent.pid(), SIGKILL);
-  CHECK(agent.wait(2) == 128 + SIGKILL);
-  double start = monotonic_seconds();
-  while (process_alive(worker) && monotonic_seconds() - start < 2)
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  CHECK_FALSE(process_alive(worker));
+  CHECK(agent.wait(kGuardSeconds) == 128 + SIGKILL);
+  CHECK(dtrain::testing::wait_for([&] { return !process_alive(worker); }, kGuardSeconds));
   fs::remove_all(folder);
 }
 
@@ -284,9 +301,7 @@ TEST_CASE("agent: a bad or missing first line is exit 2 with a message", "[agent
 
 TEST_CASE("agent: no first line within the time-out is exit 2", "[agent]") {
   AgentProcess agent({"--request-timeout", "0.3"});
-  double start = monotonic_seconds();
-  CHECK(agent.wait(5) == 2);
-  CHECK(monotonic_seconds() - start < 2);
+  CHECK(agent.wait(kGuardSeconds) == 2);  // its own time-out ended it, not the guard's SIGKILL
   CHECK(agent.err().find("no request on stdin within 0.3 s") != std::string::npos);
 }
 

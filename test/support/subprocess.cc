@@ -76,6 +76,10 @@ std::string BackgroundProcess::out_so_far() const {
   return slurp(dir_ + "/out");
 }
 
+std::string BackgroundProcess::err_so_far() const {
+  return slurp(dir_ + "/err");
+}
+
 ProcessResult BackgroundProcess::wait(double timeout_seconds) {
   ProcessResult result;
   auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_seconds);

@@ -41,6 +41,8 @@ class BackgroundProcess {
   ProcessResult wait(double timeout_seconds = 60);
   /// Output written so far (stdout).
   std::string out_so_far() const;
+  /// Output written so far (stderr).
+  std::string err_so_far() const;
 
  private:
   std::string dir_;

@@ -4,7 +4,9 @@
 // nothing, like a peer cut off by the network) leaves its collective at once on a notice for the
 // next generation instead of waiting out the link's time-out (600 s). A worker finishing under a
 // stream of SIGUSR1 (the launcher notices every member when another fails) still exits 0: the
-// signal thread outlives main() and must stay harmless through static destruction.
+// signal thread outlives main() and must stay harmless through static destruction. The tests
+// wait for what the worker writes (its log, its progress record) and assert order and outcome;
+// their time-outs are guards against a hang only.
 #include <signal.h>
 
 #include <catch2/catch.hpp>
@@ -19,6 +21,7 @@
 #include "common/ports.h"
 #include "common/progress_record.h"
 #include "common/tf_config.h"
+#include "test/support/processes.h"
 #include "test/support/subprocess.h"
 #include "test/support/temp_dir.h"
 
@@ -26,6 +29,9 @@ using namespace dtrain;
 using Clock = std::chrono::steady_clock;
 
 namespace {
+
+// A guard against a hang, not a time limit: far above the seconds anything here takes.
+constexpr double kGuardSeconds = 60;
 
 // tiny-synthetic, longer: 3 epochs of 100 steps, rank 0 sleeping 10 ms a step (the others wait
 // for it), so training lasts a few seconds; communication as asked.
@@ -70,6 +76,19 @@ bool reached_step(const std::string& record, int64_t steps) {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
   return false;
+}
+
+// The state letter of pid in /proc/<pid>/stat (R, S, T, Z, ...); '?' when it cannot be read.
+char process_state(int pid) {
+  std::string stat = testing::read_all("/proc/" + std::to_string(pid) + "/stat");
+  size_t close = stat.rfind(')');
+  return close != std::string::npos && close + 2 < stat.size() ? stat[close + 2] : '?';
+}
+
+// Waits until the worker's log (stderr so far) holds text; false after the guard.
+bool logged(const testing::BackgroundProcess& worker, const std::string& text) {
+  return testing::wait_for([&] { return worker.err_so_far().find(text) != std::string::npos; },
+                           kGuardSeconds);
 }
 
 void queue_sigusr1(int pid, int generation) {
@@ -133,24 +152,32 @@ TEST_CASE("a worker training undisturbed survives SIGUSR1, plain or queued, and 
                                      job_file(dir, "ring"), "--run-dir", dir.path() + "/run"},
                                     options);
   REQUIRE(reached_step(options.env["DTRAIN_PROGRESS_FILE"].value(), 5));
-  // Standard signals do not queue: one sent while another SIGUSR1 is pending is lost, so the
-  // test gives the worker's signal thread time to take each.
-  auto pause = [] { std::this_thread::sleep_for(std::chrono::milliseconds(100)); };
+  // Standard signals do not queue: one sent while another SIGUSR1 is pending is lost, so each
+  // waits until the worker's signal thread has logged the one before.
+  const std::string plain = "without a generation: ignored";
+  // In place or not, a world of one that is not elastic takes no notice: it could not re-form
+  // (an elastic group shrunk to one does: test_interrupt, the test bed of docs/multi-host.md).
+  const std::string zero = "notice for generation 0 ignored: no group here to leave";
+  const std::string one = "notice for generation 1 ignored: no group here to leave";
   worker.signal(SIGUSR1);  // plain: no generation
-  pause();
+  CHECK(logged(worker, plain));
   queue_sigusr1(worker.pid(), 0);  // the generation it is in: nothing to leave
-  pause();
+  CHECK(logged(worker, zero));
   queue_sigusr1(worker.pid(), 1);  // a world of one that is not elastic has no group to re-form
-  pause();
-  CHECK(global_step(options.env["DTRAIN_PROGRESS_FILE"].value()) < 300);  // still training
+  CHECK(logged(worker, one));
+  // Taken while it trained: its 300 steps were not all done yet.
+  CHECK(global_step(options.env["DTRAIN_PROGRESS_FILE"].value()) < 300);
   testing::ProcessResult r = worker.wait(120);
   INFO(r.err);
   CHECK(r.exit_code == 0);
-  CHECK_THAT(r.err, Catch::Contains("without a generation: ignored"));
-  // In place or not, a world of one that is not elastic takes no notice: it could not re-form
-  // (an elastic group shrunk to one does: test_interrupt, the test bed of docs/multi-host.md).
-  CHECK_THAT(r.err, Catch::Contains("notice for generation 0 ignored: no group here to leave"));
-  CHECK_THAT(r.err, Catch::Contains("notice for generation 1 ignored: no group here to leave"));
+  // Each once, in the order sent, and all before the worker finished.
+  for (const std::string* text : {&plain, &zero, &one}) {
+    CAPTURE(*text);
+    CHECK(r.err.find(*text) == r.err.rfind(*text));
+  }
+  CHECK(r.err.find(plain) < r.err.find(zero));
+  CHECK(r.err.find(zero) < r.err.find(one));
+  CHECK(r.err.find(one) < r.err.rfind("finished"));
 }
 
 TEST_CASE("a notice makes a worker leave a collective its frozen peer never joins") {
@@ -176,16 +203,22 @@ TEST_CASE("a notice makes a worker leave a collective its frozen peer never join
   }
   REQUIRE(reached_step(dir.path() + "/progress-1", 5));
   workers[1]->signal(SIGSTOP);  // frozen: its sockets and shared memory stay open
-  std::this_thread::sleep_for(std::chrono::milliseconds(500));  // worker 0 waits for it now
-  const auto noticed = Clock::now();
+  // Worker 0 waits for it now: worker 1 is stopped, and worker 0 is inside a collective that
+  // worker 1 has not ended (and cannot, stopped).
+  const auto waits_for_frozen_peer = [&] {
+    auto zero = common::read_progress_record(dir.path() + "/progress-0");
+    auto one = common::read_progress_record(dir.path() + "/progress-1");
+    return process_state(workers[1]->pid()) == 'T' && zero && one && zero->in_collective() &&
+           zero->begun > one->ended;
+  };
+  REQUIRE(testing::wait_for(waits_for_frozen_peer, kGuardSeconds));
   queue_sigusr1(workers[0]->pid(), 1);
-  testing::ProcessResult r = workers[0]->wait(60);
-  const double seconds = std::chrono::duration<double>(Clock::now() - noticed).count();
+  // The guard is far below the link's time-out (600 s): only the notice can end the wait in it.
+  testing::ProcessResult r = workers[0]->wait(kGuardSeconds);
   workers[1]->signal(SIGKILL);
   workers[1]->wait(10);
   INFO(r.err);
   CHECK_FALSE(r.timed_out);
-  CHECK(seconds < 30);  // not the link's time-out (600 s)
   CHECK_THAT(r.err, Catch::Contains("notice: the launcher re-forms the group as generation 1"));
   // Nobody answers its reform request here, so it ends; under a launcher it joins generation 1.
   CHECK_THAT(r.err, Catch::Contains("the group broke"));
