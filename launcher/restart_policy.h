@@ -37,8 +37,8 @@ class RestartBook {
   explicit RestartBook(common::RestartPolicy policy, uint64_t jitter_seed = 0);
 
   Decision decide(const AttemptEnd& end);
-  /// One training task's end that the rest of the group outlives (docs/design.md#in-place-
-  /// recovery), end describing that task alone: counted like a restart (failures and crashes
+  /// One training task's end that the rest of the group outlives
+  /// (docs/design.md#in-place-recovery), end describing that task alone: counted like a restart (failures and crashes
   /// from max_restarts, preemptions from max_preemptions, the same rule for ends before any
   /// progress), but with no back-off, since the replacement starts at once, and no effect on
   /// the back-off of a later whole-group restart. place_lost: the task's host or node was lost

@@ -1,5 +1,5 @@
-// End to end through `dtrain launch` with three real dtrain-workers (docs/design.md#in-place-
-// recovery): worker 1 is SIGKILLed in the middle of an epoch, with epoch checkpoints only. The
+// End to end through `dtrain launch` with three real dtrain-workers
+// (docs/design.md#in-place-recovery): worker 1 is SIGKILLed in the middle of an epoch, with epoch checkpoints only. The
 // launcher replaces it in place: workers 0 and 2 are the same processes at the end, the group
 // re-formed as generation 1 and redid at most one step, and the final model is the undisturbed
 // run's, bit for bit (with a spare too, which ran a warm-up step before its promotion, and with a
