@@ -38,11 +38,11 @@ class RestartBook {
 
   Decision decide(const AttemptEnd& end);
   /// One training task's end that the rest of the group outlives
-  /// (docs/design.md#in-place-recovery), end describing that task alone: counted like a restart (failures and crashes
-  /// from max_restarts, preemptions from max_preemptions, the same rule for ends before any
-  /// progress), but with no back-off, since the replacement starts at once, and no effect on
-  /// the back-off of a later whole-group restart. place_lost: the task's host or node was lost
-  /// (end then describes a failure with progress, as decide's caller does): the replacement
+  /// (docs/design.md#in-place-recovery), end describing that task alone: counted like a restart
+  /// (failures and crashes from max_restarts, preemptions from max_preemptions, the same rule for
+  /// ends before any progress), but with no back-off, since the replacement starts at once, and no
+  /// effect on the back-off of a later whole-group restart. place_lost: the task's host or node was
+  /// lost (end then describes a failure with progress, as decide's caller does): the replacement
   /// there waits an exponential back-off of its own, as a restarted group would, which an end
   /// that is not of a lost place, or a run of healthy_seconds, resets.
   Decision decide_in_place(const AttemptEnd& end, bool place_lost = false);

@@ -1,10 +1,11 @@
 // End to end through `dtrain launch` with three real dtrain-workers
-// (docs/design.md#in-place-recovery): worker 1 is SIGKILLed in the middle of an epoch, with epoch checkpoints only. The
-// launcher replaces it in place: workers 0 and 2 are the same processes at the end, the group
-// re-formed as generation 1 and redid at most one step, and the final model is the undisturbed
-// run's, bit for bit (with a spare too, which ran a warm-up step before its promotion, and with a
-// dynamic loss scale, whose power-of-two scale changes no bit). The same job with "recovery":
-// "restart" takes the old path: every worker restarts from the last epoch checkpoint.
+// (docs/design.md#in-place-recovery): worker 1 is SIGKILLed in the middle of an epoch, with epoch
+// checkpoints only. The launcher replaces it in place: workers 0 and 2 are the same processes at
+// the end, the group re-formed as generation 1 and redid at most one step, and the final model is
+// the undisturbed run's, bit for bit (with a spare too, which ran a warm-up step before its
+// promotion, and with a dynamic loss scale, whose power-of-two scale changes no bit). The same job
+// with "recovery": "restart" takes the old path: every worker restarts from the last epoch
+// checkpoint.
 #include <signal.h>
 
 #include <catch2/catch.hpp>
