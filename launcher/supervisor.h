@@ -280,7 +280,7 @@ class Supervisor {
   const Task* acting_chief() const;
   void record_membership(const char* kind, const std::string& host,
                          const std::vector<std::string>& names, const std::string& why);
-  /// Why host's members may not leave the group, "" when they may.
+  /// Why host's members may not leave the group, "" when they may (or none is there).
   std::string host_must_stay(const std::string& host) const;
   /// Every member of host leaves; false (nothing done) when that would leave fewer than
   /// min_workers or the chief is there. cause: the task whose end started it (may be null).

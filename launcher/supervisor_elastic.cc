@@ -89,9 +89,9 @@ void Supervisor::record_membership(const char* kind, const std::string& host,
   });
 }
 
-// Why the members on host may not leave, "" when they may: at least min_workers stay, and for a
-// command job the chief (MASTER_ADDR, and its program's own rank 0) is not among them. A
-// dtrain-worker group hands the chief's duties to its first member.
+// Why the members on host may not leave, "" when they may (or when none is there): at least
+// min_workers stay, and for a command job the chief (MASTER_ADDR, and its program's own rank 0)
+// is not among them. A dtrain-worker group hands the chief's duties to its first member.
 std::string Supervisor::host_must_stay(const std::string& host) const {
   int leaving = 0;
   const Task* first = nullptr;
@@ -104,7 +104,7 @@ std::string Supervisor::host_must_stay(const std::string& host) const {
       return fmt::format("{} on {} is the chief, MASTER_ADDR of the program's group",
                          t->plan.task.text(), t->plan.place_text());
   }
-  if (!first) return fmt::format("no member runs on {}", host);
+  if (!first) return "";
   const int left = world_size() - leaving;
   if (left < plan_.elastic_min_workers)
     return fmt::format("without {} the group would have {} worker(s), below elastic.min_workers {}",
@@ -115,14 +115,14 @@ std::string Supervisor::host_must_stay(const std::string& host) const {
 // The members on host, when they may leave (host_must_stay); the reason is logged when not.
 bool Supervisor::may_let_go(const std::string& host, std::vector<Task*>& leaving) {
   leaving.clear();
-  const std::string stay = host_must_stay(host);
-  if (!stay.empty()) {
-    if (stay.rfind("no member", 0) != 0) spdlog::warn("no shrink: {}", stay);
-    return false;
-  }
   for (auto& t : tasks_)
     if (member(*t) && t->plan.remote() && t->plan.where == host) leaving.push_back(t.get());
-  return true;
+  if (leaving.empty()) return false;
+  const std::string stay = host_must_stay(host);
+  if (stay.empty()) return true;
+  spdlog::warn("no shrink: {}", stay);
+  leaving.clear();
+  return false;
 }
 
 bool Supervisor::shrink_host(const std::string& host, const std::string& why, const Task* cause) {

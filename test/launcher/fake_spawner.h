@@ -20,6 +20,17 @@
 
 namespace dtrain::testing {
 
+/// Runs body on the loop seconds from now on clock; the timer lives as long as the result.
+inline std::shared_ptr<launcher::LoopTimer> run_after(launcher::LoopClock& clock, double seconds,
+                                                      std::function<void()> body) {
+  std::shared_ptr<launcher::LoopTimer> timer = clock.make_timer();
+  timer->expires_after(seconds);
+  timer->async_wait([body = std::move(body)](const boost::system::error_code& ec) {
+    if (!ec) body();
+  });
+  return timer;
+}
+
 struct FakeProcess {
   boost::asio::io_context* io = nullptr;
   launcher::LoopClock* clock = nullptr;  ///< the spawner's
@@ -61,12 +72,7 @@ struct FakeProcess {
   /// Runs body on the loop seconds from now on the spawner's clock (while the process lives:
   /// its timers go with it).
   void after(double seconds, std::function<void()> body) {
-    std::shared_ptr<launcher::LoopTimer> timer = clock->make_timer();
-    timer->expires_after(seconds);
-    timer->async_wait([body = std::move(body)](const boost::system::error_code& ec) {
-      if (!ec) body();
-    });
-    timers.push_back(std::move(timer));
+    timers.push_back(run_after(*clock, seconds, std::move(body)));
   }
   std::vector<std::shared_ptr<launcher::LoopTimer>> timers;
   void print(const std::string& text) {

@@ -4,6 +4,7 @@
 // it is a sequence of events, the same at every run and on any machine, however busy.
 #pragma once
 
+#include <algorithm>
 #include <boost/asio/error.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/post.hpp>
@@ -40,20 +41,6 @@ class SimClock : public launcher::LoopClock {
     std::sort(due.begin(), due.end());
     for (auto& [order, t] : due) t->fire({});
     return true;
-  }
-  /// Moves time on by seconds, firing every timer due on the way, in order.
-  void advance_by(double seconds) {
-    const double until = now_ + seconds;
-    for (;;) {
-      double next = std::numeric_limits<double>::infinity();
-      for (Timer* t : timers_)
-        if (!t->waiting_.empty()) next = std::min(next, t->expiry_);
-      if (next > until) break;
-      advance();
-      io_.restart();
-      io_.poll();
-    }
-    now_ = until;
   }
 
  private:

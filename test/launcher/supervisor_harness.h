@@ -126,12 +126,7 @@ struct SupervisorHarness {
   }
   /// Runs body on the loop seconds from now, on the job's clock.
   void after(double seconds, std::function<void()> body) {
-    std::shared_ptr<launcher::LoopTimer> timer = clock->make_timer();
-    timer->expires_after(seconds);
-    timer->async_wait([body = std::move(body)](const boost::system::error_code& ec) {
-      if (!ec) body();
-    });
-    timers.push_back(std::move(timer));
+    timers.push_back(run_after(*clock, seconds, std::move(body)));
   }
   int spawns_of_attempt(int attempt) const {
     int n = 0;
