@@ -8,12 +8,12 @@
 # CTest test "layers". Files belong to the target that lists them as sources; a header to the
 # target of its .cc/.cu of the same name, else to its folder's first target.
 #
-# Inside a layer registered ACYCLIC, the modules (a header and its .cc: launcher/slurm.h and
-# slurm.cc) must not include each other in a cycle: what two modules both need goes into a third
-# that both include (launcher/shell_quote.h). A part of a class split over files, named
-# <module>_<part> and including <module>.h (launcher/supervisor_task.h, supervisor_elastic.cc),
-# counts as that module. The launcher, one flat folder, is checked so; the worker's folders are
-# layers of their own and not yet (docs/design.md#layers).
+# Inside a layer registered ACYCLIC, the modules (a header and its .cc: launcher/placement/slurm.h
+# and slurm.cc) must not include each other in a cycle: what two modules both need goes into a
+# third that both include (launcher/process/shell_quote.h). A part of a class split over files,
+# named <module>_<part> and including <module>.h (launcher/supervisor/supervisor_task.h,
+# supervisor_elastic.cc), counts as that module. The launcher's folders are checked so; the
+# worker's folders are layers of their own and not yet (docs/design.md#layers).
 
 # dtrain_layer(<target> <folder> [ACYCLIC]): registers <target> as the library of <folder>
 # (relative to the calling CMakeLists.txt); ACYCLIC: its modules may not include each other in a
@@ -130,10 +130,10 @@ function(dtrain_check_layers)
     # And a cycle: two launcher modules that include each other.
     add_test(NAME layers_catch_cycle
              COMMAND ${CMAKE_COMMAND} -DRULES=${rules_file} -DROOT=${PROJECT_SOURCE_DIR}
-                     "-DPRETEND=test/layers/cycle_a.h=launcher/cycle_a.h,test/layers/cycle_b.cc=launcher/cycle_b.cc"
+                     "-DPRETEND=test/layers/cycle_a.h=launcher/plan/cycle_a.h,test/layers/cycle_b.cc=launcher/plan/cycle_b.cc"
                      -P ${PROJECT_SOURCE_DIR}/cmake/check_layers.cmake)
     set_tests_properties(layers_catch_cycle PROPERTIES
-      PASS_REGULAR_EXPRESSION "include cycle: launcher/cycle_[ab] -> launcher/cycle_[ab] -> launcher/cycle_[ab]"
+      PASS_REGULAR_EXPRESSION "include cycle: launcher/plan/cycle_[ab] -> launcher/plan/cycle_[ab] -> launcher/plan/cycle_[ab]"
       LABELS unit TIMEOUT 60)
   endif()
 endfunction()

@@ -98,8 +98,8 @@ foreach(file IN LISTS files)
 endforeach()
 
 # The module of a file: its path without the extension, or, for a part of a class split over
-# files (launcher/supervisor_task.h, launcher/supervisor_teardown.cc), the module whose header it
-# includes and whose name begins its own, followed by "_".
+# files (launcher/supervisor/supervisor_task.h, launcher/supervisor/supervisor_teardown.cc), the
+# module whose header it includes and whose name begins its own, followed by "_".
 function(module_of out file)
   string(REGEX REPLACE "\\.[^./]*$" "" stem "${file}")
   get_filename_component(dir "${stem}" DIRECTORY)

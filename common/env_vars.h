@@ -36,7 +36,7 @@ inline constexpr EnvVar kEnvPythonUnbuffered{"PYTHONUNBUFFERED", "1",
                                              "set for command jobs: Python writes lines at once"};
 inline constexpr EnvVar kEnvOmpThreads{"OMP_NUM_THREADS", "", "threads per worker"};
 inline constexpr EnvVar kEnvCudaDevices{"CUDA_VISIBLE_DEVICES", "", "GPU of this worker"};
-// torchrun's variables (launcher/torch_env.h, docs/tf-config.md), for PyTorch programs.
+// torchrun's variables (launcher/plan/torch_env.h, docs/tf-config.md), for PyTorch programs.
 inline constexpr EnvVar kEnvRank{"RANK", "", "training rank, TF_CONFIG's ring order"};
 inline constexpr EnvVar kEnvLocalRank{"LOCAL_RANK", "", "rank among the host's tasks"};
 inline constexpr EnvVar kEnvWorldSize{"WORLD_SIZE", "", "training tasks"};

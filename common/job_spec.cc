@@ -256,7 +256,8 @@ JobSpec load_job_spec(const std::string& path) {
 }
 
 ClusterSpec resolve_cluster(const JobSpec& spec) {
-  DT_ENFORCE(!spec.slurm, "a Slurm job's cluster comes from its allocation (launcher/slurm.h)");
+  DT_ENFORCE(!spec.slurm,
+             "a Slurm job's cluster comes from its allocation (launcher/placement/slurm.h)");
   if (spec.auto_workers == 0) return spec.cluster;
   std::vector<std::string> addresses;
   for (int port : pick_free_ports(spec.auto_workers)) {

@@ -24,8 +24,9 @@ struct RestartPolicy {
   double healthy_seconds = 60.0;      ///< running this long resets the back-off
 };
 
-/// The `slurm` object of a `"cluster": "slurm"` job (launcher/slurm.h, docs/multi-host.md). What
-/// the launcher takes from the allocation it runs in; nodes..sbatch shape `dtrain slurm-script`.
+/// The `slurm` object of a `"cluster": "slurm"` job (launcher/placement/slurm.h,
+/// docs/multi-host.md). What the launcher takes from the allocation it runs in; nodes..sbatch shape
+/// `dtrain slurm-script`.
 struct SlurmOptions {
   /// Worker i listens on port_base + i, so tasks on nodes that share an address never collide;
   /// unset: derived from SLURM_JOB_ID (20000-32191, below Linux's ephemeral range).
@@ -88,10 +89,12 @@ struct JobSpec {
   SuccessRule success = SuccessRule::kAllTasks;
   /// Several local workers may share one GPU (else more local workers than GPUs is refused).
   bool gpu_sharing = false;
-  /// MASTER_PORT of torchrun's variables (launcher/torch_env.h); unset: the launcher picks one.
+  /// MASTER_PORT of torchrun's variables (launcher/plan/torch_env.h); unset: the launcher picks
+  /// one.
   std::optional<int> master_port;
-  /// What the job asks for; the launch plan may still restart (launcher/launch_plan.h). Default:
-  /// in place for dtrain-worker jobs, restart for `command` jobs (a program that owns its state).
+  /// What the job asks for; the launch plan may still restart (launcher/plan/launch_plan.h).
+  /// Default: in place for dtrain-worker jobs, restart for `command` jobs (a program that owns its
+  /// state).
   RecoveryMode recovery = RecoveryMode::kInPlace;
   /// Standby dtrain-workers, promoted to a failed task's place (docs/design.md#in-place-recovery).
   int spares = 0;

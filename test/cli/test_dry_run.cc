@@ -9,8 +9,8 @@
 #include <filesystem>
 #include <fstream>
 
-#include "launcher/dry_run.h"
-#include "launcher/run_preparation.h"
+#include "launcher/plan/dry_run.h"
+#include "launcher/plan/run_preparation.h"
 #include "test/support/subprocess.h"
 #include "test/support/temp_dir.h"
 

@@ -12,7 +12,7 @@
 #include <thread>
 
 #include "common/json.h"
-#include "launcher/run_list.h"
+#include "launcher/control/run_list.h"
 #include "test/support/subprocess.h"
 #include "test/support/temp_dir.h"
 

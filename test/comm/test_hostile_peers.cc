@@ -23,7 +23,7 @@
 
 #include "common/errors.h"
 #include "common/ports.h"
-#include "launcher/control_server.h"
+#include "launcher/control/control_server.h"
 #include "test/support/temp_dir.h"
 #include "worker/comm/frame.h"
 #include "worker/comm/tcp/acceptor.h"
@@ -199,7 +199,7 @@ TEST_CASE(
   CHECK(text.size() < 20000);
 }
 
-// ---- The launcher's control socket (launcher/control_server.h) ----
+// ---- The launcher's control socket (launcher/control/control_server.h) ----
 
 namespace {
 

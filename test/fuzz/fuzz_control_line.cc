@@ -1,12 +1,12 @@
 // Lines the launcher reads from processes it does not trust: control-socket lines from workers
 // (common/control_protocol.h: messages, and the reform requests and replies of in-place
 // recovery, with an elastic group's members) and an agent's stdout events and stdin requests
-// (launcher/agent_protocol.h). What parses formats back to a line that parses the same.
+// (launcher/placement/agent_protocol.h). What parses formats back to a line that parses the same.
 #include <string_view>
 #include <vector>
 
 #include "common/control_protocol.h"
-#include "launcher/agent_protocol.h"
+#include "launcher/placement/agent_protocol.h"
 #include "test/fuzz/fuzz_support.h"
 
 namespace {

@@ -1,5 +1,5 @@
-// The line splitters: the launcher's (launcher/line_splitter.h: whatever the bytes and however
-// they are cut into reads, the lines put together are the input, the same lines as from one
+// The line splitters: the launcher's (launcher/process/line_splitter.h: whatever the bytes and
+// however they are cut into reads, the lines put together are the input, the same lines as from one
 // read, no line is longer than the limit and its terminator, and only a line's end ("\r\n" or
 // its last byte) may be a terminator) and `dtrain logs`' (LogLineSplitter: the same lines
 // whether the bytes come in one read or many). The first byte picks the limit, the second the
@@ -7,8 +7,8 @@
 #include <string>
 #include <vector>
 
-#include "launcher/line_splitter.h"
-#include "launcher/log_follower.h"
+#include "launcher/process/line_splitter.h"
+#include "launcher/view/log_follower.h"
 #include "test/fuzz/fuzz_support.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

@@ -23,8 +23,8 @@
 #include "common/atomic_file.h"
 #include "common/clock.h"
 #include "common/unique_fd.h"
-#include "launcher/agent_protocol.h"
-#include "launcher/line_splitter.h"
+#include "launcher/placement/agent_protocol.h"
+#include "launcher/process/line_splitter.h"
 #include "test/support/subprocess.h"
 #include "test/support/temp_dir.h"
 

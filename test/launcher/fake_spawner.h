@@ -14,9 +14,9 @@
 #include <string>
 #include <vector>
 
-#include "launcher/agent_protocol.h"
-#include "launcher/loop_clock.h"
-#include "launcher/process_spawner.h"
+#include "launcher/placement/agent_protocol.h"
+#include "launcher/placement/process_spawner.h"
+#include "launcher/process/loop_clock.h"
 
 namespace dtrain::testing {
 

@@ -1,7 +1,7 @@
-// A simulated LoopClock (launcher/loop_clock.h) for the supervisor's unit tests: time stands still
-// while the loop has work, and advance() jumps it to the earliest pending timer, whose handlers
-// are then posted to the loop in expiry order (ties in the order they were armed). A test run on
-// it is a sequence of events, the same at every run and on any machine, however busy.
+// A simulated LoopClock (launcher/process/loop_clock.h) for the supervisor's unit tests: time
+// stands still while the loop has work, and advance() jumps it to the earliest pending timer, whose
+// handlers are then posted to the loop in expiry order (ties in the order they were armed). A test
+// run on it is a sequence of events, the same at every run and on any machine, however busy.
 #pragma once
 
 #include <algorithm>
@@ -15,7 +15,7 @@
 #include <utility>
 #include <vector>
 
-#include "launcher/loop_clock.h"
+#include "launcher/process/loop_clock.h"
 
 namespace dtrain::testing {
 

@@ -15,8 +15,8 @@
 
 #include "common/atomic_file.h"
 #include "common/control_protocol.h"
-#include "launcher/agent_output.h"
-#include "launcher/agent_protocol.h"
+#include "launcher/placement/agent_output.h"
+#include "launcher/placement/agent_protocol.h"
 #include "test/launcher/agent_process.h"
 #include "test/support/processes.h"
 #include "test/support/subprocess.h"

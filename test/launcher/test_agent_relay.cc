@@ -21,8 +21,8 @@
 #include "common/clock.h"
 #include "common/control_protocol.h"
 #include "common/unique_fd.h"
-#include "launcher/agent_control.h"
-#include "launcher/agent_protocol.h"
+#include "launcher/placement/agent_control.h"
+#include "launcher/placement/agent_protocol.h"
 #include "test/launcher/agent_process.h"
 #include "test/support/subprocess.h"
 

@@ -13,8 +13,8 @@
 #include <string>
 #include <vector>
 
-#include "launcher/console.h"
-#include "launcher/console_log_sink.h"
+#include "launcher/view/console.h"
+#include "launcher/view/console_log_sink.h"
 #include "test/support/temp_dir.h"
 
 using namespace dtrain::launcher;

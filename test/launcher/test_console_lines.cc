@@ -8,8 +8,8 @@
 #include <string>
 #include <vector>
 
-#include "launcher/console.h"
-#include "launcher/line_splitter.h"
+#include "launcher/process/line_splitter.h"
+#include "launcher/view/console.h"
 #include "test/support/temp_dir.h"
 
 using dtrain::launcher::Console;

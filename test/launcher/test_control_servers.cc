@@ -33,9 +33,9 @@
 #include "common/control_protocol.h"
 #include "common/errors.h"
 #include "common/unique_fd.h"
-#include "launcher/control_client.h"
-#include "launcher/control_server.h"
-#include "launcher/metrics_server.h"
+#include "launcher/control/control_client.h"
+#include "launcher/control/control_server.h"
+#include "launcher/view/metrics_server.h"
 #include "test/support/processes.h"
 #include "test/support/temp_dir.h"
 

@@ -12,9 +12,9 @@
 
 #include "common/control_protocol.h"
 #include "common/json.h"
-#include "launcher/agent_protocol.h"
-#include "launcher/group_view.h"
-#include "launcher/launch_plan.h"
+#include "launcher/placement/agent_protocol.h"
+#include "launcher/plan/launch_plan.h"
+#include "launcher/view/group_view.h"
 #include "test/launcher/fake_spawner.h"
 #include "test/launcher/supervisor_harness.h"
 #include "test/support/config_error.h"

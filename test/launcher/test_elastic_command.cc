@@ -11,8 +11,8 @@
 #include <set>
 
 #include "common/json.h"
-#include "launcher/launch_plan.h"
-#include "launcher/worker_env.h"
+#include "launcher/plan/launch_plan.h"
+#include "launcher/plan/worker_env.h"
 #include "test/launcher/fake_spawner.h"
 #include "test/launcher/supervisor_harness.h"
 

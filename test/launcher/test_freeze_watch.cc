@@ -16,7 +16,7 @@
 #include <chrono>
 #include <thread>
 
-#include "launcher/freeze_watch.h"
+#include "launcher/process/freeze_watch.h"
 
 using namespace dtrain;
 using launcher::FreezeSettings;

@@ -5,7 +5,7 @@
 #include <catch2/catch.hpp>
 
 #include "common/json.h"
-#include "launcher/group_view.h"
+#include "launcher/view/group_view.h"
 
 using namespace dtrain;
 using launcher::TaskSnapshot;

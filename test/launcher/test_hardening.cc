@@ -25,9 +25,9 @@
 #include <vector>
 
 #include "common/job_spec.h"
-#include "launcher/agent_child.h"
-#include "launcher/agent_protocol.h"
-#include "launcher/process_spawner.h"
+#include "launcher/placement/agent_child.h"
+#include "launcher/placement/agent_protocol.h"
+#include "launcher/placement/process_spawner.h"
 #include "test/support/processes.h"
 #include "test/support/subprocess.h"
 #include "test/support/temp_dir.h"

@@ -16,7 +16,7 @@
 #include <filesystem>
 #include <fstream>
 
-#include "launcher/oom_watch.h"
+#include "launcher/process/oom_watch.h"
 #include "test/support/temp_dir.h"
 
 using namespace dtrain::launcher;

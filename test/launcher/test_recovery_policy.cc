@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "launcher/recovery_policy.h"
+#include "launcher/supervisor/recovery_policy.h"
 
 using namespace dtrain::launcher;
 

@@ -1,15 +1,15 @@
-// The launcher's side of the agent protocol (launcher/remote_child.cc) over a fake session: a
-// worker line that begins with the marker byte, escaped by the agent's framing, reaches the
-// supervisor as that output line and never as an event (issue 25: a fake "signaled" event made
+// The launcher's side of the agent protocol (launcher/placement/remote_child.cc) over a fake
+// session: a worker line that begins with the marker byte, escaped by the agent's framing, reaches
+// the supervisor as that output line and never as an event (issue 25: a fake "signaled" event made
 // a Slurm launch exit 143), and a piece after a cut overlong line is output too.
 #include <boost/asio/io_context.hpp>
 #include <catch2/catch.hpp>
 #include <string>
 #include <vector>
 
-#include "launcher/agent_output.h"
-#include "launcher/agent_protocol.h"
-#include "launcher/remote_child.h"
+#include "launcher/placement/agent_output.h"
+#include "launcher/placement/agent_protocol.h"
+#include "launcher/placement/remote_child.h"
 #include "test/launcher/fake_spawner.h"
 
 using namespace dtrain;

@@ -9,10 +9,10 @@
 
 #include "common/errors.h"
 #include "common/job_spec.h"
-#include "launcher/agent_protocol.h"
-#include "launcher/slurm.h"
-#include "launcher/torch_env.h"
-#include "launcher/worker_env.h"
+#include "launcher/placement/agent_protocol.h"
+#include "launcher/placement/slurm.h"
+#include "launcher/plan/torch_env.h"
+#include "launcher/plan/worker_env.h"
 
 using dtrain::common::ConfigError;
 using dtrain::common::JobSpec;

@@ -21,8 +21,8 @@
 #include <vector>
 
 #include "common/control_protocol.h"
-#include "launcher/agent_protocol.h"
-#include "launcher/slurm.h"
+#include "launcher/placement/agent_protocol.h"
+#include "launcher/placement/slurm.h"
 #include "test/launcher/fake_spawner.h"
 #include "test/launcher/supervisor_harness.h"
 #include "test/support/temp_dir.h"

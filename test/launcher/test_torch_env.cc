@@ -6,9 +6,9 @@
 #include <optional>
 
 #include "common/job_spec.h"
-#include "launcher/agent_protocol.h"
-#include "launcher/torch_env.h"
-#include "launcher/worker_env.h"
+#include "launcher/placement/agent_protocol.h"
+#include "launcher/plan/torch_env.h"
+#include "launcher/plan/worker_env.h"
 
 using namespace dtrain;
 using Env = std::map<std::string, std::string>;

@@ -17,7 +17,7 @@
 #include "common/atomic_file.h"
 #include "common/logging.h"
 #include "common/run_dir.h"
-#include "launcher/log_follower.h"
+#include "launcher/view/log_follower.h"
 #include "test/support/subprocess.h"
 #include "test/support/temp_dir.h"
 

@@ -16,7 +16,7 @@
 #include "common/atomic_file.h"
 #include "common/errors.h"
 #include "common/run_dir.h"
-#include "launcher/log_filter.h"
+#include "launcher/view/log_filter.h"
 #include "test/support/subprocess.h"
 #include "test/support/temp_dir.h"
 
