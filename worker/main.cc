@@ -25,6 +25,7 @@
 #include "worker/comm/group_communicator.h"
 #include "worker/data/dataset.h"
 #include "worker/gpu/gpu_info.h"
+#include "worker/model_commands.h"
 #include "worker/nn/backend.h"
 #include "worker/train/evaluator.h"
 #include "worker/train/model_parts.h"
@@ -447,6 +448,12 @@ int run_worker(const WorkerOptions& options) {
 }  // namespace dtrain::train
 
 int main(int argc, char** argv) {
+  // `dtrain evaluate`, `predict`, `generate` and validate's data check, executed here by the
+  // launcher (worker/model_commands.h): they speak as dtrain, and signals end them as usual.
+  const std::vector<std::string> first(argv + 1, argv + argc);
+  if (dtrain::train::is_model_command(first))
+    return dtrain::common::run_main("dtrain",
+                                    [&] { return dtrain::train::run_model_command(first); });
   dtrain::train::watch_signals();  // first: every later thread inherits SIGTERM, SIGUSR1 blocked
   const int code = dtrain::common::run_main("dtrain-worker", [&] {
     std::vector<std::string> args(argv + 1, argv + argc);

@@ -14,6 +14,7 @@
 #include "common/job_spec.h"
 #include "common/tf_config.h"
 #include "launcher/cli/commands.h"
+#include "launcher/cli/in_worker.h"
 #include "launcher/cli/options.h"
 #include "launcher/placement/slurm.h"
 #include "launcher/plan/launch_plan.h"
@@ -83,7 +84,9 @@ int validate_command(const Args& args) {
   }
   common::JobSpec spec = common::load_job_spec(job_file);
   check_train_section(spec);
-  const std::string data_line = check_train_data(spec);
+  const std::string data_line = spec.command.empty() && spec.train_json && trains_here(spec)
+                                    ? check_data_in_worker(job_file)
+                                    : "";
   if (spec.slurm && !in_slurm_allocation()) {
     std::cout << fmt::format(
         "{}: OK: job \"{}\", a Slurm job: its workers are the tasks of the allocation it runs "

@@ -32,18 +32,6 @@ namespace dtrain::launcher {
 namespace fs = std::filesystem;
 namespace {
 
-std::string find_worker_program() {
-  std::error_code ec;
-  fs::path self = fs::read_symlink("/proc/self/exe", ec);
-  if (!ec) {
-    for (fs::path candidate : {self.parent_path() / "dtrain-worker",
-                               self.parent_path().parent_path() / "worker" / "dtrain-worker"}) {
-      if (::access(candidate.c_str(), X_OK) == 0) return candidate.string();
-    }
-  }
-  return "dtrain-worker";  // looked up on PATH when spawned
-}
-
 common::UniqueFd lock_run_dir(const common::RunDir& run_dir) {
   common::UniqueFd fd(::open(run_dir.lock_file().c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644));
   if (!fd.valid()) {
@@ -140,6 +128,18 @@ void remove_results(const common::JobSpec& spec, const common::RunDir& run_dir) 
 }
 
 }  // namespace
+
+std::string find_worker_program() {
+  std::error_code ec;
+  fs::path self = fs::read_symlink("/proc/self/exe", ec);
+  if (!ec) {
+    for (fs::path candidate : {self.parent_path() / "dtrain-worker",
+                               self.parent_path().parent_path() / "worker" / "dtrain-worker"}) {
+      if (::access(candidate.c_str(), X_OK) == 0) return candidate.string();
+    }
+  }
+  return "dtrain-worker";  // looked up on PATH when spawned
+}
 
 int end_stale_workers(const std::string& run_dir) {
   common::RunDir dir(run_dir);

@@ -76,4 +76,8 @@ int end_stale_workers(const std::string& run_dir);
 /// The last n lines of a file (fewer if it is shorter; none if unreadable).
 std::vector<std::string> tail_lines(const std::string& path, size_t n);
 
+/// The dtrain-worker program: beside this dtrain, else in the build tree (BUILD/worker/), else
+/// "dtrain-worker" (looked up on PATH when started).
+std::string find_worker_program();
+
 }  // namespace dtrain::launcher

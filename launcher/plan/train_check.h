@@ -2,7 +2,8 @@
 // starts, so `dtrain validate` and `dtrain launch` fail on the errors every worker would hit,
 // naming the user's job file instead of the run's spec.json: the parse, a mixed policy this
 // host's CPU cannot compute when every task trains on it, the worker's start-up rules
-// (docs/design.md#preconditions); and, for `dtrain validate`, the data.
+// (docs/design.md#preconditions). `dtrain validate`'s look at the data runs in dtrain-worker
+// (launcher/cli/in_worker.h).
 #pragma once
 
 #include <string>
@@ -21,11 +22,8 @@ namespace dtrain::launcher {
 /// its own configuration.
 void check_train_section(const common::JobSpec& spec);
 
-/// `dtrain validate`'s look at the data, where this machine reads what the workers will (every
-/// task here): the worker's readers open it (an image folder is scanned, not decoded), its shape
-/// is checked against the model, its labels against the model's outputs and the loss. Returns a
-/// line saying what it found ("" for a command job or one that trains elsewhere); ConfigError
-/// "<spec.source>: train.data: <the reader's words>" for what a worker would refuse.
-std::string check_train_data(const common::JobSpec& spec);
+/// True when every task of the job runs on this host (no Slurm, no other host): the CPU here is
+/// the one that trains, and the data here is what the workers read.
+bool trains_here(const common::JobSpec& spec);
 
 }  // namespace dtrain::launcher

@@ -1,0 +1,53 @@
+// See in_worker.h.
+#include "launcher/cli/in_worker.h"
+
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <iostream>
+
+#include "common/errors.h"
+#include "launcher/plan/run_preparation.h"
+#include "launcher/process/captured_run.h"
+
+namespace dtrain::launcher {
+namespace {
+
+// What the worker's run_main printed before its message ("dtrain: error: "), dropped so that
+// the launcher's own run_main prints the message once.
+std::string without_prefix(std::string text) {
+  const std::string prefix = "dtrain: error: ";
+  if (text.rfind(prefix, 0) == 0) text.erase(0, prefix.size());
+  return text;
+}
+
+}  // namespace
+
+void exec_in_worker(const std::vector<std::string>& args) {
+  const std::string program = find_worker_program();
+  std::vector<char*> argv = {const_cast<char*>(program.c_str())};
+  for (const std::string& arg : args) argv.push_back(const_cast<char*>(arg.c_str()));
+  argv.push_back(nullptr);
+  std::cout.flush();
+  std::cerr.flush();
+  ::execvp(argv[0], argv.data());
+  throw common::IoError(fmt::format("cannot run {}: {}", program, std::strerror(errno)));
+}
+
+std::string check_data_in_worker(const std::string& job_file) {
+  CapturedRun run = run_captured({find_worker_program(), "check-data", "--config", job_file}, {},
+                                 kDataCheckSeconds);
+  if (run.exit_code == 2) throw common::ConfigError(without_prefix(run.err));
+  if (run.exit_code != 0) {
+    throw common::IoError(fmt::format(
+        "{} failed ({}): {}", run.command,
+        run.signal ? fmt::format("signal {}", run.signal) : fmt::format("exit {}", run.exit_code),
+        without_prefix(run.err)));
+  }
+  while (!run.out.empty() && run.out.back() == '\n') run.out.pop_back();
+  return run.out;
+}
+
+}  // namespace dtrain::launcher
