@@ -13,6 +13,8 @@
 #include <boost/asio/signal_set.hpp>
 #include <cerrno>
 #include <cstring>
+#include <fstream>
+#include <optional>
 #include <string_view>
 #include <unordered_map>
 
@@ -20,10 +22,18 @@
 #include "common/unique_fd.h"
 #include "launcher/placement/agent_protocol.h"
 #include "launcher/placement/process_spawner.h"
+#include "launcher/process/oom_watch.h"
 #include "launcher/process/process_start.h"
 
 namespace dtrain::launcher {
 namespace {
+
+std::string first_line_of(const std::string& path) {
+  std::ifstream in(path);
+  std::string line;
+  std::getline(in, line);
+  return line;
+}
 
 struct ChildState {
   explicit ChildState(boost::asio::io_context& io) : pipe(io) {}
@@ -31,6 +41,11 @@ struct ChildState {
   common::UniqueFd agent_stdin;                ///< write end of an agent's stdin, or none
   std::array<char, 64 * 1024> buffer{};
   ChildCallbacks callbacks;
+  /// A worker on this machine: its memory cgroup's watch and OOM kill count at the spawn, to
+  /// say so when the kernel's OOM killer ended it (ChildEnd::explanation). None for an agent's
+  /// session, whose worker's memory is another machine's.
+  std::optional<OomWatch> oom;
+  std::optional<uint64_t> oom_kills_at_spawn;
 };
 
 void read_more(const std::shared_ptr<ChildState>& state) {
@@ -87,8 +102,12 @@ class ExitWatcher : public std::enable_shared_from_this<ExitWatcher> {
     for (auto& [weak, status] : ended) {
       auto state = weak.lock();
       if (!state || !state->callbacks.on_exit) continue;
+      ChildEnd end(status);
+      if (state->oom)
+        if (std::optional<std::string> why = state->oom->explain(status, state->oom_kills_at_spawn))
+          end.explanation = *why;
       auto on_exit = state->callbacks.on_exit;  // the callback may destroy the Child
-      on_exit(status);
+      on_exit(end);
     }
   }
 
@@ -173,6 +192,10 @@ class LocalSpawner : public ProcessSpawner {
     agent_in.first.reset();  // the child has its own copy of the read end
     auto state = std::make_shared<ChildState>(io_);
     state->callbacks = std::move(callbacks);
+    if (!request.agent()) {
+      state->oom = oom_;
+      state->oom_kills_at_spawn = oom_.kills();
+    }
     watcher_->watch(started.pid, state);  // first: it is reaped even if the rest throws
     boost::system::error_code ec;
     state->pipe.assign(started.output.get(), ec);
@@ -194,6 +217,7 @@ class LocalSpawner : public ProcessSpawner {
  private:
   boost::asio::io_context& io_;
   std::shared_ptr<ExitWatcher> watcher_;
+  OomWatch oom_ = OomWatch::for_this_process();  ///< this machine's OOM kills
 };
 
 }  // namespace
@@ -202,6 +226,43 @@ void Child::queue_signal(int sig, int value) {
   union sigval v {};
   v.sival_int = value;
   ::sigqueue(pid(), sig, v);
+}
+
+std::string Child::sender_refusal(int peer_pid, const std::string& who) const {
+  if (peer_pid > 0 && (peer_pid == pid() || ::getpgid(peer_pid) == pid())) return "";
+  return fmt::format("pid {} is neither {}'s process (pid {}) nor in its process group", peer_pid,
+                     who, pid());
+}
+
+// A frozen cgroup (v1 freezer.state, v2 cgroup.freeze; `docker pause`) holds the kill until it is
+// thawed; a process in state D (uninterruptible sleep: a hung disk or NFS mount) takes it only
+// when the sleep ends.
+std::string Child::why_unkillable() const {
+  std::ifstream cgroups("/proc/" + std::to_string(pid()) + "/cgroup");
+  for (std::string line; std::getline(cgroups, line);) {  // "id:controllers:path"
+    size_t first = line.find(':'), second = line.find(':', first + 1);
+    if (first == std::string::npos || second == std::string::npos) continue;
+    std::string controllers = line.substr(first + 1, second - first - 1);
+    std::string path = line.substr(second + 1);
+    if (controllers.find("freezer") != std::string::npos) {
+      std::string dir = "/sys/fs/cgroup/freezer" + path;
+      std::string state = first_line_of(dir + "/freezer.state");
+      if (state == "FROZEN" || state == "FREEZING")
+        return fmt::format("its cgroup {} is frozen (freezer.state {})", dir, state);
+    } else if (controllers.empty()) {  // cgroup v2
+      for (const char* root : {"/sys/fs/cgroup", "/sys/fs/cgroup/unified"}) {
+        std::string dir = root + path;
+        if (first_line_of(dir + "/cgroup.freeze") == "1")
+          return fmt::format("its cgroup {} is frozen (cgroup.freeze 1)", dir);
+      }
+    }
+  }
+  std::string state;
+  std::ifstream status("/proc/" + std::to_string(pid()) + "/status");
+  for (std::string line; std::getline(status, line);)
+    if (line.rfind("State:", 0) == 0) state = line.substr(line.find_first_not_of(" \t", 6));
+  if (state.empty()) return "its end was not seen (it may be gone)";
+  return fmt::format("it is in state {}", state);
 }
 
 MemberObservation Child::look(const std::string& progress_path) const {

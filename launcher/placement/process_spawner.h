@@ -57,6 +57,9 @@ struct ChildEnd {
   ExitStatus status;
   Cause cause;
   std::string detail;  ///< kNotStarted, kPlaceLost: what happened, with ssh's or srun's own words
+  /// What the end means, read where the process ran, or "": a SIGKILL while the memory cgroup
+  /// of this machine counted an OOM kill since the spawn (a local child's: OomWatch::explain).
+  std::string explanation;
 };
 
 struct ChildCallbacks {
@@ -93,6 +96,21 @@ class Child {
   /// when written by this process). A remote child answers with what its agent last reported,
   /// and how long ago (silent_seconds).
   virtual MemberObservation look(const std::string& progress_path) const;
+  /// True when its process counts as running only once it reports so (on_started): a remote
+  /// session's first output is ssh's or srun's, no sign of the worker. A local one runs from
+  /// spawn() on.
+  virtual bool reports_start() const { return false; }
+  /// The pid the worker knows itself by (its progress record, its requests): a local child's
+  /// own; a remote one's on its host, once its agent reported it (0 before).
+  virtual int worker_pid() const { return pid(); }
+  /// Why a process that connected to the launcher's control socket as peer_pid does not speak
+  /// for this child, named who ("worker:1"), or "" when it does: a local child's own process or
+  /// one in its process group speaks for it; a remote child speaks only through its agent.
+  virtual std::string sender_refusal(int peer_pid, const std::string& who) const;
+  /// Why its process outlives a SIGKILL, as far as can be seen from here: a frozen cgroup or an
+  /// uninterruptible sleep of a local one (from /proc and the cgroup freezer); a remote session
+  /// that did not end.
+  virtual std::string why_unkillable() const;
   /// Writes text to the stdin of a `dtrain agent` session (SpawnRequest::remote); a child of any
   /// other request ignores it.
   virtual void write_agent(const std::string& text) { (void)text; }

@@ -66,6 +66,13 @@ class RemoteChild : public Child {
 
   void queue_signal(int sig, int value) override { inner_->queue_signal(sig, value); }
 
+  bool reports_start() const override { return true; }
+  int worker_pid() const override { return remote_pid_; }
+  std::string sender_refusal(int, const std::string& who) const override {
+    return fmt::format("{} runs on {}: it reports through its agent, not here", who, place());
+  }
+  std::string why_unkillable() const override { return "its remote session did not end"; }
+
   // What the agent last reported; the record only when it is this worker's (its remote pid).
   MemberObservation look(const std::string&) const override {
     MemberObservation seen = watched_;

@@ -82,6 +82,11 @@ struct TaskPlan {
   bool trains() const { return rank.has_value(); }
   bool spare() const { return task.type == kSpareType; }
   bool remote() const { return placement != Placement::kLocal; }
+  /// True when its place can go away and come back while the launcher runs: another machine
+  /// (elastic membership lets such a host leave and rejoin); never this machine, the launcher's.
+  bool place_can_leave() const { return remote(); }
+  /// True when it runs on host, a place that can leave ("" is this machine's, never one).
+  bool runs_on(const std::string& host) const { return place_can_leave() && where == host; }
   /// "host 10.0.0.7", "node n1", or "this machine", for messages.
   std::string place_text() const;
 };

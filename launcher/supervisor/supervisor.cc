@@ -190,12 +190,11 @@ void Supervisor::spawn_task(Task& task) {
   callbacks.on_request = [this](const std::string& json, ReformReplyFn reply) {
     on_relayed_request(json, std::move(reply));
   };
-  if (!task.plan.remote()) task.oom_kills_at_spawn = oom_.kills();
-  task.begin_run(spawner_.spawn(request, std::move(callbacks)),
-                 joiner               ? Task::State::kJoining
-                 : task.plan.remote() ? Task::State::kStarting
-                                      : Task::State::kRunning,
-                 now(), generation_);
+  std::unique_ptr<Child> child = spawner_.spawn(request, std::move(callbacks));
+  const Task::State state = joiner                   ? Task::State::kJoining
+                            : child->reports_start() ? Task::State::kStarting
+                                                     : Task::State::kRunning;
+  task.begin_run(std::move(child), state, now(), generation_);
   task.output_open = true;
   if (guardian_) guardian_->watch(task.pid);
   append_to_log(task, common::attempt_header(attempt_, task.plan.task, task.pid,
@@ -287,9 +286,7 @@ Supervisor::EndReading Supervisor::read_end(const Task& task, const ChildEnd& en
   if (r.place_lost && !r.started)
     r.what = fmt::format("{} was lost earlier and is still unreachable: {}", task.plan.place_text(),
                          r.what);
-  if (!task.plan.remote())
-    if (std::optional<std::string> oom = oom_.explain(end.status, task.oom_kills_at_spawn))
-      r.what = *oom;
+  if (!end.explanation.empty()) r.what = end.explanation;
   return r;
 }
 
@@ -344,7 +341,7 @@ EndFacts Supervisor::end_facts(const Task& task, const EndReading& r, const Chil
            : task.plan.trains() ? TaskRole::kTraining
                                 : TaskRole::kOther;
   f.away = task.away();
-  f.host_can_leave = task.plan.remote();
+  f.host_can_leave = task.plan.place_can_leave();
   if (f.elastic && f.host_can_leave && f.role == TaskRole::kTraining)
     f.host_must_stay = host_must_stay(task.plan.where);
   f.outcome = r.outcome;
@@ -369,8 +366,7 @@ EndFacts Supervisor::end_facts(const Task& task, const EndReading& r, const Chil
     // path reads it): it backs off exponentially within the budget, so an outage is ridden out.
     // So does any replacement on a host lost in this launch (a member there found frozen, its
     // host cut off): it starts where the last one could not be reached.
-    const bool host_lost =
-        r.place_lost || (task.plan.remote() && lost_places_.count(task.plan.where) > 0);
+    const bool host_lost = r.place_lost || lost_places_.count(task.plan.where) > 0;
     const bool sigkill = r.started && killed_by_sigkill(end.status);
     in_place = budget.decide_in_place(
         {r.outcome, true, now() - task.spawned_at, sigkill, !r.started && !r.place_lost},

@@ -23,7 +23,6 @@
 #include "launcher/process/freeze_watch.h"
 #include "launcher/process/group_guardian.h"
 #include "launcher/process/loop_clock.h"
-#include "launcher/process/oom_watch.h"
 #include "launcher/supervisor/recovery_policy.h"
 #include "launcher/supervisor/restart_policy.h"
 #include "launcher/supervisor/run_records.h"
@@ -348,7 +347,6 @@ class Supervisor {
   const SupervisorOptions options_;
   const LaunchPlan& plan_;
   RestartBook book_;
-  OomWatch oom_ = OomWatch::for_this_process();  ///< this machine's OOM kills, for local tasks
   std::vector<std::unique_ptr<Task>> tasks_;
   std::unique_ptr<LoopClock> own_clock_;  ///< the steady clock, when options_ gave none
   LoopClock* clock_;

@@ -97,7 +97,7 @@ std::string Supervisor::host_must_stay(const std::string& host) const {
   const Task* first = nullptr;
   const common::TaskId chief = plan_.context.cluster.chief();
   for (const auto& t : tasks_) {
-    if (!member(*t) || !t->plan.remote() || t->plan.where != host) continue;
+    if (!member(*t) || !t->plan.runs_on(host)) continue;
     if (!first) first = t.get();
     ++leaving;
     if (t->plan.task == chief && !plan_.in_place)
@@ -116,7 +116,7 @@ std::string Supervisor::host_must_stay(const std::string& host) const {
 bool Supervisor::may_let_go(const std::string& host, std::vector<Task*>& leaving) {
   leaving.clear();
   for (auto& t : tasks_)
-    if (member(*t) && t->plan.remote() && t->plan.where == host) leaving.push_back(t.get());
+    if (member(*t) && t->plan.runs_on(host)) leaving.push_back(t.get());
   if (leaving.empty()) return false;
   const std::string stay = host_must_stay(host);
   if (stay.empty()) return true;
@@ -351,7 +351,7 @@ void Supervisor::on_discovery_end(const ChildEnd& end) {
 void Supervisor::apply_discovery() {
   std::set<std::string> member_hosts, away_hosts;
   for (auto& t : tasks_) {
-    if (!t->plan.trains() || !t->plan.remote()) continue;
+    if (!t->plan.trains() || !t->plan.place_can_leave()) continue;
     (t->away() ? away_hosts : member_hosts).insert(t->plan.where);
   }
   for (const std::string& host : member_hosts) {
@@ -363,8 +363,7 @@ void Supervisor::apply_discovery() {
     std::vector<Task*> leaving;  // a command job restarts without the host
     if (!may_let_go(host, leaving)) continue;
     for (auto& t : tasks_)  // its evaluator too (see leave_and_restart)
-      if (!t->plan.trains() && t->plan.remote() && t->plan.where == host)
-        leaving.push_back(t.get());
+      if (!t->plan.trains() && t->plan.runs_on(host)) leaving.push_back(t.get());
     std::vector<std::string> names;
     for (Task* t : leaving) {
       t->state = t->alive() ? Task::State::kLeaving : Task::State::kAway;
@@ -492,8 +491,7 @@ void Supervisor::leave_and_restart(Task& task, const EndReading& reading, const 
   // An evaluator there leaves with the host (started there it could only fail, spending the
   // restart budget) and comes back with it.
   for (auto& t : tasks_)
-    if (!t->plan.trains() && t->plan.remote() && t->plan.where == task.plan.where)
-      leaving.push_back(t.get());
+    if (!t->plan.trains() && t->plan.runs_on(task.plan.where)) leaving.push_back(t.get());
   std::vector<std::string> names;
   for (Task* t : leaving) {
     t->state = t->alive() ? Task::State::kLeaving : Task::State::kAway;

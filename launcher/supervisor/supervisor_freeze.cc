@@ -116,7 +116,7 @@ void Supervisor::look_for_freezes() {
       verdict->bound_seconds);
   recorder_.event("frozen", [&](common::JsonWriter& w) {
     w.key("task").value(frozen.plan.task.text()).key("attempt").value(attempt_);
-    if (frozen.plan.remote()) w.key("place").value(frozen.plan.place_text());
+    w.key("place").value(frozen.plan.place_text());
     w.key("pid").value(frozen.pid);
     // The worker's own pid, as it wrote it in its record (pid is the launcher's child: for a
     // remote worker, the remote shell).

@@ -4,7 +4,6 @@
 // workers do to re-form (undo, rendezvous, agreement) is theirs; this file only decides, spawns
 // and answers. Anything it cannot explain takes the whole-group path of supervisor_teardown.cc.
 #include <spdlog/spdlog.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <csignal>
@@ -292,13 +291,7 @@ std::string Supervisor::sender_refusal(const std::string& kind, const std::strin
   if (!named) return "";
   if (!named->child || !named->alive())
     return kind == "message" ? "" : task + " has no running process";
-  if (named->plan.remote()) {
-    return fmt::format("{} runs on {}: it reports through its agent, not here", task,
-                       named->plan.place_text());
-  }
-  if (peer_pid > 0 && (peer_pid == named->pid || ::getpgid(peer_pid) == named->pid)) return "";
-  return fmt::format("pid {} is neither {}'s process (pid {}) nor in its process group", peer_pid,
-                     task, named->pid);
+  return named->child->sender_refusal(peer_pid, task);
 }
 
 void Supervisor::on_relayed_request(const std::string& request_json, ReformReplyFn reply) {

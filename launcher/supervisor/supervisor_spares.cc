@@ -44,8 +44,7 @@ void Supervisor::on_spare_request(const std::string& request_json, ReformReplyFn
     for (auto& task : tasks_)
       if (task->plan.spare() && task->plan.task.text() == request->spare) spare = task.get();
     // A remote spare names its pid on its host, which its agent reported when it started.
-    if (!spare || request->pid != (spare->plan.remote() ? spare->remote_pid : spare->pid) ||
-        !spare->alive())
+    if (!spare || !spare->child || request->pid != spare->child->worker_pid() || !spare->alive())
       return refuse(request->spare + " (pid " + std::to_string(request->pid) +
                     ") is not a spare of this launch");
     if (phase_ == Phase::kTearingDown || phase_ == Phase::kDone) return refuse("the job is ending");
@@ -66,7 +65,6 @@ void Supervisor::promote(Task& spare, Task& task) {
   task.route = std::move(spare.route);
   *task.route = &task;
   task.output_open = spare.output_open;
-  task.oom_kills_at_spawn = spare.oom_kills_at_spawn;
   task.progress_path_now = spare.progress_path_now;
   std::string name = spare.plan.task.text();
   append_to_log(task, common::attempt_header(attempt_, task.plan.task, task.pid,

@@ -48,8 +48,7 @@ struct Supervisor::Task {
   bool output_open =
       false;  ///< its process's group may still write (exit and end of output come apart)
   std::optional<ExitStatus> status;
-  std::optional<uint64_t> oom_kills_at_spawn;  ///< the cgroup's OOM kill count (local tasks)
-  double last_progress = 0;                    ///< monotonic time of its last sign of life
+  double last_progress = 0;  ///< monotonic time of its last sign of life
   std::optional<common::ControlMessage> progress;
   common::UniqueFd log;
   std::string pending;  ///< complete lines of the current chunk, written to the log in one go

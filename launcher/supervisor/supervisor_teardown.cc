@@ -5,7 +5,6 @@
 
 #include <algorithm>
 #include <csignal>
-#include <fstream>
 #include <string>
 
 #include "common/clock.h"
@@ -16,47 +15,7 @@
 #include "launcher/supervisor/supervisor_task.h"
 
 namespace dtrain::launcher {
-namespace {
-
-std::string first_line_of(const std::string& path) {
-  std::ifstream in(path);
-  std::string line;
-  std::getline(in, line);
-  return line;
-}
-
-// Why pid outlives SIGKILL, as far as /proc and the cgroup freezer tell: a frozen cgroup (v1
-// freezer.state, v2 cgroup.freeze; `docker pause`), which holds the kill until it is thawed, or
-// the process's state (D: uninterruptible sleep, a hung disk or NFS mount).
-std::string why_unkillable(int pid) {
-  std::ifstream cgroups("/proc/" + std::to_string(pid) + "/cgroup");
-  for (std::string line; std::getline(cgroups, line);) {  // "id:controllers:path"
-    size_t first = line.find(':'), second = line.find(':', first + 1);
-    if (first == std::string::npos || second == std::string::npos) continue;
-    std::string controllers = line.substr(first + 1, second - first - 1);
-    std::string path = line.substr(second + 1);
-    if (controllers.find("freezer") != std::string::npos) {
-      std::string dir = "/sys/fs/cgroup/freezer" + path;
-      std::string state = first_line_of(dir + "/freezer.state");
-      if (state == "FROZEN" || state == "FREEZING")
-        return fmt::format("its cgroup {} is frozen (freezer.state {})", dir, state);
-    } else if (controllers.empty()) {  // cgroup v2
-      for (const char* root : {"/sys/fs/cgroup", "/sys/fs/cgroup/unified"}) {
-        std::string dir = root + path;
-        if (first_line_of(dir + "/cgroup.freeze") == "1")
-          return fmt::format("its cgroup {} is frozen (cgroup.freeze 1)", dir);
-      }
-    }
-  }
-  std::string state;
-  std::ifstream status("/proc/" + std::to_string(pid) + "/status");
-  for (std::string line; std::getline(status, line);)
-    if (line.rfind("State:", 0) == 0) state = line.substr(line.find_first_not_of(" \t", 6));
-  if (state.empty()) return "its end was not seen (it may be gone)";
-  return fmt::format("it is in state {}", state);
-}
-
-}  // namespace
+namespace {}  // namespace
 
 void Supervisor::begin_teardown(const std::string& reason) {
   if (phase_ == Phase::kTearingDown || phase_ == Phase::kDone) return;
@@ -176,8 +135,8 @@ void Supervisor::kill_now() {
 // teardown names it and why, and goes on without it rather than wait for ever. It dies of the
 // SIGKILL it holds once it can (a frozen cgroup thawed).
 void Supervisor::give_up_unkillable(Task& task) {
-  std::string why =
-      task.plan.remote() ? "its remote session did not end" : why_unkillable(task.pid);
+  const std::string why =
+      task.child ? task.child->why_unkillable() : "its end was not seen (it may be gone)";
   spdlog::error(
       "{} (pid {}) cannot be killed: it is still there {:g} s after SIGKILL: {}; the launcher "
       "goes on without it, and it ends by the SIGKILL it holds once it can run",
