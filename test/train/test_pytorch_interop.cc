@@ -38,8 +38,10 @@ std::string example() {
 testing::ProcessResult run_example(const std::vector<std::string>& args) {
   std::vector<std::string> argv = {kPython, example()};
   argv.insert(argv.end(), args.begin(), args.end());
+  // A guard, not a bound: scoring the GPT's validation split takes about a minute alone and
+  // several beside another training suite on 2 cores (ctest -j2 starts this test first).
   testing::ProcessOptions options;
-  options.timeout_seconds = 120;
+  options.timeout_seconds = 480;
   return testing::run_process(argv, options);
 }
 
@@ -48,7 +50,7 @@ std::string launch(const testing::TempDir& tmp, const std::string& job_text) {
   std::string job = tmp.path() + "/job.json";
   std::ofstream(job) << job_text;
   testing::ProcessOptions options;
-  options.timeout_seconds = 180;
+  options.timeout_seconds = 480;  // a guard (see run_example)
   auto launched = testing::run_process(
       {testing::binary("dtrain"), "launch", job, "--run-dir", tmp.path() + "/run"}, options);
   INFO(launched.out << launched.err);
