@@ -7,6 +7,8 @@ side in one run. Run by scripts/bench-churn.sh; prints a header and a table with
 Systems: `in_place` and `restart` (dtrain with that `"recovery"`), `in_place+spare` (in place
 with `"spares": 1`: a standby worker takes a killed one's place), `torchrun` (bench/cnn_ddp.py,
 the same CNN in PyTorch DDP over gloo with epoch checkpoints, under torchrun --max_restarts).
+Several launchers (`--dtrain LABEL=PATH`, repeated: builds of two commits) each run every dtrain
+system, alternating run by run, and the table gains a `launcher` column.
 The job is configs/fashion-mnist-2workers.json with the epochs and steps asked for, epoch
 checkpoints only, no validation and no TensorBoard (the PyTorch program does neither).
 
@@ -165,10 +167,12 @@ def recoveries_from_logs(kills, paths):
 
 
 class Dtrain:
-    """dtrain launch of the main job with `"recovery": mode`."""
+    """dtrain launch of the main job with `"recovery": mode`, by the launcher dtrain; label names
+    that launcher when several are compared ("" when one is)."""
 
-    def __init__(self, name, dtrain, config, args):
-        self.name, self.dtrain, self.note = name, dtrain, ""
+    def __init__(self, name, dtrain, label, config, args):
+        self.name, self.dtrain, self.label, self.note = name, dtrain, label, ""
+        self.id = f"{name}@{label}" if label else name
         mode, spares = (name[:-len("+spare")], 1) if name.endswith("+spare") else (name, 0)
         with open(config) as f:
             job = json.load(f)
@@ -189,7 +193,7 @@ class Dtrain:
         """None when `dtrain validate` takes the job, else why not. A build from before in-place
         recovery refuses the "recovery" key; it restarts the whole group, so the restart system
         runs without the key there."""
-        path = os.path.join(work, f"validate-{self.name}.json")
+        path = os.path.join(work, f"validate-{self.id}.json")
         for attempt in range(2):
             with open(path, "w") as f:
                 json.dump(self.job, f)
@@ -275,8 +279,8 @@ def task_order(task):
 class Torchrun:
     """bench/cnn_ddp.py under torchrun (through bench/torchrun311.py), restarted by torchrun."""
 
-    name = "torchrun"
-    note = ""
+    name = id = "torchrun"
+    label, note = "", ""
 
     def __init__(self, args, config):
         with open(config) as f:
@@ -343,7 +347,7 @@ class Torchrun:
 def run_once(system, work, k, seed, timeout):
     """One run of system, calm (k None) or with a kill every k seconds. Returns a dict: status
     ("ok", "exit N", "timeout"), wall, kills (CLOCK_MONOTONIC), model, recoveries."""
-    folder = os.path.join(work, f"{system.name}-{k or 'calm'}")
+    folder = os.path.join(work, f"{system.id}-{k or 'calm'}")
     os.makedirs(folder)
     log_path = os.path.join(folder, "output.log")
     rng = random.Random(f"{seed}-{k}")  # the same kill choices for every system at one K
@@ -448,8 +452,10 @@ def parse_args():
         description="Goodput under churn: dtrain (in place, restart) and torchrun, calm and with"
                     " a training worker SIGKILLed every K seconds.",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    parser.add_argument("--dtrain", default=os.path.join(ROOT, "build", "launcher", "dtrain"),
-                        help="the launcher (dtrain-worker beside it or in ../worker)")
+    parser.add_argument("--dtrain", action="append", metavar="PATH | LABEL=PATH",
+                        help="the launcher (dtrain-worker beside it or in ../worker); repeated as"
+                             " LABEL=PATH, launchers to compare: each runs every dtrain system,"
+                             " alternating run by run (default: build/launcher/dtrain)")
     parser.add_argument("--config", help="the job whose model, data and optimizer are used",
                         default=os.path.join(ROOT, "configs", "fashion-mnist-2workers.json"))
     parser.add_argument("--systems", default="in_place,in_place+spare,restart,torchrun",
@@ -474,23 +480,66 @@ def parse_args():
     return parser.parse_args()
 
 
-def main():
-    args = parse_args()
-    for number in STOP_SIGNALS:
-        signal.signal(number, on_signal)
-    every = [float(k) if "." in k else int(k) for k in args.every.split(",") if k]
+def worker_beside(launcher):
+    """The dtrain-worker that launcher runs: beside it or in ../worker, where
+    launcher/run_preparation.cc looks; None when neither is (it would take PATH's)."""
+    folder = os.path.dirname(os.path.realpath(launcher))
+    for path in (os.path.join(folder, "dtrain-worker"),
+                 os.path.join(os.path.dirname(folder), "worker", "dtrain-worker")):
+        if os.access(path, os.X_OK):
+            return path
+    return None
+
+
+def launchers(values):
+    """--dtrain's values as (label, path): one PATH (label ""), or LABEL=PATH each."""
+    if not values:
+        return [("", os.path.join(ROOT, "build", "launcher", "dtrain"))]
+    if len(values) == 1 and "=" not in values[0]:
+        return [("", values[0])]
+    pairs = []
+    for value in values:
+        label, _, path = value.partition("=")
+        if not re.fullmatch(r"[\w.+-]+", label) or not path:
+            sys.exit(f"--dtrain {value!r}: LABEL=PATH each when several (label: letters, digits,"
+                     " _ . + -)")
+        if not os.access(path, os.X_OK) or not worker_beside(path):
+            sys.exit(f"--dtrain {value!r}: no launcher there, or no dtrain-worker beside it or"
+                     " in ../worker")
+        pairs.append((label, os.path.realpath(path)))
+    if len({label for label, _ in pairs}) < len(pairs):
+        sys.exit("--dtrain: each label once")
+    return pairs
+
+
+def make_systems(args):
+    """The systems in run order: each dtrain system once per launcher, side by side."""
+    pairs = launchers(args.dtrain)
     systems = []
     for name in args.systems.split(","):
         if name in ("in_place", "in_place+spare", "restart"):
-            systems.append(Dtrain(name, args.dtrain, args.config, args))
+            systems += [Dtrain(name, path, label, args.config, args) for label, path in pairs]
         elif name == "torchrun":
             systems.append(Torchrun(args, args.config))
         else:
             sys.exit(f"--systems: unknown system {name!r} "
                      "(in_place, in_place+spare, restart, torchrun)")
+    return systems, pairs
+
+
+def main():
+    args = parse_args()
+    for number in STOP_SIGNALS:
+        signal.signal(number, on_signal)
+    every = [float(k) if "." in k else int(k) for k in args.every.split(",") if k]
+    systems, pairs = make_systems(args)
     print(machine_line(args.threads))
     if any(s.name == "torchrun" for s in systems):
         print(torch_line())
+    if pairs[0][0]:
+        print("# launchers, each running every dtrain system, alternating run by run: " +
+              ", ".join(f"{label} = {path} (worker {worker_beside(path)})"
+                        for label, path in pairs))
     print(f"# {args.epochs} epochs x {args.steps} steps, 2 workers x batch 64, epoch checkpoints;"
           f" kills every {args.every} s (seed {args.seed}); torchrun --monitor_interval "
           f"{args.torch_monitor_interval:g}", flush=True)
@@ -500,28 +549,28 @@ def main():
     for system in systems:
         why = system.check(work)
         if why:
-            print(f"# {system.name}: not run: {why}")
+            print(f"# {system.id}: not run: {why}")
         else:
             usable.append(system)
             if system.note:
-                print(f"# {system.name}: {system.note}")
+                print(f"# {system.id}: {system.note}")
     systems = usable
     results = {}
     try:
         for k in [None] + every:  # every system at one K before the next K: drift hits all
             for system in systems:
-                calm = results.get((system.name, None))
+                calm = results.get((system.id, None))
                 if k and calm and calm["status"] != "ok":
                     continue
                 timeout = args.timeout if k is None else max(120.0,
                                                              args.timeout_factor * calm["wall"])
                 r = run_once(system, work, k, args.seed, timeout)
-                results[(system.name, k)] = r
+                results[(system.id, k)] = r
                 note = f"{r['status']}, {r['wall']:.1f} s, {len(r['kills'])} kill(s)"
                 if r["status"] != "ok":
                     note += f", {r['epochs_done']} of {args.epochs} epochs done"
                     note += "\n" + tail(os.path.join(r["folder"], "output.log"))
-                print(f"# {system.name} {'calm' if k is None else f'K={k}'}: {note}",
+                print(f"# {system.id} {'calm' if k is None else f'K={k}'}: {note}",
                       file=sys.stderr, flush=True)
     except Interrupted as e:
         print(f"# interrupted ({e}): the runs so far", file=sys.stderr)
@@ -532,33 +581,37 @@ def main():
 
 
 def report(systems, every, epochs, results):
-    print("system    K    calm_s  churn_s goodput kills same_model recovery_mean_s"
-          " recovery_max_s")
+    """The table, a row per system and K (and launcher, a column when several are compared),
+    then each failed run, recovery and kill time as comments."""
+    labelled = any(system.label for system in systems)
+    print(("launcher   " if labelled else "") + "system    K    calm_s  churn_s goodput kills"
+          " same_model recovery_mean_s recovery_max_s")
     for system in systems:
-        calm = results.get((system.name, None))
+        launcher = f"{system.label or '-':<10} " if labelled else ""
+        calm = results.get((system.id, None))
         for k in every:
-            churn = results.get((system.name, k))
+            churn = results.get((system.id, k))
             if calm and churn:
-                print(row(system.name, k, calm, churn))
+                print(launcher + row(system.name, k, calm, churn))
             elif calm:
-                print(f"{system.name:<9} {k:<3} {fmt(calm['wall']):>7} "
+                print(f"{launcher}{system.name:<9} {k:<3} {fmt(calm['wall']):>7} "
                       f"{'-' if calm['status'] == 'ok' else calm['status'].replace(' ', '_'):>8}")
     for system in systems:
         for k in [None] + every:
-            r = results.get((system.name, k))
+            r = results.get((system.id, k))
             if r and r["status"] != "ok":
-                print(f"# {system.name} {'calm' if k is None else f'K={k}'}: {r['status']} after"
+                print(f"# {system.id} {'calm' if k is None else f'K={k}'}: {r['status']} after"
                       f" {r['wall']:.1f} s, {r['epochs_done']} of {epochs} epochs done")
         for k in every:
-            r = results.get((system.name, k))
+            r = results.get((system.id, k))
             if r and r["kills"] and r.get("recoveries") is not None:
                 each = " ".join(fmt(t, 2) for t in r["recoveries"])
-                line = f"# {system.name} K={k} recoveries ({r['source']}): {each}"
+                line = f"# {system.id} K={k} recoveries ({r['source']}): {each}"
                 if r["source"] != "logs":
                     logs = " ".join(fmt(t, 2) for t in r["log_recoveries"])
                     line += f"; from SIGKILL (logs): {logs}"
                 print(line)
-                print(f"# {system.name} K={k} kills (s from the start:worker): {r['kill_log']}")
+                print(f"# {system.id} K={k} kills (s from the start:worker): {r['kill_log']}")
     print("# recoveries: seconds from each SIGKILL to the group's next completed step (logs), or"
           " the launcher's `recovered` seconds (events: from its notice of the failure);"
           " -: no step after it (the end of the run)")

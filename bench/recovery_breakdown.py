@@ -1,23 +1,32 @@
 #!/usr/bin/env python3
 """Where recovery time goes: a two-worker group of the main job's model and data (120 steps, a
-step checkpoint every 50, back-off 0.2 s) is launched, worker 1 is SIGKILLed after the first
-checkpoint, and the time from the SIGKILL to the group's first completed step after the restart
-is split into phases from events.jsonl (the launcher's side) and the workers' "start-up:" log
+step checkpoint every 50, back-off 0.2 s, `"recovery": "restart"`: the whole group restarts, as
+it did before in-place recovery became the default) is launched, worker 1 is SIGKILLed after the
+first checkpoint, and the time from the SIGKILL to the group's first completed step after the
+restart is split into phases from events.jsonl (the launcher's side) and the workers' "start-up:" log
 lines (worker/train/timeline.h). All on CLOCK_MONOTONIC. Two configurations side by side: without
 the decompressed-IDX cache (DTRAIN_CACHE_DIR=off, as before it existed) and with it (warmed by
 the first start). Run by scripts/bench-recovery.sh; prints "phase no_cache_s cache_s" rows
-(means over the runs). Asserts nothing."""
+(means over the runs). Asserts nothing.
+
+  recovery_breakdown.py DTRAIN [RUNS]
+  recovery_breakdown.py --dtrain LABEL=PATH --dtrain LABEL=PATH ... [RUNS]
+
+Several launchers (builds of two commits, say) run each configuration in turn, alternating run by
+run, each with its own cache; then one row per launcher and configuration gives the total's
+median and spread over the runs, and the phase table a column per launcher and configuration."""
 import json
 import os
 import re
 import signal
+import statistics
 import subprocess
 import sys
 import tempfile
 import time
 
 JOB = {
-    "job": "recovery", "workers": 2,
+    "job": "recovery", "workers": 2, "recovery": "restart",
     "restart": {"max_restarts": 3, "backoff_seconds": 0.2, "grace_seconds": 10},
     "train": {
         "model": {"input_shape": [28, 28, 1], "layers": [
@@ -107,14 +116,107 @@ def mean_rows(dtrain, work, reps, env):
             for i, (name, _) in enumerate(results[0])], len(results)
 
 
-def main():
-    dtrain = sys.argv[1]
-    reps = int(sys.argv[2]) if len(sys.argv) > 2 else 5
+def environments(work, cache):
+    """(name, environment) of the two configurations; cache: the folder of the IDX cache. The
+    workers' "start-up:" timing line is at debug level."""
+    return [("no_cache", dict(os.environ, DTRAIN_CACHE_DIR="off", DTRAIN_LOG_LEVEL="debug")),
+            ("cache", dict(os.environ, DTRAIN_CACHE_DIR=os.path.join(work, cache),
+                           DTRAIN_LOG_LEVEL="debug"))]
+
+
+def alternate(pairs, reps):
+    """Each launcher in pairs ((label, path)) runs each configuration reps times, launcher by
+    launcher in turn, each with its own cache. Returns {(label, config): [completed runs' rows]}."""
+    runs = {}
     with tempfile.TemporaryDirectory(prefix="dtrain-bench-recovery-") as work:
-        # The workers' "start-up:" timing line is at debug level.
-        off = dict(os.environ, DTRAIN_CACHE_DIR="off", DTRAIN_LOG_LEVEL="debug")
-        on = dict(os.environ, DTRAIN_CACHE_DIR=os.path.join(work, "idx-cache"),
-                  DTRAIN_LOG_LEVEL="debug")
+        for config in ("no_cache", "cache"):
+            for rep in range(reps):
+                for label, dtrain in pairs:
+                    env = dict(environments(work, f"idx-cache-{label}"))[config]
+                    rows = one_run(dtrain, work, f"{label}-{rep}", env)
+                    runs.setdefault((label, config), []).extend([dict(rows)] if rows else [])
+    return runs
+
+
+def spread(values):
+    """median min max, or three dashes when there are none."""
+    if not values:
+        return "- - -"
+    return f"{statistics.median(values):.3f} {min(values):.3f} {max(values):.3f}"
+
+
+def print_comparison(pairs, runs, reps):
+    columns = [(label, config) for config in ("no_cache", "cache") for label, _ in pairs]
+    print(f"# {reps} run(s) per launcher and configuration, alternating"
+          f" {', '.join(label for label, _ in pairs)} run by run; seconds; the critical path:"
+          " the worker whose first step after the restart ended last")
+    print(LEGEND)
+    print("launcher config runs total_median_s total_min_s total_max_s"
+          " without_backoff_median_s without_backoff_min_s without_backoff_max_s")
+    for label, config in columns:
+        done = runs.get((label, config), [])
+        print(f"{label} {config} {len(done)} {spread([r['total'] for r in done])}"
+              f" {spread([r['total_without_backoff'] for r in done])}")
+    print("# per phase: mean seconds over the completed runs")
+    print("phase " + " ".join(f"{label}_{config}_s" for label, config in columns))
+    names = []  # the phases in order; a build may log a phase the other does not
+    for name in (name for done in runs.values() for r in done for name in r):
+        if name not in names:
+            names.append(name)
+    for name in names:
+        means = []
+        for column in columns:
+            values = [r[name] for r in runs.get(column, []) if name in r]
+            means.append(f"{statistics.mean(values):.3f}" if values else "-")
+        print(f"{name} {' '.join(means)}")
+
+
+def worker_beside(launcher):
+    """The dtrain-worker that launcher runs: beside it or in ../worker, where
+    launcher/run_preparation.cc looks; None when neither is (it would take PATH's)."""
+    folder = os.path.dirname(os.path.realpath(launcher))
+    for path in (os.path.join(folder, "dtrain-worker"),
+                 os.path.join(os.path.dirname(folder), "worker", "dtrain-worker")):
+        if os.access(path, os.X_OK):
+            return path
+    return None
+
+
+def arguments(argv):
+    """(pairs, reps): [("", DTRAIN)] for the one-launcher form, else the --dtrain (label, path)."""
+    usage = "usage: recovery_breakdown.py DTRAIN [RUNS] | --dtrain LABEL=PATH ... [RUNS]"
+    pairs, rest = [], []
+    while argv:
+        if argv[0] == "--dtrain" and len(argv) > 1:
+            label, _, path = argv[1].partition("=")
+            if not re.fullmatch(r"[\w.+-]+", label) or not path:
+                raise SystemExit(f"--dtrain {argv[1]}: LABEL=PATH (label: letters, digits, _.+-)")
+            if not os.access(path, os.X_OK) or not worker_beside(path):
+                raise SystemExit(f"--dtrain {argv[1]}: no launcher there, or no dtrain-worker"
+                                 " beside it or in ../worker")
+            pairs.append((label, os.path.realpath(path)))
+            argv = argv[2:]
+        elif argv[0].startswith("-") or len(rest) == 2:
+            raise SystemExit(usage)
+        else:
+            rest, argv = rest + [argv[0]], argv[1:]
+    if not pairs:
+        if not rest:
+            raise SystemExit(usage)
+        return [("", rest[0])], int(rest[1]) if len(rest) > 1 else 5
+    if len({label for label, _ in pairs}) < len(pairs) or len(rest) > 1:
+        raise SystemExit(f"--dtrain: each label once, then at most RUNS; {usage}")
+    return pairs, int(rest[0]) if rest else 5
+
+
+def main():
+    pairs, reps = arguments(sys.argv[1:])
+    if pairs[0][0]:
+        print_comparison(pairs, alternate(pairs, reps), reps)
+        return
+    dtrain = pairs[0][1]
+    with tempfile.TemporaryDirectory(prefix="dtrain-bench-recovery-") as work:
+        (_, off), (_, on) = environments(work, "idx-cache")
         before, n_before = mean_rows(dtrain, work, reps, off)
         after, n_after = mean_rows(dtrain, work, reps, on)
     if not before or not after:
