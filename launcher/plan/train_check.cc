@@ -3,11 +3,11 @@
 
 #include <fmt/format.h>
 
+#include "common/cpu_isa.h"
 #include "common/env_vars.h"
 #include "common/errors.h"
 #include "common/gpu_count.h"
 #include "launcher/plan/launch_plan.h"
-#include "worker/nn/backend.h"
 #include "worker/train/preconditions.h"
 #include "worker/train/train_config.h"
 
@@ -33,7 +33,10 @@ void check_cpu_policy(const common::JobSpec& spec, const train::TrainConfig& con
   if (config.device == train::DeviceChoice::kAuto &&
       common::count_visible_gpus(common::get_env(common::kEnvCudaDevices)) > 0)
     return;  // the worker decides between the GPU and the CPU
-  if (!nn::cpu_supports(config.math)) throw train::cpu_policy_error(config.math, spec.source);
+  // The worker asks oneDNN (nn::cpu_supports); this reads the same answer without it
+  // (common/cpu_isa.h): bf16 products, and no float16 products on any CPU.
+  const bool computes = config.math == nn::MathMode::kBfloat16 && common::cpu_has_bf16_products();
+  if (!computes) throw train::cpu_policy_error(config.math, spec.source);
 }
 
 }  // namespace

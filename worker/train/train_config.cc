@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <string_view>
 
+#include "common/cpu_isa.h"
 #include "common/errors.h"
 #include "common/json.h"
 #include "worker/train/keras_model.h"
@@ -400,7 +401,7 @@ std::string cpu_policy_lack(nn::MathMode math) {
              ? fmt::format(
                    "this CPU has no bf16 products (oneDNN dispatches to {}; bf16 needs "
                    "AVX512_BF16 or AMX)",
-                   nn::cpu_isa_name())
+                   common::dispatch_cpu_isa())
              : std::string("oneDNN has no float16 products on the CPU (it is a GPU policy)");
 }
 
