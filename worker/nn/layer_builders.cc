@@ -1,5 +1,5 @@
-// See layer_builders.h. A new kind adds one line to kBuilders, and its make_<type> declaration,
-// defined in worker/nn/layers/<type>.cc.
+// See layer_builders.h. A new kind adds its make_<type> (defined in worker/nn/layers/<type>.cc) to
+// the declarations below and one line to kBuilders.
 #include "worker/nn/layer_builders.h"
 
 #include "common/errors.h"
@@ -7,63 +7,27 @@
 namespace dtrain::nn {
 
 namespace layers {
-std::unique_ptr<Layer> make_conv2d(const LayerConfig& config, const std::vector<Dims>& in,
-                                   const LayerContext& c);
-std::unique_ptr<Layer> make_max_pooling2d(const LayerConfig& config, const std::vector<Dims>& in,
-                                          const LayerContext& c);
-std::unique_ptr<Layer> make_flatten(const LayerConfig& config, const std::vector<Dims>& in,
-                                    const LayerContext& c);
-std::unique_ptr<Layer> make_dense(const LayerConfig& config, const std::vector<Dims>& in,
-                                  const LayerContext& c);
-std::unique_ptr<Layer> make_dropout(const LayerConfig& config, const std::vector<Dims>& in,
-                                    const LayerContext& c);
-std::unique_ptr<Layer> make_relu(const LayerConfig& config, const std::vector<Dims>& in,
-                                 const LayerContext& c);
-std::unique_ptr<Layer> make_add(const LayerConfig& config, const std::vector<Dims>& in,
-                                const LayerContext& c);
-std::unique_ptr<Layer> make_concatenate(const LayerConfig& config, const std::vector<Dims>& in,
-                                        const LayerContext& c);
-std::unique_ptr<Layer> make_activation(const LayerConfig& config, const std::vector<Dims>& in,
+
+/// A kind's builder, defined in worker/nn/layers/<type>.cc: the Layer of a config of its kind
+/// (which it static_casts to the kind's config class) for inputs of these sizes.
+using Builder = std::unique_ptr<Layer>(const LayerConfig& config, const std::vector<Dims>& in,
                                        const LayerContext& c);
-std::unique_ptr<Layer> make_batch_normalization(const LayerConfig& config, const std::vector<Dims>& in,
-                                                const LayerContext& c);
-std::unique_ptr<Layer> make_global_average_pooling2d(const LayerConfig& config, const std::vector<Dims>& in,
-                                                     const LayerContext& c);
-std::unique_ptr<Layer> make_zero_padding2d(const LayerConfig& config, const std::vector<Dims>& in,
-                                           const LayerContext& c);
-std::unique_ptr<Layer> make_random_crop(const LayerConfig& config, const std::vector<Dims>& in,
-                                        const LayerContext& c);
-std::unique_ptr<Layer> make_random_flip(const LayerConfig& config, const std::vector<Dims>& in,
-                                        const LayerContext& c);
-std::unique_ptr<Layer> make_average_pooling2d(const LayerConfig& config, const std::vector<Dims>& in,
-                                              const LayerContext& c);
-std::unique_ptr<Layer> make_rescaling(const LayerConfig& config, const std::vector<Dims>& in,
-                                      const LayerContext& c);
-std::unique_ptr<Layer> make_reshape(const LayerConfig& config, const std::vector<Dims>& in,
-                                    const LayerContext& c);
-std::unique_ptr<Layer> make_random_translation(const LayerConfig& config, const std::vector<Dims>& in,
-                                               const LayerContext& c);
-std::unique_ptr<Layer> make_embedding(const LayerConfig& config, const std::vector<Dims>& in,
-                                      const LayerContext& c);
-std::unique_ptr<Layer> make_layer_normalization(const LayerConfig& config, const std::vector<Dims>& in,
-                                                const LayerContext& c);
-std::unique_ptr<Layer> make_multi_head_attention(const LayerConfig& config, const std::vector<Dims>& in,
-                                                 const LayerContext& c);
-std::unique_ptr<Layer> make_position_embedding(const LayerConfig& config, const std::vector<Dims>& in,
-                                               const LayerContext& c);
-std::unique_ptr<Layer> make_token_and_position_embedding(const LayerConfig& config, const std::vector<Dims>& in,
-                                                         const LayerContext& c);
+// Each kind's, declared through the function type: "Builder make_dense" declares
+// std::unique_ptr<Layer> make_dense(const LayerConfig&, ...).
+Builder make_conv2d, make_max_pooling2d, make_flatten, make_dense, make_dropout, make_relu,
+    make_add, make_concatenate, make_activation, make_batch_normalization,
+    make_global_average_pooling2d, make_zero_padding2d, make_random_crop, make_random_flip,
+    make_average_pooling2d, make_rescaling, make_reshape, make_random_translation, make_embedding,
+    make_layer_normalization, make_multi_head_attention, make_position_embedding,
+    make_token_and_position_embedding;
+
 }  // namespace layers
 
 namespace {
 
-/// Makes the Layer of a config of its kind (it static_casts to the kind's config class).
-using Builder = std::unique_ptr<Layer> (*)(const LayerConfig& config, const std::vector<Dims>& in,
-                                           const LayerContext& c);
-
 struct BuilderEntry {
   const char* type;  ///< the job file's "type", as in the spec registry
-  Builder make;
+  layers::Builder* make;
 };
 
 constexpr BuilderEntry kBuilders[] = {

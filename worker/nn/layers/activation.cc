@@ -3,8 +3,9 @@
 // "silu"/"swish" (layer_keys.h). relu is max(x, 0); linear passes its input on; the others are
 // the backend's eltwise operations, their gradient taken from the layer's input.
 // Its keys and shape rules: worker/spec/layers/activation.h.
-#include "worker/nn/layers/layer_parts.h"
 #include "worker/spec/layers/activation.h"
+
+#include "worker/nn/layers/layer_parts.h"
 
 namespace dtrain::nn::layers {
 namespace {
@@ -42,7 +43,8 @@ class ActivationLayer : public Layer {
 
 }  // namespace
 
-std::unique_ptr<Layer> make_activation(const LayerConfig& config, const std::vector<Dims>& in, const LayerContext& /*c*/) {
+std::unique_ptr<Layer> make_activation(const LayerConfig& config, const std::vector<Dims>& in,
+                                       const LayerContext& /*c*/) {
   const ActivationKeys& k = static_cast<const ActivationConfig&>(config).keys();
   return std::make_unique<ActivationLayer>(k.activation, in[0]);
 }

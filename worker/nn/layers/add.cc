@@ -3,8 +3,9 @@
 // (fuse_relu, docs/design.md#fusion): the output is max(sum, 0) and every input's gradient is the
 // output's masked where that is 0.
 // Its keys and shape rules: worker/spec/layers/add.h.
-#include "worker/nn/layers/layer_parts.h"
 #include "worker/spec/layers/add.h"
+
+#include "worker/nn/layers/layer_parts.h"
 
 namespace dtrain::nn::layers {
 namespace {
@@ -38,7 +39,8 @@ class Add : public Layer {
 
 }  // namespace
 
-std::unique_ptr<Layer> make_add(const LayerConfig& /*config*/, const std::vector<Dims>& in, const LayerContext& /*c*/) {
+std::unique_ptr<Layer> make_add(const LayerConfig& /*config*/, const std::vector<Dims>& in,
+                                const LayerContext& /*c*/) {
   return std::make_unique<Add>(in[0]);
 }
 

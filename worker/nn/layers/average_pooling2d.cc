@@ -3,8 +3,9 @@
 // elements inside the input, never over the padding). No workspace: backward shares each
 // output's gradient evenly over its window.
 // Its keys and shape rules: worker/spec/layers/average_pooling2d.h.
-#include "worker/nn/layers/layer_parts.h"
 #include "worker/spec/layers/average_pooling2d.h"
+
+#include "worker/nn/layers/layer_parts.h"
 
 namespace dtrain::nn::layers {
 namespace {
@@ -30,7 +31,9 @@ class AveragePool2D : public Layer {
 
 }  // namespace
 
-std::unique_ptr<Layer> make_average_pooling2d(const LayerConfig& config, const std::vector<Dims>& in, const LayerContext& /*c*/) {
+std::unique_ptr<Layer> make_average_pooling2d(const LayerConfig& config,
+                                              const std::vector<Dims>& in,
+                                              const LayerContext& /*c*/) {
   return std::make_unique<AveragePool2D>(static_cast<const AveragePooling2dConfig&>(config).keys(),
                                          in[0]);
 }

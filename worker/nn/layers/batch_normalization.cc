@@ -8,11 +8,12 @@
 // the whole global batch's, summed over the workers
 // (docs/design.md#synchronized-batch-normalization).
 // Its keys and shape rules: worker/spec/layers/batch_normalization.h.
+#include "worker/spec/layers/batch_normalization.h"
+
 #include <algorithm>
 
 #include "common/errors.h"
 #include "worker/nn/layers/layer_parts.h"
-#include "worker/spec/layers/batch_normalization.h"
 
 namespace dtrain::nn::layers {
 namespace {
@@ -136,7 +137,9 @@ class BatchNormalization : public Layer {
 
 }  // namespace
 
-std::unique_ptr<Layer> make_batch_normalization(const LayerConfig& config, const std::vector<Dims>& in, const LayerContext& c) {
+std::unique_ptr<Layer> make_batch_normalization(const LayerConfig& config,
+                                                const std::vector<Dims>& in,
+                                                const LayerContext& c) {
   const NormKeys& k = static_cast<const BatchNormalizationConfig&>(config).keys();
   return std::make_unique<BatchNormalization>(k, in[0], c);
 }

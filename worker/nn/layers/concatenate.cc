@@ -2,10 +2,11 @@
 // of one height and width, their channels one after another. Its gradient is each input's slice
 // of the output's. Copies only: exact on every backend.
 // Its keys and shape rules: worker/spec/layers/concatenate.h.
+#include "worker/spec/layers/concatenate.h"
+
 #include <utility>
 
 #include "worker/nn/layers/layer_parts.h"
-#include "worker/spec/layers/concatenate.h"
 
 namespace dtrain::nn::layers {
 namespace {
@@ -43,7 +44,8 @@ class Concatenate : public Layer {
 
 }  // namespace
 
-std::unique_ptr<Layer> make_concatenate(const LayerConfig& config, const std::vector<Dims>& in, const LayerContext& /*c*/) {
+std::unique_ptr<Layer> make_concatenate(const LayerConfig& config, const std::vector<Dims>& in,
+                                        const LayerContext& /*c*/) {
   return std::make_unique<Concatenate>(in, config.output_dims(in, ""));
 }
 

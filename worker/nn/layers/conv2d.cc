@@ -3,10 +3,11 @@
 // applied by the step). Kernel k,c,kh,kw (OIHW), glorot_uniform; bias zero. Without a
 // bias the backend still gets one, zeros of the layer's own, and its gradient goes to scratch.
 // Its keys and shape rules: worker/spec/layers/conv2d.h.
+#include "worker/spec/layers/conv2d.h"
+
 #include <algorithm>
 
 #include "worker/nn/layers/layer_parts.h"
-#include "worker/spec/layers/conv2d.h"
 
 namespace dtrain::nn::layers {
 namespace {
@@ -86,7 +87,8 @@ class Conv2D : public Activated {
 
 }  // namespace
 
-std::unique_ptr<Layer> make_conv2d(const LayerConfig& config, const std::vector<Dims>& in, const LayerContext& c) {
+std::unique_ptr<Layer> make_conv2d(const LayerConfig& config, const std::vector<Dims>& in,
+                                   const LayerContext& c) {
   const Conv2dKeys& k = static_cast<const Conv2dConfig&>(config).keys();
   return std::make_unique<Conv2D>(k, in[0], config.output_dims(in, ""), c);
 }

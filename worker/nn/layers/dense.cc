@@ -1,14 +1,15 @@
 // Keras's Dense on flat input, or on a sequence's last axis (each of its positions, as Keras's on
-// a 3-D input: the products take n x positions rows): units, activation (layer_keys.h's),
+// a 3-D input: the products take n x positions rows): units, activation (spec layer_keys.h's),
 // use_bias, kernel_ and bias_regularizer (L1L2 factors on its tensors, applied by the step).
 // Kernel in,out (Keras's), glorot_uniform; bias zero (without one: zeros of the layer's own, its
 // gradient to scratch). Backward produces a large kernel's gradient in pieces of whole rows, last
 // rows first, so its all-reduce starts while the rest is computed.
 // Its keys and shape rules: worker/spec/layers/dense.h.
+#include "worker/spec/layers/dense.h"
+
 #include <algorithm>
 
 #include "worker/nn/layers/layer_parts.h"
-#include "worker/spec/layers/dense.h"
 
 namespace dtrain::nn::layers {
 namespace {
@@ -108,7 +109,8 @@ class Dense : public Activated {
 
 }  // namespace
 
-std::unique_ptr<Layer> make_dense(const LayerConfig& config, const std::vector<Dims>& in, const LayerContext& c) {
+std::unique_ptr<Layer> make_dense(const LayerConfig& config, const std::vector<Dims>& in,
+                                  const LayerContext& c) {
   const DenseKeys& k = static_cast<const DenseConfig&>(config).keys();
   return std::make_unique<Dense>(k, in[0], config.output_dims(in, ""), c);
 }

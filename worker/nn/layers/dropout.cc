@@ -2,9 +2,10 @@
 // identity outside training. The mask is a pure function of (seed, epoch, step, the layer's
 // index, element), the same on every backend.
 // Its keys and shape rules: worker/spec/layers/dropout.h.
+#include "worker/spec/layers/dropout.h"
+
 #include "worker/nn/layers/layer_parts.h"
 #include "worker/nn/random.h"
-#include "worker/spec/layers/dropout.h"
 
 namespace dtrain::nn::layers {
 namespace {
@@ -49,7 +50,8 @@ class Dropout : public Layer {
 
 }  // namespace
 
-std::unique_ptr<Layer> make_dropout(const LayerConfig& config, const std::vector<Dims>& in, const LayerContext& c) {
+std::unique_ptr<Layer> make_dropout(const LayerConfig& config, const std::vector<Dims>& in,
+                                    const LayerContext& c) {
   return std::make_unique<Dropout>(static_cast<const DropoutConfig&>(config).keys().rate, in[0], c);
 }
 

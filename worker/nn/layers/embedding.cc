@@ -5,8 +5,9 @@
 // table's gradient is a scatter-add in token order; the ids get none. mask_zero, regularizers,
 // constraints and LoRA are not here.
 // Its keys and shape rules: worker/spec/layers/embedding.h.
-#include "worker/nn/layers/layer_parts.h"
 #include "worker/spec/layers/embedding.h"
+
+#include "worker/nn/layers/layer_parts.h"
 
 namespace dtrain::nn::layers {
 namespace {
@@ -41,7 +42,8 @@ class Embedding : public Layer {
 
 }  // namespace
 
-std::unique_ptr<Layer> make_embedding(const LayerConfig& config, const std::vector<Dims>& in, const LayerContext& /*c*/) {
+std::unique_ptr<Layer> make_embedding(const LayerConfig& config, const std::vector<Dims>& in,
+                                      const LayerContext& /*c*/) {
   return std::make_unique<Embedding>(static_cast<const EmbeddingConfig&>(config).keys(), in[0]);
 }
 

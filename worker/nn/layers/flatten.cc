@@ -1,9 +1,10 @@
 // Keras's Flatten: a view (an NCHW example is already flat), so the model never calls its
 // forward or backward and gives it no memory.
 // Its keys and shape rules: worker/spec/layers/flatten.h.
+#include "worker/spec/layers/flatten.h"
+
 #include "common/errors.h"
 #include "worker/nn/layers/layer_parts.h"
-#include "worker/spec/layers/flatten.h"
 
 namespace dtrain::nn::layers {
 namespace {
@@ -21,7 +22,8 @@ class Flatten : public Layer {
 
 }  // namespace
 
-std::unique_ptr<Layer> make_flatten(const LayerConfig& /*config*/, const std::vector<Dims>& /*in*/, const LayerContext& /*c*/) {
+std::unique_ptr<Layer> make_flatten(const LayerConfig& /*config*/, const std::vector<Dims>& /*in*/,
+                                    const LayerContext& /*c*/) {
   return std::make_unique<Flatten>();
 }
 

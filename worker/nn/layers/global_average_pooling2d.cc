@@ -2,10 +2,11 @@
 // channels (keepdims gives the same 1x1xC). Computed as a product with a column of 1 / pixels
 // (backend.h's dense ops), so it runs on every backend without an operation of its own.
 // Its keys and shape rules: worker/spec/layers/global_average_pooling2d.h.
+#include "worker/spec/layers/global_average_pooling2d.h"
+
 #include <vector>
 
 #include "worker/nn/layers/layer_parts.h"
-#include "worker/spec/layers/global_average_pooling2d.h"
 
 namespace dtrain::nn::layers {
 namespace {
@@ -35,7 +36,9 @@ class GlobalAveragePooling2D : public Layer {
 
 }  // namespace
 
-std::unique_ptr<Layer> make_global_average_pooling2d(const LayerConfig& /*config*/, const std::vector<Dims>& in, const LayerContext& c) {
+std::unique_ptr<Layer> make_global_average_pooling2d(const LayerConfig& /*config*/,
+                                                     const std::vector<Dims>& in,
+                                                     const LayerContext& c) {
   return std::make_unique<GlobalAveragePooling2D>(in[0], c);
 }
 

@@ -5,10 +5,11 @@
 // computed are kept in the layer's own scratch for the backward. rms_scaling, other axes and
 // images are not here.
 // Its keys and shape rules: worker/spec/layers/layer_normalization.h.
+#include "worker/spec/layers/layer_normalization.h"
+
 #include <algorithm>
 
 #include "worker/nn/layers/layer_parts.h"
-#include "worker/spec/layers/layer_normalization.h"
 
 namespace dtrain::nn::layers {
 namespace {
@@ -64,7 +65,9 @@ class LayerNormalization : public Layer {
 
 }  // namespace
 
-std::unique_ptr<Layer> make_layer_normalization(const LayerConfig& config, const std::vector<Dims>& in, const LayerContext& c) {
+std::unique_ptr<Layer> make_layer_normalization(const LayerConfig& config,
+                                                const std::vector<Dims>& in,
+                                                const LayerContext& c) {
   const LayerNormKeys& k = static_cast<const LayerNormalizationConfig&>(config).keys();
   return std::make_unique<LayerNormalization>(k, in[0], c);
 }

@@ -2,9 +2,10 @@
 // "same" (TensorFlow's: the odd pixel after, and a window's maximum over its elements inside the
 // input). The forward keeps the workspace its backward needs, sized for the largest batch.
 // Its keys and shape rules: worker/spec/layers/max_pooling2d.h.
+#include "worker/spec/layers/max_pooling2d.h"
+
 #include "common/errors.h"
 #include "worker/nn/layers/layer_parts.h"
-#include "worker/spec/layers/max_pooling2d.h"
 
 namespace dtrain::nn::layers {
 namespace {
@@ -37,7 +38,8 @@ class MaxPool2D : public Layer {
 
 }  // namespace
 
-std::unique_ptr<Layer> make_max_pooling2d(const LayerConfig& config, const std::vector<Dims>& in, const LayerContext& c) {
+std::unique_ptr<Layer> make_max_pooling2d(const LayerConfig& config, const std::vector<Dims>& in,
+                                          const LayerContext& c) {
   return std::make_unique<MaxPool2D>(static_cast<const MaxPooling2dConfig&>(config).keys(), in[0],
                                      c);
 }

@@ -10,12 +10,13 @@
 // layer's own stream). Cross-attention (a key or value from another layer), output_shape,
 // attention_axes, sliding_window and use_gate are not here.
 // Its keys and shape rules: worker/spec/layers/multi_head_attention.h.
+#include "worker/spec/layers/multi_head_attention.h"
+
 #include <algorithm>
 #include <cmath>
 
 #include "worker/nn/layers/layer_parts.h"
 #include "worker/nn/random.h"
-#include "worker/spec/layers/multi_head_attention.h"
 
 namespace dtrain::nn::layers {
 namespace {
@@ -175,7 +176,9 @@ class MultiHeadAttention : public Layer {
 
 }  // namespace
 
-std::unique_ptr<Layer> make_multi_head_attention(const LayerConfig& config, const std::vector<Dims>& in, const LayerContext& c) {
+std::unique_ptr<Layer> make_multi_head_attention(const LayerConfig& config,
+                                                 const std::vector<Dims>& in,
+                                                 const LayerContext& c) {
   const AttentionKeys& k = static_cast<const MultiHeadAttentionConfig&>(config).keys();
   return std::make_unique<MultiHeadAttention>(k, in[0], c);
 }

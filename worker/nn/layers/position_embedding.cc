@@ -5,9 +5,10 @@
 // examples' in order. Keras adds it to the token embeddings with an Add layer;
 // TokenAndPositionEmbedding (token_and_position_embedding.cc) does both in one.
 // Its keys and shape rules: worker/spec/layers/position_embedding.h.
+#include "worker/spec/layers/position_embedding.h"
+
 #include "worker/nn/layers/layer_parts.h"
 #include "worker/nn/layers/position_rows.h"
-#include "worker/spec/layers/position_embedding.h"
 
 namespace dtrain::nn::layers {
 namespace {
@@ -40,7 +41,9 @@ class PositionEmbedding : public Layer {
 
 }  // namespace
 
-std::unique_ptr<Layer> make_position_embedding(const LayerConfig& config, const std::vector<Dims>& in, const LayerContext& /*c*/) {
+std::unique_ptr<Layer> make_position_embedding(const LayerConfig& config,
+                                               const std::vector<Dims>& in,
+                                               const LayerContext& /*c*/) {
   const PositionEmbeddingKeys& k = static_cast<const PositionEmbeddingConfig&>(config).keys();
   return std::make_unique<PositionEmbedding>(k.length, k.init, in[0]);
 }

@@ -3,8 +3,9 @@
 // the centre is cut (Keras's training crop draws one offset per batch; dtrain draws one per
 // example). With ZeroPadding2D before it, the CIFAR-style "pad and crop".
 // Its keys and shape rules: worker/spec/layers/random_crop.h.
-#include "worker/nn/layers/remapped.h"
 #include "worker/spec/layers/random_crop.h"
+
+#include "worker/nn/layers/remapped.h"
 
 namespace dtrain::nn::layers {
 namespace {
@@ -27,7 +28,8 @@ class RandomCrop : public Remapped {
 
 }  // namespace
 
-std::unique_ptr<Layer> make_random_crop(const LayerConfig& config, const std::vector<Dims>& in, const LayerContext& c) {
+std::unique_ptr<Layer> make_random_crop(const LayerConfig& config, const std::vector<Dims>& in,
+                                        const LayerContext& c) {
   return std::make_unique<RandomCrop>(in[0], config.output_dims(in, ""), c.index);
 }
 

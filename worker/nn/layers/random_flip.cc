@@ -3,8 +3,9 @@
 // (seed, epoch, step, shard, example), so resume, recovery and elastic stay exact; in inference
 // it is the identity.
 // Its keys and shape rules: worker/spec/layers/random_flip.h.
-#include "worker/nn/layers/remapped.h"
 #include "worker/spec/layers/random_flip.h"
+
+#include "worker/nn/layers/remapped.h"
 
 namespace dtrain::nn::layers {
 namespace {
@@ -31,7 +32,8 @@ class RandomFlip : public Remapped {
 
 }  // namespace
 
-std::unique_ptr<Layer> make_random_flip(const LayerConfig& config, const std::vector<Dims>& in, const LayerContext& c) {
+std::unique_ptr<Layer> make_random_flip(const LayerConfig& config, const std::vector<Dims>& in,
+                                        const LayerContext& c) {
   const RandomFlipKeys& k = static_cast<const RandomFlipConfig&>(config).keys();
   return std::make_unique<RandomFlip>(in[0], k.horizontal, k.vertical, c.index);
 }

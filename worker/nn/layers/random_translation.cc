@@ -5,11 +5,12 @@
 // resume, recovery and elastic stay exact; in inference it is the identity. backend.h's
 // translate2d does the reading and its transpose the backward.
 // Its keys and shape rules: worker/spec/layers/random_translation.h.
+#include "worker/spec/layers/random_translation.h"
+
 #include <vector>
 
 #include "worker/nn/layers/layer_parts.h"
 #include "worker/nn/random.h"
-#include "worker/spec/layers/random_translation.h"
 
 namespace dtrain::nn::layers {
 namespace {
@@ -68,7 +69,8 @@ class RandomTranslation : public Layer {
 
 }  // namespace
 
-std::unique_ptr<Layer> make_random_translation(const LayerConfig& config, const std::vector<Dims>& in, const LayerContext& c) {
+std::unique_ptr<Layer> make_random_translation(const LayerConfig& config,
+                                               const std::vector<Dims>& in, const LayerContext& c) {
   const TranslationKeys& k = static_cast<const RandomTranslationConfig&>(config).keys();
   return std::make_unique<RandomTranslation>(k, in[0], c.index);
 }

@@ -1,7 +1,8 @@
 // Keras's ReLU layer (max(x, 0); no keys of its own).
 // Its keys and shape rules: worker/spec/layers/relu.h.
-#include "worker/nn/layers/layer_parts.h"
 #include "worker/spec/layers/relu.h"
+
+#include "worker/nn/layers/layer_parts.h"
 
 namespace dtrain::nn::layers {
 namespace {
@@ -23,7 +24,8 @@ class Relu : public Layer {
 
 }  // namespace
 
-std::unique_ptr<Layer> make_relu(const LayerConfig& /*config*/, const std::vector<Dims>& in, const LayerContext& /*c*/) {
+std::unique_ptr<Layer> make_relu(const LayerConfig& /*config*/, const std::vector<Dims>& in,
+                                 const LayerContext& /*c*/) {
   return std::make_unique<Relu>(in[0]);
 }
 

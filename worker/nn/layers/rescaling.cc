@@ -2,8 +2,9 @@
 // offset 0. Numbers only (Keras also takes a per-channel array: refused). Backward: dx = dy *
 // scale.
 // Its keys and shape rules: worker/spec/layers/rescaling.h.
-#include "worker/nn/layers/layer_parts.h"
 #include "worker/spec/layers/rescaling.h"
+
+#include "worker/nn/layers/layer_parts.h"
 
 namespace dtrain::nn::layers {
 namespace {
@@ -26,7 +27,8 @@ class Rescaling : public Layer {
 
 }  // namespace
 
-std::unique_ptr<Layer> make_rescaling(const LayerConfig& config, const std::vector<Dims>& in, const LayerContext& /*c*/) {
+std::unique_ptr<Layer> make_rescaling(const LayerConfig& config, const std::vector<Dims>& in,
+                                      const LayerContext& /*c*/) {
   const RescalingKeys& k = static_cast<const RescalingConfig&>(config).keys();
   return std::make_unique<Rescaling>(k.scale, k.offset, in[0]);
 }

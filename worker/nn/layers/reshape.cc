@@ -4,12 +4,13 @@
 // channels-last order, lay the output out as NCHW. Where both orders agree (one channel, or a
 // flat shape, on each side) it is a view, as flatten is.
 // Its keys and shape rules: worker/spec/layers/reshape.h.
+#include "worker/spec/layers/reshape.h"
+
 #include <cstdint>
 #include <vector>
 
 #include "common/errors.h"
 #include "worker/nn/layers/layer_parts.h"
-#include "worker/spec/layers/reshape.h"
 
 namespace dtrain::nn::layers {
 namespace {
@@ -64,7 +65,8 @@ class Reshape : public Layer {
 
 }  // namespace
 
-std::unique_ptr<Layer> make_reshape(const LayerConfig& config, const std::vector<Dims>& in, const LayerContext& c) {
+std::unique_ptr<Layer> make_reshape(const LayerConfig& config, const std::vector<Dims>& in,
+                                    const LayerContext& c) {
   return std::make_unique<Reshape>(in[0], config.output_dims(in, ""), c);
 }
 

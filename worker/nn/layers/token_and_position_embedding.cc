@@ -7,9 +7,10 @@
 // the ids get none. mask_zero and untied weights (tie_weights false adds a reverse table dtrain
 // does not keep) are not here.
 // Its keys and shape rules: worker/spec/layers/token_and_position_embedding.h.
+#include "worker/spec/layers/token_and_position_embedding.h"
+
 #include "worker/nn/layers/layer_parts.h"
 #include "worker/nn/layers/position_rows.h"
-#include "worker/spec/layers/token_and_position_embedding.h"
 
 namespace dtrain::nn::layers {
 namespace {
@@ -45,7 +46,9 @@ class TokenAndPositionEmbedding : public Layer {
 
 }  // namespace
 
-std::unique_ptr<Layer> make_token_and_position_embedding(const LayerConfig& config, const std::vector<Dims>& in, const LayerContext& /*c*/) {
+std::unique_ptr<Layer> make_token_and_position_embedding(const LayerConfig& config,
+                                                         const std::vector<Dims>& in,
+                                                         const LayerContext& /*c*/) {
   const TokenPositionKeys& k = static_cast<const TokenAndPositionEmbeddingConfig&>(config).keys();
   return std::make_unique<TokenAndPositionEmbedding>(k, in[0]);
 }

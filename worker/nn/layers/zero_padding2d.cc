@@ -1,8 +1,9 @@
 // Keras's ZeroPadding2D: padding an int, a pair (rows, columns) or ((top, bottom), (left,
 // right)) of zeros around each image.
 // Its keys and shape rules: worker/spec/layers/zero_padding2d.h.
-#include "worker/nn/layers/remapped.h"
 #include "worker/spec/layers/zero_padding2d.h"
+
+#include "worker/nn/layers/remapped.h"
 
 namespace dtrain::nn::layers {
 namespace {
@@ -20,7 +21,8 @@ class ZeroPadding2D : public Remapped {
 
 }  // namespace
 
-std::unique_ptr<Layer> make_zero_padding2d(const LayerConfig& config, const std::vector<Dims>& in, const LayerContext& /*c*/) {
+std::unique_ptr<Layer> make_zero_padding2d(const LayerConfig& config, const std::vector<Dims>& in,
+                                           const LayerContext& /*c*/) {
   const PaddingKeys& k = static_cast<const ZeroPadding2dConfig&>(config).keys();
   return std::make_unique<ZeroPadding2D>(k, in[0], config.output_dims(in, ""));
 }

@@ -5,7 +5,8 @@ namespace dtrain::nn::layers {
 
 std::unique_ptr<LayerConfig> parse_activation_layer(const common::JsonNode& node) {
   node.check_keys({"type", "name", "inputs", "activation"});
-  return std::make_unique<ActivationConfig>(ActivationKeys{parse_activation(node.at("activation"))});
+  return std::make_unique<ActivationConfig>(
+      ActivationKeys{parse_activation(node.at("activation"))});
 }
 
 // Keras's Activation.get_config() (keras/src/layers/activations/activation.py).

@@ -21,7 +21,6 @@ struct NormKeys {
   bool synchronized = false;
 };
 
-
 class BatchNormalizationConfig : public LayerConfig {
  public:
   explicit BatchNormalizationConfig(const NormKeys& keys) : k_(keys) {}

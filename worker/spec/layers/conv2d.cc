@@ -26,11 +26,10 @@ Dims Conv2dConfig::output_dims(const std::vector<Dims>& in, const std::string& w
     return {k_.filters, (x.h + k_.stride_h - 1) / k_.stride_h,
             (x.w + k_.stride_w - 1) / k_.stride_w};
   if (k_.kernel_h > x.h || k_.kernel_w > x.w) {
-    throw common::ConfigError(fmt::format("{}: a {}x{} kernel does not fit the {}x{} input",
-                                          where, k_.kernel_h, k_.kernel_w, x.h, x.w));
+    throw common::ConfigError(fmt::format("{}: a {}x{} kernel does not fit the {}x{} input", where,
+                                          k_.kernel_h, k_.kernel_w, x.h, x.w));
   }
-  return {k_.filters, (x.h - k_.kernel_h) / k_.stride_h + 1,
-          (x.w - k_.kernel_w) / k_.stride_w + 1};
+  return {k_.filters, (x.h - k_.kernel_h) / k_.stride_h + 1, (x.w - k_.kernel_w) / k_.stride_w + 1};
 }
 
 bool Conv2dConfig::gpu_tested() const {

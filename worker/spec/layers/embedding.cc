@@ -10,10 +10,10 @@ namespace dtrain::nn::layers {
 Dims EmbeddingConfig::output_dims(const std::vector<Dims>& in, const std::string& where) const {
   const Dims& x = in[0];
   if (!x.sequence || x.w != 1 || x.c != 1) {
-    throw common::ConfigError(fmt::format(
-        "{}: embedding takes a sequence of token ids (input_shape [T]), not {}", where,
-        x.sequence ? fmt::format("a sequence of {} positions of {} features", x.h, x.w)
-                   : fmt::format("a {}x{}x{} input", x.h, x.w, x.c)));
+    throw common::ConfigError(
+        fmt::format("{}: embedding takes a sequence of token ids (input_shape [T]), not {}", where,
+                    x.sequence ? fmt::format("a sequence of {} positions of {} features", x.h, x.w)
+                               : fmt::format("a {}x{}x{} input", x.h, x.w, x.c)));
   }
   return {1, x.h, k_.output_dim, true};
 }

@@ -12,13 +12,11 @@ Dims TokenAndPositionEmbeddingConfig::output_dims(const std::vector<Dims>& in,
   const Dims& x = in[0];
   if (!x.sequence || x.w != 1 || x.c != 1) {
     throw common::ConfigError(fmt::format(
-        "{}: token_and_position_embedding takes a sequence of token ids (input_shape [T])",
-        where));
+        "{}: token_and_position_embedding takes a sequence of token ids (input_shape [T])", where));
   }
   if (x.h > k_.length) {
-    throw common::ConfigError(
-        fmt::format("{}: its input has {} positions, more than its sequence_length {}", where,
-                    x.h, k_.length));
+    throw common::ConfigError(fmt::format(
+        "{}: its input has {} positions, more than its sequence_length {}", where, x.h, k_.length));
   }
   return {1, x.h, k_.dim, true};
 }
