@@ -1,9 +1,9 @@
-// The model as a graph (worker/nn/model.h, model_spec.h): a chain written as a graph computes the
-// chain's bits; a residual graph's gradients, where an activation feeds two layers and the two
-// shares add up, match finite differences of its loss on the reference backend; layers listed
-// out of order are ordered; every mistake in a graph (a name that resolves to nothing, a cycle,
-// an unused layer, shapes that do not add, the wrong number of inputs) is a ConfigError naming
-// the JSON path of the layer.
+// The model as a graph (worker/nn/model.h, worker/spec/model_spec.h): a chain written as a graph
+// computes the chain's bits; a residual graph's gradients, where an activation feeds two layers and
+// the two shares add up, match finite differences of its loss on the reference backend; layers
+// listed out of order are ordered; every mistake in a graph (a name that resolves to nothing, a
+// cycle, an unused layer, shapes that do not add, the wrong number of inputs) is a ConfigError
+// naming the JSON path of the layer.
 #include <algorithm>
 #include <catch2/catch.hpp>
 #include <cmath>

@@ -18,7 +18,7 @@
 #include "test/support/temp_dir.h"
 #include "worker/nn/backend.h"
 #include "worker/nn/model.h"
-#include "worker/nn/model_spec.h"
+#include "worker/spec/model_spec.h"
 #include "worker/train/keras_model.h"
 #include "worker/train/model_tensors.h"
 

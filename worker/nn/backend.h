@@ -14,21 +14,9 @@
 
 #include "worker/mem/device.h"
 #include "worker/nn/random.h"
+#include "worker/spec/shapes.h"
 
 namespace dtrain::nn {
-
-/// A 2-D convolution with bias. Padding is explicit (Keras "same" may pad more at the end).
-struct ConvShape {
-  int n = 1, c = 1, h = 1, w = 1;  ///< input
-  int k = 1, kh = 1, kw = 1;       ///< filters and kernel size
-  int sh = 1, sw = 1;              ///< strides
-  int pad_top = 0, pad_bottom = 0, pad_left = 0, pad_right = 0;
-  int oh() const { return (h + pad_top + pad_bottom - kh) / sh + 1; }
-  int ow() const { return (w + pad_left + pad_right - kw) / sw + 1; }
-  size_t input_count() const { return static_cast<size_t>(n) * c * h * w; }
-  size_t weight_count() const { return static_cast<size_t>(k) * c * kh * kw; }
-  size_t output_count() const { return static_cast<size_t>(n) * k * oh() * ow(); }
-};
 
 /// Max or average pooling. Padding is explicit (Keras "same" pads the odd pixel at the end) and
 /// never taken part in: a window's maximum or mean is over its elements inside the input
@@ -66,22 +54,6 @@ struct TargetLossShape {
   float smoothing = 0;
 };
 
-/// Batch normalization's shape: n examples of c channels of hw pixels each (NCHW), normalized
-/// per channel over n x hw values (Keras's BatchNormalization on the channels axis).
-/// Scaled dot-product attention (MultiHeadAttention's core, docs/design.md#attention): n
-/// examples of t positions, per head. q and k are (n, t, heads, key_dim) and v and y (n, t,
-/// heads, value_dim), row-major, as the projections write them; probs (n, heads, t, t).
-struct AttentionShape {
-  int n = 1, t = 1, heads = 1, key_dim = 1, value_dim = 1;
-  bool causal = false;  ///< position i attends to positions 0..i only
-  float scale = 1;      ///< the scores' factor: 1 / sqrt(key_dim)
-  /// Keras's attention dropout, in training: each probability is kept with 1 - dropout (and
-  /// scaled by 1 / (1 - dropout)) or dropped, by attention_keep(); probs stays the undropped
-  /// softmax, and the backward draws the same mask again from `stream`.
-  float dropout = 0;
-  uint64_t stream = 0;
-};
-
 /// The dropout factor of probability `index` of probs ((pair x t + i) x t + j): 0, or
 /// 1 / (1 - dropout), a pure function of s.stream and index (the Dropout layer's rule).
 inline float attention_keep(const AttentionShape& s, size_t index) {
@@ -89,6 +61,8 @@ inline float attention_keep(const AttentionShape& s, size_t index) {
   return unit_float(mix64(s.stream ^ index)) >= s.dropout ? 1.0f / (1.0f - s.dropout) : 0.0f;
 }
 
+/// Batch normalization's shape: n examples of c channels of hw pixels each (NCHW), normalized
+/// per channel over n x hw values (Keras's BatchNormalization on the channels axis).
 struct NormShape {
   int n = 1, c = 1, hw = 1;
   /// A ReLU fused after it: the output is max(y, 0), and backward's dy is the gradient of that
@@ -104,11 +78,7 @@ struct PixelMap {
   int32_t row0 = 0, col0 = 0, row_step = 1, col_step = 1;
 };
 
-/// Elementwise activations beyond ReLU, by Keras's names: sigmoid 1 / (1 + exp(-x)), tanh,
-/// gelu x * (1 + erf(x / sqrt 2)) / 2 (Keras's default, approximate=False), swish (Keras's silu)
-/// x * sigmoid(x).
-enum class Eltwise { kSigmoid, kTanh, kGelu, kSwish };
-/// "sigmoid", "tanh", "gelu", "swish".
+/// Eltwise f's name (worker/spec/shapes.h): "sigmoid", "tanh", "gelu", "swish".
 const char* eltwise_name(Eltwise f);
 
 /// One example's translation (translate2d): output pixel (r, q) reads the input at (r - dy,
@@ -116,9 +86,6 @@ const char* eltwise_name(Eltwise f);
 struct Shift2d {
   float dy = 0, dx = 0;
 };
-/// Where a translation reads outside the input, Keras's fill modes (scipy's names in brackets):
-/// reflect (symmetric: d c b a | a b c d | d c b a), wrap, constant (fill_value), nearest (edge).
-enum class FillMode { kReflect, kWrap, kConstant, kNearest };
 /// n examples of c channels of h x w pixels, read bilinearly (or at the nearest pixel) and
 /// filled as `fill` says.
 struct TranslateShape {

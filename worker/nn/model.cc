@@ -7,7 +7,7 @@
 #include <array>
 
 #include "common/errors.h"
-#include "worker/nn/layer_registry.h"
+#include "worker/nn/layer_builders.h"
 #include "worker/nn/random.h"
 
 namespace dtrain::nn {
@@ -32,7 +32,7 @@ Model::Model(const ModelSpec& spec, Backend& backend, int max_batch, float* grad
   for (size_t i = 0; i < n; ++i) {
     const NodeSpec& node = spec_.nodes[i];
     layers_.push_back(
-        node.config->make(spec_.input_dims_of(i), {static_cast<int>(i), max_batch, backend}));
+        make_layer(node, spec_.input_dims_of(i), {static_cast<int>(i), max_batch, backend}));
     has_random_layers_ |= node.config->draws_randomness();
   }
   const std::array<size_t, 3> floats = lay_out();  // parameters, state, statistics

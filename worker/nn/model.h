@@ -15,7 +15,7 @@
 
 #include "worker/nn/backend.h"
 #include "worker/nn/layer.h"
-#include "worker/nn/model_spec.h"
+#include "worker/spec/model_spec.h"
 
 namespace dtrain::nn {
 

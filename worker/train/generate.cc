@@ -16,7 +16,7 @@
 #include "worker/data/text_data.h"
 #include "worker/nn/backend.h"
 #include "worker/nn/model.h"
-#include "worker/nn/model_spec.h"
+#include "worker/spec/model_spec.h"
 #include "worker/train/evaluator.h"
 #include "worker/train/safetensors.h"
 

@@ -29,7 +29,7 @@
 #include "common/atomic_file.h"
 #include "common/errors.h"
 #include "common/json.h"
-#include "worker/nn/layer_registry.h"
+#include "worker/spec/layer_registry.h"
 #include "worker/train/hdf5_image.h"
 #include "worker/train/zip_writer.h"
 

@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "worker/nn/model_spec.h"
+#include "worker/spec/model_spec.h"
 #include "worker/train/safetensors.h"
 
 namespace dtrain::train {

@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "common/json.h"
-#include "worker/nn/layer_registry.h"
+#include "worker/spec/layer_registry.h"
 
 namespace dtrain::train::keras {
 

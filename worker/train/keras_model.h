@@ -10,7 +10,7 @@
 #include <string>
 #include <string_view>
 
-#include "worker/nn/model_spec.h"
+#include "worker/spec/model_spec.h"
 
 namespace dtrain::train {
 

@@ -12,7 +12,7 @@
 #include "worker/comm/communication.h"
 #include "worker/data/dataset.h"
 #include "worker/nn/backend.h"
-#include "worker/nn/model_spec.h"
+#include "worker/spec/model_spec.h"
 #include "worker/train/callbacks.h"
 #include "worker/train/loss_scale.h"
 #include "worker/train/optimizer.h"

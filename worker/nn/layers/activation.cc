@@ -2,7 +2,10 @@
 // output, where the loss applies it, as on a dense layer), "sigmoid", "tanh", "gelu" or
 // "silu"/"swish" (layer_keys.h). relu is max(x, 0); linear passes its input on; the others are
 // the backend's eltwise operations, their gradient taken from the layer's input.
-#include "worker/nn/layers/layer_keys.h"
+// Its keys and shape rules: worker/spec/layers/activation.h.
+#include "worker/spec/layers/activation.h"
+
+#include "worker/nn/layers/layer_parts.h"
 
 namespace dtrain::nn::layers {
 namespace {
@@ -38,29 +41,12 @@ class ActivationLayer : public Layer {
   Dims dims_;
 };
 
-class ActivationConfig : public LayerConfig {
- public:
-  explicit ActivationConfig(Activation activation) : activation_(activation) {}
-  Dims output_dims(const std::vector<Dims>& in, const std::string&) const override { return in[0]; }
-  std::unique_ptr<Layer> make(const std::vector<Dims>& in, const LayerContext&) const override {
-    return std::make_unique<ActivationLayer>(activation_, in[0]);
-  }
-  Activation activation() const override { return activation_; }
-
- private:
-  Activation activation_;
-};
-
 }  // namespace
 
-std::unique_ptr<LayerConfig> parse_activation_layer(const common::JsonNode& node) {
-  node.check_keys({"type", "name", "inputs", "activation"});
-  return std::make_unique<ActivationConfig>(parse_activation(node.at("activation")));
-}
-
-// Keras's Activation.get_config() (keras/src/layers/activations/activation.py).
-std::vector<KerasKeySpec> keras_keys_activation() {
-  return {{"activation", KerasKey::kActivation}};
+std::unique_ptr<Layer> make_activation(const LayerConfig& config, const std::vector<Dims>& in,
+                                       const LayerContext& /*c*/) {
+  const ActivationKeys& k = static_cast<const ActivationConfig&>(config).keys();
+  return std::make_unique<ActivationLayer>(k.activation, in[0]);
 }
 
 }  // namespace dtrain::nn::layers

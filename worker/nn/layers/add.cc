@@ -2,10 +2,10 @@
 // Its gradient is the output's, to every input. A ReLU that is its only user runs inside it
 // (fuse_relu, docs/design.md#fusion): the output is max(sum, 0) and every input's gradient is the
 // output's masked where that is 0.
-#include <fmt/format.h>
+// Its keys and shape rules: worker/spec/layers/add.h.
+#include "worker/spec/layers/add.h"
 
-#include "common/errors.h"
-#include "worker/nn/layers/layer_keys.h"
+#include "worker/nn/layers/layer_parts.h"
 
 namespace dtrain::nn::layers {
 namespace {
@@ -37,34 +37,11 @@ class Add : public Layer {
   bool relu_ = false;  ///< a ReLU fused after it
 };
 
-class AddConfig : public LayerConfig {
- public:
-  int arity() const override { return 0; }
-  Dims output_dims(const std::vector<Dims>& in, const std::string& where) const override {
-    for (size_t i = 1; i < in.size(); ++i) {
-      if (in[i] != in[0]) {
-        throw common::ConfigError(fmt::format(
-            "{}: add needs inputs of one shape; input 0 is {}x{}x{}, input {} is {}x{}x{}", where,
-            in[0].h, in[0].w, in[0].c, i, in[i].h, in[i].w, in[i].c));
-      }
-    }
-    return in[0];
-  }
-  std::unique_ptr<Layer> make(const std::vector<Dims>& in, const LayerContext&) const override {
-    return std::make_unique<Add>(in[0]);
-  }
-};
-
 }  // namespace
 
-std::unique_ptr<LayerConfig> parse_add(const common::JsonNode& node) {
-  node.check_keys({"type", "name", "inputs"});
-  return std::make_unique<AddConfig>();
-}
-
-// Keras's Add has no config keys beyond Layer's own.
-std::vector<KerasKeySpec> keras_keys_add() {
-  return {};
+std::unique_ptr<Layer> make_add(const LayerConfig& /*config*/, const std::vector<Dims>& in,
+                                const LayerContext& /*c*/) {
+  return std::make_unique<Add>(in[0]);
 }
 
 }  // namespace dtrain::nn::layers

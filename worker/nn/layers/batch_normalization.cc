@@ -7,21 +7,16 @@
 // (fuse_relu). synchronized: in a group's training step the statistics, and backward's sums, are
 // the whole global batch's, summed over the workers
 // (docs/design.md#synchronized-batch-normalization).
-#include <fmt/format.h>
+// Its keys and shape rules: worker/spec/layers/batch_normalization.h.
+#include "worker/spec/layers/batch_normalization.h"
 
 #include <algorithm>
 
-#include "worker/nn/layers/layer_keys.h"
+#include "common/errors.h"
+#include "worker/nn/layers/layer_parts.h"
 
 namespace dtrain::nn::layers {
 namespace {
-
-struct NormKeys {
-  float momentum = 0.99f;
-  float epsilon = 1e-3f;
-  bool center = true, scale = true;
-  bool synchronized = false;
-};
 
 class BatchNormalization : public Layer {
  public:
@@ -140,62 +135,13 @@ class BatchNormalization : public Layer {
   bool relu_ = false;  ///< a ReLU fused after it
 };
 
-class NormConfig : public LayerConfig {
- public:
-  explicit NormConfig(const NormKeys& keys) : k_(keys) {}
-  Dims output_dims(const std::vector<Dims>& in, const std::string& where) const override {
-    refuse_sequence(in, where, "batch_normalization");
-    return in[0];
-  }
-  std::unique_ptr<Layer> make(const std::vector<Dims>& in, const LayerContext& c) const override {
-    return std::make_unique<BatchNormalization>(k_, in[0], c);
-  }
-  bool sums_over_group() const override { return k_.synchronized; }
-
- private:
-  NormKeys k_;
-};
-
 }  // namespace
 
-std::unique_ptr<LayerConfig> parse_batch_normalization(const common::JsonNode& node) {
-  node.check_keys(
-      {"type", "name", "inputs", "axis", "momentum", "epsilon", "center", "scale", "synchronized"});
-  NormKeys k;
-  if (auto n = node.find("axis")) {
-    int64_t axis = n->is_array() && n->as_array().size() == 1 ? n->as_array()[0].as_int(-4, 3)
-                                                              : n->as_int(-4, 3);
-    if (axis != -1 && axis != 3)
-      n->fail(fmt::format("axis {} is not supported (the channels: -1, or 3 of NHWC)", axis));
-  }
-  if (auto n = node.find("momentum")) k.momentum = static_cast<float>(n->as_number(0.0, 1.0));
-  if (auto n = node.find("epsilon")) k.epsilon = static_cast<float>(n->as_number(1e-12, 1.0));
-  if (auto n = node.find("center")) k.center = n->as_bool();
-  if (auto n = node.find("scale")) k.scale = n->as_bool();
-  if (auto n = node.find("synchronized")) k.synchronized = n->as_bool();
-  return std::make_unique<NormConfig>(k);
-}
-
-// Keras's BatchNormalization.get_config(): the initializers at Keras's defaults, no regularizers
-// or constraints, renorm off.
-std::vector<KerasKeySpec> keras_keys_batch_normalization() {
-  return {{"axis", KerasKey::kRead},
-          {"momentum", KerasKey::kRead},
-          {"epsilon", KerasKey::kRead},
-          {"center", KerasKey::kRead},
-          {"scale", KerasKey::kRead},
-          {"beta_initializer", KerasKey::kZeros},
-          {"gamma_initializer", KerasKey::kOnes},
-          {"moving_mean_initializer", KerasKey::kZeros},
-          {"moving_variance_initializer", KerasKey::kOnes},
-          {"beta_regularizer", KerasKey::kNull},
-          {"gamma_regularizer", KerasKey::kNull},
-          {"beta_constraint", KerasKey::kNull},
-          {"gamma_constraint", KerasKey::kNull},
-          {"synchronized", KerasKey::kRead},
-          {"renorm", KerasKey::kFalse},
-          {"renorm_clipping", KerasKey::kNull},
-          {"renorm_momentum", KerasKey::kUnusedNumber}};
+std::unique_ptr<Layer> make_batch_normalization(const LayerConfig& config,
+                                                const std::vector<Dims>& in,
+                                                const LayerContext& c) {
+  const NormKeys& k = static_cast<const BatchNormalizationConfig&>(config).keys();
+  return std::make_unique<BatchNormalization>(k, in[0], c);
 }
 
 }  // namespace dtrain::nn::layers

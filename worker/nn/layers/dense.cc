@@ -1,29 +1,18 @@
 // Keras's Dense on flat input, or on a sequence's last axis (each of its positions, as Keras's on
-// a 3-D input: the products take n x positions rows): units, activation (layer_keys.h's),
+// a 3-D input: the products take n x positions rows): units, activation (spec layer_keys.h's),
 // use_bias, kernel_ and bias_regularizer (L1L2 factors on its tensors, applied by the step).
 // Kernel in,out (Keras's), glorot_uniform; bias zero (without one: zeros of the layer's own, its
 // gradient to scratch). Backward produces a large kernel's gradient in pieces of whole rows, last
 // rows first, so its all-reduce starts while the rest is computed.
-#include <fmt/format.h>
+// Its keys and shape rules: worker/spec/layers/dense.h.
+#include "worker/spec/layers/dense.h"
 
 #include <algorithm>
 
-#include "worker/nn/layers/layer_keys.h"
+#include "worker/nn/layers/layer_parts.h"
 
 namespace dtrain::nn::layers {
 namespace {
-
-struct DenseKeys {
-  int units = 0;
-  bool use_bias = true;
-  Activation activation = Activation::kLinear;
-  Initializer init = Initializer::kGlorotUniform;
-  Regularizer kernel_regularizer, bias_regularizer;
-  bool regularized() const {
-    return kernel_regularizer.l1 > 0 || kernel_regularizer.l2 > 0 || bias_regularizer.l1 > 0 ||
-           bias_regularizer.l2 > 0;
-  }
-};
 
 class Dense : public Activated {
  public:
@@ -118,69 +107,12 @@ class Dense : public Activated {
   Buffer<float> no_bias_;  ///< without a bias: units zeros
 };
 
-class DenseConfig : public LayerConfig {
- public:
-  explicit DenseConfig(const DenseKeys& keys) : k_(keys) {}
-  Dims output_dims(const std::vector<Dims>& in, const std::string& where) const override {
-    if (in[0].sequence) return {1, in[0].h, k_.units, true};  // each position
-    if (!in[0].flat()) {
-      throw common::ConfigError(
-          fmt::format("{}: dense needs flat input ({}x{}x{}); add a flatten layer before it", where,
-                      in[0].h, in[0].w, in[0].c));
-    }
-    return {k_.units, 1, 1};
-  }
-  std::unique_ptr<Layer> make(const std::vector<Dims>& in, const LayerContext& c) const override {
-    return std::make_unique<Dense>(k_, in[0], output_dims(in, ""), c);
-  }
-  Activation activation() const override { return k_.activation; }
-  bool gpu_tested() const override {
-    Eltwise f;
-    return !eltwise_of(k_.activation, &f) && !k_.regularized();
-  }
-  LayerCost cost(const std::vector<Dims>& in) const override {
-    LayerCost cost;
-    cost.matmul_in = static_cast<int>(in[0].sequence ? in[0].w : in[0].size());
-    cost.matmul_out = k_.units;
-    cost.matmul_rows = in[0].positions();
-    cost.macs = static_cast<double>(in[0].size()) * k_.units;  // every position's
-    return cost;
-  }
-
- private:
-  DenseKeys k_;
-};
-
 }  // namespace
 
-std::unique_ptr<LayerConfig> parse_dense(const common::JsonNode& node) {
-  node.check_keys({"type", "name", "inputs", "units", "activation", "use_bias",
-                   "kernel_initializer", "kernel_regularizer", "bias_regularizer"});
-  DenseKeys k;
-  k.units = static_cast<int>(node.at("units").as_int(1, 1 << 20));
-  if (auto n = node.find("use_bias")) k.use_bias = n->as_bool();
-  if (auto n = node.find("kernel_initializer")) k.init = parse_initializer(*n);
-  if (auto n = node.find("kernel_regularizer")) k.kernel_regularizer = parse_regularizer(*n);
-  if (auto n = node.find("bias_regularizer")) k.bias_regularizer = parse_regularizer(*n);
-  if (auto n = node.find("activation")) k.activation = parse_activation(*n);
-  return std::make_unique<DenseConfig>(k);
-}
-
-// Keras's Dense.get_config() (keras/src/layers/core/dense.py): the initializers and the rest
-// at the values this layer computes.
-std::vector<KerasKeySpec> keras_keys_dense() {
-  return {{"units", KerasKey::kRead},
-          {"activation", KerasKey::kActivation},
-          {"use_bias", KerasKey::kRead},
-          {"kernel_initializer", KerasKey::kInitializer},
-          {"bias_initializer", KerasKey::kZeros},
-          {"kernel_regularizer", KerasKey::kRegularizer},
-          {"bias_regularizer", KerasKey::kRegularizer},
-          {"kernel_constraint", KerasKey::kNull},
-          {"bias_constraint", KerasKey::kNull},
-          {"quantization_config", KerasKey::kNull},
-          {"lora_rank", KerasKey::kNull},
-          {"lora_alpha", KerasKey::kNull}};
+std::unique_ptr<Layer> make_dense(const LayerConfig& config, const std::vector<Dims>& in,
+                                  const LayerContext& c) {
+  const DenseKeys& k = static_cast<const DenseConfig&>(config).keys();
+  return std::make_unique<Dense>(k, in[0], config.output_dims(in, ""), c);
 }
 
 }  // namespace dtrain::nn::layers

@@ -1,7 +1,10 @@
 // Keras's Dropout (inverted: keep with probability 1 - rate, scale by 1 / (1 - rate)); the
 // identity outside training. The mask is a pure function of (seed, epoch, step, the layer's
 // index, element), the same on every backend.
-#include "worker/nn/layers/layer_keys.h"
+// Its keys and shape rules: worker/spec/layers/dropout.h.
+#include "worker/spec/layers/dropout.h"
+
+#include "worker/nn/layers/layer_parts.h"
 #include "worker/nn/random.h"
 
 namespace dtrain::nn::layers {
@@ -45,30 +48,11 @@ class Dropout : public Layer {
   bool training_ = true;
 };
 
-class DropoutConfig : public LayerConfig {
- public:
-  explicit DropoutConfig(float rate) : rate_(rate) {}
-  Dims output_dims(const std::vector<Dims>& in, const std::string&) const override { return in[0]; }
-  std::unique_ptr<Layer> make(const std::vector<Dims>& in, const LayerContext& c) const override {
-    return std::make_unique<Dropout>(rate_, in[0], c);
-  }
-  bool draws_randomness() const override { return true; }
-
- private:
-  float rate_;
-};
-
 }  // namespace
 
-std::unique_ptr<LayerConfig> parse_dropout(const common::JsonNode& node) {
-  node.check_keys({"type", "name", "inputs", "rate"});
-  return std::make_unique<DropoutConfig>(static_cast<float>(node.at("rate").as_number(0.0, 0.999)));
-}
-
-// Keras's Dropout.get_config() (keras/src/layers/regularization/dropout.py): its seed is not
-// used, the mask is drawn from train.seed as above.
-std::vector<KerasKeySpec> keras_keys_dropout() {
-  return {{"rate", KerasKey::kRead}, {"seed", KerasKey::kSeed}, {"noise_shape", KerasKey::kNull}};
+std::unique_ptr<Layer> make_dropout(const LayerConfig& config, const std::vector<Dims>& in,
+                                    const LayerContext& c) {
+  return std::make_unique<Dropout>(static_cast<const DropoutConfig&>(config).keys().rate, in[0], c);
 }
 
 }  // namespace dtrain::nn::layers

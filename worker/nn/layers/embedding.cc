@@ -4,19 +4,13 @@
 // "embeddings" (input_dim, output_dim): a sequence of T positions of output_dim features. The
 // table's gradient is a scatter-add in token order; the ids get none. mask_zero, regularizers,
 // constraints and LoRA are not here.
-#include <fmt/format.h>
+// Its keys and shape rules: worker/spec/layers/embedding.h.
+#include "worker/spec/layers/embedding.h"
 
-#include <string>
-
-#include "worker/nn/layers/layer_keys.h"
+#include "worker/nn/layers/layer_parts.h"
 
 namespace dtrain::nn::layers {
 namespace {
-
-struct EmbeddingKeys {
-  int input_dim = 0, output_dim = 0;
-  UniformRange init;
-};
 
 class Embedding : public Layer {
  public:
@@ -46,56 +40,11 @@ class Embedding : public Layer {
   int positions_;
 };
 
-class EmbeddingConfig : public LayerConfig {
- public:
-  explicit EmbeddingConfig(const EmbeddingKeys& keys) : k_(keys) {}
-  Dims output_dims(const std::vector<Dims>& in, const std::string& where) const override {
-    const Dims& x = in[0];
-    if (!x.sequence || x.w != 1 || x.c != 1) {
-      throw common::ConfigError(fmt::format(
-          "{}: embedding takes a sequence of token ids (input_shape [T]), not {}", where,
-          x.sequence ? fmt::format("a sequence of {} positions of {} features", x.h, x.w)
-                     : fmt::format("a {}x{}x{} input", x.h, x.w, x.c)));
-    }
-    return {1, x.h, k_.output_dim, true};
-  }
-  std::unique_ptr<Layer> make(const std::vector<Dims>& in, const LayerContext&) const override {
-    return std::make_unique<Embedding>(k_, in[0]);
-  }
-
- private:
-  EmbeddingKeys k_;
-};
-
 }  // namespace
 
-std::unique_ptr<LayerConfig> parse_embedding(const common::JsonNode& node) {
-  node.check_keys(
-      {"type", "name", "inputs", "input_dim", "output_dim", "embeddings_initializer", "mask_zero"});
-  EmbeddingKeys k;
-  // Ids travel as floats: every integer below 2^24 is exact.
-  k.input_dim = static_cast<int>(node.at("input_dim").as_int(1, 1 << 24));
-  k.output_dim = static_cast<int>(node.at("output_dim").as_int(1, 1 << 20));
-  if (auto n = node.find("embeddings_initializer")) k.init = parse_uniform_initializer(*n);
-  if (auto n = node.find("mask_zero"); n && n->as_bool())
-    n->fail("true is not supported (dtrain has no masks): false");
-  return std::make_unique<EmbeddingConfig>(k);
-}
-
-// Keras's Embedding.get_config() (keras/src/layers/core/embedding.py); lora_rank and lora_alpha
-// appear only when LoRA is on.
-std::vector<KerasKeySpec> keras_keys_embedding() {
-  return {{"input_dim", KerasKey::kRead},
-          {"output_dim", KerasKey::kRead},
-          {"embeddings_initializer", KerasKey::kRead},
-          {"embeddings_regularizer", KerasKey::kNull},
-          {"embeddings_constraint", KerasKey::kNull},
-          {"mask_zero", KerasKey::kFalse},
-          {"sparse", KerasKey::kFalse},
-          {"input_length", KerasKey::kNull},
-          {"quantization_config", KerasKey::kNull},
-          {"lora_rank", KerasKey::kNull},
-          {"lora_alpha", KerasKey::kNull}};
+std::unique_ptr<Layer> make_embedding(const LayerConfig& config, const std::vector<Dims>& in,
+                                      const LayerContext& /*c*/) {
+  return std::make_unique<Embedding>(static_cast<const EmbeddingConfig&>(config).keys(), in[0]);
 }
 
 }  // namespace dtrain::nn::layers

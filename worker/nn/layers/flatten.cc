@@ -1,7 +1,10 @@
 // Keras's Flatten: a view (an NCHW example is already flat), so the model never calls its
 // forward or backward and gives it no memory.
+// Its keys and shape rules: worker/spec/layers/flatten.h.
+#include "worker/spec/layers/flatten.h"
+
 #include "common/errors.h"
-#include "worker/nn/layers/layer_keys.h"
+#include "worker/nn/layers/layer_parts.h"
 
 namespace dtrain::nn::layers {
 namespace {
@@ -17,26 +20,11 @@ class Flatten : public Layer {
   }
 };
 
-class FlattenConfig : public LayerConfig {
- public:
-  Dims output_dims(const std::vector<Dims>& in, const std::string&) const override {
-    return {static_cast<int>(in[0].size()), 1, 1};
-  }
-  std::unique_ptr<Layer> make(const std::vector<Dims>&, const LayerContext&) const override {
-    return std::make_unique<Flatten>();
-  }
-};
-
 }  // namespace
 
-std::unique_ptr<LayerConfig> parse_flatten(const common::JsonNode& node) {
-  node.check_keys({"type", "name", "inputs"});
-  return std::make_unique<FlattenConfig>();
-}
-
-// Keras's Flatten.get_config() (keras/src/layers/reshaping/flatten.py).
-std::vector<KerasKeySpec> keras_keys_flatten() {
-  return {{"data_format", KerasKey::kChannelsLast}};
+std::unique_ptr<Layer> make_flatten(const LayerConfig& /*config*/, const std::vector<Dims>& /*in*/,
+                                    const LayerContext& /*c*/) {
+  return std::make_unique<Flatten>();
 }
 
 }  // namespace dtrain::nn::layers

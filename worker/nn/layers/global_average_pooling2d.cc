@@ -1,9 +1,12 @@
 // Keras's GlobalAveragePooling2D: each channel's mean over its pixels, a flat output of the
 // channels (keepdims gives the same 1x1xC). Computed as a product with a column of 1 / pixels
 // (backend.h's dense ops), so it runs on every backend without an operation of its own.
-#include <fmt/format.h>
+// Its keys and shape rules: worker/spec/layers/global_average_pooling2d.h.
+#include "worker/spec/layers/global_average_pooling2d.h"
 
-#include "worker/nn/layers/layer_keys.h"
+#include <vector>
+
+#include "worker/nn/layers/layer_parts.h"
 
 namespace dtrain::nn::layers {
 namespace {
@@ -31,33 +34,12 @@ class GlobalAveragePooling2D : public Layer {
   Buffer<float> weights_;  ///< 1 / pixels for each pixel, then a zero bias
 };
 
-class PoolConfig : public LayerConfig {
- public:
-  Dims output_dims(const std::vector<Dims>& in, const std::string& where) const override {
-    refuse_sequence(in, where, "global_average_pooling2d");
-    return {in[0].c, 1, 1};
-  }
-  std::unique_ptr<Layer> make(const std::vector<Dims>& in, const LayerContext& c) const override {
-    return std::make_unique<GlobalAveragePooling2D>(in[0], c);
-  }
-  LayerCost cost(const std::vector<Dims>& in) const override {
-    LayerCost cost;
-    cost.macs = static_cast<double>(in[0].size());
-    return cost;
-  }
-};
-
 }  // namespace
 
-std::unique_ptr<LayerConfig> parse_global_average_pooling2d(const common::JsonNode& node) {
-  node.check_keys({"type", "name", "inputs", "keepdims"});
-  if (auto n = node.find("keepdims")) n->as_bool();  // 1x1xC either way in dtrain's layout
-  return std::make_unique<PoolConfig>();
-}
-
-// Keras's GlobalAveragePooling2D.get_config() (base_global_pooling.py).
-std::vector<KerasKeySpec> keras_keys_global_average_pooling2d() {
-  return {{"data_format", KerasKey::kChannelsLast}, {"keepdims", KerasKey::kRead}};
+std::unique_ptr<Layer> make_global_average_pooling2d(const LayerConfig& /*config*/,
+                                                     const std::vector<Dims>& in,
+                                                     const LayerContext& c) {
+  return std::make_unique<GlobalAveragePooling2D>(in[0], c);
 }
 
 }  // namespace dtrain::nn::layers

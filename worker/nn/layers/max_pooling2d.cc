@@ -1,10 +1,11 @@
 // Keras's MaxPooling2D: pool_size (default 2), strides (default pool_size), padding "valid" or
 // "same" (TensorFlow's: the odd pixel after, and a window's maximum over its elements inside the
 // input). The forward keeps the workspace its backward needs, sized for the largest batch.
-#include <fmt/format.h>
+// Its keys and shape rules: worker/spec/layers/max_pooling2d.h.
+#include "worker/spec/layers/max_pooling2d.h"
 
 #include "common/errors.h"
-#include "worker/nn/layers/layer_keys.h"
+#include "worker/nn/layers/layer_parts.h"
 
 namespace dtrain::nn::layers {
 namespace {
@@ -35,34 +36,12 @@ class MaxPool2D : public Layer {
   Buffer<unsigned char> workspace_;
 };
 
-class PoolConfig : public LayerConfig {
- public:
-  explicit PoolConfig(const PoolKeys& keys) : k_(keys) {}
-  Dims output_dims(const std::vector<Dims>& in, const std::string& where) const override {
-    return pool_output_dims(k_, in[0], where);
-  }
-  std::unique_ptr<Layer> make(const std::vector<Dims>& in, const LayerContext& c) const override {
-    return std::make_unique<MaxPool2D>(k_, in[0], c);
-  }
-  bool gpu_tested() const override { return !k_.same; }  // the GPU's pooling has no padding yet
-
- private:
-  PoolKeys k_;
-};
-
 }  // namespace
 
-std::unique_ptr<LayerConfig> parse_max_pooling2d(const common::JsonNode& node) {
-  node.check_keys({"type", "name", "inputs", "pool_size", "strides", "padding"});
-  return std::make_unique<PoolConfig>(parse_pool_keys(node, false));
-}
-
-// Keras's MaxPooling2D.get_config() (keras/src/layers/pooling/base_pooling.py).
-std::vector<KerasKeySpec> keras_keys_max_pooling2d() {
-  return {{"pool_size", KerasKey::kRead},
-          {"padding", KerasKey::kRead},
-          {"strides", KerasKey::kRead},
-          {"data_format", KerasKey::kChannelsLast}};
+std::unique_ptr<Layer> make_max_pooling2d(const LayerConfig& config, const std::vector<Dims>& in,
+                                          const LayerContext& c) {
+  return std::make_unique<MaxPool2D>(static_cast<const MaxPooling2dConfig&>(config).keys(), in[0],
+                                     c);
 }
 
 }  // namespace dtrain::nn::layers

@@ -4,11 +4,10 @@
 // (it reads only its input's shape, and gives it no gradient). The table's gradient sums the
 // examples' in order. Keras adds it to the token embeddings with an Add layer;
 // TokenAndPositionEmbedding (token_and_position_embedding.cc) does both in one.
-#include <fmt/format.h>
+// Its keys and shape rules: worker/spec/layers/position_embedding.h.
+#include "worker/spec/layers/position_embedding.h"
 
-#include <string>
-
-#include "worker/nn/layers/layer_keys.h"
+#include "worker/nn/layers/layer_parts.h"
 #include "worker/nn/layers/position_rows.h"
 
 namespace dtrain::nn::layers {
@@ -40,46 +39,13 @@ class PositionEmbedding : public Layer {
   int t_, d_;
 };
 
-class PositionEmbeddingConfig : public LayerConfig {
- public:
-  PositionEmbeddingConfig(int length, Initializer init) : length_(length), init_(init) {}
-  Dims output_dims(const std::vector<Dims>& in, const std::string& where) const override {
-    const Dims& x = in[0];
-    if (!x.sequence || x.c != 1) {
-      throw common::ConfigError(fmt::format(
-          "{}: position_embedding takes a sequence (positions x features), not a {}x{}x{} input",
-          where, x.h, x.w, x.c));
-    }
-    if (x.h > length_) {
-      throw common::ConfigError(fmt::format(
-          "{}: its input has {} positions, more than its sequence_length {}", where, x.h, length_));
-    }
-    return x;
-  }
-  std::unique_ptr<Layer> make(const std::vector<Dims>& in, const LayerContext&) const override {
-    return std::make_unique<PositionEmbedding>(length_, init_, in[0]);
-  }
-  bool gpu_tested() const override { return false; }
-
- private:
-  int length_;
-  Initializer init_;
-};
-
 }  // namespace
 
-std::unique_ptr<LayerConfig> parse_position_embedding(const common::JsonNode& node) {
-  node.check_keys({"type", "name", "inputs", "sequence_length", "initializer"});
-  const int length = static_cast<int>(node.at("sequence_length").as_int(1, 1 << 20));
-  Initializer init = Initializer::kGlorotUniform;
-  if (auto n = node.find("initializer")) init = parse_initializer(*n);
-  return std::make_unique<PositionEmbeddingConfig>(length, init);
-}
-
-// keras_hub's PositionEmbedding.get_config() (keras_hub/src/layers/modeling/
-// position_embedding.py).
-std::vector<KerasKeySpec> keras_keys_position_embedding() {
-  return {{"sequence_length", KerasKey::kRead}, {"initializer", KerasKey::kInitializer}};
+std::unique_ptr<Layer> make_position_embedding(const LayerConfig& config,
+                                               const std::vector<Dims>& in,
+                                               const LayerContext& /*c*/) {
+  const PositionEmbeddingKeys& k = static_cast<const PositionEmbeddingConfig&>(config).keys();
+  return std::make_unique<PositionEmbedding>(k.length, k.init, in[0]);
 }
 
 }  // namespace dtrain::nn::layers

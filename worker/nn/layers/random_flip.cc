@@ -2,7 +2,8 @@
 // default). In training each example is flipped each way with probability one half, drawn from
 // (seed, epoch, step, shard, example), so resume, recovery and elastic stay exact; in inference
 // it is the identity.
-#include <fmt/format.h>
+// Its keys and shape rules: worker/spec/layers/random_flip.h.
+#include "worker/spec/layers/random_flip.h"
 
 #include "worker/nn/layers/remapped.h"
 
@@ -29,44 +30,12 @@ class RandomFlip : public Remapped {
   int index_;
 };
 
-class FlipConfig : public LayerConfig {
- public:
-  FlipConfig(bool horizontal, bool vertical) : horizontal_(horizontal), vertical_(vertical) {}
-  Dims output_dims(const std::vector<Dims>& in, const std::string& where) const override {
-    refuse_sequence(in, where, "random_flip");
-    return in[0];
-  }
-  std::unique_ptr<Layer> make(const std::vector<Dims>& in, const LayerContext& c) const override {
-    return std::make_unique<RandomFlip>(in[0], horizontal_, vertical_, c.index);
-  }
-  bool draws_randomness() const override { return true; }
-
- private:
-  bool horizontal_, vertical_;
-};
-
 }  // namespace
 
-std::unique_ptr<LayerConfig> parse_random_flip(const common::JsonNode& node) {
-  node.check_keys({"type", "name", "inputs", "mode"});
-  std::string mode = "horizontal_and_vertical";
-  if (auto n = node.find("mode")) {
-    mode = n->as_string();
-    if (mode != "horizontal" && mode != "vertical" && mode != "horizontal_and_vertical") {
-      n->fail(fmt::format(
-          "expected \"horizontal\", \"vertical\" or \"horizontal_and_vertical\", found \"{}\"",
-          mode));
-    }
-  }
-  return std::make_unique<FlipConfig>(mode != "vertical", mode != "horizontal");
-}
-
-// Keras's RandomFlip.get_config() (and its image preprocessing base's).
-std::vector<KerasKeySpec> keras_keys_random_flip() {
-  return {{"mode", KerasKey::kRead},
-          {"seed", KerasKey::kSeed},
-          {"data_format", KerasKey::kChannelsLast},
-          {"bounding_box_format", KerasKey::kNull}};
+std::unique_ptr<Layer> make_random_flip(const LayerConfig& config, const std::vector<Dims>& in,
+                                        const LayerContext& c) {
+  const RandomFlipKeys& k = static_cast<const RandomFlipConfig&>(config).keys();
+  return std::make_unique<RandomFlip>(in[0], k.horizontal, k.vertical, c.index);
 }
 
 }  // namespace dtrain::nn::layers

@@ -1,5 +1,8 @@
 // Keras's ReLU layer (max(x, 0); no keys of its own).
-#include "worker/nn/layers/layer_keys.h"
+// Its keys and shape rules: worker/spec/layers/relu.h.
+#include "worker/spec/layers/relu.h"
+
+#include "worker/nn/layers/layer_parts.h"
 
 namespace dtrain::nn::layers {
 namespace {
@@ -19,27 +22,11 @@ class Relu : public Layer {
   Dims dims_;
 };
 
-class ReluConfig : public LayerConfig {
- public:
-  Dims output_dims(const std::vector<Dims>& in, const std::string&) const override { return in[0]; }
-  std::unique_ptr<Layer> make(const std::vector<Dims>& in, const LayerContext&) const override {
-    return std::make_unique<Relu>(in[0]);
-  }
-  Activation activation() const override { return Activation::kRelu; }
-};
-
 }  // namespace
 
-std::unique_ptr<LayerConfig> parse_relu(const common::JsonNode& node) {
-  node.check_keys({"type", "name", "inputs"});
-  return std::make_unique<ReluConfig>();
-}
-
-// Keras's ReLU.get_config() (keras/src/layers/activations/relu.py): only the plain max(x, 0).
-std::vector<KerasKeySpec> keras_keys_relu() {
-  return {{"max_value", KerasKey::kNull},
-          {"negative_slope", KerasKey::kZero},
-          {"threshold", KerasKey::kZero}};
+std::unique_ptr<Layer> make_relu(const LayerConfig& /*config*/, const std::vector<Dims>& in,
+                                 const LayerContext& /*c*/) {
+  return std::make_unique<Relu>(in[0]);
 }
 
 }  // namespace dtrain::nn::layers

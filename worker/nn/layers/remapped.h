@@ -6,7 +6,7 @@
 
 #include <vector>
 
-#include "worker/nn/layers/layer_keys.h"
+#include "worker/nn/layers/layer_parts.h"
 #include "worker/nn/random.h"
 
 namespace dtrain::nn::layers {

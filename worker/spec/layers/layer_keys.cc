@@ -1,16 +1,13 @@
 // See layer_keys.h.
-#include "worker/nn/layers/layer_keys.h"
+#include "worker/spec/layers/layer_keys.h"
 
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <cmath>
 #include <cstdint>
 #include <optional>
 #include <string>
 #include <tuple>
-
-#include "worker/nn/random.h"
 
 namespace dtrain::nn::layers {
 
@@ -102,22 +99,6 @@ Dims pool_output_dims(const PoolKeys& k, const Dims& x, const std::string& where
   return {x.c, (x.h - k.pool_h) / k.stride_h + 1, (x.w - k.pool_w) / k.stride_w + 1};
 }
 
-PoolShape pool_shape(const PoolKeys& k, const Dims& in) {
-  PoolShape s;
-  s.c = in.c, s.h = in.h, s.w = in.w;
-  s.kh = k.pool_h, s.kw = k.pool_w, s.sh = k.stride_h, s.sw = k.stride_w;
-  if (k.same) {
-    std::tie(s.pad_top, s.pad_bottom) = same_padding(in.h, k.pool_h, k.stride_h);
-    std::tie(s.pad_left, s.pad_right) = same_padding(in.w, k.pool_w, k.stride_w);
-  }
-  return s;
-}
-
-void glorot_uniform(float* w, size_t count, int fan_in, int fan_out, uint64_t seed) {
-  float limit = std::sqrt(6.0f / static_cast<float>(fan_in + fan_out));
-  for (size_t i = 0; i < count; ++i) w[i] = (2.0f * unit_float(random_key(seed, i)) - 1.0f) * limit;
-}
-
 namespace {
 
 struct InitializerName {
@@ -132,17 +113,6 @@ constexpr InitializerName kInitializers[] = {
     {Initializer::kHeUniform, "he_uniform", "HeUniform"},
     {Initializer::kLecunNormal, "lecun_normal", "LecunNormal"},
     {Initializer::kLecunUniform, "lecun_uniform", "LecunUniform"}};
-
-// A draw of the standard normal cut at +-2 (Keras's truncated_normal redraws outside), for
-// element i: Box-Muller on counter-based draws, attempt after attempt.
-float truncated_normal(uint64_t seed, size_t i) {
-  for (uint64_t attempt = 0;; ++attempt) {
-    double u1 = 1.0 - unit_float(random_key(seed, i, attempt, 1));  // in (0, 1]
-    double u2 = unit_float(random_key(seed, i, attempt, 2));
-    double z = std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * 3.14159265358979323846 * u2);
-    if (std::abs(z) <= 2.0) return static_cast<float>(z);
-  }
-}
 
 }  // namespace
 
@@ -220,62 +190,6 @@ Initializer parse_initializer(const common::JsonNode& node) {
   node.fail(fmt::format("initializer {} is not supported (dtrain has {})", name, known));
 }
 
-void initialize_kernel(Initializer init, float* w, size_t count, int fan_in, int fan_out,
-                       uint64_t seed) {
-  double scale = 1.0, n = fan_in;  // lecun: fan_in, scale 1
-  bool normal = false;
-  switch (init) {
-    case Initializer::kGlorotUniform:
-      return glorot_uniform(w, count, fan_in, fan_out, seed);
-    case Initializer::kGlorotNormal:
-      n = (fan_in + fan_out) / 2.0, normal = true;
-      break;
-    case Initializer::kHeNormal:
-      scale = 2.0, normal = true;
-      break;
-    case Initializer::kHeUniform:
-      scale = 2.0;
-      break;
-    case Initializer::kLecunNormal:
-      normal = true;
-      break;
-    case Initializer::kLecunUniform:
-      break;
-  }
-  if (normal) {
-    const double stddev = std::sqrt(scale / n) / 0.87962566103423978;
-    for (size_t i = 0; i < count; ++i)
-      w[i] = static_cast<float>(stddev * truncated_normal(seed, i));
-    return;
-  }
-  const float limit = static_cast<float>(std::sqrt(3.0 * scale / n));
-  for (size_t i = 0; i < count; ++i) w[i] = (2.0f * unit_float(random_key(seed, i)) - 1.0f) * limit;
-}
-
-Activated::Activated(Activation activation, Dims out, const LayerContext& c)
-    : activation_(activation), out_(out) {
-  eltwise_ = eltwise_of(activation, &f_);
-  const size_t floats = out.size() * static_cast<size_t>(c.max_batch);
-  if (activation_ == Activation::kRelu || eltwise_)
-    delta_ = Buffer<float>(c.backend.device(), floats);
-  if (eltwise_) pre_ = Buffer<float>(c.backend.device(), floats);
-}
-
-void Activated::activate(Backend& b, int n, float* y) {
-  if (eltwise_) b.eltwise_forward(f_, out_.size() * static_cast<size_t>(n), pre_.data(), y);
-}
-
-const float* Activated::deactivate(Backend& b, int n, const float* y, const float* dy) {
-  const size_t count = out_.size() * static_cast<size_t>(n);
-  if (eltwise_) {
-    b.eltwise_backward(f_, count, pre_.data(), dy, delta_.data());
-    return delta_.data();
-  }
-  if (activation_ != Activation::kRelu) return dy;
-  b.relu_backward(count, y, dy, delta_.data());
-  return delta_.data();
-}
-
 // embeddings_initializer: Keras's "uniform" (or "random_uniform", "RandomUniform"), or its
 // serialized RandomUniform with minval < maxval and any seed (dtrain draws from train.seed).
 UniformRange parse_uniform_initializer(const common::JsonNode& node) {
@@ -311,11 +225,6 @@ UniformRange parse_uniform_initializer(const common::JsonNode& node) {
   if (!(k.minval < k.maxval))
     config->fail(fmt::format("minval {} is not below maxval {}", k.minval, k.maxval));
   return k;
-}
-
-void random_uniform(float* w, size_t count, UniformRange range, uint64_t seed) {
-  const float width = range.maxval - range.minval;
-  for (size_t i = 0; i < count; ++i) w[i] = range.minval + width * unit_float(random_key(seed, i));
 }
 
 }  // namespace dtrain::nn::layers

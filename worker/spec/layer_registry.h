@@ -1,8 +1,9 @@
 // The kinds of layer dtrain has, by the names a job file gives them ("conv2d") and the Keras
-// class each stands for ("Conv2D"). Each kind's keys, defaults, shape rules and construction live
-// in its own file of worker/nn/layers/; this table is the one list of them (the recipe for a new
-// kind: docs/design.md#adding-a-layer), with how each kind's Keras config keys are read from
-// Keras's model files (worker/train/keras_model.*, which reads them; the kinds only say how).
+// class each stands for ("Conv2D"). Each kind's keys, defaults and shape rules live in its own
+// files of worker/spec/layers/ (the layer that runs in worker/nn/layers/, built through
+// worker/nn/layer_builders.cc); this table is the one list of them (the recipe for a new kind:
+// docs/design.md#adding-a-layer), with how each kind's Keras config keys are read from Keras's
+// model files (worker/train/keras_model.*, which reads them; the kinds only say how).
 #pragma once
 
 #include <memory>
@@ -11,7 +12,7 @@
 #include <vector>
 
 #include "common/json.h"
-#include "worker/nn/layer.h"
+#include "worker/spec/layer_config.h"
 
 namespace dtrain::nn {
 
@@ -87,6 +88,8 @@ struct LayerKind {
 const LayerKind* find_layer_kind(std::string_view type);
 /// The known type a typo most likely meant (at most two edits away), or "".
 std::string closest_layer_type(std::string_view typo);
+/// Every kind, in the table's order (for tests that each has what it needs elsewhere).
+std::vector<const LayerKind*> layer_kinds();
 /// "conv2d, max_pooling2d, ... or relu", for messages.
 std::string layer_type_list();
 /// The kind that stands for this Keras class_name ("Conv2D"), or null.

@@ -1,10 +1,9 @@
 // See model_spec.h.
-#include "worker/nn/model_spec.h"
+#include "worker/spec/model_spec.h"
 
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <cstdlib>
 #include <map>
 
 #include "common/errors.h"
@@ -229,39 +228,6 @@ std::string model_json(const common::JsonNode& node, const ModelSpec& spec) {
     if (key != "input_shape") w.key(key).raw(value.dump());
   }
   return w.end_object().str();
-}
-
-void Backend::unsupported(const char* operation) const {
-  DT_ENFORCE(false, "{} is not on the {} backend yet", operation, name());
-  std::abort();  // DT_ENFORCE(false, ...) always throws
-}
-
-const char* math_mode_name(MathMode mode) {
-  switch (mode) {
-    case MathMode::kFloat32:
-      return "float32";
-    case MathMode::kTf32:
-      return "tf32";
-    case MathMode::kBfloat16:
-      return "mixed_bfloat16";
-    case MathMode::kFloat16:
-      return "mixed_float16";
-  }
-  return "?";
-}
-
-const char* eltwise_name(Eltwise f) {
-  switch (f) {
-    case Eltwise::kSigmoid:
-      return "sigmoid";
-    case Eltwise::kTanh:
-      return "tanh";
-    case Eltwise::kGelu:
-      return "gelu";
-    case Eltwise::kSwish:
-      return "swish";
-  }
-  return "?";
 }
 
 const NodeSpec* ModelSpec::first_gpu_untested() const {

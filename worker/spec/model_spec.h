@@ -11,8 +11,8 @@
 #include <vector>
 
 #include "common/json.h"
-#include "worker/nn/layer.h"
-#include "worker/nn/layer_registry.h"
+#include "worker/spec/layer_config.h"
+#include "worker/spec/layer_registry.h"
 
 namespace dtrain::nn {
 

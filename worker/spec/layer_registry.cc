@@ -1,62 +1,36 @@
-// See layer_registry.h. A new kind adds one line to kKinds (its parse and keras_keys functions
-// are declared with it) and one file to worker/nn/layers/.
-#include "worker/nn/layer_registry.h"
+// See layer_registry.h. A new kind adds one line to kKinds and the include of its header, which
+// declares its parse and keras_keys functions (worker/spec/layers/<type>.h).
+#include "worker/spec/layer_registry.h"
 
 #include <algorithm>
 #include <iterator>
 #include <vector>
 
-namespace dtrain::nn {
+#include "worker/spec/layers/activation.h"
+#include "worker/spec/layers/add.h"
+#include "worker/spec/layers/average_pooling2d.h"
+#include "worker/spec/layers/batch_normalization.h"
+#include "worker/spec/layers/concatenate.h"
+#include "worker/spec/layers/conv2d.h"
+#include "worker/spec/layers/dense.h"
+#include "worker/spec/layers/dropout.h"
+#include "worker/spec/layers/embedding.h"
+#include "worker/spec/layers/flatten.h"
+#include "worker/spec/layers/global_average_pooling2d.h"
+#include "worker/spec/layers/layer_normalization.h"
+#include "worker/spec/layers/max_pooling2d.h"
+#include "worker/spec/layers/multi_head_attention.h"
+#include "worker/spec/layers/position_embedding.h"
+#include "worker/spec/layers/random_crop.h"
+#include "worker/spec/layers/random_flip.h"
+#include "worker/spec/layers/random_translation.h"
+#include "worker/spec/layers/relu.h"
+#include "worker/spec/layers/rescaling.h"
+#include "worker/spec/layers/reshape.h"
+#include "worker/spec/layers/token_and_position_embedding.h"
+#include "worker/spec/layers/zero_padding2d.h"
 
-namespace layers {
-std::unique_ptr<LayerConfig> parse_conv2d(const common::JsonNode& node);
-std::vector<KerasKeySpec> keras_keys_conv2d();
-std::unique_ptr<LayerConfig> parse_max_pooling2d(const common::JsonNode& node);
-std::vector<KerasKeySpec> keras_keys_max_pooling2d();
-std::unique_ptr<LayerConfig> parse_flatten(const common::JsonNode& node);
-std::vector<KerasKeySpec> keras_keys_flatten();
-std::unique_ptr<LayerConfig> parse_dense(const common::JsonNode& node);
-std::vector<KerasKeySpec> keras_keys_dense();
-std::unique_ptr<LayerConfig> parse_dropout(const common::JsonNode& node);
-std::vector<KerasKeySpec> keras_keys_dropout();
-std::unique_ptr<LayerConfig> parse_relu(const common::JsonNode& node);
-std::vector<KerasKeySpec> keras_keys_relu();
-std::unique_ptr<LayerConfig> parse_add(const common::JsonNode& node);
-std::vector<KerasKeySpec> keras_keys_add();
-std::unique_ptr<LayerConfig> parse_concatenate(const common::JsonNode& node);
-std::vector<KerasKeySpec> keras_keys_concatenate();
-std::unique_ptr<LayerConfig> parse_activation_layer(const common::JsonNode& node);
-std::vector<KerasKeySpec> keras_keys_activation();
-std::unique_ptr<LayerConfig> parse_batch_normalization(const common::JsonNode& node);
-std::vector<KerasKeySpec> keras_keys_batch_normalization();
-std::unique_ptr<LayerConfig> parse_global_average_pooling2d(const common::JsonNode& node);
-std::vector<KerasKeySpec> keras_keys_global_average_pooling2d();
-std::unique_ptr<LayerConfig> parse_zero_padding2d(const common::JsonNode& node);
-std::vector<KerasKeySpec> keras_keys_zero_padding2d();
-std::unique_ptr<LayerConfig> parse_random_crop(const common::JsonNode& node);
-std::vector<KerasKeySpec> keras_keys_random_crop();
-std::unique_ptr<LayerConfig> parse_random_flip(const common::JsonNode& node);
-std::vector<KerasKeySpec> keras_keys_random_flip();
-std::unique_ptr<LayerConfig> parse_average_pooling2d(const common::JsonNode& node);
-std::vector<KerasKeySpec> keras_keys_average_pooling2d();
-std::unique_ptr<LayerConfig> parse_rescaling(const common::JsonNode& node);
-std::vector<KerasKeySpec> keras_keys_rescaling();
-std::unique_ptr<LayerConfig> parse_reshape(const common::JsonNode& node);
-std::vector<KerasKeySpec> keras_keys_reshape();
-std::unique_ptr<LayerConfig> parse_random_translation(const common::JsonNode& node);
-std::vector<KerasKeySpec> keras_keys_random_translation();
-std::unique_ptr<LayerConfig> parse_embedding(const common::JsonNode& node);
-std::vector<KerasKeySpec> keras_keys_embedding();
-std::unique_ptr<LayerConfig> parse_layer_normalization(const common::JsonNode& node);
-std::vector<KerasKeySpec> keras_keys_layer_normalization();
-std::unique_ptr<LayerConfig> parse_multi_head_attention(const common::JsonNode& node);
-std::vector<KerasKeySpec> keras_keys_multi_head_attention();
-std::vector<KerasArgSpec> keras_call_multi_head_attention();
-std::unique_ptr<LayerConfig> parse_position_embedding(const common::JsonNode& node);
-std::vector<KerasKeySpec> keras_keys_position_embedding();
-std::unique_ptr<LayerConfig> parse_token_and_position_embedding(const common::JsonNode& node);
-std::vector<KerasKeySpec> keras_keys_token_and_position_embedding();
-}  // namespace layers
+namespace dtrain::nn {
 
 namespace {
 
@@ -145,6 +119,12 @@ std::string keras_class_list() {
     list += kKinds[i].keras_class;
   }
   return list;
+}
+
+std::vector<const LayerKind*> layer_kinds() {
+  std::vector<const LayerKind*> kinds;
+  for (const LayerKind& kind : kKinds) kinds.push_back(&kind);
+  return kinds;
 }
 
 std::string layer_type_list() {
