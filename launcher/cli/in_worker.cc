@@ -15,12 +15,14 @@
 namespace dtrain::launcher {
 namespace {
 
-// What the worker's run_main printed before its message ("dtrain: error: "), dropped so that
-// the launcher's own run_main prints the message once.
-std::string without_prefix(std::string text) {
+// The worker's message: the text after "dtrain: error: " on the last line that has it (its
+// run_main's), so the launcher's own run_main prints it once; else everything it wrote (log lines
+// before an error are the worker's, not the message).
+std::string worker_message(const std::string& err) {
   const std::string prefix = "dtrain: error: ";
-  if (text.rfind(prefix, 0) == 0) text.erase(0, prefix.size());
-  return text;
+  const size_t at = err.rfind(prefix);
+  if (at == std::string::npos || (at > 0 && err[at - 1] != '\n')) return err;
+  return err.substr(at + prefix.size());
 }
 
 }  // namespace
@@ -39,12 +41,12 @@ void exec_in_worker(const std::vector<std::string>& args) {
 std::string check_data_in_worker(const std::string& job_file) {
   CapturedRun run = run_captured({find_worker_program(), "check-data", "--config", job_file}, {},
                                  kDataCheckSeconds);
-  if (run.exit_code == 2) throw common::ConfigError(without_prefix(run.err));
+  if (run.exit_code == 2) throw common::ConfigError(worker_message(run.err));
   if (run.exit_code != 0) {
     throw common::IoError(fmt::format(
         "{} failed ({}): {}", run.command,
         run.signal ? fmt::format("signal {}", run.signal) : fmt::format("exit {}", run.exit_code),
-        without_prefix(run.err)));
+        worker_message(run.err)));
   }
   while (!run.out.empty() && run.out.back() == '\n') run.out.pop_back();
   return run.out;
