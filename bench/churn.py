@@ -35,6 +35,8 @@ import sys
 import tempfile
 import time
 
+from launchers import worker_beside  # bench/launchers.py, beside this script
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 PYTHON = "/usr/bin/python3"  # Debian's, with torch (python3 on PATH may not have it)
@@ -478,17 +480,6 @@ def parse_args():
                         help="torchrun's poll of its workers (its default: 5 s)")
     parser.add_argument("--keep", help="keep the run folders here (default: a temporary one)")
     return parser.parse_args()
-
-
-def worker_beside(launcher):
-    """The dtrain-worker that launcher runs: beside it or in ../worker, where
-    launcher/run_preparation.cc looks; None when neither is (it would take PATH's)."""
-    folder = os.path.dirname(os.path.realpath(launcher))
-    for path in (os.path.join(folder, "dtrain-worker"),
-                 os.path.join(os.path.dirname(folder), "worker", "dtrain-worker")):
-        if os.access(path, os.X_OK):
-            return path
-    return None
 
 
 def launchers(values):

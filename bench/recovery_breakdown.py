@@ -25,6 +25,8 @@ import sys
 import tempfile
 import time
 
+from launchers import worker_beside  # bench/launchers.py, beside this script
+
 JOB = {
     "job": "recovery", "workers": 2, "recovery": "restart",
     "restart": {"max_restarts": 3, "backoff_seconds": 0.2, "grace_seconds": 10},
@@ -169,17 +171,6 @@ def print_comparison(pairs, runs, reps):
             values = [r[name] for r in runs.get(column, []) if name in r]
             means.append(f"{statistics.mean(values):.3f}" if values else "-")
         print(f"{name} {' '.join(means)}")
-
-
-def worker_beside(launcher):
-    """The dtrain-worker that launcher runs: beside it or in ../worker, where
-    launcher/run_preparation.cc looks; None when neither is (it would take PATH's)."""
-    folder = os.path.dirname(os.path.realpath(launcher))
-    for path in (os.path.join(folder, "dtrain-worker"),
-                 os.path.join(os.path.dirname(folder), "worker", "dtrain-worker")):
-        if os.access(path, os.X_OK):
-            return path
-    return None
 
 
 def arguments(argv):

@@ -43,10 +43,8 @@ std::string check_data_in_worker(const std::string& job_file) {
                                  kDataCheckSeconds);
   if (run.exit_code == 2) throw common::ConfigError(worker_message(run.err));
   if (run.exit_code != 0) {
-    throw common::IoError(fmt::format(
-        "{} failed ({}): {}", run.command,
-        run.signal ? fmt::format("signal {}", run.signal) : fmt::format("exit {}", run.exit_code),
-        worker_message(run.err)));
+    throw common::IoError(
+        fmt::format("{} failed ({}): {}", run.command, run.ending(), worker_message(run.err)));
   }
   while (!run.out.empty() && run.out.back() == '\n') run.out.pop_back();
   return run.out;

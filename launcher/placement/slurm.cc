@@ -1,27 +1,18 @@
 // See slurm.h.
 #include "launcher/placement/slurm.h"
 
-#include <fcntl.h>
-#include <poll.h>
-#include <signal.h>
-#include <spawn.h>
-#include <sys/wait.h>
-#include <unistd.h>
+#include <fmt/format.h>
 
 #include <algorithm>
 #include <cctype>
-#include <cerrno>
 #include <cmath>
-#include <cstring>
+#include <cstdlib>
 
-#include "common/clock.h"
 #include "common/env_vars.h"
 #include "common/errors.h"
-#include "common/unique_fd.h"
 #include "launcher/placement/agent_protocol.h"
+#include "launcher/process/captured_run.h"
 #include "launcher/process/shell_quote.h"
-
-extern char** environ;
 
 namespace dtrain::launcher {
 namespace {
@@ -301,65 +292,10 @@ SlurmAllocation read_slurm_allocation(const common::JobSpec& spec) {
 }
 
 std::string run_and_capture(const std::vector<std::string>& argv, double timeout_seconds) {
-  std::string command = fmt::format("`{}`", fmt::join(argv, " "));
-  int out[2], err[2];
-  if (::pipe2(out, O_CLOEXEC) != 0 || ::pipe2(err, O_CLOEXEC) != 0)
-    throw common::IoError(fmt::format("{}: pipe: {}", command, std::strerror(errno)));
-  common::UniqueFd out_read(out[0]), out_write(out[1]), err_read(err[0]), err_write(err[1]);
-  posix_spawn_file_actions_t actions;
-  ::posix_spawn_file_actions_init(&actions);
-  ::posix_spawn_file_actions_addopen(&actions, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
-  ::posix_spawn_file_actions_adddup2(&actions, out_write.get(), STDOUT_FILENO);
-  ::posix_spawn_file_actions_adddup2(&actions, err_write.get(), STDERR_FILENO);
-  std::vector<char*> args;
-  for (const std::string& arg : argv) args.push_back(const_cast<char*>(arg.c_str()));
-  args.push_back(nullptr);
-  pid_t pid = 0;
-  int rc = ::posix_spawnp(&pid, args[0], &actions, nullptr, args.data(), environ);
-  ::posix_spawn_file_actions_destroy(&actions);
-  if (rc != 0) {
-    throw common::ConfigError(
-        fmt::format("{}: cannot start {}: {}", command, argv[0], std::strerror(rc)));
-  }
-  out_write.reset();
-  err_write.reset();
-  std::string stdout_text, stderr_text;
-  double deadline = common::monotonic_seconds() + timeout_seconds;
-  bool timed_out = false;
-  while (out_read.valid() || err_read.valid()) {
-    double left = deadline - common::monotonic_seconds();
-    if (left <= 0) {
-      timed_out = true;
-      ::kill(pid, SIGKILL);
-      break;
-    }
-    pollfd fds[2] = {{out_read.get(), POLLIN, 0}, {err_read.get(), POLLIN, 0}};
-    if (::poll(fds, 2, static_cast<int>(std::ceil(std::min(left, 1.0) * 1000))) <= 0) continue;
-    for (auto [fd, text] : {std::pair{&out_read, &stdout_text}, {&err_read, &stderr_text}}) {
-      pollfd& p = fds[fd == &out_read ? 0 : 1];
-      if (!fd->valid() || p.revents == 0) continue;
-      char chunk[16384];
-      ssize_t n = ::read(fd->get(), chunk, sizeof chunk);
-      if (n > 0)
-        text->append(chunk, static_cast<size_t>(n));
-      else if (n == 0 || errno != EINTR)
-        fd->reset();
-    }
-  }
-  int status = 0;
-  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-  }
-  while (!stderr_text.empty() && stderr_text.back() == '\n') stderr_text.pop_back();
-  if (timed_out)
-    throw common::IoError(fmt::format("{} did not finish within {:g} s", command, timeout_seconds));
-  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-    throw common::IoError(fmt::format("{} failed ({}): {}", command,
-                                      WIFEXITED(status)
-                                          ? fmt::format("exit {}", WEXITSTATUS(status))
-                                          : fmt::format("signal {}", WTERMSIG(status)),
-                                      stderr_text));
-  }
-  return stdout_text;
+  CapturedRun run = run_captured(argv, {}, timeout_seconds);
+  if (run.exit_code != 0)
+    throw common::IoError(fmt::format("{} failed ({}): {}", run.command, run.ending(), run.err));
+  return run.out;
 }
 
 std::vector<std::string> node_state_argv(const std::string& node) {

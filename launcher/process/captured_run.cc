@@ -63,6 +63,10 @@ bool read_outputs(common::UniqueFd& out_read, common::UniqueFd& err_read, Captur
 
 }  // namespace
 
+std::string CapturedRun::ending() const {
+  return signal ? fmt::format("signal {}", signal) : fmt::format("exit {}", exit_code);
+}
+
 CapturedRun run_captured(const std::vector<std::string>& argv,
                          const std::vector<std::pair<std::string, std::string>>& env,
                          double timeout_seconds) {

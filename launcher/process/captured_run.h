@@ -16,6 +16,8 @@ struct CapturedRun {
   int signal = 0;       ///< the signal that ended it, or 0
   std::string out;      ///< stdout, whole
   std::string err;      ///< stderr, trailing newlines dropped
+  /// "exit 3" or "signal 9", for messages.
+  std::string ending() const;
 };
 
 /// Runs argv (looked up on PATH when it has no '/') with stdin from /dev/null and this process's
