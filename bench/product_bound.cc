@@ -45,7 +45,7 @@
 #include "worker/nn/backend.h"
 #include "worker/nn/direct_conv.h"
 #include "worker/nn/random.h"
-#include "worker/train/train_config.h"
+#include "worker/spec/train_config.h"
 using namespace dtrain;
 namespace {
 

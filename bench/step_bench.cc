@@ -32,9 +32,9 @@
 #include "worker/nn/model.h"
 #include "worker/nn/profiled_backend.h"
 #include "worker/nn/random.h"
+#include "worker/spec/train_config.h"
 #include "worker/train/input_stager.h"
 #include "worker/train/optimizer.h"
-#include "worker/train/train_config.h"
 #include "worker/train/train_step.h"
 
 namespace {

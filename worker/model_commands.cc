@@ -14,9 +14,9 @@
 #include "common/json.h"
 #include "worker/data/dataset.h"
 #include "worker/data/image_folder.h"
+#include "worker/spec/train_config.h"
 #include "worker/train/generate.h"
 #include "worker/train/inference.h"
-#include "worker/train/train_config.h"
 
 namespace dtrain::train {
 namespace {

@@ -8,8 +8,8 @@
 #include "common/errors.h"
 #include "common/gpu_count.h"
 #include "launcher/plan/launch_plan.h"
-#include "worker/train/preconditions.h"
-#include "worker/train/train_config.h"
+#include "worker/spec/preconditions.h"
+#include "worker/spec/train_config.h"
 
 namespace dtrain::launcher {
 

@@ -15,9 +15,9 @@
 #include "worker/gpu/gpu_info.h"
 #include "worker/nn/backend.h"
 #include "worker/nn/model.h"
+#include "worker/spec/train_config.h"
 #include "worker/train/input_stager.h"
 #include "worker/train/optimizer.h"
-#include "worker/train/train_config.h"
 #include "worker/train/train_step.h"
 
 using namespace dtrain;

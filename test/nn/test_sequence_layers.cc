@@ -21,7 +21,7 @@
 #include "common/json.h"
 #include "worker/nn/host_sequence.h"
 #include "worker/nn/model.h"
-#include "worker/train/keras_model.h"
+#include "worker/spec/keras_model.h"
 
 using namespace dtrain;
 using namespace dtrain::nn;

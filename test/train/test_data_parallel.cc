@@ -26,8 +26,8 @@
 #include "worker/comm/threaded_communicator.h"
 #include "worker/nn/backend.h"
 #include "worker/nn/model.h"
+#include "worker/spec/train_config.h"
 #include "worker/train/optimizer.h"
-#include "worker/train/train_config.h"
 #include "worker/train/train_step.h"
 
 using namespace dtrain;

@@ -34,9 +34,9 @@
 #include "test/train/keras_fixtures.h"
 #include "worker/nn/backend.h"
 #include "worker/nn/model.h"
+#include "worker/spec/keras_model.h"
 #include "worker/train/hdf5_image.h"
 #include "worker/train/keras_archive.h"
-#include "worker/train/keras_model.h"
 #include "worker/train/model_tensors.h"
 #include "worker/train/safetensors.h"
 

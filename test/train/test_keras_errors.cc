@@ -1,4 +1,4 @@
-// What dtrain refuses in a Keras 3 model file (worker/train/keras_model.h), one case per kind of
+// What dtrain refuses in a Keras 3 model file (worker/spec/keras_model.h), one case per kind of
 // mistake, each a ConfigError whose message starts with the file, the layer, its class and the
 // key: a value dtrain does not compute, a key it does not know, a class it does not have, a
 // custom class, a keras_history naming no layer, a cycle, shapes that do not fit, more than one
@@ -13,8 +13,8 @@
 #include "common/errors.h"
 #include "test/support/temp_dir.h"
 #include "test/train/keras_fixtures.h"
-#include "worker/train/keras_model.h"
-#include "worker/train/train_config.h"
+#include "worker/spec/keras_model.h"
+#include "worker/spec/train_config.h"
 
 using namespace dtrain;
 namespace kf = dtrain::testing::keras;

@@ -18,8 +18,8 @@
 #include "test/support/temp_dir.h"
 #include "worker/nn/backend.h"
 #include "worker/nn/model.h"
+#include "worker/spec/keras_model.h"
 #include "worker/spec/model_spec.h"
-#include "worker/train/keras_model.h"
 #include "worker/train/model_tensors.h"
 
 using namespace dtrain;

@@ -1,4 +1,4 @@
-// Keras 3 model files (worker/train/keras_model.h): a Sequential of every single-input class and
+// Keras 3 model files (worker/spec/keras_model.h): a Sequential of every single-input class and
 // a Functional residual model with a projection shortcut, written as Keras writes them
 // (keras_fixtures.h), translate into dtrain's graph, as bare JSON and inside a .keras zip, and
 // the models built from them run forward; older spellings and absent keys (Keras's defaults)
@@ -20,8 +20,8 @@
 #include "test/train/keras_fixtures.h"
 #include "worker/nn/backend.h"
 #include "worker/nn/model.h"
-#include "worker/train/keras_model.h"
-#include "worker/train/train_config.h"
+#include "worker/spec/keras_model.h"
+#include "worker/spec/train_config.h"
 
 using namespace dtrain;
 namespace kf = dtrain::testing::keras;

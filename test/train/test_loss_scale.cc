@@ -21,11 +21,11 @@
 #include "worker/comm/ring_communicator.h"
 #include "worker/nn/backend.h"
 #include "worker/nn/model.h"
+#include "worker/spec/train_config.h"
 #include "worker/train/checkpoint.h"
 #include "worker/train/loss_scale.h"
 #include "worker/train/optimizer.h"
 #include "worker/train/safetensors.h"
-#include "worker/train/train_config.h"
 #include "worker/train/train_step.h"
 
 using namespace dtrain;

@@ -7,7 +7,7 @@
 #include "common/errors.h"
 #include "common/json.h"
 #include "worker/nn/backend.h"
-#include "worker/train/lr_schedule.h"
+#include "worker/spec/lr_schedule.h"
 #include "worker/train/optimizer.h"
 
 using namespace dtrain;

@@ -20,9 +20,9 @@
 #include "test/support/temp_dir.h"
 #include "worker/comm/ring_communicator.h"
 #include "worker/nn/backend.h"
+#include "worker/spec/train_config.h"
 #include "worker/train/model_parts.h"
 #include "worker/train/recovery_client.h"
-#include "worker/train/train_config.h"
 #include "worker/train/whole_state.h"
 
 using namespace dtrain;

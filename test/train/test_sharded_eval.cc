@@ -13,8 +13,8 @@
 #include "worker/data/dataset.h"
 #include "worker/nn/backend.h"
 #include "worker/nn/model.h"
+#include "worker/spec/train_config.h"
 #include "worker/train/evaluator.h"
-#include "worker/train/train_config.h"
 
 using namespace dtrain;
 

@@ -21,8 +21,8 @@
 #include "test/support/subprocess.h"
 #include "test/support/temp_dir.h"
 #include "test/train/tfevents_reader.h"
+#include "worker/spec/train_config.h"
 #include "worker/train/event_file.h"
-#include "worker/train/train_config.h"
 
 using namespace dtrain;
 using testing::by_tag;

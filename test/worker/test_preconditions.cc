@@ -1,10 +1,11 @@
 // The worker's start-up refusals, checked again at planning (docs/design.md#preconditions):
 // `dtrain validate` refuses each job dtrain-worker would refuse at start, exit 2, with the
-// worker's own words (train/preconditions.h): elastic jobs over shared memory, with synchronized
-// batch normalization or on a GPU (and, by the shared rule alone, with file sharding); and, for
-// "device": "cuda", each part of a job that has not passed its parity test on a GPU. Where this
-// machine lets the worker reach its check (the elastic cases on the CPU), the worker's message is
-// compared too.
+// worker's own words (worker/spec/preconditions.h): elastic jobs over shared memory, with
+// synchronized batch normalization or on a GPU (and, by the shared rule alone, with file
+// sharding); for "device": "cuda", each part of a job that has not passed its parity test on a
+// GPU; and a mixed policy the CPU cannot compute (mixed_float16 on any CPU, mixed_bfloat16 under
+// ONEDNN_MAX_CPU_ISA=AVX2). Where this machine lets the worker reach its check (the cases on
+// the CPU), the worker's message is compared too.
 #include <catch2/catch.hpp>
 #include <functional>
 #include <string>
@@ -17,8 +18,8 @@
 #include "common/tf_config.h"
 #include "test/support/subprocess.h"
 #include "test/support/temp_dir.h"
-#include "worker/train/preconditions.h"
-#include "worker/train/train_config.h"
+#include "worker/spec/preconditions.h"
+#include "worker/spec/train_config.h"
 
 using namespace dtrain;
 
@@ -42,9 +43,22 @@ train::TrainConfig parsed(const std::string& path) {
   return train::parse_train_config(doc.root().at("train").dump(), path);
 }
 
-std::string expected_message(const std::string& path, bool elastic) {
+// cap: the ONEDNN_MAX_CPU_ISA both programs run under ("" none): the CPU policy's words name
+// the instruction set oneDNN dispatches to, which this process reads once, uncapped.
+std::string expected_message(const std::string& path, bool elastic, const std::string& cap) {
   const train::TrainConfig config = parsed(path);
   const bool on_gpu = config.device == train::DeviceChoice::kCuda;
+  const bool mixed =
+      config.math == nn::MathMode::kBfloat16 || config.math == nn::MathMode::kFloat16;
+  if (mixed && !on_gpu && !config.dtype_policy_fallback) {
+    if (config.math == nn::MathMode::kFloat16)
+      return train::cpu_policy_error(config.math, path).what();
+    if (cap == "AVX2") {  // oneDNN then dispatches to avx2, which has no bf16 products
+      return path +
+             ": train.dtype_policy: \"mixed_bfloat16\": this CPU has no bf16 products (oneDNN "
+             "dispatches to avx2; bf16 needs AVX512_BF16 or AMX)";
+    }
+  }
   try {
     if (on_gpu) train::check_gpu_rule(config, path);
     if (elastic) train::check_elastic(config, on_gpu, path);
@@ -58,7 +72,8 @@ struct Case {
   const char* name;
   std::vector<std::pair<std::string, std::string>> edits;
   bool elastic;
-  const char* names;  ///< part of the message: the key it names
+  const char* names;     ///< part of the message: the key it names
+  std::string cap = "";  ///< ONEDNN_MAX_CPU_ISA for both programs ("": none)
 };
 
 const std::string kElastic = R"("workers": 2, "elastic": {"min_workers": 1},)";
@@ -108,29 +123,39 @@ TEST_CASE("dtrain validate refuses what the worker refuses at start, in its word
         {R"("device": "cpu")", kCuda}},
        false,
        "train.optimizer.clipnorm has not passed"},
+      {"mixed_float16 on the CPU",
+       {{R"("device": "cpu")", R"("device": "cpu", "dtype_policy": "mixed_float16")"}},
+       false,
+       "train.dtype_policy: \"mixed_float16\": oneDNN has no float16 products on the CPU"},
+      {"mixed_bfloat16 on a CPU without bf16 products",
+       {{R"("device": "cpu")", R"("device": "cpu", "dtype_policy": "mixed_bfloat16")"}},
+       false,
+       "train.dtype_policy: \"mixed_bfloat16\": this CPU has no bf16 products",
+       "AVX2"},
   };
   testing::TempDir dir;
   for (const Case& c : cases) {
     INFO(c.name);
     const std::string job = dir.path() + "/job.json";
     common::write_file_atomically(job, job_text(c.edits));
-    const std::string message = expected_message(job, c.elastic);
+    const std::string message = expected_message(job, c.elastic, c.cap);
     CHECK_THAT(message, Catch::Contains(c.names));
 
     testing::ProcessOptions quiet;
     quiet.timeout_seconds = 60;
+    if (!c.cap.empty()) quiet.env["ONEDNN_MAX_CPU_ISA"] = c.cap;
     testing::ProcessResult v =
         testing::run_process({testing::binary("dtrain"), "validate", job}, quiet);
     CHECK(v.exit_code == 2);
     CHECK_THAT(v.err, Catch::Contains(message));
 
     // The worker, as the launcher would start it, where it reaches the check on this machine:
-    // the elastic cases on the CPU (a "cuda" job stops earlier here, at its missing GPU).
-    if (!c.elastic || message.find("trains on CPUs only") != std::string::npos) continue;
+    // the CPU cases (a "cuda" job stops earlier here, at its missing GPU).
+    if (c.edits.back().second == kCuda) continue;
     common::ClusterSpec cluster({{"worker", {"127.0.0.1:1", "127.0.0.1:2"}}});
     testing::ProcessOptions options = quiet;
     options.env["TF_CONFIG"] = common::format_tf_config(cluster, {"worker", 0});
-    options.env["DTRAIN_MEMBERS"] = "0";
+    if (c.elastic) options.env["DTRAIN_MEMBERS"] = "0";
     options.env["DTRAIN_CONTROL"] = std::nullopt;
     testing::ProcessResult r = testing::run_process(
         {testing::binary("dtrain-worker"), "--config", job, "--run-dir", dir.path() + "/run"},

@@ -8,10 +8,10 @@
 #include <string>
 #include <vector>
 
-#include "worker/comm/communication.h"
 #include "worker/comm/communicator.h"
 #include "worker/comm/ring_identity.h"
 #include "worker/mem/device.h"
+#include "worker/spec/communication.h"
 
 namespace dtrain::comm {
 

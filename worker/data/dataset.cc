@@ -1,6 +1,6 @@
 // See dataset.h (npy_dataset.h turns NumPy arrays into a Dataset). Loading converts bytes to
-// floats once; the config reader only reads JSON and never touches files (resolve_idx_paths
-// and the readers do, when the data is loaded).
+// floats once. The config is read without touching files (worker/spec/data_config.h);
+// resolve_idx_paths and the readers look at them when the data is loaded.
 #include "worker/data/dataset.h"
 
 #include <fmt/format.h>
@@ -22,79 +22,9 @@ namespace dtrain::data {
 namespace {
 
 using common::ConfigError;
-using common::JsonNode;
 
-constexpr float kSyntheticNoise = 0.1f;  ///< noise is uniform in +-this
-constexpr int64_t kMaxSyntheticExamples = 10000000;
+constexpr float kSyntheticNoise = 0.1f;                    ///< noise is uniform in +-this
 constexpr int64_t kMaxSyntheticFloats = int64_t{1} << 28;  ///< 1 GiB of images per split
-constexpr int kMaxClasses = 100000;
-
-// The sources each source-specific key of `train.data` belongs to, separated by spaces.
-struct KeyOwner {
-  std::string_view key, sources;
-};
-constexpr KeyOwner kSourceKeys[] = {
-    {"dir", "idx"},
-    {"train_images", "idx npy"},
-    {"train_labels", "idx npy"},
-    {"test_images", "idx npy"},
-    {"test_labels", "idx npy"},
-    {"path", "npz text tokens"},
-    {"x_train", "npz"},
-    {"y_train", "npz"},
-    {"x_test", "npz"},
-    {"y_test", "npz"},
-    {"examples", "synthetic"},
-    {"classes", "synthetic"},
-    {"train_dir", "directory"},
-    {"test_dir", "directory"},
-    {"class_names", "directory"},
-    {"color_mode", "directory"},
-    {"image_size", "directory"},
-    {"seed", "directory"},
-    {"sequence_length", "text tokens"},
-    {"vocabulary", "text"},
-    {"vocabulary_size", "tokens"},
-    {"validation_path", "tokens"},
-};
-
-bool owns(std::string_view sources, std::string_view source) {
-  while (!sources.empty()) {
-    size_t space = sources.find(' ');
-    if (sources.substr(0, space) == source) return true;
-    if (space == std::string_view::npos) break;
-    sources.remove_prefix(space + 1);
-  }
-  return false;
-}
-
-// "\"npz\"", "\"idx\" or \"npy\"", "\"npz\", \"text\" or \"tokens\"".
-std::string source_list(std::string_view sources) {
-  std::vector<std::string> names;
-  while (!sources.empty()) {
-    size_t space = sources.find(' ');
-    names.push_back(fmt::format("\"{}\"", sources.substr(0, space)));
-    if (space == std::string_view::npos) break;
-    sources.remove_prefix(space + 1);
-  }
-  std::string text = names.front();
-  for (size_t i = 1; i < names.size(); ++i)
-    text += (i + 1 == names.size() ? " or " : ", ") + names[i];
-  return text;
-}
-
-// Throws for the first key present in node that does not belong to source.
-void reject_other_keys(const JsonNode& node, const std::string& source) {
-  for (const KeyOwner& owner : kSourceKeys) {
-    if (owns(owner.sources, source)) continue;
-    if (auto n = node.find(owner.key))
-      n->fail(fmt::format("only used with \"source\": {}", source_list(owner.sources)));
-  }
-}
-
-void read_string(const JsonNode& node, std::string_view key, std::string& out) {
-  if (auto n = node.find(key)) out = n->as_nonempty_string();
-}
 
 std::string shape_text(int height, int width, int channels) {
   if (height == 1 && width == 1) return fmt::format("{} features", channels);  // tabular
@@ -123,31 +53,6 @@ void check_matches_model(const Dataset& data, const std::vector<int>& input_shap
       shape_text(data.height, data.width, data.channels),
       tabular ? std::to_string(input_shape[2]) : fmt::format("{}", fmt::join(input_shape, ", ")),
       images_path));
-}
-
-// The keys of "text" and "tokens" (reject_other_keys has refused the other source's).
-void parse_text_keys(const JsonNode& node, DataConfig& config) {
-  const std::string& source = config.source;
-  if (config.path.empty()) node.fail(fmt::format("\"source\": \"{}\" needs \"path\"", source));
-  if (auto n = node.find("sequence_length"))
-    config.sequence_length = static_cast<int>(n->as_int(1, 1 << 14));
-  if (auto n = node.find("vocabulary")) {
-    config.vocabulary = n->as_nonempty_string();
-    if (config.vocabulary != "characters" && config.vocabulary != "bytes")
-      n->fail(fmt::format("expected \"characters\" or \"bytes\", found \"{}\"", config.vocabulary));
-  }
-  if (source == "tokens") {
-    auto n = node.find("vocabulary_size");
-    if (!n) node.fail("\"source\": \"tokens\" needs \"vocabulary_size\" (every id is below it)");
-    config.vocabulary_size = static_cast<int>(n->as_int(2, 65536));
-    read_string(node, "validation_path", config.validation_path);
-  }
-  if (auto n = node.find("shard_policy"); n && config.shard_policy == "file")
-    n->fail("\"file\" shards files of examples: a text source has one corpus");
-  if (auto n = node.find("validation_split"); n && !config.validation_path.empty())
-    n->fail("give validation_path or validation_split, not both");
-  if (!node.find("validation_split") && config.validation_path.empty())
-    config.validation_split = 0.1;
 }
 
 std::pair<Dataset, Dataset> make_synthetic_splits(const DataConfig& config,
@@ -269,53 +174,6 @@ Dataset make_synthetic(int64_t examples, int classes, int height, int width, int
     data.labels[static_cast<size_t>(i)] = label;
   }
   return data;
-}
-
-DataConfig parse_data_config(const JsonNode& node) {
-  node.check_keys({"source",         "dir",
-                   "train_images",   "train_labels",
-                   "test_images",    "test_labels",
-                   "path",           "x_train",
-                   "y_train",        "x_test",
-                   "y_test",         "examples",
-                   "classes",        "train_dir",
-                   "test_dir",       "class_names",
-                   "color_mode",     "image_size",
-                   "seed",           "validation_split",
-                   "shard_policy",   "sequence_length",
-                   "vocabulary",     "vocabulary_size",
-                   "validation_path"});
-  DataConfig config;
-  if (auto n = node.find("source")) config.source = n->as_string();
-  const std::string& source = config.source;
-  if (source != "idx" && source != "npz" && source != "npy" && source != "directory" &&
-      source != "synthetic" && source != "text" && source != "tokens") {
-    node.at("source").fail(
-        fmt::format("unknown data source \"{}\" (expected \"idx\", \"npz\", \"npy\", "
-                    "\"directory\", \"synthetic\", \"text\" or \"tokens\")",
-                    source));
-  }
-  reject_other_keys(node, source);
-  if (auto n = node.find("examples")) config.examples = n->as_int(1, kMaxSyntheticExamples);
-  if (auto n = node.find("classes")) config.classes = static_cast<int>(n->as_int(2, kMaxClasses));
-  for (auto [key, field] : {std::pair{"dir", &config.dir},
-                            {"train_images", &config.train_images},
-                            {"train_labels", &config.train_labels},
-                            {"test_images", &config.test_images},
-                            {"test_labels", &config.test_labels},
-                            {"path", &config.path},
-                            {"x_train", &config.x_train},
-                            {"y_train", &config.y_train},
-                            {"x_test", &config.x_test},
-                            {"y_test", &config.y_test}}) {
-    read_string(node, key, *field);
-  }
-  parse_folder_keys(node, config);
-  if (source == "text" || source == "tokens") parse_text_keys(node, config);
-  if (source == "npz" && config.path.empty()) node.fail("\"source\": \"npz\" needs \"path\"");
-  if (source == "npy" && (config.train_images.empty() || config.train_labels.empty()))
-    node.fail("\"source\": \"npy\" needs \"train_images\" and \"train_labels\"");
-  return config;
 }
 
 DataConfig resolve_idx_paths(const DataConfig& config) {

@@ -19,38 +19,9 @@ namespace dtrain::data {
 namespace {
 
 using common::ConfigError;
-using common::JsonNode;
 
-constexpr int kMaxImageSide = 16384;
 constexpr unsigned kMaxDecodeThreads = 8;
 constexpr uint64_t kSplitStream = 0x5b117;  ///< derive_seed stream of the validation split
-
-std::vector<std::string> read_names(const JsonNode& node) {
-  if (!node.is_array())
-    node.fail(fmt::format("expected a list of names, found {}", node.describe()));
-  std::vector<std::string> names;
-  for (const JsonNode& name : node.as_array()) {
-    names.push_back(name.as_nonempty_string());
-    const std::string& text = names.back();
-    // "." is train_dir itself and ".." its parent: a class name is one folder below it.
-    if (text == "." || text == ".." || text.find_first_of(std::string("/\0", 2)) != text.npos) {
-      name.fail(
-          fmt::format("\"{}\" is not the name of a folder in train_dir (\".\", \"..\" "
-                      "and names holding \"/\" are not)",
-                      text));
-    }
-    if (std::find(names.begin(), names.end() - 1, text) != names.end() - 1)
-      name.fail(fmt::format("class \"{}\" is given twice", text));
-  }
-  return names;
-}
-
-void read_image_size(const JsonNode& node, DataConfig& config) {
-  if (!node.is_array() || node.as_array().size() != 2)
-    node.fail(fmt::format("expected [height, width], found {}", node.describe()));
-  config.image_height = static_cast<int>(node.as_array()[0].as_int(1, kMaxImageSide));
-  config.image_width = static_cast<int>(node.as_array()[1].as_int(1, kMaxImageSide));
-}
 
 Dataset to_dataset(ImageArray images, const std::vector<std::string>& class_names,
                    const std::string& dir) {
@@ -143,41 +114,6 @@ std::pair<std::vector<size_t>, std::vector<size_t>> split_files(size_t n, double
 }
 
 }  // namespace
-
-void parse_folder_keys(const JsonNode& node, DataConfig& config) {
-  for (auto [key, field] :
-       {std::pair{"train_dir", &config.train_dir}, {"test_dir", &config.test_dir}})
-    if (auto n = node.find(key)) *field = n->as_nonempty_string();
-  if (auto n = node.find("class_names")) config.class_names = read_names(*n);
-  if (auto n = node.find("color_mode")) {
-    config.color_mode = n->as_nonempty_string();
-    if (config.color_mode != "grayscale" && config.color_mode != "rgb" &&
-        config.color_mode != "rgba") {
-      n->fail(fmt::format("expected \"grayscale\", \"rgb\" or \"rgba\", found \"{}\"",
-                          config.color_mode));
-    }
-  }
-  if (auto n = node.find("image_size")) read_image_size(*n, config);
-  if (auto n = node.find("seed"))
-    config.split_seed = static_cast<uint64_t>(n->as_int(0, int64_t{1} << 53));
-  if (auto n = node.find("validation_split")) {
-    config.validation_split = n->as_number(0, 1);
-    if (config.validation_split <= 0 || config.validation_split >= 1)
-      n->fail(fmt::format("expected a fraction between 0 and 1, found {}", n->describe()));
-    if (config.source == "synthetic")
-      n->fail("not used with \"source\": \"synthetic\" (it has its own test split)");
-    if (node.find("test_dir")) n->fail("give test_dir or validation_split, not both");
-  }
-  if (auto n = node.find("shard_policy")) {
-    config.shard_policy = n->as_nonempty_string();
-    if (config.shard_policy != "data" && config.shard_policy != "file")
-      n->fail(fmt::format("expected \"data\" or \"file\", found \"{}\"", config.shard_policy));
-    if (config.shard_policy == "file" && config.source == "synthetic")
-      n->fail("\"file\" shards files: \"source\": \"synthetic\" has none");
-  }
-  if (config.source == "directory" && config.train_dir.empty())
-    node.fail("\"source\": \"directory\" needs \"train_dir\"");
-}
 
 std::pair<Dataset, Dataset> load_folder_splits(const DataConfig& config,
                                                const std::vector<int>& input_shape, bool need_test,

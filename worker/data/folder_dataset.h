@@ -8,17 +8,10 @@
 #include <utility>
 #include <vector>
 
-#include "common/json.h"
 #include "worker/data/dataset.h"
 #include "worker/data/image_folder.h"
 
 namespace dtrain::data {
-
-/// Reads the directory keys (train_dir, test_dir, class_names, color_mode, image_size, seed) and
-/// the keys of every file source (validation_split, shard_policy) of node into config.
-/// ConfigError naming the key: a bad value, a directory source without train_dir, test_dir with
-/// validation_split (one or the other), validation_split or shard_policy "file" on synthetic data.
-void parse_folder_keys(const common::JsonNode& node, DataConfig& config);
 
 /// The directory source's train and validation splits: the files of config.train_dir (without
 /// the last validation_split of them, after a shuffle with split_seed, when it is set), and those

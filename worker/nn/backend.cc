@@ -1,5 +1,5 @@
 // See backend.h: the few helpers of the backends' interface that are not inline (a refusal of an
-// operation a backend lacks, and the names of math modes and elementwise activations).
+// operation a backend lacks, and the names of elementwise activations).
 #include "worker/nn/backend.h"
 
 #include <cstdlib>
@@ -11,20 +11,6 @@ namespace dtrain::nn {
 void Backend::unsupported(const char* operation) const {
   DT_ENFORCE(false, "{} is not on the {} backend yet", operation, name());
   std::abort();  // DT_ENFORCE(false, ...) always throws
-}
-
-const char* math_mode_name(MathMode mode) {
-  switch (mode) {
-    case MathMode::kFloat32:
-      return "float32";
-    case MathMode::kTf32:
-      return "tf32";
-    case MathMode::kBfloat16:
-      return "mixed_bfloat16";
-    case MathMode::kFloat16:
-      return "mixed_float16";
-  }
-  return "?";
 }
 
 const char* eltwise_name(Eltwise f) {

@@ -14,6 +14,8 @@
 
 #include "worker/mem/device.h"
 #include "worker/nn/random.h"
+#include "worker/spec/math_mode.h"
+#include "worker/spec/optimizer_params.h"
 #include "worker/spec/shapes.h"
 
 namespace dtrain::nn {
@@ -30,16 +32,6 @@ struct PoolShape {
   bool padded() const { return pad_top || pad_bottom || pad_left || pad_right; }
   size_t input_count() const { return static_cast<size_t>(n) * c * h * w; }
   size_t output_count() const { return static_cast<size_t>(n) * c * oh() * ow(); }
-};
-
-/// Keras's losses (docs/design.md#losses). Sparse categorical cross-entropy scores class indices
-/// (Backend::softmax_cross_entropy); the others float targets (Backend::target_loss).
-enum class Loss {
-  kSparseCategorical,  ///< "sparse_categorical_crossentropy": one class index per row
-  kCategorical,        ///< "categorical_crossentropy": a one-hot (or soft) row per example
-  kBinary,             ///< "binary_crossentropy": a 0/1 target per output
-  kMeanSquared,        ///< "mean_squared_error"
-  kMeanAbsolute,       ///< "mean_absolute_error"
 };
 
 /// One batch of a float-target loss: n rows of `units` outputs and as many targets.
@@ -95,68 +87,6 @@ struct TranslateShape {
   float fill_value = 0;
   size_t count() const { return static_cast<size_t>(n) * c * h * w; }
 };
-
-/// How a dynamic loss scale's decision reaches an optimizer update without the host
-/// (docs/design.md#loss-scaling). Both flags are device memory, or null (no gate).
-struct SkipGate {
-  const float* skip = nullptr;  ///< raised (!= 0): this update changes nothing
-  /// Raised: the step before this one was skipped, so the optimizer's count is one lower than
-  /// the host assumed: the update uses learning_rate_after_skip, and Adam step - 1.
-  const float* previous = nullptr;
-  float learning_rate_after_skip = 0.0f;
-};
-
-/// Keras 3's weight decay on any optimizer, applied before its update: w = w - w * weight_decay *
-/// learning_rate (Keras's _apply_weight_decay, in that order of products).
-struct DecayParams {
-  float learning_rate = 0.01f;
-  float weight_decay = 0.0f;
-  SkipGate gate = {};
-};
-
-/// Keras's optimizer hyper-parameters, with Keras's defaults.
-struct SgdParams {
-  float learning_rate = 0.01f;
-  float momentum = 0.0f;
-  bool nesterov = false;
-  SkipGate gate = {};
-};
-struct AdamParams {
-  float learning_rate = 0.001f;
-  float beta_1 = 0.9f;
-  float beta_2 = 0.999f;
-  float epsilon = 1e-7f;
-  SkipGate gate = {};
-};
-struct RmspropParams {
-  float learning_rate = 0.001f;
-  float rho = 0.9f;
-  float momentum = 0.0f;
-  float epsilon = 1e-7f;
-  bool centered = false;
-  SkipGate gate = {};
-};
-struct AdamWParams {
-  float learning_rate = 0.001f;
-  float weight_decay = 0.004f;
-  float beta_1 = 0.9f;
-  float beta_2 = 0.999f;
-  float epsilon = 1e-7f;
-  SkipGate gate = {};
-};
-
-/// How convolutions and matrix products compute (train.dtype_policy and train.allow_tf32,
-/// docs/design.md#mixed-precision). Every buffer stays fp32 whatever the mode: the 16-bit modes
-/// round a product's inputs to 16 bits and accumulate in fp32, so weights, gradients, optimizer
-/// slots, the loss and the softmax stay fp32 (Keras's mixed policies, master weights included).
-enum class MathMode {
-  kFloat32,   ///< fp32 FMA: the CPU and GPU agree to rounding
-  kTf32,      ///< fp32 data on TF32 tensor cores (GPU only; the CPU computes in fp32)
-  kBfloat16,  ///< Keras's "mixed_bfloat16"
-  kFloat16,   ///< Keras's "mixed_float16" (TrainStep adds its loss scaling)
-};
-/// "float32", "tf32", "mixed_bfloat16", "mixed_float16".
-const char* math_mode_name(MathMode mode);
 
 /// Every method overwrites its outputs (nothing accumulates unless it says so), blocks until the
 /// result is in place (host) or is enqueued in order on the device's compute stream (CUDA), and

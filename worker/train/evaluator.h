@@ -13,9 +13,9 @@
 #include "worker/data/dataset.h"
 #include "worker/nn/backend.h"
 #include "worker/nn/model.h"
+#include "worker/spec/train_config.h"
 #include "worker/train/loss.h"
 #include "worker/train/safetensors.h"
-#include "worker/train/train_config.h"
 
 namespace dtrain::train {
 

@@ -25,9 +25,9 @@
 #include "worker/data/npz_file.h"
 #include "worker/nn/backend.h"
 #include "worker/nn/model.h"
+#include "worker/spec/train_config.h"
 #include "worker/train/evaluator.h"
 #include "worker/train/safetensors.h"
-#include "worker/train/train_config.h"
 
 namespace dtrain::train {
 namespace {

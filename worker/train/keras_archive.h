@@ -15,13 +15,6 @@
 
 namespace dtrain::train {
 
-/// Throws ConfigError `layer "<name>" (<Class>): ...` when the model's weights have no Keras
-/// layout dtrain can write: a layer after a Flatten of a feature map that would need Keras's
-/// channels-last order of its features and is neither elementwise nor a Dense, or a kind
-/// whose feature order dtrain does not know. Called when the job's model is read, so that such
-/// a model fails before training rather than at its end.
-void check_keras_layout(const nn::ModelSpec& spec);
-
 /// Writes path (RUN_DIR/model/model.keras) in one atomic replacement: keras_config (a Keras
 /// model envelope: {"module", "class_name": "Sequential" | "Functional", "config", ...}, as
 /// KerasModel::keras_config) is config.json; spec is the model it was translated into; weights

@@ -7,7 +7,7 @@
 
 #include "worker/nn/backend.h"
 #include "worker/nn/model.h"
-#include "worker/train/train_config.h"
+#include "worker/spec/train_config.h"
 
 namespace dtrain::train {
 

@@ -11,9 +11,9 @@
 #include "worker/data/dataset.h"
 #include "worker/nn/backend.h"
 #include "worker/nn/model.h"
+#include "worker/spec/train_config.h"
 #include "worker/train/input_stager.h"
 #include "worker/train/optimizer.h"
-#include "worker/train/train_config.h"
 
 namespace dtrain::train {
 

@@ -11,8 +11,8 @@
 #include <utility>
 #include <vector>
 
+#include "worker/spec/train_config.h"
 #include "worker/train/event_file.h"
-#include "worker/train/train_config.h"
 
 namespace dtrain::train {
 

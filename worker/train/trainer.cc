@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <cstring>
 #include <ctime>
+#include <filesystem>
 #include <fstream>
 #include <limits>
 #include <optional>
@@ -153,6 +154,25 @@ int64_t test_spin_step(int rank) {
 [[noreturn]] void spin_for_ever() {
   spdlog::warn("{}: spinning for ever (test only)", common::kEnvTestSpinAtStep.name);
   for (volatile uint64_t turns = 0;; turns = turns + 1) {
+  }
+}
+
+// Makes run_dir/backup.dir if it is missing (the chief, before the first step). ConfigError
+// naming train.backup.dir and the path when that fails or a non-folder is in the way (a file
+// there or where a parent folder should be): no restart would clear it, so the run must not
+// train up to its first checkpoint only to fail there (docs/design.md#checkpoint-format).
+void prepare_backup_dir(const TrainConfig& config, const std::string& run_dir) {
+  std::string path = run_dir + "/" + config.backup.dir;
+  std::error_code ec;
+  std::filesystem::create_directories(path, ec);
+  std::error_code type_ec;
+  if (!ec && !std::filesystem::is_directory(path, type_ec))
+    ec = std::make_error_code(std::errc::not_a_directory);
+  if (ec) {
+    throw common::ConfigError(fmt::format(
+        "train.backup.dir: cannot use {} as the checkpoint folder ({}); remove what is in its way "
+        "or choose another train.backup.dir",
+        path, ec.message()));
   }
 }
 

@@ -24,6 +24,7 @@
 #include "worker/data/dataset.h"
 #include "worker/nn/backend.h"
 #include "worker/nn/model.h"
+#include "worker/spec/train_config.h"
 #include "worker/train/callbacks.h"
 #include "worker/train/checkpoint.h"
 #include "worker/train/evaluator.h"
@@ -35,7 +36,6 @@
 #include "worker/train/recovery_client.h"
 #include "worker/train/tensorboard.h"
 #include "worker/train/timeline.h"
-#include "worker/train/train_config.h"
 #include "worker/train/train_step.h"
 
 namespace dtrain::train {

@@ -4,7 +4,7 @@
 // functional.py (config.layers, each with "name" and "inbound_nodes"; input_layers and
 // output_layers as [layer_name, node_index, tensor_index]) and saving_lib.py (the .keras zip).
 // The translation is parsed by nn::parse_model_spec, whose messages are put back in Keras's terms.
-#include "worker/train/keras_model.h"
+#include "worker/spec/keras_model.h"
 
 #include <fmt/format.h>
 
@@ -19,8 +19,8 @@
 #include "common/errors.h"
 #include "common/json.h"
 #include "worker/data/npz_file.h"
-#include "worker/train/keras_archive.h"
-#include "worker/train/keras_layer.h"
+#include "worker/spec/keras_layer.h"
+#include "worker/spec/keras_layout.h"
 
 namespace dtrain::train {
 namespace {

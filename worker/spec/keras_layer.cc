@@ -2,7 +2,7 @@
 // dtype; activity_regularizer when one is set), each class's get_config, dtype_policies/ (a
 // policy serialized as a DTypePolicy object; older Keras 3 wrote the name), initializers/
 // (GlorotUniform's seed, input_axes and output_axes), and InputLayer.get_config.
-#include "worker/train/keras_layer.h"
+#include "worker/spec/keras_layer.h"
 
 #include <fmt/format.h>
 

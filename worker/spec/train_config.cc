@@ -1,5 +1,5 @@
 // See train_config.h.
-#include "worker/train/train_config.h"
+#include "worker/spec/train_config.h"
 
 #include <fmt/format.h>
 
@@ -9,7 +9,7 @@
 #include "common/cpu_isa.h"
 #include "common/errors.h"
 #include "common/json.h"
-#include "worker/train/keras_model.h"
+#include "worker/spec/keras_model.h"
 
 namespace dtrain::train {
 namespace {
@@ -410,21 +410,6 @@ common::ConfigError cpu_policy_error(nn::MathMode math, const std::string& sourc
       fmt::format("{}: train.dtype_policy: \"{}\": {}: set \"dtype_policy\": \"float32\", or "
                   "\"dtype_policy_fallback\": \"float32\" to train in float32 on such CPUs",
                   source, nn::math_mode_name(math), cpu_policy_lack(math)));
-}
-
-void prepare_backup_dir(const TrainConfig& config, const std::string& run_dir) {
-  std::string path = run_dir + "/" + config.backup.dir;
-  std::error_code ec;
-  std::filesystem::create_directories(path, ec);
-  std::error_code type_ec;
-  if (!ec && !std::filesystem::is_directory(path, type_ec))
-    ec = std::make_error_code(std::errc::not_a_directory);
-  if (ec) {
-    throw common::ConfigError(fmt::format(
-        "train.backup.dir: cannot use {} as the checkpoint folder ({}); remove what is in its way "
-        "or choose another train.backup.dir",
-        path, ec.message()));
-  }
 }
 
 }  // namespace dtrain::train

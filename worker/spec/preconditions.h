@@ -7,7 +7,7 @@
 
 #include <string>
 
-#include "worker/train/train_config.h"
+#include "worker/spec/train_config.h"
 
 namespace dtrain::train {
 

@@ -1,5 +1,5 @@
 // See communication.h.
-#include "worker/comm/communication.h"
+#include "worker/spec/communication.h"
 
 #include <fmt/format.h>
 

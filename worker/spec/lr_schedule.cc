@@ -1,5 +1,5 @@
 // See lr_schedule.h. Formulas follow keras.optimizers.schedules (CosineDecay, ExponentialDecay).
-#include "worker/train/lr_schedule.h"
+#include "worker/spec/lr_schedule.h"
 
 #include <fmt/format.h>
 

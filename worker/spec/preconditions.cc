@@ -1,5 +1,5 @@
 // See preconditions.h.
-#include "worker/train/preconditions.h"
+#include "worker/spec/preconditions.h"
 
 #include <fmt/format.h>
 

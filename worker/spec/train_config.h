@@ -9,13 +9,13 @@
 #include <vector>
 
 #include "common/errors.h"
-#include "worker/comm/communication.h"
-#include "worker/data/dataset.h"
-#include "worker/nn/backend.h"
+#include "worker/spec/callback_specs.h"
+#include "worker/spec/communication.h"
+#include "worker/spec/data_config.h"
+#include "worker/spec/loss_scale_spec.h"
+#include "worker/spec/math_mode.h"
 #include "worker/spec/model_spec.h"
-#include "worker/train/callbacks.h"
-#include "worker/train/loss_scale.h"
-#include "worker/train/optimizer.h"
+#include "worker/spec/optimizer_spec.h"
 
 namespace dtrain::train {
 
@@ -120,11 +120,5 @@ common::ConfigError cpu_policy_error(nn::MathMode math, const std::string& sourc
 
 /// Parses the train object (JSON text). source names it in errors ("job.json: train.epochs: ...").
 TrainConfig parse_train_config(std::string_view json, const std::string& source);
-
-/// Makes run_dir/backup.dir if it is missing (the chief, before the first step). ConfigError
-/// naming train.backup.dir and the path when that fails or a non-folder is in the way (a file
-/// there or where a parent folder should be): no restart would clear it, so the run must not
-/// train up to its first checkpoint only to fail there (docs/design.md#checkpoint-format).
-void prepare_backup_dir(const TrainConfig& config, const std::string& run_dir);
 
 }  // namespace dtrain::train

@@ -1,0 +1,26 @@
+# cmake -DLINKS=<file written by cmake/Links.cmake> -DTARGET=<its target> -DFORBID=<regexes>
+#       -P check_links.cmake
+# Fails naming every library of the closure that matches a FORBID regex, with the chain that
+# brought it in ("dtrain_launcher_lib -> dtrain_train -> dtrain_nn").
+include("${LINKS}")
+set(found)
+foreach(item IN LISTS LINKED)
+  foreach(pattern IN LISTS FORBID)
+    if(item MATCHES "${pattern}")
+      set(chain "${item}")
+      set(at "${item}")
+      while(DEFINED "LINKED_BY_${at}" AND NOT at STREQUAL TARGET)
+        set(at "${LINKED_BY_${at}}")
+        set(chain "${at} -> ${chain}")
+      endwhile()
+      list(APPEND found "${chain}")
+      break()
+    endif()
+  endforeach()
+endforeach()
+if(found)
+  list(JOIN found "\n  " lines)
+  message(FATAL_ERROR "${TARGET} links what it must not:\n  ${lines}")
+endif()
+list(LENGTH LINKED count)
+message(STATUS "${TARGET}: ${count} libraries linked, none forbidden")
