@@ -6,13 +6,13 @@
 # target (executions, coverage, crashes) and exits 1 if any target crashed or did not run; a
 # step that fails (set-up, configure, build) is named with the end of its output.
 #   scripts/fuzz.sh [SECONDS] [TARGET...]     (targets: job_spec tf_config wire control_line
-#                                              line_splitter safetensors idx npy image)
+#                                              line_splitter safetensors idx npy image zip)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 seconds=${1:-60}
 shift || true
 targets=("$@")
-[ ${#targets[@]} -gt 0 ] || targets=(job_spec tf_config wire control_line line_splitter safetensors idx npy image)
+[ ${#targets[@]} -gt 0 ] || targets=(job_spec tf_config wire control_line line_splitter safetensors idx npy image zip)
 case "$seconds" in ''|*[!0-9]*) echo "fuzz.sh: SECONDS must be a whole number, got '$seconds'" >&2; exit 2 ;; esac
 
 # Runs a step quietly; when it fails, says which and shows the end of its output, then exits 1.

@@ -3,20 +3,16 @@
 // checked against the bytes really present before anything more is allocated.
 #include "worker/data/npy_file.h"
 
-#include <fcntl.h>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include <algorithm>
-#include <cerrno>
 #include <cstring>
 #include <optional>
 #include <string_view>
 
 #include "common/errors.h"
-#include "common/unique_fd.h"
+#include "common/file_bytes.h"
 
 static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "npy data is read as little-endian");
 
@@ -173,15 +169,6 @@ uint32_t little_endian(const uint8_t* bytes, int n) {
   return value;
 }
 
-constexpr const char* kChanged =
-    "changed while it was being read (is something writing it?); start again once it is written";
-
-struct stat stat_of(int fd, const std::string& path) {
-  struct stat st {};
-  if (::fstat(fd, &st) != 0) fail(path, fmt::format("cannot stat ({})", std::strerror(errno)));
-  return st;
-}
-
 std::string read_exactly(ByteReader& in, size_t n, const std::string& where, const char* what) {
   std::string bytes(n, '\0');
   size_t got = in.read(reinterpret_cast<uint8_t*>(bytes.data()), n);
@@ -270,37 +257,8 @@ NpyHeader read_npy_header(ByteReader& in, uint64_t total_bytes, const std::strin
   return header;
 }
 
-FileBytes::FileBytes(const std::string& path) : path_(path) {
-  // O_NONBLOCK: opening a FIFO with no writer would wait for one, forever.
-  common::UniqueFd fd(::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC));
-  if (!fd.valid()) fail(path, fmt::format("cannot open ({})", std::strerror(errno)));
-  const struct stat before = stat_of(fd.get(), path);
-  if (!S_ISREG(before.st_mode)) {
-    fail(path, fmt::format("not a regular file ({}); data files must be",
-                           S_ISDIR(before.st_mode)    ? "a folder"
-                           : S_ISFIFO(before.st_mode) ? "a FIFO"
-                                                      : "a device or socket"));
-  }
-  bytes_.resize(static_cast<size_t>(before.st_size));
-  for (size_t done = 0; done < bytes_.size();) {
-    const ssize_t got =
-        ::pread(fd.get(), bytes_.data() + done, bytes_.size() - done, static_cast<off_t>(done));
-    if (got < 0 && errno == EINTR) continue;
-    if (got < 0) fail(path, fmt::format("cannot read ({})", std::strerror(errno)));
-    if (got == 0)
-      fail(path, fmt::format("{} (it ended at byte {} of {})", kChanged, done, bytes_.size()));
-    done += static_cast<size_t>(got);
-  }
-  const struct stat after = stat_of(fd.get(), path);
-  if (after.st_size != before.st_size || after.st_ino != before.st_ino ||
-      after.st_mtim.tv_sec != before.st_mtim.tv_sec ||
-      after.st_mtim.tv_nsec != before.st_mtim.tv_nsec) {
-    fail(path, fmt::format("{} (its size or modification time differ after the read)", kChanged));
-  }
-}
-
 NpyArray read_npy(const std::string& path, const std::string& expected) {
-  auto file = std::make_shared<FileBytes>(path);
+  auto file = std::make_shared<common::FileBytes>(path);
   MemoryReader in(file->data(), file->size());
   NpyHeader header = read_npy_header(in, file->size(), path, expected);
   NpyArray array{header.descr, header.dtype, header.shape,

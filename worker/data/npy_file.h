@@ -42,27 +42,6 @@ struct NpyArray {
   uint64_t bytes = 0;  ///< count * npy_itemsize(dtype)
 };
 
-/// A regular file's bytes, read whole into memory this object owns (move-only; shared through
-/// shared_ptr). Never a mapping: a file rewritten while training runs (np.savez truncates first)
-/// would make a mapping's reads SIGBUS, or silently show the new data; these bytes are the file
-/// as it was read. ConfigError "<path>: ..." for a missing file, a folder, FIFO or device, and
-/// for a file that changed while it was read (its size, inode or modification time differ after
-/// the read, or it ended early). Blocks on file I/O.
-class FileBytes {
- public:
-  explicit FileBytes(const std::string& path);
-  FileBytes(const FileBytes&) = delete;
-  FileBytes& operator=(const FileBytes&) = delete;
-
-  const uint8_t* data() const { return bytes_.data(); }
-  uint64_t size() const { return bytes_.size(); }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-  std::vector<uint8_t> bytes_;
-};
-
 /// A stream of bytes an .npy header is parsed from: memory, or a deflated zip member.
 class ByteReader {
  public:
@@ -95,8 +74,8 @@ inline constexpr uint64_t kMaxNpyHeaderBytes = uint64_t{1} << 16;
 NpyHeader read_npy_header(ByteReader& in, uint64_t total_bytes, const std::string& where,
                           const std::string& expected = kNpyAnyDtype);
 
-/// The array in the .npy file at path, its data left in the file's bytes (FileBytes: read once,
-/// not copied again).
+/// The array in the .npy file at path, its data left in the file's bytes (common::FileBytes:
+/// read once, not copied again).
 /// expected: as for read_npy_header.
 NpyArray read_npy(const std::string& path, const std::string& expected = kNpyAnyDtype);
 

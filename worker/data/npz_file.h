@@ -1,16 +1,16 @@
 // Reads arrays out of .npz files (np.savez, np.savez_compressed): zip archives of .npy members,
-// stored or deflated, with the zip64 records NumPy writes. The archive is read whole into memory
-// (FileBytes, never mapped); a stored member's data stays there (not copied again), a deflated one
-// is inflated by zlib into a buffer that grows with what the stream really yields, up to the size
-// its header promises. Also gives any member's bytes (a .keras archive's config.json). No
-// encryption, multi-disk archives, other compression methods, or writing.
+// read through common/zip_reader.h (the archive whole in memory, stored or deflated members,
+// zip64). A stored member's data stays in the archive's bytes (not copied again), a deflated one
+// is inflated into a buffer that grows with what the stream really yields, up to the size its
+// header promises. Also gives any member's bytes (a .keras archive's config.json). The zip
+// itself is ZipReader's; here only keys (names less ".npy") and the .npy headers.
 #pragma once
 
 #include <cstdint>
-#include <memory>
 #include <string>
 #include <vector>
 
+#include "common/zip_reader.h"
 #include "worker/data/npy_file.h"
 
 namespace dtrain::data {
@@ -21,10 +21,11 @@ namespace dtrain::data {
 class NpzFile {
  public:
   /// ConfigError "<path>: ..." when the file is missing, not a regular file, or not a zip
-  /// archive this reader takes (no end record, a directory that runs past the file, ...).
+  /// archive this reader takes (no end record, a directory that runs past the file, two
+  /// members of one key, ...).
   explicit NpzFile(const std::string& path);
 
-  const std::string& path() const { return file_->path(); }
+  const std::string& path() const { return zip_.path(); }
   /// Member names without their ".npy", in archive order (Keras: x_train, y_train, ...).
   std::vector<std::string> keys() const;
   bool has(const std::string& key) const;
@@ -35,24 +36,14 @@ class NpzFile {
   NpyArray read(const std::string& key, const std::string& expected = kNpyAnyDtype) const;
   /// The bytes of the member of this exact name, whatever they hold (a .keras archive's
   /// config.json). ConfigError "<path>: <name>: ..." as read() for a missing or bad member.
-  std::string read_bytes(const std::string& name) const;
+  std::string read_bytes(const std::string& name) const { return zip_.read_bytes(name); }
 
  private:
-  struct Member {
-    std::string name, key;
-    uint16_t flags = 0, method = 0;
-    uint32_t crc = 0;
-    uint64_t compressed = 0, uncompressed = 0, local_offset = 0;
-  };
-  void read_directory(uint64_t offset, uint64_t size, uint64_t entries);
-  /// Where m's data starts in the file, its local header and bounds checked.
-  const uint8_t* member_data(const Member& m, const std::string& where) const;
-  NpyArray read_deflated(const Member& member, const uint8_t* data, const std::string& where,
+  NpyArray read_deflated(const common::ZipMember& member, const std::string& where,
                          const std::string& expected) const;
 
-  std::shared_ptr<FileBytes> file_;
-  std::vector<Member> members_;
-  uint64_t directory_offset_ = 0;  ///< members lie before it
+  common::ZipReader zip_;
+  std::vector<std::string> keys_;  ///< zip_.members()'s names less ".npy", in the same order
 };
 
 }  // namespace dtrain::data

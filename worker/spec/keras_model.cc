@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "common/errors.h"
+#include "common/file_bytes.h"
 #include "common/json.h"
 #include "worker/data/npz_file.h"
 #include "worker/spec/keras_layer.h"
@@ -513,7 +514,7 @@ KerasModel translate_keras_model(std::string_view json, const std::string& sourc
 }
 
 KerasModel read_keras_model(const std::string& path) {
-  data::FileBytes bytes(path);
+  common::FileBytes bytes(path);
   const char* text = reinterpret_cast<const char*>(bytes.data());
   const std::string_view head(text, std::min<uint64_t>(bytes.size(), 4));
   if (head != "PK\x03\x04" && head != "PK\x05\x06")  // not a zip's local or end record

@@ -1,7 +1,7 @@
 // A zip archive built in memory from whole members, each stored (not compressed), as Python's
 // zipfile writes a .keras file (docs/design.md#the-model-as-a-graph, Keras's files). Writes no
 // file itself (the caller replaces its file atomically) and has no Zip64: an archive or a member
-// of 4 GiB or more, or more than 65535 members, is an error. Reading zips is data::NpzFile's.
+// of 4 GiB or more, or more than 65535 members, is an error. Reading zips is common::ZipReader's.
 #pragma once
 
 #include <cstdint>
