@@ -18,7 +18,7 @@ one thread each, as dtrain's N workers:
   (Keras's: g x clip / max(norm, clip)), then Keras's AdamW: w -= w wd lr on every tensor whose
   dtrain name contains none of exclude_from_weight_decay, then Adam with Keras's epsilon
   (lr_t = lr sqrt(1 - b2^t) / (1 - b1^t), w -= lr_t m / (sqrt(v) + eps));
-- the rate: Keras's CosineDecay with its linear warm-up (worker/train/lr_schedule.cc);
+- the rate: Keras's CosineDecay with its linear warm-up (worker/spec/lr_schedule.cc);
 - after each epoch the ranks share every non-overlapping validation window between them.
 Rank 0 prints a JSON line an epoch: {"epoch", "loss", "val_loss", "seconds", "val_seconds"}.
 Asserts nothing; run by scripts/bench-gpt.sh beside dtrain. Needs Debian's python3-torch.

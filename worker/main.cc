@@ -332,7 +332,9 @@ int train(const common::TfConfig& task, RecoveryOptions recovery_options, const 
           const std::string& run_dir, const std::string& config_path, Timeline& timeline,
           double progress_line_seconds, ModelParts warm) {
   const bool elastic = recovery_options.members.has_value();
-  if (elastic) check_elastic(config, backend.device().kind() != nn::DeviceKind::kHost, config_path);
+  const bool on_gpu = backend.device().kind() != nn::DeviceKind::kHost;
+  check_transport(config, on_gpu, config_path);  // docs/design.md#preconditions
+  if (elastic) check_elastic(config, on_gpu, config_path);
   // Read by the launcher to find a frozen member (docs/design.md#frozen-workers).
   common::ProgressRecordWriter record(common::get_env(common::kEnvProgressFile).value_or(""));
   common::ControlClient control(common::get_env(common::kEnvControl).value_or(""));

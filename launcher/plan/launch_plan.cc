@@ -16,6 +16,7 @@
 #include "common/local_addresses.h"
 #include "common/ports.h"
 #include "common/run_dir.h"
+#include "launcher/plan/train_section.h"
 
 namespace dtrain::launcher {
 namespace {
@@ -113,32 +114,21 @@ void share_host(LaunchPlan& plan) {
     for (TaskPlan& t : plan.tasks) t.gpu.clear();
 }
 
-// A string field of train as the job file says it (fallback when absent or unreadable).
-std::string train_field(const common::JobSpec& spec, const char* key, const std::string& fallback) {
-  if (!spec.train_json) return fallback;
-  try {
-    common::JsonDocument doc = common::JsonDocument::parse(*spec.train_json, "train");
-    std::optional<common::JsonNode> node = doc.root().find(key);
-    return node && node->is_string() ? node->as_string() : fallback;
-  } catch (const common::ConfigError&) {
-    return fallback;
-  }
-}
-
 // Why GPU workers here could not keep whole steps (empty when they can): only a communicator
 // staged through host memory can (worker/train/train_step.h), which is train.communication
 // "ring" or "shm", or "auto" when local workers share GPUs (NCCL refuses that).
-std::string gpu_in_place_obstacle(const LaunchPlan& plan) {
-  std::string communication = train_field(plan.spec(), "communication", "auto");
-  if (communication == "ring" || communication == "shm") return "";
+std::string gpu_in_place_obstacle(const LaunchPlan& plan, comm::Communication communication) {
+  using comm::Communication;
+  if (communication == Communication::kRing || communication == Communication::kShm) return "";
   size_t local = 0;
   for (const TaskPlan& t : plan.tasks)
     if (t.trains() && t.placement == Placement::kLocal) ++local;
-  if (communication == "auto" && local > static_cast<size_t>(plan.context.local_gpus)) return "";
+  if (communication == Communication::kAuto && local > static_cast<size_t>(plan.context.local_gpus))
+    return "";
   return fmt::format(
       "train.communication \"{}\" can be NCCL, which cannot re-form: set "
       "\"ring\" for recovery in place on GPUs",
-      communication);
+      comm::communication_name(communication));
 }
 
 // In place for dtrain-worker jobs: the launcher starts a replacement on the same place (a
@@ -148,13 +138,15 @@ void choose_recovery(LaunchPlan& plan) {
     return;
   // Other hosts' GPUs are not seen from here: a launcher with none takes "auto" for CPUs on
   // every host.
-  std::string device = train_field(plan.spec(), "device", "auto");
-  bool gpu = (plan.context.local_gpus > 0 && device != "cpu") || device == "cuda";
+  const train::TrainConfig config = read_train_section(plan.spec()).value_or(train::TrainConfig{});
+  using train::DeviceChoice;
+  bool gpu = (plan.context.local_gpus > 0 && config.device != DeviceChoice::kCpu) ||
+             config.device == DeviceChoice::kCuda;
   if (gpu) {
     bool remote = false;
     for (const TaskPlan& t : plan.tasks) remote = remote || t.placement != Placement::kLocal;
     std::string obstacle = remote ? "GPU workers on other hosts are not yet recovered in place"
-                                  : gpu_in_place_obstacle(plan);
+                                  : gpu_in_place_obstacle(plan, config.communication);
     if (!obstacle.empty()) {
       plan.recovery_note = fmt::format("recovery: restart ({})", obstacle);
       return;

@@ -26,6 +26,7 @@
 #include "common/gpu_count.h"
 #include "common/json.h"
 #include "launcher/control/control_server.h"
+#include "launcher/plan/train_section.h"
 #include "launcher/plan/worker_env.h"
 
 namespace dtrain::launcher {
@@ -102,15 +103,8 @@ int count_local_gpus() {
 
 // The backup folder of a dtrain-worker job: train.backup.dir, relative to the run directory.
 std::string backup_folder(const common::JobSpec& spec, const common::RunDir& run_dir) {
-  std::string dir = "backup";
-  if (spec.train_json) {
-    try {
-      common::JsonDocument doc = common::JsonDocument::parse(*spec.train_json, "train");
-      if (auto backup = doc.root().find("backup"); backup && backup->is_object())
-        if (auto d = backup->find("dir"); d && d->is_string()) dir = d->as_string();
-    } catch (const std::exception&) {  // the worker names what is wrong with it
-    }
-  }
+  const std::string dir =
+      read_train_section(spec).value_or(train::TrainConfig{}).backup.dir;  // default "backup"
   return (fs::path(run_dir.root()) / dir).lexically_normal().string();
 }
 

@@ -12,14 +12,14 @@
 
 namespace dtrain::launcher {
 
-/// Parses spec.train_json as dtrain-worker will (train::parse_train_config), then refuses
-/// train.dtype_policy mixed_bfloat16 / mixed_float16 when every task runs on this host, no GPU is
-/// visible (or train.device is "cpu") and this CPU lacks the policy's products, unless
-/// dtype_policy_fallback allows float32 (the worker's own rule, worker/main.cc), and the rules of
-/// train/preconditions.h where the device is known (an elastic job; "device": "cuda"). Throws
-/// ConfigError "<spec.source>: train.<json path>: <what is wrong>", e.g. "job.json:
-/// train.model.layers[0].activation: ...". Does nothing for a `command` job, whose program owns
-/// its own configuration.
+/// Parses spec.train_json as dtrain-worker will (train::parse_train_config), then applies the
+/// worker's start-up rules (worker/spec/preconditions.h) where planning can tell the device:
+/// "cuda" and "cpu" say so, and "auto" trains on CPUs when every task runs on this host and no
+/// GPU is visible here. On CPUs: a mixed policy this host's CPU cannot compute (every task here;
+/// unless dtype_policy_fallback allows float32) and "nccl"; on GPUs: the GPU rule; for an elastic
+/// job, its rules. Throws ConfigError "<spec.source>: train.<json path>: <what is wrong>", e.g.
+/// "job.json: train.model.layers[0].activation: ...", the words the worker would print. Does
+/// nothing for a `command` job, whose program owns its own configuration.
 void check_train_section(const common::JobSpec& spec);
 
 /// True when every task of the job runs on this host (no Slurm, no other host): the CPU here is

@@ -3,9 +3,9 @@
 // worker's own words (worker/spec/preconditions.h): elastic jobs over shared memory, with
 // synchronized batch normalization or on a GPU (and, by the shared rule alone, with file
 // sharding); for "device": "cuda", each part of a job that has not passed its parity test on a
-// GPU; and a mixed policy the CPU cannot compute (mixed_float16 on any CPU, mixed_bfloat16 under
-// ONEDNN_MAX_CPU_ISA=AVX2). Where this machine lets the worker reach its check (the cases on
-// the CPU), the worker's message is compared too.
+// GPU; "nccl" on the CPU; and a mixed policy the CPU cannot compute (mixed_float16 on any CPU,
+// mixed_bfloat16 under ONEDNN_MAX_CPU_ISA=AVX2). Where this machine lets the worker reach its check
+// (the cases on the CPU), the worker's message is compared too.
 #include <catch2/catch.hpp>
 #include <functional>
 #include <string>
@@ -61,6 +61,7 @@ std::string expected_message(const std::string& path, bool elastic, const std::s
   }
   try {
     if (on_gpu) train::check_gpu_rule(config, path);
+    train::check_transport(config, on_gpu, path);
     if (elastic) train::check_elastic(config, on_gpu, path);
   } catch (const common::ConfigError& e) {
     return e.what();
@@ -123,6 +124,10 @@ TEST_CASE("dtrain validate refuses what the worker refuses at start, in its word
         {R"("device": "cpu")", kCuda}},
        false,
        "train.optimizer.clipnorm has not passed"},
+      {"nccl on the CPU",
+       {{R"("communication": "ring")", R"("communication": "nccl")"}},
+       false,
+       "train.communication: \"nccl\": NCCL sums GPU memory only, and this job trains on the CPU"},
       {"mixed_float16 on the CPU",
        {{R"("device": "cpu")", R"("device": "cpu", "dtype_policy": "mixed_float16")"}},
        false,

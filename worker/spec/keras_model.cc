@@ -19,7 +19,7 @@
 #include "common/errors.h"
 #include "common/file_bytes.h"
 #include "common/json.h"
-#include "worker/data/npz_file.h"
+#include "common/zip_reader.h"
 #include "worker/spec/keras_layer.h"
 #include "worker/spec/keras_layout.h"
 
@@ -519,8 +519,8 @@ KerasModel read_keras_model(const std::string& path) {
   const std::string_view head(text, std::min<uint64_t>(bytes.size(), 4));
   if (head != "PK\x03\x04" && head != "PK\x05\x06")  // not a zip's local or end record
     return translate_keras_model(std::string_view(text, bytes.size()), path);
-  data::NpzFile archive(path);
-  if (!archive.has("config.json")) {
+  common::ZipReader archive(path);
+  if (!archive.find("config.json")) {
     throw common::ConfigError(
         fmt::format("{}: a zip archive without config.json is not a Keras model (.keras)", path));
   }

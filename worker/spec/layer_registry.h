@@ -3,7 +3,7 @@
 // files of worker/spec/layers/ (the layer that runs in worker/nn/layers/, built through
 // worker/nn/layer_builders.cc); this table is the one list of them (the recipe for a new kind:
 // docs/design.md#adding-a-layer), with how each kind's Keras config keys are read from Keras's
-// model files (worker/train/keras_model.*, which reads them; the kinds only say how).
+// model files (worker/spec/keras_model.*, which reads them; the kinds only say how).
 #pragma once
 
 #include <memory>

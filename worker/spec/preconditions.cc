@@ -26,6 +26,15 @@ void check_gpu_rule(const TrainConfig& config, const std::string& source) {
   }
 }
 
+void check_transport(const TrainConfig& config, bool on_gpu, const std::string& source) {
+  if (config.communication != comm::Communication::kNccl || on_gpu) return;
+  throw ConfigError(
+      fmt::format("{}: train.communication: \"nccl\": NCCL sums GPU memory only, and this job "
+                  "trains on the CPU "
+                  "(train.device): set \"ring\", \"shm\" or \"auto\"",
+                  source));
+}
+
 void check_elastic(const TrainConfig& config, bool on_gpu, const std::string& source) {
   if (config.communication != comm::Communication::kAuto &&
       config.communication != comm::Communication::kRing) {

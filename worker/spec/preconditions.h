@@ -16,6 +16,10 @@ namespace dtrain::train {
 /// sparse categorical cross-entropy, weight_decay, clipnorm and global_clipnorm.
 void check_gpu_rule(const TrainConfig& config, const std::string& source);
 
+/// train.communication "nccl" where the job trains on CPUs (on_gpu false): NCCL sums GPU memory
+/// only.
+void check_transport(const TrainConfig& config, bool on_gpu, const std::string& source);
+
 /// An elastic job (docs/design.md#elastic-membership): the TCP ring (a member sums virtual
 /// shards in its order), on the host (on_gpu false), every example reachable by every member
 /// (shard_policy "data"), and no layer that takes statistics over the group in step
