@@ -18,6 +18,7 @@
 #include "test/launcher/fake_spawner.h"
 #include "test/launcher/supervisor_harness.h"
 #include "test/support/config_error.h"
+#include "test/support/train_section.h"
 
 using namespace dtrain;
 using launcher::ExitStatus;
@@ -494,8 +495,8 @@ TEST_CASE(
   std::string too_many = testing::config_error([&] { plan(job_json(5, kTwoHosts)); });
   CHECK(too_many == "job.json: elastic.min_workers: 5 is more than the job's 4 training task(s)");
   std::string not_in_place = testing::config_error([&] {
-    plan(R"({"job": "j", "cluster": {"worker": ["localhost:1", "192.0.2.7:2"]},
-             "train": {"device": "cuda"}, "elastic": {"min_workers": 1}})");
+    plan(R"({"job": "j", "cluster": {"worker": ["localhost:1", "192.0.2.7:2"]}, "train": )" +
+         testing::train_with(R"(, "device": "cuda")") + R"(, "elastic": {"min_workers": 1}})");
   });
   CHECK_THAT(not_in_place,
              Catch::StartsWith(

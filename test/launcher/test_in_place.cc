@@ -19,6 +19,7 @@
 #include "test/launcher/fake_spawner.h"
 #include "test/launcher/supervisor_harness.h"
 #include "test/support/temp_dir.h"
+#include "test/support/train_section.h"
 
 using namespace dtrain;
 using launcher::ExitStatus;
@@ -470,8 +471,8 @@ TEST_CASE("in place: remote training tasks re-form; their agents keep the progre
   CHECK(plan.tasks.at(1).progress_path == launcher::kAgentProgressPath);
 
   common::JobSpec cuda = common::parse_job_spec(
-      R"({"job": "e", "cluster": {"worker": ["localhost:1", "192.0.2.7:2"]},
-          "train": {"device": "cuda"}})",
+      R"({"job": "e", "cluster": {"worker": ["localhost:1", "192.0.2.7:2"]}, "train": )" +
+          testing::train_with(R"(, "device": "cuda")") + "}",
       "job.json");
   c.spec = &cuda;
   launcher::LaunchPlan gpu = launcher::plan_launch(c);
@@ -489,14 +490,14 @@ TEST_CASE("in place: GPU workers re-form over a host-staged ring; NCCL ones rest
     int local_gpus;
     bool in_place;
   };
-  for (Case k : {Case{"", 1, true}, Case{R"("device": "cuda")", 1, true},
-                 Case{R"("device": "cpu")", 2, true}, Case{"", 2, false},
-                 Case{R"("device": "cuda", "communication": "nccl")", 1, false},
-                 Case{R"("communication": "ring")", 2, true}}) {
+  for (Case k : {Case{"", 1, true}, Case{R"(, "device": "cuda")", 1, true},
+                 Case{R"(, "device": "cpu")", 2, true}, Case{"", 2, false},
+                 Case{R"(, "device": "cuda", "communication": "nccl")", 1, false},
+                 Case{R"(, "communication": "ring")", 2, true}}) {
     INFO("train: {" << k.train << "}, " << k.local_gpus << " GPU(s)");
     common::JobSpec spec = common::parse_job_spec(
-        std::string(R"({"job": "g", "workers": 2, "gpu_sharing": true, "train": {)") + k.train +
-            "}}",
+        std::string(R"({"job": "g", "workers": 2, "gpu_sharing": true, "train": )") +
+            testing::train_with(k.train) + "}",
         "job.json");
     launcher::LaunchContext c;
     c.spec = &spec;
