@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cstring>
 #include <unordered_set>
+#include <utility>
 
 #include "common/errors.h"
 
@@ -48,7 +49,10 @@ void check_zip_crc(const std::string& where, uint32_t want, uint32_t have) {
          fmt::format("CRC-32 mismatch: the directory says {:08x}, data has {:08x}", want, have));
 }
 
-ZipReader::ZipReader(const std::string& path) : file_(std::make_shared<FileBytes>(path)) {
+ZipReader::ZipReader(const std::string& path) : ZipReader(std::make_shared<FileBytes>(path)) {}
+
+ZipReader::ZipReader(std::shared_ptr<const FileBytes> file) : file_(std::move(file)) {
+  const std::string& path = file_->path();
   const uint8_t* base = file_->data();
   const uint64_t size = file_->size();
   if (size < kEndBytes) fail(path, fmt::format("not a zip archive: {} bytes", size));

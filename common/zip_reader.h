@@ -36,6 +36,8 @@ class ZipReader {
   /// a zip archive this reader takes (no end record, a directory that runs past the file, a
   /// damaged entry, two members of one name, ...).
   explicit ZipReader(const std::string& path);
+  /// The archive in bytes already read (a caller that looked at them first), errors as above.
+  explicit ZipReader(std::shared_ptr<const FileBytes> file);
 
   const std::string& path() const { return file_->path(); }
   /// In archive order.

@@ -131,6 +131,21 @@ TEST_CASE("stored and deflated members are listed in order and read back") {
   CHECK(std::string(reinterpret_cast<const char*>(kept.get()), kText.size()) == kText);
 }
 
+TEST_CASE("an archive already read is opened from its bytes, not read again") {
+  TempDir dir;
+  const std::string path = write(dir, "model.keras", zip({{"config.json", kText, true}}));
+  auto bytes = std::make_shared<const FileBytes>(path);
+  ZipReader archive(bytes);
+  CHECK(archive.path() == path);
+  CHECK(archive.read_bytes("config.json") == kText);
+  // The reader shares the bytes it was given: no second copy of the file.
+  CHECK(archive.share(bytes->data()).get() == bytes->data());
+  CHECK(bytes.use_count() >= 2);
+  const std::string not_zip = write(dir, "config.json", kText);
+  CHECK(config_error([&] { ZipReader{std::make_shared<const FileBytes>(not_zip)}; }) ==
+        not_zip + ": not a zip archive (no end of central directory record)");
+}
+
 TEST_CASE("ZipInflater streams a deflated member in pieces, with its CRC-32") {
   TempDir dir;
   std::string contents;

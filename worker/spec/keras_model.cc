@@ -12,6 +12,7 @@
 #include <charconv>
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <optional>
 #include <utility>
 #include <vector>
@@ -514,12 +515,12 @@ KerasModel translate_keras_model(std::string_view json, const std::string& sourc
 }
 
 KerasModel read_keras_model(const std::string& path) {
-  common::FileBytes bytes(path);
-  const char* text = reinterpret_cast<const char*>(bytes.data());
-  const std::string_view head(text, std::min<uint64_t>(bytes.size(), 4));
+  auto bytes = std::make_shared<const common::FileBytes>(path);
+  const char* text = reinterpret_cast<const char*>(bytes->data());
+  const std::string_view head(text, std::min<uint64_t>(bytes->size(), 4));
   if (head != "PK\x03\x04" && head != "PK\x05\x06")  // not a zip's local or end record
-    return translate_keras_model(std::string_view(text, bytes.size()), path);
-  common::ZipReader archive(path);
+    return translate_keras_model(std::string_view(text, bytes->size()), path);
+  common::ZipReader archive(std::move(bytes));  // read once
   if (!archive.find("config.json")) {
     throw common::ConfigError(
         fmt::format("{}: a zip archive without config.json is not a Keras model (.keras)", path));

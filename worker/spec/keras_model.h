@@ -34,7 +34,7 @@ KerasModel translate_keras_model(std::string_view json, const std::string& sourc
 /// Reads the file at path (a relative one from the working directory): Keras's JSON, or a zip
 /// archive (a .keras file, told by its first bytes), whose config.json is translated. Messages
 /// start "<path>: " ("<path>: config.json: " for what the archive's config.json says). Blocks on
-/// file I/O; the whole file is read into memory (an archive twice: once to tell it is one).
+/// file I/O; the whole file is read into memory, once.
 KerasModel read_keras_model(const std::string& path);
 
 }  // namespace dtrain::train
