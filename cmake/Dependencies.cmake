@@ -8,14 +8,24 @@ find_package(spdlog REQUIRED)
 find_package(ZLIB REQUIRED)
 find_package(OpenSSL REQUIRED)
 # HDF5 (worker/train/hdf5_image.cc, the only user): the weights of the Keras archive the final
-# model is also written as (Debian's serial libhdf5, libhdf5-dev). FindHDF5 finds the folders;
-# the target links libhdf5 alone, not the static link line of h5cc (curl, libpthread.a, ...).
+# model is also written as (Debian's serial libhdf5, libhdf5-dev). FindHDF5 finds the folders.
+# The library is not linked: hdf5_image.cc loads it by its soname (DTRAIN_HDF5_SONAME, read from
+# the library found) when it first writes, so that a worker start does not load libhdf5 and the
+# thirty libraries it needs (curl, gnutls, krb5, ...).
 enable_language(C)  # FindHDF5 compiles a C test program
 find_package(HDF5 REQUIRED COMPONENTS C)
 find_library(DTRAIN_HDF5_LIBRARY NAMES hdf5_serial hdf5 HINTS ${HDF5_C_LIBRARY_DIRS} REQUIRED)
+execute_process(COMMAND objdump -p ${DTRAIN_HDF5_LIBRARY} OUTPUT_VARIABLE _dtrain_hdf5_dump
+                ERROR_QUIET)
+if(_dtrain_hdf5_dump MATCHES "SONAME +([^ \n]+)")
+  set(DTRAIN_HDF5_SONAME "${CMAKE_MATCH_1}")
+else()
+  set(DTRAIN_HDF5_SONAME "${DTRAIN_HDF5_LIBRARY}")  # no soname: the file itself
+endif()
 add_library(dtrain_hdf5 INTERFACE)
 target_include_directories(dtrain_hdf5 SYSTEM INTERFACE ${HDF5_C_INCLUDE_DIRS})
-target_link_libraries(dtrain_hdf5 INTERFACE ${DTRAIN_HDF5_LIBRARY})
+target_compile_definitions(dtrain_hdf5 INTERFACE DTRAIN_HDF5_SONAME="${DTRAIN_HDF5_SONAME}")
+target_link_libraries(dtrain_hdf5 INTERFACE ${CMAKE_DL_LIBS})
 # Image folders (worker/data/image_decode.cc, the only user): libpng 1.6 and libjpeg-turbo.
 find_package(PNG REQUIRED)
 find_package(JPEG REQUIRED)

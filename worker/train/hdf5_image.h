@@ -2,7 +2,8 @@
 // the weights of a Keras archive (worker/train/keras_archive.*): groups, variable-length UTF-8
 // string attributes and float32 datasets, as h5py makes them for a str attribute and a float32
 // array. Nothing else of HDF5 (chunks, filters, other types) and no reading. The only file that
-// sees libhdf5.
+// sees libhdf5, which it loads (dlopen) when the first image is made: the worker does not link
+// it, so that a worker start does not load it and its dependencies.
 #pragma once
 
 #include <cstdint>
@@ -10,6 +11,11 @@
 #include <vector>
 
 namespace dtrain::train {
+
+/// Loads libhdf5 now, if it is not loaded yet (a chief that will write model.keras, at its
+/// start, so that a machine without it fails before training, not at the end). IoError naming
+/// the library when it cannot be loaded. Thread-safe.
+void load_hdf5();
 
 /// Every call that fails throws IoError "<label>: <what failed> (HDF5: <its innermost message>)".
 /// Single-threaded (it turns HDF5's error printing off around its calls, a process-wide setting).

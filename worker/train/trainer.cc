@@ -23,6 +23,7 @@
 #include "common/run_dir.h"
 #include "worker/data/batcher.h"
 #include "worker/train/evaluator.h"
+#include "worker/train/hdf5_image.h"
 #include "worker/train/keras_archive.h"
 
 namespace dtrain::train {
@@ -265,6 +266,7 @@ Trainer::Trainer(const TrainConfig& config, nn::Backend& backend, comm::Communic
   step_ = std::make_unique<TrainStep>(*model_, *optimizer_, backend_, comm_, step_options);
   if (options_.timeline) options_.timeline->mark("model");
   if (chief()) prepare_backup_dir(config_, options_.run_dir);  // not at the first save
+  if (chief() && !config_.keras_config.empty()) load_hdf5();   // for model.keras, at the end
   if (generation() == 0) test_spin_step_ = test_spin_step(comm_.rank());
   take_state(share_whole_state(comm_, *tensors_, held_state(false)));
   if (options_.timeline) options_.timeline->mark("broadcast");
@@ -549,6 +551,7 @@ void Trainer::regroup(const comm::GroupBroken& broken) {
       continue;
     }
     if (chief()) prepare_backup_dir(config_, options_.run_dir);  // perhaps a new chief
+    if (chief() && !config_.keras_config.empty()) load_hdf5();
     const comm::Window window = gradient_window();
     model_->move_gradients(window.data, window.floats);
     spdlog::info(
