@@ -192,13 +192,7 @@ std::string ZipReader::read_bytes(const std::string& name) const {
   // The text grows with what the stream yields, up to what the directory says (a bomb stops).
   ZipInflater in(member_data(m, where), m.compressed, where);
   std::string text;
-  uint64_t have = 0, next = std::min<uint64_t>(m.uncompressed, 1 << 16);
-  while (have < m.uncompressed) {
-    text.resize(static_cast<size_t>(next));
-    have += in.read(reinterpret_cast<uint8_t*>(text.data()) + have, text.size() - have);
-    if (have < text.size()) break;
-    next = std::min(m.uncompressed, next * 2);
-  }
+  const uint64_t have = in.read_growing(text, m.uncompressed, 1 << 16);
   if (have < m.uncompressed || !in.at_end()) {
     fail(where, fmt::format("the deflated member yields {} bytes, the directory says {}",
                             have < m.uncompressed ? std::to_string(have)
@@ -206,7 +200,6 @@ std::string ZipReader::read_bytes(const std::string& name) const {
                             m.uncompressed));
   }
   check_zip_crc(where, m.crc, in.crc());
-  text.resize(static_cast<size_t>(have));
   return text;
 }
 

@@ -7,6 +7,7 @@
 // arrays, JSON) is the caller's.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -87,6 +88,23 @@ class ZipInflater {
   /// Up to n bytes into out; fewer only where the stream ends. ConfigError "<where>: bad deflate
   /// data (...)" or "<where>: truncated deflate data".
   size_t read(uint8_t* out, size_t n);
+  /// Reads up to want bytes into buffer (a std::string or std::vector<uint8_t>), which grows with
+  /// what the stream yields: first bytes, then twice as many each time, never beyond want, so a
+  /// directory or header that promises more than the stream holds costs no more memory than the
+  /// stream. buffer ends holding the bytes read; returns their count (below want: the stream
+  /// ended first). Errors as read().
+  template <class Buffer>
+  uint64_t read_growing(Buffer& buffer, uint64_t want, uint64_t first) {
+    uint64_t have = 0, next = std::min(want, std::max<uint64_t>(first, 1));
+    while (have < want) {
+      buffer.resize(static_cast<size_t>(next));
+      have += read(reinterpret_cast<uint8_t*>(buffer.data()) + have, buffer.size() - have);
+      if (have < buffer.size()) break;
+      next = std::min(want, next * 2);
+    }
+    buffer.resize(static_cast<size_t>(have));
+    return have;
+  }
   /// Whether the stream has ended; reads one more byte to find out when it has not yet (that
   /// byte is lost: call this only to check that nothing follows).
   bool at_end();

@@ -1,9 +1,9 @@
-// common::ZipReader on zip archives made here byte by byte (zlib for the deflated members):
-// members listed and read back, stored and deflated, streamed through ZipInflater, and each kind
-// of damage refused with its exact message. Archives written by NumPy are test/data's
-// (test_npy.cc, through NpzFile); the npz-specific checks are test_npy_damaged.cc's.
+// common::ZipReader on zip archives made byte by byte (test/support/zip_builder.h, zlib for the
+// deflated members): members listed and read back, stored and deflated, streamed through
+// ZipInflater, and each kind of damage refused with its exact message. Archives written by NumPy
+// are test/data's (test_npy.cc, through NpzFile); the npz-specific checks are
+// test_npy_damaged.cc's.
 #include <fmt/format.h>
-#include <zlib.h>
 
 #include <catch2/catch.hpp>
 #include <cstdint>
@@ -16,66 +16,17 @@
 #include "common/zip_reader.h"
 #include "test/support/config_error.h"
 #include "test/support/temp_dir.h"
+#include "test/support/zip_builder.h"
 
 using namespace dtrain::common;
 using dtrain::testing::config_error;
 using dtrain::testing::TempDir;
+using dtrain::testing::zip;
 
 namespace {
 
-void put(std::string& out, uint64_t value, int bytes) {
-  for (int i = 0; i < bytes; ++i) out.push_back(static_cast<char>(value >> (8 * i)));
-}
-
-std::string raw_deflate(const std::string& in) {
-  z_stream zs{};
-  REQUIRE(deflateInit2(&zs, 9, Z_DEFLATED, -MAX_WBITS, 8, Z_DEFAULT_STRATEGY) == Z_OK);
-  std::string out(deflateBound(&zs, in.size()), '\0');
-  zs.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(in.data()));
-  zs.avail_in = static_cast<uInt>(in.size());
-  zs.next_out = reinterpret_cast<Bytef*>(out.data());
-  zs.avail_out = static_cast<uInt>(out.size());
-  REQUIRE(deflate(&zs, Z_FINISH) == Z_STREAM_END);
-  out.resize(zs.total_out);
-  deflateEnd(&zs);
-  return out;
-}
-
 uint32_t crc_of(const std::string& s) {
   return zip_crc32(reinterpret_cast<const uint8_t*>(s.data()), s.size());
-}
-
-// One member of a hand-made archive. crc and size: what the central directory says, when set.
-struct Entry {
-  std::string name, contents;
-  bool deflate = false;
-  int64_t crc = -1, size = -1;
-};
-
-// A zip archive (no zip64) of entries, in order.
-std::string zip(const std::vector<Entry>& entries) {
-  std::string out, directory;
-  for (const Entry& e : entries) {
-    const std::string data = e.deflate ? raw_deflate(e.contents) : e.contents;
-    const uint32_t crc = e.crc >= 0 ? static_cast<uint32_t>(e.crc) : crc_of(e.contents);
-    const uint64_t size = e.size >= 0 ? static_cast<uint64_t>(e.size) : e.contents.size();
-    std::string fields;  // version, flags, method, time, date, crc, sizes, name length, extra
-    put(fields, 20, 2), put(fields, 0, 2), put(fields, e.deflate ? 8 : 0, 2), put(fields, 0, 4);
-    put(fields, crc, 4), put(fields, data.size(), 4), put(fields, size, 4);
-    put(fields, e.name.size(), 2), put(fields, 0, 2);
-    put(directory, 0x02014b50, 4), put(directory, 20, 2);
-    directory += fields;
-    put(directory, 0, 2), put(directory, 0, 2), put(directory, 0, 2), put(directory, 0, 4);
-    put(directory, out.size(), 4);
-    directory += e.name;
-    put(out, 0x04034b50, 4);
-    out += fields + e.name + data;
-  }
-  std::string end;
-  put(end, 0x06054b50, 4), put(end, 0, 4), put(end, entries.size(), 2);
-  put(end, entries.size(), 2), put(end, directory.size(), 4), put(end, out.size(), 4);
-  put(end, 0, 2);
-  return out + directory + end;
 }
 
 std::string write(const TempDir& dir, const std::string& name, const std::string& bytes) {
@@ -171,7 +122,7 @@ TEST_CASE("a CRC mismatch is refused with its exact message, stored or deflated"
   TempDir dir;
   const bool deflate = GENERATE(false, true);
   const std::string path =
-      write(dir, "bad.keras", zip({{"config.json", kText, deflate, 0x12345678}}));
+      write(dir, "bad.keras", zip({{"config.json", kText, deflate, nullptr, 0x12345678}}));
   CHECK(config_error([&] { ZipReader(path).read_bytes("config.json"); }) ==
         path + ": config.json: CRC-32 mismatch: the directory says 12345678, data has " +
             fmt::format("{:08x}", crc_of(kText)));
@@ -198,11 +149,11 @@ TEST_CASE("a truncated file is refused with its exact message") {
   const std::string tiny = write(dir, "tiny.zip", whole.substr(0, 21));
   CHECK(config_error([&] { ZipReader{tiny}; }) == tiny + ": not a zip archive: 21 bytes");
   // A deflated member whose directory says it yields more than its stream does, or less.
-  const std::string shorter = write(dir, "short.zip", zip({{"a", kText, true, -1, 1000}}));
+  const std::string shorter = write(dir, "short.zip", zip({{"a", kText, true, nullptr, -1, 1000}}));
   CHECK(config_error([&] { ZipReader(shorter).read_bytes("a"); }) ==
         shorter + ": a: the deflated member yields " + std::to_string(kText.size()) +
             " bytes, the directory says 1000");
-  const std::string longer = write(dir, "long.zip", zip({{"a", kText, true, -1, 10}}));
+  const std::string longer = write(dir, "long.zip", zip({{"a", kText, true, nullptr, -1, 10}}));
   CHECK(config_error([&] { ZipReader(longer).read_bytes("a"); }) ==
         longer + ": a: the deflated member yields more than 10 bytes, the directory says 10");
 }

@@ -4,7 +4,6 @@
 // naming the file. Files written by NumPy itself are test_npy.cc's.
 #include <sys/wait.h>
 #include <unistd.h>
-#include <zlib.h>
 
 #include <catch2/catch.hpp>
 #include <cstdint>
@@ -17,6 +16,7 @@
 #include "common/errors.h"
 #include "test/support/config_error.h"
 #include "test/support/temp_dir.h"
+#include "test/support/zip_builder.h"
 #include "worker/data/npy_file.h"
 #include "worker/data/npz_file.h"
 
@@ -26,12 +26,11 @@ using dtrain::common::ConfigError;
 using dtrain::testing::TempDir;
 
 using dtrain::testing::config_error;
+using dtrain::testing::put;
+using dtrain::testing::zip;
+using Member = dtrain::testing::ZipEntry;
 
 namespace {
-
-void put(std::string& out, uint64_t value, int bytes) {
-  for (int i = 0; i < bytes; ++i) out.push_back(static_cast<char>(value >> (8 * i)));
-}
 
 // An .npy file: magic, version, header length, dict padded with spaces to 64 bytes and '\n'.
 std::string npy(const std::string& dict, const std::string& data, int major = 1) {
@@ -51,76 +50,6 @@ std::string dict(const std::string& descr, const std::string& shape) {
 }
 
 const std::string kGood = npy(dict("|u1", "(2, 3)"), "abcdef");
-
-std::string raw_deflate(const std::string& in) {
-  z_stream zs{};
-  REQUIRE(deflateInit2(&zs, 9, Z_DEFLATED, -MAX_WBITS, 8, Z_DEFAULT_STRATEGY) == Z_OK);
-  std::string out(deflateBound(&zs, in.size()), '\0');
-  zs.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(in.data()));
-  zs.avail_in = static_cast<uInt>(in.size());
-  zs.next_out = reinterpret_cast<Bytef*>(out.data());
-  zs.avail_out = static_cast<uInt>(out.size());
-  REQUIRE(deflate(&zs, Z_FINISH) == Z_STREAM_END);
-  out.resize(zs.total_out);
-  deflateEnd(&zs);
-  return out;
-}
-
-// One member of a hand-made zip; the directory's fields can be made to lie.
-struct Member {
-  std::string name, contents;
-  bool deflate = false;
-  std::function<void(std::string& entry)> damage_entry;  ///< the central directory entry
-};
-
-// A zip archive of members; damage_end edits the end of central directory record. zip64: sizes
-// and offsets in zip64 extra fields and records, as a writer does for members over 4 GiB.
-std::string zip(const std::vector<Member>& members,
-                const std::function<void(std::string&)>& damage_end = nullptr, bool zip64 = false) {
-  std::string out, directory;
-  for (const Member& m : members) {
-    const std::string data = m.deflate ? raw_deflate(m.contents) : m.contents;
-    const uint32_t crc = static_cast<uint32_t>(
-        crc32(0, reinterpret_cast<const Bytef*>(m.contents.data()), m.contents.size()));
-    std::string fields;  // version, flags, method, time, date, crc, sizes, name length
-    put(fields, 20, 2), put(fields, 0, 2), put(fields, m.deflate ? 8 : 0, 2);
-    put(fields, 0, 4), put(fields, crc, 4), put(fields, data.size(), 4);
-    put(fields, m.contents.size(), 4), put(fields, m.name.size(), 2), put(fields, 0, 2);
-    std::string entry;
-    put(entry, 0x02014b50, 4), put(entry, 20, 2);
-    entry += fields;
-    put(entry, 0, 2), put(entry, 0, 2), put(entry, 0, 2), put(entry, 0, 4);
-    put(entry, out.size(), 4);
-    entry += m.name;
-    if (zip64) {
-      for (size_t at : {20, 24, 42}) entry.replace(at, 4, "\xff\xff\xff\xff");
-      entry.replace(30, 2, std::string("\x1c\0", 2));  // extra field length 28
-      put(entry, 1, 2), put(entry, 24, 2), put(entry, m.contents.size(), 8);
-      put(entry, data.size(), 8), put(entry, out.size(), 8);
-    }
-    if (m.damage_entry) m.damage_entry(entry);
-    directory += entry;
-    put(out, 0x04034b50, 4);
-    out += fields + m.name + data;
-  }
-  std::string end;
-  if (zip64) {
-    put(end, 0x06064b50, 4), put(end, 44, 8), put(end, 45, 2), put(end, 45, 2), put(end, 0, 8);
-    put(end, members.size(), 8), put(end, members.size(), 8), put(end, directory.size(), 8);
-    put(end, out.size(), 8);
-    put(end, 0x07064b50, 4), put(end, 0, 4), put(end, out.size() + directory.size(), 8);
-    put(end, 1, 4);
-    put(end, 0x06054b50, 4), put(end, 0, 4), put(end, 0xffff, 2), put(end, 0xffff, 2);
-    put(end, 0xffffffff, 4), put(end, 0xffffffff, 4), put(end, 0, 2);
-    if (damage_end) damage_end(end);
-    return out + directory + end;
-  }
-  put(end, 0x06054b50, 4), put(end, 0, 4), put(end, members.size(), 2);
-  put(end, members.size(), 2), put(end, directory.size(), 4), put(end, out.size(), 4);
-  put(end, 0, 2);
-  if (damage_end) damage_end(end);
-  return out + directory + end;
-}
 
 std::string write(const TempDir& dir, const std::string& name, const std::string& bytes) {
   const std::string path = dir.path() + "/" + name;

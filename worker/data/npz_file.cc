@@ -85,16 +85,11 @@ NpyArray NpzFile::read_deflated(const ZipMember& m, const std::string& where,
   common::ZipInflater inflater(zip_.member_data(m, where), m.compressed, where);
   InflaterReader in(inflater);
   NpyHeader header = read_npy_header(in, m.uncompressed, where, expected);
-  // The buffer grows with what the stream yields, not with what the directory claims.
+  // The buffer grows with what the stream yields, not with what the header claims.
   auto buffer = std::make_shared<std::vector<uint8_t>>();
   const uint64_t want = header.data_bytes;
-  uint64_t have = 0, next = std::min<uint64_t>(want, std::max<uint64_t>(m.compressed * 4, 1 << 24));
-  while (have < want) {
-    buffer->resize(static_cast<size_t>(next));
-    have += inflater.read(buffer->data() + have, buffer->size() - have);
-    if (have < buffer->size()) break;
-    next = std::min(want, next * 2);
-  }
+  const uint64_t have =
+      inflater.read_growing(*buffer, want, std::max<uint64_t>(m.compressed * 4, 1 << 24));
   if (have < want || !inflater.at_end()) {
     fail(where,
          fmt::format("the deflated member yields {} bytes of data, its header promises {}",

@@ -5,11 +5,7 @@
 // in two floats bit for bit, so a resumed run compares against exactly the same best.
 #include "worker/train/callbacks.h"
 
-#include <fmt/format.h>
-#include <fmt/ranges.h>
-
 #include <algorithm>
-#include <cmath>
 #include <cstring>
 
 #include "common/errors.h"

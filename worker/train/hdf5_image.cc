@@ -14,8 +14,6 @@
 #include <hdf5.h>
 
 #include <atomic>
-#include <memory>
-#include <mutex>
 
 #include "common/errors.h"
 
@@ -58,13 +56,8 @@ struct Hdf5 {
   hid_t file_access = -1, link_create = -1, c_s1 = -1, ieee_f32le = -1, native_float = -1;
 };
 
-// Loads libhdf5 once; IoError naming it when it or one of its symbols is missing (a later call
-// tries again).
-const Hdf5& hdf5() {
-  static std::mutex mutex;
-  static std::unique_ptr<Hdf5> loaded;
-  std::lock_guard<std::mutex> lock(mutex);
-  if (loaded) return *loaded;
+// libhdf5 loaded; IoError naming it when it or one of its symbols is missing.
+Hdf5 load_library() {
   void* library = ::dlopen(DTRAIN_HDF5_SONAME, RTLD_NOW | RTLD_LOCAL);
   if (!library) {
     throw common::IoError(fmt::format("cannot load {} (HDF5, which writes model.keras): {}",
@@ -75,8 +68,8 @@ const Hdf5& hdf5() {
     if (!symbol) throw common::IoError(fmt::format("{} has no {}", DTRAIN_HDF5_SONAME, name));
     return symbol;
   };
-  auto h = std::make_unique<Hdf5>();
-#define DT_HDF5_FUNCTION(field) h->field = reinterpret_cast<decltype(h->field)>(find("H5" #field))
+  Hdf5 h;
+#define DT_HDF5_FUNCTION(field) h.field = reinterpret_cast<decltype(h.field)>(find("H5" #field))
   DT_HDF5_FUNCTION(Pcreate);
   DT_HDF5_FUNCTION(Pclose);
   DT_HDF5_FUNCTION(Pset_fapl_core);
@@ -113,13 +106,19 @@ const Hdf5& hdf5() {
   if (check_version(H5_VERS_MAJOR, H5_VERS_MINOR, H5_VERS_RELEASE) < 0 || open() < 0)
     throw common::IoError(fmt::format("{} did not start", DTRAIN_HDF5_SONAME));
   auto id = [&](const char* name) { return *static_cast<const hid_t*>(find(name)); };
-  h->file_access = id("H5P_CLS_FILE_ACCESS_ID_g");
-  h->link_create = id("H5P_CLS_LINK_CREATE_ID_g");
-  h->c_s1 = id("H5T_C_S1_g");
-  h->ieee_f32le = id("H5T_IEEE_F32LE_g");
-  h->native_float = id("H5T_NATIVE_FLOAT_g");
-  loaded = std::move(h);
-  return *loaded;
+  h.file_access = id("H5P_CLS_FILE_ACCESS_ID_g");
+  h.link_create = id("H5P_CLS_LINK_CREATE_ID_g");
+  h.c_s1 = id("H5T_C_S1_g");
+  h.ieee_f32le = id("H5T_IEEE_F32LE_g");
+  h.native_float = id("H5T_NATIVE_FLOAT_g");
+  return h;
+}
+
+// The library, loaded at the first call (thread-safe; a call after a failed load tries again, as
+// a static whose initializer threw is initialized anew).
+const Hdf5& hdf5() {
+  static const Hdf5 loaded = load_library();
+  return loaded;
 }
 
 // Closes an HDF5 handle (H5Gclose, H5Dclose, ...) when it goes; never throws.

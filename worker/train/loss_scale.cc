@@ -1,13 +1,8 @@
 // See loss_scale.h.
 #include "worker/train/loss_scale.h"
 
-#include <fmt/format.h>
-
 #include <algorithm>
 #include <cmath>
-#include <limits>
-
-#include "common/errors.h"
 
 namespace dtrain::train {
 

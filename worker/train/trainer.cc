@@ -158,11 +158,12 @@ int64_t test_spin_step(int rank) {
   }
 }
 
-// Makes run_dir/backup.dir if it is missing (the chief, before the first step). ConfigError
-// naming train.backup.dir and the path when that fails or a non-folder is in the way (a file
-// there or where a parent folder should be): no restart would clear it, so the run must not
-// train up to its first checkpoint only to fail there (docs/design.md#checkpoint-format).
-void prepare_backup_dir(const TrainConfig& config, const std::string& run_dir) {
+// What the chief will write, made ready before the first step, so that the run does not train up
+// to a save only to fail there: run_dir/backup.dir made if it is missing (ConfigError naming
+// train.backup.dir and the path when that fails or a non-folder is in the way, a file there or
+// where a parent folder should be; no restart would clear it: docs/design.md#checkpoint-format),
+// and, for a model from Keras, libhdf5 loaded for model.keras (hdf5_image.h).
+void prepare_chief(const TrainConfig& config, const std::string& run_dir) {
   std::string path = run_dir + "/" + config.backup.dir;
   std::error_code ec;
   std::filesystem::create_directories(path, ec);
@@ -175,6 +176,7 @@ void prepare_backup_dir(const TrainConfig& config, const std::string& run_dir) {
         "or choose another train.backup.dir",
         path, ec.message()));
   }
+  if (!config.keras_config.empty()) load_hdf5();
 }
 
 }  // namespace
@@ -265,8 +267,7 @@ Trainer::Trainer(const TrainConfig& config, nn::Backend& backend, comm::Communic
   }
   step_ = std::make_unique<TrainStep>(*model_, *optimizer_, backend_, comm_, step_options);
   if (options_.timeline) options_.timeline->mark("model");
-  if (chief()) prepare_backup_dir(config_, options_.run_dir);  // not at the first save
-  if (chief() && !config_.keras_config.empty()) load_hdf5();   // for model.keras, at the end
+  if (chief()) prepare_chief(config_, options_.run_dir);  // not at the first save
   if (generation() == 0) test_spin_step_ = test_spin_step(comm_.rank());
   take_state(share_whole_state(comm_, *tensors_, held_state(false)));
   if (options_.timeline) options_.timeline->mark("broadcast");
@@ -550,8 +551,7 @@ void Trainer::regroup(const comm::GroupBroken& broken) {
       spdlog::warn("re-forming failed ({}); asking again", what);
       continue;
     }
-    if (chief()) prepare_backup_dir(config_, options_.run_dir);  // perhaps a new chief
-    if (chief() && !config_.keras_config.empty()) load_hdf5();
+    if (chief()) prepare_chief(config_, options_.run_dir);  // perhaps a new chief
     const comm::Window window = gradient_window();
     model_->move_gradients(window.data, window.floats);
     spdlog::info(
