@@ -3,7 +3,9 @@
 // token_and_position_embedding. The oneDNN backend's attention matches the reference's, with
 // the same bits at one thread and two and at every vector width; a causal mask keeps every
 // position from the ones after it; a GPT block's gradients match finite differences; the keys
-// and weights are Keras's; mistakes are ConfigErrors naming the key.
+// and weights are Keras's; mistakes are ConfigErrors naming the key. q, k and v side by side (the
+// layer's one projection) give the separate tensors' bits, and the small products
+// (worker/nn/small_gemm.h) match a product in double.
 #include <omp.h>
 
 #include <algorithm>
@@ -208,6 +210,108 @@ TEST_CASE("attention's loops give the same bits at every vector width", "[attent
     }
   }
   if (widths == 0) WARN("only the plain loops run here: nothing to compare");
+}
+
+TEST_CASE("q, k and v side by side in one tensor give the separate tensors' bits", "[attention]") {
+  std::unique_ptr<Backend> dnnl = make_dnnl_backend(), ref = make_reference_backend();
+  for (AttentionShape s :
+       {shape(2, 5, 3, 4, 2, true), shape(2, 64, 4, 32, 32, true), shape(1, 33, 2, 16, 8, false)}) {
+    INFO("t " << s.t << " heads " << s.heads << " key_dim " << s.key_dim << " value_dim "
+              << s.value_dim);
+    AttentionInputs in(s);
+    const size_t hk = size_t(s.heads) * s.key_dim, hv = size_t(s.heads) * s.value_dim;
+    const size_t width = 2 * hk + hv, rows = size_t(s.n) * s.t;
+    // The three inputs as one projection writes them: each row q | k | v.
+    Floats qkv(rows * width, 9.0f);
+    for (size_t r = 0; r < rows; ++r) {
+      std::copy_n(in.q.begin() + r * hk, hk, qkv.begin() + r * width);
+      std::copy_n(in.k.begin() + r * hk, hk, qkv.begin() + r * width + hk);
+      std::copy_n(in.v.begin() + r * hv, hv, qkv.begin() + r * width + 2 * hk);
+    }
+    AttentionShape side = s;
+    side.qkv_row = static_cast<int>(width);
+    for (Backend* b : {dnnl.get(), ref.get()}) {
+      INFO(b->name());
+      AttentionRun apart = run_attention(*b, s, in);
+      Floats probs(apart.probs.size()), y(apart.y.size()), d(rows * width, 7.0f);
+      b->attention_forward(side, qkv.data(), qkv.data() + hk, qkv.data() + 2 * hk, probs.data(),
+                           y.data());
+      b->attention_backward(side, qkv.data(), qkv.data() + hk, qkv.data() + 2 * hk, probs.data(),
+                            in.dy.data(), d.data(), d.data() + hk, d.data() + 2 * hk);
+      CHECK(probs == apart.probs);
+      CHECK(y == apart.y);
+      Floats dq, dk, dv;
+      for (size_t r = 0; r < rows; ++r) {
+        dq.insert(dq.end(), d.begin() + r * width, d.begin() + r * width + hk);
+        dk.insert(dk.end(), d.begin() + r * width + hk, d.begin() + r * width + 2 * hk);
+        dv.insert(dv.end(), d.begin() + r * width + 2 * hk, d.begin() + (r + 1) * width);
+      }
+      CHECK(dq == apart.dq);
+      CHECK(dk == apart.dk);
+      CHECK(dv == apart.dv);
+    }
+  }
+}
+
+TEST_CASE("the attention's small products match a product in double, and skip only what may be",
+          "[attention]") {
+  using direct_conv::Vectors;
+  const Vectors widest = direct_conv::widest();
+  const int width = widest == Vectors::kAvx512 ? 16 : widest == Vectors::kAvx2 ? 8 : 0;
+  if (width == 0) {
+    CHECK_FALSE(small_gemm(false, false, 4, 16, 4, nullptr, 4, nullptr, 16, nullptr, 16));
+    return;
+  }
+  CHECK_FALSE(small_gemm(false, false, 4, width + 1, 4, nullptr, 4, nullptr, 16, nullptr, 16));
+  for (int t : {width, 3 * width, 64}) {
+    for (int dim : {width, 2 * width}) {
+      for (Causal causal :
+           {Causal::kNone, Causal::kColumnsToRow, Causal::kDepthToRow, Causal::kDepthFromRow}) {
+        for (bool ta : {false, true}) {
+          for (bool tb : {false, true}) {
+            // Products of the attention's kinds: t x t from a depth of dim (scores), or t x dim
+            // from a depth of t (weighted sums), with A triangular where the hint says so.
+            const bool square = causal == Causal::kColumnsToRow || causal == Causal::kNone;
+            const int m = t, n = square ? t : dim, k = square ? dim : t;
+            INFO("t " << t << " dim " << dim << " causal " << int(causal) << " ta " << ta << " tb "
+                      << tb);
+            const int lda = (ta ? m : k) + 3, ldb = (tb ? k : n) + 5, ldc = n + width;
+            Floats a = random_floats(size_t(ta ? k : m) * lda, 11),
+                   b = random_floats(size_t(tb ? n : k) * ldb, 12);
+            auto a_at = [&](int i, int d) -> float& {
+              return ta ? a[size_t(d) * lda + i] : a[size_t(i) * lda + d];
+            };
+            auto b_at = [&](int d, int j) {
+              return tb ? b[size_t(j) * ldb + d] : b[size_t(d) * ldb + j];
+            };
+            for (int i = 0; i < m; ++i)  // the zeros the hint promises
+              for (int d = 0; d < k; ++d)
+                if ((causal == Causal::kDepthToRow && d > i) ||
+                    (causal == Causal::kDepthFromRow && d < i))
+                  a_at(i, d) = 0.0f;
+            Floats c(size_t(m) * ldc, 7.0f);
+            REQUIRE(
+                small_gemm(ta, tb, m, n, k, a.data(), lda, b.data(), ldb, c.data(), ldc, causal));
+            double worst = 0;
+            for (int i = 0; i < m; ++i) {
+              for (int j = 0; j < ldc; ++j) {
+                const float got = c[size_t(i) * ldc + j];
+                if (j >= n) {
+                  CHECK(got == 7.0f);  // past n: untouched
+                  continue;
+                }
+                if (causal == Causal::kColumnsToRow && j > i) continue;  // not wanted
+                double want = 0;
+                for (int d = 0; d < k; ++d) want += double(a_at(i, d)) * b_at(d, j);
+                worst = std::max(worst, std::abs(got - want));
+              }
+            }
+            CHECK(worst < 1e-4 * k);
+          }
+        }
+      }
+    }
+  }
 }
 
 TEST_CASE("a GPT block: Keras's weights, and gradients that match finite differences",

@@ -206,10 +206,12 @@ class DnnlBackend : public HostBackend {
                           float* dgamma, float* dbeta) override {
     host_layernorm_backward(rows, features, x, dy, gamma, mean, rstd, dx, dgamma, dbeta);
   }
-  // Attention's products by oneDNN's sgemm, one per pair inside the pairs' loop (one thread
-  // each: its bits do not depend on OMP_NUM_THREADS); the softmax and masks are host loops.
+  // Attention's products by small_gemm.h's tiles where the shape suits them, else oneDNN's
+  // sgemm; one per pair inside the pairs' loop (one thread each: its bits do not depend on
+  // OMP_NUM_THREADS); the softmax and masks are host loops.
   static void attention_product(bool ta, bool tb, int m, int n, int k, const float* a, int lda,
-                                const float* b, int ldb, float* c, int ldc) {
+                                const float* b, int ldb, float* c, int ldc, Causal causal) {
+    if (small_gemm(ta, tb, m, n, k, a, lda, b, ldb, c, ldc, causal)) return;
     dnnl_status_t rc =
         dnnl_sgemm(ta ? 'T' : 'N', tb ? 'T' : 'N', m, n, k, 1.0f, a, lda, b, ldb, 0.0f, c, ldc);
     DT_ENFORCE(rc == dnnl_success, "attention's sgemm failed with status {}", static_cast<int>(rc));
@@ -522,13 +524,15 @@ void DnnlBackend::softmax_cross_entropy(int n, int classes, const float* logits,
     DT_ENFORCE(labels[i] >= 0 && labels[i] < classes, "label {} outside 0..{}", labels[i],
                classes - 1);
   }
-  // Rows split over the threads (a language model's has a row per token, its gradient an exp per
-  // logit); each row's loss and hit kept apart and summed afterwards in row order, so the totals
-  // are the same bits at any thread count.
+  // The gradient (softmax - onehot) / n: an exp per logit (a language model has a row per token)
+  // on host_eltwise.h's vector loops, then the label's term. Rows split over the threads; each
+  // row's loss and hit kept apart and summed afterwards in row order, so the totals are the same
+  // bits at any thread count.
   row_losses_.resize(static_cast<size_t>(n));
   row_hits_.resize(static_cast<size_t>(n));
   const float scale = 1.0f / static_cast<float>(n);
   const float* log_probabilities = log_probabilities_.data();
+  if (dlogits) host_exp_scaled(static_cast<size_t>(n) * classes, log_probabilities, scale, dlogits);
   float* row_losses = row_losses_.data();
   uint8_t* row_hits = row_hits_.data();
 #pragma omp parallel for schedule(static) if (static_cast <int64_t>(n) * classes >= (1 << 16))
@@ -539,11 +543,7 @@ void DnnlBackend::softmax_cross_entropy(int n, int classes, const float* logits,
     int best = 0;
     for (int j = 1; j < classes; ++j)
       if (row[j] > row[best]) best = j;
-    if (dlogits) {
-      float* d = dlogits + static_cast<size_t>(i) * classes;
-      for (int j = 0; j < classes; ++j) d[j] = std::exp(lp[j]) * scale;
-      d[label] -= scale;
-    }
+    if (dlogits) dlogits[static_cast<size_t>(i) * classes + label] -= scale;
     row_losses[i] = lp[label];
     row_hits[i] = best == label ? 1 : 0;
   }

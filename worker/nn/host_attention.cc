@@ -22,11 +22,13 @@ using direct_conv::Vectors;
 struct Head {
   const AttentionShape& s;
   size_t b, h;
-  size_t q_row() const { return static_cast<size_t>(s.heads) * s.key_dim; }
-  size_t v_row() const { return static_cast<size_t>(s.heads) * s.value_dim; }
-  /// Offset of position i's features in q or k.
+  size_t q_row() const { return s.qk_stride(); }
+  size_t v_row() const { return s.v_stride(); }
+  size_t y_row() const { return s.y_stride(); }
+  /// Offset of position i's features in q or k (and dq, dk), in v (and dv), in y (and dy).
   size_t qk(int i) const { return (b * s.t + i) * q_row() + h * s.key_dim; }
-  size_t vy(int i) const { return (b * s.t + i) * v_row() + h * s.value_dim; }
+  size_t vv(int i) const { return (b * s.t + i) * v_row() + h * s.value_dim; }
+  size_t yy(int i) const { return (b * s.t + i) * y_row() + h * s.value_dim; }
   /// probs' (t x t) block of this pair.
   size_t p() const { return (b * s.heads + h) * static_cast<size_t>(s.t) * s.t; }
   /// Keys query i sees: all, or 0..i when causal.
@@ -63,31 +65,32 @@ DT_INLINE float lane_dot(const float* a, const float* b, int count) {
   return total;
 }
 
-// The largest of v[0..count), over kSumLanes lanes (a maximum: any order gives it).
-DT_INLINE float lane_max(const float* v, int count) {
+// Row p's softmax over its first `keys` scores, scaled, in place; the rest of its t set to 0.
+// The loops run over whole blocks of kSumLanes where the row has room (what lies past `keys`
+// there is read but counts as -infinity: its probability is 0), so they have no scalar tails;
+// the zeros add nothing to the lanes' sum, so the bits are those of a sum over `keys`.
+DT_INLINE void softmax_row(float* p, int keys, int t, float scale) {
+  const int span = std::min(t, (keys + kSumLanes - 1) / kSumLanes * kSumLanes);
   float lane[kSumLanes];
   std::fill(lane, lane + kSumLanes, -INFINITY);
   int j = 0;
-  for (; j + kSumLanes <= count; j += kSumLanes) {
+  for (; j + kSumLanes <= span; j += kSumLanes) {
 #pragma omp simd
-    for (int k = 0; k < kSumLanes; ++k) lane[k] = lane[k] < v[j + k] ? v[j + k] : lane[k];
+    for (int k = 0; k < kSumLanes; ++k) {
+      const float v = j + k < keys ? p[j + k] : -INFINITY;
+      lane[k] = lane[k] < v ? v : lane[k];
+    }
   }
-  for (int k = 0; j < count; ++j, ++k) lane[k] = lane[k] < v[j] ? v[j] : lane[k];
+  for (int k = 0; j < keys; ++j, ++k) lane[k] = lane[k] < p[j] ? p[j] : lane[k];
   float top = lane[0];
   for (int k = 1; k < kSumLanes; ++k) top = top < lane[k] ? lane[k] : top;
-  return top;
-}
-
-// Row p's softmax over its first `keys` scores, scaled, in place; the rest of its t set to 0.
-DT_INLINE void softmax_row(float* p, int keys, int t, float scale) {
-  float top = lane_max(p, keys);
   top *= scale;  // scale > 0: the largest scaled score (a maximum: any order gives it)
 #pragma omp simd
-  for (int j = 0; j < keys; ++j) p[j] = exp_nonpositive(p[j] * scale - top);
-  const float inverse = 1.0f / lane_sum(p, keys);
+  for (int i = 0; i < span; ++i) p[i] = i < keys ? exp_nonpositive(p[i] * scale - top) : 0.0f;
+  const float inverse = 1.0f / lane_sum(p, span);
 #pragma omp simd
-  for (int j = 0; j < keys; ++j) p[j] *= inverse;
-  std::fill(p + keys, p + t, 0.0f);
+  for (int i = 0; i < span; ++i) p[i] *= inverse;
+  std::fill(p + span, p + t, 0.0f);
 }
 
 // The head's rows of x (t rows of dim features at stride row) transposed into out (dim x t).
@@ -113,12 +116,12 @@ DT_INLINE void forward_body(const AttentionShape& s, size_t pair, const float* q
       for (int j = 0; j < keys; ++j) p[j] += qc * row[j];
     }
     softmax_row(p, keys, t, s.scale);
-    float* yi = y + hd.vy(i);
+    float* yi = y + hd.yy(i);
     std::fill(yi, yi + vd, 0.0f);
     const size_t row = hd.p() + static_cast<size_t>(i) * t;
     for (int j = 0; j < keys; ++j) {
       const float pj = s.dropout > 0 ? p[j] * attention_keep(s, row + j) : p[j];
-      const float* vj = v + hd.vy(j);
+      const float* vj = v + hd.vv(j);
 #pragma omp simd
       for (int c = 0; c < vd; ++c) yi[c] += pj * vj[c];
     }
@@ -130,14 +133,14 @@ DT_INLINE void backward_body(const AttentionShape& s, size_t pair, const float* 
                              float* dk, float* dv, float* vt, float* ds, float* dropped) {
   const Head hd{s, pair / static_cast<size_t>(s.heads), pair % static_cast<size_t>(s.heads)};
   const int t = s.t, kd = s.key_dim, vd = s.value_dim;
-  transpose(v + hd.vy(0), hd.v_row(), t, vd, vt);
+  transpose(v + hd.vv(0), hd.v_row(), t, vd, vt);
   for (int j = 0; j < t; ++j) {
     std::fill(dk + hd.qk(j), dk + hd.qk(j) + kd, 0.0f);
-    std::fill(dv + hd.vy(j), dv + hd.vy(j) + vd, 0.0f);
+    std::fill(dv + hd.vv(j), dv + hd.vv(j) + vd, 0.0f);
   }
   for (int i = 0; i < t; ++i) {
     const float* p = probs + hd.p() + static_cast<size_t>(i) * t;
-    const float* dyi = dy + hd.vy(i);
+    const float* dyi = dy + hd.yy(i);
     const int keys = hd.keys(i);
     // dP[j] = dy_i . v_j, then dS = P (dP - sum P dP), scaled as the scores were.
     std::fill(ds, ds + t, 0.0f);
@@ -166,7 +169,7 @@ DT_INLINE void backward_body(const AttentionShape& s, size_t pair, const float* 
     std::fill(dqi, dqi + kd, 0.0f);
     for (int j = 0; j < keys; ++j) {
       const float pj = pd[j], dsj = ds[j];
-      float* dvj = dv + hd.vy(j);
+      float* dvj = dv + hd.vv(j);
 #pragma omp simd
       for (int c = 0; c < vd; ++c) dvj[c] += pj * dyi[c];
       const float* kj = k + hd.qk(j);
@@ -187,9 +190,11 @@ DT_INLINE void product_forward_body(const AttentionShape& s, size_t pair, const 
                                     const float* k, const float* v, float* probs, float* y,
                                     float* dropped, AttentionProduct product) {
   const Head hd{s, pair / static_cast<size_t>(s.heads), pair % static_cast<size_t>(s.heads)};
-  const int t = s.t, q_row = static_cast<int>(hd.q_row()), v_row = static_cast<int>(hd.v_row());
+  const int t = s.t, q_row = static_cast<int>(hd.q_row()), v_row = static_cast<int>(hd.v_row()),
+            y_row = static_cast<int>(hd.y_row());
   float* p = probs + hd.p();
-  product(false, true, t, t, s.key_dim, q + hd.qk(0), q_row, k + hd.qk(0), q_row, p, t);
+  const Causal masked = s.causal ? Causal::kColumnsToRow : Causal::kNone;
+  product(false, true, t, t, s.key_dim, q + hd.qk(0), q_row, k + hd.qk(0), q_row, p, t, masked);
   for (int i = 0; i < t; ++i) softmax_row(p + static_cast<size_t>(i) * t, hd.keys(i), t, s.scale);
   const float* weights = p;
   if (s.dropout > 0) {
@@ -197,7 +202,8 @@ DT_INLINE void product_forward_body(const AttentionShape& s, size_t pair, const 
       dropped[e] = p[e] * attention_keep(s, hd.p() + e);
     weights = dropped;
   }
-  product(false, false, t, s.value_dim, t, weights, t, v + hd.vy(0), v_row, y + hd.vy(0), v_row);
+  product(false, false, t, s.value_dim, t, weights, t, v + hd.vv(0), v_row, y + hd.yy(0), y_row,
+          s.causal ? Causal::kDepthToRow : Causal::kNone);
 }
 
 // Its backward: dP = dy v^T, dv = P^T dy (both through the dropout's mask), dS = P (dP - sum P
@@ -207,9 +213,13 @@ DT_INLINE void product_backward_body(const AttentionShape& s, size_t pair, const
                                      const float* dy, float* dq, float* dk, float* dv, float* ds,
                                      float* dropped, AttentionProduct product) {
   const Head hd{s, pair / static_cast<size_t>(s.heads), pair % static_cast<size_t>(s.heads)};
-  const int t = s.t, q_row = static_cast<int>(hd.q_row()), v_row = static_cast<int>(hd.v_row());
+  const int t = s.t, q_row = static_cast<int>(hd.q_row()), v_row = static_cast<int>(hd.v_row()),
+            y_row = static_cast<int>(hd.y_row());
   const float* p = probs + hd.p();
-  product(false, true, t, t, s.value_dim, dy + hd.vy(0), v_row, v + hd.vy(0), v_row, ds, t);
+  const Causal lower = s.causal ? Causal::kDepthToRow : Causal::kNone,
+               upper = s.causal ? Causal::kDepthFromRow : Causal::kNone;
+  product(false, true, t, t, s.value_dim, dy + hd.yy(0), y_row, v + hd.vv(0), v_row, ds, t,
+          s.causal ? Causal::kColumnsToRow : Causal::kNone);
   const float* weights = p;
   if (s.dropout > 0) {
     for (size_t e = 0; e < static_cast<size_t>(t) * t; ++e) {
@@ -219,7 +229,8 @@ DT_INLINE void product_backward_body(const AttentionShape& s, size_t pair, const
     }
     weights = dropped;
   }
-  product(true, false, t, s.value_dim, t, weights, t, dy + hd.vy(0), v_row, dv + hd.vy(0), v_row);
+  product(true, false, t, s.value_dim, t, weights, t, dy + hd.yy(0), y_row, dv + hd.vv(0), v_row,
+          upper);
   for (int i = 0; i < t; ++i) {
     const float* pi = p + static_cast<size_t>(i) * t;
     float* row = ds + static_cast<size_t>(i) * t;
@@ -229,8 +240,8 @@ DT_INLINE void product_backward_body(const AttentionShape& s, size_t pair, const
     for (int j = 0; j < keys; ++j) row[j] = pi[j] * (row[j] - dot) * s.scale;
     std::fill(row + keys, row + t, 0.0f);
   }
-  product(false, false, t, s.key_dim, t, ds, t, k + hd.qk(0), q_row, dq + hd.qk(0), q_row);
-  product(true, false, t, s.key_dim, t, ds, t, q + hd.qk(0), q_row, dk + hd.qk(0), q_row);
+  product(false, false, t, s.key_dim, t, ds, t, k + hd.qk(0), q_row, dq + hd.qk(0), q_row, lower);
+  product(true, false, t, s.key_dim, t, ds, t, q + hd.qk(0), q_row, dk + hd.qk(0), q_row, upper);
 }
 
 struct Kernels {
@@ -274,7 +285,7 @@ struct Kernels {
 
 DT_ATTENTION_KERNELS(plain, )
 #if defined(__x86_64__) && defined(__GNUC__)
-DT_ATTENTION_KERNELS(avx2, __attribute__((target("avx2"))))
+DT_ATTENTION_KERNELS(avx2, __attribute__((target("avx2,fma"))))
 DT_ATTENTION_KERNELS(avx512, __attribute__((target("avx512f"))))
 #endif
 #undef DT_ATTENTION_KERNELS

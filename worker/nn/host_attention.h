@@ -7,6 +7,7 @@
 
 #include "worker/nn/backend.h"
 #include "worker/nn/direct_conv.h"
+#include "worker/nn/small_gemm.h"
 
 namespace dtrain::nn {
 
@@ -14,9 +15,11 @@ namespace dtrain::nn {
 /// dimensions lda and ldb, op a transpose where asked: a small product the backend supplies
 /// (the oneDNN backend's: its sgemm, one thread inside the pairs' loop, so its bits depend on
 /// the CPU as the dense layers' products do, never on the thread count).
+/// `causal` says which of C's elements the caller will not read and which of A's are zeros
+/// (small_gemm.h): a product may skip them, or compute them all.
 using AttentionProduct = void (*)(bool a_transposed, bool b_transposed, int m, int n, int k,
                                   const float* a, int lda, const float* b, int ldb, float* c,
-                                  int ldc);
+                                  int ldc, Causal causal);
 
 /// product null: every product in this file's own loops; else the six products of a pair (the
 /// scores, the weighted sum, and the backward's four) are product's, the softmax and the mask

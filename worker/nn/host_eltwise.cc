@@ -4,7 +4,8 @@
 // e^(-a^2) by host_lanes.h's exp_nonpositive. oneDNN's own gelu_erf ran at about 11 ns per
 // 16-float vector forward and 21 backward on a Zen 5 core (a character GPT's MLP spent 11% of its
 // step there); these loops run at about 9 ns both ways. This file is compiled with
-// -ffp-contract=off, so every width computes the same operations (docs/design.md#sequences).
+// -ffp-contract=off, so every width computes the same operations (docs/design.md#sequences); the
+// multiplies and adds that fuse are host_lanes.h's fused(), at every width.
 #include "worker/nn/host_eltwise.h"
 
 #include <algorithm>
@@ -22,12 +23,12 @@ constexpr float kInverseSqrt2Pi = 0.39894228040143268f;
 
 // erfc(a) for a >= 0, given e^(-a^2).
 DT_INLINE float erfc_nonnegative(float a, float exp_minus_a2) {
-  const float t = 1.0f / (1.0f + 0.3275911f * a);
+  const float t = 1.0f / fused(0.3275911f, a, 1.0f);
   float p = 1.061405429f;
-  p = p * t + -1.453152027f;
-  p = p * t + 1.421413741f;
-  p = p * t + -0.284496736f;
-  p = p * t + 0.254829592f;
+  p = fused(p, t, -1.453152027f);
+  p = fused(p, t, 1.421413741f);
+  p = fused(p, t, -0.284496736f);
+  p = fused(p, t, 0.254829592f);
   return p * t * exp_minus_a2;
 }
 
@@ -36,7 +37,7 @@ DT_INLINE void forward_body(const float* x, float* y, size_t count) {
   for (size_t i = 0; i < count; ++i) {
     const float v = x[i], z = v * kInverseSqrt2, a = z < 0.0f ? -z : z;
     const float c = erfc_nonnegative(a, exp_nonpositive(-(a * a)));
-    y[i] = 0.5f * v * (z < 0.0f ? c : 2.0f - c);
+    y[i] = (0.5f * v) * (z < 0.0f ? c : 2.0f - c);
   }
 }
 
@@ -48,37 +49,41 @@ DT_INLINE void backward_body(const float* x, const float* dy, float* dx, size_t 
     const float v = x[i], z = v * kInverseSqrt2, a = z < 0.0f ? -z : z;
     const float e = exp_nonpositive(-(a * a));
     const float c = erfc_nonnegative(a, e);
-    dx[i] = dy[i] * (0.5f * (z < 0.0f ? c : 2.0f - c) + v * e * kInverseSqrt2Pi);
+    dx[i] = dy[i] * fused(v * e, kInverseSqrt2Pi, 0.5f * (z < 0.0f ? c : 2.0f - c));
   }
+}
+
+// y = e^x * scale, x <= 0.
+DT_INLINE void exp_scaled_body(const float* x, float scale, float* y, size_t count) {
+#pragma omp simd
+  for (size_t i = 0; i < count; ++i) y[i] = exp_nonpositive(x[i]) * scale;
 }
 
 struct Kernels {
   void (*forward)(const float*, float*, size_t);
   void (*backward)(const float*, const float*, float*, size_t);
+  void (*exp_scaled)(const float*, float, float*, size_t);
 };
 
-void forward_plain(const float* x, float* y, size_t count) {
-  forward_body(x, y, count);
-}
-void backward_plain(const float* x, const float* dy, float* dx, size_t count) {
-  backward_body(x, dy, dx, count);
-}
+// The three loops compiled for one vector width (TARGET: a function attribute, or none).
+#define DT_ELTWISE_KERNELS(SUFFIX, TARGET)                                                  \
+  TARGET void forward_##SUFFIX(const float* x, float* y, size_t count) {                    \
+    forward_body(x, y, count);                                                              \
+  }                                                                                         \
+  TARGET void backward_##SUFFIX(const float* x, const float* dy, float* dx, size_t count) { \
+    backward_body(x, dy, dx, count);                                                        \
+  }                                                                                         \
+  TARGET void exp_scaled_##SUFFIX(const float* x, float scale, float* y, size_t count) {    \
+    exp_scaled_body(x, scale, y, count);                                                    \
+  }                                                                                         \
+  const Kernels kernels_##SUFFIX = {forward_##SUFFIX, backward_##SUFFIX, exp_scaled_##SUFFIX};
+
+DT_ELTWISE_KERNELS(plain, )
 #if defined(__x86_64__) && defined(__GNUC__)
-__attribute__((target("avx2"))) void forward_avx2(const float* x, float* y, size_t count) {
-  forward_body(x, y, count);
-}
-__attribute__((target("avx2"))) void backward_avx2(const float* x, const float* dy, float* dx,
-                                                   size_t count) {
-  backward_body(x, dy, dx, count);
-}
-__attribute__((target("avx512f"))) void forward_avx512(const float* x, float* y, size_t count) {
-  forward_body(x, y, count);
-}
-__attribute__((target("avx512f"))) void backward_avx512(const float* x, const float* dy, float* dx,
-                                                        size_t count) {
-  backward_body(x, dy, dx, count);
-}
+DT_ELTWISE_KERNELS(avx2, __attribute__((target("avx2,fma"))))
+DT_ELTWISE_KERNELS(avx512, __attribute__((target("avx512f"))))
 #endif
+#undef DT_ELTWISE_KERNELS
 
 Kernels kernels_for(Vectors vectors) {
   if (vectors == Vectors::kWidest) vectors = direct_conv::widest();
@@ -87,12 +92,12 @@ Kernels kernels_for(Vectors vectors) {
   switch (vectors) {
 #if defined(__x86_64__) && defined(__GNUC__)
     case Vectors::kAvx512:
-      return {forward_avx512, backward_avx512};
+      return kernels_avx512;
     case Vectors::kAvx2:
-      return {forward_avx2, backward_avx2};
+      return kernels_avx2;
 #endif
     default:
-      return {forward_plain, backward_plain};
+      return kernels_plain;
   }
 }
 
@@ -118,6 +123,16 @@ void host_gelu_backward(size_t count, const float* x, const float* dy, float* dx
   for (int64_t k = 0; k < pieces; ++k) {
     const size_t first = static_cast<size_t>(k) * kPiece;
     kernels.backward(x + first, dy + first, dx + first, std::min(kPiece, count - first));
+  }
+}
+
+void host_exp_scaled(size_t count, const float* x, float scale, float* y, Vectors vectors) {
+  const Kernels kernels = kernels_for(vectors);
+  const auto pieces = static_cast<int64_t>((count + kPiece - 1) / kPiece);
+#pragma omp parallel for schedule(static) if (pieces > 1)
+  for (int64_t k = 0; k < pieces; ++k) {
+    const size_t first = static_cast<size_t>(k) * kPiece;
+    kernels.exp_scaled(x + first, scale, y + first, std::min(kPiece, count - first));
   }
 }
 

@@ -16,5 +16,9 @@ void host_gelu_forward(size_t count, const float* x, float* y,
 /// dx = dy * gelu'(x) (dx may be x or dy).
 void host_gelu_backward(size_t count, const float* x, const float* dy, float* dx,
                         direct_conv::Vectors vectors = direct_conv::Vectors::kWidest);
+/// y = e^x * scale over count floats, every x <= 0 (log-probabilities: a softmax's gradient), by
+/// host_lanes.h's exp_nonpositive (y may be x).
+void host_exp_scaled(size_t count, const float* x, float scale, float* y,
+                     direct_conv::Vectors vectors = direct_conv::Vectors::kWidest);
 
 }  // namespace dtrain::nn

@@ -315,8 +315,7 @@ class ReferenceBackend : public HostBackend {
   // double.
   void attention_forward(const AttentionShape& s, const float* q, const float* k, const float* v,
                          float* probs, float* y) override {
-    const size_t qr = static_cast<size_t>(s.heads) * s.key_dim,
-                 vr = static_cast<size_t>(s.heads) * s.value_dim;
+    const size_t qr = s.qk_stride(), vr = s.v_stride(), yr = s.y_stride();
     for (int b = 0; b < s.n; ++b) {
       for (int h = 0; h < s.heads; ++h) {
         for (int i = 0; i < s.t; ++i) {
@@ -334,7 +333,7 @@ class ReferenceBackend : public HostBackend {
           }
           for (int j = 0; j < keys; ++j) total += (score[j] = std::exp(score[j] - top));
           for (int j = 0; j < s.t; ++j) p[j] = j < keys ? static_cast<float>(score[j] / total) : 0;
-          float* yi = y + (static_cast<size_t>(b) * s.t + i) * vr + h * s.value_dim;
+          float* yi = y + (static_cast<size_t>(b) * s.t + i) * yr + h * s.value_dim;
           const size_t row = ((static_cast<size_t>(b) * s.heads + h) * s.t + i) * s.t;
           for (int c = 0; c < s.value_dim; ++c) {
             double sum = 0;
@@ -350,14 +349,17 @@ class ReferenceBackend : public HostBackend {
   void attention_backward(const AttentionShape& s, const float* q, const float* k, const float* v,
                           const float* probs, const float* dy, float* dq, float* dk,
                           float* dv) override {
-    const size_t qr = static_cast<size_t>(s.heads) * s.key_dim,
-                 vr = static_cast<size_t>(s.heads) * s.value_dim;
+    const size_t qr = s.qk_stride(), vr = s.v_stride(), yr = s.y_stride();
     auto at = [&](int b, int i, int h, size_t row, int dim) {
       return (static_cast<size_t>(b) * s.t + i) * row + static_cast<size_t>(h) * dim;
     };
-    std::fill(dq, dq + static_cast<size_t>(s.n) * s.t * qr, 0.0f);
-    std::fill(dk, dk + static_cast<size_t>(s.n) * s.t * qr, 0.0f);
-    std::fill(dv, dv + static_cast<size_t>(s.n) * s.t * vr, 0.0f);
+    for (int b = 0; b < s.n; ++b)  // each head's features of each position (q, k, v may share rows)
+      for (int i = 0; i < s.t; ++i)
+        for (int h = 0; h < s.heads; ++h) {
+          std::fill_n(dq + at(b, i, h, qr, s.key_dim), s.key_dim, 0.0f);
+          std::fill_n(dk + at(b, i, h, qr, s.key_dim), s.key_dim, 0.0f);
+          std::fill_n(dv + at(b, i, h, vr, s.value_dim), s.value_dim, 0.0f);
+        }
     for (int b = 0; b < s.n; ++b) {
       for (int h = 0; h < s.heads; ++h) {
         for (int i = 0; i < s.t; ++i) {
@@ -368,7 +370,7 @@ class ReferenceBackend : public HostBackend {
           double dot = 0;
           for (int j = 0; j < keys; ++j) {
             for (int c = 0; c < s.value_dim; ++c)
-              dp[j] += double(dy[at(b, i, h, vr, s.value_dim) + c]) *
+              dp[j] += double(dy[at(b, i, h, yr, s.value_dim) + c]) *
                        v[at(b, j, h, vr, s.value_dim) + c];
             dp[j] *= attention_keep(s, row + j);  // through the dropout's mask
             dot += p[j] * dp[j];
@@ -378,7 +380,7 @@ class ReferenceBackend : public HostBackend {
             const double kept = double(p[j]) * attention_keep(s, row + j);
             for (int c = 0; c < s.value_dim; ++c)
               dv[at(b, j, h, vr, s.value_dim) + c] +=
-                  static_cast<float>(kept * double(dy[at(b, i, h, vr, s.value_dim) + c]));
+                  static_cast<float>(kept * double(dy[at(b, i, h, yr, s.value_dim) + c]));
             for (int c = 0; c < s.key_dim; ++c) {
               dq[at(b, i, h, qr, s.key_dim) + c] +=
                   static_cast<float>(ds * k[at(b, j, h, qr, s.key_dim) + c]);

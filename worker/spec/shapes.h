@@ -24,11 +24,22 @@ struct ConvShape {
 
 /// Scaled dot-product attention (MultiHeadAttention's core, docs/design.md#attention): n
 /// examples of t positions, per head. q and k are (n, t, heads, key_dim) and v and y (n, t,
-/// heads, value_dim), row-major, as the projections write them; probs (n, heads, t, t).
+/// heads, value_dim), row-major, as the projections write them; probs (n, heads, t, t). With
+/// qkv_row set, the rows of q, k and v (and of dq, dk and dv) are qkv_row floats apart: three
+/// column blocks of one (n, t, qkv_row) tensor, as one projection writes them side by side.
 struct AttentionShape {
   int n = 1, t = 1, heads = 1, key_dim = 1, value_dim = 1;
   bool causal = false;  ///< position i attends to positions 0..i only
   float scale = 1;      ///< the scores' factor: 1 / sqrt(key_dim)
+  int qkv_row = 0;      ///< 0: q, k and v each a tensor of its own
+  /// Floats from one position's q (or k) to the next's, and v's; y's is heads * value_dim.
+  size_t qk_stride() const {
+    return qkv_row ? static_cast<size_t>(qkv_row) : static_cast<size_t>(heads) * key_dim;
+  }
+  size_t v_stride() const {
+    return qkv_row ? static_cast<size_t>(qkv_row) : static_cast<size_t>(heads) * value_dim;
+  }
+  size_t y_stride() const { return static_cast<size_t>(heads) * value_dim; }
   /// Keras's attention dropout, in training: each probability is kept with 1 - dropout (and
   /// scaled by 1 / (1 - dropout)) or dropped, by backend.h's attention_keep(); probs stays the
   /// undropped softmax, and the backward draws the same mask again from `stream`.

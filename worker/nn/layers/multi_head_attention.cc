@@ -5,7 +5,10 @@
 // key.* the same, value.* with value_dim, attention_output.kernel (heads, value_dim, D) and its
 // bias (D), in Keras's order, glorot_uniform with Keras's fans for kernels of three axes, zero
 // biases. Each projection is a dense product over the n x T positions (the kernels' row-major
-// layout is the product's); the attention between them is Backend::attention_*. dropout drops
+// layout is the product's); the query, key and value ones are one product, over the three kernels
+// copied side by side each step (as nanoGPT's c_attn), whose output the attention reads in place
+// (AttentionShape::qkv_row) and whose backward gives dx in one product with no sums after it
+// (docs/design.md#attention). The attention between them is Backend::attention_*. dropout drops
 // attention probabilities in training as the Dropout layer drops activations (its rule, this
 // layer's own stream). Cross-attention (a key or value from another layer), output_shape,
 // attention_axes, sliding_window and use_gate are not here.
@@ -13,6 +16,7 @@
 #include "worker/spec/layers/multi_head_attention.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 
 #include "worker/nn/layers/layer_parts.h"
@@ -30,18 +34,18 @@ class MultiHeadAttention : public Layer {
         d_(in.w),
         hk_(k.heads * k.key_dim),
         hv_(k.heads * k.value()),
+        w_(2 * hk_ + hv_),
         rows_(static_cast<size_t>(c.max_batch) * in.h),
-        q_(c.backend.device(), rows_ * hk_),
-        k_buf_(c.backend.device(), rows_ * hk_),
-        v_(c.backend.device(), rows_ * hv_),
+        qkv_(c.backend.device(), rows_ * w_),
         o_(c.backend.device(), rows_ * hv_),
         probs_(c.backend.device(), static_cast<size_t>(c.max_batch) * k.heads * in.h * in.h),
-        dq_(c.backend.device(), rows_ * hk_),
-        dk_(c.backend.device(), rows_ * hk_),
-        dv_(c.backend.device(), rows_ * hv_),
+        dqkv_(c.backend.device(), rows_ * w_),
         do_(c.backend.device(), rows_ * hv_),
-        dx_part_(c.backend.device(), rows_ * d_),
-        zeros_(c.backend.device(), static_cast<size_t>(std::max({hk_, hv_, d_}))) {
+        wqkv_(c.backend.device(), static_cast<size_t>(d_) * w_),
+        bqkv_(c.backend.device(), static_cast<size_t>(w_)),
+        dwqkv_(c.backend.device(), static_cast<size_t>(d_) * w_),
+        dbqkv_(c.backend.device(), static_cast<size_t>(w_)),
+        zeros_(c.backend.device(), static_cast<size_t>(std::max({w_, d_}))) {
     c.backend.device().fill_zero(zeros_.data(), zeros_.bytes());
   }
 
@@ -86,9 +90,8 @@ class MultiHeadAttention : public Layer {
     const Weights w = weights_of(a.params);
     const int rows = a.n * t_;
     const float* x = a.x[0];
-    b.dense_forward(rows, d_, hk_, x, w.wq, w.bq, q_.data());
-    b.dense_forward(rows, d_, hk_, x, w.wk, w.bk, k_buf_.data());
-    b.dense_forward(rows, d_, hv_, x, w.wv, w.bv, v_.data());
+    side_by_side(b, {w.wq, w.wk, w.wv}, wqkv_.data(), {w.bq, w.bk, w.bv}, bqkv_.data());
+    b.dense_forward(rows, d_, w_, x, wqkv_.data(), bqkv_.data(), qkv_.data());
     last_ = shape(a.n);
     if (a.training && k_.dropout > 0) {
       // The Dropout layer's rule (dropout.cc), on this layer's own stream.
@@ -96,7 +99,7 @@ class MultiHeadAttention : public Layer {
       last_.stream = random_key(a.key.seed, static_cast<uint64_t>(a.key.epoch),
                                 static_cast<uint64_t>(a.key.step), 1000 + index_);
     }
-    b.attention_forward(last_, q_.data(), k_buf_.data(), v_.data(), probs_.data(), o_.data());
+    b.attention_forward(last_, q(qkv_), k(qkv_), v(qkv_), probs_.data(), o_.data());
     b.dense_forward(rows, hv_, d_, o_.data(), w.wo, w.bo, a.y);
   }
 
@@ -108,19 +111,13 @@ class MultiHeadAttention : public Layer {
     const float* x = a.x[0];
     weight_gradient(b, rows, hv_, d_, o_.data(), a.dy, g.wo, g.bo);
     b.dense_backward_data(rows, hv_, d_, a.dy, w.wo, do_.data());
-    b.attention_backward(last_, q_.data(), k_buf_.data(), v_.data(), probs_.data(), do_.data(),
-                         dq_.data(), dk_.data(), dv_.data());
-    weight_gradient(b, rows, d_, hk_, x, dq_.data(), g.wq, g.bq);
-    weight_gradient(b, rows, d_, hk_, x, dk_.data(), g.wk, g.bk);
-    weight_gradient(b, rows, d_, hv_, x, dv_.data(), g.wv, g.bv);
+    b.attention_backward(last_, q(qkv_), k(qkv_), v(qkv_), probs_.data(), do_.data(), q(dqkv_),
+                         k(dqkv_), v(dqkv_));
+    weight_gradient(b, rows, d_, w_, x, dqkv_.data(), dwqkv_.data(), dbqkv_.data());
+    apart(b, dwqkv_.data(), {g.wq, g.wk, g.wv}, dbqkv_.data(), {g.bq, g.bk, g.bv});
     if (enqueued) enqueued(0);
-    if (!a.dx[0]) return;
-    // dx = dq Wq^T + dk Wk^T + dv Wv^T, added in that order.
-    b.dense_backward_data(rows, d_, hk_, dq_.data(), w.wq, a.dx[0]);
-    b.dense_backward_data(rows, d_, hk_, dk_.data(), w.wk, dx_part_.data());
-    b.add(static_cast<size_t>(rows) * d_, dx_part_.data(), a.dx[0]);
-    b.dense_backward_data(rows, d_, hv_, dv_.data(), w.wv, dx_part_.data());
-    b.add(static_cast<size_t>(rows) * d_, dx_part_.data(), a.dx[0]);
+    // dx = [dq dk dv] [Wq Wk Wv]^T, the forward's side-by-side kernels.
+    if (a.dx[0]) b.dense_backward_data(rows, d_, w_, dqkv_.data(), wqkv_.data(), a.dx[0]);
   }
 
  private:
@@ -148,6 +145,37 @@ class MultiHeadAttention : public Layer {
     if (!k_.use_bias) w.bq = w.bk = w.bv = w.bo = const_cast<float*>(zeros_.data());
     return w;
   }
+  /// The query, key and value columns of the side-by-side tensors.
+  float* q(Buffer<float>& qkv) const { return qkv.data(); }
+  float* k(Buffer<float>& qkv) const { return qkv.data() + hk_; }
+  float* v(Buffer<float>& qkv) const { return qkv.data() + 2 * hk_; }
+  /// The query, key and value kernels (d_ rows of hk_, hk_, hv_) side by side in kernel (d_ rows
+  /// of w_), and their biases in bias (without use_bias, zeros: nothing to copy).
+  void side_by_side(Backend& b, std::array<const float*, 3> parts, float* kernel,
+                    std::array<const float*, 3> biases, float* bias) const {
+    const std::array<int, 3> widths{hk_, hk_, hv_};
+    Device& device = b.device();
+    for (int r = 0, at = 0; r < d_; ++r)
+      for (int p = 0; p < 3; at += widths[p], ++p)
+        device.copy(kernel + at, parts[p] + static_cast<size_t>(r) * widths[p],
+                    sizeof(float) * widths[p]);
+    if (!k_.use_bias) return device.copy(bias, zeros_.data(), sizeof(float) * w_);
+    for (int p = 0, at = 0; p < 3; at += widths[p], ++p)
+      device.copy(bias + at, biases[p], sizeof(float) * widths[p]);
+  }
+  /// Its inverse, for the gradients: kernel's columns into the three (biases' with use_bias).
+  void apart(Backend& b, const float* kernel, std::array<float*, 3> parts, const float* bias,
+             std::array<float*, 3> biases) const {
+    const std::array<int, 3> widths{hk_, hk_, hv_};
+    Device& device = b.device();
+    for (int r = 0, at = 0; r < d_; ++r)
+      for (int p = 0; p < 3; at += widths[p], ++p)
+        device.copy(parts[p] + static_cast<size_t>(r) * widths[p], kernel + at,
+                    sizeof(float) * widths[p]);
+    if (!k_.use_bias) return;
+    for (int p = 0, at = 0; p < 3; at += widths[p], ++p)
+      device.copy(biases[p], bias + at, sizeof(float) * widths[p]);
+  }
   void weight_gradient(Backend& b, int rows, int in, int out, const float* x, const float* dy,
                        float* dw, float* db) const {
     if (k_.use_bias) {
@@ -161,6 +189,7 @@ class MultiHeadAttention : public Layer {
     s.n = n, s.t = t_, s.heads = k_.heads, s.key_dim = k_.key_dim, s.value_dim = k_.value();
     s.causal = k_.causal;
     s.scale = 1.0f / std::sqrt(static_cast<float>(k_.key_dim));
+    s.qkv_row = w_;
     return s;
   }
 
@@ -168,10 +197,11 @@ class MultiHeadAttention : public Layer {
   int index_;
   AttentionShape last_;  ///< the last forward's, dropout's stream included, for its backward
   int t_, d_, hk_, hv_;
+  int w_;  ///< the side-by-side projection's width: hk_ + hk_ + hv_
   size_t rows_;
-  // The last forward's projections, probabilities and attention output (for backward), and
-  // backward's own scratch.
-  Buffer<float> q_, k_buf_, v_, o_, probs_, dq_, dk_, dv_, do_, dx_part_, zeros_;
+  // The last forward's projections side by side, probabilities and attention output (for
+  // backward), backward's own scratch, and the side-by-side kernel and bias, their gradients.
+  Buffer<float> qkv_, o_, probs_, dqkv_, do_, wqkv_, bqkv_, dwqkv_, dbqkv_, zeros_;
 };
 
 }  // namespace
