@@ -166,6 +166,12 @@ class Backend {
                                           float* dw, int row_begin, int row_end) = 0;
   /// db = column sums of dy.
   virtual void dense_backward_bias(int n, int out, const float* dy, float* db) = 0;
+  /// Says that dy (count floats) stays as it is until end_dense_backward(): the dense backward
+  /// calls between them that take it may share what the backend makes of it (the oneDNN
+  /// backend's bf16 rounding, once for the weight gradient's pieces and dx). A hint: by
+  /// default nothing. layers/layer_parts.h's HeldGradient calls both.
+  virtual void begin_dense_backward(const float* /*dy*/, size_t /*count*/) {}
+  virtual void end_dense_backward() {}
 
   /// y = max(x, 0); y may be x.
   virtual void relu_forward(size_t count, const float* x, float* y) = 0;

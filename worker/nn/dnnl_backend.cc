@@ -123,7 +123,7 @@ class DnnlBackend : public HostBackend {
     // dx (n x in) = dy (n x out) w^T, w^T a view of w (in x out).
     MatmulShape shape{n, in, out, out, 1, 1, out, in, false, false, bf16()};
     if (!bf16()) return matmul(shape).run(stream_, dy, w, nullptr, dx);
-    const uint16_t* dy16 = rounder_.round(dy, static_cast<size_t>(n) * out, stream_);
+    const uint16_t* dy16 = rounded_gradient(dy, static_cast<size_t>(n) * out);
     const uint16_t* w16 = rounder_.reuse(w, static_cast<size_t>(in) * out, stream_);
     matmul(shape).run(stream_, dy16, w16, nullptr, dx);
   }
@@ -146,7 +146,7 @@ class DnnlBackend : public HostBackend {
                   out);
     MatmulShape shape{row_end - row_begin, out, n, 1, in, out, 1, out, false, false, true};
     const uint16_t* x16 = rounder_.reuse(x, static_cast<size_t>(n) * in, stream_);
-    const uint16_t* dy16 = rounder_.round(dy, static_cast<size_t>(n) * out, stream_);
+    const uint16_t* dy16 = rounded_gradient(dy, static_cast<size_t>(n) * out);
     matmul(shape).run(stream_, x16 + row_begin, dy16, nullptr, rows);
   }
 
@@ -304,7 +304,19 @@ class DnnlBackend : public HostBackend {
   void adamw_update(const AdamWParams& p, int64_t step, size_t count, float* w, const float* g,
                     float* m, float* v) override;
 
+  void begin_dense_backward(const float* dy, size_t count) override { held_ = {dy, count, false}; }
+  void end_dense_backward() override { held_ = {}; }
+
  private:
+  // dy rounded to bf16: once while begin_dense_backward() holds it (the weight gradient's pieces
+  // and dx share the copy), else at each call.
+  const uint16_t* rounded_gradient(const float* dy, size_t count) {
+    if (held_.dy == dy && held_.count == count) {
+      if (held_.rounded) return rounder_.reuse(dy, count, stream_);
+      held_.rounded = true;
+    }
+    return rounder_.round(dy, count, stream_);
+  }
   bool bf16() const { return mode_ == MathMode::kBfloat16; }
   // Row-major C = A op B (+ beta C) with oneDNN's sgemm.
   static void gemm(char ta, char tb, int m, int n, int k, const float* a, int lda, const float* b,
@@ -388,6 +400,11 @@ class DnnlBackend : public HostBackend {
   dnnl::engine engine_;
   dnnl::stream stream_;
   Rounder rounder_;
+  struct HeldGradient {
+    const float* dy = nullptr;
+    size_t count = 0;
+    bool rounded = false;  ///< rounder_ holds its copy
+  } held_;
   // A dense kernel's bf16 copy in its forward product's blocked layout, by the kernel's
   // address; rewritten at each forward, read only there.
   std::map<const float*, std::vector<uint16_t>> packed_;

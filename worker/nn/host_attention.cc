@@ -183,6 +183,22 @@ DT_INLINE void backward_body(const AttentionShape& s, size_t pair, const float* 
   }
 }
 
+// Asks for the t rows of `width` floats at `at`, `row` floats apart, to be brought into cache
+// (for writing when `write`): the next pair's rows, while this pair computes. A pair's rows are
+// a head's slice of each position's features, so the hardware's prefetcher does not see them
+// coming; without this the attention of a model larger than the cache waits on memory for a
+// third of its time (docs/design.md#attention).
+DT_INLINE void prefetch_rows(const float* at, size_t row, int t, int width, bool write) {
+  for (int i = 0; i < t; ++i)
+    for (int c = 0; c < width; c += 16) {
+      if (write) {
+        __builtin_prefetch(at + static_cast<size_t>(i) * row + c, 1);
+      } else {
+        __builtin_prefetch(at + static_cast<size_t>(i) * row + c, 0);
+      }
+    }
+}
+
 // One pair's forward with its two products by `product`: the scores into its probs block (every
 // key; the causal mask is applied by the softmax, which leaves masked probabilities 0), each
 // row's softmax, then y = P v (P dropped, in `dropped`, with dropout).
@@ -193,6 +209,14 @@ DT_INLINE void product_forward_body(const AttentionShape& s, size_t pair, const 
   const int t = s.t, q_row = static_cast<int>(hd.q_row()), v_row = static_cast<int>(hd.v_row()),
             y_row = static_cast<int>(hd.y_row());
   float* p = probs + hd.p();
+  if (pair + 1 < static_cast<size_t>(s.n) * s.heads) {
+    const Head next{s, (pair + 1) / static_cast<size_t>(s.heads),
+                    (pair + 1) % static_cast<size_t>(s.heads)};
+    prefetch_rows(q + next.qk(0), next.q_row(), t, s.key_dim, false);
+    prefetch_rows(k + next.qk(0), next.q_row(), t, s.key_dim, false);
+    prefetch_rows(v + next.vv(0), next.v_row(), t, s.value_dim, false);
+    prefetch_rows(y + next.yy(0), next.y_row(), t, s.value_dim, true);
+  }
   const Causal masked = s.causal ? Causal::kColumnsToRow : Causal::kNone;
   product(false, true, t, t, s.key_dim, q + hd.qk(0), q_row, k + hd.qk(0), q_row, p, t, masked);
   for (int i = 0; i < t; ++i) softmax_row(p + static_cast<size_t>(i) * t, hd.keys(i), t, s.scale);
@@ -216,6 +240,17 @@ DT_INLINE void product_backward_body(const AttentionShape& s, size_t pair, const
   const int t = s.t, q_row = static_cast<int>(hd.q_row()), v_row = static_cast<int>(hd.v_row()),
             y_row = static_cast<int>(hd.y_row());
   const float* p = probs + hd.p();
+  if (pair + 1 < static_cast<size_t>(s.n) * s.heads) {
+    const Head next{s, (pair + 1) / static_cast<size_t>(s.heads),
+                    (pair + 1) % static_cast<size_t>(s.heads)};
+    prefetch_rows(q + next.qk(0), next.q_row(), t, s.key_dim, false);
+    prefetch_rows(k + next.qk(0), next.q_row(), t, s.key_dim, false);
+    prefetch_rows(v + next.vv(0), next.v_row(), t, s.value_dim, false);
+    prefetch_rows(dy + next.yy(0), next.y_row(), t, s.value_dim, false);
+    prefetch_rows(dq + next.qk(0), next.q_row(), t, s.key_dim, true);
+    prefetch_rows(dk + next.qk(0), next.q_row(), t, s.key_dim, true);
+    prefetch_rows(dv + next.vv(0), next.v_row(), t, s.value_dim, true);
+  }
   const Causal lower = s.causal ? Causal::kDepthToRow : Causal::kNone,
                upper = s.causal ? Causal::kDepthFromRow : Causal::kNone;
   product(false, true, t, t, s.value_dim, dy + hd.yy(0), y_row, v + hd.vv(0), v_row, ds, t,

@@ -74,6 +74,10 @@ class ProfiledBackend final : public Backend {
   void dense_backward_weight_rows(int n, int in, int out, const float* x, const float* dy,
                                   float* dw, int row_begin, int row_end) override;
   void dense_backward_bias(int n, int out, const float* dy, float* db) override;
+  void begin_dense_backward(const float* dy, size_t count) override {
+    inner_.begin_dense_backward(dy, count);
+  }
+  void end_dense_backward() override { inner_.end_dense_backward(); }
 
   void relu_forward(size_t count, const float* x, float* y) override;
   void relu_backward(size_t count, const float* y, const float* dy, float* dx) override;

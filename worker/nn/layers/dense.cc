@@ -76,6 +76,7 @@ class Dense : public Activated {
     const int rows = a.n * positions_;
     const float* x = a.x[0];
     float* dx = a.dx[0];
+    const HeldGradient held(b, dz, static_cast<size_t>(rows) * units_);
     // The bias, then the kernel from its last rows to its first: each piece extends the
     // gradients produced so far downwards, so buckets stay contiguous.
     if (use_bias_)

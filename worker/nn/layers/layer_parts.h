@@ -28,6 +28,21 @@ void initialize_kernel(Initializer init, float* w, size_t count, int fan_in, int
 /// count values uniform in the range, value i a pure function of (seed, i).
 void random_uniform(float* w, size_t count, UniformRange range, uint64_t seed);
 
+/// The dense backward calls of one gradient dy, in the scope of this object, as
+/// Backend::begin_dense_backward() says: dy must not change while it lives.
+class HeldGradient {
+ public:
+  HeldGradient(Backend& b, const float* dy, size_t count) : b_(b) {
+    b_.begin_dense_backward(dy, count);
+  }
+  ~HeldGradient() { b_.end_dense_backward(); }
+  HeldGradient(const HeldGradient&) = delete;
+  HeldGradient& operator=(const HeldGradient&) = delete;
+
+ private:
+  Backend& b_;
+};
+
 /// A layer whose op may be followed by an activation: relu fused into the op's forward, or an
 /// eltwise one (sigmoid, tanh, gelu, swish) applied to the op's output, which the layer keeps in
 /// scratch of its own for the backward; the activation's gradient is applied before the op's

@@ -109,10 +109,14 @@ class MultiHeadAttention : public Layer {
     Weights g = weights_of(a.grads);
     const int rows = a.n * t_;
     const float* x = a.x[0];
-    weight_gradient(b, rows, hv_, d_, o_.data(), a.dy, g.wo, g.bo);
-    b.dense_backward_data(rows, hv_, d_, a.dy, w.wo, do_.data());
+    {
+      const HeldGradient held(b, a.dy, static_cast<size_t>(rows) * d_);
+      weight_gradient(b, rows, hv_, d_, o_.data(), a.dy, g.wo, g.bo);
+      b.dense_backward_data(rows, hv_, d_, a.dy, w.wo, do_.data());
+    }
     b.attention_backward(last_, q(qkv_), k(qkv_), v(qkv_), probs_.data(), do_.data(), q(dqkv_),
                          k(dqkv_), v(dqkv_));
+    const HeldGradient held(b, dqkv_.data(), static_cast<size_t>(rows) * w_);
     weight_gradient(b, rows, d_, w_, x, dqkv_.data(), dwqkv_.data(), dbqkv_.data());
     apart(b, dwqkv_.data(), {g.wq, g.wk, g.wv}, dbqkv_.data(), {g.bq, g.bk, g.bv});
     if (enqueued) enqueued(0);
