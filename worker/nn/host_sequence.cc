@@ -111,63 +111,55 @@ DT_INLINE void backward_row_body(const Backward& b, int r, float* g) {
   }
 }
 
-// Features [first, first + count) of dgamma and dbeta (count <= kColumns): each summed over the
-// rows in row order, in its own double. Wide blocks, so each row's part is read as a few whole
-// cache lines in a row (16 columns, one line a row, ran at the latency of a line).
-constexpr int kColumns = 64;
-DT_INLINE void columns_body(const Backward& b, int first, int count) {
-  double sum_dy[kColumns] = {}, sum_dy_xhat[kColumns] = {};
-  for (int r = 0; r < b.rows; ++r) {
-    const size_t at = static_cast<size_t>(r) * b.features + first;
+// Rows [first, last) in order: each row's dx (when wanted: g is the calling thread's buffer of
+// `features` floats) and, while the row is in cache, its part of the column sums of dbeta and
+// dgamma added into sums (2 x features doubles, dbeta's then dgamma's; null when neither is
+// wanted): one pass over x and dy.
+DT_INLINE void chunk_body(const Backward& b, int first, int last, float* g, double* sums) {
+  const int n = b.features;
+  for (int r = first; r < last; ++r) {
+    if (b.dx) backward_row_body(b, r, g);
+    if (!sums) continue;
+    const size_t at = static_cast<size_t>(r) * n;
     const float* x = b.x + at;
     const float* dy = b.dy + at;
     const double mu = b.mean[r], inv = b.rstd[r];
+    double* sum_dy = sums;
+    double* sum_dy_xhat = sums + n;
 #pragma omp simd
-    for (int k = 0; k < count; ++k) {
+    for (int k = 0; k < n; ++k) {
       sum_dy[k] += dy[k];
       sum_dy_xhat[k] += dy[k] * ((x[k] - mu) * inv);
     }
-  }
-  for (int k = 0; k < count; ++k) {
-    if (b.dbeta) b.dbeta[first + k] = static_cast<float>(sum_dy[k]);
-    if (b.dgamma) b.dgamma[first + k] = static_cast<float>(sum_dy_xhat[k]);
   }
 }
 
 /// The loops compiled for one vector width.
 struct Kernels {
   void (*forward)(const Forward&, int);
-  void (*backward)(const Backward&, int, float*);
-  void (*columns)(const Backward&, int, int);
+  void (*chunk)(const Backward&, int, int, float*, double*);
 };
 
 void forward_plain(const Forward& f, int r) {
   forward_row_body(f, r);
 }
-void backward_plain(const Backward& b, int r, float* g) {
-  backward_row_body(b, r, g);
-}
-void columns_plain(const Backward& b, int first, int count) {
-  columns_body(b, first, count);
+void chunk_plain(const Backward& b, int first, int last, float* g, double* sums) {
+  chunk_body(b, first, last, g, sums);
 }
 #if defined(__x86_64__) && defined(__GNUC__)
 __attribute__((target("avx2"))) void forward_avx2(const Forward& f, int r) {
   forward_row_body(f, r);
 }
-__attribute__((target("avx2"))) void backward_avx2(const Backward& b, int r, float* g) {
-  backward_row_body(b, r, g);
-}
-__attribute__((target("avx2"))) void columns_avx2(const Backward& b, int first, int count) {
-  columns_body(b, first, count);
+__attribute__((target("avx2"))) void chunk_avx2(const Backward& b, int first, int last, float* g,
+                                                double* sums) {
+  chunk_body(b, first, last, g, sums);
 }
 __attribute__((target("avx512f"))) void forward_avx512(const Forward& f, int r) {
   forward_row_body(f, r);
 }
-__attribute__((target("avx512f"))) void backward_avx512(const Backward& b, int r, float* g) {
-  backward_row_body(b, r, g);
-}
-__attribute__((target("avx512f"))) void columns_avx512(const Backward& b, int first, int count) {
-  columns_body(b, first, count);
+__attribute__((target("avx512f"))) void chunk_avx512(const Backward& b, int first, int last,
+                                                     float* g, double* sums) {
+  chunk_body(b, first, last, g, sums);
 }
 #endif
 
@@ -178,12 +170,12 @@ Kernels kernels_for(Vectors vectors) {
   switch (vectors) {
 #if defined(__x86_64__) && defined(__GNUC__)
     case Vectors::kAvx512:
-      return {forward_avx512, backward_avx512, columns_avx512};
+      return {forward_avx512, chunk_avx512};
     case Vectors::kAvx2:
-      return {forward_avx2, backward_avx2, columns_avx2};
+      return {forward_avx2, chunk_avx2};
 #endif
     default:
-      return {forward_plain, backward_plain, columns_plain};
+      return {forward_plain, chunk_plain};
   }
 }
 
@@ -242,23 +234,35 @@ void host_layernorm_forward(int rows, int features, float epsilon, const float* 
   for (int r = 0; r < rows; ++r) kernels.forward(f, r);
 }
 
+// Rows in chunks of kChunkRows, the chunks shared out over the threads; each chunk's column sums
+// in doubles of its own, added in chunk order at the end: the same bits at any thread count.
+constexpr int kChunkRows = 128;
 void host_layernorm_backward(int rows, int features, const float* x, const float* dy,
                              const float* gamma, const float* mean, const float* rstd, float* dx,
                              float* dgamma, float* dbeta, Vectors vectors) {
   const Kernels kernels = kernels_for(vectors);
   const Backward b{rows, features, x, dy, gamma, mean, rstd, dx, dgamma, dbeta};
-  if (dgamma || dbeta) {
-    const int blocks = (features + kColumns - 1) / kColumns;
+  const bool columns = dgamma || dbeta;
+  if (!dx && !columns) return;
+  const int chunks = (rows + kChunkRows - 1) / kChunkRows;
+  const size_t per_chunk = 2 * static_cast<size_t>(features);
+  std::vector<double> sums(columns ? static_cast<size_t>(chunks) * per_chunk : 0);
 #pragma omp parallel for schedule(static)
-    for (int k = 0; k < blocks; ++k)
-      kernels.columns(b, k * kColumns, std::min(kColumns, features - k * kColumns));
-  }
-  if (!dx) return;
-#pragma omp parallel for schedule(static)
-  for (int r = 0; r < rows; ++r) {
+  for (int c = 0; c < chunks; ++c) {
     thread_local std::vector<float> g;
     g.resize(static_cast<size_t>(features));
-    kernels.backward(b, r, g.data());
+    kernels.chunk(b, c * kChunkRows, std::min(rows, (c + 1) * kChunkRows), g.data(),
+                  columns ? sums.data() + static_cast<size_t>(c) * per_chunk : nullptr);
+  }
+  if (!columns) return;
+  for (int k = 0; k < features; ++k) {
+    double sum_dy = 0, sum_dy_xhat = 0;
+    for (int c = 0; c < chunks; ++c) {
+      sum_dy += sums[static_cast<size_t>(c) * per_chunk + k];
+      sum_dy_xhat += sums[static_cast<size_t>(c) * per_chunk + features + k];
+    }
+    if (dbeta) dbeta[k] = static_cast<float>(sum_dy);
+    if (dgamma) dgamma[k] = static_cast<float>(sum_dy_xhat);
   }
 }
 
