@@ -3,10 +3,12 @@
 // the rest as they come. For each: the values Keras computes on a small known input, gradients
 // that match finite differences of the loss on the reference backend, the oneDNN backend's
 // parity with the reference (operation by operation and a whole model's loss and gradients),
-// and the ConfigErrors a bad key gets.
+// and the ConfigErrors a bad key gets. Also the cross-entropy's vector loops (host_eltwise.h).
 #include <algorithm>
 #include <catch2/catch.hpp>
 #include <cmath>
+#include <cstdint>
+#include <cstring>
 #include <memory>
 #include <random>
 #include <string>
@@ -191,6 +193,54 @@ TEST_CASE("GELU's loops give Keras's values and the same bits at every vector wi
     const auto wide = run(v);
     CHECK(wide.first == plain.first);
     CHECK(wide.second == plain.second);
+  }
+}
+
+TEST_CASE("the cross-entropy's rows match a softmax in double, the same bits at every width",
+          "[nn][layers]") {
+  using direct_conv::Vectors;
+  // Rows of 1, 3, 16, 65 and 130 classes (every tail of the 16 lanes), with a NaN row.
+  for (int classes : {1, 3, 16, 65, 130}) {
+    const int n = 37;
+    Floats logits(size_t(n) * classes);
+    std::vector<int32_t> labels(n);
+    for (size_t i = 0; i < logits.size(); ++i)
+      logits[i] = 8.0f * std::sin(0.37f * static_cast<float>(i)) + (i % 5 == 0 ? 30.0f : 0.0f);
+    for (int i = 0; i < n; ++i) labels[i] = (i * 7) % classes;
+    logits[size_t(n - 1) * classes] = NAN;
+    auto run = [&](Vectors v) {
+      struct Out {
+        Floats d, losses;
+        std::vector<uint8_t> hits;
+      } o{Floats(logits.size()), Floats(n), std::vector<uint8_t>(n)};
+      host_softmax_cross_entropy(n, classes, logits.data(), labels.data(), 0.25f, o.d.data(),
+                                 o.losses.data(), o.hits.data(), v);
+      return o;
+    };
+    const auto plain = run(Vectors::kPlain);
+    INFO(classes << " classes");
+    for (int i = 0; i + 1 < n; ++i) {
+      const float* x = logits.data() + size_t(i) * classes;
+      const double top = *std::max_element(x, x + classes);
+      double sum = 0;
+      for (int j = 0; j < classes; ++j) sum += std::exp(x[j] - top);
+      const int best = static_cast<int>(std::max_element(x, x + classes) - x);
+      CHECK(plain.losses[i] == Approx(x[labels[i]] - top - std::log(sum)).margin(1e-5));
+      CHECK(plain.hits[i] == (best == labels[i] ? 1 : 0));
+      for (int j = 0; j < classes; ++j) {
+        const double want = (std::exp(x[j] - top) / sum - (j == labels[i])) * 0.25;
+        CHECK(plain.d[size_t(i) * classes + j] == Approx(want).margin(1e-7));
+      }
+    }
+    CHECK(std::isnan(plain.losses[n - 1]));  // a NaN logit makes the row's loss NaN
+    for (Vectors v : {Vectors::kAvx512, Vectors::kAvx2}) {
+      if (!direct_conv::runs(v)) continue;
+      INFO(direct_conv::vectors_name(v));
+      const auto wide = run(v);
+      CHECK(std::memcmp(wide.d.data(), plain.d.data(), plain.d.size() * sizeof(float)) == 0);
+      CHECK(std::memcmp(wide.losses.data(), plain.losses.data(), n * sizeof(float)) == 0);
+      CHECK(wide.hits == plain.hits);
+    }
   }
 }
 

@@ -61,11 +61,6 @@ struct ReluPrimitives {
   memory::desc data;
 };
 
-struct LogSoftmaxPrimitives {
-  dnnl::logsoftmax_forward forward;
-  memory::desc data;
-};
-
 class DnnlBackend : public HostBackend {
  public:
   explicit DnnlBackend(MathMode mode)
@@ -394,7 +389,6 @@ class DnnlBackend : public HostBackend {
                        dnnl::algorithm algorithm = dnnl::algorithm::pooling_max);
   ReluPrimitives& relu(size_t count);
   ReluPrimitives& eltwise(Eltwise f, size_t count);
-  LogSoftmaxPrimitives& log_softmax(int n, int classes);
 
   MathMode mode_;
   dnnl::engine engine_;
@@ -413,8 +407,6 @@ class DnnlBackend : public HostBackend {
   std::map<std::string, std::unique_ptr<PoolPrimitives>> pools_;
   std::map<size_t, std::unique_ptr<ReluPrimitives>> relus_;
   std::map<std::pair<Eltwise, size_t>, std::unique_ptr<ReluPrimitives>> eltwises_;
-  std::map<std::pair<int, int>, std::unique_ptr<LogSoftmaxPrimitives>> log_softmaxes_;
-  std::vector<float> log_probabilities_;
   std::vector<float> row_losses_;  ///< softmax_cross_entropy's per row, summed in order
   std::vector<uint8_t> row_hits_;
   bool direct_used_ = false;  // a convolution ran direct_conv.h's loops
@@ -518,52 +510,22 @@ ReluPrimitives& DnnlBackend::relu(size_t count) {
   return *slot;
 }
 
-LogSoftmaxPrimitives& DnnlBackend::log_softmax(int n, int classes) {
-  auto& slot = log_softmaxes_[{n, classes}];
-  if (slot) return *slot;
-  auto p = std::make_unique<LogSoftmaxPrimitives>();
-  p->data = plain({n, classes}, Tag::nc);
-  dnnl::logsoftmax_forward::primitive_desc fwd({dnnl::prop_kind::forward_training, p->data, 1},
-                                               engine_);
-  p->forward = dnnl::logsoftmax_forward(fwd);
-  slot = std::move(p);
-  return *slot;
-}
-
 void DnnlBackend::softmax_cross_entropy(int n, int classes, const float* logits,
                                         const int32_t* labels, float* dlogits, float* totals) {
-  LogSoftmaxPrimitives& p = log_softmax(n, classes);
-  log_probabilities_.resize(static_cast<size_t>(n) * classes);
-  p.forward.execute(stream_, {{DNNL_ARG_SRC, mem(p.data, logits)},
-                              {DNNL_ARG_DST, mem(p.data, log_probabilities_.data())}});
-  stream_.wait();
   for (int i = 0; i < n; ++i) {
     DT_ENFORCE(labels[i] >= 0 && labels[i] < classes, "label {} outside 0..{}", labels[i],
                classes - 1);
   }
-  // The gradient (softmax - onehot) / n: an exp per logit (a language model has a row per token)
-  // on host_eltwise.h's vector loops, then the label's term. Rows split over the threads; each
-  // row's loss and hit kept apart and summed afterwards in row order, so the totals are the same
-  // bits at any thread count.
+  // Each row's log-softmax, its loss and hit and its gradient (softmax - onehot) / n in one pass
+  // on host_eltwise.h's vector loops (a language model has a row per token and an exponential
+  // per logit); each row's loss and hit kept apart and summed afterwards in row order, so the
+  // totals are the same bits at any thread count.
   row_losses_.resize(static_cast<size_t>(n));
   row_hits_.resize(static_cast<size_t>(n));
-  const float scale = 1.0f / static_cast<float>(n);
-  const float* log_probabilities = log_probabilities_.data();
-  if (dlogits) host_exp_scaled(static_cast<size_t>(n) * classes, log_probabilities, scale, dlogits);
-  float* row_losses = row_losses_.data();
-  uint8_t* row_hits = row_hits_.data();
-#pragma omp parallel for schedule(static) if (static_cast <int64_t>(n) * classes >= (1 << 16))
-  for (int i = 0; i < n; ++i) {
-    const float* lp = log_probabilities + static_cast<size_t>(i) * classes;
-    const float* row = logits + static_cast<size_t>(i) * classes;
-    const int label = labels[i];
-    int best = 0;
-    for (int j = 1; j < classes; ++j)
-      if (row[j] > row[best]) best = j;
-    if (dlogits) dlogits[static_cast<size_t>(i) * classes + label] -= scale;
-    row_losses[i] = lp[label];
-    row_hits[i] = best == label ? 1 : 0;
-  }
+  host_softmax_cross_entropy(n, classes, logits, labels, 1.0f / static_cast<float>(n), dlogits,
+                             row_losses_.data(), row_hits_.data());
+  const float* row_losses = row_losses_.data();
+  const uint8_t* row_hits = row_hits_.data();
   double loss = 0;
   int hits = 0;
   for (int i = 0; i < n; ++i) {

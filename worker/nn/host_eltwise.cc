@@ -3,12 +3,16 @@
 // 1 + erf(z) is erfc(a) for z < 0 (no cancellation where GELU is near 0) and 2 - erfc(a) else;
 // e^(-a^2) by host_lanes.h's exp_nonpositive. oneDNN's own gelu_erf ran at about 11 ns per
 // 16-float vector forward and 21 backward on a Zen 5 core (a character GPT's MLP spent 11% of its
-// step there); these loops run at about 9 ns both ways. This file is compiled with
+// step there); these loops at 9.6 and 11 ns, and with their multiplies and adds fused at 6.6
+// and 7.3 ns, about what memory allows for a 4096 x 512 activation. This file is compiled with
 // -ffp-contract=off, so every width computes the same operations (docs/design.md#sequences); the
 // multiplies and adds that fuse are host_lanes.h's fused(), at every width.
 #include "worker/nn/host_eltwise.h"
 
 #include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <vector>
 
 #include "common/errors.h"
 #include "worker/nn/host_lanes.h"
@@ -53,19 +57,61 @@ DT_INLINE void backward_body(const float* x, const float* dy, float* dx, size_t 
   }
 }
 
-// y = e^x * scale, x <= 0.
-DT_INLINE void exp_scaled_body(const float* x, float scale, float* y, size_t count) {
+/// One call's rows of host_softmax_cross_entropy.
+struct LossRows {
+  int classes;
+  const float* logits;
+  const int32_t* labels;
+  float scale;
+  float* dlogits;
+  float* row_losses;
+  uint8_t* row_hits;
+};
+
+// Rows [first, last): the largest logit (a maximum: any order gives it) and the first index that
+// holds it; e = e^(x - top) (into the row's dlogits, or e, a thread's buffer of `classes`
+// floats), summed over 16 interleaved lanes added in order; the row's log-probability of its
+// label, x - top - log(sum); then dlogits = e * (scale / sum), less scale at the label.
+DT_INLINE void loss_rows_body(const LossRows& l, int first, int last, float* e) {
+  constexpr int kLanes16 = 16;
+  const int c = l.classes;
+  for (int i = first; i < last; ++i) {
+    const float* x = l.logits + static_cast<size_t>(i) * c;
+    float* out = l.dlogits ? l.dlogits + static_cast<size_t>(i) * c : e;
+    float top = x[0];
+    for (int j = 1; j < c; ++j) top = top < x[j] ? x[j] : top;
+    int best = 0;
+    while (best < c && !(x[best] == top)) ++best;
+    if (best == c) best = 0;  // every logit NaN
 #pragma omp simd
-  for (size_t i = 0; i < count; ++i) y[i] = exp_nonpositive(x[i]) * scale;
+    for (int j = 0; j < c; ++j) out[j] = exp_nonpositive(x[j] - top);
+    float lane[kLanes16] = {};
+    int j = 0;
+    for (; j + kLanes16 <= c; j += kLanes16) {
+#pragma omp simd
+      for (int k = 0; k < kLanes16; ++k) lane[k] += out[j + k];
+    }
+    for (int k = 0; j < c; ++j, ++k) lane[k] += out[j];
+    float sum = 0;
+    for (float v : lane) sum += v;
+    const int label = l.labels[i];
+    l.row_losses[i] = x[label] - top - std::log(sum);
+    l.row_hits[i] = best == label ? 1 : 0;
+    if (!l.dlogits) continue;
+    const float factor = l.scale / sum;
+#pragma omp simd
+    for (int k = 0; k < c; ++k) out[k] *= factor;
+    out[label] -= l.scale;
+  }
 }
 
 struct Kernels {
   void (*forward)(const float*, float*, size_t);
   void (*backward)(const float*, const float*, float*, size_t);
-  void (*exp_scaled)(const float*, float, float*, size_t);
+  void (*loss_rows)(const LossRows&, int, int, float*);
 };
 
-// The three loops compiled for one vector width (TARGET: a function attribute, or none).
+// The loops compiled for one vector width (TARGET: a function attribute, or none).
 #define DT_ELTWISE_KERNELS(SUFFIX, TARGET)                                                  \
   TARGET void forward_##SUFFIX(const float* x, float* y, size_t count) {                    \
     forward_body(x, y, count);                                                              \
@@ -73,10 +119,10 @@ struct Kernels {
   TARGET void backward_##SUFFIX(const float* x, const float* dy, float* dx, size_t count) { \
     backward_body(x, dy, dx, count);                                                        \
   }                                                                                         \
-  TARGET void exp_scaled_##SUFFIX(const float* x, float scale, float* y, size_t count) {    \
-    exp_scaled_body(x, scale, y, count);                                                    \
+  TARGET void loss_rows_##SUFFIX(const LossRows& l, int first, int last, float* e) {        \
+    loss_rows_body(l, first, last, e);                                                      \
   }                                                                                         \
-  const Kernels kernels_##SUFFIX = {forward_##SUFFIX, backward_##SUFFIX, exp_scaled_##SUFFIX};
+  const Kernels kernels_##SUFFIX = {forward_##SUFFIX, backward_##SUFFIX, loss_rows_##SUFFIX};
 
 DT_ELTWISE_KERNELS(plain, )
 #if defined(__x86_64__) && defined(__GNUC__)
@@ -126,13 +172,19 @@ void host_gelu_backward(size_t count, const float* x, const float* dy, float* dx
   }
 }
 
-void host_exp_scaled(size_t count, const float* x, float scale, float* y, Vectors vectors) {
+void host_softmax_cross_entropy(int n, int classes, const float* logits, const int32_t* labels,
+                                float scale, float* dlogits, float* row_losses, uint8_t* row_hits,
+                                Vectors vectors) {
   const Kernels kernels = kernels_for(vectors);
-  const auto pieces = static_cast<int64_t>((count + kPiece - 1) / kPiece);
-#pragma omp parallel for schedule(static) if (pieces > 1)
-  for (int64_t k = 0; k < pieces; ++k) {
-    const size_t first = static_cast<size_t>(k) * kPiece;
-    kernels.exp_scaled(x + first, scale, y + first, std::min(kPiece, count - first));
+  const LossRows l{classes, logits, labels, scale, dlogits, row_losses, row_hits};
+  constexpr int kRows = 64;  // rows per task
+  const int tasks = (n + kRows - 1) / kRows;
+#pragma omp parallel if (static_cast <int64_t>(n) * classes >= (1 << 16))
+  {
+    std::vector<float> e(dlogits ? 0 : static_cast<size_t>(classes));
+#pragma omp for schedule(static)
+    for (int k = 0; k < tasks; ++k)
+      kernels.loss_rows(l, k * kRows, std::min(n, (k + 1) * kRows), e.data());
   }
 }
 
