@@ -1,8 +1,11 @@
-// See host_attention.h. For one (example, head): the scores of query i are built key by key over
-// the head's features, vectorized across the keys (each score sums its features in order, at any
-// width); the softmax runs in float with expf on each row; every product that follows is an
-// outer loop over rows in order with an inner loop across features or keys. This file is compiled
-// with -ffp-contract=off, so no width fuses a multiply and an add that another does not.
+// See host_attention.h. For one (example, head), without a product: the scores of query i are
+// built key by key over the head's features, vectorized across the keys (each score sums its
+// features in order, at any width); the softmax runs in float on each row (host_lanes.h's
+// exponential); every product that follows is an outer loop over rows in order with an inner
+// loop across features or keys. With a product (the oneDNN backend's: small_gemm.h's tiles) the
+// six products are its, the softmax and masks this file's. This file is compiled with
+// -ffp-contract=off, so no width fuses a multiply and an add that another does not (the fusions
+// there are host_lanes.h's fused(), at every width).
 #include "worker/nn/host_attention.h"
 
 #include <algorithm>
