@@ -11,12 +11,15 @@
 #include <vector>
 
 #include "worker/nn/direct_conv.h"
-#include "worker/nn/host_lanes.h"
 
 namespace dtrain::nn {
 namespace {
 
 using direct_conv::Vectors;
+
+// The bodies below are compiled into each width's entry point; they must inline there. (Not
+// host_lanes.h's DT_INLINE: that header is for files compiled with -ffp-contract=off.)
+#define DT_TILE_INLINE inline __attribute__((always_inline))
 
 typedef float Float16 __attribute__((vector_size(64)));
 typedef float Float8 __attribute__((vector_size(32)));
@@ -35,7 +38,7 @@ struct Operands {
 
 // C's rows [r, r + R) by columns [col, col + V * W), over the depth [d0, d1).
 template <typename Vec, int R, int V>
-DT_INLINE void tile(const Operands& o, int r, int col, int d0, int d1) {
+DT_TILE_INLINE void tile(const Operands& o, int r, int col, int d0, int d1) {
   constexpr int W = sizeof(Vec) / sizeof(float);
   Vec acc[R][V];
 #pragma GCC unroll 16
@@ -66,7 +69,7 @@ DT_INLINE void tile(const Operands& o, int r, int col, int d0, int d1) {
 
 // Every column tile of rows [r, r + R), within what the causal hint asks for.
 template <typename Vec, int R>
-DT_INLINE void row_tiles(const Operands& o, int r) {
+DT_TILE_INLINE void row_tiles(const Operands& o, int r) {
   constexpr int W = sizeof(Vec) / sizeof(float);
   int d0 = 0, d1 = o.k, columns = o.n;
   switch (o.causal) {
@@ -88,7 +91,7 @@ DT_INLINE void row_tiles(const Operands& o, int r) {
 }
 
 template <typename Vec, int Rows>
-DT_INLINE void product(const Operands& o) {
+DT_TILE_INLINE void product(const Operands& o) {
   int r = 0;
   for (; r + Rows <= o.m; r += Rows) row_tiles<Vec, Rows>(o, r);
   if constexpr (Rows >= 8) {
@@ -106,6 +109,8 @@ __attribute__((target("avx2,fma"))) void product_avx2(const Operands& o) {
   product<Float8, 4>(o);
 }
 #endif
+
+#undef DT_TILE_INLINE
 
 }  // namespace
 
