@@ -38,23 +38,7 @@ struct Head {
   int keys(int i) const { return s.causal ? i + 1 : s.t; }
 };
 
-// The sum of v[0..count) over kSumLanes interleaved float lanes, added in lane order at the
-// end: the code's order at every vector width.
-constexpr int kSumLanes = 16;
-DT_INLINE float lane_sum(const float* v, int count) {
-  float lane[kSumLanes] = {};
-  int j = 0;
-  for (; j + kSumLanes <= count; j += kSumLanes) {
-#pragma omp simd
-    for (int k = 0; k < kSumLanes; ++k) lane[k] += v[j + k];
-  }
-  for (int k = 0; j < count; ++j, ++k) lane[k] += v[j];
-  float total = 0;
-  for (float l : lane) total += l;
-  return total;
-}
-
-// The same sum of a[j] * b[j].
+// The sum of a[j] * b[j] as host_lanes.h's lane_sum sums.
 DT_INLINE float lane_dot(const float* a, const float* b, int count) {
   float lane[kSumLanes] = {};
   int j = 0;
@@ -202,6 +186,19 @@ DT_INLINE void prefetch_rows(const float* at, size_t row, int t, int width, bool
     }
 }
 
+// prefetch_rows for the pair after `pair` (none after the last): its rows of q-, k- and v-shaped
+// tensors and of a y-shaped one, each skipped when null.
+DT_INLINE void prefetch_next_pair(const AttentionShape& s, size_t pair, const float* qs,
+                                  const float* ks, const float* vs, const float* ys, bool write) {
+  const size_t heads = static_cast<size_t>(s.heads);
+  if (pair + 1 >= static_cast<size_t>(s.n) * heads) return;
+  const Head next{s, (pair + 1) / heads, (pair + 1) % heads};
+  if (qs) prefetch_rows(qs + next.qk(0), next.q_row(), s.t, s.key_dim, write);
+  if (ks) prefetch_rows(ks + next.qk(0), next.q_row(), s.t, s.key_dim, write);
+  if (vs) prefetch_rows(vs + next.vv(0), next.v_row(), s.t, s.value_dim, write);
+  if (ys) prefetch_rows(ys + next.yy(0), next.y_row(), s.t, s.value_dim, write);
+}
+
 // One pair's forward with its two products by `product`: the scores into its probs block (every
 // key; the causal mask is applied by the softmax, which leaves masked probabilities 0), each
 // row's softmax, then y = P v (P dropped, in `dropped`, with dropout).
@@ -212,14 +209,8 @@ DT_INLINE void product_forward_body(const AttentionShape& s, size_t pair, const 
   const int t = s.t, q_row = static_cast<int>(hd.q_row()), v_row = static_cast<int>(hd.v_row()),
             y_row = static_cast<int>(hd.y_row());
   float* p = probs + hd.p();
-  if (pair + 1 < static_cast<size_t>(s.n) * s.heads) {
-    const Head next{s, (pair + 1) / static_cast<size_t>(s.heads),
-                    (pair + 1) % static_cast<size_t>(s.heads)};
-    prefetch_rows(q + next.qk(0), next.q_row(), t, s.key_dim, false);
-    prefetch_rows(k + next.qk(0), next.q_row(), t, s.key_dim, false);
-    prefetch_rows(v + next.vv(0), next.v_row(), t, s.value_dim, false);
-    prefetch_rows(y + next.yy(0), next.y_row(), t, s.value_dim, true);
-  }
+  prefetch_next_pair(s, pair, q, k, v, nullptr, false);
+  prefetch_next_pair(s, pair, nullptr, nullptr, nullptr, y, true);
   const Causal masked = s.causal ? Causal::kColumnsToRow : Causal::kNone;
   product(false, true, t, t, s.key_dim, q + hd.qk(0), q_row, k + hd.qk(0), q_row, p, t, masked);
   for (int i = 0; i < t; ++i) softmax_row(p + static_cast<size_t>(i) * t, hd.keys(i), t, s.scale);
@@ -243,17 +234,8 @@ DT_INLINE void product_backward_body(const AttentionShape& s, size_t pair, const
   const int t = s.t, q_row = static_cast<int>(hd.q_row()), v_row = static_cast<int>(hd.v_row()),
             y_row = static_cast<int>(hd.y_row());
   const float* p = probs + hd.p();
-  if (pair + 1 < static_cast<size_t>(s.n) * s.heads) {
-    const Head next{s, (pair + 1) / static_cast<size_t>(s.heads),
-                    (pair + 1) % static_cast<size_t>(s.heads)};
-    prefetch_rows(q + next.qk(0), next.q_row(), t, s.key_dim, false);
-    prefetch_rows(k + next.qk(0), next.q_row(), t, s.key_dim, false);
-    prefetch_rows(v + next.vv(0), next.v_row(), t, s.value_dim, false);
-    prefetch_rows(dy + next.yy(0), next.y_row(), t, s.value_dim, false);
-    prefetch_rows(dq + next.qk(0), next.q_row(), t, s.key_dim, true);
-    prefetch_rows(dk + next.qk(0), next.q_row(), t, s.key_dim, true);
-    prefetch_rows(dv + next.vv(0), next.v_row(), t, s.value_dim, true);
-  }
+  prefetch_next_pair(s, pair, q, k, v, dy, false);
+  prefetch_next_pair(s, pair, dq, dk, dv, nullptr, true);
   const Causal lower = s.causal ? Causal::kDepthToRow : Causal::kNone,
                upper = s.causal ? Causal::kDepthFromRow : Causal::kNone;
   product(false, true, t, t, s.value_dim, dy + hd.yy(0), y_row, v + hd.vv(0), v_row, ds, t,

@@ -70,10 +70,9 @@ struct LossRows {
 
 // Rows [first, last): the largest logit (a maximum: any order gives it) and the first index that
 // holds it; e = e^(x - top) (into the row's dlogits, or e, a thread's buffer of `classes`
-// floats), summed over 16 interleaved lanes added in order; the row's log-probability of its
+// floats), summed by host_lanes.h's lane_sum; the row's log-probability of its
 // label, x - top - log(sum); then dlogits = e * (scale / sum), less scale at the label.
 DT_INLINE void loss_rows_body(const LossRows& l, int first, int last, float* e) {
-  constexpr int kLanes16 = 16;
   const int c = l.classes;
   for (int i = first; i < last; ++i) {
     const float* x = l.logits + static_cast<size_t>(i) * c;
@@ -85,15 +84,7 @@ DT_INLINE void loss_rows_body(const LossRows& l, int first, int last, float* e) 
     if (best == c) best = 0;  // every logit NaN
 #pragma omp simd
     for (int j = 0; j < c; ++j) out[j] = exp_nonpositive(x[j] - top);
-    float lane[kLanes16] = {};
-    int j = 0;
-    for (; j + kLanes16 <= c; j += kLanes16) {
-#pragma omp simd
-      for (int k = 0; k < kLanes16; ++k) lane[k] += out[j + k];
-    }
-    for (int k = 0; j < c; ++j, ++k) lane[k] += out[j];
-    float sum = 0;
-    for (float v : lane) sum += v;
+    const float sum = lane_sum(out, c);
     const int label = l.labels[i];
     l.row_losses[i] = x[label] - top - std::log(sum);
     l.row_hits[i] = best == label ? 1 : 0;

@@ -73,6 +73,23 @@ struct Lanes {
   }
 };
 
+// The sum of v[0..count) in float over kSumLanes interleaved lanes, added in lane order at the
+// end: the code's order at every vector width (a softmax's row sums, host_attention.cc and
+// host_eltwise.cc).
+constexpr int kSumLanes = 16;
+DT_INLINE float lane_sum(const float* v, int count) {
+  float lane[kSumLanes] = {};
+  int j = 0;
+  for (; j + kSumLanes <= count; j += kSumLanes) {
+#pragma omp simd
+    for (int k = 0; k < kSumLanes; ++k) lane[k] += v[j + k];
+  }
+  for (int k = 0; j < count; ++j, ++k) lane[k] += v[j];
+  float total = 0;
+  for (float l : lane) total += l;
+  return total;
+}
+
 // a * b + c rounded once. Every width that calls it fuses (AVX-512 and AVX2 with FMA vectorize
 // it; the plain build calls libm's fmaf, the same correctly rounded result), so the bits are
 // those of every width.
