@@ -9,7 +9,9 @@
 // the optimizer, the all-reduce wait and the rest ("other"), in ms and share of the step, with
 // the CPU model and oneDNN's ISA (on a GPU: eager steps, synchronized around each call, so the
 // row's step time is slower than without --profile). step_bench --cpu-info prints the CPU
-// model, oneDNN's ISA and whether the CPU computes in mixed_bfloat16. Asserts nothing.
+// model, oneDNN's ISA and whether the CPU computes in mixed_bfloat16. With --plain-activations the
+// oneDNN backend keeps every activation in plain NCHW (docs/design.md#blocked-activations: the
+// step as it was before activations were blocked, for a comparison in one run). Asserts nothing.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -84,6 +86,7 @@ struct BenchArgs {
   bool graphs = true;
   std::string precision;  ///< empty: the job's train.dtype_policy
   bool profile = false;
+  bool plain_activations = false;
 };
 
 BenchArgs parse_args(int argc, char** argv) {
@@ -93,13 +96,15 @@ BenchArgs parse_args(int argc, char** argv) {
     std::string arg = argv[i];
     if (arg == "--profile")
       args.profile = true;
+    else if (arg == "--plain-activations")
+      args.plain_activations = true;
     else
       positional.push_back(arg);
   }
   if (positional.size() < 2)
     throw common::ConfigError(
         "usage: step_bench JOB_FILE BATCH [STEPS] [cpu|cuda] [graphs|eager] "
-        "[float32|tf32|mixed_bfloat16|mixed_float16] [--profile]\n"
+        "[float32|tf32|mixed_bfloat16|mixed_float16] [--profile] [--plain-activations]\n"
         "       step_bench --cpu-info");
   args.job_file = positional[0];
   args.batch = std::stoi(positional[1]);
@@ -269,7 +274,9 @@ int run(int argc, char** argv) {
     std::printf("dtrain %d n/a n/a n/a n/a n/a\n", batch);
     return 0;
   }
-  auto backend = cuda ? nn::make_cuda_backend(math) : nn::make_dnnl_backend(math);
+  auto backend = cuda                     ? nn::make_cuda_backend(math)
+                 : args.plain_activations ? nn::make_plain_dnnl_backend(math)
+                                          : nn::make_dnnl_backend(math);
   // Profiled: every backend call timed (on a GPU bracketed by synchronizations, which a captured
   // graph cannot hold: eager steps).
   std::unique_ptr<nn::ProfiledBackend> profiled;

@@ -167,6 +167,78 @@ TEST_CASE("batch normalization's loops give the same bits at every vector width"
   if (widths == 0) WARN("only the plain loops run here: nothing to compare");
 }
 
+// Batch normalization in blocks of channels (docs/design.md#blocked-activations), as the oneDNN
+// backend runs it between convolutions: the plain loops' results to a rounding (both sum in
+// double, in different orders), and the same bits at every vector width and thread count.
+TEST_CASE("batch normalization in blocks of channels: the plain results, the same bits anywhere",
+          "[batch_norm]") {
+  using direct_conv::Vectors;
+  auto blocked = [](const Floats& v, const NormShape& s) {  // NCHW -> nChw16c
+    Floats out(v.size());
+    for (int i = 0; i < s.n; ++i)
+      for (int ch = 0; ch < s.c; ++ch)
+        for (int p = 0; p < s.hw; ++p)
+          out[((size_t(i) * (s.c / 16) + ch / 16) * s.hw + p) * 16 + ch % 16] =
+              v[(size_t(i) * s.c + ch) * s.hw + p];
+    return out;
+  };
+  for (NormShape s :
+       {NormShape{3, 16, 49}, NormShape{2, 32, 37}, NormShape{5, 16, 1}, NormShape{4, 48, 9}}) {
+    for (bool relu : {false, true}) {
+      s.relu = relu;
+      INFO("shape " << s.n << "x" << s.c << "x" << s.hw << (relu ? " relu" : ""));
+      const size_t c = size_t(s.c);
+      Floats x = random_floats(s.count(), 1), dy = random_floats(s.count(), 2, -1, 1);
+      Floats gamma = random_floats(c, 3, 0.5, 1.5), beta = random_floats(c, 4);
+      auto run = [&](Layout layout, Vectors v) {
+        NormShape t = s;
+        t.layout = layout;
+        const bool b = layout == Layout::kBlocked;
+        const Floats& xs = b ? blocked(x, s) : x;
+        const Floats& dys = b ? blocked(dy, s) : dy;
+        NormRun r{Floats(s.count()), Floats(c), Floats(c),        Floats(s.count()),
+                  Floats(c),         Floats(c), Floats(s.count())};
+        host_batchnorm_forward_training(t, 1e-3f, xs.data(), gamma.data(), beta.data(), r.y.data(),
+                                        r.mean.data(), r.var.data(), v);
+        host_batchnorm_backward(t, 1e-3f, xs.data(), r.y.data(), dys.data(), gamma.data(),
+                                r.mean.data(), r.var.data(), r.dx.data(), r.dgamma.data(),
+                                r.dbeta.data(), v);
+        host_batchnorm_forward_inference(t, 1e-3f, xs.data(), gamma.data(), beta.data(),
+                                         r.mean.data(), r.var.data(), r.y_inference.data(), v);
+        return r;
+      };
+      NormRun plain = run(Layout::kPlain, Vectors::kPlain);
+      NormRun got = run(Layout::kBlocked, Vectors::kWidest);
+      CHECK(worst_relative(got.mean, plain.mean) < 1e-6);
+      CHECK(worst_relative(got.var, plain.var) < 1e-6);
+      CHECK(worst_relative(got.y, blocked(plain.y, s), 1.0) < 2e-6);
+      CHECK(worst_relative(got.y_inference, blocked(plain.y_inference, s), 1.0) < 2e-6);
+      CHECK(worst_relative(got.dx, blocked(plain.dx, s)) < 1e-4);
+      CHECK(worst_relative(got.dgamma, plain.dgamma) < 1e-5);
+      CHECK(worst_relative(got.dbeta, plain.dbeta) < 1e-5);
+      for (Vectors v : {Vectors::kPlain, Vectors::kAvx2, Vectors::kAvx512}) {
+        if (!direct_conv::runs(v)) continue;
+        INFO(direct_conv::vectors_name(v));
+        NormRun width = run(Layout::kBlocked, v);
+        CHECK(width.mean == got.mean);
+        CHECK(width.var == got.var);
+        CHECK(width.y == got.y);
+        CHECK(width.y_inference == got.y_inference);
+        CHECK(width.dx == got.dx);
+        CHECK(width.dgamma == got.dgamma);
+        CHECK(width.dbeta == got.dbeta);
+      }
+      const int threads = omp_get_max_threads();
+      omp_set_num_threads(1);
+      NormRun one = run(Layout::kBlocked, Vectors::kWidest);
+      omp_set_num_threads(threads);
+      CHECK(one.y == got.y);
+      CHECK(one.dx == got.dx);
+      CHECK(one.dgamma == got.dgamma);
+    }
+  }
+}
+
 // Synchronized batch normalization's pieces (docs/design.md#synchronized-batch-normalization):
 // with one batch's own sums, batchnorm_sums and batchnorm_backward_data give the training
 // forward's statistics and batchnorm_backward's dx bit for bit on the host backend (the same

@@ -3,7 +3,7 @@
 // the two shares add up, match finite differences of its loss on the reference backend; layers
 // listed out of order are ordered; every mistake in a graph (a name that resolves to nothing, a
 // cycle, an unused layer, shapes that do not add, the wrong number of inputs) is a ConfigError
-// naming the JSON path of the layer.
+// naming the JSON path of the layer; backward computes no gradient that no parameter needs.
 #include <algorithm>
 #include <catch2/catch.hpp>
 #include <cmath>
@@ -14,6 +14,7 @@
 #include "common/errors.h"
 #include "common/json.h"
 #include "worker/nn/model.h"
+#include "worker/nn/profiled_backend.h"
 
 using namespace dtrain;
 using namespace dtrain::nn;
@@ -377,4 +378,38 @@ TEST_CASE("concatenate joins channels, and its gradients match finite difference
     {"name": "a", "type": "max_pooling2d"}, {"name": "j", "type": "concatenate",
      "inputs": ["a", "input"]}, {"type": "flatten"}, {"type": "dense", "units": 2}]}})"),
              StartsWith("model.layers[1]: concatenate needs inputs of one height and width"));
+}
+
+// Backward computes the gradient of what has parameters at or before it only: the augmentation
+// layers in front of the first convolution run no backward, and that convolution computes no dx;
+// the parameters' gradients are what they were.
+TEST_CASE("backward skips the gradients that no parameter needs", "[graph]") {
+  const std::string json = R"({"model": {"input_shape": [6, 6, 1], "layers": [
+    {"type": "random_flip", "mode": "horizontal"}, {"type": "rescaling", "scale": 0.5},
+    {"type": "conv2d", "filters": 4, "kernel_size": 3},
+    {"type": "relu"}, {"type": "flatten"}, {"type": "dense", "units": 3}]}})";
+  std::unique_ptr<Backend> ref = make_reference_backend();
+  ProfiledBackend profiled(*ref);
+  Model model(spec_of(json), profiled, kBatch);
+  model.initialize(4);
+  std::vector<float> x(kBatch * 36);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = std::sin(0.7f * float(i));
+  model.forward(x.data(), kBatch, StepKey{3, 0, 1}, true);
+  profiled.reset();
+  std::vector<float> dlogits = {0.1f, -0.2f, 0.3f, 0.0f, 0.5f, -0.4f, 0.2f, 0.2f, -0.1f};
+  std::copy(dlogits.begin(), dlogits.end(), model.logits_gradient());
+  model.backward(kBatch);
+  std::vector<std::string> labels;
+  for (const OpTime& row : profiled.table()) labels.push_back(row.label);
+  auto has = [&](const std::string& prefix) {
+    return std::any_of(labels.begin(), labels.end(),
+                       [&](const std::string& l) { return l.rfind(prefix, 0) == 0; });
+  };
+  CHECK(has("conv2d_backward_weights"));
+  CHECK(has("dense_backward_data"));
+  CHECK_FALSE(has("conv2d_backward_data"));
+  CHECK_FALSE(has("remap2d_backward"));
+  CHECK_FALSE(has("scale_shift"));
+  std::vector<float> grads = model.gradients().to_host();
+  CHECK(std::any_of(grads.begin(), grads.end(), [](float g) { return g != 0.0f; }));
 }

@@ -60,6 +60,9 @@ struct NormShape {
   /// A ReLU fused after it: the output is max(y, 0), and backward's dy is the gradient of that
   /// output (masked where it is 0) (docs/design.md#batch-normalization).
   bool relu = false;
+  /// x, y and their gradients in blocks of channels (the oneDNN backend's training and
+  /// inference passes; not the synchronized layer's pieces).
+  Layout layout = Layout::kPlain;
   size_t count() const { return static_cast<size_t>(n) * c * hw; }
 };
 
@@ -107,6 +110,17 @@ class Backend {
   /// The kernels the library dispatched to so far, for the log ("convolution jit:avx512_core;
   /// matmul brg:avx512_core_bf16"); empty where the backend does not say.
   virtual std::string implementations() const { return {}; }
+
+  /// Whether this backend holds activations in blocks of channels (Layout::kBlocked) where the
+  /// model asks: its convolutions, batch normalization and reorder_channels take them, and every
+  /// elementwise operation is indifferent to the layout (docs/design.md#blocked-activations).
+  virtual bool blocks_channels() const { return false; }
+  /// n examples of c channels (a multiple of kChannelBlock) of hw pixels from x in one layout to
+  /// y in the other: to Layout::kBlocked from plain, or back. Data movement only: exact.
+  virtual void reorder_channels(int /*n*/, int /*c*/, int /*hw*/, Layout /*to*/, const float* /*x*/,
+                                float* /*y*/) {
+    unsupported("reorder_channels");
+  }
 
   /// y = conv(x, w) + b.  x: n,c,h,w  w: k,c,kh,kw  b: k  y: n,k,oh,ow
   virtual void conv2d_forward(const ConvShape& s, const float* x, const float* w, const float* b,
@@ -467,8 +481,10 @@ class Backend {
 
 /// The oneDNN backend (dnnl_backend.cc), on its own host device, computing its products in
 /// `mode` (kTf32 computes in float32 on the CPU). ConfigError when the CPU cannot compute in
-/// `mode` (cpu_supports).
+/// `mode` (cpu_supports). It blocks channels (blocks_channels) where the CPU has AVX-512.
 std::unique_ptr<Backend> make_dnnl_backend(MathMode mode = MathMode::kFloat32);
+/// The same backend keeping every activation plain NCHW (a test's or a benchmark's comparison).
+std::unique_ptr<Backend> make_plain_dnnl_backend(MathMode mode = MathMode::kFloat32);
 /// Whether this CPU multiplies in `mode` natively (bf16: AVX512_BF16 or AMX, as oneDNN
 /// dispatches; fp16: never on the CPU for now), and the ISA oneDNN dispatches to, by name.
 bool cpu_supports(MathMode mode);

@@ -1,11 +1,12 @@
 // The CPU backend on oneDNN: convolutions in the layouts oneDNN prefers (dnnl_parts.h stages
-// them from and to the layers' plain NCHW buffers), except those with few input channels, which
-// run direct_conv.h's loops on the NCHW buffers (all but their input gradient); dense layers on
-// sgemm and matmul primitives; max pooling and ReLU as primitives, all made once per shape and
-// cached (average pooling and the other activations too); log-softmax as a primitive with the loss
-// around it; optimizer updates as plain loops split over OpenMP's threads. In mixed_bfloat16 the
-// products take bf16 copies of their inputs (docs/design.md#mixed-precision); everything else stays
-// float32. The dnnl_* files are the only ones that include oneDNN.
+// them from and to the layers' buffers, which the model keeps in blocks of 16 channels where
+// it can on an AVX-512 CPU: docs/design.md#blocked-activations), except those with few input
+// channels, which run direct_conv.h's loops on the NCHW buffers (all but their input gradient);
+// dense layers on sgemm and matmul primitives; max pooling and ReLU as primitives, all made once
+// per shape and cached (average pooling and the other activations too); log-softmax as a primitive
+// with the loss around it; optimizer updates as plain loops split over OpenMP's threads. In
+// mixed_bfloat16 the products take bf16 copies of their inputs (docs/design.md#mixed-precision);
+// everything else stays float32. The dnnl_* files are the only ones that include oneDNN.
 #include <fmt/format.h>
 
 #include <cmath>
@@ -63,14 +64,22 @@ struct ReluPrimitives {
 
 class DnnlBackend : public HostBackend {
  public:
-  explicit DnnlBackend(MathMode mode)
-      : mode_(mode), engine_(dnnl::engine::kind::cpu, 0), stream_(engine_), rounder_(engine_) {}
+  DnnlBackend(MathMode mode, bool blocked_channels)
+      : mode_(mode),
+        engine_(dnnl::engine::kind::cpu, 0),
+        stream_(engine_),
+        rounder_(engine_),
+        // oneDNN's AVX-512 kernels block channels by 16; its AVX2 ones by 8, which these
+        // activations would be reordered to at every call.
+        blocked_channels_(blocked_channels && own_kernels_may_use(VectorIsa::kAvx512)) {}
   std::string name() const override {
     return bf16() ? fmt::format("cpu (oneDNN, mixed_bfloat16 on {})", cpu_isa_name())
                   : std::string("cpu (oneDNN)");
   }
   MathMode math_mode() const override { return mode_; }
   std::string implementations() const override;
+  bool blocks_channels() const override { return blocked_channels_; }
+  void reorder_channels(int n, int c, int hw, Layout to, const float* x, float* y) override;
 
   // A convolution with few input channels runs direct_conv.h's loops on the NCHW buffers, except
   // for its input gradient; others run oneDNN's primitives in blocked layouts.
@@ -88,7 +97,9 @@ class DnnlBackend : public HostBackend {
   }
   void conv2d_backward_weights(const ConvShape& s, const float* x, const float* dy, float* dw,
                                float* db) override {
-    if (direct(s)) return direct_conv::backward_weights(s, x, nullptr, dy, dw, db, bf16());
+    if (direct(s)) {
+      return direct_conv::backward_weights(s, x, nullptr, plain_output(s, dy, 0), dw, db, bf16());
+    }
     conv(s).backward_weights(stream_, x, dy, dw, db);
   }
   void conv2d_backward(const ConvShape& s, const float* x, const float* dy, const float* w,
@@ -100,7 +111,10 @@ class DnnlBackend : public HostBackend {
   void conv2d_relu_backward_weights(const ConvShape& s, const float* x, const float* y,
                                     const float* dy, float* dw, float* db,
                                     float* scratch) override {
-    if (direct(s)) return direct_conv::backward_weights(s, x, y, dy, dw, db, bf16());
+    if (direct(s)) {
+      return direct_conv::backward_weights(s, x, plain_output(s, y, 0), plain_output(s, dy, 1), dw,
+                                           db, bf16());
+    }
     HostBackend::conv2d_relu_backward_weights(s, x, y, dy, dw, db, scratch);
   }
 
@@ -370,11 +384,29 @@ class DnnlBackend : public HostBackend {
   }
   void conv_forward(const ConvShape& s, const float* x, const float* w, const float* b, float* y,
                     bool relu) {
-    if (direct(s)) return direct_conv::forward(s, x, w, b, y, relu, bf16());
-    conv(s).forward(stream_, x, w, b, y, relu);
+    if (!direct(s)) return conv(s).forward(stream_, x, w, b, y, relu);
+    if (s.y_layout == Layout::kPlain) return direct_conv::forward(s, x, w, b, y, relu, bf16());
+    float* rows = staging(s, 0);  // the direct loops write NCHW rows
+    direct_conv::forward(s, x, w, b, rows, relu, bf16());
+    reorder_channels(s.n, s.k, s.oh() * s.ow(), Layout::kBlocked, rows, y);
   }
+  // A direct convolution's y-shaped tensor t in plain NCHW: t itself, or (y in blocks of
+  // channels) its reorder into staging buffer `slot`.
+  const float* plain_output(const ConvShape& s, const float* t, int slot) {
+    if (!t || s.y_layout == Layout::kPlain) return t;
+    float* rows = staging(s, slot);
+    reorder_channels(s.n, s.k, s.oh() * s.ow(), Layout::kPlain, t, rows);
+    return rows;
+  }
+  float* staging(const ConvShape& s, int slot) {
+    std::vector<float>& v = staging_[slot];
+    if (v.size() < s.output_count()) v.resize(s.output_count());
+    return v.data();
+  }
+  // The direct loops read x as NCHW rows; a blocked x (a 1x1 convolution of 16 channels) is
+  // oneDNN's.
   bool direct(const ConvShape& s) {
-    if (!direct_conv::suits(s)) return false;
+    if (s.x_layout == Layout::kBlocked || !direct_conv::suits(s)) return false;
     direct_used_ = true;
     return true;
   }
@@ -410,7 +442,23 @@ class DnnlBackend : public HostBackend {
   std::vector<float> row_losses_;  ///< softmax_cross_entropy's per row, summed in order
   std::vector<uint8_t> row_hits_;
   bool direct_used_ = false;  // a convolution ran direct_conv.h's loops
+  bool blocked_channels_;
+  std::vector<float> staging_[2];  ///< a direct convolution's plain y or dy (blocked_channels_)
+  std::map<std::string, dnnl::reorder> channel_reorders_;
 };
+
+void DnnlBackend::reorder_channels(int n, int c, int hw, Layout to, const float* x, float* y) {
+  DT_ENFORCE(c % kChannelBlock == 0, "{} channels do not fill blocks of {}", c, kChannelBlock);
+  auto& slot = channel_reorders_[fmt::format("{} {} {} {}", n, c, hw, static_cast<int>(to))];
+  const memory::desc nchw({n, c, hw, 1}, Dt::f32, Tag::nchw),
+      blocked({n, c, hw, 1}, Dt::f32, Tag::nChw16c);
+  const memory::desc& from = to == Layout::kBlocked ? nchw : blocked;
+  const memory::desc& into = to == Layout::kBlocked ? blocked : nchw;
+  if (!slot) slot = dnnl::reorder(dnnl::reorder::primitive_desc(engine_, from, engine_, into));
+  memory source(from, engine_, const_cast<float*>(x)), target(into, engine_, y);
+  slot.execute(stream_, source, target);
+  stream_.wait();
+}
 
 Conv& DnnlBackend::conv(const ConvShape& s) {
   auto& slot = convs_[key_of(s)];
@@ -686,12 +734,24 @@ void DnnlBackend::adamw_update(const AdamWParams& gated_params, int64_t step, si
 
 }  // namespace
 
-std::unique_ptr<Backend> make_dnnl_backend(MathMode mode) {
+namespace {
+
+std::unique_ptr<Backend> dnnl_backend(MathMode mode, bool blocked_channels) {
   if (mode == MathMode::kTf32) mode = MathMode::kFloat32;
   if (!cpu_supports(mode))
     throw common::ConfigError(
         fmt::format("this CPU ({}) cannot compute in {}", cpu_isa_name(), math_mode_name(mode)));
-  return std::make_unique<DnnlBackend>(mode);
+  return std::make_unique<DnnlBackend>(mode, blocked_channels);
+}
+
+}  // namespace
+
+std::unique_ptr<Backend> make_dnnl_backend(MathMode mode) {
+  return dnnl_backend(mode, true);
+}
+
+std::unique_ptr<Backend> make_plain_dnnl_backend(MathMode mode) {
+  return dnnl_backend(mode, false);
 }
 
 bool cpu_supports(MathMode mode) {

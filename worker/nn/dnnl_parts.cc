@@ -246,8 +246,13 @@ Conv::Conv(const ConvShape& s, MathMode mode, const dnnl::engine& engine) : engi
   const Dt in = mode == MathMode::kBfloat16 ? Dt::bf16 : Dt::f32;
   const memory::dims src_dims = {s.n, s.c, s.h, s.w}, weight_dims = {s.k, s.c, s.kh, s.kw},
                      dst_dims = {s.n, s.k, s.oh(), s.ow()};
-  const memory::desc plain_src(src_dims, Dt::f32, Tag::nchw),
-      plain_weights(weight_dims, Dt::f32, Tag::oihw), plain_dst(dst_dims, Dt::f32, Tag::nchw);
+  // The callers' layouts: x and dx, y and dy each plain NCHW or in blocks of 16 channels (the
+  // model's choice, docs/design.md#blocked-activations); where oneDNN wants the same, Staged
+  // hands it the caller's memory and nothing is reordered.
+  auto layout = [](Layout l) { return l == Layout::kBlocked ? Tag::nChw16c : Tag::nchw; };
+  const memory::desc plain_src(src_dims, Dt::f32, layout(s.x_layout)),
+      plain_weights(weight_dims, Dt::f32, Tag::oihw),
+      plain_dst(dst_dims, Dt::f32, layout(s.y_layout));
   bias_ = memory::desc({s.k}, Dt::f32, Tag::x);
   // A few input channels stay plain: blocking them would pad each to 16 (oneDNN's first-layer
   // kernels read NCHW directly). Everything else is left to oneDNN's choice.

@@ -75,9 +75,10 @@ class Rounder {
 
 /// The primitives of one convolution shape, in one math mode (float32, or bf16 inputs with
 /// float32 outputs), each tensor in the layout oneDNN prefers (blocked channels), staged from
-/// and to the callers' plain NCHW / OIHW buffers. The forward keeps its blocked copy of each x it
-/// is given (one buffer per x address, reused every step), so that backward() need not make it
-/// again; backward() stages dy once for both of its products (docs/design.md#convolution-layouts).
+/// and to the callers' buffers (OIHW weights; activations in the shape's layouts). The forward
+/// keeps its blocked copy of each x it is given (one buffer per x address, reused every step), so
+/// that backward() need not make it again; backward() stages dy once for both of its products
+/// (docs/design.md#convolution-layouts).
 class Conv {
  public:
   Conv(const ConvShape& s, MathMode mode, const dnnl::engine& engine);

@@ -270,11 +270,317 @@ Kernels kernels_for(Vectors vectors) {
   }
 }
 
+// Blocks of channels (NormShape::layout kBlocked, docs/design.md#blocked-activations): a unit is
+// one example's block of kChannelBlock channels, hw pixels of kChannelBlock floats each. Each
+// channel of a unit is summed over its pixels in double, the even pixels and the odd ones apart
+// (two chains per channel, added at the end), the channels in vector lanes; each channel's
+// units are then added in example order. The threads take whole units, so the order is the
+// code's at every thread count and width.
+constexpr int kBlock = kChannelBlock;
+
+DT_INLINE size_t unit_at(int u, int hw) {
+  return static_cast<size_t>(u) * hw * kBlock;
+}
+
+/// out[k] = the sum over the unit's pixels of x (center null) or of (x - center[k])^2.
+DT_INLINE void unit_sums_body(const float* x, int hw, const double* center, double* out) {
+  double even[kBlock] = {}, odd[kBlock] = {};
+  int p = 0;
+  if (center) {
+    for (; p + 2 <= hw; p += 2) {
+      const float* a = x + static_cast<size_t>(p) * kBlock;
+#pragma omp simd
+      for (int k = 0; k < kBlock; ++k) {
+        const double d = a[k] - center[k], e = a[kBlock + k] - center[k];
+        even[k] += d * d;
+        odd[k] += e * e;
+      }
+    }
+    if (p < hw) {
+      const float* a = x + static_cast<size_t>(p) * kBlock;
+#pragma omp simd
+      for (int k = 0; k < kBlock; ++k) {
+        const double d = a[k] - center[k];
+        even[k] += d * d;
+      }
+    }
+  } else {
+    for (; p + 2 <= hw; p += 2) {
+      const float* a = x + static_cast<size_t>(p) * kBlock;
+#pragma omp simd
+      for (int k = 0; k < kBlock; ++k) {
+        even[k] += a[k];
+        odd[k] += a[kBlock + k];
+      }
+    }
+    if (p < hw) {
+      const float* a = x + static_cast<size_t>(p) * kBlock;
+#pragma omp simd
+      for (int k = 0; k < kBlock; ++k) even[k] += a[k];
+    }
+  }
+#pragma omp simd
+  for (int k = 0; k < kBlock; ++k) out[k] = even[k] + odd[k];
+}
+
+/// y = x * scale[k] + shift[k] over the unit (with relu, max of that and 0).
+DT_INLINE void unit_affine_body(const float* x, int hw, const float* scale, const float* shift,
+                                bool relu, float* y) {
+  for (int p = 0; p < hw; ++p) {
+    const float* a = x + static_cast<size_t>(p) * kBlock;
+    float* b = y + static_cast<size_t>(p) * kBlock;
+    if (relu) {
+#pragma omp simd
+      for (int k = 0; k < kBlock; ++k) {
+        const float v = a[k] * scale[k] + shift[k];
+        b[k] = v > 0.0f ? v : 0.0f;
+      }
+    } else {
+#pragma omp simd
+      for (int k = 0; k < kBlock; ++k) b[k] = a[k] * scale[k] + shift[k];
+    }
+  }
+}
+
+/// dy, or +0 where y is not positive (with a fused ReLU): the select as a mask of dy's bits,
+/// which the compiler vectorizes in these loops where it branched on a plain select.
+template <bool kRelu>
+DT_INLINE float masked(float dy, float y) {
+  if (!kRelu) return dy;
+  uint32_t bits;
+  __builtin_memcpy(&bits, &dy, sizeof bits);
+  bits &= 0u - static_cast<uint32_t>(y > 0.0f);
+  float d;
+  __builtin_memcpy(&d, &bits, sizeof d);
+  return d;
+}
+
+/// The unit's sums of dy and of dy * xhat (dy masked where y is not positive, with kRelu), as
+/// unit_sums_body orders them.
+template <bool kRelu>
+DT_INLINE void unit_backward_sums_body(const float* x, const float* y, const float* dy, int hw,
+                                       const double* mu, const double* inv, double* sum_dy,
+                                       double* sum_dy_xhat) {
+  double dy_even[kBlock] = {}, dy_odd[kBlock] = {}, xh_even[kBlock] = {}, xh_odd[kBlock] = {};
+  int p = 0;
+  for (; p + 2 <= hw; p += 2) {
+    const size_t at = static_cast<size_t>(p) * kBlock;
+#pragma omp simd
+    for (int k = 0; k < kBlock; ++k) {
+      const float d = masked<kRelu>(dy[at + k], y[at + k]);
+      const float e = masked<kRelu>(dy[at + kBlock + k], y[at + kBlock + k]);
+      dy_even[k] += d;
+      dy_odd[k] += e;
+      xh_even[k] += d * ((x[at + k] - mu[k]) * inv[k]);
+      xh_odd[k] += e * ((x[at + kBlock + k] - mu[k]) * inv[k]);
+    }
+  }
+  if (p < hw) {
+    const size_t at = static_cast<size_t>(p) * kBlock;
+#pragma omp simd
+    for (int k = 0; k < kBlock; ++k) {
+      const float d = masked<kRelu>(dy[at + k], y[at + k]);
+      dy_even[k] += d;
+      xh_even[k] += d * ((x[at + k] - mu[k]) * inv[k]);
+    }
+  }
+#pragma omp simd
+  for (int k = 0; k < kBlock; ++k) {
+    sum_dy[k] = dy_even[k] + dy_odd[k];
+    sum_dy_xhat[k] = xh_even[k] + xh_odd[k];
+  }
+}
+
+/// Per channel k of a unit: mu, inv, g = gamma * inv, and the means of dy and dy * xhat.
+struct UnitGradient {
+  const double* mu;
+  const double* inv;
+  const double* g;
+  const double* mean_dy;
+  const double* mean_dy_xhat;
+};
+
+/// dx over the unit, as channel_dx computes each value.
+template <bool kRelu>
+DT_INLINE void unit_dx_body(const float* x, const float* y, const float* dy, int hw,
+                            const UnitGradient& u, float* dx) {
+  for (int p = 0; p < hw; ++p) {
+    const size_t at = static_cast<size_t>(p) * kBlock;
+#pragma omp simd
+    for (int k = 0; k < kBlock; ++k) {
+      const float d = masked<kRelu>(dy[at + k], y[at + k]);
+      const double xhat = (x[at + k] - u.mu[k]) * u.inv[k];
+      dx[at + k] = static_cast<float>(u.g[k] * (d - u.mean_dy[k] - xhat * u.mean_dy_xhat[k]));
+    }
+  }
+}
+
+/// The unit loops compiled for one vector width.
+struct UnitKernels {
+  void (*sums)(const float*, int, const double*, double*);
+  void (*affine)(const float*, int, const float*, const float*, bool, float*);
+  void (*backward_sums)(const float*, const float*, const float*, int, bool, const double*,
+                        const double*, double*, double*);
+  void (*dx)(const float*, const float*, const float*, int, bool, const UnitGradient&, float*);
+};
+
+#define DT_UNIT_KERNELS(suffix, attribute)                                                       \
+  attribute void unit_sums_##suffix(const float* x, int hw, const double* center, double* out) { \
+    unit_sums_body(x, hw, center, out);                                                          \
+  }                                                                                              \
+  attribute void unit_affine_##suffix(const float* x, int hw, const float* scale,                \
+                                      const float* shift, bool relu, float* y) {                 \
+    unit_affine_body(x, hw, scale, shift, relu, y);                                              \
+  }                                                                                              \
+  attribute void unit_backward_sums_##suffix(                                                    \
+      const float* x, const float* y, const float* dy, int hw, bool relu, const double* mu,      \
+      const double* inv, double* sum_dy, double* sum_dy_xhat) {                                  \
+    if (relu) return unit_backward_sums_body<true>(x, y, dy, hw, mu, inv, sum_dy, sum_dy_xhat);  \
+    unit_backward_sums_body<false>(x, y, dy, hw, mu, inv, sum_dy, sum_dy_xhat);                  \
+  }                                                                                              \
+  attribute void unit_dx_##suffix(const float* x, const float* y, const float* dy, int hw,       \
+                                  bool relu, const UnitGradient& u, float* dx) {                 \
+    if (relu) return unit_dx_body<true>(x, y, dy, hw, u, dx);                                    \
+    unit_dx_body<false>(x, y, dy, hw, u, dx);                                                    \
+  }
+
+DT_UNIT_KERNELS(plain, )
+#if defined(__x86_64__) && defined(__GNUC__)
+DT_UNIT_KERNELS(avx2, __attribute__((target("avx2"))))
+DT_UNIT_KERNELS(avx512, __attribute__((target("avx512f"))))
+#endif
+#undef DT_UNIT_KERNELS
+
+UnitKernels unit_kernels_for(Vectors vectors) {
+  if (vectors == Vectors::kWidest) vectors = direct_conv::widest();
+  DT_ENFORCE(direct_conv::runs(vectors), "this CPU cannot run batch normalization's {} loops",
+             direct_conv::vectors_name(vectors));
+  switch (vectors) {
+#if defined(__x86_64__) && defined(__GNUC__)
+    case Vectors::kAvx512:
+      return {unit_sums_avx512, unit_affine_avx512, unit_backward_sums_avx512, unit_dx_avx512};
+    case Vectors::kAvx2:
+      return {unit_sums_avx2, unit_affine_avx2, unit_backward_sums_avx2, unit_dx_avx2};
+#endif
+    default:
+      return {unit_sums_plain, unit_affine_plain, unit_backward_sums_plain, unit_dx_plain};
+  }
+}
+
+/// A blocked tensor's units, and each channel's total over its units in example order.
+struct Units {
+  const NormShape& s;
+  int blocks() const { return s.c / kBlock; }
+  int count() const { return s.n * blocks(); }
+  /// totals[ch] = the sum over examples of partial[(i * blocks + ch / 16) * 16 + ch % 16].
+  void totals(const std::vector<double>& partial, double* totals) const {
+    for (int ch = 0; ch < s.c; ++ch) {
+      double t = 0;
+      for (int i = 0; i < s.n; ++i)
+        t += partial[(static_cast<size_t>(i) * blocks() + ch / kBlock) * kBlock + ch % kBlock];
+      totals[ch] = t;
+    }
+  }
+};
+
+void blocked_forward_training(const NormShape& s, float epsilon, const float* x, const float* gamma,
+                              const float* beta, float* y, float* mean, float* var,
+                              Vectors vectors) {
+  const UnitKernels kernels = unit_kernels_for(vectors);
+  const Units units{s};
+  const int count = units.count(), hw = s.hw;
+  const double m = static_cast<double>(s.n) * s.hw;
+  std::vector<double> partial(static_cast<size_t>(count) * kBlock), mu(s.c), total(s.c);
+#pragma omp parallel for schedule(static)
+  for (int u = 0; u < count; ++u)
+    kernels.sums(x + unit_at(u, hw), hw, nullptr, partial.data() + static_cast<size_t>(u) * kBlock);
+  units.totals(partial, total.data());
+  for (int ch = 0; ch < s.c; ++ch) mu[ch] = total[ch] / m;
+#pragma omp parallel for schedule(static)
+  for (int u = 0; u < count; ++u)
+    kernels.sums(x + unit_at(u, hw), hw, mu.data() + (u % units.blocks()) * kBlock,
+                 partial.data() + static_cast<size_t>(u) * kBlock);
+  units.totals(partial, total.data());
+  std::vector<float> scale(s.c), shift(s.c);
+  for (int ch = 0; ch < s.c; ++ch) {
+    mean[ch] = static_cast<float>(mu[ch]);
+    var[ch] = static_cast<float>(total[ch] / m);
+    folded(epsilon, gamma, beta, mean[ch], var[ch], ch, &scale[ch], &shift[ch]);
+  }
+#pragma omp parallel for schedule(static)
+  for (int u = 0; u < count; ++u) {
+    const int b = (u % units.blocks()) * kBlock;
+    kernels.affine(x + unit_at(u, hw), hw, scale.data() + b, shift.data() + b, s.relu,
+                   y + unit_at(u, hw));
+  }
+}
+
+void blocked_forward_inference(const NormShape& s, float epsilon, const float* x,
+                               const float* gamma, const float* beta, const float* mean,
+                               const float* var, float* y, Vectors vectors) {
+  const UnitKernels kernels = unit_kernels_for(vectors);
+  const Units units{s};
+  const int count = units.count(), hw = s.hw;
+  std::vector<float> scale(s.c), shift(s.c);
+  for (int ch = 0; ch < s.c; ++ch)
+    folded(epsilon, gamma, beta, mean[ch], var[ch], ch, &scale[ch], &shift[ch]);
+#pragma omp parallel for schedule(static)
+  for (int u = 0; u < count; ++u) {
+    const int b = (u % units.blocks()) * kBlock;
+    kernels.affine(x + unit_at(u, hw), hw, scale.data() + b, shift.data() + b, s.relu,
+                   y + unit_at(u, hw));
+  }
+}
+
+void blocked_backward(const NormShape& s, float epsilon, const float* x, const float* y,
+                      const float* dy, const float* gamma, const float* mean, const float* var,
+                      float* dx, float* dgamma, float* dbeta, Vectors vectors) {
+  const UnitKernels kernels = unit_kernels_for(vectors);
+  const Units units{s};
+  const int count = units.count(), hw = s.hw;
+  const double m = static_cast<double>(s.n) * s.hw;
+  std::vector<double> mu(s.c), inv(s.c), g(s.c), mean_dy(s.c), mean_dy_xhat(s.c);
+  for (int ch = 0; ch < s.c; ++ch) {
+    mu[ch] = mean[ch];
+    inv[ch] = 1.0 / std::sqrt(static_cast<double>(var[ch]) + epsilon);
+    g[ch] = (gamma ? gamma[ch] : 1.0) * inv[ch];
+  }
+  std::vector<double> partial_dy(static_cast<size_t>(count) * kBlock),
+      partial_dy_xhat(partial_dy.size());
+#pragma omp parallel for schedule(static)
+  for (int u = 0; u < count; ++u) {
+    const int b = (u % units.blocks()) * kBlock;
+    const size_t at = unit_at(u, hw);
+    kernels.backward_sums(x + at, y + at, dy + at, hw, s.relu, mu.data() + b, inv.data() + b,
+                          partial_dy.data() + static_cast<size_t>(u) * kBlock,
+                          partial_dy_xhat.data() + static_cast<size_t>(u) * kBlock);
+  }
+  units.totals(partial_dy, mean_dy.data());
+  units.totals(partial_dy_xhat, mean_dy_xhat.data());
+  for (int ch = 0; ch < s.c; ++ch) {
+    if (dbeta) dbeta[ch] = static_cast<float>(mean_dy[ch]);
+    if (dgamma) dgamma[ch] = static_cast<float>(mean_dy_xhat[ch]);
+    mean_dy[ch] /= m;
+    mean_dy_xhat[ch] /= m;
+  }
+  if (!dx) return;
+#pragma omp parallel for schedule(static)
+  for (int u = 0; u < count; ++u) {
+    const int b = (u % units.blocks()) * kBlock;
+    const size_t at = unit_at(u, hw);
+    const UnitGradient ug{mu.data() + b, inv.data() + b, g.data() + b, mean_dy.data() + b,
+                          mean_dy_xhat.data() + b};
+    kernels.dx(x + at, y + at, dy + at, hw, s.relu, ug, dx + at);
+  }
+}
+
 }  // namespace
 
 void host_batchnorm_forward_training(const NormShape& s, float epsilon, const float* x,
                                      const float* gamma, const float* beta, float* y, float* mean,
                                      float* var, Vectors vectors) {
+  if (s.layout == Layout::kBlocked)
+    return blocked_forward_training(s, epsilon, x, gamma, beta, y, mean, var, vectors);
   const Kernels kernels = kernels_for(vectors);
   const Forward f{s, epsilon, x, gamma, beta, y, mean, var};
 #pragma omp parallel for schedule(static)
@@ -284,6 +590,8 @@ void host_batchnorm_forward_training(const NormShape& s, float epsilon, const fl
 void host_batchnorm_forward_inference(const NormShape& s, float epsilon, const float* x,
                                       const float* gamma, const float* beta, const float* mean,
                                       const float* var, float* y, Vectors vectors) {
+  if (s.layout == Layout::kBlocked)
+    return blocked_forward_inference(s, epsilon, x, gamma, beta, mean, var, y, vectors);
   const Kernels kernels = kernels_for(vectors);
   const Inference f{s, epsilon, x, gamma, beta, mean, var, y};
 #pragma omp parallel for schedule(static)
@@ -294,6 +602,8 @@ void host_batchnorm_backward(const NormShape& s, float epsilon, const float* x, 
                              const float* dy, const float* gamma, const float* mean,
                              const float* var, float* dx, float* dgamma, float* dbeta,
                              Vectors vectors) {
+  if (s.layout == Layout::kBlocked)
+    return blocked_backward(s, epsilon, x, y, dy, gamma, mean, var, dx, dgamma, dbeta, vectors);
   const Kernels kernels = kernels_for(vectors);
   const Backward b{s, epsilon, x, y, dy, gamma, mean, var, dx, dgamma, dbeta};
 #pragma omp parallel for schedule(static)
@@ -306,6 +616,7 @@ void host_batchnorm_backward(const NormShape& s, float epsilon, const float* x, 
 
 void host_batchnorm_sums(const NormShape& s, const float* x, const float* center, float* sums,
                          Vectors vectors) {
+  DT_ENFORCE(s.layout == Layout::kPlain, "batchnorm_sums takes plain NCHW");
   const Kernels kernels = kernels_for(vectors);
   const Sums f{s, x, center, sums};
 #pragma omp parallel for schedule(static)
@@ -316,6 +627,7 @@ void host_batchnorm_backward_data(const NormShape& s, float epsilon, const float
                                   const float* dy, const float* gamma, const float* mean,
                                   const float* var, const float* totals, double count, float* dx,
                                   Vectors vectors) {
+  DT_ENFORCE(s.layout == Layout::kPlain, "batchnorm_backward_data takes plain NCHW");
   const Kernels kernels = kernels_for(vectors);
   const Backward b{s, epsilon, x, y, dy, gamma, mean, var, dx, nullptr, nullptr, totals, count};
 #pragma omp parallel for schedule(static)

@@ -89,6 +89,15 @@ struct BackwardArgs {
   const GroupSum* group = nullptr;
 };
 
+/// What a layer does with activations in blocks of channels (Layout::kBlocked), which the model
+/// hands it where the backend blocks channels (docs/design.md#blocked-activations).
+enum class Blocking {
+  kNone,     ///< its inputs and output are plain
+  kAny,      ///< each input and its output may be either, independently (a convolution)
+  kFollows,  ///< its inputs and output share one layout, either (elementwise, normalization)
+  kReads,    ///< its inputs may be either; its output is plain (global average pooling)
+};
+
 class Layer {
  public:
   virtual ~Layer() = default;
@@ -122,6 +131,10 @@ class Layer {
   /// forward and backward from now on (its y is then the ReLU's output, its dy that output's
   /// gradient), and the model runs the ReLU as a view of it (docs/design.md#fusion).
   virtual bool fuse_relu() { return false; }
+  virtual Blocking blocking() const { return Blocking::kNone; }
+  /// The layouts the model chose for its inputs and output (as blocking() allows), once, before
+  /// the first forward; every layer starts with all plain.
+  virtual void set_layouts(const std::vector<Layout>& /*inputs*/, Layout /*output*/) {}
   virtual void forward(Backend& b, const ForwardArgs& a) = 0;
   /// Writes this layer's gradients, calling gradients_enqueued(k) (when set) as soon as piece k
   /// of gradient_pieces() is enqueued (when unset, a layer may produce its gradients in fewer,

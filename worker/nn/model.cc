@@ -43,6 +43,7 @@ Model::Model(const ModelSpec& spec, Backend& backend, int max_batch, float* grad
   move_gradients(gradient_memory, gradient_floats);
   fuse();
   plan_memory();
+  choose_layouts();
 }
 
 Model::~Model() = default;
@@ -126,6 +127,16 @@ void Model::plan_memory() {
   if (root_[output_] == kInput)
     throw common::ConfigError(
         fmt::format("{}: the model's output is its input; add a layer", spec_.nodes[output_].path));
+  // A node's output needs a gradient when it or a node before it has parameters; backward skips
+  // the others, and nobody computes a gradient for them (an augmentation layer's, or the first
+  // convolution's dx).
+  needs_gradient_.assign(n, false);
+  for (size_t i = 0; i < n; ++i) {
+    bool needs = ranges_[i].count > 0;
+    for (size_t in : spec_.nodes[i].inputs)
+      needs = needs || (in != NodeSpec::kModelInput && needs_gradient_[in]);
+    needs_gradient_[i] = needs;
+  }
   // Backward runs the nodes last to first; the first to reach an input's gradient writes it, the
   // others add theirs.
   std::vector<bool> written(n, false);
@@ -138,10 +149,10 @@ void Model::plan_memory() {
     inputs_[i].assign(ins.size(), nullptr);
     input_deltas_[i].assign(ins.size(), nullptr);
     accumulates_[i].assign(ins.size(), false);
-    if (view_[i]) continue;
+    if (view_[i] || !needs_gradient_[i]) continue;
     for (size_t s = 0; s < ins.size(); ++s) {
       size_t r = ins[s] == NodeSpec::kModelInput ? kInput : root_[ins[s]];
-      if (r == kInput) continue;
+      if (r == kInput || !needs_gradient_[r]) continue;
       if (written[r]) {
         accumulates_[i][s] = true;
         scratch = std::max(scratch, spec_.nodes[r].out.size() * static_cast<size_t>(max_batch_));
@@ -150,6 +161,64 @@ void Model::plan_memory() {
     }
   }
   if (scratch > 0) scratch_ = Buffer<float>(device, scratch);
+}
+
+void Model::choose_layouts() {
+  const size_t n = layers_.size();
+  layouts_.assign(n, Layout::kPlain);
+  auto root_of = [&](size_t in) { return in == NodeSpec::kModelInput ? kInput : root_[in]; };
+  std::vector<bool> blocked(n, false);
+  if (backend_.blocks_channels()) {
+    // Each node's users, through the ReLUs fused into it; a view that reinterprets its input
+    // (flatten) needs it plain.
+    std::vector<std::vector<size_t>> users(n);
+    std::vector<bool> plain_only(n, false);
+    for (size_t j = 0; j < n; ++j) {
+      for (size_t in : spec_.nodes[j].inputs) {
+        const size_t r = root_of(in);
+        if (r == kInput) continue;
+        if (view_[j] && layers_[j]->is_view()) plain_only[r] = true;
+        if (!view_[j]) users[r].push_back(j);
+      }
+    }
+    for (size_t i = 0; i < n; ++i) {
+      const Blocking b = layers_[i]->blocking();
+      const Dims& d = spec_.nodes[i].out;
+      blocked[i] = !view_[i] && (b == Blocking::kAny || b == Blocking::kFollows) && !d.sequence &&
+                   !d.flat() && d.c % kChannelBlock == 0 && i != root_[output_] && !plain_only[i];
+    }
+    // Unblock, until nothing changes, what a user cannot read blocked and what follows a plain
+    // input (a node that follows shares one layout with all its inputs).
+    for (bool changed = true; changed;) {
+      changed = false;
+      for (size_t i = 0; i < n; ++i) {
+        if (!blocked[i]) continue;
+        bool keep = true;
+        for (size_t j : users[i]) {
+          const Blocking b = layers_[j]->blocking();
+          keep &= b != Blocking::kNone && (b != Blocking::kFollows || blocked[j]);
+        }
+        if (layers_[i]->blocking() == Blocking::kFollows) {
+          for (size_t in : spec_.nodes[i].inputs) {
+            const size_t r = root_of(in);
+            keep &= r != kInput && blocked[r];
+          }
+        }
+        if (!keep) blocked[i] = false, changed = true;
+      }
+    }
+  }
+  for (size_t i = 0; i < n; ++i)
+    if (blocked[i]) layouts_[i] = Layout::kBlocked;
+  for (size_t i = 0; i < n; ++i) {
+    if (view_[i]) continue;
+    std::vector<Layout> in;
+    for (size_t x : spec_.nodes[i].inputs) {
+      const size_t r = root_of(x);
+      in.push_back(r == kInput ? Layout::kPlain : layouts_[r]);
+    }
+    layers_[i]->set_layouts(in, layouts_[i]);
+  }
 }
 
 void Model::move_gradients(float* gradient_memory, size_t gradient_floats) {
@@ -210,13 +279,13 @@ void Model::update_state(int shards) {
 void Model::backward(int n, const std::function<void(size_t piece)>& gradients_enqueued) {
   const GroupSum* group = grouped_forward_ ? &group_sum_ : nullptr;
   for (size_t i = layers_.size(); i-- > 0;) {
-    if (view_[i]) continue;
+    if (view_[i] || !needs_gradient_[i]) continue;
     const std::vector<size_t>& ins = spec_.nodes[i].inputs;
     for (size_t s = 0; s < ins.size(); ++s) {
       size_t r = ins[s] == NodeSpec::kModelInput ? kInput : root_[ins[s]];
-      input_deltas_[i][s] = r == kInput          ? nullptr
-                            : accumulates_[i][s] ? scratch_.data()
-                                                 : deltas_[r];
+      input_deltas_[i][s] = r == kInput || !needs_gradient_[r] ? nullptr
+                            : accumulates_[i][s]               ? scratch_.data()
+                                                               : deltas_[r];
     }
     // With several inputs adding into scratch, each must be added before the next is computed:
     // such a node computes them one at a time.

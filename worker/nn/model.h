@@ -95,6 +95,8 @@ class Model {
   const std::vector<ParamInfo>& parameter_infos() const { return infos_; }
   /// Every state tensor with its offset in the flat state buffer, named the same way.
   const std::vector<ParamInfo>& state_infos() const { return state_infos_; }
+  /// How node i's output (and its gradient) lies in memory (docs/design.md#blocked-activations).
+  Layout layout(size_t i) const { return layouts_[root_[i] == kInput ? i : root_[i]]; }
 
  private:
   /// Lays out the parameters, state, statistics and gradient pieces; returns the floats of the
@@ -106,6 +108,9 @@ class Model {
   /// Gives each node that is not a view its activation and gradient memory, and plans which
   /// input gradients are added rather than written.
   void plan_memory();
+  /// Where the backend blocks channels: blocks every activation that its producer and all its
+  /// users can take blocked (Layer::blocking), and tells each layer its layouts.
+  void choose_layouts();
 
   ModelSpec spec_;
   Backend& backend_;
@@ -128,6 +133,9 @@ class Model {
   /// model's input is kInput.
   static constexpr size_t kInput = static_cast<size_t>(-1);
   std::vector<size_t> root_;
+  std::vector<Layout> layouts_;  ///< by node (a view's is its root's)
+  /// By node: its output needs a gradient (it, or a node before it, has parameters).
+  std::vector<bool> needs_gradient_;
   std::vector<const float*> activations_;  ///< by node (a view's is its root's)
   std::vector<float*> deltas_;             ///< gradient w.r.t. each node's output, by node
   /// Per node, per input: true when the input's gradient already holds another user's share,

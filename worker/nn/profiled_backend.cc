@@ -19,6 +19,9 @@ std::string conv_label(const char* op, const ConvShape& s) {
   if (s.sh != 1 || s.sw != 1) label += fmt::format(" s{}x{}", s.sh, s.sw);
   if (s.pad_top || s.pad_bottom || s.pad_left || s.pad_right)
     label += fmt::format(" pad {},{},{},{}", s.pad_top, s.pad_bottom, s.pad_left, s.pad_right);
+  if (s.x_layout == Layout::kBlocked || s.y_layout == Layout::kBlocked)
+    label += fmt::format(" blocked {}{}", s.x_layout == Layout::kBlocked ? "x" : "",
+                         s.y_layout == Layout::kBlocked ? "y" : "");
   return label;
 }
 
@@ -199,7 +202,8 @@ void ProfiledBackend::softmax_cross_entropy(int n, int classes, const float* log
 
 namespace {
 std::string norm_label(const char* op, const NormShape& s) {
-  return fmt::format("{}{} {}x{}x{}", op, s.relu ? "+relu" : "", s.n, s.c, s.hw);
+  return fmt::format("{}{} {}x{}x{}{}", op, s.relu ? "+relu" : "", s.n, s.c, s.hw,
+                     s.layout == Layout::kBlocked ? " blocked" : "");
 }
 }  // namespace
 
@@ -402,6 +406,12 @@ void ProfiledBackend::unscale_gradients(size_t count, const float* scale, float*
 
 void ProfiledBackend::update_loss_scale(float* state, int64_t growth_steps) {
   timed("update_loss_scale", [&] { inner_.update_loss_scale(state, growth_steps); });
+}
+
+void ProfiledBackend::reorder_channels(int n, int c, int hw, Layout to, const float* x, float* y) {
+  timed(fmt::format("reorder_channels to {} {}x{}x{}", to == Layout::kBlocked ? "blocked" : "plain",
+                    n, c, hw),
+        [&] { inner_.reorder_channels(n, c, hw, to, x, y); });
 }
 
 }  // namespace dtrain::nn

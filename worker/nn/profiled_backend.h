@@ -44,6 +44,8 @@ class ProfiledBackend final : public Backend {
   uint64_t scratch_generation() const override { return inner_.scratch_generation(); }
   MathMode math_mode() const override { return inner_.math_mode(); }
   std::string implementations() const override { return inner_.implementations(); }
+  bool blocks_channels() const override { return inner_.blocks_channels(); }
+  void reorder_channels(int n, int c, int hw, Layout to, const float* x, float* y) override;
 
   void conv2d_forward(const ConvShape& s, const float* x, const float* w, const float* b,
                       float* y) override;

@@ -9,12 +9,23 @@
 
 namespace dtrain::nn {
 
+/// How a backend holds an image-like activation (and its gradient) in memory
+/// (docs/design.md#blocked-activations): plain NCHW, or its channels in blocks of kChannelBlock,
+/// innermost (oneDNN's nChw16c: element (n, c, h, w) at ((n * C / 16 + c / 16) * H * W + h * W +
+/// w) * 16 + c % 16), as the CPU's convolution kernels read and write them. Only a tensor whose
+/// channels are a multiple of kChannelBlock is ever blocked. Four bytes, so a shape holding one
+/// has no padding (shapes are cache keys byte for byte).
+enum class Layout : int32_t { kPlain, kBlocked };
+constexpr int kChannelBlock = 16;
+
 /// A 2-D convolution with bias. Padding is explicit (Keras "same" may pad more at the end).
 struct ConvShape {
   int n = 1, c = 1, h = 1, w = 1;  ///< input
   int k = 1, kh = 1, kw = 1;       ///< filters and kernel size
   int sh = 1, sw = 1;              ///< strides
   int pad_top = 0, pad_bottom = 0, pad_left = 0, pad_right = 0;
+  /// x and dx's layout, and y and dy's (the oneDNN backend's; every other backend: plain).
+  Layout x_layout = Layout::kPlain, y_layout = Layout::kPlain;
   int oh() const { return (h + pad_top + pad_bottom - kh) / sh + 1; }
   int ow() const { return (w + pad_left + pad_right - kw) / sw + 1; }
   size_t input_count() const { return static_cast<size_t>(n) * c * h * w; }

@@ -14,6 +14,7 @@ class ActivationLayer : public Layer {
  public:
   ActivationLayer(Activation activation, Dims dims) : activation_(activation), dims_(dims) {}
   bool is_relu() const override { return activation_ == Activation::kRelu; }
+  Blocking blocking() const override { return Blocking::kFollows; }  // elementwise
   void forward(Backend& b, const ForwardArgs& a) override {
     const size_t count = dims_.size() * static_cast<size_t>(a.n);
     Eltwise f;

@@ -14,6 +14,7 @@ class Add : public Layer {
  public:
   explicit Add(Dims dims) : dims_(dims) {}
   bool fuse_relu() override { return relu_ = true; }
+  Blocking blocking() const override { return Blocking::kFollows; }  // elementwise
   void forward(Backend& b, const ForwardArgs& a) override {
     size_t count = dims_.size() * static_cast<size_t>(a.n);
     b.add_forward(count, a.x.data(), static_cast<int>(a.x.size()), relu_, a.y);

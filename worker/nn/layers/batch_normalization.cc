@@ -38,6 +38,11 @@ class BatchNormalization : public Layer {
   }
   size_t statistics_count() const override { return 2 * channels(); }
   bool fuse_relu() override { return relu_ = true; }
+  /// Its training and inference passes take blocked channels; the synchronized pieces do not.
+  Blocking blocking() const override {
+    return k_.synchronized ? Blocking::kNone : Blocking::kFollows;
+  }
+  void set_layouts(const std::vector<Layout>& /*in*/, Layout out) override { layout_ = out; }
   void initialize(float* p, float* state, uint64_t) const override {
     const size_t c = channels();
     if (k_.scale) std::fill(p, p + c, 1.0f);
@@ -119,7 +124,7 @@ class BatchNormalization : public Layer {
   }
 
   size_t channels() const { return static_cast<size_t>(in_.c); }
-  NormShape at(int n) const { return {n, in_.c, in_.h * in_.w, relu_}; }
+  NormShape at(int n) const { return {n, in_.c, in_.h * in_.w, relu_, layout_}; }
   const float* gamma(const float* p) const { return k_.scale ? p : nullptr; }
   const float* beta(const float* p) const {
     return k_.center ? p + (k_.scale ? channels() : 0) : nullptr;
@@ -133,6 +138,7 @@ class BatchNormalization : public Layer {
   double count_ = 0;
   bool training_ = false;
   bool relu_ = false;  ///< a ReLU fused after it
+  Layout layout_ = Layout::kPlain;
 };
 
 }  // namespace

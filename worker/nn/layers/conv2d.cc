@@ -43,6 +43,11 @@ class Conv2D : public Activated {
                      bias_regularizer_.l2});
     return out;
   }
+  Blocking blocking() const override { return Blocking::kAny; }
+  void set_layouts(const std::vector<Layout>& in, Layout out) override {
+    shape_.x_layout = in[0];
+    shape_.y_layout = out;
+  }
   void initialize(float* p, float*, uint64_t seed) const override {
     int area = shape_.kh * shape_.kw;
     size_t kernel = shape_.weight_count();

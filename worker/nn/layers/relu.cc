@@ -11,6 +11,7 @@ class Relu : public Layer {
  public:
   explicit Relu(Dims dims) : dims_(dims) {}
   bool is_relu() const override { return true; }
+  Blocking blocking() const override { return Blocking::kFollows; }
   void forward(Backend& b, const ForwardArgs& a) override {
     b.relu_forward(dims_.size() * static_cast<size_t>(a.n), a.x[0], a.y);
   }
