@@ -235,6 +235,21 @@ TEST_CASE("batch normalization in blocks of channels: the plain results, the sam
       CHECK(one.y == got.y);
       CHECK(one.dx == got.dx);
       CHECK(one.dgamma == got.dgamma);
+      // The forward's factors handed to the backward: the ReLU's mask from x, the same bits.
+      NormShape t = s;
+      t.layout = Layout::kBlocked;
+      const Floats xs = blocked(x, s), dys = blocked(dy, s);
+      Floats y(s.count()), mean(c), var(c), scale(c), shift(c), dx(s.count()), dgamma(c), dbeta(c);
+      host_batchnorm_forward_training(t, 1e-3f, xs.data(), gamma.data(), beta.data(), y.data(),
+                                      mean.data(), var.data(), Vectors::kWidest, scale.data(),
+                                      shift.data());
+      CHECK(y == got.y);
+      host_batchnorm_backward(t, 1e-3f, xs.data(), y.data(), dys.data(), gamma.data(), mean.data(),
+                              var.data(), dx.data(), dgamma.data(), dbeta.data(), Vectors::kWidest,
+                              scale.data(), shift.data());
+      CHECK(dx == got.dx);
+      CHECK(dgamma == got.dgamma);
+      CHECK(dbeta == got.dbeta);
     }
   }
 }

@@ -9,6 +9,7 @@
 // everything else stays float32. The dnnl_* files are the only ones that include oneDNN.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <dnnl.hpp>
@@ -176,7 +177,20 @@ class DnnlBackend : public HostBackend {
   void batchnorm_forward_training(const NormShape& s, float epsilon, const float* x,
                                   const float* gamma, const float* beta, float* y, float* mean,
                                   float* var) override {
-    host_batchnorm_forward_training(s, epsilon, x, gamma, beta, y, mean, var);
+    if (s.layout != Layout::kBlocked || !s.relu)
+      return host_batchnorm_forward_training(s, epsilon, x, gamma, beta, y, mean, var);
+    const size_t c = static_cast<size_t>(s.c);
+    NormFactors& f = norm_factors_[mean];
+    f.scale.resize(c);
+    f.shift.resize(c);
+    host_batchnorm_forward_training(s, epsilon, x, gamma, beta, y, mean, var,
+                                    direct_conv::Vectors::kWidest, f.scale.data(), f.shift.data());
+    f.mean.assign(mean, mean + c);
+    f.var.assign(var, var + c);
+    if (gamma)
+      f.gamma.assign(gamma, gamma + c);
+    else
+      f.gamma.clear();
   }
   void batchnorm_forward_inference(const NormShape& s, float epsilon, const float* x,
                                    const float* gamma, const float* beta, const float* mean,
@@ -186,7 +200,10 @@ class DnnlBackend : public HostBackend {
   void batchnorm_backward(const NormShape& s, float epsilon, const float* x, const float* y,
                           const float* dy, const float* gamma, const float* mean, const float* var,
                           float* dx, float* dgamma, float* dbeta) override {
-    host_batchnorm_backward(s, epsilon, x, y, dy, gamma, mean, var, dx, dgamma, dbeta);
+    const NormFactors* f = factors_of(s, gamma, mean, var);
+    host_batchnorm_backward(s, epsilon, x, y, dy, gamma, mean, var, dx, dgamma, dbeta,
+                            direct_conv::Vectors::kWidest, f ? f->scale.data() : nullptr,
+                            f ? f->shift.data() : nullptr);
   }
   void batchnorm_sums(const NormShape& s, const float* x, const float* center,
                       float* sums) override {
@@ -442,6 +459,25 @@ class DnnlBackend : public HostBackend {
   std::vector<float> row_losses_;  ///< softmax_cross_entropy's per row, summed in order
   std::vector<uint8_t> row_hits_;
   bool direct_used_ = false;  // a convolution ran direct_conv.h's loops
+  // A blocked ReLU-fused batch normalization's factors from its training forward, by the mean it
+  // wrote (the layer's own buffer), so that the backward of that forward takes the ReLU's mask
+  // from x (host_norm.h); used only while the statistics and gamma are still the forward's.
+  struct NormFactors {
+    std::vector<float> mean, var, gamma, scale, shift;
+  };
+  const NormFactors* factors_of(const NormShape& s, const float* gamma, const float* mean,
+                                const float* var) const {
+    if (s.layout != Layout::kBlocked || !s.relu) return nullptr;
+    auto found = norm_factors_.find(mean);
+    if (found == norm_factors_.end()) return nullptr;
+    const NormFactors& f = found->second;
+    const size_t c = static_cast<size_t>(s.c);
+    auto same = [&](const std::vector<float>& kept, const float* now) {
+      return kept.size() == (now ? c : 0) && (!now || std::equal(kept.begin(), kept.end(), now));
+    };
+    return same(f.mean, mean) && same(f.var, var) && same(f.gamma, gamma) ? &f : nullptr;
+  }
+  std::map<const float*, NormFactors> norm_factors_;
   bool blocked_channels_;
   std::vector<float> staging_[2];  ///< a direct convolution's plain y or dy (blocked_channels_)
   std::map<std::string, dnnl::reorder> channel_reorders_;

@@ -342,33 +342,44 @@ DT_INLINE void unit_affine_body(const float* x, int hw, const float* scale, cons
   }
 }
 
-/// dy, or +0 where y is not positive (with a fused ReLU): the select as a mask of dy's bits,
-/// which the compiler vectorizes in these loops where it branched on a plain select.
-template <bool kRelu>
-DT_INLINE float masked(float dy, float y) {
-  if (!kRelu) return dy;
+/// Where a fused ReLU's mask comes from: none (no ReLU), the forward's output y (y > 0), or x
+/// itself through the forward's own scale and shift (x * scale + shift > 0: the same float
+/// operations as the forward's, so the same mask, without reading y).
+enum MaskFrom { kNoMask, kFromY, kFromX };
+struct UnitMask {
+  const float* scale = nullptr;  ///< kFromX: the unit's 16 channels' scale and shift
+  const float* shift = nullptr;
+};
+
+/// dy, or +0 where the ReLU's output is 0: the select as a mask of dy's bits, which the compiler
+/// vectorizes in these loops where it branched on a plain select.
+/// Element i of a pixel pair (x, y and dy at the same offset), of channel c of the unit.
+template <int kMask>
+DT_INLINE float masked(float dy, const float* y, const float* x, const UnitMask& m, int i, int c) {
+  if (kMask == kNoMask) return dy;
+  const float v = kMask == kFromY ? y[i] : x[i] * m.scale[c] + m.shift[c];
   uint32_t bits;
   __builtin_memcpy(&bits, &dy, sizeof bits);
-  bits &= 0u - static_cast<uint32_t>(y > 0.0f);
+  bits &= 0u - static_cast<uint32_t>(v > 0.0f);
   float d;
   __builtin_memcpy(&d, &bits, sizeof d);
   return d;
 }
 
-/// The unit's sums of dy and of dy * xhat (dy masked where y is not positive, with kRelu), as
+/// The unit's sums of dy and of dy * xhat (dy masked by the ReLU's output, kMask), as
 /// unit_sums_body orders them.
-template <bool kRelu>
+template <int kMask>
 DT_INLINE void unit_backward_sums_body(const float* x, const float* y, const float* dy, int hw,
-                                       const double* mu, const double* inv, double* sum_dy,
-                                       double* sum_dy_xhat) {
+                                       const UnitMask& mask, const double* mu, const double* inv,
+                                       double* sum_dy, double* sum_dy_xhat) {
   double dy_even[kBlock] = {}, dy_odd[kBlock] = {}, xh_even[kBlock] = {}, xh_odd[kBlock] = {};
   int p = 0;
   for (; p + 2 <= hw; p += 2) {
     const size_t at = static_cast<size_t>(p) * kBlock;
 #pragma omp simd
     for (int k = 0; k < kBlock; ++k) {
-      const float d = masked<kRelu>(dy[at + k], y[at + k]);
-      const float e = masked<kRelu>(dy[at + kBlock + k], y[at + kBlock + k]);
+      const float d = masked<kMask>(dy[at + k], y + at, x + at, mask, k, k);
+      const float e = masked<kMask>(dy[at + kBlock + k], y + at, x + at, mask, kBlock + k, k);
       dy_even[k] += d;
       dy_odd[k] += e;
       xh_even[k] += d * ((x[at + k] - mu[k]) * inv[k]);
@@ -379,7 +390,7 @@ DT_INLINE void unit_backward_sums_body(const float* x, const float* y, const flo
     const size_t at = static_cast<size_t>(p) * kBlock;
 #pragma omp simd
     for (int k = 0; k < kBlock; ++k) {
-      const float d = masked<kRelu>(dy[at + k], y[at + k]);
+      const float d = masked<kMask>(dy[at + k], y + at, x + at, mask, k, k);
       dy_even[k] += d;
       xh_even[k] += d * ((x[at + k] - mu[k]) * inv[k]);
     }
@@ -401,14 +412,14 @@ struct UnitGradient {
 };
 
 /// dx over the unit, as channel_dx computes each value.
-template <bool kRelu>
+template <int kMask>
 DT_INLINE void unit_dx_body(const float* x, const float* y, const float* dy, int hw,
-                            const UnitGradient& u, float* dx) {
+                            const UnitMask& mask, const UnitGradient& u, float* dx) {
   for (int p = 0; p < hw; ++p) {
     const size_t at = static_cast<size_t>(p) * kBlock;
 #pragma omp simd
     for (int k = 0; k < kBlock; ++k) {
-      const float d = masked<kRelu>(dy[at + k], y[at + k]);
+      const float d = masked<kMask>(dy[at + k], y + at, x + at, mask, k, k);
       const double xhat = (x[at + k] - u.mu[k]) * u.inv[k];
       dx[at + k] = static_cast<float>(u.g[k] * (d - u.mean_dy[k] - xhat * u.mean_dy_xhat[k]));
     }
@@ -419,29 +430,34 @@ DT_INLINE void unit_dx_body(const float* x, const float* y, const float* dy, int
 struct UnitKernels {
   void (*sums)(const float*, int, const double*, double*);
   void (*affine)(const float*, int, const float*, const float*, bool, float*);
-  void (*backward_sums)(const float*, const float*, const float*, int, bool, const double*,
-                        const double*, double*, double*);
-  void (*dx)(const float*, const float*, const float*, int, bool, const UnitGradient&, float*);
+  void (*backward_sums)(const float*, const float*, const float*, int, int, const UnitMask&,
+                        const double*, const double*, double*, double*);
+  void (*dx)(const float*, const float*, const float*, int, int, const UnitMask&,
+             const UnitGradient&, float*);
 };
 
-#define DT_UNIT_KERNELS(suffix, attribute)                                                       \
-  attribute void unit_sums_##suffix(const float* x, int hw, const double* center, double* out) { \
-    unit_sums_body(x, hw, center, out);                                                          \
-  }                                                                                              \
-  attribute void unit_affine_##suffix(const float* x, int hw, const float* scale,                \
-                                      const float* shift, bool relu, float* y) {                 \
-    unit_affine_body(x, hw, scale, shift, relu, y);                                              \
-  }                                                                                              \
-  attribute void unit_backward_sums_##suffix(                                                    \
-      const float* x, const float* y, const float* dy, int hw, bool relu, const double* mu,      \
-      const double* inv, double* sum_dy, double* sum_dy_xhat) {                                  \
-    if (relu) return unit_backward_sums_body<true>(x, y, dy, hw, mu, inv, sum_dy, sum_dy_xhat);  \
-    unit_backward_sums_body<false>(x, y, dy, hw, mu, inv, sum_dy, sum_dy_xhat);                  \
-  }                                                                                              \
-  attribute void unit_dx_##suffix(const float* x, const float* y, const float* dy, int hw,       \
-                                  bool relu, const UnitGradient& u, float* dx) {                 \
-    if (relu) return unit_dx_body<true>(x, y, dy, hw, u, dx);                                    \
-    unit_dx_body<false>(x, y, dy, hw, u, dx);                                                    \
+#define DT_UNIT_KERNELS(suffix, attribute)                                                         \
+  attribute void unit_sums_##suffix(const float* x, int hw, const double* center, double* out) {   \
+    unit_sums_body(x, hw, center, out);                                                            \
+  }                                                                                                \
+  attribute void unit_affine_##suffix(const float* x, int hw, const float* scale,                  \
+                                      const float* shift, bool relu, float* y) {                   \
+    unit_affine_body(x, hw, scale, shift, relu, y);                                                \
+  }                                                                                                \
+  attribute void unit_backward_sums_##suffix(                                                      \
+      const float* x, const float* y, const float* dy, int hw, int from, const UnitMask& m,        \
+      const double* mu, const double* inv, double* sum_dy, double* sum_dy_xhat) {                  \
+    if (from == kFromY)                                                                            \
+      return unit_backward_sums_body<kFromY>(x, y, dy, hw, m, mu, inv, sum_dy, sum_dy_xhat);       \
+    if (from == kFromX)                                                                            \
+      return unit_backward_sums_body<kFromX>(x, y, dy, hw, m, mu, inv, sum_dy, sum_dy_xhat);       \
+    unit_backward_sums_body<kNoMask>(x, y, dy, hw, m, mu, inv, sum_dy, sum_dy_xhat);               \
+  }                                                                                                \
+  attribute void unit_dx_##suffix(const float* x, const float* y, const float* dy, int hw,         \
+                                  int from, const UnitMask& m, const UnitGradient& u, float* dx) { \
+    if (from == kFromY) return unit_dx_body<kFromY>(x, y, dy, hw, m, u, dx);                       \
+    if (from == kFromX) return unit_dx_body<kFromX>(x, y, dy, hw, m, u, dx);                       \
+    unit_dx_body<kNoMask>(x, y, dy, hw, m, u, dx);                                                 \
   }
 
 DT_UNIT_KERNELS(plain, )
@@ -484,28 +500,38 @@ struct Units {
 };
 
 void blocked_forward_training(const NormShape& s, float epsilon, const float* x, const float* gamma,
-                              const float* beta, float* y, float* mean, float* var,
-                              Vectors vectors) {
+                              const float* beta, float* y, float* mean, float* var, Vectors vectors,
+                              float* scale_out, float* shift_out) {
   const UnitKernels kernels = unit_kernels_for(vectors);
   const Units units{s};
   const int count = units.count(), hw = s.hw;
   const double m = static_cast<double>(s.n) * s.hw;
-  std::vector<double> partial(static_cast<size_t>(count) * kBlock), mu(s.c), total(s.c);
+  // Each unit's sums, then its squared deviations from its own mean while it is still in the
+  // cache; the channel's variance then adds the units' deviations and their means' deviations
+  // from the channel's mean (Chan's combination), in example order.
+  const size_t slots = static_cast<size_t>(count) * kBlock;
+  std::vector<double> sums(slots), squares(slots), mu(s.c), total(s.c), unit_mean(slots);
 #pragma omp parallel for schedule(static)
-  for (int u = 0; u < count; ++u)
-    kernels.sums(x + unit_at(u, hw), hw, nullptr, partial.data() + static_cast<size_t>(u) * kBlock);
-  units.totals(partial, total.data());
+  for (int u = 0; u < count; ++u) {
+    const size_t at = static_cast<size_t>(u) * kBlock;
+    kernels.sums(x + unit_at(u, hw), hw, nullptr, sums.data() + at);
+    for (int k = 0; k < kBlock; ++k) unit_mean[at + k] = sums[at + k] / hw;
+    kernels.sums(x + unit_at(u, hw), hw, unit_mean.data() + at, squares.data() + at);
+  }
+  units.totals(sums, total.data());
   for (int ch = 0; ch < s.c; ++ch) mu[ch] = total[ch] / m;
-#pragma omp parallel for schedule(static)
-  for (int u = 0; u < count; ++u)
-    kernels.sums(x + unit_at(u, hw), hw, mu.data() + (u % units.blocks()) * kBlock,
-                 partial.data() + static_cast<size_t>(u) * kBlock);
-  units.totals(partial, total.data());
+  for (size_t at = 0; at < slots; ++at) {
+    const double d = unit_mean[at] - mu[(at / kBlock % units.blocks()) * kBlock + at % kBlock];
+    squares[at] += hw * (d * d);
+  }
+  units.totals(squares, total.data());
   std::vector<float> scale(s.c), shift(s.c);
   for (int ch = 0; ch < s.c; ++ch) {
     mean[ch] = static_cast<float>(mu[ch]);
     var[ch] = static_cast<float>(total[ch] / m);
     folded(epsilon, gamma, beta, mean[ch], var[ch], ch, &scale[ch], &shift[ch]);
+    if (scale_out) scale_out[ch] = scale[ch];
+    if (shift_out) shift_out[ch] = shift[ch];
   }
 #pragma omp parallel for schedule(static)
   for (int u = 0; u < count; ++u) {
@@ -534,7 +560,9 @@ void blocked_forward_inference(const NormShape& s, float epsilon, const float* x
 
 void blocked_backward(const NormShape& s, float epsilon, const float* x, const float* y,
                       const float* dy, const float* gamma, const float* mean, const float* var,
-                      float* dx, float* dgamma, float* dbeta, Vectors vectors) {
+                      float* dx, float* dgamma, float* dbeta, Vectors vectors,
+                      const float* relu_scale, const float* relu_shift) {
+  const int from = !s.relu ? kNoMask : relu_scale ? kFromX : kFromY;
   const UnitKernels kernels = unit_kernels_for(vectors);
   const Units units{s};
   const int count = units.count(), hw = s.hw;
@@ -551,7 +579,9 @@ void blocked_backward(const NormShape& s, float epsilon, const float* x, const f
   for (int u = 0; u < count; ++u) {
     const int b = (u % units.blocks()) * kBlock;
     const size_t at = unit_at(u, hw);
-    kernels.backward_sums(x + at, y + at, dy + at, hw, s.relu, mu.data() + b, inv.data() + b,
+    const UnitMask mask{relu_scale ? relu_scale + b : nullptr,
+                        relu_shift ? relu_shift + b : nullptr};
+    kernels.backward_sums(x + at, y + at, dy + at, hw, from, mask, mu.data() + b, inv.data() + b,
                           partial_dy.data() + static_cast<size_t>(u) * kBlock,
                           partial_dy_xhat.data() + static_cast<size_t>(u) * kBlock);
   }
@@ -570,7 +600,9 @@ void blocked_backward(const NormShape& s, float epsilon, const float* x, const f
     const size_t at = unit_at(u, hw);
     const UnitGradient ug{mu.data() + b, inv.data() + b, g.data() + b, mean_dy.data() + b,
                           mean_dy_xhat.data() + b};
-    kernels.dx(x + at, y + at, dy + at, hw, s.relu, ug, dx + at);
+    const UnitMask mask{relu_scale ? relu_scale + b : nullptr,
+                        relu_shift ? relu_shift + b : nullptr};
+    kernels.dx(x + at, y + at, dy + at, hw, from, mask, ug, dx + at);
   }
 }
 
@@ -578,9 +610,10 @@ void blocked_backward(const NormShape& s, float epsilon, const float* x, const f
 
 void host_batchnorm_forward_training(const NormShape& s, float epsilon, const float* x,
                                      const float* gamma, const float* beta, float* y, float* mean,
-                                     float* var, Vectors vectors) {
+                                     float* var, Vectors vectors, float* scale, float* shift) {
   if (s.layout == Layout::kBlocked)
-    return blocked_forward_training(s, epsilon, x, gamma, beta, y, mean, var, vectors);
+    return blocked_forward_training(s, epsilon, x, gamma, beta, y, mean, var, vectors, scale,
+                                    shift);
   const Kernels kernels = kernels_for(vectors);
   const Forward f{s, epsilon, x, gamma, beta, y, mean, var};
 #pragma omp parallel for schedule(static)
@@ -601,9 +634,10 @@ void host_batchnorm_forward_inference(const NormShape& s, float epsilon, const f
 void host_batchnorm_backward(const NormShape& s, float epsilon, const float* x, const float* y,
                              const float* dy, const float* gamma, const float* mean,
                              const float* var, float* dx, float* dgamma, float* dbeta,
-                             Vectors vectors) {
+                             Vectors vectors, const float* relu_scale, const float* relu_shift) {
   if (s.layout == Layout::kBlocked)
-    return blocked_backward(s, epsilon, x, y, dy, gamma, mean, var, dx, dgamma, dbeta, vectors);
+    return blocked_backward(s, epsilon, x, y, dy, gamma, mean, var, dx, dgamma, dbeta, vectors,
+                            relu_scale, relu_shift);
   const Kernels kernels = kernels_for(vectors);
   const Backward b{s, epsilon, x, y, dy, gamma, mean, var, dx, dgamma, dbeta};
 #pragma omp parallel for schedule(static)

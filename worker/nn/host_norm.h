@@ -12,10 +12,16 @@ namespace dtrain::nn {
 
 /// vectors: the width the loops run at (direct_conv.h's Vectors: the widest this CPU runs, or
 /// one named by a test); every width gives the same bits.
+/// In blocks of channels (s.layout), the training forward also writes, where scale and shift are
+/// given (c floats each), the factors its output is max(x * scale + shift, 0) of with a fused
+/// ReLU; given back to the backward of that forward as relu_scale and relu_shift, they give it the
+/// ReLU's mask from x instead of from y (the same float operations: the same mask), one tensor
+/// fewer to read.
 void host_batchnorm_forward_training(const NormShape& s, float epsilon, const float* x,
                                      const float* gamma, const float* beta, float* y, float* mean,
                                      float* var,
-                                     direct_conv::Vectors vectors = direct_conv::Vectors::kWidest);
+                                     direct_conv::Vectors vectors = direct_conv::Vectors::kWidest,
+                                     float* scale = nullptr, float* shift = nullptr);
 void host_batchnorm_forward_inference(const NormShape& s, float epsilon, const float* x,
                                       const float* gamma, const float* beta, const float* mean,
                                       const float* var, float* y,
@@ -23,7 +29,8 @@ void host_batchnorm_forward_inference(const NormShape& s, float epsilon, const f
 void host_batchnorm_backward(const NormShape& s, float epsilon, const float* x, const float* y,
                              const float* dy, const float* gamma, const float* mean,
                              const float* var, float* dx, float* dgamma, float* dbeta,
-                             direct_conv::Vectors vectors = direct_conv::Vectors::kWidest);
+                             direct_conv::Vectors vectors = direct_conv::Vectors::kWidest,
+                             const float* relu_scale = nullptr, const float* relu_shift = nullptr);
 /// Synchronized batch normalization's pieces (backend.h's batchnorm_sums and
 /// batchnorm_backward_data): the same per-channel order, and the same bits at every width.
 void host_batchnorm_sums(const NormShape& s, const float* x, const float* center, float* sums,
