@@ -254,11 +254,16 @@ __attribute__((target("avx512f"))) void sums_avx512(const Sums& f, int ch) {
 }
 #endif
 
-Kernels kernels_for(Vectors vectors) {
+/// The width asked for (kWidest: the widest this CPU runs), checked to run here.
+Vectors runnable(Vectors vectors) {
   if (vectors == Vectors::kWidest) vectors = direct_conv::widest();
   DT_ENFORCE(direct_conv::runs(vectors), "this CPU cannot run batch normalization's {} loops",
              direct_conv::vectors_name(vectors));
-  switch (vectors) {
+  return vectors;
+}
+
+Kernels kernels_for(Vectors vectors) {
+  switch (runnable(vectors)) {
 #if defined(__x86_64__) && defined(__GNUC__)
     case Vectors::kAvx512:
       return {forward_avx512, inference_avx512, backward_avx512, backward_data_avx512, sums_avx512};
@@ -468,10 +473,7 @@ DT_UNIT_KERNELS(avx512, __attribute__((target("avx512f"))))
 #undef DT_UNIT_KERNELS
 
 UnitKernels unit_kernels_for(Vectors vectors) {
-  if (vectors == Vectors::kWidest) vectors = direct_conv::widest();
-  DT_ENFORCE(direct_conv::runs(vectors), "this CPU cannot run batch normalization's {} loops",
-             direct_conv::vectors_name(vectors));
-  switch (vectors) {
+  switch (runnable(vectors)) {
 #if defined(__x86_64__) && defined(__GNUC__)
     case Vectors::kAvx512:
       return {unit_sums_avx512, unit_affine_avx512, unit_backward_sums_avx512, unit_dx_avx512};

@@ -1,8 +1,11 @@
 // Batch normalization on the host for the oneDNN backend (backend.h's batchnorm_* contract):
 // channels split over OpenMP's threads, each channel reduced by one thread in a fixed order (double
 // sums in eight interleaved lanes, which the compiler vectorizes), so the results do not depend on
-// the thread count, nor on the vector width the loops run at. The reference backend has its own
-// plain loops (the oracle); these are not shared with it.
+// the thread count, nor on the vector width the loops run at. In blocks of channels (NormShape's
+// layout) the threads take one example's block of 16 channels at a time, the channels in vector
+// lanes, each channel's blocks added in example order: again the same bits at any thread count
+// and width (docs/design.md#blocked-activations). The reference backend has its own plain loops
+// (the oracle); these are not shared with it.
 #pragma once
 
 #include "worker/nn/backend.h"
