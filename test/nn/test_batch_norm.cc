@@ -168,8 +168,9 @@ TEST_CASE("batch normalization's loops give the same bits at every vector width"
 }
 
 // Batch normalization in blocks of channels (docs/design.md#blocked-activations), as the oneDNN
-// backend runs it between convolutions: the plain loops' results to a rounding (both sum in
-// double, in different orders), and the same bits at every vector width and thread count.
+// backend runs it between convolutions: the plain loops' results to a few float roundings (the
+// plain loops sum in double; the blocked ones in float over chunks of pixels, the chunks in
+// double), and the same bits at every vector width and thread count.
 TEST_CASE("batch normalization in blocks of channels: the plain results, the same bits anywhere",
           "[batch_norm]") {
   using direct_conv::Vectors;
@@ -209,13 +210,14 @@ TEST_CASE("batch normalization in blocks of channels: the plain results, the sam
       };
       NormRun plain = run(Layout::kPlain, Vectors::kPlain);
       NormRun got = run(Layout::kBlocked, Vectors::kWidest);
-      CHECK(worst_relative(got.mean, plain.mean) < 1e-6);
-      CHECK(worst_relative(got.var, plain.var) < 1e-6);
+      // Errors relative to the terms' size (x and dy up to 1), not to a sum that cancels.
+      CHECK(worst_relative(got.mean, plain.mean, 1e-2) < 1e-6);
+      CHECK(worst_relative(got.var, plain.var, 1e-2) < 1e-6);
       CHECK(worst_relative(got.y, blocked(plain.y, s), 1.0) < 2e-6);
       CHECK(worst_relative(got.y_inference, blocked(plain.y_inference, s), 1.0) < 2e-6);
       CHECK(worst_relative(got.dx, blocked(plain.dx, s)) < 1e-4);
-      CHECK(worst_relative(got.dgamma, plain.dgamma) < 1e-5);
-      CHECK(worst_relative(got.dbeta, plain.dbeta) < 1e-5);
+      CHECK(worst_relative(got.dgamma, plain.dgamma, 1.0) < 1e-5);
+      CHECK(worst_relative(got.dbeta, plain.dbeta, 1.0) < 1e-5);
       for (Vectors v : {Vectors::kPlain, Vectors::kAvx2, Vectors::kAvx512}) {
         if (!direct_conv::runs(v)) continue;
         INFO(direct_conv::vectors_name(v));

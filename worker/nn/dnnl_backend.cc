@@ -420,10 +420,12 @@ class DnnlBackend : public HostBackend {
     if (v.size() < s.output_count()) v.resize(s.output_count());
     return v.data();
   }
-  // The direct loops read x as NCHW rows; a blocked x (a 1x1 convolution of 16 channels) is
-  // oneDNN's.
+  // The direct loops read x and write y as NCHW rows: a blocked x (a 1x1 convolution of 16
+  // channels) or a blocked y (a first layer followed by a blocked layer) is oneDNN's, whose
+  // first-layer kernels write blocked y from NCHW x in one pass.
   bool direct(const ConvShape& s) {
-    if (s.x_layout == Layout::kBlocked || !direct_conv::suits(s)) return false;
+    if (s.x_layout == Layout::kBlocked || s.y_layout == Layout::kBlocked || !direct_conv::suits(s))
+      return false;
     direct_used_ = true;
     return true;
   }

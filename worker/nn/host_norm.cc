@@ -276,56 +276,63 @@ Kernels kernels_for(Vectors vectors) {
 }
 
 // Blocks of channels (NormShape::layout kBlocked, docs/design.md#blocked-activations): a unit is
-// one example's block of kChannelBlock channels, hw pixels of kChannelBlock floats each. Each
-// channel of a unit is summed over its pixels in double, the even pixels and the odd ones apart
-// (two chains per channel, added at the end), the channels in vector lanes; each channel's
-// units are then added in example order. The threads take whole units, so the order is the
-// code's at every thread count and width.
+// one example's block of kChannelBlock channels, hw pixels of kChannelBlock floats each, the
+// channels in vector lanes. Each channel of a unit is summed over chunks of kChunk pixels in
+// float (the even pixels and the odd ones apart, two chains added at the chunk's end), and the
+// chunks in double; each channel's units are then added in double in example order. The threads
+// take whole units, so the order is the code's at every thread count and width. The per-pixel
+// work is float (half the vector operations of double, and no conversions): these passes are
+// bound by memory once it is (docs/design.md#batch-normalization).
 constexpr int kBlock = kChannelBlock;
+constexpr int kChunk = 32;
 
 DT_INLINE size_t unit_at(int u, int hw) {
   return static_cast<size_t>(u) * hw * kBlock;
 }
 
-/// out[k] = the sum over the unit's pixels of x (center null) or of (x - center[k])^2.
-DT_INLINE void unit_sums_body(const float* x, int hw, const double* center, double* out) {
-  double even[kBlock] = {}, odd[kBlock] = {};
-  int p = 0;
-  if (center) {
-    for (; p + 2 <= hw; p += 2) {
-      const float* a = x + static_cast<size_t>(p) * kBlock;
+/// Pixels [p, end) of a unit: sum[k] += the chunk's float total of term(pixel pointer, k), where
+/// term reads the pixel's 16 values; the even and odd pixels in two float chains.
+template <typename Term>
+DT_INLINE void chunk_sums(int p, int end, const Term& term, double* sum) {
+  float even[kBlock] = {}, odd[kBlock] = {};
+  for (; p + 2 <= end; p += 2) {
+    const size_t at = static_cast<size_t>(p) * kBlock;
 #pragma omp simd
-      for (int k = 0; k < kBlock; ++k) {
-        const double d = a[k] - center[k], e = a[kBlock + k] - center[k];
-        even[k] += d * d;
-        odd[k] += e * e;
-      }
-    }
-    if (p < hw) {
-      const float* a = x + static_cast<size_t>(p) * kBlock;
-#pragma omp simd
-      for (int k = 0; k < kBlock; ++k) {
-        const double d = a[k] - center[k];
-        even[k] += d * d;
-      }
-    }
-  } else {
-    for (; p + 2 <= hw; p += 2) {
-      const float* a = x + static_cast<size_t>(p) * kBlock;
-#pragma omp simd
-      for (int k = 0; k < kBlock; ++k) {
-        even[k] += a[k];
-        odd[k] += a[kBlock + k];
-      }
-    }
-    if (p < hw) {
-      const float* a = x + static_cast<size_t>(p) * kBlock;
-#pragma omp simd
-      for (int k = 0; k < kBlock; ++k) even[k] += a[k];
+    for (int k = 0; k < kBlock; ++k) {
+      even[k] += term(at, k);
+      odd[k] += term(at + kBlock, k);
     }
   }
+  if (p < end) {
+    const size_t at = static_cast<size_t>(p) * kBlock;
 #pragma omp simd
-  for (int k = 0; k < kBlock; ++k) out[k] = even[k] + odd[k];
+    for (int k = 0; k < kBlock; ++k) even[k] += term(at, k);
+  }
+#pragma omp simd
+  for (int k = 0; k < kBlock; ++k) sum[k] += static_cast<double>(even[k] + odd[k]);
+}
+
+/// sum[k] (zeroed first) = the unit's sum of term over its pixels, chunk by chunk.
+template <typename Term>
+DT_INLINE void unit_total(int hw, const Term& term, double* sum) {
+  for (int k = 0; k < kBlock; ++k) sum[k] = 0;
+  for (int p = 0; p < hw; p += kChunk) chunk_sums(p, p + kChunk < hw ? p + kChunk : hw, term, sum);
+}
+
+/// out[k] = the sum over the unit's pixels of x (center null) or of (x - center[k])^2.
+DT_INLINE void unit_sums_body(const float* x, int hw, const float* center, double* out) {
+  if (center) {
+    unit_total(
+        hw,
+        [&](size_t at, int k) {
+          const float d = x[at + k] - center[k];
+          return d * d;
+        },
+        out);
+  } else {
+    unit_total(
+        hw, [&](size_t at, int k) { return x[at + k]; }, out);
+  }
 }
 
 /// y = x * scale[k] + shift[k] over the unit (with relu, max of that and 0).
@@ -356,6 +363,16 @@ struct UnitMask {
   const float* shift = nullptr;
 };
 
+/// m's scale and shift copied into the caller's arrays (when it has them).
+DT_INLINE UnitMask local_mask(const UnitMask& m, float* scale, float* shift) {
+  if (!m.scale) return m;
+  for (int k = 0; k < kBlock; ++k) {
+    scale[k] = m.scale[k];
+    shift[k] = m.shift[k];
+  }
+  return {scale, shift};
+}
+
 /// dy, or +0 where the ReLU's output is 0: the select as a mask of dy's bits, which the compiler
 /// vectorizes in these loops where it branched on a plain select.
 /// Element i of a pixel pair (x, y and dy at the same offset), of channel c of the unit.
@@ -371,78 +388,101 @@ DT_INLINE float masked(float dy, const float* y, const float* x, const UnitMask&
   return d;
 }
 
-/// The unit's sums of dy and of dy * xhat (dy masked by the ReLU's output, kMask), as
-/// unit_sums_body orders them.
+/// The unit's sums of dy and of dy * xhat (dy masked by the ReLU's output, kMask), xhat = (x -
+/// mu) * inv in float, ordered as unit_sums_body orders its sums.
 template <int kMask>
 DT_INLINE void unit_backward_sums_body(const float* x, const float* y, const float* dy, int hw,
-                                       const UnitMask& mask, const double* mu, const double* inv,
+                                       const UnitMask& m, const float* mu_in, const float* inv_in,
                                        double* sum_dy, double* sum_dy_xhat) {
-  double dy_even[kBlock] = {}, dy_odd[kBlock] = {}, xh_even[kBlock] = {}, xh_odd[kBlock] = {};
-  int p = 0;
-  for (; p + 2 <= hw; p += 2) {
-    const size_t at = static_cast<size_t>(p) * kBlock;
-#pragma omp simd
-    for (int k = 0; k < kBlock; ++k) {
-      const float d = masked<kMask>(dy[at + k], y + at, x + at, mask, k, k);
-      const float e = masked<kMask>(dy[at + kBlock + k], y + at, x + at, mask, kBlock + k, k);
-      dy_even[k] += d;
-      dy_odd[k] += e;
-      xh_even[k] += d * ((x[at + k] - mu[k]) * inv[k]);
-      xh_odd[k] += e * ((x[at + kBlock + k] - mu[k]) * inv[k]);
-    }
-  }
-  if (p < hw) {
-    const size_t at = static_cast<size_t>(p) * kBlock;
-#pragma omp simd
-    for (int k = 0; k < kBlock; ++k) {
-      const float d = masked<kMask>(dy[at + k], y + at, x + at, mask, k, k);
-      dy_even[k] += d;
-      xh_even[k] += d * ((x[at + k] - mu[k]) * inv[k]);
-    }
-  }
-#pragma omp simd
+  // Local copies: the loops then keep them in registers, as nothing they store may alias them.
+  float mu[kBlock], inv[kBlock], scale[kBlock], shift[kBlock];
+  const UnitMask mask = local_mask(m, scale, shift);
   for (int k = 0; k < kBlock; ++k) {
-    sum_dy[k] = dy_even[k] + dy_odd[k];
-    sum_dy_xhat[k] = xh_even[k] + xh_odd[k];
+    mu[k] = mu_in[k];
+    inv[k] = inv_in[k];
+    sum_dy[k] = sum_dy_xhat[k] = 0;
+  }
+  for (int p = 0; p < hw; p += kChunk) {
+    const int end = p + kChunk < hw ? p + kChunk : hw;
+    float dy_even[kBlock] = {}, dy_odd[kBlock] = {}, xh_even[kBlock] = {}, xh_odd[kBlock] = {};
+    int q = p;
+    for (; q + 2 <= end; q += 2) {
+      const size_t at = static_cast<size_t>(q) * kBlock;
+#pragma omp simd
+      for (int k = 0; k < kBlock; ++k) {
+        const float d = masked<kMask>(dy[at + k], y + at, x + at, mask, k, k);
+        const float e = masked<kMask>(dy[at + kBlock + k], y + at, x + at, mask, kBlock + k, k);
+        dy_even[k] += d;
+        dy_odd[k] += e;
+        xh_even[k] += d * ((x[at + k] - mu[k]) * inv[k]);
+        xh_odd[k] += e * ((x[at + kBlock + k] - mu[k]) * inv[k]);
+      }
+    }
+    if (q < end) {
+      const size_t at = static_cast<size_t>(q) * kBlock;
+#pragma omp simd
+      for (int k = 0; k < kBlock; ++k) {
+        const float d = masked<kMask>(dy[at + k], y + at, x + at, mask, k, k);
+        dy_even[k] += d;
+        xh_even[k] += d * ((x[at + k] - mu[k]) * inv[k]);
+      }
+    }
+#pragma omp simd
+    for (int k = 0; k < kBlock; ++k) {
+      sum_dy[k] += static_cast<double>(dy_even[k] + dy_odd[k]);
+      sum_dy_xhat[k] += static_cast<double>(xh_even[k] + xh_odd[k]);
+    }
   }
 }
 
-/// Per channel k of a unit: mu, inv, g = gamma * inv, and the means of dy and dy * xhat.
+/// Per channel k of a unit, in float: mu, inv, g = gamma * inv, and the means of dy and
+/// dy * xhat.
 struct UnitGradient {
-  const double* mu;
-  const double* inv;
-  const double* g;
-  const double* mean_dy;
-  const double* mean_dy_xhat;
+  const float* mu;
+  const float* inv;
+  const float* g;
+  const float* mean_dy;
+  const float* mean_dy_xhat;
 };
 
-/// dx over the unit, as channel_dx computes each value.
+/// dx over the unit, as channel_dx computes each value but in float.
 template <int kMask>
 DT_INLINE void unit_dx_body(const float* x, const float* y, const float* dy, int hw,
-                            const UnitMask& mask, const UnitGradient& u, float* dx) {
+                            const UnitMask& m, const UnitGradient& u, float* dx) {
+  // Local copies, as in unit_backward_sums_body: the stores to dx may not alias them.
+  float mu[kBlock], inv[kBlock], g[kBlock], mean_dy[kBlock], mean_dy_xhat[kBlock], scale[kBlock],
+      shift[kBlock];
+  const UnitMask mask = local_mask(m, scale, shift);
+  for (int k = 0; k < kBlock; ++k) {
+    mu[k] = u.mu[k];
+    inv[k] = u.inv[k];
+    g[k] = u.g[k];
+    mean_dy[k] = u.mean_dy[k];
+    mean_dy_xhat[k] = u.mean_dy_xhat[k];
+  }
   for (int p = 0; p < hw; ++p) {
     const size_t at = static_cast<size_t>(p) * kBlock;
 #pragma omp simd
     for (int k = 0; k < kBlock; ++k) {
       const float d = masked<kMask>(dy[at + k], y + at, x + at, mask, k, k);
-      const double xhat = (x[at + k] - u.mu[k]) * u.inv[k];
-      dx[at + k] = static_cast<float>(u.g[k] * (d - u.mean_dy[k] - xhat * u.mean_dy_xhat[k]));
+      const float xhat = (x[at + k] - mu[k]) * inv[k];
+      dx[at + k] = g[k] * (d - mean_dy[k] - xhat * mean_dy_xhat[k]);
     }
   }
 }
 
 /// The unit loops compiled for one vector width.
 struct UnitKernels {
-  void (*sums)(const float*, int, const double*, double*);
+  void (*sums)(const float*, int, const float*, double*);
   void (*affine)(const float*, int, const float*, const float*, bool, float*);
   void (*backward_sums)(const float*, const float*, const float*, int, int, const UnitMask&,
-                        const double*, const double*, double*, double*);
+                        const float*, const float*, double*, double*);
   void (*dx)(const float*, const float*, const float*, int, int, const UnitMask&,
              const UnitGradient&, float*);
 };
 
 #define DT_UNIT_KERNELS(suffix, attribute)                                                         \
-  attribute void unit_sums_##suffix(const float* x, int hw, const double* center, double* out) {   \
+  attribute void unit_sums_##suffix(const float* x, int hw, const float* center, double* out) {    \
     unit_sums_body(x, hw, center, out);                                                            \
   }                                                                                                \
   attribute void unit_affine_##suffix(const float* x, int hw, const float* scale,                  \
@@ -451,7 +491,7 @@ struct UnitKernels {
   }                                                                                                \
   attribute void unit_backward_sums_##suffix(                                                      \
       const float* x, const float* y, const float* dy, int hw, int from, const UnitMask& m,        \
-      const double* mu, const double* inv, double* sum_dy, double* sum_dy_xhat) {                  \
+      const float* mu, const float* inv, double* sum_dy, double* sum_dy_xhat) {                    \
     if (from == kFromY)                                                                            \
       return unit_backward_sums_body<kFromY>(x, y, dy, hw, m, mu, inv, sum_dy, sum_dy_xhat);       \
     if (from == kFromX)                                                                            \
@@ -512,13 +552,19 @@ void blocked_forward_training(const NormShape& s, float epsilon, const float* x,
   // cache; the channel's variance then adds the units' deviations and their means' deviations
   // from the channel's mean (Chan's combination), in example order.
   const size_t slots = static_cast<size_t>(count) * kBlock;
+  // The deviations are taken from the unit's mean rounded to float (the center the float loops
+  // subtract), and Chan's combination uses that same center.
   std::vector<double> sums(slots), squares(slots), mu(s.c), total(s.c), unit_mean(slots);
 #pragma omp parallel for schedule(static)
   for (int u = 0; u < count; ++u) {
     const size_t at = static_cast<size_t>(u) * kBlock;
     kernels.sums(x + unit_at(u, hw), hw, nullptr, sums.data() + at);
-    for (int k = 0; k < kBlock; ++k) unit_mean[at + k] = sums[at + k] / hw;
-    kernels.sums(x + unit_at(u, hw), hw, unit_mean.data() + at, squares.data() + at);
+    float center[kBlock];
+    for (int k = 0; k < kBlock; ++k) {
+      center[k] = static_cast<float>(sums[at + k] / hw);
+      unit_mean[at + k] = center[k];
+    }
+    kernels.sums(x + unit_at(u, hw), hw, center, squares.data() + at);
   }
   units.totals(sums, total.data());
   for (int ch = 0; ch < s.c; ++ch) mu[ch] = total[ch] / m;
@@ -569,12 +615,14 @@ void blocked_backward(const NormShape& s, float epsilon, const float* x, const f
   const Units units{s};
   const int count = units.count(), hw = s.hw;
   const double m = static_cast<double>(s.n) * s.hw;
-  std::vector<double> mu(s.c), inv(s.c), g(s.c), mean_dy(s.c), mean_dy_xhat(s.c);
+  std::vector<float> mu(s.c), inv(s.c), g(s.c), mean_dy(s.c), mean_dy_xhat(s.c);
   for (int ch = 0; ch < s.c; ++ch) {
+    const double inv_ch = 1.0 / std::sqrt(static_cast<double>(var[ch]) + epsilon);
     mu[ch] = mean[ch];
-    inv[ch] = 1.0 / std::sqrt(static_cast<double>(var[ch]) + epsilon);
-    g[ch] = (gamma ? gamma[ch] : 1.0) * inv[ch];
+    inv[ch] = static_cast<float>(inv_ch);
+    g[ch] = static_cast<float>((gamma ? gamma[ch] : 1.0) * inv_ch);
   }
+  std::vector<double> total_dy(s.c), total_dy_xhat(s.c);
   std::vector<double> partial_dy(static_cast<size_t>(count) * kBlock),
       partial_dy_xhat(partial_dy.size());
 #pragma omp parallel for schedule(static)
@@ -587,13 +635,13 @@ void blocked_backward(const NormShape& s, float epsilon, const float* x, const f
                           partial_dy.data() + static_cast<size_t>(u) * kBlock,
                           partial_dy_xhat.data() + static_cast<size_t>(u) * kBlock);
   }
-  units.totals(partial_dy, mean_dy.data());
-  units.totals(partial_dy_xhat, mean_dy_xhat.data());
+  units.totals(partial_dy, total_dy.data());
+  units.totals(partial_dy_xhat, total_dy_xhat.data());
   for (int ch = 0; ch < s.c; ++ch) {
-    if (dbeta) dbeta[ch] = static_cast<float>(mean_dy[ch]);
-    if (dgamma) dgamma[ch] = static_cast<float>(mean_dy_xhat[ch]);
-    mean_dy[ch] /= m;
-    mean_dy_xhat[ch] /= m;
+    if (dbeta) dbeta[ch] = static_cast<float>(total_dy[ch]);
+    if (dgamma) dgamma[ch] = static_cast<float>(total_dy_xhat[ch]);
+    mean_dy[ch] = static_cast<float>(total_dy[ch] / m);
+    mean_dy_xhat[ch] = static_cast<float>(total_dy_xhat[ch] / m);
   }
   if (!dx) return;
 #pragma omp parallel for schedule(static)
