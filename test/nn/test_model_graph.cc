@@ -3,7 +3,8 @@
 // the two shares add up, match finite differences of its loss on the reference backend; layers
 // listed out of order are ordered; every mistake in a graph (a name that resolves to nothing, a
 // cycle, an unused layer, shapes that do not add, the wrong number of inputs) is a ConfigError
-// naming the JSON path of the layer; backward computes no gradient that no parameter needs.
+// naming the JSON path of the layer; backward computes no gradient that no parameter needs; an
+// add's inputs share a gradient buffer only where that is safe.
 #include <algorithm>
 #include <catch2/catch.hpp>
 #include <cmath>
@@ -412,4 +413,32 @@ TEST_CASE("backward skips the gradients that no parameter needs", "[graph]") {
   CHECK_FALSE(has("scale_shift"));
   std::vector<float> grads = model.gradients().to_host();
   CHECK(std::any_of(grads.begin(), grads.end(), [](float g) { return g != 0.0f; }));
+}
+
+// An add's inputs share one gradient buffer where that is safe (Model::share_gradients): the
+// branch's last convolution, whose only user is the add, takes the stem's buffer (the stem's
+// other user comes before it); a branch that reads the stem itself does not, as its backward
+// adds into the stem's gradient while its own is still to be read. The gradients are checked
+// by the finite differences above (kResidual shares).
+TEST_CASE("an add's inputs share their gradient buffer only where nothing writes it between",
+          "[nn][graph]") {
+  std::unique_ptr<Backend> backend = make_reference_backend();
+  Model shared(spec_of(kResidual), *backend, kBatch);
+  const auto node = [&](const Model& m, const std::string& name) {
+    const ModelSpec& spec = m.spec();
+    for (size_t i = 0; i < spec.nodes.size(); ++i)
+      if (spec.nodes[i].name == name) return i;
+    FAIL("no node " << name);
+    return size_t{0};
+  };
+  CHECK(shared.shares_gradient(node(shared, "stem"), node(shared, "b")));
+  CHECK_FALSE(shared.shares_gradient(node(shared, "stem"), node(shared, "a")));
+  // sum = stem + a, where a reads the stem: a's backward writes the stem's gradient.
+  const char* reads = R"({"model": {"input_shape": [6, 6, 2], "layers": [
+    {"name": "stem", "type": "conv2d", "filters": 3, "kernel_size": 3, "padding": "same"},
+    {"name": "a", "type": "conv2d", "filters": 3, "kernel_size": 3, "padding": "same"},
+    {"name": "sum", "type": "add", "inputs": ["stem", "a"]},
+    {"type": "flatten"}, {"name": "logits", "type": "dense", "units": 3}]}})";
+  Model apart(spec_of(reads), *backend, kBatch);
+  CHECK_FALSE(apart.shares_gradient(node(apart, "stem"), node(apart, "a")));
 }

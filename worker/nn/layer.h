@@ -131,6 +131,10 @@ class Layer {
   /// forward and backward from now on (its y is then the ReLU's output, its dy that output's
   /// gradient), and the model runs the ReLU as a view of it (docs/design.md#fusion).
   virtual bool fuse_relu() { return false; }
+  /// True when backward gives every input the same gradient (Add: its dy, masked by a fused
+  /// ReLU): the model may then give two inputs one gradient buffer, and backward writes it once,
+  /// skipping a dx that is the same memory as one already written (docs/design.md#fusion).
+  virtual bool same_gradient_to_inputs() const { return false; }
   virtual Blocking blocking() const { return Blocking::kNone; }
   /// The layouts the model chose for its inputs and output (as blocking() allows), once, before
   /// the first forward; every layer starts with all plain.

@@ -161,6 +161,45 @@ void Model::plan_memory() {
     }
   }
   if (scratch > 0) scratch_ = Buffer<float>(device, scratch);
+  share_gradients();
+}
+
+void Model::share_gradients() {
+  const size_t n = layers_.size();
+  // Each root's users (through views), in node order.
+  std::vector<std::vector<size_t>> users(n);
+  for (size_t j = 0; j < n; ++j) {
+    if (view_[j]) continue;
+    for (size_t in : spec_.nodes[j].inputs)
+      if (in != NodeSpec::kModelInput && root_[in] != kInput) users[root_[in]].push_back(j);
+  }
+  std::vector<bool> shared(n, false);
+  for (size_t a = 0; a < n; ++a) {
+    if (view_[a] || !needs_gradient_[a] || !layers_[a]->same_gradient_to_inputs()) continue;
+    const std::vector<size_t>& ins = spec_.nodes[a].inputs;
+    // p's gradient becomes q's buffer when: a writes both first (no other share in them yet), a
+    // is p's only user (nothing adds into p's gradient), and q's other users all come before p
+    // (their shares are added into q's gradient after p's backward has read its own; p itself
+    // is not one). Neither is the model's output, whose gradient the loss writes.
+    for (size_t sp = 0; sp < ins.size(); ++sp) {
+      for (size_t sq = 0; sq < ins.size(); ++sq) {
+        if (ins[sp] == NodeSpec::kModelInput || ins[sq] == NodeSpec::kModelInput) continue;
+        const size_t p = root_[ins[sp]], q = root_[ins[sq]];
+        if (p == q || p == kInput || q == kInput || shared[p] || shared[q]) continue;
+        if (!needs_gradient_[p] || !needs_gradient_[q] || accumulates_[a][sp] ||
+            accumulates_[a][sq] || p == root_[output_] || q == root_[output_])
+          continue;
+        if (users[p] != std::vector<size_t>{a}) continue;
+        bool before_p = true;
+        for (size_t u : users[q]) before_p &= u == a || u < p;
+        if (!before_p) continue;
+        deltas_[p] = deltas_[q];
+        shared[p] = shared[q] = true;
+      }
+    }
+  }
+  for (size_t i = 0; i < n; ++i)
+    if (view_[i] && root_[i] != kInput) deltas_[i] = deltas_[root_[i]];
 }
 
 void Model::choose_layouts() {

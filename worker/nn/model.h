@@ -97,6 +97,8 @@ class Model {
   const std::vector<ParamInfo>& state_infos() const { return state_infos_; }
   /// How node i's output (and its gradient) lies in memory (docs/design.md#blocked-activations).
   Layout layout(size_t i) const { return layouts_[root_[i] == kInput ? i : root_[i]]; }
+  /// Whether nodes i and j's output gradients are one buffer (share_gradients()).
+  bool shares_gradient(size_t i, size_t j) const { return deltas_[i] == deltas_[j]; }
 
  private:
   /// Lays out the parameters, state, statistics and gradient pieces; returns the floats of the
@@ -108,6 +110,10 @@ class Model {
   /// Gives each node that is not a view its activation and gradient memory, and plans which
   /// input gradients are added rather than written.
   void plan_memory();
+  /// Gives two inputs of a layer that passes them one gradient (Add) one gradient buffer, where
+  /// nothing writes either between that layer's backward and the last read of the other: the
+  /// copy of the gradient is then not made (docs/design.md#fusion).
+  void share_gradients();
   /// Where the backend blocks channels: blocks every activation that its producer and all its
   /// users can take blocked (Layer::blocking), and tells each layer its layouts.
   void choose_layouts();

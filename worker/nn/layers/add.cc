@@ -14,6 +14,7 @@ class Add : public Layer {
  public:
   explicit Add(Dims dims) : dims_(dims) {}
   bool fuse_relu() override { return relu_ = true; }
+  bool same_gradient_to_inputs() const override { return true; }
   Blocking blocking() const override { return Blocking::kFollows; }  // elementwise
   void forward(Backend& b, const ForwardArgs& a) override {
     size_t count = dims_.size() * static_cast<size_t>(a.n);
@@ -21,10 +22,11 @@ class Add : public Layer {
   }
   void backward(Backend& b, const BackwardArgs& a, const std::function<void(size_t)>&) override {
     size_t count = dims_.size() * static_cast<size_t>(a.n);
-    // The first input's gradient is the masked dy (with the ReLU), the others copies of it.
+    // The first input's gradient is the masked dy (with the ReLU), the others copies of it; an
+    // input whose gradient is the same memory (the model's sharing) is already written.
     const float* gradient = a.dy;
     for (float* dx : a.dx) {
-      if (!dx) continue;
+      if (!dx || dx == gradient) continue;
       if (relu_ && gradient == a.dy)
         b.relu_backward(count, a.y, a.dy, dx);
       else
