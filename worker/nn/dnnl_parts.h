@@ -40,6 +40,8 @@ class Staged {
   dnnl::engine engine_;
   memory::desc plain_;
   bool same_ = true;
+  /// The wanted layout is the caller's with bf16 values, rounded by bf16_rounding's loops.
+  bool rounds_ = false;
   memory inner_;
   dnnl::reorder to_inner_, to_plain_;
 };
