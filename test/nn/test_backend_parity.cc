@@ -521,7 +521,7 @@ TEST_CASE("oneDNN max pooling matches the reference: outputs and dx", "[parity]"
   }
 }
 
-TEST_CASE("oneDNN relu matches the reference exactly, in place too", "[parity]") {
+TEST_CASE("oneDNN relu matches the reference exactly, in place too, a share added", "[parity]") {
   Backends be;
   Rng rng(104);
   Floats x = rng.floats(1001, -1, 1);
@@ -540,6 +540,20 @@ TEST_CASE("oneDNN relu matches the reference exactly, in place too", "[parity]")
   be.dnnl->relu_backward(x.size(), want.data(), in_place_dx.data(), in_place_dx.data());
   check_equal("relu dx", got_dx, want_dx);
   check_equal("relu dx in place", in_place_dx, want_dx);
+
+  // The last share added as the mask is applied: the bits of add, then relu_backward (the
+  // reference runs the default, which does just that), in place too; over 2^16 values, so the
+  // host loop splits over the threads.
+  Floats y = rng.floats(70001, -1, 1), g = rng.floats(y.size(), -1, 1),
+         share = rng.floats(y.size(), -1, 1);
+  for (size_t i = 0; i < y.size(); i += 5) y[i] = 0.0f;
+  Floats got_added(y.size()), want_added(y.size()), in_place_added = g;
+  be.dnnl->relu_backward_added(y.size(), y.data(), g.data(), share.data(), got_added.data());
+  be.ref->relu_backward_added(y.size(), y.data(), g.data(), share.data(), want_added.data());
+  be.dnnl->relu_backward_added(y.size(), y.data(), in_place_added.data(), share.data(),
+                               in_place_added.data());
+  check_equal("relu dx with a share added", got_added, want_added);
+  check_equal("relu dx with a share added, in place", in_place_added, want_added);
 }
 
 TEST_CASE("oneDNN softmax cross-entropy matches the reference", "[parity]") {

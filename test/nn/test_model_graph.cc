@@ -442,3 +442,54 @@ TEST_CASE("an add's inputs share their gradient buffer only where nothing writes
   Model apart(spec_of(reads), *backend, kBatch);
   CHECK_FALSE(apart.shares_gradient(node(apart, "stem"), node(apart, "a")));
 }
+
+// Two residual blocks: the first block's output feeds the second block's convolution and its
+// add. The convolution's share of that output's gradient (the last one backward computes) is
+// left in scratch for the first add to take as it applies its ReLU's mask
+// (Model::defer_last_shares), and the gradients still match finite differences of the loss.
+TEST_CASE("a gradient's last share, left for its producer's ReLU, gives the right gradients",
+          "[nn][graph]") {
+  const char* blocks = R"({"model": {"input_shape": [5, 5, 2], "layers": [
+    {"name": "stem", "type": "conv2d", "filters": 3, "kernel_size": 3, "padding": "same"},
+    {"name": "a", "type": "conv2d", "filters": 3, "kernel_size": 3, "padding": "same"},
+    {"name": "sum_a", "type": "add", "inputs": ["stem", "a"]},
+    {"name": "relu_a", "type": "relu"},
+    {"name": "b", "type": "conv2d", "filters": 3, "kernel_size": 3, "padding": "same"},
+    {"name": "sum_b", "type": "add", "inputs": ["b", "relu_a"]},
+    {"name": "relu_b", "type": "relu"},
+    {"type": "flatten"}, {"name": "logits", "type": "dense", "units": 3}]}})";
+  std::unique_ptr<Backend> ref = make_reference_backend();
+  ProfiledBackend profiled(*ref);
+  Model model(spec_of(blocks), profiled, kBatch);
+  model.initialize(8);
+  std::vector<float> grads;
+  profiled.reset();
+  loss_of(model, profiled, &grads);
+  bool added = false;
+  for (const OpTime& row : profiled.table())
+    added |= row.label.rfind("relu_backward_added", 0) == 0;
+  CHECK(added);
+  std::vector<float> params = model.parameters().to_host();
+  const float h = 1e-3f;
+  size_t compared = 0;
+  for (size_t i = 0; i < params.size(); i += 3) {
+    std::vector<float> moved = params;
+    moved[i] = params[i] + h;
+    model.parameters().from_host(moved);
+    const double up = loss_of(model, profiled);
+    moved[i] = params[i] - h;
+    model.parameters().from_host(moved);
+    const double down = loss_of(model, profiled);
+    model.parameters().from_host(params);
+    const double center = loss_of(model, profiled);
+    const double forward = (up - center) / h, backward = (center - down) / h;
+    if (std::abs(forward - backward) >
+        0.1 * std::max({std::abs(forward), std::abs(backward), 1e-2}))
+      continue;  // a ReLU's kink: no derivative to compare
+    const double numeric = (up - down) / (2 * h);
+    INFO("parameter " << i << ": backward " << grads[i] << ", finite difference " << numeric);
+    CHECK(std::abs(numeric - grads[i]) / std::max(1e-2, std::abs(numeric)) < 0.05);
+    ++compared;
+  }
+  CHECK(compared * 10 > params.size() / 3 * 8);
+}

@@ -191,6 +191,15 @@ class Backend {
   virtual void relu_forward(size_t count, const float* x, float* y) = 0;
   /// dx = dy where y > 0, else 0 (y is the forward output); dx may be dy.
   virtual void relu_backward(size_t count, const float* y, const float* dy, float* dx) = 0;
+  /// dx = dy + addend where y > 0, else 0: a gradient whose last share (addend) is added as the
+  /// mask is applied (docs/design.md#fusion). The bits of add then relu_backward, which the
+  /// default runs; a backend may do it in one pass. dx may be dy; addend is neither.
+  virtual void relu_backward_added(size_t count, const float* y, const float* dy,
+                                   const float* addend, float* dx) {
+    if (dx != dy) device().copy(dx, dy, count * sizeof(float));
+    add(count, addend, dx);
+    relu_backward(count, y, dx, dx);
+  }
 
   /// y = f(x) elementwise; y may be x.
   virtual void eltwise_forward(Eltwise /*f*/, size_t /*count*/, const float* /*x*/, float* /*y*/) {

@@ -87,6 +87,9 @@ struct BackwardArgs {
   float* grads;  ///< this layer's gradients, overwritten
   /// The forward's GroupSum, for the backward of the same step (null when the forward had none).
   const GroupSum* group = nullptr;
+  /// Only to a layer that takes_gradient_addend(): when set, the output's gradient is dy +
+  /// dy_addend (a user's share the model has not added into dy, docs/design.md#fusion).
+  const float* dy_addend = nullptr;
 };
 
 /// What a layer does with activations in blocks of channels (Layout::kBlocked), which the model
@@ -135,6 +138,9 @@ class Layer {
   /// ReLU): the model may then give two inputs one gradient buffer, and backward writes it once,
   /// skipping a dx that is the same memory as one already written (docs/design.md#fusion).
   virtual bool same_gradient_to_inputs() const { return false; }
+  /// True when backward takes BackwardArgs::dy_addend: the model may then leave the last share of
+  /// this layer's output gradient for it to add as it reads dy (docs/design.md#fusion).
+  virtual bool takes_gradient_addend() const { return false; }
   virtual Blocking blocking() const { return Blocking::kNone; }
   /// The layouts the model chose for its inputs and output (as blocking() allows), once, before
   /// the first forward; every layer starts with all plain.

@@ -162,6 +162,40 @@ void Model::plan_memory() {
   }
   if (scratch > 0) scratch_ = Buffer<float>(device, scratch);
   share_gradients();
+  defer_last_shares();
+}
+
+void Model::defer_last_shares() {
+  const size_t n = layers_.size();
+  defers_.assign(n, {});
+  pending_.assign(n, nullptr);
+  std::vector<size_t> first_user(n, n);  // each root's earliest user that is not a view
+  for (size_t j = n; j-- > 0;) {
+    if (view_[j]) continue;
+    for (size_t in : spec_.nodes[j].inputs)
+      if (in != NodeSpec::kModelInput && root_[in] != kInput) first_user[root_[in]] = j;
+  }
+  auto adds = [&](size_t k) {
+    return std::count(accumulates_[k].begin(), accumulates_[k].end(), true);
+  };
+  for (size_t i = 0; i < n; ++i) {
+    const std::vector<size_t>& ins = spec_.nodes[i].inputs;
+    defers_[i].assign(ins.size(), false);
+    if (adds(i) != 1) continue;
+    for (size_t s = 0; s < ins.size(); ++s) {
+      if (!accumulates_[i][s]) continue;
+      const size_t r = root_[ins[s]];
+      // i adds the last share (no user comes before it); r takes it as its dy_addend, writes
+      // none of its own inputs' gradients into scratch (it would overwrite the share), and
+      // nothing between r and i in node order adds through scratch.
+      if (first_user[r] != i || !layers_[r]->takes_gradient_addend() || adds(r) != 0 ||
+          r == root_[output_])
+        continue;
+      bool untouched = true;
+      for (size_t k = r + 1; k < i; ++k) untouched &= adds(k) == 0;
+      defers_[i][s] = untouched;
+    }
+  }
 }
 
 void Model::share_gradients() {
@@ -317,6 +351,7 @@ void Model::update_state(int shards) {
 
 void Model::backward(int n, const std::function<void(size_t piece)>& gradients_enqueued) {
   const GroupSum* group = grouped_forward_ ? &group_sum_ : nullptr;
+  std::fill(pending_.begin(), pending_.end(), nullptr);
   for (size_t i = layers_.size(); i-- > 0;) {
     if (view_[i] || !needs_gradient_[i]) continue;
     const std::vector<size_t>& ins = spec_.nodes[i].inputs;
@@ -336,12 +371,17 @@ void Model::backward(int n, const std::function<void(size_t piece)>& gradients_e
     float* grads = gradients_.data() + ranges_[i].offset;
     const float* params = ranges_[i].count ? parameters_.data() + ranges_[i].offset : nullptr;
     if (adding <= 1) {
-      BackwardArgs args{n,     inputs_[i], activations_[i], deltas_[i], input_deltas_[i], params,
-                        grads, group};
+      BackwardArgs args{n,      inputs_[i], activations_[i], deltas_[i], input_deltas_[i],
+                        params, grads,      group,           pending_[i]};
+      pending_[i] = nullptr;
       layers_[i]->backward(backend_, args, enqueued);
       for (size_t s = 0; s < ins.size(); ++s) {
         if (!accumulates_[i][s]) continue;
         size_t r = root_[ins[s]];
+        if (defers_[i][s]) {
+          pending_[r] = scratch_.data();
+          continue;
+        }
         backend_.add(spec_.nodes[r].out.size() * static_cast<size_t>(n), scratch_.data(),
                      deltas_[r]);
       }

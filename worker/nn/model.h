@@ -114,6 +114,10 @@ class Model {
   /// nothing writes either between that layer's backward and the last read of the other: the
   /// copy of the gradient is then not made (docs/design.md#fusion).
   void share_gradients();
+  /// Marks the shares of a gradient that the model leaves for its producer to add
+  /// (Layer::takes_gradient_addend) rather than adding them itself: the last share, when scratch
+  /// holds it untouched until the producer's backward (docs/design.md#fusion).
+  void defer_last_shares();
   /// Where the backend blocks channels: blocks every activation that its producer and all its
   /// users can take blocked (Layer::blocking), and tells each layer its layouts.
   void choose_layouts();
@@ -148,6 +152,10 @@ class Model {
   /// so this one is computed into scratch_ and added.
   std::vector<std::vector<bool>> accumulates_;
   Buffer<float> scratch_;
+  /// Per node, per input: its share, computed into scratch_, is left there for the input's
+  /// producer (defer_last_shares); pending_[r], during backward: node r's share left in scratch_.
+  std::vector<std::vector<bool>> defers_;
+  std::vector<const float*> pending_;
   // Per node, the pointers its last forward was given (kept for backward, reused every step).
   std::vector<std::vector<const float*>> inputs_;
   std::vector<std::vector<float*>> input_deltas_;

@@ -160,6 +160,11 @@ void ProfiledBackend::relu_forward(size_t count, const float* x, float* y) {
 void ProfiledBackend::relu_backward(size_t count, const float* y, const float* dy, float* dx) {
   timed(count_label("relu_backward", count), [&] { inner_.relu_backward(count, y, dy, dx); });
 }
+void ProfiledBackend::relu_backward_added(size_t count, const float* y, const float* dy,
+                                          const float* addend, float* dx) {
+  timed(count_label("relu_backward_added", count),
+        [&] { inner_.relu_backward_added(count, y, dy, addend, dx); });
+}
 
 void ProfiledBackend::eltwise_forward(Eltwise f, size_t count, const float* x, float* y) {
   timed(count_label(fmt::format("{}_forward", eltwise_name(f)).c_str(), count),

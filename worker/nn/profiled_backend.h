@@ -83,6 +83,8 @@ class ProfiledBackend final : public Backend {
 
   void relu_forward(size_t count, const float* x, float* y) override;
   void relu_backward(size_t count, const float* y, const float* dy, float* dx) override;
+  void relu_backward_added(size_t count, const float* y, const float* dy, const float* addend,
+                           float* dx) override;
   void eltwise_forward(Eltwise f, size_t count, const float* x, float* y) override;
   void eltwise_backward(Eltwise f, size_t count, const float* x, const float* dy,
                         float* dx) override;

@@ -5,6 +5,8 @@
 // Its keys and shape rules: worker/spec/layers/add.h.
 #include "worker/spec/layers/add.h"
 
+#include <array>
+
 #include "worker/nn/layers/layer_parts.h"
 
 namespace dtrain::nn::layers {
@@ -15,6 +17,7 @@ class Add : public Layer {
   explicit Add(Dims dims) : dims_(dims) {}
   bool fuse_relu() override { return relu_ = true; }
   bool same_gradient_to_inputs() const override { return true; }
+  bool takes_gradient_addend() const override { return true; }
   Blocking blocking() const override { return Blocking::kFollows; }  // elementwise
   void forward(Backend& b, const ForwardArgs& a) override {
     size_t count = dims_.size() * static_cast<size_t>(a.n);
@@ -22,12 +25,19 @@ class Add : public Layer {
   }
   void backward(Backend& b, const BackwardArgs& a, const std::function<void(size_t)>&) override {
     size_t count = dims_.size() * static_cast<size_t>(a.n);
-    // The first input's gradient is the masked dy (with the ReLU), the others copies of it; an
-    // input whose gradient is the same memory (the model's sharing) is already written.
+    // The first input's gradient is dy (plus the share the model left, dy_addend), masked with
+    // the ReLU; the others are copies of it, but for an input whose gradient is the same memory
+    // (the model's sharing), already written.
     const float* gradient = a.dy;
     for (float* dx : a.dx) {
       if (!dx || dx == gradient) continue;
-      if (relu_ && gradient == a.dy)
+      if (gradient != a.dy)
+        b.device().copy(dx, gradient, count * sizeof(float));
+      else if (a.dy_addend && relu_)
+        b.relu_backward_added(count, a.y, a.dy, a.dy_addend, dx);
+      else if (a.dy_addend)
+        b.add_forward(count, std::array<const float*, 2>{a.dy, a.dy_addend}.data(), 2, false, dx);
+      else if (relu_)
         b.relu_backward(count, a.y, a.dy, dx);
       else
         b.device().copy(dx, gradient, count * sizeof(float));
