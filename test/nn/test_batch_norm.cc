@@ -481,8 +481,9 @@ TEST_CASE("a ReLU that is batch normalization's only user runs inside it", "[bat
 
 // A ReLU that is an add's only user (a residual block's end) runs inside the add
 // (docs/design.md#fusion): one pass for the sum and the ReLU, and the ReLU's mask written straight
-// into the first input's gradient. The model computes what it computes with the two layers apart
-// (here kept apart by an exact identity, a Rescaling by 1, between them), bit for bit.
+// into the first input's gradient, with the last share of the add's own gradient added as it is.
+// The model computes what it computes with the two layers apart (here kept apart by an exact
+// identity, a Rescaling by 1, between them), bit for bit.
 TEST_CASE("a ReLU that is an add's only user runs inside it, with the two layers' bits",
           "[fusion]") {
   const std::string fused = R"({"model": {"input_shape": [6, 6, 2], "layers": [
@@ -533,8 +534,10 @@ TEST_CASE("a ReLU that is an add's only user runs inside it, with the two layers
     CHECK(count(fused_labels, "add_forward+relu") == 1);
     CHECK(count(fused_labels, "relu_forward") == 0);
     CHECK(count(apart_labels, "relu_forward") == 1);
-    // The mask is relu_backward's in both, written by the add itself when fused.
-    CHECK(count(fused_labels, "relu_backward") == 1);
+    // The mask is relu_backward's apart; fused, the add applies it as it adds c's share of the
+    // gradient, which the model leaves for it (c is the sum's last user in backward).
+    CHECK(count(fused_labels, "relu_backward_added") == 1);
+    CHECK(count(fused_labels, "relu_backward") == 0);
     CHECK(count(apart_labels, "relu_backward") == 1);
   }
 }
