@@ -542,6 +542,89 @@ TEST_CASE("a ReLU that is an add's only user runs inside it, with the two layers
   }
 }
 
+// An add that is a batch normalization's only user (a residual block's end: bn(conv(x)) + x,
+// then a ReLU) runs inside the normalization's output pass (Layer::fuse_add,
+// docs/design.md#fusion). The model computes what it computes with the layers apart (kept apart by
+// an exact identity that keeps the layout, a linear Activation, between them), bit for bit, in
+// training and inference, blocked (16 channels, on the oneDNN backend where it blocks) and plain;
+// the projection's add takes the later of its two normalizations.
+TEST_CASE("an add after batch normalization runs inside it, with the layers' bits", "[fusion]") {
+  const std::string fused = R"({"model": {"input_shape": [5, 5, 16], "layers": [
+    {"name": "stem", "type": "conv2d", "filters": 16, "kernel_size": 3, "padding": "same",
+     "use_bias": false},
+    {"name": "c", "type": "conv2d", "filters": 16, "kernel_size": 3, "padding": "same",
+     "use_bias": false},
+    {"name": "bn", "type": "batch_normalization"},
+    {"name": "sum", "type": "add", "inputs": ["bn", "stem"]},
+    {"name": "out", "type": "relu"},
+    {"name": "d", "type": "conv2d", "filters": 16, "kernel_size": 3, "padding": "same"},
+    {"name": "bn_d", "type": "batch_normalization"},
+    {"name": "e", "type": "conv2d", "filters": 16, "kernel_size": 1, "inputs": ["out"]},
+    {"name": "bn_e", "type": "batch_normalization"},
+    {"name": "sum2", "type": "add", "inputs": ["bn_d", "bn_e"]},
+    {"type": "global_average_pooling2d"},
+    {"name": "logits", "type": "dense", "units": 3}]}})";
+  std::string apart = fused;
+  for (const char* name : {"bn", "bn_e"}) {
+    const std::string layer =
+        std::string(R"({"name": ")") + name + R"(", "type": "batch_normalization"})";
+    apart.replace(apart.find(layer), layer.size(),
+                  layer + R"(, {"name": ")" + name +
+                      R"(_same", "type": "activation", "activation": "linear"})");
+  }
+  apart.replace(apart.find(R"(["bn", "stem"])"), 14, R"(["bn_same", "stem"])");
+  apart.replace(apart.find(R"(["bn_d", "bn_e"])"), 16, R"(["bn_d", "bn_e_same"])");
+  for (auto make : {make_reference_backend, make_dnnl_backend}) {
+    std::unique_ptr<Backend> backend = make(MathMode::kFloat32);
+    const int n = 3;
+    Floats x = random_floats(size_t(n) * 400, 31), dlogits = random_floats(size_t(n) * 3, 32);
+    Floats first_params;
+    struct Run {
+      Floats logits, grads, inference;
+      std::vector<std::string> labels;
+      bool blocked_add = false;  ///< the fused pass ran in blocks of channels
+    };
+    auto run = [&](const std::string& json) {
+      ProfiledBackend profiled(*backend);
+      Model model(spec_of(json), profiled, n);
+      model.initialize(7);
+      if (first_params.empty())
+        first_params = model.parameters().to_host();
+      else
+        backend->device().upload(model.parameters().data(), first_params.data(),
+                                 first_params.size() * sizeof(float));
+      Run r;
+      const float* logits = model.forward(x.data(), n, StepKey{}, true);
+      r.logits.assign(logits, logits + size_t(n) * 3);
+      std::copy(dlogits.begin(), dlogits.end(), model.logits_gradient());
+      model.backward(n);
+      r.grads = model.gradients().to_host();
+      for (const OpTime& row : profiled.table()) {
+        r.labels.push_back(row.label.substr(0, row.label.find(' ')));
+        r.blocked_add |= row.label.rfind("batchnorm_add", 0) == 0 &&
+                         row.label.find(" blocked") != std::string::npos;
+      }
+      const float* inferred = model.forward(x.data(), n, StepKey{}, false);
+      r.inference.assign(inferred, inferred + size_t(n) * 3);
+      return r;
+    };
+    Run f = run(fused), a = run(apart);
+    INFO(backend->name());
+    CHECK(f.logits == a.logits);
+    CHECK(f.grads == a.grads);
+    CHECK(f.inference == a.inference);
+    auto count = [](const std::vector<std::string>& labels, const char* label) {
+      return std::count(labels.begin(), labels.end(), label);
+    };
+    CHECK(count(f.labels, "batchnorm_add_forward_training+relu") == 1);
+    CHECK(count(f.labels, "batchnorm_add_forward_training") == 1);
+    CHECK(count(f.labels, "add_forward+relu") + count(f.labels, "add_forward") == 0);
+    CHECK(count(a.labels, "add_forward+relu") == 1);
+    CHECK(count(a.labels, "add_forward") == 1);
+    CHECK(f.blocked_add == backend->blocks_channels());
+  }
+}
+
 TEST_CASE("training normalizes by the batch, inference by the moving statistics", "[batch_norm]") {
   const char* json = R"({"model": {"input_shape": [1, 1, 2], "layers": [
     {"type": "flatten"}, {"type": "batch_normalization", "momentum": 0.5, "epsilon": 1e-9}]}})";

@@ -304,6 +304,27 @@ class Backend {
                                            const float* /*var*/, float* /*y*/) {
     unsupported("batchnorm_forward_inference");
   }
+  /// A residual block's batch normalization with the add after it (and the add's ReLU, relu):
+  /// batchnorm_forward_training (s.relu false), then y += addend, then max(y, 0) when relu; the
+  /// bits of the three, which the default runs; a backend may take the add into its output pass
+  /// (docs/design.md#fusion). addend is not y.
+  virtual void batchnorm_add_forward_training(const NormShape& s, float epsilon, const float* x,
+                                              const float* gamma, const float* beta,
+                                              const float* addend, bool relu, float* y, float* mean,
+                                              float* var) {
+    batchnorm_forward_training(s, epsilon, x, gamma, beta, y, mean, var);
+    add(s.count(), addend, y);
+    if (relu) relu_forward(s.count(), y, y);
+  }
+  /// The same after batchnorm_forward_inference.
+  virtual void batchnorm_add_forward_inference(const NormShape& s, float epsilon, const float* x,
+                                               const float* gamma, const float* beta,
+                                               const float* mean, const float* var,
+                                               const float* addend, bool relu, float* y) {
+    batchnorm_forward_inference(s, epsilon, x, gamma, beta, mean, var, y);
+    add(s.count(), addend, y);
+    if (relu) relu_forward(s.count(), y, y);
+  }
   /// The training forward's gradients, with xhat = (x - mean) / sqrt(var + epsilon) and sums
   /// over each channel's n x hw values: dbeta = sum(dy), dgamma = sum(dy * xhat) (each null when
   /// not wanted), dx = gamma / sqrt(var + epsilon) * (dy - mean(dy) - xhat * mean(dy * xhat))

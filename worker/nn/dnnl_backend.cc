@@ -197,6 +197,27 @@ class DnnlBackend : public HostBackend {
                                    const float* var, float* y) override {
     host_batchnorm_forward_inference(s, epsilon, x, gamma, beta, mean, var, y);
   }
+  // In blocks of channels, the add (and its ReLU) in the normalization's output pass.
+  void batchnorm_add_forward_training(const NormShape& s, float epsilon, const float* x,
+                                      const float* gamma, const float* beta, const float* addend,
+                                      bool relu, float* y, float* mean, float* var) override {
+    if (s.layout != Layout::kBlocked || s.relu)
+      return HostBackend::batchnorm_add_forward_training(s, epsilon, x, gamma, beta, addend, relu,
+                                                         y, mean, var);
+    host_batchnorm_forward_training(s, epsilon, x, gamma, beta, y, mean, var,
+                                    direct_conv::Vectors::kWidest, nullptr, nullptr,
+                                    {addend, relu});
+  }
+  void batchnorm_add_forward_inference(const NormShape& s, float epsilon, const float* x,
+                                       const float* gamma, const float* beta, const float* mean,
+                                       const float* var, const float* addend, bool relu,
+                                       float* y) override {
+    if (s.layout != Layout::kBlocked || s.relu)
+      return HostBackend::batchnorm_add_forward_inference(s, epsilon, x, gamma, beta, mean, var,
+                                                          addend, relu, y);
+    host_batchnorm_forward_inference(s, epsilon, x, gamma, beta, mean, var, y,
+                                     direct_conv::Vectors::kWidest, {addend, relu});
+  }
   void batchnorm_backward(const NormShape& s, float epsilon, const float* x, const float* y,
                           const float* dy, const float* gamma, const float* mean, const float* var,
                           float* dx, float* dgamma, float* dbeta) override {

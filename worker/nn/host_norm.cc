@@ -335,6 +335,26 @@ DT_INLINE void unit_sums_body(const float* x, int hw, const float* center, doubl
   }
 }
 
+/// y = x * scale[k] + shift[k] + addend over the unit, then (with relu) max of that and 0: the
+/// float operations of the normalization, then of Add's add_forward.
+DT_INLINE void unit_affine_add_body(const float* x, const float* addend, int hw, const float* scale,
+                                    const float* shift, bool relu, float* y) {
+  for (int p = 0; p < hw; ++p) {
+    const size_t at = static_cast<size_t>(p) * kBlock;
+    if (relu) {
+#pragma omp simd
+      for (int k = 0; k < kBlock; ++k) {
+        const float v = (x[at + k] * scale[k] + shift[k]) + addend[at + k];
+        y[at + k] = v > 0.0f ? v : 0.0f;
+      }
+    } else {
+#pragma omp simd
+      for (int k = 0; k < kBlock; ++k)
+        y[at + k] = (x[at + k] * scale[k] + shift[k]) + addend[at + k];
+    }
+  }
+}
+
 /// y = x * scale[k] + shift[k] over the unit (with relu, max of that and 0).
 DT_INLINE void unit_affine_body(const float* x, int hw, const float* scale, const float* shift,
                                 bool relu, float* y) {
@@ -475,6 +495,7 @@ DT_INLINE void unit_dx_body(const float* x, const float* y, const float* dy, int
 struct UnitKernels {
   void (*sums)(const float*, int, const float*, double*);
   void (*affine)(const float*, int, const float*, const float*, bool, float*);
+  void (*affine_add)(const float*, const float*, int, const float*, const float*, bool, float*);
   void (*backward_sums)(const float*, const float*, const float*, int, int, const UnitMask&,
                         const float*, const float*, double*, double*);
   void (*dx)(const float*, const float*, const float*, int, int, const UnitMask&,
@@ -488,6 +509,11 @@ struct UnitKernels {
   attribute void unit_affine_##suffix(const float* x, int hw, const float* scale,                  \
                                       const float* shift, bool relu, float* y) {                   \
     unit_affine_body(x, hw, scale, shift, relu, y);                                                \
+  }                                                                                                \
+  attribute void unit_affine_add_##suffix(const float* x, const float* addend, int hw,             \
+                                          const float* scale, const float* shift, bool relu,       \
+                                          float* y) {                                              \
+    unit_affine_add_body(x, addend, hw, scale, shift, relu, y);                                    \
   }                                                                                                \
   attribute void unit_backward_sums_##suffix(                                                      \
       const float* x, const float* y, const float* dy, int hw, int from, const UnitMask& m,        \
@@ -516,12 +542,15 @@ UnitKernels unit_kernels_for(Vectors vectors) {
   switch (runnable(vectors)) {
 #if defined(__x86_64__) && defined(__GNUC__)
     case Vectors::kAvx512:
-      return {unit_sums_avx512, unit_affine_avx512, unit_backward_sums_avx512, unit_dx_avx512};
+      return {unit_sums_avx512, unit_affine_avx512, unit_affine_add_avx512,
+              unit_backward_sums_avx512, unit_dx_avx512};
     case Vectors::kAvx2:
-      return {unit_sums_avx2, unit_affine_avx2, unit_backward_sums_avx2, unit_dx_avx2};
+      return {unit_sums_avx2, unit_affine_avx2, unit_affine_add_avx2, unit_backward_sums_avx2,
+              unit_dx_avx2};
 #endif
     default:
-      return {unit_sums_plain, unit_affine_plain, unit_backward_sums_plain, unit_dx_plain};
+      return {unit_sums_plain, unit_affine_plain, unit_affine_add_plain, unit_backward_sums_plain,
+              unit_dx_plain};
   }
 }
 
@@ -541,9 +570,27 @@ struct Units {
   }
 };
 
+// The output pass over every unit: y = x * scale + shift (then the addend, then the ReLU).
+void blocked_affine(const NormShape& s, const UnitKernels& kernels, const float* x,
+                    const std::vector<float>& scale, const std::vector<float>& shift,
+                    NormAddend addend, float* y) {
+  const Units units{s};
+  const int count = units.count(), hw = s.hw;
+#pragma omp parallel for schedule(static)
+  for (int u = 0; u < count; ++u) {
+    const int b = (u % units.blocks()) * kBlock;
+    if (addend.values)
+      kernels.affine_add(x + unit_at(u, hw), addend.values + unit_at(u, hw), hw, scale.data() + b,
+                         shift.data() + b, addend.relu, y + unit_at(u, hw));
+    else
+      kernels.affine(x + unit_at(u, hw), hw, scale.data() + b, shift.data() + b, s.relu,
+                     y + unit_at(u, hw));
+  }
+}
+
 void blocked_forward_training(const NormShape& s, float epsilon, const float* x, const float* gamma,
                               const float* beta, float* y, float* mean, float* var, Vectors vectors,
-                              float* scale_out, float* shift_out) {
+                              float* scale_out, float* shift_out, NormAddend addend) {
   const UnitKernels kernels = unit_kernels_for(vectors);
   const Units units{s};
   const int count = units.count(), hw = s.hw;
@@ -581,29 +628,16 @@ void blocked_forward_training(const NormShape& s, float epsilon, const float* x,
     if (scale_out) scale_out[ch] = scale[ch];
     if (shift_out) shift_out[ch] = shift[ch];
   }
-#pragma omp parallel for schedule(static)
-  for (int u = 0; u < count; ++u) {
-    const int b = (u % units.blocks()) * kBlock;
-    kernels.affine(x + unit_at(u, hw), hw, scale.data() + b, shift.data() + b, s.relu,
-                   y + unit_at(u, hw));
-  }
+  blocked_affine(s, kernels, x, scale, shift, addend, y);
 }
 
 void blocked_forward_inference(const NormShape& s, float epsilon, const float* x,
                                const float* gamma, const float* beta, const float* mean,
-                               const float* var, float* y, Vectors vectors) {
-  const UnitKernels kernels = unit_kernels_for(vectors);
-  const Units units{s};
-  const int count = units.count(), hw = s.hw;
+                               const float* var, float* y, Vectors vectors, NormAddend addend) {
   std::vector<float> scale(s.c), shift(s.c);
   for (int ch = 0; ch < s.c; ++ch)
     folded(epsilon, gamma, beta, mean[ch], var[ch], ch, &scale[ch], &shift[ch]);
-#pragma omp parallel for schedule(static)
-  for (int u = 0; u < count; ++u) {
-    const int b = (u % units.blocks()) * kBlock;
-    kernels.affine(x + unit_at(u, hw), hw, scale.data() + b, shift.data() + b, s.relu,
-                   y + unit_at(u, hw));
-  }
+  blocked_affine(s, unit_kernels_for(vectors), x, scale, shift, addend, y);
 }
 
 void blocked_backward(const NormShape& s, float epsilon, const float* x, const float* y,
@@ -660,10 +694,13 @@ void blocked_backward(const NormShape& s, float epsilon, const float* x, const f
 
 void host_batchnorm_forward_training(const NormShape& s, float epsilon, const float* x,
                                      const float* gamma, const float* beta, float* y, float* mean,
-                                     float* var, Vectors vectors, float* scale, float* shift) {
+                                     float* var, Vectors vectors, float* scale, float* shift,
+                                     NormAddend addend) {
+  DT_ENFORCE(!addend.values || (s.layout == Layout::kBlocked && !s.relu),
+             "batch normalization takes an add into its output pass in blocks of channels only");
   if (s.layout == Layout::kBlocked)
-    return blocked_forward_training(s, epsilon, x, gamma, beta, y, mean, var, vectors, scale,
-                                    shift);
+    return blocked_forward_training(s, epsilon, x, gamma, beta, y, mean, var, vectors, scale, shift,
+                                    addend);
   const Kernels kernels = kernels_for(vectors);
   const Forward f{s, epsilon, x, gamma, beta, y, mean, var};
 #pragma omp parallel for schedule(static)
@@ -672,9 +709,12 @@ void host_batchnorm_forward_training(const NormShape& s, float epsilon, const fl
 
 void host_batchnorm_forward_inference(const NormShape& s, float epsilon, const float* x,
                                       const float* gamma, const float* beta, const float* mean,
-                                      const float* var, float* y, Vectors vectors) {
+                                      const float* var, float* y, Vectors vectors,
+                                      NormAddend addend) {
+  DT_ENFORCE(!addend.values || (s.layout == Layout::kBlocked && !s.relu),
+             "batch normalization takes an add into its output pass in blocks of channels only");
   if (s.layout == Layout::kBlocked)
-    return blocked_forward_inference(s, epsilon, x, gamma, beta, mean, var, y, vectors);
+    return blocked_forward_inference(s, epsilon, x, gamma, beta, mean, var, y, vectors, addend);
   const Kernels kernels = kernels_for(vectors);
   const Inference f{s, epsilon, x, gamma, beta, mean, var, y};
 #pragma omp parallel for schedule(static)

@@ -13,6 +13,14 @@
 
 namespace dtrain::nn {
 
+/// A residual block's add after batch normalization, taken into its output pass (blocked
+/// layout only): y = bn(x) + values, then max(y, 0) with relu (backend.h's
+/// batchnorm_add_forward_*). The float operations of the two apart: the same bits.
+struct NormAddend {
+  const float* values = nullptr;
+  bool relu = false;
+};
+
 /// vectors: the width the loops run at (direct_conv.h's Vectors: the widest this CPU runs, or
 /// one named by a test); every width gives the same bits.
 /// In blocks of channels (s.layout), the training forward also writes, where scale and shift are
@@ -24,11 +32,13 @@ void host_batchnorm_forward_training(const NormShape& s, float epsilon, const fl
                                      const float* gamma, const float* beta, float* y, float* mean,
                                      float* var,
                                      direct_conv::Vectors vectors = direct_conv::Vectors::kWidest,
-                                     float* scale = nullptr, float* shift = nullptr);
+                                     float* scale = nullptr, float* shift = nullptr,
+                                     NormAddend addend = {});
 void host_batchnorm_forward_inference(const NormShape& s, float epsilon, const float* x,
                                       const float* gamma, const float* beta, const float* mean,
                                       const float* var, float* y,
-                                      direct_conv::Vectors vectors = direct_conv::Vectors::kWidest);
+                                      direct_conv::Vectors vectors = direct_conv::Vectors::kWidest,
+                                      NormAddend addend = {});
 void host_batchnorm_backward(const NormShape& s, float epsilon, const float* x, const float* y,
                              const float* dy, const float* gamma, const float* mean,
                              const float* var, float* dx, float* dgamma, float* dbeta,

@@ -72,6 +72,9 @@ struct ForwardArgs {
   /// In a training step of a group: sums over every worker's batch (null: this batch is the
   /// whole batch: a worker alone, a test, or outside training).
   const GroupSum* group = nullptr;
+  /// Only to a layer that took an add in (fuse_add): the add's other input; y is then the add's
+  /// output.
+  const float* addend = nullptr;
 };
 
 /// One call of backward, after the forward of the same examples.
@@ -130,6 +133,9 @@ class Layer {
   /// True for a plain max(x, 0) of its one input (the ReLU layer, an Activation "relu"): a layer
   /// that can take it in (fuse_relu) may then do its work.
   virtual bool is_relu() const { return false; }
+  /// True for Keras's Add (the elementwise sum of its inputs, in order): a layer that can take it
+  /// in (fuse_add) may then do its work.
+  virtual bool is_add() const { return false; }
   /// Asked when a ReLU is this layer's only user: true when the layer takes max(y, 0) into its own
   /// forward and backward from now on (its y is then the ReLU's output, its dy that output's
   /// gradient), and the model runs the ReLU as a view of it (docs/design.md#fusion).
@@ -137,6 +143,12 @@ class Layer {
   /// True when backward gives every input the same gradient (Add: its dy, masked by a fused
   /// ReLU): the model may then give two inputs one gradient buffer, and backward writes it once,
   /// skipping a dx that is the same memory as one already written (docs/design.md#fusion).
+  /// Asked when this layer's only user is an Add of two inputs whose other input is computed
+  /// before this layer (relu: a ReLU is fused into the add): true when the layer takes the add
+  /// (and its ReLU) into its own forward from now on, writing the add's output from
+  /// ForwardArgs::addend; the model then skips the add's forward (its backward still runs), and
+  /// this layer's own output is never written (docs/design.md#fusion).
+  virtual bool fuse_add(bool /*relu*/) { return false; }
   virtual bool same_gradient_to_inputs() const { return false; }
   /// True when backward takes BackwardArgs::dy_addend: the model may then leave the last share of
   /// this layer's output gradient for it to add as it reads dy (docs/design.md#fusion).

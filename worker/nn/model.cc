@@ -101,6 +101,26 @@ void Model::fuse() {
     if (in == NodeSpec::kModelInput || view_[in] || users[in] != 1 || in == output_) continue;
     if (layers_[in]->fuse_relu()) view_[i] = true;
   }
+  // An add of two inputs into the later one, p, when the add is p's only user, the other input
+  // comes before p (the model's input, or an earlier node), and p can take the add in: p writes
+  // the add's output, and the add's forward is skipped.
+  forward_done_.assign(n, false);
+  add_taken_.assign(n, kNone);
+  std::vector<bool> relu_in(n, false);  // a ReLU fused into the node
+  for (size_t i = 0; i < n; ++i)
+    if (view_[i] && layers_[i]->is_relu()) relu_in[spec_.nodes[i].inputs[0]] = true;
+  for (size_t a = 0; a < n; ++a) {
+    const std::vector<size_t>& ins = spec_.nodes[a].inputs;
+    if (view_[a] || !layers_[a]->is_add() || ins.size() != 2) continue;
+    const size_t p = ins[0] == NodeSpec::kModelInput                      ? ins[1]
+                     : ins[1] == NodeSpec::kModelInput || ins[0] > ins[1] ? ins[0]
+                                                                          : ins[1];
+    if (p == NodeSpec::kModelInput || ins[0] == ins[1] || view_[p] || users[p] != 1) continue;
+    if (layers_[p]->fuse_add(relu_in[a])) {
+      forward_done_[a] = true;
+      add_taken_[p] = a;
+    }
+  }
 }
 
 void Model::plan_memory() {
@@ -119,11 +139,15 @@ void Model::plan_memory() {
     }
     root_[i] = i;
     size_t count = spec_.nodes[i].out.size() * static_cast<size_t>(max_batch_);
-    storage_.emplace_back(device, count);
-    activations_[i] = storage_.back().data();
+    if (add_taken_[i] == kNone) {  // else it writes the add's output (fuse)
+      storage_.emplace_back(device, count);
+      activations_[i] = storage_.back().data();
+    }
     storage_.emplace_back(device, count);
     deltas_[i] = storage_.back().data();
   }
+  for (size_t i = 0; i < n; ++i)
+    if (add_taken_[i] != kNone) activations_[i] = activations_[add_taken_[i]];
   if (root_[output_] == kInput)
     throw common::ConfigError(
         fmt::format("{}: the model's output is its input; add a layer", spec_.nodes[output_].path));
@@ -325,6 +349,13 @@ const float* Model::forward(const float* images, int n, const StepKey& key, bool
       size_t r = ins[s] == NodeSpec::kModelInput ? kInput : root_[ins[s]];
       inputs_[i][s] = r == kInput ? images : activations_[r];
     }
+    if (forward_done_[i]) continue;  // its input took it in, and wrote its output
+    const float* addend = nullptr;   // the other input of the add this node took in
+    if (add_taken_[i] != kNone) {
+      const std::vector<size_t>& add_ins = spec_.nodes[add_taken_[i]].inputs;
+      const size_t q = add_ins[0] == i ? add_ins[1] : add_ins[0];
+      addend = q == NodeSpec::kModelInput ? images : activations_[root_[q]];
+    }
     ForwardArgs args{n,
                      inputs_[i],
                      const_cast<float*>(activations_[i]),
@@ -335,7 +366,8 @@ const float* Model::forward(const float* images, int n, const StepKey& key, bool
                      training && statistics_ranges_[i].count
                          ? statistics_.data() + statistics_ranges_[i].offset
                          : nullptr,
-                     grouped_forward_ ? &group_sum_ : nullptr};
+                     grouped_forward_ ? &group_sum_ : nullptr,
+                     addend};
     layers_[i]->forward(backend_, args);
   }
   return activations_[root_[output_]];

@@ -105,7 +105,8 @@ class Model {
   /// first three.
   std::array<size_t, 3> lay_out();
   /// Fuses each ReLU that is the only user of a layer that can take it in: the ReLU becomes a
-  /// view of that layer (docs/design.md#fusion).
+  /// view of that layer; then each add of two inputs into the later of them where that layer
+  /// can take it in (Layer::fuse_add) (docs/design.md#fusion).
   void fuse();
   /// Gives each node that is not a view its activation and gradient memory, and plans which
   /// input gradients are added rather than written.
@@ -133,6 +134,11 @@ class Model {
   /// Node i is a view: its layer's is_view(), or a ReLU fused into its input's layer; its
   /// forward and backward never run.
   std::vector<bool> view_;
+  /// Node i's forward is done by one of its inputs, which took it in (Layer::fuse_add); that
+  /// input's add_taken_ is i (kNone for every other node), and it writes i's output.
+  std::vector<bool> forward_done_;
+  std::vector<size_t> add_taken_;
+  static constexpr size_t kNone = static_cast<size_t>(-2);
   std::vector<ParamRange> ranges_, state_ranges_, statistics_ranges_;
   std::vector<GradientPiece> pieces_;
   std::vector<size_t> first_piece_;  ///< node i's first piece in pieces_

@@ -224,6 +224,29 @@ void ProfiledBackend::batchnorm_forward_inference(const NormShape& s, float epsi
   timed(norm_label("batchnorm_forward_inference", s),
         [&] { inner_.batchnorm_forward_inference(s, epsilon, x, gamma, beta, mean, var, y); });
 }
+void ProfiledBackend::batchnorm_add_forward_training(const NormShape& s, float epsilon,
+                                                     const float* x, const float* gamma,
+                                                     const float* beta, const float* addend,
+                                                     bool relu, float* y, float* mean, float* var) {
+  timed(norm_label(relu ? "batchnorm_add_forward_training+relu" : "batchnorm_add_forward_training",
+                   s),
+        [&] {
+          inner_.batchnorm_add_forward_training(s, epsilon, x, gamma, beta, addend, relu, y, mean,
+                                                var);
+        });
+}
+void ProfiledBackend::batchnorm_add_forward_inference(const NormShape& s, float epsilon,
+                                                      const float* x, const float* gamma,
+                                                      const float* beta, const float* mean,
+                                                      const float* var, const float* addend,
+                                                      bool relu, float* y) {
+  timed(norm_label(
+            relu ? "batchnorm_add_forward_inference+relu" : "batchnorm_add_forward_inference", s),
+        [&] {
+          inner_.batchnorm_add_forward_inference(s, epsilon, x, gamma, beta, mean, var, addend,
+                                                 relu, y);
+        });
+}
 void ProfiledBackend::batchnorm_backward(const NormShape& s, float epsilon, const float* x,
                                          const float* y, const float* dy, const float* gamma,
                                          const float* mean, const float* var, float* dx,

@@ -108,6 +108,13 @@ class ProfiledBackend final : public Backend {
   void batchnorm_forward_inference(const NormShape& s, float epsilon, const float* x,
                                    const float* gamma, const float* beta, const float* mean,
                                    const float* var, float* y) override;
+  void batchnorm_add_forward_training(const NormShape& s, float epsilon, const float* x,
+                                      const float* gamma, const float* beta, const float* addend,
+                                      bool relu, float* y, float* mean, float* var) override;
+  void batchnorm_add_forward_inference(const NormShape& s, float epsilon, const float* x,
+                                       const float* gamma, const float* beta, const float* mean,
+                                       const float* var, const float* addend, bool relu,
+                                       float* y) override;
   void batchnorm_backward(const NormShape& s, float epsilon, const float* x, const float* y,
                           const float* dy, const float* gamma, const float* mean, const float* var,
                           float* dx, float* dgamma, float* dbeta) override;

@@ -16,6 +16,7 @@ class Add : public Layer {
  public:
   explicit Add(Dims dims) : dims_(dims) {}
   bool fuse_relu() override { return relu_ = true; }
+  bool is_add() const override { return true; }
   bool same_gradient_to_inputs() const override { return true; }
   bool takes_gradient_addend() const override { return true; }
   Blocking blocking() const override { return Blocking::kFollows; }  // elementwise

@@ -4,7 +4,8 @@
 // sums them over the virtual shards in shard order and update_state moves the moving mean and
 // variance by Keras's rule, with the shards' mean (docs/design.md#batch-normalization).
 // Inference normalizes by the moving statistics. A ReLU that is its only user runs inside it
-// (fuse_relu). synchronized: in a group's training step the statistics, and backward's sums, are
+// (fuse_relu), and so does an add that is (fuse_add: a residual block's end, with that add's
+// ReLU). synchronized: in a group's training step the statistics, and backward's sums, are
 // the whole global batch's, summed over the workers
 // (docs/design.md#synchronized-batch-normalization).
 // Its keys and shape rules: worker/spec/layers/batch_normalization.h.
@@ -38,6 +39,13 @@ class BatchNormalization : public Layer {
   }
   size_t statistics_count() const override { return 2 * channels(); }
   bool fuse_relu() override { return relu_ = true; }
+  /// A residual block's add after it, in its output pass (not synchronized, nor with a ReLU of
+  /// its own: its output's only user is the add).
+  bool fuse_add(bool relu) override {
+    if (k_.synchronized || relu_) return false;
+    add_relu_ = relu;
+    return add_ = true;
+  }
   /// Its training and inference passes take blocked channels; the synchronized pieces do not.
   Blocking blocking() const override {
     return k_.synchronized ? Blocking::kNone : Blocking::kFollows;
@@ -52,9 +60,15 @@ class BatchNormalization : public Layer {
   }
   void forward(Backend& b, const ForwardArgs& a) override {
     training_ = a.training;
+    DT_ENFORCE(!add_ || a.addend, "batch normalization took an add in but got no addend");
     if (!a.training) {
-      b.batchnorm_forward_inference(at(a.n), k_.epsilon, a.x[0], gamma(a.params), beta(a.params),
-                                    a.state, a.state + channels(), a.y);
+      if (add_)
+        b.batchnorm_add_forward_inference(at(a.n), k_.epsilon, a.x[0], gamma(a.params),
+                                          beta(a.params), a.state, a.state + channels(), a.addend,
+                                          add_relu_, a.y);
+      else
+        b.batchnorm_forward_inference(at(a.n), k_.epsilon, a.x[0], gamma(a.params), beta(a.params),
+                                      a.state, a.state + channels(), a.y);
       return;
     }
     float* mean = saved_.data();
@@ -63,8 +77,12 @@ class BatchNormalization : public Layer {
       forward_grouped(b, a, mean, var);
       return;
     }
-    b.batchnorm_forward_training(at(a.n), k_.epsilon, a.x[0], gamma(a.params), beta(a.params), a.y,
-                                 mean, var);
+    if (add_)
+      b.batchnorm_add_forward_training(at(a.n), k_.epsilon, a.x[0], gamma(a.params), beta(a.params),
+                                       a.addend, add_relu_, a.y, mean, var);
+    else
+      b.batchnorm_forward_training(at(a.n), k_.epsilon, a.x[0], gamma(a.params), beta(a.params),
+                                   a.y, mean, var);
     if (a.statistics) b.device().copy(a.statistics, mean, 2 * channels() * sizeof(float));
   }
   void backward(Backend& b, const BackwardArgs& a,
@@ -137,7 +155,9 @@ class BatchNormalization : public Layer {
   std::vector<float> sums_;
   double count_ = 0;
   bool training_ = false;
-  bool relu_ = false;  ///< a ReLU fused after it
+  bool relu_ = false;      ///< a ReLU fused after it
+  bool add_ = false;       ///< an add taken in after it (fuse_add): y is the add's output
+  bool add_relu_ = false;  ///< and that add's fused ReLU
   Layout layout_ = Layout::kPlain;
 };
 
