@@ -58,9 +58,11 @@ class HostBackend : public Backend {
     for (int64_t i = 0; i < n; ++i) {
       const float v = dy[i] + addend[i];
       uint32_t bits;
-      std::memcpy(&bits, &v, sizeof bits);
+      __builtin_memcpy(&bits, &v, sizeof bits);
       bits &= 0u - static_cast<uint32_t>(y[i] > 0.0f);
-      std::memcpy(&dx[i], &bits, sizeof bits);
+      float d;
+      __builtin_memcpy(&d, &bits, sizeof d);
+      dx[i] = d;
     }
   }
   void dropout_forward(size_t count, float rate, uint64_t key, const float* x, float* y,
