@@ -217,11 +217,20 @@ sleep 300
   CHECK(cluster->wait_job_state(id, {"RUNNING"}, 30) == "RUNNING");
   REQUIRE(wait_for_text(dir + "/started-0", "", 30));
   REQUIRE(wait_for_text(dir + "/started-1", "", 30));
-  std::vector<int> jobs = cluster->job_processes();
-  std::vector<int> daemons = processes_naming(dir);
+  // A step touches its file just before it runs sleep, and the batch shell runs its own sleep
+  // after starting srun: on a busy machine one may not sleep yet. Look again until all three do
+  // (at most 30 s).
+  std::vector<int> jobs, daemons;
   std::multiset<std::string> names;
-  for (int pid : daemons) names.insert(comm(pid));
-  for (int pid : jobs) names.insert(comm(pid));
+  for (auto look = std::chrono::steady_clock::now();;) {
+    jobs = cluster->job_processes();
+    daemons = processes_naming(dir);
+    names.clear();
+    for (int pid : daemons) names.insert(comm(pid));
+    for (int pid : jobs) names.insert(comm(pid));
+    if (names.count("sleep") >= 3 || seconds_since(look) > 30) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
   INFO("processes: " << names.size());
   CHECK(names.count("munged") == 1);
   CHECK(names.count("slurmctld") == 1);
