@@ -479,6 +479,44 @@ TEST_CASE("a ReLU that is batch normalization's only user runs inside it", "[bat
   CHECK(has(training, "relu_backward"));
 }
 
+namespace {
+
+// One training step of json's model (then an inference forward) for the fusion tests, from the
+// parameters first_params holds (the first run's own, kept there): the logits, the gradients,
+// the inference outputs, and the training step's profile (labels: each row's operation name;
+// rows: the whole labels).
+struct FusionRun {
+  Floats logits, grads, inference;
+  std::vector<std::string> labels, rows;
+  long count(const char* label) const { return std::count(labels.begin(), labels.end(), label); }
+};
+FusionRun run_fusion_step(Backend& backend, const std::string& json, int n, const Floats& x,
+                          const Floats& dlogits, uint64_t seed, Floats& first_params) {
+  ProfiledBackend profiled(backend);
+  Model model(spec_of(json), profiled, n);
+  model.initialize(seed);
+  if (first_params.empty())
+    first_params = model.parameters().to_host();
+  else
+    backend.device().upload(model.parameters().data(), first_params.data(),
+                            first_params.size() * sizeof(float));
+  FusionRun r;
+  const float* logits = model.forward(x.data(), n, StepKey{}, true);
+  r.logits.assign(logits, logits + size_t(n) * 3);
+  std::copy(dlogits.begin(), dlogits.end(), model.logits_gradient());
+  model.backward(n);
+  r.grads = model.gradients().to_host();
+  for (const OpTime& row : profiled.table()) {
+    r.labels.push_back(row.label.substr(0, row.label.find(' ')));
+    r.rows.push_back(row.label);
+  }
+  const float* inferred = model.forward(x.data(), n, StepKey{}, false);
+  r.inference.assign(inferred, inferred + size_t(n) * 3);
+  return r;
+}
+
+}  // namespace
+
 // A ReLU that is an add's only user (a residual block's end) runs inside the add
 // (docs/design.md#fusion): one pass for the sum and the ReLU, and the ReLU's mask written straight
 // into the first input's gradient, with the last share of the add's own gradient added as it is.
@@ -505,40 +543,19 @@ TEST_CASE("a ReLU that is an add's only user runs inside it, with the two layers
     const int n = 3;
     Floats x = random_floats(size_t(n) * 72, 21), dlogits = random_floats(size_t(n) * 3, 22);
     Floats first_params;
-    auto run = [&](const std::string& json, std::vector<std::string>* labels) {
-      ProfiledBackend profiled(*backend);
-      Model model(spec_of(json), profiled, n);
-      model.initialize(5);
-      if (first_params.empty())
-        first_params = model.parameters().to_host();
-      else
-        backend->device().upload(model.parameters().data(), first_params.data(),
-                                 first_params.size() * sizeof(float));
-      const float* logits = model.forward(x.data(), n, StepKey{}, true);
-      Floats out(logits, logits + size_t(n) * 3);
-      std::copy(dlogits.begin(), dlogits.end(), model.logits_gradient());
-      model.backward(n);
-      for (const OpTime& row : profiled.table())
-        labels->push_back(row.label.substr(0, row.label.find(' ')));
-      return std::make_pair(out, model.gradients().to_host());
-    };
-    std::vector<std::string> fused_labels, apart_labels;
-    auto [fused_logits, fused_grads] = run(fused, &fused_labels);
-    auto [apart_logits, apart_grads] = run(apart, &apart_labels);
+    const FusionRun f = run_fusion_step(*backend, fused, n, x, dlogits, 5, first_params);
+    const FusionRun a = run_fusion_step(*backend, apart, n, x, dlogits, 5, first_params);
     INFO(backend->name());
-    CHECK(fused_logits == apart_logits);
-    CHECK(fused_grads == apart_grads);
-    auto count = [](const std::vector<std::string>& labels, const char* label) {
-      return std::count(labels.begin(), labels.end(), label);
-    };
-    CHECK(count(fused_labels, "add_forward+relu") == 1);
-    CHECK(count(fused_labels, "relu_forward") == 0);
-    CHECK(count(apart_labels, "relu_forward") == 1);
+    CHECK(f.logits == a.logits);
+    CHECK(f.grads == a.grads);
+    CHECK(f.count("add_forward+relu") == 1);
+    CHECK(f.count("relu_forward") == 0);
+    CHECK(a.count("relu_forward") == 1);
     // The mask is relu_backward's apart; fused, the add applies it as it adds c's share of the
     // gradient, which the model leaves for it (c is the sum's last user in backward).
-    CHECK(count(fused_labels, "relu_backward_added") == 1);
-    CHECK(count(fused_labels, "relu_backward") == 0);
-    CHECK(count(apart_labels, "relu_backward") == 1);
+    CHECK(f.count("relu_backward_added") == 1);
+    CHECK(f.count("relu_backward") == 0);
+    CHECK(a.count("relu_backward") == 1);
   }
 }
 
@@ -579,49 +596,22 @@ TEST_CASE("an add after batch normalization runs inside it, with the layers' bit
     const int n = 3;
     Floats x = random_floats(size_t(n) * 400, 31), dlogits = random_floats(size_t(n) * 3, 32);
     Floats first_params;
-    struct Run {
-      Floats logits, grads, inference;
-      std::vector<std::string> labels;
-      bool blocked_add = false;  ///< the fused pass ran in blocks of channels
-    };
-    auto run = [&](const std::string& json) {
-      ProfiledBackend profiled(*backend);
-      Model model(spec_of(json), profiled, n);
-      model.initialize(7);
-      if (first_params.empty())
-        first_params = model.parameters().to_host();
-      else
-        backend->device().upload(model.parameters().data(), first_params.data(),
-                                 first_params.size() * sizeof(float));
-      Run r;
-      const float* logits = model.forward(x.data(), n, StepKey{}, true);
-      r.logits.assign(logits, logits + size_t(n) * 3);
-      std::copy(dlogits.begin(), dlogits.end(), model.logits_gradient());
-      model.backward(n);
-      r.grads = model.gradients().to_host();
-      for (const OpTime& row : profiled.table()) {
-        r.labels.push_back(row.label.substr(0, row.label.find(' ')));
-        r.blocked_add |= row.label.rfind("batchnorm_add", 0) == 0 &&
-                         row.label.find(" blocked") != std::string::npos;
-      }
-      const float* inferred = model.forward(x.data(), n, StepKey{}, false);
-      r.inference.assign(inferred, inferred + size_t(n) * 3);
-      return r;
-    };
-    Run f = run(fused), a = run(apart);
+    const FusionRun f = run_fusion_step(*backend, fused, n, x, dlogits, 7, first_params);
+    const FusionRun a = run_fusion_step(*backend, apart, n, x, dlogits, 7, first_params);
     INFO(backend->name());
     CHECK(f.logits == a.logits);
     CHECK(f.grads == a.grads);
     CHECK(f.inference == a.inference);
-    auto count = [](const std::vector<std::string>& labels, const char* label) {
-      return std::count(labels.begin(), labels.end(), label);
-    };
-    CHECK(count(f.labels, "batchnorm_add_forward_training+relu") == 1);
-    CHECK(count(f.labels, "batchnorm_add_forward_training") == 1);
-    CHECK(count(f.labels, "add_forward+relu") + count(f.labels, "add_forward") == 0);
-    CHECK(count(a.labels, "add_forward+relu") == 1);
-    CHECK(count(a.labels, "add_forward") == 1);
-    CHECK(f.blocked_add == backend->blocks_channels());
+    CHECK(f.count("batchnorm_add_forward_training+relu") == 1);
+    CHECK(f.count("batchnorm_add_forward_training") == 1);
+    CHECK(f.count("add_forward+relu") + f.count("add_forward") == 0);
+    CHECK(a.count("add_forward+relu") == 1);
+    CHECK(a.count("add_forward") == 1);
+    // The fused pass ran in blocks of channels where the backend blocks them.
+    const bool blocked_add = std::any_of(f.rows.begin(), f.rows.end(), [](const std::string& r) {
+      return r.rfind("batchnorm_add", 0) == 0 && r.find(" blocked") != std::string::npos;
+    });
+    CHECK(blocked_add == backend->blocks_channels());
   }
 }
 

@@ -335,43 +335,29 @@ DT_INLINE void unit_sums_body(const float* x, int hw, const float* center, doubl
   }
 }
 
-/// y = x * scale[k] + shift[k] + addend over the unit, then (with relu) max of that and 0: the
-/// float operations of the normalization, then of Add's add_forward.
-DT_INLINE void unit_affine_add_body(const float* x, const float* addend, int hw, const float* scale,
-                                    const float* shift, bool relu, float* y) {
+/// y = x * scale[k] + shift[k] over the unit, then + addend (kAdd), then (kRelu) max of that
+/// and 0: the float operations of the normalization, then of Add's add_forward.
+template <bool kAdd, bool kRelu>
+DT_INLINE void unit_affine_pass(const float* x, const float* addend, int hw, const float* scale,
+                                const float* shift, float* y) {
   for (int p = 0; p < hw; ++p) {
     const size_t at = static_cast<size_t>(p) * kBlock;
-    if (relu) {
 #pragma omp simd
-      for (int k = 0; k < kBlock; ++k) {
-        const float v = (x[at + k] * scale[k] + shift[k]) + addend[at + k];
-        y[at + k] = v > 0.0f ? v : 0.0f;
-      }
-    } else {
-#pragma omp simd
-      for (int k = 0; k < kBlock; ++k)
-        y[at + k] = (x[at + k] * scale[k] + shift[k]) + addend[at + k];
+    for (int k = 0; k < kBlock; ++k) {
+      float v = x[at + k] * scale[k] + shift[k];
+      if (kAdd) v = v + addend[at + k];
+      y[at + k] = kRelu ? (v > 0.0f ? v : 0.0f) : v;
     }
   }
 }
 
-/// y = x * scale[k] + shift[k] over the unit (with relu, max of that and 0).
-DT_INLINE void unit_affine_body(const float* x, int hw, const float* scale, const float* shift,
-                                bool relu, float* y) {
-  for (int p = 0; p < hw; ++p) {
-    const float* a = x + static_cast<size_t>(p) * kBlock;
-    float* b = y + static_cast<size_t>(p) * kBlock;
-    if (relu) {
-#pragma omp simd
-      for (int k = 0; k < kBlock; ++k) {
-        const float v = a[k] * scale[k] + shift[k];
-        b[k] = v > 0.0f ? v : 0.0f;
-      }
-    } else {
-#pragma omp simd
-      for (int k = 0; k < kBlock; ++k) b[k] = a[k] * scale[k] + shift[k];
-    }
-  }
+/// unit_affine_pass, with addend where it is not null.
+DT_INLINE void unit_affine_body(const float* x, const float* addend, int hw, const float* scale,
+                                const float* shift, bool relu, float* y) {
+  if (addend && relu) return unit_affine_pass<true, true>(x, addend, hw, scale, shift, y);
+  if (addend) return unit_affine_pass<true, false>(x, addend, hw, scale, shift, y);
+  if (relu) return unit_affine_pass<false, true>(x, addend, hw, scale, shift, y);
+  unit_affine_pass<false, false>(x, addend, hw, scale, shift, y);
 }
 
 /// Where a fused ReLU's mask comes from: none (no ReLU), the forward's output y (y > 0), or x
@@ -494,8 +480,7 @@ DT_INLINE void unit_dx_body(const float* x, const float* y, const float* dy, int
 /// The unit loops compiled for one vector width.
 struct UnitKernels {
   void (*sums)(const float*, int, const float*, double*);
-  void (*affine)(const float*, int, const float*, const float*, bool, float*);
-  void (*affine_add)(const float*, const float*, int, const float*, const float*, bool, float*);
+  void (*affine)(const float*, const float*, int, const float*, const float*, bool, float*);
   void (*backward_sums)(const float*, const float*, const float*, int, int, const UnitMask&,
                         const float*, const float*, double*, double*);
   void (*dx)(const float*, const float*, const float*, int, int, const UnitMask&,
@@ -506,14 +491,10 @@ struct UnitKernels {
   attribute void unit_sums_##suffix(const float* x, int hw, const float* center, double* out) {    \
     unit_sums_body(x, hw, center, out);                                                            \
   }                                                                                                \
-  attribute void unit_affine_##suffix(const float* x, int hw, const float* scale,                  \
-                                      const float* shift, bool relu, float* y) {                   \
-    unit_affine_body(x, hw, scale, shift, relu, y);                                                \
-  }                                                                                                \
-  attribute void unit_affine_add_##suffix(const float* x, const float* addend, int hw,             \
-                                          const float* scale, const float* shift, bool relu,       \
-                                          float* y) {                                              \
-    unit_affine_add_body(x, addend, hw, scale, shift, relu, y);                                    \
+  attribute void unit_affine_##suffix(const float* x, const float* addend, int hw,                 \
+                                      const float* scale, const float* shift, bool relu,           \
+                                      float* y) {                                                  \
+    unit_affine_body(x, addend, hw, scale, shift, relu, y);                                        \
   }                                                                                                \
   attribute void unit_backward_sums_##suffix(                                                      \
       const float* x, const float* y, const float* dy, int hw, int from, const UnitMask& m,        \
@@ -542,15 +523,12 @@ UnitKernels unit_kernels_for(Vectors vectors) {
   switch (runnable(vectors)) {
 #if defined(__x86_64__) && defined(__GNUC__)
     case Vectors::kAvx512:
-      return {unit_sums_avx512, unit_affine_avx512, unit_affine_add_avx512,
-              unit_backward_sums_avx512, unit_dx_avx512};
+      return {unit_sums_avx512, unit_affine_avx512, unit_backward_sums_avx512, unit_dx_avx512};
     case Vectors::kAvx2:
-      return {unit_sums_avx2, unit_affine_avx2, unit_affine_add_avx2, unit_backward_sums_avx2,
-              unit_dx_avx2};
+      return {unit_sums_avx2, unit_affine_avx2, unit_backward_sums_avx2, unit_dx_avx2};
 #endif
     default:
-      return {unit_sums_plain, unit_affine_plain, unit_affine_add_plain, unit_backward_sums_plain,
-              unit_dx_plain};
+      return {unit_sums_plain, unit_affine_plain, unit_backward_sums_plain, unit_dx_plain};
   }
 }
 
@@ -579,12 +557,9 @@ void blocked_affine(const NormShape& s, const UnitKernels& kernels, const float*
 #pragma omp parallel for schedule(static)
   for (int u = 0; u < count; ++u) {
     const int b = (u % units.blocks()) * kBlock;
-    if (addend.values)
-      kernels.affine_add(x + unit_at(u, hw), addend.values + unit_at(u, hw), hw, scale.data() + b,
-                         shift.data() + b, addend.relu, y + unit_at(u, hw));
-    else
-      kernels.affine(x + unit_at(u, hw), hw, scale.data() + b, shift.data() + b, s.relu,
-                     y + unit_at(u, hw));
+    kernels.affine(x + unit_at(u, hw), addend.values ? addend.values + unit_at(u, hw) : nullptr, hw,
+                   scale.data() + b, shift.data() + b, addend.values ? addend.relu : s.relu,
+                   y + unit_at(u, hw));
   }
 }
 
