@@ -7,8 +7,12 @@
 // and the group is four. The final model is the undisturbed run's, bit
 // for bit, and the ledger shows every example of each epoch used once. The same shrink and growth
 // with a small ResNet (batch normalization, whose moving statistics are taken per virtual shard;
-// a random flip drawn per shard) ends with its undisturbed run's model too. Skips with a WARN
+// a random flip drawn per shard) ends with its undisturbed run's model too. Each growth is awaited
+with worker 0 stopped, so that order,
+    not the machine's speed, decides it. Skips with a WARN
 // where the machine refuses namespaces or sshd.
+#include <signal.h>
+
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <cstdio>
@@ -26,7 +30,7 @@
 #include "test/support/language_model_job.h"
 #include "test/support/main_job.h"
 
-using namespace dtrain;
+    using namespace dtrain;
 using namespace dtrain::testing;
 using Clock = std::chrono::steady_clock;
 
@@ -71,6 +75,27 @@ bool wait_for_event(const std::string& run, const std::string& kind, int launche
   return events(run, kind).size() >= count;
 }
 
+// Brings a host back (bring_back) with worker 0 stopped (SIGSTOP) until there are `count` "grow"
+// events, then lets it go on (SIGCONT): the group cannot train to its end before the host's
+// joiners are warm and let in, however slowly they start on a busy machine. The others wait for
+// worker 0 in their collectives; the freeze watch's floor is far above the wait
+// (write_elastic_job). False when the guard passed or the launcher ended first.
+template <typename BringBack>
+bool grows_with_worker_0_held(const std::string& run, int launcher_pid, size_t count,
+                              BringBack bring_back) {
+  std::optional<common::ProgressSample> record =
+      common::read_progress_record(run + "/progress/worker-0");
+  REQUIRE(record);
+  const pid_t worker_0 = static_cast<pid_t>(record->pid);
+  REQUIRE(::kill(worker_0, SIGSTOP) == 0);
+  bring_back();
+  bool grew = wait_for_event(run, "grow", launcher_pid, count);
+  ::kill(worker_0, SIGCONT);
+  INFO(read_all(run + "/events.jsonl"));
+  CHECK(grew);
+  return grew;
+}
+
 // The ledger's lines, one per (epoch, step, shard) computed, kept once each: a step redone after
 // a re-formation is computed again with the same examples (checked).
 std::map<std::tuple<int64_t, int64_t, int64_t>, std::vector<int64_t>> ledger(
@@ -101,7 +126,8 @@ void offer_hosts(const std::string& host_list, const std::string& text) {
 
 // calm_job made elastic (min_workers 2, hosts from `cat host_list`) with worker 0 sleeping in
 // each step (the others wait for it: the math is the same), so the run lasts long enough for a
-// shrink and a growth; written to dir/elastic.json, whose path it returns.
+// shrink, and the freeze watch's floor at the guard, above any hold of worker 0
+// (grows_with_worker_0_held); written to dir/elastic.json, whose path it returns.
 std::string write_elastic_job(const TempDir& dir, const std::string& calm_job,
                               const std::string& host_list) {
   std::string elastic_job = dir.path() + "/elastic.json";
@@ -109,6 +135,8 @@ std::string write_elastic_job(const TempDir& dir, const std::string& calm_job,
   text.replace(text.find(R"("env": {)"), 8,
                R"("elastic": {"min_workers": 2, "host_discovery": ["cat", ")" + host_list +
                    R"("], "discovery_interval_seconds": 0.5},
+                   "freeze_seconds": )" +
+                   std::to_string(static_cast<int>(kGuardSeconds)) + R"(,
                    "env": {"DTRAIN_TEST_SLOW_STEP_MS": "0:350", )");
   std::ofstream(elastic_job) << text;
   return elastic_job;
@@ -139,8 +167,8 @@ TEST_CASE("elastic over ssh: a host cut off leaves the group, comes back, same m
   offer("# host 1 is being taken away\n" + hosts.host(0) + "\n");
   REQUIRE(wait_for_event(run, "shrink", launcher.pid()));
   REQUIRE(wait_for_step(run, step_of_worker_0(run) + 2, launcher.pid(), kGuardSeconds));
-  offer(hosts.host(0) + "\n" + hosts.host(1) + "\n");
-  REQUIRE(wait_for_event(run, "grow", launcher.pid()));
+  REQUIRE(grows_with_worker_0_held(run, launcher.pid(), 1,
+                                   [&] { offer(hosts.host(0) + "\n" + hosts.host(1) + "\n"); }));
   // Epoch 2: host 1's link is cut, then restored.
   REQUIRE(wait_for_step(run, kSteps + 2, launcher.pid(), 120));
   const size_t at_cut = event_kinds(run).size();
@@ -150,8 +178,7 @@ TEST_CASE("elastic over ssh: a host cut off leaves the group, comes back, same m
   // Host 0 trains on alone, and only then does the link come back.
   REQUIRE(wait_for_step(run, at_shrink + 2, launcher.pid(), kGuardSeconds));
   const size_t at_restore = event_kinds(run).size();
-  hosts.restore_link(1);
-  CHECK(wait_for_event(run, "grow", launcher.pid(), 2));
+  CHECK(grows_with_worker_0_held(run, launcher.pid(), 2, [&] { hosts.restore_link(1); }));
   auto r = launcher.wait(240);
   INFO(r.out << r.err);
   REQUIRE_FALSE(r.timed_out);
@@ -230,8 +257,8 @@ void shrink_and_grow(const std::string& train) {
   offer(hosts.host(0) + "\n");
   REQUIRE(wait_for_event(run, "shrink", launcher.pid()));
   REQUIRE(wait_for_step(run, kShrinkGrowSteps + 2, launcher.pid(), kGuardSeconds));
-  offer(hosts.host(0) + "\n" + hosts.host(1) + "\n");
-  REQUIRE(wait_for_event(run, "grow", launcher.pid()));
+  REQUIRE(grows_with_worker_0_held(run, launcher.pid(), 1,
+                                   [&] { offer(hosts.host(0) + "\n" + hosts.host(1) + "\n"); }));
   auto r = launcher.wait(240);
   INFO(r.out << r.err);
   REQUIRE_FALSE(r.timed_out);
