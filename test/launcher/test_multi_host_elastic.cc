@@ -4,13 +4,12 @@
 // its workers leave, and come back when the list names it again. In epoch 2 the second host's
 // link is cut: the launcher finds it, and the first host's two workers train on, holding the
 // missing workers' virtual shards. The link comes back: the second host's workers join again
-// and the group is four. The final model is the undisturbed run's, bit
-// for bit, and the ledger shows every example of each epoch used once. The same shrink and growth
-// with a small ResNet (batch normalization, whose moving statistics are taken per virtual shard;
-// a random flip drawn per shard) ends with its undisturbed run's model too. Each growth is awaited
-with worker 0 stopped, so that order,
-    not the machine's speed, decides it. Skips with a WARN
-// where the machine refuses namespaces or sshd.
+// and the group is four. The final model is the undisturbed run's, bit for bit, and the ledger
+// shows every example of each epoch used once. The same shrink and growth with a small ResNet
+// (batch normalization, whose moving statistics are taken per virtual shard; a random flip drawn
+// per shard) ends with its undisturbed run's model too. Each growth is awaited with worker 0
+// stopped, so that order, not the machine's speed, decides it. Skips with a WARN where the
+// machine refuses namespaces or sshd.
 #include <signal.h>
 
 #include <catch2/catch.hpp>
