@@ -29,7 +29,7 @@
 #include "test/support/language_model_job.h"
 #include "test/support/main_job.h"
 
-    using namespace dtrain;
+using namespace dtrain;
 using namespace dtrain::testing;
 using Clock = std::chrono::steady_clock;
 

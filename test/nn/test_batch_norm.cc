@@ -7,8 +7,10 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <array>
 #include <catch2/catch.hpp>
 #include <cmath>
+#include <cstring>
 #include <memory>
 #include <random>
 #include <string>
@@ -16,6 +18,7 @@
 
 #include "common/errors.h"
 #include "common/json.h"
+#include "worker/nn/bf16_rounding.h"
 #include "worker/nn/host_norm.h"
 #include "worker/nn/model.h"
 #include "worker/nn/profiled_backend.h"
@@ -612,6 +615,177 @@ TEST_CASE("an add after batch normalization runs inside it, with the layers' bit
       return r.rfind("batchnorm_add", 0) == 0 && r.find(" blocked") != std::string::npos;
     });
     CHECK(blocked_add == backend->blocks_channels());
+  }
+}
+
+// Batch normalization writes a bf16 copy of its output for the convolution after it, and of its
+// input's gradient for the convolution before it (docs/design.md#rounded-copies), where the
+// backend makes rounded copies (oneDNN in mixed_bfloat16 with AVX512_BF16). The convolutions
+// read them instead of rounding the tensors themselves: the model computes what it computes with
+// the copies cut off (an exact identity, a linear Activation, after every convolution and every
+// normalization), bit for bit, over two training steps on different examples with an inference
+// between (a copy from an earlier pass is never read).
+TEST_CASE("convolutions read the rounded copies batch normalization writes, same bits",
+          "[fusion][bf16]") {
+  if (!cpu_supports(MathMode::kBfloat16)) return;  // test_backend_parity checks the refusal
+  const std::string with_copies = R"({"model": {"input_shape": [5, 5, 16], "layers": [
+    {"name": "stem", "type": "conv2d", "filters": 16, "kernel_size": 3, "padding": "same",
+     "use_bias": false},
+    {"name": "bn0", "type": "batch_normalization"},
+    {"name": "in", "type": "relu"},
+    {"name": "c", "type": "conv2d", "filters": 16, "kernel_size": 3, "padding": "same",
+     "use_bias": false},
+    {"name": "bn_c", "type": "batch_normalization"},
+    {"name": "sum", "type": "add", "inputs": ["bn_c", "in"]},
+    {"name": "out", "type": "relu"},
+    {"name": "d", "type": "conv2d", "filters": 32, "kernel_size": 3, "strides": 2,
+     "padding": "same", "use_bias": false},
+    {"name": "bn_d", "type": "batch_normalization"},
+    {"name": "e", "type": "conv2d", "filters": 32, "kernel_size": 1, "strides": 2,
+     "inputs": ["out"]},
+    {"name": "bn_e", "type": "batch_normalization"},
+    {"name": "sum2", "type": "add", "inputs": ["bn_d", "bn_e"]},
+    {"type": "global_average_pooling2d"},
+    {"name": "logits", "type": "dense", "units": 3}]}})";
+  std::string cut = with_copies;
+  for (const char* name : {"stem", "bn0", "c", "bn_c", "d", "bn_d", "e", "bn_e"}) {
+    const std::string key = std::string(R"({"name": ")") + name + "\"";
+    const std::string::size_type at = cut.find(key);
+    const std::string::size_type end = cut.find('}', at) + 1;
+    cut.replace(at, key.size(), std::string(R"({"name": ")") + name + "_raw\"");
+    cut.insert(end + 4, std::string(R"(, {"name": ")") + name +
+                            R"(", "type": "activation", "activation": "linear"})");
+  }
+  INFO(cut);
+  std::unique_ptr<Backend> backend = make_dnnl_backend(MathMode::kBfloat16);
+  const int n = 3;
+  struct Run {
+    Floats logits, grads, inference;
+    std::array<size_t, 2> copies{};
+  };
+  Floats first_params;  // the first model's, given to the second (its nodes are numbered apart)
+  auto run = [&](const std::string& json) {
+    Model model(spec_of(json), *backend, n);
+    model.initialize(11);
+    if (first_params.empty())
+      first_params = model.parameters().to_host();
+    else
+      backend->device().upload(model.parameters().data(), first_params.data(),
+                               first_params.size() * sizeof(float));
+    Run r;
+    r.copies = model.rounded_copies();
+    for (uint64_t step = 0; step < 2; ++step) {
+      Floats x = random_floats(size_t(n) * 400, 40 + step);
+      Floats dlogits = random_floats(size_t(n) * 3, 50 + step);
+      const float* logits = model.forward(x.data(), n, StepKey{}, true);
+      r.logits.insert(r.logits.end(), logits, logits + size_t(n) * 3);
+      std::copy(dlogits.begin(), dlogits.end(), model.logits_gradient());
+      model.backward(n);
+      Floats grads = model.gradients().to_host();
+      r.grads.insert(r.grads.end(), grads.begin(), grads.end());
+      Floats other = random_floats(size_t(n) * 400, 60 + step);
+      const float* inferred = model.forward(other.data(), n, StepKey{}, false);
+      r.inference.insert(r.inference.end(), inferred, inferred + size_t(n) * 3);
+    }
+    return r;
+  };
+  const Run copied = run(with_copies), apart = run(cut);
+  CHECK(copied.logits == apart.logits);
+  CHECK(copied.grads == apart.grads);
+  CHECK(copied.inference == apart.inference);
+  CHECK(apart.copies == std::array<size_t, 2>{0, 0});
+  if (backend->makes_rounded_copies()) {
+    // bn0's output (c reads it) and the block's (d and e read it); the gradients of stem, c, d
+    // and e's outputs.
+    CHECK(copied.copies == std::array<size_t, 2>{2, 4});
+  } else {
+    CHECK(copied.copies == std::array<size_t, 2>{0, 0});
+  }
+}
+
+// The copies batch normalization writes in its passes have the bits of AVX512_BF16's rounding
+// (the convolutions' own) at every width, subnormals, NaNs, infinities and ties included: channels
+// with a zero gamma output their beta, and the others values of every size.
+TEST_CASE("batch normalization's rounded copies have AVX512_BF16's bits", "[batch_norm][bf16]") {
+  using direct_conv::Vectors;
+  if (!bf16_rounding::vectorized()) return;  // the copies are made only where it runs
+  const NormShape blocked{3, 32, 7, false, Layout::kBlocked};
+  const size_t count = blocked.count();
+  Floats x = random_floats(count, 70), gamma = random_floats(32, 71), beta = random_floats(32, 72);
+  auto of_bits = [](uint32_t bits) {
+    float f;
+    std::memcpy(&f, &bits, sizeof f);
+    return f;
+  };
+  // NaNs (whose payload would carry into the exponent if rounded as numbers), subnormals,
+  // infinities, the largest floats (one rounds up to infinity), zeros, ties to even both ways,
+  // the smallest normal.
+  const float specials[] = {of_bits(0x7fffffffu),
+                            of_bits(0xffffffffu),
+                            std::nanf(""),
+                            1e-40f,
+                            -1e-40f,
+                            INFINITY,
+                            -INFINITY,
+                            3.4028235e38f,
+                            -3.3e38f,
+                            0.0f,
+                            -0.0f,
+                            1.00390625f,
+                            1.01171875f,
+                            1.17549435e-38f};
+  for (size_t ch = 0; ch < std::size(specials); ++ch) {
+    gamma[ch] = 0;  // y = beta
+    beta[ch] = specials[ch];
+  }
+  for (size_t i = 0; i < count; i += 5) x[i] *= 1e30f;  // large values in the other channels
+  const Floats addend = random_floats(count, 74), dy = random_floats(count, 73);
+  auto bits_of = [](const Floats& f) {
+    std::vector<uint32_t> bits(f.size());
+    std::memcpy(bits.data(), f.data(), f.size() * sizeof(float));
+    return bits;
+  };
+  // The passes with a copy and without, each way: plain; with a ReLU, its backward's mask from y
+  // and from x; with an add and its ReLU.
+  enum Way { kPlainWay, kReluFromY, kReluFromX, kAddRelu };
+  for (Way way : {kPlainWay, kReluFromY, kReluFromX, kAddRelu}) {
+    for (Vectors v : {Vectors::kPlain, Vectors::kAvx2, Vectors::kAvx512}) {
+      if (!direct_conv::runs(v)) continue;
+      INFO(direct_conv::vectors_name(v) << " way " << way);
+      NormShape s = blocked;
+      s.relu = way == kReluFromY || way == kReluFromX;
+      const NormAddend add = way == kAddRelu ? NormAddend{addend.data(), true} : NormAddend{};
+      struct Pass {
+        Floats y, dx;
+        std::vector<uint16_t> y16, dx16;
+      };
+      auto run = [&](bool rounded) {
+        Pass r{Floats(count), Floats(count), std::vector<uint16_t>(count),
+               std::vector<uint16_t>(count)};
+        Floats mean(32), var(32), scale(32), shift(32), dgamma(32), dbeta(32);
+        NormShape t = s;
+        t.rounded = rounded ? r.y16.data() : nullptr;
+        const bool from_x = way == kReluFromX;
+        host_batchnorm_forward_training(t, 1e-3f, x.data(), gamma.data(), beta.data(), r.y.data(),
+                                        mean.data(), var.data(), v, from_x ? scale.data() : nullptr,
+                                        from_x ? shift.data() : nullptr, add);
+        t.rounded = rounded ? r.dx16.data() : nullptr;
+        host_batchnorm_backward(t, 1e-3f, x.data(), r.y.data(), dy.data(), gamma.data(),
+                                mean.data(), var.data(), r.dx.data(), dgamma.data(), dbeta.data(),
+                                v, from_x ? scale.data() : nullptr,
+                                from_x ? shift.data() : nullptr);
+        return r;
+      };
+      const Pass with = run(true), alone = run(false);
+      // The values are those of the passes without a copy; the copies, AVX512_BF16's rounding.
+      CHECK(bits_of(with.y) == bits_of(alone.y));
+      CHECK(bits_of(with.dx) == bits_of(alone.dx));
+      std::vector<uint16_t> expected(count);
+      REQUIRE(bf16_rounding::round_vectorized(with.y.data(), count, expected.data()));
+      CHECK(with.y16 == expected);
+      REQUIRE(bf16_rounding::round_vectorized(with.dx.data(), count, expected.data()));
+      CHECK(with.dx16 == expected);
+    }
   }
 }
 

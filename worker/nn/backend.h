@@ -63,6 +63,11 @@ struct NormShape {
   /// x, y and their gradients in blocks of channels (the oneDNN backend's training and
   /// inference passes; not the synchronized layer's pieces).
   Layout layout = Layout::kPlain;
+  /// Where the training forward also writes its output y, or the backward its dx, rounded to
+  /// bf16 in the same layout: a rounded copy for the convolution that reads that tensor next
+  /// (docs/design.md#rounded-copies). Null: nowhere. Only a backend that makes_rounded_copies()
+  /// is handed one, and it writes it.
+  uint16_t* rounded = nullptr;
   size_t count() const { return static_cast<size_t>(n) * c * hw; }
 };
 
@@ -122,6 +127,27 @@ class Backend {
     unsupported("reorder_channels");
   }
 
+  /// Whether this backend's convolutions read bf16 copies of their input and of their output's
+  /// gradient, and its batch normalization writes them (NormShape::rounded), so that the model
+  /// keeps a rounded copy beside each such tensor and the convolution does not round it again
+  /// (docs/design.md#rounded-copies): the oneDNN backend in mixed_bfloat16 on a CPU with
+  /// AVX512_BF16.
+  virtual bool makes_rounded_copies() const { return false; }
+  /// conv2d_forward with x16, x rounded to bf16 in x's layout (a rounded copy), which the backend
+  /// may read instead of rounding x itself: the same y. x16 stays unchanged with x until the
+  /// backward of this forward, which may read it too.
+  virtual void conv2d_forward_rounded(const ConvShape& s, const float* x, const uint16_t* /*x16*/,
+                                      const float* w, const float* b, float* y) {
+    conv2d_forward(s, x, w, b, y);
+  }
+  /// conv2d_backward with dy16, dy rounded to bf16 in dy's layout (a rounded copy), which the
+  /// backend may read instead of rounding dy itself: the same gradients.
+  virtual void conv2d_backward_rounded(const ConvShape& s, const float* x, const float* dy,
+                                       const uint16_t* /*dy16*/, const float* w, float* dx,
+                                       float* dw, float* db,
+                                       const std::function<void()>& weights_done) {
+    conv2d_backward(s, x, dy, w, dx, dw, db, weights_done);
+  }
   /// y = conv(x, w) + b.  x: n,c,h,w  w: k,c,kh,kw  b: k  y: n,k,oh,ow
   virtual void conv2d_forward(const ConvShape& s, const float* x, const float* w, const float* b,
                               float* y) = 0;

@@ -17,6 +17,8 @@ bool vectorized();
 /// out[i] = in[i] as bf16 bits, by AVX512_BF16's conversion on OpenMP's threads; false, and
 /// nothing written, where the CPU lacks it.
 bool round_vectorized(const float* in, size_t count, uint16_t* out);
+/// out[i] = in[i] as bf16 bits: round_vectorized where the CPU has it, else oneDNN's reorder.
+void round_any(const float* in, size_t count, uint16_t* out);
 /// out[i] = in[i] as bf16 bits, by oneDNN's reorder.
 void round_onednn(const float* in, size_t count, uint16_t* out);
 

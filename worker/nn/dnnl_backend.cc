@@ -81,6 +81,11 @@ class DnnlBackend : public HostBackend {
   std::string implementations() const override;
   bool blocks_channels() const override { return blocked_channels_; }
   void reorder_channels(int n, int c, int hw, Layout to, const float* x, float* y) override;
+  // Batch normalization writes the copies in its passes (host_norm.h) with AVX512_BF16's
+  // rounding, the bits of the convolutions' own (docs/design.md#rounded-copies).
+  bool makes_rounded_copies() const override {
+    return bf16() && blocked_channels_ && bf16_rounding::vectorized();
+  }
 
   // A convolution with few input channels runs direct_conv.h's loops on the NCHW buffers, except
   // for its input gradient; others run oneDNN's primitives in blocked layouts.
@@ -91,6 +96,17 @@ class DnnlBackend : public HostBackend {
   void conv2d_relu_forward(const ConvShape& s, const float* x, const float* w, const float* b,
                            float* y) override {
     conv_forward(s, x, w, b, y, true);
+  }
+  void conv2d_forward_rounded(const ConvShape& s, const float* x, const uint16_t* x16,
+                              const float* w, const float* b, float* y) override {
+    if (direct(s)) return conv_forward(s, x, w, b, y, false);
+    conv(s).forward(stream_, x, w, b, y, false, x16);
+  }
+  void conv2d_backward_rounded(const ConvShape& s, const float* x, const float* dy,
+                               const uint16_t* dy16, const float* w, float* dx, float* dw,
+                               float* db, const std::function<void()>& weights_done) override {
+    if (direct(s)) return HostBackend::conv2d_backward(s, x, dy, w, dx, dw, db, weights_done);
+    conv(s).backward(stream_, x, dy, w, dx, dw, db, weights_done, dy16);
   }
   void conv2d_backward_data(const ConvShape& s, const float* dy, const float* w,
                             float* dx) override {
@@ -201,9 +217,14 @@ class DnnlBackend : public HostBackend {
   void batchnorm_add_forward_training(const NormShape& s, float epsilon, const float* x,
                                       const float* gamma, const float* beta, const float* addend,
                                       bool relu, float* y, float* mean, float* var) override {
-    if (s.layout != Layout::kBlocked || s.relu)
-      return HostBackend::batchnorm_add_forward_training(s, epsilon, x, gamma, beta, addend, relu,
-                                                         y, mean, var);
+    if (s.layout != Layout::kBlocked || s.relu) {
+      NormShape unrounded = s;  // the copy is of the sum
+      unrounded.rounded = nullptr;
+      HostBackend::batchnorm_add_forward_training(unrounded, epsilon, x, gamma, beta, addend, relu,
+                                                  y, mean, var);
+      if (s.rounded) bf16_rounding::round_any(y, s.count(), s.rounded);
+      return;
+    }
     host_batchnorm_forward_training(s, epsilon, x, gamma, beta, y, mean, var,
                                     direct_conv::Vectors::kWidest, nullptr, nullptr,
                                     {addend, relu});
@@ -212,9 +233,14 @@ class DnnlBackend : public HostBackend {
                                        const float* gamma, const float* beta, const float* mean,
                                        const float* var, const float* addend, bool relu,
                                        float* y) override {
-    if (s.layout != Layout::kBlocked || s.relu)
-      return HostBackend::batchnorm_add_forward_inference(s, epsilon, x, gamma, beta, mean, var,
-                                                          addend, relu, y);
+    if (s.layout != Layout::kBlocked || s.relu) {
+      NormShape unrounded = s;
+      unrounded.rounded = nullptr;
+      HostBackend::batchnorm_add_forward_inference(unrounded, epsilon, x, gamma, beta, mean, var,
+                                                   addend, relu, y);
+      if (s.rounded) bf16_rounding::round_any(y, s.count(), s.rounded);
+      return;
+    }
     host_batchnorm_forward_inference(s, epsilon, x, gamma, beta, mean, var, y,
                                      direct_conv::Vectors::kWidest, {addend, relu});
   }

@@ -136,6 +136,10 @@ bool round_vectorized(const float* in, size_t count, uint16_t* out) {
   return true;
 }
 
+void round_any(const float* in, size_t count, uint16_t* out) {
+  if (!round_vectorized(in, count, out)) round_onednn(in, count, out);
+}
+
 void round_onednn(const float* in, size_t count, uint16_t* out) {
   dnnl::engine engine(dnnl::engine::kind::cpu, 0);
   dnnl::stream stream(engine);
@@ -172,16 +176,21 @@ namespace dnnl_parts {
 
 namespace {
 
-// Whether wanted is plain with bf16 values (the same layout: element i rounded), and this CPU
-// rounds a buffer faster than oneDNN's reorder does: bf16_rounding's AVX512_BF16 loops on
-// several threads (one thread's are level with the reorder; two threads' took half its time on
-// the ResNet's activations, docs/design.md#rounding-to-bf16). The bits are the reorder's.
-bool rounds_in_place(const memory::desc& plain, const memory::desc& wanted) {
+// Whether wanted is plain (float32) with bf16 values: the same layout, element i rounded.
+bool retyped_to_bf16(const memory::desc& plain, const memory::desc& wanted) {
   if (plain.data_type() != Dt::f32 || wanted.data_type() != Dt::bf16) return false;
-  if (!bf16_rounding::vectorized() || omp_get_max_threads() < 2) return false;
   dnnl_memory_desc_t retyped = plain.data;
   retyped.data_type = dnnl_bf16;
   return memory::desc(retyped) == wanted;
+}
+
+// Whether wanted is plain with bf16 values, and this CPU rounds a buffer faster than oneDNN's
+// reorder does: bf16_rounding's AVX512_BF16 loops on several threads (one thread's are level with
+// the reorder; two threads' took half its time on the ResNet's activations,
+// docs/design.md#rounding-to-bf16). The bits are the reorder's.
+bool rounds_in_place(const memory::desc& plain, const memory::desc& wanted) {
+  return retyped_to_bf16(plain, wanted) && bf16_rounding::vectorized() &&
+         omp_get_max_threads() >= 2;
 }
 
 }  // namespace
@@ -273,7 +282,9 @@ Conv::Conv(const ConvShape& s, MathMode mode, const dnnl::engine& engine) : engi
   const memory::desc plain_src(src_dims, Dt::f32, layout(s.x_layout)),
       plain_weights(weight_dims, Dt::f32, Tag::oihw),
       plain_dst(dst_dims, Dt::f32, layout(s.y_layout));
-  bias_ = memory::desc({s.k}, Dt::f32, Tag::x);
+  // Without a bias neither the forward adds one nor the weight gradient sums dy for it (a few
+  // per cent of a bf16 weight gradient).
+  if (s.bias) bias_ = memory::desc({s.k}, Dt::f32, Tag::x);
   // A few input channels stay plain: blocking them would pad each to 16 (oneDNN's first-layer
   // kernels read NCHW directly). Everything else is left to oneDNN's choice.
   const Tag src_tag = s.c % 8 == 0 ? Tag::any : Tag::nchw;
@@ -290,9 +301,13 @@ Conv::Conv(const ConvShape& s, MathMode mode, const dnnl::engine& engine) : engi
       ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_relu, 0.0f, 0.0f);
       attr.set_post_ops(ops);
     }
-    dnnl::convolution_forward::primitive_desc pd({dnnl::prop_kind::forward_training, direct, src,
-                                                  weights, bias_, dst, strides, pad_l, pad_r},
-                                                 attr, engine);
+    const auto training = dnnl::prop_kind::forward_training;
+    dnnl::convolution_forward::primitive_desc pd(
+        !bias_.is_zero() ? dnnl::convolution_forward::desc(training, direct, src, weights, bias_,
+                                                           dst, strides, pad_l, pad_r)
+                         : dnnl::convolution_forward::desc(training, direct, src, weights, dst,
+                                                           strides, pad_l, pad_r),
+        attr, engine);
     implementations_.push_back(pd.impl_info_str());
     return std::make_pair(
         pd, Forward{dnnl::convolution_forward(pd), Staged(plain_src, pd.src_desc(), engine),
@@ -311,7 +326,11 @@ Conv::Conv(const ConvShape& s, MathMode mode, const dnnl::engine& engine) : engi
   bd_weights_ = Staged(plain_weights, bd.weights_desc(), engine);
   bd_diff_src_ = Staged(plain_src, bd.diff_src_desc(), engine);
   dnnl::convolution_backward_weights::primitive_desc bw(
-      {direct, src, diff_weights, bias_, diff_dst, strides, pad_l, pad_r}, engine, hint);
+      !bias_.is_zero() ? dnnl::convolution_backward_weights::desc(direct, src, diff_weights, bias_,
+                                                                  diff_dst, strides, pad_l, pad_r)
+                       : dnnl::convolution_backward_weights::desc(direct, src, diff_weights,
+                                                                  diff_dst, strides, pad_l, pad_r),
+      engine, hint);
   backward_weights_ = dnnl::convolution_backward_weights(bw);
   bw_src_ = Staged(plain_src, bw.src_desc(), engine);
   bw_diff_dst_ = Staged(plain_dst, bw.diff_dst_desc(), engine);
@@ -322,24 +341,31 @@ Conv::Conv(const ConvShape& s, MathMode mode, const dnnl::engine& engine) : engi
               relu_src == bw.src_desc();
   share_dy_ = bd.diff_dst_desc() == bw.diff_dst_desc();
   kept_desc_ = bw.src_desc();
+  if (retyped_to_bf16(plain_src, hint.src_desc()) && hint.src_desc() == bw.src_desc() &&
+      relu_src == bw.src_desc())
+    rounded_src_ = bw.src_desc();
+  if (share_dy_ && retyped_to_bf16(plain_dst, bw.diff_dst_desc())) rounded_dy_ = bw.diff_dst_desc();
 }
 
 void Conv::forward(dnnl::stream& st, const float* x, const float* w, const float* b, float* y,
-                   bool relu) {
+                   bool relu, const uint16_t* x16) {
   Forward& f = relu ? relu_ : plain_;
   memory src;
-  if (keep_src_) {
-    memory& kept = kept_src_[x];
-    if (!kept) kept = memory(kept_desc_, engine_);
-    f.src.fill(x, kept, st);
-    src = kept;
+  if (x16 && rounded_src_ != memory::desc()) {
+    src = memory(rounded_src_, engine_, const_cast<uint16_t*>(x16));
+    if (keep_src_) kept_src_[x] = {src, true};
+  } else if (keep_src_) {
+    Kept& kept = kept_src_[x];
+    if (!kept.copy || kept.borrowed) kept = {memory(kept_desc_, engine_), false};
+    f.src.fill(x, kept.copy, st);
+    src = kept.copy;
   } else {
     src = f.src.in(x, st);
   }
-  f.primitive.execute(st, {{DNNL_ARG_SRC, src},
-                           {DNNL_ARG_WEIGHTS, f.weights.in(w, st)},
-                           {DNNL_ARG_BIAS, memory(bias_, engine_, const_cast<float*>(b))},
-                           {DNNL_ARG_DST, f.dst.out(y)}});
+  std::unordered_map<int, memory> args = {
+      {DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, f.weights.in(w, st)}, {DNNL_ARG_DST, f.dst.out(y)}};
+  if (!bias_.is_zero()) args[DNNL_ARG_BIAS] = memory(bias_, engine_, const_cast<float*>(b));
+  f.primitive.execute(st, args);
   f.dst.store(y, st);
   st.wait();
 }
@@ -354,11 +380,14 @@ void Conv::backward_weights(dnnl::stream& st, const float* x, const float* dy, f
 }
 
 void Conv::backward(dnnl::stream& st, const float* x, const float* dy, const float* w, float* dx,
-                    float* dw, float* db, const std::function<void()>& weights_done) {
+                    float* dw, float* db, const std::function<void()>& weights_done,
+                    const uint16_t* dy16) {
   auto kept = keep_src_ ? kept_src_.find(x) : kept_src_.end();
-  const memory diff_dst = bw_diff_dst_.in(dy, st);
-  run_backward_weights(st, kept != kept_src_.end() ? kept->second : bw_src_.in(x, st), diff_dst, dw,
-                       db);
+  const memory diff_dst = dy16 && rounded_dy_ != memory::desc()
+                              ? memory(rounded_dy_, engine_, const_cast<uint16_t*>(dy16))
+                              : bw_diff_dst_.in(dy, st);
+  run_backward_weights(st, kept != kept_src_.end() ? kept->second.copy : bw_src_.in(x, st),
+                       diff_dst, dw, db);
   if (weights_done) weights_done();
   if (dx) run_backward_data(st, share_dy_ ? diff_dst : bd_diff_dst_.in(dy, st), w, dx);
 }
@@ -373,10 +402,11 @@ void Conv::run_backward_data(dnnl::stream& st, const memory& diff_dst, const flo
 
 void Conv::run_backward_weights(dnnl::stream& st, const memory& src, const memory& diff_dst,
                                 float* dw, float* db) {
-  backward_weights_.execute(st, {{DNNL_ARG_SRC, src},
-                                 {DNNL_ARG_DIFF_DST, diff_dst},
-                                 {DNNL_ARG_DIFF_WEIGHTS, bw_diff_weights_.out(dw)},
-                                 {DNNL_ARG_DIFF_BIAS, memory(bias_, engine_, db)}});
+  std::unordered_map<int, memory> args = {{DNNL_ARG_SRC, src},
+                                          {DNNL_ARG_DIFF_DST, diff_dst},
+                                          {DNNL_ARG_DIFF_WEIGHTS, bw_diff_weights_.out(dw)}};
+  if (!bias_.is_zero()) args[DNNL_ARG_DIFF_BIAS] = memory(bias_, engine_, db);
+  backward_weights_.execute(st, args);
   bw_diff_weights_.store(dw, st);
   st.wait();
 }

@@ -84,13 +84,16 @@ class Rounder {
 class Conv {
  public:
   Conv(const ConvShape& s, MathMode mode, const dnnl::engine& engine);
+  /// x16: x's rounded copy (null: none), read instead of rounding x where the primitives take x
+  /// as x's own layout with bf16 values (docs/design.md#rounded-copies).
   void forward(dnnl::stream& st, const float* x, const float* w, const float* b, float* y,
-               bool relu);
+               bool relu, const uint16_t* x16 = nullptr);
   void backward_data(dnnl::stream& st, const float* dy, const float* w, float* dx);
   void backward_weights(dnnl::stream& st, const float* x, const float* dy, float* dw, float* db);
-  /// Backend::conv2d_backward: x unchanged since forward() was given it.
+  /// Backend::conv2d_backward: x unchanged since forward() was given it; dy16 as forward's x16.
   void backward(dnnl::stream& st, const float* x, const float* dy, const float* w, float* dx,
-                float* dw, float* db, const std::function<void()>& weights_done);
+                float* dw, float* db, const std::function<void()>& weights_done,
+                const uint16_t* dy16 = nullptr);
   /// The implementations oneDNN dispatched to ("jit:avx512_core", ...).
   std::vector<std::string> implementations() const { return implementations_; }
 
@@ -113,10 +116,17 @@ class Conv {
   /// True when both forwards and the weight gradient take x in one blocked layout, so the
   /// forward's copy serves the backward; the copies, by x's address.
   bool keep_src_ = false;
-  std::map<const float*, memory> kept_src_;
+  struct Kept {
+    memory copy;
+    bool borrowed = false;  ///< the caller's rounded copy (forward's x16), not memory of its own
+  };
+  std::map<const float*, Kept> kept_src_;
   memory::desc kept_desc_;
   /// True when both backward products take dy in one layout.
   bool share_dy_ = false;
+  /// The layouts that a rounded copy of x (every primitive's x) and of dy (both backward
+  /// products' dy) serves as it is; empty where it does not.
+  memory::desc rounded_src_, rounded_dy_;
   std::vector<std::string> implementations_;
 };
 

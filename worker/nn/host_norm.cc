@@ -6,11 +6,16 @@
 // (docs/design.md#batch-normalization).
 #include "worker/nn/host_norm.h"
 
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#endif
+
 #include <cmath>
 #include <cstdint>
 #include <vector>
 
 #include "common/errors.h"
+#include "worker/nn/bf16_rounding.h"
 #include "worker/nn/host_lanes.h"
 
 namespace dtrain::nn {
@@ -335,29 +340,54 @@ DT_INLINE void unit_sums_body(const float* x, int hw, const float* center, doubl
   }
 }
 
+/// v as bf16 bits, as AVX512_BF16's conversion gives them (bf16_rounding.h): rounded to nearest
+/// even, a subnormal to a zero of its sign, a NaN quieted. In integer operations with the selects
+/// as masks, which the compiler vectorizes at every width: a rounded copy written in the pass
+/// that writes the value (docs/design.md#rounded-copies).
+DT_INLINE uint16_t bf16_bits(float v) {
+  uint32_t b;
+  __builtin_memcpy(&b, &v, sizeof b);
+  const uint32_t nearest = (b + 0x7fffu + ((b >> 16) & 1u)) >> 16;
+  const uint32_t zero = (b >> 16) & 0x8000u, quiet = (b >> 16) | 0x40u;
+  const uint32_t subnormal = 0u - static_cast<uint32_t>((b & 0x7f800000u) == 0);
+  const uint32_t nan = 0u - static_cast<uint32_t>((b & 0x7fffffffu) > 0x7f800000u);
+  const uint32_t r = (((nearest & ~subnormal) | (zero & subnormal)) & ~nan) | (quiet & nan);
+  return static_cast<uint16_t>(r);
+}
+
 /// y = x * scale[k] + shift[k] over the unit, then + addend (kAdd), then (kRelu) max of that
-/// and 0: the float operations of the normalization, then of Add's add_forward.
-template <bool kAdd, bool kRelu>
+/// and 0: the float operations of the normalization, then of Add's add_forward; and (kRound)
+/// y's rounded copy into y16.
+template <bool kAdd, bool kRelu, bool kRound>
 DT_INLINE void unit_affine_pass(const float* x, const float* addend, int hw, const float* scale,
-                                const float* shift, float* y) {
+                                const float* shift, float* y, uint16_t* y16) {
   for (int p = 0; p < hw; ++p) {
     const size_t at = static_cast<size_t>(p) * kBlock;
 #pragma omp simd
     for (int k = 0; k < kBlock; ++k) {
       float v = x[at + k] * scale[k] + shift[k];
       if (kAdd) v = v + addend[at + k];
-      y[at + k] = kRelu ? (v > 0.0f ? v : 0.0f) : v;
+      const float out = kRelu ? (v > 0.0f ? v : 0.0f) : v;
+      y[at + k] = out;
+      if (kRound) y16[at + k] = bf16_bits(out);
     }
   }
 }
 
-/// unit_affine_pass, with addend where it is not null.
+/// unit_affine_pass, with addend where it is not null, the copy where y16 is not.
+template <bool kRound>
+DT_INLINE void unit_affine_rounding(const float* x, const float* addend, int hw, const float* scale,
+                                    const float* shift, bool relu, float* y, uint16_t* y16) {
+  if (addend && relu)
+    return unit_affine_pass<true, true, kRound>(x, addend, hw, scale, shift, y, y16);
+  if (addend) return unit_affine_pass<true, false, kRound>(x, addend, hw, scale, shift, y, y16);
+  if (relu) return unit_affine_pass<false, true, kRound>(x, addend, hw, scale, shift, y, y16);
+  unit_affine_pass<false, false, kRound>(x, addend, hw, scale, shift, y, y16);
+}
 DT_INLINE void unit_affine_body(const float* x, const float* addend, int hw, const float* scale,
-                                const float* shift, bool relu, float* y) {
-  if (addend && relu) return unit_affine_pass<true, true>(x, addend, hw, scale, shift, y);
-  if (addend) return unit_affine_pass<true, false>(x, addend, hw, scale, shift, y);
-  if (relu) return unit_affine_pass<false, true>(x, addend, hw, scale, shift, y);
-  unit_affine_pass<false, false>(x, addend, hw, scale, shift, y);
+                                const float* shift, bool relu, float* y, uint16_t* y16) {
+  if (y16) return unit_affine_rounding<true>(x, addend, hw, scale, shift, relu, y, y16);
+  unit_affine_rounding<false>(x, addend, hw, scale, shift, relu, y, y16);
 }
 
 /// Where a fused ReLU's mask comes from: none (no ReLU), the forward's output y (y > 0), or x
@@ -451,10 +481,11 @@ struct UnitGradient {
   const float* mean_dy_xhat;
 };
 
-/// dx over the unit, as channel_dx computes each value but in float.
-template <int kMask>
-DT_INLINE void unit_dx_body(const float* x, const float* y, const float* dy, int hw,
-                            const UnitMask& m, const UnitGradient& u, float* dx) {
+/// dx over the unit, as channel_dx computes each value but in float; and (kRound) its rounded
+/// copy into dx16.
+template <int kMask, bool kRound>
+DT_INLINE void unit_dx_pass(const float* x, const float* y, const float* dy, int hw,
+                            const UnitMask& m, const UnitGradient& u, float* dx, uint16_t* dx16) {
   // Local copies, as in unit_backward_sums_body: the stores to dx may not alias them.
   float mu[kBlock], inv[kBlock], g[kBlock], mean_dy[kBlock], mean_dy_xhat[kBlock], scale[kBlock],
       shift[kBlock];
@@ -472,19 +503,29 @@ DT_INLINE void unit_dx_body(const float* x, const float* y, const float* dy, int
     for (int k = 0; k < kBlock; ++k) {
       const float d = masked<kMask>(dy[at + k], y + at, x + at, mask, k, k);
       const float xhat = (x[at + k] - mu[k]) * inv[k];
-      dx[at + k] = g[k] * (d - mean_dy[k] - xhat * mean_dy_xhat[k]);
+      const float out = g[k] * (d - mean_dy[k] - xhat * mean_dy_xhat[k]);
+      dx[at + k] = out;
+      if (kRound) dx16[at + k] = bf16_bits(out);
     }
   }
+}
+
+template <int kMask>
+DT_INLINE void unit_dx_body(const float* x, const float* y, const float* dy, int hw,
+                            const UnitMask& m, const UnitGradient& u, float* dx, uint16_t* dx16) {
+  if (dx16) return unit_dx_pass<kMask, true>(x, y, dy, hw, m, u, dx, dx16);
+  unit_dx_pass<kMask, false>(x, y, dy, hw, m, u, dx, dx16);
 }
 
 /// The unit loops compiled for one vector width.
 struct UnitKernels {
   void (*sums)(const float*, int, const float*, double*);
-  void (*affine)(const float*, const float*, int, const float*, const float*, bool, float*);
+  void (*affine)(const float*, const float*, int, const float*, const float*, bool, float*,
+                 uint16_t*);
   void (*backward_sums)(const float*, const float*, const float*, int, int, const UnitMask&,
                         const float*, const float*, double*, double*);
   void (*dx)(const float*, const float*, const float*, int, int, const UnitMask&,
-             const UnitGradient&, float*);
+             const UnitGradient&, float*, uint16_t*);
 };
 
 #define DT_UNIT_KERNELS(suffix, attribute)                                                         \
@@ -492,9 +533,9 @@ struct UnitKernels {
     unit_sums_body(x, hw, center, out);                                                            \
   }                                                                                                \
   attribute void unit_affine_##suffix(const float* x, const float* addend, int hw,                 \
-                                      const float* scale, const float* shift, bool relu,           \
-                                      float* y) {                                                  \
-    unit_affine_body(x, addend, hw, scale, shift, relu, y);                                        \
+                                      const float* scale, const float* shift, bool relu, float* y, \
+                                      uint16_t* y16) {                                             \
+    unit_affine_body(x, addend, hw, scale, shift, relu, y, y16);                                   \
   }                                                                                                \
   attribute void unit_backward_sums_##suffix(                                                      \
       const float* x, const float* y, const float* dy, int hw, int from, const UnitMask& m,        \
@@ -506,10 +547,11 @@ struct UnitKernels {
     unit_backward_sums_body<kNoMask>(x, y, dy, hw, m, mu, inv, sum_dy, sum_dy_xhat);               \
   }                                                                                                \
   attribute void unit_dx_##suffix(const float* x, const float* y, const float* dy, int hw,         \
-                                  int from, const UnitMask& m, const UnitGradient& u, float* dx) { \
-    if (from == kFromY) return unit_dx_body<kFromY>(x, y, dy, hw, m, u, dx);                       \
-    if (from == kFromX) return unit_dx_body<kFromX>(x, y, dy, hw, m, u, dx);                       \
-    unit_dx_body<kNoMask>(x, y, dy, hw, m, u, dx);                                                 \
+                                  int from, const UnitMask& m, const UnitGradient& u, float* dx,   \
+                                  uint16_t* dx16) {                                                \
+    if (from == kFromY) return unit_dx_body<kFromY>(x, y, dy, hw, m, u, dx, dx16);                 \
+    if (from == kFromX) return unit_dx_body<kFromX>(x, y, dy, hw, m, u, dx, dx16);                 \
+    unit_dx_body<kNoMask>(x, y, dy, hw, m, u, dx, dx16);                                           \
   }
 
 DT_UNIT_KERNELS(plain, )
@@ -518,6 +560,97 @@ DT_UNIT_KERNELS(avx2, __attribute__((target("avx2"))))
 DT_UNIT_KERNELS(avx512, __attribute__((target("avx512f"))))
 #endif
 #undef DT_UNIT_KERNELS
+
+#if defined(__x86_64__) && defined(__GNUC__)
+// The passes that write a rounded copy, at the widest width where the CPU has AVX512_BF16: one
+// unit's 16 channels are one vector, each float operation of the generic loops is one
+// instruction (a multiply and an add apart, max(v, 0) as v > 0 ? v : 0 is: the same bits), and
+// the copy is the conversion instruction's, in the same pass without a loop of integer operations.
+#define DT_TARGET_AVX512_BF16 __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16")))
+// GCC 12's AVX-512 intrinsics start some results from _mm512_undefined_*, which
+// -Wmaybe-uninitialized reports once they inline (a known false positive, as in dnnl_parts.cc).
+#pragma GCC diagnostic push
+#if !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+
+template <bool kAdd, bool kRelu>
+DT_TARGET_AVX512_BF16 void unit_affine_bf16_pass(const float* x, const float* addend, int hw,
+                                                 const float* scale, const float* shift, float* y,
+                                                 uint16_t* y16) {
+  const __m512 a = _mm512_loadu_ps(scale), b = _mm512_loadu_ps(shift), zero = _mm512_setzero_ps();
+  for (int p = 0; p < hw; ++p) {
+    const size_t at = static_cast<size_t>(p) * kBlock;
+    __m512 v = _mm512_add_ps(_mm512_mul_ps(_mm512_loadu_ps(x + at), a), b);
+    if (kAdd) v = _mm512_add_ps(v, _mm512_loadu_ps(addend + at));
+    if (kRelu) v = _mm512_max_ps(v, zero);  // v > 0 ? v : 0, NaN and -0 included
+    _mm512_storeu_ps(y + at, v);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(y16 + at),
+                        reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(v)));
+  }
+}
+
+DT_TARGET_AVX512_BF16 void unit_affine_bf16(const float* x, const float* addend, int hw,
+                                            const float* scale, const float* shift, bool relu,
+                                            float* y, uint16_t* y16) {
+  if (addend && relu) return unit_affine_bf16_pass<true, true>(x, addend, hw, scale, shift, y, y16);
+  if (addend) return unit_affine_bf16_pass<true, false>(x, addend, hw, scale, shift, y, y16);
+  if (relu) return unit_affine_bf16_pass<false, true>(x, addend, hw, scale, shift, y, y16);
+  unit_affine_bf16_pass<false, false>(x, addend, hw, scale, shift, y, y16);
+}
+
+template <int kMask>
+DT_TARGET_AVX512_BF16 void unit_dx_bf16_pass(const float* x, const float* y, const float* dy,
+                                             int hw, const UnitMask& m, const UnitGradient& u,
+                                             float* dx, uint16_t* dx16) {
+  const __m512 zero = _mm512_setzero_ps(), mu = _mm512_loadu_ps(u.mu), inv = _mm512_loadu_ps(u.inv),
+               g = _mm512_loadu_ps(u.g), mean_dy = _mm512_loadu_ps(u.mean_dy),
+               mean_dy_xhat = _mm512_loadu_ps(u.mean_dy_xhat);
+  const __m512 scale = kMask == kFromX ? _mm512_loadu_ps(m.scale) : zero,
+               shift = kMask == kFromX ? _mm512_loadu_ps(m.shift) : zero;
+  for (int p = 0; p < hw; ++p) {
+    const size_t at = static_cast<size_t>(p) * kBlock;
+    const __m512 xv = _mm512_loadu_ps(x + at);
+    __m512 d = _mm512_loadu_ps(dy + at);
+    if (kMask != kNoMask) {  // dy where the ReLU's output is positive, else +0 (masked())
+      const __m512 out = kMask == kFromY ? _mm512_loadu_ps(y + at)
+                                         : _mm512_add_ps(_mm512_mul_ps(xv, scale), shift);
+      d = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(out, zero, _CMP_GT_OQ), d);
+    }
+    const __m512 xhat = _mm512_mul_ps(_mm512_sub_ps(xv, mu), inv);
+    const __m512 v = _mm512_mul_ps(
+        g, _mm512_sub_ps(_mm512_sub_ps(d, mean_dy), _mm512_mul_ps(xhat, mean_dy_xhat)));
+    _mm512_storeu_ps(dx + at, v);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dx16 + at),
+                        reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(v)));
+  }
+}
+
+DT_TARGET_AVX512_BF16 void unit_dx_bf16(const float* x, const float* y, const float* dy, int hw,
+                                        int from, const UnitMask& m, const UnitGradient& u,
+                                        float* dx, uint16_t* dx16) {
+  if (from == kFromY) return unit_dx_bf16_pass<kFromY>(x, y, dy, hw, m, u, dx, dx16);
+  if (from == kFromX) return unit_dx_bf16_pass<kFromX>(x, y, dy, hw, m, u, dx, dx16);
+  unit_dx_bf16_pass<kNoMask>(x, y, dy, hw, m, u, dx, dx16);
+}
+#pragma GCC diagnostic pop
+#undef DT_TARGET_AVX512_BF16
+#endif
+
+UnitKernels unit_kernels_for(Vectors vectors);
+
+/// The loops that write a rounded copy: unit_affine_bf16 and unit_dx_bf16 at the widest width
+/// where the CPU has AVX512_BF16, else the width's own (bf16_bits).
+UnitKernels rounding_kernels_for(Vectors vectors) {
+  UnitKernels kernels = unit_kernels_for(vectors);
+#if defined(__x86_64__) && defined(__GNUC__)
+  if (runnable(vectors) == Vectors::kAvx512 && bf16_rounding::vectorized()) {
+    kernels.affine = unit_affine_bf16;
+    kernels.dx = unit_dx_bf16;
+  }
+#endif
+  return kernels;
+}
 
 UnitKernels unit_kernels_for(Vectors vectors) {
   switch (runnable(vectors)) {
@@ -548,7 +681,8 @@ struct Units {
   }
 };
 
-// The output pass over every unit: y = x * scale + shift (then the addend, then the ReLU).
+// The output pass over every unit: y = x * scale + shift (then the addend, then the ReLU), and
+// its rounded copy where s asks for one.
 void blocked_affine(const NormShape& s, const UnitKernels& kernels, const float* x,
                     const std::vector<float>& scale, const std::vector<float>& shift,
                     NormAddend addend, float* y) {
@@ -559,7 +693,7 @@ void blocked_affine(const NormShape& s, const UnitKernels& kernels, const float*
     const int b = (u % units.blocks()) * kBlock;
     kernels.affine(x + unit_at(u, hw), addend.values ? addend.values + unit_at(u, hw) : nullptr, hw,
                    scale.data() + b, shift.data() + b, addend.values ? addend.relu : s.relu,
-                   y + unit_at(u, hw));
+                   y + unit_at(u, hw), s.rounded ? s.rounded + unit_at(u, hw) : nullptr);
   }
 }
 
@@ -603,7 +737,8 @@ void blocked_forward_training(const NormShape& s, float epsilon, const float* x,
     if (scale_out) scale_out[ch] = scale[ch];
     if (shift_out) shift_out[ch] = shift[ch];
   }
-  blocked_affine(s, kernels, x, scale, shift, addend, y);
+  blocked_affine(s, s.rounded ? rounding_kernels_for(vectors) : kernels, x, scale, shift, addend,
+                 y);
 }
 
 void blocked_forward_inference(const NormShape& s, float epsilon, const float* x,
@@ -612,7 +747,8 @@ void blocked_forward_inference(const NormShape& s, float epsilon, const float* x
   std::vector<float> scale(s.c), shift(s.c);
   for (int ch = 0; ch < s.c; ++ch)
     folded(epsilon, gamma, beta, mean[ch], var[ch], ch, &scale[ch], &shift[ch]);
-  blocked_affine(s, unit_kernels_for(vectors), x, scale, shift, addend, y);
+  blocked_affine(s, s.rounded ? rounding_kernels_for(vectors) : unit_kernels_for(vectors), x, scale,
+                 shift, addend, y);
 }
 
 void blocked_backward(const NormShape& s, float epsilon, const float* x, const float* y,
@@ -620,7 +756,7 @@ void blocked_backward(const NormShape& s, float epsilon, const float* x, const f
                       float* dx, float* dgamma, float* dbeta, Vectors vectors,
                       const float* relu_scale, const float* relu_shift) {
   const int from = !s.relu ? kNoMask : relu_scale ? kFromX : kFromY;
-  const UnitKernels kernels = unit_kernels_for(vectors);
+  const UnitKernels kernels = s.rounded ? rounding_kernels_for(vectors) : unit_kernels_for(vectors);
   const Units units{s};
   const int count = units.count(), hw = s.hw;
   const double m = static_cast<double>(s.n) * s.hw;
@@ -661,7 +797,8 @@ void blocked_backward(const NormShape& s, float epsilon, const float* x, const f
                           mean_dy_xhat.data() + b};
     const UnitMask mask{relu_scale ? relu_scale + b : nullptr,
                         relu_shift ? relu_shift + b : nullptr};
-    kernels.dx(x + at, y + at, dy + at, hw, from, mask, ug, dx + at);
+    kernels.dx(x + at, y + at, dy + at, hw, from, mask, ug, dx + at,
+               s.rounded ? s.rounded + at : nullptr);
   }
 }
 
@@ -680,6 +817,7 @@ void host_batchnorm_forward_training(const NormShape& s, float epsilon, const fl
   const Forward f{s, epsilon, x, gamma, beta, y, mean, var};
 #pragma omp parallel for schedule(static)
   for (int ch = 0; ch < s.c; ++ch) kernels.forward(f, ch);
+  if (s.rounded) bf16_rounding::round_any(y, s.count(), s.rounded);
 }
 
 void host_batchnorm_forward_inference(const NormShape& s, float epsilon, const float* x,
@@ -694,12 +832,14 @@ void host_batchnorm_forward_inference(const NormShape& s, float epsilon, const f
   const Inference f{s, epsilon, x, gamma, beta, mean, var, y};
 #pragma omp parallel for schedule(static)
   for (int ch = 0; ch < s.c; ++ch) kernels.inference(f, ch);
+  if (s.rounded) bf16_rounding::round_any(y, s.count(), s.rounded);
 }
 
 void host_batchnorm_backward(const NormShape& s, float epsilon, const float* x, const float* y,
                              const float* dy, const float* gamma, const float* mean,
                              const float* var, float* dx, float* dgamma, float* dbeta,
                              Vectors vectors, const float* relu_scale, const float* relu_shift) {
+  DT_ENFORCE(dx || !s.rounded, "a rounded copy of a dx batch normalization does not write");
   if (s.layout == Layout::kBlocked)
     return blocked_backward(s, epsilon, x, y, dy, gamma, mean, var, dx, dgamma, dbeta, vectors,
                             relu_scale, relu_shift);
@@ -711,6 +851,7 @@ void host_batchnorm_backward(const NormShape& s, float epsilon, const float* x, 
     if (s.relu) masked.resize(static_cast<size_t>(s.n) * s.hw);
     kernels.backward(b, ch, masked.data());
   }
+  if (s.rounded) bf16_rounding::round_any(dx, s.count(), s.rounded);
 }
 
 void host_batchnorm_sums(const NormShape& s, const float* x, const float* center, float* sums,

@@ -27,7 +27,9 @@ struct NormAddend {
 /// given (c floats each), the factors its output is max(x * scale + shift, 0) of with a fused
 /// ReLU; given back to the backward of that forward as relu_scale and relu_shift, they give it the
 /// ReLU's mask from x instead of from y (the same float operations: the same mask), one tensor
-/// fewer to read.
+/// fewer to read. Where s.rounded is set, the forwards write y, and the backward dx, rounded
+/// there too: in blocks of channels in the pass that writes each value, else the whole tensor
+/// after the pass.
 void host_batchnorm_forward_training(const NormShape& s, float epsilon, const float* x,
                                      const float* gamma, const float* beta, float* y, float* mean,
                                      float* var,

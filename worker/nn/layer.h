@@ -75,6 +75,11 @@ struct ForwardArgs {
   /// Only to a layer that took an add in (fuse_add): the add's other input; y is then the add's
   /// output.
   const float* addend = nullptr;
+  /// Rounded copies (docs/design.md#rounded-copies), in a training forward only: to a layer that
+  /// writes_rounded(), where it writes y rounded to bf16 as well; to one that reads_rounded(), x[0]
+  /// rounded, which it may read instead (unchanged until its backward). Null: none.
+  uint16_t* y_rounded = nullptr;
+  const uint16_t* x_rounded = nullptr;
 };
 
 /// One call of backward, after the forward of the same examples.
@@ -93,6 +98,10 @@ struct BackwardArgs {
   /// Only to a layer that takes_gradient_addend(): when set, the output's gradient is dy +
   /// dy_addend (a user's share the model has not added into dy, docs/design.md#fusion).
   const float* dy_addend = nullptr;
+  /// Rounded copies, as ForwardArgs's: where a layer that writes_rounded() writes dx[0] rounded as
+  /// well; dy rounded, for a layer that reads_rounded(). Null: none.
+  uint16_t* dx_rounded = nullptr;
+  const uint16_t* dy_rounded = nullptr;
 };
 
 /// What a layer does with activations in blocks of channels (Layout::kBlocked), which the model
@@ -153,6 +162,14 @@ class Layer {
   /// True when backward takes BackwardArgs::dy_addend: the model may then leave the last share of
   /// this layer's output gradient for it to add as it reads dy (docs/design.md#fusion).
   virtual bool takes_gradient_addend() const { return false; }
+  /// True when, in its present layouts, the layer writes the rounded copies it is handed
+  /// (ForwardArgs::y_rounded, BackwardArgs::dx_rounded) through the backend (NormShape::rounded):
+  /// batch normalization in blocks of channels. Asked once layouts are set, where the backend
+  /// makes_rounded_copies().
+  virtual bool writes_rounded() const { return false; }
+  /// True when the layer may read the copies (ForwardArgs::x_rounded, BackwardArgs::dy_rounded):
+  /// a convolution.
+  virtual bool reads_rounded() const { return false; }
   virtual Blocking blocking() const { return Blocking::kNone; }
   /// The layouts the model chose for its inputs and output (as blocking() allows), once, before
   /// the first forward; every layer starts with all plain.

@@ -44,6 +44,7 @@ Model::Model(const ModelSpec& spec, Backend& backend, int max_batch, float* grad
   fuse();
   plan_memory();
   choose_layouts();
+  plan_rounded_copies();
 }
 
 Model::~Model() = default;
@@ -318,6 +319,67 @@ void Model::choose_layouts() {
   }
 }
 
+void Model::plan_rounded_copies() {
+  const size_t n = layers_.size();
+  rounded_activations_.assign(n, {});
+  rounded_deltas_.assign(n, {});
+  writes_y_rounded_.assign(n, nullptr);
+  writes_dx_rounded_.assign(n, nullptr);
+  reads_x_rounded_.assign(n, nullptr);
+  reads_dy_rounded_.assign(n, nullptr);
+  if (!backend_.makes_rounded_copies()) return;
+  auto root_of = [&](size_t in) { return in == NodeSpec::kModelInput ? kInput : root_[in]; };
+  // The node whose forward writes each root's memory: itself, or the node that took it (an add)
+  // in; and each root's users that are not views, through views.
+  std::vector<size_t> writer(n);
+  std::vector<std::vector<size_t>> users(n);
+  for (size_t i = 0; i < n; ++i) writer[i] = i;
+  for (size_t p = 0; p < n; ++p)
+    if (add_taken_[p] != kNone) writer[add_taken_[p]] = p;
+  for (size_t j = 0; j < n; ++j) {
+    if (view_[j]) continue;
+    for (size_t in : spec_.nodes[j].inputs)
+      if (root_of(in) != kInput) users[root_of(in)].push_back(j);
+  }
+  auto reader_of = [&](size_t j, size_t r) {
+    return layers_[j]->reads_rounded() && root_of(spec_.nodes[j].inputs[0]) == r;
+  };
+  for (size_t r = 0; r < n; ++r) {
+    if (view_[r] || !layers_[writer[r]]->writes_rounded()) continue;
+    if (std::none_of(users[r].begin(), users[r].end(), [&](size_t j) { return reader_of(j, r); }))
+      continue;
+    rounded_activations_[r].resize(spec_.nodes[r].out.size() * static_cast<size_t>(max_batch_));
+    writes_y_rounded_[writer[r]] = rounded_activations_[r].data();
+    for (size_t j : users[r])
+      if (reader_of(j, r)) reads_x_rounded_[j] = rounded_activations_[r].data();
+  }
+  // A reader's output gradient, when its one user is a writer with that one input, which writes
+  // the whole gradient (adds nothing into it), and no other node's gradient is that buffer.
+  for (size_t c = 0; c < n; ++c) {
+    if (view_[c] || !layers_[c]->reads_rounded() || !needs_gradient_[c] || c == root_[output_] ||
+        users[c].size() != 1)
+      continue;
+    const size_t u = users[c][0];
+    if (spec_.nodes[u].inputs.size() != 1 || !layers_[u]->writes_rounded() || accumulates_[u][0] ||
+        defers_[u][0])
+      continue;
+    bool alone = true;
+    for (size_t r = 0; r < n; ++r) alone &= r == c || view_[r] || deltas_[r] != deltas_[c];
+    if (!alone) continue;
+    rounded_deltas_[c].resize(spec_.nodes[c].out.size() * static_cast<size_t>(max_batch_));
+    writes_dx_rounded_[u] = rounded_deltas_[c].data();
+    reads_dy_rounded_[c] = rounded_deltas_[c].data();
+  }
+}
+
+std::array<size_t, 2> Model::rounded_copies() const {
+  auto kept = [](const std::vector<std::vector<uint16_t>>& copies) {
+    return static_cast<size_t>(
+        std::count_if(copies.begin(), copies.end(), [](const auto& c) { return !c.empty(); }));
+  };
+  return {kept(rounded_activations_), kept(rounded_deltas_)};
+}
+
 void Model::move_gradients(float* gradient_memory, size_t gradient_floats) {
   Device& device = backend_.device();
   size_t count = parameters_.size();
@@ -368,6 +430,10 @@ const float* Model::forward(const float* images, int n, const StepKey& key, bool
                          : nullptr,
                      grouped_forward_ ? &group_sum_ : nullptr,
                      addend};
+    if (training) {
+      args.y_rounded = writes_y_rounded_[i];
+      args.x_rounded = reads_x_rounded_[i];
+    }
     layers_[i]->forward(backend_, args);
   }
   return activations_[root_[output_]];
@@ -405,6 +471,8 @@ void Model::backward(int n, const std::function<void(size_t piece)>& gradients_e
     if (adding <= 1) {
       BackwardArgs args{n,      inputs_[i], activations_[i], deltas_[i], input_deltas_[i],
                         params, grads,      group,           pending_[i]};
+      args.dx_rounded = writes_dx_rounded_[i];
+      args.dy_rounded = reads_dy_rounded_[i];
       pending_[i] = nullptr;
       layers_[i]->backward(backend_, args, enqueued);
       for (size_t s = 0; s < ins.size(); ++s) {

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <array>
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>
@@ -97,6 +98,9 @@ class Model {
   const std::vector<ParamInfo>& state_infos() const { return state_infos_; }
   /// How node i's output (and its gradient) lies in memory (docs/design.md#blocked-activations).
   Layout layout(size_t i) const { return layouts_[root_[i] == kInput ? i : root_[i]]; }
+  /// The rounded copies the model keeps (plan_rounded_copies()): of activations, and of
+  /// gradients.
+  std::array<size_t, 2> rounded_copies() const;
   /// Whether nodes i and j's output gradients are one buffer (share_gradients()).
   bool shares_gradient(size_t i, size_t j) const { return deltas_[i] == deltas_[j]; }
 
@@ -122,6 +126,11 @@ class Model {
   /// Where the backend blocks channels: blocks every activation that its producer and all its
   /// users can take blocked (Layer::blocking), and tells each layer its layouts.
   void choose_layouts();
+  /// Where the backend makes rounded copies: a copy beside each activation that a layer which
+  /// writes_rounded() writes and a layer which reads_rounded() reads as its first input, and
+  /// beside each gradient of such a reader's output that one such writer alone writes
+  /// (docs/design.md#rounded-copies).
+  void plan_rounded_copies();
 
   ModelSpec spec_;
   Backend& backend_;
@@ -162,6 +171,13 @@ class Model {
   /// producer (defer_last_shares); pending_[r], during backward: node r's share left in scratch_.
   std::vector<std::vector<bool>> defers_;
   std::vector<const float*> pending_;
+  /// Rounded copies (plan_rounded_copies), host memory (only a host backend makes them): by
+  /// root, of its activation, and of its output's gradient; empty where there is none. Per node,
+  /// where its training forward writes its output's copy, and backward its input's gradient's
+  /// (null: nowhere); and the copies of its first input and of its output's gradient it reads.
+  std::vector<std::vector<uint16_t>> rounded_activations_, rounded_deltas_;
+  std::vector<uint16_t*> writes_y_rounded_, writes_dx_rounded_;
+  std::vector<const uint16_t*> reads_x_rounded_, reads_dy_rounded_;
   // Per node, the pointers its last forward was given (kept for backward, reused every step).
   std::vector<std::vector<const float*>> inputs_;
   std::vector<std::vector<float*>> input_deltas_;

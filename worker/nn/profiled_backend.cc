@@ -95,9 +95,33 @@ void ProfiledBackend::conv2d_backward_weights(const ConvShape& s, const float* x
         [&] { inner_.conv2d_backward_weights(s, x, dy, dw, db); });
 }
 
+void ProfiledBackend::conv2d_forward_rounded(const ConvShape& s, const float* x,
+                                             const uint16_t* x16, const float* w, const float* b,
+                                             float* y) {
+  timed(conv_label("conv2d_forward", s),
+        [&] { inner_.conv2d_forward_rounded(s, x, x16, w, b, y); });
+}
+
 void ProfiledBackend::conv2d_backward(const ConvShape& s, const float* x, const float* dy,
                                       const float* w, float* dx, float* dw, float* db,
                                       const std::function<void()>& weights_done) {
+  timed_backward(s, dx != nullptr, weights_done, [&](const std::function<void()>& done) {
+    inner_.conv2d_backward(s, x, dy, w, dx, dw, db, done);
+  });
+}
+
+void ProfiledBackend::conv2d_backward_rounded(const ConvShape& s, const float* x, const float* dy,
+                                              const uint16_t* dy16, const float* w, float* dx,
+                                              float* dw, float* db,
+                                              const std::function<void()>& weights_done) {
+  timed_backward(s, dx != nullptr, weights_done, [&](const std::function<void()>& done) {
+    inner_.conv2d_backward_rounded(s, x, dy, dy16, w, dx, dw, db, done);
+  });
+}
+
+void ProfiledBackend::timed_backward(
+    const ConvShape& s, bool with_dx, const std::function<void()>& weights_done,
+    const std::function<void(const std::function<void()>&)>& backward) {
   using Clock = std::chrono::steady_clock;
   const std::string weights = conv_label("conv2d_backward_weights", s),
                     data = conv_label("conv2d_backward_data", s);
@@ -106,13 +130,13 @@ void ProfiledBackend::conv2d_backward(const ConvShape& s, const float* x, const 
   };
   if (synchronize_) inner_.device().synchronize();
   Clock::time_point start = Clock::now();
-  inner_.conv2d_backward(s, x, dy, w, dx, dw, db, [&] {
+  backward([&] {
     if (synchronize_) inner_.device().synchronize();
     record(weights, since(start));
     if (weights_done) weights_done();  // the caller's time, as a label's is
     start = Clock::now();
   });
-  if (!dx) return;
+  if (!with_dx) return;
   if (synchronize_) inner_.device().synchronize();
   record(data, since(start));
 }

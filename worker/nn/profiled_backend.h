@@ -45,6 +45,7 @@ class ProfiledBackend final : public Backend {
   MathMode math_mode() const override { return inner_.math_mode(); }
   std::string implementations() const override { return inner_.implementations(); }
   bool blocks_channels() const override { return inner_.blocks_channels(); }
+  bool makes_rounded_copies() const override { return inner_.makes_rounded_copies(); }
   void reorder_channels(int n, int c, int hw, Layout to, const float* x, float* y) override;
 
   void conv2d_forward(const ConvShape& s, const float* x, const float* w, const float* b,
@@ -62,6 +63,12 @@ class ProfiledBackend final : public Backend {
                        const std::function<void()>& weights_done) override;
   void conv2d_backward_weights(const ConvShape& s, const float* x, const float* dy, float* dw,
                                float* db) override;
+  /// Timed under conv2d_forward's and conv2d_backward's labels.
+  void conv2d_forward_rounded(const ConvShape& s, const float* x, const uint16_t* x16,
+                              const float* w, const float* b, float* y) override;
+  void conv2d_backward_rounded(const ConvShape& s, const float* x, const float* dy,
+                               const uint16_t* dy16, const float* w, float* dx, float* dw,
+                               float* db, const std::function<void()>& weights_done) override;
 
   void dense_forward(int n, int in, int out, const float* x, const float* w, const float* b,
                      float* y) override;
@@ -179,6 +186,10 @@ class ProfiledBackend final : public Backend {
   void update_loss_scale(float* state, int64_t growth_steps) override;
 
  private:
+  /// Runs backward (a conv2d_backward of inner_, given the weights_done it is to call), timed as
+  /// conv2d_backward's two labels; with_dx: it computes dx.
+  void timed_backward(const ConvShape& s, bool with_dx, const std::function<void()>& weights_done,
+                      const std::function<void(const std::function<void()>&)>& backward);
   /// Runs op (a call of inner_), timed, and adds its time to label's row.
   template <class Op>
   void timed(const std::string& label, Op&& op);

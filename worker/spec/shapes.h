@@ -26,6 +26,10 @@ struct ConvShape {
   int pad_top = 0, pad_bottom = 0, pad_left = 0, pad_right = 0;
   /// x and dx's layout, and y and dy's (the oneDNN backend's; every other backend: plain).
   Layout x_layout = Layout::kPlain, y_layout = Layout::kPlain;
+  /// 0 for a layer without a bias (Conv2D's use_bias false): its b is zeros and nobody reads its
+  /// db, so a backend may leave both out (the oneDNN backend does). An int, as every other field:
+  /// no padding in a shape a backend keys its primitives by (its bytes).
+  int32_t bias = 1;
   int oh() const { return (h + pad_top + pad_bottom - kh) / sh + 1; }
   int ow() const { return (w + pad_left + pad_right - kw) / sw + 1; }
   size_t input_count() const { return static_cast<size_t>(n) * c * h * w; }

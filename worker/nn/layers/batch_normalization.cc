@@ -51,6 +51,8 @@ class BatchNormalization : public Layer {
     return k_.synchronized ? Blocking::kNone : Blocking::kFollows;
   }
   void set_layouts(const std::vector<Layout>& /*in*/, Layout out) override { layout_ = out; }
+  /// Its training passes write them (the synchronized pieces do not).
+  bool writes_rounded() const override { return !k_.synchronized && layout_ == Layout::kBlocked; }
   void initialize(float* p, float* state, uint64_t) const override {
     const size_t c = channels();
     if (k_.scale) std::fill(p, p + c, 1.0f);
@@ -77,12 +79,14 @@ class BatchNormalization : public Layer {
       forward_grouped(b, a, mean, var);
       return;
     }
+    NormShape s = at(a.n);
+    s.rounded = a.y_rounded;
     if (add_)
-      b.batchnorm_add_forward_training(at(a.n), k_.epsilon, a.x[0], gamma(a.params), beta(a.params),
+      b.batchnorm_add_forward_training(s, k_.epsilon, a.x[0], gamma(a.params), beta(a.params),
                                        a.addend, add_relu_, a.y, mean, var);
     else
-      b.batchnorm_forward_training(at(a.n), k_.epsilon, a.x[0], gamma(a.params), beta(a.params),
-                                   a.y, mean, var);
+      b.batchnorm_forward_training(s, k_.epsilon, a.x[0], gamma(a.params), beta(a.params), a.y,
+                                   mean, var);
     if (a.statistics) b.device().copy(a.statistics, mean, 2 * channels() * sizeof(float));
   }
   void backward(Backend& b, const BackwardArgs& a,
@@ -95,8 +99,10 @@ class BatchNormalization : public Layer {
       backward_grouped(b, a, enqueued, dgamma, dbeta);
       return;
     }
-    b.batchnorm_backward(at(a.n), k_.epsilon, a.x[0], a.y, a.dy, gamma(a.params), mean,
-                         mean + channels(), a.dx[0], dgamma, dbeta);
+    NormShape s = at(a.n);
+    s.rounded = a.dx[0] ? a.dx_rounded : nullptr;
+    b.batchnorm_backward(s, k_.epsilon, a.x[0], a.y, a.dy, gamma(a.params), mean, mean + channels(),
+                         a.dx[0], dgamma, dbeta);
     if (enqueued && (k_.scale || k_.center)) enqueued(0);
   }
   void update_state(Backend& b, const float* summed, int shards, float* state) override {

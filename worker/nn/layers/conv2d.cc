@@ -25,6 +25,7 @@ class Conv2D : public Activated {
       c.backend.device().fill_zero(no_bias_.data(), no_bias_.bytes());
     }
     shape_ = conv_shape_of(k, in);
+    shape_.bias = use_bias_ ? 1 : 0;
   }
   std::vector<ParamInfo> params() const override {
     size_t kernel = shape_.weight_count();
@@ -54,10 +55,13 @@ class Conv2D : public Activated {
     initialize_kernel(init_, p, kernel, area * shape_.c, area * shape_.k, seed);
     if (use_bias_) std::fill(p + kernel, p + kernel + shape_.k, 0.0f);
   }
+  bool reads_rounded() const override { return true; }
   void forward(Backend& b, const ForwardArgs& a) override {
     const float* bias = use_bias_ ? a.params + shape_.weight_count() : no_bias_.data();
     if (relu())
       b.conv2d_relu_forward(at(a.n), a.x[0], a.params, bias, a.y);
+    else if (a.x_rounded)
+      b.conv2d_forward_rounded(at(a.n), a.x[0], a.x_rounded, a.params, bias, op_output(a.y));
     else
       b.conv2d_forward(at(a.n), a.x[0], a.params, bias, op_output(a.y));
     activate(b, a.n, a.y);
@@ -72,9 +76,14 @@ class Conv2D : public Activated {
     }
     const float* dz = deactivate(b, a.n, a.y, a.dy);
     // x is the one this layer's forward was given (the model keeps activations until backward).
-    b.conv2d_backward(at(a.n), a.x[0], dz, a.params, a.dx[0], a.grads, db, [&] {
+    auto done = [&] {
       if (enqueued) enqueued(0);
-    });
+    };
+    if (a.dy_rounded && dz == a.dy)  // the copy is of dy, not of an activation's gradient
+      b.conv2d_backward_rounded(at(a.n), a.x[0], dz, a.dy_rounded, a.params, a.dx[0], a.grads, db,
+                                done);
+    else
+      b.conv2d_backward(at(a.n), a.x[0], dz, a.params, a.dx[0], a.grads, db, done);
   }
 
  private:
