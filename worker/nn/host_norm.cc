@@ -359,8 +359,14 @@ DT_INLINE uint16_t bf16_bits(float v) {
 /// and 0: the float operations of the normalization, then of Add's add_forward; and (kRound)
 /// y's rounded copy into y16.
 template <bool kAdd, bool kRelu, bool kRound>
-DT_INLINE void unit_affine_pass(const float* x, const float* addend, int hw, const float* scale,
-                                const float* shift, float* y, uint16_t* y16) {
+DT_INLINE void unit_affine_pass(const float* x, const float* addend, int hw, const float* scale_in,
+                                const float* shift_in, float* y, uint16_t* y16) {
+  // Local copies, as in unit_backward_sums_body: the stores to y may not alias them.
+  float scale[kBlock], shift[kBlock];
+  for (int k = 0; k < kBlock; ++k) {
+    scale[k] = scale_in[k];
+    shift[k] = shift_in[k];
+  }
   for (int p = 0; p < hw; ++p) {
     const size_t at = static_cast<size_t>(p) * kBlock;
 #pragma omp simd
