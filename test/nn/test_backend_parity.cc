@@ -3,6 +3,8 @@
 // max pooling (outputs and dx only: the two workspaces have different formats), softmax
 // cross-entropy, SGD and Adam; and bit-identical repeat runs of the oneDNN backend. Tolerances
 // are float32 rounding-error bounds, derived where each is used; nothing here checks speed.
+#include <omp.h>
+
 #include <algorithm>
 #include <catch2/catch.hpp>
 #include <cmath>
@@ -18,6 +20,8 @@
 
 #include "test/support/mean_loss.h"
 #include "worker/nn/backend.h"
+#include "worker/nn/bf16_rounding.h"
+#include "worker/nn/bf16_weight_grad.h"
 #include "worker/nn/direct_conv.h"
 #include "worker/nn/streamed_update.h"
 #include "worker/train/loss_scale.h"
@@ -837,6 +841,96 @@ TEST_CASE("oneDNN mixed_bfloat16 matches the bf16-rounding reference, or is refu
 
 // The backward pass may use the bf16 copy of the weights the forward made; an optimizer update
 // of those weights in between must not leave it stale.
+namespace {
+
+// t (n x c x hw, NCHW floats) rounded to bf16 in blocks of 16 channels (nChw16c), and its
+// values back as floats in NCHW.
+struct Blocked16 {
+  std::vector<uint16_t> bits;
+  std::vector<double> values;
+};
+Blocked16 block_rounded(const Floats& t, int n, int c, int hw) {
+  std::vector<uint16_t> plain(t.size());
+  REQUIRE(bf16_rounding::round_vectorized(t.data(), t.size(), plain.data()));
+  Blocked16 b{std::vector<uint16_t>(t.size()), std::vector<double>(t.size())};
+  for (int i = 0; i < n; ++i)
+    for (int ch = 0; ch < c; ++ch)
+      for (int p = 0; p < hw; ++p) {
+        const size_t at = (static_cast<size_t>(i) * c + ch) * hw + p;
+        b.bits[((static_cast<size_t>(i) * (c / 16) + ch / 16) * hw + p) * 16 + ch % 16] = plain[at];
+        const uint32_t word = static_cast<uint32_t>(plain[at]) << 16;
+        float f;
+        std::memcpy(&f, &word, sizeof f);
+        b.values[at] = f;
+      }
+  return b;
+}
+
+}  // namespace
+
+// bf16_weight_grad's kernel (docs/design.md#the-bf16-weight-gradient) against the sum in double
+// over the same bf16 values: odd and even batches (a last example paired with zeros), padding
+// on every side or none, kernels 1x1 to 5x5 and 2x3, strides 1 to 3, several blocks of channels
+// each way; the same bits at one thread and two.
+TEST_CASE("the bf16 weight gradient's kernel matches the sum of its products", "[bf16]") {
+  ConvShape probe;
+  probe.c = probe.k = 16, probe.h = probe.w = 4, probe.kh = probe.kw = 3, probe.bias = 0;
+  probe.x_layout = probe.y_layout = Layout::kBlocked;
+  if (!bf16_weight_grad::suits(probe)) {
+    CHECK_FALSE(bf16_rounding::vectorized());  // it runs wherever the rounding loops do
+    return;
+  }
+  Rng rng(151);
+  // n, c, k, h, w, kh, kw, pad top/bottom/left/right, strides
+  const int shapes[][13] = {
+      {3, 16, 16, 7, 6, 3, 3, 1, 1, 1, 1, 1, 1}, {4, 32, 16, 5, 5, 3, 3, 0, 0, 0, 0, 1, 1},
+      {1, 16, 32, 6, 9, 5, 5, 2, 2, 2, 2, 1, 1}, {2, 16, 16, 4, 4, 1, 1, 0, 0, 0, 0, 1, 1},
+      {5, 32, 48, 6, 5, 2, 3, 0, 1, 1, 1, 1, 1}, {3, 16, 32, 8, 8, 3, 3, 0, 1, 0, 1, 2, 2},
+      {2, 16, 32, 7, 9, 1, 1, 0, 0, 0, 0, 2, 2}, {2, 16, 16, 9, 7, 3, 2, 1, 1, 0, 0, 2, 3}};
+  for (const auto& v : shapes) {
+    ConvShape s;
+    s.n = v[0], s.c = v[1], s.k = v[2], s.h = v[3], s.w = v[4], s.kh = v[5], s.kw = v[6];
+    s.pad_top = v[7], s.pad_bottom = v[8], s.pad_left = v[9], s.pad_right = v[10];
+    s.sh = v[11], s.sw = v[12];
+    s.bias = 0;
+    s.x_layout = s.y_layout = Layout::kBlocked;
+    INFO(describe(s));
+    REQUIRE(bf16_weight_grad::suits(s));
+    const int oh = s.oh(), ow = s.ow();
+    const Blocked16 x = block_rounded(rng.floats(s.input_count(), -1, 1), s.n, s.c, s.h * s.w);
+    const Blocked16 dy = block_rounded(rng.floats(s.output_count(), -1, 1), s.n, s.k, oh * ow);
+    std::vector<uint16_t> scratch;
+    Floats dw(s.weight_count());
+    bf16_weight_grad::compute(s, x.bits.data(), dy.bits.data(), dw.data(), scratch);
+    for (int k = 0; k < s.k; ++k)
+      for (int c = 0; c < s.c; ++c)
+        for (int i = 0; i < s.kh; ++i)
+          for (int j = 0; j < s.kw; ++j) {
+            double sum = 0, magnitude = 0;
+            for (int n = 0; n < s.n; ++n)
+              for (int p = 0; p < oh; ++p)
+                for (int q = 0; q < ow; ++q) {
+                  const int r = p * s.sh + i - s.pad_top, col = q * s.sw + j - s.pad_left;
+                  if (r < 0 || r >= s.h || col < 0 || col >= s.w) continue;
+                  const double term = dy.values[((size_t(n) * s.k + k) * oh + p) * ow + q] *
+                                      x.values[((size_t(n) * s.c + c) * s.h + r) * s.w + col];
+                  sum += term;
+                  magnitude += std::fabs(term);
+                }
+            const float got = dw[((size_t(k) * s.c + c) * s.kh + i) * s.kw + j];
+            INFO("k " << k << " c " << c << " i " << i << " j " << j);
+            REQUIRE(std::fabs(got - sum) <= 1e-6 * magnitude + 1e-30);
+          }
+    // Tasks own their weights: the same bits on one thread.
+    Floats alone(s.weight_count());
+    const int threads = omp_get_max_threads();
+    omp_set_num_threads(1);
+    bf16_weight_grad::compute(s, x.bits.data(), dy.bits.data(), alone.data(), scratch);
+    omp_set_num_threads(threads);
+    CHECK(std::memcmp(alone.data(), dw.data(), dw.size() * sizeof(float)) == 0);
+  }
+}
+
 TEST_CASE("oneDNN mixed_bfloat16 rounds weights again after an update", "[bf16]") {
   if (!cpu_supports(MathMode::kBfloat16)) return;  // the case above checks the refusal
   Backends be(MathMode::kBfloat16);

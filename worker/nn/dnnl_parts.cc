@@ -10,6 +10,7 @@
 #include "common/errors.h"
 #include "worker/nn/backend.h"
 #include "worker/nn/bf16_rounding.h"
+#include "worker/nn/bf16_weight_grad.h"
 
 namespace dtrain::nn {
 namespace {
@@ -345,6 +346,11 @@ Conv::Conv(const ConvShape& s, MathMode mode, const dnnl::engine& engine) : engi
       relu_src == bw.src_desc())
     rounded_src_ = bw.src_desc();
   if (share_dy_ && retyped_to_bf16(plain_dst, bw.diff_dst_desc())) rounded_dy_ = bw.diff_dst_desc();
+  shape_ = s;
+  own_weights_ = mode == MathMode::kBfloat16 && bf16_weight_grad::suits(s) &&
+                 retyped_to_bf16(plain_src, bw.src_desc()) &&
+                 retyped_to_bf16(plain_dst, bw.diff_dst_desc());
+  if (own_weights_) implementations_.push_back("bf16_weight_grad:avx512_core_bf16");
 }
 
 void Conv::forward(dnnl::stream& st, const float* x, const float* w, const float* b, float* y,
@@ -402,6 +408,13 @@ void Conv::run_backward_data(dnnl::stream& st, const memory& diff_dst, const flo
 
 void Conv::run_backward_weights(dnnl::stream& st, const memory& src, const memory& diff_dst,
                                 float* dw, float* db) {
+  if (own_weights_) {  // no bias: db is not read (ConvShape::bias)
+    st.wait();         // src and diff_dst may have just been staged
+    bf16_weight_grad::compute(shape_, static_cast<const uint16_t*>(src.get_data_handle()),
+                              static_cast<const uint16_t*>(diff_dst.get_data_handle()), dw,
+                              weights_scratch_);
+    return;
+  }
   std::unordered_map<int, memory> args = {{DNNL_ARG_SRC, src},
                                           {DNNL_ARG_DIFF_DST, diff_dst},
                                           {DNNL_ARG_DIFF_WEIGHTS, bw_diff_weights_.out(dw)}};

@@ -127,6 +127,11 @@ class Conv {
   /// The layouts that a rounded copy of x (every primitive's x) and of dy (both backward
   /// products' dy) serves as it is; empty where it does not.
   memory::desc rounded_src_, rounded_dy_;
+  /// True when the weight gradient is bf16_weight_grad's (both its inputs bf16 in blocks of 16
+  /// channels), not oneDNN's; its scratch.
+  bool own_weights_ = false;
+  ConvShape shape_;
+  std::vector<uint16_t> weights_scratch_;
   std::vector<std::string> implementations_;
 };
 
