@@ -27,8 +27,11 @@ TEST_CASE("slurm: elastic, a drained node's workers leave, n1 trains on, n2 join
   SlurmCluster cluster;
   SKIP_UNLESS_SLURM(cluster);
   // Epoch 2 must outlast the grow (n2 back in Slurm, then a retry of up to 4 s): at 40 steps the
-  // two survivors of a faster step finished first in one CI run.
-  const std::string body = R"("elastic": {"min_workers": 2}, )" + main_job_train(2, 120);
+  // two survivors of a faster step finished first in one CI run. So worker 0 is also stopped
+  // (SIGSTOP) from the resume until the grow: order, not the machine's speed, decides it; the
+  // freeze watch's floor is the guard, above that hold.
+  const std::string body =
+      R"("elastic": {"min_workers": 2}, "freeze_seconds": 120, )" + main_job_train(2, 120);
   SlurmJob calm(cluster, "slurm-calm", body);
   std::string state =
       cluster.wait_job_state(calm.job_id, {"COMPLETED", "FAILED", "CANCELLED"}, 240);
@@ -60,8 +63,13 @@ TEST_CASE("slurm: elastic, a drained node's workers leave, n1 trains on, n2 join
   size_t at_shrink = first_event(event_kinds(job.run), "shrink", at_kill);
   bool trained_on = shrunk && wait_for(after("recovered", at_shrink), kGuardSeconds);
   const size_t at_resume = event_kinds(job.run).size();
+  std::vector<int> worker_0 = started_pids(job.run, "worker:0");
+  REQUIRE(worker_0.size() == 1);
+  const bool held = ::kill(worker_0[0], SIGSTOP) == 0;
   ProcessResult resume = cluster.run({"scontrol", "update", "nodename=n2", "state=resume"});
   bool grown = trained_on && wait_for(after("grow", at_resume), kGuardSeconds);
+  ::kill(worker_0[0], SIGCONT);
+  CHECK(held);
   state = cluster.wait_job_state(job.job_id, {"COMPLETED", "FAILED", "CANCELLED"}, 240);
   INFO(job_details(cluster, job));
   INFO(read_all(job.run + "/events.jsonl"));

@@ -72,8 +72,8 @@ DT_TARGET_AVX512_BF16 void pair_pixels(const uint16_t* t, int n, int blocks, int
       a = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(pixel(first)));
       if (second < n) b = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(pixel(second)));
     }
-    const __m512i both = _mm512_permutex2var_epi16(_mm512_castsi256_si512(a), interleave,
-                                                   _mm512_castsi256_si512(b));
+    const __m512i both =
+        _mm512_permutex2var_epi16(_mm512_castsi256_si512(a), interleave, _mm512_castsi256_si512(b));
     _mm512_storeu_si512(out + static_cast<size_t>(k) * 32, both);
   }
 }
@@ -116,7 +116,8 @@ DT_TARGET_AVX512_BF16 void accumulate(const Paired& xp, const Blocked& dyb, cons
             // dy's two examples' rows, paired as the loop reads them (the second zeros past an
             // odd batch's end).
             const uint16_t* dy_first = dy + dyb.at(2 * pair, kb, p);
-            const uint16_t* dy_second = 2 * pair + 1 < s.n ? dy + dyb.at(2 * pair + 1, kb, p) : zeros;
+            const uint16_t* dy_second =
+                2 * pair + 1 < s.n ? dy + dyb.at(2 * pair + 1, kb, p) : zeros;
             const uint16_t* x_row = x + xp.at(pair, cb, p * s.sh + i, j);
             for (int q = 0; q < ow; ++q) {
               const __m512bh a = reinterpret_cast<__m512bh>(_mm512_permutex2var_epi16(
@@ -197,9 +198,8 @@ bool suits(const ConvShape& s) {
   static const bool cpu = __builtin_cpu_supports("avx512bf16") &&
                           __builtin_cpu_supports("avx512bw") &&
                           own_kernels_may_use(VectorIsa::kAvx512Bf16);
-  return cpu && s.c % kBlock == 0 &&
-         s.k % kBlock == 0 && s.x_layout == Layout::kBlocked && s.y_layout == Layout::kBlocked &&
-         !s.bias && s.oh() > 0 && s.ow() > 0;
+  return cpu && s.c % kBlock == 0 && s.k % kBlock == 0 && s.x_layout == Layout::kBlocked &&
+         s.y_layout == Layout::kBlocked && !s.bias && s.oh() > 0 && s.ow() > 0;
 #else
   (void)s;
   return false;
