@@ -899,7 +899,7 @@ TEST_CASE("the bf16 weight gradient's kernel matches the sum of its products", "
     const int oh = s.oh(), ow = s.ow();
     const Blocked16 x = block_rounded(rng.floats(s.input_count(), -1, 1), s.n, s.c, s.h * s.w);
     const Blocked16 dy = block_rounded(rng.floats(s.output_count(), -1, 1), s.n, s.k, oh * ow);
-    std::vector<uint16_t> scratch;
+    bf16_weight_grad::Scratch scratch;
     Floats dw(s.weight_count());
     bf16_weight_grad::compute(s, x.bits.data(), dy.bits.data(), dw.data(), scratch);
     for (int k = 0; k < s.k; ++k)

@@ -1,14 +1,11 @@
 // See bf16_weight_grad.h.
 #include "worker/nn/bf16_weight_grad.h"
 
-#if defined(__x86_64__) && defined(__GNUC__)
-#include <immintrin.h>
-#endif
-
 #include <algorithm>
 #include <cstring>
 
 #include "common/errors.h"
+#include "worker/nn/avx512_bf16.h"
 #include "worker/nn/backend.h"
 
 namespace dtrain::nn::bf16_weight_grad {
@@ -18,13 +15,7 @@ constexpr int kBlock = kChannelBlock;  // channels per block, and AVX-512's floa
 constexpr int kRanges = 4;             // the pairs of examples in ranges, summed apart
 
 #if defined(__x86_64__) && defined(__GNUC__)
-#define DT_TARGET_AVX512_BF16 __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16")))
-// GCC 12's AVX-512 intrinsics start some results from _mm512_undefined_*, which
-// -Wmaybe-uninitialized reports once they inline (a known false positive, as in dnnl_parts.cc).
-#pragma GCC diagnostic push
-#if !defined(__clang__)
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
+DT_AVX512_INTRINSICS_BEGIN
 
 // The tensors with examples in pairs: for each pair of examples, block of channels and pixel,
 // the 16 channels' two values side by side (channel c's pair is one 32-bit word, the dot
@@ -145,15 +136,14 @@ DT_TARGET_AVX512_BF16 void accumulate(const Paired& xp, const Blocked& dyb, cons
 }
 
 DT_TARGET_AVX512_BF16 void compute_avx512_bf16(const ConvShape& s, const uint16_t* x16,
-                                               const uint16_t* dy16, float* dw,
-                                               std::vector<uint16_t>& scratch) {
+                                               const uint16_t* dy16, float* dw, Scratch& scratch) {
   const int pairs = (s.n + 1) / 2;
   const Paired xp{pairs, s.c / kBlock, s.h + s.pad_top + s.pad_bottom,
                   s.w + s.pad_left + s.pad_right};
   const Blocked dyb{s.k / kBlock, s.oh(), s.ow()};
   const size_t zeros = static_cast<size_t>(s.ow()) * kBlock;
-  if (scratch.size() < xp.count() + zeros) scratch.resize(xp.count() + zeros);
-  uint16_t* x = scratch.data();
+  if (scratch.paired.size() < xp.count() + zeros) scratch.paired.resize(xp.count() + zeros);
+  uint16_t* x = scratch.paired.data();
   std::fill(x + xp.count(), x + xp.count() + zeros, uint16_t{0});
   pair_tensor(x16, s.n, s.h, s.w, s.pad_top, s.pad_left, xp, x);
   // A task: a block of output channels, one of input channels, and one of kRanges fixed ranges
@@ -161,7 +151,8 @@ DT_TARGET_AVX512_BF16 void compute_avx512_bf16(const ConvShape& s, const uint16_
   // depends on the thread count: the same bits at every one.
   const size_t per_block = static_cast<size_t>(s.kh) * s.kw * kBlock * kBlock;
   const int blocks = dyb.blocks * xp.blocks, tasks = blocks * kRanges;
-  std::vector<float> partial(static_cast<size_t>(tasks) * per_block, 0.0f);
+  std::vector<float>& partial = scratch.partial;
+  partial.assign(static_cast<size_t>(tasks) * per_block, 0.0f);
 #pragma omp parallel for schedule(dynamic)
   for (int task = 0; task < tasks; ++task) {
     const int range = task % kRanges, block = task / kRanges;
@@ -187,8 +178,7 @@ DT_TARGET_AVX512_BF16 void compute_avx512_bf16(const ConvShape& s, const uint16_
           }
   }
 }
-#pragma GCC diagnostic pop
-#undef DT_TARGET_AVX512_BF16
+DT_AVX512_INTRINSICS_END
 #endif
 
 }  // namespace
@@ -207,7 +197,7 @@ bool suits(const ConvShape& s) {
 }
 
 void compute(const ConvShape& s, const uint16_t* x16, const uint16_t* dy16, float* dw,
-             std::vector<uint16_t>& scratch) {
+             Scratch& scratch) {
   DT_ENFORCE(suits(s), "the bf16 weight gradient's kernel does not take this shape");
 #if defined(__x86_64__) && defined(__GNUC__)
   compute_avx512_bf16(s, x16, dy16, dw, scratch);

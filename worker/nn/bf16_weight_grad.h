@@ -22,9 +22,14 @@ bool suits(const ConvShape& s);
 /// x16 and
 /// dy16 are x and dy rounded to bf16 in blocks of 16 channels (nChw16c), as the oneDNN
 /// backend's rounded copies and staged tensors are. Each weight is summed in float in a fixed
-/// order (examples in pairs, then rows, then columns), whatever the thread count. scratch holds
-/// the tensors with examples interleaved in pairs, kept by the caller between calls.
+/// order (examples in pairs, then rows, then columns), whatever the thread count.
+/// The memory a call works in, kept by the caller between calls (a step's every call reuses it):
+/// x with its examples interleaved in pairs, and the tasks' partial sums.
+struct Scratch {
+  std::vector<uint16_t> paired;
+  std::vector<float> partial;
+};
 void compute(const ConvShape& s, const uint16_t* x16, const uint16_t* dy16, float* dw,
-             std::vector<uint16_t>& scratch);
+             Scratch& scratch);
 
 }  // namespace dtrain::nn::bf16_weight_grad

@@ -1,13 +1,13 @@
 // See dnnl_parts.h.
 #include "worker/nn/dnnl_parts.h"
 
-#include <immintrin.h>
 #include <omp.h>
 
 #include <algorithm>
 #include <unordered_map>
 
 #include "common/errors.h"
+#include "worker/nn/avx512_bf16.h"
 #include "worker/nn/backend.h"
 #include "worker/nn/bf16_rounding.h"
 #include "worker/nn/bf16_weight_grad.h"
@@ -25,12 +25,6 @@ dnnl::reorder make_reorder(const dnnl::engine& e, const memory::desc& from,
 }
 
 #if defined(__x86_64__) && defined(__GNUC__)
-// The ISA of the AVX-512 helpers below. No AVX-512 value crosses an OpenMP region's boundary:
-// clang outlines a region into a function of its own that does not inherit the enclosing
-// function's target attribute, and a 512-bit argument or result there is an ABI error; so each
-// region calls a helper with this attribute and passes it only pointers and counts.
-#define DT_TARGET_AVX512_BF16 __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16")))
-
 // Blocks [first, last) of 32 floats, one thread's share.
 DT_TARGET_AVX512_BF16 void round_blocks_avx512_bf16(const float* in, int64_t first, int64_t last,
                                                     uint16_t* out) {
@@ -59,13 +53,7 @@ DT_TARGET_AVX512_BF16 void round_avx512_bf16(const float* in, size_t count, uint
   }
 }
 
-// GCC 12's AVX-512 intrinsics start some results from _mm512_undefined_*, which
-// -Wmaybe-uninitialized reports once they inline (a known false positive; clang has no such
-// warning).
-#pragma GCC diagnostic push
-#if !defined(__clang__)
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
+DT_AVX512_INTRINSICS_BEGIN
 // BA16a64b2a for B (k x n): blocks of 32 k by 64 n, 2048 elements each, k-blocks innermost;
 // inside a block, pairs of k (2a) for each n (64b), 16 pairs (16a). Element (k, n) lives at
 // (k / 32 + (n / 64) * (K / 32)) * 2048 + (k % 32 / 2) * 128 + (n % 64) * 2 + k % 2. With B = w,
@@ -103,7 +91,7 @@ DT_TARGET_AVX512_BF16 void pack_row_block_avx512_bf16(const float* w, int64_t ro
     }
   }
 }
-#pragma GCC diagnostic pop
+DT_AVX512_INTRINSICS_END
 
 void pack_avx512_bf16(const float* w, int64_t rows, int64_t cols, uint16_t* blocked,
                       uint16_t* plain) {
@@ -112,7 +100,6 @@ void pack_avx512_bf16(const float* w, int64_t rows, int64_t cols, uint16_t* bloc
   for (int64_t rb = 0; rb < row_blocks; ++rb)
     pack_row_block_avx512_bf16(w, rows, cols, rb, blocked, plain);
 }
-#undef DT_TARGET_AVX512_BF16
 #endif
 
 }  // namespace

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "worker/nn/backend.h"
+#include "worker/nn/bf16_weight_grad.h"
 
 namespace dtrain::nn::dnnl_parts {
 
@@ -131,7 +132,7 @@ class Conv {
   /// channels), not oneDNN's; its scratch.
   bool own_weights_ = false;
   ConvShape shape_;
-  std::vector<uint16_t> weights_scratch_;
+  bf16_weight_grad::Scratch weights_scratch_;
   std::vector<std::string> implementations_;
 };
 

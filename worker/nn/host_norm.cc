@@ -6,15 +6,12 @@
 // (docs/design.md#batch-normalization).
 #include "worker/nn/host_norm.h"
 
-#if defined(__x86_64__) && defined(__GNUC__)
-#include <immintrin.h>
-#endif
-
 #include <cmath>
 #include <cstdint>
 #include <vector>
 
 #include "common/errors.h"
+#include "worker/nn/avx512_bf16.h"
 #include "worker/nn/bf16_rounding.h"
 #include "worker/nn/host_lanes.h"
 
@@ -572,13 +569,7 @@ DT_UNIT_KERNELS(avx512, __attribute__((target("avx512f"))))
 // unit's 16 channels are one vector, each float operation of the generic loops is one
 // instruction (a multiply and an add apart, max(v, 0) as v > 0 ? v : 0 is: the same bits), and
 // the copy is the conversion instruction's, in the same pass without a loop of integer operations.
-#define DT_TARGET_AVX512_BF16 __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16")))
-// GCC 12's AVX-512 intrinsics start some results from _mm512_undefined_*, which
-// -Wmaybe-uninitialized reports once they inline (a known false positive, as in dnnl_parts.cc).
-#pragma GCC diagnostic push
-#if !defined(__clang__)
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
+DT_AVX512_INTRINSICS_BEGIN
 
 template <bool kAdd, bool kRelu>
 DT_TARGET_AVX512_BF16 void unit_affine_bf16_pass(const float* x, const float* addend, int hw,
@@ -639,8 +630,7 @@ DT_TARGET_AVX512_BF16 void unit_dx_bf16(const float* x, const float* y, const fl
   if (from == kFromX) return unit_dx_bf16_pass<kFromX>(x, y, dy, hw, m, u, dx, dx16);
   unit_dx_bf16_pass<kNoMask>(x, y, dy, hw, m, u, dx, dx16);
 }
-#pragma GCC diagnostic pop
-#undef DT_TARGET_AVX512_BF16
+DT_AVX512_INTRINSICS_END
 #endif
 
 UnitKernels unit_kernels_for(Vectors vectors);
