@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <cstring>
 
+#include <omp.h>
+
 #include "common/errors.h"
 #include "worker/nn/avx512_bf16.h"
 #include "worker/nn/backend.h"
@@ -13,23 +15,11 @@ namespace {
 
 constexpr int kBlock = kChannelBlock;  // channels per block, and AVX-512's float lanes
 constexpr int kRanges = 4;             // the pairs of examples in ranges, summed apart
+constexpr int kBandPixels = 192;       // output pixels per band: its x and dy fit in L1
+constexpr int kPairWidth = 2 * kBlock;  // bf16 per paired pixel: 16 channels, two examples
 
 #if defined(__x86_64__) && defined(__GNUC__)
 DT_AVX512_INTRINSICS_BEGIN
-
-// The tensors with examples in pairs: for each pair of examples, block of channels and pixel,
-// the 16 channels' two values side by side (channel c's pair is one 32-bit word, the dot
-// product's pair), 32 bf16 per pixel. x is laid out padded (rows and columns of zeros around
-// it), so that every pixel a weight reads exists; a batch of odd size pairs its last example
-// with zeros.
-struct Paired {
-  int pairs, blocks, rows, cols;  ///< rows and cols of the (padded) image
-  size_t at(int pair, int block, int row, int col) const {
-    return ((static_cast<size_t>(pair) * blocks + block) * rows + row) * cols * 32 +
-           static_cast<size_t>(col) * 32;
-  }
-  size_t count() const { return at(pairs, 0, 0, 0); }
-};
 
 // The index that interleaves two vectors of 16 bf16, a's and b's: a0 b0 a1 b1 ...
 alignas(64) const uint16_t kInterleave[32] = {0,  32, 1,  33, 2,  34, 3,  35, 4,  36, 5,
@@ -39,131 +29,166 @@ alignas(64) const uint16_t kInterleave[32] = {0,  32, 1,  33, 2,  34, 3,  35, 4,
 // A tensor in blocks of 16 channels (nChw16c): where row `row` of block `block` of example n
 // starts.
 struct Blocked {
-  int blocks, rows, cols;
-  size_t at(int n, int block, int row) const {
-    return ((static_cast<size_t>(n) * blocks + block) * rows + row) * cols * kBlock;
+  int n, blocks, rows, cols;
+  const uint16_t* row(const uint16_t* t, int example, int block, int r) const {
+    return t + ((static_cast<size_t>(example) * blocks + block) * rows + r) * cols * kBlock;
   }
 };
 
-// Pixel (row, col) of block `block` of examples 2 * pair and 2 * pair + 1 of t (nChw16c, n
-// examples, `rows` x `cols` pixels) interleaved into out; 0 where the pixel or the example is
-// outside t.
-DT_TARGET_AVX512_BF16 void pair_pixels(const uint16_t* t, int n, int blocks, int rows, int cols,
-                                       int pair, int block, int row, int col, int count,
-                                       uint16_t* out) {
+// Row `r` of block `block` of examples 2 * pair and 2 * pair + 1 of t interleaved into out, one
+// pixel of 32 bf16 (the 16 channels' pairs) after another; the second example is zeros past an
+// odd batch's end.
+DT_TARGET_AVX512_BF16 void pair_row(const Blocked& b, const uint16_t* t, int pair, int block,
+                                    int r, uint16_t* out) {
   const __m512i interleave = _mm512_load_si512(kInterleave);
-  const int first = 2 * pair, second = first + 1;
-  for (int k = 0; k < count; ++k, ++col) {
-    __m256i a = _mm256_setzero_si256(), b = _mm256_setzero_si256();
-    if (row >= 0 && row < rows && col >= 0 && col < cols) {
-      auto pixel = [&](int example) {
-        return t + ((static_cast<size_t>(example) * blocks + block) * rows + row) * cols * kBlock +
-               static_cast<size_t>(col) * kBlock;
-      };
-      a = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(pixel(first)));
-      if (second < n) b = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(pixel(second)));
-    }
-    const __m512i both =
-        _mm512_permutex2var_epi16(_mm512_castsi256_si512(a), interleave, _mm512_castsi256_si512(b));
-    _mm512_storeu_si512(out + static_cast<size_t>(k) * 32, both);
+  const uint16_t* first = b.row(t, 2 * pair, block, r);
+  const uint16_t* second = 2 * pair + 1 < b.n ? b.row(t, 2 * pair + 1, block, r) : nullptr;
+  for (int col = 0; col < b.cols; ++col) {
+    const __m256i x0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(first + col * kBlock));
+    const __m256i x1 = second ? _mm256_loadu_si256(
+                                    reinterpret_cast<const __m256i*>(second + col * kBlock))
+                              : _mm256_setzero_si256();
+    _mm512_store_si512(out + static_cast<size_t>(col) * kPairWidth,
+                       _mm512_permutex2var_epi16(_mm512_castsi256_si512(x0), interleave,
+                                                 _mm512_castsi256_si512(x1)));
   }
 }
 
-// t (nChw16c) paired into out (Paired p), the image placed at (top, left) of p's rows and cols.
-DT_TARGET_AVX512_BF16 void pair_tensor(const uint16_t* t, int n, int rows, int cols, int top,
-                                       int left, const Paired& p, uint16_t* out) {
-  const int tasks = p.pairs * p.blocks;
-#pragma omp parallel for schedule(static)
-  for (int task = 0; task < tasks; ++task) {
-    const int pair = task / p.blocks, block = task % p.blocks;
-    for (int row = 0; row < p.rows; ++row)
-      pair_pixels(t, n, p.blocks, rows, cols, pair, block, row - top, -left, p.cols,
-                  out + p.at(pair, block, row, 0));
+// A band: the pairs [pair0, pair1) and output rows [row0, row1) of each, with the x rows they
+// read, small enough that its paired x and dy stay in L1 while every kernel position runs over
+// it. The bands of a range of pairs, in order, visit its (pair, row) in order.
+struct Bands {
+  int pairs_per_band, rows_per_band;  // one of them covers a whole image or a single pair
+  int x_rows;                         // x rows a band's output rows read (in the image or not)
+  size_t x_count, dy_count;           // bf16 of a band's paired x and dy
+};
+
+Bands plan_bands(const ConvShape& s) {
+  Bands b{};
+  const int oh = s.oh(), ow = s.ow();
+  if (oh * ow >= kBandPixels) {
+    b.pairs_per_band = 1;
+    const int bands = (oh + std::max(1, kBandPixels / ow) - 1) / std::max(1, kBandPixels / ow);
+    b.rows_per_band = (oh + bands - 1) / bands;
+  } else {
+    b.pairs_per_band = std::max(1, kBandPixels / (oh * ow));
+    b.rows_per_band = oh;
   }
+  b.x_rows = (b.rows_per_band - 1) * s.sh + s.kh;
+  b.x_count = static_cast<size_t>(b.pairs_per_band) * b.x_rows * s.w * kPairWidth;
+  b.dy_count = static_cast<size_t>(b.pairs_per_band) * b.rows_per_band * ow * kPairWidth;
+  return b;
 }
 
-// The pairs of examples [first, last), in chunks that fit in the core's cache with the image:
-// for each chunk, each kernel position (i, j) in turn runs 16 accumulators (one per input
-// channel) of 16 output channels each over the chunk's pairs, output rows and columns, in that
-// order, from and back to acc (kh x kw x 16 x 16 floats). dy's pair (16 output channels, two
+// One band of one task: x's and dy's pairs written into x_band and dy_band (64-byte aligned),
+// then each kernel position (i, j) in turn runs 16 accumulators (one per input channel) of 16
+// output channels each over the band's pairs, rows and columns, from and back to acc (kh x kw x
+// 16 x 16 floats). Positions outside the image are skipped, not multiplied by zero: for (i, j),
+// only the rows and columns whose x is in the image. dy's pair (16 output channels, two
 // examples) is one vector; x's (one input channel, two examples) is broadcast from memory.
-DT_TARGET_AVX512_BF16 void accumulate(const Paired& xp, const Blocked& dyb, const uint16_t* x,
-                                      const uint16_t* dy, const uint16_t* zeros, int kb, int cb,
-                                      int first, int last, const ConvShape& s, float* acc_memory) {
-  const __m512i interleave = _mm512_load_si512(kInterleave);
-  const int oh = dyb.rows, ow = dyb.cols;
-  const int chunk = std::max(1, 512 / (oh * ow));  // a few hundred pixels per pass
-  const size_t x_step = static_cast<size_t>(s.sw) * 32;
-  for (int begin = first; begin < last; begin += chunk) {
-    const int end = std::min(last, begin + chunk);
-    for (int i = 0; i < s.kh; ++i) {
-      for (int j = 0; j < s.kw; ++j) {
-        float* slot = acc_memory + (static_cast<size_t>(i) * s.kw + j) * kBlock * kBlock;
-        __m512 acc[kBlock];
+DT_TARGET_AVX512_BF16 void run_band(const ConvShape& s, const Bands& bands, const Blocked& xb,
+                                    const Blocked& dyb, const uint16_t* x16, const uint16_t* dy16,
+                                    int kb, int cb, int pair0, int pair1, int row0, int row1,
+                                    uint16_t* x_band, uint16_t* dy_band, float* acc_memory) {
+  const int ow = dyb.cols, w = s.w;
+  const int x_row0 = row0 * s.sh - s.pad_top;  // x_band's first row
+  const size_t x_pair_step = static_cast<size_t>(bands.x_rows) * w * kPairWidth;
+  const size_t dy_pair_step = static_cast<size_t>(bands.rows_per_band) * ow * kPairWidth;
+  for (int pair = pair0; pair < pair1; ++pair) {
+    uint16_t* xp = x_band + (pair - pair0) * x_pair_step;
+    uint16_t* dyp = dy_band + (pair - pair0) * dy_pair_step;
+    for (int p = row0; p < row1; ++p)
+      pair_row(dyb, dy16, pair, kb, p, dyp + static_cast<size_t>(p - row0) * ow * kPairWidth);
+    // The x rows some (p, i) reads, in the image.
+    for (int r = std::max(0, x_row0); r < std::min(s.h, x_row0 + bands.x_rows); ++r) {
+      bool read = false;
+      for (int i = 0; i < s.kh && !read; ++i) {
+        const int offset = r + s.pad_top - i;  // p * sh
+        read = offset >= row0 * s.sh && offset < row1 * s.sh && offset % s.sh == 0;
+      }
+      if (read)
+        pair_row(xb, x16, pair, cb, r, xp + static_cast<size_t>(r - x_row0) * w * kPairWidth);
+    }
+  }
+  const size_t x_step = static_cast<size_t>(s.sw) * kPairWidth;
+  for (int i = 0; i < s.kh; ++i) {
+    for (int j = 0; j < s.kw; ++j) {
+      // The columns q whose x column q * sw + j - pad_left is in the image.
+      const int q_lo = std::max(0, (s.pad_left - j + s.sw - 1) / s.sw);
+      const int q_hi = std::min(ow, (w - 1 - j + s.pad_left) / s.sw + 1);
+      if (q_lo >= q_hi || w - 1 - j + s.pad_left < 0) continue;
+      float* slot = acc_memory + (static_cast<size_t>(i) * s.kw + j) * kBlock * kBlock;
+      __m512 acc[kBlock];
 #pragma GCC unroll 16
-        for (int c = 0; c < kBlock; ++c) acc[c] = _mm512_loadu_ps(slot + c * kBlock);
-        for (int pair = begin; pair < end; ++pair) {
-          for (int p = 0; p < oh; ++p) {
-            // dy's two examples' rows, paired as the loop reads them (the second zeros past an
-            // odd batch's end).
-            const uint16_t* dy_first = dy + dyb.at(2 * pair, kb, p);
-            const uint16_t* dy_second =
-                2 * pair + 1 < s.n ? dy + dyb.at(2 * pair + 1, kb, p) : zeros;
-            const uint16_t* x_row = x + xp.at(pair, cb, p * s.sh + i, j);
-            for (int q = 0; q < ow; ++q) {
-              const __m512bh a = reinterpret_cast<__m512bh>(_mm512_permutex2var_epi16(
-                  _mm512_castsi256_si512(
-                      _mm256_loadu_si256(reinterpret_cast<const __m256i*>(dy_first + q * kBlock))),
-                  interleave,
-                  _mm512_castsi256_si512(_mm256_loadu_si256(
-                      reinterpret_cast<const __m256i*>(dy_second + q * kBlock)))));
-              const uint16_t* xq = x_row + q * x_step;
+      for (int c = 0; c < kBlock; ++c) acc[c] = _mm512_loadu_ps(slot + c * kBlock);
+      for (int pair = pair0; pair < pair1; ++pair) {
+        const uint16_t* xp = x_band + (pair - pair0) * x_pair_step;
+        const uint16_t* dyp = dy_band + (pair - pair0) * dy_pair_step;
+        for (int p = row0; p < row1; ++p) {
+          const int r = p * s.sh + i - s.pad_top;
+          if (r < 0 || r >= s.h) continue;
+          const uint16_t* dy_row = dyp + static_cast<size_t>(p - row0) * ow * kPairWidth;
+          const uint16_t* x_col = xp + static_cast<size_t>(r - x_row0) * w * kPairWidth +
+                                  static_cast<size_t>(q_lo * s.sw + j - s.pad_left) * kPairWidth;
+          for (int q = q_lo; q < q_hi; ++q, x_col += x_step) {
+            const __m512bh a = reinterpret_cast<__m512bh>(
+                _mm512_load_si512(dy_row + static_cast<size_t>(q) * kPairWidth));
 #pragma GCC unroll 16
-              for (int c = 0; c < kBlock; ++c) {
-                int32_t word;
-                std::memcpy(&word, xq + 2 * c, sizeof word);
-                acc[c] = _mm512_dpbf16_ps(acc[c], a,
-                                          reinterpret_cast<__m512bh>(_mm512_set1_epi32(word)));
-              }
+            for (int c = 0; c < kBlock; ++c) {
+              int32_t word;
+              std::memcpy(&word, x_col + 2 * c, sizeof word);
+              acc[c] =
+                  _mm512_dpbf16_ps(acc[c], a, reinterpret_cast<__m512bh>(_mm512_set1_epi32(word)));
             }
           }
         }
-#pragma GCC unroll 16
-        for (int c = 0; c < kBlock; ++c) _mm512_storeu_ps(slot + c * kBlock, acc[c]);
       }
+#pragma GCC unroll 16
+      for (int c = 0; c < kBlock; ++c) _mm512_storeu_ps(slot + c * kBlock, acc[c]);
     }
   }
 }
 
 DT_TARGET_AVX512_BF16 void compute_avx512_bf16(const ConvShape& s, const uint16_t* x16,
                                                const uint16_t* dy16, float* dw, Scratch& scratch) {
-  const int pairs = (s.n + 1) / 2;
-  const Paired xp{pairs, s.c / kBlock, s.h + s.pad_top + s.pad_bottom,
-                  s.w + s.pad_left + s.pad_right};
-  const Blocked dyb{s.k / kBlock, s.oh(), s.ow()};
-  const size_t zeros = static_cast<size_t>(s.ow()) * kBlock;
-  if (scratch.paired.size() < xp.count() + zeros) scratch.paired.resize(xp.count() + zeros);
-  uint16_t* x = scratch.paired.data();
-  std::fill(x + xp.count(), x + xp.count() + zeros, uint16_t{0});
-  pair_tensor(x16, s.n, s.h, s.w, s.pad_top, s.pad_left, xp, x);
+  const int pairs = (s.n + 1) / 2, oh = s.oh();
+  const Blocked xb{s.n, s.c / kBlock, s.h, s.w};
+  const Blocked dyb{s.n, s.k / kBlock, oh, s.ow()};
+  const Bands bands = plan_bands(s);
+  // Each thread's band, 64-byte aligned (a paired pixel is 64 bytes).
+  const size_t per_thread = bands.x_count + bands.dy_count;
+  const int threads = omp_get_max_threads();
+  if (scratch.bands.size() < threads * per_thread + kPairWidth)
+    scratch.bands.resize(threads * per_thread + kPairWidth);
+  uint16_t* band_memory = scratch.bands.data();
+  band_memory += (kPairWidth - reinterpret_cast<uintptr_t>(band_memory) / 2 % kPairWidth) %
+                 kPairWidth;
   // A task: a block of output channels, one of input channels, and one of kRanges fixed ranges
   // of the pairs, into its own partial sums; the ranges' sums are added in range order. Neither
   // depends on the thread count: the same bits at every one.
   const size_t per_block = static_cast<size_t>(s.kh) * s.kw * kBlock * kBlock;
-  const int blocks = dyb.blocks * xp.blocks, tasks = blocks * kRanges;
+  const int blocks = dyb.blocks * xb.blocks, tasks = blocks * kRanges;
   std::vector<float>& partial = scratch.partial;
-  partial.assign(static_cast<size_t>(tasks) * per_block, 0.0f);
+  if (partial.size() < static_cast<size_t>(tasks) * per_block)
+    partial.resize(static_cast<size_t>(tasks) * per_block);
 #pragma omp parallel for schedule(dynamic)
   for (int task = 0; task < tasks; ++task) {
     const int range = task % kRanges, block = task / kRanges;
-    const int kb = block / xp.blocks, cb = block % xp.blocks;
-    accumulate(xp, dyb, x, dy16, x + xp.count(), kb, cb, pairs * range / kRanges,
-               pairs * (range + 1) / kRanges, s,
-               partial.data() + static_cast<size_t>(task) * per_block);
+    const int kb = block / xb.blocks, cb = block % xb.blocks;
+    uint16_t* x_band = band_memory + static_cast<size_t>(omp_get_thread_num()) * per_thread;
+    uint16_t* dy_band = x_band + bands.x_count;
+    float* acc = partial.data() + static_cast<size_t>(task) * per_block;
+    std::fill(acc, acc + per_block, 0.0f);
+    const int first = pairs * range / kRanges, last = pairs * (range + 1) / kRanges;
+    for (int pair = first; pair < last; pair += bands.pairs_per_band)
+      for (int row = 0; row < oh; row += bands.rows_per_band)
+        run_band(s, bands, xb, dyb, x16, dy16, kb, cb, pair,
+                 std::min(last, pair + bands.pairs_per_band), row,
+                 std::min(oh, row + bands.rows_per_band), x_band, dy_band, acc);
   }
   // partial: per task, (i, j, c, k lane); dw: OIHW.
   for (int block = 0; block < blocks; ++block) {
-    const int kb = block / xp.blocks, cb = block % xp.blocks;
+    const int kb = block / xb.blocks, cb = block % xb.blocks;
     for (int i = 0; i < s.kh; ++i)
       for (int j = 0; j < s.kw; ++j)
         for (int c = 0; c < kBlock; ++c)

@@ -18,15 +18,15 @@ namespace dtrain::nn::bf16_weight_grad {
 bool suits(const ConvShape& s);
 
 /// dw (k x c x kh x kw, OIHW, float32, overwritten) = sum over examples and output pixels of
-/// dy[n][k][p][q] * x[n][c][p * sh + i - pad_top][q * sw + j - pad_left], x outside the image 0;
-/// x16 and
-/// dy16 are x and dy rounded to bf16 in blocks of 16 channels (nChw16c), as the oneDNN
-/// backend's rounded copies and staged tensors are. Each weight is summed in float in a fixed
-/// order (examples in pairs, then rows, then columns), whatever the thread count.
-/// The memory a call works in, kept by the caller between calls (a step's every call reuses it):
-/// x with its examples interleaved in pairs, and the tasks' partial sums.
+/// dy[n][k][p][q] * x[n][c][p * sh + i - pad_top][q * sw + j - pad_left], over the x in the
+/// image; x16 and dy16 are x and dy rounded to bf16 in blocks of 16 channels (nChw16c), as the
+/// oneDNN backend's rounded copies and staged tensors are. Each weight is summed in float in a
+/// fixed order (examples in pairs, then rows, then columns), whatever the thread count.
+/// The memory a call works in, kept by the caller between calls (a step's every call reuses
+/// it): each thread's band of x and dy with their examples interleaved in pairs, and the tasks'
+/// partial sums.
 struct Scratch {
-  std::vector<uint16_t> paired;
+  std::vector<uint16_t> bands;
   std::vector<float> partial;
 };
 void compute(const ConvShape& s, const uint16_t* x16, const uint16_t* dy16, float* dw,
