@@ -623,8 +623,10 @@ TEST_CASE("an add after batch normalization runs inside it, with the layers' bit
 // backend makes rounded copies (oneDNN in mixed_bfloat16 with AVX512_BF16). The convolutions
 // read them instead of rounding the tensors themselves: the model computes what it computes with
 // the copies cut off (an exact identity, a linear Activation, after every convolution and every
-// normalization), bit for bit, over two training steps on different examples with an inference
-// between (a copy from an earlier pass is never read).
+// normalization), bit for bit, over three training steps on different examples with an inference
+// after each (a copy from an earlier pass is never read), the last on a smaller batch. Where a
+// convolution reads only the copy of its output's gradient, the normalization does not write the
+// float gradient at all.
 TEST_CASE("convolutions read the rounded copies batch normalization writes, same bits",
           "[fusion][bf16]") {
   if (!cpu_supports(MathMode::kBfloat16)) return;  // test_backend_parity checks the refusal
@@ -674,18 +676,20 @@ TEST_CASE("convolutions read the rounded copies batch normalization writes, same
                                first_params.size() * sizeof(float));
     Run r;
     r.copies = model.rounded_copies();
-    for (uint64_t step = 0; step < 2; ++step) {
-      Floats x = random_floats(size_t(n) * 400, 40 + step);
-      Floats dlogits = random_floats(size_t(n) * 3, 50 + step);
-      const float* logits = model.forward(x.data(), n, StepKey{}, true);
-      r.logits.insert(r.logits.end(), logits, logits + size_t(n) * 3);
+    // The last step on a smaller batch: the convolutions' answers are asked per batch.
+    for (uint64_t step = 0; step < 3; ++step) {
+      const int m = step < 2 ? n : n - 1;
+      Floats x = random_floats(size_t(m) * 400, 40 + step);
+      Floats dlogits = random_floats(size_t(m) * 3, 50 + step);
+      const float* logits = model.forward(x.data(), m, StepKey{}, true);
+      r.logits.insert(r.logits.end(), logits, logits + size_t(m) * 3);
       std::copy(dlogits.begin(), dlogits.end(), model.logits_gradient());
-      model.backward(n);
+      model.backward(m);
       Floats grads = model.gradients().to_host();
       r.grads.insert(r.grads.end(), grads.begin(), grads.end());
-      Floats other = random_floats(size_t(n) * 400, 60 + step);
-      const float* inferred = model.forward(other.data(), n, StepKey{}, false);
-      r.inference.insert(r.inference.end(), inferred, inferred + size_t(n) * 3);
+      Floats other = random_floats(size_t(m) * 400, 60 + step);
+      const float* inferred = model.forward(other.data(), m, StepKey{}, false);
+      r.inference.insert(r.inference.end(), inferred, inferred + size_t(m) * 3);
     }
     return r;
   };
@@ -698,6 +702,15 @@ TEST_CASE("convolutions read the rounded copies batch normalization writes, same
     // bn0's output (c reads it) and the block's (d and e read it); the gradients of stem, c, d
     // and e's outputs.
     CHECK(copied.copies == std::array<size_t, 2>{2, 4});
+    // c's backward reads dy's copy alone, so bn_c leaves its float dx unwritten
+    // (NormShape::rounded_only): the gradients above are equal only if nothing read it.
+    ConvShape c;
+    c.n = n, c.c = c.k = 16, c.h = c.w = 5, c.kh = c.kw = 3;
+    c.pad_top = c.pad_bottom = c.pad_left = c.pad_right = 1, c.bias = 0;
+    c.x_layout = c.y_layout = Layout::kBlocked;
+    CHECK(backend->conv2d_backward_reads_rounded_only(c));
+    c.n = n - 1;
+    CHECK(backend->conv2d_backward_reads_rounded_only(c));
   } else {
     CHECK(copied.copies == std::array<size_t, 2>{0, 0});
   }
@@ -759,8 +772,9 @@ TEST_CASE("batch normalization's rounded copies have AVX512_BF16's bits", "[batc
         Floats y, dx;
         std::vector<uint16_t> y16, dx16;
       };
-      auto run = [&](bool rounded) {
-        Pass r{Floats(count), Floats(count), std::vector<uint16_t>(count),
+      // only: the backward writes dx's copy alone (NormShape::rounded_only); dx keeps its 7s.
+      auto run = [&](bool rounded, bool only = false) {
+        Pass r{Floats(count), Floats(count, 7.0f), std::vector<uint16_t>(count),
                std::vector<uint16_t>(count)};
         Floats mean(32), var(32), scale(32), shift(32), dgamma(32), dbeta(32);
         NormShape t = s;
@@ -770,13 +784,14 @@ TEST_CASE("batch normalization's rounded copies have AVX512_BF16's bits", "[batc
                                         mean.data(), var.data(), v, from_x ? scale.data() : nullptr,
                                         from_x ? shift.data() : nullptr, add);
         t.rounded = rounded ? r.dx16.data() : nullptr;
+        t.rounded_only = only;
         host_batchnorm_backward(t, 1e-3f, x.data(), r.y.data(), dy.data(), gamma.data(),
                                 mean.data(), var.data(), r.dx.data(), dgamma.data(), dbeta.data(),
                                 v, from_x ? scale.data() : nullptr,
                                 from_x ? shift.data() : nullptr);
         return r;
       };
-      const Pass with = run(true), alone = run(false);
+      const Pass with = run(true), alone = run(false), copy_only = run(true, true);
       // The values are those of the passes without a copy; the copies, AVX512_BF16's rounding.
       CHECK(bits_of(with.y) == bits_of(alone.y));
       CHECK(bits_of(with.dx) == bits_of(alone.dx));
@@ -785,6 +800,10 @@ TEST_CASE("batch normalization's rounded copies have AVX512_BF16's bits", "[batc
       CHECK(with.y16 == expected);
       REQUIRE(bf16_rounding::round_vectorized(with.dx.data(), count, expected.data()));
       CHECK(with.dx16 == expected);
+      // The copy alone: the same copies, and dx not written.
+      CHECK(copy_only.y16 == with.y16);
+      CHECK(copy_only.dx16 == with.dx16);
+      CHECK(copy_only.dx == Floats(count, 7.0f));
     }
   }
 }

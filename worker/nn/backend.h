@@ -68,6 +68,10 @@ struct NormShape {
   /// (docs/design.md#rounded-copies). Null: nowhere. Only a backend that makes_rounded_copies()
   /// is handed one, and it writes it.
   uint16_t* rounded = nullptr;
+  /// With rounded, on the backward: nobody reads dx, only its copy
+  /// (Backend::conv2d_backward_reads_rounded_only), so a pass that writes the copy beside each
+  /// value may leave dx unwritten (docs/design.md#rounded-copies).
+  bool rounded_only = false;
   size_t count() const { return static_cast<size_t>(n) * c * hw; }
 };
 
@@ -148,6 +152,10 @@ class Backend {
                                        const std::function<void()>& weights_done) {
     conv2d_backward(s, x, dy, w, dx, dw, db, weights_done);
   }
+  /// True when conv2d_backward_rounded on s reads dy16 and never dy, so that the normalization
+  /// that writes the copy need not write dy itself (NormShape::rounded_only). Asked per call, as
+  /// the answer may depend on the batch.
+  virtual bool conv2d_backward_reads_rounded_only(const ConvShape& /*s*/) { return false; }
   /// y = conv(x, w) + b.  x: n,c,h,w  w: k,c,kh,kw  b: k  y: n,k,oh,ow
   virtual void conv2d_forward(const ConvShape& s, const float* x, const float* w, const float* b,
                               float* y) = 0;

@@ -1,10 +1,10 @@
 // See bf16_weight_grad.h.
 #include "worker/nn/bf16_weight_grad.h"
 
+#include <omp.h>
+
 #include <algorithm>
 #include <cstring>
-
-#include <omp.h>
 
 #include "common/errors.h"
 #include "worker/nn/avx512_bf16.h"
@@ -13,9 +13,9 @@
 namespace dtrain::nn::bf16_weight_grad {
 namespace {
 
-constexpr int kBlock = kChannelBlock;  // channels per block, and AVX-512's float lanes
-constexpr int kRanges = 4;             // the pairs of examples in ranges, summed apart
-constexpr int kBandPixels = 192;       // output pixels per band: its x and dy fit in L1
+constexpr int kBlock = kChannelBlock;   // channels per block, and AVX-512's float lanes
+constexpr int kRanges = 4;              // the pairs of examples in ranges, summed apart
+constexpr int kBandPixels = 192;        // output pixels per band: its x and dy fit in L1
 constexpr int kPairWidth = 2 * kBlock;  // bf16 per paired pixel: 16 channels, two examples
 
 #if defined(__x86_64__) && defined(__GNUC__)
@@ -38,16 +38,16 @@ struct Blocked {
 // Row `r` of block `block` of examples 2 * pair and 2 * pair + 1 of t interleaved into out, one
 // pixel of 32 bf16 (the 16 channels' pairs) after another; the second example is zeros past an
 // odd batch's end.
-DT_TARGET_AVX512_BF16 void pair_row(const Blocked& b, const uint16_t* t, int pair, int block,
-                                    int r, uint16_t* out) {
+DT_TARGET_AVX512_BF16 void pair_row(const Blocked& b, const uint16_t* t, int pair, int block, int r,
+                                    uint16_t* out) {
   const __m512i interleave = _mm512_load_si512(kInterleave);
   const uint16_t* first = b.row(t, 2 * pair, block, r);
   const uint16_t* second = 2 * pair + 1 < b.n ? b.row(t, 2 * pair + 1, block, r) : nullptr;
   for (int col = 0; col < b.cols; ++col) {
     const __m256i x0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(first + col * kBlock));
-    const __m256i x1 = second ? _mm256_loadu_si256(
-                                    reinterpret_cast<const __m256i*>(second + col * kBlock))
-                              : _mm256_setzero_si256();
+    const __m256i x1 =
+        second ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(second + col * kBlock))
+               : _mm256_setzero_si256();
     _mm512_store_si512(out + static_cast<size_t>(col) * kPairWidth,
                        _mm512_permutex2var_epi16(_mm512_castsi256_si512(x0), interleave,
                                                  _mm512_castsi256_si512(x1)));
@@ -161,8 +161,8 @@ DT_TARGET_AVX512_BF16 void compute_avx512_bf16(const ConvShape& s, const uint16_
   if (scratch.bands.size() < threads * per_thread + kPairWidth)
     scratch.bands.resize(threads * per_thread + kPairWidth);
   uint16_t* band_memory = scratch.bands.data();
-  band_memory += (kPairWidth - reinterpret_cast<uintptr_t>(band_memory) / 2 % kPairWidth) %
-                 kPairWidth;
+  band_memory +=
+      (kPairWidth - reinterpret_cast<uintptr_t>(band_memory) / 2 % kPairWidth) % kPairWidth;
   // A task: a block of output channels, one of input channels, and one of kRanges fixed ranges
   // of the pairs, into its own partial sums; the ranges' sums are added in range order. Neither
   // depends on the thread count: the same bits at every one.

@@ -108,6 +108,11 @@ class DnnlBackend : public HostBackend {
     if (direct(s)) return HostBackend::conv2d_backward(s, x, dy, w, dx, dw, db, weights_done);
     conv(s).backward(stream_, x, dy, w, dx, dw, db, weights_done, dy16);
   }
+  bool conv2d_backward_reads_rounded_only(const ConvShape& s) override {
+    const bool direct = s.x_layout != Layout::kBlocked && s.y_layout != Layout::kBlocked &&
+                        direct_conv::suits(s);  // as direct(s) decides
+    return makes_rounded_copies() && !direct && conv(s).reads_rounded_dy_only();
+  }
   void conv2d_backward_data(const ConvShape& s, const float* dy, const float* w,
                             float* dx) override {
     conv(s).backward_data(stream_, dy, w, dx);

@@ -95,6 +95,9 @@ class Conv {
   void backward(dnnl::stream& st, const float* x, const float* dy, const float* w, float* dx,
                 float* dw, float* db, const std::function<void()>& weights_done,
                 const uint16_t* dy16 = nullptr);
+  /// True when backward() given dy16 reads it as it is and never dy: both backward products
+  /// take dy in one layout, the copy's.
+  bool reads_rounded_dy_only() const { return rounded_dy_ != memory::desc(); }
   /// The implementations oneDNN dispatched to ("jit:avx512_core", ...).
   std::vector<std::string> implementations() const { return implementations_; }
 

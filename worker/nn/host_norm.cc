@@ -485,8 +485,8 @@ struct UnitGradient {
 };
 
 /// dx over the unit, as channel_dx computes each value but in float; and (kRound) its rounded
-/// copy into dx16.
-template <int kMask, bool kRound>
+/// copy into dx16; without kFloat, only the copy (NormShape::rounded_only).
+template <int kMask, bool kRound, bool kFloat>
 DT_INLINE void unit_dx_pass(const float* x, const float* y, const float* dy, int hw,
                             const UnitMask& m, const UnitGradient& u, float* dx, uint16_t* dx16) {
   // Local copies, as in unit_backward_sums_body: the stores to dx may not alias them.
@@ -507,7 +507,7 @@ DT_INLINE void unit_dx_pass(const float* x, const float* y, const float* dy, int
       const float d = masked<kMask>(dy[at + k], y + at, x + at, mask, k, k);
       const float xhat = (x[at + k] - mu[k]) * inv[k];
       const float out = g[k] * (d - mean_dy[k] - xhat * mean_dy_xhat[k]);
-      dx[at + k] = out;
+      if (kFloat) dx[at + k] = out;
       if (kRound) dx16[at + k] = bf16_bits(out);
     }
   }
@@ -516,8 +516,9 @@ DT_INLINE void unit_dx_pass(const float* x, const float* y, const float* dy, int
 template <int kMask>
 DT_INLINE void unit_dx_body(const float* x, const float* y, const float* dy, int hw,
                             const UnitMask& m, const UnitGradient& u, float* dx, uint16_t* dx16) {
-  if (dx16) return unit_dx_pass<kMask, true>(x, y, dy, hw, m, u, dx, dx16);
-  unit_dx_pass<kMask, false>(x, y, dy, hw, m, u, dx, dx16);
+  if (dx16 && !dx) return unit_dx_pass<kMask, true, false>(x, y, dy, hw, m, u, dx, dx16);
+  if (dx16) return unit_dx_pass<kMask, true, true>(x, y, dy, hw, m, u, dx, dx16);
+  unit_dx_pass<kMask, false, true>(x, y, dy, hw, m, u, dx, dx16);
 }
 
 /// The unit loops compiled for one vector width.
@@ -596,7 +597,7 @@ DT_TARGET_AVX512_BF16 void unit_affine_bf16(const float* x, const float* addend,
   unit_affine_bf16_pass<false, false>(x, addend, hw, scale, shift, y, y16);
 }
 
-template <int kMask>
+template <int kMask, bool kFloat>
 DT_TARGET_AVX512_BF16 void unit_dx_bf16_pass(const float* x, const float* y, const float* dy,
                                              int hw, const UnitMask& m, const UnitGradient& u,
                                              float* dx, uint16_t* dx16) {
@@ -617,7 +618,7 @@ DT_TARGET_AVX512_BF16 void unit_dx_bf16_pass(const float* x, const float* y, con
     const __m512 xhat = _mm512_mul_ps(_mm512_sub_ps(xv, mu), inv);
     const __m512 v = _mm512_mul_ps(
         g, _mm512_sub_ps(_mm512_sub_ps(d, mean_dy), _mm512_mul_ps(xhat, mean_dy_xhat)));
-    _mm512_storeu_ps(dx + at, v);
+    if (kFloat) _mm512_storeu_ps(dx + at, v);
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(dx16 + at),
                         reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(v)));
   }
@@ -626,9 +627,14 @@ DT_TARGET_AVX512_BF16 void unit_dx_bf16_pass(const float* x, const float* y, con
 DT_TARGET_AVX512_BF16 void unit_dx_bf16(const float* x, const float* y, const float* dy, int hw,
                                         int from, const UnitMask& m, const UnitGradient& u,
                                         float* dx, uint16_t* dx16) {
-  if (from == kFromY) return unit_dx_bf16_pass<kFromY>(x, y, dy, hw, m, u, dx, dx16);
-  if (from == kFromX) return unit_dx_bf16_pass<kFromX>(x, y, dy, hw, m, u, dx, dx16);
-  unit_dx_bf16_pass<kNoMask>(x, y, dy, hw, m, u, dx, dx16);
+  if (!dx) {  // the copy alone (NormShape::rounded_only)
+    if (from == kFromY) return unit_dx_bf16_pass<kFromY, false>(x, y, dy, hw, m, u, dx, dx16);
+    if (from == kFromX) return unit_dx_bf16_pass<kFromX, false>(x, y, dy, hw, m, u, dx, dx16);
+    return unit_dx_bf16_pass<kNoMask, false>(x, y, dy, hw, m, u, dx, dx16);
+  }
+  if (from == kFromY) return unit_dx_bf16_pass<kFromY, true>(x, y, dy, hw, m, u, dx, dx16);
+  if (from == kFromX) return unit_dx_bf16_pass<kFromX, true>(x, y, dy, hw, m, u, dx, dx16);
+  unit_dx_bf16_pass<kNoMask, true>(x, y, dy, hw, m, u, dx, dx16);
 }
 DT_AVX512_INTRINSICS_END
 #endif
@@ -793,7 +799,9 @@ void blocked_backward(const NormShape& s, float epsilon, const float* x, const f
                           mean_dy_xhat.data() + b};
     const UnitMask mask{relu_scale ? relu_scale + b : nullptr,
                         relu_shift ? relu_shift + b : nullptr};
-    kernels.dx(x + at, y + at, dy + at, hw, from, mask, ug, dx + at,
+    // With rounded_only, the pass writes the copy alone (a null dx).
+    kernels.dx(x + at, y + at, dy + at, hw, from, mask, ug,
+               s.rounded && s.rounded_only ? nullptr : dx + at,
                s.rounded ? s.rounded + at : nullptr);
   }
 }

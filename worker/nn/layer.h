@@ -102,6 +102,9 @@ struct BackwardArgs {
   /// well; dy rounded, for a layer that reads_rounded(). Null: none.
   uint16_t* dx_rounded = nullptr;
   const uint16_t* dy_rounded = nullptr;
+  /// With dx_rounded: the layer that reads dx[0] reads only its copy (reads_only_rounded_dy), so
+  /// dx[0] itself may be left unwritten (NormShape::rounded_only).
+  bool dx_rounded_only = false;
 };
 
 /// What a layer does with activations in blocks of channels (Layout::kBlocked), which the model
@@ -170,6 +173,10 @@ class Layer {
   /// True when the layer may read the copies (ForwardArgs::x_rounded, BackwardArgs::dy_rounded):
   /// a convolution.
   virtual bool reads_rounded() const { return false; }
+  /// True when backward on n examples, handed BackwardArgs::dy_rounded, reads that copy and never
+  /// dy: a convolution without an activation, where the backend's convolution says so
+  /// (Backend::conv2d_backward_reads_rounded_only). Asked at each backward.
+  virtual bool reads_only_rounded_dy(Backend& /*b*/, int /*n*/) { return false; }
   virtual Blocking blocking() const { return Blocking::kNone; }
   /// The layouts the model chose for its inputs and output (as blocking() allows), once, before
   /// the first forward; every layer starts with all plain.

@@ -327,6 +327,7 @@ void Model::plan_rounded_copies() {
   writes_dx_rounded_.assign(n, nullptr);
   reads_x_rounded_.assign(n, nullptr);
   reads_dy_rounded_.assign(n, nullptr);
+  dx_rounded_reader_.assign(n, kNone);
   if (!backend_.makes_rounded_copies()) return;
   auto root_of = [&](size_t in) { return in == NodeSpec::kModelInput ? kInput : root_[in]; };
   // The node whose forward writes each root's memory: itself, or the node that took it (an add)
@@ -369,6 +370,7 @@ void Model::plan_rounded_copies() {
     rounded_deltas_[c].resize(spec_.nodes[c].out.size() * static_cast<size_t>(max_batch_));
     writes_dx_rounded_[u] = rounded_deltas_[c].data();
     reads_dy_rounded_[c] = rounded_deltas_[c].data();
+    dx_rounded_reader_[u] = c;
   }
 }
 
@@ -473,6 +475,9 @@ void Model::backward(int n, const std::function<void(size_t piece)>& gradients_e
                         params, grads,      group,           pending_[i]};
       args.dx_rounded = writes_dx_rounded_[i];
       args.dy_rounded = reads_dy_rounded_[i];
+      // The copy's one reader: c is u's only input and needs nothing but the copy.
+      args.dx_rounded_only =
+          args.dx_rounded && layers_[dx_rounded_reader_[i]]->reads_only_rounded_dy(backend_, n);
       pending_[i] = nullptr;
       layers_[i]->backward(backend_, args, enqueued);
       for (size_t s = 0; s < ins.size(); ++s) {

@@ -178,6 +178,7 @@ class Model {
   std::vector<std::vector<uint16_t>> rounded_activations_, rounded_deltas_;
   std::vector<uint16_t*> writes_y_rounded_, writes_dx_rounded_;
   std::vector<const uint16_t*> reads_x_rounded_, reads_dy_rounded_;
+  std::vector<size_t> dx_rounded_reader_;  ///< by writer: the node that reads its dx's copy
   // Per node, the pointers its last forward was given (kept for backward, reused every step).
   std::vector<std::vector<const float*>> inputs_;
   std::vector<std::vector<float*>> input_deltas_;

@@ -46,6 +46,9 @@ class ProfiledBackend final : public Backend {
   std::string implementations() const override { return inner_.implementations(); }
   bool blocks_channels() const override { return inner_.blocks_channels(); }
   bool makes_rounded_copies() const override { return inner_.makes_rounded_copies(); }
+  bool conv2d_backward_reads_rounded_only(const ConvShape& s) override {
+    return inner_.conv2d_backward_reads_rounded_only(s);
+  }
   void reorder_channels(int n, int c, int hw, Layout to, const float* x, float* y) override;
 
   void conv2d_forward(const ConvShape& s, const float* x, const float* w, const float* b,

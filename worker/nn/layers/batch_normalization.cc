@@ -101,6 +101,7 @@ class BatchNormalization : public Layer {
     }
     NormShape s = at(a.n);
     s.rounded = a.dx[0] ? a.dx_rounded : nullptr;
+    s.rounded_only = s.rounded && a.dx_rounded_only;
     b.batchnorm_backward(s, k_.epsilon, a.x[0], a.y, a.dy, gamma(a.params), mean, mean + channels(),
                          a.dx[0], dgamma, dbeta);
     if (enqueued && (k_.scale || k_.center)) enqueued(0);

@@ -56,6 +56,9 @@ class Conv2D : public Activated {
     if (use_bias_) std::fill(p + kernel, p + kernel + shape_.k, 0.0f);
   }
   bool reads_rounded() const override { return true; }
+  bool reads_only_rounded_dy(Backend& b, int n) override {
+    return linear() && b.conv2d_backward_reads_rounded_only(at(n));
+  }
   void forward(Backend& b, const ForwardArgs& a) override {
     const float* bias = use_bias_ ? a.params + shape_.weight_count() : no_bias_.data();
     if (relu())

@@ -51,6 +51,8 @@ class Activated : public Layer {
  protected:
   Activated(Activation activation, Dims out, const LayerContext& c);
   bool relu() const { return activation_ == Activation::kRelu; }
+  /// True when deactivate() hands dy back as it is.
+  bool linear() const { return !eltwise_ && !relu(); }
   /// Where the op writes its output for a forward into y: y itself, or (an eltwise activation)
   /// the layer's scratch, which activate() then maps into y.
   float* op_output(float* y) { return eltwise_ ? pre_.data() : y; }
