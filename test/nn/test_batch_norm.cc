@@ -626,7 +626,8 @@ TEST_CASE("an add after batch normalization runs inside it, with the layers' bit
 // normalization), bit for bit, over three training steps on different examples with an inference
 // after each (a copy from an earlier pass is never read), the last on a smaller batch. Where a
 // convolution reads only the copy of its output's gradient, the normalization does not write the
-// float gradient at all.
+// float gradient at all, and where convolutions alone read a normalization's output, that
+// output is written only as its copy.
 TEST_CASE("convolutions read the rounded copies batch normalization writes, same bits",
           "[fusion][bf16]") {
   if (!cpu_supports(MathMode::kBfloat16)) return;  // test_backend_parity checks the refusal
@@ -635,6 +636,10 @@ TEST_CASE("convolutions read the rounded copies batch normalization writes, same
      "use_bias": false},
     {"name": "bn0", "type": "batch_normalization"},
     {"name": "in", "type": "relu"},
+    {"name": "c0", "type": "conv2d", "filters": 16, "kernel_size": 3, "padding": "same",
+     "use_bias": false},
+    {"name": "bn_c0", "type": "batch_normalization"},
+    {"type": "relu"},
     {"name": "c", "type": "conv2d", "filters": 16, "kernel_size": 3, "padding": "same",
      "use_bias": false},
     {"name": "bn_c", "type": "batch_normalization"},
@@ -650,7 +655,7 @@ TEST_CASE("convolutions read the rounded copies batch normalization writes, same
     {"type": "global_average_pooling2d"},
     {"name": "logits", "type": "dense", "units": 3}]}})";
   std::string cut = with_copies;
-  for (const char* name : {"stem", "bn0", "c", "bn_c", "d", "bn_d", "e", "bn_e"}) {
+  for (const char* name : {"stem", "bn0", "c0", "bn_c0", "c", "bn_c", "d", "bn_d", "e", "bn_e"}) {
     const std::string key = std::string(R"({"name": ")") + name + "\"";
     const std::string::size_type at = cut.find(key);
     const std::string::size_type end = cut.find('}', at) + 1;
@@ -699,18 +704,21 @@ TEST_CASE("convolutions read the rounded copies batch normalization writes, same
   CHECK(copied.inference == apart.inference);
   CHECK(apart.copies == std::array<size_t, 2>{0, 0});
   if (backend->makes_rounded_copies()) {
-    // bn0's output (c reads it) and the block's (d and e read it); the gradients of stem, c, d
-    // and e's outputs.
-    CHECK(copied.copies == std::array<size_t, 2>{2, 4});
-    // c's backward reads dy's copy alone, so bn_c leaves its float dx unwritten
-    // (NormShape::rounded_only): the gradients above are equal only if nothing read it.
+    // The outputs of bn0 (c0 reads it), bn_c0 (c) and the block (d and e); the gradients of
+    // stem, c0, c, d and e's outputs.
+    CHECK(copied.copies == std::array<size_t, 2>{3, 5});
+    // c0's and c's backward read dy's copy alone, so bn_c0 and bn_c leave their float dx
+    // unwritten, and c alone reads bn_c0's output, which bn_c0 writes only as its copy
+    // (NormShape::rounded_only): the results above are equal only if nothing read those.
     ConvShape c;
     c.n = n, c.c = c.k = 16, c.h = c.w = 5, c.kh = c.kw = 3;
     c.pad_top = c.pad_bottom = c.pad_left = c.pad_right = 1, c.bias = 0;
     c.x_layout = c.y_layout = Layout::kBlocked;
     CHECK(backend->conv2d_backward_reads_rounded_only(c));
+    CHECK(backend->conv2d_forward_reads_rounded_only(c));
     c.n = n - 1;
     CHECK(backend->conv2d_backward_reads_rounded_only(c));
+    CHECK(backend->conv2d_forward_reads_rounded_only(c));
   } else {
     CHECK(copied.copies == std::array<size_t, 2>{0, 0});
   }
@@ -772,22 +780,26 @@ TEST_CASE("batch normalization's rounded copies have AVX512_BF16's bits", "[batc
         Floats y, dx;
         std::vector<uint16_t> y16, dx16;
       };
-      // only: the backward writes dx's copy alone (NormShape::rounded_only); dx keeps its 7s.
+      // only: the passes write the copies alone (NormShape::rounded_only) where they may; y and
+      // dx keep their 7s.
       auto run = [&](bool rounded, bool only = false) {
-        Pass r{Floats(count), Floats(count, 7.0f), std::vector<uint16_t>(count),
+        Pass r{Floats(count, 7.0f), Floats(count, 7.0f), std::vector<uint16_t>(count),
                std::vector<uint16_t>(count)};
         Floats mean(32), var(32), scale(32), shift(32), dgamma(32), dbeta(32);
         NormShape t = s;
         t.rounded = rounded ? r.y16.data() : nullptr;
         const bool from_x = way == kReluFromX;
+        // The forward's copy alone where its backward does not read y (no add taken in).
+        const bool y_alone = only && (way == kPlainWay || from_x);
+        t.rounded_only = y_alone;
         host_batchnorm_forward_training(t, 1e-3f, x.data(), gamma.data(), beta.data(), r.y.data(),
                                         mean.data(), var.data(), v, from_x ? scale.data() : nullptr,
                                         from_x ? shift.data() : nullptr, add);
         t.rounded = rounded ? r.dx16.data() : nullptr;
         t.rounded_only = only;
-        host_batchnorm_backward(t, 1e-3f, x.data(), r.y.data(), dy.data(), gamma.data(),
-                                mean.data(), var.data(), r.dx.data(), dgamma.data(), dbeta.data(),
-                                v, from_x ? scale.data() : nullptr,
+        host_batchnorm_backward(t, 1e-3f, x.data(), y_alone ? nullptr : r.y.data(), dy.data(),
+                                gamma.data(), mean.data(), var.data(), r.dx.data(), dgamma.data(),
+                                dbeta.data(), v, from_x ? scale.data() : nullptr,
                                 from_x ? shift.data() : nullptr);
         return r;
       };
@@ -804,6 +816,10 @@ TEST_CASE("batch normalization's rounded copies have AVX512_BF16's bits", "[batc
       CHECK(copy_only.y16 == with.y16);
       CHECK(copy_only.dx16 == with.dx16);
       CHECK(copy_only.dx == Floats(count, 7.0f));
+      if (way == kPlainWay || way == kReluFromX)
+        CHECK(copy_only.y == Floats(count, 7.0f));
+      else
+        CHECK(bits_of(copy_only.y) == bits_of(with.y));
     }
   }
 }

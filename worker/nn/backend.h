@@ -68,9 +68,10 @@ struct NormShape {
   /// (docs/design.md#rounded-copies). Null: nowhere. Only a backend that makes_rounded_copies()
   /// is handed one, and it writes it.
   uint16_t* rounded = nullptr;
-  /// With rounded, on the backward: nobody reads dx, only its copy
-  /// (Backend::conv2d_backward_reads_rounded_only), so a pass that writes the copy beside each
-  /// value may leave dx unwritten (docs/design.md#rounded-copies).
+  /// With rounded: nobody reads the forward's y (the backward's dx), only its copy
+  /// (Backend::conv2d_forward_reads_rounded_only, conv2d_backward_reads_rounded_only), so a pass
+  /// that writes the copy beside each value may leave y (dx) unwritten; a backward after such a
+  /// forward is given no y (docs/design.md#rounded-copies).
   bool rounded_only = false;
   size_t count() const { return static_cast<size_t>(n) * c * hw; }
 };
@@ -156,6 +157,10 @@ class Backend {
   /// that writes the copy need not write dy itself (NormShape::rounded_only). Asked per call, as
   /// the answer may depend on the batch.
   virtual bool conv2d_backward_reads_rounded_only(const ConvShape& /*s*/) { return false; }
+  /// True when conv2d_forward_rounded on s reads x16 and never x, nor does the backward of that
+  /// forward (x16 is unchanged until then), so that the normalization that writes the copy need
+  /// not write x itself. Asked per call.
+  virtual bool conv2d_forward_reads_rounded_only(const ConvShape& /*s*/) { return false; }
   /// y = conv(x, w) + b.  x: n,c,h,w  w: k,c,kh,kw  b: k  y: n,k,oh,ow
   virtual void conv2d_forward(const ConvShape& s, const float* x, const float* w, const float* b,
                               float* y) = 0;

@@ -109,9 +109,10 @@ class DnnlBackend : public HostBackend {
     conv(s).backward(stream_, x, dy, w, dx, dw, db, weights_done, dy16);
   }
   bool conv2d_backward_reads_rounded_only(const ConvShape& s) override {
-    const bool direct = s.x_layout != Layout::kBlocked && s.y_layout != Layout::kBlocked &&
-                        direct_conv::suits(s);  // as direct(s) decides
-    return makes_rounded_copies() && !direct && conv(s).reads_rounded_dy_only();
+    return makes_rounded_copies() && !direct_suits(s) && conv(s).reads_rounded_dy_only();
+  }
+  bool conv2d_forward_reads_rounded_only(const ConvShape& s) override {
+    return makes_rounded_copies() && !direct_suits(s) && conv(s).reads_rounded_x_only();
   }
   void conv2d_backward_data(const ConvShape& s, const float* dy, const float* w,
                             float* dx) override {
@@ -476,10 +477,13 @@ class DnnlBackend : public HostBackend {
   // channels) or a blocked y (a first layer followed by a blocked layer) is oneDNN's, whose
   // first-layer kernels write blocked y from NCHW x in one pass.
   bool direct(const ConvShape& s) {
-    if (s.x_layout == Layout::kBlocked || s.y_layout == Layout::kBlocked || !direct_conv::suits(s))
-      return false;
+    if (!direct_suits(s)) return false;
     direct_used_ = true;
     return true;
+  }
+  static bool direct_suits(const ConvShape& s) {
+    return s.x_layout != Layout::kBlocked && s.y_layout != Layout::kBlocked &&
+           direct_conv::suits(s);
   }
   // An optimizer update changed [w, w + count): rounded copies of it are stale.
   void updated(const float* w, size_t count) {

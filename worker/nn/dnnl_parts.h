@@ -98,6 +98,9 @@ class Conv {
   /// True when backward() given dy16 reads it as it is and never dy: both backward products
   /// take dy in one layout, the copy's.
   bool reads_rounded_dy_only() const { return rounded_dy_ != memory::desc(); }
+  /// True when forward() given x16 reads it as it is and never x, and keeps it for backward(),
+  /// which then reads it rather than x.
+  bool reads_rounded_x_only() const { return rounded_src_ != memory::desc() && keep_src_; }
   /// The implementations oneDNN dispatched to ("jit:avx512_core", ...).
   std::vector<std::string> implementations() const { return implementations_; }
 

@@ -354,8 +354,8 @@ DT_INLINE uint16_t bf16_bits(float v) {
 
 /// y = x * scale[k] + shift[k] over the unit, then + addend (kAdd), then (kRelu) max of that
 /// and 0: the float operations of the normalization, then of Add's add_forward; and (kRound)
-/// y's rounded copy into y16.
-template <bool kAdd, bool kRelu, bool kRound>
+/// y's rounded copy into y16; without kFloat, only the copy (NormShape::rounded_only).
+template <bool kAdd, bool kRelu, bool kRound, bool kFloat = true>
 DT_INLINE void unit_affine_pass(const float* x, const float* addend, int hw, const float* scale_in,
                                 const float* shift_in, float* y, uint16_t* y16) {
   // Local copies, as in unit_backward_sums_body: the stores to y may not alias them.
@@ -371,7 +371,7 @@ DT_INLINE void unit_affine_pass(const float* x, const float* addend, int hw, con
       float v = x[at + k] * scale[k] + shift[k];
       if (kAdd) v = v + addend[at + k];
       const float out = kRelu ? (v > 0.0f ? v : 0.0f) : v;
-      y[at + k] = out;
+      if (kFloat) y[at + k] = out;
       if (kRound) y16[at + k] = bf16_bits(out);
     }
   }
@@ -389,6 +389,11 @@ DT_INLINE void unit_affine_rounding(const float* x, const float* addend, int hw,
 }
 DT_INLINE void unit_affine_body(const float* x, const float* addend, int hw, const float* scale,
                                 const float* shift, bool relu, float* y, uint16_t* y16) {
+  if (y16 && !y) {  // the copy alone (NormShape::rounded_only): no add is taken in then
+    if (relu)
+      return unit_affine_pass<false, true, true, false>(x, addend, hw, scale, shift, y, y16);
+    return unit_affine_pass<false, false, true, false>(x, addend, hw, scale, shift, y, y16);
+  }
   if (y16) return unit_affine_rounding<true>(x, addend, hw, scale, shift, relu, y, y16);
   unit_affine_rounding<false>(x, addend, hw, scale, shift, relu, y, y16);
 }
@@ -410,6 +415,13 @@ DT_INLINE UnitMask local_mask(const UnitMask& m, float* scale, float* shift) {
     shift[k] = m.shift[k];
   }
   return {scale, shift};
+}
+
+/// Where the unit's pixel at `at` of y starts when the mask reads y; null otherwise (y may be
+/// null then: a forward that wrote only its copy, NormShape::rounded_only).
+template <int kMask>
+DT_INLINE const float* y_at(const float* y, size_t at) {
+  return kMask == kFromY ? y + at : nullptr;
 }
 
 /// dy, or +0 where the ReLU's output is 0: the select as a mask of dy's bits, which the compiler
@@ -449,8 +461,9 @@ DT_INLINE void unit_backward_sums_body(const float* x, const float* y, const flo
       const size_t at = static_cast<size_t>(q) * kBlock;
 #pragma omp simd
       for (int k = 0; k < kBlock; ++k) {
-        const float d = masked<kMask>(dy[at + k], y + at, x + at, mask, k, k);
-        const float e = masked<kMask>(dy[at + kBlock + k], y + at, x + at, mask, kBlock + k, k);
+        const float d = masked<kMask>(dy[at + k], y_at<kMask>(y, at), x + at, mask, k, k);
+        const float e =
+            masked<kMask>(dy[at + kBlock + k], y_at<kMask>(y, at), x + at, mask, kBlock + k, k);
         dy_even[k] += d;
         dy_odd[k] += e;
         xh_even[k] += d * ((x[at + k] - mu[k]) * inv[k]);
@@ -461,7 +474,7 @@ DT_INLINE void unit_backward_sums_body(const float* x, const float* y, const flo
       const size_t at = static_cast<size_t>(q) * kBlock;
 #pragma omp simd
       for (int k = 0; k < kBlock; ++k) {
-        const float d = masked<kMask>(dy[at + k], y + at, x + at, mask, k, k);
+        const float d = masked<kMask>(dy[at + k], y_at<kMask>(y, at), x + at, mask, k, k);
         dy_even[k] += d;
         xh_even[k] += d * ((x[at + k] - mu[k]) * inv[k]);
       }
@@ -504,7 +517,7 @@ DT_INLINE void unit_dx_pass(const float* x, const float* y, const float* dy, int
     const size_t at = static_cast<size_t>(p) * kBlock;
 #pragma omp simd
     for (int k = 0; k < kBlock; ++k) {
-      const float d = masked<kMask>(dy[at + k], y + at, x + at, mask, k, k);
+      const float d = masked<kMask>(dy[at + k], y_at<kMask>(y, at), x + at, mask, k, k);
       const float xhat = (x[at + k] - mu[k]) * inv[k];
       const float out = g[k] * (d - mean_dy[k] - xhat * mean_dy_xhat[k]);
       if (kFloat) dx[at + k] = out;
@@ -572,7 +585,7 @@ DT_UNIT_KERNELS(avx512, __attribute__((target("avx512f"))))
 // the copy is the conversion instruction's, in the same pass without a loop of integer operations.
 DT_AVX512_INTRINSICS_BEGIN
 
-template <bool kAdd, bool kRelu>
+template <bool kAdd, bool kRelu, bool kFloat = true>
 DT_TARGET_AVX512_BF16 void unit_affine_bf16_pass(const float* x, const float* addend, int hw,
                                                  const float* scale, const float* shift, float* y,
                                                  uint16_t* y16) {
@@ -582,7 +595,7 @@ DT_TARGET_AVX512_BF16 void unit_affine_bf16_pass(const float* x, const float* ad
     __m512 v = _mm512_add_ps(_mm512_mul_ps(_mm512_loadu_ps(x + at), a), b);
     if (kAdd) v = _mm512_add_ps(v, _mm512_loadu_ps(addend + at));
     if (kRelu) v = _mm512_max_ps(v, zero);  // v > 0 ? v : 0, NaN and -0 included
-    _mm512_storeu_ps(y + at, v);
+    if (kFloat) _mm512_storeu_ps(y + at, v);
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(y16 + at),
                         reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(v)));
   }
@@ -591,6 +604,10 @@ DT_TARGET_AVX512_BF16 void unit_affine_bf16_pass(const float* x, const float* ad
 DT_TARGET_AVX512_BF16 void unit_affine_bf16(const float* x, const float* addend, int hw,
                                             const float* scale, const float* shift, bool relu,
                                             float* y, uint16_t* y16) {
+  if (!y) {  // the copy alone (NormShape::rounded_only): no add is taken in then
+    if (relu) return unit_affine_bf16_pass<false, true, false>(x, addend, hw, scale, shift, y, y16);
+    return unit_affine_bf16_pass<false, false, false>(x, addend, hw, scale, shift, y, y16);
+  }
   if (addend && relu) return unit_affine_bf16_pass<true, true>(x, addend, hw, scale, shift, y, y16);
   if (addend) return unit_affine_bf16_pass<true, false>(x, addend, hw, scale, shift, y, y16);
   if (relu) return unit_affine_bf16_pass<false, true>(x, addend, hw, scale, shift, y, y16);
@@ -695,7 +712,8 @@ void blocked_affine(const NormShape& s, const UnitKernels& kernels, const float*
     const int b = (u % units.blocks()) * kBlock;
     kernels.affine(x + unit_at(u, hw), addend.values ? addend.values + unit_at(u, hw) : nullptr, hw,
                    scale.data() + b, shift.data() + b, addend.values ? addend.relu : s.relu,
-                   y + unit_at(u, hw), s.rounded ? s.rounded + unit_at(u, hw) : nullptr);
+                   y ? y + unit_at(u, hw) : nullptr,
+                   s.rounded ? s.rounded + unit_at(u, hw) : nullptr);
   }
 }
 
@@ -739,8 +757,9 @@ void blocked_forward_training(const NormShape& s, float epsilon, const float* x,
     if (scale_out) scale_out[ch] = scale[ch];
     if (shift_out) shift_out[ch] = shift[ch];
   }
+  // With rounded_only, the pass writes the copy alone (a null y).
   blocked_affine(s, s.rounded ? rounding_kernels_for(vectors) : kernels, x, scale, shift, addend,
-                 y);
+                 s.rounded && s.rounded_only ? nullptr : y);
 }
 
 void blocked_forward_inference(const NormShape& s, float epsilon, const float* x,
@@ -758,6 +777,9 @@ void blocked_backward(const NormShape& s, float epsilon, const float* x, const f
                       float* dx, float* dgamma, float* dbeta, Vectors vectors,
                       const float* relu_scale, const float* relu_shift) {
   const int from = !s.relu ? kNoMask : relu_scale ? kFromX : kFromY;
+  DT_ENFORCE(y || from != kFromY,
+             "batch normalization's backward needs its forward's output for the ReLU's mask, "
+             "which that forward did not write (NormShape::rounded_only)");
   const UnitKernels kernels = s.rounded ? rounding_kernels_for(vectors) : unit_kernels_for(vectors);
   const Units units{s};
   const int count = units.count(), hw = s.hw;
@@ -778,8 +800,8 @@ void blocked_backward(const NormShape& s, float epsilon, const float* x, const f
     const size_t at = unit_at(u, hw);
     const UnitMask mask{relu_scale ? relu_scale + b : nullptr,
                         relu_shift ? relu_shift + b : nullptr};
-    kernels.backward_sums(x + at, y + at, dy + at, hw, from, mask, mu.data() + b, inv.data() + b,
-                          partial_dy.data() + static_cast<size_t>(u) * kBlock,
+    kernels.backward_sums(x + at, y ? y + at : nullptr, dy + at, hw, from, mask, mu.data() + b,
+                          inv.data() + b, partial_dy.data() + static_cast<size_t>(u) * kBlock,
                           partial_dy_xhat.data() + static_cast<size_t>(u) * kBlock);
   }
   units.totals(partial_dy, total_dy.data());
@@ -800,7 +822,7 @@ void blocked_backward(const NormShape& s, float epsilon, const float* x, const f
     const UnitMask mask{relu_scale ? relu_scale + b : nullptr,
                         relu_shift ? relu_shift + b : nullptr};
     // With rounded_only, the pass writes the copy alone (a null dx).
-    kernels.dx(x + at, y + at, dy + at, hw, from, mask, ug,
+    kernels.dx(x + at, y ? y + at : nullptr, dy + at, hw, from, mask, ug,
                s.rounded && s.rounded_only ? nullptr : dx + at,
                s.rounded ? s.rounded + at : nullptr);
   }
@@ -814,6 +836,8 @@ void host_batchnorm_forward_training(const NormShape& s, float epsilon, const fl
                                      NormAddend addend) {
   DT_ENFORCE(!addend.values || (s.layout == Layout::kBlocked && !s.relu),
              "batch normalization takes an add into its output pass in blocks of channels only");
+  DT_ENFORCE(!addend.values || !s.rounded_only,
+             "batch normalization writes a sum it took in whole, not only its rounded copy");
   if (s.layout == Layout::kBlocked)
     return blocked_forward_training(s, epsilon, x, gamma, beta, y, mean, var, vectors, scale, shift,
                                     addend);

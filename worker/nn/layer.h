@@ -80,6 +80,10 @@ struct ForwardArgs {
   /// rounded, which it may read instead (unchanged until its backward). Null: none.
   uint16_t* y_rounded = nullptr;
   const uint16_t* x_rounded = nullptr;
+  /// With y_rounded: every layer that reads y reads only its copy (reads_only_rounded_x), so a
+  /// layer whose own backward does not need y either may leave y unwritten
+  /// (NormShape::rounded_only).
+  bool y_rounded_only = false;
 };
 
 /// One call of backward, after the forward of the same examples.
@@ -177,6 +181,9 @@ class Layer {
   /// dy: a convolution without an activation, where the backend's convolution says so
   /// (Backend::conv2d_backward_reads_rounded_only). Asked at each backward.
   virtual bool reads_only_rounded_dy(Backend& /*b*/, int /*n*/) { return false; }
+  /// The same for x[0] in forward on n examples, handed ForwardArgs::x_rounded, and in the
+  /// backward of that forward.
+  virtual bool reads_only_rounded_x(Backend& /*b*/, int /*n*/) { return false; }
   virtual Blocking blocking() const { return Blocking::kNone; }
   /// The layouts the model chose for its inputs and output (as blocking() allows), once, before
   /// the first forward; every layer starts with all plain.

@@ -328,6 +328,7 @@ void Model::plan_rounded_copies() {
   reads_x_rounded_.assign(n, nullptr);
   reads_dy_rounded_.assign(n, nullptr);
   dx_rounded_reader_.assign(n, kNone);
+  y_rounded_readers_.assign(n, {});
   if (!backend_.makes_rounded_copies()) return;
   auto root_of = [&](size_t in) { return in == NodeSpec::kModelInput ? kInput : root_[in]; };
   // The node whose forward writes each root's memory: itself, or the node that took it (an add)
@@ -353,6 +354,11 @@ void Model::plan_rounded_copies() {
     writes_y_rounded_[writer[r]] = rounded_activations_[r].data();
     for (size_t j : users[r])
       if (reader_of(j, r)) reads_x_rounded_[j] = rounded_activations_[r].data();
+    // Every user reads the copy, and the float is nobody else's: not the model's output, and
+    // written by r itself (a sum an add-taking node writes is its own).
+    if (writer[r] == r && r != root_[output_] &&
+        std::all_of(users[r].begin(), users[r].end(), [&](size_t j) { return reader_of(j, r); }))
+      y_rounded_readers_[r] = users[r];
   }
   // A reader's output gradient, when its one user is a writer with that one input, which writes
   // the whole gradient (adds nothing into it), and no other node's gradient is that buffer.
@@ -435,6 +441,11 @@ const float* Model::forward(const float* images, int n, const StepKey& key, bool
     if (training) {
       args.y_rounded = writes_y_rounded_[i];
       args.x_rounded = reads_x_rounded_[i];
+      const std::vector<size_t>& readers = y_rounded_readers_[i];
+      args.y_rounded_only = args.y_rounded && !readers.empty() &&
+                            std::all_of(readers.begin(), readers.end(), [&](size_t j) {
+                              return layers_[j]->reads_only_rounded_x(backend_, n);
+                            });
     }
     layers_[i]->forward(backend_, args);
   }

@@ -179,6 +179,8 @@ class Model {
   std::vector<uint16_t*> writes_y_rounded_, writes_dx_rounded_;
   std::vector<const uint16_t*> reads_x_rounded_, reads_dy_rounded_;
   std::vector<size_t> dx_rounded_reader_;  ///< by writer: the node that reads its dx's copy
+  /// By writer: the nodes that read its output, when all of them read its copy (else none).
+  std::vector<std::vector<size_t>> y_rounded_readers_;
   // Per node, the pointers its last forward was given (kept for backward, reused every step).
   std::vector<std::vector<const float*>> inputs_;
   std::vector<std::vector<float*>> input_deltas_;

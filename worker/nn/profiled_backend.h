@@ -49,6 +49,9 @@ class ProfiledBackend final : public Backend {
   bool conv2d_backward_reads_rounded_only(const ConvShape& s) override {
     return inner_.conv2d_backward_reads_rounded_only(s);
   }
+  bool conv2d_forward_reads_rounded_only(const ConvShape& s) override {
+    return inner_.conv2d_forward_reads_rounded_only(s);
+  }
   void reorder_channels(int n, int c, int hw, Layout to, const float* x, float* y) override;
 
   void conv2d_forward(const ConvShape& s, const float* x, const float* w, const float* b,

@@ -62,6 +62,7 @@ class BatchNormalization : public Layer {
   }
   void forward(Backend& b, const ForwardArgs& a) override {
     training_ = a.training;
+    y_unwritten_ = false;
     DT_ENFORCE(!add_ || a.addend, "batch normalization took an add in but got no addend");
     if (!a.training) {
       if (add_)
@@ -81,6 +82,10 @@ class BatchNormalization : public Layer {
     }
     NormShape s = at(a.n);
     s.rounded = a.y_rounded;
+    // y left unwritten where only its copy is read: not a sum taken in (the backward's ReLU
+    // mask would read it), and then the backward takes no y.
+    s.rounded_only = s.rounded && a.y_rounded_only && !add_;
+    y_unwritten_ = s.rounded_only;
     if (add_)
       b.batchnorm_add_forward_training(s, k_.epsilon, a.x[0], gamma(a.params), beta(a.params),
                                        a.addend, add_relu_, a.y, mean, var);
@@ -102,8 +107,8 @@ class BatchNormalization : public Layer {
     NormShape s = at(a.n);
     s.rounded = a.dx[0] ? a.dx_rounded : nullptr;
     s.rounded_only = s.rounded && a.dx_rounded_only;
-    b.batchnorm_backward(s, k_.epsilon, a.x[0], a.y, a.dy, gamma(a.params), mean, mean + channels(),
-                         a.dx[0], dgamma, dbeta);
+    b.batchnorm_backward(s, k_.epsilon, a.x[0], y_unwritten_ ? nullptr : a.y, a.dy, gamma(a.params),
+                         mean, mean + channels(), a.dx[0], dgamma, dbeta);
     if (enqueued && (k_.scale || k_.center)) enqueued(0);
   }
   void update_state(Backend& b, const float* summed, int shards, float* state) override {
@@ -162,9 +167,10 @@ class BatchNormalization : public Layer {
   std::vector<float> sums_;
   double count_ = 0;
   bool training_ = false;
-  bool relu_ = false;      ///< a ReLU fused after it
-  bool add_ = false;       ///< an add taken in after it (fuse_add): y is the add's output
-  bool add_relu_ = false;  ///< and that add's fused ReLU
+  bool y_unwritten_ = false;  ///< the last training forward wrote only y's copy
+  bool relu_ = false;         ///< a ReLU fused after it
+  bool add_ = false;          ///< an add taken in after it (fuse_add): y is the add's output
+  bool add_relu_ = false;     ///< and that add's fused ReLU
   Layout layout_ = Layout::kPlain;
 };
 

@@ -59,6 +59,10 @@ class Conv2D : public Activated {
   bool reads_only_rounded_dy(Backend& b, int n) override {
     return linear() && b.conv2d_backward_reads_rounded_only(at(n));
   }
+  // A fused ReLU's forward and weight gradient read x itself.
+  bool reads_only_rounded_x(Backend& b, int n) override {
+    return !relu() && b.conv2d_forward_reads_rounded_only(at(n));
+  }
   void forward(Backend& b, const ForwardArgs& a) override {
     const float* bias = use_bias_ ? a.params + shape_.weight_count() : no_bias_.data();
     if (relu())
