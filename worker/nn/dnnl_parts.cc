@@ -334,7 +334,10 @@ Conv::Conv(const ConvShape& s, MathMode mode, const dnnl::engine& engine) : engi
     rounded_src_ = bw.src_desc();
   if (share_dy_ && retyped_to_bf16(plain_dst, bw.diff_dst_desc())) rounded_dy_ = bw.diff_dst_desc();
   shape_ = s;
+  // Where oneDNN runs on AMX's tile units, its own weight gradient is kept: the tiles do many
+  // times vdpbf16ps's products a cycle (docs/design.md#the-bf16-weight-gradient).
   own_weights_ = mode == MathMode::kBfloat16 && bf16_weight_grad::suits(s) &&
+                 dnnl::get_effective_cpu_isa() != dnnl::cpu_isa::avx512_core_amx &&
                  retyped_to_bf16(plain_src, bw.src_desc()) &&
                  retyped_to_bf16(plain_dst, bw.diff_dst_desc());
   if (own_weights_) implementations_.push_back("bf16_weight_grad:avx512_core_bf16");
