@@ -4,7 +4,7 @@
 # python3-torch) in float32 and under torch.autocast("cpu", dtype=torch.bfloat16), batch 64 and
 # 256, 1 and 2 threads, all in one run, as samples/s, with the ratios dtrain/PyTorch (both against
 # PyTorch float32) and oneDNN's sgemm peak. "n/a" where the CPU cannot run dtrain's bf16
-# (oneDNN's bf16 needs AVX512_BF16 or AMX). The header names the CPU model, oneDNN's ISA, the
+# (oneDNN's bf16 needs AVX512_BF16 or AMX), in PyTorch's bf16 column too. The header names the CPU model, oneDNN's ISA, the
 # lscpu flags that matter (avx512_bf16, amx_bf16, avx512f, avx2), and PyTorch's version and the
 # BLAS it loaded. PyTorch runs at its best (scripts/torch-at-best.sh: OpenBLAS's OpenMP build,
 # glibc malloc tunables that keep freed blocks, and OpenBLAS's SkylakeX kernels where they are
@@ -99,8 +99,14 @@ for threads in 1 2; do
         bf16s+=("$bf16_rate")
       fi
       read -r _ _ _ torch_fp32 _ torch_fp32_layout < <(torch "$batch" "$threads" "$steps" float32)
-      read -r _ _ _ torch_bf16 _ torch_bf16_layout < <(torch "$batch" "$threads" "$steps" autocast_bf16)
-      torch_fp32s+=("$torch_fp32") torch_bf16s+=("$torch_bf16")
+      # PyTorch's bf16 autocast needs the same instructions (its oneDNN refuses the convolution
+      # without them, e.g. under ONEDNN_MAX_CPU_ISA=AVX2).
+      torch_bf16=n/a torch_bf16_layout=
+      if [ "$bf16" = supported ]; then
+        read -r _ _ _ torch_bf16 _ torch_bf16_layout < <(torch "$batch" "$threads" "$steps" autocast_bf16)
+        torch_bf16s+=("$torch_bf16")
+      fi
+      torch_fp32s+=("$torch_fp32")
       paired_fp32+=("$(ratio "$fp32" "$torch_fp32")")
       [ "$bf16_rate" = n/a ] || paired_bf16+=("$(ratio "$bf16_rate" "$torch_fp32")")
       rounds+=("# round $((r + 1)): $fp32 $bf16_rate $torch_fp32${torch_fp32_layout:+ ($torch_fp32_layout)} $torch_bf16${torch_bf16_layout:+ ($torch_bf16_layout)}")
