@@ -83,27 +83,46 @@ inline const Vec16& at16(const float* p) {
   return *reinterpret_cast<const Vec16*>(p);
 }
 
-/// One image's k output planes: y = b + sum over taps of weight * shifted input (then ReLU).
-/// Rows of 16 or more columns are stored a vector at a time straight into y, the last vector
-/// overlapping the one before it where 16 does not divide the row; shorter rows go through
-/// row_sums (g.row floats).
+/// kLanes floats as one generic vector, and 8 for the AVX2 loops: under AVX2 GCC keeps a
+/// 16-float vector on the stack, storing and reloading it around every operation (6.65 ms for a
+/// 64x1x28x28 forward against 3.18 in the plain loops; 0.57 with 8). Each output's operations
+/// are the same at either size.
+/// (A template argument would drop the typedef's alignment of 4: the vectors are named here.)
+template <int L>
+struct VectorOf;
+template <>
+struct VectorOf<8> {
+  typedef float type __attribute__((vector_size(32), aligned(4), may_alias));
+};
+template <>
+struct VectorOf<kLanes> {
+  typedef Vec16 type;
+};
+
+/// One image's k output planes: y = b + sum over taps of weight * shifted input (then ReLU), in
+/// vectors of L floats. Rows of L or more columns are stored a vector at a time straight into
+/// y, the last vector overlapping the one before it where L does not divide the row; shorter
+/// rows go through row_sums (g.row floats).
+template <int L>
 DT_INLINE void forward_image(const ConvShape& s, const Geometry& g, const float* padded,
                              const float* w, const float* b, float* y, bool relu,
                              float* __restrict row_sums) {
   const int taps = g.taps, ow = g.ow;
   const int* tap = g.tap.data();
-  const bool direct = ow >= kLanes;
+  const bool direct = ow >= L;
+  typedef typename VectorOf<L>::type V;
   for (int k = 0; k < s.k; ++k) {
     const float* filter = w + static_cast<size_t>(k) * taps;
     for (int oh = 0; oh < g.oh; ++oh) {
       const float* base = padded + static_cast<size_t>(oh) * s.sh * g.padded_w;
       float* out = y + (static_cast<size_t>(k) * g.oh + oh) * ow;
-      for (int start = 0; start < ow; start += kLanes) {
-        const int t = direct ? std::min(start, ow - kLanes) : start;
-        Vec16 sum = Vec16{} + b[k];
-        for (int p = 0; p < taps; ++p) sum += filter[p] * at16(base + tap[p] + t);
-        if (relu) sum = sum < 0.0f ? Vec16{} : sum;
-        *reinterpret_cast<Vec16*>(direct ? out + t : row_sums + t) = sum;
+      for (int start = 0; start < ow; start += L) {
+        const int t = direct ? std::min(start, ow - L) : start;
+        V sum = V{} + b[k];
+        for (int p = 0; p < taps; ++p)
+          sum += filter[p] * *reinterpret_cast<const V*>(base + tap[p] + t);
+        if (relu) sum = sum < 0.0f ? V{} : sum;
+        *reinterpret_cast<V*>(direct ? out + t : row_sums + t) = sum;
       }
       if (!direct) std::memcpy(out, row_sums, sizeof(float) * ow);
     }
@@ -191,7 +210,7 @@ struct Kernels {
 
 void forward_plain(const ConvShape& s, const Geometry& g, const float* padded, const float* w,
                    const float* b, float* y, bool relu, float* row_sums) {
-  forward_image(s, g, padded, w, b, y, relu, row_sums);
+  forward_image<kLanes>(s, g, padded, w, b, y, relu, row_sums);
 }
 void weights_plain(const ConvShape& s, const Geometry& g, const float* padded, const float* dy,
                    const float* mask, bool bf16, float* dz, double* dw, double* db) {
@@ -202,7 +221,7 @@ __attribute__((target("avx2,fma"))) void forward_avx2(const ConvShape& s, const 
                                                       const float* padded, const float* w,
                                                       const float* b, float* y, bool relu,
                                                       float* row_sums) {
-  forward_image(s, g, padded, w, b, y, relu, row_sums);
+  forward_image<8>(s, g, padded, w, b, y, relu, row_sums);
 }
 __attribute__((target("avx2,fma"))) void weights_avx2(const ConvShape& s, const Geometry& g,
                                                       const float* padded, const float* dy,
@@ -214,7 +233,7 @@ __attribute__((target("avx512f"))) void forward_avx512(const ConvShape& s, const
                                                        const float* padded, const float* w,
                                                        const float* b, float* y, bool relu,
                                                        float* row_sums) {
-  forward_image(s, g, padded, w, b, y, relu, row_sums);
+  forward_image<kLanes>(s, g, padded, w, b, y, relu, row_sums);
 }
 __attribute__((target("avx512f"))) void weights_avx512(const ConvShape& s, const Geometry& g,
                                                        const float* padded, const float* dy,
