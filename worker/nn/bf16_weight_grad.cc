@@ -113,10 +113,12 @@ DT_TARGET_AVX512_BF16 void run_band(const ConvShape& s, const Bands& bands, cons
   const size_t x_step = static_cast<size_t>(s.sw) * kPairWidth;
   for (int i = 0; i < s.kh; ++i) {
     for (int j = 0; j < s.kw; ++j) {
-      // The columns q whose x column q * sw + j - pad_left is in the image.
+      // The columns q whose x column q * sw + j - pad_left is in the image: q * sw <= last.
+      const int last = w - 1 - j + s.pad_left;
+      if (last < 0) continue;
       const int q_lo = std::max(0, (s.pad_left - j + s.sw - 1) / s.sw);
-      const int q_hi = std::min(ow, (w - 1 - j + s.pad_left) / s.sw + 1);
-      if (q_lo >= q_hi || w - 1 - j + s.pad_left < 0) continue;
+      const int q_hi = std::min(ow, last / s.sw + 1);
+      if (q_lo >= q_hi) continue;
       float* slot = acc_memory + (static_cast<size_t>(i) * s.kw + j) * kBlock * kBlock;
       __m512 acc[kBlock];
 #pragma GCC unroll 16

@@ -378,22 +378,22 @@ DT_INLINE void unit_affine_pass(const float* x, const float* addend, int hw, con
 }
 
 /// unit_affine_pass, with addend where it is not null, the copy where y16 is not.
-template <bool kRound>
+template <bool kRound, bool kFloat = true>
 DT_INLINE void unit_affine_rounding(const float* x, const float* addend, int hw, const float* scale,
                                     const float* shift, bool relu, float* y, uint16_t* y16) {
   if (addend && relu)
-    return unit_affine_pass<true, true, kRound>(x, addend, hw, scale, shift, y, y16);
-  if (addend) return unit_affine_pass<true, false, kRound>(x, addend, hw, scale, shift, y, y16);
-  if (relu) return unit_affine_pass<false, true, kRound>(x, addend, hw, scale, shift, y, y16);
-  unit_affine_pass<false, false, kRound>(x, addend, hw, scale, shift, y, y16);
+    return unit_affine_pass<true, true, kRound, kFloat>(x, addend, hw, scale, shift, y, y16);
+  if (addend)
+    return unit_affine_pass<true, false, kRound, kFloat>(x, addend, hw, scale, shift, y, y16);
+  if (relu)
+    return unit_affine_pass<false, true, kRound, kFloat>(x, addend, hw, scale, shift, y, y16);
+  unit_affine_pass<false, false, kRound, kFloat>(x, addend, hw, scale, shift, y, y16);
 }
 DT_INLINE void unit_affine_body(const float* x, const float* addend, int hw, const float* scale,
                                 const float* shift, bool relu, float* y, uint16_t* y16) {
-  if (y16 && !y) {  // the copy alone (NormShape::rounded_only): no add is taken in then
-    if (relu)
-      return unit_affine_pass<false, true, true, false>(x, addend, hw, scale, shift, y, y16);
-    return unit_affine_pass<false, false, true, false>(x, addend, hw, scale, shift, y, y16);
-  }
+  // A null y: the copy alone (NormShape::rounded_only).
+  if (y16 && !y)
+    return unit_affine_rounding<true, false>(x, addend, hw, scale, shift, relu, y, y16);
   if (y16) return unit_affine_rounding<true>(x, addend, hw, scale, shift, relu, y, y16);
   unit_affine_rounding<false>(x, addend, hw, scale, shift, relu, y, y16);
 }
@@ -601,17 +601,24 @@ DT_TARGET_AVX512_BF16 void unit_affine_bf16_pass(const float* x, const float* ad
   }
 }
 
+template <bool kFloat>
+DT_TARGET_AVX512_BF16 void unit_affine_bf16_with(const float* x, const float* addend, int hw,
+                                                 const float* scale, const float* shift, bool relu,
+                                                 float* y, uint16_t* y16) {
+  if (addend && relu)
+    return unit_affine_bf16_pass<true, true, kFloat>(x, addend, hw, scale, shift, y, y16);
+  if (addend)
+    return unit_affine_bf16_pass<true, false, kFloat>(x, addend, hw, scale, shift, y, y16);
+  if (relu) return unit_affine_bf16_pass<false, true, kFloat>(x, addend, hw, scale, shift, y, y16);
+  unit_affine_bf16_pass<false, false, kFloat>(x, addend, hw, scale, shift, y, y16);
+}
+
 DT_TARGET_AVX512_BF16 void unit_affine_bf16(const float* x, const float* addend, int hw,
                                             const float* scale, const float* shift, bool relu,
                                             float* y, uint16_t* y16) {
-  if (!y) {  // the copy alone (NormShape::rounded_only): no add is taken in then
-    if (relu) return unit_affine_bf16_pass<false, true, false>(x, addend, hw, scale, shift, y, y16);
-    return unit_affine_bf16_pass<false, false, false>(x, addend, hw, scale, shift, y, y16);
-  }
-  if (addend && relu) return unit_affine_bf16_pass<true, true>(x, addend, hw, scale, shift, y, y16);
-  if (addend) return unit_affine_bf16_pass<true, false>(x, addend, hw, scale, shift, y, y16);
-  if (relu) return unit_affine_bf16_pass<false, true>(x, addend, hw, scale, shift, y, y16);
-  unit_affine_bf16_pass<false, false>(x, addend, hw, scale, shift, y, y16);
+  // A null y: the copy alone (NormShape::rounded_only).
+  if (!y) return unit_affine_bf16_with<false>(x, addend, hw, scale, shift, relu, y, y16);
+  unit_affine_bf16_with<true>(x, addend, hw, scale, shift, relu, y, y16);
 }
 
 template <int kMask, bool kFloat>
